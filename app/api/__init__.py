@@ -1,0 +1,1 @@
+"""The sidecar's HTTP and gRPC APIs."""

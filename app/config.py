@@ -1,0 +1,294 @@
+"""Settings: environment variables over an optional YAML file over defaults, validated at start.
+
+This is the only module that reads the environment. Every setting is declared once in ``SETTINGS``
+(name, environment variable, parser, default, help), which also documents them (`rocksidecar serve
+--help-settings`) and lets tests check the Helm chart against what the code accepts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENV_PREFIX = "ROCKSIDECAR_"
+CONFIG_ENV = ENV_PREFIX + "CONFIG"  # path of the optional YAML file (same as --config)
+DEFAULT_LADDER_S = (3.0, 5.0, 30.0, 60.0, 120.0, 300.0, 480.0, 600.0, 900.0, 1800.0)
+
+
+class ConfigError(ValueError):
+    """A setting is missing or invalid; the message names it."""
+
+
+# --- parsers: each takes the raw value (str from env, any from YAML) and the setting's name ----------
+def _int(lo: int, hi: int | None = None) -> Callable[[Any, str], int]:
+    def parse(raw: Any, name: str) -> int:
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise ConfigError(f"{name}: expected an integer, got {raw!r}") from None
+        if value < lo or (hi is not None and value > hi):
+            bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+            raise ConfigError(f"{name}: must be {bound}, got {value}")
+        return value
+
+    return parse
+
+
+def _float(lo: float) -> Callable[[Any, str], float]:
+    def parse(raw: Any, name: str) -> float:
+        try:
+            value = float(str(raw).strip())
+        except ValueError:
+            raise ConfigError(f"{name}: expected a number, got {raw!r}") from None
+        if value < lo:
+            raise ConfigError(f"{name}: must be >= {lo}, got {value}")
+        return value
+
+    return parse
+
+
+def _text(raw: Any, name: str) -> str:
+    return str(raw).strip()
+
+
+def _bool(raw: Any, name: str) -> bool:
+    text = str(raw).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off", ""}:
+        return False
+    raise ConfigError(f"{name}: expected true or false, got {raw!r}")
+
+
+def _addr(raw: Any, name: str) -> str:
+    text = str(raw).strip()
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(f"{name}: expected host:port, got {raw!r}")
+    return text
+
+
+def _addr_list(raw: Any, name: str) -> tuple[str, ...]:
+    items = raw if isinstance(raw, list | tuple) else str(raw).replace(";", ",").split(",")
+    return tuple(_addr(item, name) for item in items if str(item).strip())
+
+
+def _name_list(raw: Any, name: str) -> tuple[str, ...]:
+    items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+    return tuple(str(i).strip() for i in items if str(i).strip())
+
+
+def _choice(*options: str) -> Callable[[Any, str], str]:
+    def parse(raw: Any, name: str) -> str:
+        text = str(raw).strip().lower()
+        if text not in options:
+            raise ConfigError(f"{name}: expected one of {', '.join(options)}, got {raw!r}")
+        return text
+
+    return parse
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    name: str  # attribute of Settings and key in the YAML file
+    parse: Callable[[Any, str], Any]
+    default: Any
+    help: str
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "namesrv",
+        _addr_list,
+        (),
+        "Name server addresses, comma-separated host:port (required "
+        "unless --devbroker starts an embedded one).",
+    ),
+    Setting("http_addr", _addr, "127.0.0.1:9880", "HTTP API listen address."),
+    Setting("grpc_addr", _addr, "127.0.0.1:9881", "gRPC API listen address."),
+    Setting("data_dir", _text, "./data", "Directory of the local RocksDB store (retry, delay, idempotency)."),
+    Setting("producer_group", _text, "rocksidecar", "Producer group announced to the brokers."),
+    Setting("access_key", _text, "", "RocketMQ ACL access key (with secret_key)."),
+    Setting("secret_key", _text, "", "RocketMQ ACL secret key (with access_key)."),
+    Setting("auth_token", _text, "", "When set, every API call needs 'Authorization: Bearer <token>'."),
+    Setting("send_timeout_ms", _int(1, 600_000), 3000, "Budget for one send including its retries."),
+    Setting("retry_times", _int(0, 16), 2, "Extra attempts of a send, each on another broker."),
+    Setting(
+        "fault_tolerance", _bool, True, "Back off from slow or failing brokers (latency fault tolerance)."
+    ),
+    Setting(
+        "queue_selector",
+        _choice("round_robin", "random", "environment", "zone"),
+        "round_robin",
+        "Queue choice for messages without a sharding key.",
+    ),
+    Setting(
+        "environment_index", _int(0), 0, "With queue_selector=environment: environment N uses queue N-1."
+    ),
+    Setting("zone", _text, "", "With queue_selector=zone: prefer brokers whose name contains this tag."),
+    Setting("topics", _name_list, (), "Topics whose routes are loaded at start; /readyz waits for them."),
+    Setting("max_body_bytes", _int(1, 64 * 1024 * 1024), 4 * 1024 * 1024, "Largest accepted message body."),
+    Setting("batch_limit", _int(1, 100_000), 1000, "Most messages in one batch request."),
+    Setting("max_delay_ms", _int(1), 90 * 24 * 3600 * 1000, "Longest accepted delivery delay."),
+    Setting("idempotency_window_s", _int(1), 24 * 3600, "How long an Idempotency-Key answer is kept."),
+    Setting("shutdown_grace_s", _float(0.0), 20.0, "On SIGTERM, how long in-flight work may take."),
+    Setting("replay_workers", _int(1, 1024), 64, "Concurrent resends from the retry store."),
+    Setting("log_level", _choice("debug", "info", "warning", "error"), "info", "Logging level."),
+)
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Back-off ladder and retry limit for one message type."""
+
+    ladder_s: tuple[float, ...] = DEFAULT_LADDER_S
+    max_retries: int = len(DEFAULT_LADDER_S)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    namesrv: tuple[str, ...] = ()
+    http_addr: str = "127.0.0.1:9880"
+    grpc_addr: str = "127.0.0.1:9881"
+    data_dir: str = "./data"
+    producer_group: str = "rocksidecar"
+    access_key: str = ""
+    secret_key: str = ""
+    auth_token: str = ""
+    send_timeout_ms: int = 3000
+    retry_times: int = 2
+    fault_tolerance: bool = True
+    queue_selector: str = "round_robin"
+    environment_index: int = 0
+    zone: str = ""
+    topics: tuple[str, ...] = ()
+    max_body_bytes: int = 4 * 1024 * 1024
+    batch_limit: int = 1000
+    max_delay_ms: int = 90 * 24 * 3600 * 1000
+    idempotency_window_s: int = 24 * 3600
+    shutdown_grace_s: float = 20.0
+    replay_workers: int = 64
+    log_level: str = "info"
+    retry_default: RetryPolicy = RetryPolicy()
+    retry_types: Mapping[str, RetryPolicy] = field(default_factory=dict)
+    dead_letter_webhook: str = ""
+
+    def retry_policy(self, message_type: str) -> RetryPolicy:
+        return self.retry_types.get(message_type, self.retry_default)
+
+
+def _retry_policy(raw: Any, where: str, base: RetryPolicy) -> RetryPolicy:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping with ladder_s and/or max_retries")
+    unknown = set(raw) - {"ladder_s", "max_retries"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+    ladder = base.ladder_s
+    if "ladder_s" in raw:
+        items = raw["ladder_s"]
+        if not isinstance(items, list) or not items:
+            raise ConfigError(f"{where}.ladder_s: expected a non-empty list of seconds")
+        ladder = tuple(_float(0.001)(v, f"{where}.ladder_s") for v in items)
+    max_retries = _int(0, 10_000)(raw.get("max_retries", len(ladder)), f"{where}.max_retries")
+    return RetryPolicy(ladder, max_retries)
+
+
+def _retry_section(raw: Any) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("retry: expected a mapping")
+    unknown = set(raw) - {"default", "types", "dead_letter_webhook"}
+    if unknown:
+        raise ConfigError(f"retry: unknown keys {sorted(unknown)}")
+    default = _retry_policy(raw.get("default", {}), "retry.default", RetryPolicy())
+    types_raw = raw.get("types") or {}
+    if not isinstance(types_raw, Mapping):
+        raise ConfigError("retry.types: expected a mapping of type name to policy")
+    types = {str(k): _retry_policy(v, f"retry.types.{k}", default) for k, v in types_raw.items()}
+    return {
+        "retry_default": default,
+        "retry_types": types,
+        "dead_letter_webhook": _text(raw.get("dead_letter_webhook", ""), "retry.dead_letter_webhook"),
+    }
+
+
+def load_file(path: str | Path) -> dict[str, Any]:
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"--config: cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--config: {path} is not valid YAML: {exc}") from exc
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"--config: {path} must hold a mapping of settings")
+    return doc
+
+
+def load(
+    env: Mapping[str, str] | None = None,
+    file: str | Path | None = None,
+    *,
+    require_namesrv: bool = True,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Build Settings from defaults < YAML file < environment < explicit overrides (CLI flags)."""
+    env = os.environ if env is None else env
+    doc = load_file(file) if file else {}
+    values: dict[str, Any] = {}
+    for key, raw in doc.items():
+        if key == "retry":
+            continue
+        setting = _BY_NAME.get(key)
+        if setting is None:
+            raise ConfigError(f"--config: unknown setting {key!r}")
+        values[key] = setting.parse(raw, key)
+    for setting in SETTINGS:
+        if setting.env in env:
+            values[setting.name] = setting.parse(env[setting.env], setting.env)
+    known_env = {s.env for s in SETTINGS} | {CONFIG_ENV}
+    stray = sorted(
+        k
+        for k in env
+        if k.startswith(ENV_PREFIX) and k not in known_env and not k.startswith(ENV_PREFIX + "TEST_")
+    )
+    if stray:
+        raise ConfigError(
+            f"{stray[0]}: not a rocksidecar setting (known: see `rocksidecar serve --help-settings`)"
+        )
+    values.update(overrides or {})
+    values.update(_retry_section(doc.get("retry")))
+    settings = Settings(**values)
+    _check(settings, require_namesrv)
+    return settings
+
+
+def _check(s: Settings, require_namesrv: bool) -> None:
+    if require_namesrv and not s.namesrv:
+        raise ConfigError(f"{_BY_NAME['namesrv'].env}: required (or start with --devbroker)")
+    if bool(s.access_key) != bool(s.secret_key):
+        raise ConfigError("ROCKSIDECAR_ACCESS_KEY and ROCKSIDECAR_SECRET_KEY must be set together")
+    if s.queue_selector == "environment" and s.environment_index < 1:
+        raise ConfigError("ROCKSIDECAR_ENVIRONMENT_INDEX: must be >= 1 with queue_selector=environment")
+    if s.queue_selector == "zone" and not s.zone:
+        raise ConfigError("ROCKSIDECAR_ZONE: required with queue_selector=zone")
+    if not s.data_dir:
+        raise ConfigError("ROCKSIDECAR_DATA_DIR: must not be empty")
+
+
+def describe() -> str:
+    """A table of every setting, for --help-settings and the docs."""
+    rows = [f"{s.env:<36} {s.name:<22} default {s.default!r}\n    {s.help}" for s in SETTINGS]
+    return "\n".join(rows)

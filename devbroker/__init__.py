@@ -1,0 +1,1 @@
+"""devbroker: a small RocketMQ-protocol-compatible name server and brokers, for local runs and tests."""

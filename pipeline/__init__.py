@@ -1,0 +1,1 @@
+"""PySpark data source and jobs that publish through the sidecar over HTTP."""

@@ -1,0 +1,82 @@
+"""Settings: layering (defaults < file < env < flags) and clear errors naming the bad setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.config import SETTINGS, ConfigError, RetryPolicy, Settings, describe, load
+
+
+def test_defaults_bind_to_loopback() -> None:
+    s = load({"ROCKSIDECAR_NAMESRV": "127.0.0.1:9876"})
+    assert s.http_addr == "127.0.0.1:9880" and s.grpc_addr == "127.0.0.1:9881"
+    assert s.namesrv == ("127.0.0.1:9876",) and s.send_timeout_ms == 3000 and s.fault_tolerance
+
+
+def test_settings_table_matches_the_dataclass() -> None:
+    defaults = Settings()
+    for setting in SETTINGS:
+        assert getattr(defaults, setting.name) == setting.default, setting.name
+        assert setting.env == "ROCKSIDECAR_" + setting.name.upper()
+    assert "ROCKSIDECAR_AUTH_TOKEN" in describe()
+
+
+def test_env_overrides_file_and_flags_override_env(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "namesrv: [a:1, b:2]\nsend_timeout_ms: 1000\nretry_times: 4\n"
+        "retry:\n  default: {ladder_s: [1, 2], max_retries: 3}\n"
+        "  types: {orders: {max_retries: 9}}\n  dead_letter_webhook: http://127.0.0.1:1/dl\n"
+    )
+    s = load({"ROCKSIDECAR_SEND_TIMEOUT_MS": "2000"}, cfg, overrides={"retry_times": 1})
+    assert s.namesrv == ("a:1", "b:2") and s.send_timeout_ms == 2000 and s.retry_times == 1
+    assert s.retry_default == RetryPolicy((1.0, 2.0), 3)
+    assert s.retry_policy("orders") == RetryPolicy((1.0, 2.0), 9)
+    assert s.retry_policy("other") == s.retry_default
+    assert s.dead_letter_webhook == "http://127.0.0.1:1/dl"
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({}, "ROCKSIDECAR_NAMESRV"),
+        ({"ROCKSIDECAR_NAMESRV": "nohostport"}, "ROCKSIDECAR_NAMESRV"),
+        ({"ROCKSIDECAR_NAMESRV": "a:1", "ROCKSIDECAR_SEND_TIMEOUT_MS": "abc"}, "ROCKSIDECAR_SEND_TIMEOUT_MS"),
+        ({"ROCKSIDECAR_NAMESRV": "a:1", "ROCKSIDECAR_SEND_TIMEOUT_MS": "0"}, "ROCKSIDECAR_SEND_TIMEOUT_MS"),
+        ({"ROCKSIDECAR_NAMESRV": "a:1", "ROCKSIDECAR_HTTP_ADDR": "9880"}, "ROCKSIDECAR_HTTP_ADDR"),
+        ({"ROCKSIDECAR_NAMESRV": "a:1", "ROCKSIDECAR_ACCESS_KEY": "ak"}, "ROCKSIDECAR_ACCESS_KEY"),
+        (
+            {"ROCKSIDECAR_NAMESRV": "a:1", "ROCKSIDECAR_FAULT_TOLERANCE": "maybe"},
+            "ROCKSIDECAR_FAULT_TOLERANCE",
+        ),
+        ({"ROCKSIDECAR_NAMESRV": "a:1", "ROCKSIDECAR_QUEUE_SELECTOR": "zone"}, "ROCKSIDECAR_ZONE"),
+        ({"ROCKSIDECAR_NAMESRV": "a:1", "ROCKSIDECAR_NAMSRV": "typo:1"}, "ROCKSIDECAR_NAMSRV"),
+    ],
+)
+def test_bad_settings_name_themselves(env: dict[str, str], names: str) -> None:
+    with pytest.raises(ConfigError, match=names):
+        load(env)
+
+
+def test_namesrv_optional_with_embedded_devbroker() -> None:
+    assert load({}, require_namesrv=False).namesrv == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("nope: 1\n", "nope"),
+        ("- a\n", "mapping"),
+        ("retry: {default: {ladder_s: []}}\n", "retry.default.ladder_s"),
+        ("retry: {types: {t: {max_retries: -1}}}\n", "retry.types.t.max_retries"),
+        ("retry: {bogus: 1}\n", "bogus"),
+        ("a: [\n", "not valid YAML"),
+    ],
+)
+def test_bad_files_name_the_key(tmp_path: Path, text: str, names: str) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError, match=names):
+        load({"ROCKSIDECAR_NAMESRV": "a:1"}, cfg)
