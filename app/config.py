@@ -15,9 +15,10 @@ from typing import Any
 
 import yaml
 
+from retry.policy import RetryPolicy
+
 ENV_PREFIX = "ROCKSIDECAR_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"  # path of the optional YAML file (same as --config)
-DEFAULT_LADDER_S = (3.0, 5.0, 30.0, 60.0, 120.0, 300.0, 480.0, 600.0, 900.0, 1800.0)
 
 
 class ConfigError(ValueError):
@@ -148,14 +149,6 @@ _BY_NAME = {s.name: s for s in SETTINGS}
 
 
 @dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Back-off ladder and retry limit for one message type."""
-
-    ladder_s: tuple[float, ...] = DEFAULT_LADDER_S
-    max_retries: int = len(DEFAULT_LADDER_S)
-
-
-@dataclass(frozen=True, slots=True)
 class Settings:
     namesrv: tuple[str, ...] = ()
     http_addr: str = "127.0.0.1:9880"
@@ -179,7 +172,7 @@ class Settings:
     shutdown_grace_s: float = 20.0
     replay_workers: int = 64
     log_level: str = "info"
-    retry_default: RetryPolicy = RetryPolicy()
+    retry_default: RetryPolicy = field(default_factory=RetryPolicy)
     retry_types: Mapping[str, RetryPolicy] = field(default_factory=dict)
     dead_letter_webhook: str = ""
 

@@ -1,0 +1,53 @@
+"""``rocksidecar serve``: run the sidecar (HTTP + gRPC APIs, producer, retry and delay stores)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from app import config
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "serve",
+        help="run the sidecar",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Settings come from ROCKSIDECAR_* environment variables and the optional "
+        "YAML file; see --help-settings.",
+    )
+    p.add_argument(
+        "--config",
+        default=os.environ.get(config.CONFIG_ENV),
+        help="YAML settings file (environment variables override it)",
+    )
+    p.add_argument(
+        "--devbroker",
+        action="store_true",
+        help="start an embedded devbroker (name server + brokers on loopback) and use it",
+    )
+    p.add_argument(
+        "--devbroker-brokers",
+        type=int,
+        default=2,
+        metavar="N",
+        help="brokers of the embedded devbroker (default 2)",
+    )
+    p.add_argument("--help-settings", action="store_true", help="list every setting and exit")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.help_settings:
+        print(config.describe())
+        return 0
+    try:
+        settings = config.load(file=args.config, require_namesrv=not args.devbroker)
+    except config.ConfigError as exc:
+        print(f"rocksidecar: configuration error: {exc}", file=sys.stderr)
+        return 2
+    from app.service import serve  # imported late: it pulls in FastAPI, gRPC and RocksDB
+
+    return serve(settings, devbroker_brokers=args.devbroker_brokers if args.devbroker else 0)
