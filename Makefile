@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 RUN    := .run
 
-.PHONY: install test lint typecheck run stop bench clean
+.PHONY: install test lint typecheck run stop bench clean realbroker
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,3 +25,7 @@ test: lint
 
 clean:
 	rm -rf $(VENV) $(RUN) .pytest_cache .ruff_cache .mypy_cache
+
+# Against a real Apache RocketMQ 4.9.4 (../shared/rocketmq/real-broker.sh start 2).
+realbroker: $(STAMP)
+	ROCKSIDECAR_TEST_NAMESRV=$${ROCKSIDECAR_TEST_NAMESRV:-127.0.0.1:9876} $(BIN)/python -m pytest -q -m realbroker tests/realbroker
