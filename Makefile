@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 RUN    := .run
 
-.PHONY: install test lint typecheck run stop bench clean realbroker
+.PHONY: install test lint typecheck run stop bench clean realbroker proto
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# Regenerate the gRPC code from app/api/proto/rocksidecar.proto (tests check it is current).
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. --pyi_out=. app/api/proto/rocksidecar.proto
 
 clean:
 	rm -rf $(VENV) $(RUN) .pytest_cache .ruff_cache .mypy_cache
