@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ def assemble_parent(root: Path) -> Path:
     return root
 
 
-def one(docs: Any, kind: str, name_suffix: str = "") -> dict[str, Any]:
+def one(docs: Iterable[dict[str, Any]], kind: str, name_suffix: str = "") -> dict[str, Any]:
     found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(name_suffix)]
     assert len(found) == 1, (
         f"expected one {kind} *{name_suffix}, got {[d['metadata']['name'] for d in found]}"
@@ -68,14 +69,15 @@ def one(docs: Any, kind: str, name_suffix: str = "") -> dict[str, Any]:
     return found[0]
 
 
-def workload(docs: Any) -> dict[str, Any]:
+def workload(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
     found = [d for d in docs if d["kind"] in {"StatefulSet", "Deployment"}]
     assert len(found) == 1, [d["kind"] for d in found]
     return found[0]
 
 
-def pod_spec(docs: Any) -> dict[str, Any]:
-    return workload(docs)["spec"]["template"]["spec"]
+def pod_spec(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = workload(docs)["spec"]["template"]["spec"]
+    return spec
 
 
 def containers(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -83,7 +85,7 @@ def containers(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in spec.get("initContainers", []) + spec["containers"]}
 
 
-def sidecar(docs: Any) -> dict[str, Any]:
+def sidecar(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return containers(pod_spec(docs))["rocksidecar"]
 
 

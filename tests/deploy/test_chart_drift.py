@@ -12,6 +12,7 @@ import yaml
 
 from app import config
 from app.cli import build_parser
+from retry.policy import RetryPolicy
 from tests.deploy import chart, dockerfile
 from tests.deploy.paths import CHART, DOCKERFILE, REPO
 
@@ -69,7 +70,7 @@ def test_sidecar_env_and_config_file_load_with_app_config(variant: str, tmp_path
     assert settings.http_addr.startswith("127.0.0.1:") and settings.grpc_addr.startswith("127.0.0.1:")
     assert settings.data_dir == "/var/lib/rocksidecar" == dockerfile.exec_form(RUNTIME.one("VOLUME"))[0]
     if variant == "default":
-        assert settings.retry_default == config.RetryPolicy(), "values.yaml spells out the code's ladder"
+        assert settings.retry_default == RetryPolicy(), "values.yaml spells out the code's ladder"
     if variant == "classic-sidecar":
         assert settings.shutdown_grace_s == 45.5 and settings.retry_policy("payments").max_retries == 20
         assert settings.topics == ("orders", "payments") and settings.dead_letter_webhook.startswith(

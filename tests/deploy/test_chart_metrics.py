@@ -19,7 +19,8 @@ DURATION = re.compile(
 
 
 def _labels(obj: dict[str, Any]) -> dict[str, str]:
-    return obj["metadata"].get("labels", {})
+    labels: dict[str, str] = obj["metadata"].get("labels", {})
+    return labels
 
 
 def test_service_monitor_is_well_formed_and_selects_the_metrics_service() -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -125,10 +127,10 @@ def test_existing_secret_is_referenced_by_name() -> None:
 
 
 def test_config_change_rolls_the_pods() -> None:
-    def checksum(docs: object) -> str:
-        return chart.workload(docs)["spec"]["template"]["metadata"]["annotations"][
-            "checksum/rocksidecar-config"
-        ]
+    def checksum(docs: Iterable[dict[str, Any]]) -> str:
+        return str(
+            chart.workload(docs)["spec"]["template"]["metadata"]["annotations"]["checksum/rocksidecar-config"]
+        )
 
     base = checksum(chart.render("default"))
     assert base != checksum(chart.render_with({"config": {"producer_group": "other"}}))
