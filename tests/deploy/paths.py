@@ -1,4 +1,4 @@
-"""Where the deployment files live, and a loader for the scripts under docker/ (not a package)."""
+"""Where the deployment files live, and a loader for the scripts under docker/ and tools/ (not packages)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def tool(name: str) -> str:
     return str(path)
 
 
-def load_script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"docker_{name}", REPO / "docker" / f"{name}.py")
+def load_script(name: str, folder: str = "docker") -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"{folder}_{name}", REPO / folder / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

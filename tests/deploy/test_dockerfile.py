@@ -15,11 +15,24 @@ BUILD, RUNTIME = STAGES[0], STAGES[-1]
 STORE = "/var/lib/rocksidecar"
 
 
-def test_hadolint_reports_nothing() -> None:
-    result = subprocess.run(
-        [tool("hadolint"), "--no-color", str(DOCKERFILE)], capture_output=True, text=True, check=False
+def _hadolint(dockerfile_text: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [tool("hadolint"), "--no-color", "-"],
+        input=dockerfile_text,
+        capture_output=True,
+        text=True,
+        check=False,
     )
+
+
+def test_hadolint_reports_nothing() -> None:
+    result = _hadolint(DOCKERFILE.read_text())
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_does_fail_on_warnings() -> None:
+    result = _hadolint("FROM python:latest\nUSER root\n")
+    assert result.returncode != 0 and "DL3007" in result.stdout
 
 
 def test_multi_stage_on_slim_python_311() -> None:
