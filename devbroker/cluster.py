@@ -86,11 +86,12 @@ class DevCluster:
     async def start(self) -> None:
         """Start everything; on a failure (e.g. a port in use) stop what started and re-raise."""
         try:
-            await self.namesrv.start()
             for broker in self.brokers.values():
                 await broker.start()
             if self.admin is not None:
                 await self.admin.start()
+            # Last: once the name server accepts connections, every broker is in its routes.
+            await self.namesrv.start()
         except BaseException:
             await self.close()
             raise
