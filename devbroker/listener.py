@@ -81,6 +81,6 @@ class Listener:
         return conn
 
     def _closed(self, conn: Connection) -> None:
-        self.connections.discard(conn)  # type: ignore[arg-type]
+        self.connections.discard(conn)
         if self._on_close is not None:
             self._on_close(conn)

@@ -100,7 +100,7 @@ def test_subscriptions_keep_tag_codes(setup: tuple[ClientRegistry, Recorder, Fak
     reg, _, _ = setup
     reg.heartbeat(Connection("c"), beat("c", expr="A || B"))
     sub = reg.subscription("cg", "T")
-    assert sub is not None and sub.codes == {java_string_hash("A"), java_string_hash("B")}
+    assert sub is not None and sub.codes == frozenset({java_string_hash("A"), java_string_hash("B")})
     assert reg.subscription("cg", "U") is None and reg.subscription("nope", "T") is None
 
 

@@ -27,8 +27,14 @@ def new(body: bytes = b"hello", tags: str | None = None, props: str = "") -> New
     return NewMessage(body, 0, 0, 1_699_999_999_000, BORN, text, tag_code(tags))
 
 
-def make_store(directory: Path | None = None, clock: Clock | None = None, **log_args: int) -> MessageStore:
-    store = MessageStore(CommitLog(directory, **log_args), now_ms=clock or Clock())
+def make_store(
+    directory: Path | None = None,
+    clock: Clock | None = None,
+    segment_bytes: int = 64 * 1024 * 1024,
+    max_bytes: int | None = None,
+) -> MessageStore:
+    log = CommitLog(directory, segment_bytes=segment_bytes, max_bytes=max_bytes)
+    store = MessageStore(log, now_ms=clock or Clock())
     store.store_host = pack_host("127.0.0.1", 10911)
     return store
 

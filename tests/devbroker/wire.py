@@ -5,8 +5,10 @@ from __future__ import annotations
 from app.rocketmq.codes import PULL_SUBSCRIPTION, RequestCode
 from app.rocketmq.protocol.frame import RemotingCommand
 
-V1_NAMES = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag")
-V1_NAMES += ("bornTimestamp", "flag", "properties", "reconsumeTimes")
+V1_NAMES = (
+    *("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag"),
+    *("bornTimestamp", "flag", "properties", "reconsumeTimes"),
+)
 
 
 def send(

@@ -119,7 +119,7 @@ async def test_oneway_request_gets_no_response(server: Server) -> None:
     oneway = RemotingCommand(PING, opaque=1, flag=FLAG_ONEWAY)
     normal = RemotingCommand(PING, opaque=2)
     writer.write(encode(oneway) + encode(normal))
-    decoder, frames = FrameDecoder(), []
+    decoder, frames = FrameDecoder(), list[RemotingCommand]()
     while not frames:
         frames = decoder.feed(await reader.read(4096))
     assert [f.opaque for f in frames] == [2]
