@@ -15,7 +15,6 @@ from app.rocketmq.errors import FrameError
 from app.rocketmq.message import DEFAULT_MAX_BODY_BYTES, PROPERTIES_MAX_BYTES
 from app.rocketmq.message_codec import decode_batch, pack_host
 from app.rocketmq.protocol.frame import RemotingCommand
-from devbroker import headers
 from devbroker.faults import Faults
 from devbroker.headers import Reject
 from devbroker.listener import ServerConnection
@@ -37,6 +36,10 @@ _FIELDS = (
 )
 _LETTERS = dict(zip(_FIELDS, "abcdefghij", strict=True))  # SendMessageRequestHeaderV2 names
 _LONG = {f: f for f in _FIELDS}
+_OPTIONAL = frozenset({"properties", "reconsumeTimes"})
+_NUMERIC = frozenset(
+    {"defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp", "flag", "reconsumeTimes"}
+)
 _UNKNOWN_HOST = pack_host("0.0.0.0", 0)
 
 
@@ -54,19 +57,36 @@ class SendHeader:
 
     @classmethod
     def parse(cls, ext: dict[str, str], letters: bool) -> SendHeader:
+        """Raises:
+        Reject: SYSTEM_ERROR naming the first missing or non-numeric required field.
+        """
         k = _LETTERS if letters else _LONG
-        headers.text(ext, k["producerGroup"])
-        return cls(
-            topic=headers.text(ext, k["topic"]),
-            default_topic=headers.text(ext, k["defaultTopic"]),
-            default_queue_nums=headers.integer(ext, k["defaultTopicQueueNums"]),
-            queue_id=headers.integer(ext, k["queueId"]),
-            sys_flag=headers.integer(ext, k["sysFlag"]),
-            born_timestamp_ms=headers.integer(ext, k["bornTimestamp"]),
-            flag=headers.integer(ext, k["flag"]),
-            properties=ext.get(k["properties"], ""),
-            reconsume_times=headers.integer(ext, k["reconsumeTimes"], 0),
-        )
+        try:  # the hot path: plain lookups; only a failure looks for what is wrong
+            ext[k["producerGroup"]]  # required, though the broker does not use it
+            return cls(
+                topic=ext[k["topic"]],
+                default_topic=ext[k["defaultTopic"]],
+                default_queue_nums=int(ext[k["defaultTopicQueueNums"]]),
+                queue_id=int(ext[k["queueId"]]),
+                sys_flag=int(ext[k["sysFlag"]]),
+                born_timestamp_ms=int(ext[k["bornTimestamp"]]),
+                flag=int(ext[k["flag"]]),
+                properties=ext.get(k["properties"], ""),
+                reconsume_times=int(ext.get(k["reconsumeTimes"], 0)),
+            )
+        except (KeyError, ValueError):
+            raise Reject(ResponseCode.SYSTEM_ERROR, _header_problem(ext, k)) from None
+
+
+def _header_problem(ext: dict[str, str], keys: dict[str, str]) -> str:
+    for name in _FIELDS:
+        key = keys[name]
+        if key not in ext:
+            if name not in _OPTIONAL:
+                return f"the request header lacks the required field {key!r}"
+        elif name in _NUMERIC and not ext[key].lstrip("-").isdigit():
+            return f"header field {key!r} is not an integer: {ext[key]!r}"
+    return "undecodable send header"
 
 
 def stored_properties(props: str, suffix: list[str]) -> tuple[str, str | None]:

@@ -3,6 +3,7 @@ retry topics for consumer groups, and topic-name validation as the Java broker d
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
@@ -35,6 +36,7 @@ DLQ_PREFIX = "%DLQ%"
 RW = PERM_READ | PERM_WRITE
 
 
+@functools.lru_cache(maxsize=4096)  # checked on every send; the same few names come again and again
 def topic_name_error(topic: str) -> str | None:
     """Why the broker refuses this topic name (TopicValidator.validateTopic), or None."""
     if not topic.strip():

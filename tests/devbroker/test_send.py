@@ -89,11 +89,18 @@ async def test_rejections(
     assert a.messages(topic) == []
 
 
-async def test_missing_required_header_is_system_error(cluster: DevCluster, client: RemotingClient) -> None:
+@pytest.mark.parametrize(("key", "value", "words"), [("a", None, "lacks"), ("e", "one", "not an integer")])
+async def test_bad_required_header_is_system_error(
+    cluster: DevCluster, client: RemotingClient, key: str, value: str | None, words: str
+) -> None:
     cmd = wire.send("T")
-    del cmd.ext_fields["a"]
+    if value is None:
+        del cmd.ext_fields[key]
+    else:
+        cmd.ext_fields[key] = value
     resp = await client.invoke(cluster.brokers["broker-a"].addr, cmd, 3.0)
-    assert resp.code == ResponseCode.SYSTEM_ERROR and "'a'" in (resp.remark or "")
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert words in (resp.remark or "") and repr(key) in (resp.remark or "")
 
 
 async def test_without_auto_create_unknown_topics_do_not_exist(client: RemotingClient) -> None:
