@@ -13,6 +13,8 @@ from typing import Any
 
 from devbroker.cluster import BROKER_PORT_STEP, MAX_BROKERS, DevCluster
 
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
@@ -89,15 +91,19 @@ async def _serve(args: argparse.Namespace) -> None:
         admin_port=args.admin_port,
         max_log_bytes=args.max_log_mb * 1024 * 1024 if args.max_log_mb else None,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     async with cluster:
         print(f"devbroker name server {cluster.namesrv_addr}", flush=True)
         for name, broker in cluster.brokers.items():
             print(f"devbroker {name} {broker.addr}", flush=True)
         print(f"devbroker admin {cluster.admin_url}", flush=True)
-        print("devbroker ready", flush=True)
-        await stop.wait()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in _SIGNALS:
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            print("devbroker ready", flush=True)
+            await stop.wait()
+        finally:
+            for sig in _SIGNALS:
+                loop.remove_signal_handler(sig)
     print("devbroker stopped", flush=True)

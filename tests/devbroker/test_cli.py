@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import sys
 
 import pytest
@@ -25,6 +26,16 @@ from app.rocketmq.pool import RemotingClient
 def test_bad_arguments_exit_2(args: list[str], words: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["devbroker", *args]) == 2
     assert words in capsys.readouterr().err
+
+
+def test_a_taken_port_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        args = ["devbroker", "--namesrv-port", port, "--broker-base-port", "0", "--admin-port", "0"]
+        assert main(args) == 1
+    assert "cannot start" in capsys.readouterr().err
 
 
 async def test_serves_until_sigterm_then_exits_0() -> None:
