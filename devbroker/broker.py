@@ -119,6 +119,7 @@ class DevBroker:
         self.store.store_host = pack_host(self.listener.host, self.listener.port)
         self._namesrv.register(Registration(self.name, self.addr, self.cluster, self.topics))
         self._housekeeping = asyncio.get_running_loop().create_task(self._housekeep_loop())
+        self._housekeeping.add_done_callback(self._housekeeping_done)
 
     async def stop(self) -> None:
         """Leave the routes, drop every connection and refuse new ones; state is kept for start()."""
@@ -187,5 +188,9 @@ class DevBroker:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
             try:
                 self.housekeep()
-            except OSError:
+            except OSError:  # e.g. a full disk: keep serving from memory, try again next round
                 log.exception("broker %s: housekeeping failed", self.name)
+
+    def _housekeeping_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("broker %s: housekeeping stopped", self.name, exc_info=task.exception())
