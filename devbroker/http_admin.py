@@ -45,27 +45,25 @@ def describe(broker: DevBroker) -> dict[str, Any]:
 
 
 def apply_faults(broker: DevBroker, doc: Any) -> None:
-    """Apply the given fields of a faults document; raises _BadRequest naming a bad field."""
+    """Apply the given fields of a faults document, all or none; raises _BadRequest naming a bad field."""
     if not isinstance(doc, dict):
         raise _BadRequest(400, "the body must be a JSON object")
     unknown = set(doc) - {"latency_ms", "fail_next", "fail_code", "fail_remark", "fail_all"}
     if unknown:
         raise _BadRequest(400, f"unknown fields: {sorted(unknown)}")
-    faults = broker.faults
+    changes: dict[str, Any] = {}
     if "latency_ms" in doc:
-        faults.latency_s = _number(doc, "latency_ms") / 1000
-    if "fail_code" in doc:
-        faults.fail_code = int(_number(doc, "fail_code"))
-    if "fail_remark" in doc:
-        if not isinstance(doc["fail_remark"], str):
-            raise _BadRequest(400, "fail_remark must be a string")
-        faults.fail_remark = doc["fail_remark"]
-    if "fail_next" in doc:
-        faults.fail_next = int(_number(doc, "fail_next"))
-    if "fail_all" in doc:
-        if not isinstance(doc["fail_all"], bool):
-            raise _BadRequest(400, "fail_all must be true or false")
-        faults.fail_all = doc["fail_all"]
+        changes["latency_s"] = _number(doc, "latency_ms") / 1000
+    for name in ("fail_code", "fail_next"):
+        if name in doc:
+            changes[name] = int(_number(doc, name))
+    for name, kind, words in (("fail_remark", str, "a string"), ("fail_all", bool, "true or false")):
+        if name in doc:
+            if not isinstance(doc[name], kind):
+                raise _BadRequest(400, f"{name} must be {words}")
+            changes[name] = doc[name]
+    for name, value in changes.items():
+        setattr(broker.faults, name, value)
 
 
 def _number(doc: dict[str, Any], name: str) -> float:
@@ -159,7 +157,9 @@ class AdminServer:
             sock.close()
             raise
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self._app, lifespan="off", ws="none", log_level="warning", access_log=False)
+        config = uvicorn.Config(
+            self._app, lifespan="off", ws="none", log_config=None, log_level="warning", access_log=False
+        )  # log_config None: leave the embedding process's logging setup alone
         self._server = _Server(config)
         self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
 

@@ -47,6 +47,7 @@ async def test_sets_and_clears_faults(http: httpx.AsyncClient, cluster: DevClust
         ("/brokers/broker-z/faults", {}, 404, "no broker named"),
         ("/brokers/broker-a/faults", {"latency_ms": -1}, 400, "latency_ms"),
         ("/brokers/broker-a/faults", {"fail_all": "yes"}, 400, "fail_all"),
+        ("/brokers/broker-a/faults", {"fail_remark": 3}, 400, "fail_remark"),
         ("/brokers/broker-a/faults", {"bogus": 1}, 400, "unknown fields"),
         ("/brokers/broker-a/faults", [1], 400, "JSON object"),
         ("/brokers/broker-a/explode", {}, 404, "unknown action"),
@@ -57,6 +58,11 @@ async def test_bad_requests_say_what_is_wrong(
 ) -> None:
     resp = await http.post(path, json=body)
     assert resp.status_code == status and words in resp.json()["error"]
+
+
+async def test_a_bad_field_changes_nothing(http: httpx.AsyncClient, cluster: DevCluster) -> None:
+    resp = await http.post("/brokers/broker-a/faults", json={"latency_ms": 100, "fail_all": "yes"})
+    assert resp.status_code == 400 and cluster.brokers["broker-a"].faults.latency_s == 0.0
 
 
 async def test_stop_start_and_drop(http: httpx.AsyncClient, cluster: DevCluster) -> None:
