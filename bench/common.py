@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CTL = REPO.parent / "shared" / "rocketmq" / "real-broker.sh"
 
@@ -27,7 +29,7 @@ class Row:
 
     def line(self) -> str:
         ratio = f"{self.value / self.anchor:6.2f}x" if self.anchor else "       "
-        return f"  {self.name:<52} {self.value:>12,.1f} {self.unit:<8} {ratio}"
+        return f"  {self.name:<66} {self.value:>12,.1f} {self.unit:<6} {ratio}"
 
 
 def print_rows(title: str, rows: Sequence[Row]) -> None:
@@ -77,10 +79,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class DevbrokerProcess:
+    namesrv: str
+    admin_url: str
+
+    def faults(self, broker: str, **faults: object) -> None:
+        """Set faults through the admin endpoint, e.g. faults("broker-a", fail_all=True, fail_code=1)."""
+        httpx.post(f"{self.admin_url}/brokers/{broker}/faults", json=faults, timeout=10).raise_for_status()
+
+    def clear(self, broker: str) -> None:
+        httpx.delete(f"{self.admin_url}/brokers/{broker}/faults", timeout=10).raise_for_status()
+
+
 @contextlib.contextmanager
-def devbroker_process(brokers: int = 2, queues: int = 4) -> Iterator[str]:
-    """`rocksidecar devbroker` in its own process (its own core); yields the name server address."""
-    ns_port, base = free_port(), free_port()
+def devbroker_process(
+    brokers: int = 2, queues: int = 4, max_log_mb: int = 2048
+) -> Iterator[DevbrokerProcess]:
+    """`rocksidecar devbroker` in its own process (so it has its own core)."""
+    ns_port, admin_port = free_port(), free_port()
     exe = shutil.which("rocksidecar", path=str(Path(sys.executable).parent)) or "rocksidecar"
     proc = subprocess.Popen(
         [
@@ -93,9 +110,11 @@ def devbroker_process(brokers: int = 2, queues: int = 4) -> Iterator[str]:
             "--namesrv-port",
             str(ns_port),
             "--broker-base-port",
-            str(base),
+            "0",
             "--admin-port",
-            str(free_port()),
+            str(admin_port),
+            "--max-log-mb",
+            str(max_log_mb),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -103,13 +122,16 @@ def devbroker_process(brokers: int = 2, queues: int = 4) -> Iterator[str]:
     )
     try:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", ns_port), timeout=0.2):
-                break
-            if proc.poll() is not None:
-                raise RuntimeError(f"devbroker exited: {proc.stdout.read() if proc.stdout else ''}")
-            time.sleep(0.1)
-        yield f"127.0.0.1:{ns_port}"
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{admin_port}/brokers", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"devbroker did not start: {proc.stdout.read() if proc.stdout else ''}")
+            time.sleep(0.1)  # waiting for another process to listen: nothing to await
+        yield DevbrokerProcess(f"127.0.0.1:{ns_port}", f"http://127.0.0.1:{admin_port}")
     finally:
         proc.terminate()
         try:

@@ -115,13 +115,17 @@ def main() -> None:
             )
         rows += run_against("real RocketMQ 4.9.4", args.namesrv, java, args)
     if not args.no_devbroker:
-        with devbroker_process() as namesrv:
+        with devbroker_process() as dev:
             java = None
-            if args.java_ctl.is_file():
+            if args.java_ctl.is_file():  # the Java producer runs against devbroker too: same protocol
                 java = java_producer_tps(
-                    namesrv, args.java_ctl, topic="RsBenchJava", size=args.size, quantity=args.java_quantity
+                    dev.namesrv,
+                    args.java_ctl,
+                    topic="RsBenchJava",
+                    size=args.size,
+                    quantity=args.java_quantity,
                 )
-            rows += run_against("devbroker", namesrv, java, args)
+            rows += run_against("devbroker", dev.namesrv, java, args)
     print_rows("msg/s (ratio to the Java producer in the same run)", rows)
 
 
