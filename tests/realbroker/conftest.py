@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from app.rocketmq import BrokerApi, MessageExt, MessageQueue, NameServerClient, RemotingClient, TopicRouteData
+from app.rocketmq import BrokerApi, MessageExt, MessageQueue, NameServerClient, TopicRouteData
 
 pytestmark = pytest.mark.realbroker
 NAMESRV_ENV = "ROCKSIDECAR_TEST_NAMESRV"
@@ -46,13 +45,6 @@ def broker_ctl() -> Path:
     if not path.is_file():
         pytest.skip(f"fault tests need the real-broker.sh control script ({CTL_ENV}); not found at {path}")
     return path
-
-
-@pytest.fixture
-async def remoting() -> AsyncIterator[RemotingClient]:
-    client = RemotingClient()
-    yield client
-    await client.close()
 
 
 def unique_topic(prefix: str) -> str:

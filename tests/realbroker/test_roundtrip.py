@@ -33,9 +33,9 @@ def make_message(rng: random.Random, topic: str, i: int) -> Message:
     )
 
 
-async def test_ten_thousand_messages_round_trip(namesrv_addr: str, remoting: RemotingClient) -> None:
-    ns = NameServerClient(remoting, namesrv_addr)
-    api = BrokerApi(remoting, producer_group="rs_rt")
+async def test_ten_thousand_messages_round_trip(namesrv_addr: str, client: RemotingClient) -> None:
+    ns = NameServerClient(client, namesrv_addr)
+    api = BrokerApi(client, producer_group="rs_rt")
     topic = unique_topic("RsRoundTrip")
     route = await create_topic_everywhere(ns, api, topic)
     queues = route.publish_queues(topic)

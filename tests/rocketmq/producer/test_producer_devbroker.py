@@ -5,7 +5,6 @@ error comes within the budget with every attempt listed."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -16,19 +15,6 @@ from devbroker import DevCluster
 from tests.fakes import FakeClock
 
 TOPIC = "RoutingTest"
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[DevCluster]:
-    async with DevCluster(brokers=2, queues=4) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[RemotingClient]:
-    client = RemotingClient()
-    yield client
-    await client.close()
 
 
 async def make_producer(

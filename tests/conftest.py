@@ -1,4 +1,4 @@
-"""Fixtures: a two-broker DevCluster on ephemeral loopback ports and a RemotingClient."""
+"""Shared fixtures: a two-broker DevCluster on ephemeral loopback ports and a RemotingClient."""
 
 from __future__ import annotations
 
