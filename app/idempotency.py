@@ -2,7 +2,8 @@
 
 Answers are kept in the local store (synced through the group-commit writer before they are returned),
 so a client retrying after a timeout or a sidecar restart gets the same id back instead of a duplicate.
-A concurrent repeat waits for the first request's answer. 5xx answers are not kept: a retry may succeed.
+A concurrent repeat waits for the first request's answer. Answers that a retry could improve are not
+kept: 5xx, 409, 429, and batch answers with FAILED items (e.g. the store was briefly full).
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ COLUMN_FAMILIES = (CF_ANSWERS, CF_EXPIRY)
 def fingerprint(path: str, query: str, body: bytes) -> str:
     """What makes two requests "the same": route, query and body bytes."""
     return hashlib.sha256(path.encode() + b"?" + query.encode() + b"\n" + body).hexdigest()
+
+
+def final(answer: Answer) -> bool:
+    """Whether repeating the request could only give this answer again."""
+    status, body = answer
+    return status < 500 and status not in (409, 429) and not body.get("failed")
 
 
 class IdempotencyStore:
@@ -69,7 +76,7 @@ class IdempotencyStore:
         self._inflight[key] = fut
         try:
             answer = await compute()
-            if answer[0] < 500 and answer[0] not in (409, 429):
+            if final(answer):
                 await self._keep(key, fp, answer)
             fut.set_result(answer)
             return answer

@@ -95,6 +95,14 @@ class Canceller(Protocol):
     async def cancel(self, id: str) -> CancelResult: ...
 
 
+class DeliveryFailed(Exception):
+    """A redelivery from the retry store failed; ``retriable`` False dead-letters it at once."""
+
+    def __init__(self, message: str, *, retriable: bool) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
 def message_fault(exc: BaseException) -> bool:
     """The broker refused the message itself: sending it again can never work."""
     last = exc.last if isinstance(exc, SendFailed) else exc
@@ -180,6 +188,21 @@ class Sidecar:
         await self.retry.spool(self.record(p, error=error, failed_at_ms=now), due)
         assert p.message.id is not None
         return Outcome(p.message.id, Status.SPOOLED, next_attempt_at_ms=due, last_error=error)
+
+    async def redeliver(self, record: RetryRecord) -> None:
+        """The retry store's ``deliver``: send a spooled message again, under its original id."""
+        msg = Message(
+            record.topic,
+            record.body,
+            tags=record.tags,
+            keys=tuple(record.keys),
+            properties=dict(record.properties),
+            id=record.id,
+        )
+        try:
+            await self.producer.send(msg, sharding_key=record.sharding_key)
+        except RocketMQError as exc:
+            raise DeliveryFailed(str(exc), retriable=not message_fault(exc)) from exc
 
     async def status(self, id: str) -> MessageState | None:
         for lookup in self._lookups:

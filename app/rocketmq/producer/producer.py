@@ -65,12 +65,14 @@ class Producer:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
         client_id: str | None = None,
+        on_attempt: Callable[[str, float, bool], None] | None = None,
     ) -> None:
         self.config = cfg = config or ProducerConfig()
         self.api = api
         self._timer = timer
         self._sleep = sleep
         self.client_id = client_id or _client_id()
+        self._on_attempt = on_attempt  # (broker, latency_s, ok) after every attempt, for metrics
         self.fault = LatencyFaultTolerance(
             cfg.latency_max_ms,
             cfg.not_available_ms,
@@ -219,6 +221,8 @@ class Producer:
         )
 
     def _record(self, broker: str, latency_s: float, *, failed: bool, unreachable: bool = False) -> None:
+        if self._on_attempt is not None:
+            self._on_attempt(broker, latency_s, not failed)
         if self.config.fault_tolerance:
             self.fault.update(broker, latency_s, isolation=failed, unreachable=unreachable)
 

@@ -1,0 +1,82 @@
+"""Listeners: uvicorn for the HTTP app and grpc.aio for the gRPC servicer, each bound before start()
+returns and stopped gracefully (in-flight requests finish) by stop()."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Generator
+from typing import Any
+
+import grpc
+import uvicorn
+
+from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class _Uvicorn(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield  # the service owns SIGTERM and SIGINT and stops the listeners in order
+
+
+class HttpServer:
+    def __init__(self, app: Any, addr: str, *, grace_s: float) -> None:
+        self._app = app
+        self.host, self.port = split_addr(addr)
+        self._grace_s = grace_s
+        self._server: _Uvicorn | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(1024)
+        except OSError:
+            sock.close()
+            raise
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self._app,
+            lifespan="off",
+            ws="none",
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=max(int(self._grace_s), 1),
+            backlog=1024,
+        )
+        self._server = _Uvicorn(config)
+        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish (up to the grace period)."""
+        server, task = self._server, self._task
+        self._server = self._task = None
+        if server is not None and task is not None:
+            server.should_exit = True
+            await task
+
+
+class GrpcServer:
+    def __init__(self, servicer: pb_grpc.SidecarServicer, addr: str, *, grace_s: float) -> None:
+        self._server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        pb_grpc.add_SidecarServicer_to_server(servicer, self._server)
+        host, port = split_addr(addr)
+        self.port = self._server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        self.host = host
+        self._grace_s = grace_s
+
+    async def start(self) -> None:
+        await self._server.start()
+
+    async def stop(self) -> None:
+        await self._server.stop(self._grace_s)
