@@ -31,13 +31,14 @@ class FakeClock:
     def monotonic(self) -> float:
         return self.mono_s
 
-    async def sleep(self, seconds: float) -> None:
-        if seconds <= 0:
-            await asyncio.sleep(0)
-            return
+    def sleep(self, seconds: float) -> asyncio.Future[None]:
+        """Registers the deadline when called (not when first awaited), as a timer would."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._sleepers, (self.mono_s + seconds, next(self._seq), future))
-        await future
+        if seconds <= 0:
+            future.set_result(None)
+        else:
+            heapq.heappush(self._sleepers, (self.mono_s + seconds, next(self._seq), future))
+        return future
 
     def advance(self, seconds: float) -> None:
         self.mono_s += seconds

@@ -1,0 +1,130 @@
+"""RetryRecord, the message as the retry store keeps it, and its versioned bytes codec.
+
+Layout (version 1): one format-version byte, a 4-byte big-endian length, that many bytes of orjson
+metadata, then the body verbatim (bodies are arbitrary bytes and are never re-encoded).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+
+FORMAT_VERSION = 1
+HISTORY_LIMIT = 10  # failed attempts kept per record (the newest ones)
+_HEADER = struct.Struct(">BI")
+
+
+class CorruptRecordError(ValueError):
+    """Stored bytes that do not decode into a RetryRecord."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryRecord:
+    """One message waiting for redelivery. ``type`` selects the retry policy; it defaults to the topic."""
+
+    id: str  # RocketMQ UNIQ_KEY: stable across attempts, so consumers can deduplicate
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: tuple[str, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    sharding_key: str | None = None
+    type: str = ""
+    created_ms: int = 0
+    first_failure_ms: int = 0
+    retry_count: int = 0
+    last_error: str = ""
+    history: tuple[tuple[int, str], ...] = ()  # (at_ms, error), oldest first
+
+    def __post_init__(self) -> None:
+        if not self.type:
+            object.__setattr__(self, "type", self.topic)
+
+    def failed(self, at_ms: int, error: str) -> RetryRecord:
+        """This record after one more failed attempt at ``at_ms``."""
+        history = (*self.history, (at_ms, error))[-HISTORY_LIMIT:]
+        return replace(
+            self,
+            retry_count=self.retry_count + 1,
+            last_error=error,
+            history=history,
+            first_failure_ms=self.first_failure_ms or at_ms,
+        )
+
+
+def encode_record(record: RetryRecord) -> bytes:
+    meta = orjson.dumps(
+        {
+            "id": record.id,
+            "topic": record.topic,
+            "tags": record.tags,
+            "keys": list(record.keys),
+            "props": dict(record.properties),
+            "sk": record.sharding_key,
+            "type": record.type,
+            "created": record.created_ms,
+            "first_failure": record.first_failure_ms,
+            "retries": record.retry_count,
+            "error": record.last_error,
+            "history": [list(h) for h in record.history],
+        }
+    )
+    return _HEADER.pack(FORMAT_VERSION, len(meta)) + meta + record.body
+
+
+def decode_record(data: bytes) -> RetryRecord:
+    """Raises CorruptRecordError for anything that is not a well-formed version-1 record."""
+    if len(data) < _HEADER.size:
+        raise CorruptRecordError(f"{len(data)} bytes is shorter than the record header")
+    version, meta_len = _HEADER.unpack_from(data)
+    if version != FORMAT_VERSION:
+        raise CorruptRecordError(f"unknown record format version {version}")
+    end = _HEADER.size + meta_len
+    if end > len(data):
+        raise CorruptRecordError(f"metadata length {meta_len} runs past the end ({len(data)} bytes)")
+    try:
+        meta = orjson.loads(data[_HEADER.size : end])
+        return _from_meta(meta, data[end:])
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise CorruptRecordError(f"bad record metadata: {exc}") from exc
+
+
+def _from_meta(meta: dict[str, Any], body: bytes) -> RetryRecord:
+    record = RetryRecord(
+        id=_str(meta["id"]),
+        topic=_str(meta["topic"]),
+        body=body,
+        tags=_opt_str(meta["tags"]),
+        keys=tuple(_str(k) for k in meta["keys"]),
+        properties={_str(k): _str(v) for k, v in meta["props"].items()},
+        sharding_key=_opt_str(meta["sk"]),
+        type=_str(meta["type"]),
+        created_ms=_int(meta["created"]),
+        first_failure_ms=_int(meta["first_failure"]),
+        retry_count=_int(meta["retries"]),
+        last_error=_str(meta["error"]),
+        history=tuple((_int(at), _str(err)) for at, err in meta["history"]),
+    )
+    if not record.id or not record.topic:
+        raise ValueError("record without id or topic")
+    return record
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else _str(value)
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return value
