@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from retry.keys import parse_pending_key, pending_of_dead
-from retry.record import CorruptRecordError, RetryRecord, decode_record
+from retry.record import CorruptRecordError, RetryRecord, decode_record, record_to_json
 
 FORMAT_VERSION = 1
 _HEADER = struct.Struct(">BI")
@@ -38,37 +38,17 @@ class DeadLetter:
             return ""
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-ready dict: the body as base64, and as text too when it is UTF-8."""
+        """JSON-ready dict: the record (see record_to_json) or, if it is corrupt, its raw bytes as base64."""
         doc: dict[str, Any] = {
             "id": self.id,
             "key": self.key.decode(errors="replace"),
             "reason": self.reason,
             "dead_at_ms": self.dead_at_ms,
         }
-        record = self.record
-        if record is None:
+        if self.record is None:
             doc["raw_base64"] = base64.b64encode(self.raw).decode()
             return doc
-        try:
-            body_text: str | None = record.body.decode()
-        except UnicodeDecodeError:
-            body_text = None
-        doc.update(
-            topic=record.topic,
-            type=record.type,
-            tags=record.tags,
-            keys=list(record.keys),
-            properties=dict(record.properties),
-            sharding_key=record.sharding_key,
-            created_ms=record.created_ms,
-            first_failure_ms=record.first_failure_ms,
-            retry_count=record.retry_count,
-            last_error=record.last_error,
-            history=[{"at_ms": at, "error": err} for at, err in record.history],
-            body_base64=base64.b64encode(record.body).decode(),
-            body_text=body_text,
-        )
-        return doc
+        return {**record_to_json(self.record), **doc}
 
 
 def encode_dead(reason: str, dead_at_ms: int, raw_record: bytes) -> bytes:

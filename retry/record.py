@@ -6,6 +6,7 @@ metadata, then the body verbatim (bodies are arbitrary bytes and are never re-en
 
 from __future__ import annotations
 
+import base64
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -74,6 +75,30 @@ def encode_record(record: RetryRecord) -> bytes:
         }
     )
     return _HEADER.pack(FORMAT_VERSION, len(meta)) + meta + record.body
+
+
+def record_to_json(record: RetryRecord) -> dict[str, Any]:
+    """JSON-ready dict (CLI, export, webhook): the body as base64, and as text too when it is UTF-8."""
+    try:
+        body_text: str | None = record.body.decode()
+    except UnicodeDecodeError:
+        body_text = None
+    return {
+        "id": record.id,
+        "topic": record.topic,
+        "type": record.type,
+        "tags": record.tags,
+        "keys": list(record.keys),
+        "properties": dict(record.properties),
+        "sharding_key": record.sharding_key,
+        "created_ms": record.created_ms,
+        "first_failure_ms": record.first_failure_ms,
+        "retry_count": record.retry_count,
+        "last_error": record.last_error,
+        "history": [{"at_ms": at, "error": err} for at, err in record.history],
+        "body_base64": base64.b64encode(record.body).decode(),
+        "body_text": body_text,
+    }
 
 
 def decode_record(data: bytes) -> RetryRecord:
