@@ -40,6 +40,8 @@ def clamp_due(due_ms: int) -> int:
 
 
 def _escape(text: str) -> str:
+    if "%" not in text and ":" not in text and "\x00" not in text:
+        return text  # the usual case, on the spool path
     for raw, escaped in _ESCAPES:
         text = text.replace(raw, escaped)
     return text

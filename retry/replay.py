@@ -77,7 +77,7 @@ class ReplayLoop:
         self._store_retry_s = store_retry_s
         self._queue: asyncio.Queue[tuple[bytes, bytes]] = asyncio.Queue(self._queue_size)
         self._inflight: set[bytes] = set()  # queued or being delivered: never handed out twice
-        self._scan_from = b""  # R6: the first pass starts at the oldest key
+        self._scan_from = b""  # start() moves it to the store's floor
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
         self._idle = asyncio.Event()
@@ -93,6 +93,10 @@ class ReplayLoop:
         return len(self._inflight)
 
     async def start(self) -> None:
+        # R6: start at the oldest live key, not at "now" as the seed did. The store's persisted floor
+        # is at or below it, so the first seek does not cross the tombstones of everything delivered
+        # before a restart (rocksdict holds the GIL while it iterates: a thread would not help).
+        self._scan_from = self._store.floor
         self._store.add_listener(self._on_new_key)
         self._seek_task = asyncio.create_task(self._run(), name="retry-seek")
         self._seek_task.add_done_callback(self._on_seek_done)
@@ -167,7 +171,7 @@ class ReplayLoop:
                 self._scan_from = rows[-1][0] + b"\x00"
             if len(rows) == free:
                 continue  # the queue bound cut the pass short: more may be due
-            self._store.advance_floor(min(self._inflight, default=self._scan_from))
+            self._store.advance_floor(min([self._scan_from, *self._inflight]))
             following = self._store.first_pending(self._scan_from)
             due_ms = None if following is None else parse_pending_key(following).due_ms
             await self._wait_until(due_ms, now)
@@ -233,6 +237,7 @@ class ReplayLoop:
                 self._inflight.discard(key)
                 if not self._inflight:
                     self._settled.set()
+                    self._store.advance_floor(self._scan_from)  # everything handed out is done
                 self._maybe_idle()
             self._report(outcome)
 

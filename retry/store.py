@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -43,7 +43,9 @@ from storage.kv import KV, Delete, Op, Put
 log = logging.getLogger(__name__)
 
 CLOCK_KEY = b"clock_high_water_ms"
-CLOCK_PERSIST_EVERY_MS = 1000  # piggybacked on batches that are written anyway
+FLOOR_KEY = b"pending_floor"  # no live pending key sorts below it: a restart seeks from here
+PERSIST_EVERY_MS = 1000  # the clock and a raised floor ride on batches that are written anyway
+_UNKNOWN = b"\xff"  # above every pending key
 
 DeadLetterHook = Callable[[DeadLetter], Awaitable[None] | None]
 Listener = Callable[[bytes], None]
@@ -83,8 +85,10 @@ class RetryStore:
         self._clock_saved_ms = 0
         self._on_dead_letter = on_dead_letter
         self._listeners: list[Listener] = []
-        self._unsettled: dict[bytes, int] = {}
-        self._floor = b""
+        self._unsettled: dict[bytes, int] = {}  # pending keys whose batch is not yet committed
+        self._floor = kv.get(META_CF, FLOOR_KEY) or b""
+        self._floor_saved = self._floor  # as on disk (_UNKNOWN after a failed batch)
+        self._floor_saved_ms = 0
         self.dead = DeadLetters(self)
         self.pending_count = kv.count(PENDING_CF)
         self.dead_count = kv.count(DEAD_CF)
@@ -120,7 +124,8 @@ class RetryStore:
         return self._clock.now()
 
     def add_listener(self, listener: Listener) -> None:
-        """``listener(key)`` runs after every batch that added a pending key (spool, reschedule, redrive)."""
+        """``listener(key)`` runs after every batch that added pending keys (spool, reschedule, redrive),
+        with the smallest key the batch added."""
         self._listeners.append(listener)
 
     def remove_listener(self, listener: Listener) -> None:
@@ -134,15 +139,29 @@ class RetryStore:
         Raises:
             StorageError: not stored; the caller must not acknowledge the message.
         """
-        due = clamp_due(self.now_ms() if due_ms is None else due_ms)
-        key = pending_key(due, record.retry_count, record.type, record.id)
-        ops: list[Op] = [
-            Put(PENDING_CF, key, encode_record(record)),
-            Put(INDEX_CF, index_key(record.id, PENDING, key), b""),
-        ]
-        await self._commit(ops, key)
-        self.pending_count += 1
-        return key
+        return (await self.spool_many((record,), due_ms))[0]
+
+    async def spool_many(self, records: Sequence[RetryRecord], due_ms: int | None = None) -> list[bytes]:
+        """Store several records in one batch (all or none), all due at ``due_ms`` (default: now).
+
+        One call per request batch costs one await instead of one per message (see bench/RESULTS.md).
+
+        Raises:
+            StorageError: none of them is stored.
+        """
+        now = self.now_ms()
+        due = clamp_due(now if due_ms is None else due_ms)
+        keys: list[bytes] = []
+        ops: list[Op] = []
+        for record in records:
+            key = pending_key(due, record.retry_count, record.type, record.id)
+            keys.append(key)
+            ops.append(Put(PENDING_CF, key, encode_record(record)))
+            ops.append(Put(INDEX_CF, index_key(record.id, PENDING, key), b""))
+        if keys:
+            await self._commit(ops, min(keys), now)
+            self.pending_count += len(keys)
+        return keys
 
     async def reschedule(self, old_key: bytes, record: RetryRecord, due_ms: int) -> bytes:
         """Write ``record`` under its next rung and delete ``old_key``, in one batch."""
@@ -173,7 +192,7 @@ class RetryStore:
         id_ = _id_of(key)
         if id_ is not None:
             ops.append(Put(INDEX_CF, index_key(id_, DEAD, dkey), b""))
-        await self._commit(ops)
+        await self._commit(ops, None, now)
         self.pending_count -= 1
         self.dead_count += 1
         await self._notify_dead(decode_dead(dkey, encode_dead(reason, now, raw)))
@@ -214,25 +233,38 @@ class RetryStore:
             ops.append(Delete(INDEX_CF, index_key(id_, PENDING, key)))
         return ops
 
-    async def _commit(self, ops: list[Op], new_key: bytes | None = None) -> None:
-        now = self.now_ms()
-        if now - self._clock_saved_ms >= CLOCK_PERSIST_EVERY_MS:
+    async def _commit(self, ops: list[Op], new_key: bytes | None = None, now: int | None = None) -> None:
+        """Write ``ops`` durably; ``new_key`` is the smallest pending key they add, if any."""
+        now = self.now_ms() if now is None else now
+        if now - self._clock_saved_ms >= PERSIST_EVERY_MS:
             self._clock_saved_ms = now
             ops.append(Put(META_CF, CLOCK_KEY, str(now).encode()))
-        if new_key is None:
-            await self.writer.write(ops)
-            return
-        self._unsettled[new_key] = self._unsettled.get(new_key, 0) + 1
-        self._floor = min(self._floor, new_key)
+        if new_key is not None:
+            self._unsettled[new_key] = self._unsettled.get(new_key, 0) + 1
+            self._floor = min(self._floor, new_key)
+        self._persist_floor(ops, now)
         try:
             await self.writer.write(ops)
+        except BaseException:
+            self._floor_saved = _UNKNOWN  # the floor on disk may be either value: write it again
+            raise
         finally:
-            if self._unsettled[new_key] == 1:
-                del self._unsettled[new_key]
-            else:
-                self._unsettled[new_key] -= 1
-        for listener in list(self._listeners):
-            listener(new_key)
+            if new_key is not None:
+                if self._unsettled[new_key] == 1:
+                    del self._unsettled[new_key]
+                else:
+                    self._unsettled[new_key] -= 1
+        if new_key is not None:
+            for listener in list(self._listeners):
+                listener(new_key)
+
+    def _persist_floor(self, ops: list[Op], now: int) -> None:
+        # A lowered floor goes into the same batch as the key that lowered it, so a restart never
+        # seeks past a live key; a raised one is written at most once per PERSIST_EVERY_MS.
+        lowered = self._floor < self._floor_saved
+        if lowered or (self._floor != self._floor_saved and now - self._floor_saved_ms >= PERSIST_EVERY_MS):
+            ops.append(Put(META_CF, FLOOR_KEY, self._floor))
+            self._floor_saved, self._floor_saved_ms = self._floor, now
 
     async def _notify_dead(self, letter: DeadLetter) -> None:
         if self._on_dead_letter is None:
@@ -253,9 +285,17 @@ class RetryStore:
         found = self.kv.scan(PENDING_CF, lower=start, limit=1)
         return found[0][0] if found else None
 
+    @property
+    def floor(self) -> bytes:
+        """No live pending key sorts below this (persisted: a restart starts seeking here)."""
+        return self._floor
+
     def advance_floor(self, floor: bytes) -> None:
-        """The replay loop's promise that no pending key below ``floor`` is live (a seek hint)."""
-        self._floor = min([floor, *self._unsettled]) if self._unsettled else floor
+        """The replay loop's promise that every live pending key is >= ``floor`` (handed-out keys
+        included). Keys whose batch is still being written keep the floor below them."""
+        if self._unsettled:
+            floor = min([floor, *self._unsettled])
+        self._floor = max(self._floor, floor)
 
     def get(self, id_: str) -> MessageStatus | None:
         """Where message ``id_`` stands: SPOOLED (next attempt, attempts) or DEAD (reason), or None."""

@@ -161,12 +161,15 @@ class RocksKV:
         with _translate("write"):
             batch = WriteBatch(raw_mode=True)
             for op in ops:
-                if isinstance(op, Put):
-                    batch.put(op.key, op.value, handles[op.cf])
-                elif isinstance(op, Delete):
-                    batch.delete(op.key, handles[op.cf])
-                elif isinstance(op, DeleteRange):
-                    batch.delete_range(op.begin, op.end, handles[op.cf])
+                kind = type(op)
+                if kind is Put:
+                    batch.put(op[1], op[2], handles[op[0]])
+                elif kind is Delete:
+                    batch.delete(op[1], handles[op[0]])
+                elif kind is DeleteRange:
+                    batch.delete_range(op[1], op[2], handles[op[0]])
+                else:
+                    raise StorageError(f"not a write operation: {op!r}")
             self._db.write(batch, self._sync if sync else self._nosync)
 
     def sync_wal(self) -> None:

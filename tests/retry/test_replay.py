@@ -7,11 +7,14 @@ import asyncio
 from collections import Counter
 from itertools import accumulate
 
+import pytest
+
 from retry.keys import PENDING_CF, pending_key
 from retry.policy import DEFAULT_LADDER_S, RetryPolicy
 from retry.replay import DEAD, DELIVERED, QUARANTINED, RESCHEDULED, STORE_ERROR
 from retry.status import State
 from retry.store import RetryStore
+from storage.errors import StorageError
 from storage.kv import Put
 from tests.retry.conftest import Final, Harness, Retriable, record
 
@@ -245,3 +248,54 @@ async def test_close_without_grace_leaves_unfinished_keys_in_the_store(h: Harnes
     assert h.store.get("M1") is not None
     restarted = RetryStore(h.kv, now_ms=h.clock.now_ms, clock=h.clock.monotonic)
     assert restarted.pending_count == 1
+
+
+def restarted(h: Harness) -> RetryStore:
+    """A new store over the same data, as after a crash (MemoryKV keeps what was written)."""
+    return RetryStore(h.kv, now_ms=h.clock.now_ms, clock=h.clock.monotonic)
+
+
+async def test_the_floor_is_persisted_and_a_restart_seeks_from_it(h: Harness) -> None:
+    now = h.store.now_ms()
+    for i in range(10):
+        await h.store.spool(record(f"OLD{i}"), now - 1000 + i)
+    await h.store.spool(record("LATER"), now + 60_000)
+    loop = h.start_loop()
+    await loop.start()
+    await h.settle()
+    await loop.close()
+    h.loop = None
+    h.clock.advance(1.0)  # a raised floor rides on the next batch written a second later
+    await h.store.spool(record("NEXT"), now + 120_000)
+    store = restarted(h)
+    assert store.floor > pending_key(now - 1000 + 9, 0, "orders", "OLD9")  # past the delivered ones
+    assert store.floor <= pending_key(now + 60_000, 0, "orders", "LATER")
+    h.store = store
+    await h.start_loop().start()
+    await h.advance(120)
+    assert h.delivered[-2:] == ["LATER", "NEXT"]
+
+
+async def test_a_key_written_below_the_floor_lowers_it_in_the_same_batch(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.spool(record("A"), now)
+    await h.start_loop().start()
+    await h.settle()
+    h.clock.advance(2.0)
+    await h.store.spool(record("B"))  # persists the raised floor
+    await h.settle()
+    await h.loop.close()  # type: ignore[union-attr]
+    h.loop = None
+    assert restarted(h).floor > pending_key(now, 0, "orders", "A")
+    h.kv.write_fault = "disk full"  # a failed batch leaves the floor on disk in doubt ...
+    with pytest.raises(StorageError):
+        await h.store.spool(record("LOST"), now - 5_000)
+    h.kv.write_fault = None
+    await h.store.spool(record("BEHIND"), now - 5_000)  # ... so the next batch writes it again
+    store = restarted(h)
+    assert store.floor <= pending_key(now - 5_000, 0, "orders", "BEHIND")
+    h.store = store
+    h.delivered.clear()
+    await h.start_loop().start()
+    await h.settle()
+    assert h.delivered == ["BEHIND"]

@@ -1,0 +1,319 @@
+"""Retry-store benchmark: spill rate (group commit vs one synced put per message, and the sync
+strategies with their event-loop lag), replay rate, seek-tick cost with 1 000 vs 1 000 000 pending
+keys and after 1 000 000 delivered-and-deleted keys, and peak RSS with 1 000 000 pending.
+Every ratio compares figures measured in the same run. Results: bench/RESULTS.md.
+
+    .venv/bin/python -m bench.retry_store [--pending 1000000] [--dir /tmp/x] [--asyncio]
+
+Replay goes into an in-process deliver stub (an async no-op) until devbroker is available.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from retry.keys import COLUMN_FAMILIES, INDEX_CF, PENDING, PENDING_CF, index_key, pending_key
+from retry.policy import RetryPolicy
+from retry.record import RetryRecord, encode_record
+from retry.replay import ReplayLoop
+from retry.store import RetryStore
+from storage.group_commit import GroupCommitWriter, SyncStrategy
+from storage.kv import Put
+from storage.rocks import RocksKV
+
+BODY = b"x" * 256
+BASE_MS = 1_700_000_000_000
+DUE_AT_HEAD = 64  # due keys at the head of the pending range in the tick measurements
+
+
+def rec(i: int) -> RetryRecord:
+    return RetryRecord(id=f"C0A80001{i:024X}", topic="bench", body=BODY)
+
+
+def seed_rate(path: Path, n: int) -> float:
+    """The seed's pattern: one synced put per message."""
+    kv = RocksKV.open(path, COLUMN_FAMILIES)
+    try:
+        started = time.perf_counter()
+        for i in range(n):
+            kv.write([Put(PENDING_CF, b"%013d" % i, BODY)], sync=True)
+        return n / (time.perf_counter() - started)
+    finally:
+        kv.close()
+
+
+async def lag_probe(lags: list[float], stop: asyncio.Event) -> None:
+    """How late a 1 ms timer fires: the event loop's responsiveness while writes run."""
+    while not stop.is_set():
+        t = time.perf_counter()
+        await asyncio.sleep(0.001)
+        lags.append(time.perf_counter() - t - 0.001)
+
+
+async def concurrent(
+    n: int, concurrency: int, op: Callable[[int], Awaitable[object]]
+) -> tuple[float, list[float]]:
+    lags: list[float] = []
+    stop = asyncio.Event()
+    probe = asyncio.create_task(lag_probe(lags, stop))
+    per = n // concurrency
+
+    async def caller(c: int) -> None:
+        for j in range(per):
+            await op(c * per + j)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller(c) for c in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    stop.set()
+    await probe
+    return per * concurrency / elapsed, lags
+
+
+async def writer_rate(path: Path, n: int, concurrency: int) -> float:
+    """Group commit alone: one Put of a 256-byte value per caller."""
+    kv = RocksKV.open(path, COLUMN_FAMILIES)
+    writer = GroupCommitWriter(kv)
+    try:
+        rate, _ = await concurrent(
+            n, concurrency, lambda i: writer.write([Put(PENDING_CF, b"%013d" % i, BODY)])
+        )
+        return rate
+    finally:
+        await writer.close()
+        kv.close()
+
+
+async def spool_rate(
+    path: Path, n: int, concurrency: int, strategy: SyncStrategy, per_call: int
+) -> tuple[float, list[float]]:
+    """The full spool path: record encoding, pending key + id index, group commit with sync.
+    ``per_call`` > 1 uses spool_many (one call per request batch)."""
+    kv = RocksKV.open(path, COLUMN_FAMILIES)
+    store = RetryStore(kv, writer=GroupCommitWriter(kv, strategy=strategy), owns_kv=True)
+    records = [rec(i) for i in range(n)]
+    try:
+        if per_call == 1:
+            return await concurrent(n, concurrency, lambda i: store.spool(records[i]))
+        chunks = [records[i : i + per_call] for i in range(0, n, per_call)]
+        rate, lags = await concurrent(len(chunks), concurrency, lambda i: store.spool_many(chunks[i]))
+        return rate * per_call, lags
+    finally:
+        await store.close()
+
+
+async def spill(root: Path, n: int, seed: float, rounds: int) -> None:
+    """Each configuration ``rounds`` times, interleaved, so load from other work spreads evenly."""
+    configs = [(c, s, 1) for c in (64, 1024) for s in SyncStrategy] + [(16, s, 100) for s in SyncStrategy]
+    results: dict[tuple[int, SyncStrategy, int], list[tuple[float, list[float]]]] = {c: [] for c in configs}
+    for r in range(rounds):
+        for c, s, per_call in configs:
+            path = root / f"spool-{r}-{c}-{s.value}-{per_call}"
+            results[(c, s, per_call)].append(await spool_rate(path, n, c, s, per_call))
+            shutil.rmtree(path, ignore_errors=True)
+    for (c, s, per_call), runs in results.items():
+        rate = statistics.median(r for r, _ in runs)
+        lags = [lag for _, run_lags in runs for lag in run_lags]
+        call = "spool     " if per_call == 1 else f"spool_many({per_call})"
+        print(
+            f"store.{call:<15} {c:>4} callers, {s.value:<6} {rate:>10,.0f} msg/s {rate / seed:6.1f}x seed; "
+            f"{lag_line(lags)}"
+        )
+
+
+def load_pending(path: Path, n: int) -> None:
+    """n pending keys as spool writes them (value + index), the first DUE_AT_HEAD due at BASE_MS."""
+    kv = RocksKV.open(path, COLUMN_FAMILIES)
+    try:
+        for start in range(0, n, 10_000):
+            ops: list[Put] = []
+            for i in range(start, min(n, start + 10_000)):
+                r = rec(i)
+                due = BASE_MS - 1 if i < DUE_AT_HEAD else BASE_MS + 1000 + i
+                key = pending_key(due, 0, r.type, r.id)
+                ops += [
+                    Put(PENDING_CF, key, encode_record(r)),
+                    Put(INDEX_CF, index_key(r.id, PENDING, key), b""),
+                ]
+            kv.write(ops, sync=False)
+        kv.sync_wal()
+    finally:
+        kv.close()
+
+
+def tick_us(store: RetryStore, cursor: bytes, now: int, reps: int = 200) -> float:
+    """Median cost of one seek pass as ReplayLoop does it: due keys up to the queue bound + next due."""
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        rows = store.due(cursor, now, 128)
+        store.first_pending(rows[-1][0] + b"\x00" if rows else cursor)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
+def lag_line(lags: list[float]) -> str:
+    lags = sorted(lags) or [0.0]
+    pick = lambda q: lags[min(len(lags) - 1, int(q * len(lags)))] * 1e3  # noqa: E731
+    return f"loop lag p50 {pick(0.5):.2f} ms, p99 {pick(0.99):.2f} ms, max {lags[-1] * 1e3:.2f} ms"
+
+
+RSS_CHILD = """
+import asyncio, resource, sys
+from retry.policy import RetryPolicy
+from retry.replay import ReplayLoop
+from retry.store import RetryStore
+
+async def main():
+    store = RetryStore.open(sys.argv[1], now_ms=lambda: int(sys.argv[2]))
+    async def deliver(record):
+        return None
+    loop = ReplayLoop(store, deliver, lambda t: RetryPolicy(), workers=64)
+    await loop.start()
+    await loop.wait_idle()
+    await loop.close()
+    pending = store.pending_count
+    await store.close()
+    print(pending, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+asyncio.run(main())
+"""
+
+
+def peak_rss_mb(path: Path) -> tuple[int, float]:
+    """A fresh process opens the store with everything pending, replays the due head, reports RSS."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-c", RSS_CHILD, str(path), str(BASE_MS)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout.split()
+    return int(out[0]), int(out[1]) / 1024
+
+
+async def replay_all(path: Path, workers: int) -> tuple[float, int, bytes]:
+    """Replay every pending key into a no-op deliver; returns (msg/s, delivered, the loop's cursor)."""
+    far = BASE_MS + 10**10
+    store = RetryStore.open(path, now_ms=lambda: far)
+    done = 0
+
+    async def deliver(record: RetryRecord) -> None:
+        nonlocal done
+        done += 1
+
+    loop = ReplayLoop(store, deliver, lambda _t: RetryPolicy(), workers=workers)
+    started = time.perf_counter()
+    await loop.start()
+    await loop.wait_idle()
+    elapsed = time.perf_counter() - started
+    cursor = loop._scan_from  # the bench reads where the loop's cursor stopped
+    await loop.close()
+    await store.close()
+    return done / elapsed, done, cursor
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pending", type=int, default=1_000_000, help="keys for the large store")
+    parser.add_argument("--spill", type=int, default=200_000, help="messages per spill measurement")
+    parser.add_argument("--seed-puts", type=int, default=3_000, help="synced puts for the seed pattern")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each spill configuration")
+    parser.add_argument("--dir", help="scratch directory (default: a temporary one on the same disk as /tmp)")
+    parser.add_argument("--asyncio", action="store_true", help="plain asyncio instead of uvloop")
+    args = parser.parse_args()
+    root = Path(args.dir or tempfile.mkdtemp(prefix="retry-bench-"))
+    os.makedirs(root, exist_ok=True)
+    print(
+        f"# retry store benchmark: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f} at start, "
+        f"{'asyncio' if args.asyncio else 'uvloop'}, scratch {root}"
+    )
+    try:
+        await run(args, root)
+    finally:
+        print(f"# load average {os.getloadavg()[0]:.2f} at end")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def run(args: argparse.Namespace, root: Path) -> None:
+    print("\n## spill (256-byte bodies)")
+    seed = seed_rate(root / "seed", args.seed_puts)
+    print(f"one synced put per message (seed)            {seed:>10,.0f} msg/s")
+    raw = await writer_rate(root / "writer", args.spill, 1024)
+    print(f"group commit, writer only, 1 put/msg, 1024 callers {raw:>10,.0f} msg/s {raw / seed:6.1f}x seed")
+    print(f"(median of {args.rounds} interleaved rounds of {args.spill:,} messages each)")
+    await spill(root, args.spill, seed, args.rounds)
+
+    print(f"\n## seek tick ({DUE_AT_HEAD} due keys at the head, the rest due later)")
+    small, large = root / "small", root / "large"
+    load_pending(small, 1_000)
+    started = time.perf_counter()
+    load_pending(large, args.pending)
+    print(f"(loaded {args.pending:,} pending keys in {time.perf_counter() - started:.1f} s)")
+    ticks = {}
+    for name, path in (("small", small), ("large", large)):
+        store = RetryStore.open(path, now_ms=lambda: BASE_MS)
+        ticks[name] = tick_us(store, b"", BASE_MS)
+        await store.close()
+    print(f"tick with 1,000 pending                      {ticks['small']:>10.1f} us")
+    print(
+        f"tick with {args.pending:,} pending               {ticks['large']:>10.1f} us  "
+        f"ratio {ticks['large'] / ticks['small']:.2f}"
+    )
+
+    print("\n## peak RSS")
+    pending, rss = peak_rss_mb(large)
+    print(f"open + replay the due head, {pending:,} pending   {rss:>10.0f} MB (ru_maxrss of a fresh process)")
+
+    print(f"\n## replay into an in-process no-op deliver (devbroker not available), {args.pending:,} keys")
+    rate, delivered, cursor = await replay_all(large, workers=64)
+    print(
+        f"replay, 64 workers                           {rate:>10,.0f} msg/s ({delivered:,} delivered+deleted)"
+    )
+
+    print(f"\n## seek tick after {delivered:,} delivered-and-deleted keys (1,000 new pending behind them)")
+    kv = RocksKV.open(large, COLUMN_FAMILIES)
+    store = RetryStore(kv, now_ms=lambda: BASE_MS + 10**10)
+    for i in range(1_000):  # due after the deleted range: the tombstones lie between b"" and these
+        r = rec(10**9 + i)
+        due = BASE_MS + 10**10 - 1 if i < DUE_AT_HEAD else BASE_MS + 10**10 + 1000 + i
+        await store.spool(r, due)
+    now = BASE_MS + 10**10
+    print(f"from the loop's cursor                       {tick_us(store, cursor, now):>10.1f} us")
+    print(f"from the first key (a restart), cold         {tick_us(store, b'', now, reps=5):>10.1f} us")
+    kv.flush(PENDING_CF)
+    await asyncio.sleep(3)  # the deletion collector marks the flushed files; RocksDB compacts them
+    print(f"from the first key after flush + 3 s        {tick_us(store, b'', now, reps=20):>10.1f} us")
+    started = time.perf_counter()
+    kv.compact(PENDING_CF, None, cursor)
+    took = time.perf_counter() - started
+    print(
+        f"from the first key after compact_range       {tick_us(store, b'', now):>10.1f} us "
+        f"(compaction took {took:.2f} s)"
+    )
+    await store.close()
+    kv.close()
+    print(f"\nbench process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+if __name__ == "__main__":
+    if "--asyncio" in sys.argv:
+        asyncio.run(main())
+    else:
+        import uvloop
+
+        uvloop.run(main())
