@@ -172,9 +172,19 @@ class ReplayLoop:
             if len(rows) == free:
                 continue  # the queue bound cut the pass short: more may be due
             self._store.advance_floor(min([self._scan_from, *self._inflight]))
-            following = self._store.first_pending(self._scan_from)
-            due_ms = None if following is None else parse_pending_key(following).due_ms
-            await self._wait_until(due_ms, now)
+            await self._wait_until(self._next_due_ms(), now)
+
+    def _next_due_ms(self) -> int | None:
+        following = self._store.first_pending(self._scan_from)
+        if following is None:
+            return None
+        try:
+            return parse_pending_key(following).due_ms
+        except ValueError:
+            # Only this process writes pending keys, so this is damage: do not spin on it. Passes every
+            # MAX_IDLE_S still hand it out (and quarantine it) once it sorts below the due bound.
+            log.error("unparseable key %r in the retry store", following)
+            return None
 
     async def _wait_until(self, due_ms: int | None, now: int) -> None:
         timeout = MAX_IDLE_S if due_ms is None else min(max(due_ms - now, 0) / 1000, MAX_IDLE_S)

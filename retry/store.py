@@ -37,6 +37,7 @@ from retry.keys import (
 )
 from retry.record import CorruptRecordError, RetryRecord, decode_record, encode_record
 from retry.status import MessageStatus, State, StoreStats
+from storage.errors import StorageError
 from storage.group_commit import GroupCommitWriter
 from storage.kv import KV, Delete, Op, Put
 
@@ -76,7 +77,8 @@ class RetryStore:
         owns_kv: bool = False,
     ) -> None:
         self.kv = kv
-        self.writer = writer or GroupCommitWriter(kv)
+        self.writer = writer or GroupCommitWriter(kv)  # pass one to share its batches and syncs
+        self._owns_writer = writer is None
         self._owns_kv = owns_kv
         self._clock = SteadyClock(now_ms, clock)
         saved = kv.get(META_CF, CLOCK_KEY)
@@ -107,7 +109,15 @@ class RetryStore:
             raise
 
     async def close(self) -> None:
-        await self.writer.close()
+        """Write the floor one last time (a clean restart seeks from the exact floor), then close the
+        writer and the KV if this store created them."""
+        if self._floor != self._floor_saved and self.writer.healthy:
+            try:
+                await self._commit([], save_floor=True)
+            except StorageError as exc:
+                log.warning("could not save the retry store's floor on close: %s", exc)
+        if self._owns_writer:
+            await self.writer.close()
         if self._owns_kv:
             self.kv.close()
 
@@ -233,7 +243,9 @@ class RetryStore:
             ops.append(Delete(INDEX_CF, index_key(id_, PENDING, key)))
         return ops
 
-    async def _commit(self, ops: list[Op], new_key: bytes | None = None, now: int | None = None) -> None:
+    async def _commit(
+        self, ops: list[Op], new_key: bytes | None = None, now: int | None = None, *, save_floor: bool = False
+    ) -> None:
         """Write ``ops`` durably; ``new_key`` is the smallest pending key they add, if any."""
         now = self.now_ms() if now is None else now
         if now - self._clock_saved_ms >= PERSIST_EVERY_MS:
@@ -242,7 +254,7 @@ class RetryStore:
         if new_key is not None:
             self._unsettled[new_key] = self._unsettled.get(new_key, 0) + 1
             self._floor = min(self._floor, new_key)
-        self._persist_floor(ops, now)
+        self._persist_floor(ops, now, save_floor)
         try:
             await self.writer.write(ops)
         except BaseException:
@@ -258,11 +270,15 @@ class RetryStore:
             for listener in list(self._listeners):
                 listener(new_key)
 
-    def _persist_floor(self, ops: list[Op], now: int) -> None:
+    def _persist_floor(self, ops: list[Op], now: int, force: bool) -> None:
         # A lowered floor goes into the same batch as the key that lowered it, so a restart never
         # seeks past a live key; a raised one is written at most once per PERSIST_EVERY_MS.
         lowered = self._floor < self._floor_saved
-        if lowered or (self._floor != self._floor_saved and now - self._floor_saved_ms >= PERSIST_EVERY_MS):
+        if (
+            force
+            or lowered
+            or (self._floor != self._floor_saved and now - self._floor_saved_ms >= PERSIST_EVERY_MS)
+        ):
             ops.append(Put(META_CF, FLOOR_KEY, self._floor))
             self._floor_saved, self._floor_saved_ms = self._floor, now
 

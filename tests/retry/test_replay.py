@@ -299,3 +299,16 @@ async def test_a_key_written_below_the_floor_lowers_it_in_the_same_batch(h: Harn
     await h.start_loop().start()
     await h.settle()
     assert h.delivered == ["BEHIND"]
+
+
+async def test_a_clean_close_saves_the_exact_floor(h: Harness) -> None:
+    for i in range(5):
+        await h.store.spool(record(f"M{i}"))
+    await h.start_loop().start()
+    await h.settle()
+    await h.loop.close()  # type: ignore[union-attr]
+    h.loop = None
+    floor = h.store.floor
+    assert floor > pending_key(h.store.now_ms(), 0, "orders", "M4")
+    await h.store.close()
+    assert restarted(h).floor == floor

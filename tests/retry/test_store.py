@@ -215,3 +215,31 @@ async def test_rocks_store_is_durable_across_reopen_and_restores_the_clock(tmp_p
         assert store.kv.count(DEAD_CF) == 1
     finally:
         await store.close()
+
+
+async def test_a_shared_writer_outlives_the_store(h: Harness) -> None:
+    from storage.group_commit import GroupCommitWriter
+
+    shared = GroupCommitWriter(h.kv)
+    store = RetryStore(h.kv, now_ms=h.clock.now_ms, clock=h.clock.monotonic, writer=shared)
+    await store.spool(record("M1"))
+    await store.close()
+    await shared.write([Put(PENDING_CF, b"other", b"v")])  # e.g. the idempotency store's writes
+    assert h.kv.get(PENDING_CF, b"other") == b"v"
+    await shared.close()
+
+
+async def test_spool_many_is_one_batch_all_or_none(h: Harness) -> None:
+    seen: list[bytes] = []
+    h.store.add_listener(seen.append)
+    writes = h.kv.writes
+    keys = await h.store.spool_many([record(f"M{i}", topic=t) for i, t in enumerate("zay")], 5000)
+    assert h.kv.writes == writes + 1
+    assert seen == [min(keys)]  # one notification with the smallest key
+    assert [h.store.get(f"M{i}") is not None for i in range(3)] == [True] * 3
+    h.kv.write_fault = "disk full"
+    with pytest.raises(StorageError):
+        await h.store.spool_many([record("X1"), record("X2")])
+    assert h.store.get("X1") is None and h.store.get("X2") is None
+    assert h.store.pending_count == 3
+    assert await h.store.spool_many([]) == []
