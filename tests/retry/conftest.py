@@ -13,7 +13,7 @@ from retry.record import RetryRecord
 from retry.replay import ReplayLoop
 from retry.store import RetryStore
 from storage.memory import MemoryKV
-from tests.fakes import FakeClock, FaultyKV
+from tests.fakes import FakeWallClock, FaultyKV
 
 SETTLE_S = 10.0  # a safety net against hangs, never a synchronisation point
 
@@ -34,7 +34,7 @@ def record(id_: str, topic: str = "orders", **kw: object) -> RetryRecord:
 class Harness:
     """A store on MemoryKV (behind FaultyKV) with a fake clock, and a loop delivering into a script."""
 
-    clock: FakeClock
+    clock: FakeWallClock
     kv: FaultyKV
     store: RetryStore
     policies: dict[str, RetryPolicy] = field(default_factory=dict)
@@ -101,7 +101,7 @@ class Harness:
 
 
 def make_harness() -> Harness:
-    clock = FakeClock()
+    clock = FakeWallClock()
     kv = FaultyKV(MemoryKV(COLUMN_FAMILIES))
     dead: list[DeadLetter] = []
     store = RetryStore(kv, now_ms=clock.now_ms, clock=clock.monotonic, on_dead_letter=dead.append)

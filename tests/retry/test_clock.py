@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from retry.clock import SteadyClock
-from tests.fakes import FakeClock
+from tests.fakes import FakeWallClock
 
 
 def test_follows_the_wall_clock() -> None:
-    fake = FakeClock(start_ms=10_000)
+    fake = FakeWallClock(start_ms=10_000)
     clock = SteadyClock(fake.now_ms, fake.monotonic)
     assert clock.now() == 10_000
     fake.advance(1.5)
@@ -15,7 +15,7 @@ def test_follows_the_wall_clock() -> None:
 
 
 def test_a_rollback_keeps_time_moving_at_the_monotonic_rate() -> None:
-    fake = FakeClock(start_ms=100_000)
+    fake = FakeWallClock(start_ms=100_000)
     clock = SteadyClock(fake.now_ms, fake.monotonic)
     fake.step_wall(-60_000)
     assert clock.now() == 100_000
@@ -28,7 +28,7 @@ def test_a_rollback_keeps_time_moving_at_the_monotonic_rate() -> None:
 
 
 def test_sub_millisecond_ticks_accumulate() -> None:
-    fake = FakeClock(start_ms=0)
+    fake = FakeWallClock(start_ms=0)
     clock = SteadyClock(fake.now_ms, fake.monotonic)
     fake.step_wall(-10_000)
     for _ in range(10):
@@ -38,7 +38,7 @@ def test_sub_millisecond_ticks_accumulate() -> None:
 
 
 def test_restore_persisted_high_water() -> None:
-    fake = FakeClock(start_ms=50_000)
+    fake = FakeWallClock(start_ms=50_000)
     clock = SteadyClock(fake.now_ms, fake.monotonic)
     clock.restore(80_000)
     assert clock.now() == 80_000

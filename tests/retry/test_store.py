@@ -15,7 +15,7 @@ from retry.status import State
 from retry.store import RetryStore
 from storage.errors import StorageError, StoreLockedError
 from storage.kv import Put
-from tests.fakes import FakeClock
+from tests.fakes import FakeWallClock
 from tests.retry.conftest import Harness, record
 
 
@@ -197,7 +197,7 @@ async def test_binary_body_export_has_no_text(h: Harness) -> None:
 
 
 async def test_rocks_store_is_durable_across_reopen_and_restores_the_clock(tmp_path: Path) -> None:
-    clock = FakeClock(start_ms=5_000_000)
+    clock = FakeWallClock(start_ms=5_000_000)
     store = RetryStore.open(tmp_path / "store", now_ms=clock.now_ms, clock=clock.monotonic)
     with pytest.raises(StoreLockedError):
         RetryStore.open(tmp_path / "store")

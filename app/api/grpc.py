@@ -1,0 +1,315 @@
+"""The gRPC API (grpc.aio): the HTTP API's operations with the same validation and statuses.
+
+Errors end the call with a gRPC code mapped from the HTTP status, the problem's detail as the message,
+and trailing metadata ``field`` and ``http-status``. Publish acknowledges each streamed message once it
+is stored, by the sequence number the client gave it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NoReturn
+
+import grpc
+
+from app.api import problems
+from app.api.proto import rocksidecar_pb2 as pb
+from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from app.api.views import batch_view, outcome_view, status_view
+from app.idempotency import Answer, IdempotencyStore, fingerprint
+from app.metrics import Metrics
+from app.request import Limits, MessageSpec, RequestError, prepare
+from app.sidecar import Ack, CancelResult, Sidecar, Status
+
+PUBLISH_IN_FLIGHT = 256
+_CODES = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    404: grpc.StatusCode.NOT_FOUND,
+    409: grpc.StatusCode.FAILED_PRECONDITION,
+    413: grpc.StatusCode.INVALID_ARGUMENT,
+    422: grpc.StatusCode.INVALID_ARGUMENT,
+    501: grpc.StatusCode.UNIMPLEMENTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+}
+# gRPC field names are snake_case where HTTP's are camelCase.
+_FIELD_NAMES = {
+    "bodyBase64": "body_bytes",
+    "shardingKey": "sharding_key",
+    "delayMs": "delay_ms",
+    "deliverAt": "deliver_at",
+    "Idempotency-Key": "idempotency_key",
+}
+
+
+def spec_from_proto(m: pb.Message) -> MessageSpec:
+    payload = m.WhichOneof("payload")
+    when = m.WhichOneof("when")
+    return MessageSpec(
+        topic=m.topic,
+        body=m.body if payload == "body" else None,
+        body_bytes=m.body_bytes if payload == "body_bytes" else None,
+        tags=m.tags if m.HasField("tags") else None,
+        keys=tuple(m.keys),
+        properties=dict(m.properties),
+        sharding_key=m.sharding_key if m.HasField("sharding_key") else None,
+        type=m.type if m.HasField("type") else None,
+        delay_ms=m.delay_ms if when == "delay_ms" else None,
+        deliver_at=(
+            m.deliver_at_ms if when == "deliver_at_ms" else m.deliver_at if when == "deliver_at" else None
+        ),
+    )
+
+
+def _grpc_field(path: str | None) -> str:
+    if not path:
+        return ""
+    for http_name, grpc_name in _FIELD_NAMES.items():
+        path = path.replace(http_name, grpc_name)
+    return path
+
+
+def _send_response(view: dict[str, Any]) -> pb.SendResponse:
+    return pb.SendResponse(
+        id=view["id"],
+        status=pb.Status.Value(view["status"]),
+        broker=view.get("broker", ""),
+        queue_id=view.get("queueId", 0),
+        queue_offset=view.get("queueOffset", 0),
+        msg_id=view.get("msgId", ""),
+        next_attempt_at_ms=view.get("nextAttemptAt", 0),
+        last_error=view.get("lastError", ""),
+        deliver_at_ms=view.get("deliverAt", 0),
+    )
+
+
+def _error(body: dict[str, Any]) -> pb.Error:
+    return pb.Error(
+        http_status=body["status"],
+        title=body["title"],
+        detail=body["detail"],
+        field=_grpc_field(body.get("field")),
+    )
+
+
+class SidecarServicer(pb_grpc.SidecarServicer):
+    def __init__(
+        self,
+        sidecar: Sidecar,
+        *,
+        limits: Limits,
+        batch_limit: int,
+        metrics: Metrics,
+        idempotency: IdempotencyStore | None,
+        now_ms: Callable[[], int],
+        auth_token: str = "",
+    ) -> None:
+        self._sidecar = sidecar
+        self._limits = limits
+        self._batch_limit = batch_limit
+        self._metrics = metrics
+        self._idempotency = idempotency
+        self._now_ms = now_ms
+        self._expected = f"Bearer {auth_token}".encode() if auth_token else b""
+
+    # plumbing -----------------------------------------------------------------------------------
+    async def _abort(
+        self, context: grpc.aio.ServicerContext, status: int, body: dict[str, Any], method: str
+    ) -> NoReturn:
+        self._metrics.requests.labels("grpc", method, str(status)).inc()
+        context.set_trailing_metadata(
+            (("field", _grpc_field(body.get("field"))), ("http-status", str(status)))
+        )
+        await context.abort(_CODES.get(status, grpc.StatusCode.INTERNAL), body["detail"])
+        raise AssertionError("abort returns only by raising")  # pragma: no cover
+
+    async def _check_auth(self, context: grpc.aio.ServicerContext, method: str) -> None:
+        if not self._expected:
+            return
+        given = dict(context.invocation_metadata() or ()).get("authorization", "")
+        if not hmac.compare_digest(str(given).encode(), self._expected):
+            await self._abort(
+                context,
+                401,
+                problems.problem(
+                    401,
+                    "Unauthorized",
+                    "a valid 'authorization: Bearer <token>' metadata entry is required",
+                    "authorization",
+                ),
+                method,
+            )
+
+    async def _answered(
+        self,
+        context: grpc.aio.ServicerContext,
+        method: str,
+        key: str,
+        request_bytes: bytes,
+        compute: Callable[[], Any],
+    ) -> dict[str, Any]:
+        """Run ``compute`` (through the idempotency store when a key is given); abort on a 4xx/5xx."""
+        await self._check_auth(context, method)
+        try:
+            if key and self._idempotency is not None:
+                if len(key) > 255:
+                    raise RequestError(
+                        "idempotency_key must be at most 255 characters", field="Idempotency-Key"
+                    )
+                status, body = await self._idempotency.run(
+                    key, fingerprint(f"/grpc/{method}", "", request_bytes), compute
+                )
+            else:
+                status, body = await compute()
+        except Exception as exc:
+            status, body, _ = problems.from_exception(exc)
+        if status >= 400:
+            await self._abort(context, status, body, method)
+        self._metrics.requests.labels("grpc", method, str(status)).inc()
+        return body
+
+    async def _one(self, message: pb.Message, ack: Ack) -> Answer:
+        try:
+            outcome = await self._sidecar.send(
+                prepare(spec_from_proto(message), self._limits, self._now_ms()), ack
+            )
+        except Exception as exc:
+            status, body, _ = problems.from_exception(exc)
+            self._metrics.messages.labels("rejected" if status < 500 else "failed").inc()
+            return status, body
+        self._metrics.messages.labels(outcome.status.value.lower()).inc()
+        return (200 if outcome.status is Status.SENT else 202), outcome_view(outcome)
+
+    # RPCs ---------------------------------------------------------------------------------------
+    async def Send(self, request: pb.SendRequest, context: grpc.aio.ServicerContext) -> pb.SendResponse:
+        body = await self._answered(
+            context,
+            "Send",
+            request.idempotency_key,
+            request.SerializeToString(),
+            lambda: self._one(request.message, Ack(_ack(request.ack))),
+        )
+        return _send_response(body)
+
+    async def SendBatch(
+        self, request: pb.SendBatchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SendBatchResponse:
+        async def compute() -> Answer:
+            if not request.messages or len(request.messages) > self._batch_limit:
+                raise RequestError(
+                    f"a batch holds 1 to {self._batch_limit} messages",
+                    field="messages",
+                    status=413 if request.messages else 400,
+                )
+            now = self._now_ms()
+            items: list[Any] = []
+            for i, m in enumerate(request.messages):
+                try:
+                    items.append(prepare(spec_from_proto(m), self._limits, now))
+                except RequestError as exc:
+                    items.append(exc.within(f"messages[{i}]"))
+            view = batch_view(await self._sidecar.send_batch(items, Ack(_ack(request.ack))))
+            for outcome in ("sent", "spooled", "scheduled", "rejected", "failed"):
+                if view[outcome]:
+                    self._metrics.messages.labels(outcome).inc(view[outcome])
+            return 200, view
+
+        view = await self._answered(
+            context, "SendBatch", request.idempotency_key, request.SerializeToString(), compute
+        )
+        return pb.SendBatchResponse(
+            results=[
+                pb.BatchItem(index=item["index"], error=_error(item["error"]))
+                if "error" in item
+                else pb.BatchItem(index=item["index"], result=_send_response(item))
+                for item in view["results"]
+            ]
+        )
+
+    async def Publish(
+        self, request_iterator: AsyncIterator[pb.PublishRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.PublishAck]:
+        await self._check_auth(context, "Publish")
+        acks: asyncio.Queue[pb.PublishAck | None] = asyncio.Queue()
+        slots = asyncio.Semaphore(PUBLISH_IN_FLIGHT)
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def handle(req: pb.PublishRequest) -> None:
+            try:
+                status, body = await self._one(req.message, Ack(_ack(req.ack)))
+                ack = (
+                    pb.PublishAck(sequence=req.sequence, error=_error(body))
+                    if status >= 400
+                    else pb.PublishAck(sequence=req.sequence, result=_send_response(body))
+                )
+                await acks.put(ack)
+            finally:
+                slots.release()
+
+        async def read() -> None:
+            try:
+                async for req in request_iterator:
+                    await slots.acquire()
+                    task = asyncio.create_task(handle(req))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                await asyncio.gather(*tasks)
+            finally:
+                await acks.put(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (ack := await acks.get()) is not None:
+                yield ack
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+        self._metrics.requests.labels("grpc", "Publish", "200").inc()
+
+    async def GetMessage(
+        self, request: pb.GetMessageRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MessageStatus:
+        async def compute() -> Answer:
+            found = await self._sidecar.status(request.id)
+            if found is None:
+                raise RequestError(
+                    f"no spooled, scheduled or dead-lettered message {request.id!r}",
+                    field="id",
+                    status=404,
+                    title="Not found",
+                )
+            return 200, status_view(found)
+
+        v = await self._answered(context, "GetMessage", "", b"", compute)
+        return pb.MessageStatus(
+            id=v["id"],
+            status=pb.Status.Value(v["status"]),
+            topic=v.get("topic", ""),
+            attempts=v.get("attempts", 0),
+            next_attempt_at_ms=v.get("nextAttemptAt", 0),
+            deliver_at_ms=v.get("deliverAt", 0),
+            last_error=v.get("lastError", ""),
+            reason=v.get("reason", ""),
+        )
+
+    async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext) -> pb.CancelResponse:
+        async def compute() -> Answer:
+            result = await self._sidecar.cancel(request.id)
+            if result is CancelResult.NOT_FOUND:
+                raise RequestError(
+                    f"no scheduled message {request.id!r}", field="id", status=404, title="Not found"
+                )
+            if result is CancelResult.ALREADY_SENT:
+                raise RequestError(
+                    f"message {request.id!r} was already sent", field="id", status=409, title="Conflict"
+                )
+            return 200, {"id": request.id, "status": "CANCELLED"}
+
+        await self._answered(context, "Cancel", "", b"", compute)
+        return pb.CancelResponse(id=request.id, status=pb.CANCELLED)
+
+
+def _ack(value: int) -> str:
+    return "spool" if value == pb.ACK_SPOOL else "broker"

@@ -1,0 +1,63 @@
+"""One mapping from every error to an HTTP status and an RFC 9457 problem body (gRPC maps the same
+statuses to its codes). Bad input is 4xx naming the field; a full or broken store is 503."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from app.request import RequestError
+from app.rocketmq import RocketMQError
+from storage.errors import StorageError
+
+log = logging.getLogger(__name__)
+PROBLEM_JSON = "application/problem+json"
+RETRY_AFTER_S = 5
+
+
+def problem(status: int, title: str, detail: str, field: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+    if field is not None:
+        body["field"] = field
+    return body
+
+
+def from_exception(exc: BaseException) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """(status, problem body, extra headers) for any exception reaching an API edge."""
+    if isinstance(exc, RequestError):
+        return exc.status, problem(exc.status, exc.title, exc.detail, exc.field), {}
+    if isinstance(exc, StorageError):
+        detail = f"the local store cannot accept writes: {exc}"
+        return 503, problem(503, "Store unavailable", detail), {"Retry-After": str(RETRY_AFTER_S)}
+    if isinstance(exc, RocketMQError):
+        return 503, problem(503, "Broker unavailable", str(exc)), {"Retry-After": str(RETRY_AFTER_S)}
+    log.error("unexpected error at the API edge", exc_info=exc)
+    return 500, problem(500, "Internal error", f"{type(exc).__name__}: {exc}"), {}
+
+
+def field_path(loc: Sequence[str | int]) -> str:
+    """pydantic's ('body', 'messages', 3, 'topic') as 'messages[3].topic'."""
+    out = ""
+    for part in loc[1:] if loc and loc[0] in ("body", "query", "header", "path") else loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or str(loc[0] if loc else "")
+
+
+def from_validation(errors: Sequence[Any]) -> dict[str, Any]:
+    """A 400 problem for FastAPI's request validation errors, naming the first bad field."""
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
+    loc = tuple(first.get("loc", ()))
+    if first.get("type") == "json_invalid":
+        return problem(400, "Malformed JSON", f"the request body is not valid JSON: {first.get('msg')}", None)
+    path = field_path(loc)
+    msg = "unknown field" if first.get("type") == "extra_forbidden" else str(first.get("msg", "invalid"))
+    body = problem(400, "Invalid request", f"{path}: {msg}", path or None)
+    if len(errors) > 1:
+        body["errors"] = [
+            {"field": field_path(tuple(e.get("loc", ()))), "detail": str(e.get("msg"))} for e in errors[:20]
+        ]
+    return body

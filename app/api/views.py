@@ -1,0 +1,60 @@
+"""Outcomes as the JSON the HTTP API answers (camelCase, absent values left out)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from app.api import problems
+from app.sidecar import MessageState, Outcome
+
+_OUTCOME_FIELDS = (
+    ("broker", "broker"),
+    ("queue_id", "queueId"),
+    ("queue_offset", "queueOffset"),
+    ("msg_id", "msgId"),
+    ("next_attempt_at_ms", "nextAttemptAt"),
+    ("last_error", "lastError"),
+    ("deliver_at_ms", "deliverAt"),
+)
+
+
+def outcome_view(o: Outcome) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": o.id, "status": o.status.value}
+    for attr, key in _OUTCOME_FIELDS:
+        value = getattr(o, attr)
+        if value is not None and value != "":
+            out[key] = value
+    return out
+
+
+def batch_view(results: Sequence[Outcome | Exception]) -> dict[str, Any]:
+    items: list[dict[str, Any]] = []
+    counts = {"sent": 0, "spooled": 0, "scheduled": 0, "rejected": 0, "failed": 0}
+    for i, r in enumerate(results):
+        if isinstance(r, Outcome):
+            item = {"index": i, **outcome_view(r)}
+            counts[r.status.value.lower()] += 1
+        else:
+            status, body, _ = problems.from_exception(r)
+            label = "REJECTED" if status < 500 else "FAILED"
+            item = {"index": i, "status": label, "error": body}
+            counts[label.lower()] += 1
+        items.append(item)
+    return {"results": items, **counts}
+
+
+def status_view(s: MessageState) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": s.id, "status": s.status.value}
+    for attr, key in (
+        ("topic", "topic"),
+        ("attempts", "attempts"),
+        ("next_attempt_at_ms", "nextAttemptAt"),
+        ("deliver_at_ms", "deliverAt"),
+        ("last_error", "lastError"),
+        ("reason", "reason"),
+    ):
+        value = getattr(s, attr)
+        if value is not None and value != "":
+            out[key] = value
+    return out

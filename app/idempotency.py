@@ -1,0 +1,108 @@
+"""Idempotency-Key (S6): the same key within the window returns the first answer and sends nothing.
+
+Answers are kept in the local store (synced through the group-commit writer before they are returned),
+so a client retrying after a timeout or a sidecar restart gets the same id back instead of a duplicate.
+A concurrent repeat waits for the first request's answer. 5xx answers are not kept: a retry may succeed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from app.request import RequestError
+from storage.errors import StorageError
+from storage.group_commit import GroupCommitWriter
+from storage.kv import KV, Delete, Put
+
+log = logging.getLogger(__name__)
+Answer = tuple[int, dict[str, Any]]
+CF_ANSWERS = "idem"
+CF_EXPIRY = "idem_expiry"  # created_ms (13 digits) + key -> b"", to purge old answers in time order
+COLUMN_FAMILIES = (CF_ANSWERS, CF_EXPIRY)
+
+
+def fingerprint(path: str, query: str, body: bytes) -> str:
+    """What makes two requests "the same": route, query and body bytes."""
+    return hashlib.sha256(path.encode() + b"?" + query.encode() + b"\n" + body).hexdigest()
+
+
+class IdempotencyStore:
+    def __init__(
+        self, kv: KV, writer: GroupCommitWriter, *, window_s: float, now_ms: Callable[[], int]
+    ) -> None:
+        self._kv = kv
+        self._writer = writer
+        self._window_ms = int(window_s * 1000)
+        self._now_ms = now_ms
+        self._inflight: dict[str, asyncio.Future[Answer]] = {}
+
+    def _stored(self, key: str) -> tuple[str, Answer] | None:
+        raw = self._kv.get(CF_ANSWERS, key.encode())
+        if raw is None:
+            return None
+        doc = orjson.loads(raw)
+        if self._now_ms() - doc["created_ms"] > self._window_ms:
+            return None
+        return doc["fp"], (doc["status"], doc["body"])
+
+    async def run(self, key: str, fp: str, compute: Callable[[], Awaitable[Answer]]) -> Answer:
+        pending = self._inflight.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        stored = self._stored(key)
+        if stored is not None:
+            if stored[0] != fp:
+                raise RequestError(
+                    "this Idempotency-Key was used with a different request",
+                    status=422,
+                    field="Idempotency-Key",
+                    title="Idempotency-Key reused",
+                )
+            return stored[1]
+        fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = fut
+        try:
+            answer = await compute()
+            if answer[0] < 500 and answer[0] not in (409, 429):
+                await self._keep(key, fp, answer)
+            fut.set_result(answer)
+            return answer
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # waiters re-raise it; nobody else has to look
+            raise
+        finally:
+            del self._inflight[key]
+
+    async def _keep(self, key: str, fp: str, answer: Answer) -> None:
+        now = self._now_ms()
+        doc = orjson.dumps({"fp": fp, "created_ms": now, "status": answer[0], "body": answer[1]})
+        try:
+            await self._writer.write(
+                [Put(CF_ANSWERS, key.encode(), doc), Put(CF_EXPIRY, b"%013d" % now + key.encode(), b"")]
+            )
+        except StorageError as exc:
+            # The message itself is stored (that is what the answer says); only the dedupe record is lost.
+            log.warning("could not keep the answer for Idempotency-Key %r: %s", key, exc)
+
+    async def purge(self) -> int:
+        """Forget answers older than the window; returns how many."""
+        upper = b"%013d" % (self._now_ms() - self._window_ms)
+        expired = self._kv.scan(CF_EXPIRY, upper=upper, limit=10_000)
+        ops: list[Put | Delete] = []
+        for index_key, _ in expired:
+            key = index_key[13:]
+            raw = self._kv.get(CF_ANSWERS, key)
+            # A newer answer under the same key has its own, later index entry: keep it.
+            if raw is not None and orjson.loads(raw)["created_ms"] == int(index_key[:13]):
+                ops.append(Delete(CF_ANSWERS, key))
+            ops.append(Delete(CF_EXPIRY, index_key))
+        if ops:
+            await self._writer.write(ops)
+        return len(expired)

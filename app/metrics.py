@@ -1,0 +1,110 @@
+"""Prometheus metrics, defined once (prefix ``rocksidecar_``), and the hooks that feed them.
+
+Only this module imports prometheus_client. Lower layers report through plain callables; gauges that
+describe state (back-off, store depth) are read when Prometheus scrapes, through ``Collectors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from app.rocketmq.producer import BrokerState
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+LATENESS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = r = registry or CollectorRegistry()
+        self.requests = Counter(
+            "rocksidecar_requests",
+            "API requests answered, by API (http or grpc), route and status code.",
+            ["api", "route", "code"],
+            registry=r,
+        )
+        self.messages = Counter(
+            "rocksidecar_messages",
+            "Messages accepted or refused, by outcome: sent (stored "
+            "by a broker), spooled (synced to the local retry store), scheduled (delayed), "
+            "rejected (bad input), failed (could not be stored anywhere).",
+            ["outcome"],
+            registry=r,
+        )
+        self.send_latency = Histogram(
+            "rocksidecar_send_latency_seconds",
+            "Time to send one message or batch to RocketMQ, retries included.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.attempts = Counter(
+            "rocksidecar_send_attempts",
+            "Send attempts per broker, by result (ok or error); more attempts than messages means retries.",
+            ["broker", "result"],
+            registry=r,
+        )
+        self.replays = Counter(
+            "rocksidecar_replays",
+            "Resends from the retry store, by outcome: delivered, "
+            "rescheduled (failed, moved to the next rung), dead (dead-lettered).",
+            ["outcome"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "rocksidecar_dead_letters",
+            "Messages moved to the dead-letter area after their last retry (or refused by the broker).",
+            registry=r,
+        )
+        self.delay_lateness = Histogram(
+            "rocksidecar_delay_lateness_seconds",
+            "How late delayed messages were published after their due time.",
+            buckets=LATENESS_BUCKETS,
+            registry=r,
+        )
+
+    def observe_attempt(self, broker: str, ok: bool) -> None:
+        self.attempts.labels(broker, "ok" if ok else "error").inc()
+
+    def add_state(self, collector: Collector) -> None:
+        self.registry.register(collector)
+
+
+class StateCollector(Collector):
+    """Gauges read at scrape time: broker back-off, retry-store depth and age, dead letters, delays."""
+
+    def __init__(
+        self, brokers: Callable[[], Iterable[BrokerState]], store: Callable[[], dict[str, float]]
+    ) -> None:
+        self._brokers = brokers
+        self._store = store
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        backoff = GaugeMetricFamily(
+            "rocksidecar_broker_backoff_seconds",
+            "Seconds until the broker is tried again (0: available). Slow or failing brokers back off.",
+            labels=["broker"],
+        )
+        latency = GaugeMetricFamily(
+            "rocksidecar_broker_latency_seconds", "The broker's last send latency.", labels=["broker"]
+        )
+        for row in self._brokers():
+            backoff.add_metric([row.broker], row.not_available_for_s)
+            latency.add_metric([row.broker], row.latency_ms / 1000.0)
+        yield backoff
+        yield latency
+        stats = self._store()
+        for name, help_text in (
+            ("retry_pending", "Messages waiting in the local retry store for their next attempt."),
+            (
+                "retry_oldest_age_seconds",
+                "Age of the oldest message in the retry store (since its first "
+                "failure); grows while RocketMQ is unreachable.",
+            ),
+            ("dead_letters", "Messages in the dead-letter area now."),
+            ("delay_scheduled", "Delayed messages waiting for their due time."),
+        ):
+            yield GaugeMetricFamily(f"rocksidecar_{name}", help_text, value=float(stats.get(name, 0.0)))

@@ -1,0 +1,161 @@
+"""Turn an API message (HTTP JSON or gRPC) into a validated Message with its id, or a RequestError that
+names the offending field. Shared by both APIs so they accept and reject exactly the same things."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+from dataclasses import dataclass, field
+
+from app.rocketmq import InvalidMessageError, Message, new_uniq_id
+from app.rocketmq.message import validate_topic
+
+
+class RequestError(Exception):
+    """Bad input: ``status`` is the HTTP status, ``field`` the JSON path of the bad value."""
+
+    def __init__(
+        self, detail: str, *, field: str | None, status: int = 400, title: str = "Invalid request"
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.field = field
+        self.status = status
+        self.title = title
+
+    def within(self, prefix: str) -> RequestError:
+        """The same error for an item of a batch (``messages[3].topic``)."""
+        path = f"{prefix}.{self.field}" if self.field else prefix
+        return RequestError(self.detail, field=path, status=self.status, title=self.title)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_body_bytes: int
+    max_delay_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class MessageSpec:
+    """An API message before validation; exactly one of ``body`` (text), ``body_base64`` (HTTP) and
+    ``body_bytes`` (gRPC)."""
+
+    topic: str
+    body: str | None = None
+    body_base64: str | None = None
+    body_bytes: bytes | None = None
+    tags: str | None = None
+    keys: tuple[str, ...] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    sharding_key: str | None = None
+    type: str | None = None
+    delay_ms: int | None = None
+    deliver_at: int | str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    message: Message  # with its id (UNIQ_KEY) assigned
+    sharding_key: str | None
+    type: str
+    deliver_at_ms: int | None  # None: send now
+
+
+def _body(spec: MessageSpec, limits: Limits) -> bytes:
+    given = [x for x in (spec.body, spec.body_base64, spec.body_bytes) if x is not None]
+    if len(given) != 1:
+        raise RequestError("give exactly one of body (UTF-8 text) and bodyBase64", field="body")
+    if spec.body is not None:
+        try:
+            data = spec.body.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RequestError("the body is not valid UTF-8 text (use bodyBase64)", field="body") from None
+        name = "body"
+    elif spec.body_bytes is not None:
+        data, name = spec.body_bytes, "bodyBase64"
+    else:
+        name = "bodyBase64"
+        try:
+            data = base64.b64decode(spec.body_base64 or "", validate=True)
+        except (binascii.Error, ValueError):
+            raise RequestError("not valid base64", field=name) from None
+    if not data:
+        raise RequestError("the body is empty", field=name)
+    if len(data) > limits.max_body_bytes:
+        raise RequestError(
+            f"the body is {len(data)} bytes; at most {limits.max_body_bytes}",
+            field=name,
+            status=413,
+            title="Body too large",
+        )
+    return data
+
+
+def parse_time_ms(value: int | str, name: str) -> int:
+    """Epoch milliseconds, or an RFC 3339 timestamp with an offset."""
+    if isinstance(value, bool):
+        raise RequestError("expected epoch milliseconds or an RFC 3339 timestamp", field=name)
+    if isinstance(value, int):
+        return value
+    text = value.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise RequestError(
+            f"{value!r} is neither epoch milliseconds nor an RFC 3339 timestamp", field=name
+        ) from None
+    if when.tzinfo is None:
+        raise RequestError("an RFC 3339 timestamp needs a time zone offset (or Z)", field=name)
+    return int(when.timestamp() * 1000)
+
+
+def _due(spec: MessageSpec, limits: Limits, now_ms: int) -> int | None:
+    if spec.delay_ms is not None and spec.deliver_at is not None:
+        raise RequestError("give at most one of delayMs and deliverAt", field="delayMs")
+    if spec.delay_ms is not None:
+        if isinstance(spec.delay_ms, bool) or spec.delay_ms < 0:
+            raise RequestError("delayMs must be a non-negative integer", field="delayMs")
+        if spec.delay_ms > limits.max_delay_ms:
+            raise RequestError(f"delayMs is beyond the maximum of {limits.max_delay_ms} ms", field="delayMs")
+        return now_ms + spec.delay_ms if spec.delay_ms > 0 else None
+    if spec.deliver_at is not None:
+        at = parse_time_ms(spec.deliver_at, "deliverAt")
+        if at - now_ms > limits.max_delay_ms:
+            raise RequestError(
+                f"deliverAt is more than the maximum of {limits.max_delay_ms} ms ahead", field="deliverAt"
+            )
+        return at if at > now_ms else None  # a time in the past means "now"
+    return None
+
+
+def prepare(spec: MessageSpec, limits: Limits, now_ms: int) -> Prepared:
+    """Validate everything about one message; RequestError names the first bad field."""
+    try:
+        validate_topic(spec.topic)
+    except InvalidMessageError as exc:
+        raise RequestError(str(exc), field="topic") from None
+    body = _body(spec, limits)
+    if spec.sharding_key is not None and not spec.sharding_key:
+        raise RequestError("shardingKey must not be empty", field="shardingKey")
+    if spec.type is not None and (not spec.type or len(spec.type) > 128 or ":" in spec.type):
+        raise RequestError("type must be 1-128 characters without ':'", field="type")
+    message = Message(
+        spec.topic,
+        body,
+        tags=spec.tags or None,
+        keys=tuple(spec.keys),
+        properties=dict(spec.properties),
+        id=new_uniq_id(),
+    )
+    try:
+        message.validate(limits.max_body_bytes)
+    except InvalidMessageError as exc:
+        raise RequestError(str(exc), field=_api_field(exc.field)) from None
+    return Prepared(message, spec.sharding_key, spec.type or spec.topic, _due(spec, limits, now_ms))
+
+
+def _api_field(field_name: str) -> str:
+    return "bodyBase64" if field_name == "body" else field_name

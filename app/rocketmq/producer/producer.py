@@ -1,0 +1,281 @@
+"""Producer: select a queue, send, classify the outcome, retry on another broker within one budget.
+
+The behaviour is the Java client's (DefaultMQProducerImpl.sendDefaultImpl + MQFaultStrategy), with
+latency fault tolerance on by default and typed errors that say whether a later try may help.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+
+from app.rocketmq.broker import BrokerApi
+from app.rocketmq.errors import (
+    Attempt,
+    ClientError,
+    RemotingError,
+    RequestTimeout,
+    RocketMQError,
+    RouteNotFound,
+    SendFailed,
+)
+from app.rocketmq.message import Message, MessageQueue
+from app.rocketmq.msgid import local_ip, new_uniq_id
+from app.rocketmq.namesrv import NameServerClient
+from app.rocketmq.producer.batch import BatchSender
+from app.rocketmq.producer.config import ProducerConfig
+from app.rocketmq.producer.fault import BrokerState, LatencyFaultTolerance
+from app.rocketmq.producer.publish_info import TopicPublishInfo
+from app.rocketmq.producer.routes import TopicRoutes
+from app.rocketmq.producer.selector import (
+    ByShardingKey,
+    EnvironmentQueue,
+    PreferZone,
+    QueueSelector,
+    RandomQueue,
+    RoundRobin,
+)
+from app.rocketmq.result import SendResult, SendStatus
+
+log = logging.getLogger(__name__)
+
+# One attempt: (queue, broker address, remaining budget in s, publish info) -> result.
+AttemptFn = Callable[[MessageQueue, str, float, TopicPublishInfo], Awaitable[SendResult]]
+
+
+def _client_id() -> str:
+    ip = ".".join(str(b) for b in local_ip()[:4])
+    return f"{ip}@{os.getpid()}#{time.monotonic_ns()}"
+
+
+class Producer:
+    def __init__(
+        self,
+        namesrv: NameServerClient,
+        api: BrokerApi,
+        config: ProducerConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        timer: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+        client_id: str | None = None,
+    ) -> None:
+        self.config = cfg = config or ProducerConfig()
+        self.api = api
+        self._timer = timer
+        self._sleep = sleep
+        self.client_id = client_id or _client_id()
+        self.fault = LatencyFaultTolerance(
+            cfg.latency_max_ms,
+            cfg.not_available_ms,
+            isolation_latency_ms=cfg.isolation_latency_ms,
+            clock=clock,
+            rng=rng,
+        )
+        self.routes = TopicRoutes(
+            namesrv,
+            default_topic=cfg.default_topic,
+            default_topic_queue_nums=cfg.default_topic_queue_nums,
+            refresh_s=cfg.route_refresh_s,
+            sleep=sleep,
+            rng=rng,
+        )
+        self._selector = self._make_selector(cfg, rng)
+        self._batches = BatchSender(self)
+        self._known_addrs: dict[str, str] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _make_selector(self, cfg: ProducerConfig, rng: random.Random | None) -> QueueSelector:
+        fault = self.fault if cfg.fault_tolerance else None
+        if cfg.selector == "round_robin":
+            return RoundRobin(fault)
+        if cfg.selector == "random":
+            return RandomQueue(fault, rng)
+        if cfg.selector == "environment":
+            return EnvironmentQueue(cfg.environment_index)
+        if cfg.selector == "zone":
+            return PreferZone(cfg.zone, fault)
+        raise ClientError(f"unknown queue selector {cfg.selector!r}")
+
+    # lifecycle ----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.routes.start()
+        loop = asyncio.get_running_loop()
+        self._tasks.append(
+            loop.create_task(
+                self._every(self.config.heartbeat_s, self._heartbeat_all), name="producer-heartbeat"
+            )
+        )
+        if self.config.recovery_probe_s > 0 and self.config.fault_tolerance:
+            self._tasks.append(
+                loop.create_task(
+                    self._every(self.config.recovery_probe_s, self._probe), name="producer-recovery-probe"
+                )
+            )
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.routes.close()
+        for addr in self._addrs().values():
+            try:
+                await self.api.unregister_client(
+                    addr, self.client_id, producer_group=self.config.group, timeout_s=1.0
+                )
+            except RocketMQError as exc:
+                log.debug("unregister from %s failed: %s", addr, exc)
+
+    # sending ------------------------------------------------------------------------------------
+    async def send(self, msg: Message, *, sharding_key: str | None = None) -> SendResult:
+        """Send one message; SendFailed (with every attempt) when it could not be stored."""
+        msg.validate(self.config.max_body_bytes)
+        uniq = msg.id or new_uniq_id()
+        selector = self._selector if sharding_key is None else ByShardingKey(sharding_key)
+
+        async def attempt(
+            mq: MessageQueue, addr: str, remaining: float, info: TopicPublishInfo
+        ) -> SendResult:
+            return await self.api.send(addr, mq, msg, uniq, remaining, self.config.default_topic)
+
+        return await self.with_retries(msg.topic, selector, attempt, uniq)
+
+    async def send_batch(
+        self, messages: Sequence[Message], sharding_keys: Sequence[str | None] | None = None
+    ) -> list[SendResult | RocketMQError]:
+        """Send many messages grouped by queue with SEND_BATCH_MESSAGE; one outcome per message, in
+        order (P8). A bad message fails only itself."""
+        return await self._batches.send(messages, sharding_keys)
+
+    def selector_for(self, sharding_key: str | None) -> QueueSelector:
+        return self._selector if sharding_key is None else ByShardingKey(sharding_key)
+
+    async def with_retries(
+        self, topic: str, selector: QueueSelector, attempt: AttemptFn, what: str
+    ) -> SendResult:
+        """Run ``attempt`` until it succeeds, a final error stops it, the attempts run out, or the send
+        budget is spent. Every attempt goes to another broker than the one that just failed, unless the
+        selector pins the message to its queue."""
+        cfg = self.config
+        timer = self._timer
+        deadline = timer() + cfg.send_timeout_s
+        attempts: list[Attempt] = []
+        last: RocketMQError | None = None
+        last_broker: str | None = None
+        refreshed = False
+        try:
+            info = await self._publish_info(topic, deadline)
+        except RocketMQError as exc:
+            raise SendFailed(f"send of {what} to {topic}: no route: {exc}", [], exc) from exc
+        for n in range(1 + cfg.retry_times):
+            remaining = deadline - timer()
+            if remaining <= 0:
+                break
+            mq = selector.select(info, None if selector.ordered else last_broker)
+            started = timer()
+            try:
+                addr = info.master_addr(mq.broker_name)
+                if addr is None:
+                    raise RouteNotFound(f"broker {mq.broker_name} has no master address")
+                self._known_addrs[mq.broker_name] = addr
+                result = await attempt(mq, addr, remaining, info)
+            except RocketMQError as exc:
+                latency = timer() - started
+                self._record(mq.broker_name, latency, failed=True, unreachable=isinstance(exc, RemotingError))
+                attempts.append(Attempt(mq.broker_name, mq.queue_id, latency, str(exc), exc.code))
+                last, last_broker = exc, mq.broker_name
+                if exc.refresh_route and not refreshed:
+                    refreshed = True  # e.g. TOPIC_NOT_EXIST: one more try on a fresh route
+                    info = await self._refreshed(topic, info, deadline)
+                    continue
+                if not (exc.retriable or (exc.code is not None and exc.code in cfg.extra_retry_codes)):
+                    break
+                continue
+            latency = timer() - started
+            self._record(mq.broker_name, latency, failed=False)
+            if (
+                result.status is not SendStatus.SEND_OK
+                and cfg.retry_another_broker_when_not_store_ok
+                and n < cfg.retry_times
+            ):
+                attempts.append(Attempt(mq.broker_name, mq.queue_id, latency, result.status.value))
+                last_broker = mq.broker_name
+                continue
+            return result if n == 0 else replace(result, attempts=n + 1)
+        spent = cfg.send_timeout_s - (deadline - timer())
+        if last is None:
+            last = RequestTimeout(f"send budget of {cfg.send_timeout_s:.3f} s spent")
+        raise SendFailed(
+            f"send of {what} to {topic} failed after {len(attempts)} attempt(s) in {spent:.3f} s: {last}",
+            attempts,
+            last,
+        )
+
+    def _record(self, broker: str, latency_s: float, *, failed: bool, unreachable: bool = False) -> None:
+        if self.config.fault_tolerance:
+            self.fault.update(broker, latency_s, isolation=failed, unreachable=unreachable)
+
+    async def _publish_info(self, topic: str, deadline: float) -> TopicPublishInfo:
+        info = self.routes.cached(topic)
+        if info is not None:
+            return info
+        async with asyncio.timeout(max(deadline - self._timer(), 0.001)):
+            return await self.routes.get(topic)
+
+    async def _refreshed(self, topic: str, info: TopicPublishInfo, deadline: float) -> TopicPublishInfo:
+        try:
+            async with asyncio.timeout(max(deadline - self._timer(), 0.001)):
+                return await self.routes.refresh(topic)
+        except (RocketMQError, TimeoutError) as exc:
+            log.info("route refresh of %s after a send failure did not help: %s", topic, exc)
+            return info
+
+    # observability --------------------------------------------------------------------------------
+    def fault_table(self) -> list[BrokerState]:
+        """Each broker's last latency, remaining back-off and state (for metrics and /status)."""
+        return self.fault.snapshot(self._addrs())
+
+    def route_known(self, topic: str) -> bool:
+        info = self.routes.cached(topic)
+        return info is not None and info.ok
+
+    # background work ------------------------------------------------------------------------------
+    def _addrs(self) -> dict[str, str]:
+        self._known_addrs.update(self.routes.broker_addrs())
+        return dict(self._known_addrs)
+
+    async def _every(self, period_s: float, job: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await self._sleep(period_s)
+            try:
+                await job()
+            except Exception:
+                log.exception("producer background job failed")
+
+    async def _heartbeat_all(self) -> None:
+        for addr in self._addrs().values():
+            try:
+                await self.api.heartbeat(addr, self.client_id, [self.config.group], timeout_s=3.0)
+            except RocketMQError as exc:
+                log.debug("heartbeat to %s failed: %s", addr, exc)
+
+    async def _probe(self) -> None:
+        """Lift the isolation of an unreachable broker as soon as it answers a heartbeat."""
+        addrs = self._addrs()
+        for broker in self.fault.unreachable_brokers():
+            addr = addrs.get(broker)
+            if addr is None:
+                continue
+            try:
+                await self.api.heartbeat(addr, self.client_id, [self.config.group], timeout_s=1.0)
+            except RocketMQError:
+                continue
+            log.info("broker %s at %s answers again; ending its isolation", broker, addr)
+            self.fault.mark_recovered(broker)

@@ -1,0 +1,242 @@
+"""The sidecar's operations, shared by the HTTP and gRPC APIs: send, send a batch, status, cancel.
+
+The promise lives here: an outcome other than an error means the message is stored, either by a broker
+(SENT) or synced to the local store (SPOOLED, SCHEDULED). A message the broker refuses for its own sake
+(MESSAGE_ILLEGAL) is rejected; any other failure is spooled for the retry store's replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Protocol
+
+from app.request import Prepared, RequestError
+from app.rocketmq import InvalidMessageError, Message, RocketMQError, SendFailed, SendResult
+from app.rocketmq.errors import MessageIllegal
+from app.rocketmq.producer import Producer
+from retry.policy import RetryPolicy
+from retry.record import RetryRecord
+
+
+class Ack(Enum):
+    BROKER = "broker"  # send now; spool durably only if every attempt fails
+    SPOOL = "spool"  # answer once synced locally; deliver in the background
+
+
+class Status(Enum):
+    SENT = "SENT"
+    SPOOLED = "SPOOLED"
+    SCHEDULED = "SCHEDULED"
+    DEAD = "DEAD"
+    CANCELLED = "CANCELLED"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    id: str
+    status: Status
+    broker: str | None = None
+    queue_id: int | None = None
+    queue_offset: int | None = None
+    msg_id: str | None = None  # the broker's offset message id
+    next_attempt_at_ms: int | None = None
+    last_error: str | None = None
+    deliver_at_ms: int | None = None
+
+    @classmethod
+    def sent(cls, result: SendResult) -> Outcome:
+        return cls(
+            result.msg_id,
+            Status.SENT,
+            result.queue.broker_name,
+            result.queue.queue_id,
+            result.queue_offset,
+            result.offset_msg_id,
+        )
+
+
+class RetrySpool(Protocol):
+    async def spool(self, record: RetryRecord, due_ms: int) -> None: ...
+
+
+class DelaySchedule(Protocol):
+    async def schedule(self, record: RetryRecord, due_ms: int) -> None: ...
+
+
+class CancelResult(Enum):
+    CANCELLED = "cancelled"
+    NOT_FOUND = "not_found"
+    ALREADY_SENT = "already_sent"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageState:
+    """Where a spooled, scheduled or dead-lettered message stands (GET /v1/messages/{id})."""
+
+    id: str
+    status: Status
+    topic: str | None = None
+    attempts: int | None = None
+    next_attempt_at_ms: int | None = None
+    deliver_at_ms: int | None = None
+    last_error: str | None = None
+    reason: str | None = None
+
+
+class StateLookup(Protocol):
+    async def state(self, id: str) -> MessageState | None: ...
+
+
+class Canceller(Protocol):
+    async def cancel(self, id: str) -> CancelResult: ...
+
+
+def message_fault(exc: BaseException) -> bool:
+    """The broker refused the message itself: sending it again can never work."""
+    last = exc.last if isinstance(exc, SendFailed) else exc
+    return isinstance(last, MessageIllegal | InvalidMessageError)
+
+
+class Sidecar:
+    def __init__(
+        self,
+        producer: Producer,
+        retry: RetrySpool,
+        *,
+        policy_for: Callable[[str], RetryPolicy],
+        delay: DelaySchedule | None = None,
+        lookups: Sequence[StateLookup] = (),
+        canceller: Canceller | None = None,
+        now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self.producer = producer
+        self.retry = retry
+        self.delay = delay
+        self._lookups = tuple(lookups)
+        self._canceller = canceller
+        self._policy_for = policy_for
+        self._now_ms = now_ms
+
+    def record(self, p: Prepared, *, error: str = "", failed_at_ms: int | None = None) -> RetryRecord:
+        m = p.message
+        assert m.id is not None
+        now = self._now_ms()
+        return RetryRecord(
+            id=m.id,
+            topic=m.topic,
+            body=m.body,
+            tags=m.tags,
+            keys=m.keys,
+            properties=dict(m.properties),
+            sharding_key=p.sharding_key,
+            type=p.type,
+            created_ms=now,
+            first_failure_ms=failed_at_ms or 0,
+            retry_count=0,
+            last_error=error,
+            history=((failed_at_ms, error),) if failed_at_ms else (),
+        )
+
+    async def send(self, p: Prepared, ack: Ack = Ack.BROKER) -> Outcome:
+        """Deliver or store one prepared message; raises RequestError or a storage error otherwise."""
+        msg_id = p.message.id
+        assert msg_id is not None
+        if p.deliver_at_ms is not None:
+            return await self._schedule(p)
+        if ack is Ack.SPOOL:
+            now = self._now_ms()
+            await self.retry.spool(self.record(p), now)
+            return Outcome(msg_id, Status.SPOOLED, next_attempt_at_ms=now)
+        try:
+            result = await self.producer.send(p.message, sharding_key=p.sharding_key)
+        except RocketMQError as exc:
+            return await self._after_failure(p, exc)
+        return Outcome.sent(result)
+
+    async def _schedule(self, p: Prepared) -> Outcome:
+        if self.delay is None:
+            raise RequestError(
+                "delayed delivery is not available in this sidecar",
+                field="delayMs",
+                status=501,
+                title="Not implemented",
+            )
+        assert p.deliver_at_ms is not None and p.message.id is not None
+        await self.delay.schedule(self.record(p), p.deliver_at_ms)
+        return Outcome(p.message.id, Status.SCHEDULED, deliver_at_ms=p.deliver_at_ms)
+
+    async def _after_failure(self, p: Prepared, exc: RocketMQError) -> Outcome:
+        if message_fault(exc):
+            raise RequestError(
+                f"the broker refused the message: {exc}", field=None, status=422, title="Message refused"
+            ) from exc
+        now = self._now_ms()
+        error = str(exc.last if isinstance(exc, SendFailed) and exc.last else exc)
+        due = now + int(self._policy_for(p.type).delay_s(0) * 1000)
+        await self.retry.spool(self.record(p, error=error, failed_at_ms=now), due)
+        assert p.message.id is not None
+        return Outcome(p.message.id, Status.SPOOLED, next_attempt_at_ms=due, last_error=error)
+
+    async def status(self, id: str) -> MessageState | None:
+        for lookup in self._lookups:
+            found = await lookup.state(id)
+            if found is not None:
+                return found
+        return None
+
+    async def cancel(self, id: str) -> CancelResult:
+        if self._canceller is None:
+            return CancelResult.NOT_FOUND
+        return await self._canceller.cancel(id)
+
+    async def send_batch(
+        self, items: Sequence[Prepared | RequestError], ack: Ack = Ack.BROKER
+    ) -> list[Outcome | Exception]:
+        """One outcome (or error) per item, in order; a bad or failing item fails only itself."""
+        out: list[Outcome | Exception | None] = [None] * len(items)
+        direct: list[int] = []
+        others: list[int] = []
+        for i, item in enumerate(items):
+            if isinstance(item, RequestError):
+                out[i] = item
+            elif item.deliver_at_ms is None and ack is Ack.BROKER:
+                direct.append(i)
+            else:
+                others.append(i)
+
+        async def store_one(i: int) -> None:
+            item = items[i]
+            assert isinstance(item, Prepared)
+            out[i] = await _capture(self.send(item, ack))
+
+        jobs = [store_one(i) for i in others]
+        if direct:
+            jobs.append(self._send_direct(direct, items, out))
+        await asyncio.gather(*jobs)
+        return [o if o is not None else RuntimeError("no outcome") for o in out]
+
+    async def _send_direct(
+        self, idx: list[int], items: Sequence[Prepared | RequestError], out: list[Outcome | Exception | None]
+    ) -> None:
+        prepared: list[Prepared] = [items[i] for i in idx]  # type: ignore[misc]
+        messages: list[Message] = [p.message for p in prepared]
+        results = await self.producer.send_batch(messages, [p.sharding_key for p in prepared])
+
+        async def settle(i: int, p: Prepared, result: SendResult | RocketMQError) -> None:
+            if isinstance(result, SendResult):
+                out[i] = Outcome.sent(result)
+            else:
+                out[i] = await _capture(self._after_failure(p, result))
+
+        await asyncio.gather(*(settle(i, p, r) for i, p, r in zip(idx, prepared, results, strict=True)))
+
+
+async def _capture(coro: Any) -> Outcome | Exception:
+    try:
+        return await coro  # type: ignore[no-any-return]
+    except Exception as exc:  # each item's failure is its own; the batch goes on
+        return exc

@@ -1,0 +1,145 @@
+"""Shared benchmark plumbing: the Java anchor, a devbroker subprocess, percentiles and a results table."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_CTL = REPO.parent / "shared" / "rocketmq" / "real-broker.sh"
+
+
+@dataclass
+class Row:
+    name: str
+    value: float
+    unit: str
+    anchor: float | None = None  # the figure this row is compared with, measured in the same run
+
+    def line(self) -> str:
+        ratio = f"{self.value / self.anchor:6.2f}x" if self.anchor else "       "
+        return f"  {self.name:<66} {self.value:>12,.1f} {self.unit:<6} {ratio}"
+
+
+def print_rows(title: str, rows: Sequence[Row]) -> None:
+    print(f"\n{title}")
+    for row in rows:
+        print(row.line())
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def java_producer_tps(
+    namesrv: str, ctl: Path, *, topic: str, threads: int = 8, size: int = 256, quantity: int = 300_000
+) -> float:
+    """Run RocketMQ's own benchmark Producer (sync sends) and return its overall TPS."""
+    cmd = [
+        "bash",
+        str(ctl),
+        "java",
+        "org.apache.rocketmq.example.benchmark.Producer",
+        "-n",
+        namesrv,
+        "-t",
+        topic,
+        "-w",
+        str(threads),
+        "-s",
+        str(size),
+        "-q",
+        str(quantity),
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False).stdout
+    match = re.search(r"\[Complete\] Send Total: (\d+) Send TPS: (\d+)", out)
+    if not match:
+        raise RuntimeError(f"the Java benchmark producer printed no result:\n{out[-2000:]}")
+    return float(match.group(2))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class DevbrokerProcess:
+    namesrv: str
+    admin_url: str
+
+    def faults(self, broker: str, **faults: object) -> None:
+        """Set faults through the admin endpoint, e.g. faults("broker-a", fail_all=True, fail_code=1)."""
+        httpx.post(f"{self.admin_url}/brokers/{broker}/faults", json=faults, timeout=10).raise_for_status()
+
+    def clear(self, broker: str) -> None:
+        httpx.delete(f"{self.admin_url}/brokers/{broker}/faults", timeout=10).raise_for_status()
+
+
+@contextlib.contextmanager
+def devbroker_process(
+    brokers: int = 2, queues: int = 4, max_log_mb: int = 2048
+) -> Iterator[DevbrokerProcess]:
+    """`rocksidecar devbroker` in its own process (so it has its own core)."""
+    ns_port, admin_port = free_port(), free_port()
+    exe = shutil.which("rocksidecar", path=str(Path(sys.executable).parent)) or "rocksidecar"
+    proc = subprocess.Popen(
+        [
+            exe,
+            "devbroker",
+            "--brokers",
+            str(brokers),
+            "--queues",
+            str(queues),
+            "--namesrv-port",
+            str(ns_port),
+            "--broker-base-port",
+            "0",
+            "--admin-port",
+            str(admin_port),
+            "--max-log-mb",
+            str(max_log_mb),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{admin_port}/brokers", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"devbroker did not start: {proc.stdout.read() if proc.stdout else ''}")
+            time.sleep(0.1)  # waiting for another process to listen: nothing to await
+        yield DevbrokerProcess(f"127.0.0.1:{ns_port}", f"http://127.0.0.1:{admin_port}")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def environment() -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{os.cpu_count()} cores, load average {load:.2f}, Python {sys.version.split()[0]}"

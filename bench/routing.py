@@ -1,0 +1,125 @@
+"""Routing costs (issue 3): per-send queue selection overhead in µs, and send throughput with one of two
+brokers failing every send compared with both healthy, measured in the same run against devbroker (its
+own process). With fault tolerance the failing broker costs one failed attempt, then it is isolated;
+without it (the Java default) every send that lands on it pays a failure and a retry.
+
+    .venv/bin/python -m bench.routing
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import time
+
+import uvloop
+
+from app.rocketmq import BrokerApi, Message, NameServerClient, RemotingClient
+from app.rocketmq.producer import Producer, ProducerConfig, RoundRobin
+from app.rocketmq.producer.fault import LatencyFaultTolerance
+from app.rocketmq.producer.publish_info import SendIndex, TopicPublishInfo
+from app.rocketmq.route import BrokerData, QueueData, TopicRouteData
+from bench.common import DevbrokerProcess, Row, devbroker_process, environment, print_rows
+
+
+def selection_overhead(n: int) -> list[Row]:
+    route = TopicRouteData(
+        (QueueData("broker-a", 4, 4, 6), QueueData("broker-b", 4, 4, 6)),
+        (BrokerData("c", "broker-a", {0: "a:1"}), BrokerData("c", "broker-b", {0: "b:1"})),
+    )
+    info = TopicPublishInfo.build("T", route, SendIndex(0))
+    rows = []
+    cases = [
+        ("round robin, no fault tolerance", None, ()),
+        ("round robin + fault tolerance, healthy", "ft", ()),
+        ("fault tolerance, broker-a backing off", "ft", ("broker-a",)),
+        ("fault tolerance, both backing off (pickOneAtLeast)", "ft", ("broker-a", "broker-b")),
+    ]
+    base = None
+    for name, ft, slow in cases:
+        fault = LatencyFaultTolerance(rng=random.Random(1)) if ft else None
+        for broker in slow:
+            assert fault is not None
+            fault.update(broker, 0.6, isolation=False)
+        selector = RoundRobin(fault)
+        started = time.perf_counter()
+        for _ in range(n):
+            selector.select(info, None)
+        us = (time.perf_counter() - started) / n * 1e6
+        base = base or us
+        rows.append(Row(f"select: {name}", us, "µs", base))
+    return rows
+
+
+async def _stream(producer: Producer, topic: str, messages: int, concurrency: int) -> tuple[float, int]:
+    """Send ``messages`` with ``concurrency`` in flight; (msg/s, failures)."""
+    body = b"x" * 256
+    for _ in range(100):  # warm up: routes, connections, topic auto-creation
+        await producer.send(Message(topic, body))
+    sem = asyncio.Semaphore(concurrency)
+    failures = 0
+
+    async def one() -> None:
+        nonlocal failures
+        async with sem:
+            try:
+                await producer.send(Message(topic, body))
+            except Exception:
+                failures += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(messages)))
+    return messages / (time.perf_counter() - started), failures
+
+
+async def _case(
+    dev: DevbrokerProcess, ft: bool, failing: bool, messages: int, concurrency: int
+) -> tuple[float, int]:
+    if failing:
+        dev.faults("broker-a", fail_all=True, fail_code=1)
+    client = RemotingClient()
+    producer = Producer(
+        NameServerClient(client, dev.namesrv),
+        BrokerApi(client, producer_group="bench"),
+        ProducerConfig(group="bench", fault_tolerance=ft),
+    )
+    try:
+        return await _stream(producer, "RsRouting", messages, concurrency)
+    finally:
+        await producer.close()
+        await client.close()
+
+
+def throughput(messages: int, concurrency: int) -> list[Row]:
+    """Each case gets a fresh devbroker, so a log grown by earlier cases does not slow later ones."""
+    rows: list[Row] = []
+    base = None
+    for label, ft, failing in (
+        ("both healthy", True, False),
+        ("broker-a failing every send", True, True),
+        ("broker-a failing, fault tolerance off", False, True),
+    ):
+        with devbroker_process() as dev:
+            rate, failures = uvloop.run(_case(dev, ft, failing, messages, concurrency))
+        base = base or rate
+        rows.append(Row(f"{concurrency} in flight: {label} ({failures} failed)", rate, "msg/s", base))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--selections", type=int, default=1_000_000)
+    parser.add_argument("--messages", type=int, default=40_000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    args = parser.parse_args()
+    print(f"routing; {environment()}")
+    print_rows("queue selection per send (ratio to plain round robin)", selection_overhead(args.selections))
+    rows = throughput(args.messages, args.concurrency)
+    print_rows("throughput against devbroker (ratio to both healthy)", rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""One devbroker broker: listener, store, topics, clients and the processors that answer requests, the
+dispatch of request codes to them, registration with the in-process name server, fault injection, and
+the lifecycle (start, stop and restart on the same port, close)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from app.rocketmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from app.rocketmq.connection import Connection
+from app.rocketmq.message import MessageExt
+from app.rocketmq.message_codec import pack_host
+from app.rocketmq.protocol.frame import RemotingCommand
+from devbroker.admin_requests import AdminProcessor
+from devbroker.client_manage import ClientManageProcessor
+from devbroker.clients import ClientRegistry
+from devbroker.commitlog import DEFAULT_SEGMENT_BYTES, CommitLog
+from devbroker.faults import Faults
+from devbroker.headers import Reject
+from devbroker.listener import Listener
+from devbroker.long_poll import PullHolds
+from devbroker.namesrv import DEFAULT_CLUSTER, NameServer, Registration
+from devbroker.offsets import ConsumerOffsets
+from devbroker.pull import PullProcessor
+from devbroker.send import SendProcessor
+from devbroker.send_back import SendBackProcessor
+from devbroker.store import MessageStore
+from devbroker.topics import TopicTable
+
+log = logging.getLogger(__name__)
+
+BROKER_VERSION = 401  # MQVersion ordinal of 4.9.4, reported in every response (heartbeats read it)
+HOUSEKEEPING_INTERVAL_S = 1.0  # flush files, expire silent clients
+
+Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand]]
+
+
+class DevBroker:
+    def __init__(
+        self,
+        name: str,
+        namesrv: NameServer,
+        *,
+        cluster: str = DEFAULT_CLUSTER,
+        queues: int = 4,
+        auto_create: bool = True,
+        data_dir: Path | None = None,
+        port: int = 0,
+        now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        clock: Callable[[], float] = time.monotonic,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        max_log_bytes: int | None = None,
+    ) -> None:
+        self.name = name
+        self.cluster = cluster
+        self._namesrv = namesrv
+        home = data_dir / name if data_dir is not None else None
+        if home is not None:
+            home.mkdir(parents=True, exist_ok=True)
+        self.faults = Faults()
+        self.holds = PullHolds()
+        self._log = CommitLog(
+            home / "commitlog" if home else None, segment_bytes=segment_bytes, max_bytes=max_log_bytes
+        )
+        self.store = MessageStore(self._log, now_ms=now_ms, on_append=self.holds.notify)
+        self.topics = TopicTable(
+            queues=queues, auto_create=auto_create, path=home / "topics.json" if home else None
+        )
+        self.offsets = ConsumerOffsets(home / "consumerOffset.json" if home else None)
+        self.clients = ClientRegistry(self._notify_ids_changed, clock=clock)
+        self.listener = Listener(self._handle, port=port, on_close=self.clients.connection_closed)
+        self._handlers = self._build_handlers(cluster)
+        self._notify_opaque = itertools.count(1)
+        self._housekeeping: asyncio.Task[None] | None = None
+
+    def _build_handlers(self, cluster: str) -> dict[int, Handler]:
+        send = SendProcessor(self.store, self.topics, self.faults, cluster=cluster)
+        pull = PullProcessor(self.store, self.topics, self.clients, self.offsets, self.holds)
+        manage = ClientManageProcessor(self.clients, self.offsets, self.store, self.topics)
+        admin = AdminProcessor(self.store, self.topics)
+        back = SendBackProcessor(self.store, self.topics)
+        return {
+            RequestCode.SEND_MESSAGE: send.send,
+            RequestCode.SEND_MESSAGE_V2: send.send,
+            RequestCode.SEND_BATCH_MESSAGE: send.send,
+            RequestCode.PULL_MESSAGE: pull.pull,
+            RequestCode.QUERY_CONSUMER_OFFSET: manage.query_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: manage.update_offset,
+            RequestCode.HEART_BEAT: manage.heartbeat,
+            RequestCode.UNREGISTER_CLIENT: manage.unregister,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: manage.consumer_list,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: admin.create_topic,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset,
+            RequestCode.GET_MAX_OFFSET: admin.max_offset,
+            RequestCode.GET_MIN_OFFSET: admin.min_offset,
+            RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message,
+            RequestCode.CONSUMER_SEND_MSG_BACK: back.send_back,
+        }
+
+    @property
+    def addr(self) -> str:
+        return self.listener.addr
+
+    @property
+    def running(self) -> bool:
+        return self.listener.running
+
+    async def start(self) -> None:
+        """Listen (on the same port as before after a stop) and appear in the name server's routes."""
+        if self.running:
+            return
+        await self.listener.start()
+        self.store.store_host = pack_host(self.listener.host, self.listener.port)
+        self._namesrv.register(Registration(self.name, self.addr, self.cluster, self.topics))
+        self._housekeeping = asyncio.get_running_loop().create_task(self._housekeep_loop())
+        self._housekeeping.add_done_callback(self._housekeeping_done)
+
+    async def stop(self) -> None:
+        """Leave the routes, drop every connection and refuse new ones; state is kept for start()."""
+        self._namesrv.unregister(self.name)
+        await self.listener.stop()
+        task, self._housekeeping = self._housekeeping, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.flush()
+
+    async def close(self) -> None:
+        """Stop for good: flush and close the files."""
+        await self.stop()
+        self._log.close()
+
+    def drop_connections(self) -> int:
+        """Abort every client connection now; the listener stays up. Returns how many were dropped."""
+        return self.listener.drop_connections()
+
+    def messages(self, topic: str, queue_id: int | None = None) -> list[MessageExt]:
+        """Stored messages of one queue, or of every queue of the topic in queue order."""
+        if queue_id is not None:
+            return self.store.messages(topic, queue_id)
+        ids = sorted(q for t, q in self.store.queues() if t == topic)
+        return [m for q in ids for m in self.store.messages(topic, q)]
+
+    def flush(self) -> None:
+        self._log.flush()
+        self.offsets.flush()
+
+    def housekeep(self) -> None:
+        """One round of what the background task does every second."""
+        for conn in self.clients.scan_expired():
+            conn.close()  # as Java's ClientHousekeepingService closes expired channels
+        self.flush()
+
+    # internals ----------------------------------------------------------------------------------
+    async def _handle(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        handler = self._handlers.get(cmd.code)
+        if handler is None:
+            resp = cmd.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+            )
+        else:
+            try:
+                resp = await handler(conn, cmd)
+            except Reject as exc:
+                resp = cmd.response(exc.code, exc.remark)
+        resp.version = BROKER_VERSION
+        return resp
+
+    def _notify_ids_changed(self, conn: Connection, group: str) -> None:
+        cmd = RemotingCommand(
+            RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+            {"consumerGroup": group},
+            opaque=next(self._notify_opaque),
+            flag=FLAG_ONEWAY,
+            version=BROKER_VERSION,
+        )
+        conn.send(cmd)  # one-way: nothing to wait for, and a closed connection just drops it
+
+    async def _housekeep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
+            try:
+                self.housekeep()
+            except OSError:  # e.g. a full disk: keep serving from memory, try again next round
+                log.exception("broker %s: housekeeping failed", self.name)
+
+    def _housekeeping_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("broker %s: housekeeping stopped", self.name, exc_info=task.exception())

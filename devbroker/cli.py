@@ -1,0 +1,109 @@
+"""``rocksidecar devbroker``: run a name server, N brokers and the admin endpoint on loopback until
+SIGINT or SIGTERM, then stop cleanly and exit 0."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from devbroker.cluster import BROKER_PORT_STEP, MAX_BROKERS, DevCluster
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "devbroker",
+        help="run a RocketMQ-compatible name server and brokers on loopback (for local runs and tests)",
+        description=__doc__,
+    )
+    p.add_argument("--brokers", type=int, default=2, metavar="N", help="number of brokers (default 2)")
+    p.add_argument("--namesrv-port", type=int, default=19876, metavar="PORT", help="default 19876; 0 = any")
+    p.add_argument(
+        "--broker-base-port",
+        type=int,
+        default=20911,
+        metavar="PORT",
+        help=f"broker i listens on PORT + {BROKER_PORT_STEP}*i (default 20911); 0 = any free ports",
+    )
+    p.add_argument("--queues", type=int, default=4, help="queues of auto-created topics (default 4)")
+    p.add_argument("--data-dir", type=Path, default=None, help="keep topics, messages and offsets here")
+    p.add_argument("--admin-port", type=int, default=19880, metavar="PORT", help="admin HTTP (default 19880)")
+    p.add_argument("--no-auto-create", action="store_true", help="no TBW102: sends to unknown topics fail")
+    p.add_argument(
+        "--max-log-mb", type=int, default=None, metavar="MB", help="drop the oldest messages beyond this"
+    )
+    p.set_defaults(func=run)
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    if not 1 <= args.brokers <= MAX_BROKERS:
+        return f"--brokers must be between 1 and {MAX_BROKERS}"
+    if args.queues < 1:
+        return "--queues must be at least 1"
+    last_port = args.broker_base_port + BROKER_PORT_STEP * (args.brokers - 1)
+    ports = (args.namesrv_port, args.admin_port, args.broker_base_port, last_port)
+    if any(not 0 <= p <= 65535 for p in ports):
+        return "ports must be between 0 and 65535"
+    if args.max_log_mb is not None and args.max_log_mb < 128:
+        return "--max-log-mb must be at least 128 (two 64 MiB segments)"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = _check(args)
+    if problem is not None:
+        print(f"rocksidecar devbroker: {problem}", file=sys.stderr)
+        return 2
+    try:
+        _run_loop(_serve(args))
+    except OSError as exc:
+        print(f"rocksidecar devbroker: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_loop(main: Coroutine[Any, Any, None]) -> None:
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    try:
+        import uvloop  # a faster loop when installed; benchmarks run devbroker as its own process
+
+        factory = uvloop.new_event_loop
+    except ImportError:
+        pass
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main)
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    cluster = DevCluster(
+        brokers=args.brokers,
+        queues=args.queues,
+        data_dir=args.data_dir,
+        auto_create=not args.no_auto_create,
+        namesrv_port=args.namesrv_port,
+        broker_base_port=args.broker_base_port,
+        admin_port=args.admin_port,
+        max_log_bytes=args.max_log_mb * 1024 * 1024 if args.max_log_mb else None,
+    )
+    async with cluster:
+        print(f"devbroker name server {cluster.namesrv_addr}", flush=True)
+        for name, broker in cluster.brokers.items():
+            print(f"devbroker {name} {broker.addr}", flush=True)
+        print(f"devbroker admin {cluster.admin_url}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in _SIGNALS:
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            print("devbroker ready", flush=True)
+            await stop.wait()
+        finally:
+            for sig in _SIGNALS:
+                loop.remove_signal_handler(sig)
+    print("devbroker stopped", flush=True)

@@ -1,0 +1,113 @@
+"""DevCluster: a name server and N brokers ("broker-a", "broker-b", ...) on loopback in this event loop,
+plus the optional admin HTTP endpoint; what tests, the CLI and the sidecar's --devbroker mode start.
+
+    async with DevCluster(brokers=2, queues=4) as cluster:
+        cluster.namesrv_addr                          # "127.0.0.1:<port>"
+        cluster.brokers["broker-a"].faults.latency_s = 0.5
+        await cluster.brokers["broker-b"].stop()      # gone from routes until start()
+"""
+
+from __future__ import annotations
+
+import string
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+from devbroker.broker import DevBroker
+from devbroker.commitlog import DEFAULT_SEGMENT_BYTES
+from devbroker.http_admin import AdminServer
+from devbroker.namesrv import DEFAULT_CLUSTER, NameServer
+
+MAX_BROKERS = 26
+BROKER_PORT_STEP = 10  # broker i listens on base + 10 * i, as the CLI documents
+
+
+def broker_name(index: int) -> str:
+    return f"broker-{string.ascii_lowercase[index]}"
+
+
+class DevCluster:
+    def __init__(
+        self,
+        brokers: int = 2,
+        queues: int = 4,
+        data_dir: Path | str | None = None,
+        *,
+        auto_create: bool = True,
+        namesrv_port: int = 0,
+        broker_base_port: int = 0,
+        admin_port: int | None = None,
+        cluster: str = DEFAULT_CLUSTER,
+        now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        clock: Callable[[], float] = time.monotonic,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        max_log_bytes: int | None = None,
+    ) -> None:
+        """Ports 0 are ephemeral; ``broker_base_port`` 0 gives every broker an ephemeral port and
+        ``admin_port`` None runs no admin endpoint.
+
+        Raises:
+            ValueError: a broker or queue count out of range.
+        """
+        if not 1 <= brokers <= MAX_BROKERS:
+            raise ValueError(f"brokers must be between 1 and {MAX_BROKERS}, not {brokers}")
+        if queues < 1:
+            raise ValueError(f"queues must be at least 1, not {queues}")
+        root = Path(data_dir) if data_dir is not None else None
+        self.namesrv = NameServer(port=namesrv_port)
+        self.brokers: dict[str, DevBroker] = {}
+        for i in range(brokers):
+            name = broker_name(i)
+            self.brokers[name] = DevBroker(
+                name,
+                self.namesrv,
+                cluster=cluster,
+                queues=queues,
+                auto_create=auto_create,
+                data_dir=root,
+                port=broker_base_port + BROKER_PORT_STEP * i if broker_base_port else 0,
+                now_ms=now_ms,
+                clock=clock,
+                segment_bytes=segment_bytes,
+                max_log_bytes=max_log_bytes,
+            )
+        self.admin = AdminServer(self.brokers, port=admin_port) if admin_port is not None else None
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.namesrv.addr
+
+    @property
+    def admin_url(self) -> str | None:
+        return self.admin.url if self.admin is not None else None
+
+    async def start(self) -> None:
+        """Start everything; on a failure (e.g. a port in use) stop what started and re-raise."""
+        try:
+            for broker in self.brokers.values():
+                await broker.start()
+            if self.admin is not None:
+                await self.admin.start()
+            # Last: once the name server accepts connections, every broker is in its routes.
+            await self.namesrv.start()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        if self.admin is not None:
+            await self.admin.stop()
+        for broker in self.brokers.values():
+            await broker.close()
+        await self.namesrv.stop()
+
+    async def __aenter__(self) -> DevCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()

@@ -1,0 +1,172 @@
+"""The admin HTTP endpoint for humans, on loopback: list brokers, set or clear faults, stop, start or
+drop a broker's connections.
+
+    GET    /brokers                      every broker: address, running, connections, faults, topics
+    GET    /brokers/{name}
+    POST   /brokers/{name}/faults        JSON {latency_ms, fail_next, fail_code, fail_remark, fail_all}
+    DELETE /brokers/{name}/faults
+    POST   /brokers/{name}/stop | start | drop
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Generator, Mapping
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from devbroker.broker import DevBroker
+from devbroker.listener import LOOPBACK
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def describe(broker: DevBroker) -> dict[str, Any]:
+    return {
+        "name": broker.name,
+        "addr": broker.addr,
+        "running": broker.running,
+        "connections": len(broker.listener.connections),
+        "faults": broker.faults.to_json(),
+        "topics": broker.topics.names(),
+        "groups": broker.clients.groups(),
+    }
+
+
+def apply_faults(broker: DevBroker, doc: Any) -> None:
+    """Apply the given fields of a faults document, all or none; raises _BadRequest naming a bad field."""
+    if not isinstance(doc, dict):
+        raise _BadRequest(400, "the body must be a JSON object")
+    unknown = set(doc) - {"latency_ms", "fail_next", "fail_code", "fail_remark", "fail_all"}
+    if unknown:
+        raise _BadRequest(400, f"unknown fields: {sorted(unknown)}")
+    changes: dict[str, Any] = {}
+    if "latency_ms" in doc:
+        changes["latency_s"] = _number(doc, "latency_ms") / 1000
+    for name in ("fail_code", "fail_next"):
+        if name in doc:
+            changes[name] = int(_number(doc, name))
+    for name, kind, words in (("fail_remark", str, "a string"), ("fail_all", bool, "true or false")):
+        if name in doc:
+            if not isinstance(doc[name], kind):
+                raise _BadRequest(400, f"{name} must be {words}")
+            changes[name] = doc[name]
+    for name, value in changes.items():
+        setattr(broker.faults, name, value)
+
+
+def _number(doc: dict[str, Any], name: str) -> float:
+    value = doc[name]
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise _BadRequest(400, f"{name} must be a number >= 0")
+    return float(value)
+
+
+def build_app(brokers: Mapping[str, DevBroker]) -> Starlette:
+    def find(request: Request) -> DevBroker:
+        name = request.path_params["name"]
+        if name not in brokers:
+            raise _BadRequest(404, f"no broker named {name!r}; there are {sorted(brokers)}")
+        return brokers[name]
+
+    async def list_brokers(request: Request) -> JSONResponse:
+        return JSONResponse([describe(b) for b in brokers.values()])
+
+    async def get_broker(request: Request) -> JSONResponse:
+        return JSONResponse(describe(find(request)))
+
+    async def set_faults(request: Request) -> JSONResponse:
+        broker = find(request)
+        try:
+            doc = await request.json()
+        except ValueError:
+            raise _BadRequest(400, "the body is not JSON") from None
+        apply_faults(broker, doc)
+        return JSONResponse(describe(broker))
+
+    async def clear_faults(request: Request) -> JSONResponse:
+        broker = find(request)
+        broker.faults.clear()
+        return JSONResponse(describe(broker))
+
+    async def act(request: Request) -> JSONResponse:
+        broker, action = find(request), request.path_params["action"]
+        if action == "stop":
+            await broker.stop()
+        elif action == "start":
+            await broker.start()
+        elif action == "drop":
+            broker.drop_connections()
+        else:
+            raise _BadRequest(404, f"unknown action {action!r}; use stop, start or drop")
+        return JSONResponse(describe(broker))
+
+    async def bad_request(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, _BadRequest)
+        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+
+    return Starlette(
+        routes=[
+            Route("/brokers", list_brokers, methods=["GET"]),
+            Route("/brokers/{name}", get_broker, methods=["GET"]),
+            Route("/brokers/{name}/faults", set_faults, methods=["POST"]),
+            Route("/brokers/{name}/faults", clear_faults, methods=["DELETE"]),
+            Route("/brokers/{name}/{action}", act, methods=["POST"]),
+        ],
+        exception_handlers={_BadRequest: bad_request},
+    )
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield  # the process that embeds devbroker owns SIGINT and SIGTERM, not uvicorn
+
+
+class AdminServer:
+    """Serves build_app() with uvicorn on a socket bound (and listening) before start() returns."""
+
+    def __init__(self, brokers: Mapping[str, DevBroker], *, port: int = 0, host: str = LOOPBACK) -> None:
+        self._app = build_app(brokers)
+        self.host, self.port = host, port
+        self._server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(128)  # connections queue here until uvicorn accepts them
+        except OSError:
+            sock.close()
+            raise
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self._app, lifespan="off", ws="none", log_config=None, log_level="warning", access_log=False
+        )  # log_config None: leave the embedding process's logging setup alone
+        self._server = _Server(config)
+        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
+
+    async def stop(self) -> None:
+        server, task = self._server, self._task
+        self._server = self._task = None
+        if server is None or task is None:
+            return
+        server.should_exit = True
+        await task

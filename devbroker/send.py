@@ -1,0 +1,206 @@
+"""SEND_MESSAGE (10, long header names), SEND_MESSAGE_V2 (310, letters) and SEND_BATCH_MESSAGE (320):
+the checks of Java's msgCheck, topic auto-creation from TBW102, injected faults, and the stored form
+of the protocol reference §3.8 (WAIT dropped, CLUSTER added, born host = the connection's peer)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from app.rocketmq.codes import RequestCode, ResponseCode
+from app.rocketmq.connection import Connection
+from app.rocketmq.errors import FrameError
+from app.rocketmq.message import DEFAULT_MAX_BODY_BYTES, PROPERTIES_MAX_BYTES
+from app.rocketmq.message_codec import decode_batch, pack_host
+from app.rocketmq.protocol.frame import RemotingCommand
+from devbroker.faults import Faults
+from devbroker.headers import Reject
+from devbroker.listener import ServerConnection
+from devbroker.store import MessageStore, NewMessage, tag_code
+from devbroker.topics import NOT_ALLOWED_SEND_TOPICS, RETRY_PREFIX, TopicConfig, TopicTable, topic_name_error
+
+REGION = "DefaultRegion"
+_FIELDS = (
+    "producerGroup",
+    "topic",
+    "defaultTopic",
+    "defaultTopicQueueNums",
+    "queueId",
+    "sysFlag",
+    "bornTimestamp",
+    "flag",
+    "properties",
+    "reconsumeTimes",
+)
+_LETTERS = dict(zip(_FIELDS, "abcdefghij", strict=True))  # SendMessageRequestHeaderV2 names
+_LONG = {f: f for f in _FIELDS}
+_OPTIONAL = frozenset({"properties", "reconsumeTimes"})
+_NUMERIC = frozenset(
+    {"defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp", "flag", "reconsumeTimes"}
+)
+_UNKNOWN_HOST = pack_host("0.0.0.0", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class SendHeader:
+    topic: str
+    default_topic: str
+    default_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp_ms: int
+    flag: int
+    properties: str
+    reconsume_times: int
+
+    @classmethod
+    def parse(cls, ext: dict[str, str], letters: bool) -> SendHeader:
+        """Raises:
+        Reject: SYSTEM_ERROR naming the first missing or non-numeric required field.
+        """
+        k = _LETTERS if letters else _LONG
+        try:  # the hot path: plain lookups; only a failure looks for what is wrong
+            ext[k["producerGroup"]]  # required, though the broker does not use it
+            return cls(
+                topic=ext[k["topic"]],
+                default_topic=ext[k["defaultTopic"]],
+                default_queue_nums=int(ext[k["defaultTopicQueueNums"]]),
+                queue_id=int(ext[k["queueId"]]),
+                sys_flag=int(ext[k["sysFlag"]]),
+                born_timestamp_ms=int(ext[k["bornTimestamp"]]),
+                flag=int(ext[k["flag"]]),
+                properties=ext.get(k["properties"], ""),
+                reconsume_times=int(ext.get(k["reconsumeTimes"], 0)),
+            )
+        except (KeyError, ValueError):
+            raise Reject(ResponseCode.SYSTEM_ERROR, _header_problem(ext, k)) from None
+
+
+def _header_problem(ext: dict[str, str], keys: dict[str, str]) -> str:
+    for name in _FIELDS:
+        key = keys[name]
+        if key not in ext:
+            if name not in _OPTIONAL:
+                return f"the request header lacks the required field {key!r}"
+        elif name in _NUMERIC and not ext[key].lstrip("-").isdigit():
+            return f"header field {key!r} is not an integer: {ext[key]!r}"
+    return "undecodable send header"
+
+
+def stored_properties(props: str, suffix: list[str]) -> tuple[str, str | None]:
+    """(properties as stored, TAGS value): WAIT removed, the broker's own items appended."""
+    items = [p for p in props.split("\x02") if p and not p.startswith("WAIT\x01")]
+    tags = next((p[5:] for p in items if p.startswith("TAGS\x01")), None)
+    text = "\x02".join(items + suffix)
+    if len(text) > PROPERTIES_MAX_BYTES // 4 and len(text.encode()) > PROPERTIES_MAX_BYTES:
+        raise Reject(ResponseCode.MESSAGE_ILLEGAL, f"message properties exceed {PROPERTIES_MAX_BYTES} bytes")
+    return text, tags
+
+
+def _check_body(body: bytes) -> None:
+    if len(body) > DEFAULT_MAX_BODY_BYTES:
+        raise Reject(
+            ResponseCode.MESSAGE_ILLEGAL,
+            f"message body is {len(body)} bytes; the broker accepts at most {DEFAULT_MAX_BODY_BYTES}",
+        )
+
+
+class SendProcessor:
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicTable,
+        faults: Faults,
+        *,
+        cluster: str,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._store = store
+        self._topics = topics
+        self._faults = faults
+        self._cluster_item = f"CLUSTER\x01{cluster}"
+        self._rng = rng or random.Random()
+        self._sleep = sleep
+
+    async def send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        ext = {"MSG_REGION": REGION, "TRACE_ON": "true"}  # every 4.x broker sets both first
+        if self._faults.latency_s > 0:
+            await self._sleep(self._faults.latency_s)
+        failure = self._faults.take_failure()
+        if failure is not None:
+            return cmd.response(failure[0], failure[1], ext)
+        try:
+            header = SendHeader.parse(cmd.ext_fields, letters=cmd.code != RequestCode.SEND_MESSAGE)
+            queue_id = self._target_queue(header)
+            born_host = conn.peer_host if isinstance(conn, ServerConnection) else _UNKNOWN_HOST
+            if cmd.code == RequestCode.SEND_BATCH_MESSAGE:
+                messages = self._batch(header, cmd.body, born_host)
+            else:
+                messages = [self._single(header, cmd.body, born_host)]
+        except Reject as exc:
+            return cmd.response(exc.code, exc.remark, ext)
+        appended = self._store.put(header.topic, queue_id, messages)
+        ext["msgId"] = ",".join(a.msg_id for a in appended)
+        ext["queueId"] = str(queue_id)
+        ext["queueOffset"] = str(appended[0].queue_offset)
+        return cmd.response(ResponseCode.SUCCESS, None, ext)
+
+    def _target_queue(self, h: SendHeader) -> int:
+        error = topic_name_error(h.topic)
+        if error is not None:
+            raise Reject(ResponseCode.SYSTEM_ERROR, error)
+        if h.topic in NOT_ALLOWED_SEND_TOPICS:
+            raise Reject(ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
+        cfg = self._topic(h)
+        if h.queue_id < 0:
+            return self._rng.randrange(cfg.write_queue_nums or cfg.queue_count)
+        if h.queue_id >= cfg.queue_count:
+            raise Reject(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{h.queue_id}] is illegal, topic {h.topic} has {cfg.queue_count} queues",
+            )
+        return h.queue_id
+
+    def _topic(self, h: SendHeader) -> TopicConfig:
+        cfg = self._topics.get(h.topic)
+        if cfg is None:
+            cfg = self._topics.auto_create(h.topic, h.default_topic, h.default_queue_nums, 0)
+        if cfg is None and h.topic.startswith(RETRY_PREFIX):
+            cfg = self._topics.ensure(h.topic)
+        if cfg is None:
+            raise Reject(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
+        return cfg
+
+    def _single(self, h: SendHeader, body: bytes, born_host: bytes) -> NewMessage:
+        _check_body(body)
+        props, tags = stored_properties(h.properties, [self._cluster_item])
+        return NewMessage(
+            body, h.flag, h.sys_flag, h.born_timestamp_ms, born_host, props, tag_code(tags), h.reconsume_times
+        )
+
+    def _batch(self, h: SendHeader, body: bytes, born_host: bytes) -> list[NewMessage]:
+        if h.topic.startswith(RETRY_PREFIX):
+            raise Reject(
+                ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {h.topic}"
+            )
+        try:
+            records = decode_batch(body)
+        except FrameError as exc:
+            raise Reject(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+        if not records:
+            raise Reject(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
+        # The batch-level properties (the header's) are appended to every inner message.
+        suffix, _ = stored_properties(h.properties, [self._cluster_item])
+        out = []
+        for rec in records:
+            _check_body(rec.body)
+            props, tags = stored_properties(rec.properties, [suffix])
+            out.append(
+                NewMessage(
+                    rec.body, rec.flag, h.sys_flag, h.born_timestamp_ms, born_host, props, tag_code(tags)
+                )
+            )
+        return out

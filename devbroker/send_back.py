@@ -1,0 +1,61 @@
+"""CONSUMER_SEND_MSG_BACK (36), simplified: the message at the given commit-log offset is copied at
+once to ``%RETRY%<group>`` (no delay levels), or to ``%DLQ%<group>`` once its reconsume count reaches
+the maximum or the delay level is negative, with reconsume times + 1, RETRY_TOPIC and ORIGIN_MESSAGE_ID
+set as the Java broker sets them. Unlike Java's write-only DLQ, devbroker's DLQ topic is readable."""
+
+from __future__ import annotations
+
+from app.rocketmq.codes import ResponseCode
+from app.rocketmq.connection import Connection
+from app.rocketmq.message import encode_properties
+from app.rocketmq.message_codec import decode_stored, pack_host
+from app.rocketmq.protocol.frame import RemotingCommand
+from devbroker import headers
+from devbroker.headers import Reject
+from devbroker.store import MessageStore, NewMessage, tag_code
+from devbroker.topics import DLQ_PREFIX, RETRY_PREFIX, TopicTable
+
+DEFAULT_MAX_RECONSUME_TIMES = 16
+
+
+def _packed(host: str) -> bytes:
+    ip, _, port = host.rpartition(":")
+    return pack_host(ip.strip("[]"), int(port))
+
+
+class SendBackProcessor:
+    def __init__(self, store: MessageStore, topics: TopicTable) -> None:
+        self._store = store
+        self._topics = topics
+
+    async def send_back(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """Raises:
+        Reject: SYSTEM_ERROR when no message is stored at the offset.
+        """
+        ext = cmd.ext_fields
+        offset = headers.integer(ext, "offset")
+        group = headers.text(ext, "group")
+        delay_level = headers.integer(ext, "delayLevel", 0)
+        max_times = headers.integer(ext, "maxReconsumeTimes", DEFAULT_MAX_RECONSUME_TIMES)
+        record = self._store.record_at(offset)
+        if record is None:
+            raise Reject(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+        msg, _ = decode_stored(record, inflate=False)
+        props = dict(msg.properties)
+        props.setdefault("RETRY_TOPIC", msg.topic)
+        props.setdefault("ORIGIN_MESSAGE_ID", msg.offset_msg_id)
+        dead = msg.reconsume_times >= max_times or delay_level < 0
+        target = (DLQ_PREFIX if dead else RETRY_PREFIX) + group
+        self._topics.ensure(target)
+        copy = NewMessage(
+            body=msg.body,
+            flag=msg.flag,
+            sys_flag=msg.sys_flag,
+            born_timestamp_ms=msg.born_timestamp_ms,
+            born_host=_packed(msg.born_host),
+            properties=encode_properties(props),
+            tag_code=tag_code(msg.tags),
+            reconsume_times=msg.reconsume_times + 1,
+        )
+        self._store.put(target, 0, [copy])
+        return cmd.response(ResponseCode.SUCCESS)

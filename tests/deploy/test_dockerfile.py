@@ -1,0 +1,119 @@
+"""docker/Dockerfile: hadolint-clean, and the image shape the chart relies on (no Docker engine here)."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import subprocess
+import tomllib
+
+from tests.deploy import dockerfile
+from tests.deploy.paths import DOCKERFILE, DOCKERIGNORE, REPO, tool
+
+ARGS, STAGES = dockerfile.parse(DOCKERFILE)
+BUILD, RUNTIME = STAGES[0], STAGES[-1]
+STORE = "/var/lib/rocksidecar"
+
+
+def _hadolint(dockerfile_text: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [tool("hadolint"), "--no-color", "-"],
+        input=dockerfile_text,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_hadolint_reports_nothing() -> None:
+    result = _hadolint(DOCKERFILE.read_text())
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_does_fail_on_warnings() -> None:
+    result = _hadolint("FROM python:latest\nUSER root\n")
+    assert result.returncode != 0 and "DL3007" in result.stdout
+
+
+def test_multi_stage_on_slim_python_311() -> None:
+    assert len(STAGES) == 2 and BUILD.name == "build"
+    assert re.fullmatch(r"python:3\.11-slim(-\w+)?", ARGS["PYTHON_IMAGE"]), ARGS
+    assert {s.base for s in STAGES} == {"${PYTHON_IMAGE}"}
+    assert RUNTIME.all("COPY")[0].startswith("--from=build /opt/rocksidecar ")
+
+
+def test_build_installs_the_project_without_dev_or_spark_extras() -> None:
+    installs = [run for run in BUILD.all("RUN") if "pip install" in run]
+    assert len(installs) == 1 and installs[0].endswith(" .") and "[" not in installs[0], installs
+    assert not any("pip" in run for run in RUNTIME.all("RUN")), "the runtime stage must not install"
+
+
+def test_runtime_runs_as_a_fixed_non_root_uid_and_declares_the_store_volume() -> None:
+    user = RUNTIME.one("USER")
+    uid, _, gid = user.partition(":")
+    assert uid.isdigit() and int(uid) >= 10000 and gid == uid, "numeric UID so runAsNonRoot can verify it"
+    assert dockerfile.exec_form(RUNTIME.one("VOLUME")) == [STORE]
+    assert RUNTIME.env()["ROCKSIDECAR_DATA_DIR"] == STORE
+    assert f"install -d -o {uid} -g {gid}" in RUNTIME.one("RUN"), "the store must belong to that user"
+
+
+def test_entrypoint_is_the_console_script_and_cmd_is_serve() -> None:
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert dockerfile.exec_form(RUNTIME.one("ENTRYPOINT")) == ["rocksidecar"]
+    assert "rocksidecar" in scripts
+    assert dockerfile.exec_form(RUNTIME.one("CMD")) == ["serve"]
+
+
+def test_healthcheck_uses_python_on_healthz() -> None:
+    check = RUNTIME.one("HEALTHCHECK")
+    command = dockerfile.exec_form(check.split(" CMD ", 1)[1])
+    assert command[0] == "python" and command[-1] == "/healthz"
+    script = command[1]
+    copied = [c for c in RUNTIME.all("COPY") if c.endswith(" /opt/rocksidecar/libexec/")]
+    assert copied and "docker/healthcheck.py" in copied[0] and script.endswith("/libexec/healthcheck.py")
+
+
+def test_listeners_stay_on_loopback_unless_the_environment_says_otherwise() -> None:
+    env = RUNTIME.env()
+    assert "ROCKSIDECAR_HTTP_ADDR" not in env and "ROCKSIDECAR_GRPC_ADDR" not in env
+    assert not RUNTIME.all("EXPOSE")
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    """.dockerignore semantics, closely enough for an allow-list: the last pattern matching the path or
+    one of its parent directories decides; '!' re-includes."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    ignored = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        glob = pattern.lstrip("!").rstrip("/")
+        if any(fnmatch.fnmatchcase(p, glob) for p in prefixes):
+            ignored = not negate
+    return ignored
+
+
+def test_dockerignore_sends_what_copy_needs_and_nothing_else() -> None:
+    patterns = [
+        line.strip() for line in DOCKERIGNORE.read_text().splitlines() if line.strip() and line[0] != "#"
+    ]
+    sources = []
+    for stage in STAGES:
+        for copy in stage.all("COPY"):
+            if not copy.startswith("--from="):
+                sources += copy.split()[:-1]
+    assert "pyproject.toml" in sources and "docker/healthcheck.py" in sources
+    for source in sources:
+        assert (REPO / source).exists(), source
+        assert not _ignored(source.rstrip("/") + ("/x.py" if source.endswith("/") else ""), patterns), source
+    for junk in (".venv/bin/python", ".git/HEAD", "data/000001.sst", "tests/app/test_config.py"):
+        assert _ignored(junk, patterns), junk
+    assert _ignored("app/__pycache__/config.cpython-311.pyc", patterns)
+
+
+def test_build_copies_every_package_pyproject_installs() -> None:
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    copied = {c.split()[0].rstrip("/") for c in BUILD.all("COPY")} - {"pyproject.toml"}
+    assert copied == packages, "docker/Dockerfile and .dockerignore must list the same packages"
+    assert pyproject["project"]["readme"] in BUILD.all("COPY")[0].split()

@@ -1,0 +1,23 @@
+"""Fixtures: a two-broker DevCluster on ephemeral loopback ports and a RemotingClient."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.rocketmq.pool import RemotingClient
+from devbroker import DevCluster
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[DevCluster]:
+    async with DevCluster(brokers=2, queues=4) as c:
+        yield c
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[RemotingClient]:
+    rc = RemotingClient()
+    yield rc
+    await rc.close()

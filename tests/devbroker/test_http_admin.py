@@ -1,0 +1,83 @@
+"""The admin HTTP endpoint: through the ASGI app for every route, and once over a bound loopback port."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from app.rocketmq.codes import ResponseCode
+from devbroker import DevCluster
+from devbroker.http_admin import build_app
+
+
+@pytest.fixture
+async def http(cluster: DevCluster) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=build_app(cluster.brokers))
+    async with httpx.AsyncClient(transport=transport, base_url="http://admin") as client:
+        yield client
+
+
+async def test_lists_brokers(http: httpx.AsyncClient, cluster: DevCluster) -> None:
+    resp = await http.get("/brokers")
+    assert resp.status_code == 200
+    doc = resp.json()
+    assert [(b["name"], b["addr"], b["running"]) for b in doc] == [
+        (name, b.addr, True) for name, b in cluster.brokers.items()
+    ]
+    assert doc[0]["faults"]["fail_next"] == 0 and "TBW102" in doc[0]["topics"]
+
+
+async def test_sets_and_clears_faults(http: httpx.AsyncClient, cluster: DevCluster) -> None:
+    body = {"latency_ms": 250, "fail_next": 2, "fail_code": 2, "fail_remark": "busy", "fail_all": False}
+    resp = await http.post("/brokers/broker-b/faults", json=body)
+    assert resp.status_code == 200 and resp.json()["faults"]["latency_ms"] == 250
+    faults = cluster.brokers["broker-b"].faults
+    assert (faults.latency_s, faults.fail_next, faults.fail_code, faults.fail_remark) == (0.25, 2, 2, "busy")
+    await http.post("/brokers/broker-b/faults", json={"fail_all": True})
+    assert faults.take_failure() == (ResponseCode.SYSTEM_BUSY, "busy")
+    assert (await http.delete("/brokers/broker-b/faults")).status_code == 200
+    assert (faults.latency_s, faults.fail_next, faults.fail_all) == (0.0, 0, False)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "words"),
+    [
+        ("/brokers/broker-z/faults", {}, 404, "no broker named"),
+        ("/brokers/broker-a/faults", {"latency_ms": -1}, 400, "latency_ms"),
+        ("/brokers/broker-a/faults", {"fail_all": "yes"}, 400, "fail_all"),
+        ("/brokers/broker-a/faults", {"fail_remark": 3}, 400, "fail_remark"),
+        ("/brokers/broker-a/faults", {"bogus": 1}, 400, "unknown fields"),
+        ("/brokers/broker-a/faults", [1], 400, "JSON object"),
+        ("/brokers/broker-a/explode", {}, 404, "unknown action"),
+    ],
+)
+async def test_bad_requests_say_what_is_wrong(
+    http: httpx.AsyncClient, path: str, body: object, status: int, words: str
+) -> None:
+    resp = await http.post(path, json=body)
+    assert resp.status_code == status and words in resp.json()["error"]
+
+
+async def test_a_bad_field_changes_nothing(http: httpx.AsyncClient, cluster: DevCluster) -> None:
+    resp = await http.post("/brokers/broker-a/faults", json={"latency_ms": 100, "fail_all": "yes"})
+    assert resp.status_code == 400 and cluster.brokers["broker-a"].faults.latency_s == 0.0
+
+
+async def test_stop_start_and_drop(http: httpx.AsyncClient, cluster: DevCluster) -> None:
+    b = cluster.brokers["broker-b"]
+    assert (await http.post("/brokers/broker-b/stop")).json()["running"] is False
+    assert cluster.namesrv.route("TBW102").broker_datas[0].broker_name == "broker-a"  # type: ignore[union-attr]
+    assert (await http.post("/brokers/broker-b/start")).json()["running"] is True and b.running
+    assert (await http.post("/brokers/broker-b/drop")).status_code == 200
+    assert (await http.get("/brokers/broker-b")).json()["connections"] == 0
+
+
+async def test_served_on_a_loopback_port() -> None:
+    async with DevCluster(brokers=1, admin_port=0) as cluster:
+        assert cluster.admin_url is not None and cluster.admin_url.startswith("http://127.0.0.1:")
+        async with httpx.AsyncClient(base_url=cluster.admin_url) as client:
+            resp = await client.post("/brokers/broker-a/faults", json={"fail_next": 1})
+            assert resp.status_code == 200
+        assert cluster.brokers["broker-a"].faults.fail_next == 1

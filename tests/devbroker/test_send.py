@@ -1,0 +1,177 @@
+"""Broker sends over the wire: V1 and V2 headers, binary headers, what is stored (§3.8), auto-creation,
+the Java broker's rejections, batch-level properties, and fault injection."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.rocketmq.codes import RequestCode, ResponseCode, SerializeType
+from app.rocketmq.message_codec import encode_batch
+from app.rocketmq.pool import RemotingClient
+from app.rocketmq.protocol.frame import RemotingCommand
+from devbroker import DevCluster
+from tests.devbroker import wire
+
+
+async def test_v1_send_is_stored_as_the_reference_says(cluster: DevCluster, client: RemotingClient) -> None:
+    a = cluster.brokers["broker-a"]
+    cmd = wire.send(
+        "Orders", 2, b"body", "KEYS\x01k1\x02WAIT\x01true\x02TAGS\x01TagA", code=RequestCode.SEND_MESSAGE
+    )
+    resp = await client.invoke(a.addr, cmd, 3.0)
+    assert resp.code == ResponseCode.SUCCESS
+    ext = resp.ext_fields
+    assert (ext["queueId"], ext["queueOffset"], ext["MSG_REGION"], ext["TRACE_ON"]) == (
+        "2",
+        "0",
+        "DefaultRegion",
+        "true",
+    )
+    (msg,) = a.messages("Orders", 2)
+    assert ext["msgId"] == msg.offset_msg_id
+    assert dict(msg.properties) == {"KEYS": "k1", "TAGS": "TagA", "CLUSTER": "DefaultCluster"}  # no WAIT
+    assert msg.store_host == a.addr and msg.born_host.startswith("127.0.0.1:")
+    assert msg.born_timestamp_ms == 1_700_000_000_000 and msg.body == b"body"
+
+
+async def test_binary_header_send_is_answered_in_binary(cluster: DevCluster, client: RemotingClient) -> None:
+    cmd = wire.send("Bin")
+    cmd.serialize_type = SerializeType.ROCKETMQ
+    resp = await client.invoke(cluster.brokers["broker-a"].addr, cmd, 3.0)
+    assert resp.serialize_type is SerializeType.ROCKETMQ and resp.ext_fields["queueOffset"] == "0"
+
+
+async def test_negative_queue_id_picks_a_writable_queue(cluster: DevCluster, client: RemotingClient) -> None:
+    a = cluster.brokers["broker-a"]
+    queues = {
+        int((await client.invoke(a.addr, wire.send("Any", -1), 3.0)).ext_fields["queueId"]) for _ in range(20)
+    }
+    assert queues <= {0, 1, 2, 3} and len(queues) > 1
+
+
+async def test_auto_created_topic_clamps_to_the_template(cluster: DevCluster, client: RemotingClient) -> None:
+    a = cluster.brokers["broker-a"]
+    cmd = wire.send("Auto")
+    cmd.ext_fields["d"] = "16"  # more queues than TBW102 has
+    assert (await client.invoke(a.addr, cmd, 3.0)).code == ResponseCode.SUCCESS
+    cfg = a.topics.get("Auto")
+    assert cfg is not None and (cfg.write_queue_nums, cfg.perm) == (4, 6)
+    assert "Auto" not in cluster.brokers["broker-b"].topics
+
+
+@pytest.mark.parametrize(
+    ("topic", "queue_id", "body", "props", "code", "remark"),
+    [
+        ("bad topic!", 0, b"x", "", ResponseCode.SYSTEM_ERROR, "illegal characters"),
+        ("T" * 128, 0, b"x", "", ResponseCode.SYSTEM_ERROR, "longer than topic max length"),
+        ("SCHEDULE_TOPIC_XXXX", 0, b"x", "", ResponseCode.NO_PERMISSION, "is forbidden"),
+        ("Fine", 4, b"x", "", ResponseCode.SYSTEM_ERROR, "queueId[4] is illegal"),
+        ("Fine", 0, b"x" * (4 * 1024 * 1024 + 1), "", ResponseCode.MESSAGE_ILLEGAL, "body"),
+        ("Fine", 0, b"x", "p\x01" + "v" * 32800, ResponseCode.MESSAGE_ILLEGAL, "properties"),
+    ],
+)
+async def test_rejections(
+    cluster: DevCluster,
+    client: RemotingClient,
+    topic: str,
+    queue_id: int,
+    body: bytes,
+    props: str,
+    code: int,
+    remark: str,
+) -> None:
+    a = cluster.brokers["broker-a"]
+    resp = await client.invoke(a.addr, wire.send(topic, queue_id, body, props), 5.0)
+    assert resp.code == code and remark in (resp.remark or "")
+    assert resp.ext_fields["MSG_REGION"] == "DefaultRegion"
+    assert a.messages(topic) == []
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [("a", None, "lacks"), ("e", "one", "not an integer")])
+async def test_bad_required_header_is_system_error(
+    cluster: DevCluster, client: RemotingClient, key: str, value: str | None, words: str
+) -> None:
+    cmd = wire.send("T")
+    if value is None:
+        del cmd.ext_fields[key]
+    else:
+        cmd.ext_fields[key] = value
+    resp = await client.invoke(cluster.brokers["broker-a"].addr, cmd, 3.0)
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert words in (resp.remark or "") and repr(key) in (resp.remark or "")
+
+
+async def test_without_auto_create_unknown_topics_do_not_exist(client: RemotingClient) -> None:
+    async with DevCluster(brokers=1, auto_create=False) as cluster:
+        assert cluster.namesrv.route("TBW102") is None
+        resp = await client.invoke(cluster.brokers["broker-a"].addr, wire.send("New"), 3.0)
+        assert resp.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+async def test_batch_appends_batch_properties_and_uses_consecutive_offsets(
+    cluster: DevCluster, client: RemotingClient
+) -> None:
+    a = cluster.brokers["broker-a"]
+    await client.invoke(a.addr, wire.send("B", 1), 3.0)
+    body = encode_batch(
+        [(b"one", 1, "KEYS\x01k1\x02WAIT\x01true\x02TAGS\x01TagA"), (b"two", 2, "UNIQ_KEY\x01U2")]
+    )
+    cmd = wire.send("B", 1, body, "WAIT\x01true\x02INSTANCE_ID\x01ns", code=RequestCode.SEND_BATCH_MESSAGE)
+    cmd.ext_fields["m"] = "true"
+    resp = await client.invoke(a.addr, cmd, 3.0)
+    assert resp.code == ResponseCode.SUCCESS and resp.ext_fields["queueOffset"] == "1"
+    stored = a.messages("B", 1)[1:]
+    assert resp.ext_fields["msgId"] == ",".join(m.offset_msg_id for m in stored)
+    assert [(m.body, m.flag, m.queue_offset) for m in stored] == [(b"one", 1, 1), (b"two", 2, 2)]
+    assert dict(stored[0].properties) == {
+        "KEYS": "k1",
+        "TAGS": "TagA",
+        "INSTANCE_ID": "ns",
+        "CLUSTER": "DefaultCluster",
+    }
+    assert dict(stored[1].properties) == {"UNIQ_KEY": "U2", "INSTANCE_ID": "ns", "CLUSTER": "DefaultCluster"}
+
+
+async def test_bad_batch_bodies_are_illegal(cluster: DevCluster, client: RemotingClient) -> None:
+    addr = cluster.brokers["broker-a"].addr
+    garbage = await client.invoke(
+        addr, wire.send("B", 0, b"\x00\x00\x00\x09xx", code=RequestCode.SEND_BATCH_MESSAGE), 3.0
+    )
+    retry = await client.invoke(addr, wire.send("%RETRY%g", 0, code=RequestCode.SEND_BATCH_MESSAGE), 3.0)
+    assert (garbage.code, retry.code) == (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.MESSAGE_ILLEGAL)
+
+
+async def test_fail_next_sends_then_recover(cluster: DevCluster, client: RemotingClient) -> None:
+    a = cluster.brokers["broker-a"]
+    a.faults.fail_next_sends(2, ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]system busy")
+    codes = [(await client.invoke(a.addr, wire.send("F"), 3.0)).code for _ in range(3)]
+    assert codes == [ResponseCode.SYSTEM_BUSY, ResponseCode.SYSTEM_BUSY, ResponseCode.SUCCESS]
+    assert len(a.messages("F")) == 1
+
+
+async def test_fail_all_sends_until_cleared(cluster: DevCluster, client: RemotingClient) -> None:
+    a = cluster.brokers["broker-a"]
+    a.faults.fail_all_sends(ResponseCode.SERVICE_NOT_AVAILABLE, "disk full")
+    for _ in range(3):
+        resp = await client.invoke(a.addr, wire.send("F"), 3.0)
+        assert (resp.code, resp.remark) == (ResponseCode.SERVICE_NOT_AVAILABLE, "disk full")
+    a.faults.clear()
+    assert (await client.invoke(a.addr, wire.send("F"), 3.0)).code == ResponseCode.SUCCESS
+
+
+async def test_latency_delays_sends_but_not_other_requests(
+    cluster: DevCluster, client: RemotingClient
+) -> None:
+    a = cluster.brokers["broker-a"]
+    a.faults.latency_s = 0.2
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    slow = asyncio.create_task(client.invoke(a.addr, wire.send("L"), 3.0))
+    other = await client.invoke(
+        a.addr, RemotingCommand(RequestCode.GET_MAX_OFFSET, {"topic": "L", "queueId": "0"}), 3.0
+    )
+    assert other.ext_fields["offset"] == "0" and not slow.done()
+    assert (await slow).code == ResponseCode.SUCCESS
+    assert loop.time() - start >= 0.2

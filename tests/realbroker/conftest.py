@@ -1,0 +1,100 @@
+"""Real Apache RocketMQ fixtures: skipped with a clear reason unless ROCKSIDECAR_TEST_NAMESRV is set.
+
+Start one with ../shared/rocketmq/real-broker.sh (see DEVELOPERS.md): name server 127.0.0.1:9876,
+broker-a :10911, broker-b :10921. Fault tests also need the script (ROCKSIDECAR_TEST_BROKER_CTL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from app.rocketmq import BrokerApi, MessageExt, MessageQueue, NameServerClient, RemotingClient, TopicRouteData
+
+pytestmark = pytest.mark.realbroker
+NAMESRV_ENV = "ROCKSIDECAR_TEST_NAMESRV"
+CTL_ENV = "ROCKSIDECAR_TEST_BROKER_CTL"
+DEFAULT_CTL = Path(__file__).resolve().parents[3] / "shared" / "rocketmq" / "real-broker.sh"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.realbroker)
+
+
+@pytest.fixture
+def namesrv_addr() -> str:
+    addr = os.environ.get(NAMESRV_ENV)
+    if not addr:
+        pytest.skip(
+            f"real RocketMQ tests need {NAMESRV_ENV}=host:port of a 4.9.4 name server with two "
+            "brokers (see ../shared/rocketmq/real-broker.sh)"
+        )
+    return addr
+
+
+@pytest.fixture
+def broker_ctl() -> Path:
+    path = Path(os.environ.get(CTL_ENV, str(DEFAULT_CTL)))
+    if not path.is_file():
+        pytest.skip(f"fault tests need the real-broker.sh control script ({CTL_ENV}); not found at {path}")
+    return path
+
+
+@pytest.fixture
+async def remoting() -> AsyncIterator[RemotingClient]:
+    client = RemotingClient()
+    yield client
+    await client.close()
+
+
+def unique_topic(prefix: str) -> str:
+    return f"{prefix}_{int(time.time() * 1000)}_{os.getpid()}"
+
+
+async def create_topic_everywhere(
+    ns: NameServerClient, api: BrokerApi, topic: str, queues: int = 4
+) -> TopicRouteData:
+    """Create the topic on every broker of the cluster and wait until its route lists them all."""
+    cluster = await ns.get_cluster_info()
+    addrs = {name: b["brokerAddrs"]["0"] for name, b in cluster["brokerAddrTable"].items()}  # type: ignore[index,union-attr]
+    for addr in addrs.values():
+        await api.create_topic(addr, topic, read_queue_nums=queues, write_queue_nums=queues)
+    for _ in range(100):
+        try:
+            route = await ns.get_route(topic)
+            if {q.broker_name for q in route.queue_datas} == set(addrs):
+                return route
+        except Exception:
+            pass
+        await asyncio.sleep(0.1)  # polling an external system we do not control
+    raise AssertionError(f"route of {topic} never listed all of {sorted(addrs)}")
+
+
+async def pull_all(api: BrokerApi, route: TopicRouteData, topic: str, group: str) -> list[MessageExt]:
+    """Every message of every readable queue, from offset 0 to the queue's max offset."""
+    out: list[MessageExt] = []
+    for mq in route.subscribe_queues(topic):
+        addr = route.master_addr(mq.broker_name)
+        assert addr is not None
+        out.extend(await pull_queue(api, addr, mq, group))
+    return out
+
+
+async def pull_queue(api: BrokerApi, addr: str, mq: MessageQueue, group: str) -> list[MessageExt]:
+    out: list[MessageExt] = []
+    offset, end = 0, await api.get_max_offset(addr, mq)
+    while offset < end:
+        result = await api.pull(addr, group, mq, offset, max_nums=32, timeout_s=10.0)
+        out.extend(result.messages)
+        if result.next_begin_offset <= offset:
+            raise AssertionError(f"pull of {mq} made no progress at {offset}: {result.status}")
+        offset = result.next_begin_offset
+    return out
