@@ -20,9 +20,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from bench.common import environment
 from retry.keys import COLUMN_FAMILIES, INDEX_CF, PENDING, PENDING_CF, index_key, pending_key
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord, encode_record
@@ -132,15 +133,15 @@ async def spill(root: Path, n: int, seed: float, rounds: int) -> None:
         )
 
 
-def load_pending(path: Path, n: int) -> None:
-    """n pending keys as spool writes them (value + index), the first DUE_AT_HEAD due at BASE_MS."""
+def load_pending(path: Path, n: int, *, all_due: bool = False) -> None:
+    """n pending keys as spool writes them (value + index); the first DUE_AT_HEAD (or all) due."""
     kv = RocksKV.open(path, COLUMN_FAMILIES)
     try:
         for start in range(0, n, 10_000):
             ops: list[Put] = []
             for i in range(start, min(n, start + 10_000)):
                 r = rec(i)
-                due = BASE_MS - 1 if i < DUE_AT_HEAD else BASE_MS + 1000 + i
+                due = BASE_MS - n + i if all_due or i < DUE_AT_HEAD else BASE_MS + 1000 + i
                 key = pending_key(due, 0, r.type, r.id)
                 ops += [
                     Put(PENDING_CF, key, encode_record(r)),
@@ -204,8 +205,9 @@ def peak_rss_mb(path: Path) -> tuple[int, float]:
     return int(out[0]), int(out[1]) / 1024
 
 
-async def replay_all(path: Path, workers: int) -> tuple[float, int, bytes]:
-    """Replay every pending key into a no-op deliver; returns (msg/s, delivered, the loop's cursor)."""
+async def replay_all(path: Path, workers: int) -> tuple[float, int, bytes, RetryStore]:
+    """Replay every pending key into a no-op deliver. Returns (msg/s, delivered, the loop's cursor,
+    the store, still open: its memtables hold the tombstones of what was just delivered)."""
     far = BASE_MS + 10**10
     store = RetryStore.open(path, now_ms=lambda: far)
     done = 0
@@ -221,8 +223,61 @@ async def replay_all(path: Path, workers: int) -> tuple[float, int, bytes]:
     elapsed = time.perf_counter() - started
     cursor = loop._scan_from  # the bench reads where the loop's cursor stopped
     await loop.close()
-    await store.close()
-    return done / elapsed, done, cursor
+    return done / elapsed, done, cursor, store
+
+
+async def replay_into_devbroker(root: Path, n: int) -> list[tuple[str, float]]:
+    """Replay into a devbroker process (its own core), one message per send and with send_batch,
+    each next to the producer's own rate for the same sends without the store, in the same run."""
+    from app.rocketmq import BrokerApi, Message, NameServerClient, RemotingClient
+    from app.rocketmq.producer import Producer, ProducerConfig
+    from bench.common import devbroker_process
+
+    rows: list[tuple[str, float]] = []
+    with devbroker_process() as dev:
+        client = RemotingClient()
+        producer = Producer(
+            NameServerClient(client, dev.namesrv),
+            BrokerApi(client, producer_group="bench"),
+            ProducerConfig(group="bench"),
+        )
+        await producer.start()
+        for _ in range(200):  # warm up: routes, connections, topic creation
+            await producer.send(Message("bench", BODY))
+
+        def message(record: RetryRecord) -> Message:
+            return Message(record.topic, record.body, id=record.id)
+
+        async def deliver(record: RetryRecord) -> None:
+            await producer.send(message(record))
+
+        async def deliver_batch(records: Sequence[RetryRecord]) -> Sequence[object]:
+            return await producer.send_batch([message(r) for r in records])
+
+        for label, workers, batch in (("send", 64, None), ("send_batch(32)", 8, deliver_batch)):
+            path = root / f"devbroker-{workers}"
+            load_pending(path, n, all_due=True)
+            store = RetryStore.open(path, now_ms=lambda: BASE_MS)
+            loop = ReplayLoop(store, deliver, lambda _t: RetryPolicy(), workers=workers, deliver_batch=batch)
+            started = time.perf_counter()
+            await loop.start()
+            await loop.wait_idle()
+            rate = n / (time.perf_counter() - started)
+            assert store.kv.count(PENDING_CF) == 0, "replay left messages behind"
+            await loop.close()
+            await store.close()
+            if batch is None:
+                direct, _ = await concurrent(
+                    n // 64 * 64, 64, lambda i: producer.send(Message("bench", BODY))
+                )
+            else:
+                chunk = [Message("bench", BODY) for _ in range(32)]
+                direct, _ = await concurrent(n // 32 // 8 * 8, 8, lambda i, c=chunk: producer.send_batch(c))
+                direct *= 32
+            rows += [(f"producer alone, {label}, {workers} in flight", direct), (f"replay via {label}", rate)]
+        await producer.close()
+        await client.close()
+    return rows
 
 
 async def main() -> None:
@@ -233,15 +288,15 @@ async def main() -> None:
     parser.add_argument("--spill", type=int, default=200_000, help="messages per spill measurement")
     parser.add_argument("--seed-puts", type=int, default=3_000, help="synced puts for the seed pattern")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each spill configuration")
+    parser.add_argument("--devbroker-messages", type=int, default=100_000)
+    parser.add_argument("--no-devbroker", action="store_true", help="skip the replay into devbroker")
     parser.add_argument("--dir", help="scratch directory (default: a temporary one on the same disk as /tmp)")
     parser.add_argument("--asyncio", action="store_true", help="plain asyncio instead of uvloop")
     args = parser.parse_args()
     root = Path(args.dir or tempfile.mkdtemp(prefix="retry-bench-"))
     os.makedirs(root, exist_ok=True)
-    print(
-        f"# retry store benchmark: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f} at start, "
-        f"{'asyncio' if args.asyncio else 'uvloop'}, scratch {root}"
-    )
+    loop_kind = "asyncio" if args.asyncio else "uvloop"
+    print(f"# retry store benchmark: {environment()} at start, {loop_kind}, scratch {root}")
     try:
         await run(args, root)
     finally:
@@ -252,7 +307,7 @@ async def main() -> None:
 async def run(args: argparse.Namespace, root: Path) -> None:
     print("\n## spill (256-byte bodies)")
     seed = seed_rate(root / "seed", args.seed_puts)
-    print(f"one synced put per message (seed)            {seed:>10,.0f} msg/s")
+    print(f"one synced put per message (seed)                  {seed:>10,.0f} msg/s")
     raw = await writer_rate(root / "writer", args.spill, 1024)
     print(f"group commit, writer only, 1 put/msg, 1024 callers {raw:>10,.0f} msg/s {raw / seed:6.1f}x seed")
     print(f"(median of {args.rounds} interleaved rounds of {args.spill:,} messages each)")
@@ -269,45 +324,55 @@ async def run(args: argparse.Namespace, root: Path) -> None:
         store = RetryStore.open(path, now_ms=lambda: BASE_MS)
         ticks[name] = tick_us(store, b"", BASE_MS)
         await store.close()
+    ratio = ticks["large"] / ticks["small"]
     print(f"tick with 1,000 pending                      {ticks['small']:>10.1f} us")
-    print(
-        f"tick with {args.pending:,} pending               {ticks['large']:>10.1f} us  "
-        f"ratio {ticks['large'] / ticks['small']:.2f}"
-    )
+    print(f"tick with {args.pending:>9,} pending            {ticks['large']:>10.1f} us  ratio {ratio:.2f}")
 
     print("\n## peak RSS")
+    started = time.perf_counter()
     pending, rss = peak_rss_mb(large)
-    print(f"open + replay the due head, {pending:,} pending   {rss:>10.0f} MB (ru_maxrss of a fresh process)")
+    took = time.perf_counter() - started
+    print(
+        f"fresh process: open, count, replay the due head {rss:>7.0f} MB ({pending:,} pending; {took:.1f} s)"
+    )
 
-    print(f"\n## replay into an in-process no-op deliver (devbroker not available), {args.pending:,} keys")
-    rate, delivered, cursor = await replay_all(large, workers=64)
+    print(f"\n## replay into an in-process no-op deliver, {args.pending:,} keys")
+    rate, delivered, cursor, store = await replay_all(large, workers=64)
     print(
         f"replay, 64 workers                           {rate:>10,.0f} msg/s ({delivered:,} delivered+deleted)"
     )
 
-    print(f"\n## seek tick after {delivered:,} delivered-and-deleted keys (1,000 new pending behind them)")
-    kv = RocksKV.open(large, COLUMN_FAMILIES)
+    print(f"\n## seek tick right after {delivered:,} delivered-and-deleted keys (1,000 pending behind them)")
     now = BASE_MS + 10**10
-    store = RetryStore(kv, now_ms=lambda: now)
-    floor = store.floor  # as the replay run's clean close saved it
     records = [rec(10**9 + i) for i in range(1_000)]
     await store.spool_many(records[:DUE_AT_HEAD], now - 1)  # due after the deleted range
     await store.spool_many(records[DUE_AT_HEAD:], now + 1000)
     print(f"from the loop's cursor                       {tick_us(store, cursor, now):>10.1f} us")
-    print(f"from the persisted floor (a restart)         {tick_us(store, floor, now):>10.1f} us")
-    print(f"from the first key (the seed's restart), cold {tick_us(store, b'', now, reps=5):>9.1f} us")
-    kv.flush(PENDING_CF)
+    print(f"from the store's floor                       {tick_us(store, store.floor, now):>10.1f} us")
+    print(f"from the first key (the seed's SeekToFirst)  {tick_us(store, b'', now, reps=5):>10.1f} us")
+    floor = store.floor
+    await store.close()  # RocksDB flushes the memtables on a clean close
+
+    kv = RocksKV.open(large, COLUMN_FAMILIES)
+    store = RetryStore(kv, now_ms=lambda: now)
+    print(f"reopened: from the persisted floor           {tick_us(store, store.floor, now):>10.1f} us")
+    print(f"reopened: from the first key                 {tick_us(store, b'', now, reps=5):>10.1f} us")
     await asyncio.sleep(3)  # the deletion collector marks the flushed files; RocksDB compacts them
-    print(f"from the first key after flush + 3 s        {tick_us(store, b'', now, reps=20):>10.1f} us")
+    print(f"3 s later: from the first key                {tick_us(store, b'', now, reps=20):>10.1f} us")
     started = time.perf_counter()
-    kv.compact(PENDING_CF, None, cursor)
+    kv.compact(PENDING_CF, None, floor)
     took = time.perf_counter() - started
-    print(
-        f"from the first key after compact_range       {tick_us(store, b'', now):>10.1f} us "
-        f"(compaction took {took:.2f} s)"
-    )
+    print(f"after compact_range: from the first key      {tick_us(store, b'', now):>10.1f} us ({took:.2f} s)")
     await store.close()
     kv.close()
+
+    if not args.no_devbroker:
+        n = args.devbroker_messages
+        print(f"\n## replay into devbroker (its own process), {n:,} messages")
+        rows = await replay_into_devbroker(root, n)
+        for i, (label, rate) in enumerate(rows):
+            ratio = f"  {rate / rows[i - 1][1]:.2f}x the producer alone" if i % 2 else ""
+            print(f"{label:<44} {rate:>10,.0f} msg/s{ratio}")
     print(f"\nbench process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 

@@ -48,6 +48,8 @@ def _escape(text: str) -> str:
 
 
 def _unescape(text: str) -> str:
+    if "%" not in text:
+        return text
     for raw, escaped in reversed(_ESCAPES):
         text = text.replace(escaped, raw)
     return text
@@ -68,6 +70,17 @@ def parse_pending_key(key: bytes) -> PendingKey:
         return PendingKey(int(due), int(count), _unescape(type_), _unescape(id_))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"not a retry key: {key!r}") from exc
+
+
+def id_of(key: bytes) -> str | None:
+    """The message id in a pending key (its last field), or None if ``key`` is not one."""
+    head, sep, escaped = key.rpartition(b":")
+    if not sep or head.count(b":") != 2 or len(head) <= DUE_WIDTH or not escaped:
+        return None
+    try:
+        return _unescape(escaped.decode())
+    except UnicodeDecodeError:
+        return None
 
 
 def due_bound(now_ms: int) -> bytes:

@@ -118,38 +118,43 @@ def decode_record(data: bytes) -> RetryRecord:
         raise CorruptRecordError(f"bad record metadata: {exc}") from exc
 
 
+_STR_FIELDS = ("id", "topic", "type", "error")
+_INT_FIELDS = ("created", "first_failure", "retries")
+
+
 def _from_meta(meta: dict[str, Any], body: bytes) -> RetryRecord:
-    record = RetryRecord(
-        id=_str(meta["id"]),
-        topic=_str(meta["topic"]),
-        body=body,
-        tags=_opt_str(meta["tags"]),
-        keys=tuple(_str(k) for k in meta["keys"]),
-        properties={_str(k): _str(v) for k, v in meta["props"].items()},
-        sharding_key=_opt_str(meta["sk"]),
-        type=_str(meta["type"]),
-        created_ms=_int(meta["created"]),
-        first_failure_ms=_int(meta["first_failure"]),
-        retry_count=_int(meta["retries"]),
-        last_error=_str(meta["error"]),
-        history=tuple((_int(at), _str(err)) for at, err in meta["history"]),
-    )
-    if not record.id or not record.topic:
+    # Types are checked field by field (a flipped type is corruption too), inline: this runs once per
+    # replayed message.
+    for name in _STR_FIELDS:
+        if type(meta[name]) is not str:
+            raise TypeError(f"{name}: expected a string")
+    for name in _INT_FIELDS:
+        if type(meta[name]) is not int:
+            raise TypeError(f"{name}: expected an integer")
+    tags, sharding_key = meta["tags"], meta["sk"]
+    keys, props, history = meta["keys"], meta["props"], meta["history"]
+    if not (tags is None or type(tags) is str) or not (sharding_key is None or type(sharding_key) is str):
+        raise TypeError("tags and sharding key must be strings or null")
+    if type(keys) is not list or type(props) is not dict or type(history) is not list:
+        raise TypeError("keys, properties and history must be a list, an object and a list")
+    if not all(type(k) is str for k in keys) or not all(type(v) is str for v in props.values()):
+        raise TypeError("keys and property values must be strings")
+    if not all(type(at) is int and type(err) is str for at, err in history):
+        raise TypeError("history entries must be [int, string]")
+    if not meta["id"] or not meta["topic"]:
         raise ValueError("record without id or topic")
-    return record
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else _str(value)
-
-
-def _int(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"expected an integer, got {type(value).__name__}")
-    return value
+    return RetryRecord(
+        id=meta["id"],
+        topic=meta["topic"],
+        body=body,
+        tags=tags,
+        keys=tuple(keys),
+        properties=props,
+        sharding_key=sharding_key,
+        type=meta["type"],
+        created_ms=meta["created"],
+        first_failure_ms=meta["first_failure"],
+        retry_count=meta["retries"],
+        last_error=meta["error"],
+        history=tuple((at, err) for at, err in history),
+    )

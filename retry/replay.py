@@ -1,9 +1,9 @@
-"""ReplayLoop: finds due messages in the retry store and redelivers them through an injected callable.
+"""ReplayLoop: finds due messages in the retry store and hands them to workers that redeliver them.
 
 One seek task reads due keys (iterate upper bound = now) from a cursor that starts at the oldest key
-(R6), and hands them through a bounded queue to N worker tasks. A worker calls ``deliver(record)``:
-success deletes the key; failure writes the next rung (or a dead letter) and deletes the old key in
-one batch. The seek task sleeps until the earliest due key or until a spool brings an earlier one.
+(R6), and hands them through a bounded queue to N worker tasks, each running a Redelivery (deliver,
+then acknowledge, reschedule or dead-letter). The seek task sleeps until the earliest due key or until
+a spool brings an earlier one.
 """
 
 from __future__ import annotations
@@ -14,34 +14,28 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from retry.keys import parse_pending_key
-from retry.policy import RetryPolicy
-from retry.record import CorruptRecordError, RetryRecord, decode_record
+from retry.redelivery import (
+    DEAD,
+    DELIVERED,
+    QUARANTINED,
+    RESCHEDULED,
+    Deliver,
+    DeliverBatch,
+    PolicyFor,
+    Redelivery,
+)
 from retry.store import RetryStore
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
 
-Deliver = Callable[[RetryRecord], Awaitable[None]]
-PolicyFor = Callable[[str], RetryPolicy]
 Sleep = Callable[[float], Awaitable[None]]
 
 MAX_IDLE_S = 30.0  # longest sleep: a wall-clock step forward is noticed within this
 STORE_RETRY_S = 1.0  # while the store fails writes, one pass per this many seconds
-ERROR_TEXT_LIMIT = 500
-
-DELIVERED, RESCHEDULED, DEAD, QUARANTINED, STORE_ERROR, ERROR = (
-    "delivered",
-    "rescheduled",
-    "dead",
-    "quarantined",
-    "store_error",
-    "error",
-)
-
-
-def describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return text[:ERROR_TEXT_LIMIT]
+BATCH_MAX = 32  # records per deliver_batch call
+STORE_ERROR, ERROR = "store_error", "error"
+OUTCOMES = (DELIVERED, RESCHEDULED, DEAD, QUARANTINED, STORE_ERROR, ERROR)
 
 
 class ReplayLoop:
@@ -49,8 +43,9 @@ class ReplayLoop:
 
     ``deliver`` raises to report failure; an exception whose ``retriable`` attribute is False
     dead-letters the message at once, any other climbs the ladder of ``policy_for(record.type)``.
-    ``on_replayed(outcome)`` is called once per handled key (delivered, rescheduled, dead,
-    quarantined, store_error, error), for metrics.
+    With ``deliver_batch`` each worker takes up to ``batch_max`` queued messages per call instead
+    (e.g. the producer's send_batch). The queue holds ``queue_size`` handed-out keys (default: two
+    per worker slot). ``on_replayed(outcome)`` is called once per handled key with one of OUTCOMES.
     """
 
     def __init__(
@@ -64,14 +59,16 @@ class ReplayLoop:
         sleep: Sleep = asyncio.sleep,
         on_replayed: Callable[[str], None] | None = None,
         store_retry_s: float = STORE_RETRY_S,
+        deliver_batch: DeliverBatch | None = None,
+        batch_max: int = BATCH_MAX,
     ) -> None:
-        if workers < 1:
-            raise ValueError("workers must be >= 1")
+        if workers < 1 or batch_max < 1:
+            raise ValueError("workers and batch_max must be >= 1")
         self._store = store
-        self._deliver = deliver
-        self._policy_for = policy_for
+        self._redelivery = Redelivery(store, deliver, policy_for, deliver_batch)
+        self._batch_max = batch_max if deliver_batch is not None else 1
         self._workers = workers
-        self._queue_size = queue_size or 2 * workers
+        self._queue_size = queue_size or 2 * workers * self._batch_max
         self._sleep = sleep
         self._on_replayed = on_replayed
         self._store_retry_s = store_retry_s
@@ -231,52 +228,30 @@ class ReplayLoop:
     # --- delivering ---------------------------------------------------------------------------
     async def _worker(self) -> None:
         while True:
-            key, raw = await self._queue.get()
+            batch = [await self._queue.get()]
+            while len(batch) < self._batch_max and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
             self._space.set()
             try:
-                outcome = await self._replay(key, raw)
+                outcomes = await self._redelivery.run(batch)
             except StorageError as exc:
-                log.error("retry store write failed for %r, will retry: %s", key, exc)
-                outcome = STORE_ERROR
-                self._inflight.discard(key)
-                self._on_new_key(key)  # rewind so the key is handed out again
+                log.error("retry store write failed, %d messages will be retried: %s", len(batch), exc)
+                outcomes = [STORE_ERROR] * len(batch)
+                for key, _ in batch:
+                    self._inflight.discard(key)
+                self._on_new_key(min(key for key, _ in batch))  # rewind: they are handed out again
             except Exception:
-                log.exception("replay of %r failed unexpectedly; it stays in the store", key)
-                outcome = ERROR
+                log.exception("replay failed unexpectedly; %d messages stay in the store", len(batch))
+                outcomes = [ERROR] * len(batch)
             finally:
-                self._inflight.discard(key)
+                for key, _ in batch:
+                    self._inflight.discard(key)
                 if not self._inflight:
                     self._settled.set()
                     self._store.advance_floor(self._scan_from)  # everything handed out is done
                 self._maybe_idle()
-            self._report(outcome)
-
-    async def _replay(self, key: bytes, raw: bytes) -> str:
-        try:
-            record = decode_record(raw)
-        except CorruptRecordError as exc:
-            await self._store.quarantine(key, raw, f"corrupt value: {exc}")  # R7
-            return QUARANTINED
-        try:
-            await self._deliver(record)
-        except Exception as exc:
-            return await self._failed(key, record, exc)
-        await self._store.ack(key)
-        return DELIVERED
-
-    async def _failed(self, key: bytes, record: RetryRecord, exc: Exception) -> str:
-        policy = self._policy_for(record.type)
-        now = self._store.now_ms()
-        error = describe(exc)
-        failed = record.failed(now, error)
-        if not getattr(exc, "retriable", True):
-            await self._store.bury(key, failed, f"not retriable: {error}")
-            return DEAD
-        if policy.exhausted(failed.retry_count):
-            await self._store.bury(key, failed, f"retries exhausted after {failed.retry_count}: {error}")
-            return DEAD
-        await self._store.reschedule(key, failed, now + round(policy.delay_s(failed.retry_count) * 1000))
-        return RESCHEDULED
+            for outcome in outcomes:
+                self._report(outcome)
 
     def _report(self, outcome: str) -> None:
         if self._on_replayed is not None:

@@ -28,6 +28,7 @@ from retry.keys import (
     clamp_due,
     dead_key,
     due_bound,
+    id_of,
     index_key,
     index_prefix,
     parse_pending_key,
@@ -50,13 +51,6 @@ _UNKNOWN = b"\xff"  # above every pending key
 
 DeadLetterHook = Callable[[DeadLetter], Awaitable[None] | None]
 Listener = Callable[[bytes], None]
-
-
-def _id_of(key: bytes) -> str | None:
-    try:
-        return parse_pending_key(key).id
-    except ValueError:
-        return None
 
 
 class RetryStore:
@@ -187,8 +181,12 @@ class RetryStore:
 
     async def ack(self, key: bytes) -> None:
         """The message under ``key`` was delivered: delete it and its index entry."""
-        await self._commit(self._unlink(key))
-        self.pending_count -= 1
+        await self.ack_many((key,))
+
+    async def ack_many(self, keys: Sequence[bytes]) -> None:
+        """Several delivered messages, deleted in one batch."""
+        await self._commit([op for key in keys for op in self._unlink(key)])
+        self.pending_count -= len(keys)
 
     async def bury(self, key: bytes, record: RetryRecord, reason: str) -> bytes:
         """Move the message under ``key`` to the dead letters, with its history and ``reason``."""
@@ -199,7 +197,7 @@ class RetryStore:
         now = self.now_ms()
         dkey = dead_key(now, key)
         ops: list[Op] = [Put(DEAD_CF, dkey, encode_dead(reason, now, raw)), *self._unlink(key)]
-        id_ = _id_of(key)
+        id_ = id_of(key)
         if id_ is not None:
             ops.append(Put(INDEX_CF, index_key(id_, DEAD, dkey), b""))
         await self._commit(ops, None, now)
@@ -228,7 +226,7 @@ class RetryStore:
             Put(INDEX_CF, index_key(record.id, PENDING, key), b""),
             Delete(DEAD_CF, dkey),
         ]
-        old_id = _id_of(pending_of_dead(dkey))
+        old_id = id_of(pending_of_dead(dkey))
         if old_id is not None:
             ops.append(Delete(INDEX_CF, index_key(old_id, DEAD, dkey)))
         await self._commit(ops, key)
@@ -238,7 +236,7 @@ class RetryStore:
 
     def _unlink(self, key: bytes) -> list[Op]:
         ops: list[Op] = [Delete(PENDING_CF, key)]
-        id_ = _id_of(key)
+        id_ = id_of(key)
         if id_ is not None:
             ops.append(Delete(INDEX_CF, index_key(id_, PENDING, key)))
         return ops

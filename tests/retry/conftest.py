@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -48,6 +48,7 @@ class Harness:
     gate: asyncio.Event | None = None
     loop: ReplayLoop | None = None
     in_flight_seen: list[int] = field(default_factory=list)  # loop.in_flight at each attempt
+    batch_sizes: list[int] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def deliver(self, rec: RetryRecord) -> None:
@@ -62,6 +63,18 @@ class Harness:
         if queued:
             raise queued.pop(0)
         self.delivered.append(rec.id)
+
+    async def deliver_batch(self, records: Sequence[RetryRecord]) -> list[object]:
+        """Like deliver, for a batch: one outcome per record (an exception for a failure)."""
+        self.batch_sizes.append(len(records))
+        outcomes: list[object] = []
+        for rec in records:
+            try:
+                await self.deliver(rec)
+                outcomes.append("stored")
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
 
     def policy_for(self, type_: str) -> RetryPolicy:
         return self.policies.get(type_, RetryPolicy())

@@ -85,7 +85,9 @@ def test_dead_list_and_export(
 ) -> None:
     assert store_cli(data_dir, "dead", "list") == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[1] for line in lines] == ["D1", "D2", "BIN"]
+    assert sorted(line.split()[1] for line in lines) == ["BIN", "D1", "D2"]
+    died = [line.split()[0] for line in lines]
+    assert died == sorted(died)  # oldest first (ties within a millisecond in key order)
     out = data_dir / "dead.jsonl"
     assert store_cli(data_dir, "dead", "export", "--out", str(out)) == 0
     assert "exported 3" in capsys.readouterr().err

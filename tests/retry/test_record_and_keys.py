@@ -112,3 +112,26 @@ def test_index_and_dead_keys() -> None:
     dk = dead_key(2000, pk)
     assert pending_of_dead(dk) == pk
     assert dead_key(1999, pk) < dk
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("keys", "abc"), ("props", ["a"]), ("props", {"k": 1}), ("history", [[1, 2]]), ("tags", 5), ("id", "")],
+)
+def test_semantically_corrupt_fields_are_detected(field: str, value: object) -> None:
+    import orjson
+
+    good = encode_record(RetryRecord(id="A1", topic="t", body=b"x"))
+    meta = orjson.loads(good[5:-1])
+    meta[field] = value
+    blob = orjson.dumps(meta)
+    with pytest.raises(CorruptRecordError):
+        decode_record(b"\x01" + len(blob).to_bytes(4, "big") + blob + b"x")
+
+
+def test_id_of_reads_the_last_field() -> None:
+    from retry.keys import id_of
+
+    assert id_of(pending_key(5, 3, "a:b", "x:%y")) == "x:%y"
+    assert id_of(b"garbage") is None
+    assert id_of(b"0000000000005:0:t:") is None
