@@ -38,8 +38,8 @@ BASE_MS = 1_700_000_000_000
 DUE_AT_HEAD = 64  # due keys at the head of the pending range in the tick measurements
 
 
-def rec(i: int) -> RetryRecord:
-    return RetryRecord(id=f"C0A80001{i:024X}", topic="bench", body=BODY)
+def rec(i: int, body: bytes = BODY) -> RetryRecord:
+    return RetryRecord(id=f"C0A80001{i:024X}", topic="bench", body=body)
 
 
 def seed_rate(path: Path, n: int) -> float:
@@ -102,7 +102,8 @@ async def spool_rate(
     """The full spool path: record encoding, pending key + id index, group commit with sync.
     ``per_call`` > 1 uses spool_many (one call per request batch)."""
     kv = RocksKV.open(path, COLUMN_FAMILIES)
-    store = RetryStore(kv, writer=GroupCommitWriter(kv, strategy=strategy), owns_kv=True)
+    writer = GroupCommitWriter(kv, strategy=strategy)
+    store = RetryStore(kv, writer=writer, owns_kv=True)
     records = [rec(i) for i in range(n)]
     try:
         if per_call == 1:
@@ -112,6 +113,7 @@ async def spool_rate(
         return rate * per_call, lags
     finally:
         await store.close()
+        await writer.close()  # the store closes only a writer it created
 
 
 async def spill(root: Path, n: int, seed: float, rounds: int) -> None:
@@ -140,7 +142,7 @@ def load_pending(path: Path, n: int, *, all_due: bool = False) -> None:
         for start in range(0, n, 10_000):
             ops: list[Put] = []
             for i in range(start, min(n, start + 10_000)):
-                r = rec(i)
+                r = rec(i, os.urandom(len(BODY)))  # incompressible, so disk and cache sizes are real
                 due = BASE_MS - n + i if all_due or i < DUE_AT_HEAD else BASE_MS + 1000 + i
                 key = pending_key(due, 0, r.type, r.id)
                 ops += [
@@ -165,9 +167,12 @@ def tick_us(store: RetryStore, cursor: bytes, now: int, reps: int = 200) -> floa
 
 
 def lag_line(lags: list[float]) -> str:
-    lags = sorted(lags) or [0.0]
-    pick = lambda q: lags[min(len(lags) - 1, int(q * len(lags)))] * 1e3  # noqa: E731
-    return f"loop lag p50 {pick(0.5):.2f} ms, p99 {pick(0.99):.2f} ms, max {lags[-1] * 1e3:.2f} ms"
+    ordered = sorted(lags) or [0.0]
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
+
+    return f"loop lag p50 {pick(0.5):.2f} ms, p99 {pick(0.99):.2f} ms, max {ordered[-1] * 1e3:.2f} ms"
 
 
 RSS_CHILD = """
@@ -272,7 +277,11 @@ async def replay_into_devbroker(root: Path, n: int) -> list[tuple[str, float]]:
                 )
             else:
                 chunk = [Message("bench", BODY) for _ in range(32)]
-                direct, _ = await concurrent(n // 32 // 8 * 8, 8, lambda i, c=chunk: producer.send_batch(c))
+
+                def send_chunk(_: int, chunk: list[Message] = chunk) -> Awaitable[object]:
+                    return producer.send_batch(chunk)
+
+                direct, _ = await concurrent(n // 32 // 8 * 8, 8, send_chunk)
                 direct *= 32
             rows += [(f"producer alone, {label}, {workers} in flight", direct), (f"replay via {label}", rate)]
         await producer.close()
@@ -370,9 +379,9 @@ async def run(args: argparse.Namespace, root: Path) -> None:
         n = args.devbroker_messages
         print(f"\n## replay into devbroker (its own process), {n:,} messages")
         rows = await replay_into_devbroker(root, n)
-        for i, (label, rate) in enumerate(rows):
-            ratio = f"  {rate / rows[i - 1][1]:.2f}x the producer alone" if i % 2 else ""
-            print(f"{label:<44} {rate:>10,.0f} msg/s{ratio}")
+        for i, (label, msgs) in enumerate(rows):
+            versus = f"  {msgs / rows[i - 1][1]:.2f}x the producer alone" if i % 2 else ""
+            print(f"{label:<44} {msgs:>10,.0f} msg/s{versus}")
     print(f"\nbench process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 

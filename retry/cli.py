@@ -175,7 +175,7 @@ def _inspect(store: RetryStore, key_or_id: str) -> None:
 
 
 def _list(store: RetryStore, limit: int, as_json: bool) -> None:
-    for letter in store.dead.list(limit=limit):
+    for letter in store.dead.page(limit=limit):
         if as_json:
             _print_json(letter.to_json(), indent=False)
             continue

@@ -27,8 +27,8 @@ class DeadLetters:
     def __init__(self, store: RetryStore) -> None:
         self._store = store
 
-    def list(self, *, after: bytes | None = None, limit: int = 100) -> list[DeadLetter]:
-        """Up to ``limit`` dead letters with keys after ``after`` (paging), oldest first."""
+    def page(self, *, after: bytes | None = None, limit: int = 100) -> list[DeadLetter]:
+        """Up to ``limit`` dead letters with keys after ``after``, oldest first."""
         lower = None if after is None else after + b"\x00"
         return [decode_dead(k, v) for k, v in self._store.kv.scan(DEAD_CF, lower=lower, limit=limit)]
 
@@ -64,7 +64,7 @@ class DeadLetters:
         moved = skipped = 0
         after: bytes | None = None
         while True:
-            keys = [letter.key for letter in self.list(after=after, limit=REDRIVE_CHUNK)]
+            keys = [letter.key for letter in self.page(after=after, limit=REDRIVE_CHUNK)]
             if not keys:
                 return moved, skipped
             after = keys[-1]

@@ -21,7 +21,7 @@ META_CF = "retry_meta"
 COLUMN_FAMILIES = (PENDING_CF, INDEX_CF, DEAD_CF, META_CF)
 
 DUE_WIDTH = 13
-MAX_DUE_MS = 10**DUE_WIDTH - 1
+MAX_DUE_MS: int = 10**DUE_WIDTH - 1
 PENDING = b"p"
 DEAD = b"d"
 _ESCAPES = (("%", "%25"), (":", "%3A"), ("\x00", "%00"))

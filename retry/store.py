@@ -1,7 +1,7 @@
 """RetryStore: the durable spool of messages waiting for redelivery, over a KV and a group-commit writer.
 
 Column families: ``retry_pending`` (keys in due-time order, see retry.keys), ``retry_index`` (id ->
-where the message is), ``retry_dead`` (dead letters) and ``retry_meta`` (the clock's high-water mark).
+where the message is), ``retry_dead`` (dead letters) and ``retry_meta`` (see retry.progress).
 Every state change is one atomic batch, and no method returns before its batch is synced.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from retry.clock import SteadyClock, wall_ms
+from retry.clock import wall_ms
 from retry.dead_letter import DeadLetter, decode_dead, encode_dead
 from retry.dead_letters import DeadLetters
 from retry.keys import (
@@ -22,7 +22,6 @@ from retry.keys import (
     DEAD,
     DEAD_CF,
     INDEX_CF,
-    META_CF,
     PENDING,
     PENDING_CF,
     clamp_due,
@@ -36,6 +35,7 @@ from retry.keys import (
     pending_of_dead,
     split_index_key,
 )
+from retry.progress import Progress
 from retry.record import CorruptRecordError, RetryRecord, decode_record, encode_record
 from retry.status import MessageStatus, State, StoreStats
 from storage.errors import StorageError
@@ -44,10 +44,6 @@ from storage.kv import KV, Delete, Op, Put
 
 log = logging.getLogger(__name__)
 
-CLOCK_KEY = b"clock_high_water_ms"
-FLOOR_KEY = b"pending_floor"  # no live pending key sorts below it: a restart seeks from here
-PERSIST_EVERY_MS = 1000  # the clock and a raised floor ride on batches that are written anyway
-_UNKNOWN = b"\xff"  # above every pending key
 
 DeadLetterHook = Callable[[DeadLetter], Awaitable[None] | None]
 Listener = Callable[[bytes], None]
@@ -74,17 +70,9 @@ class RetryStore:
         self.writer = writer or GroupCommitWriter(kv)  # pass one to share its batches and syncs
         self._owns_writer = writer is None
         self._owns_kv = owns_kv
-        self._clock = SteadyClock(now_ms, clock)
-        saved = kv.get(META_CF, CLOCK_KEY)
-        if saved is not None and saved.isdigit():
-            self._clock.restore(int(saved))  # R5 across restarts: due keys stay due
-        self._clock_saved_ms = 0
+        self._progress = Progress(kv, now_ms, clock)  # R5 and R6 across restarts
         self._on_dead_letter = on_dead_letter
         self._listeners: list[Listener] = []
-        self._unsettled: dict[bytes, int] = {}  # pending keys whose batch is not yet committed
-        self._floor = kv.get(META_CF, FLOOR_KEY) or b""
-        self._floor_saved = self._floor  # as on disk (_UNKNOWN after a failed batch)
-        self._floor_saved_ms = 0
         self.dead = DeadLetters(self)
         self.pending_count = kv.count(PENDING_CF)
         self.dead_count = kv.count(DEAD_CF)
@@ -105,7 +93,7 @@ class RetryStore:
     async def close(self) -> None:
         """Write the floor one last time (a clean restart seeks from the exact floor), then close the
         writer and the KV if this store created them."""
-        if self._floor != self._floor_saved and self.writer.healthy:
+        if self._progress.floor_unsaved and self.writer.healthy:
             try:
                 await self._commit([], save_floor=True)
             except StorageError as exc:
@@ -125,7 +113,7 @@ class RetryStore:
 
     def now_ms(self) -> int:
         """The store's clock: wall-clock ms that never run backwards (use it for due times)."""
-        return self._clock.now()
+        return self._progress.clock.now()
 
     def add_listener(self, listener: Listener) -> None:
         """``listener(key)`` runs after every batch that added pending keys (spool, reschedule, redrive),
@@ -245,40 +233,16 @@ class RetryStore:
         self, ops: list[Op], new_key: bytes | None = None, now: int | None = None, *, save_floor: bool = False
     ) -> None:
         """Write ``ops`` durably; ``new_key`` is the smallest pending key they add, if any."""
-        now = self.now_ms() if now is None else now
-        if now - self._clock_saved_ms >= PERSIST_EVERY_MS:
-            self._clock_saved_ms = now
-            ops.append(Put(META_CF, CLOCK_KEY, str(now).encode()))
-        if new_key is not None:
-            self._unsettled[new_key] = self._unsettled.get(new_key, 0) + 1
-            self._floor = min(self._floor, new_key)
-        self._persist_floor(ops, now, save_floor)
+        self._progress.stamp(ops, new_key, self.now_ms() if now is None else now, save_floor=save_floor)
+        written = False
         try:
             await self.writer.write(ops)
-        except BaseException:
-            self._floor_saved = _UNKNOWN  # the floor on disk may be either value: write it again
-            raise
+            written = True
         finally:
-            if new_key is not None:
-                if self._unsettled[new_key] == 1:
-                    del self._unsettled[new_key]
-                else:
-                    self._unsettled[new_key] -= 1
+            self._progress.settled(new_key, written=written)
         if new_key is not None:
             for listener in list(self._listeners):
                 listener(new_key)
-
-    def _persist_floor(self, ops: list[Op], now: int, force: bool) -> None:
-        # A lowered floor goes into the same batch as the key that lowered it, so a restart never
-        # seeks past a live key; a raised one is written at most once per PERSIST_EVERY_MS.
-        lowered = self._floor < self._floor_saved
-        if (
-            force
-            or lowered
-            or (self._floor != self._floor_saved and now - self._floor_saved_ms >= PERSIST_EVERY_MS)
-        ):
-            ops.append(Put(META_CF, FLOOR_KEY, self._floor))
-            self._floor_saved, self._floor_saved_ms = self._floor, now
 
     async def _notify_dead(self, letter: DeadLetter) -> None:
         if self._on_dead_letter is None:
@@ -302,14 +266,11 @@ class RetryStore:
     @property
     def floor(self) -> bytes:
         """No live pending key sorts below this (persisted: a restart starts seeking here)."""
-        return self._floor
+        return self._progress.floor
 
     def advance_floor(self, floor: bytes) -> None:
-        """The replay loop's promise that every live pending key is >= ``floor`` (handed-out keys
-        included). Keys whose batch is still being written keep the floor below them."""
-        if self._unsettled:
-            floor = min([floor, *self._unsettled])
-        self._floor = max(self._floor, floor)
+        """The replay loop's promise that every live pending key is >= ``floor``."""
+        self._progress.advance_floor(floor)
 
     def get(self, id_: str) -> MessageStatus | None:
         """Where message ``id_`` stands: SPOOLED (next attempt, attempts) or DEAD (reason), or None."""
@@ -361,7 +322,7 @@ class RetryStore:
         return None if raw is None else decode_record(raw)
 
     def stats(self) -> StoreStats:
-        oldest = self.first_pending(self._floor)
+        oldest = self.first_pending(self._progress.floor)
         oldest_due = first_failure = None
         if oldest is not None:
             oldest_due = parse_pending_key(oldest).due_ms

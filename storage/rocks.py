@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 from rocksdict import (
     AccessType,
@@ -151,7 +152,7 @@ class RocksKV:
             # contract suite), and a Seek skips everything before the target anyway.
             read.set_iterate_upper_bound(upper)
         with _translate("scan"):
-            items = handle.items(from_key=lower, read_opt=read)
+            items = cast(Iterator[tuple[bytes, bytes]], handle.items(from_key=lower, read_opt=read))
         return _translated(items)
 
     def write(self, ops: Sequence[Op], *, sync: bool) -> None:
@@ -161,13 +162,12 @@ class RocksKV:
         with _translate("write"):
             batch = WriteBatch(raw_mode=True)
             for op in ops:
-                kind = type(op)
-                if kind is Put:
-                    batch.put(op[1], op[2], handles[op[0]])
-                elif kind is Delete:
-                    batch.delete(op[1], handles[op[0]])
-                elif kind is DeleteRange:
-                    batch.delete_range(op[1], op[2], handles[op[0]])
+                if type(op) is Put:
+                    batch.put(op.key, op.value, handles[op.cf])
+                elif type(op) is Delete:
+                    batch.delete(op.key, handles[op.cf])
+                elif type(op) is DeleteRange:
+                    batch.delete_range(op.begin, op.end, handles[op.cf])
                 else:
                     raise StorageError(f"not a write operation: {op!r}")
             self._db.write(batch, self._sync if sync else self._nosync)

@@ -61,7 +61,7 @@ async def test_webhook_failures_are_logged_and_the_letter_stays(
         await notifier.close()
     assert notifier.failed == 1
     assert "webhook" in caplog.text
-    assert [d.id for d in store.dead.list()] == ["M1"]
+    assert [d.id for d in store.dead.page()] == ["M1"]
 
 
 async def test_http_error_status_counts_as_failure(h: Harness) -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from retry.keys import PENDING_CF, pending_key
 from retry.policy import DEFAULT_LADDER_S, RetryPolicy
-from retry.replay import DEAD, DELIVERED, QUARANTINED, RESCHEDULED, STORE_ERROR
+from retry.redelivery import DEAD, DELIVERED, QUARANTINED, RESCHEDULED
+from retry.replay import STORE_ERROR
 from retry.status import State
 from retry.store import RetryStore
 from storage.errors import StorageError

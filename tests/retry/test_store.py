@@ -80,7 +80,7 @@ async def test_bury_keeps_history_and_reason(h: Harness) -> None:
         "retries exhausted",
         2,
     )
-    [letter] = h.store.dead.list()
+    [letter] = h.store.dead.page()
     assert letter.record is not None and letter.record.history == ((10, "e1"), (20, "e2"))
     assert h.dead == [letter]  # the dead-letter hook saw it
     assert (h.store.stats().pending, h.store.stats().dead) == (0, 1)
@@ -89,7 +89,7 @@ async def test_bury_keeps_history_and_reason(h: Harness) -> None:
 async def test_quarantine_keeps_corrupt_bytes(h: Harness) -> None:
     key = await h.store.spool(record("M1"))
     await h.store.quarantine(key, b"\x07garbage", "corrupt value: bad")
-    [letter] = h.store.dead.list()
+    [letter] = h.store.dead.page()
     assert (letter.record, letter.raw, letter.id) == (None, b"\x07garbage", "M1")
     status = h.store.get("M1")
     assert status is not None and status.state is State.DEAD
@@ -141,7 +141,7 @@ async def test_hook_failures_never_lose_the_dead_letter(h: Harness) -> None:
     store = RetryStore(h.kv, now_ms=h.clock.now_ms, clock=h.clock.monotonic, on_dead_letter=broken)
     key = await store.spool(record("M1"))
     await store.bury(key, record("M1"), "final")
-    assert [d.reason for d in store.dead.list()] == ["final"]
+    assert [d.reason for d in store.dead.page()] == ["final"]
     await store.close()
 
 
@@ -154,7 +154,7 @@ async def test_redrive_moves_back_with_retry_count_reset(h: Harness) -> None:
     assert (parsed.retry_count, parsed.due_ms) == (0, h.store.now_ms())
     rec = h.store.pending_record(new)
     assert rec is not None and rec.retry_count == 0 and len(rec.history) == 2
-    assert h.store.dead.list() == []
+    assert h.store.dead.page() == []
     status = h.store.get("M1")
     assert status is not None and status.state is State.SPOOLED
     with pytest.raises(KeyError):
@@ -169,7 +169,7 @@ async def test_redrive_by_id_and_all_skip_corrupt_letters(h: Harness) -> None:
     await h.store.quarantine(key, b"junk", "corrupt value")
     assert await h.store.dead.redrive_id("M1") == 1
     assert await h.store.dead.redrive_all() == (2, 1)
-    assert [d.id for d in h.store.dead.list()] == ["BAD"]
+    assert [d.id for d in h.store.dead.page()] == ["BAD"]
     assert h.store.pending_count == 3
 
 
@@ -191,7 +191,7 @@ async def test_binary_body_export_has_no_text(h: Harness) -> None:
     rec = RetryRecord(id="B1", topic="t", body=b"\xff\xfe")
     key = await h.store.spool(rec)
     await h.store.bury(key, rec, "r")
-    doc = h.store.dead.list()[0].to_json()
+    doc = h.store.dead.page()[0].to_json()
     assert doc["body_text"] is None
     assert doc["body_base64"] == "//4="
 
