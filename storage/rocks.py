@@ -15,7 +15,9 @@ from typing import cast
 
 from rocksdict import (
     AccessType,
+    BlockBasedOptions,
     BottommostLevelCompaction,
+    Cache,
     ColumnFamily,
     CompactOptions,
     Options,
@@ -36,6 +38,10 @@ DELETION_TRIGGER = 5_000
 DELETION_RATIO = 0.5
 # A rarely written column family pins old WAL files until it is flushed; this caps the WAL size.
 MAX_TOTAL_WAL_BYTES = 64 * 1024 * 1024
+# Memory bounds (bench/RESULTS.md, peak RSS with 1M pending): all column families' memtables
+# together, and one block cache shared by every column family (RocksDB gives each its own 32 MiB).
+DB_WRITE_BUFFER_BYTES = 64 * 1024 * 1024
+BLOCK_CACHE_BYTES = 32 * 1024 * 1024
 
 
 class Access(enum.Enum):
@@ -57,9 +63,12 @@ def _translate(what: str) -> Iterator[None]:
         raise StorageError(f"{what}: {text}") from exc
 
 
-def _cf_options() -> Options:
+def _cf_options(cache: Cache) -> Options:
     opts = Options(raw_mode=True)
     opts.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, DELETION_RATIO)
+    table = BlockBasedOptions()
+    table.set_block_cache(cache)
+    opts.set_block_based_table_factory(table)
     return opts
 
 
@@ -99,6 +108,7 @@ class RocksKV:
         opts.create_if_missing(access is Access.READ_WRITE)
         opts.create_missing_column_families(access is Access.READ_WRITE)
         opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES)
+        opts.set_db_write_buffer_size(DB_WRITE_BUFFER_BYTES)
         opts.set_keep_log_file_num(5)
         if access is Access.READ_WRITE:
             with _translate(f"cannot create {path}"):
@@ -110,11 +120,12 @@ class RocksKV:
             if secondary_dir is None:
                 raise ValueError("a secondary instance needs secondary_dir")
             access_type = AccessType.secondary(str(secondary_dir))
+        cache = Cache(BLOCK_CACHE_BYTES)
         with _translate(f"cannot open store {path}"):
             db = Rdict(
                 str(path),
                 opts,
-                column_families={name: _cf_options() for name in names},
+                column_families={name: _cf_options(cache) for name in names},
                 access_type=access_type,
             )
             if access is Access.SECONDARY:
@@ -193,8 +204,10 @@ class RocksKV:
 
     def count(self, cf: str) -> int:
         handle = self._cf(cf)
+        read = ReadOptions()
+        read.fill_cache(False)  # a full scan would evict what the seeks need
         with _translate("count"):
-            return sum(1 for _ in handle.keys())  # noqa: SIM118 (raw-mode Rdict is not iterable)
+            return sum(1 for _ in handle.keys(read_opt=read))
 
     def approximate_count(self, cf: str) -> int:
         handle = self._cf(cf)
