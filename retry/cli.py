@@ -1,0 +1,210 @@
+"""``rocksidecar store``: look into the retry store, export and re-drive dead letters.
+
+The store lives at ``<data dir>/store``. RocksDB lets one process open it for writing: while the
+sidecar runs, read-only commands (stats, dead list/export, inspect) read it as a secondary instance
+(a view as of the moment they start), and ``dead redrive`` refuses with a clear message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+
+import orjson
+
+from retry.keys import COLUMN_FAMILIES, PENDING_CF, parse_pending_key
+from retry.record import CorruptRecordError, decode_record, record_to_json
+from retry.store import RetryStore
+from storage.errors import StorageError, StoreLockedError
+
+DATA_DIR_ENV = "ROCKSIDECAR_DATA_DIR"
+
+
+class CliError(Exception):
+    """Printed as ``rocksidecar store: <message>``; exit code 1."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--data-dir",
+        default=argparse.SUPPRESS,
+        help=f"sidecar data directory; the store is <data-dir>/store (default: ${DATA_DIR_ENV} or ./data)",
+    )
+    p = sub.add_parser(
+        "store",
+        help="inspect the retry store; list, export, re-drive dead letters",
+        description=__doc__,
+        parents=[common],
+    )
+    p.set_defaults(func=run)  # not data_dir: the parents share one --data-dir action
+    cmds = p.add_subparsers(dest="store_command", metavar="COMMAND", required=True)
+    cmds.add_parser("stats", parents=[common], help="pending and dead counts, oldest due message, health")
+    inspect = cmds.add_parser("inspect", parents=[common], help="show one message by id or by store key")
+    inspect.add_argument("key_or_id")
+    dead = cmds.add_parser("dead", parents=[common], help="dead letters").add_subparsers(
+        dest="dead_command", metavar="COMMAND", required=True
+    )
+    listing = dead.add_parser("list", parents=[common], help="one line per dead letter, oldest first")
+    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--json", action="store_true", help="JSON lines instead of text")
+    export = dead.add_parser("export", parents=[common], help="every dead letter as JSON lines")
+    export.add_argument("--out", help="file to write (default: stdout)")
+    redrive = dead.add_parser("redrive", parents=[common], help="move dead letters back to pending")
+    which = redrive.add_mutually_exclusive_group(required=True)
+    which.add_argument("--id", help="the message id (UNIQ_KEY) to re-drive")
+    which.add_argument("--all", action="store_true", help="re-drive every dead letter")
+
+
+def run(args: argparse.Namespace) -> int:
+    data_dir = getattr(args, "data_dir", None) or os.environ.get(DATA_DIR_ENV) or "./data"
+    try:
+        return asyncio.run(_dispatch(args, Path(data_dir) / "store"))
+    except (CliError, StorageError) as exc:
+        print(f"rocksidecar store: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _dispatch(args: argparse.Namespace, path: Path) -> int:
+    command = args.store_command if args.store_command != "dead" else f"dead {args.dead_command}"
+    with _opened(path, write=command == "dead redrive") as store:
+        try:
+            if command == "stats":
+                _stats(store)
+            elif command == "inspect":
+                _inspect(store, args.key_or_id)
+            elif command == "dead list":
+                _list(store, args.limit, args.json)
+            elif command == "dead export":
+                _export(store, args.out)
+            else:
+                await _redrive(store, args.id, args.all)
+        finally:
+            await store.close()
+    return 0
+
+
+@contextmanager
+def _opened(path: Path, *, write: bool) -> Iterator[RetryStore]:
+    from storage.rocks import Access, RocksKV
+
+    if not (path / "CURRENT").exists():
+        raise CliError(f"no store at {path} (set --data-dir or ${DATA_DIR_ENV})")
+    try:
+        yield RetryStore(RocksKV.open(path, COLUMN_FAMILIES), owns_kv=True)
+        return
+    except StoreLockedError:
+        if write:
+            raise CliError(
+                f"the store at {path} is open in a running sidecar (RocksDB allows one writer); "
+                "stop the sidecar first, or re-drive through the sidecar's API"
+            ) from None
+    with tempfile.TemporaryDirectory(prefix="rocksidecar-secondary-") as scratch:
+        kv = RocksKV.open(path, COLUMN_FAMILIES, access=Access.SECONDARY, secondary_dir=scratch)
+        print(
+            f"(the store is in use by a running sidecar; reading a view as of {_iso(None)})", file=sys.stderr
+        )
+        yield RetryStore(kv, owns_kv=True)
+
+
+def _iso(ms: int | None) -> str:
+    moment = datetime.now(UTC) if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+    return moment.isoformat(timespec="milliseconds")
+
+
+def _stats(store: RetryStore) -> None:
+    stats = store.stats()
+    now = store.now_ms()
+    print(f"pending: {stats.pending}")
+    print(f"dead: {stats.dead}")
+    if stats.oldest_due_ms is not None:
+        print(f"oldest due: {_iso(stats.oldest_due_ms)} ({(now - stats.oldest_due_ms) / 1000:+.1f} s ago)")
+    if stats.oldest_first_failure_ms:
+        print(f"oldest first failure: {_iso(stats.oldest_first_failure_ms)}")
+
+
+def _inspect(store: RetryStore, key_or_id: str) -> None:
+    key = key_or_id.encode()
+    raw = store.kv.get(PENDING_CF, key)
+    if raw is not None:
+        doc: dict[str, object] = {
+            "state": "SPOOLED",
+            "key": key_or_id,
+            "next_attempt_at_ms": parse_pending_key(key).due_ms,
+        }
+        try:
+            doc["record"] = record_to_json(decode_record(raw))
+        except CorruptRecordError as exc:
+            doc["corrupt"] = str(exc)
+        _print_json(doc)
+        return
+    letter = store.dead.get(key)
+    if letter is not None:
+        _print_json({"state": "DEAD", **letter.to_json()})
+        return
+    status = store.get(key_or_id)
+    if status is None:
+        raise CliError(f"no message or key {key_or_id!r} in the store")
+    doc = {
+        "id": status.id,
+        "state": status.state.value,
+        "key": status.key.decode(errors="replace"),
+        "attempts": status.attempts,
+        "last_error": status.last_error,
+        "next_attempt_at_ms": status.next_attempt_at_ms,
+        "reason": status.reason,
+        "dead_at_ms": status.dead_at_ms,
+    }
+    if status.key and store.kv.get(PENDING_CF, status.key) is not None:
+        try:
+            record = store.pending_record(status.key)
+            doc["record"] = record_to_json(record) if record else None
+        except CorruptRecordError as exc:
+            doc["corrupt"] = str(exc)
+    elif (letter := store.dead.get(status.key)) is not None:
+        doc["record"] = letter.to_json()
+    _print_json(doc)
+
+
+def _list(store: RetryStore, limit: int, as_json: bool) -> None:
+    for letter in store.dead.page(limit=limit):
+        if as_json:
+            _print_json(letter.to_json(), indent=False)
+            continue
+        rec = letter.record
+        what = f"{rec.topic} type={rec.type} attempts={rec.retry_count}" if rec else "(corrupt value)"
+        print(f"{_iso(letter.dead_at_ms)}  {letter.id}  {what}  {letter.reason}")
+
+
+def _export(store: RetryStore, out_path: str | None) -> None:
+    if out_path is None:
+        count = store.dead.export(sys.stdout)
+    else:
+        with open(out_path, "w", encoding="utf-8") as out:
+            count = store.dead.export(out)
+    print(f"exported {count} dead letters", file=sys.stderr)
+
+
+async def _redrive(store: RetryStore, id_: str | None, every: bool) -> None:
+    if every:
+        moved, skipped = await store.dead.redrive_all()
+        print(f"re-drove {moved} dead letters" + (f"; skipped {skipped} corrupt" if skipped else ""))
+        return
+    assert id_ is not None
+    moved = await store.dead.redrive_id(id_)
+    if not moved:
+        raise CliError(f"no dead letter for message {id_!r}")
+    print(f"re-drove {moved} dead letter(s) of {id_}")
+
+
+def _print_json(doc: dict[str, object], *, indent: bool = True, out: TextIO | None = None) -> None:
+    option = orjson.OPT_INDENT_2 if indent else 0
+    print(orjson.dumps(doc, option=option).decode(), file=out or sys.stdout)

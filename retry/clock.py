@@ -1,0 +1,44 @@
+"""SteadyClock: wall-clock milliseconds for due times that never run backwards (R5).
+
+Due times are wall-clock milliseconds (they are stored and survive restarts), but the wall clock can
+be stepped back by NTP or an operator. A rollback would make due keys look undue (stall) and new keys
+sort before the replay cursor. This clock follows the wall clock forward and, when the wall clock
+goes back, keeps advancing from its last value at the monotonic clock's rate instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class SteadyClock:
+    """``now()`` = max(wall clock, last value + monotonic time elapsed since it)."""
+
+    def __init__(
+        self, now_ms: Callable[[], int] = wall_ms, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._now_ms = now_ms
+        self._clock = clock
+        self._anchor_ms = now_ms()
+        self._anchor_mono = clock()
+
+    def now(self) -> int:
+        mono = self._clock()
+        # Measured from a fixed anchor so float noise never accumulates; 1e-6 absorbs 4.9 s
+        # becoming 4.8999999 s in binary floating point.
+        carried = self._anchor_ms + int((mono - self._anchor_mono) * 1000 + 1e-6)
+        wall = self._now_ms()
+        if wall > carried:  # the wall clock leads (the usual case): follow it
+            self._anchor_ms, self._anchor_mono = wall, mono
+            return wall
+        return carried
+
+    def restore(self, high_water_ms: int) -> None:
+        """Never report less than ``high_water_ms`` (the clock persisted before a restart)."""
+        if high_water_ms > self.now():
+            self._anchor_ms, self._anchor_mono = high_water_ms, self._clock()

@@ -1,0 +1,85 @@
+"""DeadLetters: list, export (JSON lines) and re-drive the dead letters of a RetryStore (R4)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, TextIO
+
+import orjson
+
+from retry.dead_letter import DeadLetter, decode_dead
+from retry.keys import DEAD, DEAD_CF, INDEX_CF, index_prefix, split_index_key
+from retry.record import CorruptRecordError
+
+if TYPE_CHECKING:
+    from retry.store import RetryStore
+
+log = logging.getLogger(__name__)
+
+REDRIVE_CHUNK = 500  # re-drives in flight at once; they share group commits
+
+
+class DeadLetters:
+    """The dead-letter column family of one store, in the order the letters died."""
+
+    def __init__(self, store: RetryStore) -> None:
+        self._store = store
+
+    def page(self, *, after: bytes | None = None, limit: int = 100) -> list[DeadLetter]:
+        """Up to ``limit`` dead letters with keys after ``after``, oldest first."""
+        lower = None if after is None else after + b"\x00"
+        return [decode_dead(k, v) for k, v in self._store.kv.scan(DEAD_CF, lower=lower, limit=limit)]
+
+    def __iter__(self) -> Iterator[DeadLetter]:
+        for key, value in self._store.kv.iterate(DEAD_CF):
+            yield decode_dead(key, value)
+
+    def get(self, key: bytes) -> DeadLetter | None:
+        value = self._store.kv.get(DEAD_CF, key)
+        return None if value is None else decode_dead(key, value)
+
+    def keys_of(self, id_: str) -> list[bytes]:
+        prefix = index_prefix(id_)
+        entries = self._store.kv.scan(INDEX_CF, lower=prefix, upper=prefix[:-1] + b"\x01")
+        return [key for kind, key in (split_index_key(k) for k, _ in entries) if kind == DEAD]
+
+    def export(self, out: TextIO) -> int:
+        """Write every dead letter as one JSON line; returns how many."""
+        count = 0
+        for letter in self:
+            out.write(orjson.dumps(letter.to_json()).decode())
+            out.write("\n")
+            count += 1
+        return count
+
+    async def redrive_id(self, id_: str) -> int:
+        """Re-drive every dead letter of message ``id_``; returns how many moved back."""
+        moved, _ = await self._redrive(self.keys_of(id_))
+        return moved
+
+    async def redrive_all(self) -> tuple[int, int]:
+        """Re-drive every dead letter that holds a record; returns (moved, skipped as corrupt)."""
+        moved = skipped = 0
+        after: bytes | None = None
+        while True:
+            keys = [letter.key for letter in self.page(after=after, limit=REDRIVE_CHUNK)]
+            if not keys:
+                return moved, skipped
+            after = keys[-1]
+            done, bad = await self._redrive(keys)
+            moved, skipped = moved + done, skipped + bad
+
+    async def _redrive(self, keys: list[bytes]) -> tuple[int, int]:
+        results = await asyncio.gather(*(self._store.redrive(k) for k in keys), return_exceptions=True)
+        skipped = 0
+        for key, result in zip(keys, results, strict=True):
+            if isinstance(result, CorruptRecordError):
+                log.warning("not re-driving %r: %s", key, result)
+                skipped += 1
+            elif isinstance(result, KeyError):
+                skipped += 1  # re-driven meanwhile
+            elif isinstance(result, BaseException):
+                raise result
+        return len(keys) - skipped, skipped

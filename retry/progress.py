@@ -1,0 +1,73 @@
+"""Progress: what a restart needs from the run before it, kept in the store's meta column family.
+
+The clock's high-water mark (R5: a host clock set back across a restart does not stall due keys) and
+the seek floor (R6: no live pending key sorts below it, so a restart seeks from it instead of crossing
+the tombstones of everything delivered before). Both ride on batches that are written anyway.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from retry.clock import SteadyClock, wall_ms
+from retry.keys import META_CF
+from storage.kv import KV, Op, Put
+
+CLOCK_KEY = b"clock_high_water_ms"
+FLOOR_KEY = b"pending_floor"
+PERSIST_EVERY_MS = 1000
+_UNKNOWN = b"\xff"  # above every pending key: "write the floor again"
+
+
+class Progress:
+    """The store's clock and floor. ``stamp`` adds their updates to a batch before it is written;
+    ``settled`` is called when the batch is done."""
+
+    def __init__(
+        self, kv: KV, now_ms: Callable[[], int] = wall_ms, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.clock = SteadyClock(now_ms, clock)
+        saved = kv.get(META_CF, CLOCK_KEY)
+        if saved is not None and saved.isdigit():
+            self.clock.restore(int(saved))
+        self._clock_saved_ms = 0
+        self.floor = kv.get(META_CF, FLOOR_KEY) or b""
+        self._floor_saved = self.floor  # as on disk, or _UNKNOWN after a failed batch
+        self._floor_saved_ms = 0
+        self._unsettled: dict[bytes, int] = {}  # pending keys whose batch is not written yet
+
+    @property
+    def floor_unsaved(self) -> bool:
+        return self.floor != self._floor_saved
+
+    def advance_floor(self, floor: bytes) -> None:
+        """The replay loop's promise that every live pending key is >= ``floor``; keys whose batch
+        is still being written keep the floor below them."""
+        if self._unsettled:
+            floor = min([floor, *self._unsettled])
+        self.floor = max(self.floor, floor)
+
+    def stamp(self, ops: list[Op], new_key: bytes | None, now: int, *, save_floor: bool = False) -> None:
+        """Append the clock and floor updates to ``ops``; ``new_key`` is the smallest pending key
+        the batch adds. A lowered floor goes into that same batch, so a restart never seeks past a
+        live key; a raised one and the clock are written at most once per PERSIST_EVERY_MS."""
+        if now - self._clock_saved_ms >= PERSIST_EVERY_MS:
+            self._clock_saved_ms = now
+            ops.append(Put(META_CF, CLOCK_KEY, str(now).encode()))
+        if new_key is not None:
+            self._unsettled[new_key] = self._unsettled.get(new_key, 0) + 1
+            self.floor = min(self.floor, new_key)
+        due = self.floor != self._floor_saved and now - self._floor_saved_ms >= PERSIST_EVERY_MS
+        if save_floor or self.floor < self._floor_saved or due:
+            ops.append(Put(META_CF, FLOOR_KEY, self.floor))
+            self._floor_saved, self._floor_saved_ms = self.floor, now
+
+    def settled(self, new_key: bytes | None, *, written: bool) -> None:
+        if not written:
+            self._floor_saved = _UNKNOWN  # the floor on disk may be the old or the new value
+        if new_key is not None:
+            if self._unsettled[new_key] == 1:
+                del self._unsettled[new_key]
+            else:
+                self._unsettled[new_key] -= 1

@@ -1,0 +1,107 @@
+"""Redelivery: one attempt at a handful of due messages and the store change that follows each outcome.
+
+Delivered messages are acknowledged together in one batch; a failed one moves to its next rung, or to
+the dead letters when it is not retriable or its type's retries are exhausted (R2, R4); a value that
+does not decode is quarantined (R7). Store errors propagate to the caller (the replay loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+from retry.policy import RetryPolicy
+from retry.record import CorruptRecordError, RetryRecord, decode_record
+from retry.store import RetryStore
+
+Deliver = Callable[[RetryRecord], Awaitable[None]]
+# One outcome per record, in order: an Exception means that record failed, anything else (None, a
+# SendResult) that it was delivered. Producer.send_batch's outcome list fits as it is.
+DeliverBatch = Callable[[Sequence[RetryRecord]], Awaitable[Sequence[object]]]
+PolicyFor = Callable[[str], RetryPolicy]
+
+ERROR_TEXT_LIMIT = 500
+DELIVERED, RESCHEDULED, DEAD, QUARANTINED = "delivered", "rescheduled", "dead", "quarantined"
+
+
+def describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text[:ERROR_TEXT_LIMIT]
+
+
+class Redelivery:
+    """Applies ``deliver`` (one record at a time) or ``deliver_batch`` (all at once) to due records."""
+
+    def __init__(
+        self,
+        store: RetryStore,
+        deliver: Deliver,
+        policy_for: PolicyFor,
+        deliver_batch: DeliverBatch | None = None,
+    ) -> None:
+        self._store = store
+        self._deliver = deliver
+        self._deliver_batch = deliver_batch
+        self._policy_for = policy_for
+
+    async def run(self, items: Sequence[tuple[bytes, bytes]]) -> list[str]:
+        """Outcomes of the (key, stored value) pairs, one per pair.
+
+        Raises:
+            StorageError: a store write failed; some outcomes may have been stored, none is lost.
+        """
+        outcomes: list[str] = []
+        keys: list[bytes] = []
+        records: list[RetryRecord] = []
+        for key, raw in items:
+            try:
+                records.append(decode_record(raw))
+                keys.append(key)
+            except CorruptRecordError as exc:
+                await self._store.quarantine(key, raw, f"corrupt value: {exc}")
+                outcomes.append(QUARANTINED)
+        if not records:
+            return outcomes
+        results = await self._attempt(records)
+        delivered = [
+            key for key, result in zip(keys, results, strict=True) if not isinstance(result, Exception)
+        ]
+        if delivered:
+            await self._store.ack_many(delivered)
+            outcomes += [DELIVERED] * len(delivered)
+        for key, record, result in zip(keys, records, results, strict=True):
+            if isinstance(result, Exception):
+                outcomes.append(await self._failed(key, record, result))
+        return outcomes
+
+    async def _attempt(self, records: list[RetryRecord]) -> list[object]:
+        if self._deliver_batch is None:
+            results: list[object] = []
+            for record in records:
+                try:
+                    await self._deliver(record)
+                    results.append(None)
+                except Exception as exc:
+                    results.append(exc)
+            return results
+        try:
+            results = list(await self._deliver_batch(records))
+        except Exception as exc:
+            return [exc] * len(records)
+        if len(results) != len(records):
+            error = RuntimeError(f"deliver_batch returned {len(results)} outcomes for {len(records)} records")
+            return [error] * len(records)
+        return results
+
+    async def _failed(self, key: bytes, record: RetryRecord, exc: Exception) -> str:
+        policy = self._policy_for(record.type)
+        now = self._store.now_ms()
+        error = describe(exc)
+        failed = record.failed(now, error)
+        if not getattr(exc, "retriable", True):
+            await self._store.bury(key, failed, f"not retriable: {error}")
+            return DEAD
+        if policy.exhausted(failed.retry_count):
+            await self._store.bury(key, failed, f"retries exhausted after {failed.retry_count}: {error}")
+            return DEAD
+        await self._store.reschedule(key, failed, now + round(policy.delay_s(failed.retry_count) * 1000))
+        return RESCHEDULED

@@ -1,0 +1,261 @@
+"""ReplayLoop: finds due messages in the retry store and hands them to workers that redeliver them.
+
+One seek task reads due keys (iterate upper bound = now) from a cursor that starts at the oldest key
+(R6), and hands them through a bounded queue to N worker tasks, each running a Redelivery (deliver,
+then acknowledge, reschedule or dead-letter). The seek task sleeps until the earliest due key or until
+a spool brings an earlier one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+
+from retry.keys import parse_pending_key
+from retry.redelivery import (
+    DEAD,
+    DELIVERED,
+    QUARANTINED,
+    RESCHEDULED,
+    Deliver,
+    DeliverBatch,
+    PolicyFor,
+    Redelivery,
+)
+from retry.store import RetryStore
+from storage.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]
+
+MAX_IDLE_S = 30.0  # longest sleep: a wall-clock step forward is noticed within this
+STORE_RETRY_S = 1.0  # while the store fails writes, one pass per this many seconds
+BATCH_MAX = 32  # records per deliver_batch call
+STORE_ERROR, ERROR = "store_error", "error"
+OUTCOMES = (DELIVERED, RESCHEDULED, DEAD, QUARANTINED, STORE_ERROR, ERROR)
+
+
+class ReplayLoop:
+    """Redelivers due messages with ``workers`` concurrent calls to ``deliver``.
+
+    ``deliver`` raises to report failure; an exception whose ``retriable`` attribute is False
+    dead-letters the message at once, any other climbs the ladder of ``policy_for(record.type)``.
+    With ``deliver_batch`` each worker takes up to ``batch_max`` queued messages per call instead
+    (e.g. the producer's send_batch). The queue holds ``queue_size`` handed-out keys (default: two
+    per worker slot). ``on_replayed(outcome)`` is called once per handled key with one of OUTCOMES.
+    """
+
+    def __init__(
+        self,
+        store: RetryStore,
+        deliver: Deliver,
+        policy_for: PolicyFor,
+        *,
+        workers: int = 8,
+        queue_size: int | None = None,
+        sleep: Sleep = asyncio.sleep,
+        on_replayed: Callable[[str], None] | None = None,
+        store_retry_s: float = STORE_RETRY_S,
+        deliver_batch: DeliverBatch | None = None,
+        batch_max: int = BATCH_MAX,
+    ) -> None:
+        if workers < 1 or batch_max < 1:
+            raise ValueError("workers and batch_max must be >= 1")
+        self._store = store
+        self._redelivery = Redelivery(store, deliver, policy_for, deliver_batch)
+        self._batch_max = batch_max if deliver_batch is not None else 1
+        self._workers = workers
+        self._queue_size = queue_size or 2 * workers * self._batch_max
+        self._sleep = sleep
+        self._on_replayed = on_replayed
+        self._store_retry_s = store_retry_s
+        self._queue: asyncio.Queue[tuple[bytes, bytes]] = asyncio.Queue(self._queue_size)
+        self._inflight: set[bytes] = set()  # queued or being delivered: never handed out twice
+        self._scan_from = b""  # start() moves it to the store's floor
+        self._wake = asyncio.Event()
+        self._space = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._settled = asyncio.Event()
+        self._waiting = False
+        self._sleep_until_ms: int | None = None
+        self._seek_task: asyncio.Task[None] | None = None
+        self._worker_tasks: list[asyncio.Task[None]] = []
+        self.failure: BaseException | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
+
+    async def start(self) -> None:
+        # R6: start at the oldest live key, not at "now" as the seed did. The store's persisted floor
+        # is at or below it, so the first seek does not cross the tombstones of everything delivered
+        # before a restart (rocksdict holds the GIL while it iterates: a thread would not help).
+        self._scan_from = self._store.floor
+        self._store.add_listener(self._on_new_key)
+        self._seek_task = asyncio.create_task(self._run(), name="retry-seek")
+        self._seek_task.add_done_callback(self._on_seek_done)
+        self._worker_tasks = [
+            asyncio.create_task(self._worker(), name=f"retry-worker-{i}") for i in range(self._workers)
+        ]
+
+    async def close(self, grace_s: float = 0.0) -> None:
+        """Stop seeking; give deliveries in progress ``grace_s`` to finish, then cancel them.
+
+        Keys not finished stay in the store and are replayed after the next start.
+        """
+        self._store.remove_listener(self._on_new_key)
+        if self._seek_task is not None:
+            self._seek_task.cancel()
+            await asyncio.gather(self._seek_task, return_exceptions=True)
+        while not self._queue.empty():
+            key, _ = self._queue.get_nowait()
+            self._inflight.discard(key)
+        if grace_s > 0 and self._inflight:
+            self._settled.clear()
+            await self._race(self._settled, grace_s)
+        for task in self._worker_tasks:
+            task.cancel()
+        await asyncio.gather(*self._worker_tasks, return_exceptions=True)
+        self._inflight.clear()
+
+    async def __aenter__(self) -> ReplayLoop:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def wait_idle(self) -> None:
+        """Return once nothing is in flight and nothing in the store is due (tests, drain)."""
+        while not self._is_idle():
+            if self.failure is not None:
+                raise RuntimeError("the replay loop died") from self.failure
+            self._idle.clear()
+            await self._idle.wait()
+
+    # --- seeking ------------------------------------------------------------------------------
+    def _on_new_key(self, key: bytes) -> None:
+        """A key was committed (spool, reschedule, redrive, or rewound after a store error)."""
+        # A key behind the cursor (same millisecond, a redrive, a rewind) moves the cursor back.
+        self._scan_from = min(self._scan_from, key)
+        if self._waiting and (
+            self._sleep_until_ms is None or parse_pending_key(key).due_ms < self._sleep_until_ms
+        ):
+            self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            if not self._store.healthy:
+                await self._sleep(self._store_retry_s)  # the next pass probes the store again
+            free = self._queue_size - self._queue.qsize()
+            if free <= 0:
+                self._space.clear()
+                await self._space.wait()
+                continue
+            self._wake.clear()
+            now = self._store.now_ms()
+            rows = self._store.due(self._scan_from, now, free)
+            for key, raw in rows:
+                if key not in self._inflight:
+                    self._inflight.add(key)
+                    self._queue.put_nowait((key, raw))
+            if rows:
+                self._scan_from = rows[-1][0] + b"\x00"
+            if len(rows) == free:
+                continue  # the queue bound cut the pass short: more may be due
+            self._store.advance_floor(min([self._scan_from, *self._inflight]))
+            await self._wait_until(self._next_due_ms(), now)
+
+    def _next_due_ms(self) -> int | None:
+        following = self._store.first_pending(self._scan_from)
+        if following is None:
+            return None
+        try:
+            return parse_pending_key(following).due_ms
+        except ValueError:
+            # Only this process writes pending keys, so this is damage: do not spin on it. Passes every
+            # MAX_IDLE_S still hand it out (and quarantine it) once it sorts below the due bound.
+            log.error("unparseable key %r in the retry store", following)
+            return None
+
+    async def _wait_until(self, due_ms: int | None, now: int) -> None:
+        timeout = MAX_IDLE_S if due_ms is None else min(max(due_ms - now, 0) / 1000, MAX_IDLE_S)
+        self._sleep_until_ms = due_ms
+        self._waiting = True
+        self._maybe_idle()
+        try:
+            await self._race(self._wake, timeout)
+        finally:
+            self._waiting = False
+
+    async def _race(self, event: asyncio.Event, timeout_s: float) -> None:
+        """Wait for ``event`` or for ``timeout_s`` on the injected sleep, whichever comes first."""
+        if event.is_set():
+            return
+        waiter = asyncio.create_task(event.wait())
+        sleeper = asyncio.ensure_future(self._sleep(timeout_s))
+        try:
+            await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            sleeper.cancel()
+
+    def _is_idle(self) -> bool:
+        if self.failure is not None:
+            return False
+        return (
+            self._waiting
+            and not self._inflight
+            and not self._wake.is_set()
+            and (self._sleep_until_ms is None or self._sleep_until_ms > self._store.now_ms())
+        )
+
+    def _maybe_idle(self) -> None:
+        if self._is_idle():
+            self._idle.set()
+
+    def _on_seek_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.failure = task.exception()
+            log.error("retry seek loop died; replay stopped", exc_info=self.failure)
+        self._idle.set()  # wake wait_idle callers so they see the failure
+
+    # --- delivering ---------------------------------------------------------------------------
+    async def _worker(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < self._batch_max and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            self._space.set()
+            try:
+                outcomes = await self._redelivery.run(batch)
+            except StorageError as exc:
+                log.error("retry store write failed, %d messages will be retried: %s", len(batch), exc)
+                outcomes = [STORE_ERROR] * len(batch)
+                for key, _ in batch:
+                    self._inflight.discard(key)
+                self._on_new_key(min(key for key, _ in batch))  # rewind: they are handed out again
+            except Exception:
+                log.exception("replay failed unexpectedly; %d messages stay in the store", len(batch))
+                outcomes = [ERROR] * len(batch)
+            finally:
+                for key, _ in batch:
+                    self._inflight.discard(key)
+                if not self._inflight:
+                    self._settled.set()
+                    self._store.advance_floor(self._scan_from)  # everything handed out is done
+                self._maybe_idle()
+            for outcome in outcomes:
+                self._report(outcome)
+
+    def _report(self, outcome: str) -> None:
+        if self._on_replayed is not None:
+            try:
+                self._on_replayed(outcome)
+            except Exception:
+                log.exception("on_replayed hook failed")

@@ -1,0 +1,336 @@
+"""RetryStore: the durable spool of messages waiting for redelivery, over a KV and a group-commit writer.
+
+Column families: ``retry_pending`` (keys in due-time order, see retry.keys), ``retry_index`` (id ->
+where the message is), ``retry_dead`` (dead letters) and ``retry_meta`` (see retry.progress).
+Every state change is one atomic batch, and no method returns before its batch is synced.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from retry.clock import wall_ms
+from retry.dead_letter import DeadLetter, decode_dead, encode_dead
+from retry.dead_letters import DeadLetters
+from retry.keys import (
+    COLUMN_FAMILIES,
+    DEAD,
+    DEAD_CF,
+    INDEX_CF,
+    PENDING,
+    PENDING_CF,
+    clamp_due,
+    dead_key,
+    due_bound,
+    id_of,
+    index_key,
+    index_prefix,
+    parse_pending_key,
+    pending_key,
+    pending_of_dead,
+    split_index_key,
+)
+from retry.progress import Progress
+from retry.record import CorruptRecordError, RetryRecord, decode_record, encode_record
+from retry.status import MessageStatus, State, StoreStats
+from storage.errors import StorageError
+from storage.group_commit import GroupCommitWriter
+from storage.kv import KV, Delete, Op, Put
+
+log = logging.getLogger(__name__)
+
+
+DeadLetterHook = Callable[[DeadLetter], Awaitable[None] | None]
+Listener = Callable[[bytes], None]
+
+
+class RetryStore:
+    """Spool, reschedule, acknowledge and dead-letter messages; answer where a message stands.
+
+    Counts are kept in memory from a key count at open; they stay exact unless the same message is
+    spooled twice with the same due millisecond (then one key is overwritten and counted twice).
+    """
+
+    def __init__(
+        self,
+        kv: KV,
+        *,
+        now_ms: Callable[[], int] = wall_ms,
+        clock: Callable[[], float] = time.monotonic,
+        on_dead_letter: DeadLetterHook | None = None,
+        writer: GroupCommitWriter | None = None,
+        owns_kv: bool = False,
+    ) -> None:
+        self.kv = kv
+        self.writer = writer or GroupCommitWriter(kv)  # pass one to share its batches and syncs
+        self._owns_writer = writer is None
+        self._owns_kv = owns_kv
+        self._progress = Progress(kv, now_ms, clock)  # R5 and R6 across restarts
+        self._on_dead_letter = on_dead_letter
+        self._listeners: list[Listener] = []
+        self.dead = DeadLetters(self)
+        self.pending_count = kv.count(PENDING_CF)
+        self.dead_count = kv.count(DEAD_CF)
+
+    @classmethod
+    def open(cls, path: str | Path, **kwargs: object) -> RetryStore:
+        """Open (or create) the RocksDB store at ``path``; raises storage.errors.StoreLockedError
+        when another process has it open."""
+        from storage.rocks import RocksKV
+
+        kv = RocksKV.open(path, COLUMN_FAMILIES)
+        try:
+            return cls(kv, owns_kv=True, **kwargs)  # type: ignore[arg-type]
+        except BaseException:
+            kv.close()
+            raise
+
+    async def close(self) -> None:
+        """Write the floor one last time (a clean restart seeks from the exact floor), then close the
+        writer and the KV if this store created them."""
+        if self._progress.floor_unsaved and self.writer.healthy:
+            try:
+                await self._commit([], save_floor=True)
+            except StorageError as exc:
+                log.warning("could not save the retry store's floor on close: %s", exc)
+        if self._owns_writer:
+            await self.writer.close()
+        if self._owns_kv:
+            self.kv.close()
+
+    @property
+    def healthy(self) -> bool:
+        return self.writer.healthy
+
+    @property
+    def last_error(self) -> str | None:
+        return self.writer.last_error
+
+    def now_ms(self) -> int:
+        """The store's clock: wall-clock ms that never run backwards (use it for due times)."""
+        return self._progress.clock.now()
+
+    def add_listener(self, listener: Listener) -> None:
+        """``listener(key)`` runs after every batch that added pending keys (spool, reschedule, redrive),
+        with the smallest key the batch added."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    # --- state changes ------------------------------------------------------------------------
+    async def spool(self, record: RetryRecord, due_ms: int | None = None) -> bytes:
+        """Store ``record`` durably, due at ``due_ms`` (default: now). Returns its key.
+
+        Raises:
+            StorageError: not stored; the caller must not acknowledge the message.
+        """
+        return (await self.spool_many((record,), due_ms))[0]
+
+    async def spool_many(self, records: Sequence[RetryRecord], due_ms: int | None = None) -> list[bytes]:
+        """Store several records in one batch (all or none), all due at ``due_ms`` (default: now).
+
+        One call per request batch costs one await instead of one per message (see bench/RESULTS.md).
+
+        Raises:
+            StorageError: none of them is stored.
+        """
+        now = self.now_ms()
+        due = clamp_due(now if due_ms is None else due_ms)
+        keys: list[bytes] = []
+        ops: list[Op] = []
+        for record in records:
+            key = pending_key(due, record.retry_count, record.type, record.id)
+            keys.append(key)
+            ops.append(Put(PENDING_CF, key, encode_record(record)))
+            ops.append(Put(INDEX_CF, index_key(record.id, PENDING, key), b""))
+        if keys:
+            await self._commit(ops, min(keys), now)
+            self.pending_count += len(keys)
+        return keys
+
+    async def reschedule(self, old_key: bytes, record: RetryRecord, due_ms: int) -> bytes:
+        """Write ``record`` under its next rung and delete ``old_key``, in one batch."""
+        key = pending_key(clamp_due(due_ms), record.retry_count, record.type, record.id)
+        ops: list[Op] = [
+            Put(PENDING_CF, key, encode_record(record)),
+            Put(INDEX_CF, index_key(record.id, PENDING, key), b""),
+        ]
+        if key != old_key:
+            ops += self._unlink(old_key)
+        await self._commit(ops, key)
+        return key
+
+    async def ack(self, key: bytes) -> None:
+        """The message under ``key`` was delivered: delete it and its index entry."""
+        await self.ack_many((key,))
+
+    async def ack_many(self, keys: Sequence[bytes]) -> None:
+        """Several delivered messages, deleted in one batch."""
+        await self._commit([op for key in keys for op in self._unlink(key)])
+        self.pending_count -= len(keys)
+
+    async def bury(self, key: bytes, record: RetryRecord, reason: str) -> bytes:
+        """Move the message under ``key`` to the dead letters, with its history and ``reason``."""
+        return await self.quarantine(key, encode_record(record), reason)
+
+    async def quarantine(self, key: bytes, raw: bytes, reason: str) -> bytes:
+        """Move the stored bytes under ``key`` (decodable or not) to the dead letters."""
+        now = self.now_ms()
+        dkey = dead_key(now, key)
+        ops: list[Op] = [Put(DEAD_CF, dkey, encode_dead(reason, now, raw)), *self._unlink(key)]
+        id_ = id_of(key)
+        if id_ is not None:
+            ops.append(Put(INDEX_CF, index_key(id_, DEAD, dkey), b""))
+        await self._commit(ops, None, now)
+        self.pending_count -= 1
+        self.dead_count += 1
+        await self._notify_dead(decode_dead(dkey, encode_dead(reason, now, raw)))
+        return dkey
+
+    async def redrive(self, dkey: bytes) -> bytes:
+        """Move one dead letter back to pending, retry count reset, due now. Returns its new key.
+
+        Raises:
+            KeyError: no dead letter under ``dkey``.
+            CorruptRecordError: the dead letter holds bytes that are not a record.
+        """
+        data = self.kv.get(DEAD_CF, dkey)
+        if data is None:
+            raise KeyError(dkey)
+        letter = decode_dead(dkey, data)
+        if letter.record is None:
+            raise CorruptRecordError(f"dead letter {dkey!r} is not a record: {letter.reason}")
+        record = replace(letter.record, retry_count=0)
+        key = pending_key(clamp_due(self.now_ms()), 0, record.type, record.id)
+        ops: list[Op] = [
+            Put(PENDING_CF, key, encode_record(record)),
+            Put(INDEX_CF, index_key(record.id, PENDING, key), b""),
+            Delete(DEAD_CF, dkey),
+        ]
+        old_id = id_of(pending_of_dead(dkey))
+        if old_id is not None:
+            ops.append(Delete(INDEX_CF, index_key(old_id, DEAD, dkey)))
+        await self._commit(ops, key)
+        self.pending_count += 1
+        self.dead_count -= 1
+        return key
+
+    def _unlink(self, key: bytes) -> list[Op]:
+        ops: list[Op] = [Delete(PENDING_CF, key)]
+        id_ = id_of(key)
+        if id_ is not None:
+            ops.append(Delete(INDEX_CF, index_key(id_, PENDING, key)))
+        return ops
+
+    async def _commit(
+        self, ops: list[Op], new_key: bytes | None = None, now: int | None = None, *, save_floor: bool = False
+    ) -> None:
+        """Write ``ops`` durably; ``new_key`` is the smallest pending key they add, if any."""
+        self._progress.stamp(ops, new_key, self.now_ms() if now is None else now, save_floor=save_floor)
+        written = False
+        try:
+            await self.writer.write(ops)
+            written = True
+        finally:
+            self._progress.settled(new_key, written=written)
+        if new_key is not None:
+            for listener in list(self._listeners):
+                listener(new_key)
+
+    async def _notify_dead(self, letter: DeadLetter) -> None:
+        if self._on_dead_letter is None:
+            return
+        try:
+            result = self._on_dead_letter(letter)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.exception("on_dead_letter hook failed for %s (the dead letter is stored)", letter.id)
+
+    # --- reads --------------------------------------------------------------------------------
+    def due(self, start: bytes, now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
+        """Pending (key, value) pairs with start <= key and due at or before ``now_ms``."""
+        return self.kv.scan(PENDING_CF, lower=start, upper=due_bound(now_ms), limit=limit)
+
+    def first_pending(self, start: bytes = b"") -> bytes | None:
+        found = self.kv.scan(PENDING_CF, lower=start, limit=1)
+        return found[0][0] if found else None
+
+    @property
+    def floor(self) -> bytes:
+        """No live pending key sorts below this (persisted: a restart starts seeking here)."""
+        return self._progress.floor
+
+    def advance_floor(self, floor: bytes) -> None:
+        """The replay loop's promise that every live pending key is >= ``floor``."""
+        self._progress.advance_floor(floor)
+
+    def get(self, id_: str) -> MessageStatus | None:
+        """Where message ``id_`` stands: SPOOLED (next attempt, attempts) or DEAD (reason), or None."""
+        prefix = index_prefix(id_)
+        entries = [
+            split_index_key(k) for k, _ in self.kv.scan(INDEX_CF, lower=prefix, upper=prefix[:-1] + b"\x01")
+        ]
+        for _, key in sorted(e for e in entries if e[0] == PENDING):
+            raw = self.kv.get(PENDING_CF, key)
+            if raw is not None:
+                return self._pending_status(id_, key, raw)
+        for _, key in sorted((e for e in entries if e[0] == DEAD), reverse=True):
+            raw = self.kv.get(DEAD_CF, key)
+            if raw is not None:
+                letter = decode_dead(key, raw)
+                record = letter.record
+                return MessageStatus(
+                    id_,
+                    State.DEAD,
+                    key,
+                    record.retry_count if record else 0,
+                    record.last_error if record else "",
+                    reason=letter.reason,
+                    dead_at_ms=letter.dead_at_ms,
+                )
+        return None
+
+    @staticmethod
+    def _pending_status(id_: str, key: bytes, raw: bytes) -> MessageStatus:
+        parsed = parse_pending_key(key)
+        try:
+            record = decode_record(raw)
+        except CorruptRecordError as exc:
+            return MessageStatus(
+                id_,
+                State.SPOOLED,
+                key,
+                parsed.retry_count,
+                f"corrupt value: {exc}",
+                next_attempt_at_ms=parsed.due_ms,
+            )
+        return MessageStatus(
+            id_, State.SPOOLED, key, record.retry_count, record.last_error, next_attempt_at_ms=parsed.due_ms
+        )
+
+    def pending_record(self, key: bytes) -> RetryRecord | None:
+        """The record under a pending key; raises CorruptRecordError for undecodable bytes."""
+        raw = self.kv.get(PENDING_CF, key)
+        return None if raw is None else decode_record(raw)
+
+    def stats(self) -> StoreStats:
+        oldest = self.first_pending(self._progress.floor)
+        oldest_due = first_failure = None
+        if oldest is not None:
+            oldest_due = parse_pending_key(oldest).due_ms
+            try:
+                record = self.pending_record(oldest)
+                first_failure = record.first_failure_ms if record else None
+            except CorruptRecordError:
+                first_failure = None
+        return StoreStats(
+            self.pending_count, self.dead_count, oldest_due, first_failure, self.healthy, self.last_error
+        )

@@ -1,0 +1,235 @@
+"""RocksKV: the KV protocol on RocksDB through rocksdict, the only module that imports rocksdict.
+
+One DB directory, raw mode (plain bytewise comparator), one column family per keyspace. Every
+rocksdict exception is translated into storage.errors at this seam.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import cast
+
+from rocksdict import (
+    AccessType,
+    BlockBasedOptions,
+    BottommostLevelCompaction,
+    Cache,
+    ColumnFamily,
+    CompactOptions,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+    WriteOptions,
+)
+
+from storage.errors import StorageError, StoreLockedError
+from storage.kv import Delete, DeleteRange, Op, Put
+
+# Tombstones of delivered keys must not pile up in SST files: an SST in which 5 000 of any 10 000
+# consecutive entries are deletions is marked for compaction by RocksDB's own background threads
+# (which, unlike a compact_range called from Python, never hold the GIL).
+DELETION_WINDOW = 10_000
+DELETION_TRIGGER = 5_000
+DELETION_RATIO = 0.5
+# A rarely written column family pins old WAL files until it is flushed; this caps the WAL size.
+MAX_TOTAL_WAL_BYTES = 64 * 1024 * 1024
+# Memory bounds (bench/RESULTS.md, peak RSS with 1M pending): all column families' memtables
+# together, and one block cache shared by every column family (RocksDB gives each its own 32 MiB).
+DB_WRITE_BUFFER_BYTES = 64 * 1024 * 1024
+BLOCK_CACHE_BYTES = 32 * 1024 * 1024
+
+
+class Access(enum.Enum):
+    READ_WRITE = "read_write"
+    READ_ONLY = "read_only"  # a point-in-time view of a directory no process is writing
+    SECONDARY = "secondary"  # a view of a directory a running process holds; needs a scratch dir
+
+
+@contextmanager
+def _translate(what: str) -> Iterator[None]:
+    try:
+        yield
+    except StorageError:
+        raise
+    except Exception as exc:
+        text = str(exc) or type(exc).__name__
+        if "/LOCK" in text or "lock hold" in text:
+            raise StoreLockedError(f"{what}: {text}") from exc
+        raise StorageError(f"{what}: {text}") from exc
+
+
+def _cf_options(cache: Cache) -> Options:
+    opts = Options(raw_mode=True)
+    opts.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, DELETION_RATIO)
+    table = BlockBasedOptions()
+    table.set_block_cache(cache)
+    opts.set_block_based_table_factory(table)
+    return opts
+
+
+class RocksKV:
+    """A RocksDB directory opened with named column families (missing ones are created)."""
+
+    def __init__(self, db: Rdict, column_families: tuple[str, ...], path: str) -> None:
+        self.column_families = column_families
+        self.path = path
+        self._db: Rdict | None = db
+        self._cfs = {name: db.get_column_family(name) for name in column_families}
+        self._handles: dict[str, ColumnFamily] = {
+            name: db.get_column_family_handle(name) for name in column_families
+        }
+        self._sync = WriteOptions()
+        self._sync.sync = True
+        self._nosync = WriteOptions()
+        self._nosync.sync = False
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        column_families: Iterable[str],
+        *,
+        access: Access = Access.READ_WRITE,
+        secondary_dir: str | Path | None = None,
+    ) -> RocksKV:
+        """Open (creating if needed, when read-write) the DB at ``path``.
+
+        Raises:
+            StoreLockedError: another process has the directory open read-write.
+            StorageError: any other failure to open.
+        """
+        names = tuple(column_families)
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(access is Access.READ_WRITE)
+        opts.create_missing_column_families(access is Access.READ_WRITE)
+        opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES)
+        opts.set_db_write_buffer_size(DB_WRITE_BUFFER_BYTES)
+        opts.set_keep_log_file_num(5)
+        if access is Access.READ_WRITE:
+            with _translate(f"cannot create {path}"):
+                Path(path).mkdir(parents=True, exist_ok=True)
+            access_type = AccessType.read_write()
+        elif access is Access.READ_ONLY:
+            access_type = AccessType.read_only(False)
+        else:
+            if secondary_dir is None:
+                raise ValueError("a secondary instance needs secondary_dir")
+            access_type = AccessType.secondary(str(secondary_dir))
+        cache = Cache(BLOCK_CACHE_BYTES)
+        with _translate(f"cannot open store {path}"):
+            db = Rdict(
+                str(path),
+                opts,
+                column_families={name: _cf_options(cache) for name in names},
+                access_type=access_type,
+            )
+            if access is Access.SECONDARY:
+                db.try_catch_up_with_primary()
+            return cls(db, names, str(path))
+
+    def _cf(self, cf: str) -> Rdict:
+        if self._db is None:
+            raise StorageError(f"store {self.path} is closed")
+        try:
+            return self._cfs[cf]
+        except KeyError:
+            raise StorageError(f"unknown column family {cf!r}") from None
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        handle = self._cf(cf)
+        with _translate("get"):
+            value = handle.get(key)
+        return value
+
+    def scan(
+        self, cf: str, *, lower: bytes | None = None, upper: bytes | None = None, limit: int | None = None
+    ) -> list[tuple[bytes, bytes]]:
+        return list(itertools.islice(self.iterate(cf, lower=lower, upper=upper), limit))
+
+    def iterate(
+        self, cf: str, *, lower: bytes | None = None, upper: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        handle = self._cf(cf)
+        read = ReadOptions()
+        if upper is not None:
+            # The upper bound stops the iterator at the first key >= upper without visiting the
+            # tombstones beyond it. The lower bound is a Seek instead of set_iterate_lower_bound:
+            # rocksdict 0.3.29's set_iterate_lower_bound sets the *upper* bound (checked by the
+            # contract suite), and a Seek skips everything before the target anyway.
+            read.set_iterate_upper_bound(upper)
+        with _translate("scan"):
+            items = cast(Iterator[tuple[bytes, bytes]], handle.items(from_key=lower, read_opt=read))
+        return _translated(items)
+
+    def write(self, ops: Sequence[Op], *, sync: bool) -> None:
+        if self._db is None:
+            raise StorageError(f"store {self.path} is closed")
+        handles = self._handles
+        with _translate("write"):
+            batch = WriteBatch(raw_mode=True)
+            for op in ops:
+                if type(op) is Put:
+                    batch.put(op.key, op.value, handles[op.cf])
+                elif type(op) is Delete:
+                    batch.delete(op.key, handles[op.cf])
+                elif type(op) is DeleteRange:
+                    batch.delete_range(op.begin, op.end, handles[op.cf])
+                else:
+                    raise StorageError(f"not a write operation: {op!r}")
+            self._db.write(batch, self._sync if sync else self._nosync)
+
+    def sync_wal(self) -> None:
+        if self._db is None:
+            raise StorageError(f"store {self.path} is closed")
+        with _translate("sync"):
+            self._db.flush_wal(True)
+
+    def compact(self, cf: str, begin: bytes | None = None, end: bytes | None = None) -> None:
+        handle = self._cf(cf)
+        opts = CompactOptions()
+        opts.set_bottommost_level_compaction(BottommostLevelCompaction.force_optimized())
+        with _translate("compact"):
+            handle.compact_range(begin, end, opts)
+
+    def flush(self, cf: str) -> None:
+        """Write the column family's memtable to an SST (lets the deletion collector see it)."""
+        handle = self._cf(cf)
+        with _translate("flush"):
+            handle.flush(True)
+
+    def count(self, cf: str) -> int:
+        handle = self._cf(cf)
+        read = ReadOptions()
+        read.fill_cache(False)  # a full scan would evict what the seeks need
+        with _translate("count"):
+            return sum(1 for _ in handle.keys(read_opt=read))
+
+    def approximate_count(self, cf: str) -> int:
+        handle = self._cf(cf)
+        with _translate("approximate count"):
+            return handle.property_int_value("rocksdb.estimate-num-keys") or 0
+
+    def catch_up(self) -> None:
+        """Secondary instances only: replay the primary's newest writes."""
+        if self._db is not None:
+            with _translate("catch up"):
+                self._db.try_catch_up_with_primary()
+
+    def close(self) -> None:
+        db, self._db = self._db, None
+        # rocksdict keeps the DB (and its LOCK) alive while any column-family object is referenced.
+        self._cfs.clear()
+        self._handles.clear()
+        if db is not None:
+            with _translate("close"):
+                db.close()
+
+
+def _translated(items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+    with _translate("scan"):
+        yield from items

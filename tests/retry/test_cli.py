@@ -1,0 +1,130 @@
+"""``rocksidecar store``: stats, inspect, dead list/export/redrive, and behaviour while the sidecar runs."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+import pytest
+
+from app.cli import main
+from retry.record import RetryRecord
+from retry.store import RetryStore
+from tests.retry.conftest import record
+
+
+async def _seed(data_dir: Path) -> dict[str, bytes]:
+    store = RetryStore.open(data_dir / "store")
+    keys = {}
+    for id_ in ("P1", "D1", "D2"):
+        keys[id_] = await store.spool(record(id_), store.now_ms() + 60_000)
+    for id_ in ("D1", "D2"):
+        keys[id_] = await store.bury(keys[id_], record(id_).failed(1, "SystemBusy"), "retries exhausted")
+    binary = RetryRecord(id="BIN", topic="t", body=b"\x00\xff")
+    keys["BIN"] = await store.bury(await store.spool(binary), binary, "not retriable")
+    await store.close()
+    return keys
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def seeded(data_dir: Path) -> dict[str, bytes]:
+    return asyncio.run(_seed(data_dir))
+
+
+def store_cli(data_dir: Path, *args: str) -> int:
+    return main(["store", "--data-dir", str(data_dir), *args])
+
+
+def test_stats(data_dir: Path, seeded: dict[str, bytes], capsys: pytest.CaptureFixture[str]) -> None:
+    assert store_cli(data_dir, "stats") == 0
+    out = capsys.readouterr().out
+    assert "pending: 1" in out
+    assert "dead: 3" in out
+    assert "oldest due:" in out
+
+
+def test_data_dir_from_environment(
+    data_dir: Path,
+    seeded: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("ROCKSIDECAR_DATA_DIR", str(data_dir))
+    assert main(["store", "stats"]) == 0
+    assert "dead: 3" in capsys.readouterr().out
+
+
+def test_missing_store_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert store_cli(tmp_path / "nowhere", "stats") == 1
+    assert "no store at" in capsys.readouterr().err
+    assert not (tmp_path / "nowhere").exists()  # looking did not create one
+
+
+def test_inspect_by_id_and_by_key(
+    data_dir: Path, seeded: dict[str, bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert store_cli(data_dir, "inspect", "P1") == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert (doc["state"], doc["record"]["body_text"]) == ("SPOOLED", "body of P1")
+    assert store_cli(data_dir, "inspect", "D1") == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert (doc["state"], doc["reason"], doc["attempts"]) == ("DEAD", "retries exhausted", 1)
+    assert store_cli(data_dir, "inspect", seeded["D2"].decode()) == 0
+    assert orjson.loads(capsys.readouterr().out)["id"] == "D2"
+    assert store_cli(data_dir, "inspect", "nope") == 1
+
+
+def test_dead_list_and_export(
+    data_dir: Path, seeded: dict[str, bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert store_cli(data_dir, "dead", "list") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sorted(line.split()[1] for line in lines) == ["BIN", "D1", "D2"]
+    died = [line.split()[0] for line in lines]
+    assert died == sorted(died)  # oldest first (ties within a millisecond in key order)
+    out = data_dir / "dead.jsonl"
+    assert store_cli(data_dir, "dead", "export", "--out", str(out)) == 0
+    assert "exported 3" in capsys.readouterr().err
+    docs = [orjson.loads(line) for line in out.read_text().splitlines()]
+    by_id = {d["id"]: d for d in docs}
+    assert by_id["BIN"]["body_text"] is None
+    assert by_id["BIN"]["body_base64"] == "AP8="
+    assert by_id["D1"]["history"] == [{"at_ms": 1, "error": "SystemBusy"}]
+
+
+def test_redrive_by_id_then_all(
+    data_dir: Path, seeded: dict[str, bytes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert store_cli(data_dir, "dead", "redrive", "--id", "D1") == 0
+    assert store_cli(data_dir, "dead", "redrive", "--id", "D1") == 1  # nothing left to re-drive
+    assert store_cli(data_dir, "dead", "redrive", "--all") == 0
+    assert "re-drove 2" in capsys.readouterr().out
+    capsys.readouterr()
+    assert store_cli(data_dir, "stats") == 0
+    out = capsys.readouterr().out
+    assert "pending: 4" in out
+    assert "dead: 0" in out
+
+
+async def test_while_the_sidecar_holds_the_store(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    await _seed(data_dir)
+    running = RetryStore.open(data_dir / "store")  # the sidecar
+    try:
+        await running.spool(record("LIVE"))
+        code = await asyncio.to_thread(store_cli, data_dir, "stats")
+        captured = capsys.readouterr()
+        assert code == 0
+        assert "pending: 2" in captured.out  # includes what the running sidecar just wrote
+        assert "in use by a running sidecar" in captured.err
+        code = await asyncio.to_thread(store_cli, data_dir, "dead", "redrive", "--all")
+        assert code == 1
+        assert "open in a running sidecar" in capsys.readouterr().err
+        assert running.dead_count == 3
+    finally:
+        await running.close()

@@ -1,0 +1,245 @@
+"""RetryStore state changes, status queries, durability across reopen and write-failure propagation."""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+import orjson
+import pytest
+
+from retry.keys import DEAD_CF, PENDING_CF, parse_pending_key
+from retry.record import RetryRecord, decode_record
+from retry.status import State
+from retry.store import RetryStore
+from storage.errors import StorageError, StoreLockedError
+from storage.kv import Put
+from tests.fakes import FakeWallClock
+from tests.retry.conftest import Harness, record
+
+
+async def test_spool_then_get_reports_spooled(h: Harness) -> None:
+    now = h.store.now_ms()
+    key = await h.store.spool(record("M1", first_failure_ms=now, last_error="SystemBusy"), now + 3000)
+    status = h.store.get("M1")
+    assert status is not None
+    assert (status.state, status.key, status.next_attempt_at_ms) == (State.SPOOLED, key, now + 3000)
+    assert (status.attempts, status.last_error) == (0, "SystemBusy")
+    stats = h.store.stats()
+    assert (stats.pending, stats.dead, stats.oldest_due_ms, stats.oldest_first_failure_ms) == (
+        1,
+        0,
+        now + 3000,
+        now,
+    )
+    assert h.store.due(b"", now + 2999, 10) == []
+    assert [k for k, _ in h.store.due(b"", now + 3000, 10)] == [key]
+    assert h.store.get("unknown") is None
+
+
+async def test_spool_defaults_to_due_now_and_type_to_topic(h: Harness) -> None:
+    key = await h.store.spool(record("M1", topic="payments"))
+    parsed = parse_pending_key(key)
+    assert parsed.due_ms == h.store.now_ms()
+    assert parsed.type == "payments"
+
+
+async def test_reschedule_moves_the_key_and_the_index_in_one_batch(h: Harness) -> None:
+    old = await h.store.spool(record("M1"), 1000)
+    writes = h.kv.writes
+    rec = record("M1").failed(2000, "boom")
+    new = await h.store.reschedule(old, rec, 9000)
+    assert h.kv.writes == writes + 1  # one atomic batch
+    assert h.kv.get(PENDING_CF, old) is None
+    assert decode_record(h.kv.get(PENDING_CF, new) or b"") == rec
+    status = h.store.get("M1")
+    assert status is not None
+    assert (status.key, status.next_attempt_at_ms, status.attempts) == (new, 9000, 1)
+    assert h.store.pending_count == 1
+
+
+async def test_ack_deletes_key_and_index(h: Harness) -> None:
+    key = await h.store.spool(record("M1"))
+    await h.store.ack(key)
+    assert h.store.get("M1") is None
+    assert h.kv.scan(PENDING_CF) == []
+    assert h.store.stats().pending == 0
+    assert h.store.stats().oldest_due_ms is None
+
+
+async def test_bury_keeps_history_and_reason(h: Harness) -> None:
+    key = await h.store.spool(record("M1"))
+    rec = record("M1").failed(10, "e1").failed(20, "e2")
+    dkey = await h.store.bury(key, rec, "retries exhausted")
+    status = h.store.get("M1")
+    assert status is not None
+    assert (status.state, status.key, status.reason, status.attempts) == (
+        State.DEAD,
+        dkey,
+        "retries exhausted",
+        2,
+    )
+    [letter] = h.store.dead.page()
+    assert letter.record is not None and letter.record.history == ((10, "e1"), (20, "e2"))
+    assert h.dead == [letter]  # the dead-letter hook saw it
+    assert (h.store.stats().pending, h.store.stats().dead) == (0, 1)
+
+
+async def test_quarantine_keeps_corrupt_bytes(h: Harness) -> None:
+    key = await h.store.spool(record("M1"))
+    await h.store.quarantine(key, b"\x07garbage", "corrupt value: bad")
+    [letter] = h.store.dead.page()
+    assert (letter.record, letter.raw, letter.id) == (None, b"\x07garbage", "M1")
+    status = h.store.get("M1")
+    assert status is not None and status.state is State.DEAD
+    assert "raw_base64" in letter.to_json()
+
+
+async def test_corrupt_pending_value_is_reported_not_raised(h: Harness) -> None:
+    key = await h.store.spool(record("M1"))
+    h.kv.write([Put(PENDING_CF, key, b"\xffnot a record")], sync=True)
+    status = h.store.get("M1")
+    assert status is not None and status.last_error.startswith("corrupt value")
+    assert h.store.stats().oldest_first_failure_ms is None
+
+
+async def test_a_failed_write_propagates_and_marks_the_store_unhealthy(h: Harness) -> None:
+    h.kv.write_fault = "IO error: No space left on device"
+    with pytest.raises(StorageError, match="No space left"):
+        await h.store.spool(record("M1"))
+    assert not h.store.healthy
+    assert "No space left" in (h.store.stats().last_error or "")
+    assert h.store.get("M1") is None
+    assert h.store.pending_count == 0
+    h.kv.write_fault = None
+    await h.store.spool(record("M1"))
+    assert h.store.healthy
+
+
+async def test_a_failed_sync_fails_the_caller(h: Harness) -> None:
+    h.kv.sync_fault = "IO error: fsync failed"
+    with pytest.raises(StorageError, match="fsync"):
+        await h.store.spool(record("M1"))
+    assert not h.store.stats().healthy
+
+
+async def test_listener_sees_committed_keys_only(h: Harness) -> None:
+    seen: list[bytes] = []
+    h.store.add_listener(seen.append)
+    key = await h.store.spool(record("M1"))
+    h.kv.write_fault = "boom"
+    with pytest.raises(StorageError):
+        await h.store.spool(record("M2"))
+    assert seen == [key]
+
+
+async def test_hook_failures_never_lose_the_dead_letter(h: Harness) -> None:
+    async def broken(_: object) -> None:
+        raise RuntimeError("webhook down")
+
+    store = RetryStore(h.kv, now_ms=h.clock.now_ms, clock=h.clock.monotonic, on_dead_letter=broken)
+    key = await store.spool(record("M1"))
+    await store.bury(key, record("M1"), "final")
+    assert [d.reason for d in store.dead.page()] == ["final"]
+    await store.close()
+
+
+async def test_redrive_moves_back_with_retry_count_reset(h: Harness) -> None:
+    key = await h.store.spool(record("M1"))
+    dkey = await h.store.bury(key, record("M1").failed(5, "e").failed(6, "e"), "exhausted")
+    h.clock.advance(60)
+    new = await h.store.redrive(dkey)
+    parsed = parse_pending_key(new)
+    assert (parsed.retry_count, parsed.due_ms) == (0, h.store.now_ms())
+    rec = h.store.pending_record(new)
+    assert rec is not None and rec.retry_count == 0 and len(rec.history) == 2
+    assert h.store.dead.page() == []
+    status = h.store.get("M1")
+    assert status is not None and status.state is State.SPOOLED
+    with pytest.raises(KeyError):
+        await h.store.redrive(dkey)
+
+
+async def test_redrive_by_id_and_all_skip_corrupt_letters(h: Harness) -> None:
+    for i in range(3):
+        key = await h.store.spool(record(f"M{i}"))
+        await h.store.bury(key, record(f"M{i}"), "x")
+    key = await h.store.spool(record("BAD"))
+    await h.store.quarantine(key, b"junk", "corrupt value")
+    assert await h.store.dead.redrive_id("M1") == 1
+    assert await h.store.dead.redrive_all() == (2, 1)
+    assert [d.id for d in h.store.dead.page()] == ["BAD"]
+    assert h.store.pending_count == 3
+
+
+async def test_export_json_lines(h: Harness) -> None:
+    for id_, reason in (("T1", "r1"), ("T2", "r2")):
+        key = await h.store.spool(record(id_))
+        await h.store.bury(key, record(id_), reason)
+    out = io.StringIO()
+    assert h.store.dead.export(out) == 2
+    docs = [orjson.loads(line) for line in out.getvalue().splitlines()]
+    assert [(d["id"], d["reason"], d["body_text"]) for d in docs] == [
+        ("T1", "r1", "body of T1"),
+        ("T2", "r2", "body of T2"),
+    ]
+    assert base64.b64decode(docs[0]["body_base64"]) == b"body of T1"
+
+
+async def test_binary_body_export_has_no_text(h: Harness) -> None:
+    rec = RetryRecord(id="B1", topic="t", body=b"\xff\xfe")
+    key = await h.store.spool(rec)
+    await h.store.bury(key, rec, "r")
+    doc = h.store.dead.page()[0].to_json()
+    assert doc["body_text"] is None
+    assert doc["body_base64"] == "//4="
+
+
+async def test_rocks_store_is_durable_across_reopen_and_restores_the_clock(tmp_path: Path) -> None:
+    clock = FakeWallClock(start_ms=5_000_000)
+    store = RetryStore.open(tmp_path / "store", now_ms=clock.now_ms, clock=clock.monotonic)
+    with pytest.raises(StoreLockedError):
+        RetryStore.open(tmp_path / "store")
+    keys = [await store.spool(record(f"M{i}")) for i in range(5)]
+    await store.bury(keys[0], record("M0"), "dead")
+    await store.close()
+    clock.step_wall(-3_600_000)  # the host clock went back an hour while we were down
+    store = RetryStore.open(tmp_path / "store", now_ms=clock.now_ms, clock=clock.monotonic)
+    try:
+        assert store.now_ms() >= 5_000_000
+        assert (store.pending_count, store.dead_count) == (4, 1)
+        assert [k for k, _ in store.due(b"", store.now_ms(), 10)] == keys[1:]
+        status = store.get("M0")
+        assert status is not None and status.state is State.DEAD
+        assert store.kv.count(DEAD_CF) == 1
+    finally:
+        await store.close()
+
+
+async def test_a_shared_writer_outlives_the_store(h: Harness) -> None:
+    from storage.group_commit import GroupCommitWriter
+
+    shared = GroupCommitWriter(h.kv)
+    store = RetryStore(h.kv, now_ms=h.clock.now_ms, clock=h.clock.monotonic, writer=shared)
+    await store.spool(record("M1"))
+    await store.close()
+    await shared.write([Put(PENDING_CF, b"other", b"v")])  # e.g. the idempotency store's writes
+    assert h.kv.get(PENDING_CF, b"other") == b"v"
+    await shared.close()
+
+
+async def test_spool_many_is_one_batch_all_or_none(h: Harness) -> None:
+    seen: list[bytes] = []
+    h.store.add_listener(seen.append)
+    writes = h.kv.writes
+    keys = await h.store.spool_many([record(f"M{i}", topic=t) for i, t in enumerate("zay")], 5000)
+    assert h.kv.writes == writes + 1
+    assert seen == [min(keys)]  # one notification with the smallest key
+    assert [h.store.get(f"M{i}") is not None for i in range(3)] == [True] * 3
+    h.kv.write_fault = "disk full"
+    with pytest.raises(StorageError):
+        await h.store.spool_many([record("X1"), record("X2")])
+    assert h.store.get("X1") is None and h.store.get("X2") is None
+    assert h.store.pending_count == 3
+    assert await h.store.spool_many([]) == []

@@ -1,0 +1,58 @@
+"""RocksKV specifics: persistence across reopen, the directory lock, secondary views, error seams."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from storage.errors import StorageError, StoreLockedError
+from storage.kv import Put
+from storage.rocks import Access, RocksKV
+
+
+def test_synced_data_survives_reopen_and_new_column_families_are_created(tmp_path: Path) -> None:
+    kv = RocksKV.open(tmp_path / "db", ["a"])
+    kv.write([Put("a", b"k", b"v")], sync=True)
+    kv.close()
+    kv = RocksKV.open(tmp_path / "db", ["a", "b"])
+    try:
+        assert kv.get("a", b"k") == b"v"
+        assert kv.scan("b") == []
+    finally:
+        kv.close()
+
+
+def test_second_open_fails_with_store_locked(tmp_path: Path) -> None:
+    kv = RocksKV.open(tmp_path / "db", ["a"])
+    try:
+        with pytest.raises(StoreLockedError) as info:
+            RocksKV.open(tmp_path / "db", ["a"])
+        assert isinstance(info.value.__cause__, Exception)  # raised ... from the rocksdict error
+    finally:
+        kv.close()
+    RocksKV.open(tmp_path / "db", ["a"]).close()  # close released the lock
+
+
+def test_secondary_reads_a_directory_held_by_a_writer(tmp_path: Path) -> None:
+    kv = RocksKV.open(tmp_path / "db", ["a"])
+    try:
+        kv.write([Put("a", b"k1", b"v1")], sync=True)
+        view = RocksKV.open(tmp_path / "db", ["a"], access=Access.SECONDARY, secondary_dir=tmp_path / "s")
+        try:
+            assert view.get("a", b"k1") == b"v1"
+            kv.write([Put("a", b"k2", b"v2")], sync=True)
+            view.catch_up()
+            assert [k for k, _ in view.scan("a")] == [b"k1", b"k2"]
+        finally:
+            view.close()
+    finally:
+        kv.close()
+
+
+def test_open_errors_are_translated(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(StorageError):
+        RocksKV.open(tmp_path / "file" / "db", ["a"])
+    with pytest.raises(StorageError):
+        RocksKV.open(tmp_path / "missing", ["a"], access=Access.READ_ONLY)
