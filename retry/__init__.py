@@ -1,6 +1,5 @@
 """The local retry store: messages that could not be delivered yet, replayed on a back-off ladder."""
 
-from retry.clock import SteadyClock
 from retry.dead_letter import DeadLetter
 from retry.notify import DeadLetterNotifier
 from retry.policy import RetryPolicy
@@ -19,6 +18,5 @@ __all__ = [
     "RetryRecord",
     "RetryStore",
     "State",
-    "SteadyClock",
     "StoreStats",
 ]

@@ -4,9 +4,7 @@ pending  ``<due_ms:013d>:<retry_count>:<type>:<id>``  byte order == due-time ord
 index    ``<id> NUL p|d <pending or dead key>``      id -> where the message is now
 dead     ``<dead_at_ms:013d>:<pending key>``          dead letters in the order they died
 
-Why 13 digits: milliseconds since 1970 have had 13 digits since 2001-09-09 and keep them until
-2286-11-20, so a fixed width of 13 keeps byte order equal to numeric order for every due time the
-sidecar can produce (due times are clamped into [0, 10**13)); wider keys would only cost bytes.
+The due time is storage.keys' fixed-width 13-digit prefix (byte order == time order).
 ``:``, ``%`` and NUL in a type or id are percent-escaped so fields split unambiguously.
 """
 
@@ -14,14 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from storage.keys import DUE_WIDTH, clamp_due, due_prefix
+
 PENDING_CF = "retry_pending"
 INDEX_CF = "retry_index"
 DEAD_CF = "retry_dead"
 META_CF = "retry_meta"
 COLUMN_FAMILIES = (PENDING_CF, INDEX_CF, DEAD_CF, META_CF)
 
-DUE_WIDTH = 13
-MAX_DUE_MS: int = 10**DUE_WIDTH - 1
 PENDING = b"p"
 DEAD = b"d"
 _ESCAPES = (("%", "%25"), (":", "%3A"), ("\x00", "%00"))
@@ -33,10 +31,6 @@ class PendingKey:
     retry_count: int
     type: str
     id: str
-
-
-def clamp_due(due_ms: int) -> int:
-    return min(max(due_ms, 0), MAX_DUE_MS)
 
 
 def _escape(text: str) -> str:
@@ -56,9 +50,7 @@ def _unescape(text: str) -> str:
 
 
 def pending_key(due_ms: int, retry_count: int, type_: str, id_: str) -> bytes:
-    if not 0 <= due_ms <= MAX_DUE_MS:
-        raise ValueError(f"due time {due_ms} ms is outside [0, {MAX_DUE_MS}]")
-    return f"{due_ms:0{DUE_WIDTH}d}:{retry_count}:{_escape(type_)}:{_escape(id_)}".encode()
+    return due_prefix(due_ms) + f":{retry_count}:{_escape(type_)}:{_escape(id_)}".encode()
 
 
 def parse_pending_key(key: bytes) -> PendingKey:
@@ -83,13 +75,6 @@ def id_of(key: bytes) -> str | None:
         return None
 
 
-def due_bound(now_ms: int) -> bytes:
-    """Exclusive upper bound: every key due at or before ``now_ms`` sorts below it."""
-    if now_ms >= MAX_DUE_MS:
-        return b"\xff"  # above every key (keys start with digits)
-    return f"{max(now_ms + 1, 0):0{DUE_WIDTH}d}".encode()
-
-
 def index_prefix(id_: str) -> bytes:
     return _escape(id_).encode() + b"\x00"
 
@@ -105,7 +90,7 @@ def split_index_key(index: bytes) -> tuple[bytes, bytes]:
 
 
 def dead_key(dead_at_ms: int, pending: bytes) -> bytes:
-    return f"{clamp_due(dead_at_ms):0{DUE_WIDTH}d}:".encode() + pending
+    return due_prefix(clamp_due(dead_at_ms)) + b":" + pending
 
 
 def pending_of_dead(key: bytes) -> bytes:

@@ -1,7 +1,7 @@
 """RetryStore: the durable spool of messages waiting for redelivery, over a KV and a group-commit writer.
 
 Column families: ``retry_pending`` (keys in due-time order, see retry.keys), ``retry_index`` (id ->
-where the message is), ``retry_dead`` (dead letters) and ``retry_meta`` (see retry.progress).
+where the message is), ``retry_dead`` (dead letters) and ``retry_meta`` (see storage.progress).
 Every state change is one atomic batch, and no method returns before its batch is synced.
 """
 
@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from retry.clock import wall_ms
 from retry.dead_letter import DeadLetter, decode_dead, encode_dead
 from retry.dead_letters import DeadLetters
 from retry.keys import (
@@ -22,11 +21,10 @@ from retry.keys import (
     DEAD,
     DEAD_CF,
     INDEX_CF,
+    META_CF,
     PENDING,
     PENDING_CF,
-    clamp_due,
     dead_key,
-    due_bound,
     id_of,
     index_key,
     index_prefix,
@@ -35,12 +33,14 @@ from retry.keys import (
     pending_of_dead,
     split_index_key,
 )
-from retry.progress import Progress
 from retry.record import CorruptRecordError, RetryRecord, decode_record, encode_record
 from retry.status import MessageStatus, State, StoreStats
+from storage.clock import wall_ms
 from storage.errors import StorageError
 from storage.group_commit import GroupCommitWriter
+from storage.keys import clamp_due, due_bound
 from storage.kv import KV, Delete, Op, Put
+from storage.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class RetryStore:
         self.writer = writer or GroupCommitWriter(kv)  # pass one to share its batches and syncs
         self._owns_writer = writer is None
         self._owns_kv = owns_kv
-        self._progress = Progress(kv, now_ms, clock)  # R5 and R6 across restarts
+        self._progress = Progress(kv, META_CF, now_ms, clock)  # R5 and R6 across restarts
         self._on_dead_letter = on_dead_letter
         self._listeners: list[Listener] = []
         self.dead = DeadLetters(self)

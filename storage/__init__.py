@@ -1,5 +1,6 @@
 """Bytes-level storage shared by retry/ and delay/: the RocksDB handle and the group-commit writer."""
 
+from storage.clock import SteadyClock
 from storage.errors import StorageError, StoreLockedError
 from storage.group_commit import GroupCommitWriter, SyncStrategy
 from storage.kv import KV, Delete, DeleteRange, Op, Put
@@ -13,6 +14,7 @@ __all__ = [
     "MemoryKV",
     "Op",
     "Put",
+    "SteadyClock",
     "StorageError",
     "StoreLockedError",
     "SyncStrategy",

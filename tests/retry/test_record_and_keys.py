@@ -7,10 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from retry.keys import (
-    MAX_DUE_MS,
     PendingKey,
     dead_key,
-    due_bound,
     index_key,
     index_prefix,
     parse_pending_key,
@@ -19,6 +17,7 @@ from retry.keys import (
     split_index_key,
 )
 from retry.record import HISTORY_LIMIT, CorruptRecordError, RetryRecord, decode_record, encode_record
+from storage.keys import MAX_DUE_MS, due_bound
 
 text = st.text(max_size=20)
 records = st.builds(

@@ -2,7 +2,7 @@
 
 Due times are wall-clock milliseconds (they are stored and survive restarts), but the wall clock can
 be stepped back by NTP or an operator. A rollback would make due keys look undue (stall) and new keys
-sort before the replay cursor. This clock follows the wall clock forward and, when the wall clock
+sort before a replay cursor. This clock follows the wall clock forward and, when the wall clock
 goes back, keeps advancing from its last value at the monotonic clock's rate instead.
 """
 

@@ -1,4 +1,5 @@
-"""Progress: what a restart needs from the run before it, kept in the store's meta column family.
+"""Progress: what a restart of a due-time-ordered store needs from the run before it, kept in the
+store's own meta column family (the retry and delay stores each have one).
 
 The clock's high-water mark (R5: a host clock set back across a restart does not stall due keys) and
 the seek floor (R6: no live pending key sorts below it, so a restart seeks from it instead of crossing
@@ -10,14 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from retry.clock import SteadyClock, wall_ms
-from retry.keys import META_CF
+from storage.clock import SteadyClock, wall_ms
 from storage.kv import KV, Op, Put
 
 CLOCK_KEY = b"clock_high_water_ms"
 FLOOR_KEY = b"pending_floor"
 PERSIST_EVERY_MS = 1000
-_UNKNOWN = b"\xff"  # above every pending key: "write the floor again"
+_UNKNOWN = b"\xff"  # above every pending key (they start with digits): "write the floor again"
 
 
 class Progress:
@@ -25,14 +25,19 @@ class Progress:
     ``settled`` is called when the batch is done."""
 
     def __init__(
-        self, kv: KV, now_ms: Callable[[], int] = wall_ms, clock: Callable[[], float] = time.monotonic
+        self,
+        kv: KV,
+        meta_cf: str,
+        now_ms: Callable[[], int] = wall_ms,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._meta_cf = meta_cf
         self.clock = SteadyClock(now_ms, clock)
-        saved = kv.get(META_CF, CLOCK_KEY)
+        saved = kv.get(meta_cf, CLOCK_KEY)
         if saved is not None and saved.isdigit():
             self.clock.restore(int(saved))
         self._clock_saved_ms = 0
-        self.floor = kv.get(META_CF, FLOOR_KEY) or b""
+        self.floor = kv.get(meta_cf, FLOOR_KEY) or b""
         self._floor_saved = self.floor  # as on disk, or _UNKNOWN after a failed batch
         self._floor_saved_ms = 0
         self._unsettled: dict[bytes, int] = {}  # pending keys whose batch is not written yet
@@ -54,13 +59,13 @@ class Progress:
         live key; a raised one and the clock are written at most once per PERSIST_EVERY_MS."""
         if now - self._clock_saved_ms >= PERSIST_EVERY_MS:
             self._clock_saved_ms = now
-            ops.append(Put(META_CF, CLOCK_KEY, str(now).encode()))
+            ops.append(Put(self._meta_cf, CLOCK_KEY, str(now).encode()))
         if new_key is not None:
             self._unsettled[new_key] = self._unsettled.get(new_key, 0) + 1
             self.floor = min(self.floor, new_key)
         due = self.floor != self._floor_saved and now - self._floor_saved_ms >= PERSIST_EVERY_MS
         if save_floor or self.floor < self._floor_saved or due:
-            ops.append(Put(META_CF, FLOOR_KEY, self.floor))
+            ops.append(Put(self._meta_cf, FLOOR_KEY, self.floor))
             self._floor_saved, self._floor_saved_ms = self.floor, now
 
     def settled(self, new_key: bytes | None, *, written: bool) -> None:
