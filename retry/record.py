@@ -1,22 +1,21 @@
 """RetryRecord, the message as the retry store keeps it, and its versioned bytes codec.
 
-Layout (version 1): one format-version byte, a 4-byte big-endian length, that many bytes of orjson
-metadata, then the body verbatim (bodies are arbitrary bytes and are never re-encoded).
+Layout (version 1): storage.framing with orjson metadata, then the body verbatim.
 """
 
 from __future__ import annotations
 
 import base64
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
+from storage.framing import frame, unframe
+
 FORMAT_VERSION = 1
 HISTORY_LIMIT = 10  # failed attempts kept per record (the newest ones)
-_HEADER = struct.Struct(">BI")
 
 
 class CorruptRecordError(ValueError):
@@ -74,7 +73,7 @@ def encode_record(record: RetryRecord) -> bytes:
             "history": [list(h) for h in record.history],
         }
     )
-    return _HEADER.pack(FORMAT_VERSION, len(meta)) + meta + record.body
+    return frame(FORMAT_VERSION, meta, record.body)
 
 
 def record_to_json(record: RetryRecord) -> dict[str, Any]:
@@ -103,17 +102,12 @@ def record_to_json(record: RetryRecord) -> dict[str, Any]:
 
 def decode_record(data: bytes) -> RetryRecord:
     """Raises CorruptRecordError for anything that is not a well-formed version-1 record."""
-    if len(data) < _HEADER.size:
-        raise CorruptRecordError(f"{len(data)} bytes is shorter than the record header")
-    version, meta_len = _HEADER.unpack_from(data)
-    if version != FORMAT_VERSION:
-        raise CorruptRecordError(f"unknown record format version {version}")
-    end = _HEADER.size + meta_len
-    if end > len(data):
-        raise CorruptRecordError(f"metadata length {meta_len} runs past the end ({len(data)} bytes)")
     try:
-        meta = orjson.loads(data[_HEADER.size : end])
-        return _from_meta(meta, data[end:])
+        meta, body = unframe(data, FORMAT_VERSION)
+    except ValueError as exc:
+        raise CorruptRecordError(f"not a record: {exc}") from exc
+    try:
+        return _from_meta(orjson.loads(meta), body)
     except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
         raise CorruptRecordError(f"bad record metadata: {exc}") from exc
 

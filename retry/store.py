@@ -36,7 +36,6 @@ from retry.keys import (
 from retry.record import CorruptRecordError, RetryRecord, decode_record, encode_record
 from retry.status import MessageStatus, State, StoreStats
 from storage.clock import wall_ms
-from storage.errors import StorageError
 from storage.group_commit import GroupCommitWriter
 from storage.keys import clamp_due, due_bound
 from storage.kv import KV, Delete, Op, Put
@@ -93,11 +92,7 @@ class RetryStore:
     async def close(self) -> None:
         """Write the floor one last time (a clean restart seeks from the exact floor), then close the
         writer and the KV if this store created them."""
-        if self._progress.floor_unsaved and self.writer.healthy:
-            try:
-                await self._commit([], save_floor=True)
-            except StorageError as exc:
-                log.warning("could not save the retry store's floor on close: %s", exc)
+        await self._progress.save(self.writer, "retry store's")
         if self._owns_writer:
             await self.writer.close()
         if self._owns_kv:
@@ -229,17 +224,9 @@ class RetryStore:
             ops.append(Delete(INDEX_CF, index_key(id_, PENDING, key)))
         return ops
 
-    async def _commit(
-        self, ops: list[Op], new_key: bytes | None = None, now: int | None = None, *, save_floor: bool = False
-    ) -> None:
+    async def _commit(self, ops: list[Op], new_key: bytes | None = None, now: int | None = None) -> None:
         """Write ``ops`` durably; ``new_key`` is the smallest pending key they add, if any."""
-        self._progress.stamp(ops, new_key, self.now_ms() if now is None else now, save_floor=save_floor)
-        written = False
-        try:
-            await self.writer.write(ops)
-            written = True
-        finally:
-            self._progress.settled(new_key, written=written)
+        await self._progress.write(self.writer, ops, new_key, self.now_ms() if now is None else now)
         if new_key is not None:
             for listener in list(self._listeners):
                 listener(new_key)

@@ -8,11 +8,16 @@ the tombstones of everything delivered before). Both ride on batches that are wr
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
 from storage.clock import SteadyClock, wall_ms
+from storage.errors import StorageError
+from storage.group_commit import GroupCommitWriter
 from storage.kv import KV, Op, Put
+
+log = logging.getLogger(__name__)
 
 CLOCK_KEY = b"clock_high_water_ms"
 FLOOR_KEY = b"pending_floor"
@@ -76,3 +81,34 @@ class Progress:
                 del self._unsettled[new_key]
             else:
                 self._unsettled[new_key] -= 1
+
+    async def write(
+        self,
+        writer: GroupCommitWriter,
+        ops: list[Op],
+        new_key: bytes | None,
+        now: int,
+        *,
+        save_floor: bool = False,
+    ) -> None:
+        """Write ``ops`` durably through ``writer``, stamped; ``new_key`` is the smallest pending key
+        they add, if any.
+
+        Raises:
+            StorageError: the batch was not written or not synced.
+        """
+        self.stamp(ops, new_key, now, save_floor=save_floor)
+        written = False
+        try:
+            await writer.write(ops)
+            written = True
+        finally:
+            self.settled(new_key, written=written)
+
+    async def save(self, writer: GroupCommitWriter, store: str) -> None:
+        """Write the floor one last time if it moved, so a clean restart seeks from the exact floor."""
+        if self.floor_unsaved and writer.healthy:
+            try:
+                await self.write(writer, [], None, self.clock.now(), save_floor=True)
+            except StorageError as exc:
+                log.warning("could not save the %s floor on close: %s", store, exc)
