@@ -1,0 +1,48 @@
+"""One publish call for a batch of due messages: stamp their delivery times, call ``publish`` and sort
+its outcomes into published and failed. ``publish`` is injected (the service sends through the producer
+and spools what fails into the retry store); delay/ never imports the transport.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from delay.message import DelayedMessage
+
+# One outcome per message, in order: an exception means "not stored anywhere" (it stays scheduled and is
+# tried again); anything else (None, a SendResult) means stored by a broker or spooled for retry.
+Publish = Callable[[list[DelayedMessage]], Awaitable[Sequence[object]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    sent: list[tuple[bytes, DelayedMessage]]  # (due key, message as stored)
+    failed: list[bytes]  # due keys
+    first_error: BaseException | None
+    done_at_ms: int  # when publish returned: "sent" time and lateness are measured to here
+
+
+async def publish_batch(
+    publish: Publish, batch: list[tuple[bytes, DelayedMessage]], now_ms: Callable[[], int]
+) -> Published:
+    """Publish ``batch`` (due key, message) once. A publish that raises, or answers with the wrong number
+    of outcomes, fails every message of the batch."""
+    started = now_ms()
+    msgs = [msg.for_publish(started) for _, msg in batch]
+    try:
+        results: list[object] = list(await publish(msgs))
+        if len(results) != len(msgs):
+            raise RuntimeError(f"publish returned {len(results)} outcomes for {len(msgs)} messages")
+    except Exception as exc:
+        results = [exc] * len(msgs)
+    sent: list[tuple[bytes, DelayedMessage]] = []
+    failed: list[bytes] = []
+    first_error: BaseException | None = None
+    for item, result in zip(batch, results, strict=True):
+        if isinstance(result, BaseException):
+            failed.append(item[0])
+            first_error = first_error or result
+        else:
+            sent.append(item)
+    return Published(sent, failed, first_error, now_ms())

@@ -1,0 +1,308 @@
+"""DelayScheduler: publishes delayed messages when they fall due, in batches, with a bounded number of
+publish calls in flight.
+
+One seek task reads due keys (iterate upper bound = now) from a cursor that starts at the store's floor,
+so a restart replays overdue messages first. It sleeps until the earliest due key, or until a schedule
+brings an earlier one, never on a fixed tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+
+from delay.keys import split_due_key
+from delay.message import CorruptMessageError, DelayedMessage, decode_message
+from delay.publication import Publish, publish_batch
+from delay.store import DelayStore
+from storage.errors import StorageError
+from storage.keys import parse_due
+
+log = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]
+
+BATCH_MAX = 500  # messages per publish call
+MAX_IN_FLIGHT = 4  # publish calls at once
+RETRY_S = 1.0  # a message whose publish failed is tried again after this
+STORE_RETRY_S = 1.0  # while "sent" cannot be recorded, try again this often
+MAX_IDLE_S = 30.0  # longest sleep: a wall-clock step forward is noticed within this
+PURGE_EVERY_S = 60.0  # done markers past the retention are dropped this often
+
+
+class DelayScheduler:
+    """Publishes due messages of ``store`` through ``publish``; ``on_published(lateness_s)`` is called
+    once per published message (actual publish time minus due time)."""
+
+    def __init__(
+        self,
+        store: DelayStore,
+        publish: Publish,
+        *,
+        batch_max: int = BATCH_MAX,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        retry_s: float = RETRY_S,
+        store_retry_s: float = STORE_RETRY_S,
+        purge_every_s: float = PURGE_EVERY_S,
+        sleep: Sleep = asyncio.sleep,
+        on_published: Callable[[float], None] | None = None,
+    ) -> None:
+        if batch_max < 1 or max_in_flight < 1:
+            raise ValueError("batch_max and max_in_flight must be >= 1")
+        self._store = store
+        self._publish = publish
+        self._batch_max = batch_max
+        self._max_in_flight = max_in_flight
+        self._retry_ms = int(retry_s * 1000)
+        self._store_retry_ms = int(store_retry_s * 1000)
+        self._purge_every_ms = int(purge_every_s * 1000)
+        self._sleep = sleep
+        self._on_published = on_published
+        self._cursor = b""  # start() moves it to the store's floor
+        self._held: set[bytes] = set()  # failed publishes waiting for their retry time
+        self._retry_at: list[tuple[int, bytes]] = []  # heap over _held
+        self._unrecorded: list[tuple[list[bytes], int]] = []  # published, "sent" not stored yet
+        self._calls: set[asyncio.Task[None]] = set()
+        self._wakeup: asyncio.Future[None] | None = None
+        self._for_slot = False  # waiting for a publish call to finish, not for a due time
+        self._sleep_until_ms: int | None = None
+        self._purged_ms = 0
+        self._idle = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.failure: BaseException | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._calls)
+
+    async def start(self) -> None:
+        self._cursor = self._store.floor  # no live key sorts below it: overdue messages come first
+        self._store.add_listener(self._on_new_key)
+        self._task = asyncio.create_task(self._run(), name="delay-seek")
+        self._task.add_done_callback(self._on_task_done)
+
+    async def close(self, grace_s: float = 0.0) -> None:
+        """Stop; give publish calls in progress ``grace_s`` to finish, then cancel them. A message whose
+        publish was cut short stays scheduled (it is published again after the next start)."""
+        self._store.remove_listener(self._on_new_key)
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._calls and grace_s > 0:
+            await asyncio.wait(self._calls, timeout=grace_s)
+        for call in self._calls:
+            call.cancel()
+        await asyncio.gather(*self._calls, return_exceptions=True)
+
+    async def __aenter__(self) -> DelayScheduler:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def wait_idle(self) -> None:
+        """Return once nothing is being published and nothing in the store is due (tests, drain)."""
+        while not self._is_idle():
+            if self.failure is not None:
+                raise RuntimeError("the delay scheduler died") from self.failure
+            self._idle.clear()
+            await self._idle.wait()
+
+    # --- seeking --------------------------------------------------------------------------------------
+    def _on_new_key(self, key: bytes) -> None:
+        """Keys were scheduled (or given back by a failed cancel): ``key`` is the smallest."""
+        self._cursor = min(self._cursor, key)
+        if not self._for_slot and (self._sleep_until_ms is None or parse_due(key) < self._sleep_until_ms):
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            _resolve(self._wakeup)
+
+    async def _run(self) -> None:
+        while True:
+            if self._unrecorded and not await self._record_unrecorded():
+                now = self._store.now_ms()
+                await self._wait(now + self._store_retry_ms, now)  # publish nothing more until recorded
+                continue
+            if len(self._calls) >= self._max_in_flight:
+                await self._wait_for_slot()
+                continue
+            now = self._store.now_ms()
+            self._release_held(now)
+            batch, more = self._take_due(now)
+            if batch:
+                self._spawn(batch)
+            if batch or more:
+                continue
+            await self._housekeeping(now)
+            await self._wait(self._next_wake_ms(now), now)
+
+    def _take_due(self, now: int) -> tuple[list[tuple[bytes, DelayedMessage]], bool]:
+        """Claim up to batch_max due messages from the cursor on; also whether more may be due."""
+        batch: list[tuple[bytes, DelayedMessage]] = []
+        claims = self._store.claims
+        while len(batch) < self._batch_max:
+            want = self._batch_max - len(batch)
+            rows = self._store.due(self._cursor, now, want)
+            for key, raw in rows:
+                if key in self._held or not claims.take(key):
+                    continue  # waiting for its retry, or a cancel owns it
+                try:
+                    split_due_key(key)
+                    batch.append((key, decode_message(raw)))
+                except (ValueError, CorruptMessageError) as exc:
+                    claims.release([key])
+                    log.error("delayed message under %r cannot be read, left in the store: %s", key, exc)
+            if rows:
+                self._cursor = rows[-1][0] + b"\x00"
+            if len(rows) < want:
+                return batch, False
+        return batch, True
+
+    def _release_held(self, now: int) -> None:
+        while self._retry_at and self._retry_at[0][0] <= now:
+            _, key = heapq.heappop(self._retry_at)
+            self._held.discard(key)
+            self._cursor = min(self._cursor, key)
+
+    def _next_wake_ms(self, now: int) -> int | None:
+        candidates: list[int] = []
+        following = self._store.first_due(self._cursor)
+        if following is not None:
+            try:
+                candidates.append(parse_due(following))
+            except ValueError:
+                log.error("unparseable key %r in the delay store", following)
+        if self._retry_at:
+            candidates.append(self._retry_at[0][0])
+        return min(candidates) if candidates else None
+
+    async def _wait(self, until_ms: int | None, now: int) -> None:
+        """Sleep until ``until_ms`` (store clock), an earlier arrival, or at most MAX_IDLE_S."""
+        self._wakeup = wakeup = asyncio.get_running_loop().create_future()
+        self._sleep_until_ms = until_ms
+        timeout = MAX_IDLE_S if until_ms is None else min(max(until_ms - now, 0) / 1000, MAX_IDLE_S)
+        sleeper = asyncio.ensure_future(self._sleep(timeout))
+        # Wakes this wait only: the callback also runs (later) when the sleeper is cancelled.
+        sleeper.add_done_callback(lambda _: _resolve(wakeup))
+        self._maybe_idle()
+        try:
+            await self._wakeup
+        finally:
+            self._wakeup, self._sleep_until_ms = None, None
+            sleeper.cancel()
+
+    async def _wait_for_slot(self) -> None:
+        self._wakeup = asyncio.get_running_loop().create_future()
+        self._for_slot = True
+        try:
+            await self._wakeup  # a finishing call wakes us
+        finally:
+            self._wakeup, self._for_slot = None, False
+
+    async def _housekeeping(self, now: int) -> None:
+        self._advance_floor()
+        if now - self._purged_ms >= self._purge_every_ms:
+            try:
+                if await self._store.purge() == 0:
+                    self._purged_ms = now  # nothing left to purge: look again after purge_every_s
+            except StorageError as exc:
+                self._purged_ms = now
+                log.warning("purging delay done markers failed: %s", exc)
+
+    def _advance_floor(self) -> None:
+        """Promise the store that no live key sorts below the cursor or a claimed key."""
+        if not self._held:  # while publishes fail, the floor stays where it is (always safe)
+            claimed = self._store.claims.lowest()
+            self._store.advance_floor(self._cursor if claimed is None else min(self._cursor, claimed))
+
+    # --- publishing -----------------------------------------------------------------------------------
+    def _spawn(self, batch: list[tuple[bytes, DelayedMessage]]) -> None:
+        call = asyncio.create_task(self._publish_batch(batch), name="delay-publish")
+        self._calls.add(call)
+        call.add_done_callback(self._on_call_done)
+
+    def _on_call_done(self, call: asyncio.Task[None]) -> None:
+        self._calls.discard(call)
+        if not call.cancelled() and call.exception() is not None:
+            log.error("delay publish call failed unexpectedly", exc_info=call.exception())
+        if self._for_slot:
+            self._wake()
+        elif not self._calls:
+            self._advance_floor()
+        self._maybe_idle()
+
+    async def _publish_batch(self, batch: list[tuple[bytes, DelayedMessage]]) -> None:
+        out = await publish_batch(self._publish, batch, self._store.now_ms)
+        for _, msg in out.sent:
+            self._report(out.done_at_ms - msg.due_ms)
+        if out.failed:
+            self._hold(out.failed, out.done_at_ms + self._retry_ms)
+            log.warning("%d delayed messages not published, retrying in %d ms: %s", len(out.failed),
+                        self._retry_ms, out.first_error)  # fmt: skip
+        if out.sent:
+            keys = [key for key, _ in out.sent]
+            try:
+                await self._store.mark_sent(keys, out.done_at_ms)
+            except StorageError as exc:
+                log.error("%d published messages not recorded as sent yet: %s", len(keys), exc)
+                self._unrecorded.append((keys, out.done_at_ms))
+                self._wake()  # the seek loop retries the record before it publishes anything else
+
+    def _hold(self, keys: list[bytes], retry_at_ms: int) -> None:
+        for key in keys:
+            self._held.add(key)
+            heapq.heappush(self._retry_at, (retry_at_ms, key))
+        self._store.claims.release(keys)  # a waiting cancel may take them now
+        if not self._for_slot and (self._sleep_until_ms is None or retry_at_ms < self._sleep_until_ms):
+            self._wake()
+
+    async def _record_unrecorded(self) -> bool:
+        while self._unrecorded:
+            keys, at_ms = self._unrecorded[0]
+            try:
+                await self._store.mark_sent(keys, at_ms)
+            except StorageError:
+                return False
+            self._unrecorded.pop(0)
+        return True
+
+    def _report(self, lateness_ms: int) -> None:
+        if self._on_published is not None:
+            try:
+                self._on_published(lateness_ms / 1000)
+            except Exception:
+                log.exception("on_published hook failed")
+
+    # --- idleness -------------------------------------------------------------------------------------
+    def _is_idle(self) -> bool:
+        return (
+            self.failure is None
+            and self._wakeup is not None
+            and not self._wakeup.done()
+            and not self._for_slot
+            and not self._calls
+            and (self._sleep_until_ms is None or self._sleep_until_ms > self._store.now_ms())
+        )
+
+    def _maybe_idle(self) -> None:
+        if self._is_idle():
+            self._idle.set()
+
+    def _on_task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.failure = task.exception()
+            log.error("delay seek loop died; delayed messages are not published", exc_info=self.failure)
+        self._idle.set()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

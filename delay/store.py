@@ -1,0 +1,274 @@
+"""DelayStore: delayed messages kept in the local store under due-time-first keys until they are published.
+
+Column families are listed in delay.keys. Every change is one atomic batch through the group-commit
+writer, and no method returns before its batch is synced. The scheduler and cancel take claims on due
+keys (delay.claims), so a message is either published or cancelled, never both.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from delay.claims import Claims
+from delay.keys import (
+    CANCELLED,
+    DONE_CF,
+    DUE_CF,
+    EXPIRY_CF,
+    INDEX_CF,
+    META_CF,
+    SENT,
+    done_value,
+    due_key,
+    index_dues,
+    index_key,
+    index_prefix,
+    split_done,
+    split_due_key,
+)
+from delay.message import CorruptMessageError, DelayedMessage, decode_message, encode_message
+from delay.status import CancelOutcome, DelayState, DelayStats, DelayStatus
+from storage.clock import wall_ms
+from storage.errors import StorageError
+from storage.group_commit import GroupCommitWriter
+from storage.keys import clamp_due, due_bound, parse_due
+from storage.kv import KV, Delete, Op, Put
+from storage.progress import Progress
+
+log = logging.getLogger(__name__)
+
+RETENTION_S = 24 * 3600.0  # how long "sent" / "cancelled" answers are kept after the fact
+PURGE_LIMIT = 500  # done markers dropped per purge batch (4 ops each, within one group commit)
+
+Listener = Callable[[bytes], None]
+
+
+class DelayStore:
+    """Schedule, cancel and look up delayed messages; the scheduler claims, publishes and records them.
+
+    The pending count is kept in memory from a key count at open.
+    """
+
+    def __init__(
+        self,
+        kv: KV,
+        writer: GroupCommitWriter,
+        *,
+        now_ms: Callable[[], int] = wall_ms,
+        clock: Callable[[], float] = time.monotonic,
+        retention_s: float = RETENTION_S,
+    ) -> None:
+        self.kv = kv
+        self.writer = writer
+        self.claims = Claims()
+        self._progress = Progress(kv, META_CF, now_ms, clock)  # R5 and R6 across restarts
+        self._retention_ms = int(retention_s * 1000)
+        self._listeners: list[Listener] = []
+        self._purged_to = b""  # every expiry key below this is gone
+        self.pending_count = kv.count(DUE_CF)
+
+    async def close(self) -> None:
+        """Write the seek floor one last time, so a clean restart seeks from the exact floor. The
+        writer and the KV belong to the caller."""
+        await self._progress.save(self.writer, "delay store's")
+
+    @property
+    def healthy(self) -> bool:
+        return self.writer.healthy
+
+    def now_ms(self) -> int:
+        """The store's clock: wall-clock ms that never run backwards."""
+        return self._progress.clock.now()
+
+    def add_listener(self, listener: Listener) -> None:
+        """``listener(key)`` runs after a batch that added due keys, with the smallest of them, and
+        when a failed cancel gives keys back."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    # --- scheduling and cancelling --------------------------------------------------------------
+    async def schedule(self, msg: DelayedMessage) -> None:
+        """Store ``msg`` durably, to be published at ``msg.due_ms`` (clamped into the key range).
+
+        Raises:
+            StorageError: not stored; the caller must not acknowledge the message.
+        """
+        await self.schedule_many((msg,))
+
+    async def schedule_many(self, msgs: Sequence[DelayedMessage]) -> None:
+        """Store several messages in one batch, all or none. Scheduling the same id at the same due
+        time again overwrites it (one message)."""
+        if not msgs:
+            return
+        ops: list[Op] = []
+        keys: list[bytes] = []
+        for msg in msgs:
+            due = clamp_due(msg.due_ms)
+            key = due_key(due, msg.id)
+            keys.append(key)
+            ops.append(Put(DUE_CF, key, encode_message(msg)))
+            ops.append(Put(INDEX_CF, index_key(msg.id, due), b""))
+        added = len(set(keys)) - sum(1 for key in set(keys) if self.kv.get(DUE_CF, key) is not None)
+        await self._write(ops, min(keys))
+        self.pending_count += added
+
+    async def cancel(self, id_: str) -> CancelOutcome:
+        """Cancel message ``id_``; waits for a publish of it in progress to finish first.
+
+        Never answers CANCELLED for a message that was published, and a message this cancelled is
+        never published.
+
+        Raises:
+            StorageError: the cancel was not stored; the message is still scheduled.
+        """
+        sent = False
+        while True:
+            keys = [due_key(due, id_) for due in self._scheduled_dues(id_)]
+            sent = sent or any(self.claims.is_published(key) for key in keys)
+            busy = next(
+                (key for key in keys if key in self.claims and not self.claims.is_published(key)), None
+            )
+            if busy is not None:
+                sent = await self.claims.wait(busy) or sent
+                continue  # look again: it is gone (published) or back (the publish failed)
+            free = [key for key in keys if key not in self.claims]
+            if free:
+                await self._cancel_keys(id_, free)
+                return CancelOutcome.ALREADY_SENT if sent else CancelOutcome.CANCELLED
+            if sent:
+                return CancelOutcome.ALREADY_SENT
+            done = self._done(id_)
+            if done is None:
+                return CancelOutcome.NOT_FOUND
+            return CancelOutcome.ALREADY_SENT if done[0] is DelayState.SENT else CancelOutcome.CANCELLED
+
+    async def _cancel_keys(self, id_: str, keys: list[bytes]) -> None:
+        for key in keys:
+            self.claims.take(key)
+        now = self.now_ms()
+        ops: list[Op] = [op for key in keys for op in self._unlink(key)]
+        ops += self._done_ops(id_, CANCELLED, now)
+        try:
+            await self._write(ops, now=now)
+        except StorageError:
+            self.claims.release(keys)
+            self._notify(min(keys))  # back in play: the scheduler must see them again
+            raise
+        self.claims.release(keys)
+        self.pending_count -= len(keys)
+
+    # --- the scheduler's side ---------------------------------------------------------------------
+    def due(self, start: bytes, now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
+        """Due (key, value) pairs with start <= key and due at or before ``now_ms``, claimed or not."""
+        return self.kv.scan(DUE_CF, lower=start, upper=due_bound(now_ms), limit=limit)
+
+    def first_due(self, start: bytes = b"") -> bytes | None:
+        found = self.kv.scan(DUE_CF, lower=start, limit=1)
+        return found[0][0] if found else None
+
+    async def mark_sent(self, keys: list[bytes], at_ms: int) -> None:
+        """The claimed messages under ``keys`` were published: delete them and keep SENT markers, in one
+        batch. Their claims are released once that is stored; until then cancel answers ALREADY_SENT.
+
+        Raises:
+            StorageError: not recorded; the claims stay, call again.
+        """
+        self.claims.mark_published(keys)
+        ops: list[Op] = []
+        for key in keys:
+            ops += self._unlink(key)
+            ops += self._done_ops(split_due_key(key)[1], SENT, at_ms)
+        await self._write(ops, now=at_ms)
+        self.claims.release(keys)
+        self.pending_count -= len(keys)
+
+    @property
+    def floor(self) -> bytes:
+        """No live due key sorts below this (persisted: a restart starts seeking here)."""
+        return self._progress.floor
+
+    def advance_floor(self, floor: bytes) -> None:
+        self._progress.advance_floor(floor)
+
+    # --- reads and housekeeping ----------------------------------------------------------------------
+    def get(self, id_: str) -> DelayStatus | None:
+        """SCHEDULED (due time, topic), SENT or CANCELLED (when), or None if unknown or purged."""
+        dues = self._scheduled_dues(id_)
+        if dues:
+            due = min(dues)
+            raw = self.kv.get(DUE_CF, due_key(due, id_))
+            try:
+                topic = decode_message(raw).topic if raw is not None else None
+            except CorruptMessageError:
+                topic = None
+            return DelayStatus(id_, DelayState.SCHEDULED, due_ms=due, topic=topic)
+        done = self._done(id_)
+        return None if done is None else DelayStatus(id_, done[0], at_ms=done[1])
+
+    def stats(self) -> DelayStats:
+        first = self.first_due(self.floor)
+        try:
+            next_due = parse_due(first) if first is not None else None
+        except ValueError:
+            next_due = None
+        return DelayStats(self.pending_count, next_due, self.writer.healthy, self.writer.last_error)
+
+    async def purge(self, limit: int = PURGE_LIMIT) -> int:
+        """Drop up to ``limit`` done markers older than the retention; returns how many expired."""
+        bound = due_bound(self.now_ms() - self._retention_ms)
+        rows = self.kv.scan(EXPIRY_CF, lower=self._purged_to, upper=bound, limit=limit)
+        ops: list[Op] = []
+        for key, _ in rows:
+            ops.append(Delete(EXPIRY_CF, key))
+            try:
+                at_ms, id_ = split_due_key(key)
+            except ValueError:
+                continue
+            done = self._done(id_)
+            if done is not None and done[1] == at_ms:  # not replaced by a later outcome of the same id
+                ops.append(Delete(DONE_CF, id_.encode()))
+        if ops:
+            await self.writer.write(ops)
+            self._purged_to = rows[-1][0] + b"\x00"
+        return len(rows)
+
+    def _scheduled_dues(self, id_: str) -> list[int]:
+        prefix = index_prefix(id_)
+        entries = self.kv.scan(INDEX_CF, lower=prefix, upper=prefix[:-1] + b"\x01")
+        return index_dues(id_, [key for key, _ in entries])
+
+    def _done(self, id_: str) -> tuple[DelayState, int] | None:
+        raw = self.kv.get(DONE_CF, id_.encode())
+        if raw is None:
+            return None
+        try:
+            kind, at_ms = split_done(raw)
+        except ValueError:
+            log.error("unreadable done marker for %r: %r", id_, raw)
+            return None
+        return (DelayState.SENT if kind == SENT else DelayState.CANCELLED), at_ms
+
+    @staticmethod
+    def _unlink(key: bytes) -> list[Op]:
+        due_ms, id_ = split_due_key(key)
+        return [Delete(DUE_CF, key), Delete(INDEX_CF, index_key(id_, due_ms))]
+
+    @staticmethod
+    def _done_ops(id_: str, kind: bytes, at_ms: int) -> list[Op]:
+        at = clamp_due(at_ms)
+        return [Put(DONE_CF, id_.encode(), done_value(kind, at)), Put(EXPIRY_CF, due_key(at, id_), b"")]
+
+    async def _write(self, ops: list[Op], new_key: bytes | None = None, *, now: int | None = None) -> None:
+        """Write ``ops`` durably; ``new_key`` is the smallest due key they add, if any."""
+        await self._progress.write(self.writer, ops, new_key, self.now_ms() if now is None else now)
+        if new_key is not None:
+            self._notify(new_key)
+
+    def _notify(self, key: bytes) -> None:
+        for listener in list(self._listeners):
+            listener(key)

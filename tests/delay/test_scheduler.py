@@ -1,0 +1,215 @@
+"""DelayScheduler with an injected clock: due-time order, wake-ups, batching, failed publishes, restarts
+and clock steps. No test sleeps on real time."""
+
+from __future__ import annotations
+
+import asyncio
+
+from delay.message import DELAY_DUE_AT, DELAY_PUBLISHED_AT
+from delay.status import DelayState
+from tests.delay.conftest import Harness, message
+
+
+async def test_publishes_in_due_time_order_at_the_due_time_and_not_before(h: Harness) -> None:
+    now = h.store.now_ms()
+    for id_, delay_ms in [("M0", 5000), ("M1", 1000), ("M2", 3000), ("M3", 1000), ("M4", 20)]:
+        await h.store.schedule(message(id_, now + delay_ms))
+    await h.start().start()
+    await h.settle()
+    assert h.ids() == []
+    await h.advance(0.019)
+    assert h.ids() == []
+    await h.advance(0.001)
+    assert h.ids() == ["M4"]
+    await h.advance(0.98)
+    assert h.ids() == ["M4", "M1", "M3"]  # the same due millisecond: in id order
+    await h.advance(1.999)
+    assert h.ids() == ["M4", "M1", "M3"]
+    await h.advance(0.001)
+    await h.advance(2.0)
+    assert h.ids() == ["M4", "M1", "M3", "M2", "M0"]
+    assert h.published_at == [m.due_ms for m in h.published]  # to the millisecond
+    assert h.lateness_s == [0.0] * 5
+    assert h.store.stats().pending == 0
+
+
+async def test_an_earlier_arrival_wakes_the_scheduler_from_a_long_sleep(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule(message("LATE", now + 3_600_000))
+    await h.start().start()
+    await h.settle()  # asleep until the hour is up (at most MAX_IDLE_S at a time)
+    await h.store.schedule(message("SOON", now + 250))
+    await h.store.schedule(message("OVERDUE", now - 10))  # already due: no clock move needed
+    await h.settle()
+    assert h.ids() == ["OVERDUE"]
+    await h.advance(0.25)
+    assert h.ids() == ["OVERDUE", "SOON"]
+    assert h.lateness_s[1] == 0.0
+
+
+async def test_a_due_message_keeps_its_id_and_carries_due_and_publish_times(h: Harness) -> None:
+    due = h.store.now_ms() + 1500
+    original = message("UNIQ-1", due, tags="T", keys=("k1",), properties={"app": "x"}, sharding_key="s")
+    await h.store.schedule(original)
+    await h.start().start()
+    await h.advance(1.5)
+    (sent,) = h.published
+    assert (sent.id, sent.topic, sent.body, sent.tags, sent.keys, sent.sharding_key) == (
+        "UNIQ-1", "orders", b"body of UNIQ-1", "T", ("k1",), "s",
+    )  # fmt: skip
+    assert sent.properties == {"app": "x", DELAY_DUE_AT: str(due), DELAY_PUBLISHED_AT: str(due)}
+    status = h.store.get("UNIQ-1")
+    assert status is not None and (status.state, status.at_ms) == (DelayState.SENT, due)
+
+
+async def test_a_burst_goes_out_in_batches_with_bounded_calls_in_flight(h: Harness) -> None:
+    due = h.store.now_ms() + 1000
+    await h.store.schedule_many([message(f"B{i:04d}", due) for i in range(1234)])
+    h.gate = asyncio.Event()
+    await h.start(batch_max=500, max_in_flight=2).start()
+    h.clock.advance(1.0)
+    await h.until(lambda: len(h.calls) == 2)
+    assert h.calls == [500, 500]  # the third batch waits for a free slot
+    h.gate.set()
+    await h.settle()
+    assert h.calls == [500, 500, 234]
+    assert h.max_concurrent == 2
+    assert sorted(h.ids()) == [f"B{i:04d}" for i in range(1234)]
+    assert h.store.stats().pending == 0
+
+
+async def test_a_failed_publish_stays_scheduled_and_is_retried(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule_many([message("A", now + 10), message("B", now + 10)])
+    h.refuse.add("A")
+    await h.start(retry_s=1.0).start()
+    await h.advance(0.01)
+    assert h.ids() == ["B"]
+    status = h.store.get("A")
+    assert status is not None and (status.state, status.due_ms) == (DelayState.SCHEDULED, now + 10)
+    await h.advance(0.999)
+    assert h.calls == [2]
+    await h.advance(0.001)  # the retry, retry_s after the failure: still refused
+    assert h.ids() == ["B"] and h.calls == [2, 1]
+    h.refuse.clear()
+    await h.advance(0.999)
+    assert h.ids() == ["B"]
+    await h.advance(0.001)
+    assert h.ids() == ["B", "A"]
+    assert h.lateness_s == [0.0, 2.0]  # measured from the due time, not from the retry
+    assert h.store.stats().pending == 0
+
+
+async def test_a_publish_that_raises_or_miscounts_fails_the_whole_batch(h: Harness) -> None:
+    calls: list[int] = []
+
+    async def broken(msgs: list[object]) -> list[None]:
+        calls.append(len(msgs))
+        if len(calls) == 1:
+            raise ConnectionError("producer closed")
+        if len(calls) == 2:
+            return [None]  # one outcome for two messages
+        return [None] * len(msgs)
+
+    now = h.store.now_ms()
+    await h.store.schedule_many([message("A", now), message("B", now)])
+    h.publish = broken  # type: ignore[assignment,method-assign]
+    await h.start(retry_s=0.5).start()
+    await h.settle()
+    assert calls == [2] and h.store.stats().pending == 2
+    await h.advance(0.5)
+    assert calls == [2, 2] and h.store.stats().pending == 2
+    await h.advance(0.5)
+    assert calls == [2, 2, 2] and h.store.stats().pending == 0
+
+
+async def test_restart_publishes_overdue_messages_first_in_due_order(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule_many([message(f"O{i}", now + 1000 * i) for i in (3, 1, 2)])
+    await h.store.schedule(message("FUTURE", now + 7_200_000))
+    h.gate = asyncio.Event()
+    await h.start().start()
+    h.clock.advance(1.0)
+    await h.until(lambda: len(h.calls) == 1)  # O1 is being published when the process dies
+    h.clock.advance(3600.0)  # down for an hour
+    h.gate = None
+    await h.restart()  # claims are lost with the process: O1 is published again (at least once)
+    await h.settle()
+    assert h.ids() == ["O1", "O2", "O3"]
+    assert h.lateness_s == [3600.0, 3599.0, 3598.0]
+    assert h.store.stats().pending == 1 and h.store.stats().next_due_ms == now + 7_200_000
+
+
+async def test_a_wall_clock_step_back_neither_stalls_nor_loses_messages(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule(message("A", now + 2000))
+    await h.start().start()
+    await h.settle()
+    h.clock.step_wall(-3_600_000)  # NTP sets the clock back an hour
+    await h.advance(2.0)
+    assert h.ids() == ["A"]  # after 2 s, not after an hour and 2 s
+    await h.store.schedule(message("B", h.store.now_ms() + 500))  # due times come from the store clock
+    await h.advance(0.5)
+    assert h.ids() == ["A", "B"]
+
+
+async def test_a_clock_set_back_across_a_restart_does_not_stall_due_messages(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule(message("A", now + 1000))
+    await h.restart()  # the store was written at `now`: its clock high-water mark is persisted
+    await h.scheduler.close()  # type: ignore[union-attr]
+    h.clock.step_wall(-600_000)
+    await h.restart()
+    assert h.store.now_ms() >= now
+    await h.advance(1.0)
+    assert h.ids() == ["A"]
+
+
+async def test_published_but_not_recorded_is_recorded_later_and_not_published_again(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule(message("A", now + 100))
+    await h.start(store_retry_s=1.0).start()
+    await h.settle()
+    h.kv.write_fault = "disk full"
+    await h.advance(0.1)  # published; the "sent" batch fails; the scheduler waits for the store
+    assert h.ids() == ["A"] and not h.store.healthy
+    status = h.store.get("A")
+    assert status is not None and status.state is DelayState.SCHEDULED
+    assert (await h.store.cancel("A")).value == "already_sent"  # never "cancelled": it went out
+    h.kv.write_fault = None
+    await h.advance(1.0)
+    status = h.store.get("A")
+    assert status is not None and (status.state, status.at_ms) == (DelayState.SENT, now + 100)
+    assert h.ids() == ["A"] and h.store.stats().pending == 0
+
+
+async def test_done_markers_are_purged_after_the_retention(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule_many([message("A", now + 10), message("B", now + 60_000)])
+    await h.start(purge_every_s=60.0).start()
+    await h.advance(0.01)
+    assert (await h.store.cancel("B")).value == "cancelled"
+    await h.advance(23 * 3600.0)
+    assert {s.state for s in (h.store.get("A"), h.store.get("B")) if s} == {
+        DelayState.SENT,
+        DelayState.CANCELLED,
+    }
+    await h.advance(3600.0)
+    assert h.store.get("A") is None and h.store.get("B") is None
+    assert h.kv.count("delay_done") == 0 and h.kv.count("delay_done_expiry") == 0
+
+
+async def test_the_floor_advances_so_a_restart_seeks_past_what_was_published(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule_many([message(f"P{i}", now + i) for i in range(5)])
+    await h.store.schedule(message("LATER", now + 60_000))
+    await h.start().start()
+    await h.advance(0.005)
+    await h.advance(1.0)  # a batch a second later carries the raised floor
+    await h.store.schedule(message("X", now + 120_000))
+    await h.restart()
+    floor = h.store.floor
+    assert floor > b"%013d:P4" % (now + 4)
+    assert floor <= b"%013d:LATER" % (now + 60_000)
+    await h.advance(59.0)
+    assert h.ids() == ["P0", "P1", "P2", "P3", "P4", "LATER"]

@@ -1,0 +1,186 @@
+"""DelayStore: durable scheduling, status by id, cancel (including its race with publishing), stats and
+the retention of done markers."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from delay.keys import COLUMN_FAMILIES, DONE_CF, DUE_CF, EXPIRY_CF, INDEX_CF
+from delay.status import CancelOutcome, DelayState
+from delay.store import DelayStore
+from storage.errors import StorageError
+from storage.group_commit import GroupCommitWriter
+from storage.rocks import RocksKV
+from tests.delay.conftest import SETTLE_S, Harness, make_harness, message
+
+
+async def test_status_follows_a_message_from_scheduled_to_sent(h: Harness) -> None:
+    due = h.store.now_ms() + 60_000
+    assert h.store.get("A") is None
+    await h.store.schedule(message("A", due, topic="payments"))
+    status = h.store.get("A")
+    assert status is not None
+    assert (status.state, status.due_ms, status.topic, status.at_ms) == (
+        DelayState.SCHEDULED,
+        due,
+        "payments",
+        None,
+    )
+    await h.start().start()
+    await h.advance(60.0)
+    status = h.store.get("A")
+    assert status is not None and (status.state, status.at_ms, status.due_ms) == (DelayState.SENT, due, None)
+
+
+async def test_a_refused_write_schedules_nothing(h: Harness) -> None:
+    h.kv.sync_fault = "fsync: input/output error"
+    with pytest.raises(StorageError):
+        await h.store.schedule(message("A", h.store.now_ms() + 10))
+    assert h.store.stats().pending == 0 and not h.store.healthy
+    h.kv.sync_fault = None
+    await h.store.schedule(message("B", h.store.now_ms() + 10))
+    assert h.store.stats().pending == 1 and h.store.healthy
+
+
+async def test_schedule_is_synced_before_it_returns(h: Harness) -> None:
+    syncs = h.kv.syncs
+    await asyncio.gather(*(h.store.schedule(message(f"M{i}", h.store.now_ms() + i)) for i in range(50)))
+    assert h.kv.syncs > syncs  # group commit: one sync may cover many callers
+    assert h.kv.count(DUE_CF) == h.kv.count(INDEX_CF) == 50
+
+
+async def test_cancel_before_due_and_the_answers_after(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule_many([message("A", now + 1000), message("B", now + 1000)])
+    await h.start().start()
+    assert await h.store.cancel("A") is CancelOutcome.CANCELLED
+    assert await h.store.cancel("A") is CancelOutcome.CANCELLED  # asking again changes nothing
+    assert await h.store.cancel("NOPE") is CancelOutcome.NOT_FOUND
+    status = h.store.get("A")
+    assert status is not None and (status.state, status.at_ms) == (DelayState.CANCELLED, now)
+    await h.advance(1.0)
+    assert h.ids() == ["B"]
+    assert await h.store.cancel("B") is CancelOutcome.ALREADY_SENT
+    assert h.store.stats().pending == 0
+
+
+async def test_cancel_while_publishing_waits_and_answers_already_sent(h: Harness) -> None:
+    await h.store.schedule(message("A", h.store.now_ms()))
+    h.gate = asyncio.Event()
+    await h.start().start()
+    await asyncio.wait_for(h.entered.wait(), SETTLE_S)  # A is being published
+    cancel = asyncio.create_task(h.store.cancel("A"))
+    h.gate.set()
+    assert await asyncio.wait_for(cancel, SETTLE_S) is CancelOutcome.ALREADY_SENT
+    status = h.store.get("A")
+    assert status is not None and status.state is DelayState.SENT
+    assert h.ids() == ["A"]
+
+
+async def test_cancel_while_a_publish_fails_cancels_and_it_is_never_published(h: Harness) -> None:
+    await h.store.schedule(message("A", h.store.now_ms()))
+    h.gate = asyncio.Event()
+    h.refuse.add("A")
+    await h.start(retry_s=0.1).start()
+    await asyncio.wait_for(h.entered.wait(), SETTLE_S)
+    cancel = asyncio.create_task(h.store.cancel("A"))
+    h.gate.set()
+    assert await asyncio.wait_for(cancel, SETTLE_S) is CancelOutcome.CANCELLED
+    h.refuse.clear()
+    await h.advance(5.0)  # the retry finds nothing to publish
+    assert h.ids() == [] and h.calls == [1]
+    status = h.store.get("A")
+    assert status is not None and status.state is DelayState.CANCELLED
+    assert h.store.stats().pending == 0
+
+
+async def test_a_cancel_that_cannot_be_stored_leaves_the_message_scheduled(h: Harness) -> None:
+    due = h.store.now_ms() + 100
+    await h.store.schedule(message("A", due))
+    await h.start().start()
+    await h.settle()
+    h.kv.write_fault = "disk full"
+    with pytest.raises(StorageError):
+        await h.store.cancel("A")
+    h.kv.write_fault = None
+    status = h.store.get("A")
+    assert status is not None and status.state is DelayState.SCHEDULED
+    await h.advance(0.1)
+    assert h.ids() == ["A"]
+
+
+async def test_the_same_id_scheduled_twice_is_cancelled_as_one(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule(message("A", now + 5000))
+    await h.store.schedule(message("A", now + 5000))  # a repeated request: one message
+    await h.store.schedule(message("A", now + 9000))
+    assert h.store.stats().pending == 2
+    status = h.store.get("A")
+    assert status is not None and status.due_ms == now + 5000
+    assert await h.store.cancel("A") is CancelOutcome.CANCELLED
+    assert h.store.stats().pending == 0 and h.kv.count(INDEX_CF) == 0
+
+
+async def test_an_id_that_is_a_prefix_of_another_does_not_see_its_entries(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule(message("a\x00" + "1" * 12, now + 1))
+    assert h.store.get("a") is None
+    assert await h.store.cancel("a") is CancelOutcome.NOT_FOUND
+    assert h.store.stats().pending == 1
+
+
+async def test_stats_count_pending_and_name_the_next_due_time(h: Harness) -> None:
+    now = h.store.now_ms()
+    assert h.store.stats().next_due_ms is None
+    await h.store.schedule_many([message("A", now + 300), message("B", now + 100), message("C", now + 200)])
+    stats = h.store.stats()
+    assert (stats.pending, stats.next_due_ms, stats.healthy, stats.last_error) == (3, now + 100, True, None)
+    await h.store.cancel("B")
+    assert (h.store.stats().pending, h.store.stats().next_due_ms) == (2, now + 200)
+
+
+async def test_purge_keeps_a_later_outcome_of_a_reused_id() -> None:
+    h = make_harness(retention_s=10.0)
+    now = h.store.now_ms()
+    await h.store.schedule(message("A", now + 1))
+    await h.store.cancel("A")
+    h.clock.advance(5.0)
+    await h.store.schedule(message("A", now + 6000))
+    await h.store.cancel("A")  # the marker now says: cancelled at now + 5 s
+    h.clock.advance(6.0)
+    assert await h.store.purge() == 1  # the first marker's expiry entry
+    status = h.store.get("A")
+    assert status is not None and (status.state, status.at_ms) == (DelayState.CANCELLED, now + 5000)
+    h.clock.advance(5.0)
+    assert await h.store.purge() == 1
+    assert h.store.get("A") is None and h.kv.count(DONE_CF) == h.kv.count(EXPIRY_CF) == 0
+    await h.store.close()
+    await h.writer.close()
+
+
+async def test_rocksdb_reopen_keeps_schedules_counts_and_done_markers(tmp_path: Path) -> None:
+    kv = RocksKV.open(tmp_path / "db", COLUMN_FAMILIES)
+    writer = GroupCommitWriter(kv)
+    store = DelayStore(kv, writer)
+    now = store.now_ms()
+    await store.schedule_many([message(f"M{i}", now + 60_000 + i) for i in range(10)])
+    await store.cancel("M3")
+    await store.close()
+    await writer.close()
+    kv.close()
+    kv = RocksKV.open(tmp_path / "db", COLUMN_FAMILIES)
+    writer = GroupCommitWriter(kv)
+    store = DelayStore(kv, writer)
+    try:
+        assert store.stats().pending == 9 and store.stats().next_due_ms == now + 60_000
+        status = store.get("M3")
+        assert status is not None and status.state is DelayState.CANCELLED
+        status = store.get("M4")
+        assert status is not None and status.due_ms == now + 60_004
+    finally:
+        await store.close()
+        await writer.close()
+        kv.close()
