@@ -1,0 +1,50 @@
+"""A child process for the SIGKILL crash tests: it prints ``acked|sent|failed|drained <id>`` lines, and
+the parent counts them across runs and kills it once enough messages reached devbroker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Child:
+    """One run of ``module``; ``acked`` and ``sent`` accumulate across runs."""
+
+    def __init__(self, module: str, acked: set[str], sent: Counter[str]) -> None:
+        self.module = module
+        self.acked, self.sent = acked, sent
+        self.failed = 0
+        self.proc: asyncio.subprocess.Process | None = None
+        self.progress = asyncio.Event()
+        self.drained = False
+
+    async def run(self, *args: str) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", self.module, *args,
+            cwd=ROOT, stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            word, _, id_ = line.decode().strip().partition(" ")
+            if word == "acked":
+                self.acked.add(id_)
+            elif word == "sent":
+                self.sent[id_] += 1
+            elif word == "failed":
+                self.failed += 1
+            self.drained = self.drained or word == "drained"
+            self.progress.set()
+        await self.proc.wait()
+
+    async def kill_when(self, sent_total: int) -> None:
+        while sum(self.sent.values()) < sent_total:
+            self.progress.clear()
+            await self.progress.wait()
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)

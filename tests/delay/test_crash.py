@@ -1,0 +1,94 @@
+"""SIGKILL while delayed messages are falling due: every message acknowledged as scheduled reaches
+devbroker at least once after restarts, never before its due time, and the store ends with no pending
+keys (D2).
+
+devbroker runs in this process; the child publishes into it through the producer. Both brokers fail
+their first sends, so failed publishes are waiting for their retry when the first kill lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from app.rocketmq import BrokerApi, RemotingClient
+from delay import COLUMN_FAMILIES, DELAY_DUE_AT, DELAY_PUBLISHED_AT, DelayState, DelayStore
+from delay.keys import DUE_CF, INDEX_CF
+from devbroker import DevCluster
+from storage.group_commit import GroupCommitWriter
+from storage.rocks import RocksKV
+from tests.crash import Child
+from tests.delay.crash_child import TOPIC
+
+N = 2000
+SPREAD_MS = 1500  # due times spread over this, so the kill lands while messages are falling due
+CHILD = "tests.delay.crash_child"
+PHASE_TIMEOUT_S = 60.0
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[DevCluster]:
+    async with DevCluster(brokers=2, queues=4) as cluster:
+        client = RemotingClient()
+        api = BrokerApi(client, producer_group="setup")
+        for broker in cluster.brokers.values():
+            await api.create_topic(broker.addr, TOPIC)
+        await client.close()
+        yield cluster
+
+
+async def test_sigkill_while_messages_fall_due_loses_nothing(cluster: DevCluster, tmp_path: Path) -> None:
+    store_dir, ns = str(tmp_path / "store"), cluster.namesrv_addr
+    acked: set[str] = set()
+    sent: Counter[str] = Counter()
+    for broker in cluster.brokers.values():
+        broker.faults.fail_next_sends(20)  # SYSTEM_ERROR: the first publishes fail and wait for a retry
+    # 1: schedule N (each acknowledged once synced), publish as they fall due; SIGKILL after N/4
+    first = Child(CHILD, acked, sent)
+    running = asyncio.create_task(first.run(store_dir, ns, "schedule", str(N), str(SPREAD_MS)))
+    await asyncio.wait_for(first.kill_when(N // 4), PHASE_TIMEOUT_S)
+    await running
+    assert first.proc is not None and first.proc.returncode == -signal.SIGKILL
+    killed_at = sum(sent.values())
+    assert N // 4 <= killed_at < len(acked)  # killed while publishing ...
+    assert first.failed > 0  # ... with failed publishes waiting for their retry
+    # 2: restart (overdue messages first); SIGKILL again
+    second = Child(CHILD, acked, sent)
+    running = asyncio.create_task(second.run(store_dir, ns, "drain"))
+    await asyncio.wait_for(second.kill_when(killed_at + N // 4), PHASE_TIMEOUT_S)
+    await running
+    # 3: restart and drain to the end
+    third = Child(CHILD, acked, sent)
+    await asyncio.wait_for(third.run(store_dir, ns, "drain"), PHASE_TIMEOUT_S)
+    assert third.drained and third.proc is not None and third.proc.returncode == 0
+
+    stored = [m for broker in cluster.brokers.values() for m in broker.messages(TOPIC)]
+    ids = Counter(m.uniq_key for m in stored if m.uniq_key)
+    missing = sorted(acked - set(ids))
+    assert missing == [], f"{len(missing)} acknowledged messages never reached devbroker: {missing[:5]}"
+    assert len(acked) == N
+    early = [
+        m.uniq_key for m in stored if int(m.properties[DELAY_PUBLISHED_AT]) < int(m.properties[DELAY_DUE_AT])
+    ]
+    assert early == []
+    kv = RocksKV.open(store_dir, COLUMN_FAMILIES)
+    writer = GroupCommitWriter(kv)
+    store = DelayStore(kv, writer)
+    try:
+        assert kv.count(DUE_CF) == kv.count(INDEX_CF) == 0
+        assert store.stats().pending == 0
+        states = Counter(s.state for s in map(store.get, sorted(acked)) if s is not None)
+        assert states == {DelayState.SENT: N}
+    finally:
+        await store.close()
+        await writer.close()
+        kv.close()
+    print(
+        f"acked {len(acked)}; first kill after {killed_at} publishes ({first.failed} failed); "
+        f"devbroker holds {len(stored)} messages for {len(ids)} ids (duplicates allowed)"
+    )
