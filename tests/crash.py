@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,3 +49,34 @@ class Child:
             await self.progress.wait()
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
+
+
+@dataclass
+class Runs:
+    acked: set[str]  # ids the child acknowledged (synced), over all runs
+    sent: Counter[str]  # ids devbroker confirmed, with repeats
+    killed_at: int  # confirmed sends when the first SIGKILL landed
+    first_failed: int  # failed sends in the first run
+
+
+async def kill_twice_then_drain(
+    module: str, first: list[str], drain: list[str], n: int, timeout_s: float
+) -> Runs:
+    """Run ``module`` with ``first`` and SIGKILL it after n/4 confirmed sends; run it with ``drain`` and
+    SIGKILL it after n/4 more; run it with ``drain`` once more, to its clean end."""
+    acked: set[str] = set()
+    sent: Counter[str] = Counter()
+    child = Child(module, acked, sent)
+    running = asyncio.create_task(child.run(*first))
+    await asyncio.wait_for(child.kill_when(n // 4), timeout_s)
+    await running
+    assert child.proc is not None and child.proc.returncode == -signal.SIGKILL
+    runs = Runs(acked, sent, sum(sent.values()), child.failed)
+    again = Child(module, acked, sent)
+    running = asyncio.create_task(again.run(*drain))
+    await asyncio.wait_for(again.kill_when(runs.killed_at + n // 4), timeout_s)
+    await running
+    last = Child(module, acked, sent)
+    await asyncio.wait_for(last.run(*drain), timeout_s)
+    assert last.drained and last.proc is not None and last.proc.returncode == 0
+    return runs

@@ -8,8 +8,6 @@ their first sends, so failed publishes are waiting for their retry when the firs
 
 from __future__ import annotations
 
-import asyncio
-import signal
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,7 +20,7 @@ from delay.keys import DUE_CF, INDEX_CF
 from devbroker import DevCluster
 from storage.group_commit import GroupCommitWriter
 from storage.rocks import RocksKV
-from tests.crash import Child
+from tests.crash import kill_twice_then_drain
 from tests.delay.crash_child import TOPIC
 
 N = 2000
@@ -44,28 +42,15 @@ async def cluster() -> AsyncIterator[DevCluster]:
 
 async def test_sigkill_while_messages_fall_due_loses_nothing(cluster: DevCluster, tmp_path: Path) -> None:
     store_dir, ns = str(tmp_path / "store"), cluster.namesrv_addr
-    acked: set[str] = set()
-    sent: Counter[str] = Counter()
     for broker in cluster.brokers.values():
         broker.faults.fail_next_sends(20)  # SYSTEM_ERROR: the first publishes fail and wait for a retry
-    # 1: schedule N (each acknowledged once synced), publish as they fall due; SIGKILL after N/4
-    first = Child(CHILD, acked, sent)
-    running = asyncio.create_task(first.run(store_dir, ns, "schedule", str(N), str(SPREAD_MS)))
-    await asyncio.wait_for(first.kill_when(N // 4), PHASE_TIMEOUT_S)
-    await running
-    assert first.proc is not None and first.proc.returncode == -signal.SIGKILL
-    killed_at = sum(sent.values())
+    # schedule N (each acknowledged once synced) and publish as they fall due, SIGKILL after N/4
+    # reached devbroker; restart (overdue messages first), SIGKILL again; restart and drain
+    first = [store_dir, ns, "schedule", str(N), str(SPREAD_MS)]
+    runs = await kill_twice_then_drain(CHILD, first, [store_dir, ns, "drain"], N, PHASE_TIMEOUT_S)
+    acked, killed_at = runs.acked, runs.killed_at
     assert N // 4 <= killed_at < len(acked)  # killed while publishing ...
-    assert first.failed > 0  # ... with failed publishes waiting for their retry
-    # 2: restart (overdue messages first); SIGKILL again
-    second = Child(CHILD, acked, sent)
-    running = asyncio.create_task(second.run(store_dir, ns, "drain"))
-    await asyncio.wait_for(second.kill_when(killed_at + N // 4), PHASE_TIMEOUT_S)
-    await running
-    # 3: restart and drain to the end
-    third = Child(CHILD, acked, sent)
-    await asyncio.wait_for(third.run(store_dir, ns, "drain"), PHASE_TIMEOUT_S)
-    assert third.drained and third.proc is not None and third.proc.returncode == 0
+    assert runs.first_failed > 0  # ... with failed publishes waiting for their retry
 
     stored = [m for broker in cluster.brokers.values() for m in broker.messages(TOPIC)]
     ids = Counter(m.uniq_key for m in stored if m.uniq_key)
@@ -89,6 +74,6 @@ async def test_sigkill_while_messages_fall_due_loses_nothing(cluster: DevCluster
         await writer.close()
         kv.close()
     print(
-        f"acked {len(acked)}; first kill after {killed_at} publishes ({first.failed} failed); "
+        f"acked {len(acked)}; first kill after {killed_at} publishes ({runs.first_failed} failed); "
         f"devbroker holds {len(stored)} messages for {len(ids)} ids (duplicates allowed)"
     )
