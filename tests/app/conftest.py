@@ -1,0 +1,97 @@
+"""A running sidecar (Service on ephemeral ports) over an in-process devbroker, and an HTTP client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.config import Settings
+from app.rocketmq import MessageExt
+from app.service import COLUMN_FAMILIES, Service
+from devbroker import DevCluster
+from retry.policy import RetryPolicy
+from storage.rocks import RocksKV
+from tests.fakes import FaultyKV
+
+FAST_LADDER = RetryPolicy((0.05, 0.1, 0.2, 0.5), 1000)  # the real ladder starts at 3 s; never exhausted here
+
+
+@dataclass
+class Stack:
+    cluster: DevCluster
+    service: Service
+    http: httpx.AsyncClient
+    kv: FaultyKV
+
+    def stored(self, topic: str) -> list[MessageExt]:
+        """Every message devbroker holds for ``topic``, on any broker."""
+        return [m for b in self.cluster.brokers.values() for m in b.messages(topic)]
+
+    async def stop_brokers(self) -> None:
+        for broker in self.cluster.brokers.values():
+            await broker.stop()
+
+    async def start_brokers(self) -> None:
+        for broker in self.cluster.brokers.values():
+            await broker.start()
+        for name in self.cluster.brokers:  # what the recovery probe would do on its next tick
+            self.service.producer.fault.mark_recovered(name)
+
+    async def drain(self, timeout_s: float = 20.0) -> None:
+        """Wait until the retry store is empty: idle replays, then the ladder's next due time."""
+        async with asyncio.timeout(timeout_s):
+            while True:
+                await self.service.replay.wait_idle()
+                stats = self.service.retry.stats()
+                if not stats.pending:
+                    return
+                wait_ms = (stats.oldest_due_ms or 0) - self.service.retry.now_ms()
+                await asyncio.sleep(max(wait_ms, 1) / 1000)  # the ladder's own timing, not a guess
+
+
+def settings_for(tmp_path: Path, **overrides: Any) -> Settings:
+    base = Settings(
+        http_addr="127.0.0.1:0",
+        grpc_addr="127.0.0.1:0",
+        data_dir=str(tmp_path / "data"),
+        retry_default=FAST_LADDER,
+        send_timeout_ms=1000,
+    )
+    return replace(base, **overrides)
+
+
+@pytest.fixture
+def make_stack(tmp_path: Path) -> Callable[..., Any]:
+    """``async with make_stack(**settings) as stack`` — a fresh sidecar and devbroker."""
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def make(**overrides: Any) -> AsyncIterator[Stack]:
+        async with DevCluster(brokers=2, queues=4) as cluster:
+            settings = settings_for(tmp_path, **{"namesrv": (cluster.namesrv_addr,), **overrides})
+            (tmp_path / "data").mkdir(exist_ok=True)
+            kv = FaultyKV(RocksKV.open(tmp_path / "data" / "store", COLUMN_FAMILIES))
+            service = Service(settings, kv=kv)  # type: ignore[arg-type]
+            await service.start()
+            headers = {"authorization": f"Bearer {settings.auth_token}"} if settings.auth_token else {}
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{service.http.port}", headers=headers, timeout=30
+            ) as http:
+                try:
+                    yield Stack(cluster, service, http, kv)
+                finally:
+                    await service.stop()
+
+    return make
+
+
+@pytest.fixture
+async def stack(make_stack: Callable[..., Any]) -> AsyncIterator[Stack]:
+    async with make_stack() as s:
+        yield s
