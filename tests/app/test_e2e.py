@@ -4,16 +4,12 @@ back all 1 000 arrive, the store ends empty and the metrics say so. And SIGTERM 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 
-from bench.common import free_port
-from tests.app.conftest import Stack
+from tests.app.conftest import Stack, sidecar_process
 
 
 async def test_thousand_posts_with_brokers_down_all_arrive_later(stack: Stack) -> None:
@@ -48,31 +44,8 @@ async def test_thousand_posts_with_brokers_down_all_arrive_later(stack: Stack) -
 
 
 def test_sigterm_drains_and_exits_zero(tmp_path: Path) -> None:
-    http = free_port()
-    env = {
-        **os.environ,
-        "ROCKSIDECAR_HTTP_ADDR": f"127.0.0.1:{http}",
-        "ROCKSIDECAR_GRPC_ADDR": f"127.0.0.1:{free_port()}",
-        "ROCKSIDECAR_DATA_DIR": str(tmp_path),
-        "ROCKSIDECAR_SHUTDOWN_GRACE_S": "5",
-    }
-    env.pop("ROCKSIDECAR_NAMESRV", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--devbroker"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:  # the service logs one line when it listens
-            if "rocksidecar ready" in line:
-                break
-        r = httpx.post(f"http://127.0.0.1:{http}/v1/messages", json={"topic": "Bye", "body": "x"}, timeout=10)
+    with sidecar_process(tmp_path, ROCKSIDECAR_SHUTDOWN_GRACE_S="5") as (proc, url):
+        r = httpx.post(f"{url}/v1/messages", json={"topic": "Bye", "body": "x"}, timeout=10)
         assert r.status_code == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
