@@ -115,13 +115,14 @@ class Service:
             self.retry,
             policy_for=s.retry_policy,
             lookups=[RetryLookup(self.retry)],
-            now_ms=now_ms,
+            now_ms=self.retry.now_ms,  # never runs backwards: a clock step cannot make a rung fire early
         )
         self.replay = ReplayLoop(
             self.retry,
             self.sidecar.redeliver,
             s.retry_policy,
             workers=s.replay_workers,
+            deliver_batch=self.sidecar.redeliver_batch,
             on_replayed=lambda outcome: self.metrics.replays.labels(outcome).inc(),
         )
         self.metrics.add_state(StateCollector(self.producer.fault_table, self._store_stats))
