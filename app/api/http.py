@@ -30,6 +30,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {**_PROBLEM, "description": "Invalid input; `field` names it."},
     401: {**_PROBLEM, "description": "Missing or wrong bearer token."},
     413: {**_PROBLEM, "description": "Body or request too large."},
+    422: {
+        **_PROBLEM,
+        "description": "An Idempotency-Key reused for a different request, or a message the broker refused "
+        "for itself.",
+    },
     503: {**_PROBLEM, "description": "The local store cannot accept writes (see Retry-After)."},
 }
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
@@ -129,11 +134,6 @@ def _message_routes(app: FastAPI, api: Api) -> None:
                 "model": SendOut,
                 "description": "Stored locally: SPOOLED (delivered in the background) or "
                 "SCHEDULED (delayed).",
-            },
-            422: {
-                **_PROBLEM,
-                "description": "The broker refused the message itself, or an Idempotency-Key "
-                "was reused for a different request.",
             },
             501: {**_PROBLEM, "description": "Delayed delivery is not enabled."},
             **_ERRORS,
