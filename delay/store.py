@@ -7,6 +7,7 @@ keys (delay.claims), so a message is either published or cancelled, never both.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -31,7 +32,6 @@ from delay.keys import (
 from delay.message import CorruptMessageError, DelayedMessage, decode_message, encode_message
 from delay.status import CancelOutcome, DelayState, DelayStats, DelayStatus
 from storage.clock import wall_ms
-from storage.errors import StorageError
 from storage.group_commit import GroupCommitWriter
 from storage.keys import clamp_due, due_bound, parse_due
 from storage.kv import KV, Delete, Op, Put
@@ -114,8 +114,12 @@ class DelayStore:
             ops.append(Put(DUE_CF, key, encode_message(msg)))
             ops.append(Put(INDEX_CF, index_key(msg.id, due), b""))
         added = len(set(keys)) - sum(1 for key in set(keys) if self.kv.get(DUE_CF, key) is not None)
-        await self._write(ops, min(keys))
-        self.pending_count += added
+
+        def written(ok: bool) -> None:
+            if ok:
+                self.pending_count += added
+
+        await self._write(ops, min(keys), then=written)
 
     async def cancel(self, id_: str) -> CancelOutcome:
         """Cancel message ``id_``; waits for a publish of it in progress to finish first.
@@ -153,14 +157,15 @@ class DelayStore:
         now = self.now_ms()
         ops: list[Op] = [op for key in keys for op in self._unlink(key)]
         ops += self._done_ops(id_, CANCELLED, now)
-        try:
-            await self._write(ops, now=now)
-        except StorageError:
+
+        def written(ok: bool) -> None:
             self.claims.release(keys)
-            self._notify(min(keys))  # back in play: the scheduler must see them again
-            raise
-        self.claims.release(keys)
-        self.pending_count -= len(keys)
+            if ok:
+                self.pending_count -= len(keys)
+            else:
+                self._notify(min(keys))  # back in play: the scheduler must see them again
+
+        await self._write(ops, now=now, then=written)
 
     # --- the scheduler's side ---------------------------------------------------------------------
     def due(self, start: bytes, now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
@@ -183,9 +188,13 @@ class DelayStore:
         for key in keys:
             ops += self._unlink(key)
             ops += self._done_ops(split_due_key(key)[1], SENT, at_ms)
-        await self._write(ops, now=at_ms)
-        self.claims.release(keys)
-        self.pending_count -= len(keys)
+
+        def written(ok: bool) -> None:
+            if ok:
+                self.claims.release(keys)
+                self.pending_count -= len(keys)
+
+        await self._write(ops, now=at_ms, then=written)
 
     @property
     def floor(self) -> bytes:
@@ -263,9 +272,28 @@ class DelayStore:
         at = clamp_due(at_ms)
         return [Put(DONE_CF, id_.encode(), done_value(kind, at)), Put(EXPIRY_CF, due_key(at, id_), b"")]
 
-    async def _write(self, ops: list[Op], new_key: bytes | None = None, *, now: int | None = None) -> None:
-        """Write ``ops`` durably; ``new_key`` is the smallest due key they add, if any."""
-        await self._progress.write(self.writer, ops, new_key, self.now_ms() if now is None else now)
+    async def _write(
+        self,
+        ops: list[Op],
+        new_key: bytes | None = None,
+        *,
+        now: int | None = None,
+        then: Callable[[bool], None] | None = None,
+    ) -> None:
+        """Write ``ops`` durably; ``new_key`` is the smallest due key they add, if any. ``then(written)``
+        does the bookkeeping even if the caller is cancelled meanwhile (the writer writes the ops anyway)."""
+        await asyncio.shield(self._commit(ops, new_key, self.now_ms() if now is None else now, then))
+
+    async def _commit(
+        self, ops: list[Op], new_key: bytes | None, now: int, then: Callable[[bool], None] | None
+    ) -> None:
+        written = False
+        try:
+            await self._progress.write(self.writer, ops, new_key, now)
+            written = True
+        finally:
+            if then is not None:
+                then(written)
         if new_key is not None:
             self._notify(new_key)
 

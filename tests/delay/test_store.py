@@ -4,6 +4,7 @@ the retention of done markers."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,10 @@ from delay.status import CancelOutcome, DelayState
 from delay.store import DelayStore
 from storage.errors import StorageError
 from storage.group_commit import GroupCommitWriter
+from storage.memory import MemoryKV
 from storage.rocks import RocksKV
 from tests.delay.conftest import SETTLE_S, Harness, make_harness, message
+from tests.fakes import FaultyKV
 
 
 async def test_status_follows_a_message_from_scheduled_to_sent(h: Harness) -> None:
@@ -184,3 +187,42 @@ async def test_rocksdb_reopen_keeps_schedules_counts_and_done_markers(tmp_path: 
         await store.close()
         await writer.close()
         kv.close()
+
+
+class GatedKV(FaultyKV):
+    """WAL syncs (run in a thread by the writer) wait for ``gate``; ``syncing`` is set when one starts."""
+
+    def __init__(self, inner: MemoryKV) -> None:
+        super().__init__(inner)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.syncing = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+
+    def sync_wal(self) -> None:
+        self.loop.call_soon_threadsafe(self.syncing.set)
+        self.gate.wait(SETTLE_S)
+        super().sync_wal()
+
+
+async def test_a_caller_cancelled_during_the_write_still_settles_the_store() -> None:
+    kv = GatedKV(MemoryKV(COLUMN_FAMILIES))
+    writer = GroupCommitWriter(kv)
+    store = DelayStore(kv, writer)
+    now = store.now_ms()
+    await store.schedule(message("A", now + 60_000))
+    kv.gate.clear()
+    kv.syncing.clear()
+    cancel = asyncio.create_task(store.cancel("A"))
+    await asyncio.wait_for(kv.syncing.wait(), SETTLE_S)  # the cancel's batch is being synced
+    cancel.cancel()  # e.g. the HTTP client went away
+    kv.gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await cancel
+    await store.schedule(message("B", now + 60_000))  # a later batch: the earlier one has settled
+    assert len(store.claims) == 0  # the cancel's claim is not left behind
+    assert store.stats().pending == 1
+    status = store.get("A")
+    assert status is not None and status.state is DelayState.CANCELLED
+    await store.close()
+    await writer.close()
