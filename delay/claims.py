@@ -7,21 +7,16 @@ Claims live in memory only: after a restart nothing is being published or cancel
 from __future__ import annotations
 
 import asyncio
-
-
-class _Claim:
-    __slots__ = ("published", "waiters")
-
-    def __init__(self) -> None:
-        self.published = False  # the publish succeeded; the store may not have recorded it yet
-        self.waiters: list[asyncio.Future[bool]] = []
+from collections.abc import Iterable
 
 
 class Claims:
     """One owner per key; others may wait to learn whether the owner published it."""
 
     def __init__(self) -> None:
-        self._owned: dict[bytes, _Claim] = {}
+        # key -> futures of those waiting for it (None until someone waits: the usual case, kept cheap)
+        self._owned: dict[bytes, list[asyncio.Future[bool]] | None] = {}
+        self._published: set[bytes] = set()  # published; the store may not have recorded it yet
 
     def __contains__(self, key: bytes) -> bool:
         return key in self._owned
@@ -33,43 +28,47 @@ class Claims:
         """Claim ``key``; False if someone else holds it."""
         if key in self._owned:
             return False
-        self._owned[key] = _Claim()
+        self._owned[key] = None
         return True
 
     def is_published(self, key: bytes) -> bool:
-        claim = self._owned.get(key)
-        return claim is not None and claim.published
+        return key in self._published
 
     def lowest(self) -> bytes | None:
         return min(self._owned) if self._owned else None
 
     async def wait(self, key: bytes) -> bool:
         """Wait for the owner of ``key`` to let go; True if it published the message."""
-        claim = self._owned.get(key)
-        if claim is None:
+        if key not in self._owned:
             return False
-        if claim.published:
+        if key in self._published:
             return True
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        claim.waiters.append(future)
+        waiters = self._owned[key]
+        if waiters is None:
+            self._owned[key] = waiters = []
+        waiters.append(future)
         return await future
 
-    def mark_published(self, keys: list[bytes]) -> None:
+    def mark_published(self, keys: Iterable[bytes]) -> None:
         """The messages under ``keys`` were published; the claims stay until the store records it."""
         for key in keys:
-            claim = self._owned[key]
-            claim.published = True
-            self._wake(claim, True)
+            self._published.add(key)
+            waiters = self._owned[key]
+            if waiters is not None:
+                self._owned[key] = None
+                _wake(waiters, True)
 
-    def release(self, keys: list[bytes]) -> None:
+    def release(self, keys: Iterable[bytes]) -> None:
         for key in keys:
-            claim = self._owned.pop(key, None)
-            if claim is not None:
-                self._wake(claim, claim.published)
+            waiters = self._owned.pop(key, None)
+            published = key in self._published
+            self._published.discard(key)
+            if waiters is not None:
+                _wake(waiters, published)
 
-    @staticmethod
-    def _wake(claim: _Claim, published: bool) -> None:
-        for future in claim.waiters:
-            if not future.done():
-                future.set_result(published)
-        claim.waiters.clear()
+
+def _wake(waiters: list[asyncio.Future[bool]], published: bool) -> None:
+    for future in waiters:
+        if not future.done():
+            future.set_result(published)

@@ -24,6 +24,7 @@ COLUMN_FAMILIES = (DUE_CF, INDEX_CF, DONE_CF, EXPIRY_CF, META_CF)
 SENT = b"S"
 CANCELLED = b"C"
 _ID_AT = DUE_WIDTH + 1  # where the id starts in a due or expiry key
+_COLON = ord(":")
 
 
 def due_key(due_ms: int, id_: str) -> bytes:
@@ -33,10 +34,11 @@ def due_key(due_ms: int, id_: str) -> bytes:
 
 def split_due_key(key: bytes) -> tuple[int, str]:
     """(due_ms, id) of a due or expiry key. Raises ValueError when ``key`` is not one."""
-    if key[DUE_WIDTH:_ID_AT] != b":" or len(key) == _ID_AT:
+    head = key[:DUE_WIDTH]
+    if len(key) <= _ID_AT or key[DUE_WIDTH] != _COLON or not head.isdigit():
         raise ValueError(f"not a delay key: {key!r}")
     try:
-        return parse_due(key), key[_ID_AT:].decode()
+        return int(head), key[_ID_AT:].decode()
     except UnicodeDecodeError as exc:
         raise ValueError(f"not a delay key: {key!r}") from exc
 

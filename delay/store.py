@@ -155,8 +155,7 @@ class DelayStore:
         for key in keys:
             self.claims.take(key)
         now = self.now_ms()
-        ops: list[Op] = [op for key in keys for op in self._unlink(key)]
-        ops += self._done_ops(id_, CANCELLED, now)
+        ops = self._finish_ops(keys, CANCELLED, now)
 
         def written(ok: bool) -> None:
             self.claims.release(keys)
@@ -184,10 +183,7 @@ class DelayStore:
             StorageError: not recorded; the claims stay, call again.
         """
         self.claims.mark_published(keys)
-        ops: list[Op] = []
-        for key in keys:
-            ops += self._unlink(key)
-            ops += self._done_ops(split_due_key(key)[1], SENT, at_ms)
+        ops = self._finish_ops(keys, SENT, at_ms)
 
         def written(ok: bool) -> None:
             if ok:
@@ -263,14 +259,20 @@ class DelayStore:
         return (DelayState.SENT if kind == SENT else DelayState.CANCELLED), at_ms
 
     @staticmethod
-    def _unlink(key: bytes) -> list[Op]:
-        due_ms, id_ = split_due_key(key)
-        return [Delete(DUE_CF, key), Delete(INDEX_CF, index_key(id_, due_ms))]
-
-    @staticmethod
-    def _done_ops(id_: str, kind: bytes, at_ms: int) -> list[Op]:
+    def _finish_ops(keys: list[bytes], kind: bytes, at_ms: int) -> list[Op]:
+        """Delete the due keys and their index entries; mark their ids done (``kind`` at ``at_ms``)."""
         at = clamp_due(at_ms)
-        return [Put(DONE_CF, id_.encode(), done_value(kind, at)), Put(EXPIRY_CF, due_key(at, id_), b"")]
+        marker = done_value(kind, at)
+        ops: list[Op] = []
+        for key in keys:
+            due_ms, id_ = split_due_key(key)
+            ops += (
+                Delete(DUE_CF, key),
+                Delete(INDEX_CF, index_key(id_, due_ms)),
+                Put(DONE_CF, id_.encode(), marker),
+                Put(EXPIRY_CF, due_key(at, id_), b""),
+            )
+        return ops
 
     async def _write(
         self,
