@@ -9,15 +9,15 @@ brings an earlier one, never on a fixed tick.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
+from delay.holds import Holds
 from delay.keys import split_due_key
 from delay.message import CorruptMessageError, DelayedMessage, decode_message
 from delay.publication import Publish, publish_batch
-from delay.store import DelayStore
+from delay.store import PURGE_LIMIT, DelayStore
 from storage.errors import StorageError
 from storage.keys import parse_due
 
@@ -62,21 +62,17 @@ class DelayScheduler:
         self._sleep = sleep
         self._on_published = on_published
         self._cursor = b""  # start() moves it to the store's floor
-        self._held: set[bytes] = set()  # failed publishes waiting for their retry time
-        self._retry_at: list[tuple[int, bytes]] = []  # heap over _held
+        self._held = Holds()  # failed publishes waiting for their retry time
         self._unrecorded: list[tuple[list[bytes], int]] = []  # published, "sent" not stored yet
         self._calls: set[asyncio.Task[None]] = set()
         self._wakeup: asyncio.Future[None] | None = None
         self._for_slot = False  # waiting for a publish call to finish, not for a due time
         self._sleep_until_ms: int | None = None
         self._purged_ms = 0
+        self._purge: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.failure: BaseException | None = None
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._calls)
 
     async def start(self) -> None:
         self._cursor = self._store.floor  # no live key sorts below it: overdue messages come first
@@ -88,9 +84,10 @@ class DelayScheduler:
         """Stop; give publish calls in progress ``grace_s`` to finish, then cancel them. A message whose
         publish was cut short stays scheduled (it is published again after the next start)."""
         self._store.remove_listener(self._on_new_key)
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._purge):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._calls and grace_s > 0:
             await asyncio.wait(self._calls, timeout=grace_s)
         for call in self._calls:
@@ -135,14 +132,18 @@ class DelayScheduler:
                 await self._wait_for_slot()
                 continue
             now = self._store.now_ms()
-            self._release_held(now)
+            released = self._held.release_due(now)
+            if released is not None:
+                self._cursor = min(self._cursor, released)  # scan them again
             batch, more = self._take_due(now)
             if batch:
-                self._spawn(batch)
+                call = asyncio.create_task(self._publish_batch(batch), name="delay-publish")
+                self._calls.add(call)
+                call.add_done_callback(self._on_call_done)
             if batch or more:
                 continue
-            await self._housekeeping(now)
-            await self._wait(self._next_wake_ms(now), now)
+            self._housekeeping(now)
+            await self._wait(self._next_wake_ms(), now)
 
     def _take_due(self, now: int) -> tuple[list[tuple[bytes, DelayedMessage]], bool]:
         """Claim up to batch_max due messages from the cursor on; also whether more may be due."""
@@ -166,23 +167,14 @@ class DelayScheduler:
                 return batch, False
         return batch, True
 
-    def _release_held(self, now: int) -> None:
-        while self._retry_at and self._retry_at[0][0] <= now:
-            _, key = heapq.heappop(self._retry_at)
-            self._held.discard(key)
-            self._cursor = min(self._cursor, key)
-
-    def _next_wake_ms(self, now: int) -> int | None:
-        candidates: list[int] = []
+    def _next_wake_ms(self) -> int | None:
         following = self._store.first_due(self._cursor)
-        if following is not None:
-            try:
-                candidates.append(parse_due(following))
-            except ValueError:
-                log.error("unparseable key %r in the delay store", following)
-        if self._retry_at:
-            candidates.append(self._retry_at[0][0])
-        return min(candidates) if candidates else None
+        candidates = [self._held.next_ms()]
+        try:
+            candidates.append(None if following is None else parse_due(following))
+        except ValueError:  # only this process writes due keys: damage, so do not spin on it
+            log.error("unparseable key %r in the delay store", following)
+        return min((ms for ms in candidates if ms is not None), default=None)
 
     async def _wait(self, until_ms: int | None, now: int) -> None:
         """Sleep until ``until_ms`` (store clock), an earlier arrival, or at most MAX_IDLE_S."""
@@ -207,15 +199,20 @@ class DelayScheduler:
         finally:
             self._wakeup, self._for_slot = None, False
 
-    async def _housekeeping(self, now: int) -> None:
+    def _housekeeping(self, now: int) -> None:
         self._advance_floor()
-        if now - self._purged_ms >= self._purge_every_ms:
-            try:
-                if await self._store.purge() == 0:
-                    self._purged_ms = now  # nothing left to purge: look again after purge_every_s
-            except StorageError as exc:
-                self._purged_ms = now
-                log.warning("purging delay done markers failed: %s", exc)
+        if now - self._purged_ms >= self._purge_every_ms and (self._purge is None or self._purge.done()):
+            self._purged_ms = now
+            # Beside the seek loop, not in it: the purge's synced writes must not delay due messages.
+            self._purge = asyncio.create_task(self._purge_expired(), name="delay-purge")
+            self._purge.add_done_callback(lambda _: self._maybe_idle())
+
+    async def _purge_expired(self) -> None:
+        try:
+            while await self._store.purge() >= PURGE_LIMIT:
+                pass  # a backlog (e.g. after a long stop): chunk after chunk, one synced write each
+        except StorageError as exc:
+            log.warning("purging delay done markers failed: %s", exc)
 
     def _advance_floor(self) -> None:
         """Promise the store that no live key sorts below the cursor or a claimed key."""
@@ -224,11 +221,6 @@ class DelayScheduler:
             self._store.advance_floor(self._cursor if claimed is None else min(self._cursor, claimed))
 
     # --- publishing -----------------------------------------------------------------------------------
-    def _spawn(self, batch: list[tuple[bytes, DelayedMessage]]) -> None:
-        call = asyncio.create_task(self._publish_batch(batch), name="delay-publish")
-        self._calls.add(call)
-        call.add_done_callback(self._on_call_done)
-
     def _on_call_done(self, call: asyncio.Task[None]) -> None:
         self._calls.discard(call)
         if not call.cancelled() and call.exception() is not None:
@@ -257,9 +249,7 @@ class DelayScheduler:
                 self._wake()  # the seek loop retries the record before it publishes anything else
 
     def _hold(self, keys: list[bytes], retry_at_ms: int) -> None:
-        for key in keys:
-            self._held.add(key)
-            heapq.heappush(self._retry_at, (retry_at_ms, key))
+        self._held.hold(keys, retry_at_ms)
         self._store.claims.release(keys)  # a waiting cancel may take them now
         if not self._for_slot and (self._sleep_until_ms is None or retry_at_ms < self._sleep_until_ms):
             self._wake()
@@ -289,6 +279,7 @@ class DelayScheduler:
             and not self._wakeup.done()
             and not self._for_slot
             and not self._calls
+            and (self._purge is None or self._purge.done())
             and (self._sleep_until_ms is None or self._sleep_until_ms > self._store.now_ms())
         )
 

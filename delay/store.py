@@ -8,25 +8,21 @@ keys (delay.claims), so a message is either published or cancelled, never both.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable, Sequence
 
 from delay.claims import Claims
+from delay.done import DoneMarkers
 from delay.keys import (
     CANCELLED,
-    DONE_CF,
     DUE_CF,
-    EXPIRY_CF,
     INDEX_CF,
     META_CF,
     SENT,
-    done_value,
     due_key,
     index_dues,
     index_key,
     index_prefix,
-    split_done,
     split_due_key,
 )
 from delay.message import CorruptMessageError, DelayedMessage, decode_message, encode_message
@@ -37,10 +33,8 @@ from storage.keys import clamp_due, due_bound, parse_due
 from storage.kv import KV, Delete, Op, Put
 from storage.progress import Progress
 
-log = logging.getLogger(__name__)
-
 RETENTION_S = 24 * 3600.0  # how long "sent" / "cancelled" answers are kept after the fact
-PURGE_LIMIT = 500  # done markers dropped per purge batch (4 ops each, within one group commit)
+PURGE_LIMIT = 500  # done markers dropped per purge batch (one synced write)
 
 Listener = Callable[[bytes], None]
 
@@ -64,9 +58,8 @@ class DelayStore:
         self.writer = writer
         self.claims = Claims()
         self._progress = Progress(kv, META_CF, now_ms, clock)  # R5 and R6 across restarts
-        self._retention_ms = int(retention_s * 1000)
+        self._done = DoneMarkers(kv, writer, int(retention_s * 1000))
         self._listeners: list[Listener] = []
-        self._purged_to = b""  # every expiry key below this is gone
         self.pending_count = kv.count(DUE_CF)
 
     async def close(self) -> None:
@@ -146,7 +139,7 @@ class DelayStore:
                 return CancelOutcome.ALREADY_SENT if sent else CancelOutcome.CANCELLED
             if sent:
                 return CancelOutcome.ALREADY_SENT
-            done = self._done(id_)
+            done = self._done.get(id_)
             if done is None:
                 return CancelOutcome.NOT_FOUND
             return CancelOutcome.ALREADY_SENT if done[0] is DelayState.SENT else CancelOutcome.CANCELLED
@@ -212,7 +205,7 @@ class DelayStore:
             except CorruptMessageError:
                 topic = None
             return DelayStatus(id_, DelayState.SCHEDULED, due_ms=due, topic=topic)
-        done = self._done(id_)
+        done = self._done.get(id_)
         return None if done is None else DelayStatus(id_, done[0], at_ms=done[1])
 
     def stats(self) -> DelayStats:
@@ -225,52 +218,23 @@ class DelayStore:
 
     async def purge(self, limit: int = PURGE_LIMIT) -> int:
         """Drop up to ``limit`` done markers older than the retention; returns how many expired."""
-        bound = due_bound(self.now_ms() - self._retention_ms)
-        rows = self.kv.scan(EXPIRY_CF, lower=self._purged_to, upper=bound, limit=limit)
-        ops: list[Op] = []
-        for key, _ in rows:
-            ops.append(Delete(EXPIRY_CF, key))
-            try:
-                at_ms, id_ = split_due_key(key)
-            except ValueError:
-                continue
-            done = self._done(id_)
-            if done is not None and done[1] == at_ms:  # not replaced by a later outcome of the same id
-                ops.append(Delete(DONE_CF, id_.encode()))
-        if ops:
-            await self.writer.write(ops)
-            self._purged_to = rows[-1][0] + b"\x00"
-        return len(rows)
+        return await self._done.purge(self.now_ms(), limit)
 
     def _scheduled_dues(self, id_: str) -> list[int]:
         prefix = index_prefix(id_)
         entries = self.kv.scan(INDEX_CF, lower=prefix, upper=prefix[:-1] + b"\x01")
         return index_dues(id_, [key for key, _ in entries])
 
-    def _done(self, id_: str) -> tuple[DelayState, int] | None:
-        raw = self.kv.get(DONE_CF, id_.encode())
-        if raw is None:
-            return None
-        try:
-            kind, at_ms = split_done(raw)
-        except ValueError:
-            log.error("unreadable done marker for %r: %r", id_, raw)
-            return None
-        return (DelayState.SENT if kind == SENT else DelayState.CANCELLED), at_ms
-
     @staticmethod
     def _finish_ops(keys: list[bytes], kind: bytes, at_ms: int) -> list[Op]:
         """Delete the due keys and their index entries; mark their ids done (``kind`` at ``at_ms``)."""
-        at = clamp_due(at_ms)
-        marker = done_value(kind, at)
         ops: list[Op] = []
         for key in keys:
             due_ms, id_ = split_due_key(key)
             ops += (
                 Delete(DUE_CF, key),
                 Delete(INDEX_CF, index_key(id_, due_ms)),
-                Put(DONE_CF, id_.encode(), marker),
-                Put(EXPIRY_CF, due_key(at, id_), b""),
+                *DoneMarkers.ops(id_, kind, at_ms),
             )
         return ops
 
