@@ -25,10 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import uvloop
+
 from bench.common import devbroker_process, environment, percentile
 from delay import COLUMN_FAMILIES, DelayedMessage, DelayScheduler, DelayStore
 from delay.keys import DUE_CF, INDEX_CF, due_key, index_key
 from delay.message import encode_message
+from delay.scheduler import BATCH_MAX, MAX_IN_FLIGHT
 from storage.group_commit import GroupCommitWriter
 from storage.kv import Put
 from storage.rocks import RocksKV
@@ -66,7 +69,7 @@ def load_pending(path: Path, n: int) -> float:
 
 # --- the child: one scenario against one store ------------------------------------------------------------
 async def child(
-    scenario: str, path: str, namesrv: str, n: int, rate: int, steady_s: float
+    scenario: str, path: str, namesrv: str, n: int, rate: int, steady_s: float, batch_max: int, in_flight: int
 ) -> dict[str, float]:
     from app.rocketmq import BrokerApi, Message, NameServerClient, RemotingClient
     from app.rocketmq.producer import Producer, ProducerConfig
@@ -103,7 +106,9 @@ async def child(
         if len(lateness_ms) >= expected:
             done.set()
 
-    scheduler = DelayScheduler(store, publish, on_published=on_published)
+    scheduler = DelayScheduler(
+        store, publish, on_published=on_published, batch_max=batch_max, max_in_flight=in_flight
+    )
     await scheduler.start()
     lags: list[float] = []
     probe = asyncio.create_task(lag_probe(lags))
@@ -131,10 +136,11 @@ async def child(
 async def burst(store: DelayStore, n: int, done: asyncio.Event) -> dict[str, float]:
     body = b"x" * BODY_BYTES
     started = time.perf_counter()
-    due0 = store.now_ms() + 10_000  # time enough to schedule them all first
-    msgs = [msg(i, due0 + i * 1000 // n, body) for i in range(n)]
-    for start in range(0, n, 1000):
-        await store.schedule_many(msgs[start : start + 1000])
+    due0 = store.now_ms() + 10_000 + n // 20  # time enough to schedule them all first
+    for start in range(0, n, 1000):  # built chunk by chunk: the RSS is the sidecar's, not a list's
+        await store.schedule_many(
+            [msg(i, due0 + i * 1000 // n, body) for i in range(start, min(n, start + 1000))]
+        )
     scheduled_s, slack_ms = time.perf_counter() - started, due0 - store.now_ms()
     await asyncio.wait_for(done.wait(), 120)
     return {"schedule_s": scheduled_s, "slack_before_due_s": slack_ms / 1000,
@@ -168,14 +174,45 @@ async def lag_probe(lags: list[float]) -> None:
         lags.append(time.perf_counter() - t - 0.001)
 
 
+async def own_cost(path: Path, n: int, batch_max: int, in_flight: int) -> tuple[float, float]:
+    """The scheduler alone: n overdue messages into a publish that does nothing. (msg/s, per CPU s)."""
+    kv = RocksKV.open(path, COLUMN_FAMILIES)
+    writer = GroupCommitWriter(kv)
+    store = DelayStore(kv, writer)
+    due, body = store.now_ms() - 1000, b"x" * BODY_BYTES
+    for start in range(0, n, 1000):
+        await store.schedule_many([msg(i, due, body) for i in range(start, min(n, start + 1000))])
+    published = asyncio.Event()
+    count = 0
+
+    async def publish(msgs: list[DelayedMessage]) -> list[None]:
+        nonlocal count
+        count += len(msgs)
+        if count >= n:
+            published.set()
+        return [None] * len(msgs)
+
+    scheduler = DelayScheduler(store, publish, batch_max=batch_max, max_in_flight=in_flight)
+    wall, cpu = time.perf_counter(), time.process_time()
+    await scheduler.start()
+    await published.wait()
+    await scheduler.close(grace_s=10.0)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    assert store.stats().pending == 0, "messages left behind"
+    await store.close()
+    await writer.close()
+    kv.close()
+    return n / wall, n / cpu
+
+
 def resident_mb() -> float:
     with open("/proc/self/status") as status:
         return int(status.read().split("VmRSS:")[1].split()[0]) / 1024
 
 
 def run_child(scenario: str, path: Path, namesrv: str, args: argparse.Namespace) -> dict[str, float]:
-    cmd = [sys.executable, "-m", "bench.delay", "--child", scenario, str(path), namesrv,
-           str(args.burst), str(args.rate), str(args.steady_s)]  # fmt: skip
+    numbers = (args.burst, args.rate, args.steady_s, args.batch_max, args.in_flight)
+    cmd = [sys.executable, "-m", "bench.delay", "--child", scenario, str(path), namesrv, *map(str, numbers)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
     result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
@@ -204,16 +241,24 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=1_000_000, help="messages pending in the steady run")
     parser.add_argument("--rate", type=int, default=2000, help="messages falling due per second (steady)")
     parser.add_argument("--steady-s", type=float, default=30.0, help="length of the steady run")
+    parser.add_argument("--batch-max", type=int, default=BATCH_MAX, help="messages per publish call")
+    parser.add_argument("--in-flight", type=int, default=MAX_IN_FLIGHT, help="publish calls at once")
+    parser.add_argument("--only", choices=("burst", "steady"), help="run one scenario")
     parser.add_argument("--dir", help="scratch directory (default: a temporary one)")
     args = parser.parse_args()
     root = Path(args.dir or tempfile.mkdtemp(prefix="delay-bench-"))
     print(f"# delay benchmark: {environment()} at start, uvloop, scratch {root}")
+    print(f"# scheduler: batch_max {args.batch_max}, max_in_flight {args.in_flight}")
     try:
+        rate, per_cpu = uvloop.run(own_cost(root / "own", args.burst, args.batch_max, args.in_flight))
+        print(f"\n## the scheduler alone: {args.burst:,} overdue messages into a no-op publish")
+        print(f"{rate:,.0f} msg/s ({per_cpu:,.0f} per CPU second; read, decode, claim, record as sent)")
         with devbroker_process(max_log_mb=4096) as dev:
-            report(
-                f"burst: {args.burst:,} messages due within one second",
-                run_child("burst", root / "burst", dev.namesrv, args),
-            )
+            if args.only != "steady":
+                burst = run_child("burst", root / "burst", dev.namesrv, args)
+                report(f"burst: {args.burst:,} messages due within one second", burst)
+            if args.only == "burst":
+                return
             took = load_pending(root / "steady", args.pending)
             print(f"\n(loaded {args.pending:,} pending messages in {took:.1f} s)")
             title = f"steady: {args.rate:,}/s falling due for {args.steady_s:.0f} s, {args.pending:,} pending"
@@ -224,11 +269,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    import uvloop
-
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        scenario, path, namesrv, n, rate, steady_s = sys.argv[2:8]
-        result = uvloop.run(child(scenario, path, namesrv, int(n), int(rate), float(steady_s)))
+        scenario, path, namesrv, n, rate, steady_s, batch_max, in_flight = sys.argv[2:10]
+        numbers = int(n), int(rate), float(steady_s), int(batch_max), int(in_flight)
+        result = uvloop.run(child(scenario, path, namesrv, *numbers))
         print(json.dumps(result))
     else:
         main()
