@@ -135,7 +135,7 @@ class DelayStore:
                 continue  # look again: it is gone (published) or back (the publish failed)
             free = [key for key in keys if key not in self.claims]
             if free:
-                await self._cancel_keys(id_, free)
+                await self._cancel_keys(free)
                 return CancelOutcome.ALREADY_SENT if sent else CancelOutcome.CANCELLED
             if sent:
                 return CancelOutcome.ALREADY_SENT
@@ -144,7 +144,7 @@ class DelayStore:
                 return CancelOutcome.NOT_FOUND
             return CancelOutcome.ALREADY_SENT if done[0] is DelayState.SENT else CancelOutcome.CANCELLED
 
-    async def _cancel_keys(self, id_: str, keys: list[bytes]) -> None:
+    async def _cancel_keys(self, keys: list[bytes]) -> None:
         for key in keys:
             self.claims.take(key)
         now = self.now_ms()

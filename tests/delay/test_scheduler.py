@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+from delay.keys import DUE_CF, due_key
 from delay.message import DELAY_DUE_AT, DELAY_PUBLISHED_AT
 from delay.status import DelayState
+from storage.kv import Put
 from tests.delay.conftest import Harness, message
 
 
@@ -213,3 +215,14 @@ async def test_the_floor_advances_so_a_restart_seeks_past_what_was_published(h: 
     assert floor <= b"%013d:LATER" % (now + 60_000)
     await h.advance(59.0)
     assert h.ids() == ["P0", "P1", "P2", "P3", "P4", "LATER"]
+
+
+async def test_an_unreadable_value_is_left_in_place_and_the_rest_goes_out(h: Harness) -> None:
+    now = h.store.now_ms()
+    h.kv.write([Put(DUE_CF, due_key(now + 5, "JUNK"), b"\x07not a message")], sync=True)
+    await h.store.schedule_many([message("A", now + 1), message("B", now + 9)])
+    await h.start().start()
+    await h.advance(0.01)
+    assert h.ids() == ["A", "B"]
+    assert h.kv.get(DUE_CF, due_key(now + 5, "JUNK")) is not None  # kept for an operator to look at
+    assert h.scheduler is not None and h.scheduler.failure is None
