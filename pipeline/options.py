@@ -141,7 +141,7 @@ def parse(options: Mapping[str, str]) -> WriteOptions:
     for name in COLUMN_TYPES:
         if name in opts and not opts[name]:
             raise OptionError(f"option {name} is empty")
-    initial = _number(opts, "retryBackoff", 0.5, 0.0, 3600.0)
+    backoff_max = _number(opts, "retryBackoffMax", 30.0, 0.0, 86_400.0)
     return WriteOptions(
         topic=topic,
         endpoint=_endpoint(opts.get("endpoint", DEFAULT_ENDPOINT)),
@@ -149,8 +149,8 @@ def parse(options: Mapping[str, str]) -> WriteOptions:
         timeout_s=_number(opts, "timeout", 30.0, 0.001, 3600.0),
         batch_size=_integer(opts, "batchSize", DEFAULT_BATCH_SIZE, 1, 10_000),
         max_retries=_integer(opts, "maxRetries", 20, 0, 1_000_000),
-        retry_backoff_s=initial,
-        retry_backoff_max_s=_number(opts, "retryBackoffMax", max(initial, 30.0), initial, 86_400.0),
+        retry_backoff_s=_number(opts, "retryBackoff", min(0.5, backoff_max), 0.0, backoff_max),
+        retry_backoff_max_s=backoff_max,
         job_id=job_id,
         ack=ack,
         report_path=opts.get("reportPath") or None,

@@ -28,6 +28,7 @@ def test_defaults() -> None:
         None,
     )
     assert opts.backoff().initial_s == 0.5 and opts.backoff().max_s == 30.0
+    assert parse({"topic": "T", "retryBackoffMax": "0.05"}).retry_backoff_s == 0.05  # the cap wins
 
 
 def test_spark_lower_cases_names_and_all_options_parse() -> None:
@@ -86,7 +87,7 @@ def test_spark_lower_cases_names_and_all_options_parse() -> None:
         ({"topic": "T", "keyColumn": ""}, "option keyColumn is empty"),
         (
             {"topic": "T", "retryBackoff": "2", "retryBackoffMax": "1"},
-            "retryBackoffMax='1' must be between 2",
+            "retryBackoff='2' must be between 0 and 1",
         ),
     ],
 )
