@@ -45,7 +45,8 @@ class FaultProxy:
         self.unavailable = 0  # answer this many requests 503 (Retry-After: retry_after) first
         self.retry_after = "1"
         self.answered_503 = 0
-        self.kill_on: dict[str, int] = {}  # key -> how many more times: forward, then kill the sender
+        # key suffix -> how many more times a request whose key ends so is forwarded, then its sender killed
+        self.kill_on: dict[str, int] = {}
         self.killed: list[int] = []
 
     def close(self) -> None:
@@ -59,9 +60,10 @@ class FaultProxy:
                 self.unavailable -= 1
                 self.answered_503 += 1
                 return Reply(503, b'{"title":"scripted"}', {"Retry-After": self.retry_after})
-            kill = self.kill_on.get(key, 0) > 0
-            if kill:
-                self.kill_on[key] -= 1
+            suffix = next((s for s, times in self.kill_on.items() if times > 0 and key.endswith(s)), None)
+            kill = suffix is not None
+            if suffix is not None:
+                self.kill_on[suffix] -= 1
         headers = {k: v for k, v in req.headers.items() if k in FORWARDED}
         resp = self._http.request(req.method, req.path, params=req.query, content=req.body, headers=headers)
         if kill:
