@@ -1,33 +1,23 @@
-"""The real sidecar (`rocksidecar serve`) as a subprocess on free loopback ports, pointed at a
-devbroker, and a way to read a topic back from devbroker with the RocketMQ client."""
+"""The real sidecar as a subprocess (bench.sidecar_process) and a way to read a topic back from
+devbroker with the RocketMQ client."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from app.rocketmq import BrokerApi, MessageExt, NameServerClient, RemotingClient
-from bench.common import free_port
+from bench.sidecar_process import sidecar_process as _sidecar_process
 from tests.realbroker.conftest import pull_all
-
-START_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
 class Sidecar:
     url: str
     namesrv: str
-    log: Path
 
     def pull(self, topic: str) -> list[MessageExt]:
         """Every message stored in ``topic`` on every broker (offset 0 to the end of each queue)."""
@@ -44,37 +34,6 @@ async def _pull(namesrv: str, topic: str) -> list[MessageExt]:
 
 
 @contextlib.contextmanager
-def sidecar_process(namesrv: str, data_dir: Path, **settings: str) -> Iterator[Sidecar]:
-    """``settings``: extra ROCKSIDECAR_* variables, e.g. BATCH_LIMIT="2000"."""
-    http_addr = f"127.0.0.1:{free_port()}"
-    env = {
-        **os.environ,
-        "ROCKSIDECAR_HTTP_ADDR": http_addr,
-        "ROCKSIDECAR_GRPC_ADDR": f"127.0.0.1:{free_port()}",
-        "ROCKSIDECAR_DATA_DIR": str(data_dir / "store"),
-        "ROCKSIDECAR_NAMESRV": namesrv,
-        "ROCKSIDECAR_LOG_LEVEL": "warning",
-        **{f"ROCKSIDECAR_{k}": v for k, v in settings.items()},
-    }
-    exe = shutil.which("rocksidecar", path=str(Path(sys.executable).parent)) or "rocksidecar"
-    log = data_dir / "sidecar.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([exe, "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://{http_addr}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the sidecar did not become ready:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)  # waiting for another process to listen: nothing to await
-        yield Sidecar(url, namesrv, log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def sidecar_process(namesrv: str, data_dir: Path) -> Iterator[Sidecar]:
+    with _sidecar_process(namesrv, data_dir) as url:
+        yield Sidecar(url, namesrv)
