@@ -24,6 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check $(wildcard app retry delay storage devbroker pipeline tests bench tools docker)
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 test: lint $(HELM)
 	$(BIN)/python -m pytest -q
@@ -31,6 +32,13 @@ test: lint $(HELM)
 # Regenerate the gRPC code from app/api/proto/rocksidecar.proto (tests check it is current).
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. --pyi_out=. app/api/proto/rocksidecar.proto
+
+# Start devbroker and the sidecar on loopback, send a few messages, show where to look.
+run: install
+	bash tools/demo.sh
+
+stop:
+	bash tools/stop.sh
 
 clean:
 	rm -rf $(VENV) $(RUN) .pytest_cache .ruff_cache .mypy_cache

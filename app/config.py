@@ -143,7 +143,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_delay_ms", _int(1), 90 * 24 * 3600 * 1000, "Longest accepted delivery delay."),
     Setting("idempotency_window_s", _int(1), 24 * 3600, "How long an Idempotency-Key answer is kept."),
     Setting("shutdown_grace_s", _float(0.0), 20.0, "On SIGTERM, how long in-flight work may take."),
-    Setting("replay_workers", _int(1, 1024), 64, "Concurrent resends from the retry store."),
+    Setting(
+        "replay_workers",
+        _int(1, 1024),
+        16,
+        "Concurrent redelivery calls from the retry store (each sends up to 32 due messages as one batch).",
+    ),
     Setting("log_level", _choice("debug", "info", "warning", "error"), "info", "Logging level."),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
@@ -172,7 +177,7 @@ class Settings:
     max_delay_ms: int = 90 * 24 * 3600 * 1000
     idempotency_window_s: int = 24 * 3600
     shutdown_grace_s: float = 20.0
-    replay_workers: int = 64
+    replay_workers: int = 16
     log_level: str = "info"
     retry_default: RetryPolicy = field(default_factory=RetryPolicy)
     retry_types: Mapping[str, RetryPolicy] = field(default_factory=dict)

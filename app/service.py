@@ -28,9 +28,11 @@ from app.sidecar import MessageState, Sidecar, Status
 from retry import DeadLetterNotifier, ReplayLoop, RetryStore, State
 from retry.keys import COLUMN_FAMILIES as RETRY_CFS
 from storage.group_commit import GroupCommitWriter
+from storage.kv import KV
 from storage.rocks import RocksKV
 
 log = logging.getLogger("rocksidecar")
+COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES)
 PURGE_EVERY_S = 3600.0
 READY_CACHE_S = 2.0
 
@@ -40,9 +42,16 @@ def wall_ms() -> int:
 
 
 def producer_config(s: Settings) -> ProducerConfig:
-    return ProducerConfig(group=s.producer_group, send_timeout_s=s.send_timeout_ms / 1000, retry_times=s.retry_times,
-                          fault_tolerance=s.fault_tolerance, selector=s.queue_selector,
-                          environment_index=s.environment_index, zone=s.zone, max_body_bytes=s.max_body_bytes)
+    return ProducerConfig(
+        group=s.producer_group,
+        send_timeout_s=s.send_timeout_ms / 1000,
+        retry_times=s.retry_times,
+        fault_tolerance=s.fault_tolerance,
+        selector=s.queue_selector,
+        environment_index=s.environment_index,
+        zone=s.zone,
+        max_body_bytes=s.max_body_bytes,
+    )
 
 
 class RetryLookup:
@@ -56,43 +65,89 @@ class RetryLookup:
         if found is None:
             return None
         record = self._store.pending_record(found.key) if found.state is State.SPOOLED else None
-        return MessageState(id=id, status=Status.SPOOLED if found.state is State.SPOOLED else Status.DEAD,
-                            topic=record.topic if record else None, attempts=found.attempts,
-                            next_attempt_at_ms=found.next_attempt_at_ms, last_error=found.last_error or None,
-                            reason=found.reason)
+        return MessageState(
+            id=id,
+            status=Status.SPOOLED if found.state is State.SPOOLED else Status.DEAD,
+            topic=record.topic if record else None,
+            attempts=found.attempts,
+            next_attempt_at_ms=found.next_attempt_at_ms,
+            last_error=found.last_error or None,
+            reason=found.reason,
+        )
 
 
 class Service:
     """Everything one sidecar process runs. ``start()`` then ``stop()``; or ``async with``."""
 
-    def __init__(self, settings: Settings, *, namesrv: tuple[str, ...] | None = None,
-                 now_ms: Callable[[], int] = wall_ms) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        namesrv: tuple[str, ...] | None = None,
+        now_ms: Callable[[], int] = wall_ms,
+        kv: KV | None = None,
+    ) -> None:
         self.settings = s = settings
         self.metrics = Metrics()
         credentials = Credentials(s.access_key, s.secret_key) if s.access_key else None
         self.remoting = RemotingClient(credentials=credentials)
         self.namesrv = NameServerClient(self.remoting, namesrv or s.namesrv)
-        self.producer = Producer(self.namesrv, BrokerApi(self.remoting, producer_group=s.producer_group),
-                                 producer_config(s), on_attempt=self._on_attempt)
-        Path(s.data_dir).mkdir(parents=True, exist_ok=True)
-        self.kv = RocksKV.open(Path(s.data_dir) / "store", (*RETRY_CFS, *idempotency.COLUMN_FAMILIES))
+        self.producer = Producer(
+            self.namesrv,
+            BrokerApi(self.remoting, producer_group=s.producer_group),
+            producer_config(s),
+            on_attempt=self._on_attempt,
+        )
+        if kv is None:  # tests may pass one wrapped with faults
+            Path(s.data_dir).mkdir(parents=True, exist_ok=True)
+            kv = RocksKV.open(Path(s.data_dir) / "store", COLUMN_FAMILIES)
+        self.kv = kv
         self.writer = GroupCommitWriter(self.kv)
-        self.notifier = DeadLetterNotifier(count=lambda _type: self.metrics.dead_letters.inc(),
-                                           webhook_url=s.dead_letter_webhook)
+        self.notifier = DeadLetterNotifier(
+            count=lambda _type: self.metrics.dead_letters.inc(), webhook_url=s.dead_letter_webhook
+        )
         self.retry = RetryStore(self.kv, writer=self.writer, now_ms=now_ms, on_dead_letter=self.notifier)
-        self.idempotency = IdempotencyStore(self.kv, self.writer, window_s=s.idempotency_window_s, now_ms=now_ms)
-        self.sidecar = Sidecar(self.producer, self.retry, policy_for=s.retry_policy,
-                               lookups=[RetryLookup(self.retry)], now_ms=now_ms)
-        self.replay = ReplayLoop(self.retry, self.sidecar.redeliver, s.retry_policy, workers=s.replay_workers,
-                                 on_replayed=lambda outcome: self.metrics.replays.labels(outcome).inc())
+        self.idempotency = IdempotencyStore(
+            self.kv, self.writer, window_s=s.idempotency_window_s, now_ms=now_ms
+        )
+        self.sidecar = Sidecar(
+            self.producer,
+            self.retry,
+            policy_for=s.retry_policy,
+            lookups=[RetryLookup(self.retry)],
+            now_ms=self.retry.now_ms,  # never runs backwards: a clock step cannot make a rung fire early
+        )
+        self.replay = ReplayLoop(
+            self.retry,
+            self.sidecar.redeliver,
+            s.retry_policy,
+            workers=s.replay_workers,
+            deliver_batch=self.sidecar.redeliver_batch,
+            on_replayed=lambda outcome: self.metrics.replays.labels(outcome).inc(),
+        )
         self.metrics.add_state(StateCollector(self.producer.fault_table, self._store_stats))
         limits = Limits(s.max_body_bytes, s.max_delay_ms)
-        app = create_app(self.sidecar, limits=limits, batch_limit=s.batch_limit, metrics=self.metrics,
-                         readiness=self.readiness, idempotency=self.idempotency, auth_token=s.auth_token,
-                         max_request_bytes=s.max_request_bytes, now_ms=now_ms)
+        app = create_app(
+            self.sidecar,
+            limits=limits,
+            batch_limit=s.batch_limit,
+            metrics=self.metrics,
+            readiness=self.readiness,
+            idempotency=self.idempotency,
+            auth_token=s.auth_token,
+            max_request_bytes=s.max_request_bytes,
+            now_ms=now_ms,
+        )
         self.http = HttpServer(app, s.http_addr, grace_s=s.shutdown_grace_s)
-        servicer = SidecarServicer(self.sidecar, limits=limits, batch_limit=s.batch_limit, metrics=self.metrics,
-                                   idempotency=self.idempotency, now_ms=now_ms, auth_token=s.auth_token)
+        servicer = SidecarServicer(
+            self.sidecar,
+            limits=limits,
+            batch_limit=s.batch_limit,
+            metrics=self.metrics,
+            idempotency=self.idempotency,
+            now_ms=now_ms,
+            auth_token=s.auth_token,
+        )
         self.grpc = GrpcServer(servicer, s.grpc_addr, grace_s=s.shutdown_grace_s)
         self._ready_cache: tuple[float, bool] = (0.0, False)
         self._tasks: list[asyncio.Task[None]] = []
@@ -105,7 +160,11 @@ class Service:
         st = self.retry.stats()
         since = st.oldest_first_failure_ms or st.oldest_due_ms  # spooled with ack=spool: never failed yet
         age = (wall_ms() - since) / 1000 if since else 0.0
-        return {"retry_pending": st.pending, "retry_oldest_age_seconds": max(age, 0.0), "dead_letters": st.dead}
+        return {
+            "retry_pending": st.pending,
+            "retry_oldest_age_seconds": max(age, 0.0),
+            "dead_letters": st.dead,
+        }
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready when the store takes writes and RocketMQ is reachable (or the configured topics'
@@ -117,10 +176,21 @@ class Service:
             reachable = await self.namesrv.ping()
             self._ready_cache = (time.monotonic(), reachable)
         rocketmq_ok = reachable or (bool(topics) and all(topics.values()))
-        details: dict[str, Any] = {"store": "ok" if store_ok else f"failing: {self.retry.last_error}",
-                                   "nameServer": "reachable" if reachable else "unreachable"}
+        details: dict[str, Any] = {
+            "store": "ok" if store_ok else f"failing: {self.retry.last_error}",
+            "nameServer": "reachable" if reachable else "unreachable",
+        }
         if topics:
             details["routes"] = topics
+        details["brokers"] = [
+            {
+                "broker": b.broker,
+                "state": b.state,
+                "latencyMs": round(b.latency_ms, 3),
+                "notAvailableForS": round(b.not_available_for_s, 3),
+            }
+            for b in self.producer.fault_table()
+        ]
         return store_ok and rocketmq_ok, details
 
     async def start(self) -> None:
@@ -131,10 +201,18 @@ class Service:
         await self.replay.start()  # replays whatever the store holds from before (R6)
         await self.http.start()
         await self.grpc.start()
-        self._tasks.append(asyncio.get_running_loop().create_task(self._purge_loop(), name="idempotency-purge"))
-        log.info("rocksidecar ready: HTTP %s:%s, gRPC %s:%s, name servers %s, store %s", self.http.host,
-                 self.http.port, self.grpc.host, self.grpc.port, ",".join(self.namesrv.addresses),
-                 self.settings.data_dir)
+        self._tasks.append(
+            asyncio.get_running_loop().create_task(self._purge_loop(), name="idempotency-purge")
+        )
+        log.info(
+            "rocksidecar ready: HTTP %s:%s, gRPC %s:%s, name servers %s, store %s",
+            self.http.host,
+            self.http.port,
+            self.grpc.host,
+            self.grpc.port,
+            ",".join(self.namesrv.addresses),
+            self.settings.data_dir,
+        )
 
     async def _purge_loop(self) -> None:
         while True:
@@ -197,7 +275,9 @@ async def run(settings: Settings, devbroker_brokers: int = 0) -> int:
 
 def serve(settings: Settings, devbroker_brokers: int = 0) -> int:
     """Run until SIGTERM/SIGINT; the exit code of `rocksidecar serve`."""
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         import uvloop
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Protocol
+from typing import Protocol
 
 from app.request import Prepared, RequestError
 from app.rocketmq import InvalidMessageError, Message, RocketMQError, SendFailed, SendResult
@@ -60,7 +60,9 @@ class Outcome:
 
 
 class RetrySpool(Protocol):
-    async def spool(self, record: RetryRecord, due_ms: int) -> None: ...
+    async def spool(self, record: RetryRecord, due_ms: int | None = None) -> object: ...
+
+    async def spool_many(self, records: Sequence[RetryRecord], due_ms: int | None = None) -> object: ...
 
 
 class DelaySchedule(Protocol):
@@ -204,6 +206,21 @@ class Sidecar:
         except RocketMQError as exc:
             raise DeliveryFailed(str(exc), retriable=not message_fault(exc)) from exc
 
+    async def redeliver_batch(self, records: Sequence[RetryRecord]) -> list[Exception | None]:
+        """The retry store's ``deliver_batch``: one SEND_BATCH_MESSAGE per queue instead of one send
+        per message; an outcome per record."""
+        messages = [
+            Message(r.topic, r.body, tags=r.tags, keys=tuple(r.keys), properties=dict(r.properties), id=r.id)
+            for r in records
+        ]
+        results = await self.producer.send_batch(messages, [r.sharding_key for r in records])
+        return [
+            None
+            if isinstance(res, SendResult)
+            else DeliveryFailed(str(res), retriable=not message_fault(res))
+            for res in results
+        ]
+
     async def status(self, id: str) -> MessageState | None:
         for lookup in self._lookups:
             found = await lookup.state(id)
@@ -221,45 +238,67 @@ class Sidecar:
     ) -> list[Outcome | Exception]:
         """One outcome (or error) per item, in order; a bad or failing item fails only itself."""
         out: list[Outcome | Exception | None] = [None] * len(items)
+        delayed: list[int] = []
+        spooled: list[int] = []
         direct: list[int] = []
-        others: list[int] = []
         for i, item in enumerate(items):
             if isinstance(item, RequestError):
                 out[i] = item
-            elif item.deliver_at_ms is None and ack is Ack.BROKER:
-                direct.append(i)
+            elif item.deliver_at_ms is not None:
+                delayed.append(i)
             else:
-                others.append(i)
-
-        async def store_one(i: int) -> None:
-            item = items[i]
-            assert isinstance(item, Prepared)
-            out[i] = await _capture(self.send(item, ack))
-
-        jobs = [store_one(i) for i in others]
+                (spooled if ack is Ack.SPOOL else direct).append(i)
+        jobs: list[Awaitable[None]] = [self._one(out, i, self._schedule(items[i])) for i in delayed]  # type: ignore[arg-type]
+        if spooled:
+            jobs.append(self._spool_group(out, [(i, items[i], "") for i in spooled], self._now_ms()))  # type: ignore[misc]
         if direct:
             jobs.append(self._send_direct(direct, items, out))
         await asyncio.gather(*jobs)
         return [o if o is not None else RuntimeError("no outcome") for o in out]
 
+    @staticmethod
+    async def _one(out: list[Outcome | Exception | None], i: int, coro: Awaitable[Outcome]) -> None:
+        try:
+            out[i] = await coro
+        except Exception as exc:  # each item's failure is its own; the batch goes on
+            out[i] = exc
+
+    async def _spool_group(
+        self, out: list[Outcome | Exception | None], group: list[tuple[int, Prepared, str]], due_ms: int
+    ) -> None:
+        """Spool several items in one synced batch (all or none), each with its own last error."""
+        now = self._now_ms()
+        records = [self.record(p, error=err, failed_at_ms=now if err else None) for _, p, err in group]
+        try:
+            await self.retry.spool_many(records, due_ms)
+        except Exception as exc:
+            for i, _, _ in group:
+                out[i] = exc
+            return
+        for (i, _, err), record in zip(group, records, strict=True):
+            out[i] = Outcome(record.id, Status.SPOOLED, next_attempt_at_ms=due_ms, last_error=err or None)
+
     async def _send_direct(
         self, idx: list[int], items: Sequence[Prepared | RequestError], out: list[Outcome | Exception | None]
     ) -> None:
         prepared: list[Prepared] = [items[i] for i in idx]  # type: ignore[misc]
-        messages: list[Message] = [p.message for p in prepared]
-        results = await self.producer.send_batch(messages, [p.sharding_key for p in prepared])
-
-        async def settle(i: int, p: Prepared, result: SendResult | RocketMQError) -> None:
+        results = await self.producer.send_batch(
+            [p.message for p in prepared], [p.sharding_key for p in prepared]
+        )
+        failed_by_due: dict[int, list[tuple[int, Prepared, str]]] = {}
+        now = self._now_ms()
+        for i, p, result in zip(idx, prepared, results, strict=True):
             if isinstance(result, SendResult):
                 out[i] = Outcome.sent(result)
+            elif message_fault(result):
+                out[i] = RequestError(
+                    f"the broker refused the message: {result}",
+                    field=None,
+                    status=422,
+                    title="Message refused",
+                )
             else:
-                out[i] = await _capture(self._after_failure(p, result))
-
-        await asyncio.gather(*(settle(i, p, r) for i, p, r in zip(idx, prepared, results, strict=True)))
-
-
-async def _capture(coro: Any) -> Outcome | Exception:
-    try:
-        return await coro  # type: ignore[no-any-return]
-    except Exception as exc:  # each item's failure is its own; the batch goes on
-        return exc
+                error = str(result.last if isinstance(result, SendFailed) and result.last else result)
+                due = now + int(self._policy_for(p.type).delay_s(0) * 1000)
+                failed_by_due.setdefault(due, []).append((i, p, error))
+        await asyncio.gather(*(self._spool_group(out, group, due) for due, group in failed_by_due.items()))

@@ -126,7 +126,9 @@ def _stats(store: RetryStore) -> None:
     print(f"pending: {stats.pending}")
     print(f"dead: {stats.dead}")
     if stats.oldest_due_ms is not None:
-        print(f"oldest due: {_iso(stats.oldest_due_ms)} ({(now - stats.oldest_due_ms) / 1000:+.1f} s ago)")
+        late_s = (now - stats.oldest_due_ms) / 1000
+        when = f"{late_s:.1f} s ago" if late_s >= 0 else f"in {-late_s:.1f} s"
+        print(f"oldest due: {_iso(stats.oldest_due_ms)} ({when})")
     if stats.oldest_first_failure_ms:
         print(f"oldest first failure: {_iso(stats.oldest_first_failure_ms)}")
 

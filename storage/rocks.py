@@ -63,6 +63,15 @@ def _translate(what: str) -> Iterator[None]:
         raise StorageError(f"{what}: {text}") from exc
 
 
+def _existing_column_families(path: str | Path) -> list[str]:
+    """RocksDB opens a directory only with all its column families: the retry store's CLI must also
+    open those of the idempotency store that share the directory."""
+    if not (Path(path) / "CURRENT").exists():
+        return []
+    with _translate(f"cannot list the column families of {path}"):
+        return [name for name in Rdict.list_cf(str(path), Options(raw_mode=True)) if name != "default"]
+
+
 def _cf_options(cache: Cache) -> Options:
     opts = Options(raw_mode=True)
     opts.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, DELETION_RATIO)
@@ -97,13 +106,14 @@ class RocksKV:
         access: Access = Access.READ_WRITE,
         secondary_dir: str | Path | None = None,
     ) -> RocksKV:
-        """Open (creating if needed, when read-write) the DB at ``path``.
+        """Open (creating if needed, when read-write) the DB at ``path`` with ``column_families``
+        and any others it already has.
 
         Raises:
             StoreLockedError: another process has the directory open read-write.
             StorageError: any other failure to open.
         """
-        names = tuple(column_families)
+        names = tuple(dict.fromkeys([*column_families, *_existing_column_families(path)]))
         opts = Options(raw_mode=True)
         opts.create_if_missing(access is Access.READ_WRITE)
         opts.create_missing_column_families(access is Access.READ_WRITE)
@@ -205,7 +215,7 @@ class RocksKV:
     def count(self, cf: str) -> int:
         handle = self._cf(cf)
         read = ReadOptions()
-        read.fill_cache(False)  # a full scan would evict what the seeks need
+        read.fill_cache(False)  # type: ignore[call-arg]  # the stub omits the argument; a full scan would evict what the seeks need
         with _translate("count"):
             return sum(1 for _ in handle.keys(read_opt=read))
 

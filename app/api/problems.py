@@ -44,7 +44,7 @@ def field_path(loc: Sequence[str | int]) -> str:
             out += f"[{part}]"
         else:
             out += f".{part}" if out else str(part)
-    return out or str(loc[0] if loc else "")
+    return out  # "" when the request as a whole is wrong (e.g. not a JSON object)
 
 
 def from_validation(errors: Sequence[Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.request import MessageSpec
 
-_CAMEL = ConfigDict(extra="forbid", populate_by_name=True, str_strip_whitespace=False)
+_CAMEL = ConfigDict(extra="forbid", validate_by_name=False, validate_by_alias=True)
 
 
 class MessageIn(BaseModel):

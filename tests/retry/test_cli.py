@@ -128,3 +128,19 @@ async def test_while_the_sidecar_holds_the_store(data_dir: Path, capsys: pytest.
         assert running.dead_count == 3
     finally:
         await running.close()
+
+
+def test_a_store_shared_with_other_column_families(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sidecar keeps the idempotency store's column families in the same directory."""
+    from retry.keys import COLUMN_FAMILIES
+    from storage.kv import Put
+    from storage.rocks import RocksKV
+
+    asyncio.run(_seed(data_dir))
+    kv = RocksKV.open(data_dir / "store", [*COLUMN_FAMILIES, "idem"])
+    kv.write([Put("idem", b"k", b"v")], sync=True)
+    kv.close()
+    assert store_cli(data_dir, "stats") == 0
+    assert "dead: 3" in capsys.readouterr().out

@@ -56,3 +56,15 @@ def test_open_errors_are_translated(tmp_path: Path) -> None:
         RocksKV.open(tmp_path / "file" / "db", ["a"])
     with pytest.raises(StorageError):
         RocksKV.open(tmp_path / "missing", ["a"], access=Access.READ_ONLY)
+
+
+def test_column_families_of_other_stores_in_the_directory_are_opened_too(tmp_path: Path) -> None:
+    kv = RocksKV.open(tmp_path / "db", ["retry", "idem"])
+    kv.write([Put("idem", b"k", b"v")], sync=True)
+    kv.close()
+    kv = RocksKV.open(tmp_path / "db", ["retry"])  # RocksDB refuses to open a subset
+    try:
+        assert set(kv.column_families) == {"retry", "idem"}
+        assert kv.get("idem", b"k") == b"v"
+    finally:
+        kv.close()

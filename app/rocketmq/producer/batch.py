@@ -49,7 +49,7 @@ class BatchSender:
     async def send(
         self, messages: Sequence[Message], sharding_keys: Sequence[str | None] | None
     ) -> list[Outcome]:
-        keys = list(sharding_keys) if sharding_keys is not None else [None] * len(messages)
+        keys: list[str | None] = list(sharding_keys) if sharding_keys is not None else [None] * len(messages)
         if len(keys) != len(messages):
             raise ValueError("sharding_keys must have one entry per message")
         outcomes: list[Outcome | None] = [None] * len(messages)
