@@ -101,7 +101,11 @@ class SidecarClient:
 
     def post_batch(self, messages: Sequence[dict[str, Any]], key: str | None = None) -> list[ItemResult]:
         """One result per message, in order. Raises SidecarError (4xx), GaveUpError."""
-        body = orjson.dumps({"messages": messages})
+        return self.post_encoded([orjson.dumps(m) for m in messages], key)
+
+    def post_encoded(self, messages: Sequence[bytes], key: str | None = None) -> list[ItemResult]:
+        """post_batch for messages already encoded as JSON objects."""
+        body = b'{"messages":[' + b",".join(messages) + b"]}"
         headers = {"Idempotency-Key": key} if key else None
         for attempt in range(self.max_retries + 1):
             try:

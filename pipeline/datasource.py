@@ -53,7 +53,14 @@ def _publish(opts: WriteOptions, key_prefix: str, rows: Iterator[Row]) -> Partit
         user_agent=agent,
     )
     with client:
-        publisher = PartitionPublisher(client, MessageBuilder(opts), key_prefix, opts.batch_size, partition)
+        publisher = PartitionPublisher(
+            client,
+            MessageBuilder(opts),
+            key_prefix,
+            partition,
+            batch_size=opts.batch_size,
+            batch_bytes=opts.max_batch_bytes,
+        )
         return PartitionCommit(publisher.publish(row.asDict(recursive=True) for row in rows))
 
 

@@ -12,6 +12,7 @@ from pipeline.backoff import Backoff
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:9880"
 DEFAULT_BATCH_SIZE = 500
+DEFAULT_BATCH_BYTES = 8 * 1024 * 1024  # well under the sidecar's default 64 MiB request limit
 _TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 _JOB_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")  # the Idempotency-Key is built from it (<= 255 chars)
 # option -> the Spark types its column may have (DataType.simpleString())
@@ -29,6 +30,7 @@ KNOWN = {
     "token",
     "timeout",
     "batchSize",
+    "maxBatchBytes",
     "maxRetries",
     "retryBackoff",
     "retryBackoffMax",
@@ -53,6 +55,7 @@ class WriteOptions:
     token: str = ""
     timeout_s: float = 30.0
     batch_size: int = DEFAULT_BATCH_SIZE
+    max_batch_bytes: int = DEFAULT_BATCH_BYTES
     max_retries: int = 20
     retry_backoff_s: float = 0.5
     retry_backoff_max_s: float = 30.0
@@ -148,6 +151,7 @@ def parse(options: Mapping[str, str]) -> WriteOptions:
         token=opts.get("token", ""),
         timeout_s=_number(opts, "timeout", 30.0, 0.001, 3600.0),
         batch_size=_integer(opts, "batchSize", DEFAULT_BATCH_SIZE, 1, 10_000),
+        max_batch_bytes=_integer(opts, "maxBatchBytes", DEFAULT_BATCH_BYTES, 1024, 1 << 30),
         max_retries=_integer(opts, "maxRetries", 20, 0, 1_000_000),
         retry_backoff_s=_number(opts, "retryBackoff", min(0.5, backoff_max), 0.0, backoff_max),
         retry_backoff_max_s=backoff_max,

@@ -43,6 +43,7 @@ def test_spark_lower_cases_names_and_all_options_parse() -> None:
             "propertiescolumn": "props",
             "rowidcolumn": "id",
             "batchsize": "1000",
+            "maxbatchbytes": "65536",
             "token": "t",
             "timeout": "2.5",
             "maxretries": "0",
@@ -54,7 +55,8 @@ def test_spark_lower_cases_names_and_all_options_parse() -> None:
             "path": "ignored, Spark's own",
         }
     )
-    assert opts.endpoint == "http://sidecar:9880" and opts.batch_size == 1000 and opts.timeout_s == 2.5
+    assert opts.endpoint == "http://sidecar:9880" and opts.timeout_s == 2.5
+    assert (opts.batch_size, opts.max_batch_bytes) == (1000, 65536)
     assert opts.columns() == {
         "bodyColumn": "payload",
         "keyColumn": "k",

@@ -19,9 +19,11 @@ def rows(n: int, start: int = 0) -> list[dict[str, Any]]:
     return [{"id": f"r{i}", "body": f"row {i}"} for i in range(start, start + n)]
 
 
-def publisher(client: SidecarClient, batch_size: int = 500, **opts: Any) -> PartitionPublisher:
+def publisher(
+    client: SidecarClient, batch_size: int = 500, batch_bytes: int = 1 << 20, **opts: Any
+) -> PartitionPublisher:
     builder = MessageBuilder(WriteOptions(topic="T", body_column="body", **opts))
-    return PartitionPublisher(client, builder, "job1:p3", batch_size, partition=3)
+    return PartitionPublisher(client, builder, "job1:p3", 3, batch_size=batch_size, batch_bytes=batch_bytes)
 
 
 def test_rows_go_out_in_batches_under_per_batch_keys(client: SidecarClient, fake: FakeSidecar) -> None:
@@ -102,17 +104,21 @@ def test_rejected_rows_are_counted_and_named_by_index_or_row_id(
     assert (by_index.sent, by_index.rejected) == (10, 2)
     assert [x.row for x in by_index.rejections] == [1, 10]
     assert "body" in by_index.rejections[0].error
-    by_id = PartitionPublisher(
-        client,
-        MessageBuilder(WriteOptions(topic="T", body_column="body", row_id_column="id")),
-        "job2:p0",
-        5,
-        0,
-    ).publish(data)
+    builder = MessageBuilder(WriteOptions(topic="T", body_column="body", row_id_column="id"))
+    by_id = PartitionPublisher(client, builder, "job2:p0", 0, batch_size=5).publish(data)
     assert [x.row for x in by_id.rejections] == ["r1", "r10"]
 
 
-def test_changed_rows_under_the_same_keys_fail_the_task(client: SidecarClient) -> None:
+def test_changed_rows_under_the_same_keys_fail_the_task_saying_why(client: SidecarClient) -> None:
     publisher(client).publish(rows(3))
-    with pytest.raises(SidecarError, match="Idempotency-Key reused"):
+    with pytest.raises(SidecarError, match="an earlier attempt of this write sent other rows") as info:
         publisher(client).publish(rows(3, start=100))
+    assert info.value.status == 422 and "sortWithinPartitions" in str(info.value)
+
+
+def test_batches_are_also_cut_by_bytes(client: SidecarClient, fake: FakeSidecar) -> None:
+    data = [{"body": "x" * 1000}, {"body": "y" * 1000}, {"body": "z" * 5000}, {"body": "w" * 10}]
+    report = publisher(client, batch_size=500, batch_bytes=2100).publish(data)
+    # {"topic":"T","body":"..."} is 1025 bytes for a 1000-byte body; the 5000-byte one goes alone
+    assert [s.size for s in fake.requests] == [2, 1, 1]
+    assert report.sent == 4 and fake.bodies() == [d["body"] for d in data]
