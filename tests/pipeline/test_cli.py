@@ -138,3 +138,15 @@ def test_spark_submit_runs_the_job_file(sidecar: Sidecar, topic: str, tmp_path: 
     assert out.returncode == 0, out.stderr[-3000:]
     assert "rows 50: sent 50, spooled 0, scheduled 0, rejected 0" in out.stdout
     assert sorted(m.body.decode() for m in sidecar.pull(topic)) == sorted(f"line {i}" for i in range(50))
+
+
+def test_an_unreachable_sidecar_exits_1_saying_so(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "in.json"
+    data.write_text('{"body": "x"}\n')
+    argv = ["spark-publish", "--input", str(data), "--format", "json", "--topic", "T"]
+    options = ["--option", "maxRetries=1", "--option", "retryBackoffMax=0.01"]
+    assert main([*argv, "--endpoint", "http://127.0.0.1:9", *options]) == 1
+    err = capsys.readouterr().err
+    assert "GaveUpError: the sidecar stayed unavailable after 1 retries: ConnectError" in err
