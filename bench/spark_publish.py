@@ -15,7 +15,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import orjson
@@ -23,6 +25,9 @@ import uvloop
 
 from bench.common import Row, devbroker_process, environment, print_rows
 from bench.sidecar_process import sidecar_process
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 async def direct_rate(url: str, topic: str, rows: int, size: int, batch_size: int, in_flight: int) -> float:
@@ -57,12 +62,12 @@ async def direct_rate(url: str, topic: str, rows: int, size: int, batch_size: in
 
 
 def spark_rate(
-    spark: object, url: str, topic: str, rows: int, size: int, batch_size: int, partitions: int
+    spark: SparkSession, url: str, topic: str, rows: int, size: int, batch_size: int, partitions: int
 ) -> float:
     """Rows/s of df.write.format("rocksidecar").save() for a generated DataFrame of ``rows`` rows."""
     from pyspark.sql import functions as F
 
-    df = spark.range(0, rows, 1, numPartitions=partitions).select(  # type: ignore[attr-defined]
+    df = spark.range(0, rows, 1, numPartitions=partitions).select(
         F.concat(F.lpad(F.col("id").cast("string"), 12, "0"), F.lit("x" * max(size - 12, 0))).alias("body")
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,7 +117,7 @@ def main() -> None:
         )
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
-        measures = {
+        measures: dict[str, Callable[[], float]] = {
             "sidecar batch rate: httpx, 2 batches in flight": lambda: uvloop.run(
                 direct_rate(url, "BenchDirect", args.rows, args.size, args.batch_size, 2)
             ),

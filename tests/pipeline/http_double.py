@@ -49,8 +49,8 @@ def serve(handler: Handler) -> Iterator[str]:
                 parts.query,
                 {k.lower(): v for k, v in self.headers.items()},
                 self.rfile.read(length),
-                self.client_address[:2],
-                self.server.server_address[1],
+                (str(self.client_address[0]), int(self.client_address[1])),
+                server_port,
             )
             reply = handler(request)
             if reply is None:
@@ -69,11 +69,12 @@ def serve(handler: Handler) -> Iterator[str]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server_port = int(server.server_address[1])
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://127.0.0.1:{server_port}"
     finally:
         server.shutdown()
         server.server_close()

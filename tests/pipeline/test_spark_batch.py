@@ -8,6 +8,7 @@ import hashlib
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
@@ -46,7 +47,7 @@ def write(df: DataFrame, topic: str, endpoint: str, **options: str) -> None:
     w.save()
 
 
-def report_lines(path: Path) -> list[dict[str, object]]:
+def report_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
