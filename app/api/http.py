@@ -220,7 +220,7 @@ def _message_routes(app: FastAPI, api: Api) -> None:
 
         async def compute() -> Answer:
             try:
-                outcome = await api.sidecar.send(prepare(msg.spec(), api.limits, api.now_ms()), ack)
+                outcome = await api.sidecar.send(prepare(msg, api.limits, api.now_ms()), ack)
             except Exception as exc:
                 status, body, _ = problems.from_exception(exc)
                 api.count("rejected" if status < 500 else "failed")
@@ -255,7 +255,7 @@ def _message_routes(app: FastAPI, api: Api) -> None:
             items: list[Any] = []
             for i, m in enumerate(batch.messages):
                 try:
-                    items.append(prepare(m.spec(), api.limits, now))
+                    items.append(prepare(m, api.limits, now))
                 except RequestError as exc:
                     items.append(exc.within(f"messages[{i}]"))
             view = batch_view(await api.sidecar.send_batch(items, ack))
