@@ -24,6 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check $(wildcard app retry delay storage devbroker pipeline tests bench tools docker)
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 test: lint $(HELM)
 	$(BIN)/python -m pytest -q

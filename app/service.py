@@ -182,6 +182,15 @@ class Service:
         }
         if topics:
             details["routes"] = topics
+        details["brokers"] = [
+            {
+                "broker": b.broker,
+                "state": b.state,
+                "latencyMs": round(b.latency_ms, 3),
+                "notAvailableForS": round(b.not_available_for_s, 3),
+            }
+            for b in self.producer.fault_table()
+        ]
         return store_ok and rocketmq_ok, details
 
     async def start(self) -> None:

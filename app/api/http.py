@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any, TypeVar
 
 import orjson
-from fastapi import FastAPI, Header, Query, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ValidationError
 
 from app.api import problems
 from app.api.middleware import EdgeMiddleware
@@ -37,8 +38,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     },
     503: {**_PROBLEM, "description": "The local store cannot accept writes (see Retry-After)."},
 }
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
-AckParam = Annotated[Ack, Query(description="broker: send now, spool if that fails; spool: store first.")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +120,79 @@ def create_app(
     _message_routes(app, api)
     _state_routes(app, api)
     _ops_routes(app, api)
+    _document_bodies(app, (MessageIn, BatchIn))
     return app
+
+
+def _document_bodies(app: FastAPI, models: tuple[type[BaseModel], ...]) -> None:
+    """Add the request-body models of the hot routes to the OpenAPI components they reference."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for model in models:
+                doc = model.model_json_schema(ref_template="#/components/schemas/{model}", by_alias=True)
+                components.update(doc.pop("$defs", {}))
+                components[model.__name__] = doc
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
+    """OpenAPI for a route that reads its own body (see ``_parse``): the same body and parameters that
+    FastAPI would document for typed parameters."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}},
+        },
+        "parameters": [
+            {
+                "name": "ack",
+                "in": "query",
+                "required": False,
+                "description": "broker: send now, spool if that "
+                "fails; spool: store first, deliver in the background.",
+                "schema": {"type": "string", "enum": [a.value for a in Ack], "default": Ack.BROKER.value},
+            },
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": False,
+                "description": "The same key within the window returns the first answer and sends nothing.",
+                "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+            },
+        ],
+    }
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+async def _parse(request: Request, model: type[M]) -> tuple[M, Ack, str | None]:
+    """Body, ack and Idempotency-Key of a hot route. FastAPI's dependency solving cost more per request
+    than the send itself; pydantic's validate_json on the raw body is the same validation, cheaper.
+
+    Raises:
+        RequestError: naming the bad field.
+    """
+    try:
+        parsed = model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        doc = problems.from_validation(exc.errors(include_url=False))
+        raise RequestError(doc["detail"], field=doc.get("field"), title=doc["title"]) from None
+    raw_ack = request.query_params.get("ack", Ack.BROKER.value)
+    try:
+        ack = Ack(raw_ack)
+    except ValueError:
+        raise RequestError(
+            f"ack must be one of {[a.value for a in Ack]}, got {raw_ack!r}", field="ack"
+        ) from None
+    return parsed, ack, request.headers.get("idempotency-key")
 
 
 def _message_routes(app: FastAPI, api: Api) -> None:
@@ -129,6 +200,7 @@ def _message_routes(app: FastAPI, api: Api) -> None:
         "/v1/messages",
         response_model=SendOut,
         summary="Send one message",
+        openapi_extra=_body_doc(MessageIn),
         responses={
             202: {
                 "model": SendOut,
@@ -139,12 +211,16 @@ def _message_routes(app: FastAPI, api: Api) -> None:
             **_ERRORS,
         },
     )
-    async def send(
-        msg: MessageIn, request: Request, ack: AckParam = Ack.BROKER, idempotency_key: IdempotencyKey = None
-    ) -> Response:
+    async def send(request: Request) -> Response:
+        try:
+            msg, ack, idempotency_key = await _parse(request, MessageIn)
+        except RequestError as exc:
+            api.count("rejected")
+            return api.problem(exc)
+
         async def compute() -> Answer:
             try:
-                outcome = await api.sidecar.send(prepare(msg.spec(), api.limits, api.now_ms()), ack)
+                outcome = await api.sidecar.send(prepare(msg, api.limits, api.now_ms()), ack)
             except Exception as exc:
                 status, body, _ = problems.from_exception(exc)
                 api.count("rejected" if status < 500 else "failed")
@@ -158,27 +234,28 @@ def _message_routes(app: FastAPI, api: Api) -> None:
         "/v1/messages:batch",
         response_model=BatchOut,
         responses=_ERRORS,
+        openapi_extra=_body_doc(BatchIn),
         summary="Send a batch; one result per message, in order",
     )
-    async def send_batch(
-        batch: BatchIn, request: Request, ack: AckParam = Ack.BROKER, idempotency_key: IdempotencyKey = None
-    ) -> Response:
-        if not batch.messages or len(batch.messages) > api.batch_limit:
-            api.count("rejected")
-            return api.problem(
-                RequestError(
+    async def send_batch(request: Request) -> Response:
+        try:
+            batch, ack, idempotency_key = await _parse(request, BatchIn)
+            if not batch.messages or len(batch.messages) > api.batch_limit:
+                raise RequestError(
                     f"a batch holds 1 to {api.batch_limit} messages",
                     field="messages",
                     status=413 if batch.messages else 400,
                 )
-            )
+        except RequestError as exc:
+            api.count("rejected")
+            return api.problem(exc)
 
         async def compute() -> Answer:
             now = api.now_ms()
             items: list[Any] = []
             for i, m in enumerate(batch.messages):
                 try:
-                    items.append(prepare(m.spec(), api.limits, now))
+                    items.append(prepare(m, api.limits, now))
                 except RequestError as exc:
                     items.append(exc.within(f"messages[{i}]"))
             view = batch_view(await api.sidecar.send_batch(items, ack))

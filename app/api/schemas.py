@@ -6,8 +6,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.request import MessageSpec
-
 _CAMEL = ConfigDict(extra="forbid", validate_by_name=False, validate_by_alias=True)
 
 
@@ -18,8 +16,11 @@ class MessageIn(BaseModel):
     body: Annotated[str | None, Field(description="The body as UTF-8 text (or use bodyBase64).")] = None
     body_base64: Annotated[str | None, Field(alias="bodyBase64", description="The body as base64.")] = None
     tags: Annotated[str | None, Field(description="RocketMQ tag, used for broker-side filtering.")] = None
-    keys: Annotated[list[str], Field(description="Business keys (indexed by the broker).")] = []
-    properties: Annotated[dict[str, str], Field(description="User properties.")] = {}
+    # default_factory: a literal [] or {} default is deep-copied for every message parsed.
+    keys: Annotated[
+        list[str], Field(default_factory=list, description="Business keys (indexed by the broker).")
+    ]
+    properties: Annotated[dict[str, str], Field(default_factory=dict, description="User properties.")]
     sharding_key: Annotated[
         str | None,
         Field(
@@ -36,19 +37,9 @@ class MessageIn(BaseModel):
         ),
     ] = None
 
-    def spec(self) -> MessageSpec:
-        return MessageSpec(
-            topic=self.topic,
-            body=self.body,
-            body_base64=self.body_base64,
-            tags=self.tags,
-            keys=tuple(self.keys),
-            properties=self.properties,
-            sharding_key=self.sharding_key,
-            type=self.type,
-            delay_ms=self.delay_ms,
-            deliver_at=self.deliver_at,
-        )
+    @property
+    def body_bytes(self) -> bytes | None:
+        return None  # gRPC's raw bytes; over HTTP binary bodies come as bodyBase64
 
 
 class BatchIn(BaseModel):

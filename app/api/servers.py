@@ -69,7 +69,7 @@ class HttpServer:
 class GrpcServer:
     def __init__(self, servicer: pb_grpc.SidecarServicer, addr: str, *, grace_s: float) -> None:
         self._server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        pb_grpc.add_SidecarServicer_to_server(servicer, self._server)
+        pb_grpc.add_SidecarServicer_to_server(servicer, self._server)  # type: ignore[no-untyped-call]
         host, port = split_addr(addr)
         self.port = self._server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         self.host = host

@@ -73,7 +73,19 @@ PROPERTIES_MAX_BYTES = 32767
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
+_VALID_TOPICS: set[str] = set()  # most traffic reuses a few topics: check each once
+_VALID_TOPICS_MAX = 10_000
+
+
 def validate_topic(topic: str, field_name: str = "topic") -> None:
+    if topic in _VALID_TOPICS:
+        return
+    _check_topic(topic, field_name)
+    if len(_VALID_TOPICS) < _VALID_TOPICS_MAX:
+        _VALID_TOPICS.add(topic)
+
+
+def _check_topic(topic: str, field_name: str) -> None:
     if not topic:
         raise InvalidMessageError("topic is empty", field=field_name)
     if len(topic) > TOPIC_MAX_LEN:
@@ -141,8 +153,17 @@ class Message:
                 raise InvalidMessageError("property values must be non-empty", field=f"properties.{name}")
         if self.id is not None:
             _check_text(self.id, "id")
-        if len(self.wire_properties(self.id or "0" * 32).encode()) > PROPERTIES_MAX_BYTES:
+        if self._wire_properties_size() > PROPERTIES_MAX_BYTES:
             raise InvalidMessageError(f"properties exceed {PROPERTIES_MAX_BYTES} bytes", field="properties")
+
+    def _wire_properties_size(self) -> int:
+        """Bytes of wire_properties() with a 32-character id, without building the string."""
+        size = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in self.properties.items())
+        if self.tags:
+            size += len(PROPERTY_TAGS) + len(self.tags.encode()) + 2
+        if self.keys:
+            size += len(PROPERTY_KEYS) + sum(len(k.encode()) + 1 for k in self.keys) + 1
+        return size + len(PROPERTY_UNIQ_KEY) + max(len(self.id or ""), 32) + 2 + len(PROPERTY_WAIT) + 5
 
     def wire_properties(self, uniq_key: str) -> str:
         """The serialized property string sent with this message, UNIQ_KEY included."""

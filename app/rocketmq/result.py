@@ -17,7 +17,7 @@ class SendStatus(Enum):
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
 
-STATUS_BY_CODE = {
+STATUS_BY_CODE: dict[int, SendStatus] = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
     ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
@@ -44,7 +44,7 @@ class PullStatus(Enum):
     OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
 
 
-PULL_STATUS_BY_CODE = {
+PULL_STATUS_BY_CODE: dict[int, PullStatus] = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
     ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,

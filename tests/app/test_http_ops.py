@@ -14,6 +14,15 @@ async def test_health_and_readiness(stack: Stack) -> None:
     assert ready.status_code == 200 and ready.json()["store"] == "ok"
 
 
+async def test_readiness_shows_the_broker_fault_table(stack: Stack) -> None:
+    stack.cluster.brokers["broker-a"].faults.fail_all_sends(1, "down for the test")
+    for _ in range(8):  # round robin reaches broker-a, fails over, and isolates it
+        await stack.http.post("/v1/messages", json={"topic": "Faulty", "body": "x"})
+    brokers = {b["broker"]: b for b in (await stack.http.get("/readyz")).json()["brokers"]}
+    assert brokers["broker-a"]["state"] == "isolated" and brokers["broker-a"]["notAvailableForS"] > 500
+    assert brokers["broker-b"]["state"] == "available" and brokers["broker-b"]["notAvailableForS"] == 0
+
+
 async def test_no_name_server_still_accepts_work_but_is_not_ready(make_stack: Any) -> None:
     async with make_stack(namesrv=("127.0.0.1:1",)) as stack:
         assert (await stack.http.get("/healthz")).status_code == 200

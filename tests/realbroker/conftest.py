@@ -52,11 +52,20 @@ def unique_topic(prefix: str) -> str:
 
 
 async def create_topic_everywhere(
-    ns: NameServerClient, api: BrokerApi, topic: str, queues: int = 4
+    ns: NameServerClient, api: BrokerApi, topic: str, queues: int = 4, brokers: int = 2
 ) -> TopicRouteData:
-    """Create the topic on every broker of the cluster and wait until its route lists them all."""
-    cluster = await ns.get_cluster_info()
-    addrs = {name: b["brokerAddrs"]["0"] for name, b in cluster["brokerAddrTable"].items()}  # type: ignore[index,union-attr]
+    """Create the topic on each of the cluster's ``brokers`` brokers and wait until its route lists them
+    all. Right after a restart the cluster info may not list every broker yet: wait for that first, or
+    the topic would exist on fewer brokers than the test assumes."""
+    addrs: dict[str, str] = {}
+    for _ in range(300):  # polling an external system we do not control
+        cluster = await ns.get_cluster_info()
+        table = cluster.get("brokerAddrTable") or {}
+        addrs = {name: b["brokerAddrs"]["0"] for name, b in table.items() if "0" in b.get("brokerAddrs", {})}  # type: ignore[union-attr]
+        if len(addrs) >= brokers:
+            break
+        await asyncio.sleep(0.1)
+    assert len(addrs) >= brokers, f"the cluster lists {sorted(addrs)}; these tests need {brokers} brokers"
     for addr in addrs.values():
         await api.create_topic(addr, topic, read_queue_nums=queues, write_queue_nums=queues)
     for _ in range(100):
@@ -66,7 +75,7 @@ async def create_topic_everywhere(
                 return route
         except Exception:
             pass
-        await asyncio.sleep(0.1)  # polling an external system we do not control
+        await asyncio.sleep(0.1)
     raise AssertionError(f"route of {topic} never listed all of {sorted(addrs)}")
 
 

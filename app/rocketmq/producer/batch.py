@@ -47,9 +47,9 @@ class BatchSender:
         self._producer = producer
 
     async def send(
-        self, messages: Sequence[Message], sharding_keys: Sequence[str | None] | None
+        self, messages: Sequence[Message], sharding_keys: Sequence[str | None] | None, *, validated: bool
     ) -> list[Outcome]:
-        keys = list(sharding_keys) if sharding_keys is not None else [None] * len(messages)
+        keys: list[str | None] = list(sharding_keys) if sharding_keys is not None else [None] * len(messages)
         if len(keys) != len(messages):
             raise ValueError("sharding_keys must have one entry per message")
         outcomes: list[Outcome | None] = [None] * len(messages)
@@ -58,11 +58,12 @@ class BatchSender:
         cfg = self._producer.config
         for i, msg in enumerate(messages):
             ids.append(msg.id or new_uniq_id())
-            try:
-                msg.validate(cfg.max_body_bytes)
-            except RocketMQError as exc:
-                outcomes[i] = exc
-                continue
+            if not validated:
+                try:
+                    msg.validate(cfg.max_body_bytes)
+                except RocketMQError as exc:
+                    outcomes[i] = exc
+                    continue
             by_topic.setdefault(msg.topic, []).append(i)
         jobs = [self._topic(topic, idx, messages, keys, ids, outcomes) for topic, idx in by_topic.items()]
         await asyncio.gather(*jobs)

@@ -136,9 +136,13 @@ class Producer:
                 log.debug("unregister from %s failed: %s", addr, exc)
 
     # sending ------------------------------------------------------------------------------------
-    async def send(self, msg: Message, *, sharding_key: str | None = None) -> SendResult:
-        """Send one message; SendFailed (with every attempt) when it could not be stored."""
-        msg.validate(self.config.max_body_bytes)
+    async def send(
+        self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
+    ) -> SendResult:
+        """Send one message; SendFailed (with every attempt) when it could not be stored.
+        ``validated``: the caller already ran ``msg.validate()`` (skips doing it twice)."""
+        if not validated:
+            msg.validate(self.config.max_body_bytes)
         uniq = msg.id or new_uniq_id()
         selector = self._selector if sharding_key is None else ByShardingKey(sharding_key)
 
@@ -150,11 +154,15 @@ class Producer:
         return await self.with_retries(msg.topic, selector, attempt, uniq)
 
     async def send_batch(
-        self, messages: Sequence[Message], sharding_keys: Sequence[str | None] | None = None
+        self,
+        messages: Sequence[Message],
+        sharding_keys: Sequence[str | None] | None = None,
+        *,
+        validated: bool = False,
     ) -> list[SendResult | RocketMQError]:
         """Send many messages grouped by queue with SEND_BATCH_MESSAGE; one outcome per message, in
-        order (P8). A bad message fails only itself."""
-        return await self._batches.send(messages, sharding_keys)
+        order (P8). A bad message fails only itself. ``validated`` as for send()."""
+        return await self._batches.send(messages, sharding_keys, validated=validated)
 
     def selector_for(self, sharding_key: str | None) -> QueueSelector:
         return self._selector if sharding_key is None else ByShardingKey(sharding_key)

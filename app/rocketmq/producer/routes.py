@@ -104,18 +104,17 @@ class TopicRoutes:
             default = await self._namesrv.get_route(self.default_topic)
         except TopicNotExist:
             default = None
-        info = None
         if default is not None:
-            info = TopicPublishInfo.build(
+            fallback = TopicPublishInfo.build(
                 topic, default.clamp_queues(self._default_queue_nums), index, auto_create=True
             )
-        if info is None or not info.ok:
-            raise TopicNotExist(
-                f"topic {topic!r} does not exist, and no broker auto-creates topics "
-                f"(no writable {self.default_topic} route)",
-                code=17,
-            )
-        return info
+            if fallback.ok:
+                return fallback
+        raise TopicNotExist(
+            f"topic {topic!r} does not exist, and no broker auto-creates topics "
+            f"(no writable {self.default_topic} route)",
+            code=17,
+        )
 
     # background refresh ------------------------------------------------------------------------
     def start(self) -> None:

@@ -1,0 +1,133 @@
+"""HTTP API load (issue 5): single POSTs/s and batch messages/s with p50/p99 latency, from a separate load
+process against the sidecar (its own process) over devbroker (its own process) or, with --namesrv, a real
+RocketMQ. The direct client's concurrent send rate is measured in the same run as the anchor.
+Targets: >= 3 000 single requests/s and >= 50 000 messages/s in batches of 100.
+
+    .venv/bin/python -m bench.http_load [--namesrv 127.0.0.1:9876] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+
+import httpx
+import uvloop
+
+from bench.common import REPO, Row, devbroker_process, environment, free_port, print_rows
+from bench.send_throughput import measure
+
+
+@contextlib.contextmanager
+def sidecar(namesrv: str, data_dir: str) -> Iterator[int]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "ROCKSIDECAR_NAMESRV": namesrv,
+        "ROCKSIDECAR_HTTP_ADDR": f"127.0.0.1:{port}",
+        "ROCKSIDECAR_GRPC_ADDR": f"127.0.0.1:{free_port()}",
+        "ROCKSIDECAR_DATA_DIR": data_dir,
+        "ROCKSIDECAR_LOG_LEVEL": "warning",
+    }
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=REPO)
+    try:
+        for _ in range(300):
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.1)  # another process coming up
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def load(port: int, path: str, body: bytes, connections: int, seconds: float) -> dict[str, object]:
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        f.write(body)
+        f.flush()
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.loadgen",
+                "127.0.0.1",
+                str(port),
+                path,
+                f.name,
+                str(connections),
+                str(seconds),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=True,
+        )
+    return dict(json.loads(out.stdout))
+
+
+def _latency(label: str, r: dict[str, object]) -> Row:
+    """A row whose figure is p50 (ms); p99 and the status counts ride in its name."""
+    name = f"{label}:   latency p50, p99 {r['p99_ms']:.2f} ms; statuses {r['statuses']}"
+    return Row(name, float(r["p50_ms"]), "ms")  # type: ignore[arg-type]
+
+
+def run(label: str, namesrv: str, args: argparse.Namespace) -> list[Row]:
+    topic = f"RsHttp{int(time.time())}"
+    direct = uvloop.run(
+        measure(namesrv, topic, size=256, singles=20_000, concurrency=64, batches=200, batch_size=100)
+    )
+    body = "x" * 256
+    single = json.dumps({"topic": topic, "body": body}).encode()
+    batch = json.dumps({"messages": [{"topic": topic, "body": body} for _ in range(100)]}).encode()
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as data, sidecar(namesrv, data) as port:
+        load(port, "/v1/messages", single, 8, 2)  # warm up: routes, connections, auto-creation
+        s = load(port, "/v1/messages", single, args.connections, args.seconds)
+        b = load(port, "/v1/messages:batch", batch, args.batch_connections, args.seconds)
+    anchor_single = direct["single, 64 in flight"]
+    anchor_batch = direct["batch of 100, 8 in flight"]
+    rps = s["requests"] / s["seconds"]  # type: ignore[operator]
+    mps = b["requests"] * 100 / b["seconds"]  # type: ignore[operator]
+    rows += [
+        Row(f"{label}: direct client, single, 64 in flight (anchor)", anchor_single, "msg/s", anchor_single),
+        Row(f"{label}: HTTP POST /v1/messages, {args.connections} connections", rps, "req/s", anchor_single),
+        _latency(label, s),
+        Row(f"{label}: direct client, batches of 100 (anchor)", anchor_batch, "msg/s", anchor_batch),
+        Row(
+            f"{label}: HTTP batches of 100, {args.batch_connections} connections", mps, "msg/s", anchor_batch
+        ),
+        _latency(label, b),
+    ]
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--namesrv", help="also against this real RocketMQ name server")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--batch-connections", type=int, default=8)
+    parser.add_argument("--no-devbroker", action="store_true")
+    args = parser.parse_args()
+    print(f"HTTP load, 256 B bodies; {environment()}")
+    rows: list[Row] = []
+    if not args.no_devbroker:
+        with devbroker_process() as dev:
+            rows += run("devbroker", dev.namesrv, args)
+    if args.namesrv:
+        rows += run("real RocketMQ 4.9.4", args.namesrv, args)
+    print_rows("HTTP API vs the direct client in the same run", rows)
+
+
+if __name__ == "__main__":
+    main()

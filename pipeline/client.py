@@ -1,0 +1,141 @@
+"""A small synchronous client for the sidecar's POST /v1/messages:batch: it repeats a request (same
+bytes, same Idempotency-Key) after 429, 5xx or a transport error, waiting per Retry-After or back-off,
+and returns one result per message. It only talks HTTP, so an executor needs no RocketMQ client."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+from pipeline.backoff import Backoff, parse_retry_after
+
+log = logging.getLogger(__name__)
+BATCH_PATH = "/v1/messages:batch"
+STORED = frozenset({"SENT", "SPOOLED", "SCHEDULED"})  # answered 2xx: kept by a broker or the sidecar
+
+
+class SidecarError(Exception):
+    """The sidecar refused the request as a whole (4xx), or answered something this client does not
+    understand. Repeating the same request cannot help."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class GaveUpError(SidecarError):
+    """Still unavailable (429, 5xx, transport errors) after the allowed retries."""
+
+
+@dataclass(frozen=True, slots=True)
+class ItemResult:
+    status: str  # SENT | SPOOLED | SCHEDULED | REJECTED | FAILED
+    id: str | None = None
+    error: str | None = None  # "field: detail" for REJECTED and FAILED
+
+    @property
+    def stored(self) -> bool:
+        return self.status in STORED
+
+
+def _problem_text(resp: httpx.Response) -> str:
+    try:
+        doc = resp.json()
+    except ValueError:
+        return resp.text[:500]
+    if not isinstance(doc, dict):
+        return str(doc)[:500]
+    field = f" (field {doc['field']})" if doc.get("field") else ""
+    return f"{doc.get('title', '')}: {doc.get('detail', '')}{field}"
+
+
+def _item(doc: dict[str, Any]) -> ItemResult:
+    error = doc.get("error")
+    text = None
+    if isinstance(error, dict):
+        text = f"{error.get('field') or ''}: {error.get('detail') or error.get('title') or ''}".lstrip(": ")
+    return ItemResult(str(doc.get("status")), doc.get("id"), text)
+
+
+class SidecarClient:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        token: str = "",
+        timeout_s: float = 30.0,
+        max_retries: int = 20,
+        backoff: Backoff | None = None,
+        ack: str | None = None,
+        user_agent: str = "rocksidecar-spark",
+        sleep: Callable[[float], None] = time.sleep,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Content-Type": "application/json", "User-Agent": user_agent}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(base_url=endpoint, headers=headers, timeout=timeout_s, transport=transport)
+        self._params = {"ack": ack} if ack else None
+        self.max_retries = max_retries
+        self.backoff = backoff or Backoff()
+        self._sleep = sleep
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> SidecarClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def pause(self, attempt: int) -> None:
+        """Wait before retry number ``attempt`` + 1 of something the sidecar could not do yet."""
+        self._sleep(self.backoff.delay(attempt))
+
+    def post_batch(self, messages: Sequence[dict[str, Any]], key: str | None = None) -> list[ItemResult]:
+        """One result per message, in order. Raises SidecarError (4xx), GaveUpError."""
+        return self.post_encoded([orjson.dumps(m) for m in messages], key)
+
+    def post_encoded(self, messages: Sequence[bytes], key: str | None = None) -> list[ItemResult]:
+        """post_batch for messages already encoded as JSON objects."""
+        body = b'{"messages":[' + b",".join(messages) + b"]}"
+        headers = {"Idempotency-Key": key} if key else None
+        for attempt in range(self.max_retries + 1):
+            try:
+                resp = self._http.post(BATCH_PATH, content=body, headers=headers, params=self._params)
+            except httpx.TransportError as exc:
+                reason, retry_after = f"{type(exc).__name__}: {exc}", None
+            else:
+                if resp.status_code == 200:
+                    return self._results(resp, len(messages))
+                if resp.status_code != 429 and resp.status_code < 500:
+                    raise SidecarError(
+                        f"the sidecar refused the batch ({resp.status_code}): {_problem_text(resp)}",
+                        resp.status_code,
+                    )
+                reason = f"{resp.status_code} {_problem_text(resp)}"
+                retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+            if attempt == self.max_retries:
+                break
+            wait = self.backoff.delay(attempt, retry_after)
+            log.warning("sidecar unavailable (%s); retry %d in %.2fs (%s)", reason, attempt + 1, wait, key)
+            self._sleep(wait)
+        raise GaveUpError(f"the sidecar stayed unavailable after {self.max_retries} retries: {reason}")
+
+    @staticmethod
+    def _results(resp: httpx.Response, expected: int) -> list[ItemResult]:
+        try:
+            doc = resp.json()
+            results = [_item(r) for r in sorted(doc["results"], key=lambda r: int(r["index"]))]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SidecarError(f"unreadable batch answer: {exc}: {resp.text[:200]}", 200) from exc
+        if len(results) != expected:
+            raise SidecarError(f"the batch answer has {len(results)} results for {expected} messages", 200)
+        return results

@@ -1,0 +1,142 @@
+"""The ``rocksidecar`` PySpark data source: ``df.write.format("rocksidecar")`` and
+``writeStream.format("rocksidecar")`` publish each row as a message through the sidecar's HTTP API.
+Options are checked on the driver; each task publishes its partition; commit fails on rejected rows."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from pyspark import TaskContext
+from pyspark.sql import Row, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from pipeline import options as options_mod
+from pipeline.client import SidecarClient
+from pipeline.message import MessageBuilder
+from pipeline.options import OptionError, WriteOptions
+from pipeline.publisher import PartitionPublisher
+from pipeline.report import PartitionReport, RejectedRowsError, WriteSummary, append_report
+
+NAME = "rocksidecar"
+# set by Spark's MicroBatchExecution on every task of a micro-batch; both survive a restart from the
+# same checkpoint, which is what makes a replayed micro-batch repeat its keys
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+@dataclass(frozen=True)
+class PartitionCommit(WriterCommitMessage):
+    report: PartitionReport
+
+
+def _task() -> TaskContext:
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise RuntimeError(f"{NAME}: write() runs in a Spark task; there is no TaskContext")
+    return ctx
+
+
+def _publish(opts: WriteOptions, key_prefix: str, rows: Iterator[Row]) -> PartitionCommit:
+    ctx = _task()
+    partition = ctx.partitionId()
+    agent = f"rocksidecar-spark (stage {ctx.stageId()}, partition {partition}, attempt {ctx.attemptNumber()})"
+    client = SidecarClient(
+        opts.endpoint,
+        token=opts.token,
+        timeout_s=opts.timeout_s,
+        max_retries=opts.max_retries,
+        backoff=opts.backoff(),
+        ack=opts.ack,
+        user_agent=agent,
+    )
+    with client:
+        publisher = PartitionPublisher(
+            client,
+            MessageBuilder(opts),
+            key_prefix,
+            partition,
+            batch_size=opts.batch_size,
+            batch_bytes=opts.max_batch_bytes,
+        )
+        return PartitionCommit(publisher.publish(row.asDict(recursive=True) for row in rows))
+
+
+def _finish(
+    opts: WriteOptions, messages: Sequence[WriterCommitMessage | None], aborted: bool, batch_id: int | None
+) -> None:
+    reports = [m.report if isinstance(m, PartitionCommit) else None for m in messages]
+    summary = WriteSummary.of(reports)
+    if aborted and summary.missing_partitions == 0:
+        return  # every task reported: Spark aborts because commit() raised, and commit() reported
+    if opts.report_path:
+        append_report(opts.report_path, summary, topic=opts.topic, aborted=aborted, batch_id=batch_id)
+    if summary.rejected and not aborted:
+        raise RejectedRowsError(summary, "" if batch_id is None else f" in micro-batch {batch_id}")
+
+
+class BatchWriter(DataSourceWriter):
+    """Created once per write on the driver and pickled to every task attempt, so ``job_id`` (and so
+    every Idempotency-Key) is the same when Spark re-runs a task, and differs between two writes."""
+
+    def __init__(self, opts: WriteOptions, job_id: str) -> None:
+        self.opts = opts
+        self.job_id = job_id
+
+    def write(self, iterator: Iterator[Row]) -> PartitionCommit:
+        return _publish(self.opts, f"{self.job_id}:p{_task().partitionId()}", iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _finish(self.opts, messages, aborted=False, batch_id=None)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _finish(self.opts, messages, aborted=True, batch_id=None)
+
+
+class StreamWriter(DataSourceStreamWriter):
+    """Keys are ``<jobId or query id>:e<batch id>:p<partition>:b<n>``: a micro-batch replayed after a
+    failure or a restart from the checkpoint repeats them, so the sidecar does not send twice."""
+
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[Row]) -> PartitionCommit:
+        ctx = _task()
+        query = ctx.getLocalProperty(QUERY_ID_PROPERTY)
+        batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
+        if batch is None or (query is None and self.opts.job_id is None):
+            raise RuntimeError(f"{NAME}: this task has no streaming query id or micro-batch id")
+        job = self.opts.job_id or query
+        return _publish(self.opts, f"{job}:e{batch}:p{ctx.partitionId()}", iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _finish(self.opts, messages, aborted=False, batch_id=batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _finish(self.opts, messages, aborted=True, batch_id=batchId)
+
+
+class RocksidecarDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def _checked(self, schema: StructType, overwrite: bool) -> WriteOptions:
+        if overwrite:
+            raise OptionError(f"{NAME} can only append to a topic: use .mode('append')")
+        opts = options_mod.parse(dict(self.options))
+        return options_mod.check_schema(opts, {f.name: f.dataType.simpleString() for f in schema.fields})
+
+    def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
+        opts = self._checked(schema, overwrite)
+        return BatchWriter(opts, opts.job_id or uuid.uuid4().hex)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
+        return StreamWriter(self._checked(schema, overwrite))
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("rocksidecar")`` available in this session."""
+    spark.dataSource.register(RocksidecarDataSource)

@@ -1,0 +1,181 @@
+"""The data source's options, parsed and checked on the driver (against the DataFrame's schema too) so a
+typo fails the write before any task runs, with an error naming the option."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
+
+from pipeline.backoff import Backoff
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:9880"
+DEFAULT_BATCH_SIZE = 500
+DEFAULT_BATCH_BYTES = 8 * 1024 * 1024  # well under the sidecar's default 64 MiB request limit
+_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
+_JOB_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")  # the Idempotency-Key is built from it (<= 255 chars)
+# option -> the Spark types its column may have (DataType.simpleString())
+COLUMN_TYPES: dict[str, tuple[str, ...]] = {
+    "bodyColumn": ("string", "binary"),
+    "keyColumn": ("string", "array<string>"),
+    "tagsColumn": ("string",),
+    "shardingKeyColumn": ("string",),
+    "propertiesColumn": ("map<string,string>",),
+    "rowIdColumn": ("string", "tinyint", "smallint", "int", "bigint"),
+}
+KNOWN = {
+    "topic",
+    "endpoint",
+    "token",
+    "timeout",
+    "batchSize",
+    "maxBatchBytes",
+    "maxRetries",
+    "retryBackoff",
+    "retryBackoffMax",
+    "jobId",
+    "ack",
+    "reportPath",
+    *COLUMN_TYPES,
+}
+_CANONICAL = {name.lower(): name for name in KNOWN}
+# Spark adds these itself; they are not ours to reject
+_SPARK_OWN = {"path", "checkpointlocation", "queryname"}
+
+
+class OptionError(ValueError):
+    """A data source option is missing, unknown or has a bad value; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    topic: str
+    endpoint: str = DEFAULT_ENDPOINT
+    token: str = ""
+    timeout_s: float = 30.0
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_batch_bytes: int = DEFAULT_BATCH_BYTES
+    max_retries: int = 20
+    retry_backoff_s: float = 0.5
+    retry_backoff_max_s: float = 30.0
+    job_id: str | None = None
+    ack: str | None = None
+    report_path: str | None = None
+    body_column: str | None = None
+    key_column: str | None = None
+    tags_column: str | None = None
+    sharding_key_column: str | None = None
+    properties_column: str | None = None
+    row_id_column: str | None = None
+
+    def backoff(self) -> Backoff:
+        return Backoff(initial_s=self.retry_backoff_s, max_s=self.retry_backoff_max_s)
+
+    def columns(self) -> dict[str, str]:
+        """option name -> column, for the column options that are set."""
+        given = {
+            "bodyColumn": self.body_column,
+            "keyColumn": self.key_column,
+            "tagsColumn": self.tags_column,
+            "shardingKeyColumn": self.sharding_key_column,
+            "propertiesColumn": self.properties_column,
+            "rowIdColumn": self.row_id_column,
+        }
+        return {name: col for name, col in given.items() if col is not None}
+
+
+def _number(opts: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
+    raw = opts.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise OptionError(f"option {name}={raw!r} is not a number") from None
+    if not low <= value <= high:
+        raise OptionError(f"option {name}={raw!r} must be between {low:g} and {high:g}")
+    return value
+
+
+def _integer(opts: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    value = _number(opts, name, default, low, high)
+    if value != int(value):
+        raise OptionError(f"option {name}={opts[name]!r} must be a whole number")
+    return int(value)
+
+
+def _endpoint(raw: str) -> str:
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise OptionError(f"option endpoint={raw!r} must be an http:// or https:// URL")
+    return raw.rstrip("/")
+
+
+def _canonical(options: Mapping[str, str]) -> dict[str, str]:
+    """Spark hands options over case-insensitively (often lower-cased): map them to our spelling."""
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        name = _CANONICAL.get(key.lower())
+        if name is None:
+            if key.lower() in _SPARK_OWN:
+                continue
+            raise OptionError(f"unknown option {key!r}; known: {', '.join(sorted(KNOWN))}")
+        out[name] = value
+    return out
+
+
+def parse(options: Mapping[str, str]) -> WriteOptions:
+    """Raises OptionError."""
+    opts = _canonical(options)
+    topic = opts.get("topic", "")
+    if not _TOPIC.match(topic):
+        raise OptionError(
+            f"option topic={topic!r}: give the topic, 1-127 characters of [%|a-zA-Z0-9_-]"
+            if topic
+            else "option topic is required"
+        )
+    job_id = opts.get("jobId")
+    if job_id is not None and not _JOB_ID.match(job_id):
+        raise OptionError(f"option jobId={job_id!r} must be 1-128 characters of [A-Za-z0-9._-]")
+    ack = opts.get("ack")
+    if ack is not None and ack not in ("broker", "spool"):
+        raise OptionError(f"option ack={ack!r} must be 'broker' or 'spool'")
+    for name in COLUMN_TYPES:
+        if name in opts and not opts[name]:
+            raise OptionError(f"option {name} is empty")
+    backoff_max = _number(opts, "retryBackoffMax", 30.0, 0.0, 86_400.0)
+    return WriteOptions(
+        topic=topic,
+        endpoint=_endpoint(opts.get("endpoint", DEFAULT_ENDPOINT)),
+        token=opts.get("token", ""),
+        timeout_s=_number(opts, "timeout", 30.0, 0.001, 3600.0),
+        batch_size=_integer(opts, "batchSize", DEFAULT_BATCH_SIZE, 1, 10_000),
+        max_batch_bytes=_integer(opts, "maxBatchBytes", DEFAULT_BATCH_BYTES, 1024, 1 << 30),
+        max_retries=_integer(opts, "maxRetries", 20, 0, 1_000_000),
+        retry_backoff_s=_number(opts, "retryBackoff", min(0.5, backoff_max), 0.0, backoff_max),
+        retry_backoff_max_s=backoff_max,
+        job_id=job_id,
+        ack=ack,
+        report_path=opts.get("reportPath") or None,
+        body_column=opts.get("bodyColumn"),
+        key_column=opts.get("keyColumn"),
+        tags_column=opts.get("tagsColumn"),
+        sharding_key_column=opts.get("shardingKeyColumn"),
+        properties_column=opts.get("propertiesColumn"),
+        row_id_column=opts.get("rowIdColumn"),
+    )
+
+
+def check_schema(opts: WriteOptions, schema: Mapping[str, str]) -> WriteOptions:
+    """Check the column options against ``schema`` (column -> DataType.simpleString()); fill in the
+    default body column ("body" when there is one). Raises OptionError."""
+    for name, column in opts.columns().items():
+        if column not in schema:
+            raise OptionError(f"option {name}: no column {column!r} (columns: {', '.join(schema)})")
+        if schema[column] not in COLUMN_TYPES[name]:
+            allowed = " or ".join(COLUMN_TYPES[name])
+            raise OptionError(f"option {name}: column {column!r} is {schema[column]}; it must be {allowed}")
+    if opts.body_column is None and schema.get("body") in COLUMN_TYPES["bodyColumn"]:
+        return replace(opts, body_column="body")
+    return opts

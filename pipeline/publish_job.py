@@ -1,0 +1,125 @@
+"""The spark-publish job: read a dataset, write it with the rocksidecar data source, print the counts,
+and exit non-zero unless every row was accepted. Runs from ``rocksidecar spark-publish``, or with
+``spark-submit pipeline/publish_job.py ARGS`` / ``python -m pipeline.publish_job ARGS``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from pipeline.cli import DESCRIPTION, add_arguments
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+OK, NOT_ACCEPTED, BAD_USAGE = 0, 1, 2
+_ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+Error): (.*)$", re.MULTILINE)
+
+
+def data_source_options(args: argparse.Namespace, report_path: str) -> dict[str, str]:
+    given = {
+        "topic": args.topic,
+        "endpoint": args.endpoint,
+        "batchSize": str(args.batch_size),
+        "reportPath": report_path,
+        "keyColumn": args.key_column,
+        "tagsColumn": args.tags_column,
+        "bodyColumn": args.body_column,
+        "jobId": args.job_id,
+        "token": args.token or None,
+    }
+    opts = {k: v for k, v in given.items() if v}
+    for name, value in args.option:  # Spark option names ignore case: --option batchsize=9 wins
+        opts = {k: v for k, v in opts.items() if k.lower() != name.lower()}
+        opts[name] = value
+    return opts
+
+
+def publish(spark: SparkSession, args: argparse.Namespace) -> int:
+    """Run the job in ``spark``; print the counts; the exit code."""
+    from pipeline.datasource import register
+
+    register(spark)
+    reader = spark.read.format(args.format)
+    if args.format == "csv":
+        reader = reader.option("header", "true")
+    with tempfile.TemporaryDirectory(prefix="spark-publish-") as tmp:
+        report = Path(tmp) / "report.jsonl"
+        error: str | None = None
+        try:
+            writer = reader.load(args.input).write.format("rocksidecar").mode("append")
+            writer.options(**data_source_options(args, str(report))).save()
+        except Exception as exc:
+            error = _reason(exc)
+        lines = report.read_bytes().splitlines() if report.exists() else []
+    summary = orjson.loads(lines[-1]) if lines else None
+    _print(args, summary, error)
+    if summary is None:
+        return BAD_USAGE if error and "OptionError" in error else NOT_ACCEPTED
+    return OK if error is None and summary["accepted"] == summary["rows"] else NOT_ACCEPTED
+
+
+def _reason(exc: BaseException) -> str:
+    """Spark wraps our exception in a JVM one with the Python traceback inside: keep its last line."""
+    found = _ERROR_LINE.findall(str(exc))
+    if found:
+        name, text = found[-1]
+        return f"{name}: {text}"
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _print(args: argparse.Namespace, summary: dict[str, Any] | None, error: str | None) -> None:
+    out = sys.stdout
+    print(f"spark-publish {args.input} ({args.format}) -> topic {args.topic} via {args.endpoint}", file=out)
+    if summary is not None:
+        print(
+            f"rows {summary['rows']}: sent {summary['sent']}, spooled {summary['spooled']}, "
+            f"scheduled {summary['scheduled']}, rejected {summary['rejected']}"
+            f" (FAILED answers retried: {summary['failed_retried']})",
+            file=out,
+        )
+        for r in summary["rejections"][:20]:
+            print(f"  rejected: partition {r['partition']} row {r['row']}: {r['error']}", file=out)
+        if summary["missing_partitions"]:
+            print(f"  {summary['missing_partitions']} partitions did not finish", file=out)
+    if error is not None:
+        print(f"error: {error}", file=sys.stderr)
+
+
+def run_job(args: argparse.Namespace, default_master: str = "local[*]") -> int:
+    """Use the active SparkSession if there is one (then leave it running), else start one."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return publish(active, args)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # not launched by spark-submit: local workers must run this interpreter (pyarrow, pipeline)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(f"rocksidecar spark-publish {args.topic}")
+    master = args.master or (None if "PYSPARK_GATEWAY_PORT" in os.environ else default_master)
+    if master:
+        builder = builder.master(master)
+    spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    try:
+        return publish(spark, args)
+    finally:
+        spark.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="publish_job", description=DESCRIPTION)
+    add_arguments(parser)
+    return run_job(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

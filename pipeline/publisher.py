@@ -1,0 +1,133 @@
+"""Publish one partition's rows in batches: batch n goes out under Idempotency-Key ``<prefix>:b<n>``, and
+items answered FAILED go out again under a key naming exactly which of the batch's items they are, so a
+re-run of the task repeats every request byte for byte and the sidecar answers instead of sending."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, NamedTuple
+
+import orjson
+
+from pipeline.client import GaveUpError, ItemResult, SidecarClient, SidecarError
+from pipeline.message import MessageBuilder
+from pipeline.options import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE
+from pipeline.report import MAX_NAMED, PartitionReport, Rejection
+
+log = logging.getLogger(__name__)
+
+
+def subset_key(key: str, indexes: Iterable[int]) -> str:
+    """The key for re-posting these items of the batch posted under ``key``. It depends on which items,
+    not on the round: after a task re-run, the same FAILED set maps to the same stored answer."""
+    digest = hashlib.sha256(",".join(map(str, indexes)).encode()).hexdigest()[:16]
+    return f"{key}:r{digest}"
+
+
+class Encoded(NamedTuple):
+    position: int  # the row's index within the partition
+    row: Mapping[str, Any]
+    message: bytes  # the message's JSON
+
+
+def batches(
+    rows: Iterable[Mapping[str, Any]], builder: MessageBuilder, max_messages: int, max_bytes: int
+) -> Iterator[list[Encoded]]:
+    """Consecutive rows as batches of at most ``max_messages`` messages and ``max_bytes`` of JSON (a
+    single larger message goes alone). Boundaries depend only on the rows, so a re-run cuts alike."""
+    chunk: list[Encoded] = []
+    size = 0
+    for position, row in enumerate(rows):
+        encoded = orjson.dumps(builder.build(row))
+        if chunk and (len(chunk) == max_messages or size + len(encoded) > max_bytes):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(Encoded(position, row, encoded))
+        size += len(encoded) + 1
+    if chunk:
+        yield chunk
+
+
+class PartitionPublisher:
+    def __init__(
+        self,
+        client: SidecarClient,
+        builder: MessageBuilder,
+        key_prefix: str,
+        partition: int,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+    ) -> None:
+        self._client = client
+        self._builder = builder
+        self._prefix = key_prefix
+        self._partition = partition
+        self._batch_size = batch_size
+        self._batch_bytes = batch_bytes
+
+    def publish(self, rows: Iterable[Mapping[str, Any]]) -> PartitionReport:
+        """Raises SidecarError (a refused request), GaveUpError (unavailable, or items still FAILED)."""
+        counts: Counter[str] = Counter()
+        rejections: list[Rejection] = []
+        chunks = batches(rows, self._builder, self._batch_size, self._batch_bytes)
+        for batch_no, chunk in enumerate(chunks):
+            results = self._post(chunk, f"{self._prefix}:b{batch_no}", counts)
+            for item, result in zip(chunk, results, strict=True):
+                counts[result.status] += 1
+                if result.status == "REJECTED" and len(rejections) < MAX_NAMED:
+                    rejections.append(
+                        Rejection(self._builder.row_id(item.row, item.position), result.error or "")
+                    )
+        report = PartitionReport(
+            partition=self._partition,
+            rows=sum(counts[s] for s in ("SENT", "SPOOLED", "SCHEDULED", "REJECTED")),
+            sent=counts["SENT"],
+            spooled=counts["SPOOLED"],
+            scheduled=counts["SCHEDULED"],
+            rejected=counts["REJECTED"],
+            requests=counts["requests"],
+            failed_retried=counts["failed_retried"],
+            rejections=tuple(rejections),
+        )
+        log.info("partition %d published under %s: %s", self._partition, self._prefix, report)
+        return report
+
+    def _send(self, items: list[bytes], key: str) -> list[ItemResult]:
+        try:
+            return self._client.post_encoded(items, key)
+        except SidecarError as exc:
+            if exc.status != 422:
+                raise
+            raise SidecarError(
+                f"partition {self._partition}: the sidecar already has a different request under "
+                f"Idempotency-Key {key!r}: an earlier attempt of this write sent other rows in this batch. "
+                "The partition's rows must be the same, in the same order, on every attempt (read files, "
+                "or sortWithinPartitions after a shuffle), and a jobId names one dataset only",
+                422,
+            ) from exc
+
+    def _post(self, chunk: list[Encoded], key: str, counts: Counter[str]) -> list[ItemResult]:
+        results = self._send([item.message for item in chunk], key)
+        counts["requests"] += 1
+        pending = [i for i, r in enumerate(results) if r.status == "FAILED"]
+        attempt = 0
+        while pending:
+            if attempt == self._client.max_retries:
+                rows = [self._builder.row_id(chunk[i].row, chunk[i].position) for i in pending[:20]]
+                raise GaveUpError(
+                    f"partition {self._partition}: {len(pending)} rows still FAILED after "
+                    f"{attempt} retries (rows {rows}): {results[pending[0]].error}"
+                )
+            counts["failed_retried"] += len(pending)
+            self._client.pause(attempt)
+            again = self._send([chunk[i].message for i in pending], subset_key(key, pending))
+            counts["requests"] += 1
+            for i, result in zip(pending, again, strict=True):
+                results[i] = result
+            pending = [i for i in pending if results[i].status == "FAILED"]
+            attempt += 1
+        return results

@@ -1,0 +1,124 @@
+"""PartitionPublisher against the fake sidecar: batches and their keys, a re-run of the partition
+(what Spark does when it retries a task) sends nothing again, FAILED items are retried alone, and
+rejected rows are named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pipeline.client import GaveUpError, SidecarClient, SidecarError
+from pipeline.message import MessageBuilder
+from pipeline.options import WriteOptions
+from pipeline.publisher import PartitionPublisher, subset_key
+from tests.pipeline.fake_sidecar import FakeSidecar
+
+
+def rows(n: int, start: int = 0) -> list[dict[str, Any]]:
+    return [{"id": f"r{i}", "body": f"row {i}"} for i in range(start, start + n)]
+
+
+def publisher(
+    client: SidecarClient, batch_size: int = 500, batch_bytes: int = 1 << 20, **opts: Any
+) -> PartitionPublisher:
+    builder = MessageBuilder(WriteOptions(topic="T", body_column="body", **opts))
+    return PartitionPublisher(client, builder, "job1:p3", 3, batch_size=batch_size, batch_bytes=batch_bytes)
+
+
+def test_rows_go_out_in_batches_under_per_batch_keys(client: SidecarClient, fake: FakeSidecar) -> None:
+    report = publisher(client).publish(rows(1200))
+    assert [(s.key, s.size) for s in fake.requests] == [
+        ("job1:p3:b0", 500),
+        ("job1:p3:b1", 500),
+        ("job1:p3:b2", 200),
+    ]
+    assert fake.bodies() == [f"row {i}" for i in range(1200)]
+    assert (report.partition, report.rows, report.sent, report.rejected, report.requests) == (
+        3,
+        1200,
+        1200,
+        0,
+        3,
+    )
+
+
+def test_a_rerun_of_the_partition_sends_nothing_twice(client: SidecarClient, fake: FakeSidecar) -> None:
+    first = publisher(client).publish(rows(1200))
+    fake.drop_after_store = 1  # and the rerun loses one answer on the way, too
+    again = publisher(client).publish(rows(1200))
+    assert again == first
+    assert len(fake.stored) == 1200
+    assert len(fake.requests) == 7  # 3 + 3 answered from the kept answers + 1 repeat of the lost one
+
+
+def test_an_empty_partition_posts_nothing(client: SidecarClient, fake: FakeSidecar) -> None:
+    report = publisher(client).publish([])
+    assert report.rows == 0 and fake.requests == []
+
+
+def test_failed_items_are_retried_alone_until_stored(
+    client: SidecarClient, fake: FakeSidecar, sleeps: list[float]
+) -> None:
+    fake.fail_times = {"row 3": 2, "row 7": 1}
+    report = publisher(client, batch_size=10).publish(rows(10))
+    # each exactly once, in the order they were stored: row 7 on the first retry, row 3 on the second
+    assert fake.bodies() == [f"row {i}" for i in range(10) if i not in (3, 7)] + ["row 7", "row 3"]
+    assert [(s.key, s.size) for s in fake.requests] == [
+        ("job1:p3:b0", 10),
+        (subset_key("job1:p3:b0", [3, 7]), 2),
+        (subset_key("job1:p3:b0", [3]), 1),
+    ]
+    assert len(sleeps) == 2
+    assert (report.sent, report.failed_retried, report.requests) == (10, 3, 3)
+
+
+def test_a_rerun_after_failed_items_repeats_only_that_batch(client: SidecarClient, fake: FakeSidecar) -> None:
+    """The sidecar does not keep answers with FAILED items, so a re-run re-sends that whole batch:
+    at-least-once for it (never lost), exactly-once for the others."""
+    fake.fail_times = {"row 12": 1}
+    publisher(client, batch_size=10).publish(rows(30))
+    publisher(client, batch_size=10).publish(rows(30))
+    counts = {b: fake.bodies().count(b) for b in set(fake.bodies())}
+    assert set(counts) == {f"row {i}" for i in range(30)}
+    assert {b for b, n in counts.items() if n > 1} == {f"row {i}" for i in range(10, 20)}
+
+
+def test_items_failing_beyond_max_retries_fail_the_task_naming_rows(
+    client: SidecarClient, fake: FakeSidecar
+) -> None:
+    fake.fail_times = {"row 4": 100}
+    with pytest.raises(
+        GaveUpError, match=r"partition 3: 1 rows still FAILED after 5 retries \(rows \['r4'\]\)"
+    ):
+        publisher(client, batch_size=3, row_id_column="id").publish(rows(6))
+
+
+def test_rejected_rows_are_counted_and_named_by_index_or_row_id(
+    client: SidecarClient, fake: FakeSidecar
+) -> None:
+    data = rows(12)
+    data[1]["body"] = ""
+    data[10]["body"] = None
+    by_index = publisher(client, batch_size=5).publish(data)
+    assert (by_index.sent, by_index.rejected) == (10, 2)
+    assert [x.row for x in by_index.rejections] == [1, 10]
+    assert "body" in by_index.rejections[0].error
+    builder = MessageBuilder(WriteOptions(topic="T", body_column="body", row_id_column="id"))
+    by_id = PartitionPublisher(client, builder, "job2:p0", 0, batch_size=5).publish(data)
+    assert [x.row for x in by_id.rejections] == ["r1", "r10"]
+
+
+def test_changed_rows_under_the_same_keys_fail_the_task_saying_why(client: SidecarClient) -> None:
+    publisher(client).publish(rows(3))
+    with pytest.raises(SidecarError, match="an earlier attempt of this write sent other rows") as info:
+        publisher(client).publish(rows(3, start=100))
+    assert info.value.status == 422 and "sortWithinPartitions" in str(info.value)
+
+
+def test_batches_are_also_cut_by_bytes(client: SidecarClient, fake: FakeSidecar) -> None:
+    data = [{"body": "x" * 1000}, {"body": "y" * 1000}, {"body": "z" * 5000}, {"body": "w" * 10}]
+    report = publisher(client, batch_size=500, batch_bytes=2100).publish(data)
+    # {"topic":"T","body":"..."} is 1025 bytes for a 1000-byte body; the 5000-byte one goes alone
+    assert [s.size for s in fake.requests] == [2, 1, 1]
+    assert report.sent == 4 and fake.bodies() == [d["body"] for d in data]

@@ -1,0 +1,69 @@
+"""ACL 1.0 signing against a real broker started with ROCKETMQ_ACL=1 (real-broker.sh) and its stock
+plain_acl.yml: account RocketMQ/12345678 may publish and subscribe topicB, nothing else by default.
+Needs ROCKSIDECAR_TEST_ACL=accessKey:secretKey:allowedTopic:deniedTopic; skipped without it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from app.rocketmq import BrokerApi, Credentials, Message, NameServerClient, RemotingClient, SendFailed
+from app.rocketmq.producer import Producer, ProducerConfig
+from tests.realbroker.conftest import pull_queue
+
+ACL_ENV = "ROCKSIDECAR_TEST_ACL"
+
+
+@pytest.fixture
+def acl(namesrv_addr: str) -> tuple[str, str, str, str]:
+    spec = os.environ.get(ACL_ENV)
+    if not spec or spec.count(":") != 3:
+        pytest.skip(
+            f"ACL tests need a broker with aclEnable=true and {ACL_ENV}=ak:sk:allowedTopic:deniedTopic "
+            "(ROCKETMQ_ACL=1 real-broker.sh start; RocketMQ:12345678:topicB:topicA for its plain_acl.yml)"
+        )
+    ak, sk, allowed, denied = spec.split(":")
+    return ak, sk, allowed, denied
+
+
+async def send(namesrv: str, creds: Credentials | None, topic: str, batch: bool = False) -> object:
+    client = RemotingClient(credentials=creds)
+    producer = Producer(
+        NameServerClient(client, namesrv),
+        BrokerApi(client, producer_group="rs_acl"),
+        ProducerConfig(group="rs_acl"),
+    )
+    try:
+        if batch:
+            return await producer.send_batch([Message(topic, b"one"), Message(topic, b"two")])
+        return await producer.send(Message(topic, b"signed"))
+    finally:
+        await client.close()
+
+
+async def test_signed_requests_pass_and_bad_ones_are_refused(
+    namesrv_addr: str, acl: tuple[str, str, str, str]
+) -> None:
+    ak, sk, allowed, denied = acl
+    ok = await send(namesrv_addr, Credentials(ak, sk), allowed)
+    batch = await send(namesrv_addr, Credentials(ak, sk), allowed, batch=True)
+    assert not any(isinstance(r, Exception) for r in batch)  # type: ignore[attr-defined]
+    for creds, topic, reason in (
+        (Credentials(ak, sk + "x"), allowed, "Check signature failed"),
+        (None, allowed, "No accessKey is configured"),
+        (Credentials(ak, sk), denied, "permission"),
+    ):
+        with pytest.raises(SendFailed) as info:
+            await send(namesrv_addr, creds, topic)
+        assert reason in str(info.value)
+
+    client = RemotingClient(credentials=Credentials(ak, sk))  # a signed pull reads the message back
+    try:
+        api = BrokerApi(client)
+        route = await NameServerClient(client, namesrv_addr).get_route(allowed)
+        queue = ok.queue  # type: ignore[attr-defined]
+        pulled = await pull_queue(api, route.master_addr(queue.broker_name), queue, "rs_acl")  # type: ignore[arg-type]
+        assert ok.msg_id in {m.uniq_key for m in pulled}  # type: ignore[attr-defined]
+    finally:
+        await client.close()
