@@ -1,15 +1,21 @@
-"""A child process for the SIGKILL crash tests: it prints ``acked|sent|failed|drained <id>`` lines, and
-the parent counts them across runs and kills it once enough messages reached devbroker."""
+"""Shared by the SIGKILL crash tests: a child process that prints ``acked|sent|failed|drained <id>``
+lines, counted across runs by the parent, which kills it once enough messages reached devbroker; the
+kill-twice-then-drain sequence; and a devbroker with the test topic."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from app.rocketmq import BrokerApi, RemotingClient
+from devbroker import DevCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,3 +86,15 @@ async def kill_twice_then_drain(
     await asyncio.wait_for(last.run(*drain), timeout_s)
     assert last.drained and last.proc is not None and last.proc.returncode == 0
     return runs
+
+
+@contextlib.asynccontextmanager
+async def cluster_with_topic(topic: str) -> AsyncIterator[DevCluster]:
+    """A two-broker devbroker with ``topic`` created on both brokers."""
+    async with DevCluster(brokers=2, queues=4) as cluster:
+        client = RemotingClient()
+        api = BrokerApi(client, producer_group="setup")
+        for broker in cluster.brokers.values():
+            await api.create_topic(broker.addr, topic)
+        await client.close()
+        yield cluster

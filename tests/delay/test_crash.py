@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from app.rocketmq import BrokerApi, RemotingClient
 from delay import COLUMN_FAMILIES, DELAY_DUE_AT, DELAY_PUBLISHED_AT, DelayState, DelayStore
 from delay.keys import DUE_CF, INDEX_CF
 from devbroker import DevCluster
 from storage.group_commit import GroupCommitWriter
 from storage.rocks import RocksKV
-from tests.crash import kill_twice_then_drain
+from tests.crash import cluster_with_topic, kill_twice_then_drain
 from tests.delay.crash_child import TOPIC
 
 N = 2000
@@ -31,12 +30,7 @@ PHASE_TIMEOUT_S = 60.0
 
 @pytest.fixture
 async def cluster() -> AsyncIterator[DevCluster]:
-    async with DevCluster(brokers=2, queues=4) as cluster:
-        client = RemotingClient()
-        api = BrokerApi(client, producer_group="setup")
-        for broker in cluster.brokers.values():
-            await api.create_topic(broker.addr, TOPIC)
-        await client.close()
+    async with cluster_with_topic(TOPIC) as cluster:
         yield cluster
 
 

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from app.rocketmq import BrokerApi, RemotingClient
 from devbroker import DevCluster
 from retry.keys import PENDING_CF
 from retry.store import RetryStore
-from tests.crash import kill_twice_then_drain
+from tests.crash import cluster_with_topic, kill_twice_then_drain
 from tests.retry.crash_child import TOPIC
 
 N = 2000
@@ -27,12 +26,7 @@ PHASE_TIMEOUT_S = 60.0
 
 @pytest.fixture
 async def cluster() -> AsyncIterator[DevCluster]:
-    async with DevCluster(brokers=2, queues=4) as cluster:
-        client = RemotingClient()
-        api = BrokerApi(client, producer_group="setup")
-        for broker in cluster.brokers.values():
-            await api.create_topic(broker.addr, TOPIC)
-        await client.close()
+    async with cluster_with_topic(TOPIC) as cluster:
         yield cluster
 
 
