@@ -14,25 +14,28 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import delay
 from app import idempotency
 from app.api.grpc import SidecarServicer
 from app.api.http import create_app
 from app.api.servers import GrpcServer, HttpServer
 from app.config import Settings
 from app.idempotency import IdempotencyStore
+from app.lookups import DelayLookup, RetryLookup
 from app.metrics import Metrics, StateCollector
 from app.request import Limits
 from app.rocketmq import BrokerApi, Credentials, NameServerClient, RemotingClient
 from app.rocketmq.producer import Producer, ProducerConfig
-from app.sidecar import MessageState, Sidecar, Status
-from retry import DeadLetterNotifier, ReplayLoop, RetryStore, State
+from app.sidecar import Sidecar
+from delay import DelayScheduler, DelayStore
+from retry import DeadLetterNotifier, ReplayLoop, RetryStore
 from retry.keys import COLUMN_FAMILIES as RETRY_CFS
 from storage.group_commit import GroupCommitWriter
 from storage.kv import KV
 from storage.rocks import RocksKV
 
 log = logging.getLogger("rocksidecar")
-COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES)
+COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES, *delay.COLUMN_FAMILIES)
 PURGE_EVERY_S = 3600.0
 READY_CACHE_S = 2.0
 
@@ -52,28 +55,6 @@ def producer_config(s: Settings) -> ProducerConfig:
         zone=s.zone,
         max_body_bytes=s.max_body_bytes,
     )
-
-
-class RetryLookup:
-    """Answers "where does message <id> stand" from the retry store."""
-
-    def __init__(self, store: RetryStore) -> None:
-        self._store = store
-
-    async def state(self, id: str) -> MessageState | None:
-        found = self._store.get(id)
-        if found is None:
-            return None
-        record = self._store.pending_record(found.key) if found.state is State.SPOOLED else None
-        return MessageState(
-            id=id,
-            status=Status.SPOOLED if found.state is State.SPOOLED else Status.DEAD,
-            topic=record.topic if record else None,
-            attempts=found.attempts,
-            next_attempt_at_ms=found.next_attempt_at_ms,
-            last_error=found.last_error or None,
-            reason=found.reason,
-        )
 
 
 class Service:
@@ -107,6 +88,8 @@ class Service:
             count=lambda _type: self.metrics.dead_letters.inc(), webhook_url=s.dead_letter_webhook
         )
         self.retry = RetryStore(self.kv, writer=self.writer, now_ms=now_ms, on_dead_letter=self.notifier)
+        self.delay = DelayStore(self.kv, self.writer, now_ms=now_ms)
+        delay_lookup = DelayLookup(self.delay)
         self.idempotency = IdempotencyStore(
             self.kv, self.writer, window_s=s.idempotency_window_s, now_ms=now_ms
         )
@@ -114,8 +97,13 @@ class Service:
             self.producer,
             self.retry,
             policy_for=s.retry_policy,
-            lookups=[RetryLookup(self.retry)],
+            delay=self.delay,
+            lookups=[RetryLookup(self.retry), delay_lookup],
+            canceller=delay_lookup,
             now_ms=self.retry.now_ms,  # never runs backwards: a clock step cannot make a rung fire early
+        )
+        self.delay_scheduler = DelayScheduler(
+            self.delay, self.sidecar.publish_delayed, on_published=self.metrics.delay_lateness.observe
         )
         self.replay = ReplayLoop(
             self.retry,
@@ -136,7 +124,7 @@ class Service:
             idempotency=self.idempotency,
             auth_token=s.auth_token,
             max_request_bytes=s.max_request_bytes,
-            now_ms=now_ms,
+            now_ms=self.delay.now_ms,  # due times of delayMs: a clock step back must not make them early
         )
         self.http = HttpServer(app, s.http_addr, grace_s=s.shutdown_grace_s)
         servicer = SidecarServicer(
@@ -145,7 +133,7 @@ class Service:
             batch_limit=s.batch_limit,
             metrics=self.metrics,
             idempotency=self.idempotency,
-            now_ms=now_ms,
+            now_ms=self.delay.now_ms,
             auth_token=s.auth_token,
         )
         self.grpc = GrpcServer(servicer, s.grpc_addr, grace_s=s.shutdown_grace_s)
@@ -164,6 +152,7 @@ class Service:
             "retry_pending": st.pending,
             "retry_oldest_age_seconds": max(age, 0.0),
             "dead_letters": st.dead,
+            "delay_scheduled": self.delay.stats().pending,
         }
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
@@ -199,6 +188,7 @@ class Service:
             with contextlib.suppress(Exception):
                 await self.producer.routes.get(topic)
         await self.replay.start()  # replays whatever the store holds from before (R6)
+        await self.delay_scheduler.start()  # overdue delayed messages first
         await self.http.start()
         await self.grpc.start()
         self._tasks.append(
@@ -229,11 +219,14 @@ class Service:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(self.http.stop(), self.grpc.stop())
+        # The scheduler publishes through the producer and spools into the retry store: stop it first.
+        await self.delay_scheduler.close(grace_s=min(grace, 5.0))
         await self.replay.close(grace_s=min(grace, 5.0))
         await self.notifier.close()
         await self.producer.close()
         await self.remoting.close()
         await self.retry.close()
+        await self.delay.close()
         await self.writer.close()
         self.kv.close()
 

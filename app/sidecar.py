@@ -18,6 +18,7 @@ from app.request import Prepared, RequestError
 from app.rocketmq import InvalidMessageError, Message, RocketMQError, SendFailed, SendResult
 from app.rocketmq.errors import MessageIllegal
 from app.rocketmq.producer import Producer
+from delay import DelayedMessage
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
 
@@ -66,7 +67,9 @@ class RetrySpool(Protocol):
 
 
 class DelaySchedule(Protocol):
-    async def schedule(self, record: RetryRecord, due_ms: int) -> None: ...
+    async def schedule(self, msg: DelayedMessage) -> None: ...
+
+    async def schedule_many(self, msgs: Sequence[DelayedMessage]) -> None: ...
 
 
 class CancelResult(Enum):
@@ -151,6 +154,22 @@ class Sidecar:
             history=((failed_at_ms, error),) if failed_at_ms else (),
         )
 
+    def delayed(self, p: Prepared) -> DelayedMessage:
+        m = p.message
+        assert m.id is not None and p.deliver_at_ms is not None
+        return DelayedMessage(
+            id=m.id,
+            topic=m.topic,
+            body=m.body,
+            due_ms=p.deliver_at_ms,
+            tags=m.tags,
+            keys=m.keys,
+            properties=dict(m.properties),
+            sharding_key=p.sharding_key,
+            type=p.type,
+            created_ms=self._now_ms(),
+        )
+
     async def send(self, p: Prepared, ack: Ack = Ack.BROKER) -> Outcome:
         """Deliver or store one prepared message; raises RequestError or a storage error otherwise."""
         msg_id = p.message.id
@@ -167,7 +186,7 @@ class Sidecar:
             return await self._after_failure(p, exc)
         return Outcome.sent(result)
 
-    async def _schedule(self, p: Prepared) -> Outcome:
+    def _delay_store(self) -> DelaySchedule:
         if self.delay is None:
             raise RequestError(
                 "delayed delivery is not available in this sidecar",
@@ -175,9 +194,65 @@ class Sidecar:
                 status=501,
                 title="Not implemented",
             )
-        assert p.deliver_at_ms is not None and p.message.id is not None
-        await self.delay.schedule(self.record(p), p.deliver_at_ms)
+        return self.delay
+
+    async def _schedule(self, p: Prepared) -> Outcome:
+        await self._delay_store().schedule(self.delayed(p))
+        assert p.message.id is not None
         return Outcome(p.message.id, Status.SCHEDULED, deliver_at_ms=p.deliver_at_ms)
+
+    async def _schedule_group(
+        self, out: list[Outcome | Exception | None], group: list[tuple[int, Prepared]]
+    ) -> None:
+        """Schedule several items of a batch in one synced write (all or none)."""
+        try:
+            await self._delay_store().schedule_many([self.delayed(p) for _, p in group])
+        except Exception as exc:
+            for i, _ in group:
+                out[i] = exc
+            return
+        for i, p in group:
+            assert p.message.id is not None
+            out[i] = Outcome(p.message.id, Status.SCHEDULED, deliver_at_ms=p.deliver_at_ms)
+
+    async def publish_delayed(self, msgs: Sequence[DelayedMessage]) -> list[Exception | None]:
+        """The delay scheduler's ``publish``: send due messages as batches; spool what fails into the retry
+        store (which also dead-letters what the broker refuses). An exception per message means "stored
+        nowhere": the scheduler keeps it and tries again."""
+        messages = [
+            Message(m.topic, m.body, tags=m.tags, keys=tuple(m.keys), properties=dict(m.properties), id=m.id)
+            for m in msgs
+        ]
+        results = await self.producer.send_batch(messages, [m.sharding_key for m in msgs], validated=True)
+        out: list[Exception | None] = [None] * len(msgs)
+        now = self._now_ms()
+        by_due: dict[int, list[tuple[int, RetryRecord]]] = {}
+        for i, (m, result) in enumerate(zip(msgs, results, strict=True)):
+            if isinstance(result, Exception):
+                error = str(result.last if isinstance(result, SendFailed) and result.last else result)
+                record = RetryRecord(
+                    id=m.id,
+                    topic=m.topic,
+                    body=m.body,
+                    tags=m.tags,
+                    keys=tuple(m.keys),
+                    properties=dict(messages[i].properties),
+                    sharding_key=m.sharding_key,
+                    type=m.type,
+                    created_ms=m.created_ms,
+                    first_failure_ms=now,
+                    last_error=error,
+                    history=((now, error),),
+                )
+                due = now + int(self._policy_for(m.type).delay_s(0) * 1000)
+                by_due.setdefault(due, []).append((i, record))
+        for due, group in by_due.items():
+            try:
+                await self.retry.spool_many([r for _, r in group], due)
+            except Exception as exc:
+                for i, _ in group:
+                    out[i] = exc
+        return out
 
     async def _after_failure(self, p: Prepared, exc: RocketMQError) -> Outcome:
         if message_fault(exc):
@@ -248,20 +323,15 @@ class Sidecar:
                 delayed.append(i)
             else:
                 (spooled if ack is Ack.SPOOL else direct).append(i)
-        jobs: list[Awaitable[None]] = [self._one(out, i, self._schedule(items[i])) for i in delayed]  # type: ignore[arg-type]
+        jobs: list[Awaitable[None]] = []
+        if delayed:
+            jobs.append(self._schedule_group(out, [(i, items[i]) for i in delayed]))  # type: ignore[misc]
         if spooled:
             jobs.append(self._spool_group(out, [(i, items[i], "") for i in spooled], self._now_ms()))  # type: ignore[misc]
         if direct:
             jobs.append(self._send_direct(direct, items, out))
         await asyncio.gather(*jobs)
         return [o if o is not None else RuntimeError("no outcome") for o in out]
-
-    @staticmethod
-    async def _one(out: list[Outcome | Exception | None], i: int, coro: Awaitable[Outcome]) -> None:
-        try:
-            out[i] = await coro
-        except Exception as exc:  # each item's failure is its own; the batch goes on
-            out[i] = exc
 
     async def _spool_group(
         self, out: list[Outcome | Exception | None], group: list[tuple[int, Prepared, str]], due_ms: int

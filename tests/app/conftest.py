@@ -49,6 +49,14 @@ class Stack:
         for name in self.cluster.brokers:  # what the recovery probe would do on its next tick
             self.service.producer.fault.mark_recovered(name)
 
+    async def until_published(self, due_ms: int, timeout_s: float = 20.0) -> None:
+        """Wait for the delay scheduler to publish everything due by ``due_ms``."""
+        async with asyncio.timeout(timeout_s):
+            wait_ms = due_ms - self.service.delay.now_ms()
+            if wait_ms > 0:
+                await asyncio.sleep(wait_ms / 1000 + 0.001)  # the message's own due time, not a guess
+            await self.service.delay_scheduler.wait_idle()
+
     async def drain(self, timeout_s: float = 20.0) -> None:
         """Wait until the retry store is empty: idle replays, then the ladder's next due time."""
         async with asyncio.timeout(timeout_s):

@@ -57,7 +57,11 @@ async def test_ack_spool_and_status(stack: Stack, stub: pb_grpc.SidecarStub) -> 
             "properties.TAGS",
         ),
         (pb.Message(topic="T", body="x", delay_ms=-5), grpc.StatusCode.INVALID_ARGUMENT, "delay_ms"),
-        (pb.Message(topic="T", body="x", delay_ms=5000), grpc.StatusCode.UNIMPLEMENTED, "delay_ms"),
+        (
+            pb.Message(topic="T", body="x", deliver_at="tomorrow"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "deliver_at",
+        ),
     ],
 )
 async def test_invalid_input_has_the_same_rules_as_http(
@@ -148,3 +152,14 @@ def test_generated_code_is_current(tmp_path: Path) -> None:
     for name in ("rocksidecar_pb2.py", "rocksidecar_pb2_grpc.py", "rocksidecar_pb2.pyi"):
         fresh = (tmp_path / proto.parent / name).read_text()
         assert fresh == (REPO / proto.parent / name).read_text(), f"{name} is stale: run `make proto`"
+
+
+async def test_delayed_send_status_and_cancel(stack: Stack, stub: pb_grpc.SidecarStub) -> None:
+    r = await stub.Send(pb.SendRequest(message=pb.Message(topic="GD", body="x", delay_ms=60_000)))
+    assert r.status == pb.SCHEDULED and r.deliver_at_ms > 0
+    status = await stub.GetMessage(pb.GetMessageRequest(id=r.id))
+    assert status.status == pb.SCHEDULED and status.deliver_at_ms == r.deliver_at_ms
+    cancelled = await stub.Cancel(pb.CancelRequest(id=r.id))
+    assert cancelled.status == pb.CANCELLED
+    assert (await stub.GetMessage(pb.GetMessageRequest(id=r.id))).status == pb.CANCELLED
+    assert not stack.stored("GD")

@@ -113,12 +113,6 @@ async def test_batch_ack_spool(stack: Stack) -> None:
     assert len(stack.stored("BS")) == 10
 
 
-async def test_delayed_messages_are_not_available_yet(stack: Stack) -> None:
-    r = await stack.http.post("/v1/messages", json={"topic": "T", "body": "x", "delayMs": 5000})
-    assert r.status_code == 501 and r.json()["field"] == "delayMs"
-    assert stack.service.retry.stats().pending == 0 and not stack.stored("T")
-
-
 async def test_status_and_cancel_of_unknown_ids_are_404(stack: Stack) -> None:
     for method in ("GET", "DELETE"):
         r = await stack.http.request(method, "/v1/messages/NOPE")

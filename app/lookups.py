@@ -1,0 +1,54 @@
+"""Adapters from the stores to the sidecar's view of a message: status by id, and cancel."""
+
+from __future__ import annotations
+
+from app.sidecar import CancelResult, MessageState, Status
+from delay import DelayState, DelayStore
+from retry import RetryStore, State
+
+_DELAY_STATUS = {
+    DelayState.SCHEDULED: Status.SCHEDULED,
+    DelayState.SENT: Status.SENT,
+    DelayState.CANCELLED: Status.CANCELLED,
+}
+
+
+class RetryLookup:
+    """Where a spooled or dead-lettered message stands, from the retry store."""
+
+    def __init__(self, store: RetryStore) -> None:
+        self._store = store
+
+    async def state(self, id: str) -> MessageState | None:
+        found = self._store.get(id)
+        if found is None:
+            return None
+        record = self._store.pending_record(found.key) if found.state is State.SPOOLED else None
+        return MessageState(
+            id=id,
+            status=Status.SPOOLED if found.state is State.SPOOLED else Status.DEAD,
+            topic=record.topic if record else None,
+            attempts=found.attempts,
+            next_attempt_at_ms=found.next_attempt_at_ms,
+            last_error=found.last_error or None,
+            reason=found.reason,
+        )
+
+
+class DelayLookup:
+    """Scheduled, sent or cancelled delayed messages, from the delay store. Ask it after the retry store:
+    a delayed message whose publish failed is SENT here but still pending there."""
+
+    def __init__(self, store: DelayStore) -> None:
+        self._store = store
+
+    async def state(self, id: str) -> MessageState | None:
+        found = self._store.get(id)
+        if found is None:
+            return None
+        return MessageState(
+            id=id, status=_DELAY_STATUS[found.state], topic=found.topic, deliver_at_ms=found.due_ms
+        )
+
+    async def cancel(self, id: str) -> CancelResult:
+        return CancelResult((await self._store.cancel(id)).value)
