@@ -36,6 +36,12 @@ show "curl -s -X POST $API/v1/messages:batch -H 'content-type: application/json'
 step "Bad input: 400 application/problem+json naming the field; nothing is stored"
 show "curl -s -X POST $API/v1/messages -H 'content-type: application/json' -d '{\"topic\":\"Orders\",\"body\":\"x\",\"properties\":{\"UNIQ_KEY\":\"mine\"}}'"
 
+step "A delayed message: 202 SCHEDULED, synced locally, published when due (any delay up to 90 days)"
+out=$(curl -s -X POST "$API/v1/messages" -H 'content-type: application/json' -d '{"topic":"Orders","body":"remind me in 2 s","delayMs":2000}')
+echo "$out"
+later=$(echo "$out" | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+show "curl -s $API/v1/messages/$later"
+
 step "Both brokers down: the message is synced to the local store and answered 202 SPOOLED"
 curl -s -X POST "$ADMIN/brokers/broker-a/stop" >/dev/null
 curl -s -X POST "$ADMIN/brokers/broker-b/stop" >/dev/null
@@ -54,8 +60,11 @@ done
 show "curl -s -o /dev/null -w 'GET /v1/messages/$id -> %{http_code} (delivered; no longer held)\n' $API/v1/messages/$id"
 show "$BIN/rocksidecar store --data-dir $RUN/data stats"
 
+step "The delayed message went out when due (it keeps its id)"
+show "curl -s $API/v1/messages/$later"
+
 step "Metrics"
-show "curl -s $API/metrics | grep -E '^rocksidecar_(messages|replays|retry_pending|broker_backoff)' | grep -v ' 0.0$'"
+show "curl -s $API/metrics | grep -E '^rocksidecar_(messages|replays|retry_pending|broker_backoff|delay_lateness_seconds_(count|sum))' | grep -v ' 0.0$'"
 
 cat <<MSG
 
