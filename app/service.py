@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import time
@@ -38,6 +39,16 @@ log = logging.getLogger("rocksidecar")
 COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES, *delay.COLUMN_FAMILIES)
 PURGE_EVERY_S = 3600.0
 READY_CACHE_S = 2.0
+
+
+def tune_gc() -> None:
+    """Each request allocates hundreds of short-lived objects. With the default gen-0 threshold (700)
+    the cyclic GC runs constantly, and its older generations walk the ~70 000 long-lived objects of the
+    frameworks every time. Freeze what start-up created and collect less often: measured +58 % HTTP batch
+    throughput and half the p99 latency on the project's machines (bench/RESULTS.md)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
 
 
 def wall_ms() -> int:
@@ -259,6 +270,7 @@ async def run(settings: Settings, devbroker_brokers: int = 0) -> int:
         service = Service(settings, namesrv=namesrv)
         try:
             await service.start()
+            tune_gc()
             await stop.wait()
             log.info("stopping: draining in-flight work (grace %.0f s)", settings.shutdown_grace_s)
         finally:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.api import problems
-from app.sidecar import MessageState, Outcome
+from app.sidecar import MessageState, Outcome, Status
 
 _OUTCOME_FIELDS = (
     ("broker", "broker"),
@@ -19,8 +19,19 @@ _OUTCOME_FIELDS = (
 )
 
 
-def outcome_view(o: Outcome) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": o.id, "status": o.status.value}
+def outcome_view(o: Outcome, index: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {} if index is None else {"index": index}
+    if o.status is Status.SENT:  # the common case, built directly: one per message of a batch
+        out.update(
+            id=o.id,
+            status="SENT",
+            broker=o.broker,
+            queueId=o.queue_id,
+            queueOffset=o.queue_offset,
+            msgId=o.msg_id,
+        )
+        return out
+    out["id"], out["status"] = o.id, o.status.value
     for attr, key in _OUTCOME_FIELDS:
         value = getattr(o, attr)
         if value is not None and value != "":
@@ -33,7 +44,7 @@ def batch_view(results: Sequence[Outcome | Exception]) -> dict[str, Any]:
     counts = {"sent": 0, "spooled": 0, "scheduled": 0, "rejected": 0, "failed": 0}
     for i, r in enumerate(results):
         if isinstance(r, Outcome):
-            item = {"index": i, **outcome_view(r)}
+            item = outcome_view(r, i)
             counts[r.status.value.lower()] += 1
         else:
             status, body, _ = problems.from_exception(r)

