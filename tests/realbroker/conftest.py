@@ -51,21 +51,26 @@ def unique_topic(prefix: str) -> str:
     return f"{prefix}_{int(time.time() * 1000)}_{os.getpid()}"
 
 
-async def create_topic_everywhere(
-    ns: NameServerClient, api: BrokerApi, topic: str, queues: int = 4, brokers: int = 2
-) -> TopicRouteData:
-    """Create the topic on each of the cluster's ``brokers`` brokers and wait until its route lists them
-    all. Right after a restart the cluster info may not list every broker yet: wait for that first, or
-    the topic would exist on fewer brokers than the test assumes."""
+async def wait_for_brokers(ns: NameServerClient, brokers: int = 2) -> dict[str, str]:
+    """Broker name -> master address once the name server lists ``brokers`` brokers. Right after a
+    restart it may not list every broker yet, and a test starting then would see a smaller cluster."""
     addrs: dict[str, str] = {}
     for _ in range(300):  # polling an external system we do not control
         cluster = await ns.get_cluster_info()
         table = cluster.get("brokerAddrTable") or {}
         addrs = {name: b["brokerAddrs"]["0"] for name, b in table.items() if "0" in b.get("brokerAddrs", {})}  # type: ignore[union-attr]
         if len(addrs) >= brokers:
-            break
+            return addrs
         await asyncio.sleep(0.1)
-    assert len(addrs) >= brokers, f"the cluster lists {sorted(addrs)}; these tests need {brokers} brokers"
+    raise AssertionError(f"the cluster lists {sorted(addrs)}; these tests need {brokers} brokers")
+
+
+async def create_topic_everywhere(
+    ns: NameServerClient, api: BrokerApi, topic: str, queues: int = 4, brokers: int = 2
+) -> TopicRouteData:
+    """Create the topic on each of the cluster's ``brokers`` brokers and wait until its route lists them
+    all."""
+    addrs = await wait_for_brokers(ns, brokers)
     for addr in addrs.values():
         await api.create_topic(addr, topic, read_queue_nums=queues, write_queue_nums=queues)
     for _ in range(100):

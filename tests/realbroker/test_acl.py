@@ -4,13 +4,23 @@ Needs ROCKSIDECAR_TEST_ACL=accessKey:secretKey:allowedTopic:deniedTopic; skipped
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 
 import pytest
 
-from app.rocketmq import BrokerApi, Credentials, Message, NameServerClient, RemotingClient, SendFailed
+from app.rocketmq import (
+    BrokerApi,
+    Credentials,
+    Message,
+    NameServerClient,
+    RemotingClient,
+    SendFailed,
+    TopicNotExist,
+)
 from app.rocketmq.producer import Producer, ProducerConfig
-from tests.realbroker.conftest import pull_queue
+from tests.realbroker.conftest import pull_queue, wait_for_brokers
 
 ACL_ENV = "ROCKSIDECAR_TEST_ACL"
 
@@ -46,6 +56,17 @@ async def test_signed_requests_pass_and_bad_ones_are_refused(
     namesrv_addr: str, acl: tuple[str, str, str, str]
 ) -> None:
     ak, sk, allowed, denied = acl
+    client = RemotingClient()
+    try:  # name servers do not check ACL; wait until a restarted cluster is fully registered
+        ns = NameServerClient(client, namesrv_addr)
+        brokers = await wait_for_brokers(ns)
+        for _ in range(100):
+            with contextlib.suppress(TopicNotExist):
+                if {q.broker_name for q in (await ns.get_route("TBW102")).queue_datas} >= set(brokers):
+                    break
+            await asyncio.sleep(0.1)  # polling an external system we do not control
+    finally:
+        await client.close()
     ok = await send(namesrv_addr, Credentials(ak, sk), allowed)
     batch = await send(namesrv_addr, Credentials(ak, sk), allowed, batch=True)
     assert not any(isinstance(r, Exception) for r in batch)  # type: ignore[attr-defined]
