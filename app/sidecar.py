@@ -108,6 +108,11 @@ class DeliveryFailed(Exception):
         self.retriable = retriable
 
 
+def stored_message(s: RetryRecord | DelayedMessage) -> Message:
+    """The message a stored record (retry or delay) is sent as, under its original id."""
+    return Message(s.topic, s.body, tags=s.tags, keys=tuple(s.keys), properties=dict(s.properties), id=s.id)
+
+
 def message_fault(exc: BaseException) -> bool:
     """The broker refused the message itself: sending it again can never work."""
     last = exc.last if isinstance(exc, SendFailed) else exc
@@ -219,10 +224,7 @@ class Sidecar:
         """The delay scheduler's ``publish``: send due messages as batches; spool what fails into the retry
         store (which also dead-letters what the broker refuses). An exception per message means "stored
         nowhere": the scheduler keeps it and tries again."""
-        messages = [
-            Message(m.topic, m.body, tags=m.tags, keys=tuple(m.keys), properties=dict(m.properties), id=m.id)
-            for m in msgs
-        ]
+        messages = [stored_message(m) for m in msgs]
         results = await self.producer.send_batch(messages, [m.sharding_key for m in msgs], validated=True)
         out: list[Exception | None] = [None] * len(msgs)
         now = self._now_ms()
@@ -268,14 +270,7 @@ class Sidecar:
 
     async def redeliver(self, record: RetryRecord) -> None:
         """The retry store's ``deliver``: send a spooled message again, under its original id."""
-        msg = Message(
-            record.topic,
-            record.body,
-            tags=record.tags,
-            keys=tuple(record.keys),
-            properties=dict(record.properties),
-            id=record.id,
-        )
+        msg = stored_message(record)
         try:
             await self.producer.send(msg, sharding_key=record.sharding_key, validated=True)
         except RocketMQError as exc:
@@ -284,10 +279,7 @@ class Sidecar:
     async def redeliver_batch(self, records: Sequence[RetryRecord]) -> list[Exception | None]:
         """The retry store's ``deliver_batch``: one SEND_BATCH_MESSAGE per queue instead of one send
         per message; an outcome per record."""
-        messages = [
-            Message(r.topic, r.body, tags=r.tags, keys=tuple(r.keys), properties=dict(r.properties), id=r.id)
-            for r in records
-        ]
+        messages = [stored_message(r) for r in records]
         results = await self.producer.send_batch(messages, [r.sharding_key for r in records], validated=True)
         return [
             None

@@ -9,44 +9,18 @@ Targets: >= 3 000 single requests/s and >= 50 000 messages/s in batches of 100.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from pathlib import Path
 
-import httpx
 import uvloop
 
-from bench.common import REPO, Row, devbroker_process, environment, free_port, print_rows
+from bench.common import REPO, Row, devbroker_process, environment, print_rows
 from bench.send_throughput import measure
-
-
-@contextlib.contextmanager
-def sidecar(namesrv: str, data_dir: str) -> Iterator[int]:
-    port = free_port()
-    env = {
-        **os.environ,
-        "ROCKSIDECAR_NAMESRV": namesrv,
-        "ROCKSIDECAR_HTTP_ADDR": f"127.0.0.1:{port}",
-        "ROCKSIDECAR_GRPC_ADDR": f"127.0.0.1:{free_port()}",
-        "ROCKSIDECAR_DATA_DIR": data_dir,
-        "ROCKSIDECAR_LOG_LEVEL": "warning",
-    }
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=REPO)
-    try:
-        for _ in range(300):
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.1)  # another process coming up
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(30)
+from bench.sidecar_process import sidecar_process
 
 
 def load(port: int, path: str, body: bytes, connections: int, seconds: float) -> dict[str, object]:
@@ -88,7 +62,8 @@ def run(label: str, namesrv: str, args: argparse.Namespace) -> list[Row]:
     single = json.dumps({"topic": topic, "body": body}).encode()
     batch = json.dumps({"messages": [{"topic": topic, "body": body} for _ in range(100)]}).encode()
     rows: list[Row] = []
-    with tempfile.TemporaryDirectory() as data, sidecar(namesrv, data) as port:
+    with tempfile.TemporaryDirectory() as data, sidecar_process(namesrv, Path(data)) as (url, _):
+        port = int(url.rsplit(":", 1)[1])
         load(port, "/v1/messages", single, 8, 2)  # warm up: routes, connections, auto-creation
         s = load(port, "/v1/messages", single, args.connections, args.seconds)
         b = load(port, "/v1/messages:batch", batch, args.batch_connections, args.seconds)

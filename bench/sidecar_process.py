@@ -1,5 +1,5 @@
 """The real sidecar (`rocksidecar serve`) as a subprocess on free loopback ports, pointed at a name
-server, for benchmarks and end-to-end tests."""
+server or running its own embedded devbroker, for benchmarks and end-to-end tests."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 
@@ -19,24 +20,34 @@ from bench.common import free_port
 START_TIMEOUT_S = 60.0
 
 
+class SidecarProcess(NamedTuple):
+    url: str  # http://127.0.0.1:PORT
+    proc: subprocess.Popen[bytes]
+
+
 @contextlib.contextmanager
-def sidecar_process(namesrv: str, data_dir: Path, **settings: str) -> Iterator[str]:
-    """Yield the sidecar's base URL once /readyz answers 200. ``settings``: extra ROCKSIDECAR_*
-    variables without the prefix, e.g. BATCH_LIMIT="2000". Its output goes to data_dir/sidecar.log."""
+def sidecar_process(namesrv: str | None, data_dir: Path, **settings: str) -> Iterator[SidecarProcess]:
+    """The running sidecar once /readyz answers 200; ``namesrv`` None starts it with ``--devbroker``.
+    ``settings``: extra ROCKSIDECAR_* variables without the prefix, e.g. BATCH_LIMIT="2000". Its
+    output goes to data_dir/sidecar.log."""
     http_addr = f"127.0.0.1:{free_port()}"
     env = {
         **os.environ,
         "ROCKSIDECAR_HTTP_ADDR": http_addr,
         "ROCKSIDECAR_GRPC_ADDR": f"127.0.0.1:{free_port()}",
         "ROCKSIDECAR_DATA_DIR": str(data_dir / "store"),
-        "ROCKSIDECAR_NAMESRV": namesrv,
         "ROCKSIDECAR_LOG_LEVEL": "warning",
         **{f"ROCKSIDECAR_{k}": v for k, v in settings.items()},
     }
+    if namesrv is not None:
+        env["ROCKSIDECAR_NAMESRV"] = namesrv
+    else:
+        env.pop("ROCKSIDECAR_NAMESRV", None)
     exe = shutil.which("rocksidecar", path=str(Path(sys.executable).parent)) or "rocksidecar"
     log = data_dir / "sidecar.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([exe, "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        args = [exe, "serve"] if namesrv is not None else [exe, "serve", "--devbroker"]
+        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://{http_addr}"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -47,9 +58,10 @@ def sidecar_process(namesrv: str, data_dir: Path, **settings: str) -> Iterator[s
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the sidecar did not become ready:\n{log.read_text()[-3000:]}")
             time.sleep(0.1)  # waiting for another process to listen: nothing to await
-        yield url
+        yield SidecarProcess(url, proc)
     finally:
-        proc.terminate()
+        if proc.poll() is None:
+            proc.terminate()
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:

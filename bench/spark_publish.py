@@ -107,7 +107,7 @@ def main() -> None:
     with (
         devbroker_process(max_log_mb=4096) as dev,
         tempfile.TemporaryDirectory() as data,
-        sidecar_process(dev.namesrv, Path(data)) as url,
+        sidecar_process(dev.namesrv, Path(data)) as (url, _),
     ):
         spark = (
             SparkSession.builder.master("local[2]")

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +14,6 @@ import pytest
 from app.config import Settings
 from app.rocketmq import MessageExt
 from app.service import COLUMN_FAMILIES, Service
-from bench.common import REPO, free_port
 from devbroker import DevCluster
 from retry.policy import RetryPolicy
 from storage.rocks import RocksKV
@@ -109,45 +103,3 @@ def make_stack(tmp_path: Path) -> Callable[..., Any]:
 async def stack(make_stack: Callable[..., Any]) -> AsyncIterator[Stack]:
     async with make_stack() as s:
         yield s
-
-
-@contextmanager
-def sidecar_process(data_dir: Path, **env: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """`rocksidecar serve --devbroker` as a child process; yields it and its HTTP base URL once
-    /healthz answers."""
-    http = free_port()
-    full = {
-        **os.environ,
-        "ROCKSIDECAR_HTTP_ADDR": f"127.0.0.1:{http}",
-        "ROCKSIDECAR_GRPC_ADDR": f"127.0.0.1:{free_port()}",
-        "ROCKSIDECAR_DATA_DIR": str(data_dir),
-        **env,
-    }
-    full.pop("ROCKSIDECAR_NAMESRV", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--devbroker"],
-        env=full,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=REPO,
-    )
-    url = f"http://127.0.0.1:{http}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:  # another process coming up: polling is the only way to see it
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "the sidecar did not start"
-            time.sleep(0.05)
-        yield proc, url
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.app.conftest import Stack, sidecar_process
+from bench.sidecar_process import sidecar_process
+from tests.app.conftest import Stack
 
 
 async def test_thousand_posts_with_brokers_down_all_arrive_later(stack: Stack) -> None:
@@ -44,7 +45,7 @@ async def test_thousand_posts_with_brokers_down_all_arrive_later(stack: Stack) -
 
 
 def test_sigterm_drains_and_exits_zero(tmp_path: Path) -> None:
-    with sidecar_process(tmp_path, ROCKSIDECAR_SHUTDOWN_GRACE_S="5") as (proc, url):
+    with sidecar_process(None, tmp_path, SHUTDOWN_GRACE_S="5") as (url, proc):
         r = httpx.post(f"{url}/v1/messages", json={"topic": "Bye", "body": "x"}, timeout=10)
         assert r.status_code == 200
         proc.send_signal(signal.SIGTERM)

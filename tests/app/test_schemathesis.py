@@ -16,7 +16,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from tests.app.conftest import sidecar_process
+from bench.sidecar_process import sidecar_process
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
@@ -24,7 +24,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 @pytest.fixture(scope="module")
 def sidecar_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data = tmp_path_factory.mktemp("schemathesis")
-    with sidecar_process(data, ROCKSIDECAR_SEND_TIMEOUT_MS="1000", ROCKSIDECAR_LOG_LEVEL="error") as (_, url):
+    with sidecar_process(None, data, SEND_TIMEOUT_MS="1000", LOG_LEVEL="error") as (url, _):
         yield url
 
 

@@ -35,5 +35,5 @@ async def _pull(namesrv: str, topic: str) -> list[MessageExt]:
 
 @contextlib.contextmanager
 def sidecar_process(namesrv: str, data_dir: Path) -> Iterator[Sidecar]:
-    with _sidecar_process(namesrv, data_dir) as url:
+    with _sidecar_process(namesrv, data_dir) as (url, _):
         yield Sidecar(url, namesrv)
