@@ -8,6 +8,7 @@ The promise lives here: an outcome other than an error means the message is stor
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from app.rocketmq.producer import Producer
 from delay import DelayedMessage
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
+
+log = logging.getLogger(__name__)
 
 
 class Ack(Enum):
@@ -70,6 +73,8 @@ class DelaySchedule(Protocol):
     async def schedule(self, msg: DelayedMessage) -> None: ...
 
     async def schedule_many(self, msgs: Sequence[DelayedMessage]) -> None: ...
+
+    async def record_sent(self, ids: Sequence[str]) -> None: ...
 
 
 class CancelResult(Enum):
@@ -275,18 +280,32 @@ class Sidecar:
             await self.producer.send(msg, sharding_key=record.sharding_key, validated=True)
         except RocketMQError as exc:
             raise DeliveryFailed(str(exc), retriable=not message_fault(exc)) from exc
+        await self._note_sent([record.id])
 
     async def redeliver_batch(self, records: Sequence[RetryRecord]) -> list[Exception | None]:
         """The retry store's ``deliver_batch``: one SEND_BATCH_MESSAGE per queue instead of one send
         per message; an outcome per record."""
         messages = [stored_message(r) for r in records]
         results = await self.producer.send_batch(messages, [r.sharding_key for r in records], validated=True)
+        await self._note_sent(
+            [r.id for r, res in zip(records, results, strict=True) if isinstance(res, SendResult)]
+        )
         return [
             None
             if isinstance(res, SendResult)
             else DeliveryFailed(str(res), retriable=not message_fault(res))
             for res in results
         ]
+
+    async def _note_sent(self, ids: list[str]) -> None:
+        """Remember for a while that these spooled messages went out, so their status says SENT (and a
+        late cancel 409) instead of "unknown". Best effort: they are delivered either way."""
+        if not ids or self.delay is None:
+            return
+        try:
+            await self.delay.record_sent(ids)
+        except Exception as exc:
+            log.warning("could not record %d delivered ids: %s", len(ids), exc)
 
     async def status(self, id: str) -> MessageState | None:
         for lookup in self._lookups:

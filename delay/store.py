@@ -193,6 +193,18 @@ class DelayStore:
     def advance_floor(self, floor: bytes) -> None:
         self._progress.advance_floor(floor)
 
+    async def record_sent(self, ids: Sequence[str]) -> None:
+        """Mark messages delivered by another path (the retry store's replay) as SENT now, so their
+        status and a late cancel answer as for a published delayed message, for the same retention.
+
+        Raises:
+            StorageError: not recorded.
+        """
+        now = self.now_ms()
+        ops: list[Op] = [op for id_ in ids for op in DoneMarkers.ops(id_, SENT, now)]
+        if ops:
+            await self.writer.write(ops)
+
     # --- reads and housekeeping ----------------------------------------------------------------------
     def get(self, id_: str) -> DelayStatus | None:
         """SCHEDULED (due time, topic), SENT or CANCELLED (when), or None if unknown or purged."""

@@ -55,9 +55,9 @@ step "Brokers back: the replay loop delivers it (the ladder's first rung is 3 s)
 curl -s -X POST "$ADMIN/brokers/broker-a/start" >/dev/null
 curl -s -X POST "$ADMIN/brokers/broker-b/start" >/dev/null
 for _ in $(seq 1 60); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "$API/v1/messages/$id")" = 404 ] && break; sleep 0.5
+  curl -s "$API/v1/messages/$id" | grep -q '"SENT"' && break; sleep 0.5
 done
-show "curl -s -o /dev/null -w 'GET /v1/messages/$id -> %{http_code} (delivered; no longer held)\n' $API/v1/messages/$id"
+show "curl -s $API/v1/messages/$id"
 show "$BIN/rocksidecar store --data-dir $RUN/data stats"
 
 step "The delayed message went out when due (it keeps its id)"

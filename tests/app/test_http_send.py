@@ -62,7 +62,9 @@ async def test_broker_down_spools_with_the_reason_and_replays_when_back(stack: S
     await stack.start_brokers()
     await stack.drain()
     assert doc["id"] in {m.uniq_key for m in stack.stored("Flaky")}
-    assert (await stack.http.get(f"/v1/messages/{doc['id']}")).status_code == 404  # delivered: no longer held
+    delivered = await stack.http.get(f"/v1/messages/{doc['id']}")
+    assert delivered.status_code == 200 and delivered.json()["status"] == "SENT"  # remembered for 24 h
+    assert (await stack.http.delete(f"/v1/messages/{doc['id']}")).status_code == 409
 
 
 async def test_broker_refusing_the_message_itself_is_422_and_nothing_is_kept(stack: Stack) -> None:

@@ -226,3 +226,15 @@ async def test_a_caller_cancelled_during_the_write_still_settles_the_store() -> 
     assert status is not None and status.state is DelayState.CANCELLED
     await store.close()
     await writer.close()
+
+
+async def test_messages_sent_by_another_path_are_remembered_as_sent(h: Harness) -> None:
+    # The retry store's replay delivered these; the delay store keeps the outcome like its own.
+    await h.store.record_sent(["R1", "R2"])
+    status = h.store.get("R1")
+    assert status is not None and status.state is DelayState.SENT and status.at_ms == h.store.now_ms()
+    assert await h.store.cancel("R2") is CancelOutcome.ALREADY_SENT
+    assert h.store.get("unknown") is None
+    h.kv.sync_fault = "IO error: no space"
+    with pytest.raises(StorageError):
+        await h.store.record_sent(["R3"])
