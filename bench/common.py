@@ -91,6 +91,10 @@ class DevbrokerProcess:
     def clear(self, broker: str) -> None:
         httpx.delete(f"{self.admin_url}/brokers/{broker}/faults", timeout=10).raise_for_status()
 
+    def act(self, broker: str, action: str) -> None:
+        """stop, start or drop a broker through the admin endpoint."""
+        httpx.post(f"{self.admin_url}/brokers/{broker}/{action}", timeout=10).raise_for_status()
+
 
 @contextlib.contextmanager
 def devbroker_process(
