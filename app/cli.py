@@ -13,7 +13,6 @@ COMMANDS: dict[str, str] = {
     "serve": "app.serve_cli",
     "devbroker": "devbroker.cli",
     "store": "retry.cli",
-    "dmq": "delay.cli",
     "spark-publish": "pipeline.cli",
 }
 
@@ -22,16 +21,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rocksidecar", description=__doc__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in COMMANDS.items():
-        if only is not None and name != only:
-            sub.add_parser(name, help=f"(see rocksidecar {name} --help)", add_help=False)
-            continue
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name and module.startswith(exc.name):
-                continue  # that part of rocksidecar is not built yet
-            raise
-        mod.register(sub)
+        if only is None or name == only:  # only the command being run: its imports are all we pay for
+            importlib.import_module(module).register(sub)
     return parser
 
 

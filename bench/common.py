@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -125,16 +126,8 @@ def devbroker_process(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{admin_port}/brokers", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"devbroker did not start: {proc.stdout.read() if proc.stdout else ''}")
-            time.sleep(0.1)  # waiting for another process to listen: nothing to await
+        if not wait_for_http(f"http://127.0.0.1:{admin_port}/brokers", proc, 30.0):
+            raise RuntimeError(f"devbroker did not start: {proc.stdout.read() if proc.stdout else ''}")
         yield DevbrokerProcess(f"127.0.0.1:{ns_port}", f"http://127.0.0.1:{admin_port}")
     finally:
         proc.terminate()
@@ -142,6 +135,17 @@ def devbroker_process(
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def wait_for_http(url: str, proc: subprocess.Popen[Any], timeout_s: float) -> bool:
+    """True once ``url`` answers 200; False if ``proc`` exits or the time runs out first."""
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=1).status_code == 200:
+                return True
+        time.sleep(0.1)  # waiting for another process to listen: nothing to await
+    return False
 
 
 def environment() -> str:

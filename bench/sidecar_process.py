@@ -8,14 +8,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-import httpx
-
-from bench.common import free_port
+from bench.common import free_port, wait_for_http
 
 START_TIMEOUT_S = 60.0
 
@@ -50,14 +47,8 @@ def sidecar_process(namesrv: str | None, data_dir: Path, **settings: str) -> Ite
         proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://{http_addr}"
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the sidecar did not become ready:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)  # waiting for another process to listen: nothing to await
+        if not wait_for_http(f"{url}/readyz", proc, START_TIMEOUT_S):
+            raise RuntimeError(f"the sidecar did not become ready:\n{log.read_text()[-3000:]}")
         yield SidecarProcess(url, proc)
     finally:
         if proc.poll() is None:

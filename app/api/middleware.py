@@ -17,7 +17,6 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-OPEN_PATHS = ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs")
 
 
 class EdgeMiddleware:

@@ -85,11 +85,6 @@ class RemotingClient:
     def connected_addresses(self) -> list[str]:
         return [a for a, c in self._conns.items() if not c.is_closed]
 
-    def close_connection(self, addr: str) -> None:
-        conn = self._conns.pop(addr, None)
-        if conn is not None:
-            conn.close()
-
     async def close(self) -> None:
         self._closed = True
         for fut in list(self._connecting.values()):
