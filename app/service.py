@@ -28,6 +28,7 @@ from app.request import Limits
 from app.rocketmq import BrokerApi, Credentials, NameServerClient, RemotingClient
 from app.rocketmq.producer import Producer, ProducerConfig
 from app.sidecar import Sidecar
+from app.store_delivery import StoreDelivery
 from delay import DelayScheduler, DelayStore
 from retry import DeadLetterNotifier, ReplayLoop, RetryStore
 from retry.keys import COLUMN_FAMILIES as RETRY_CFS
@@ -113,15 +114,18 @@ class Service:
             canceller=delay_lookup,
             now_ms=self.retry.now_ms,  # never runs backwards: a clock step cannot make a rung fire early
         )
+        delivery = StoreDelivery(
+            self.producer, self.retry, self.delay, policy_for=s.retry_policy, now_ms=self.retry.now_ms
+        )
         self.delay_scheduler = DelayScheduler(
-            self.delay, self.sidecar.publish_delayed, on_published=self.metrics.delay_lateness.observe
+            self.delay, delivery.publish_delayed, on_published=self.metrics.delay_lateness.observe
         )
         self.replay = ReplayLoop(
             self.retry,
-            self.sidecar.redeliver,
+            delivery.redeliver,
             s.retry_policy,
             workers=s.replay_workers,
-            deliver_batch=self.sidecar.redeliver_batch,
+            deliver_batch=delivery.redeliver_batch,
             on_replayed=lambda outcome: self.metrics.replays.labels(outcome).inc(),
         )
         self.metrics.add_state(StateCollector(self.producer.fault_table, self._store_stats))

@@ -8,7 +8,6 @@ The promise lives here: an outcome other than an error means the message is stor
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -16,14 +15,12 @@ from enum import Enum
 from typing import Protocol
 
 from app.request import Prepared, RequestError
-from app.rocketmq import InvalidMessageError, Message, RocketMQError, SendFailed, SendResult
+from app.rocketmq import InvalidMessageError, RocketMQError, SendFailed, SendResult
 from app.rocketmq.errors import MessageIllegal
 from app.rocketmq.producer import Producer
 from delay import DelayedMessage
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
-
-log = logging.getLogger(__name__)
 
 
 class Ack(Enum):
@@ -74,8 +71,6 @@ class DelaySchedule(Protocol):
 
     async def schedule_many(self, msgs: Sequence[DelayedMessage]) -> None: ...
 
-    async def record_sent(self, ids: Sequence[str]) -> None: ...
-
 
 class CancelResult(Enum):
     CANCELLED = "cancelled"
@@ -105,17 +100,9 @@ class Canceller(Protocol):
     async def cancel(self, id: str) -> CancelResult: ...
 
 
-class DeliveryFailed(Exception):
-    """A redelivery from the retry store failed; ``retriable`` False dead-letters it at once."""
-
-    def __init__(self, message: str, *, retriable: bool) -> None:
-        super().__init__(message)
-        self.retriable = retriable
-
-
-def stored_message(s: RetryRecord | DelayedMessage) -> Message:
-    """The message a stored record (retry or delay) is sent as, under its original id."""
-    return Message(s.topic, s.body, tags=s.tags, keys=tuple(s.keys), properties=dict(s.properties), id=s.id)
+def last_error(exc: RocketMQError) -> str:
+    """What went wrong, as kept with a spooled message: the last attempt's error when there were any."""
+    return str(exc.last if isinstance(exc, SendFailed) and exc.last else exc)
 
 
 def message_fault(exc: BaseException) -> bool:
@@ -225,87 +212,17 @@ class Sidecar:
             assert p.message.id is not None
             out[i] = Outcome(p.message.id, Status.SCHEDULED, deliver_at_ms=p.deliver_at_ms)
 
-    async def publish_delayed(self, msgs: Sequence[DelayedMessage]) -> list[Exception | None]:
-        """The delay scheduler's ``publish``: send due messages as batches; spool what fails into the retry
-        store (which also dead-letters what the broker refuses). An exception per message means "stored
-        nowhere": the scheduler keeps it and tries again."""
-        messages = [stored_message(m) for m in msgs]
-        results = await self.producer.send_batch(messages, [m.sharding_key for m in msgs], validated=True)
-        out: list[Exception | None] = [None] * len(msgs)
-        now = self._now_ms()
-        by_due: dict[int, list[tuple[int, RetryRecord]]] = {}
-        for i, (m, result) in enumerate(zip(msgs, results, strict=True)):
-            if isinstance(result, Exception):
-                error = str(result.last if isinstance(result, SendFailed) and result.last else result)
-                record = RetryRecord(
-                    id=m.id,
-                    topic=m.topic,
-                    body=m.body,
-                    tags=m.tags,
-                    keys=tuple(m.keys),
-                    properties=dict(messages[i].properties),
-                    sharding_key=m.sharding_key,
-                    type=m.type,
-                    created_ms=m.created_ms,
-                    first_failure_ms=now,
-                    last_error=error,
-                    history=((now, error),),
-                )
-                due = now + int(self._policy_for(m.type).delay_s(0) * 1000)
-                by_due.setdefault(due, []).append((i, record))
-        for due, group in by_due.items():
-            try:
-                await self.retry.spool_many([r for _, r in group], due)
-            except Exception as exc:
-                for i, _ in group:
-                    out[i] = exc
-        return out
-
     async def _after_failure(self, p: Prepared, exc: RocketMQError) -> Outcome:
         if message_fault(exc):
             raise RequestError(
                 f"the broker refused the message: {exc}", field=None, status=422, title="Message refused"
             ) from exc
         now = self._now_ms()
-        error = str(exc.last if isinstance(exc, SendFailed) and exc.last else exc)
+        error = last_error(exc)
         due = now + int(self._policy_for(p.type).delay_s(0) * 1000)
         await self.retry.spool(self.record(p, error=error, failed_at_ms=now), due)
         assert p.message.id is not None
         return Outcome(p.message.id, Status.SPOOLED, next_attempt_at_ms=due, last_error=error)
-
-    async def redeliver(self, record: RetryRecord) -> None:
-        """The retry store's ``deliver``: send a spooled message again, under its original id."""
-        msg = stored_message(record)
-        try:
-            await self.producer.send(msg, sharding_key=record.sharding_key, validated=True)
-        except RocketMQError as exc:
-            raise DeliveryFailed(str(exc), retriable=not message_fault(exc)) from exc
-        await self._note_sent([record.id])
-
-    async def redeliver_batch(self, records: Sequence[RetryRecord]) -> list[Exception | None]:
-        """The retry store's ``deliver_batch``: one SEND_BATCH_MESSAGE per queue instead of one send
-        per message; an outcome per record."""
-        messages = [stored_message(r) for r in records]
-        results = await self.producer.send_batch(messages, [r.sharding_key for r in records], validated=True)
-        await self._note_sent(
-            [r.id for r, res in zip(records, results, strict=True) if isinstance(res, SendResult)]
-        )
-        return [
-            None
-            if isinstance(res, SendResult)
-            else DeliveryFailed(str(res), retriable=not message_fault(res))
-            for res in results
-        ]
-
-    async def _note_sent(self, ids: list[str]) -> None:
-        """Remember for a while that these spooled messages went out, so their status says SENT (and a
-        late cancel 409) instead of "unknown". Best effort: they are delivered either way."""
-        if not ids or self.delay is None:
-            return
-        try:
-            await self.delay.record_sent(ids)
-        except Exception as exc:
-            log.warning("could not record %d delivered ids: %s", len(ids), exc)
 
     async def status(self, id: str) -> MessageState | None:
         for lookup in self._lookups:
@@ -379,7 +296,7 @@ class Sidecar:
                     title="Message refused",
                 )
             else:
-                error = str(result.last if isinstance(result, SendFailed) and result.last else result)
+                error = last_error(result)
                 due = now + int(self._policy_for(p.type).delay_s(0) * 1000)
                 failed_by_due.setdefault(due, []).append((i, p, error))
         await asyncio.gather(*(self._spool_group(out, group, due) for due, group in failed_by_due.items()))

@@ -1,0 +1,119 @@
+"""What the background loops deliver through: the retry store's ``deliver``/``deliver_batch`` and the
+delay scheduler's ``publish``. Stored messages go out under their original id; a delayed message whose
+publish fails falls into the retry store."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from app.rocketmq import Message, RocketMQError, SendResult
+from app.rocketmq.producer import Producer
+from app.sidecar import RetrySpool, last_error, message_fault
+from delay import DelayedMessage, DelayStore
+from retry.policy import RetryPolicy
+from retry.record import RetryRecord
+
+log = logging.getLogger(__name__)
+
+
+class DeliveryFailed(Exception):
+    """A redelivery from the retry store failed; ``retriable`` False dead-letters it at once."""
+
+    def __init__(self, message: str, *, retriable: bool) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+def stored_message(s: RetryRecord | DelayedMessage) -> Message:
+    """The message a stored record (retry or delay) is sent as, under its original id."""
+    return Message(s.topic, s.body, tags=s.tags, keys=tuple(s.keys), properties=dict(s.properties), id=s.id)
+
+
+class StoreDelivery:
+    def __init__(
+        self,
+        producer: Producer,
+        retry: RetrySpool,
+        delay: DelayStore,
+        *,
+        policy_for: Callable[[str], RetryPolicy],
+        now_ms: Callable[[], int],
+    ) -> None:
+        self._producer = producer
+        self._retry = retry
+        self._delay = delay
+        self._policy_for = policy_for
+        self._now_ms = now_ms
+
+    async def redeliver(self, record: RetryRecord) -> None:
+        """The retry store's ``deliver``: send a spooled message again, under its original id."""
+        try:
+            await self._producer.send(
+                stored_message(record), sharding_key=record.sharding_key, validated=True
+            )
+        except RocketMQError as exc:
+            raise DeliveryFailed(str(exc), retriable=not message_fault(exc)) from exc
+        await self._note_sent([record.id])
+
+    async def redeliver_batch(self, records: Sequence[RetryRecord]) -> list[Exception | None]:
+        """The retry store's ``deliver_batch``: one SEND_BATCH_MESSAGE per queue instead of one send
+        per message; an outcome per record."""
+        messages = [stored_message(r) for r in records]
+        results = await self._producer.send_batch(messages, [r.sharding_key for r in records], validated=True)
+        await self._note_sent(
+            [r.id for r, res in zip(records, results, strict=True) if isinstance(res, SendResult)]
+        )
+        return [
+            None
+            if isinstance(res, SendResult)
+            else DeliveryFailed(str(res), retriable=not message_fault(res))
+            for res in results
+        ]
+
+    async def _note_sent(self, ids: list[str]) -> None:
+        """Remember for a while that these spooled messages went out, so their status says SENT (and a
+        late cancel 409) instead of "unknown". Best effort: they are delivered either way."""
+        if not ids:
+            return
+        try:
+            await self._delay.record_sent(ids)
+        except Exception as exc:
+            log.warning("could not record %d delivered ids: %s", len(ids), exc)
+
+    async def publish_delayed(self, msgs: Sequence[DelayedMessage]) -> list[Exception | None]:
+        """The delay scheduler's ``publish``: send due messages as batches; spool what fails into the retry
+        store (which also dead-letters what the broker refuses). An exception per message means "stored
+        nowhere": the scheduler keeps it and tries again."""
+        results = await self._producer.send_batch(
+            [stored_message(m) for m in msgs], [m.sharding_key for m in msgs], validated=True
+        )
+        out: list[Exception | None] = [None] * len(msgs)
+        now = self._now_ms()
+        by_due: dict[int, list[tuple[int, RetryRecord]]] = {}
+        for i, (m, result) in enumerate(zip(msgs, results, strict=True)):
+            if isinstance(result, Exception):
+                error = last_error(result)
+                record = RetryRecord(
+                    id=m.id,
+                    topic=m.topic,
+                    body=m.body,
+                    tags=m.tags,
+                    keys=tuple(m.keys),
+                    properties=dict(m.properties),
+                    sharding_key=m.sharding_key,
+                    type=m.type,
+                    created_ms=m.created_ms,
+                    first_failure_ms=now,
+                    last_error=error,
+                    history=((now, error),),
+                )
+                due = now + int(self._policy_for(m.type).delay_s(0) * 1000)
+                by_due.setdefault(due, []).append((i, record))
+        for due, group in by_due.items():
+            try:
+                await self._retry.spool_many([r for _, r in group], due)
+            except Exception as exc:
+                for i, _ in group:
+                    out[i] = exc
+        return out
