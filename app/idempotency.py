@@ -33,6 +33,16 @@ def fingerprint(path: str, query: str, body: bytes) -> str:
     return hashlib.sha256(path.encode() + b"?" + query.encode() + b"\n" + body).hexdigest()
 
 
+def _check_same(first_fp: str, fp: str) -> None:
+    if first_fp != fp:
+        raise RequestError(
+            "this Idempotency-Key was used with a different request",
+            status=422,
+            field="Idempotency-Key",
+            title="Idempotency-Key reused",
+        )
+
+
 def final(answer: Answer) -> bool:
     """Whether repeating the request could only give this answer again."""
     status, body = answer
@@ -47,7 +57,8 @@ class IdempotencyStore:
         self._writer = writer
         self._window_ms = int(window_s * 1000)
         self._now_ms = now_ms
-        self._inflight: dict[str, asyncio.Future[Answer]] = {}
+        # key -> (fingerprint, future of the first request's answer)
+        self._inflight: dict[str, tuple[str, asyncio.Future[Answer]]] = {}
 
     def _stored(self, key: str) -> tuple[str, Answer] | None:
         raw = self._kv.get(CF_ANSWERS, key.encode())
@@ -61,19 +72,16 @@ class IdempotencyStore:
     async def run(self, key: str, fp: str, compute: Callable[[], Awaitable[Answer]]) -> Answer:
         pending = self._inflight.get(key)
         if pending is not None:
-            return await asyncio.shield(pending)
+            # A concurrent repeat gets the first answer only if it is the same request: a different
+            # body under the same key would otherwise be answered 2xx and never stored.
+            _check_same(pending[0], fp)
+            return await asyncio.shield(pending[1])
         stored = self._stored(key)
         if stored is not None:
-            if stored[0] != fp:
-                raise RequestError(
-                    "this Idempotency-Key was used with a different request",
-                    status=422,
-                    field="Idempotency-Key",
-                    title="Idempotency-Key reused",
-                )
+            _check_same(stored[0], fp)
             return stored[1]
         fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = fut
+        self._inflight[key] = (fp, fut)
         try:
             answer = await compute()
             if final(answer):

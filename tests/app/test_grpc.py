@@ -3,6 +3,7 @@ message by sequence; errors carry the field; the generated code is current."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -107,6 +108,27 @@ async def test_idempotency_key(stack: Stack, stub: pb_grpc.SidecarStub) -> None:
     req = pb.SendRequest(message=pb.Message(topic="GI", body="x"), idempotency_key="g-1")
     first, again = await stub.Send(req), await stub.Send(req)
     assert first == again and len(stack.stored("GI")) == 1
+
+
+async def test_concurrent_idempotency_key_with_different_bodies(
+    stack: Stack, stub: pb_grpc.SidecarStub
+) -> None:
+    for broker in stack.cluster.brokers.values():
+        broker.faults.latency_s = 0.2  # the first request is still in flight when the others arrive
+
+    async def send(i: int) -> pb.SendResponse | grpc.StatusCode:
+        req = pb.SendRequest(message=pb.Message(topic="GD", body=f"conc-body-{i}"), idempotency_key="gd")
+        try:
+            return await stub.Send(req)
+        except grpc.aio.AioRpcError as exc:
+            return exc.code()
+
+    answers = await asyncio.gather(*(send(i) for i in range(10)))
+    sent = [(i, a) for i, a in enumerate(answers) if not isinstance(a, grpc.StatusCode)]
+    assert [a for a in answers if isinstance(a, grpc.StatusCode)] == [grpc.StatusCode.INVALID_ARGUMENT] * 9
+    [(i, ok)] = sent
+    [stored] = stack.stored("GD")
+    assert stored.uniq_key == ok.id and stored.body == f"conc-body-{i}".encode()
 
 
 async def test_unknown_ids(stub: pb_grpc.SidecarStub) -> None:

@@ -82,6 +82,30 @@ async def test_concurrent_repeats_of_one_key_send_once(stack: Stack) -> None:
     assert len(stack.stored("IdemC")) == 20
 
 
+async def test_concurrent_requests_with_one_key_and_different_bodies_get_422(stack: Stack) -> None:
+    """Issue 11 item 2: a different request joining the first one's in-flight answer must be refused,
+    or it is answered 2xx and never stored."""
+    for broker in stack.cluster.brokers.values():
+        broker.faults.latency_s = 0.2  # the first request is still in flight when the others arrive
+    answers = await asyncio.gather(
+        *(
+            stack.http.post(
+                "/v1/messages",
+                json={"topic": "IdemD", "body": f"conc-body-{i}"},
+                headers={"Idempotency-Key": "d"},
+            )
+            for i in range(10)
+        )
+    )
+    codes = sorted(a.status_code for a in answers)
+    assert codes == [200] + [422] * 9, codes
+    assert all(a.json()["field"] == "Idempotency-Key" for a in answers if a.status_code == 422)
+    [ok] = [a for a in answers if a.status_code == 200]
+    [stored] = stack.stored("IdemD")
+    assert stored.uniq_key == ok.json()["id"]
+    assert stored.body == f"conc-body-{answers.index(ok)}".encode()
+
+
 async def test_idempotency_answers_survive_a_restart(make_stack: Any) -> None:
     doc = {"topic": "IdemR", "body": "x"}
     async with make_stack() as stack:
