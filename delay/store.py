@@ -58,6 +58,7 @@ class DelayStore:
         self.writer = writer
         self.claims = Claims()
         self._progress = Progress(kv, META_CF, now_ms, clock)  # R5 and R6 across restarts
+        self._progress.verify_floor(kv, DUE_CF, "delay store's")
         self._done = DoneMarkers(kv, writer, int(retention_s * 1000))
         self._listeners: list[Listener] = []
         self.pending_count = kv.count(DUE_CF)

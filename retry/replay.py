@@ -80,6 +80,7 @@ class ReplayLoop:
         self._idle = asyncio.Event()
         self._settled = asyncio.Event()
         self._waiting = False
+        self._closing = False
         self._sleep_until_ms: int | None = None
         self._seek_task: asyncio.Task[None] | None = None
         self._worker_tasks: list[asyncio.Task[None]] = []
@@ -107,6 +108,9 @@ class ReplayLoop:
         Keys not finished stay in the store and are replayed after the next start.
         """
         self._store.remove_listener(self._on_new_key)
+        # From here on the floor stays put: the queued keys dropped below are not acknowledged, and a
+        # worker finding _inflight empty must not move the floor past them (it is persisted on close).
+        self._closing = True
         if self._seek_task is not None:
             self._seek_task.cancel()
             await asyncio.gather(self._seek_task, return_exceptions=True)
@@ -243,12 +247,16 @@ class ReplayLoop:
             except Exception:
                 log.exception("replay failed unexpectedly; %d messages stay in the store", len(batch))
                 outcomes = [ERROR] * len(batch)
+                # Still in flight (the floor stays below them) for a pause, then handed out again.
+                await self._sleep(self._store_retry_s)
+                self._on_new_key(min(key for key, _ in batch))
             finally:
                 for key, _ in batch:
                     self._inflight.discard(key)
                 if not self._inflight:
                     self._settled.set()
-                    self._store.advance_floor(self._scan_from)  # everything handed out is done
+                    if not self._closing:  # everything handed out is done
+                        self._store.advance_floor(self._scan_from)
                 self._maybe_idle()
             for outcome in outcomes:
                 self._report(outcome)

@@ -70,6 +70,7 @@ class RetryStore:
         self._owns_writer = writer is None
         self._owns_kv = owns_kv
         self._progress = Progress(kv, META_CF, now_ms, clock)  # R5 and R6 across restarts
+        self._progress.verify_floor(kv, PENDING_CF, "retry store's")
         self._on_dead_letter = on_dead_letter
         self._listeners: list[Listener] = []
         self.dead = DeadLetters(self)

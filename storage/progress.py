@@ -47,6 +47,25 @@ class Progress:
         self._floor_saved_ms = 0
         self._unsettled: dict[bytes, int] = {}  # pending keys whose batch is not written yet
 
+    def verify_floor(self, kv: KV, pending_cf: str, store: str) -> bytes | None:
+        """At open: a live key below the persisted floor would never be sought again. That is a bug
+        (the floor must never pass an unacknowledged key), so say so and lower the floor to it; the
+        next batch persists the lowered floor. Returns the key found, if any."""
+        if not self.floor:
+            return None
+        below = kv.scan(pending_cf, upper=self.floor, limit=1)
+        if not below:
+            return None
+        key = below[0][0]
+        log.error(
+            "the %s floor %r is above the live key %r: lowering it, the keys below are replayed",
+            store,
+            self.floor,
+            key,
+        )
+        self.floor = key
+        return key
+
     @property
     def floor_unsaved(self) -> bool:
         return self.floor != self._floor_saved

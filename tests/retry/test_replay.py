@@ -4,19 +4,22 @@ restart from the oldest key, clock steps, bounded hand-out, corrupt values and s
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from itertools import accumulate
 
 import pytest
 
-from retry.keys import PENDING_CF, pending_key
+from retry.keys import META_CF, PENDING_CF, pending_key
 from retry.policy import DEFAULT_LADDER_S, RetryPolicy
+from retry.record import RetryRecord
 from retry.redelivery import DEAD, DELIVERED, QUARANTINED, RESCHEDULED
-from retry.replay import STORE_ERROR
+from retry.replay import ERROR, STORE_ERROR
 from retry.status import State
 from retry.store import RetryStore
 from storage.errors import StorageError
 from storage.kv import Put
+from storage.progress import FLOOR_KEY
 from tests.retry.conftest import Final, Harness, Retriable, record
 
 
@@ -313,6 +316,74 @@ async def test_a_clean_close_saves_the_exact_floor(h: Harness) -> None:
     assert floor > pending_key(h.store.now_ms(), 0, "orders", "M4")
     await h.store.close()
     assert restarted(h).floor == floor
+
+
+def floor_on_disk(h: Harness) -> bytes:
+    return h.kv.get(META_CF, FLOOR_KEY) or b""
+
+
+async def test_close_never_moves_the_floor_past_queued_keys(h: Harness) -> None:
+    """Issue 11 item 1: close() dropped the queued keys from _inflight, a delivery finishing during the
+    grace period found _inflight empty and moved the floor past them; the store persisted that floor and
+    the next start never sought them again (1 024 acknowledged messages stranded after a SIGTERM)."""
+    h.gate = asyncio.Event()
+    await h.store.spool_many([record(f"M{i:02d}") for i in range(20)])
+    loop = h.start_loop(workers=2)
+    await loop.start()
+    await h.until(lambda: len(h.attempts) == 2)  # two being delivered, four more queued
+    closing = asyncio.create_task(loop.close(grace_s=5))
+    await asyncio.sleep(0)
+    h.gate.set()  # the two in flight finish during the grace period
+    await closing
+    h.loop = None
+    await h.store.close()  # SIGTERM: the floor is persisted
+    lowest = h.kv.scan(PENDING_CF, limit=1)[0][0]
+    assert floor_on_disk(h) <= lowest, "the persisted floor is above an unacknowledged key"
+    h.store = restarted(h)
+    h.gate = None
+    await h.start_loop().start()
+    await h.settle()
+    assert sorted(set(h.delivered)) == [f"M{i:02d}" for i in range(20)]
+    assert h.store.stats().pending == 0
+
+
+async def test_a_key_below_the_persisted_floor_is_logged_and_replayed(
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = h.store.now_ms()
+    await h.store.spool(record("STRANDED"), now - 1000)
+    h.kv.write([Put(META_CF, FLOOR_KEY, pending_key(now, 0, "orders", "X"))], sync=True)  # a floor bug
+    with caplog.at_level(logging.ERROR, logger="storage.progress"):
+        h.store = restarted(h)
+    assert "is above the live key" in caplog.text
+    assert h.store.floor == pending_key(now - 1000, 0, "orders", "STRANDED")
+    assert h.store.stats().oldest_due_ms == now - 1000  # the oldest-age metric sees it again
+    await h.start_loop().start()
+    await h.settle()
+    assert h.delivered == ["STRANDED"]
+
+
+async def test_an_unexpected_replay_error_hands_the_batch_out_again_after_a_pause(h: Harness) -> None:
+    await h.start_loop(store_retry_s=2.0).start()
+    await h.settle()
+    h.fail_always["M1"] = Final("x")
+    bury = h.store.bury
+    calls: list[bytes] = []
+
+    async def bury_failing_once(key: bytes, rec: RetryRecord, reason: str) -> bytes:
+        calls.append(key)
+        h.changed.set()
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        return await bury(key, rec, reason)
+
+    h.store.bury = bury_failing_once  # type: ignore[method-assign]
+    await h.store.spool(record("M1"))
+    await h.until(lambda: len(calls) == 1)
+    assert h.store.floor <= calls[0]  # held in flight during the pause: the floor stays below it
+    await h.advance(2.0)
+    assert h.outcomes == [ERROR, DEAD]
+    assert [d.id for d in h.dead] == ["M1"]
 
 
 async def test_deliver_batch_groups_due_messages_and_handles_each_outcome(h: Harness) -> None:
