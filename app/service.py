@@ -93,7 +93,8 @@ class Service:
         )
         if kv is None:  # tests may pass one wrapped with faults
             Path(s.data_dir).mkdir(parents=True, exist_ok=True)
-            kv = RocksKV.open(Path(s.data_dir) / "store", COLUMN_FAMILIES)
+            # On a full disk: start read-only, answer 503 for new work, reopen once there is space.
+            kv = RocksKV.open(Path(s.data_dir) / "store", COLUMN_FAMILIES, read_only_when_full=True)
         self.kv = kv
         self.writer = GroupCommitWriter(self.kv)
         self.notifier = DeadLetterNotifier(

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 Sleep = Callable[[float], Awaitable[None]]
 
 MAX_IDLE_S = 30.0  # longest sleep: a wall-clock step forward is noticed within this
-STORE_RETRY_S = 1.0  # while the store fails writes, one pass per this many seconds
+STORE_RETRY_S = 1.0  # while the store fails writes, the first probe after this, then twice as long
 BATCH_MAX = 32  # records per deliver_batch call
 STORE_ERROR, ERROR = "store_error", "error"
 OUTCOMES = (DELIVERED, RESCHEDULED, DEAD, QUARANTINED, STORE_ERROR, ERROR)
@@ -81,6 +81,8 @@ class ReplayLoop:
         self._settled = asyncio.Event()
         self._waiting = False
         self._closing = False
+        self._paused = False  # the store failed writes and the seek loop hands nothing out
+        self._pause_s = store_retry_s  # doubles per failed probe, up to MAX_IDLE_S
         self._sleep_until_ms: int | None = None
         self._seek_task: asyncio.Task[None] | None = None
         self._worker_tasks: list[asyncio.Task[None]] = []
@@ -154,8 +156,13 @@ class ReplayLoop:
 
     async def _run(self) -> None:
         while True:
-            if not self._store.healthy:
-                await self._sleep(self._store_retry_s)  # the next pass probes the store again
+            if not self._store.healthy and not await self._probe():
+                # Delivering now would send messages whose acks cannot be written, again and again
+                # (a duplicate storm on a full disk): hand nothing out until a probe write succeeds.
+                now = self._store.now_ms()
+                await self._wait_until(now + round(self._pause_s * 1000), now)
+                self._pause_s = min(self._pause_s * 2, MAX_IDLE_S)
+                continue
             free = self._queue_size - self._queue.qsize()
             if free <= 0:
                 self._space.clear()
@@ -174,6 +181,24 @@ class ReplayLoop:
                 continue  # the queue bound cut the pass short: more may be due
             self._store.advance_floor(min([self._scan_from, *self._inflight]))
             await self._wait_until(self._next_due_ms(), now)
+
+    async def _probe(self) -> bool:
+        """Whether the store writes again; says once when replay pauses and once when it resumes."""
+        try:
+            await self._store.probe()
+        except StorageError as exc:
+            self._pause(exc)
+            return False
+        if self._paused:
+            log.warning("retry store writes again, replay resumed")
+        self._paused = False
+        self._pause_s = self._store_retry_s
+        return True
+
+    def _pause(self, exc: StorageError) -> None:
+        if not self._paused:  # once per outage, however many batches and probes fail
+            self._paused = True
+            log.error("retry store cannot write, replay paused until it can: %s", exc)
 
     def _next_due_ms(self) -> int | None:
         following = self._store.first_pending(self._scan_from)
@@ -236,10 +261,16 @@ class ReplayLoop:
             while len(batch) < self._batch_max and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             self._space.set()
+            if not self._store.healthy:  # its ack could not be written: back to the store, untried
+                for key, _ in batch:
+                    self._inflight.discard(key)
+                self._on_new_key(min(key for key, _ in batch))
+                self._maybe_idle()
+                continue
             try:
                 outcomes = await self._redelivery.run(batch)
             except StorageError as exc:
-                log.error("retry store write failed, %d messages will be retried: %s", len(batch), exc)
+                self._pause(exc)  # the seek loop probes the store before handing them out again
                 outcomes = [STORE_ERROR] * len(batch)
                 for key, _ in batch:
                     self._inflight.discard(key)

@@ -99,6 +99,14 @@ class RetryStore:
         if self._owns_kv:
             self.kv.close()
 
+    async def probe(self) -> None:
+        """One small synced write (the floor): whether acks can be written again.
+
+        Raises:
+            StorageError: the store still fails writes.
+        """
+        await self._progress.write(self.writer, [], None, self.now_ms(), save_floor=True)
+
     @property
     def healthy(self) -> bool:
         return self.writer.healthy

@@ -51,8 +51,10 @@ class GroupCommitWriter:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        self.healthy = True
-        self.last_error: str | None = None
+        # A store opened read-only on a full disk (storage.rocks) starts unhealthy.
+        reason: str | None = getattr(kv, "read_only_reason", None)
+        self.healthy = reason is None
+        self.last_error: str | None = reason
         self.batches = 0
         self.ops_written = 0
 
@@ -111,6 +113,9 @@ class GroupCommitWriter:
 
     async def _commit(self, ops: list[Op]) -> StorageError | None:
         try:
+            recover = getattr(self._kv, "recover", None)
+            if not self.healthy and recover is not None:
+                recover()  # a store that failed writes must be reopened before it takes any again
             if self._strategy is SyncStrategy.SPLIT:
                 self._kv.write(ops, sync=False)
                 await asyncio.to_thread(self._kv.sync_wal)

@@ -6,8 +6,11 @@ rocksdict exception is translated into storage.errors at this seam.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import itertools
+import os
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +45,12 @@ MAX_TOTAL_WAL_BYTES = 64 * 1024 * 1024
 # together, and one block cache shared by every column family (RocksDB gives each its own 32 MiB).
 DB_WRITE_BUFFER_BYTES = 64 * 1024 * 1024
 BLOCK_CACHE_BYTES = 32 * 1024 * 1024
+
+
+# A store whose writes failed (RocksDB stays read-only after a failed WAL append, even once space is
+# freed) is reopened only when this much is free: opening writes a new MANIFEST and WAL.
+MIN_FREE_BYTES = 8 * 1024 * 1024
+RECOVER_EVERY_S = 1.0
 
 
 class Access(enum.Enum):
@@ -81,21 +90,68 @@ def _cf_options(cache: Cache) -> Options:
     return opts
 
 
+def _no_space(exc: StorageError) -> bool:
+    return "No space left" in str(exc)
+
+
+def _open_db(
+    path: str | Path, names: tuple[str, ...], access: Access, secondary_dir: str | Path | None
+) -> Rdict:
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(access is Access.READ_WRITE)
+    opts.create_missing_column_families(access is Access.READ_WRITE)
+    opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES)
+    opts.set_db_write_buffer_size(DB_WRITE_BUFFER_BYTES)
+    opts.set_keep_log_file_num(5)
+    if access is Access.READ_WRITE:
+        with _translate(f"cannot create {path}"):
+            Path(path).mkdir(parents=True, exist_ok=True)
+        access_type = AccessType.read_write()
+    elif access is Access.READ_ONLY:
+        access_type = AccessType.read_only(False)
+    else:
+        if secondary_dir is None:
+            raise ValueError("a secondary instance needs secondary_dir")
+        access_type = AccessType.secondary(str(secondary_dir))
+    cache = Cache(BLOCK_CACHE_BYTES)
+    with _translate(f"cannot open store {path}"):
+        db = Rdict(
+            str(path),
+            opts,
+            column_families={name: _cf_options(cache) for name in names},
+            access_type=access_type,
+        )
+        if access is Access.SECONDARY:
+            db.try_catch_up_with_primary()
+        return db
+
+
 class RocksKV:
     """A RocksDB directory opened with named column families (missing ones are created)."""
 
-    def __init__(self, db: Rdict, column_families: tuple[str, ...], path: str) -> None:
+    def __init__(
+        self, db: Rdict, column_families: tuple[str, ...], path: str, *, read_only_reason: str | None = None
+    ) -> None:
         self.column_families = column_families
         self.path = path
-        self._db: Rdict | None = db
-        self._cfs = {name: db.get_column_family(name) for name in column_families}
-        self._handles: dict[str, ColumnFamily] = {
-            name: db.get_column_family_handle(name) for name in column_families
-        }
+        self._db: Rdict | None = None
+        self._attach(db)
+        # Set while a read-write store is open read-only (the disk was full at open) or its writes
+        # failed: recover() reopens it read-write once there is space again.
+        self.read_only_reason = read_only_reason
+        self._write_failed = read_only_reason is not None
+        self._recovered_at = -RECOVER_EVERY_S
         self._sync = WriteOptions()
         self._sync.sync = True
         self._nosync = WriteOptions()
         self._nosync.sync = False
+
+    def _attach(self, db: Rdict) -> None:
+        self._db = db
+        self._cfs = {name: db.get_column_family(name) for name in self.column_families}
+        self._handles: dict[str, ColumnFamily] = {
+            name: db.get_column_family_handle(name) for name in self.column_families
+        }
 
     @classmethod
     def open(
@@ -105,42 +161,61 @@ class RocksKV:
         *,
         access: Access = Access.READ_WRITE,
         secondary_dir: str | Path | None = None,
+        read_only_when_full: bool = False,
     ) -> RocksKV:
         """Open (creating if needed, when read-write) the DB at ``path`` with ``column_families``
-        and any others it already has.
+        and any others it already has. With ``read_only_when_full``, a read-write open that fails for
+        lack of space opens the existing store read-only instead (writes fail until recover()).
 
         Raises:
             StoreLockedError: another process has the directory open read-write.
             StorageError: any other failure to open.
         """
         names = tuple(dict.fromkeys([*column_families, *_existing_column_families(path)]))
-        opts = Options(raw_mode=True)
-        opts.create_if_missing(access is Access.READ_WRITE)
-        opts.create_missing_column_families(access is Access.READ_WRITE)
-        opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES)
-        opts.set_db_write_buffer_size(DB_WRITE_BUFFER_BYTES)
-        opts.set_keep_log_file_num(5)
-        if access is Access.READ_WRITE:
-            with _translate(f"cannot create {path}"):
-                Path(path).mkdir(parents=True, exist_ok=True)
-            access_type = AccessType.read_write()
-        elif access is Access.READ_ONLY:
-            access_type = AccessType.read_only(False)
-        else:
-            if secondary_dir is None:
-                raise ValueError("a secondary instance needs secondary_dir")
-            access_type = AccessType.secondary(str(secondary_dir))
-        cache = Cache(BLOCK_CACHE_BYTES)
-        with _translate(f"cannot open store {path}"):
-            db = Rdict(
-                str(path),
-                opts,
-                column_families={name: _cf_options(cache) for name in names},
-                access_type=access_type,
-            )
-            if access is Access.SECONDARY:
-                db.try_catch_up_with_primary()
-            return cls(db, names, str(path))
+        try:
+            db = _open_db(path, names, access, secondary_dir)
+        except StorageError as exc:
+            if not (read_only_when_full and access is Access.READ_WRITE and _no_space(exc)):
+                raise
+            db = _open_db(path, names, Access.READ_ONLY, None)
+            return cls(db, names, str(path), read_only_reason=str(exc))
+        return cls(db, names, str(path))
+
+    def recover(self) -> None:
+        """After failed writes (or a read-only open on a full disk), reopen the store read-write if
+        there is space again: RocksDB refuses every write after a failed WAL append until reopened.
+        A no-op while writes have not failed; tried at most once per RECOVER_EVERY_S.
+
+        Raises:
+            StorageError: still no space, or the reopen failed (the store stays readable).
+        """
+        if not self._write_failed or self._db is None:
+            return
+        now = time.monotonic()
+        if now - self._recovered_at < RECOVER_EVERY_S:
+            raise StorageError(f"store {self.path} is not writable: {self.read_only_reason}")
+        self._recovered_at = now
+        stat = os.statvfs(self.path)
+        free = stat.f_bavail * stat.f_frsize
+        if free < MIN_FREE_BYTES:
+            raise StorageError(f"no space left for store {self.path}: {free} bytes free")
+        self._close_db()
+        try:
+            self._attach(_open_db(self.path, self.column_families, Access.READ_WRITE, None))
+        except StorageError as exc:
+            self._attach(_open_db(self.path, self.column_families, Access.READ_ONLY, None))
+            self.read_only_reason = str(exc)
+            raise
+        self._write_failed, self.read_only_reason = False, None
+
+    def _close_db(self) -> None:
+        db, self._db = self._db, None
+        # rocksdict keeps the DB (and its LOCK) alive while any column-family object is referenced.
+        self._cfs.clear()
+        self._handles.clear()
+        if db is not None:
+            with contextlib.suppress(Exception):  # a store whose writes failed fails its close too
+                db.close()
 
     def _cf(self, cf: str) -> Rdict:
         if self._db is None:
@@ -180,7 +255,7 @@ class RocksKV:
         if self._db is None:
             raise StorageError(f"store {self.path} is closed")
         handles = self._handles
-        with _translate("write"):
+        with _translate("write"), self._failing():
             batch = WriteBatch(raw_mode=True)
             for op in ops:
                 if type(op) is Put:
@@ -196,8 +271,16 @@ class RocksKV:
     def sync_wal(self) -> None:
         if self._db is None:
             raise StorageError(f"store {self.path} is closed")
-        with _translate("sync"):
+        with _translate("sync"), self._failing():
             self._db.flush_wal(True)
+
+    @contextmanager
+    def _failing(self) -> Iterator[None]:
+        try:
+            yield
+        except Exception:
+            self._write_failed = True
+            raise
 
     def compact(self, cf: str, begin: bytes | None = None, end: bytes | None = None) -> None:
         handle = self._cf(cf)
@@ -231,6 +314,9 @@ class RocksKV:
                 self._db.try_catch_up_with_primary()
 
     def close(self) -> None:
+        if self._write_failed:
+            self._close_db()  # its close would fail like its writes did
+            return
         db, self._db = self._db, None
         # rocksdict keeps the DB (and its LOCK) alive while any column-family object is referenced.
         self._cfs.clear()

@@ -226,6 +226,30 @@ async def test_store_failure_during_ack_keeps_the_message_and_retries(h: Harness
     assert h.store.get("M1") is None
 
 
+async def test_a_store_that_cannot_write_acks_pauses_replay_instead_of_a_duplicate_storm(
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 11 item 3: with the disk full the loop delivered, failed to record the ack, rewound and
+    sent again every second. Now it hands nothing out until a probe write succeeds, and says so once."""
+    ids = [f"M{i:02d}" for i in range(32)]
+    await h.store.spool_many([record(i) for i in ids])
+    h.kv.write_fault = "IO error: No space left on device"
+    with caplog.at_level(logging.WARNING, logger="retry.replay"):
+        await h.start_loop(workers=4, store_retry_s=1.0).start()
+        await h.until(lambda: STORE_ERROR in h.outcomes)
+        await h.settle()
+        during = len(h.attempts)
+        for _ in range(30):
+            await h.advance(1.0)
+        assert len(h.attempts) == during, "messages were delivered again while acks could not be written"
+        h.kv.write_fault = None
+        await h.advance(30.0)  # the probe interval grew to its cap
+    assert h.store.stats().pending == 0 and h.store.healthy
+    assert set(h.delivered) == set(ids)
+    assert max(Counter(h.delivered).values()) == 2  # at least once: those whose ack failed, once more
+    assert caplog.text.count("replay paused") == 1 and caplog.text.count("replay resumed") == 1
+
+
 async def test_close_with_grace_lets_deliveries_finish(h: Harness) -> None:
     h.gate = asyncio.Event()
     await h.store.spool(record("M1"))

@@ -1,0 +1,93 @@
+"""RocksKV on a full disk (a real tmpfs): RocksDB refuses every write after a failed WAL append, even
+once space is freed, so recover() reopens it; a store that cannot open read-write for lack of space
+opens read-only (issue 11 items 3 and 4)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from storage import rocks
+from storage.errors import StorageError
+from storage.group_commit import GroupCommitWriter
+from storage.kv import Delete, Put
+from storage.rocks import RocksKV
+from tests.tmpfs import SmallDisk, small_disk
+
+
+@pytest.fixture
+def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SmallDisk]:
+    monkeypatch.setattr(rocks, "RECOVER_EVERY_S", 0.0)  # the rate limit is not under test here
+    with small_disk(tmp_path / "fs", 24) as d:
+        yield d
+
+
+def fill_store(kv: RocksKV, n: int = 1000) -> None:
+    for i in range(0, n, 100):
+        kv.write([Put("a", b"k%05d" % j, b"x" * 1000) for j in range(i, i + 100)], sync=True)
+
+
+def test_writes_fail_while_full_and_recover_reopens_once_space_is_freed(disk: SmallDisk) -> None:
+    kv = RocksKV.open(disk.path / "db", ["a"])
+    try:
+        fill_store(kv)
+        disk.fill()
+        with pytest.raises(StorageError, match="No space left"):
+            for i in range(1000):  # the WAL's last page may still take a few
+                kv.write([Delete("a", b"k%05d" % i)], sync=True)
+        with pytest.raises(StorageError, match="no space left"):
+            kv.recover()  # nothing freed yet: the store is left as it is ...
+        assert kv.get("a", b"k00999") == b"x" * 1000  # ... and still readable
+        disk.free()
+        with pytest.raises(StorageError):
+            kv.write([Put("a", b"after", b"y")], sync=True)  # RocksDB stays read-only by itself
+        kv.recover()
+        kv.write([Put("a", b"after", b"y")], sync=True)
+        assert kv.get("a", b"after") == b"y"
+    finally:
+        kv.close()
+
+
+def test_open_on_a_full_disk_is_read_only_until_recovered(disk: SmallDisk) -> None:
+    kv = RocksKV.open(disk.path / "db", ["a"])
+    fill_store(kv, 300)
+    kv.close()
+    disk.fill()
+    with pytest.raises(StorageError, match="No space left"):
+        RocksKV.open(disk.path / "db", ["a"])
+    kv = RocksKV.open(disk.path / "db", ["a"], read_only_when_full=True)
+    try:
+        assert kv.read_only_reason is not None and "No space left" in kv.read_only_reason
+        assert len(kv.scan("a")) == 300  # what it holds is readable
+        writer = GroupCommitWriter(kv)
+        assert not writer.healthy and writer.last_error == kv.read_only_reason
+        with pytest.raises(StorageError):
+            kv.write([Put("a", b"new", b"y")], sync=True)
+        disk.free()
+        kv.recover()
+        kv.write([Put("a", b"new", b"y")], sync=True)
+        assert kv.read_only_reason is None and kv.get("a", b"new") == b"y"
+    finally:
+        kv.close()
+
+
+async def test_the_group_commit_writer_recovers_the_store_without_a_restart(disk: SmallDisk) -> None:
+    kv = RocksKV.open(disk.path / "db", ["a"])
+    writer = GroupCommitWriter(kv)
+    try:
+        fill_store(kv, 300)
+        disk.fill()
+        with pytest.raises(StorageError):
+            for i in range(300):
+                await writer.write([Delete("a", b"k%05d" % i)])
+        assert not writer.healthy
+        with pytest.raises(StorageError):
+            await writer.write([Put("a", b"still", b"full")])
+        disk.free()
+        await writer.write([Put("a", b"back", b"y")])  # reopened before the write
+        assert writer.healthy and kv.get("a", b"back") == b"y"
+    finally:
+        await writer.close()
+        kv.close()
