@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +96,18 @@ class DevbrokerProcess:
     def act(self, broker: str, action: str) -> None:
         """stop, start or drop a broker through the admin endpoint."""
         httpx.post(f"{self.admin_url}/brokers/{broker}/{action}", timeout=10).raise_for_status()
+
+    def stored_keys(self, topic: str) -> Counter[str]:
+        """UNIQ_KEY -> how many times the brokers store it, for ``topic`` (every page of the listing)."""
+        keys: Counter[str] = Counter()
+        offset = 0
+        while True:
+            url = f"{self.admin_url}/topics/{topic}/messages"
+            doc = httpx.get(url, params={"offset": offset}, timeout=60).raise_for_status().json()
+            keys.update(m["uniqKey"] for m in doc["messages"])
+            offset += len(doc["messages"])
+            if not doc["messages"] or offset >= doc["total"]:
+                return keys
 
 
 @contextlib.contextmanager

@@ -6,6 +6,8 @@ drop a broker's connections.
     POST   /brokers/{name}/faults        JSON {latency_ms, fail_next, fail_code, fail_remark, fail_all}
     DELETE /brokers/{name}/faults
     POST   /brokers/{name}/stop | start | drop
+    GET    /topics/{topic}/messages      what every broker stores for a topic: UNIQ_KEY, broker, queue,
+                                         offset, body size (?offset=N&limit=M pages through them)
 """
 
 from __future__ import annotations
@@ -73,6 +75,19 @@ def _number(doc: dict[str, Any], name: str) -> float:
     return float(value)
 
 
+MAX_LIST = 100_000  # messages per page of /topics/{topic}/messages
+
+
+def _query_int(request: Request, name: str, default: int, lo: int, hi: int | None = None) -> int:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or len(text) > 12 or int(text) < lo or (hi is not None and int(text) > hi):
+        bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+        raise _BadRequest(400, f"{name} must be an integer {bound}")
+    return int(text)
+
+
 def build_app(brokers: Mapping[str, DevBroker]) -> Starlette:
     def find(request: Request) -> DevBroker:
         name = request.path_params["name"]
@@ -112,6 +127,32 @@ def build_app(brokers: Mapping[str, DevBroker]) -> Starlette:
             raise _BadRequest(404, f"unknown action {action!r}; use stop, start or drop")
         return JSONResponse(describe(broker))
 
+    async def topic_messages(request: Request) -> JSONResponse:
+        """What the brokers store for a topic, in broker then queue order: a test's ledger of the ids
+        it was answered 2xx checks against this (duplicates show as repeated uniqKeys)."""
+        topic = request.path_params["topic"]
+        offset = _query_int(request, "offset", 0, 0)
+        limit = _query_int(request, "limit", MAX_LIST, 1, MAX_LIST)
+        stored = [(name, m) for name, b in brokers.items() for m in b.messages(topic)]
+        page = stored[offset : offset + limit]
+        return JSONResponse(
+            {
+                "topic": topic,
+                "total": len(stored),
+                "offset": offset,
+                "messages": [
+                    {
+                        "uniqKey": m.uniq_key,
+                        "broker": name,
+                        "queueId": m.queue_id,
+                        "queueOffset": m.queue_offset,
+                        "bodySize": len(m.body),
+                    }
+                    for name, m in page
+                ],
+            }
+        )
+
     async def bad_request(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, _BadRequest)
         return JSONResponse({"error": str(exc)}, status_code=exc.status)
@@ -123,6 +164,7 @@ def build_app(brokers: Mapping[str, DevBroker]) -> Starlette:
             Route("/brokers/{name}/faults", set_faults, methods=["POST"]),
             Route("/brokers/{name}/faults", clear_faults, methods=["DELETE"]),
             Route("/brokers/{name}/{action}", act, methods=["POST"]),
+            Route("/topics/{topic}/messages", topic_messages, methods=["GET"]),
         ],
         exception_handlers={_BadRequest: bad_request},
     )

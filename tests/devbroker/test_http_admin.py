@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from app.rocketmq import BrokerApi, Message, MessageQueue, RemotingClient
 from app.rocketmq.codes import ResponseCode
 from devbroker import DevCluster
 from devbroker.http_admin import build_app
@@ -72,6 +73,38 @@ async def test_stop_start_and_drop(http: httpx.AsyncClient, cluster: DevCluster)
     assert (await http.post("/brokers/broker-b/start")).json()["running"] is True and b.running
     assert (await http.post("/brokers/broker-b/drop")).status_code == 200
     assert (await http.get("/brokers/broker-b")).json()["connections"] == 0
+
+
+async def test_lists_what_the_brokers_store_for_a_topic(http: httpx.AsyncClient, cluster: DevCluster) -> None:
+    client = RemotingClient()
+    api = BrokerApi(client, producer_group="admin-test")
+    sent: list[str] = []
+    try:
+        for name, broker in cluster.brokers.items():
+            await api.create_topic(broker.addr, "Listed")
+            for i in range(3):
+                uniq = f"{name}-{i}"
+                msg = Message(topic="Listed", body=b"x" * (i + 1))
+                await api.send(broker.addr, MessageQueue("Listed", name, i % 2), msg, uniq, 5.0)
+                sent.append(uniq)
+    finally:
+        await client.close()
+    doc = (await http.get("/topics/Listed/messages")).json()
+    assert doc["total"] == 6 and doc["offset"] == 0
+    assert sorted(m["uniqKey"] for m in doc["messages"]) == sorted(sent)
+    first = doc["messages"][0]
+    assert first["broker"] == "broker-a" and first["queueId"] == 0 and first["bodySize"] in (1, 3)
+    page = (await http.get("/topics/Listed/messages", params={"offset": 4, "limit": 5})).json()
+    assert [m["uniqKey"] for m in page["messages"]] == [m["uniqKey"] for m in doc["messages"][4:]]
+    assert (await http.get("/topics/Nothing/messages")).json() == {
+        "topic": "Nothing",
+        "total": 0,
+        "offset": 0,
+        "messages": [],
+    }
+    for bad in ({"offset": "-1"}, {"limit": "0"}, {"limit": "x"}, {"limit": "100001"}):
+        resp = await http.get("/topics/Listed/messages", params=bad)
+        assert resp.status_code == 400 and next(iter(bad)) in resp.json()["error"]
 
 
 async def test_served_on_a_loopback_port() -> None:
