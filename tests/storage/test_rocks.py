@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from storage import rocks
 from storage.errors import StorageError, StoreLockedError
 from storage.kv import Put
 from storage.rocks import Access, RocksKV
@@ -66,5 +68,43 @@ def test_column_families_of_other_stores_in_the_directory_are_opened_too(tmp_pat
     try:
         assert set(kv.column_families) == {"retry", "idem"}
         assert kv.get("idem", b"k") == b"v"
+    finally:
+        kv.close()
+
+
+def open_fds_under(path: Path) -> int:
+    fds = Path("/proc/self/fd")
+    if not fds.exists():
+        pytest.skip("needs /proc to count open file descriptors")
+    count = 0
+    for fd in fds.iterdir():
+        try:
+            count += str(path) in os.readlink(fd)
+        except OSError:
+            continue  # closed while we looked
+    return count
+
+
+def test_files_and_descriptors_do_not_grow_across_restarts(tmp_path: Path) -> None:
+    """Issue 11 item 11: every open flushed the WAL into one new small SST per column family, RocksDB
+    moved them down unmerged, and each stayed open: descriptors grew with every restart."""
+    path = tmp_path / "db"
+    held: list[int] = []
+    for restart in range(3 * rocks.MAX_FILES_PER_CF):
+        kv = RocksKV.open(path, ["a", "b", "c"])
+        try:
+            for cf in ("a", "b", "c"):
+                kv.write(
+                    [Put(cf, b"%s%04d-%d" % (cf.encode(), restart, i), b"v" * 50) for i in range(20)],
+                    sync=True,
+                )
+            held.append(open_fds_under(path))
+            assert all(kv.sst_files(cf) <= rocks.MAX_FILES_PER_CF for cf in ("a", "b", "c"))
+        finally:
+            kv.close()
+    assert max(held) <= held[0] + 3 * rocks.MAX_FILES_PER_CF, held
+    kv = RocksKV.open(path, ["a", "b", "c"])
+    try:
+        assert len(kv.scan("b")) == 20 * 3 * rocks.MAX_FILES_PER_CF  # nothing lost by the merges
     finally:
         kv.close()
