@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 HELM   := $(BIN)/helm
 RUN    := .run
 
-.PHONY: install test lint typecheck run stop bench clean realbroker proto
+.PHONY: install test lint typecheck run stop bench clean realbroker proto soak
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,3 +46,9 @@ clean:
 # Against a real Apache RocketMQ 4.9.4 (../shared/rocketmq/real-broker.sh start 2).
 realbroker: $(STAMP)
 	ROCKSIDECAR_TEST_NAMESRV=$${ROCKSIDECAR_TEST_NAMESRV:-127.0.0.1:9876} $(BIN)/python -m pytest -q -m realbroker tests/realbroker
+
+# The soak suite (tests/soak, ~10 min): SIGKILL/SIGTERM cycles under load with broker outages, checked
+# against what the brokers stored, and disk full on a tmpfs (needs root). With ROCKSIDECAR_TEST_NAMESRV
+# set, against a real RocketMQ 4.9.4 (killing brokers with ../shared/rocketmq/real-broker.sh).
+soak: $(STAMP)
+	$(BIN)/python -m pytest -q -m soak tests/soak

@@ -23,8 +23,10 @@ class SidecarProcess(NamedTuple):
 
 
 @contextlib.contextmanager
-def sidecar_process(namesrv: str | None, data_dir: Path, **settings: str) -> Iterator[SidecarProcess]:
-    """The running sidecar once /readyz answers 200; ``namesrv`` None starts it with ``--devbroker``.
+def sidecar_process(
+    namesrv: str | None, data_dir: Path, *, ready_path: str = "/readyz", **settings: str
+) -> Iterator[SidecarProcess]:
+    """The running sidecar once ``ready_path`` answers 200; ``namesrv`` None starts it with ``--devbroker``.
     ``settings``: extra ROCKSIDECAR_* variables without the prefix, e.g. BATCH_LIMIT="2000". Its
     output goes to data_dir/sidecar.log."""
     http_addr = f"127.0.0.1:{free_port()}"
@@ -47,7 +49,7 @@ def sidecar_process(namesrv: str | None, data_dir: Path, **settings: str) -> Ite
         proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://{http_addr}"
     try:
-        if not wait_for_http(f"{url}/readyz", proc, START_TIMEOUT_S):
+        if not wait_for_http(f"{url}{ready_path}", proc, START_TIMEOUT_S):
             raise RuntimeError(f"the sidecar did not become ready:\n{log.read_text()[-3000:]}")
         yield SidecarProcess(url, proc)
     finally:

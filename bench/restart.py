@@ -1,0 +1,132 @@
+"""Restart with 1 000 000 pending, and memory after draining them (issue 11 "must show").
+
+1. A store holding ``--pending`` spooled messages (256-byte incompressible bodies), due in a day so a
+   restart has nothing to replay: ``rocksidecar serve`` is started ``--restarts`` times on it (each
+   time stopped with SIGTERM once /healthz answers); printed: seconds from exec to /healthz, with
+   the open-time merge of small SST files counted in (storage/rocks.py, MAX_FILES_PER_CF), plus the
+   cost of that merge when it hits the 1M-key pending column family (a compact_range of it).
+2. The same messages due now, a sidecar with devbroker up: the time to drain them all, then the
+   sidecar's resident memory (VmRSS) and peak (VmHWM) once the store is empty.
+
+    .venv/bin/python -m bench.restart [--pending 1000000] [--restarts 10] [--dir /tmp/x]
+
+Results: bench/RESULTS.md ("Restart with 1 000 000 pending").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.common import devbroker_process, environment
+from bench.sidecar_process import sidecar_process
+from retry.keys import COLUMN_FAMILIES, INDEX_CF, PENDING, PENDING_CF, index_key, pending_key
+from retry.record import RetryRecord, encode_record
+from storage.kv import Put
+from storage.rocks import RocksKV
+
+BODY_BYTES = 256
+DAY_MS = 86_400_000
+
+
+def load(path: Path, n: int, due_ms: int) -> None:
+    """n pending messages as spool writes them (value + index), all due at ``due_ms`` onwards."""
+    kv = RocksKV.open(path, COLUMN_FAMILIES)
+    try:
+        for start in range(0, n, 10_000):
+            ops: list[Put] = []
+            for i in range(start, min(n, start + 10_000)):
+                r = RetryRecord(id=f"C0A80001{i:024X}", topic="RestartBench", body=os.urandom(BODY_BYTES))
+                key = pending_key(due_ms + i // 1000, 0, r.type, r.id)
+                ops += [
+                    Put(PENDING_CF, key, encode_record(r)),
+                    Put(INDEX_CF, index_key(r.id, PENDING, key), b""),
+                ]
+            kv.write(ops, sync=False)
+        kv.sync_wal()
+    finally:
+        kv.close()
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return {k: int(v) // 1024 for k, v in re.findall(r"^(VmRSS|VmHWM):\s+(\d+) kB$", text, re.M)}
+
+
+def pending(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return sum(float(v) for v in re.findall(r"^rocksidecar_retry_pending (\S+)$", text, re.M))
+
+
+def restarts(root: Path, n: int, times: int) -> None:
+    store = root / "store" / "store"
+    load(store, n, int(time.time() * 1000) + DAY_MS)
+    took: list[float] = []
+    rss: list[int] = []
+    for _ in range(times):
+        started = time.perf_counter()
+        # 127.0.0.1:1: no name server, so nothing is sent; nothing is due anyway.
+        with sidecar_process("127.0.0.1:1", root, ready_path="/healthz") as (url, proc):
+            took.append(time.perf_counter() - started)
+            assert pending(url) == n
+            rss.append(proc_status(proc.pid)["VmRSS"])
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+    print(
+        f"restart with {n} pending, exec to /healthz, {times} restarts: "
+        + ", ".join(f"{t:.2f}" for t in took)
+    )
+    median = statistics.median(took)
+    print(f"  median {median:.2f} s, max {max(took):.2f} s; VmRSS when ready {min(rss)}-{max(rss)} MB")
+    kv = RocksKV.open(store, COLUMN_FAMILIES)
+    try:
+        started = time.perf_counter()
+        kv.compact(PENDING_CF)
+        took_s = time.perf_counter() - started
+        print(f"  merging the pending column family ({n} keys) into one file: {took_s:.2f} s")
+    finally:
+        kv.close()
+
+
+def drain(root: Path, n: int) -> None:
+    load(root / "store" / "store", n, int(time.time() * 1000) - DAY_MS)
+    with devbroker_process() as dev, sidecar_process(dev.namesrv, root) as (url, proc):
+        started = time.perf_counter()
+        while pending(url) > 0:
+            time.sleep(0.5)  # another process draining: polling is all we have
+        took = time.perf_counter() - started
+        time.sleep(5)  # let the last batches settle before reading memory
+        mem = proc_status(proc.pid)
+        print(f"drain of {n} into devbroker: {took:.1f} s ({n / took:.0f} msg/s)")
+        print(f"  after the drain: VmRSS {mem['VmRSS']} MB, peak VmHWM {mem['VmHWM']} MB")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pending", type=int, default=1_000_000)
+    p.add_argument("--restarts", type=int, default=10)
+    p.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
+    args = p.parse_args()
+    print(environment())
+    root = args.dir or Path(tempfile.mkdtemp(prefix="restart-bench-"))
+    try:
+        restarts(root / "restart", args.pending, args.restarts)
+        drain(root / "drain", args.pending)
+    finally:
+        if args.dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Where the soak's brokers come from, how it breaks them, and how it reads back what they stored:
+devbroker in its own process (admin endpoint), or a real Apache RocketMQ 4.9.4 driven by
+real-broker.sh (kill -9 / revive) and read back by pulling every queue through the project's client."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Protocol
+
+from app.rocketmq import BrokerApi, NameServerClient, RemotingClient
+from bench.common import DevbrokerProcess
+from tests.realbroker.conftest import create_topic_everywhere, pull_all
+
+BROKERS = ("broker-a", "broker-b")
+
+
+class Backend(Protocol):
+    namesrv: str
+
+    def prepare(self, topic: str) -> None: ...
+
+    def outage(self, rng: random.Random) -> str:
+        """Break something (or nothing); returns what, for the report."""
+        ...
+
+    def heal(self) -> None: ...
+
+    def stored(self, topic: str) -> Counter[str]:
+        """UNIQ_KEY -> how many times the brokers store it."""
+        ...
+
+
+class DevBackend:
+    OUTAGES = ("none", "stop broker-a", "stop broker-b", "stop both", "fail broker-a", "slow broker-b")
+
+    def __init__(self, dev: DevbrokerProcess) -> None:
+        self.dev = dev
+        self.namesrv = dev.namesrv
+
+    def prepare(self, topic: str) -> None:
+        pass  # devbroker creates topics on first send
+
+    def outage(self, rng: random.Random) -> str:
+        what = rng.choice(self.OUTAGES)
+        if what == "stop both":
+            for b in BROKERS:
+                self.dev.act(b, "stop")
+        elif what.startswith("stop "):
+            self.dev.act(what.split()[1], "stop")
+        elif what.startswith("fail "):
+            self.dev.faults(what.split()[1], fail_all=True)
+        elif what.startswith("slow "):
+            self.dev.faults(what.split()[1], latency_ms=400)
+        return what
+
+    def heal(self) -> None:
+        for b in BROKERS:
+            self.dev.act(b, "start")
+            self.dev.clear(b)
+
+    def stored(self, topic: str) -> Counter[str]:
+        return self.dev.stored_keys(topic)
+
+
+class RealBackend:
+    """Real brokers: outages are kill -9 of one broker (a revive takes a JVM start, ~5-10 s)."""
+
+    def __init__(self, namesrv: str, ctl: Path) -> None:
+        self.namesrv = namesrv
+        self.ctl = ctl
+        self.down: set[str] = set()
+
+    def _ctl(self, *args: str) -> None:
+        subprocess.run(["bash", str(self.ctl), *args], check=True, capture_output=True, timeout=120)
+
+    def prepare(self, topic: str) -> None:
+        asyncio.run(self._create(topic))
+
+    async def _create(self, topic: str) -> None:
+        client = RemotingClient()
+        try:
+            ns = NameServerClient(client, self.namesrv)
+            await create_topic_everywhere(ns, BrokerApi(client, producer_group="rs_soak"), topic)
+        finally:
+            await client.close()
+
+    def outage(self, rng: random.Random) -> str:
+        up = [b for b in BROKERS if b not in self.down]
+        if not up or rng.random() < 0.4:
+            return "none"
+        victim = rng.choice(up)
+        self._ctl("kill", victim)
+        self.down.add(victim)
+        return f"kill -9 {victim}"
+
+    def heal(self) -> None:
+        for b in sorted(self.down):
+            self._ctl("revive", b)
+        self.down.clear()
+
+    def stored(self, topic: str) -> Counter[str]:
+        return asyncio.run(self._pull(topic))
+
+    async def _pull(self, topic: str) -> Counter[str]:
+        client = RemotingClient()
+        try:
+            route = await NameServerClient(client, self.namesrv).get_route(topic)
+            messages = await pull_all(BrokerApi(client, producer_group="rs_soak"), route, topic, "rs_soak")
+        finally:
+            await client.close()
+        return Counter(m.uniq_key for m in messages if m.uniq_key is not None)
