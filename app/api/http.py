@@ -7,24 +7,29 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from http import HTTPStatus
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from app.api import problems
 from app.api.middleware import EdgeMiddleware
+from app.api.parsing import parse_batch, parse_message
 from app.api.schemas import BatchIn, BatchOut, CancelOut, MessageIn, MessageStatusOut, Problem, SendOut
 from app.api.views import batch_view, outcome_view, status_view
-from app.idempotency import Answer, IdempotencyStore, fingerprint
+from app.idempotency import Answer, IdempotencyStore, canonical_json, fingerprint
 from app.metrics import Metrics
 from app.request import Limits, RequestError, prepare
 from app.sidecar import Ack, CancelResult, Sidecar, Status
 
+REPLAYED_HEADER = "Idempotent-Replayed"  # "true" on an answer repeated for an Idempotency-Key
 Readiness = Callable[[], Awaitable[tuple[bool, dict[str, Any]]]]
 _PROBLEM = {"model": Problem, "content": {problems.PROBLEM_JSON: {}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -59,19 +64,30 @@ class Api:
         )
 
     async def answer(
-        self, key: str | None, request: Request, compute: Callable[[], Awaitable[Answer]]
+        self, key: str | None, request: Request, ack: Ack, compute: Callable[[], Awaitable[Answer]]
     ) -> Response:
+        computed = False
+
+        async def first() -> Answer:
+            nonlocal computed
+            computed = True
+            return await compute()
+
         try:
             if key is None or self.idempotency is None:
                 status, body = await compute()
+                computed = True
             else:
                 if not 1 <= len(key) <= 255:
                     raise RequestError("Idempotency-Key must be 1-255 characters", field="Idempotency-Key")
-                fp = fingerprint(request.url.path, str(request.query_params), await request.body())
-                status, body = await self.idempotency.run(key, fp, compute)
+                # The same request in other spacing, key order or with ack spelled out is the same request.
+                fp = fingerprint(request.url.path, ack.value, canonical_json(await request.body()))
+                status, body = await self.idempotency.run(key, fp, first)
         except Exception as exc:
             return self.problem(exc)
-        headers = {"Retry-After": str(problems.RETRY_AFTER_S)} if status == 503 else None
+        headers = {"Retry-After": str(problems.RETRY_AFTER_S)} if status == 503 else {}
+        if not computed:
+            headers[REPLAYED_HEADER] = "true"
         media = problems.PROBLEM_JSON if status >= 400 else "application/json"
         return Response(orjson.dumps(body), status_code=status, media_type=media, headers=headers)
 
@@ -117,11 +133,44 @@ def create_app(
             media_type=problems.PROBLEM_JSON,
         )
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(app, request))
+        title = _phrase(exc.status_code)
+        detail = (
+            f"no {request.method} on {request.url.path}" if exc.status_code in (404, 405) else str(exc.detail)
+        )
+        return Response(
+            orjson.dumps(problems.problem(exc.status_code, title, detail)),
+            status_code=exc.status_code,
+            media_type=problems.PROBLEM_JSON,
+            headers=headers,
+        )
+
     _message_routes(app, api)
     _state_routes(app, api)
     _ops_routes(app, api)
     _document_bodies(app, (MessageIn, BatchIn))
     return app
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route takes on this path (Starlette's Allow names only the first route's)."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return sorted(methods)
 
 
 def _document_bodies(app: FastAPI, models: tuple[type[BaseModel], ...]) -> None:
@@ -143,7 +192,7 @@ def _document_bodies(app: FastAPI, models: tuple[type[BaseModel], ...]) -> None:
 
 
 def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
-    """OpenAPI for a route that reads its own body (see ``_parse``): the same body and parameters that
+    """OpenAPI for a route that reads its own body (see ``app.api.parsing``): the body and parameters that
     FastAPI would document for typed parameters."""
     return {
         "requestBody": {
@@ -170,21 +219,8 @@ def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
     }
 
 
-M = TypeVar("M", bound=BaseModel)
-
-
-async def _parse(request: Request, model: type[M]) -> tuple[M, Ack, str | None]:
-    """Body, ack and Idempotency-Key of a hot route. FastAPI's dependency solving cost more per request
-    than the send itself; pydantic's validate_json on the raw body is the same validation, cheaper.
-
-    Raises:
-        RequestError: naming the bad field.
-    """
-    try:
-        parsed = model.model_validate_json(await request.body())
-    except ValidationError as exc:
-        doc = problems.from_validation(exc.errors(include_url=False))
-        raise RequestError(doc["detail"], field=doc.get("field"), title=doc["title"]) from None
+def _ack_and_key(request: Request) -> tuple[Ack, str | None]:
+    """The ack parameter and Idempotency-Key header of a hot route. Raises RequestError naming them."""
     raw_ack = request.query_params.get("ack", Ack.BROKER.value)
     try:
         ack = Ack(raw_ack)
@@ -192,7 +228,7 @@ async def _parse(request: Request, model: type[M]) -> tuple[M, Ack, str | None]:
         raise RequestError(
             f"ack must be one of {[a.value for a in Ack]}, got {raw_ack!r}", field="ack"
         ) from None
-    return parsed, ack, request.headers.get("idempotency-key")
+    return ack, request.headers.get("idempotency-key")
 
 
 def _message_routes(app: FastAPI, api: Api) -> None:
@@ -213,7 +249,8 @@ def _message_routes(app: FastAPI, api: Api) -> None:
     )
     async def send(request: Request) -> Response:
         try:
-            msg, ack, idempotency_key = await _parse(request, MessageIn)
+            msg = parse_message(await request.body())
+            ack, idempotency_key = _ack_and_key(request)
         except RequestError as exc:
             api.count("rejected")
             return api.problem(exc)
@@ -228,7 +265,7 @@ def _message_routes(app: FastAPI, api: Api) -> None:
             api.count(outcome.status.value.lower())
             return (200 if outcome.status is Status.SENT else 202), outcome_view(outcome)
 
-        return await api.answer(idempotency_key, request, compute)
+        return await api.answer(idempotency_key, request, ack, compute)
 
     @app.post(
         "/v1/messages:batch",
@@ -239,13 +276,8 @@ def _message_routes(app: FastAPI, api: Api) -> None:
     )
     async def send_batch(request: Request) -> Response:
         try:
-            batch, ack, idempotency_key = await _parse(request, BatchIn)
-            if not batch.messages or len(batch.messages) > api.batch_limit:
-                raise RequestError(
-                    f"a batch holds 1 to {api.batch_limit} messages",
-                    field="messages",
-                    status=413 if batch.messages else 400,
-                )
+            batch = parse_batch(await request.body(), api.batch_limit)
+            ack, idempotency_key = _ack_and_key(request)
         except RequestError as exc:
             api.count("rejected")
             return api.problem(exc)
@@ -253,7 +285,10 @@ def _message_routes(app: FastAPI, api: Api) -> None:
         async def compute() -> Answer:
             now = api.now_ms()
             items: list[Any] = []
-            for i, m in enumerate(batch.messages):
+            for i, m in enumerate(batch):
+                if isinstance(m, RequestError):
+                    items.append(m)  # already names messages[i]
+                    continue
                 try:
                     items.append(prepare(m, api.limits, now))
                 except RequestError as exc:
@@ -263,7 +298,7 @@ def _message_routes(app: FastAPI, api: Api) -> None:
                 api.count(outcome, view[outcome])
             return 200, view
 
-        return await api.answer(idempotency_key, request, compute)
+        return await api.answer(idempotency_key, request, ack, compute)
 
 
 def _state_routes(app: FastAPI, api: Api) -> None:
