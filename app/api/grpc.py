@@ -310,6 +310,13 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             deliver_at_ms=v.get("deliverAt", 0),
             last_error=v.get("lastError", ""),
             reason=v.get("reason", ""),
+            dead_at_ms=v.get("deadAt", 0),
+            sent_at_ms=v.get("sentAt", 0),
+            cancelled_at_ms=v.get("cancelledAt", 0),
+            broker=v.get("broker", ""),
+            queue_id=v.get("queueId", 0),
+            queue_offset=v.get("queueOffset", 0),
+            msg_id=v.get("msgId", ""),
         )
 
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext) -> pb.CancelResponse:
