@@ -22,7 +22,17 @@ from starlette.routing import Match
 from app.api import problems
 from app.api.middleware import EdgeMiddleware
 from app.api.parsing import parse_batch, parse_message
-from app.api.schemas import BatchIn, BatchOut, CancelOut, MessageIn, MessageStatusOut, Problem, SendOut
+from app.api.schemas import (
+    BatchIn,
+    BatchOut,
+    CancelOut,
+    HealthOut,
+    MessageIn,
+    MessageStatusOut,
+    Problem,
+    ReadyOut,
+    SendOut,
+)
 from app.api.views import batch_view, outcome_view, status_view
 from app.idempotency import Answer, IdempotencyStore, canonical_json, fingerprint
 from app.metrics import Metrics
@@ -34,15 +44,27 @@ Readiness = Callable[[], Awaitable[tuple[bool, dict[str, Any]]]]
 _PROBLEM = {"model": Problem, "content": {problems.PROBLEM_JSON: {}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {**_PROBLEM, "description": "Invalid input; `field` names it."},
-    401: {**_PROBLEM, "description": "Missing or wrong bearer token."},
-    413: {**_PROBLEM, "description": "Body or request too large."},
+    401: {**_PROBLEM, "description": "Missing or wrong bearer token (when one is configured)."},
+    413: {**_PROBLEM, "description": "Body or request too large, or a batch over the limit."},
     422: {
         **_PROBLEM,
         "description": "An Idempotency-Key reused for a different request, or a message the broker refused "
         "for itself.",
     },
-    503: {**_PROBLEM, "description": "The local store cannot accept writes (see Retry-After)."},
+    503: {**_PROBLEM, "description": "The local store cannot take writes or reads (see Retry-After)."},
 }
+_REPLAYED_DOC = {
+    REPLAYED_HEADER: {
+        "description": "`true` when this is the stored answer to an earlier request with the same "
+        "Idempotency-Key (nothing was sent again).",
+        "schema": {"type": "string", "enum": ["true"]},
+    }
+}
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The documented error answers of one route."""
+    return {code: _ERRORS[code] for code in codes}
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +174,7 @@ def create_app(
     _message_routes(app, api)
     _state_routes(app, api)
     _ops_routes(app, api)
-    _document_bodies(app, (MessageIn, BatchIn))
+    _document_bodies(app, (MessageIn, BatchIn), limits, batch_limit)
     return app
 
 
@@ -173,8 +195,11 @@ def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
     return sorted(methods)
 
 
-def _document_bodies(app: FastAPI, models: tuple[type[BaseModel], ...]) -> None:
-    """Add the request-body models of the hot routes to the OpenAPI components they reference."""
+def _document_bodies(
+    app: FastAPI, models: tuple[type[BaseModel], ...], limits: Limits, batch_limit: int
+) -> None:
+    """Add the request-body models of the hot routes to the OpenAPI components they reference, with this
+    sidecar's configured limits."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -185,6 +210,8 @@ def _document_bodies(app: FastAPI, models: tuple[type[BaseModel], ...]) -> None:
                 doc = model.model_json_schema(ref_template="#/components/schemas/{model}", by_alias=True)
                 components.update(doc.pop("$defs", {}))
                 components[model.__name__] = doc
+            components["BatchIn"]["properties"]["messages"]["maxItems"] = batch_limit
+            components["MessageIn"]["properties"]["delayMs"]["maximum"] = limits.max_delay_ms
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -238,13 +265,15 @@ def _message_routes(app: FastAPI, api: Api) -> None:
         summary="Send one message",
         openapi_extra=_body_doc(MessageIn),
         responses={
+            200: {"description": "SENT: stored by a broker.", "headers": _REPLAYED_DOC},
             202: {
                 "model": SendOut,
                 "description": "Stored locally: SPOOLED (delivered in the background) or "
                 "SCHEDULED (delayed).",
+                "headers": _REPLAYED_DOC,
             },
-            501: {**_PROBLEM, "description": "Delayed delivery is not enabled."},
-            **_ERRORS,
+            501: {**_PROBLEM, "description": "Delayed delivery is not enabled in this sidecar."},
+            **_errors(400, 401, 413, 422, 503),
         },
     )
     async def send(request: Request) -> Response:
@@ -270,7 +299,13 @@ def _message_routes(app: FastAPI, api: Api) -> None:
     @app.post(
         "/v1/messages:batch",
         response_model=BatchOut,
-        responses=_ERRORS,
+        responses={
+            200: {
+                "description": "One result per message, in order; a bad item fails only itself.",
+                "headers": _REPLAYED_DOC,
+            },
+            **_errors(400, 401, 413, 422, 503),
+        },
         openapi_extra=_body_doc(BatchIn),
         summary="Send a batch; one result per message, in order",
     )
@@ -311,7 +346,7 @@ def _state_routes(app: FastAPI, api: Api) -> None:
                 "description": "Unknown here, or sent directly (only spooled, scheduled and "
                 "dead-lettered messages are tracked).",
             },
-            **_ERRORS,
+            **_errors(401, 503),
         },
         summary="Where a spooled, scheduled or dead-lettered message stands",
     )
@@ -338,7 +373,7 @@ def _state_routes(app: FastAPI, api: Api) -> None:
         responses={
             404: {**_PROBLEM, "description": "No scheduled message with this id."},
             409: {**_PROBLEM, "description": "Already sent."},
-            **_ERRORS,
+            **_errors(401, 503),
         },
     )
     async def cancel(id: str) -> Response:
@@ -358,14 +393,15 @@ def _state_routes(app: FastAPI, api: Api) -> None:
 
 
 def _ops_routes(app: FastAPI, api: Api) -> None:
-    @app.get("/healthz", summary="The process is alive")
+    @app.get("/healthz", summary="The process is alive", response_model=HealthOut)
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get(
         "/readyz",
-        summary="Ready: the store is writable and RocketMQ is reachable",
-        responses={503: {"description": "Not ready; the body says why."}},
+        summary="Ready: a send can succeed now (the store takes writes, a broker is usable)",
+        response_model=ReadyOut,
+        responses={503: {"model": ReadyOut, "description": "Not ready; `reason` says why."}},
     )
     async def readyz() -> Response:
         ok, details = await api.readiness()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from app.rocketmq.codes import DEFAULT_TOPIC
 from app.rocketmq.message import (
@@ -20,8 +20,19 @@ from app.rocketmq.message import (
     TOPIC_MAX_LEN,
 )
 
+
+def _integral(value: Any) -> Any:
+    """JSON Schema's integer is any number without a fraction: 6926.0 is 6926 (strict mode refuses
+    floats, and still refuses true and "6926")."""
+    if type(value) is float and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return value
+
+
 _CAMEL = ConfigDict(extra="forbid", validate_by_name=False, validate_by_alias=True, strict=True)
 _NO_SEPARATORS = "^[^\\u0001\\u0002]+$"  # \x01 and \x02 separate properties on the wire
+# What str.isspace() calls white space (the wire splits KEYS on it), as a JSON Schema character class.
+_SPACE = "".join(f"\\u{c:04x}" for c in range(0x3001) if chr(c).isspace())
 _BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{4})$"
 STATUSES = ("SENT", "SPOOLED", "SCHEDULED")
 
@@ -74,6 +85,7 @@ class MessageIn(BaseModel):
         **_CAMEL,
         json_schema_extra={
             "oneOf": [{"required": ["body"]}, {"required": ["bodyBase64"]}],
+            "not": {"required": ["delayMs", "deliverAt"]},
             "examples": [
                 {"topic": "Orders", "body": {"orderId": 1}, "keys": ["order-1"]},
                 {"topic": "Orders", "body": "hello", "tags": "created", "delayMs": 60000},
@@ -116,7 +128,7 @@ class MessageIn(BaseModel):
             {
                 "type": "array",
                 "description": "Business keys, indexed by the broker: non-empty, no white space.",
-                "items": {"type": "string", "pattern": "^[^\\s\\u0001\\u0002]+$"},
+                "items": {"type": "string", "pattern": f"^[^{_SPACE}\\u0001\\u0002]+$"},
                 "examples": [["order-1"]],
             }
         ),
@@ -147,6 +159,7 @@ class MessageIn(BaseModel):
     ] = None
     delay_ms: Annotated[
         int | None,
+        BeforeValidator(_integral),
         Field(alias="delayMs"),
         WithJsonSchema(
             {
@@ -158,9 +171,12 @@ class MessageIn(BaseModel):
             }
         ),
     ] = None
-    deliver_at: Annotated[int | str | None, Field(alias="deliverAt"), WithJsonSchema(_DELIVER_AT_SCHEMA)] = (
-        None
-    )
+    deliver_at: Annotated[
+        int | str | None,
+        BeforeValidator(_integral),
+        Field(alias="deliverAt"),
+        WithJsonSchema(_DELIVER_AT_SCHEMA),
+    ] = None
 
     @property
     def body_bytes(self) -> bytes | None:
@@ -370,3 +386,64 @@ class CancelOut(BaseModel):
 
     id: Annotated[str, _ID]
     status: Annotated[Literal["CANCELLED"], Field(description="Always CANCELLED: it will not be sent.")]
+
+
+class HealthOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
+
+    status: Annotated[Literal["ok"], Field(description="Always ok: the process answers.")]
+
+
+class BrokerStateOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    broker: Annotated[str, Field(description="Broker name.")]
+    state: Annotated[
+        Literal["available", "backoff", "isolated"],
+        Field(description="isolated: its last send failed; backoff: it was slow; both for notAvailableForS."),
+    ]
+    latency_ms: Annotated[float, Field(alias="latencyMs", description="Latency of its last send.")]
+    not_available_for_s: Annotated[
+        float, Field(alias="notAvailableForS", description="Seconds until it is chosen again.")
+    ]
+
+
+class ReadyOut(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "ready": False,
+                    "store": "ok",
+                    "nameServer": "reachable",
+                    "writableBrokers": [],
+                    "brokers": [
+                        {
+                            "broker": "broker-a",
+                            "state": "isolated",
+                            "latencyMs": 30000,
+                            "notAvailableForS": 540.2,
+                        }
+                    ],
+                    "reason": "every broker is isolated after failed sends: b",
+                }
+            ]
+        },
+    )
+
+    ready: Annotated[bool, Field(description="Whether a send can succeed now.")]
+    store: Annotated[str, Field(description="ok, or failing: the store's error.")]
+    name_server: Annotated[
+        Literal["reachable", "unreachable"], Field(alias="nameServer", description="Whether it answers.")
+    ]
+    writable_brokers: Annotated[
+        list[str] | None,
+        Field(alias="writableBrokers", description="Usable brokers (without ROCKSIDECAR_TOPICS)."),
+    ] = None
+    routes: Annotated[
+        dict[str, list[str]] | None,
+        Field(description="Per configured topic, its usable brokers (with ROCKSIDECAR_TOPICS)."),
+    ] = None
+    brokers: Annotated[list[BrokerStateOut], Field(description="The producer's fault table.")]
+    reason: Annotated[str | None, Field(description="Why it is not ready.")] = None

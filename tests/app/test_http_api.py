@@ -98,7 +98,7 @@ async def test_a_batch_that_is_not_an_object_of_messages_is_refused_whole(stack:
     [
         ({"delayMs": True}, "delayMs"),
         ({"delayMs": "1000"}, "delayMs"),
-        ({"delayMs": 1000.0}, "delayMs"),
+        ({"delayMs": 1000.5}, "delayMs"),
         ({"deliverAt": True}, "deliverAt"),
         ({"deliverAt": "9" * 5000}, "deliverAt"),
         ({"deliverAt": "-" + "9" * 60}, "deliverAt"),
