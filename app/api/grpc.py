@@ -18,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from app.api import problems
+from app.api.parsing import check_batch_size
 from app.api.proto import rocksidecar_pb2 as pb
 from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 from app.api.views import batch_view, outcome_view, status_view
@@ -211,12 +212,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self, request: pb.SendBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.SendBatchResponse:
         async def compute() -> Answer:
-            if not request.messages or len(request.messages) > self._batch_limit:
-                raise RequestError(
-                    f"a batch holds 1 to {self._batch_limit} messages",
-                    field="messages",
-                    status=413 if request.messages else 400,
-                )
+            check_batch_size(len(request.messages), self._batch_limit)
             now = self._now_ms()
             items: list[Any] = []
             for i, m in enumerate(request.messages):

@@ -109,18 +109,19 @@ def parse_batch(raw: bytes, limit: int) -> list[MessageIn | RequestError]:
         unknown = sorted(set(doc) - {"messages"})
         if unknown:
             raise RequestError(f"{unknown[0]}: unknown field", field=unknown[0]) from None
-        _check_count(len(doc["messages"]), limit)
+        check_batch_size(len(doc["messages"]), limit)
         for i, item in enumerate(doc["messages"]):
             try:
                 items.append(_validate(item, f"messages[{i}]"))
             except RequestError as exc:
                 items.append(exc)
         return items
-    _check_count(len(items), limit)
+    check_batch_size(len(items), limit)
     return items
 
 
-def _check_count(n: int, limit: int) -> None:
+def check_batch_size(n: int, limit: int) -> None:
+    """Raises RequestError unless 1 <= n <= limit (413 when over: the request is too large)."""
     if not 1 <= n <= limit:
         raise RequestError(
             f"a batch holds 1 to {limit} messages, not {n}",

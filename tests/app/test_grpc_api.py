@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import pytest
@@ -97,3 +98,19 @@ async def test_the_readme_python_example_runs(stack: Stack) -> None:
     [stored] = stack.stored("Orders")
     assert sent == f"SENT {stored.uniq_key}" and stored.body == b"order 1 placed"
     assert invalid == "INVALID_ARGUMENT delay_ms"
+
+
+async def test_batch_size_bounds(make_stack: Any) -> None:
+    async with (
+        make_stack(batch_limit=2) as stack,
+        grpc.aio.insecure_channel(f"127.0.0.1:{stack.service.grpc.port}") as ch,
+    ):
+        stub = pb_grpc.SidecarStub(ch)
+        for n, http_status in ((0, "400"), (3, "413")):
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub.SendBatch(pb.SendBatchRequest(messages=[pb.Message(topic="T", body="x")] * n))
+            meta = dict(info.value.trailing_metadata() or ())
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert (meta["field"], meta["http-status"]) == ("messages", http_status)
+            assert f"not {n}" in (info.value.details() or "")
+        assert not stack.stored("T")
