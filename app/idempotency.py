@@ -28,6 +28,15 @@ CF_EXPIRY = "idem_expiry"  # created_ms (13 digits) + key -> b"", to purge old a
 COLUMN_FAMILIES = (CF_ANSWERS, CF_EXPIRY)
 
 
+def canonical_json(body: bytes) -> bytes:
+    """The JSON document in one form (no spacing, keys sorted), so that a retry that re-serialises the
+    same request is recognised; the bytes as they are when they are not JSON orjson can read."""
+    try:
+        return orjson.dumps(orjson.loads(body), option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return body
+
+
 def fingerprint(path: str, query: str, body: bytes) -> str:
     """What makes two requests "the same": route, query and body bytes."""
     return hashlib.sha256(path.encode() + b"?" + query.encode() + b"\n" + body).hexdigest()

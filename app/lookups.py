@@ -23,15 +23,15 @@ class RetryLookup:
         found = self._store.get(id)
         if found is None:
             return None
-        record = self._store.pending_record(found.key) if found.state is State.SPOOLED else None
         return MessageState(
             id=id,
             status=Status.SPOOLED if found.state is State.SPOOLED else Status.DEAD,
-            topic=record.topic if record else None,
+            topic=found.topic,
             attempts=found.attempts,
             next_attempt_at_ms=found.next_attempt_at_ms,
             last_error=found.last_error or None,
             reason=found.reason,
+            dead_at_ms=found.dead_at_ms,
         )
 
 
@@ -46,8 +46,18 @@ class DelayLookup:
         found = self._store.get(id)
         if found is None:
             return None
+        to = found.sent_to
         return MessageState(
-            id=id, status=_DELAY_STATUS[found.state], topic=found.topic, deliver_at_ms=found.due_ms
+            id=id,
+            status=_DELAY_STATUS[found.state],
+            topic=found.topic,
+            deliver_at_ms=found.due_ms,
+            sent_at_ms=found.at_ms if found.state is DelayState.SENT else None,
+            cancelled_at_ms=found.at_ms if found.state is DelayState.CANCELLED else None,
+            broker=to.broker if to else None,
+            queue_id=to.queue_id if to else None,
+            queue_offset=to.queue_offset if to else None,
+            msg_id=to.msg_id if to else None,
         )
 
     async def cancel(self, id: str) -> CancelResult:

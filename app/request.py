@@ -6,9 +6,10 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from app.rocketmq import InvalidMessageError, Message, new_uniq_id
 from app.rocketmq.message import validate_topic
@@ -44,7 +45,7 @@ class SpecLike(Protocol):
     @property
     def topic(self) -> str: ...
     @property
-    def body(self) -> str | None: ...
+    def body(self) -> str | dict[str, Any] | list[Any] | None: ...
     @property
     def body_base64(self) -> str | None: ...
     @property
@@ -63,6 +64,13 @@ class SpecLike(Protocol):
     def delay_ms(self) -> int | None: ...
     @property
     def deliver_at(self) -> int | str | None: ...
+
+
+# The property a JSON body (an object or an array, not text) is marked with.
+CONTENT_TYPE_PROPERTY = "content-type"
+JSON_CONTENT_TYPE = "application/json"
+# Epoch milliseconds fit in 16 digits until the year 318857; bound the text before int() parses it.
+MAX_TIME_CHARS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,16 +99,27 @@ class Prepared:
     deliver_at_ms: int | None  # None: send now
 
 
+def _json_body(value: dict[str, Any] | list[Any]) -> bytes:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except (ValueError, TypeError):  # inf from a float such as 1e400; an integer too long to parse
+        raise RequestError("the body holds a number out of range", field="body") from None
+    except UnicodeEncodeError:
+        raise RequestError("the body is not valid UTF-8 text (use bodyBase64)", field="body") from None
+
+
 def _body(spec: SpecLike, limits: Limits) -> bytes:
     given = [x for x in (spec.body, spec.body_base64, spec.body_bytes) if x is not None]
     if len(given) != 1:
-        raise RequestError("give exactly one of body (UTF-8 text) and bodyBase64", field="body")
-    if spec.body is not None:
+        raise RequestError("give exactly one of body (text or JSON) and bodyBase64", field="body")
+    if isinstance(spec.body, str):
         try:
             data = spec.body.encode("utf-8")
         except UnicodeEncodeError:
             raise RequestError("the body is not valid UTF-8 text (use bodyBase64)", field="body") from None
         name = "body"
+    elif spec.body is not None:
+        data, name = _json_body(spec.body), "body"
     elif spec.body_bytes is not None:
         data, name = spec.body_bytes, "bodyBase64"
     else:
@@ -126,10 +145,14 @@ def parse_time_ms(value: int | str, name: str) -> int:
     if isinstance(value, bool):
         raise RequestError("expected epoch milliseconds or an RFC 3339 timestamp", field=name)
     if isinstance(value, int):
+        if not -(10**16) < value < 10**16:
+            raise RequestError("epoch milliseconds out of range", field=name)
         return value
+    if len(value) > MAX_TIME_CHARS:
+        raise RequestError(f"at most {MAX_TIME_CHARS} characters", field=name)
     text = value.strip()
-    if text.lstrip("-").isdigit():
-        return int(text)
+    if text.isascii() and text.lstrip("-").isdigit():
+        return parse_time_ms(int(text), name)
     try:
         when = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
@@ -138,7 +161,10 @@ def parse_time_ms(value: int | str, name: str) -> int:
         ) from None
     if when.tzinfo is None:
         raise RequestError("an RFC 3339 timestamp needs a time zone offset (or Z)", field=name)
-    return int(when.timestamp() * 1000)
+    try:
+        return int(when.timestamp() * 1000)
+    except (OverflowError, ValueError):  # year 1 minus an offset, and the like
+        raise RequestError(f"{value!r} is out of range", field=name) from None
 
 
 def _due(spec: SpecLike, limits: Limits, now_ms: int) -> int | None:
@@ -171,12 +197,15 @@ def prepare(spec: SpecLike, limits: Limits, now_ms: int) -> Prepared:
         raise RequestError("shardingKey must not be empty", field="shardingKey")
     if spec.type is not None and (not spec.type or len(spec.type) > 128 or ":" in spec.type):
         raise RequestError("type must be 1-128 characters without ':'", field="type")
+    properties = dict(spec.properties)
+    if spec.body is not None and not isinstance(spec.body, str):
+        properties.setdefault(CONTENT_TYPE_PROPERTY, JSON_CONTENT_TYPE)
     message = Message(
         spec.topic,
         body,
         tags=spec.tags or None,
         keys=tuple(spec.keys),
-        properties=dict(spec.properties),
+        properties=properties,
         id=new_uniq_id(),
     )
     try:

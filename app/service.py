@@ -24,6 +24,7 @@ from app.config import Settings
 from app.idempotency import IdempotencyStore
 from app.lookups import DelayLookup, RetryLookup
 from app.metrics import Metrics, StateCollector
+from app.readiness import Readiness
 from app.request import Limits
 from app.rocketmq import BrokerApi, Credentials, NameServerClient, RemotingClient
 from app.rocketmq.producer import Producer, ProducerConfig
@@ -39,7 +40,6 @@ from storage.rocks import RocksKV
 log = logging.getLogger("rocksidecar")
 COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES, *delay.COLUMN_FAMILIES)
 PURGE_EVERY_S = 3600.0
-READY_CACHE_S = 2.0
 
 
 def tune_gc() -> None:
@@ -153,7 +153,7 @@ class Service:
             auth_token=s.auth_token,
         )
         self.grpc = GrpcServer(servicer, s.grpc_addr, grace_s=s.shutdown_grace_s)
-        self._ready_cache: tuple[float, bool] = (0.0, False)
+        self._readiness = Readiness(self.producer, self.namesrv, self.retry, s.topics)
         self._tasks: list[asyncio.Task[None]] = []
 
     def _on_attempt(self, broker: str, latency_s: float, ok: bool) -> None:
@@ -172,31 +172,8 @@ class Service:
         }
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """Ready when the store takes writes and RocketMQ is reachable (or the configured topics'
-        routes are known). Not ready still accepts work: it is spooled."""
-        store_ok = self.retry.healthy
-        topics = {t: self.producer.route_known(t) for t in self.settings.topics}
-        checked_at, reachable = self._ready_cache
-        if time.monotonic() - checked_at > READY_CACHE_S:
-            reachable = await self.namesrv.ping()
-            self._ready_cache = (time.monotonic(), reachable)
-        rocketmq_ok = reachable or (bool(topics) and all(topics.values()))
-        details: dict[str, Any] = {
-            "store": "ok" if store_ok else f"failing: {self.retry.last_error}",
-            "nameServer": "reachable" if reachable else "unreachable",
-        }
-        if topics:
-            details["routes"] = topics
-        details["brokers"] = [
-            {
-                "broker": b.broker,
-                "state": b.state,
-                "latencyMs": round(b.latency_ms, 3),
-                "notAvailableForS": round(b.not_available_for_s, 3),
-            }
-            for b in self.producer.fault_table()
-        ]
-        return store_ok and rocketmq_ok, details
+        """Whether a send can succeed now, and why not (see app.readiness)."""
+        return await self._readiness.check()
 
     async def start(self) -> None:
         await self.producer.start()

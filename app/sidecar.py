@@ -90,6 +90,13 @@ class MessageState:
     deliver_at_ms: int | None = None
     last_error: str | None = None
     reason: str | None = None
+    dead_at_ms: int | None = None  # DEAD
+    sent_at_ms: int | None = None  # SENT from the store
+    cancelled_at_ms: int | None = None  # CANCELLED
+    broker: str | None = None  # SENT, where it was stored (when recorded)
+    queue_id: int | None = None
+    queue_offset: int | None = None
+    msg_id: str | None = None
 
 
 class StateLookup(Protocol):

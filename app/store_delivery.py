@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from app.rocketmq import Message, RocketMQError, SendResult
 from app.rocketmq.producer import Producer
 from app.sidecar import RetrySpool, last_error, message_fault
-from delay import DelayedMessage, DelayStore
+from delay import DelayedMessage, DelayStore, SentTo
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
 
@@ -49,12 +49,12 @@ class StoreDelivery:
     async def redeliver(self, record: RetryRecord) -> None:
         """The retry store's ``deliver``: send a spooled message again, under its original id."""
         try:
-            await self._producer.send(
+            result = await self._producer.send(
                 stored_message(record), sharding_key=record.sharding_key, validated=True
             )
         except RocketMQError as exc:
             raise DeliveryFailed(str(exc), retriable=not message_fault(exc)) from exc
-        await self._note_sent([record.id])
+        await self._note_sent([(record.id, result)])
 
     async def redeliver_batch(self, records: Sequence[RetryRecord]) -> list[Exception | None]:
         """The retry store's ``deliver_batch``: one SEND_BATCH_MESSAGE per queue instead of one send
@@ -62,7 +62,7 @@ class StoreDelivery:
         messages = [stored_message(r) for r in records]
         results = await self._producer.send_batch(messages, [r.sharding_key for r in records], validated=True)
         await self._note_sent(
-            [r.id for r, res in zip(records, results, strict=True) if isinstance(res, SendResult)]
+            [(r.id, res) for r, res in zip(records, results, strict=True) if isinstance(res, SendResult)]
         )
         return [
             None
@@ -71,15 +71,21 @@ class StoreDelivery:
             for res in results
         ]
 
-    async def _note_sent(self, ids: list[str]) -> None:
-        """Remember for a while that these spooled messages went out, so their status says SENT (and a
-        late cancel 409) instead of "unknown". Best effort: they are delivered either way."""
-        if not ids:
+    async def _note_sent(self, sent: list[tuple[str, SendResult]]) -> None:
+        """Remember for a while that these spooled messages went out, and where, so their status says
+        SENT (and a late cancel 409) instead of "unknown". Best effort: they are delivered either way."""
+        if not sent:
             return
         try:
-            await self._delay.record_sent(ids)
+            await self._delay.record_sent(
+                [id_ for id_, _ in sent],
+                [
+                    SentTo(r.queue.broker_name, r.queue.queue_id, r.queue_offset, r.offset_msg_id)
+                    for _, r in sent
+                ],
+            )
         except Exception as exc:
-            log.warning("could not record %d delivered ids: %s", len(ids), exc)
+            log.warning("could not record %d delivered ids: %s", len(sent), exc)
 
     async def publish_delayed(self, msgs: Sequence[DelayedMessage]) -> list[Exception | None]:
         """The delay scheduler's ``publish``: send due messages as batches; spool what fails into the retry

@@ -4,7 +4,7 @@ from delay.keys import COLUMN_FAMILIES
 from delay.message import DELAY_DUE_AT, DELAY_PUBLISHED_AT, CorruptMessageError, DelayedMessage
 from delay.publication import Publish
 from delay.scheduler import DelayScheduler
-from delay.status import CancelOutcome, DelayState, DelayStats, DelayStatus
+from delay.status import CancelOutcome, DelayState, DelayStats, DelayStatus, SentTo
 from delay.store import DelayStore
 
 __all__ = [
@@ -20,4 +20,5 @@ __all__ = [
     "DelayStore",
     "DelayedMessage",
     "Publish",
+    "SentTo",
 ]

@@ -5,8 +5,20 @@ from __future__ import annotations
 
 import logging
 
-from delay.keys import CANCELLED, DONE_CF, EXPIRY_CF, SENT, done_value, due_key, split_done, split_due_key
-from delay.status import DelayState
+import orjson
+
+from delay.keys import (
+    CANCELLED,
+    DONE_CF,
+    EXPIRY_CF,
+    SENT,
+    done_detail,
+    done_value,
+    due_key,
+    split_done,
+    split_due_key,
+)
+from delay.status import DelayState, SentTo
 from storage.group_commit import GroupCommitWriter
 from storage.keys import clamp_due, due_bound
 from storage.kv import KV, Delete, Op, Put
@@ -24,12 +36,17 @@ class DoneMarkers:
         self._purged_to = b""  # every expiry key below this is gone
 
     @staticmethod
-    def ops(id_: str, kind: bytes, at_ms: int) -> tuple[Op, Op]:
-        """The marker "``id_`` was SENT or CANCELLED at ``at_ms``" and its expiry entry."""
+    def ops(id_: str, kind: bytes, at_ms: int, sent_to: SentTo | None = None) -> tuple[Op, Op]:
+        """The marker "``id_`` was SENT (to ``sent_to``) or CANCELLED at ``at_ms``" and its expiry entry."""
         at = clamp_due(at_ms)
-        return Put(DONE_CF, id_.encode(), done_value(kind, at)), Put(EXPIRY_CF, due_key(at, id_), b"")
+        detail = (
+            b""
+            if sent_to is None
+            else orjson.dumps([sent_to.broker, sent_to.queue_id, sent_to.queue_offset, sent_to.msg_id])
+        )
+        return Put(DONE_CF, id_.encode(), done_value(kind, at, detail)), Put(EXPIRY_CF, due_key(at, id_), b"")
 
-    def get(self, id_: str) -> tuple[DelayState, int] | None:
+    def get(self, id_: str) -> tuple[DelayState, int, SentTo | None] | None:
         raw = self._kv.get(DONE_CF, id_.encode())
         if raw is None:
             return None
@@ -38,7 +55,7 @@ class DoneMarkers:
         except ValueError:
             log.error("unreadable done marker for %r: %r", id_, raw)
             return None
-        return STATES[kind], at_ms
+        return STATES[kind], at_ms, _sent_to(done_detail(raw))
 
     async def purge(self, now_ms: int, limit: int) -> int:
         """Drop up to ``limit`` markers older than the retention; returns how many expired."""
@@ -58,3 +75,14 @@ class DoneMarkers:
             await self._writer.write(ops)
             self._purged_to = rows[-1][0] + b"\x00"
         return len(rows)
+
+
+def _sent_to(detail: bytes) -> SentTo | None:
+    if not detail:
+        return None
+    try:
+        broker, queue_id, queue_offset, msg_id = orjson.loads(detail)
+        return SentTo(str(broker), int(queue_id), int(queue_offset), str(msg_id))
+    except (ValueError, TypeError):
+        log.error("unreadable detail in a done marker: %r", detail)
+        return None

@@ -58,8 +58,9 @@ def index_dues(id_: str, entries: list[bytes]) -> list[int]:
     return [parse_due(e[len(prefix) :]) for e in entries if len(e) == size and e.startswith(prefix)]
 
 
-def done_value(kind: bytes, at_ms: int) -> bytes:
-    return kind + due_prefix(at_ms)
+def done_value(kind: bytes, at_ms: int, detail: bytes = b"") -> bytes:
+    """A done marker: its kind, when, and optional ``detail`` bytes (where a SENT message was stored)."""
+    return kind + due_prefix(at_ms) + detail
 
 
 def split_done(value: bytes) -> tuple[bytes, int]:
@@ -67,4 +68,9 @@ def split_done(value: bytes) -> tuple[bytes, int]:
     kind = value[:1]
     if kind not in (SENT, CANCELLED):
         raise ValueError(f"not a done marker: {value!r}")
-    return kind, parse_due(value[1:])
+    return kind, parse_due(value[1 : 1 + DUE_WIDTH])
+
+
+def done_detail(value: bytes) -> bytes:
+    """The detail bytes of a done marker (b"" when there are none)."""
+    return value[1 + DUE_WIDTH :]

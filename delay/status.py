@@ -19,12 +19,23 @@ class CancelOutcome(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class SentTo:
+    """Where a broker stored a message: what the send answered."""
+
+    broker: str
+    queue_id: int
+    queue_offset: int
+    msg_id: str  # the broker's offset message id
+
+
+@dataclass(frozen=True, slots=True)
 class DelayStatus:
     id: str
     state: DelayState
     due_ms: int | None = None  # SCHEDULED: when it is due
     at_ms: int | None = None  # SENT: when it was published; CANCELLED: when it was cancelled
     topic: str | None = None  # SCHEDULED only
+    sent_to: SentTo | None = None  # SENT, when the path that sent it recorded where
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from delay.keys import (
     split_due_key,
 )
 from delay.message import CorruptMessageError, DelayedMessage, decode_message, encode_message
-from delay.status import CancelOutcome, DelayState, DelayStats, DelayStatus
+from delay.status import CancelOutcome, DelayState, DelayStats, DelayStatus, SentTo
 from storage.clock import wall_ms
 from storage.group_commit import GroupCommitWriter
 from storage.keys import clamp_due, due_bound, parse_due
@@ -194,15 +194,19 @@ class DelayStore:
     def advance_floor(self, floor: bytes) -> None:
         self._progress.advance_floor(floor)
 
-    async def record_sent(self, ids: Sequence[str]) -> None:
+    async def record_sent(self, ids: Sequence[str], sent_to: Sequence[SentTo | None] = ()) -> None:
         """Mark messages delivered by another path (the retry store's replay) as SENT now, so their
         status and a late cancel answer as for a published delayed message, for the same retention.
+        ``sent_to`` says where each was stored, when known.
 
         Raises:
             StorageError: not recorded.
         """
         now = self.now_ms()
-        ops: list[Op] = [op for id_ in ids for op in DoneMarkers.ops(id_, SENT, now)]
+        where = list(sent_to) or [None] * len(ids)
+        ops: list[Op] = [
+            op for id_, to in zip(ids, where, strict=True) for op in DoneMarkers.ops(id_, SENT, now, to)
+        ]
         if ops:
             await self.writer.write(ops)
 
@@ -219,7 +223,7 @@ class DelayStore:
                 topic = None
             return DelayStatus(id_, DelayState.SCHEDULED, due_ms=due, topic=topic)
         done = self._done.get(id_)
-        return None if done is None else DelayStatus(id_, done[0], at_ms=done[1])
+        return None if done is None else DelayStatus(id_, done[0], at_ms=done[1], sent_to=done[2])
 
     def stats(self) -> DelayStats:
         first = self.first_due(self.floor)

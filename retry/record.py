@@ -44,6 +44,13 @@ class RetryRecord:
         if not self.type:
             object.__setattr__(self, "type", self.topic)
 
+    @property
+    def failed_attempts(self) -> int:
+        """Failed deliveries so far: the replays (retry_count) plus the send that failed before the
+        message was spooled, if one did (it is in the history but did not count as a retry). Exact while
+        the history is not truncated, i.e. below HISTORY_LIMIT replays."""
+        return self.retry_count + (len(self.history) > self.retry_count)
+
     def failed(self, at_ms: int, error: str) -> RetryRecord:
         """This record after one more failed attempt at ``at_ms``."""
         history = (*self.history, (at_ms, error))[-HISTORY_LIMIT:]

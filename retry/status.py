@@ -16,8 +16,9 @@ class MessageStatus:
     id: str
     state: State
     key: bytes
-    attempts: int  # failed replay attempts so far (the record's retry_count)
+    attempts: int  # failed deliveries so far, the send before spooling included (failed_attempts)
     last_error: str
+    topic: str | None = None  # None when the stored value does not decode
     next_attempt_at_ms: int | None = None  # SPOOLED only
     reason: str | None = None  # DEAD only
     dead_at_ms: int | None = None  # DEAD only

@@ -287,8 +287,9 @@ class RetryStore:
                     id_,
                     State.DEAD,
                     key,
-                    record.retry_count if record else 0,
+                    record.failed_attempts if record else 0,
                     record.last_error if record else "",
+                    topic=record.topic if record else None,
                     reason=letter.reason,
                     dead_at_ms=letter.dead_at_ms,
                 )
@@ -309,7 +310,13 @@ class RetryStore:
                 next_attempt_at_ms=parsed.due_ms,
             )
         return MessageStatus(
-            id_, State.SPOOLED, key, record.retry_count, record.last_error, next_attempt_at_ms=parsed.due_ms
+            id_,
+            State.SPOOLED,
+            key,
+            record.failed_attempts,
+            record.last_error,
+            topic=record.topic,
+            next_attempt_at_ms=parsed.due_ms,
         )
 
     def pending_record(self, key: bytes) -> RetryRecord | None:

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import AsyncIterator, Callable
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from app.api import problems
+from app.api.parsing import check_batch_size
 from app.api.proto import rocksidecar_pb2 as pb
 from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 from app.api.views import batch_view, outcome_view, status_view
@@ -63,12 +67,13 @@ def spec_from_proto(m: pb.Message) -> MessageSpec:
     )
 
 
-def _grpc_field(path: str | None) -> str:
-    if not path:
-        return ""
-    for http_name, grpc_name in _FIELD_NAMES.items():
-        path = path.replace(http_name, grpc_name)
-    return path
+_HTTP_NAMES = re.compile(r"\b(" + "|".join(map(re.escape, _FIELD_NAMES)) + r")\b")
+REPLAYED_METADATA = "idempotent-replayed"  # "true" on an answer repeated for an idempotency_key
+
+
+def _grpc_field(text: str | None) -> str:
+    """A field path or an error message with the HTTP API's field names in gRPC's (``delay_ms``)."""
+    return _HTTP_NAMES.sub(lambda m: _FIELD_NAMES[m.group(1)], text) if text else ""
 
 
 def _send_response(view: dict[str, Any]) -> pb.SendResponse:
@@ -89,7 +94,7 @@ def _error(body: dict[str, Any]) -> pb.Error:
     return pb.Error(
         http_status=body["status"],
         title=body["title"],
-        detail=body["detail"],
+        detail=_grpc_field(body["detail"]),
         field=_grpc_field(body.get("field")),
     )
 
@@ -122,7 +127,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         context.set_trailing_metadata(
             (("field", _grpc_field(body.get("field"))), ("http-status", str(status)))
         )
-        await context.abort(_CODES.get(status, grpc.StatusCode.INTERNAL), body["detail"])
+        await context.abort(_CODES.get(status, grpc.StatusCode.INTERNAL), _grpc_field(body["detail"]))
         raise AssertionError("abort returns only by raising")  # pragma: no cover
 
     async def _check_auth(self, context: grpc.aio.ServicerContext, method: str) -> None:
@@ -148,10 +153,18 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         method: str,
         key: str,
         request_bytes: bytes,
-        compute: Callable[[], Any],
+        compute: Callable[[], Awaitable[Answer]],
     ) -> dict[str, Any]:
-        """Run ``compute`` (through the idempotency store when a key is given); abort on a 4xx/5xx."""
+        """Run ``compute`` (through the idempotency store when a key is given); abort on a 4xx/5xx.
+        ``request_bytes`` is the request serialized deterministically (map entries in key order)."""
         await self._check_auth(context, method)
+        computed = False
+
+        async def first() -> Answer:
+            nonlocal computed
+            computed = True
+            return await compute()
+
         try:
             if key and self._idempotency is not None:
                 if len(key) > 255:
@@ -159,8 +172,10 @@ class SidecarServicer(pb_grpc.SidecarServicer):
                         "idempotency_key must be at most 255 characters", field="Idempotency-Key"
                     )
                 status, body = await self._idempotency.run(
-                    key, fingerprint(f"/grpc/{method}", "", request_bytes), compute
+                    key, fingerprint(f"/grpc/{method}", "", request_bytes), first
                 )
+                if not computed:
+                    await context.send_initial_metadata(((REPLAYED_METADATA, "true"),))
             else:
                 status, body = await compute()
         except Exception as exc:
@@ -188,7 +203,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             context,
             "Send",
             request.idempotency_key,
-            request.SerializeToString(),
+            request.SerializeToString(deterministic=True),
             lambda: self._one(request.message, Ack(_ack(request.ack))),
         )
         return _send_response(body)
@@ -197,12 +212,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self, request: pb.SendBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.SendBatchResponse:
         async def compute() -> Answer:
-            if not request.messages or len(request.messages) > self._batch_limit:
-                raise RequestError(
-                    f"a batch holds 1 to {self._batch_limit} messages",
-                    field="messages",
-                    status=413 if request.messages else 400,
-                )
+            check_batch_size(len(request.messages), self._batch_limit)
             now = self._now_ms()
             items: list[Any] = []
             for i, m in enumerate(request.messages):
@@ -217,7 +227,11 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             return 200, view
 
         view = await self._answered(
-            context, "SendBatch", request.idempotency_key, request.SerializeToString(), compute
+            context,
+            "SendBatch",
+            request.idempotency_key,
+            request.SerializeToString(deterministic=True),
+            compute,
         )
         return pb.SendBatchResponse(
             results=[
@@ -292,6 +306,13 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             deliver_at_ms=v.get("deliverAt", 0),
             last_error=v.get("lastError", ""),
             reason=v.get("reason", ""),
+            dead_at_ms=v.get("deadAt", 0),
+            sent_at_ms=v.get("sentAt", 0),
+            cancelled_at_ms=v.get("cancelledAt", 0),
+            broker=v.get("broker", ""),
+            queue_id=v.get("queueId", 0),
+            queue_offset=v.get("queueOffset", 0),
+            msg_id=v.get("msgId", ""),
         )
 
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext) -> pb.CancelResponse:
@@ -309,6 +330,20 @@ class SidecarServicer(pb_grpc.SidecarServicer):
 
         await self._answered(context, "Cancel", "", b"", compute)
         return pb.CancelResponse(id=request.id, status=pb.CANCELLED)
+
+
+async def add_health_and_reflection(server: grpc.aio.Server) -> health.aio.HealthServicer:
+    """The standard grpc.health.v1 service (the whole server and rocksidecar.v1.Sidecar SERVING) and
+    server reflection, so that grpcurl and grpc_health_probe work without the .proto file."""
+    checker = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(checker, server)
+    sidecar = pb.DESCRIPTOR.services_by_name["Sidecar"].full_name
+    for name in ("", sidecar):
+        await checker.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        (sidecar, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    )
+    return checker
 
 
 def _ack(value: int) -> str:

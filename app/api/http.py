@@ -7,37 +7,64 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from http import HTTPStatus
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from app.api import problems
 from app.api.middleware import EdgeMiddleware
-from app.api.schemas import BatchIn, BatchOut, CancelOut, MessageIn, MessageStatusOut, Problem, SendOut
+from app.api.parsing import parse_batch, parse_message
+from app.api.schemas import (
+    BatchIn,
+    BatchOut,
+    CancelOut,
+    HealthOut,
+    MessageIn,
+    MessageStatusOut,
+    Problem,
+    ReadyOut,
+    SendOut,
+)
 from app.api.views import batch_view, outcome_view, status_view
-from app.idempotency import Answer, IdempotencyStore, fingerprint
+from app.idempotency import Answer, IdempotencyStore, canonical_json, fingerprint
 from app.metrics import Metrics
 from app.request import Limits, RequestError, prepare
 from app.sidecar import Ack, CancelResult, Sidecar, Status
 
+REPLAYED_HEADER = "Idempotent-Replayed"  # "true" on an answer repeated for an Idempotency-Key
 Readiness = Callable[[], Awaitable[tuple[bool, dict[str, Any]]]]
 _PROBLEM = {"model": Problem, "content": {problems.PROBLEM_JSON: {}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {**_PROBLEM, "description": "Invalid input; `field` names it."},
-    401: {**_PROBLEM, "description": "Missing or wrong bearer token."},
-    413: {**_PROBLEM, "description": "Body or request too large."},
+    401: {**_PROBLEM, "description": "Missing or wrong bearer token (when one is configured)."},
+    413: {**_PROBLEM, "description": "Body or request too large, or a batch over the limit."},
     422: {
         **_PROBLEM,
         "description": "An Idempotency-Key reused for a different request, or a message the broker refused "
         "for itself.",
     },
-    503: {**_PROBLEM, "description": "The local store cannot accept writes (see Retry-After)."},
+    503: {**_PROBLEM, "description": "The local store cannot take writes or reads (see Retry-After)."},
 }
+_REPLAYED_DOC = {
+    REPLAYED_HEADER: {
+        "description": "`true` when this is the stored answer to an earlier request with the same "
+        "Idempotency-Key (nothing was sent again).",
+        "schema": {"type": "string", "enum": ["true"]},
+    }
+}
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The documented error answers of one route."""
+    return {code: _ERRORS[code] for code in codes}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,19 +86,30 @@ class Api:
         )
 
     async def answer(
-        self, key: str | None, request: Request, compute: Callable[[], Awaitable[Answer]]
+        self, key: str | None, request: Request, ack: Ack, compute: Callable[[], Awaitable[Answer]]
     ) -> Response:
+        computed = False
+
+        async def first() -> Answer:
+            nonlocal computed
+            computed = True
+            return await compute()
+
         try:
             if key is None or self.idempotency is None:
                 status, body = await compute()
+                computed = True
             else:
                 if not 1 <= len(key) <= 255:
                     raise RequestError("Idempotency-Key must be 1-255 characters", field="Idempotency-Key")
-                fp = fingerprint(request.url.path, str(request.query_params), await request.body())
-                status, body = await self.idempotency.run(key, fp, compute)
+                # The same request in other spacing, key order or with ack spelled out is the same request.
+                fp = fingerprint(request.url.path, ack.value, canonical_json(await request.body()))
+                status, body = await self.idempotency.run(key, fp, first)
         except Exception as exc:
             return self.problem(exc)
-        headers = {"Retry-After": str(problems.RETRY_AFTER_S)} if status == 503 else None
+        headers = {"Retry-After": str(problems.RETRY_AFTER_S)} if status == 503 else {}
+        if not computed:
+            headers[REPLAYED_HEADER] = "true"
         media = problems.PROBLEM_JSON if status >= 400 else "application/json"
         return Response(orjson.dumps(body), status_code=status, media_type=media, headers=headers)
 
@@ -117,15 +155,51 @@ def create_app(
             media_type=problems.PROBLEM_JSON,
         )
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(app, request))
+        title = _phrase(exc.status_code)
+        detail = (
+            f"no {request.method} on {request.url.path}" if exc.status_code in (404, 405) else str(exc.detail)
+        )
+        return Response(
+            orjson.dumps(problems.problem(exc.status_code, title, detail)),
+            status_code=exc.status_code,
+            media_type=problems.PROBLEM_JSON,
+            headers=headers,
+        )
+
     _message_routes(app, api)
     _state_routes(app, api)
     _ops_routes(app, api)
-    _document_bodies(app, (MessageIn, BatchIn))
+    _document_bodies(app, (MessageIn, BatchIn), limits, batch_limit)
     return app
 
 
-def _document_bodies(app: FastAPI, models: tuple[type[BaseModel], ...]) -> None:
-    """Add the request-body models of the hot routes to the OpenAPI components they reference."""
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route takes on this path (Starlette's Allow names only the first route's)."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return sorted(methods)
+
+
+def _document_bodies(
+    app: FastAPI, models: tuple[type[BaseModel], ...], limits: Limits, batch_limit: int
+) -> None:
+    """Add the request-body models of the hot routes to the OpenAPI components they reference, with this
+    sidecar's configured limits."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -136,6 +210,8 @@ def _document_bodies(app: FastAPI, models: tuple[type[BaseModel], ...]) -> None:
                 doc = model.model_json_schema(ref_template="#/components/schemas/{model}", by_alias=True)
                 components.update(doc.pop("$defs", {}))
                 components[model.__name__] = doc
+            components["BatchIn"]["properties"]["messages"]["maxItems"] = batch_limit
+            components["MessageIn"]["properties"]["delayMs"]["maximum"] = limits.max_delay_ms
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -143,7 +219,7 @@ def _document_bodies(app: FastAPI, models: tuple[type[BaseModel], ...]) -> None:
 
 
 def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
-    """OpenAPI for a route that reads its own body (see ``_parse``): the same body and parameters that
+    """OpenAPI for a route that reads its own body (see ``app.api.parsing``): the body and parameters that
     FastAPI would document for typed parameters."""
     return {
         "requestBody": {
@@ -170,21 +246,8 @@ def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
     }
 
 
-M = TypeVar("M", bound=BaseModel)
-
-
-async def _parse(request: Request, model: type[M]) -> tuple[M, Ack, str | None]:
-    """Body, ack and Idempotency-Key of a hot route. FastAPI's dependency solving cost more per request
-    than the send itself; pydantic's validate_json on the raw body is the same validation, cheaper.
-
-    Raises:
-        RequestError: naming the bad field.
-    """
-    try:
-        parsed = model.model_validate_json(await request.body())
-    except ValidationError as exc:
-        doc = problems.from_validation(exc.errors(include_url=False))
-        raise RequestError(doc["detail"], field=doc.get("field"), title=doc["title"]) from None
+def _ack_and_key(request: Request) -> tuple[Ack, str | None]:
+    """The ack parameter and Idempotency-Key header of a hot route. Raises RequestError naming them."""
     raw_ack = request.query_params.get("ack", Ack.BROKER.value)
     try:
         ack = Ack(raw_ack)
@@ -192,7 +255,7 @@ async def _parse(request: Request, model: type[M]) -> tuple[M, Ack, str | None]:
         raise RequestError(
             f"ack must be one of {[a.value for a in Ack]}, got {raw_ack!r}", field="ack"
         ) from None
-    return parsed, ack, request.headers.get("idempotency-key")
+    return ack, request.headers.get("idempotency-key")
 
 
 def _message_routes(app: FastAPI, api: Api) -> None:
@@ -202,18 +265,21 @@ def _message_routes(app: FastAPI, api: Api) -> None:
         summary="Send one message",
         openapi_extra=_body_doc(MessageIn),
         responses={
+            200: {"description": "SENT: stored by a broker.", "headers": _REPLAYED_DOC},
             202: {
                 "model": SendOut,
                 "description": "Stored locally: SPOOLED (delivered in the background) or "
                 "SCHEDULED (delayed).",
+                "headers": _REPLAYED_DOC,
             },
-            501: {**_PROBLEM, "description": "Delayed delivery is not enabled."},
-            **_ERRORS,
+            501: {**_PROBLEM, "description": "Delayed delivery is not enabled in this sidecar."},
+            **_errors(400, 401, 413, 422, 503),
         },
     )
     async def send(request: Request) -> Response:
         try:
-            msg, ack, idempotency_key = await _parse(request, MessageIn)
+            msg = parse_message(await request.body())
+            ack, idempotency_key = _ack_and_key(request)
         except RequestError as exc:
             api.count("rejected")
             return api.problem(exc)
@@ -228,24 +294,25 @@ def _message_routes(app: FastAPI, api: Api) -> None:
             api.count(outcome.status.value.lower())
             return (200 if outcome.status is Status.SENT else 202), outcome_view(outcome)
 
-        return await api.answer(idempotency_key, request, compute)
+        return await api.answer(idempotency_key, request, ack, compute)
 
     @app.post(
         "/v1/messages:batch",
         response_model=BatchOut,
-        responses=_ERRORS,
+        responses={
+            200: {
+                "description": "One result per message, in order; a bad item fails only itself.",
+                "headers": _REPLAYED_DOC,
+            },
+            **_errors(400, 401, 413, 422, 503),
+        },
         openapi_extra=_body_doc(BatchIn),
         summary="Send a batch; one result per message, in order",
     )
     async def send_batch(request: Request) -> Response:
         try:
-            batch, ack, idempotency_key = await _parse(request, BatchIn)
-            if not batch.messages or len(batch.messages) > api.batch_limit:
-                raise RequestError(
-                    f"a batch holds 1 to {api.batch_limit} messages",
-                    field="messages",
-                    status=413 if batch.messages else 400,
-                )
+            batch = parse_batch(await request.body(), api.batch_limit)
+            ack, idempotency_key = _ack_and_key(request)
         except RequestError as exc:
             api.count("rejected")
             return api.problem(exc)
@@ -253,7 +320,10 @@ def _message_routes(app: FastAPI, api: Api) -> None:
         async def compute() -> Answer:
             now = api.now_ms()
             items: list[Any] = []
-            for i, m in enumerate(batch.messages):
+            for i, m in enumerate(batch):
+                if isinstance(m, RequestError):
+                    items.append(m)  # already names messages[i]
+                    continue
                 try:
                     items.append(prepare(m, api.limits, now))
                 except RequestError as exc:
@@ -263,7 +333,7 @@ def _message_routes(app: FastAPI, api: Api) -> None:
                 api.count(outcome, view[outcome])
             return 200, view
 
-        return await api.answer(idempotency_key, request, compute)
+        return await api.answer(idempotency_key, request, ack, compute)
 
 
 def _state_routes(app: FastAPI, api: Api) -> None:
@@ -276,7 +346,7 @@ def _state_routes(app: FastAPI, api: Api) -> None:
                 "description": "Unknown here, or sent directly (only spooled, scheduled and "
                 "dead-lettered messages are tracked).",
             },
-            **_ERRORS,
+            **_errors(401, 503),
         },
         summary="Where a spooled, scheduled or dead-lettered message stands",
     )
@@ -303,7 +373,7 @@ def _state_routes(app: FastAPI, api: Api) -> None:
         responses={
             404: {**_PROBLEM, "description": "No scheduled message with this id."},
             409: {**_PROBLEM, "description": "Already sent."},
-            **_ERRORS,
+            **_errors(401, 503),
         },
     )
     async def cancel(id: str) -> Response:
@@ -323,14 +393,15 @@ def _state_routes(app: FastAPI, api: Api) -> None:
 
 
 def _ops_routes(app: FastAPI, api: Api) -> None:
-    @app.get("/healthz", summary="The process is alive")
+    @app.get("/healthz", summary="The process is alive", response_model=HealthOut)
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get(
         "/readyz",
-        summary="Ready: the store is writable and RocketMQ is reachable",
-        responses={503: {"description": "Not ready; the body says why."}},
+        summary="Ready: a send can succeed now (the store takes writes, a broker is usable)",
+        response_model=ReadyOut,
+        responses={503: {"model": ReadyOut, "description": "Not ready; `reason` says why."}},
     )
     async def readyz() -> Response:
         ok, details = await api.readiness()

@@ -55,7 +55,7 @@ def from_validation(errors: Sequence[Any]) -> dict[str, Any]:
         return problem(400, "Malformed JSON", f"the request body is not valid JSON: {first.get('msg')}", None)
     path = field_path(loc)
     msg = "unknown field" if first.get("type") == "extra_forbidden" else str(first.get("msg", "invalid"))
-    body = problem(400, "Invalid request", f"{path}: {msg}", path or None)
+    body = problem(400, "Invalid request", f"{path}: {msg}" if path else msg, path or None)
     if len(errors) > 1:
         body["errors"] = [
             {"field": field_path(tuple(e.get("loc", ()))), "detail": str(e.get("msg"))} for e in errors[:20]

@@ -11,7 +11,9 @@ from typing import Any
 
 import grpc
 import uvicorn
+from grpc_health.v1 import health
 
+from app.api.grpc import add_health_and_reflection
 from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 
 
@@ -74,9 +76,13 @@ class GrpcServer:
         self.port = self._server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         self.host = host
         self._grace_s = grace_s
+        self._health: health.aio.HealthServicer | None = None
 
     async def start(self) -> None:
+        self._health = await add_health_and_reflection(self._server)
         await self._server.start()
 
     async def stop(self) -> None:
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()  # health checks answer NOT_SERVING from here on
         await self._server.stop(self._grace_s)

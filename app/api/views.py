@@ -64,6 +64,13 @@ def status_view(s: MessageState) -> dict[str, Any]:
         ("deliver_at_ms", "deliverAt"),
         ("last_error", "lastError"),
         ("reason", "reason"),
+        ("dead_at_ms", "deadAt"),
+        ("sent_at_ms", "sentAt"),
+        ("cancelled_at_ms", "cancelledAt"),
+        ("broker", "broker"),
+        ("queue_id", "queueId"),
+        ("queue_offset", "queueOffset"),
+        ("msg_id", "msgId"),
     ):
         value = getattr(s, attr)
         if value is not None and value != "":

@@ -67,7 +67,20 @@ RESERVED_PROPERTIES = frozenset(
     }
 )
 
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")  # used with fullmatch: "$" would accept a final newline
+# TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET (Java's Validators refuse to send to these) and the prefix of
+# the brokers' own system topics.
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    }
+)
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 TOPIC_MAX_LEN = 127
 PROPERTIES_MAX_BYTES = 32767
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -92,7 +105,7 @@ def _check_topic(topic: str, field_name: str) -> None:
         raise InvalidMessageError(
             f"topic is {len(topic)} characters long; at most {TOPIC_MAX_LEN}", field=field_name
         )
-    if not TOPIC_PATTERN.match(topic):
+    if not TOPIC_PATTERN.fullmatch(topic):
         raise InvalidMessageError(
             f"topic {topic!r} may only contain characters [%|a-zA-Z0-9_-]", field=field_name
         )
@@ -100,6 +113,8 @@ def _check_topic(topic: str, field_name: str) -> None:
         raise InvalidMessageError(
             f"topic {DEFAULT_TOPIC} is the auto-create template, not a topic", field=field_name
         )
+    if topic in NOT_ALLOWED_SEND_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX):
+        raise InvalidMessageError(f"sending to the system topic {topic} is forbidden", field=field_name)
 
 
 def _check_text(value: str, field_name: str) -> None:

@@ -163,7 +163,7 @@ class GetMessageRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class MessageStatus(_message.Message):
-    __slots__ = ("id", "status", "topic", "attempts", "next_attempt_at_ms", "deliver_at_ms", "last_error", "reason")
+    __slots__ = ("id", "status", "topic", "attempts", "next_attempt_at_ms", "deliver_at_ms", "last_error", "reason", "dead_at_ms", "sent_at_ms", "cancelled_at_ms", "broker", "queue_id", "queue_offset", "msg_id")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +172,13 @@ class MessageStatus(_message.Message):
     DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    DEAD_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    SENT_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
     id: str
     status: Status
     topic: str
@@ -180,7 +187,14 @@ class MessageStatus(_message.Message):
     deliver_at_ms: int
     last_error: str
     reason: str
-    def __init__(self, id: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., topic: _Optional[str] = ..., attempts: _Optional[int] = ..., next_attempt_at_ms: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ..., last_error: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    dead_at_ms: int
+    sent_at_ms: int
+    cancelled_at_ms: int
+    broker: str
+    queue_id: int
+    queue_offset: int
+    msg_id: str
+    def __init__(self, id: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., topic: _Optional[str] = ..., attempts: _Optional[int] = ..., next_attempt_at_ms: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ..., last_error: _Optional[str] = ..., reason: _Optional[str] = ..., dead_at_ms: _Optional[int] = ..., sent_at_ms: _Optional[int] = ..., cancelled_at_ms: _Optional[int] = ..., broker: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., msg_id: _Optional[str] = ...) -> None: ...
 
 class CancelRequest(_message.Message):
     __slots__ = ("id",)

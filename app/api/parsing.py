@@ -1,0 +1,131 @@
+"""Request bodies of the hot routes, parsed into the schema models.
+
+The fast path is pydantic's ``validate_json`` on the raw bytes. Only when that fails is the body parsed
+again, slowly, to say precisely what is wrong: JSON numbers are bounded before they are converted (a
+5 000-digit number is "out of range" for its field, not a malformed request nor a 500), and each message
+of a batch is validated on its own, so that a bad one fails only itself (``messages[3].topic``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.api import problems
+from app.api.schemas import BatchIn, MessageIn
+from app.request import RequestError
+
+MAX_NUMBER_CHARS = 4000  # below Python's int() limit of 4300 digits; checked before converting
+
+
+class _OutOfRange:
+    """A JSON integer too long to convert. No field accepts it (strict mode: it is neither int nor str)."""
+
+    def __init__(self, text: str) -> None:
+        self.digits = len(text)
+
+    def __repr__(self) -> str:
+        return f"<a {self.digits}-digit number>"
+
+
+def _number(text: str) -> Any:
+    return _OutOfRange(text) if len(text) > MAX_NUMBER_CHARS else int(text)
+
+
+def _refuse_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def _loads(raw: bytes) -> Any:
+    """The document with bounded numbers; RequestError if it is not JSON."""
+    try:
+        return json.loads(raw, parse_int=_number, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:
+        raise RequestError(
+            f"the request body is not valid JSON: {exc}", field=None, title="Malformed JSON"
+        ) from None
+
+
+# Fields that take several JSON types: pydantic reports one error per type, under loc (field, type).
+_UNION_FIELDS = {
+    "body": "must be text (a string), a JSON object or a JSON array",
+    "deliverAt": "must be epoch milliseconds (an integer) or an RFC 3339 timestamp (a string)",
+}
+
+
+def _error(exc: ValidationError, prefix: str = "") -> RequestError:
+    errors = exc.errors(include_url=False)
+    loc = errors[0]["loc"] if errors else ()
+    if loc and loc[0] in _UNION_FIELDS:
+        name = str(loc[0])
+        path = f"{prefix}.{name}" if prefix else name
+        return RequestError(f"{path} {_UNION_FIELDS[name]}", field=path)
+    doc = problems.from_validation(errors)
+    fld = doc.get("field")
+    detail = doc["detail"]
+    if prefix:
+        fld = f"{prefix}.{fld}" if fld else prefix
+        detail = f"{prefix}.{detail}" if doc.get("field") else f"{prefix}: {detail}"
+    return RequestError(detail, field=fld, title=doc["title"])
+
+
+def _validate(doc: Any, prefix: str = "") -> MessageIn:
+    if not isinstance(doc, dict):
+        what = f"{prefix} must be" if prefix else "the request body must be"
+        raise RequestError(f"{what} a JSON object (a message)", field=prefix or None)
+    for name, value in doc.items():
+        if isinstance(value, _OutOfRange) and name in ("delayMs", "deliverAt"):
+            path = f"{prefix}.{name}" if prefix else name
+            raise RequestError(f"{path}: number out of range", field=path)
+    try:
+        return MessageIn.model_validate(doc)
+    except ValidationError as exc:
+        raise _error(exc, prefix) from None
+
+
+def parse_message(raw: bytes) -> MessageIn:
+    """One message. Raises RequestError naming the bad field."""
+    try:
+        return MessageIn.model_validate_json(raw)
+    except ValidationError:
+        pass
+    return _validate(_loads(raw))
+
+
+def parse_batch(raw: bytes, limit: int) -> list[MessageIn | RequestError]:
+    """The messages of a batch, each parsed or the error that rejects it alone. Raises RequestError when
+    the request as a whole is wrong (not a {"messages": [...]} object, or not 1 to ``limit`` messages)."""
+    try:
+        items: list[MessageIn | RequestError] = list(BatchIn.model_validate_json(raw).messages)
+    except ValidationError:
+        items = []
+        doc = _loads(raw)
+        if not isinstance(doc, dict) or not isinstance(doc.get("messages"), list):
+            raise RequestError(
+                'the request must be an object {"messages": [...]}', field="messages" if doc else None
+            ) from None
+        unknown = sorted(set(doc) - {"messages"})
+        if unknown:
+            raise RequestError(f"{unknown[0]}: unknown field", field=unknown[0]) from None
+        check_batch_size(len(doc["messages"]), limit)
+        for i, item in enumerate(doc["messages"]):
+            try:
+                items.append(_validate(item, f"messages[{i}]"))
+            except RequestError as exc:
+                items.append(exc)
+        return items
+    check_batch_size(len(items), limit)
+    return items
+
+
+def check_batch_size(n: int, limit: int) -> None:
+    """Raises RequestError unless 1 <= n <= limit (413 when over: the request is too large)."""
+    if not 1 <= n <= limit:
+        raise RequestError(
+            f"a batch holds 1 to {limit} messages, not {n}",
+            field="messages",
+            status=413 if n else 400,
+            title="Batch too large" if n else "Invalid request",
+        )

@@ -1,0 +1,110 @@
+"""/readyz: can a send succeed now? Yes when the store takes writes and some broker with a writable route
+is not isolated (its last send failed and its back-off has not run out). With ROCKSIDECAR_TOPICS set,
+each of those topics needs such a broker; otherwise any master the name server lists, or any broker of a
+route already known, will do. Not ready still accepts work: it is spooled."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from app.rocketmq import NameServerClient, RocketMQError
+from app.rocketmq.producer import Producer
+
+CACHE_S = 2.0  # the name server is asked at most this often
+
+
+class StoreHealth(Protocol):
+    @property
+    def healthy(self) -> bool: ...
+    @property
+    def last_error(self) -> str | None: ...
+
+
+def masters(cluster_info: dict[str, object]) -> set[str]:
+    """Brokers with a master (brokerId 0) in GET_BROKER_CLUSTER_INFO's brokerAddrTable."""
+    table = cluster_info.get("brokerAddrTable")
+    out: set[str] = set()
+    if isinstance(table, dict):
+        for name, data in table.items():
+            addrs = data.get("brokerAddrs") if isinstance(data, dict) else None
+            if isinstance(addrs, dict) and any(str(k) == "0" for k in addrs):
+                out.add(str(name))
+    return out
+
+
+class Readiness:
+    def __init__(
+        self,
+        producer: Producer,
+        namesrv: NameServerClient,
+        store: StoreHealth,
+        topics: Sequence[str],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._producer = producer
+        self._namesrv = namesrv
+        self._store = store
+        self._topics = tuple(topics)
+        self._clock = clock
+        self._checked_at: float | None = None
+        self._masters: set[str] | None = None  # None: the name server did not answer
+
+    async def _listed_masters(self) -> set[str] | None:
+        now = self._clock()
+        if self._checked_at is None or now - self._checked_at > CACHE_S:
+            try:
+                self._masters = masters(await self._namesrv.get_cluster_info())
+            except RocketMQError:
+                self._masters = None
+            self._checked_at = now
+        return self._masters
+
+    def _writable(self, topic: str) -> set[str]:
+        info = self._producer.routes.cached(topic)
+        return set(info.queues_by_broker) if info is not None and info.ok else set()
+
+    async def check(self) -> tuple[bool, dict[str, Any]]:
+        listed = await self._listed_masters()
+        states = self._producer.fault_table()
+        isolated = {b.broker for b in states if b.state == "isolated"}
+        reasons: list[str] = []
+        details: dict[str, Any] = {
+            "store": "ok" if self._store.healthy else f"failing: {self._store.last_error}",
+            "nameServer": "reachable" if listed is not None else "unreachable",
+        }
+        if not self._store.healthy:
+            reasons.append(f"the local store cannot take writes: {self._store.last_error}")
+        if self._topics:
+            routes = {t: sorted(self._writable(t) - isolated) for t in self._topics}
+            details["routes"] = routes
+            for topic, usable in routes.items():
+                if not usable:
+                    why = "isolated" if self._writable(topic) else "unknown or not writable"
+                    reasons.append(f"no broker to send {topic} to: its route is {why}")
+        else:
+            known = set(listed or ()) | {b for t in self._producer.routes.topics() for b in self._writable(t)}
+            usable = sorted(known - isolated)
+            details["writableBrokers"] = usable
+            if not known:
+                reasons.append(
+                    "no broker known: the name server is unreachable"
+                    if listed is None
+                    else "the name server lists no broker"
+                )
+            elif not usable:
+                reasons.append(f"every broker is isolated after failed sends: {', '.join(sorted(known))}")
+        details["brokers"] = [
+            {
+                "broker": b.broker,
+                "state": b.state,
+                "latencyMs": round(b.latency_ms, 3),
+                "notAvailableForS": round(b.not_available_for_s, 3),
+            }
+            for b in states
+        ]
+        if reasons:
+            details["reason"] = "; ".join(reasons)
+        return not reasons, details

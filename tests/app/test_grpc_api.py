@@ -1,0 +1,116 @@
+"""gRPC details (issue 17 item 11, issue 11 item 5): errors speak gRPC's field names, huge numbers are
+INVALID_ARGUMENT, the standard health and reflection services answer, a replayed answer says so."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from app.api.proto import rocksidecar_pb2 as pb
+from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from bench.common import REPO
+from tests.app.conftest import Stack
+
+
+@pytest.fixture
+async def channel(stack: Stack) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{stack.service.grpc.port}") as ch:
+        yield ch
+
+
+@pytest.mark.parametrize(
+    ("message", "field", "http_name"),
+    [
+        (pb.Message(topic="T", body="x", delay_ms=-5), "delay_ms", "delayMs"),
+        (pb.Message(topic="T", body="x", deliver_at_ms=-(2**62)), "deliver_at", "deliverAt"),
+        (pb.Message(topic="T", body="x", sharding_key=""), "sharding_key", "shardingKey"),
+        (pb.Message(topic="T", body="x", deliver_at="9" * 5000), "deliver_at", "deliverAt"),
+        (pb.Message(topic="T", body="x", deliver_at_ms=2**62), "deliver_at", "deliverAt"),
+    ],
+)
+async def test_errors_use_grpc_field_names(
+    stack: Stack, channel: grpc.aio.Channel, message: pb.Message, field: str, http_name: str
+) -> None:
+    stub = pb_grpc.SidecarStub(channel)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.Send(pb.SendRequest(message=message))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+    assert dict(info.value.trailing_metadata() or ())["field"] == field
+    assert http_name not in (info.value.details() or "")
+    batch = await stub.SendBatch(pb.SendBatchRequest(messages=[pb.Message(topic="T", body="ok"), message]))
+    ok, bad = batch.results
+    assert ok.HasField("result") and bad.error.field == f"messages[1].{field}"
+    assert http_name not in bad.error.detail
+    assert [m.body for m in stack.stored("T")] == [b"ok"]
+
+
+async def test_health_service_and_reflection(channel: grpc.aio.Channel) -> None:
+    health = health_pb2_grpc.HealthStub(channel)
+    for service in ("", "rocksidecar.v1.Sidecar"):
+        r = await health.Check(health_pb2.HealthCheckRequest(service=service))
+        assert r.status == health_pb2.HealthCheckResponse.SERVING
+    refl = reflection_pb2_grpc.ServerReflectionStub(channel)
+    names: set[str] = set()
+    async for answer in refl.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+    ):
+        names |= {s.name for s in answer.list_services_response.service}
+    assert {"rocksidecar.v1.Sidecar", "grpc.health.v1.Health"} <= names
+
+
+async def test_a_replayed_answer_is_marked_and_map_order_does_not_matter(
+    stack: Stack, channel: grpc.aio.Channel
+) -> None:
+    stub = pb_grpc.SidecarStub(channel)
+    first_msg = pb.Message(topic="GI", body="x")
+    first_msg.properties["a"] = "1"
+    first_msg.properties["b"] = "2"
+    again_msg = pb.Message(topic="GI", body="x")
+    again_msg.properties["b"] = "2"
+    again_msg.properties["a"] = "1"
+    call = stub.Send(pb.SendRequest(message=first_msg, idempotency_key="g-9"))
+    first = await call
+    assert ("idempotent-replayed", "true") not in tuple(await call.initial_metadata() or ())
+    call = stub.Send(pb.SendRequest(message=again_msg, idempotency_key="g-9"))
+    again = await call
+    assert first.id == again.id and len(stack.stored("GI")) == 1
+    assert ("idempotent-replayed", "true") in tuple(await call.initial_metadata() or ())
+
+
+async def test_the_readme_python_example_runs(stack: Stack) -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## gRPC API") :]
+    code = section[section.index("```python\n") + len("```python\n") :]
+    code = code[: code.index("```")].replace("127.0.0.1:9881", f"127.0.0.1:{stack.service.grpc.port}")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    sent, invalid = out.decode().splitlines()
+    [stored] = stack.stored("Orders")
+    assert sent == f"SENT {stored.uniq_key}" and stored.body == b"order 1 placed"
+    assert invalid == "INVALID_ARGUMENT delay_ms"
+
+
+async def test_batch_size_bounds(make_stack: Any) -> None:
+    async with (
+        make_stack(batch_limit=2) as stack,
+        grpc.aio.insecure_channel(f"127.0.0.1:{stack.service.grpc.port}") as ch,
+    ):
+        stub = pb_grpc.SidecarStub(ch)
+        for n, http_status in ((0, "400"), (3, "413")):
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub.SendBatch(pb.SendBatchRequest(messages=[pb.Message(topic="T", body="x")] * n))
+            meta = dict(info.value.trailing_metadata() or ())
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert (meta["field"], meta["http-status"]) == ("messages", http_status)
+            assert f"not {n}" in (info.value.details() or "")
+        assert not stack.stored("T")
