@@ -78,9 +78,12 @@ class ProcessQueue:
         return out
 
     def give_back(self, messages: Sequence[MessageExt]) -> None:
-        """Orderly consumption failed: these are taken again, first, by the next ``take``."""
+        """Orderly consumption failed: these (with their reconsume count updated) are taken again, first,
+        by the next ``take``."""
         for msg in messages:
             self._taken.discard(msg.queue_offset)
+            if msg.queue_offset in self._msgs:
+                self._msgs[msg.queue_offset] = msg
 
     # state -------------------------------------------------------------------------------------
     @property

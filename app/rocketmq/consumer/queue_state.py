@@ -1,0 +1,44 @@
+"""What the push consumer keeps per owned message queue, and the host interface its services use."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.rocketmq.consumer.config import ConsumerConfig, MessageListener
+from app.rocketmq.consumer.offset_store import OffsetStore
+from app.rocketmq.consumer.process_queue import ProcessQueue
+from app.rocketmq.consumer.stats import Stats
+from app.rocketmq.message import MessageExt, MessageQueue
+
+
+@dataclass(eq=False)
+class QueueState:
+    mq: MessageQueue
+    pq: ProcessQueue
+    # Set whenever consumption makes room or the queue changes state; the pull loop (flow control)
+    # and the orderly loop wait on it instead of polling.
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    consuming: int = 0  # listener calls running for this queue
+    pull_task: asyncio.Task[None] | None = None
+
+    def poke(self) -> None:
+        self.wake.set()
+
+
+class ConsumeHost(Protocol):
+    """The push consumer, as the consume services see it."""
+
+    config: ConsumerConfig
+    listener: MessageListener
+    offsets: OffsetStore
+    stats: Stats
+
+    def spawn(self, state: QueueState, coro: Coroutine[Any, Any, None]) -> None: ...
+
+    async def send_back(self, msg: MessageExt, mq: MessageQueue) -> bool: ...
+
+    async def wait_closing(self, timeout_s: float) -> bool: ...
