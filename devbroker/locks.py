@@ -66,7 +66,10 @@ class LockProcessor:
     def _body(cmd: RemotingCommand) -> tuple[str, str, list[MessageQueue]]:
         try:
             doc = orjson.loads(cmd.body)
-            return str(doc["consumerGroup"]), str(doc["clientId"]), _queues(doc)
+            group, client_id = str(doc["consumerGroup"] or ""), str(doc["clientId"] or "")
+            if not group or not client_id:
+                raise ValueError("consumerGroup and clientId must not be empty")
+            return group, client_id, _queues(doc)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise Reject(ResponseCode.SYSTEM_ERROR, f"bad lock request body: {exc}") from None
 

@@ -29,8 +29,8 @@ class ConcurrentService:
     async def _consume(self, state: QueueState, batch: list[MessageExt]) -> None:
         host = self._host
         async with self._pool:
-            if state.pq.dropped:  # rebalanced away while waiting for a worker: the new owner has them
-                return
+            if state.pq.dropped or host.closing:  # rebalanced away or closing while waiting for a
+                return  # worker: they stay unacknowledged and are delivered again (here or elsewhere)
             state.consuming += 1
             try:
                 status = await self._call(state, batch)

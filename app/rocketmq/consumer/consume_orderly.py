@@ -33,7 +33,7 @@ class OrderlyService:
 
     async def _run(self, state: QueueState) -> None:
         host, cfg, pq = self._host, self._host.config, state.pq
-        while not pq.dropped:
+        while not pq.dropped and not host.closing:
             state.wake.clear()
             if not self.lock_valid(state):
                 await state.wake.wait()  # the lock renewal pokes the queue when it holds the lock

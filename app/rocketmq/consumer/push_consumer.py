@@ -46,6 +46,7 @@ from app.rocketmq.route import TopicRouteData
 log = logging.getLogger(__name__)
 
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+ORDERLY_UNLOCK_WAIT_S = 1.0  # Java's removeUnnecessaryMessageQueue tries the consume lock for 1 s
 
 
 class PushConsumer:
@@ -189,6 +190,11 @@ class PushConsumer:
                     log.exception("group %s: %s failed", self.config.group, getattr(fn, "__name__", fn))
 
         return asyncio.get_running_loop().create_task(run())
+
+    @property
+    def closing(self) -> bool:
+        """close() has begun: no new listener call starts."""
+        return self._closing.is_set()
 
     async def wait_closing(self, timeout_s: float) -> bool:
         """Wait ``timeout_s`` or until close() starts; True when closing."""
@@ -351,10 +357,19 @@ class PushConsumer:
         state = self.queues.pop(mq)
         state.pq.drop()
         state.poke()
+        if state.pull_task is not None:
+            state.pull_task.cancel()
+        busy = [t for t in state.tasks if t is not state.pull_task]
+        idle = True
+        if self.config.orderly and busy:
+            # Unlocking while our listener still works on a message would let the next owner start on
+            # the following one: wait a moment; if it is still busy the broker's lock lapses instead.
+            _, pending = await asyncio.wait(busy, timeout=ORDERLY_UNLOCK_WAIT_S)
+            idle = not pending
         with contextlib.suppress(RocketMQError):
             await self.offsets.persist(mq)
         self.offsets.remove(mq)
-        if self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
+        if idle and self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
             await self._unlock([mq])
         await self._stop_tasks(state)
 

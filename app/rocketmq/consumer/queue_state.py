@@ -37,6 +37,9 @@ class ConsumeHost(Protocol):
     offsets: OffsetStore
     stats: Stats
 
+    @property
+    def closing(self) -> bool: ...
+
     def spawn(self, state: QueueState, coro: Coroutine[Any, Any, None]) -> None: ...
 
     async def send_back(self, msg: MessageExt, mq: MessageQueue) -> bool: ...
