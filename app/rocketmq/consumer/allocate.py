@@ -12,7 +12,7 @@ import bisect
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from app.rocketmq.message import MessageQueue
 
@@ -59,16 +59,32 @@ def _check(current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str])
     return current in cid_all
 
 
-class Averagely:
-    """AllocateMessageQueueAveragely: contiguous blocks, the first ``len % n`` clients one larger."""
+class CheckedStrategy:
+    """The argument checks of AbstractAllocateMessageQueueStrategy, then the strategy's own share."""
 
-    name = "AVG"
+    name = "ABSTRACT"
 
     def allocate(
         self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
     ) -> list[MessageQueue]:
         if not _check(current, mq_all, cid_all):
             return []
+        return self.share(group, current, mq_all, cid_all)
+
+    def share(
+        self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
+    ) -> list[MessageQueue]:
+        raise NotImplementedError
+
+
+class Averagely(CheckedStrategy):
+    """AllocateMessageQueueAveragely: contiguous blocks, the first ``len % n`` clients one larger."""
+
+    name = "AVG"
+
+    def share(
+        self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
+    ) -> list[MessageQueue]:
         index = list(cid_all).index(current)
         m, n = len(mq_all), len(cid_all)
         mod = m % n
@@ -78,16 +94,14 @@ class Averagely:
         return [mq_all[(start + i) % m] for i in range(min(size, m - start))]
 
 
-class AveragelyByCircle:
+class AveragelyByCircle(CheckedStrategy):
     """AllocateMessageQueueAveragelyByCircle: queue i goes to client i mod n."""
 
     name = "AVG_BY_CIRCLE"
 
-    def allocate(
+    def share(
         self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
     ) -> list[MessageQueue]:
-        if not _check(current, mq_all, cid_all):
-            return []
         index, n = list(cid_all).index(current), len(cid_all)
         return [mq_all[i] for i in range(index, len(mq_all)) if i % n == index]
 
@@ -97,7 +111,7 @@ def md5_hash(key: str) -> int:
     return int.from_bytes(hashlib.md5(key.encode()).digest()[:4], "big")
 
 
-class ConsistentHash:
+class ConsistentHash(CheckedStrategy):
     """AllocateMessageQueueConsistentHash: each client is ``virtual_nodes`` points ``cid-i`` on an
     MD5 ring (a TreeMap, so a later point with the same hash replaces an earlier one); a queue belongs to
     the first point at or after its own hash, wrapping around."""
@@ -110,11 +124,9 @@ class ConsistentHash:
         self.virtual_nodes = virtual_nodes
         self._hash = hash_fn
 
-    def allocate(
+    def share(
         self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
     ) -> list[MessageQueue]:
-        if not _check(current, mq_all, cid_all):
-            return []
         ring: dict[int, str] = {}
         replicas: dict[str, int] = {}
         for cid in cid_all:  # a duplicate id adds replicas after the existing ones, as addNode does
@@ -147,18 +159,16 @@ class ByConfig:
 
 
 @dataclass
-class ByMachineRoom:
+class ByMachineRoom(CheckedStrategy):
     """AllocateMessageQueueByMachineRoom: queues of brokers named ``idc@name`` in ``consumer_idcs``,
     dealt out in blocks with the remainder one each to the first clients."""
 
     consumer_idcs: frozenset[str]
     name: str = "MACHINE_ROOM"
 
-    def allocate(
+    def share(
         self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
     ) -> list[MessageQueue]:
-        if not _check(current, mq_all, cid_all):
-            return []
         index, n = list(cid_all).index(current), len(cid_all)
         mine = [
             mq
@@ -189,7 +199,20 @@ class PrefixMachineRooms:
         return client_id.split("-", 1)[0]
 
 
-class MachineRoomNearby:
+T = TypeVar("T")
+
+
+def _by_room(items: Sequence[T], room_of: Callable[[T], str], what: Callable[[T], str]) -> dict[str, list[T]]:
+    out: dict[str, list[T]] = {}
+    for item in items:
+        room = room_of(item)
+        if not room:
+            raise ValueError(f"Machine room is null for {what(item)}")
+        out.setdefault(room, []).append(item)
+    return out
+
+
+class MachineRoomNearby(CheckedStrategy):
     """AllocateMachineRoomNearby: queues of a room go to that room's clients by the inner strategy;
     queues of a room without clients are shared by every client."""
 
@@ -198,23 +221,13 @@ class MachineRoomNearby:
         self.resolver = resolver
         self.name = f"MACHINE_ROOM_NEARBY-{inner.name}"
 
-    def allocate(
+    def share(
         self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
     ) -> list[MessageQueue]:
-        if not _check(current, mq_all, cid_all):
-            return []
-        room_queues: dict[str, list[MessageQueue]] = {}
-        for mq in mq_all:
-            room = self.resolver.broker_deploy_in(mq)
-            if not room:
-                raise ValueError(f"Machine room is null for mq {java_queue_string(mq)}")
-            room_queues.setdefault(room, []).append(mq)
-        room_clients: dict[str, list[str]] = {}
-        for cid in cid_all:
-            room = self.resolver.consumer_deploy_in(cid)
-            if not room:
-                raise ValueError(f"Machine room is null for consumer id {cid}")
-            room_clients.setdefault(room, []).append(cid)
+        room_queues = _by_room(
+            mq_all, self.resolver.broker_deploy_in, lambda mq: f"mq {java_queue_string(mq)}"
+        )
+        room_clients = _by_room(cid_all, self.resolver.consumer_deploy_in, lambda cid: f"consumer id {cid}")
         here = self.resolver.consumer_deploy_in(current)
         out: list[MessageQueue] = []
         local = room_queues.pop(here, None)

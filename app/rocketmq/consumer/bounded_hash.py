@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from app.rocketmq.consumer.allocate import _check, java_queue_string, java_string_key
+from app.rocketmq.consumer.allocate import CheckedStrategy, java_queue_string, java_string_key
 from app.rocketmq.message import MessageQueue
 
 
@@ -58,14 +58,12 @@ def bounded_assignment(mq_all: Sequence[MessageQueue], cid_all: Sequence[str]) -
     return owner
 
 
-class BoundedHash:
+class BoundedHash(CheckedStrategy):
     name = "BOUNDED_HASH"
 
-    def allocate(
+    def share(
         self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
     ) -> list[MessageQueue]:
-        if not _check(current, mq_all, cid_all):
-            return []
         owner = bounded_assignment(mq_all, cid_all)
         return [mq for mq in mq_all if owner.get(mq) == current]
 

@@ -56,6 +56,24 @@ async def send_back(
     _ok(resp, addr)
 
 
+async def _lock_call(
+    invoker: Invoker,
+    addr: str,
+    code: int,
+    group: str,
+    client_id: str,
+    mqs: Iterable[MessageQueue],
+    timeout_s: float,
+) -> RemotingCommand:
+    # LockBatchRequestBody and UnlockBatchRequestBody have the same fields
+    body = orjson.dumps(
+        {"consumerGroup": group, "clientId": client_id, "mqSet": [_queue_json(m) for m in mqs]}
+    )
+    resp = await invoker.invoke(addr, RemotingCommand(code, {}, body), timeout_s)
+    _ok(resp, addr)
+    return resp
+
+
 async def lock_batch(
     invoker: Invoker,
     addr: str,
@@ -65,11 +83,7 @@ async def lock_batch(
     timeout_s: float = 1.0,
 ) -> set[MessageQueue]:
     """LOCK_BATCH_MQ: lock (or renew) the queues for this client; returns the ones now held."""
-    body = orjson.dumps(
-        {"consumerGroup": group, "clientId": client_id, "mqSet": [_queue_json(m) for m in mqs]}
-    )
-    resp = await invoker.invoke(addr, RemotingCommand(RequestCode.LOCK_BATCH_MQ, {}, body), timeout_s)
-    _ok(resp, addr)
+    resp = await _lock_call(invoker, addr, RequestCode.LOCK_BATCH_MQ, group, client_id, mqs, timeout_s)
     try:
         doc = orjson.loads(resp.body) if resp.body else {}
         return {
@@ -88,8 +102,5 @@ async def unlock_batch(
     mqs: Iterable[MessageQueue],
     timeout_s: float = 1.0,
 ) -> None:
-    body = orjson.dumps(
-        {"consumerGroup": group, "clientId": client_id, "mqSet": [_queue_json(m) for m in mqs]}
-    )
-    resp = await invoker.invoke(addr, RemotingCommand(RequestCode.UNLOCK_BATCH_MQ, {}, body), timeout_s)
-    _ok(resp, addr)
+    """UNLOCK_BATCH_MQ: release the queues (the broker ignores those another client holds)."""
+    await _lock_call(invoker, addr, RequestCode.UNLOCK_BATCH_MQ, group, client_id, mqs, timeout_s)

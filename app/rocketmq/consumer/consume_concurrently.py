@@ -10,7 +10,7 @@ import logging
 from collections.abc import Sequence
 
 from app.rocketmq.consumer.config import ConsumeStatus, MessageModel
-from app.rocketmq.consumer.queue_state import ConsumeHost, QueueState
+from app.rocketmq.consumer.queue_state import ConsumeHost, QueueState, call_listener
 from app.rocketmq.message import MessageExt
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ class ConcurrentService:
                 return  # worker: they stay unacknowledged and are delivered again (here or elsewhere)
             state.consuming += 1
             try:
-                status = await self._call(state, batch)
+                status = await call_listener(host, state, batch, ConsumeStatus.RECONSUME_LATER)
             finally:
                 state.consuming -= 1
         if state.pq.dropped:  # as Java: a dropped queue's results never move the offset
@@ -52,17 +52,6 @@ class ConcurrentService:
         offset = state.pq.remove(m.queue_offset for m in done)
         host.offsets.update(state.mq, offset, increase_only=True)
         state.poke()
-
-    async def _call(self, state: QueueState, batch: list[MessageExt]) -> ConsumeStatus:
-        try:
-            async with asyncio.timeout(self._host.config.consume_timeout_s):
-                status = await self._host.listener(batch, state.mq)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # the app's handler failed: like RECONSUME_LATER, as Java treats an exception
-            log.exception("listener failed on %d message(s) of %s", len(batch), state.mq)
-            return ConsumeStatus.RECONSUME_LATER
-        return status if isinstance(status, ConsumeStatus) else ConsumeStatus.RECONSUME_LATER
 
     async def _handle_failure(self, state: QueueState, msg: MessageExt) -> bool:
         """True when the message is taken care of (sent back, or given up in broadcasting)."""

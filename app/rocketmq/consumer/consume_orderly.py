@@ -4,14 +4,13 @@ members never interleave a queue's messages during a rebalance."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import time
 from collections.abc import Callable
 
 from app.rocketmq.consumer.config import ConsumeStatus, MessageModel
-from app.rocketmq.consumer.queue_state import ConsumeHost, QueueState
+from app.rocketmq.consumer.queue_state import ConsumeHost, QueueState, call_listener
 from app.rocketmq.message import MessageExt
 
 log = logging.getLogger(__name__)
@@ -44,7 +43,7 @@ class OrderlyService:
                 continue
             state.consuming += 1
             try:
-                status = await self._call(state, batch)
+                status = await call_listener(host, state, batch, ConsumeStatus.SUSPEND)
             finally:
                 state.consuming -= 1
             if pq.dropped:
@@ -81,14 +80,3 @@ class OrderlyService:
             )
         host.offsets.update(state.mq, state.pq.remove(m.queue_offset for m in batch), increase_only=True)
         return True
-
-    async def _call(self, state: QueueState, batch: list[MessageExt]) -> ConsumeStatus:
-        try:
-            async with asyncio.timeout(self._host.config.consume_timeout_s):
-                status = await self._host.listener(batch, state.mq)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("orderly listener failed on %d message(s) of %s", len(batch), state.mq)
-            return ConsumeStatus.SUSPEND
-        return ConsumeStatus.SUCCESS if status is ConsumeStatus.SUCCESS else ConsumeStatus.SUSPEND

@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from app.rocketmq.broker import BrokerApi
-from app.rocketmq.consumer.config import ConsumeStatus
+from app.rocketmq.consumer.config import ConsumerConfig, ConsumeStatus, MessageListener
+from app.rocketmq.consumer.push_consumer import PushConsumer
 from app.rocketmq.message import Message, MessageExt, MessageQueue
 from app.rocketmq.msgid import new_uniq_id
 from app.rocketmq.pool import RemotingClient
@@ -58,3 +59,32 @@ class Recorder:
 
     def keys(self) -> list[str]:
         return [m.uniq_key or "" for m in self.got]
+
+
+async def settle(consumer: PushConsumer, done: Callable[[], bool]) -> None:
+    """Wait for rebalances until ``done`` (driven by the brokers' notifications; the 20 s timer never
+    fires within a test)."""
+    async with asyncio.timeout(WAIT_S):
+        while not done():
+            await consumer.stats.reach("rebalances_done", consumer.stats["rebalances_done"] + 1)
+
+
+def owned(consumer: PushConsumer, topic: str) -> set[MessageQueue]:
+    return {mq for mq in consumer.queues if mq.topic == topic}
+
+
+async def start(
+    made: list[PushConsumer],
+    cluster: DevCluster,
+    cfg: ConsumerConfig,
+    listener: MessageListener,
+    expression: str = "*",
+    *,
+    topic: str,
+    client: RemotingClient | None = None,
+) -> PushConsumer:
+    consumer = PushConsumer(cfg, cluster.namesrv_addr, listener, client=client)
+    consumer.subscribe(topic, expression)
+    made.append(consumer)
+    await consumer.start()
+    return consumer

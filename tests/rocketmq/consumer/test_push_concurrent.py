@@ -4,22 +4,24 @@ send-back and its local fallback, the sliding window, flow control, tag filters 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-
-import pytest
 
 from app.rocketmq.codes import RequestCode
 from app.rocketmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus, MessageModel
+from app.rocketmq.consumer.offset_store import LocalFileOffsetStore, ReadType
 from app.rocketmq.consumer.push_consumer import PushConsumer
 from app.rocketmq.message import MessageExt, MessageQueue
 from app.rocketmq.pool import RemotingClient
 from app.rocketmq.protocol.frame import RemotingCommand
 from devbroker import DevCluster
-from tests.rocketmq.consumer.helpers import WAIT_S, Recorder, send_to_queues
+from tests.rocketmq.consumer.helpers import WAIT_S, Recorder, owned, send_to_queues, settle, start
 
 TOPIC = "ConsumeT"
+start_ = functools.partial(start, topic=TOPIC)
+owned_ = functools.partial(owned, topic=TOPIC)
 
 
 def config(group: str, name: str, **kw: object) -> ConsumerConfig:
@@ -27,47 +29,13 @@ def config(group: str, name: str, **kw: object) -> ConsumerConfig:
     return ConsumerConfig(group, instance_name=name, client_ip="127.0.0.1", **kw)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-async def consumers() -> AsyncIterator[list[PushConsumer]]:
-    made: list[PushConsumer] = []
-    yield made
-    for c in made:
-        await c.close()
-
-
-async def start(
-    made: list[PushConsumer],
-    cluster: DevCluster,
-    cfg: ConsumerConfig,
-    listener: Recorder,
-    expr: str = "*",
-    client: RemotingClient | None = None,
-) -> PushConsumer:
-    consumer = PushConsumer(cfg, cluster.namesrv_addr, listener, client=client)
-    consumer.subscribe(TOPIC, expr)
-    made.append(consumer)
-    await consumer.start()
-    return consumer
-
-
-async def settle(consumer: PushConsumer, done: Callable[[], bool]) -> None:
-    """Wait for rebalances (driven by the brokers' notifications; the 20 s timer never fires here)."""
-    async with asyncio.timeout(WAIT_S):
-        while not done():
-            await consumer.stats.reach("rebalances_done", consumer.stats["rebalances_done"] + 1)
-
-
-def own(consumer: PushConsumer) -> set[MessageQueue]:
-    return {mq for mq in consumer.queues if mq.topic == TOPIC}
-
-
 async def test_every_message_is_delivered_and_the_offsets_committed_on_close(
     cluster: DevCluster, consumers: list[PushConsumer]
 ) -> None:
     keys = await send_to_queues(cluster, TOPIC, 5)
     rec = Recorder()
-    consumer = await start(consumers, cluster, config("G-all", "one"), rec)
-    assert len(own(consumer)) == 8  # 2 brokers x 4 queues
+    consumer = await start_(consumers, cluster, config("G-all", "one"), rec)
+    assert len(owned_(consumer)) == 8  # 2 brokers x 4 queues
     await rec.until(lambda got: len(got) >= len(keys))
     assert sorted(rec.keys()) == sorted(keys)
     await consumer.close()
@@ -81,17 +49,17 @@ async def test_two_members_split_the_queues_and_rebalance_when_one_leaves(
 ) -> None:
     await send_to_queues(cluster, TOPIC, 1)
     first, second = Recorder(), Recorder()
-    a = await start(consumers, cluster, config("G-split", "a"), first)
-    assert len(own(a)) == 8
-    b = await start(consumers, cluster, config("G-split", "b"), second)
+    a = await start_(consumers, cluster, config("G-split", "a"), first)
+    assert len(owned_(a)) == 8
+    b = await start_(consumers, cluster, config("G-split", "b"), second)
     # b's heartbeat made the brokers notify a, whose rebalance gives up half of the queues.
-    await settle(a, lambda: len(own(a)) == 4)
+    await settle(a, lambda: len(owned_(a)) == 4)
     assert a.stats["notified"] >= 1
-    assert own(a).isdisjoint(own(b))
-    assert len(own(a)) == len(own(b)) == 4
-    assert own(a) | own(b) == {MessageQueue(TOPIC, f"broker-{x}", q) for x in "ab" for q in range(4)}
+    assert owned_(a).isdisjoint(owned_(b))
+    assert len(owned_(a)) == len(owned_(b)) == 4
+    assert owned_(a) | owned_(b) == {MessageQueue(TOPIC, f"broker-{x}", q) for x in "ab" for q in range(4)}
     await b.close()  # persists, then unregisters: the brokers notify a at once
-    await settle(a, lambda: len(own(a)) == 8)
+    await settle(a, lambda: len(owned_(a)) == 8)
 
 
 async def test_a_failed_message_comes_back_through_the_retry_topic(
@@ -101,7 +69,7 @@ async def test_a_failed_message_comes_back_through_the_retry_topic(
     rec = Recorder(
         lambda m: ConsumeStatus.RECONSUME_LATER if m.reconsume_times == 0 else ConsumeStatus.SUCCESS
     )
-    consumer = await start(consumers, cluster, config("G-back", "one"), rec)
+    consumer = await start_(consumers, cluster, config("G-back", "one"), rec)
     await rec.until(lambda got: sum(1 for m in got if m.reconsume_times == 1) >= 2)
     again = [m for m in rec.got if m.reconsume_times == 1]
     assert {m.topic for m in again} == {TOPIC}  # the original topic, not %RETRY%G-back
@@ -177,7 +145,7 @@ async def test_a_slow_message_holds_the_committed_offset(
             return await super().__call__(msgs, mq)
 
     rec = Slow()
-    consumer = await start(consumers, cluster, config("G-slow", "one"), rec)
+    consumer = await start_(consumers, cluster, config("G-slow", "one"), rec)
     await rec.until(lambda got: len(got) >= 19)  # all but the slow one
     mq = MessageQueue(TOPIC, "broker-a", 0)
     await consumer.persist_offsets()
@@ -223,7 +191,7 @@ async def test_tag_expression_filters(cluster: DevCluster, consumers: list[PushC
     await send_to_queues(cluster, TOPIC, 2, tags="TagB", queues=1)
     await send_to_queues(cluster, TOPIC, 2, tags="TagC", queues=1)
     rec = Recorder()
-    consumer = await start(consumers, cluster, config("G-tags", "one"), rec, "TagA || TagC")
+    consumer = await start_(consumers, cluster, config("G-tags", "one"), rec, "TagA || TagC")
     await rec.until(lambda got: len(got) >= 8)
     assert Counter(m.tags for m in rec.got) == {"TagA": 4, "TagC": 4}
     mq = MessageQueue(TOPIC, "broker-a", 0)
@@ -235,7 +203,7 @@ async def test_resumes_from_the_committed_offset(cluster: DevCluster, consumers:
     for broker in cluster.brokers.values():
         broker.offsets.commit("G-resume", TOPIC, 0, 3)
     rec = Recorder()
-    await start(consumers, cluster, config("G-resume", "one"), rec)
+    await start_(consumers, cluster, config("G-resume", "one"), rec)
     await rec.until(lambda got: len(got) >= 2)
     assert sorted(m.body for m in rec.got) == [b"broker-a/0/3", b"broker-b/0/3"]
 
@@ -265,7 +233,7 @@ async def test_broadcasting_delivers_everything_to_every_member(
     keys = await send_to_queues(cluster, TOPIC, 2, queues=2)
     recs = [Recorder(), Recorder()]
     members = [
-        await start(
+        await start_(
             consumers,
             cluster,
             config("G-bc", name, message_model=MessageModel.BROADCASTING, offsets_dir=tmp_path),
@@ -277,8 +245,7 @@ async def test_broadcasting_delivers_everything_to_every_member(
         await rec.until(lambda got: len(got) >= len(keys))
         assert sorted(rec.keys()) == sorted(keys)
     await members[0].close()
-    from app.rocketmq.consumer.offset_store import LocalFileOffsetStore, ReadType
-
-    saved = LocalFileOffsetStore(members[0].offsets.path)  # type: ignore[attr-defined]
+    assert isinstance(members[0].offsets, LocalFileOffsetStore)
+    saved = LocalFileOffsetStore(members[0].offsets.path)
     await saved.load()
     assert await saved.read(MessageQueue(TOPIC, "broker-b", 1), ReadType.MEMORY) == 2

@@ -4,18 +4,19 @@ while this client holds the broker's lock; SUSPEND retries the same message; loc
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Sequence
-
-import pytest
+from collections.abc import Callable, Sequence
 
 from app.rocketmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
 from app.rocketmq.consumer.push_consumer import PushConsumer
 from app.rocketmq.message import MessageExt, MessageQueue
 from devbroker import DevCluster
-from tests.rocketmq.consumer.helpers import WAIT_S, Recorder, send_to_queues
+from tests.rocketmq.consumer.helpers import Recorder, owned, send_to_queues, settle, start
 
 TOPIC = "OrderT"
+start_ = functools.partial(start, topic=TOPIC)
+owned_ = functools.partial(owned, topic=TOPIC)
 
 
 def config(group: str, name: str, **kw: object) -> ConsumerConfig:
@@ -28,34 +29,6 @@ def config(group: str, name: str, **kw: object) -> ConsumerConfig:
         suspend_orderly_s=0.01,
         **kw,  # type: ignore[arg-type]
     )
-
-
-@pytest.fixture
-async def consumers() -> AsyncIterator[list[PushConsumer]]:
-    made: list[PushConsumer] = []
-    yield made
-    for c in made:
-        await c.close()
-
-
-async def start(
-    made: list[PushConsumer], cluster: DevCluster, cfg: ConsumerConfig, listener: Recorder
-) -> PushConsumer:
-    consumer = PushConsumer(cfg, cluster.namesrv_addr, listener)
-    consumer.subscribe(TOPIC)
-    made.append(consumer)
-    await consumer.start()
-    return consumer
-
-
-def own(consumer: PushConsumer) -> set[MessageQueue]:
-    return {mq for mq in consumer.queues if mq.topic == TOPIC}
-
-
-async def settle(consumer: PushConsumer, done: Callable[[], bool]) -> None:
-    async with asyncio.timeout(WAIT_S):
-        while not done():
-            await consumer.stats.reach("rebalances_done", consumer.stats["rebalances_done"] + 1)
 
 
 class OneAtATime(Recorder):
@@ -91,12 +64,12 @@ async def test_in_order_one_at_a_time_under_the_brokers_lock(
 ) -> None:
     await send_to_queues(cluster, TOPIC, 10)
     rec = OneAtATime()
-    consumer = await start(consumers, cluster, config("GO-order", "one"), rec)
+    consumer = await start_(consumers, cluster, config("GO-order", "one"), rec)
     await rec.until(lambda got: len(got) >= 80)
     assert rec.most == 1
     for (broker, q), bodies in bodies_by_queue(rec.got).items():
         assert bodies == [f"{broker}/{q}/{i}".encode() for i in range(10)]
-    for mq in own(consumer):
+    for mq in owned_(consumer):
         assert cluster.brokers[mq.broker_name].locks.owner("GO-order", mq) == consumer.client_id
     await consumer.close()
     for mq in [MessageQueue(TOPIC, b, q) for b in ("broker-a", "broker-b") for q in range(4)]:
@@ -113,7 +86,7 @@ async def test_suspend_retries_the_same_message_before_the_next(
             ConsumeStatus.SUSPEND if m.body == stuck and m.reconsume_times < 2 else ConsumeStatus.SUCCESS
         )
     )
-    await start(consumers, cluster, config("GO-suspend", "one"), rec)
+    await start_(consumers, cluster, config("GO-suspend", "one"), rec)
     await rec.until(lambda got: len(got) >= 12)
     seq = [(m.body, m.reconsume_times) for m in rec.got if m.body.startswith(b"broker-a")]
     assert seq == [
@@ -135,13 +108,13 @@ async def test_a_queue_locked_by_another_client_is_left_until_it_is_free(
     locks = cluster.brokers["broker-a"].locks
     assert locks.try_lock("GO-held", "10.9.9.9@stranger", [mq]) == [mq]
     rec = OneAtATime()
-    consumer = await start(consumers, cluster, config("GO-held", "one"), rec)
-    assert mq not in own(consumer)  # no lock, no queue (Java: tried again next rebalance)
+    consumer = await start_(consumers, cluster, config("GO-held", "one"), rec)
+    assert mq not in owned_(consumer)  # no lock, no queue (Java: tried again next rebalance)
     await rec.until(lambda got: len(got) >= 2)  # broker-b's queue 0
     assert all(m.body.startswith(b"broker-b") for m in rec.got)
     locks.unlock("GO-held", "10.9.9.9@stranger", [mq])
     await consumer.rebalance()
-    assert mq in own(consumer)
+    assert mq in owned_(consumer)
     await rec.until(lambda got: len(got) >= 4)
 
 
@@ -150,7 +123,7 @@ async def test_losing_the_lock_pauses_the_queue_and_renewal_resumes_it(
 ) -> None:
     await send_to_queues(cluster, TOPIC, 1, queues=1)
     rec = OneAtATime()
-    consumer = await start(consumers, cluster, config("GO-renew", "one"), rec)
+    consumer = await start_(consumers, cluster, config("GO-renew", "one"), rec)
     await rec.until(lambda got: len(got) >= 2)
     mq = MessageQueue(TOPIC, "broker-a", 0)
     locks = cluster.brokers["broker-a"].locks
@@ -171,11 +144,11 @@ async def test_two_orderly_members_hold_disjoint_locks(
     cluster: DevCluster, consumers: list[PushConsumer]
 ) -> None:
     await send_to_queues(cluster, TOPIC, 1)
-    a = await start(consumers, cluster, config("GO-two", "a"), OneAtATime())
-    b = await start(consumers, cluster, config("GO-two", "b"), OneAtATime())
-    await settle(a, lambda: len(own(a)) == 4)  # a released half on the notification
+    a = await start_(consumers, cluster, config("GO-two", "a"), OneAtATime())
+    b = await start_(consumers, cluster, config("GO-two", "b"), OneAtATime())
+    await settle(a, lambda: len(owned_(a)) == 4)  # a released half on the notification
     await b.rebalance()  # b could not lock them while a held them; it takes them on its next round
-    assert len(own(b)) == 4 and own(a).isdisjoint(own(b))
+    assert len(owned_(b)) == 4 and owned_(a).isdisjoint(owned_(b))
     for consumer in (a, b):
-        for mq in own(consumer):
+        for mq in owned_(consumer):
             assert cluster.brokers[mq.broker_name].locks.owner("GO-two", mq) == consumer.client_id
