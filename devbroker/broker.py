@@ -24,6 +24,7 @@ from devbroker.commitlog import DEFAULT_SEGMENT_BYTES, CommitLog
 from devbroker.faults import Faults
 from devbroker.headers import Reject
 from devbroker.listener import Listener
+from devbroker.locks import LockProcessor, QueueLocks
 from devbroker.long_poll import PullHolds
 from devbroker.namesrv import DEFAULT_CLUSTER, NameServer, Registration
 from devbroker.offsets import ConsumerOffsets
@@ -74,6 +75,7 @@ class DevBroker:
         )
         self.offsets = ConsumerOffsets(home / "consumerOffset.json" if home else None)
         self.clients = ClientRegistry(self._notify_ids_changed, clock=clock)
+        self.locks = QueueLocks(clock)
         self.listener = Listener(self._handle, port=port, on_close=self.clients.connection_closed)
         self._handlers = self._build_handlers(cluster)
         self._notify_opaque = itertools.count(1)
@@ -85,6 +87,7 @@ class DevBroker:
         manage = ClientManageProcessor(self.clients, self.offsets, self.store, self.topics)
         admin = AdminProcessor(self.store, self.topics)
         back = SendBackProcessor(self.store, self.topics)
+        locks = LockProcessor(self.locks)
         return {
             RequestCode.SEND_MESSAGE: send.send,
             RequestCode.SEND_MESSAGE_V2: send.send,
@@ -101,6 +104,8 @@ class DevBroker:
             RequestCode.GET_MIN_OFFSET: admin.min_offset,
             RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message,
             RequestCode.CONSUMER_SEND_MSG_BACK: back.send_back,
+            RequestCode.LOCK_BATCH_MQ: locks.lock,
+            RequestCode.UNLOCK_BATCH_MQ: locks.unlock,
         }
 
     @property

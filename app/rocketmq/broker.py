@@ -207,9 +207,14 @@ class BrokerApi:
         suspend_s: float = 0.0,
         commit_offset: int | None = None,
         timeout_s: float | None = None,
+        subscribe: bool = True,
+        sub_version: int = 0,
     ) -> PullResult:
-        """PULL_MESSAGE; with ``suspend_s`` > 0 the broker holds the request until a message arrives."""
-        sys_flag = PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_s > 0 else 0)
+        """PULL_MESSAGE; with ``suspend_s`` > 0 the broker holds the request until a message arrives.
+
+        With ``subscribe`` False the broker filters by the subscription of the group's heartbeat (as
+        Java's push consumer pulls); ``expression`` still re-filters the exact tags here."""
+        sys_flag = (PULL_SUBSCRIPTION if subscribe else 0) | (PULL_SUSPEND if suspend_s > 0 else 0)
         if commit_offset is not None:
             sys_flag |= 0x1
         header = {
@@ -222,7 +227,7 @@ class BrokerApi:
             "commitOffset": str(commit_offset or 0),
             "suspendTimeoutMillis": str(int(suspend_s * 1000)),
             "subscription": expression or "*",
-            "subVersion": "0",
+            "subVersion": str(sub_version),
             "expressionType": "TAG",
             "bname": mq.broker_name,
         }

@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("package", ["app.rocketmq", "app.rocketmq.producer"])
+@pytest.mark.parametrize("package", ["app.rocketmq", "app.rocketmq.producer", "app.rocketmq.consumer"])
 def test_all_is_sorted_and_importable(package: str) -> None:
     module = importlib.import_module(package)
     names = module.__all__

@@ -1,0 +1,66 @@
+"""What the push consumer keeps per owned message queue, and the host interface its services use."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.rocketmq.consumer.config import ConsumerConfig, ConsumeStatus, MessageListener
+from app.rocketmq.consumer.offset_store import OffsetStore
+from app.rocketmq.consumer.process_queue import ProcessQueue
+from app.rocketmq.consumer.stats import Stats
+from app.rocketmq.message import MessageExt, MessageQueue
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class QueueState:
+    mq: MessageQueue
+    pq: ProcessQueue
+    # Set whenever consumption makes room or the queue changes state; the pull loop (flow control)
+    # and the orderly loop wait on it instead of polling.
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    consuming: int = 0  # listener calls running for this queue
+    pull_task: asyncio.Task[None] | None = None
+
+    def poke(self) -> None:
+        self.wake.set()
+
+
+class ConsumeHost(Protocol):
+    """The push consumer, as the consume services see it."""
+
+    config: ConsumerConfig
+    listener: MessageListener
+    offsets: OffsetStore
+    stats: Stats
+
+    @property
+    def closing(self) -> bool: ...
+
+    def spawn(self, state: QueueState, coro: Coroutine[Any, Any, None]) -> None: ...
+
+    async def send_back(self, msg: MessageExt, mq: MessageQueue) -> bool: ...
+
+    async def wait_closing(self, timeout_s: float) -> bool: ...
+
+
+async def call_listener(
+    host: ConsumeHost, state: QueueState, batch: list[MessageExt], on_error: ConsumeStatus
+) -> ConsumeStatus:
+    """The app's listener on one batch, within consume_timeout_s; an exception, a timeout or an answer
+    that is not a ConsumeStatus counts as ``on_error`` (Java treats a throwing listener as a failure)."""
+    try:
+        async with asyncio.timeout(host.config.consume_timeout_s):
+            status = await host.listener(batch, state.mq)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("listener failed on %d message(s) of %s", len(batch), state.mq)
+        return on_error
+    return status if isinstance(status, ConsumeStatus) else on_error

@@ -1,0 +1,52 @@
+"""devbroker's queue locks (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ), as Java's RebalanceLockManager keeps them."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.rocketmq.codes import RequestCode, ResponseCode
+from app.rocketmq.consumer.broker_calls import lock_batch, unlock_batch
+from app.rocketmq.errors import BrokerError
+from app.rocketmq.message import MessageQueue
+from app.rocketmq.pool import RemotingClient
+from app.rocketmq.protocol.frame import RemotingCommand
+from devbroker import DevCluster
+from devbroker.locks import LOCK_MAX_LIVE_S, QueueLocks
+
+MQS = [MessageQueue("T", "broker-a", i) for i in range(3)]
+
+
+def test_a_lock_is_exclusive_renewable_and_lapses() -> None:
+    now = [0.0]
+    locks = QueueLocks(lambda: now[0])
+    assert locks.try_lock("G", "c1", MQS[:2]) == MQS[:2]
+    assert locks.try_lock("G", "c2", MQS) == [MQS[2]]  # c1's two are taken
+    assert locks.try_lock("OtherGroup", "c2", MQS[:1]) == MQS[:1]  # locks are per group
+    now[0] = LOCK_MAX_LIVE_S - 1
+    assert locks.try_lock("G", "c1", MQS[:1]) == MQS[:1]  # renewed
+    now[0] = LOCK_MAX_LIVE_S + 0.5
+    assert locks.owner("G", MQS[1]) is None  # not renewed: lapsed
+    assert locks.owner("G", MQS[0]) == "c1"
+    assert locks.try_lock("G", "c2", MQS[:2]) == [MQS[1]]
+    locks.unlock("G", "c2", [MQS[0]])  # not c2's: nothing happens
+    assert locks.owner("G", MQS[0]) == "c1"
+    locks.unlock("G", "c1", [MQS[0]])
+    assert locks.owner("G", MQS[0]) is None
+
+
+async def test_lock_and_unlock_over_the_wire(cluster: DevCluster, client: RemotingClient) -> None:
+    addr = cluster.brokers["broker-a"].addr
+    assert await lock_batch(client, addr, "G", "c1", MQS[:2]) == set(MQS[:2])
+    assert await lock_batch(client, addr, "G", "c2", MQS) == {MQS[2]}
+    await unlock_batch(client, addr, "G", "c1", MQS[:1])
+    assert await lock_batch(client, addr, "G", "c2", MQS[:1]) == {MQS[0]}
+    assert cluster.brokers["broker-a"].locks.owner("G", MQS[1]) == "c1"
+
+
+async def test_a_bad_lock_body_is_refused(cluster: DevCluster, client: RemotingClient) -> None:
+    addr = cluster.brokers["broker-a"].addr
+    resp = await client.invoke(addr, RemotingCommand(RequestCode.LOCK_BATCH_MQ, {}, b"{}"), 3.0)
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert "bad lock request body" in (resp.remark or "")
+    with pytest.raises(BrokerError, match="bad lock request body"):
+        await lock_batch(client, addr, "", "c1", [])  # as above, through the client: a typed error
