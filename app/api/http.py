@@ -26,6 +26,7 @@ from app.request import Limits, RequestError, prepare
 from app.sidecar import Ack, CancelResult, Sidecar, Status
 
 Readiness = Callable[[], Awaitable[tuple[bool, dict[str, Any]]]]
+REPLAYED_HEADER = "Idempotent-Replayed"  # on an answer repeated for an Idempotency-Key
 _PROBLEM = {"model": Problem, "content": {problems.PROBLEM_JSON: {}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {**_PROBLEM, "description": "Invalid input; `field` names it."},
@@ -61,6 +62,13 @@ class Api:
     async def answer(
         self, key: str | None, request: Request, compute: Callable[[], Awaitable[Answer]]
     ) -> Response:
+        computed = False
+
+        async def tracked() -> Answer:
+            nonlocal computed
+            computed = True
+            return await compute()
+
         try:
             if key is None or self.idempotency is None:
                 status, body = await compute()
@@ -68,10 +76,12 @@ class Api:
                 if not 1 <= len(key) <= 255:
                     raise RequestError("Idempotency-Key must be 1-255 characters", field="Idempotency-Key")
                 fp = fingerprint(request.url.path, str(request.query_params), await request.body())
-                status, body = await self.idempotency.run(key, fp, compute)
+                status, body = await self.idempotency.run(key, fp, tracked)
         except Exception as exc:
             return self.problem(exc)
-        headers = {"Retry-After": str(problems.RETRY_AFTER_S)} if status == 503 else None
+        headers = {"Retry-After": str(problems.RETRY_AFTER_S)} if status == 503 else {}
+        if key is not None and self.idempotency is not None and not computed:
+            headers[REPLAYED_HEADER] = "true"  # an earlier request's answer: nothing was sent now
         media = problems.PROBLEM_JSON if status >= 400 else "application/json"
         return Response(orjson.dumps(body), status_code=status, media_type=media, headers=headers)
 
