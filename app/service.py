@@ -154,7 +154,11 @@ class Service:
             now_ms=self.delay.now_ms,
             auth_token=s.auth_token,
         )
-        self.grpc = GrpcServer(servicer, s.grpc_addr, grace_s=s.shutdown_grace_s)
+        try:
+            self.grpc = GrpcServer(servicer, s.grpc_addr, grace_s=s.shutdown_grace_s)
+        except ListenError as exc:
+            self.kv.close()
+            raise StartupError(f"{exc} (set ROCKSIDECAR_GRPC_ADDR)") from exc
         self._ready_cache: tuple[float, bool] = (0.0, False)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -207,11 +211,11 @@ class Service:
                 await self.producer.routes.get(topic)
         await self.replay.start()  # replays whatever the store holds from before (R6)
         await self.delay_scheduler.start()  # overdue delayed messages first
-        for server, setting in ((self.http, "HTTP_ADDR"), (self.grpc, "GRPC_ADDR")):
-            try:
-                await server.start()
-            except ListenError as exc:
-                raise StartupError(f"{exc} (set ROCKSIDECAR_{setting})") from exc
+        try:
+            await self.http.start()
+        except ListenError as exc:
+            raise StartupError(f"{exc} (set ROCKSIDECAR_HTTP_ADDR)") from exc
+        await self.grpc.start()
         self._tasks.append(
             asyncio.get_running_loop().create_task(self._purge_loop(), name="idempotency-purge")
         )

@@ -87,28 +87,23 @@ def _check_free(host: str, port: int, api: str) -> None:
 
 
 class GrpcServer:
-    """The server is built and bound in start(): one that was bound but never started keeps gRPC's poller
-    thread alive, which fails noisily at exit."""
-
     def __init__(self, servicer: pb_grpc.SidecarServicer, addr: str, *, grace_s: float) -> None:
-        self._servicer = servicer
-        self.host, self.port = split_addr(addr)
+        host, port = split_addr(addr)
+        _check_free(host, port, "gRPC")
+        self._server: grpc.aio.Server | None = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        pb_grpc.add_SidecarServicer_to_server(servicer, self._server)  # type: ignore[no-untyped-call]
+        self.port = self._server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        self.host = host
         self._grace_s = grace_s
-        self._server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
-        _check_free(self.host, self.port, "gRPC")
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        pb_grpc.add_SidecarServicer_to_server(self._servicer, server)  # type: ignore[no-untyped-call]
-        target = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-        try:
-            self.port = server.add_insecure_port(target)
-        except RuntimeError as exc:  # taken since the check: grpc says only "Failed to bind"
-            raise ListenError(f"the gRPC API cannot listen on {self.host}:{self.port}") from exc
-        await server.start()
-        self._server = server
+        if self._server is None:
+            raise RuntimeError("the gRPC server was stopped; build a new one")
+        await self._server.start()
 
     async def stop(self) -> None:
+        # Let go of the server here, on the loop: one that lives on to the interpreter's exit (it was
+        # bound but never started, say, when the HTTP port was taken) fails noisily there.
         server, self._server = self._server, None
         if server is not None:
             await server.stop(self._grace_s)
