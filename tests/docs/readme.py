@@ -11,8 +11,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
-# what a command line of the README may start with; anything else is the output shown under a command
-PROGRAMS = {"make", "curl", "rocksidecar", "helm", "spark-submit", "docker", "grpcurl", "python", "pip"}
+# what the answer shown under a command looks like: JSON, an indented or closing line, HTTP status and
+# header lines of `curl -i`; any other line starts a command
+_OUTPUT = re.compile(r'^(\s|[{}\[\]"<]|\.\.\.|HTTP/|[A-Za-z][\w-]*: )')
+# what may follow a `|` in a README command: a filter, not a word of the command before it
+FILTERS = {"grep", "jq", "head", "tail", "sort", "tee", "wc", "xargs", "less", "cut", "awk", "sed", "python"}
 
 
 @dataclass(frozen=True)
@@ -46,15 +49,8 @@ def blocks(text: str | None = None) -> list[Block]:
     return found
 
 
-def _program(word: str) -> str:
-    return word.rsplit("/", 1)[-1]
-
-
 def _starts_command(line: str) -> bool:
-    words = line.split()
-    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):  # VAR=value before the program
-        words = words[1:]
-    return bool(words) and _program(words[0]) in PROGRAMS
+    return bool(line.strip()) and not line.lstrip().startswith("#") and not _OUTPUT.match(line)
 
 
 def commands(block: Block) -> list[Command]:
