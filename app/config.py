@@ -288,7 +288,25 @@ def _check(s: Settings, require_namesrv: bool) -> None:
         raise ConfigError("ROCKSIDECAR_DATA_DIR: must not be empty")
 
 
+# Settings of the YAML file's `retry:` section, which have no environment variable (listed by describe()).
+YAML_ONLY: tuple[tuple[str, str], ...] = (
+    (
+        "retry.default.ladder_s",
+        "Seconds to wait before each retry, rung by rung; the last rung repeats (default "
+        f"[{', '.join(f'{v:g}' for v in RetryPolicy().ladder_s)}]).",
+    ),
+    (
+        "retry.default.max_retries",
+        f"Retries before a message becomes a dead letter (default {RetryPolicy().max_retries}).",
+    ),
+    ("retry.types.<type>", "ladder_s and/or max_retries for messages whose `type` is <type>."),
+    ("retry.dead_letter_webhook", "URL that receives a POST for each new dead letter (default: none)."),
+)
+
+
 def describe() -> str:
     """A table of every setting, for --help-settings and the docs."""
     rows = [f"{s.env:<36} {s.name:<22} default {s.default!r}\n    {s.help}" for s in SETTINGS]
+    rows.append("\nOnly in the YAML file (--config or $" + CONFIG_ENV + "):")
+    rows.extend(f"{key}\n    {text}" for key, text in YAML_ONLY)
     return "\n".join(rows)

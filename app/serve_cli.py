@@ -13,8 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "serve",
         help="run the sidecar",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run the sidecar: the HTTP and gRPC APIs, the producer, and the retry and delay "
+        "stores with their replay loops, until SIGTERM or SIGINT.",
         epilog="Settings come from ROCKSIDECAR_* environment variables and the optional "
         "YAML file; see --help-settings.",
     )
@@ -48,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
     except config.ConfigError as exc:
         print(f"rocksidecar: configuration error: {exc}", file=sys.stderr)
         return 2
-    from app.service import serve  # imported late: it pulls in FastAPI, gRPC and RocksDB
+    from app.service import StartupError, serve  # imported late: it pulls in FastAPI, gRPC and RocksDB
 
-    return serve(settings, devbroker_brokers=args.devbroker_brokers if args.devbroker else 0)
+    try:
+        return serve(settings, devbroker_brokers=args.devbroker_brokers if args.devbroker else 0)
+    except StartupError as exc:
+        print(f"rocksidecar serve: cannot start: {exc}", file=sys.stderr)
+        return 1

@@ -19,7 +19,7 @@ import delay
 from app import idempotency
 from app.api.grpc import SidecarServicer
 from app.api.http import create_app
-from app.api.servers import GrpcServer, HttpServer
+from app.api.servers import GrpcServer, HttpServer, ListenError
 from app.config import Settings
 from app.idempotency import IdempotencyStore
 from app.lookups import DelayLookup, RetryLookup
@@ -33,6 +33,7 @@ from app.store_delivery import StoreDelivery
 from delay import DelayScheduler, DelayStore
 from retry import DeadLetterNotifier, ReplayLoop, RetryStore
 from retry.keys import COLUMN_FAMILIES as RETRY_CFS
+from storage.errors import StorageError, StoreLockedError
 from storage.group_commit import GroupCommitWriter
 from storage.kv import KV
 from storage.rocks import RocksKV
@@ -40,6 +41,11 @@ from storage.rocks import RocksKV
 log = logging.getLogger("rocksidecar")
 COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES, *delay.COLUMN_FAMILIES)
 PURGE_EVERY_S = 3600.0
+
+
+class StartupError(Exception):
+    """The sidecar cannot start: an API address is in use, or the store cannot be opened (another
+    sidecar holds it). The message is one line for the operator; whatever had started is stopped."""
 
 
 def tune_gc() -> None:
@@ -91,11 +97,7 @@ class Service:
             producer_config(s),
             on_attempt=self._on_attempt,
         )
-        if kv is None:  # tests may pass one wrapped with faults
-            Path(s.data_dir).mkdir(parents=True, exist_ok=True)
-            # On a full disk: start read-only, answer 503 for new work, reopen once there is space.
-            kv = RocksKV.open(Path(s.data_dir) / "store", COLUMN_FAMILIES, read_only_when_full=True)
-        self.kv = kv
+        self.kv = kv if kv is not None else _open_store(Path(s.data_dir))  # tests may pass a faulty one
         self.writer = GroupCommitWriter(self.kv)
         self.notifier = DeadLetterNotifier(
             count=lambda _type: self.metrics.dead_letters.inc(), webhook_url=s.dead_letter_webhook
@@ -152,7 +154,11 @@ class Service:
             now_ms=self.delay.now_ms,
             auth_token=s.auth_token,
         )
-        self.grpc = GrpcServer(servicer, s.grpc_addr, grace_s=s.shutdown_grace_s)
+        try:
+            self.grpc = GrpcServer(servicer, s.grpc_addr, grace_s=s.shutdown_grace_s)
+        except ListenError as exc:
+            self.kv.close()
+            raise StartupError(f"{exc} (set ROCKSIDECAR_GRPC_ADDR)") from exc
         self._readiness = Readiness(self.producer, self.namesrv, self.retry, s.topics)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -182,7 +188,10 @@ class Service:
                 await self.producer.routes.get(topic)
         await self.replay.start()  # replays whatever the store holds from before (R6)
         await self.delay_scheduler.start()  # overdue delayed messages first
-        await self.http.start()
+        try:
+            await self.http.start()
+        except ListenError as exc:
+            raise StartupError(f"{exc} (set ROCKSIDECAR_HTTP_ADDR)") from exc
         await self.grpc.start()
         self._tasks.append(
             asyncio.get_running_loop().create_task(self._purge_loop(), name="idempotency-purge")
@@ -229,6 +238,21 @@ class Service:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _open_store(data_dir: Path) -> RocksKV:
+    path = data_dir / "store"
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        # On a full disk: start read-only, answer 503 for new work, reopen once there is space.
+        return RocksKV.open(path, COLUMN_FAMILIES, read_only_when_full=True)
+    except StoreLockedError as exc:
+        raise StartupError(
+            f"the store at {path} is held by another process (is another sidecar running on "
+            "this ROCKSIDECAR_DATA_DIR?)"
+        ) from exc
+    except (StorageError, OSError) as exc:
+        raise StartupError(f"cannot open the store at {path}: {exc}") from exc
 
 
 @contextlib.asynccontextmanager

@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "devbroker",
         help="run a RocketMQ-compatible name server and brokers on loopback (for local runs and tests)",
-        description=__doc__,
+        description="Run a RocketMQ-protocol-compatible name server, N brokers and an admin HTTP endpoint "
+        "(fault injection) on loopback until SIGINT or SIGTERM. For local runs and tests, not production.",
     )
     p.add_argument("--brokers", type=int, default=2, metavar="N", help="number of brokers (default 2)")
     p.add_argument("--namesrv-port", type=int, default=19876, metavar="PORT", help="default 19876; 0 = any")

@@ -18,6 +18,7 @@ from pipeline.backoff import Backoff, parse_retry_after
 log = logging.getLogger(__name__)
 BATCH_PATH = "/v1/messages:batch"
 STORED = frozenset({"SENT", "SPOOLED", "SCHEDULED"})  # answered 2xx: kept by a broker or the sidecar
+REPLAYED_HEADER = "Idempotent-Replayed"  # the sidecar repeated an earlier answer: nothing was sent now
 
 
 class SidecarError(Exception):
@@ -38,6 +39,7 @@ class ItemResult:
     status: str  # SENT | SPOOLED | SCHEDULED | REJECTED | FAILED
     id: str | None = None
     error: str | None = None  # "field: detail" for REJECTED and FAILED
+    replayed: bool = False  # the answer of an earlier request with the same Idempotency-Key
 
     @property
     def stored(self) -> bool:
@@ -55,12 +57,12 @@ def _problem_text(resp: httpx.Response) -> str:
     return f"{doc.get('title', '')}: {doc.get('detail', '')}{field}"
 
 
-def _item(doc: dict[str, Any]) -> ItemResult:
+def _item(doc: dict[str, Any], replayed: bool) -> ItemResult:
     error = doc.get("error")
     text = None
     if isinstance(error, dict):
         text = f"{error.get('field') or ''}: {error.get('detail') or error.get('title') or ''}".lstrip(": ")
-    return ItemResult(str(doc.get("status")), doc.get("id"), text)
+    return ItemResult(str(doc.get("status")), doc.get("id"), text, replayed)
 
 
 class SidecarClient:
@@ -131,9 +133,10 @@ class SidecarClient:
 
     @staticmethod
     def _results(resp: httpx.Response, expected: int) -> list[ItemResult]:
+        replayed = resp.headers.get(REPLAYED_HEADER, "").lower() == "true"
         try:
             doc = resp.json()
-            results = [_item(r) for r in sorted(doc["results"], key=lambda r: int(r["index"]))]
+            results = [_item(r, replayed) for r in sorted(doc["results"], key=lambda r: int(r["index"]))]
         except (ValueError, KeyError, TypeError) as exc:
             raise SidecarError(f"unreadable batch answer: {exc}: {resp.text[:200]}", 200) from exc
         if len(results) != expected:

@@ -4,6 +4,8 @@ Options are checked on the driver; each task publishes its partition; commit fai
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -139,4 +141,19 @@ class RocksidecarDataSource(DataSource):
 
 def register(spark: SparkSession) -> None:
     """Make ``format("rocksidecar")`` available in this session."""
+    _workers_run_this_python(spark)
     spark.dataSource.register(RocksidecarDataSource)
+
+
+def _workers_run_this_python(spark: SparkSession) -> None:
+    """Without PYSPARK_PYTHON, Python workers run ``python3`` from the PATH, which for a script started as
+    ``.venv/bin/python job.py`` is not the venv's and lacks httpx. With a local master the workers run on
+    this machine, so this interpreter is the right one; the registration fixes the workers' Python."""
+    sc = spark.sparkContext
+    if (
+        "PYSPARK_PYTHON" in os.environ
+        or sc.pythonExec != "python3"
+        or not (sc.master or "").startswith("local")
+    ):
+        return  # chosen on purpose, or workers on other machines where this path may not exist
+    sc.pythonExec = sys.executable

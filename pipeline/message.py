@@ -4,6 +4,7 @@ body column the body is the whole row as JSON, columns in schema order, so equal
 from __future__ import annotations
 
 import base64
+import datetime
 import decimal
 from collections.abc import Mapping
 from typing import Any
@@ -21,6 +22,15 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, set | frozenset | tuple):
         return list(value)
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def as_text(value: Any) -> str:
+    """A key, tag or sharding key column that is not a string: the text Spark's cast to string gives."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    return str(value)  # int, Decimal (keeps its scale, as Spark does)
 
 
 def row_json(row: Mapping[str, Any]) -> str:
@@ -51,14 +61,15 @@ class MessageBuilder:
                 msg["bodyBase64"] = base64.b64encode(bytes(body)).decode("ascii")
         if self._key is not None:
             keys = row[self._key]
-            if isinstance(keys, str):
-                msg["keys"] = [keys]
-            elif keys:
-                msg["keys"] = [k for k in keys if k is not None]
+            if isinstance(keys, list | tuple):
+                if keys:
+                    msg["keys"] = [k for k in keys if k is not None]
+            elif keys is not None:
+                msg["keys"] = [as_text(keys)]
         if self._tags is not None and row[self._tags] is not None:
-            msg["tags"] = row[self._tags]
+            msg["tags"] = as_text(row[self._tags])
         if self._sharding is not None and row[self._sharding] is not None:
-            msg["shardingKey"] = row[self._sharding]
+            msg["shardingKey"] = as_text(row[self._sharding])
         if self._properties is not None and row[self._properties]:
             msg["properties"] = {k: v for k, v in row[self._properties].items() if v is not None}
         return msg

@@ -3,6 +3,7 @@ typo fails the write before any task runs, with an error naming the option."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -39,6 +40,9 @@ KNOWN = {
     "reportPath",
     *COLUMN_TYPES,
 }
+# options whose column may also have a type with one obvious text form; the value is sent as that text
+AS_TEXT = {"keyColumn", "tagsColumn", "shardingKeyColumn"}
+TEXT_FORMS = ("tinyint", "smallint", "int", "bigint", "boolean", "date")
 _CANONICAL = {name.lower(): name for name in KNOWN}
 # Spark adds these itself; they are not ours to reject
 _SPARK_OWN = {"path", "checkpointlocation", "queryname"}
@@ -120,7 +124,11 @@ def _canonical(options: Mapping[str, str]) -> dict[str, str]:
         if name is None:
             if key.lower() in _SPARK_OWN:
                 continue
-            raise OptionError(f"unknown option {key!r}; known: {', '.join(sorted(KNOWN))}")
+            close = difflib.get_close_matches(key.lower(), _CANONICAL, n=1, cutoff=0.75)
+            hint = f"did you mean {_CANONICAL[close[0]]!r}? " if close else ""
+            # Spark hands names over lower-cased: say so, or the user looks for a name they did not type
+            lowered = " (Spark passes option names lower-cased)" if key == key.lower() != key.upper() else ""
+            raise OptionError(f"unknown option {key!r}{lowered}; {hint}known: {', '.join(sorted(KNOWN))}")
         out[name] = value
     return out
 
@@ -167,15 +175,26 @@ def parse(options: Mapping[str, str]) -> WriteOptions:
     )
 
 
+def _allowed(option: str, column_type: str) -> bool:
+    if column_type in COLUMN_TYPES[option]:
+        return True
+    return option in AS_TEXT and (column_type in TEXT_FORMS or column_type.startswith("decimal("))
+
+
 def check_schema(opts: WriteOptions, schema: Mapping[str, str]) -> WriteOptions:
     """Check the column options against ``schema`` (column -> DataType.simpleString()); fill in the
     default body column ("body" when there is one). Raises OptionError."""
     for name, column in opts.columns().items():
         if column not in schema:
             raise OptionError(f"option {name}: no column {column!r} (columns: {', '.join(schema)})")
-        if schema[column] not in COLUMN_TYPES[name]:
-            allowed = " or ".join(COLUMN_TYPES[name])
-            raise OptionError(f"option {name}: column {column!r} is {schema[column]}; it must be {allowed}")
+        if not _allowed(name, schema[column]):
+            allowed = " or ".join(
+                COLUMN_TYPES[name] + (("an integer, boolean, decimal or date",) if name in AS_TEXT else ())
+            )
+            raise OptionError(
+                f"option {name}: column {column!r} is {schema[column]}; it must be {allowed} "
+                "(cast it, e.g. F.col(c).cast('string'))"
+            )
     if opts.body_column is None and schema.get("body") in COLUMN_TYPES["bodyColumn"]:
         return replace(opts, body_column="body")
     return opts

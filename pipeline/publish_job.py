@@ -12,15 +12,18 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import orjson
 
+from pipeline import options
 from pipeline.cli import DESCRIPTION, add_arguments
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 OK, NOT_ACCEPTED, BAD_USAGE = 0, 1, 2
+_GLOB = re.compile(r"[*?\[{]")  # Spark expands these itself
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+Error): (.*)$", re.MULTILINE)
 
 
@@ -43,19 +46,46 @@ def data_source_options(args: argparse.Namespace, report_path: str) -> dict[str,
     return opts
 
 
+def bad_usage(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments that can be told without Spark: the data source options (named
+    as the user spelled them; Spark lower-cases them) and a local --input that does not exist."""
+    try:
+        options.parse(data_source_options(args, report_path=""))
+    except options.OptionError as exc:
+        return f"OptionError: {exc}"
+    parts = urlsplit(args.input)
+    # Without a scheme the path is on Spark's default file system: local only for a local Spark that
+    # this command starts and no Hadoop configuration that could name another one.
+    ours = "PYSPARK_GATEWAY_PORT" not in os.environ and "HADOOP_CONF_DIR" not in os.environ
+    local = parts.scheme == "file" or (
+        not parts.scheme and ours and (args.master or "local").startswith("local")
+    )
+    path = Path(parts.path if parts.scheme else args.input)
+    if local and not _GLOB.search(args.input) and not path.exists():
+        return f"--input {args.input}: no such file or directory"
+    return None
+
+
 def publish(spark: SparkSession, args: argparse.Namespace) -> int:
     """Run the job in ``spark``; print the counts; the exit code."""
+    from pyspark.errors import AnalysisException
+
     from pipeline.datasource import register
 
     register(spark)
     reader = spark.read.format(args.format)
     if args.format == "csv":
         reader = reader.option("header", "true")
+    try:
+        frame = reader.load(args.input)
+    except AnalysisException as exc:  # no such path, no files, a schema that cannot be inferred
+        print(f"error: cannot read --input {args.input}: {_first_line(exc)}", file=sys.stderr)
+        return BAD_USAGE
     with tempfile.TemporaryDirectory(prefix="spark-publish-") as tmp:
         report = Path(tmp) / "report.jsonl"
         error: str | None = None
         try:
-            writer = reader.load(args.input).write.format("rocksidecar").mode("append")
+            writer = frame.write.format("rocksidecar").mode("append")
             writer.options(**data_source_options(args, str(report))).save()
         except Exception as exc:
             error = _reason(exc)
@@ -67,13 +97,18 @@ def publish(spark: SparkSession, args: argparse.Namespace) -> int:
     return OK if error is None and summary["accepted"] == summary["rows"] else NOT_ACCEPTED
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _reason(exc: BaseException) -> str:
     """Spark wraps our exception in a JVM one with the Python traceback inside: keep its last line."""
     found = _ERROR_LINE.findall(str(exc))
     if found:
         name, text = found[-1]
         return f"{name}: {text}"
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return _first_line(exc)
 
 
 def _print(args: argparse.Namespace, summary: dict[str, Any] | None, error: str | None) -> None:
@@ -82,8 +117,8 @@ def _print(args: argparse.Namespace, summary: dict[str, Any] | None, error: str 
     if summary is not None:
         print(
             f"rows {summary['rows']}: sent {summary['sent']}, spooled {summary['spooled']}, "
-            f"scheduled {summary['scheduled']}, rejected {summary['rejected']}"
-            f" (FAILED answers retried: {summary['failed_retried']})",
+            f"scheduled {summary['scheduled']}, rejected {summary['rejected']}, "
+            f"deduplicated {summary['deduplicated']} (FAILED answers retried: {summary['failed_retried']})",
             file=out,
         )
         for r in summary["rejections"][:20]:
@@ -96,6 +131,10 @@ def _print(args: argparse.Namespace, summary: dict[str, Any] | None, error: str 
 
 def run_job(args: argparse.Namespace, default_master: str = "local[*]") -> int:
     """Use the active SparkSession if there is one (then leave it running), else start one."""
+    problem = bad_usage(args)
+    if problem is not None:  # told before a JVM starts: one line, exit 2
+        print(f"error: {problem}", file=sys.stderr)
+        return BAD_USAGE
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()

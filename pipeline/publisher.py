@@ -77,17 +77,19 @@ class PartitionPublisher:
         for batch_no, chunk in enumerate(chunks):
             results = self._post(chunk, f"{self._prefix}:b{batch_no}", counts)
             for item, result in zip(chunk, results, strict=True):
-                counts[result.status] += 1
+                # stored by an earlier run under the same key (a re-run with the same jobId): not sent now
+                counts["DEDUPLICATED" if result.replayed and result.stored else result.status] += 1
                 if result.status == "REJECTED" and len(rejections) < MAX_NAMED:
                     rejections.append(
                         Rejection(self._builder.row_id(item.row, item.position), result.error or "")
                     )
         report = PartitionReport(
             partition=self._partition,
-            rows=sum(counts[s] for s in ("SENT", "SPOOLED", "SCHEDULED", "REJECTED")),
+            rows=sum(counts[s] for s in ("SENT", "SPOOLED", "SCHEDULED", "DEDUPLICATED", "REJECTED")),
             sent=counts["SENT"],
             spooled=counts["SPOOLED"],
             scheduled=counts["SCHEDULED"],
+            deduplicated=counts["DEDUPLICATED"],
             rejected=counts["REJECTED"],
             requests=counts["requests"],
             failed_retried=counts["failed_retried"],

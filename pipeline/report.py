@@ -25,6 +25,7 @@ class PartitionReport:
     sent: int = 0
     spooled: int = 0
     scheduled: int = 0
+    deduplicated: int = 0  # stored by an earlier attempt or run with the same keys; not sent again
     rejected: int = 0
     requests: int = 0  # POSTs, counting retries of FAILED items but not transport-level repeats
     failed_retried: int = 0  # re-posts of items answered FAILED (the sidecar could not store them yet)
@@ -40,6 +41,7 @@ class WriteSummary:
     sent: int = 0
     spooled: int = 0
     scheduled: int = 0
+    deduplicated: int = 0
     rejected: int = 0
     failed_retried: int = 0
     missing_partitions: int = 0  # tasks that did not report (the write is being aborted)
@@ -47,7 +49,7 @@ class WriteSummary:
 
     @property
     def accepted(self) -> int:
-        return self.sent + self.spooled + self.scheduled
+        return self.sent + self.spooled + self.scheduled + self.deduplicated
 
     @classmethod
     def of(cls, reports: Sequence[PartitionReport | None]) -> WriteSummary:
@@ -58,6 +60,7 @@ class WriteSummary:
             sent=sum(r.sent for r in done),
             spooled=sum(r.spooled for r in done),
             scheduled=sum(r.scheduled for r in done),
+            deduplicated=sum(r.deduplicated for r in done),
             rejected=sum(r.rejected for r in done),
             failed_retried=sum(r.failed_retried for r in done),
             missing_partitions=len(reports) - len(done),
@@ -69,7 +72,8 @@ class WriteSummary:
     def counts(self) -> str:
         return (
             f"{self.rows} rows: {self.sent} sent, {self.spooled} spooled, {self.scheduled} scheduled, "
-            f"{self.rejected} rejected ({self.failed_retried} FAILED answers retried)"
+            f"{self.rejected} rejected, {self.deduplicated} deduplicated "
+            f"({self.failed_retried} FAILED answers retried)"
         )
 
     def to_json(self) -> dict[str, Any]:

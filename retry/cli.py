@@ -28,6 +28,13 @@ from storage.errors import StorageError, StoreLockedError
 DATA_DIR_ENV = "ROCKSIDECAR_DATA_DIR"
 
 
+DESCRIPTION = (
+    "Look into the sidecar's retry store (<data-dir>/store). While a sidecar runs, the read-only "
+    "commands (stats, inspect, dead list, dead export) read a view as of the moment they start; "
+    "dead redrive needs the sidecar stopped (RocksDB allows one writer)."
+)
+
+
 class CliError(Exception):
     """Printed as ``rocksidecar store: <message>``; exit code 1."""
 
@@ -42,19 +49,23 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "store",
         help="inspect the retry store; list, export, re-drive dead letters",
-        description=__doc__,
+        description=DESCRIPTION,
         parents=[common],
     )
     p.set_defaults(func=run)  # not data_dir: the parents share one --data-dir action
     cmds = p.add_subparsers(dest="store_command", metavar="COMMAND", required=True)
     cmds.add_parser("stats", parents=[common], help="pending and dead counts, oldest due message, health")
     inspect = cmds.add_parser("inspect", parents=[common], help="show one message by id or by store key")
-    inspect.add_argument("key_or_id")
+    inspect.add_argument(
+        "key_or_id", metavar="ID_OR_KEY", help="a message id (UNIQ_KEY) or a store key from 'dead list'"
+    )
     dead = cmds.add_parser("dead", parents=[common], help="dead letters").add_subparsers(
         dest="dead_command", metavar="COMMAND", required=True
     )
     listing = dead.add_parser("list", parents=[common], help="one line per dead letter, oldest first")
-    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument(
+        "--limit", type=int, default=100, metavar="N", help="list at most N dead letters (default 100)"
+    )
     listing.add_argument("--json", action="store_true", help="JSON lines instead of text")
     export = dead.add_parser("export", parents=[common], help="every dead letter as JSON lines")
     export.add_argument("--out", help="file to write (default: stdout)")

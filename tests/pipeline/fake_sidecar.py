@@ -1,7 +1,7 @@
 """An in-memory fake of the sidecar's POST /v1/messages:batch contract: per-item SENT/SPOOLED,
 REJECTED (no or empty body) and scripted FAILED items, Idempotency-Key (same key and body -> the first
-answer; another body -> 422; answers with FAILED items are not kept), bearer auth, and scripted
-503/429 phases and dropped connections."""
+answer, marked Idempotent-Replayed; another body -> 422; answers with FAILED items are not kept),
+bearer auth, and scripted 503/429 phases and dropped connections."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ class FakeSidecar:
             kept_fp, kept = self._answers[key]
             if kept_fp != fp:
                 return problem(422, "Idempotency-Key reused", "different request", "Idempotency-Key")
-            return kept
+            return Reply(kept.status, kept.body, {**kept.headers, "Idempotent-Replayed": "true"})
         reply, failed = self._batch(req)
         if key is not None and reply.status < 500 and not failed:
             self._answers[key] = (fp, reply)

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.cli import main
+from pipeline.options import KNOWN
 from tests.pipeline.sidecar_process import Sidecar
 
 pytestmark = pytest.mark.timeout(300)
@@ -87,7 +88,7 @@ def test_json_rerun_with_the_same_job_id_sends_nothing_twice(
     data = tmp_path / "in.json"
     data.write_text(
         "".join(f'{{"n": {i}, "name": "item {i}"}}\n' for i in range(300))
-    )  # no body column: rows as JSON
+    )  # no body column: rows as JSON; n is a bigint, sent as text keys
     argv = [
         "spark-publish",
         "--input",
@@ -98,14 +99,74 @@ def test_json_rerun_with_the_same_job_id_sends_nothing_twice(
         topic,
         "--endpoint",
         sidecar.url,
+        "--key-column",
+        "n",
     ]
     assert main([*argv, "--job-id", "nightly-2024-06-01"]) == 0
-    assert main([*argv, "--job-id", "nightly-2024-06-01"]) == 0
-    assert capsys.readouterr().out.count("rows 300: sent 300") == 2  # the second run got the first answers
+    first = capsys.readouterr().out
+    assert "rows 300: sent 300, spooled 0, scheduled 0, rejected 0, deduplicated 0" in first
+    assert main([*argv, "--job-id", "nightly-2024-06-01"]) == 0  # the second run gets the first answers
+    again = capsys.readouterr().out
+    assert "rows 300: sent 0, spooled 0, scheduled 0, rejected 0, deduplicated 300" in again
     stored = sidecar.pull(topic)
-    assert sorted(m.body.decode() for m in stored) == sorted(
-        f'{{"n":{i},"name":"item {i}"}}' for i in range(300)
+    assert sorted((m.body.decode(), m.keys) for m in stored) == sorted(
+        (f'{{"n":{i},"name":"item {i}"}}', (str(i),)) for i in range(300)
     )
+
+
+def test_bad_input_exits_2_with_one_line_before_any_jvm(tmp_path: Path) -> None:
+    code = (
+        "import sys\nfrom app.cli import main\n"
+        "base = ['spark-publish', '--format', 'json', '--topic', 'T']\n"
+        f"print('exit', main([*base, '--input', {str(tmp_path / 'nope')!r}]))\n"
+        f"print('exit', main([*base, '--input', {str(tmp_path)!r}, '--option', 'bathSize=9']))\n"
+        "print('pyspark loaded:', 'pyspark' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.splitlines() == ["exit 2", "exit 2", "pyspark loaded: False"]
+    assert out.stderr.splitlines() == [
+        f"error: --input {tmp_path / 'nope'}: no such file or directory",
+        "error: OptionError: unknown option 'bathSize'; did you mean 'batchSize'? known: "
+        + ", ".join(sorted(KNOWN)),
+    ]
+
+
+def test_an_input_spark_cannot_read_exits_2(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    argv = ["spark-publish", "--input", str(empty), "--format", "parquet", "--topic", "T"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: cannot read --input {empty}: "), err
+
+
+def test_register_from_a_plain_venv_script_runs_workers_on_that_python(
+    sidecar: Sidecar, topic: str, tmp_path: Path
+) -> None:
+    """`.venv/bin/python job.py` without PYSPARK_PYTHON and without the venv on PATH: the workers must
+    not run the system's python3, which has no httpx."""
+    data = tmp_path / "in.json"
+    data.write_text("".join(f'{{"body": "plain {i}"}}\n' for i in range(20)))
+    script = tmp_path / "job.py"
+    script.write_text(
+        "from pyspark.sql import SparkSession\nfrom pipeline import register\n"
+        "spark = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
+        "register(spark)\n"
+        f"spark.read.json({str(data)!r}).write.format('rocksidecar').mode('append')"
+        f".option('topic', {topic!r}).option('endpoint', {sidecar.url!r}).save()\n"
+        "spark.stop()\n"
+    )
+    venv_bin = str(Path(sys.executable).parent)
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "VIRTUAL_ENV"))}
+    env.update(PATH=path, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env, check=False
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert sorted(m.body.decode() for m in sidecar.pull(topic)) == sorted(f"plain {i}" for i in range(20))
 
 
 def test_bad_option_exits_2(spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

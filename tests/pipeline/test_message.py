@@ -83,3 +83,12 @@ def test_row_ids() -> None:
     by_id = MessageBuilder(WriteOptions(topic="T", row_id_column="id"))
     assert by_id.row_id({"id": "a"}, 5) == "a"
     assert by_id.row_id({"id": None}, 5) == 5
+
+
+def test_keys_tags_and_sharding_keys_that_are_not_strings_go_as_spark_casts_them() -> None:
+    opts = WriteOptions(topic="T", body_column="b", key_column="k", tags_column="t", sharding_key_column="s")
+    builder = MessageBuilder(opts)
+    msg = builder.build({"b": "x", "k": 42, "t": True, "s": decimal.Decimal("10.10")})
+    assert (msg["keys"], msg["tags"], msg["shardingKey"]) == (["42"], "true", "10.10")
+    assert builder.build({"b": "x", "k": dt.date(2024, 6, 1), "t": None, "s": 0})["keys"] == ["2024-06-01"]
+    assert builder.build({"b": "x", "k": 0, "t": False, "s": None})["keys"] == ["0"]  # zero is a key

@@ -124,3 +124,30 @@ def test_schema_check_names_the_option_and_column(given: dict[str, str], message
     with pytest.raises(OptionError) as info:
         check_schema(parse({"topic": "T", **given}), SCHEMA)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "column_type", ["bigint", "int", "smallint", "tinyint", "boolean", "date", "decimal(10,2)"]
+)
+@pytest.mark.parametrize("option", ["keyColumn", "tagsColumn", "shardingKeyColumn"])
+def test_keys_tags_and_sharding_keys_take_types_with_one_text_form(option: str, column_type: str) -> None:
+    opts = check_schema(parse({"topic": "T", option: "c"}), {"c": column_type, "body": "string"})
+    assert opts.columns()[option] == "c"
+
+
+@pytest.mark.parametrize("column_type", ["double", "timestamp", "binary", "array<bigint>"])
+def test_keys_refuse_types_without_one_text_form(column_type: str) -> None:
+    with pytest.raises(OptionError, match=r"it must be string or array<string> or an integer, boolean"):
+        check_schema(parse({"topic": "T", "keyColumn": "c"}), {"c": column_type})
+
+
+def test_an_unknown_option_keeps_its_case_and_suggests_the_name() -> None:
+    with pytest.raises(OptionError) as typed:
+        parse({"topic": "T", "bathSize": "9"})
+    assert "unknown option 'bathSize'; did you mean 'batchSize'?" in str(typed.value)
+    with pytest.raises(OptionError) as lowered:  # what Spark hands the data source
+        parse({"topic": "T", "bathsize": "9"})
+    assert (
+        "unknown option 'bathsize' (Spark passes option names lower-cased); did you mean 'batchSize'?"
+        in str(lowered.value)
+    )

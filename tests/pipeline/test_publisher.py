@@ -47,9 +47,17 @@ def test_a_rerun_of_the_partition_sends_nothing_twice(client: SidecarClient, fak
     first = publisher(client).publish(rows(1200))
     fake.drop_after_store = 1  # and the rerun loses one answer on the way, too
     again = publisher(client).publish(rows(1200))
-    assert again == first
+    assert (first.rows, first.sent, first.deduplicated) == (1200, 1200, 0)
+    assert (again.rows, again.sent, again.deduplicated) == (1200, 0, 1200)  # answered, not sent again
     assert len(fake.stored) == 1200
     assert len(fake.requests) == 7  # 3 + 3 answered from the kept answers + 1 repeat of the lost one
+
+
+def test_rejected_rows_of_a_repeated_answer_stay_rejected(client: SidecarClient) -> None:
+    batch = [*rows(2), {"id": "bad", "body": ""}]
+    publisher(client).publish(batch)
+    again = publisher(client).publish(batch)
+    assert (again.rows, again.deduplicated, again.rejected, again.sent) == (3, 2, 1, 0)
 
 
 def test_an_empty_partition_posts_nothing(client: SidecarClient, fake: FakeSidecar) -> None:

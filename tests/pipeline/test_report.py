@@ -31,6 +31,13 @@ def test_summary_adds_up_and_sorts_rejections_by_partition() -> None:
     }
 
 
+def test_deduplicated_rows_count_as_accepted_and_are_shown() -> None:
+    s = WriteSummary.of([PartitionReport(0, 7, sent=2, deduplicated=5)])
+    assert (s.rows, s.sent, s.deduplicated, s.accepted) == (7, 2, 5, 7)
+    assert "7 rows: 2 sent, 0 spooled, 0 scheduled, 0 rejected, 5 deduplicated" in s.counts()
+    assert s.to_json()["deduplicated"] == 5
+
+
 def test_the_error_names_twenty_rows_and_counts_the_rest() -> None:
     s = WriteSummary.of([report(0, 10, tuple(range(25)))])
     text = str(RejectedRowsError(s, " in micro-batch 4"))
