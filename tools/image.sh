@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `make image`: build docker/Dockerfile as rocksidecar:<version> (and :latest), with OCI labels.
+#  - engine: docker when its daemon answers, else podman (set up by tools/podman_setup.sh);
+#  - base: $PYTHON_IMAGE when set; else the official python:3.11-slim-bookworm when present or pullable;
+#    else a Debian base built here from Debian's packages (tools/debian_base.sh; no registry needed);
+#  - CA_BUNDLE=<file> (podman only): mount that CA bundle read-only over the same path in the build
+#    containers, for networks that reach PyPI through a TLS-intercepting proxy. Off by default.
+# Prints the engine, base, build time and image size on its last line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OFFICIAL=python:3.11-slim-bookworm
+LOCAL_BASE=localhost/rocksidecar-base:bookworm
+VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -1)
+IMAGE=${IMAGE:-rocksidecar}
+REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+if ! git diff --quiet HEAD -- 2>/dev/null; then REVISION="$REVISION-dirty"; fi
+SOURCE=${SOURCE:-$(git remote get-url origin 2>/dev/null || echo unknown)}
+
+say() { echo "image: $*"; }
+
+if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+  engine=docker
+else
+  engine=podman
+  bash tools/podman_setup.sh
+fi
+
+base=${PYTHON_IMAGE:-}
+if [ -z "$base" ]; then
+  if $engine image inspect "$OFFICIAL" >/dev/null 2>&1 || timeout 60 $engine pull -q "$OFFICIAL" >/dev/null 2>&1; then
+    base=$OFFICIAL
+  elif [ $engine = podman ]; then
+    say "$OFFICIAL cannot be pulled (no registry reachable?): building a Debian base instead"
+    bash tools/podman_setup.sh --with-debootstrap >/dev/null
+    bash tools/debian_base.sh "$LOCAL_BASE"
+    base=$LOCAL_BASE
+  else
+    echo "image: $OFFICIAL cannot be pulled; set PYTHON_IMAGE to a Python 3.11 image you have" >&2
+    exit 1
+  fi
+fi
+
+args=(build -f docker/Dockerfile -t "$IMAGE:$VERSION" -t "$IMAGE:latest"
+  --build-arg "PYTHON_IMAGE=$base" --build-arg "VERSION=$VERSION"
+  --build-arg "REVISION=$REVISION" --build-arg "SOURCE=$SOURCE")
+if [ $engine = podman ]; then
+  # Podman's default OCI format drops HEALTHCHECK; the docker format keeps it.
+  args+=(--format docker)
+  if [ -n "${CA_BUNDLE:-}" ]; then
+    [ -f "$CA_BUNDLE" ] || { echo "image: CA_BUNDLE=$CA_BUNDLE is not a file" >&2; exit 2; }
+    args+=(-v "$CA_BUNDLE:$CA_BUNDLE:ro")
+  fi
+elif [ -n "${CA_BUNDLE:-}" ]; then
+  echo "image: CA_BUNDLE works with podman only (docker build has no volumes)" >&2
+  exit 2
+fi
+
+start=$(date +%s)
+$engine "${args[@]}" .
+seconds=$(($(date +%s) - start))
+size=$($engine image inspect -f '{{.Size}}' "$IMAGE:$VERSION")
+say "engine=$engine base=$base image=$IMAGE:$VERSION build_s=$seconds size_mb=$((size / 1000000))"
