@@ -137,7 +137,7 @@ def devbroker(image: str) -> Iterator[Devbroker]:
         wait_until(lambda: "devbroker ready" in podman("logs", name), f"{name} to be ready", 60)
         yield Devbroker(name, ip_of(name))
     finally:
-        podman("rm", "-f", "-t", "0", name, check=False)
+        podman("rm", "-f", "-v", "-t", "0", name, check=False)
 
 
 @dataclass(frozen=True)

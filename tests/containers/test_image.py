@@ -49,5 +49,5 @@ def test_read_only_root_healthy_and_a_message_reaches_a_devbroker_in_another_con
             probe = podman("exec", name, "sh", "-c", "touch /opt/x 2>&1 || echo refused")
             assert "refused" in probe
         finally:
-            podman("rm", "-f", "-t", "0", name, check=False)
+            podman("rm", "-f", "-v", "-t", "0", name, check=False)
             podman("volume", "rm", "-f", volume, check=False)
