@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 HELM   := $(BIN)/helm
 RUN    := .run
 
-.PHONY: install test lint typecheck run stop bench clean realbroker proto
+.PHONY: install test lint typecheck run stop bench clean realbroker proto image e2e
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,3 +46,17 @@ clean:
 # Against a real Apache RocketMQ 4.9.4 (../shared/rocketmq/real-broker.sh start 2).
 realbroker: $(STAMP)
 	ROCKSIDECAR_TEST_NAMESRV=$${ROCKSIDECAR_TEST_NAMESRV:-127.0.0.1:9876} $(BIN)/python -m pytest -q -m realbroker tests/realbroker
+
+# The container image (tools/image.sh: docker when its daemon answers, else podman; the official Python
+# base, or a Debian one built here when no registry is reachable). CA_BUNDLE=<file> for TLS-intercepting
+# proxies (podman only).
+IMAGE_TAG ?= rocksidecar:$(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+image:
+	bash tools/image.sh
+
+# The image and the chart's pod run with podman (tests/containers; see README "Containers").
+e2e: $(HELM)
+	bash tools/podman_setup.sh --with-debootstrap
+	ENGINE=podman bash tools/image.sh
+	bash tools/debian_base.sh
+	ROCKSIDECAR_E2E_IMAGE=localhost/$(IMAGE_TAG) $(BIN)/python -m pytest -q -m e2e tests/containers

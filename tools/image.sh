@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make image`: build docker/Dockerfile as rocksidecar:<version> (and :latest), with OCI labels.
-#  - engine: docker when its daemon answers, else podman (set up by tools/podman_setup.sh);
+#  - engine: $ENGINE (docker or podman) when set, else docker when its daemon answers, else podman (set
+#    up by tools/podman_setup.sh);
 #  - base: $PYTHON_IMAGE when set; else the official python:3.11-slim-bookworm when present or pullable;
 #    else a Debian base built here from Debian's packages (tools/debian_base.sh; no registry needed);
 #  - CA_BUNDLE=<file> (podman only): mount that CA bundle read-only over the same path in the build
@@ -9,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-OFFICIAL=python:3.11-slim-bookworm
+OFFICIAL=docker.io/library/python:3.11-slim-bookworm  # fully qualified: podman asks about short names
 LOCAL_BASE=localhost/rocksidecar-base:bookworm
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -1)
 IMAGE=${IMAGE:-rocksidecar}
@@ -19,12 +20,18 @@ SOURCE=${SOURCE:-$(git remote get-url origin 2>/dev/null || echo unknown)}
 
 say() { echo "image: $*"; }
 
-if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+if [ -n "${ENGINE:-}" ]; then
+  engine=$ENGINE
+elif command -v docker >/dev/null && docker info >/dev/null 2>&1; then
   engine=docker
 else
   engine=podman
-  bash tools/podman_setup.sh
 fi
+case $engine in
+  podman) bash tools/podman_setup.sh ;;
+  docker) ;;
+  *) echo "image: ENGINE must be docker or podman, not $engine" >&2; exit 2 ;;
+esac
 
 base=${PYTHON_IMAGE:-}
 if [ -z "$base" ]; then
