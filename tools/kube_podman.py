@@ -64,10 +64,10 @@ def convert(docs: Iterable[Doc | None]) -> tuple[list[Doc], list[str]]:
     """(objects for kube play, what was left out: "Kind/name" or "Kind/name annotation key")."""
     out: list[Doc] = []
     skipped: list[str] = []
-    for doc in docs:
-        if not doc:
+    for rendered in docs:
+        if not rendered:
             continue
-        doc = copy.deepcopy(doc)  # the caller's objects stay as rendered
+        doc = copy.deepcopy(rendered)  # the caller's objects stay as rendered
         kind = doc.get("kind", "")
         where = f"{kind}/{doc.get('metadata', {}).get('name', '?')}"
         if kind not in PLAYABLE and kind != "StatefulSet":
