@@ -5,7 +5,8 @@
 #  - base: $PYTHON_IMAGE when set; else the official python:3.11-slim-bookworm when present or pullable;
 #    else a Debian base built here from Debian's packages (tools/debian_base.sh; no registry needed);
 #  - CA_BUNDLE=<file> (podman only): mount that CA bundle read-only over the same path in the build
-#    containers, for networks that reach PyPI through a TLS-intercepting proxy. Off by default.
+#    containers, for networks that reach PyPI through a TLS-intercepting proxy. Off by default; it
+#    selects podman when ENGINE is unset.
 # Prints the engine, base, build time and image size on its last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,19 +20,26 @@ if ! git diff --quiet HEAD -- 2>/dev/null; then REVISION="$REVISION-dirty"; fi
 SOURCE=${SOURCE:-$(git remote get-url origin 2>/dev/null || echo unknown)}
 
 say() { echo "image: $*"; }
+die() { echo "image: $*" >&2; exit 2; }
+
+# Bad input is refused before anything is installed or built.
+case ${ENGINE:-} in
+  "" | docker | podman) ;;
+  *) die "ENGINE must be docker or podman, not $ENGINE" ;;
+esac
+if [ -n "${CA_BUNDLE:-}" ]; then
+  [ -f "$CA_BUNDLE" ] || die "CA_BUNDLE=$CA_BUNDLE is not a file"
+  [ "${ENGINE:-podman}" = podman ] || die "CA_BUNDLE works with podman only (docker build has no volumes)"
+fi
 
 if [ -n "${ENGINE:-}" ]; then
   engine=$ENGINE
-elif command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+elif [ -z "${CA_BUNDLE:-}" ] && command -v docker >/dev/null && docker info >/dev/null 2>&1; then
   engine=docker
 else
   engine=podman
 fi
-case $engine in
-  podman) bash tools/podman_setup.sh ;;
-  docker) ;;
-  *) echo "image: ENGINE must be docker or podman, not $engine" >&2; exit 2 ;;
-esac
+[ $engine = docker ] || bash tools/podman_setup.sh
 
 base=${PYTHON_IMAGE:-}
 if [ -z "$base" ]; then
@@ -54,13 +62,7 @@ args=(build -f docker/Dockerfile -t "$IMAGE:$VERSION" -t "$IMAGE:latest"
 if [ $engine = podman ]; then
   # Podman's default OCI format drops HEALTHCHECK; the docker format keeps it.
   args+=(--format docker)
-  if [ -n "${CA_BUNDLE:-}" ]; then
-    [ -f "$CA_BUNDLE" ] || { echo "image: CA_BUNDLE=$CA_BUNDLE is not a file" >&2; exit 2; }
-    args+=(-v "$CA_BUNDLE:$CA_BUNDLE:ro")
-  fi
-elif [ -n "${CA_BUNDLE:-}" ]; then
-  echo "image: CA_BUNDLE works with podman only (docker build has no volumes)" >&2
-  exit 2
+  if [ -n "${CA_BUNDLE:-}" ]; then args+=(-v "$CA_BUNDLE:$CA_BUNDLE:ro"); fi
 fi
 
 start=$(date +%s)

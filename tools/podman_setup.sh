@@ -10,7 +10,7 @@
 # Usage: tools/podman_setup.sh [--with-debootstrap] [--check IMAGE]
 set -euo pipefail
 
-DROPIN_DIR=/etc/containers/containers.conf.d
+DROPIN_DIR=${ROCKSIDECAR_CONTAINERS_CONF_D:-/etc/containers/containers.conf.d}  # overridden by tests
 DROPIN="$DROPIN_DIR/50-rocksidecar.conf"
 PODMAN_DEFAULT_RLIMIT=1048576
 want_debootstrap=false check_image=""
