@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 HELM   := $(BIN)/helm
 RUN    := .run
 
-.PHONY: install test lint typecheck run stop bench clean realbroker proto image e2e
+.PHONY: install test lint typecheck run stop bench clean realbroker proto
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,7 @@ realbroker: $(STAMP)
 # The container image (tools/image.sh: docker when its daemon answers, else podman; the official Python
 # base, or a Debian one built here when no registry is reachable). CA_BUNDLE=<file> for TLS-intercepting
 # proxies (podman only).
+.PHONY: image e2e
 IMAGE_TAG ?= rocksidecar:$(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 image:
 	bash tools/image.sh

@@ -19,6 +19,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.e2e)
+            # Containers start and stop at the pace of a shared 2-core machine: more than the default.
+            item.add_marker(pytest.mark.timeout(300))
 
 
 @pytest.fixture(scope="session")
