@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import shlex
 import subprocess
 import tomllib
 
@@ -118,3 +119,18 @@ def test_build_copies_every_package_pyproject_installs() -> None:
     copied = {c.split()[0].rstrip("/") for c in BUILD.all("COPY")} - {"pyproject.toml"}
     assert copied == packages, "docker/Dockerfile and .dockerignore must list the same packages"
     assert pyproject["project"]["readme"] in BUILD.all("COPY")[0].split()
+
+
+def test_runtime_carries_oci_labels_from_build_args_one_arg_per_line() -> None:
+    # tools/image.sh passes VERSION, REVISION and SOURCE; buildah reads only the first name of a
+    # multi-name ARG, so each has its own.
+    declared = [arg.partition("=")[0] for arg in RUNTIME.all("ARG")]
+    assert declared == ["VERSION", "REVISION", "SOURCE"]
+    labels = dict(item.split("=", 1) for item in shlex.split(" ".join(RUNTIME.all("LABEL"))))
+    for name in declared:
+        assert labels[f"org.opencontainers.image.{name.lower()}"] == f"${{{name}}}"
+
+
+def test_build_stage_strips_extension_modules_and_runtime_has_no_build_tools() -> None:
+    assert any("strip --strip-unneeded" in run and "binutils" in run for run in BUILD.all("RUN"))
+    assert not any("apt-get" in run for run in RUNTIME.all("RUN"))
