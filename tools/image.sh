@@ -46,7 +46,7 @@ if [ -z "$base" ]; then
   if $engine image inspect "$OFFICIAL" >/dev/null 2>&1 || timeout 60 $engine pull -q "$OFFICIAL" >/dev/null 2>&1; then
     base=$OFFICIAL
   elif [ $engine = podman ]; then
-    say "$OFFICIAL cannot be pulled (no registry reachable?): building a Debian base instead"
+    say "$OFFICIAL cannot be pulled (no registry reachable?): using a local Debian base"
     bash tools/podman_setup.sh --with-debootstrap >/dev/null
     bash tools/debian_base.sh "$LOCAL_BASE"
     base=$LOCAL_BASE
