@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from tests.deploy.chart import helm
 from tests.deploy.paths import CHART, REPO
@@ -86,6 +87,13 @@ def post_inside(container: str, message: dict[str, Any]) -> tuple[int, Any]:
     return answer["status"], answer["body"]
 
 
+def metrics_inside(container: str) -> str:
+    """The sidecar's /metrics, read on its loopback listener from inside the container."""
+    url = "http://127.0.0.1:9880/metrics"
+    script = f"import urllib.request as u; print(u.urlopen({url!r}, timeout=30).read().decode())"
+    return podman("exec", container, "python", "-c", script)
+
+
 @dataclass(frozen=True)
 class Devbroker:
     """``rocksidecar devbroker`` (two brokers) in a container of its own, listening on its address."""
@@ -142,14 +150,12 @@ def devbroker(image: str) -> Iterator[Devbroker]:
 
 @dataclass(frozen=True)
 class PlayedPod:
-    """The chart's example pod (StatefulSet replica 0) as `podman kube play` runs it."""
+    """The chart's example pod as `podman kube play` runs it: replica 0 of the StatefulSet (PVC store), or
+    of the Deployment (emptyDir store), which podman 4.3 names ``<deployment>-pod-0``."""
 
     release: str
     manifest: Path
-
-    @property
-    def name(self) -> str:
-        return f"{self.release}-rocksidecar-example-0"
+    name: str
 
     @property
     def sidecar(self) -> str:
@@ -193,7 +199,9 @@ def render_pod(image: str, busybox: str, namesrv: str, out_dir: Path, *sets: str
         input=rendered, capture_output=True, text=True, check=True,
     )  # fmt: skip
     manifest.write_text(result.stdout)
-    return PlayedPod(release, manifest)
+    kinds = {doc["kind"]: doc["metadata"]["name"] for doc in yaml.safe_load_all(result.stdout)}
+    name = kinds["Pod"] if "Pod" in kinds else f"{kinds['Deployment']}-pod-0"
+    return PlayedPod(release, manifest, name)
 
 
 @contextmanager
