@@ -61,3 +61,18 @@ realbroker: $(STAMP)
 # set, against a real RocketMQ 4.9.4 (killing brokers with ../shared/rocketmq/real-broker.sh).
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak tests/soak
+
+# The container image (tools/image.sh: docker when its daemon answers, else podman; the official Python
+# base, or a Debian one built here when no registry is reachable). CA_BUNDLE=<file> for TLS-intercepting
+# proxies (podman only).
+.PHONY: image e2e
+IMAGE_TAG ?= rocksidecar:$(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+image:
+	bash tools/image.sh
+
+# The image and the chart's pod run with podman (tests/containers; see README "Containers").
+e2e: $(HELM)
+	bash tools/podman_setup.sh --with-debootstrap
+	ENGINE=podman bash tools/image.sh
+	bash tools/debian_base.sh
+	ROCKSIDECAR_E2E_IMAGE=localhost/$(IMAGE_TAG) $(BIN)/python -m pytest -q -m e2e tests/containers

@@ -23,7 +23,7 @@ from devbroker.clients import ClientRegistry
 from devbroker.commitlog import DEFAULT_SEGMENT_BYTES, CommitLog
 from devbroker.faults import Faults
 from devbroker.headers import Reject
-from devbroker.listener import Listener
+from devbroker.listener import LOOPBACK, Listener
 from devbroker.locks import LockProcessor, QueueLocks
 from devbroker.long_poll import PullHolds
 from devbroker.namesrv import DEFAULT_CLUSTER, NameServer, Registration
@@ -53,6 +53,7 @@ class DevBroker:
         auto_create: bool = True,
         data_dir: Path | None = None,
         port: int = 0,
+        host: str = LOOPBACK,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         clock: Callable[[], float] = time.monotonic,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
@@ -76,7 +77,7 @@ class DevBroker:
         self.offsets = ConsumerOffsets(home / "consumerOffset.json" if home else None)
         self.clients = ClientRegistry(self._notify_ids_changed, clock=clock)
         self.locks = QueueLocks(clock)
-        self.listener = Listener(self._handle, port=port, on_close=self.clients.connection_closed)
+        self.listener = Listener(self._handle, port=port, host=host, on_close=self.clients.connection_closed)
         self._handlers = self._build_handlers(cluster)
         self._notify_opaque = itertools.count(1)
         self._housekeeping: asyncio.Task[None] | None = None

@@ -1,5 +1,5 @@
-"""``rocksidecar devbroker``: run a name server, N brokers and the admin endpoint on loopback until
-SIGINT or SIGTERM, then stop cleanly and exit 0."""
+"""``rocksidecar devbroker``: run a name server, N brokers and the admin endpoint on loopback (or on
+--host) until SIGINT or SIGTERM, then stop cleanly and exit 0."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import argparse
 import asyncio
 import gc
 import signal
+import socket
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from devbroker.cluster import BROKER_PORT_STEP, MAX_BROKERS, DevCluster
+from devbroker.listener import LOOPBACK
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -36,6 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--queues", type=int, default=4, help="queues of auto-created topics (default 4)")
     p.add_argument("--data-dir", type=Path, default=None, help="keep topics, messages and offsets here")
     p.add_argument("--admin-port", type=int, default=19880, metavar="PORT", help="admin HTTP (default 19880)")
+    p.add_argument(
+        "--host",
+        default=LOOPBACK,
+        help="address (or a name resolved once) to listen on and to name in routes, e.g. a container's "
+        "own name so other containers can reach it (default 127.0.0.1)",
+    )
     p.add_argument("--no-auto-create", action="store_true", help="no TBW102: sends to unknown topics fail")
     p.add_argument(
         "--max-log-mb", type=int, default=None, metavar="MB", help="drop the oldest messages beyond this"
@@ -54,6 +62,11 @@ def _check(args: argparse.Namespace) -> str | None:
         return "ports must be between 0 and 65535"
     if args.max_log_mb is not None and args.max_log_mb < 128:
         return "--max-log-mb must be at least 128 (two 64 MiB segments)"
+    try:
+        # Routes carry an IPv4 address (the broker's store host is packed as 4 bytes): resolve names now.
+        args.host = socket.gethostbyname(args.host)
+    except OSError as exc:
+        return f"--host {args.host!r} does not resolve to an IPv4 address: {exc}"
     return None
 
 
@@ -91,6 +104,7 @@ async def _serve(args: argparse.Namespace) -> None:
         namesrv_port=args.namesrv_port,
         broker_base_port=args.broker_base_port,
         admin_port=args.admin_port,
+        host=args.host,
         max_log_bytes=args.max_log_mb * 1024 * 1024 if args.max_log_mb else None,
     )
     async with cluster:

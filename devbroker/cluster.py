@@ -18,6 +18,7 @@ from types import TracebackType
 from devbroker.broker import DevBroker
 from devbroker.commitlog import DEFAULT_SEGMENT_BYTES
 from devbroker.http_admin import AdminServer
+from devbroker.listener import LOOPBACK
 from devbroker.namesrv import DEFAULT_CLUSTER, NameServer
 
 MAX_BROKERS = 26
@@ -39,6 +40,7 @@ class DevCluster:
         namesrv_port: int = 0,
         broker_base_port: int = 0,
         admin_port: int | None = None,
+        host: str = LOOPBACK,
         cluster: str = DEFAULT_CLUSTER,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         clock: Callable[[], float] = time.monotonic,
@@ -46,7 +48,9 @@ class DevCluster:
         max_log_bytes: int | None = None,
     ) -> None:
         """Ports 0 are ephemeral; ``broker_base_port`` 0 gives every broker an ephemeral port and
-        ``admin_port`` None runs no admin endpoint.
+        ``admin_port`` None runs no admin endpoint. Everything listens on ``host`` (an IP address), which
+        is also the address the routes name: another host (a container) can reach it when it is not
+        loopback.
 
         Raises:
             ValueError: a broker or queue count out of range.
@@ -56,7 +60,7 @@ class DevCluster:
         if queues < 1:
             raise ValueError(f"queues must be at least 1, not {queues}")
         root = Path(data_dir) if data_dir is not None else None
-        self.namesrv = NameServer(port=namesrv_port)
+        self.namesrv = NameServer(port=namesrv_port, host=host)
         self.brokers: dict[str, DevBroker] = {}
         for i in range(brokers):
             name = broker_name(i)
@@ -68,12 +72,13 @@ class DevCluster:
                 auto_create=auto_create,
                 data_dir=root,
                 port=broker_base_port + BROKER_PORT_STEP * i if broker_base_port else 0,
+                host=host,
                 now_ms=now_ms,
                 clock=clock,
                 segment_bytes=segment_bytes,
                 max_log_bytes=max_log_bytes,
             )
-        self.admin = AdminServer(self.brokers, port=admin_port) if admin_port is not None else None
+        self.admin = AdminServer(self.brokers, port=admin_port, host=host) if admin_port is not None else None
 
     @property
     def namesrv_addr(self) -> str:

@@ -17,7 +17,7 @@ from app.rocketmq.protocol.frame import RemotingCommand
 from app.rocketmq.route import BrokerData, QueueData, TopicRouteData, parse_lenient_json
 from devbroker import headers
 from devbroker.headers import Reject
-from devbroker.listener import Listener
+from devbroker.listener import LOOPBACK, Listener
 from devbroker.topics import TopicConfig, TopicTable
 
 DEFAULT_CLUSTER = "DefaultCluster"
@@ -33,9 +33,9 @@ class Registration:
 
 
 class NameServer:
-    def __init__(self, *, port: int = 0) -> None:
+    def __init__(self, *, port: int = 0, host: str = LOOPBACK) -> None:
         self._brokers: dict[str, Registration] = {}
-        self.listener = Listener(self._handle, port=port, on_close=self._connection_closed)
+        self.listener = Listener(self._handle, port=port, host=host, on_close=self._connection_closed)
 
     @property
     def addr(self) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import shlex
 import subprocess
 import tomllib
 
@@ -43,7 +44,8 @@ def test_multi_stage_on_slim_python_311() -> None:
 
 
 def test_build_installs_the_project_without_dev_or_spark_extras() -> None:
-    installs = [run for run in BUILD.all("RUN") if "pip install" in run]
+    # "pip install" or "pip --python <venv python> install": one install, of "." only.
+    installs = [run for run in BUILD.all("RUN") if re.search(r"\bpip( --python \S+)? install\b", run)]
     assert len(installs) == 1 and installs[0].endswith(" .") and "[" not in installs[0], installs
     assert not any("pip" in run for run in RUNTIME.all("RUN")), "the runtime stage must not install"
 
@@ -117,3 +119,18 @@ def test_build_copies_every_package_pyproject_installs() -> None:
     copied = {c.split()[0].rstrip("/") for c in BUILD.all("COPY")} - {"pyproject.toml"}
     assert copied == packages, "docker/Dockerfile and .dockerignore must list the same packages"
     assert pyproject["project"]["readme"] in BUILD.all("COPY")[0].split()
+
+
+def test_runtime_carries_oci_labels_from_build_args_one_arg_per_line() -> None:
+    # tools/image.sh passes VERSION, REVISION and SOURCE; buildah reads only the first name of a
+    # multi-name ARG, so each has its own.
+    declared = [arg.partition("=")[0] for arg in RUNTIME.all("ARG")]
+    assert declared == ["VERSION", "REVISION", "SOURCE"]
+    labels = dict(item.split("=", 1) for item in shlex.split(" ".join(RUNTIME.all("LABEL"))))
+    for name in declared:
+        assert labels[f"org.opencontainers.image.{name.lower()}"] == f"${{{name}}}"
+
+
+def test_build_stage_strips_extension_modules_and_runtime_has_no_build_tools() -> None:
+    assert any("strip --strip-unneeded" in run and "binutils" in run for run in BUILD.all("RUN"))
+    assert not any("apt-get" in run for run in RUNTIME.all("RUN"))

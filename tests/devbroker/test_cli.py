@@ -21,6 +21,7 @@ from app.rocketmq.pool import RemotingClient
         (["--queues", "0"], "--queues"),
         (["--broker-base-port", "65530", "--brokers", "2"], "ports"),
         (["--max-log-mb", "1"], "--max-log-mb"),
+        (["--host", "no-such-host.invalid"], "--host"),
     ],
 )
 def test_bad_arguments_exit_2(args: list[str], words: str, capsys: pytest.CaptureFixture[str]) -> None:

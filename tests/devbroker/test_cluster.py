@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import devbroker
+from app.rocketmq.namesrv import NameServerClient
 from app.rocketmq.pool import RemotingClient
 from devbroker import DevCluster
 from tests.devbroker import wire
@@ -34,3 +37,18 @@ async def test_brokers_are_named_and_listen_on_distinct_ports(client: RemotingCl
             await client.invoke(c.addr, wire.send("Spread", queue_id, str(queue_id).encode()), 3.0)
         assert [m.body for m in c.messages("Spread")] == [b"0", b"1", b"1"]  # queue order
         assert cluster.admin_url is None
+
+
+async def test_host_is_where_everything_listens_and_what_routes_name(client: RemotingClient) -> None:
+    # 127.0.0.2 stands in for a container's address: nothing may listen on, or name, 127.0.0.1.
+    async with DevCluster(brokers=2, admin_port=0, host="127.0.0.2") as cluster:
+        route = await NameServerClient(client, cluster.namesrv_addr).get_route("TBW102")
+        addrs = sorted(addr for b in route.broker_datas for addr in b.broker_addrs.values())
+        assert addrs == sorted(b.addr for b in cluster.brokers.values())
+        assert all(addr.startswith("127.0.0.2:") for addr in [*addrs, cluster.namesrv_addr])
+        assert cluster.admin_url is not None and cluster.admin_url.startswith("http://127.0.0.2:")
+        b = cluster.brokers["broker-a"]
+        await client.invoke(b.addr, wire.send("Hosted", 0, b"x"), 3.0)
+        assert [m.body for m in b.messages("Hosted")] == [b"x"]
+        with pytest.raises(OSError):
+            await asyncio.open_connection("127.0.0.1", int(b.addr.rpartition(":")[2]))
