@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 
 from retry.keys import parse_pending_key
@@ -137,6 +137,25 @@ class ReplayLoop:
                 raise RuntimeError("the replay loop died") from self.failure
             self._idle.clear()
             await self._idle.wait()
+
+    async def offer(self, rows: Sequence[tuple[bytes, bytes]]) -> int:
+        """Hand out pending (key, value) rows now, whatever their due time (replay on recovery, replay
+        now); rows already in flight are skipped. Waits for queue space. Returns how many were taken.
+
+        The rows must have been read from the store in the same step that calls this (no await in
+        between), so none of them was acknowledged meanwhile.
+        """
+        taken = [(key, raw) for key, raw in rows if key not in self._inflight]
+        self._inflight.update(key for key, _ in taken)
+        put = 0
+        try:
+            for item in taken:
+                await self._queue.put(item)
+                put += 1
+        finally:
+            for key, _ in taken[put:]:  # cancelled while waiting: give the rest back
+                self._inflight.discard(key)
+        return put
 
     # --- seeking ------------------------------------------------------------------------------
     def _on_new_key(self, key: bytes) -> None:

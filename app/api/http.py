@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
 from app.api import problems
+from app.api.access_log import AccessLogMiddleware
 from app.api.middleware import EdgeMiddleware
 from app.api.schemas import BatchIn, BatchOut, CancelOut, MessageIn, MessageStatusOut, Problem, SendOut
 from app.api.views import batch_view, outcome_view, status_view
@@ -91,6 +92,7 @@ def create_app(
     auth_token: str = "",
     max_request_bytes: int = 64 * 1024 * 1024,
     now_ms: Callable[[], int],
+    access_log: bool = False,
 ) -> FastAPI:
     app = FastAPI(
         title="rocksidecar",
@@ -106,6 +108,8 @@ def create_app(
         auth_token=auth_token,
         limits={"/v1/messages": single, "/v1/messages:batch": max(single, max_request_bytes)},
     )
+    if access_log:  # added last: outermost, so it also logs what the edge refuses
+        app.add_middleware(AccessLogMiddleware)
     api = Api(sidecar, limits, batch_limit, metrics, readiness, idempotency, now_ms)
 
     @app.exception_handler(RequestValidationError)
