@@ -17,6 +17,7 @@ from typing import Any
 
 import delay
 from app import idempotency, logs
+from app.api.admin import AdminOps
 from app.api.grpc import SidecarServicer
 from app.api.http import create_app
 from app.api.servers import GrpcServer, HttpServer
@@ -43,6 +44,9 @@ log = logging.getLogger("rocksidecar")
 COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES, *delay.COLUMN_FAMILIES)
 PURGE_EVERY_S = 3600.0
 READY_CACHE_S = 2.0
+# Due messages per redelivery call. send_batch splits a call by queue, so 32 over 8 queues made batches of
+# 4; 128 makes batches of 16 and replays a backlog (after an outage) about twice as fast (bench/recovery.py).
+REPLAY_BATCH = 128
 
 
 def tune_gc() -> None:
@@ -135,6 +139,7 @@ class Service:
             s.retry_policy,
             workers=s.replay_workers,
             deliver_batch=delivery.redeliver_batch,
+            batch_max=REPLAY_BATCH,
             on_replayed=self._on_replayed,
         )
         self.recovery = RecoveryReplay(
@@ -153,6 +158,14 @@ class Service:
             max_request_bytes=s.max_request_bytes,
             now_ms=self.delay.now_ms,  # due times of delayMs: a clock step back must not make them early
             access_log=s.access_log,
+            admin=AdminOps(
+                self.retry,
+                self.delay,
+                self.replay,
+                self.recovery,
+                self.producer.fault_table,
+                self.retry.now_ms,
+            ),
         )
         self.http = HttpServer(app, s.http_addr, grace_s=s.shutdown_grace_s)
         servicer = SidecarServicer(

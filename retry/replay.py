@@ -89,6 +89,10 @@ class ReplayLoop:
     def in_flight(self) -> int:
         return len(self._inflight)
 
+    def is_in_flight(self, key: bytes) -> bool:
+        """A worker has ``key`` (or it is queued for one): it must not be deleted under it (purge)."""
+        return key in self._inflight
+
     async def start(self) -> None:
         # R6: start at the oldest live key, not at "now" as the seed did. The store's persisted floor
         # is at or below it, so the first seek does not cross the tombstones of everything delivered

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from app.api import problems
 from app.api.access_log import AccessLogMiddleware
+from app.api.admin import AdminOps, admin_routes
 from app.api.middleware import EdgeMiddleware
 from app.api.schemas import BatchIn, BatchOut, CancelOut, MessageIn, MessageStatusOut, Problem, SendOut
 from app.api.views import batch_view, outcome_view, status_view
@@ -93,6 +94,7 @@ def create_app(
     max_request_bytes: int = 64 * 1024 * 1024,
     now_ms: Callable[[], int],
     access_log: bool = False,
+    admin: AdminOps | None = None,
 ) -> FastAPI:
     app = FastAPI(
         title="rocksidecar",
@@ -124,6 +126,8 @@ def create_app(
     _message_routes(app, api)
     _state_routes(app, api)
     _ops_routes(app, api)
+    if admin is not None:
+        admin_routes(app, admin)
     _document_bodies(app, (MessageIn, BatchIn))
     return app
 
