@@ -12,7 +12,7 @@ from collections.abc import Sequence
 COMMANDS: dict[str, str] = {
     "serve": "app.serve_cli",
     "devbroker": "devbroker.cli",
-    "store": "retry.cli",
+    "store": "app.store_cli",
     "spark-publish": "pipeline.cli",
 }
 

@@ -165,6 +165,7 @@ class Service:
                 self.recovery,
                 self.producer.fault_table,
                 self.retry.now_ms,
+                str((Path(s.data_dir) / "store").resolve()),
             ),
         )
         self.http = HttpServer(app, s.http_addr, grace_s=s.shutdown_grace_s)

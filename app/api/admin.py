@@ -50,6 +50,7 @@ class AdminOps:
     recovery: RecoveryReplay
     brokers: Callable[[], Iterable[BrokerState]]
     now_ms: Callable[[], int]
+    store_path: str = ""  # the CLI checks it talks to the sidecar that holds its store
 
 
 class _Body(BaseModel):
@@ -202,6 +203,7 @@ def stats_view(ops: AdminOps) -> dict[str, Any]:
     since = retry.oldest_first_failure_ms or retry.oldest_due_ms
     return {
         "nowMs": now,
+        "store": ops.store_path,
         "retry": {
             "pending": retry.pending,
             "dead": retry.dead,
