@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 HELM   := $(BIN)/helm
 RUN    := .run
 
-.PHONY: install test lint typecheck run stop bench clean realbroker proto
+.PHONY: install test lint typecheck run stop bench clean realbroker proto chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,17 @@ $(STAMP): pyproject.toml
 $(HELM): $(STAMP) tools/install_helm.py
 	$(BIN)/python tools/install_helm.py $(HELM)
 
-install: $(STAMP) $(HELM)
+# The /ui and /docs browser tests use Debian's chromium: installed when missing and we are root (as CI
+# is); otherwise those tests skip and say why. Idempotent and quiet.
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
+	      || echo "could not install chromium: the browser tests will skip"; \
+	  else echo "chromium is missing and we are not root: the browser tests will skip"; fi; \
+	fi
+
+install: $(STAMP) $(HELM) chromium
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -26,7 +36,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-test: lint $(HELM)
+test: lint $(HELM) chromium
 	$(BIN)/python -m pytest -q
 
 # Regenerate the gRPC code from app/api/proto/rocksidecar.proto (tests check it is current).

@@ -21,8 +21,10 @@ from app.api.admin import AdminOps
 from app.api.grpc import SidecarServicer
 from app.api.http import create_app
 from app.api.servers import GrpcServer, HttpServer
+from app.api.ui import UiDeps, counters
 from app.config import Settings
 from app.events import OpsEvents
+from app.history import SAMPLE_EVERY_S, History
 from app.idempotency import IdempotencyStore
 from app.lookups import DelayLookup, RetryLookup
 from app.metrics import Metrics, StateCollector
@@ -147,6 +149,16 @@ class Service:
         )
         self.metrics.add_state(StateCollector(self.producer.fault_table, self._store_stats))
         limits = Limits(s.max_body_bytes, s.max_delay_ms)
+        admin = AdminOps(
+            self.retry,
+            self.delay,
+            self.replay,
+            self.recovery,
+            self.producer.fault_table,
+            self.retry.now_ms,
+            str((Path(s.data_dir) / "store").resolve()),
+        )
+        self.history = History()
         app = create_app(
             self.sidecar,
             limits=limits,
@@ -158,15 +170,8 @@ class Service:
             max_request_bytes=s.max_request_bytes,
             now_ms=self.delay.now_ms,  # due times of delayMs: a clock step back must not make them early
             access_log=s.access_log,
-            admin=AdminOps(
-                self.retry,
-                self.delay,
-                self.replay,
-                self.recovery,
-                self.producer.fault_table,
-                self.retry.now_ms,
-                str((Path(s.data_dir) / "store").resolve()),
-            ),
+            admin=admin,
+            ui=UiDeps(admin, self.metrics, self.history, s.auth_token),
         )
         self.http = HttpServer(app, s.http_addr, grace_s=s.shutdown_grace_s)
         servicer = SidecarServicer(
@@ -278,6 +283,7 @@ class Service:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._purge_loop(), name="idempotency-purge"))
         self._tasks.append(loop.create_task(self._flush_events(), name="log-summaries"))
+        self._tasks.append(loop.create_task(self._sample_history(), name="status-history"))
         ready, details = await self.readiness()
         self.events.started(
             ready=ready,
@@ -289,6 +295,15 @@ class Service:
                 "store": self.settings.data_dir,
             },
         )
+
+    def sample_history(self) -> None:
+        """One sample of what the status page charts (the task below takes one every few seconds)."""
+        self.history.sample(time.monotonic(), {**counters(self.metrics), **self._store_stats()})
+
+    async def _sample_history(self) -> None:
+        while True:
+            self.sample_history()
+            await asyncio.sleep(SAMPLE_EVERY_S)
 
     async def _flush_events(self) -> None:
         while True:

@@ -80,12 +80,12 @@ def _json(doc: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(doc), status_code=status, media_type="application/json")
 
 
-def _problem(exc: BaseException) -> Response:
+def problem_response(exc: BaseException) -> Response:
     status, body, headers = problems.from_exception(exc)
     return Response(orjson.dumps(body), status_code=status, media_type=problems.PROBLEM_JSON, headers=headers)
 
 
-async def _body(request: Request, model: type[_Body]) -> Any:
+async def parse_body(request: Request, model: type[_Body]) -> Any:
     raw = await request.body()
     try:
         return model.model_validate_json(raw or b"{}")
@@ -273,6 +273,28 @@ def message_view(ops: AdminOps, id_: str) -> dict[str, Any] | None:
     return doc if len(doc) > 1 else None
 
 
+async def redrive_dead(ops: AdminOps, body: RedriveIn) -> dict[str, int]:
+    """Re-drive by id, by filter or all (the admin route and the status page's button).
+
+    Raises:
+        RequestError: not exactly one way given, or no dead letter for the id.
+    """
+    chosen = [body.all, body.id is not None, body.topic is not None or body.type is not None]
+    if sum(chosen) != 1:
+        raise RequestError(
+            'give exactly one of "all": true, "id", or a filter ("topic" and/or "type")', field="all"
+        )
+    if body.id is not None:
+        moved = await ops.retry.dead.redrive_id(body.id)
+        if not moved:
+            raise RequestError(
+                f"no dead letter for message {body.id!r}", field="id", status=404, title="Not found"
+            )
+        return {"redriven": moved, "skipped": 0}
+    moved, skipped = await redrive(ops.retry, Filter(topic=body.topic, type=body.type))
+    return {"redriven": moved, "skipped": skipped}
+
+
 def admin_routes(app: FastAPI, ops: AdminOps) -> None:
     _read_routes(app, ops)
     _write_routes(app, ops)
@@ -304,7 +326,7 @@ def _read_routes(app: FastAPI, ops: AdminOps) -> None:
             except ValueError as exc:
                 raise _bad_cursor(exc) from None
         except Exception as exc:
-            return _problem(exc)
+            return problem_response(exc)
         return _json({"items": items, "nextCursor": found.cursor})
 
     @app.get(f"{PREFIX}/scheduled", summary="Admin: scheduled (delayed) messages by due time")
@@ -319,14 +341,14 @@ def _read_routes(app: FastAPI, ops: AdminOps) -> None:
             except ValueError as exc:
                 raise _bad_cursor(exc) from None
         except Exception as exc:
-            return _problem(exc)
+            return problem_response(exc)
         return _json({"items": [scheduled_view(i) for i in found.items], "nextCursor": found.cursor})
 
     @app.get(f"{PREFIX}/messages/{{id}}", summary="Admin: one message with its attempt history")
     async def message(id: str) -> Response:
         found = message_view(ops, id)
         if found is None:
-            return _problem(
+            return problem_response(
                 RequestError(
                     f"no pending, dead or scheduled message {id!r}", field="id", status=404, title="Not found"
                 )
@@ -336,33 +358,19 @@ def _read_routes(app: FastAPI, ops: AdminOps) -> None:
 
 def _write_routes(app: FastAPI, ops: AdminOps) -> None:
     @app.post(f"{PREFIX}/dead-letters:redrive", summary="Admin: move dead letters back to pending, due now")
-    async def redrive_dead(request: Request) -> Response:
+    async def redrive_dead_route(request: Request) -> Response:
         try:
-            body: RedriveIn = await _body(request, RedriveIn)
-            chosen = [body.all, body.id is not None, body.topic is not None or body.type is not None]
-            if sum(chosen) != 1:
-                raise RequestError(
-                    'give exactly one of "all": true, "id", or a filter ("topic" and/or "type")', field="all"
-                )
-            if body.id is not None:
-                moved = await ops.retry.dead.redrive_id(body.id)
-                if not moved:
-                    raise RequestError(
-                        f"no dead letter for message {body.id!r}", field="id", status=404, title="Not found"
-                    )
-                skipped = 0
-            else:
-                moved, skipped = await redrive(ops.retry, Filter(topic=body.topic, type=body.type))
+            done = await redrive_dead(ops, await parse_body(request, RedriveIn))
         except Exception as exc:
-            return _problem(exc)
-        return _json({"redriven": moved, "skipped": skipped})
+            return problem_response(exc)
+        return _json(done)
 
     @app.post(f"{PREFIX}/retries:replay", status_code=202, summary="Admin: replay pending messages now")
     async def replay_now(request: Request) -> Response:
         try:
-            body: ReplayIn = await _body(request, ReplayIn)
+            body: ReplayIn = await parse_body(request, ReplayIn)
         except Exception as exc:
-            return _problem(exc)
+            return problem_response(exc)
         pending = ops.retry.pending_count
         ops.recovery.trigger(body.topic, reason="replay requested through the admin API")
         return _json({"replaying": pending > 0, "topic": body.topic, "pending": pending}, 202)
@@ -372,7 +380,7 @@ def _write_routes(app: FastAPI, ops: AdminOps) -> None:
     )
     async def purge_retries(request: Request) -> Response:
         try:
-            body: PurgeIn = await _body(request, PurgeIn)
+            body: PurgeIn = await parse_body(request, PurgeIn)
             if request.query_params.get("confirm") != "yes":
                 raise RequestError(
                     "purging deletes messages for good: repeat the request with ?confirm=yes", field="confirm"
@@ -380,5 +388,5 @@ def _write_routes(app: FastAPI, ops: AdminOps) -> None:
             where = Filter(body.topic, body.type, body.due_after, body.due_before)
             deleted, skipped = await purge(ops.retry, body.state, where, in_flight=ops.replay.is_in_flight)
         except Exception as exc:
-            return _problem(exc)
+            return problem_response(exc)
         return _json({"deleted": deleted, "skippedInFlight": skipped})

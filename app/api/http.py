@@ -19,8 +19,10 @@ from pydantic import BaseModel, ValidationError
 from app.api import problems
 from app.api.access_log import AccessLogMiddleware
 from app.api.admin import AdminOps, admin_routes
+from app.api.docs import offline_docs
 from app.api.middleware import EdgeMiddleware
 from app.api.schemas import BatchIn, BatchOut, CancelOut, MessageIn, MessageStatusOut, Problem, SendOut
+from app.api.ui import UiDeps, ui_routes
 from app.api.views import batch_view, outcome_view, status_view
 from app.idempotency import Answer, IdempotencyStore, fingerprint
 from app.metrics import Metrics
@@ -95,6 +97,7 @@ def create_app(
     now_ms: Callable[[], int],
     access_log: bool = False,
     admin: AdminOps | None = None,
+    ui: UiDeps | None = None,
 ) -> FastAPI:
     app = FastAPI(
         title="rocksidecar",
@@ -102,6 +105,7 @@ def create_app(
         summary="Reliable delivery to Apache RocketMQ: a message "
         "answered 2xx is stored by a broker or synced to the local store.",
         redoc_url=None,
+        docs_url=None,  # offline_docs serves it without a CDN
     )
     single = limits.max_body_bytes * 4 // 3 + 1024 * 1024  # base64 plus room for the JSON around it
     app.add_middleware(
@@ -126,8 +130,11 @@ def create_app(
     _message_routes(app, api)
     _state_routes(app, api)
     _ops_routes(app, api)
+    offline_docs(app)
     if admin is not None:
         admin_routes(app, admin)
+    if ui is not None:
+        ui_routes(app, ui)
     _document_bodies(app, (MessageIn, BatchIn))
     return app
 
