@@ -207,6 +207,8 @@ class Service:
             self.recovery.trigger(topic, reason=f"route of {topic} appeared")
 
     def _on_recovery_round(self, result: RoundResult) -> None:
+        if not result.handed_out and not result.stopped_early:
+            return  # another trigger's round already took everything: nothing to tell
         log.info(
             "replay on recovery: %d pending messages brought forward (%s)%s",
             result.handed_out,
