@@ -17,7 +17,11 @@ from typing import Any, TextIO
 import orjson
 
 # Attributes every LogRecord has; anything else on a record is an event field.
-_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+    "color_message",  # uvicorn's copy of the message with terminal colours
+}
 FORMATS = ("text", "json")
 
 
