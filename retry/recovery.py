@@ -73,6 +73,7 @@ class RecoveryReplay:
         self._sleep = sleep
         self._on_round = on_round
         self._next: _Request | None = None
+        self._closed = False
         self._task: asyncio.Task[None] | None = None
         self._done = asyncio.Event()
         self._done.set()
@@ -86,8 +87,8 @@ class RecoveryReplay:
         self, topic: str | None = None, *, reason: str = "", healthy: Callable[[], bool] | None = None
     ) -> None:
         """Replay the pending messages of ``topic`` (None: all) now. ``healthy()`` False stops the round."""
-        if self._store.pending_count <= 0:
-            return  # nothing waits: the common case when a route appears for a new topic
+        if self._closed or self._store.pending_count <= 0:
+            return  # closing, or nothing waits (the common case when a route appears for a new topic)
         if self._next is None:
             self._next = _Request()
         self._next.merge(topic, reason, healthy)
@@ -100,6 +101,7 @@ class RecoveryReplay:
         await self._done.wait()
 
     async def close(self) -> None:
+        self._closed = True  # a send that succeeds while the service stops must not start a round
         self._next = None
         if self._task is not None:
             self._task.cancel()

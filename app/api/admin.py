@@ -24,6 +24,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.api import problems
+from app.api.schemas import Problem
 from app.request import RequestError
 from app.rocketmq.producer import BrokerState
 from delay import DelayStore
@@ -38,6 +39,44 @@ from storage.query import Filter
 
 MAX_LIMIT = 1000
 PREFIX = "/v1/admin"
+_PROBLEM = {"model": Problem, "content": {problems.PROBLEM_JSON: {}}}
+_WHY = {
+    400: "Invalid input; `field` names it. Nothing changed.",
+    401: "Missing or wrong bearer token.",
+    404: "No such message (or dead letter).",
+    503: "The local store cannot accept writes (see Retry-After).",
+}
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {**_PROBLEM, "description": _WHY[code]} for code in (400, 401, *codes)}
+
+
+def _query(*names: str) -> dict[str, Any]:
+    """OpenAPI for the query parameters a listing reads itself."""
+    schemas: dict[str, dict[str, Any]] = {
+        "topic": {"type": "string"},
+        "type": {"type": "string"},
+        "state": {"type": "string", "enum": ["pending", "dead"], "default": "pending"},
+        "dueAfter": {"type": "integer", "minimum": 0, "description": "epoch ms, inclusive"},
+        "dueBefore": {"type": "integer", "minimum": 0, "description": "epoch ms, exclusive"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 100},
+        "cursor": {"type": "string", "description": "nextCursor of the previous page"},
+        "confirm": {"type": "string", "enum": ["yes"], "description": "required: purging deletes for good"},
+    }
+    return {
+        "parameters": [
+            {"name": n, "in": "query", "required": n == "confirm", "schema": schemas[n]} for n in names
+        ]
+    }
+
+
+def _json_body(model: type[BaseModel], **extra: Any) -> dict[str, Any]:
+    schema = model.model_json_schema(by_alias=True)
+    return {
+        "requestBody": {"required": False, "content": {"application/json": {"schema": schema}}},
+        **extra,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,13 +340,19 @@ def admin_routes(app: FastAPI, ops: AdminOps) -> None:
 
 
 def _read_routes(app: FastAPI, ops: AdminOps) -> None:
-    @app.get(f"{PREFIX}/stats", summary="Admin: store depths and ages, brokers, replay on recovery")
+    @app.get(
+        f"{PREFIX}/stats",
+        summary="Admin: store depths and ages, brokers, replay on recovery",
+        responses={401: _errors()[401]},
+    )
     async def stats() -> Response:
         return _json(stats_view(ops))
 
     @app.get(
         f"{PREFIX}/retries",
         summary="Admin: pending messages (state=pending, by next attempt) or dead letters (state=dead)",
+        responses=_errors(),
+        openapi_extra=_query("state", "topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
     )
     async def retries(request: Request) -> Response:
         try:
@@ -329,7 +374,12 @@ def _read_routes(app: FastAPI, ops: AdminOps) -> None:
             return problem_response(exc)
         return _json({"items": items, "nextCursor": found.cursor})
 
-    @app.get(f"{PREFIX}/scheduled", summary="Admin: scheduled (delayed) messages by due time")
+    @app.get(
+        f"{PREFIX}/scheduled",
+        summary="Admin: scheduled (delayed) messages by due time",
+        responses=_errors(),
+        openapi_extra=_query("topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
+    )
     async def scheduled(request: Request) -> Response:
         try:
             where = _filter(request)
@@ -344,7 +394,11 @@ def _read_routes(app: FastAPI, ops: AdminOps) -> None:
             return problem_response(exc)
         return _json({"items": [scheduled_view(i) for i in found.items], "nextCursor": found.cursor})
 
-    @app.get(f"{PREFIX}/messages/{{id}}", summary="Admin: one message with its attempt history")
+    @app.get(
+        f"{PREFIX}/messages/{{id}}",
+        summary="Admin: one message with its attempt history",
+        responses=_errors(404),
+    )
     async def message(id: str) -> Response:
         found = message_view(ops, id)
         if found is None:
@@ -357,7 +411,12 @@ def _read_routes(app: FastAPI, ops: AdminOps) -> None:
 
 
 def _write_routes(app: FastAPI, ops: AdminOps) -> None:
-    @app.post(f"{PREFIX}/dead-letters:redrive", summary="Admin: move dead letters back to pending, due now")
+    @app.post(
+        f"{PREFIX}/dead-letters:redrive",
+        summary="Admin: move dead letters back to pending, due now",
+        responses=_errors(404, 503),
+        openapi_extra=_json_body(RedriveIn),
+    )
     async def redrive_dead_route(request: Request) -> Response:
         try:
             done = await redrive_dead(ops, await parse_body(request, RedriveIn))
@@ -365,7 +424,13 @@ def _write_routes(app: FastAPI, ops: AdminOps) -> None:
             return problem_response(exc)
         return _json(done)
 
-    @app.post(f"{PREFIX}/retries:replay", status_code=202, summary="Admin: replay pending messages now")
+    @app.post(
+        f"{PREFIX}/retries:replay",
+        status_code=202,
+        summary="Admin: replay pending messages now",
+        responses=_errors(),
+        openapi_extra=_json_body(ReplayIn),
+    )
     async def replay_now(request: Request) -> Response:
         try:
             body: ReplayIn = await parse_body(request, ReplayIn)
@@ -376,7 +441,10 @@ def _write_routes(app: FastAPI, ops: AdminOps) -> None:
         return _json({"replaying": pending > 0, "topic": body.topic, "pending": pending}, 202)
 
     @app.post(
-        f"{PREFIX}/retries:purge", summary="Admin: delete pending or dead messages for good (confirm=yes)"
+        f"{PREFIX}/retries:purge",
+        summary="Admin: delete pending or dead messages for good (confirm=yes)",
+        responses=_errors(503),
+        openapi_extra=_json_body(PurgeIn, **_query("confirm")),
     )
     async def purge_retries(request: Request) -> Response:
         try:

@@ -59,7 +59,7 @@ def test_json_lines_parse_with_stable_field_names() -> None:
         log.warning(
             "broker isolated: %s", "broker-a", extra={"event": "broker_isolated", "broker": "broker-a"}
         )
-        log.info('plain line with a "quote" and\nnewline')
+        log.info('plain line with a "quote" and\nnewline', extra={"color_message": "\x1b[36mx\x1b[0m"})
         try:
             raise ValueError("boom")
         except ValueError:
@@ -76,6 +76,7 @@ def test_json_lines_parse_with_stable_field_names() -> None:
     assert docs[0]["event"] == "broker_isolated" and docs[0]["broker"] == "broker-a"
     assert docs[0]["level"] == "warning" and docs[0]["ts"].endswith("Z")
     assert docs[1]["event"] == "log" and "newline" in docs[1]["message"]
+    assert "color_message" not in docs[1]  # uvicorn's coloured duplicate is not a field
     assert "ValueError: boom" in docs[2]["exception"]
 
 

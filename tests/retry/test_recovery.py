@@ -108,3 +108,12 @@ async def test_triggers_during_a_round_merge_into_the_next(h: Harness) -> None:
     await recovery.wait()
     assert len(h.delivered) == 40 and len(recovery.rounds) == 1
     assert recovery.rounds[0].reasons == ("a", "b")
+
+
+async def test_no_round_after_close(h: Harness) -> None:
+    await _spool(h, 3)
+    await h.start_loop().start()
+    recovery = _recovery(h)
+    await recovery.close()
+    recovery.trigger(reason="a send succeeded while stopping")
+    assert not recovery.running and recovery.rounds == []
