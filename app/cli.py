@@ -13,7 +13,7 @@ from importlib import metadata
 COMMANDS: dict[str, str] = {
     "serve": "app.serve_cli",
     "devbroker": "devbroker.cli",
-    "store": "retry.cli",
+    "store": "app.store_cli",
     "spark-publish": "pipeline.cli",
 }
 DESCRIPTION = (

@@ -150,6 +150,25 @@ SETTINGS: tuple[Setting, ...] = (
         "Concurrent redelivery calls from the retry store (each sends up to 32 due messages as one batch).",
     ),
     Setting("log_level", _choice("debug", "info", "warning", "error"), "info", "Logging level."),
+    Setting(
+        "log_format",
+        _choice("text", "json"),
+        "text",
+        "Log lines as text, or JSON lines (stable field names).",
+    ),
+    Setting("access_log", _bool, False, "Log one line per HTTP request (method, path, status, duration)."),
+    Setting(
+        "delay_late_log_ms",
+        _int(0),
+        1000,
+        "Log delayed messages published later than this after their due time.",
+    ),
+    Setting(
+        "recovery_replay_rate",
+        _int(1),
+        50_000,
+        "Messages per second replayed early when a broker or route recovers.",
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -179,6 +198,10 @@ class Settings:
     shutdown_grace_s: float = 20.0
     replay_workers: int = 16
     log_level: str = "info"
+    log_format: str = "text"
+    access_log: bool = False
+    delay_late_log_ms: int = 1000
+    recovery_replay_rate: int = 50_000
     retry_default: RetryPolicy = field(default_factory=RetryPolicy)
     retry_types: Mapping[str, RetryPolicy] = field(default_factory=dict)
     dead_letter_webhook: str = ""

@@ -16,11 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import delay
-from app import idempotency
+from app import idempotency, logs
+from app.api.admin import AdminOps
 from app.api.grpc import SidecarServicer
 from app.api.http import create_app
 from app.api.servers import GrpcServer, HttpServer, ListenError
+from app.api.ui import UiDeps, counters
 from app.config import Settings
+from app.events import OpsEvents
+from app.history import SAMPLE_EVERY_S, History
 from app.idempotency import IdempotencyStore
 from app.lookups import DelayLookup, RetryLookup
 from app.metrics import Metrics, StateCollector
@@ -32,7 +36,9 @@ from app.sidecar import Sidecar
 from app.store_delivery import StoreDelivery
 from delay import DelayScheduler, DelayStore
 from retry import DeadLetterNotifier, ReplayLoop, RetryStore
+from retry.dead_letter import DeadLetter
 from retry.keys import COLUMN_FAMILIES as RETRY_CFS
+from retry.recovery import RecoveryReplay, RoundResult
 from storage.errors import StorageError, StoreLockedError
 from storage.group_commit import GroupCommitWriter
 from storage.kv import KV
@@ -41,6 +47,9 @@ from storage.rocks import RocksKV
 log = logging.getLogger("rocksidecar")
 COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES, *delay.COLUMN_FAMILIES)
 PURGE_EVERY_S = 3600.0
+# Due messages per redelivery call. send_batch splits a call by queue, so 32 over 8 queues made batches of
+# 4; 128 makes batches of 16 and replays a backlog (after an outage) about twice as fast (bench/recovery.py).
+REPLAY_BATCH = 128
 
 
 class StartupError(Exception):
@@ -88,6 +97,7 @@ class Service:
     ) -> None:
         self.settings = s = settings
         self.metrics = Metrics()
+        self.events = OpsEvents(late_threshold_s=s.delay_late_log_ms / 1000)
         credentials = Credentials(s.access_key, s.secret_key) if s.access_key else None
         self.remoting = RemotingClient(credentials=credentials)
         self.namesrv = NameServerClient(self.remoting, namesrv or s.namesrv)
@@ -96,13 +106,17 @@ class Service:
             BrokerApi(self.remoting, producer_group=s.producer_group),
             producer_config(s),
             on_attempt=self._on_attempt,
+            on_broker_state=self._on_broker_state,
+            on_route_change=self._on_route_change,
         )
         self.kv = kv if kv is not None else _open_store(Path(s.data_dir))  # tests may pass a faulty one
         self.writer = GroupCommitWriter(self.kv)
         self.notifier = DeadLetterNotifier(
-            count=lambda _type: self.metrics.dead_letters.inc(), webhook_url=s.dead_letter_webhook
+            count=lambda _type: self.metrics.dead_letters.inc(),
+            webhook_url=s.dead_letter_webhook,
+            log_each=False,  # self.events logs them, throttled per cause
         )
-        self.retry = RetryStore(self.kv, writer=self.writer, now_ms=now_ms, on_dead_letter=self.notifier)
+        self.retry = RetryStore(self.kv, writer=self.writer, now_ms=now_ms, on_dead_letter=self._dead_letter)
         self.delay = DelayStore(self.kv, self.writer, now_ms=now_ms)
         delay_lookup = DelayLookup(self.delay)
         self.idempotency = IdempotencyStore(
@@ -116,12 +130,13 @@ class Service:
             lookups=[RetryLookup(self.retry), delay_lookup],
             canceller=delay_lookup,
             now_ms=self.retry.now_ms,  # never runs backwards: a clock step cannot make a rung fire early
+            on_spooled=self.events.spooled,
         )
         delivery = StoreDelivery(
             self.producer, self.retry, self.delay, policy_for=s.retry_policy, now_ms=self.retry.now_ms
         )
         self.delay_scheduler = DelayScheduler(
-            self.delay, delivery.publish_delayed, on_published=self.metrics.delay_lateness.observe
+            self.delay, delivery.publish_delayed, on_published=self._on_delay_published
         )
         self.replay = ReplayLoop(
             self.retry,
@@ -129,10 +144,24 @@ class Service:
             s.retry_policy,
             workers=s.replay_workers,
             deliver_batch=delivery.redeliver_batch,
-            on_replayed=lambda outcome: self.metrics.replays.labels(outcome).inc(),
+            batch_max=REPLAY_BATCH,
+            on_replayed=self._on_replayed,
+        )
+        self.recovery = RecoveryReplay(
+            self.retry, self.replay, rate_per_s=s.recovery_replay_rate, on_round=self._on_recovery_round
         )
         self.metrics.add_state(StateCollector(self.producer.fault_table, self._store_stats))
         limits = Limits(s.max_body_bytes, s.max_delay_ms)
+        admin = AdminOps(
+            self.retry,
+            self.delay,
+            self.replay,
+            self.recovery,
+            self.producer.fault_table,
+            self.retry.now_ms,
+            str((Path(s.data_dir) / "store").resolve()),
+        )
+        self.history = History()
         app = create_app(
             self.sidecar,
             limits=limits,
@@ -143,6 +172,9 @@ class Service:
             auth_token=s.auth_token,
             max_request_bytes=s.max_request_bytes,
             now_ms=self.delay.now_ms,  # due times of delayMs: a clock step back must not make them early
+            access_log=s.access_log,
+            admin=admin,
+            ui=UiDeps(admin, self.metrics, self.history, s.auth_token),
         )
         self.http = HttpServer(app, s.http_addr, grace_s=s.shutdown_grace_s)
         servicer = SidecarServicer(
@@ -166,6 +198,49 @@ class Service:
         self.metrics.observe_attempt(broker, ok)
         self.metrics.send_latency.observe(latency_s)
 
+    # --- what the operator sees, and replay on recovery -------------------------------------------
+    def _on_broker_state(self, broker: str, state: str, reason: str, backoff_s: float) -> None:
+        self.events.broker_state(broker, state, reason, backoff_s)
+        if state == "recovered":
+            self.recovery.trigger(
+                None,
+                reason=f"broker {broker} recovered ({reason})",
+                healthy=lambda: self.producer.fault.is_available(broker),
+            )
+
+    def _on_route_change(self, topic: str, before: tuple[str, ...] | None, after: tuple[str, ...]) -> None:
+        self.events.route_changed(topic, before, after)
+        if before is None:
+            self.recovery.trigger(topic, reason=f"route of {topic} appeared")
+
+    def _on_recovery_round(self, result: RoundResult) -> None:
+        if not result.handed_out and not result.stopped_early:
+            return  # another trigger's round already took everything: nothing to tell
+        log.info(
+            "replay on recovery: %d pending messages brought forward (%s)%s",
+            result.handed_out,
+            "; ".join(result.reasons),
+            ", stopped early: the cause is back" if result.stopped_early else "",
+            extra={
+                "event": "replay_on_recovery",
+                "count": result.handed_out,
+                "reasons": list(result.reasons),
+                "stopped_early": result.stopped_early,
+            },
+        )
+
+    def _on_replayed(self, outcome: str) -> None:
+        self.metrics.replays.labels(outcome).inc()
+        self.events.replayed(outcome)
+
+    def _on_delay_published(self, lateness_s: float) -> None:
+        self.metrics.delay_lateness.observe(lateness_s)
+        self.events.delay_published(lateness_s)
+
+    def _dead_letter(self, letter: DeadLetter) -> None:
+        self.events.dead_lettered(letter)
+        self.notifier(letter)
+
     def _store_stats(self) -> dict[str, float]:
         st = self.retry.stats()
         since = st.oldest_first_failure_ms or st.oldest_due_ms  # spooled with ack=spool: never failed yet
@@ -182,6 +257,7 @@ class Service:
         return await self._readiness.check()
 
     async def start(self) -> None:
+        self.events.config(self.settings)
         await self.producer.start()
         for topic in self.settings.topics:  # warm routes; an unreachable name server is not fatal
             with contextlib.suppress(Exception):
@@ -193,18 +269,35 @@ class Service:
         except ListenError as exc:
             raise StartupError(f"{exc} (set ROCKSIDECAR_HTTP_ADDR)") from exc
         await self.grpc.start()
-        self._tasks.append(
-            asyncio.get_running_loop().create_task(self._purge_loop(), name="idempotency-purge")
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._purge_loop(), name="idempotency-purge"))
+        self._tasks.append(loop.create_task(self._flush_events(), name="log-summaries"))
+        self._tasks.append(loop.create_task(self._sample_history(), name="status-history"))
+        ready, details = await self.readiness()
+        self.events.started(
+            ready=ready,
+            details=details,
+            addresses={
+                "http": f"{self.http.host}:{self.http.port}",
+                "grpc": f"{self.grpc.host}:{self.grpc.port}",
+                "namesrv": ",".join(self.namesrv.addresses),
+                "store": self.settings.data_dir,
+            },
         )
-        log.info(
-            "rocksidecar ready: HTTP %s:%s, gRPC %s:%s, name servers %s, store %s",
-            self.http.host,
-            self.http.port,
-            self.grpc.host,
-            self.grpc.port,
-            ",".join(self.namesrv.addresses),
-            self.settings.data_dir,
-        )
+
+    def sample_history(self) -> None:
+        """One sample of what the status page charts (the task below takes one every few seconds)."""
+        self.history.sample(time.monotonic(), {**counters(self.metrics), **self._store_stats()})
+
+    async def _sample_history(self) -> None:
+        while True:
+            self.sample_history()
+            await asyncio.sleep(SAMPLE_EVERY_S)
+
+    async def _flush_events(self) -> None:
+        while True:
+            await asyncio.sleep(self.events.window_s)
+            self.events.flush()
 
     async def _purge_loop(self) -> None:
         while True:
@@ -223,6 +316,7 @@ class Service:
         await asyncio.gather(self.http.stop(), self.grpc.stop())
         # The scheduler publishes through the producer and spools into the retry store: stop it first.
         await self.delay_scheduler.close(grace_s=min(grace, 5.0))
+        await self.recovery.close()
         await self.replay.close(grace_s=min(grace, 5.0))
         await self.notifier.close()
         await self.producer.close()
@@ -286,9 +380,7 @@ async def run(settings: Settings, devbroker_brokers: int = 0) -> int:
 
 def serve(settings: Settings, devbroker_brokers: int = 0) -> int:
     """Run until SIGTERM/SIGINT; the exit code of `rocksidecar serve`."""
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(settings.log_level, settings.log_format)
     try:
         import uvloop
 

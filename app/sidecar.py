@@ -129,7 +129,9 @@ class Sidecar:
         lookups: Sequence[StateLookup] = (),
         canceller: Canceller | None = None,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        on_spooled: Callable[[RetryRecord], None] | None = None,
     ) -> None:
+        self.on_spooled = on_spooled  # after a failed send was spooled (the operator's log)
         self.producer = producer
         self.retry = retry
         self.delay = delay
@@ -227,7 +229,10 @@ class Sidecar:
         now = self._now_ms()
         error = last_error(exc)
         due = now + int(self._policy_for(p.type).delay_s(0) * 1000)
-        await self.retry.spool(self.record(p, error=error, failed_at_ms=now), due)
+        record = self.record(p, error=error, failed_at_ms=now)
+        await self.retry.spool(record, due)
+        if self.on_spooled is not None:
+            self.on_spooled(record)
         assert p.message.id is not None
         return Outcome(p.message.id, Status.SPOOLED, next_attempt_at_ms=due, last_error=error)
 
@@ -282,6 +287,8 @@ class Sidecar:
             return
         for (i, _, err), record in zip(group, records, strict=True):
             out[i] = Outcome(record.id, Status.SPOOLED, next_attempt_at_ms=due_ms, last_error=err or None)
+            if err and self.on_spooled is not None:
+                self.on_spooled(record)
 
     async def _send_direct(
         self, idx: list[int], items: Sequence[Prepared | RequestError], out: list[Outcome | Exception | None]

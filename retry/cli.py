@@ -1,8 +1,11 @@
 """``rocksidecar store``: look into the retry store, export and re-drive dead letters.
 
 The store lives at ``<data dir>/store``. RocksDB lets one process open it for writing: while the
-sidecar runs, read-only commands (stats, dead list/export, inspect) read it as a secondary instance
-(a view as of the moment they start), and ``dead redrive`` refuses with a clear message.
+sidecar runs, the commands go through its admin API (``--url``, default: the sidecar's
+ROCKSIDECAR_HTTP_ADDR, token from ROCKSIDECAR_AUTH_TOKEN), after checking that the sidecar answering
+there is the one holding this store. If it cannot be reached, read-only commands read the store as a
+secondary instance (a view as of the moment they start) and re-drives refuse with a clear message.
+``dead export`` always reads the store itself. With the sidecar stopped, everything works offline.
 """
 
 from __future__ import annotations
@@ -12,39 +15,52 @@ import asyncio
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
+import httpx
 import orjson
 
 from retry.keys import COLUMN_FAMILIES, PENDING_CF, parse_pending_key
 from retry.record import CorruptRecordError, decode_record, record_to_json
+from retry.remote import Remote, RemoteError, default_url
 from retry.store import RetryStore
 from storage.errors import StorageError, StoreLockedError
+from storage.kv import KV
 
 DATA_DIR_ENV = "ROCKSIDECAR_DATA_DIR"
 
 
 DESCRIPTION = (
-    "Look into the sidecar's retry store (<data-dir>/store). While a sidecar runs, the read-only "
-    "commands (stats, inspect, dead list, dead export) read a view as of the moment they start; "
-    "dead redrive needs the sidecar stopped (RocksDB allows one writer)."
+    "Look into the sidecar's store (<data-dir>/store): retries, dead letters and scheduled messages. "
+    "While a sidecar runs on that store, the commands go through its admin API (--url); on a stopped "
+    "store they open it directly."
 )
+
+# Scheduled (delayed) messages live in the same store but belong to another package: whoever registers
+# the command may pass a reader of them (stats lines, and a status document for one id).
+Scheduled = Callable[[KV], "tuple[list[str], Callable[[str], dict[str, object] | None]] | None"]
 
 
 class CliError(Exception):
     """Printed as ``rocksidecar store: <message>``; exit code 1."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction, scheduled: Scheduled | None = None) -> None:  # type: ignore[type-arg]
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--data-dir",
         default=argparse.SUPPRESS,
         help=f"sidecar data directory; the store is <data-dir>/store (default: ${DATA_DIR_ENV} or ./data)",
+    )
+    common.add_argument(
+        "--url",
+        default=argparse.SUPPRESS,
+        help="a running sidecar's HTTP API to go through (default when the store is in use: "
+        "http://$ROCKSIDECAR_HTTP_ADDR, else 127.0.0.1:9880)",
     )
     p = sub.add_parser(
         "store",
@@ -52,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description=DESCRIPTION,
         parents=[common],
     )
-    p.set_defaults(func=run)  # not data_dir: the parents share one --data-dir action
+    p.set_defaults(func=run, scheduled=scheduled)  # not data_dir: the parents share one --data-dir action
     cmds = p.add_subparsers(dest="store_command", metavar="COMMAND", required=True)
     cmds.add_parser("stats", parents=[common], help="pending and dead counts, oldest due message, health")
     inspect = cmds.add_parser("inspect", parents=[common], help="show one message by id or by store key")
@@ -73,25 +89,79 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     which = redrive.add_mutually_exclusive_group(required=True)
     which.add_argument("--id", help="the message id (UNIQ_KEY) to re-drive")
     which.add_argument("--all", action="store_true", help="re-drive every dead letter")
+    replay = cmds.add_parser(
+        "replay", parents=[common], help="a running sidecar replays pending messages now, not at their rung"
+    )
+    replay.add_argument("--topic", help="only this topic's messages")
 
 
 def run(args: argparse.Namespace) -> int:
     data_dir = getattr(args, "data_dir", None) or os.environ.get(DATA_DIR_ENV) or "./data"
     try:
         return asyncio.run(_dispatch(args, Path(data_dir) / "store"))
-    except (CliError, StorageError) as exc:
+    except (CliError, StorageError, RemoteError) as exc:
         print(f"rocksidecar store: {exc}", file=sys.stderr)
         return 1
 
 
+def _remote(args: argparse.Namespace, command: str, remote: Remote) -> int:
+    if command == "stats":
+        print("\n".join(remote.stats()))
+    elif command == "inspect":
+        _print_json(remote.inspect(args.key_or_id))
+    elif command == "dead list":
+        for line in remote.dead_list(args.limit, args.json):
+            print(line)
+    elif command == "dead redrive":
+        print(remote.redrive(args.id, args.all))
+    elif command == "replay":
+        print(remote.replay(args.topic))
+    else:
+        raise CliError(f"{command} cannot go through the API")
+    return 0
+
+
+def _through_api(args: argparse.Namespace, command: str, path: Path) -> int | None:
+    """Run ``command`` through the sidecar that holds ``path``; None when none answers."""
+    explicit = getattr(args, "url", None)
+    remote = Remote(explicit or default_url())
+    try:
+        if not explicit:
+            try:
+                if not remote.serves(path):
+                    return None  # another sidecar (or something else) on that port: not ours to steer
+            except (httpx.HTTPError, RemoteError, ValueError, KeyError):
+                if command == "replay":
+                    raise
+                return None
+        return _remote(args, command, remote)
+    except httpx.TransportError as exc:
+        raise CliError(f"no sidecar answers at {remote.url}: {exc}") from None
+    finally:
+        remote.close()
+
+
 async def _dispatch(args: argparse.Namespace, path: Path) -> int:
     command = args.store_command if args.store_command != "dead" else f"dead {args.dead_command}"
+    if getattr(args, "url", None) or command == "replay":
+        if command == "dead export":
+            raise CliError("dead export reads the store itself; leave out --url")
+        done = _through_api(args, command, path)
+        assert done is not None
+        return done
+    if not (path / "CURRENT").exists():
+        raise CliError(f"no store at {path} (set --data-dir or ${DATA_DIR_ENV})")
+    if _locked(path) and command != "dead export":
+        done = _through_api(args, command, path)
+        if done is not None:
+            return done
     with _opened(path, write=command == "dead redrive") as store:
         try:
             if command == "stats":
                 _stats(store)
+                _scheduled_stats(args, store)
             elif command == "inspect":
-                _inspect(store, args.key_or_id)
+                _inspect(store, args.key_or_id, args.scheduled)
             elif command == "dead list":
                 _list(store, args.limit, args.json)
             elif command == "dead export":
@@ -101,6 +171,24 @@ async def _dispatch(args: argparse.Namespace, path: Path) -> int:
         finally:
             await store.close()
     return 0
+
+
+def _locked(path: Path) -> bool:
+    """Whether a running sidecar holds the store (RocksDB's lock file says so)."""
+    from storage.rocks import RocksKV
+
+    try:
+        RocksKV.open(path, COLUMN_FAMILIES).close()
+    except StoreLockedError:
+        return True
+    return False
+
+
+def _scheduled_stats(args: argparse.Namespace, store: RetryStore) -> None:
+    view = args.scheduled(store.kv) if args.scheduled is not None else None
+    if view is not None:
+        for line in view[0]:
+            print(line)
 
 
 @contextmanager
@@ -115,8 +203,8 @@ def _opened(path: Path, *, write: bool) -> Iterator[RetryStore]:
     except StoreLockedError:
         if write:
             raise CliError(
-                f"the store at {path} is open in a running sidecar (RocksDB allows one writer); "
-                "stop the sidecar first, or re-drive through the sidecar's API"
+                f"the store at {path} is open in a running sidecar (RocksDB allows one writer) and its "
+                f"API does not answer at {default_url()}: give its address with --url, or stop it first"
             ) from None
     with tempfile.TemporaryDirectory(prefix="rocksidecar-secondary-") as scratch:
         kv = RocksKV.open(path, COLUMN_FAMILIES, access=Access.SECONDARY, secondary_dir=scratch)
@@ -144,7 +232,7 @@ def _stats(store: RetryStore) -> None:
         print(f"oldest first failure: {_iso(stats.oldest_first_failure_ms)}")
 
 
-def _inspect(store: RetryStore, key_or_id: str) -> None:
+def _inspect(store: RetryStore, key_or_id: str, scheduled: Scheduled | None = None) -> None:
     key = key_or_id.encode()
     raw = store.kv.get(PENDING_CF, key)
     if raw is not None:
@@ -165,7 +253,12 @@ def _inspect(store: RetryStore, key_or_id: str) -> None:
         return
     status = store.get(key_or_id)
     if status is None:
-        raise CliError(f"no message or key {key_or_id!r} in the store")
+        view = scheduled(store.kv) if scheduled is not None else None
+        found = view[1](key_or_id) if view is not None else None
+        if found is None:
+            raise CliError(f"no message or key {key_or_id!r} in the store")
+        _print_json(found)
+        return
     doc = {
         "id": status.id,
         "state": status.state.value,

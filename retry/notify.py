@@ -31,7 +31,9 @@ class DeadLetterNotifier:
         client: httpx.AsyncClient | None = None,
         timeout_s: float = WEBHOOK_TIMEOUT_S,
         max_pending: int = MAX_PENDING_POSTS,
+        log_each: bool = True,
     ) -> None:
+        self._log_each = log_each  # False: the caller logs dead letters itself (throttled)
         self._count = count
         self._url = webhook_url
         self._owns_client = client is None and bool(webhook_url)
@@ -45,14 +47,15 @@ class DeadLetterNotifier:
     def __call__(self, letter: DeadLetter) -> None:
         record = letter.record
         type_ = record.type if record is not None else "corrupt"
-        log.error(
-            "dead letter id=%s topic=%s type=%s attempts=%s reason=%s",
-            letter.id,
-            record.topic if record is not None else "?",
-            type_,
-            record.retry_count if record is not None else "?",
-            letter.reason,
-        )
+        if self._log_each:
+            log.error(
+                "dead letter id=%s topic=%s type=%s attempts=%s reason=%s",
+                letter.id,
+                record.topic if record is not None else "?",
+                type_,
+                record.retry_count if record is not None else "?",
+                letter.reason,
+            )
         if self._count is not None:
             try:
                 self._count(type_)

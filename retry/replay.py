@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 
 from retry.keys import parse_pending_key
@@ -92,6 +92,10 @@ class ReplayLoop:
     def in_flight(self) -> int:
         return len(self._inflight)
 
+    def is_in_flight(self, key: bytes) -> bool:
+        """A worker has ``key`` (or it is queued for one): it must not be deleted under it (purge)."""
+        return key in self._inflight
+
     async def start(self) -> None:
         # R6: start at the oldest live key, not at "now" as the seed did. The store's persisted floor
         # is at or below it, so the first seek does not cross the tombstones of everything delivered
@@ -143,6 +147,25 @@ class ReplayLoop:
                 raise RuntimeError("the replay loop died") from self.failure
             self._idle.clear()
             await self._idle.wait()
+
+    async def offer(self, rows: Sequence[tuple[bytes, bytes]]) -> int:
+        """Hand out pending (key, value) rows now, whatever their due time (replay on recovery, replay
+        now); rows already in flight are skipped. Waits for queue space. Returns how many were taken.
+
+        The rows must have been read from the store in the same step that calls this (no await in
+        between), so none of them was acknowledged meanwhile.
+        """
+        taken = [(key, raw) for key, raw in rows if key not in self._inflight]
+        self._inflight.update(key for key, _ in taken)
+        put = 0
+        try:
+            for item in taken:
+                await self._queue.put(item)
+                put += 1
+        finally:
+            for key, _ in taken[put:]:  # cancelled while waiting: give the rest back
+                self._inflight.discard(key)
+        return put
 
     # --- seeking ------------------------------------------------------------------------------
     def _on_new_key(self, key: bytes) -> None:

@@ -226,6 +226,23 @@ class RetryStore:
         self.dead_count -= 1
         return key
 
+    async def purge(self, pending: Sequence[bytes] = (), dead: Sequence[bytes] = ()) -> int:
+        """Delete pending and dead keys for good (the admin's purge), in one batch; returns how many
+        existed. The caller keeps keys that a replay has in flight out of ``pending``."""
+        pending = [k for k in pending if self.kv.get(PENDING_CF, k) is not None]
+        dead = [k for k in dead if self.kv.get(DEAD_CF, k) is not None]
+        ops: list[Op] = [op for key in pending for op in self._unlink(key)]
+        for dkey in dead:
+            ops.append(Delete(DEAD_CF, dkey))
+            old_id = id_of(pending_of_dead(dkey))
+            if old_id is not None:
+                ops.append(Delete(INDEX_CF, index_key(old_id, DEAD, dkey)))
+        if ops:
+            await self._commit(ops)
+            self.pending_count -= len(pending)
+            self.dead_count -= len(dead)
+        return len(pending) + len(dead)
+
     def _unlink(self, key: bytes) -> list[Op]:
         ops: list[Op] = [Delete(PENDING_CF, key)]
         id_ = id_of(key)

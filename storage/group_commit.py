@@ -128,12 +128,20 @@ class GroupCommitWriter:
             if error is not exc:
                 error.__cause__ = exc
             if self.healthy:
-                log.error("store write failed, refusing to acknowledge: %s", error)
+                log.error(
+                    "store write failed, refusing to acknowledge: %s",
+                    error,
+                    extra={"event": "store_unavailable", "error": str(error)},
+                )
             self.healthy = False
             self.last_error = str(error)
             return error
         if not self.healthy:
-            log.warning("store writes succeed again after: %s", self.last_error)
+            log.warning(
+                "store writes succeed again after: %s",
+                self.last_error,
+                extra={"event": "store_recovered", "error": self.last_error},
+            )
         self.healthy = True
         self.batches += 1
         self.ops_written += len(ops)

@@ -43,15 +43,18 @@ later=$(echo "$out" | "$BIN/python" -c 'import json,sys; print(json.load(sys.std
 show "curl -s $API/v1/messages/$later"
 
 step "Both brokers down: the message is synced to the local store and answered 202 SPOOLED"
+mark=$(wc -l <"$RUN/sidecar.log")
 curl -s -X POST "$ADMIN/brokers/broker-a/stop" >/dev/null
 curl -s -X POST "$ADMIN/brokers/broker-b/stop" >/dev/null
 out=$(curl -s -X POST "$API/v1/messages" -H 'content-type: application/json' -d '{"topic":"Orders","body":"sent during the outage"}')
 echo "$out"
 id=$(echo "$out" | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 show "curl -s $API/v1/messages/$id"
+step "The store while the sidecar runs: rocksidecar store goes through its admin API (/v1/admin)"
 show "$BIN/rocksidecar store --data-dir $RUN/data stats"
+show "$BIN/rocksidecar store --data-dir $RUN/data inspect $id | head -20"
 
-step "Brokers back: the replay loop delivers it (the ladder's first rung is 3 s)"
+step "Brokers back: the sidecar sees them answer and replays what waited at once, not at its rung"
 curl -s -X POST "$ADMIN/brokers/broker-a/start" >/dev/null
 curl -s -X POST "$ADMIN/brokers/broker-b/start" >/dev/null
 for _ in $(seq 1 60); do
@@ -59,6 +62,9 @@ for _ in $(seq 1 60); do
 done
 show "curl -s $API/v1/messages/$id"
 show "$BIN/rocksidecar store --data-dir $RUN/data stats"
+
+step "The outage in the sidecar's log: one line per cause (ROCKSIDECAR_LOG_FORMAT=json for JSON lines)"
+show "tail -n +$((mark + 1)) $RUN/sidecar.log | grep -E 'event=(broker_|message_spooled|replay_on_recovery|route_)' | cut -c1-220"
 
 step "The delayed message went out when due (it keeps its id)"
 show "curl -s $API/v1/messages/$later"
@@ -70,9 +76,10 @@ cat <<MSG
 
 Where to look:
   API          $API  (OpenAPI: $API/docs, $API/openapi.json; gRPC on 127.0.0.1:9881)
+  status page  $API/ui             admin API $API/v1/admin/stats (see README, "Operating it")
   metrics      $API/metrics        health $API/healthz   readiness $API/readyz
   devbroker    $ADMIN/brokers  (faults: POST $ADMIN/brokers/broker-a/faults {"latency_ms":600})
-  store        $BIN/rocksidecar store --data-dir $RUN/data stats   (also: dead list, inspect ID)
+  store        $BIN/rocksidecar store --data-dir $RUN/data stats   (also: inspect ID, dead list, replay)
   logs         $RUN/sidecar.log  $RUN/devbroker.log
 Both keep running; stop them with: make stop
 MSG

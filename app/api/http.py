@@ -20,6 +20,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from app.api import problems
+from app.api.access_log import AccessLogMiddleware
+from app.api.admin import AdminOps, admin_routes
+from app.api.docs import offline_docs
 from app.api.middleware import EdgeMiddleware
 from app.api.parsing import parse_batch, parse_message
 from app.api.schemas import (
@@ -33,6 +36,7 @@ from app.api.schemas import (
     ReadyOut,
     SendOut,
 )
+from app.api.ui import UiDeps, ui_routes
 from app.api.views import batch_view, outcome_view, status_view
 from app.idempotency import Answer, IdempotencyStore, canonical_json, fingerprint
 from app.metrics import Metrics
@@ -129,6 +133,9 @@ def create_app(
     auth_token: str = "",
     max_request_bytes: int = 64 * 1024 * 1024,
     now_ms: Callable[[], int],
+    access_log: bool = False,
+    admin: AdminOps | None = None,
+    ui: UiDeps | None = None,
 ) -> FastAPI:
     app = FastAPI(
         title="rocksidecar",
@@ -136,6 +143,7 @@ def create_app(
         summary="Reliable delivery to Apache RocketMQ: a message "
         "answered 2xx is stored by a broker or synced to the local store.",
         redoc_url=None,
+        docs_url=None,  # offline_docs serves it without a CDN
     )
     single = limits.max_body_bytes * 4 // 3 + 1024 * 1024  # base64 plus room for the JSON around it
     app.add_middleware(
@@ -144,6 +152,8 @@ def create_app(
         auth_token=auth_token,
         limits={"/v1/messages": single, "/v1/messages:batch": max(single, max_request_bytes)},
     )
+    if access_log:  # added last: outermost, so it also logs what the edge refuses
+        app.add_middleware(AccessLogMiddleware)
     api = Api(sidecar, limits, batch_limit, metrics, readiness, idempotency, now_ms)
 
     @app.exception_handler(RequestValidationError)
@@ -174,6 +184,11 @@ def create_app(
     _message_routes(app, api)
     _state_routes(app, api)
     _ops_routes(app, api)
+    offline_docs(app)
+    if admin is not None:
+        admin_routes(app, admin)
+    if ui is not None:
+        ui_routes(app, ui)
     _document_bodies(app, (MessageIn, BatchIn), limits, batch_limit)
     return app
 

@@ -24,7 +24,7 @@ class ProducerConfig:
     isolation_latency_ms: int = ISOLATION_LATENCY_MS
     # Like the 5.x client's detector: an isolated, unreachable broker is probed this often and comes back
     # as soon as it answers, instead of staying out for the whole isolation (600 s). 0 turns it off.
-    recovery_probe_s: float = 5.0
+    recovery_probe_s: float = 1.0  # a refused connect costs next to nothing; waiting costs a late replay
     # Broker codes retried on top of the errors' own flags (P6), e.g. {16} to retry NO_PERMISSION.
     extra_retry_codes: frozenset[int] = frozenset()
     # FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE mean "stored, not yet durable

@@ -8,14 +8,22 @@ backing off, ``pick_one_at_least`` still names the least bad one: sending is nev
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+# (broker, new state, reason, back-off in s) when a broker becomes isolated, slow (backoff) or available
+# again; the service logs these and replays what waited for the broker. Transitions only: a broker that
+# keeps failing while isolated reports once.
+StateListener = Callable[[str, str, str, float], None]
+
 LATENCY_MAX_MS: tuple[int, ...] = (50, 100, 550, 1000, 2000, 3000, 15000)
 NOT_AVAILABLE_MS: tuple[int, ...] = (0, 0, 30000, 60000, 120000, 180000, 600000)
 ISOLATION_LATENCY_MS = 30000
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -46,7 +54,9 @@ class LatencyFaultTolerance:
         isolation_latency_ms: int = ISOLATION_LATENCY_MS,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        on_change: StateListener | None = None,
     ) -> None:
+        self.on_change = on_change
         self.latency_max_ms = tuple(latency_max_ms)
         self.not_available_ms = tuple(not_available_ms)
         if len(self.latency_max_ms) != len(self.not_available_ms) or not self.latency_max_ms:
@@ -68,14 +78,43 @@ class LatencyFaultTolerance:
                 return duration
         return 0
 
-    def update(self, broker: str, latency_s: float, *, isolation: bool, unreachable: bool = False) -> None:
-        """Record a send's outcome: its latency, or a failure (``isolation``)."""
+    def update(
+        self,
+        broker: str,
+        latency_s: float,
+        *,
+        isolation: bool,
+        unreachable: bool = False,
+        reason: str = "",
+    ) -> None:
+        """Record a send's outcome: its latency, or a failure (``isolation``, ``reason`` says why)."""
         latency_ms = latency_s * 1000.0
         duration_ms = self.not_available_duration_ms(self.isolation_latency_ms if isolation else latency_ms)
-        available_at = self._clock() + duration_ms / 1000.0
+        now = self._clock()
+        previous = self._items.get(broker)
         self._items[broker] = _FaultItem(
-            broker, latency_ms, available_at, isolation, isolation and unreachable
+            broker, latency_ms, now + duration_ms / 1000.0, isolation, isolation and unreachable
         )
+        if self.on_change is None:
+            return
+        was = (
+            "available"
+            if previous is None or now >= previous.available_at
+            else ("isolated" if previous.failed else "backoff")
+        )
+        if isolation and was != "isolated":
+            self._notify(broker, "isolated", reason or "send failed", duration_ms / 1000.0)
+        elif not isolation and duration_ms > 0 and was == "available":
+            self._notify(broker, "backoff", f"slow: {latency_ms:.0f} ms", duration_ms / 1000.0)
+        elif not isolation and duration_ms == 0 and previous is not None and previous.failed:
+            self._notify(broker, "recovered", "a send succeeded", 0.0)
+
+    def _notify(self, broker: str, state: str, reason: str, backoff_s: float) -> None:
+        assert self.on_change is not None
+        try:
+            self.on_change(broker, state, reason, backoff_s)
+        except Exception:  # a listener must never break a send
+            log.exception("broker state listener failed")
 
     def is_available(self, broker: str) -> bool:
         item = self._items.get(broker)
@@ -85,7 +124,10 @@ class LatencyFaultTolerance:
         """The recovery probe reached an isolated broker: make it available again now."""
         item = self._items.get(broker)
         if item is not None:
+            was_failed = item.failed
             item.available_at, item.failed, item.unreachable = self._clock(), False, False
+            if was_failed and self.on_change is not None:
+                self._notify(broker, "recovered", "answered the recovery probe", 0.0)
 
     def unreachable_brokers(self) -> list[str]:
         now = self._clock()

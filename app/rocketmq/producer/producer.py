@@ -29,9 +29,9 @@ from app.rocketmq.msgid import local_ip, new_uniq_id
 from app.rocketmq.namesrv import NameServerClient
 from app.rocketmq.producer.batch import BatchSender
 from app.rocketmq.producer.config import ProducerConfig
-from app.rocketmq.producer.fault import BrokerState, LatencyFaultTolerance
+from app.rocketmq.producer.fault import BrokerState, LatencyFaultTolerance, StateListener
 from app.rocketmq.producer.publish_info import TopicPublishInfo
-from app.rocketmq.producer.routes import TopicRoutes
+from app.rocketmq.producer.routes import RouteListener, TopicRoutes
 from app.rocketmq.producer.selector import (
     ByShardingKey,
     EnvironmentQueue,
@@ -66,6 +66,8 @@ class Producer:
         rng: random.Random | None = None,
         client_id: str | None = None,
         on_attempt: Callable[[str, float, bool], None] | None = None,
+        on_broker_state: StateListener | None = None,
+        on_route_change: RouteListener | None = None,
     ) -> None:
         self.config = cfg = config or ProducerConfig()
         self.api = api
@@ -79,6 +81,7 @@ class Producer:
             isolation_latency_ms=cfg.isolation_latency_ms,
             clock=clock,
             rng=rng,
+            on_change=on_broker_state,
         )
         self.routes = TopicRoutes(
             namesrv,
@@ -87,6 +90,7 @@ class Producer:
             refresh_s=cfg.route_refresh_s,
             sleep=sleep,
             rng=rng,
+            on_change=on_route_change,
         )
         self._selector = self._make_selector(cfg, rng)
         self._batches = BatchSender(self)
@@ -198,7 +202,13 @@ class Producer:
                 result = await attempt(mq, addr, remaining, info)
             except RocketMQError as exc:
                 latency = timer() - started
-                self._record(mq.broker_name, latency, failed=True, unreachable=isinstance(exc, RemotingError))
+                self._record(
+                    mq.broker_name,
+                    latency,
+                    failed=True,
+                    unreachable=isinstance(exc, RemotingError),
+                    reason=str(exc),
+                )
                 attempts.append(Attempt(mq.broker_name, mq.queue_id, latency, str(exc), exc.code))
                 last, last_broker = exc, mq.broker_name
                 if exc.refresh_route and not refreshed:
@@ -228,11 +238,13 @@ class Producer:
             last,
         )
 
-    def _record(self, broker: str, latency_s: float, *, failed: bool, unreachable: bool = False) -> None:
+    def _record(
+        self, broker: str, latency_s: float, *, failed: bool, unreachable: bool = False, reason: str = ""
+    ) -> None:
         if self._on_attempt is not None:
             self._on_attempt(broker, latency_s, not failed)
         if self.config.fault_tolerance:
-            self.fault.update(broker, latency_s, isolation=failed, unreachable=unreachable)
+            self.fault.update(broker, latency_s, isolation=failed, unreachable=unreachable, reason=reason)
 
     async def _publish_info(self, topic: str, deadline: float) -> TopicPublishInfo:
         info = self.routes.cached(topic)
@@ -289,5 +301,5 @@ class Producer:
                 await self.api.heartbeat(addr, self.client_id, [self.config.group], timeout_s=1.0)
             except RocketMQError:
                 continue
-            log.info("broker %s at %s answers again; ending its isolation", broker, addr)
+            log.debug("broker %s at %s answers again; ending its isolation", broker, addr)
             self.fault.mark_recovered(broker)

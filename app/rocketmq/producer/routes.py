@@ -20,6 +20,10 @@ log = logging.getLogger(__name__)
 
 ROUTE_REFRESH_S = 30.0
 
+# (topic, brokers before or None when there was no route, brokers now) when a topic's route appears or
+# its set of writable brokers changes; the service logs it and replays what waited for the route.
+RouteListener = Callable[[str, tuple[str, ...] | None, tuple[str, ...]], None]
+
 
 class TopicRoutes:
     def __init__(
@@ -31,8 +35,10 @@ class TopicRoutes:
         refresh_s: float = ROUTE_REFRESH_S,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
+        on_change: RouteListener | None = None,
     ) -> None:
         self._namesrv = namesrv
+        self._on_change = on_change
         self._rng = rng or random.Random()
         self.default_topic = default_topic
         self._default_queue_nums = default_topic_queue_nums
@@ -86,9 +92,22 @@ class TopicRoutes:
             return
         exc = fut.exception()
         if exc is None:
-            self._infos[topic] = fut.result()
+            old = self._infos.get(topic)
+            new = self._infos[topic] = fut.result()
+            self._changed(topic, old, new)
         elif isinstance(exc, TopicNotExist):
             self._infos.pop(topic, None)
+
+    def _changed(self, topic: str, old: TopicPublishInfo | None, new: TopicPublishInfo) -> None:
+        if self._on_change is None:
+            return
+        before = _writable_brokers(old) if old is not None and old.ok else None
+        after = _writable_brokers(new)
+        if before != after:
+            try:
+                self._on_change(topic, before, after)
+            except Exception:  # a listener must never break routing
+                log.exception("route listener failed")
 
     async def _fetch(self, topic: str) -> TopicPublishInfo:
         index = self._indexes.get(topic)
@@ -140,3 +159,7 @@ class TopicRoutes:
             self._task = None
         for fut in list(self._inflight.values()):
             fut.cancel()
+
+
+def _writable_brokers(info: TopicPublishInfo) -> tuple[str, ...]:
+    return tuple(sorted({q.broker_name for q in info.queues}))

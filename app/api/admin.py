@@ -1,0 +1,460 @@
+"""The admin API under /v1/admin (same port, same auth as the rest of /v1): look into and steer the
+retry and delay stores of the running sidecar.
+
+- GET  /v1/admin/stats                     store depths and ages, brokers, replay on recovery
+- GET  /v1/admin/retries                   pending (or dead: state=dead) messages; filters and paging
+- GET  /v1/admin/scheduled                 scheduled (delayed) messages by due time; filters and paging
+- GET  /v1/admin/messages/{id}             one message with its attempt history
+- POST /v1/admin/dead-letters:redrive      {"all": true} | {"id": ...} | {"topic": ..., "type": ...}
+- POST /v1/admin/retries:replay            replay pending messages now: {} (all) or {"topic": ...}
+- POST /v1/admin/retries:purge?confirm=yes delete pending or dead messages for good
+
+Bad input is a 400 problem naming the field, and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app.api import problems
+from app.api.schemas import Problem
+from app.request import RequestError
+from app.rocketmq.producer import BrokerState
+from delay import DelayStore
+from delay.admin import ScheduledItem, scheduled_page
+from retry.admin import PendingItem, dead_page, pending_page, purge, redrive
+from retry.dead_letter import DeadLetter
+from retry.record import CorruptRecordError, RetryRecord
+from retry.recovery import RecoveryReplay
+from retry.replay import ReplayLoop
+from retry.store import RetryStore
+from storage.query import Filter
+
+MAX_LIMIT = 1000
+PREFIX = "/v1/admin"
+_PROBLEM = {"model": Problem, "content": {problems.PROBLEM_JSON: {}}}
+_WHY = {
+    400: "Invalid input; `field` names it. Nothing changed.",
+    401: "Missing or wrong bearer token.",
+    404: "No such message (or dead letter).",
+    503: "The local store cannot accept writes (see Retry-After).",
+}
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {**_PROBLEM, "description": _WHY[code]} for code in (400, 401, *codes)}
+
+
+def _query(*names: str) -> dict[str, Any]:
+    """OpenAPI for the query parameters a listing reads itself."""
+    schemas: dict[str, dict[str, Any]] = {
+        "topic": {"type": "string"},
+        "type": {"type": "string"},
+        "state": {"type": "string", "enum": ["pending", "dead"], "default": "pending"},
+        "dueAfter": {"type": "integer", "minimum": 0, "description": "epoch ms, inclusive"},
+        "dueBefore": {"type": "integer", "minimum": 0, "description": "epoch ms, exclusive"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 100},
+        "cursor": {"type": "string", "description": "nextCursor of the previous page"},
+        "confirm": {"type": "string", "enum": ["yes"], "description": "required: purging deletes for good"},
+    }
+    return {
+        "parameters": [
+            {"name": n, "in": "query", "required": n == "confirm", "schema": schemas[n]} for n in names
+        ]
+    }
+
+
+def _json_body(model: type[BaseModel], **extra: Any) -> dict[str, Any]:
+    schema = model.model_json_schema(by_alias=True)
+    return {
+        "requestBody": {"required": False, "content": {"application/json": {"schema": schema}}},
+        **extra,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class AdminOps:
+    """What the admin routes steer."""
+
+    retry: RetryStore
+    delay: DelayStore
+    replay: ReplayLoop
+    recovery: RecoveryReplay
+    brokers: Callable[[], Iterable[BrokerState]]
+    now_ms: Callable[[], int]
+    store_path: str = ""  # the CLI checks it talks to the sidecar that holds its store
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class RedriveIn(_Body):
+    all: bool = False
+    id: str | None = Field(default=None, min_length=1)
+    topic: str | None = Field(default=None, min_length=1)
+    type: str | None = Field(default=None, min_length=1)
+
+
+class ReplayIn(_Body):
+    topic: str | None = Field(default=None, min_length=1)
+
+
+class PurgeIn(_Body):
+    state: Literal["pending", "dead"]
+    topic: str | None = Field(default=None, min_length=1)
+    type: str | None = Field(default=None, min_length=1)
+    due_before: int | None = Field(default=None, ge=0, alias="dueBefore")
+    due_after: int | None = Field(default=None, ge=0, alias="dueAfter")
+
+
+def _json(doc: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(doc), status_code=status, media_type="application/json")
+
+
+def problem_response(exc: BaseException) -> Response:
+    status, body, headers = problems.from_exception(exc)
+    return Response(orjson.dumps(body), status_code=status, media_type=problems.PROBLEM_JSON, headers=headers)
+
+
+async def parse_body(request: Request, model: type[_Body]) -> Any:
+    raw = await request.body()
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as exc:
+        doc = problems.from_validation(exc.errors(include_url=False))
+        raise RequestError(doc["detail"], field=doc.get("field"), title=doc["title"]) from None
+
+
+def _int_param(request: Request, name: str, *, lo: int = 0, hi: int | None = None) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise RequestError(f"{name} must be an integer, got {raw!r}", field=name) from None
+    if value < lo or (hi is not None and value > hi):
+        bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+        raise RequestError(f"{name} must be {bound}, got {value}", field=name)
+    return value
+
+
+def _filter(request: Request) -> Filter:
+    unknown = set(request.query_params) - {
+        "topic",
+        "type",
+        "dueBefore",
+        "dueAfter",
+        "limit",
+        "cursor",
+        "state",
+    }
+    if unknown:
+        name = sorted(unknown)[0]
+        raise RequestError(f"{name}: unknown query parameter", field=name)
+    return Filter(
+        topic=request.query_params.get("topic") or None,
+        type=request.query_params.get("type") or None,
+        due_after_ms=_int_param(request, "dueAfter"),
+        due_before_ms=_int_param(request, "dueBefore"),
+    )
+
+
+def _paging(request: Request) -> tuple[str | None, int]:
+    return request.query_params.get("cursor") or None, _int_param(request, "limit", lo=1, hi=MAX_LIMIT) or 100
+
+
+def _bad_cursor(exc: ValueError) -> RequestError:
+    return RequestError(str(exc), field="cursor")
+
+
+def _history(record: RetryRecord) -> list[dict[str, Any]]:
+    return [{"atMs": at, "error": error} for at, error in record.history]
+
+
+def pending_view(item: PendingItem) -> dict[str, Any]:
+    doc: dict[str, Any] = {"id": item.id, "state": "SPOOLED", "key": item.key.decode(errors="replace")}
+    doc["nextAttemptAtMs"] = item.due_ms
+    record = item.record
+    if record is None:
+        doc["corrupt"] = item.corrupt
+        return doc
+    return {**doc, **_record_view(record)}
+
+
+def _record_view(record: RetryRecord) -> dict[str, Any]:
+    return {
+        "topic": record.topic,
+        "type": record.type,
+        "tags": record.tags,
+        "keys": list(record.keys),
+        "attempts": record.retry_count,
+        "lastError": record.last_error,
+        "createdMs": record.created_ms,
+        "firstFailureMs": record.first_failure_ms or None,
+        "bodyBytes": len(record.body),
+    }
+
+
+def dead_view(letter: DeadLetter) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "id": letter.id,
+        "state": "DEAD",
+        "key": letter.key.decode(errors="replace"),
+        "reason": letter.reason,
+        "deadAtMs": letter.dead_at_ms,
+    }
+    if letter.record is None:
+        doc["corrupt"] = True
+        return doc
+    return {**doc, **_record_view(letter.record)}
+
+
+def scheduled_view(item: ScheduledItem) -> dict[str, Any]:
+    doc: dict[str, Any] = {"id": item.id, "state": "SCHEDULED", "dueMs": item.due_ms}
+    msg = item.message
+    if msg is None:
+        doc["corrupt"] = item.corrupt
+        return doc
+    doc.update(
+        topic=msg.topic,
+        type=msg.type,
+        tags=msg.tags,
+        keys=list(msg.keys),
+        createdMs=msg.created_ms,
+        bodyBytes=len(msg.body),
+    )
+    return doc
+
+
+def stats_view(ops: AdminOps) -> dict[str, Any]:
+    retry = ops.retry.stats()
+    scheduled = ops.delay.stats()
+    now = ops.now_ms()
+    since = retry.oldest_first_failure_ms or retry.oldest_due_ms
+    return {
+        "nowMs": now,
+        "store": ops.store_path,
+        "retry": {
+            "pending": retry.pending,
+            "dead": retry.dead,
+            "oldestDueMs": retry.oldest_due_ms,
+            "oldestFirstFailureMs": retry.oldest_first_failure_ms,
+            "oldestAgeS": round(max(now - since, 0) / 1000, 3) if since else 0.0,
+            "inFlight": ops.replay.in_flight,
+            "healthy": retry.healthy,
+            "lastError": retry.last_error,
+        },
+        "scheduled": {"pending": scheduled.pending, "nextDueMs": scheduled.next_due_ms},
+        "brokers": [
+            {
+                "broker": b.broker,
+                "state": b.state,
+                "latencyMs": round(b.latency_ms, 3),
+                "notAvailableForS": round(b.not_available_for_s, 3),
+            }
+            for b in ops.brokers()
+        ],
+        "recovery": {
+            "running": ops.recovery.running,
+            "lastRounds": [
+                {"handedOut": r.handed_out, "stoppedEarly": r.stopped_early, "reasons": list(r.reasons)}
+                for r in ops.recovery.rounds
+            ],
+        },
+    }
+
+
+def message_view(ops: AdminOps, id_: str) -> dict[str, Any] | None:
+    doc: dict[str, Any] = {"id": id_}
+    status = ops.retry.get(id_)
+    if status is not None:
+        if status.next_attempt_at_ms is not None:  # SPOOLED
+            try:
+                record = ops.retry.pending_record(status.key)
+            except CorruptRecordError:
+                record = None
+            retry: dict[str, Any] = {
+                "state": "SPOOLED",
+                "key": status.key.decode(errors="replace"),
+                "nextAttemptAtMs": status.next_attempt_at_ms,
+            }
+        else:
+            letter = ops.retry.dead.get(status.key)
+            record = letter.record if letter is not None else None
+            retry = {
+                "state": "DEAD",
+                "key": status.key.decode(errors="replace"),
+                "reason": status.reason,
+                "deadAtMs": status.dead_at_ms,
+            }
+        if record is not None:
+            retry.update(_record_view(record), history=_history(record))
+        else:
+            retry.update(attempts=status.attempts, lastError=status.last_error)
+        doc["retry"] = retry
+    scheduled = ops.delay.get(id_)
+    if scheduled is not None:
+        doc["scheduled"] = {
+            "state": scheduled.state.value,
+            "dueMs": scheduled.due_ms,
+            "atMs": scheduled.at_ms,
+            "topic": scheduled.topic,
+        }
+    return doc if len(doc) > 1 else None
+
+
+async def redrive_dead(ops: AdminOps, body: RedriveIn) -> dict[str, int]:
+    """Re-drive by id, by filter or all (the admin route and the status page's button).
+
+    Raises:
+        RequestError: not exactly one way given, or no dead letter for the id.
+    """
+    chosen = [body.all, body.id is not None, body.topic is not None or body.type is not None]
+    if sum(chosen) != 1:
+        raise RequestError(
+            'give exactly one of "all": true, "id", or a filter ("topic" and/or "type")', field="all"
+        )
+    if body.id is not None:
+        moved = await ops.retry.dead.redrive_id(body.id)
+        if not moved:
+            raise RequestError(
+                f"no dead letter for message {body.id!r}", field="id", status=404, title="Not found"
+            )
+        return {"redriven": moved, "skipped": 0}
+    moved, skipped = await redrive(ops.retry, Filter(topic=body.topic, type=body.type))
+    return {"redriven": moved, "skipped": skipped}
+
+
+def admin_routes(app: FastAPI, ops: AdminOps) -> None:
+    _read_routes(app, ops)
+    _write_routes(app, ops)
+
+
+def _read_routes(app: FastAPI, ops: AdminOps) -> None:
+    @app.get(
+        f"{PREFIX}/stats",
+        summary="Admin: store depths and ages, brokers, replay on recovery",
+        responses={401: _errors()[401]},
+    )
+    async def stats() -> Response:
+        return _json(stats_view(ops))
+
+    @app.get(
+        f"{PREFIX}/retries",
+        summary="Admin: pending messages (state=pending, by next attempt) or dead letters (state=dead)",
+        responses=_errors(),
+        openapi_extra=_query("state", "topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
+    )
+    async def retries(request: Request) -> Response:
+        try:
+            where = _filter(request)
+            cursor, limit = _paging(request)
+            state = request.query_params.get("state", "pending")
+            if state not in ("pending", "dead"):
+                raise RequestError(f"state must be pending or dead, got {state!r}", field="state")
+            try:
+                if state == "pending":
+                    found = pending_page(ops.retry, where, cursor=cursor, limit=limit)
+                    items = [pending_view(i) for i in found.items]
+                else:
+                    dead = dead_page(ops.retry, where, cursor=cursor, limit=limit)
+                    found, items = dead, [dead_view(d) for d in dead.items]  # type: ignore[assignment]
+            except ValueError as exc:
+                raise _bad_cursor(exc) from None
+        except Exception as exc:
+            return problem_response(exc)
+        return _json({"items": items, "nextCursor": found.cursor})
+
+    @app.get(
+        f"{PREFIX}/scheduled",
+        summary="Admin: scheduled (delayed) messages by due time",
+        responses=_errors(),
+        openapi_extra=_query("topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
+    )
+    async def scheduled(request: Request) -> Response:
+        try:
+            where = _filter(request)
+            if "state" in request.query_params:
+                raise RequestError("state: unknown query parameter here", field="state")
+            cursor, limit = _paging(request)
+            try:
+                found = scheduled_page(ops.delay, where, cursor=cursor, limit=limit)
+            except ValueError as exc:
+                raise _bad_cursor(exc) from None
+        except Exception as exc:
+            return problem_response(exc)
+        return _json({"items": [scheduled_view(i) for i in found.items], "nextCursor": found.cursor})
+
+    @app.get(
+        f"{PREFIX}/messages/{{id}}",
+        summary="Admin: one message with its attempt history",
+        responses=_errors(404),
+    )
+    async def message(id: str) -> Response:
+        found = message_view(ops, id)
+        if found is None:
+            return problem_response(
+                RequestError(
+                    f"no pending, dead or scheduled message {id!r}", field="id", status=404, title="Not found"
+                )
+            )
+        return _json(found)
+
+
+def _write_routes(app: FastAPI, ops: AdminOps) -> None:
+    @app.post(
+        f"{PREFIX}/dead-letters:redrive",
+        summary="Admin: move dead letters back to pending, due now",
+        responses=_errors(404, 503),
+        openapi_extra=_json_body(RedriveIn),
+    )
+    async def redrive_dead_route(request: Request) -> Response:
+        try:
+            done = await redrive_dead(ops, await parse_body(request, RedriveIn))
+        except Exception as exc:
+            return problem_response(exc)
+        return _json(done)
+
+    @app.post(
+        f"{PREFIX}/retries:replay",
+        status_code=202,
+        summary="Admin: replay pending messages now",
+        responses=_errors(),
+        openapi_extra=_json_body(ReplayIn),
+    )
+    async def replay_now(request: Request) -> Response:
+        try:
+            body: ReplayIn = await parse_body(request, ReplayIn)
+        except Exception as exc:
+            return problem_response(exc)
+        pending = ops.retry.pending_count
+        ops.recovery.trigger(body.topic, reason="replay requested through the admin API")
+        return _json({"replaying": pending > 0, "topic": body.topic, "pending": pending}, 202)
+
+    @app.post(
+        f"{PREFIX}/retries:purge",
+        summary="Admin: delete pending or dead messages for good (confirm=yes)",
+        responses=_errors(503),
+        openapi_extra=_json_body(PurgeIn, **_query("confirm")),
+    )
+    async def purge_retries(request: Request) -> Response:
+        try:
+            body: PurgeIn = await parse_body(request, PurgeIn)
+            if request.query_params.get("confirm") != "yes":
+                raise RequestError(
+                    "purging deletes messages for good: repeat the request with ?confirm=yes", field="confirm"
+                )
+            where = Filter(body.topic, body.type, body.due_after, body.due_before)
+            deleted, skipped = await purge(ops.retry, body.state, where, in_flight=ops.replay.is_in_flight)
+        except Exception as exc:
+            return problem_response(exc)
+        return _json({"deleted": deleted, "skippedInFlight": skipped})

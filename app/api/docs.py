@@ -1,0 +1,27 @@
+"""/docs without a CDN: Swagger UI's assets come from the swagger-ui-bundle package and are served by
+the sidecar itself, so the page works on a host without Internet access."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from swagger_ui_bundle import swagger_ui_path
+
+ASSETS = "/docs/assets"
+
+
+def offline_docs(app: FastAPI) -> None:
+    """Serve /docs (create the app with ``docs_url=None``) and its assets under /docs/assets."""
+    app.mount(ASSETS, StaticFiles(directory=str(swagger_ui_path)), name="swagger-ui")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{app.title} - API",
+            swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{ASSETS}/favicon-32x32.png",
+        )

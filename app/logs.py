@@ -1,0 +1,117 @@
+"""Logging set-up: the stdlib ``logging`` with one small formatter for text or JSON lines.
+
+Structured events carry their fields as ``extra`` attributes of the record (``event`` names the event);
+the JSON formatter writes every such attribute under its own stable name, the text formatter appends
+them as ``key=value``. Message bodies are never passed to a log call.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import orjson
+
+# Attributes every LogRecord has; anything else on a record is an event field.
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+    "color_message",  # uvicorn's copy of the message with terminal colours
+}
+FORMATS = ("text", "json")
+
+
+def event_fields(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+
+
+def _iso(created: float) -> str:
+    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, event, message, then the event's fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = event_fields(record)
+        doc: dict[str, Any] = {
+            "ts": _iso(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": fields.pop("event", "log"),
+            "message": record.getMessage(),
+            **fields,
+        }
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(doc, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+class TextFormatter(logging.Formatter):
+    """``ts LEVEL logger: message key=value ...`` for humans."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = event_fields(record)
+        if not fields:
+            return line
+        head, newline, rest = line.partition("\n")  # keep a traceback below the fields
+        pairs = " ".join(f"{k}={_text_value(v)}" for k, v in fields.items())
+        return f"{head} {pairs}{newline}{rest}"
+
+
+def _text_value(value: Any) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    return orjson.dumps(text).decode() if (not text or " " in text or '"' in text) else text
+
+
+def configure(level: str = "info", fmt: str = "text", stream: TextIO | None = None) -> logging.Handler:
+    """Send every logger's records to ``stream`` (stderr) in ``fmt``; returns the handler installed."""
+    if fmt not in FORMATS:
+        raise ValueError(f"log format must be one of {FORMATS}, got {fmt!r}")
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    return handler
+
+
+class Throttle:
+    """At most one line per key per ``window_s``. A storm of one cause (a thousand spools with the same
+    error) logs its first line, then one summary per window with how many lines it stood for."""
+
+    def __init__(self, window_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s = window_s
+        self._clock = clock
+        self._open: dict[tuple[object, ...], tuple[float, int]] = {}  # key -> (window start, suppressed)
+
+    def allow(self, key: tuple[object, ...]) -> int | None:
+        """None to stay quiet; otherwise log now, and the count is how many lines were held back."""
+        now = self._clock()
+        started, suppressed = self._open.get(key, (None, 0))
+        if started is not None and now - started < self.window_s:
+            self._open[key] = (started, suppressed + 1)
+            return None
+        self._open[key] = (now, 0)
+        return suppressed
+
+    def __contains__(self, key: tuple[object, ...]) -> bool:
+        return key in self._open
+
+    def expired(self) -> list[tuple[tuple[object, ...], int]]:
+        """Keys whose window is over: forget them, and return those that held lines back (to summarise)."""
+        now = self._clock()
+        done = [(k, v) for k, v in self._open.items() if now - v[0] >= self.window_s]
+        for key, _ in done:
+            del self._open[key]
+        return [(key, suppressed) for key, (_, suppressed) in done if suppressed]

@@ -1,0 +1,166 @@
+"""RecoveryReplay: when what pending messages wait for is healthy again (a broker answers, a topic's
+route appears) or an operator asks, bring them forward and replay them now instead of at their rung.
+
+A round walks the pending keys from the store's floor, in key order, and hands each message (of the
+round's topics, or all) to the replay loop's workers at most ``rate_per_s`` per second. Each message is
+handed out once per round; one that fails again climbs the ladder as usual, and a round stops early once
+its ``healthy`` check says the cause is back (e.g. the broker is isolated again). Triggers that arrive
+during a round are merged into the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from retry.keys import PENDING_CF, id_of
+from retry.record import CorruptRecordError, decode_record
+from retry.replay import ReplayLoop
+from retry.store import RetryStore
+
+log = logging.getLogger(__name__)
+
+CHUNK = 256  # rows read per step (one synchronous scan)
+RATE_PER_S = 50_000.0
+
+
+@dataclass
+class _Request:
+    topics: set[str] | None = field(default_factory=set)  # None: every topic
+    reasons: list[str] = field(default_factory=list)
+    checks: list[Callable[[], bool]] = field(default_factory=list)
+
+    def merge(self, topic: str | None, reason: str, healthy: Callable[[], bool] | None) -> None:
+        if topic is None or self.topics is None:
+            self.topics = None
+        else:
+            self.topics.add(topic)
+        self.reasons.append(reason)
+        if healthy is not None:
+            self.checks.append(healthy)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    handed_out: int
+    scanned: int
+    stopped_early: bool
+    reasons: tuple[str, ...]
+
+
+class RecoveryReplay:
+    def __init__(
+        self,
+        store: RetryStore,
+        loop: ReplayLoop,
+        *,
+        rate_per_s: float = RATE_PER_S,
+        chunk: int = CHUNK,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_round: Callable[[RoundResult], None] | None = None,
+    ) -> None:
+        if rate_per_s <= 0 or chunk < 1:
+            raise ValueError("rate_per_s must be > 0 and chunk >= 1")
+        self._store = store
+        self._loop = loop
+        self._rate = rate_per_s
+        self._chunk = chunk
+        self._clock = clock
+        self._sleep = sleep
+        self._on_round = on_round
+        self._next: _Request | None = None
+        self._closed = False
+        self._task: asyncio.Task[None] | None = None
+        self._done = asyncio.Event()
+        self._done.set()
+        self.rounds: list[RoundResult] = []  # the last few, newest last (admin, tests)
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def trigger(
+        self, topic: str | None = None, *, reason: str = "", healthy: Callable[[], bool] | None = None
+    ) -> None:
+        """Replay the pending messages of ``topic`` (None: all) now. ``healthy()`` False stops the round."""
+        if self._closed or self._store.pending_count <= 0:
+            return  # closing, or nothing waits (the common case when a route appears for a new topic)
+        if self._next is None:
+            self._next = _Request()
+        self._next.merge(topic, reason, healthy)
+        self._done.clear()
+        if not self.running:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="retry-recovery")
+
+    async def wait(self) -> None:
+        """Return once no round is running or requested (tests, the admin API)."""
+        await self._done.wait()
+
+    async def close(self) -> None:
+        self._closed = True  # a send that succeeds while the service stops must not start a round
+        self._next = None
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self._done.set()
+
+    async def _run(self) -> None:
+        try:
+            while self._next is not None:
+                request, self._next = self._next, None
+                try:
+                    result = await self._round(request)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("replay on recovery failed; the ladder still replays the messages")
+                    continue
+                self.rounds = [*self.rounds[-9:], result]
+                if self._on_round is not None:
+                    self._on_round(result)
+        finally:
+            self._done.set()
+
+    async def _round(self, request: _Request) -> RoundResult:
+        seen: set[str] = set()  # ids handed out in this round: a rescheduled one is not taken again
+        cursor = self._store.floor
+        handed = scanned = 0
+        budget_at = self._clock()  # token bucket: time at which the next message may go
+        while True:
+            if not all(check() for check in request.checks):
+                return RoundResult(handed, scanned, True, tuple(request.reasons))
+            rows = self._store.kv.scan(PENDING_CF, lower=cursor, limit=self._chunk)
+            if not rows:
+                return RoundResult(handed, scanned, False, tuple(request.reasons))
+            cursor = rows[-1][0] + b"\x00"
+            scanned += len(rows)
+            picked = [(key, raw) for key, raw in rows if _wanted(key, raw, request.topics, seen)]
+            if picked:
+                handed += await self._loop.offer(picked)  # no await between the scan and this claim
+            if len(rows) < self._chunk:  # that was the end of the store
+                return RoundResult(handed, scanned, False, tuple(request.reasons))
+            if not picked:
+                continue
+            budget_at = max(budget_at, self._clock()) + len(picked) / self._rate
+            wait = budget_at - self._clock()
+            if wait > 0:
+                await self._sleep(wait)
+
+
+def _wanted(key: bytes, raw: bytes, topics: set[str] | None, seen: set[str]) -> bool:
+    id_ = id_of(key) or key.hex()
+    if id_ in seen:
+        return False
+    if topics is not None:
+        try:
+            if decode_record(raw).topic not in topics:
+                return False
+        except CorruptRecordError:
+            return False  # the ladder hands it out when due, and the workers quarantine it
+    seen.add(id_)
+    return True
