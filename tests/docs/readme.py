@@ -15,7 +15,22 @@ _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 # header lines of `curl -i`; any other line starts a command
 _OUTPUT = re.compile(r'^(\s|[{}\[\]"<]|\.\.\.|HTTP/|[A-Za-z][\w-]*: )')
 # what may follow a `|` in a README command: a filter, not a word of the command before it
-FILTERS = {"grep", "jq", "head", "tail", "sort", "tee", "wc", "xargs", "less", "cut", "awk", "sed", "python"}
+FILTERS = {
+    "grep",
+    "jq",
+    "head",
+    "tail",
+    "sort",
+    "tee",
+    "wc",
+    "xargs",
+    "less",
+    "cut",
+    "awk",
+    "sed",
+    "python",
+    "python3",
+}
 
 
 @dataclass(frozen=True)
@@ -86,9 +101,13 @@ def commands(block: Block) -> list[Command]:
 
 
 def pipeline_stages(argv: list[str]) -> list[list[str]]:
+    """The stages of the command's first pipeline: `a | b` gives [a, b]; `&&`, `||` and `;` end it (what
+    follows them is another command, not something the pipe feeds)."""
     stages: list[list[str]] = [[]]
     for word in argv:
-        if word in ("|", "||", "&&", ";"):
+        if word in ("||", "&&", ";"):
+            break
+        if word == "|":
             stages.append([])
         else:
             stages[-1].append(word)
