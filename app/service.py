@@ -18,9 +18,10 @@ from typing import Any
 import delay
 from app import idempotency
 from app.api.grpc import SidecarServicer
+from app.api.guards import Guards
 from app.api.http import create_app
-from app.api.servers import GrpcServer, HttpServer
-from app.config import Settings
+from app.api.servers import GrpcServer, HttpServer, split_addr
+from app.config import Settings, is_loopback
 from app.idempotency import IdempotencyStore
 from app.lookups import DelayLookup, RetryLookup
 from app.metrics import Metrics, StateCollector
@@ -50,6 +51,26 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
+
+
+def bound_hosts(s: Settings) -> tuple[str, ...]:
+    """The HTTP listen address as a Host the API answers (a wildcard address names no host)."""
+    host = split_addr(s.http_addr)[0]
+    return () if host in ("", "0.0.0.0", "::") else (host,)
+
+
+def warn_if_open(s: Settings) -> None:
+    """Config refuses a non-loopback listener without a token unless told to; when told, say so loudly."""
+    if s.auth_token:
+        return
+    for name, addr in (("HTTP", s.http_addr), ("gRPC", s.grpc_addr)):
+        if not is_loopback(split_addr(addr)[0]):
+            log.warning(
+                "SECURITY: the %s API listens on %s without ROCKSIDECAR_AUTH_TOKEN: anyone who can reach "
+                "it can send messages (ROCKSIDECAR_ALLOW_REMOTE_WITHOUT_TOKEN is set)",
+                name,
+                addr,
+            )
 
 
 def wall_ms() -> int:
@@ -137,11 +158,11 @@ class Service:
             metrics=self.metrics,
             readiness=self.readiness,
             idempotency=self.idempotency,
-            auth_token=s.auth_token,
             max_request_bytes=s.max_request_bytes,
+            edge=Guards.of(s.auth_token, s.allowed_hosts + bound_hosts(s), s.allowed_origins),
             now_ms=self.delay.now_ms,  # due times of delayMs: a clock step back must not make them early
         )
-        self.http = HttpServer(app, s.http_addr, grace_s=s.shutdown_grace_s)
+        self.http = HttpServer(app, s.http_addr, grace_s=s.shutdown_grace_s, read_timeout_s=s.read_timeout_s)
         servicer = SidecarServicer(
             self.sidecar,
             limits=limits,
@@ -198,6 +219,7 @@ class Service:
         return store_ok and rocketmq_ok, details
 
     async def start(self) -> None:
+        warn_if_open(self.settings)
         await self.producer.start()
         for topic in self.settings.topics:  # warm routes; an unreachable name server is not fatal
             with contextlib.suppress(Exception):

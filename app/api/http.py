@@ -16,7 +16,8 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
-from app.api import problems
+from app.api import json_count, problems
+from app.api.guards import Guards
 from app.api.middleware import EdgeMiddleware
 from app.api.schemas import BatchIn, BatchOut, CancelOut, MessageIn, MessageStatusOut, Problem, SendOut
 from app.api.views import batch_view, outcome_view, status_view
@@ -91,6 +92,7 @@ def create_app(
     auth_token: str = "",
     max_request_bytes: int = 64 * 1024 * 1024,
     now_ms: Callable[[], int],
+    edge: Guards | None = None,
 ) -> FastAPI:
     app = FastAPI(
         title="rocksidecar",
@@ -103,8 +105,10 @@ def create_app(
     app.add_middleware(
         EdgeMiddleware,
         metrics=metrics,
-        auth_token=auth_token,
+        guards=edge or Guards.of(auth_token),
         limits={"/v1/messages": single, "/v1/messages:batch": max(single, max_request_bytes)},
+        default_limit=single,
+        routes=app.router.routes,
     )
     api = Api(sidecar, limits, batch_limit, metrics, readiness, idempotency, now_ms)
 
@@ -195,6 +199,22 @@ async def _parse(request: Request, model: type[M]) -> tuple[M, Ack, str | None]:
     return parsed, ack, request.headers.get("idempotency-key")
 
 
+def _bound_batch(body: bytes, batch_limit: int) -> None:
+    """Refuse a batch with too many messages before parsing builds them all (issue 11, item 7).
+
+    Raises:
+        RequestError: 413 naming ``messages``, or 400 for JSON nested deeper than any request.
+    """
+    if body.count(b",") < batch_limit:  # cannot hold more items than it has commas, plus one
+        return
+    try:
+        too_many = json_count.widest_top_level(body) > batch_limit
+    except json_count.TooDeep as exc:
+        raise RequestError(str(exc), field=None, title="Malformed JSON") from None
+    if too_many:
+        raise RequestError(f"a batch holds 1 to {batch_limit} messages", field="messages", status=413)
+
+
 def _message_routes(app: FastAPI, api: Api) -> None:
     @app.post(
         "/v1/messages",
@@ -239,6 +259,7 @@ def _message_routes(app: FastAPI, api: Api) -> None:
     )
     async def send_batch(request: Request) -> Response:
         try:
+            _bound_batch(await request.body(), api.batch_limit)
             batch, ack, idempotency_key = await _parse(request, BatchIn)
             if not batch.messages or len(batch.messages) > api.batch_limit:
                 raise RequestError(

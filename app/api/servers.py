@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 
@@ -26,9 +27,49 @@ class _Uvicorn(uvicorn.Server):
         yield  # the service owns SIGTERM and SIGINT and stops the listeners in order
 
 
+class _TimedHttpTools(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a read timeout: a client gets ``read_timeout_s`` from the
+    connection (or the first byte of its next request) to the end of the request body, then the
+    connection is closed. uvicorn itself waits for ever for slow headers and slow bodies."""
+
+    read_timeout_s = 30.0
+    _read_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._read_timer is None:
+            self._arm()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._read_timer = self.loop.call_later(self.read_timeout_s, self._expired)
+
+    def _disarm(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    def _expired(self) -> None:
+        self._read_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()  # the route, if any, sees a client disconnect
+
+
 class HttpServer:
-    def __init__(self, app: Any, addr: str, *, grace_s: float) -> None:
+    def __init__(self, app: Any, addr: str, *, grace_s: float, read_timeout_s: float = 30.0) -> None:
         self._app = app
+        self._read_timeout_s = read_timeout_s
         self.host, self.port = split_addr(addr)
         self._grace_s = grace_s
         self._server: _Uvicorn | None = None
@@ -53,9 +94,15 @@ class HttpServer:
             access_log=False,
             timeout_graceful_shutdown=max(int(self._grace_s), 1),
             backlog=1024,
+            http=type("TimedHttp", (_TimedHttpTools,), {"read_timeout_s": self._read_timeout_s}),
         )
         self._server = _Uvicorn(config)
         self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
+
+    async def requests_done(self) -> None:
+        """Wait until the requests in flight now have been answered (or abandoned)."""
+        if self._server is not None:
+            await asyncio.gather(*self._server.server_state.tasks, return_exceptions=True)
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish (up to the grace period)."""
