@@ -18,6 +18,7 @@ from typing import Any
 import delay
 from app import idempotency
 from app.api.grpc import SidecarServicer
+from app.api.grpc_edge import MalformedRequests
 from app.api.guards import Guards
 from app.api.http import create_app
 from app.api.servers import GrpcServer, HttpServer, split_addr
@@ -41,6 +42,7 @@ log = logging.getLogger("rocksidecar")
 COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES, *delay.COLUMN_FAMILIES)
 PURGE_EVERY_S = 3600.0
 READY_CACHE_S = 2.0
+ENVELOPE_BYTES = 1024 * 1024  # a message's topic, keys and properties around its body
 
 
 def tune_gc() -> None:
@@ -172,7 +174,16 @@ class Service:
             now_ms=self.delay.now_ms,
             auth_token=s.auth_token,
         )
-        self.grpc = GrpcServer(servicer, s.grpc_addr, grace_s=s.shutdown_grace_s)
+        self.grpc = GrpcServer(
+            servicer,
+            s.grpc_addr,
+            grace_s=s.shutdown_grace_s,
+            # the HTTP API's limits: one message with its envelope, or a whole batch request
+            max_receive_bytes=max(s.max_body_bytes + ENVELOPE_BYTES, s.max_request_bytes),
+            interceptors=[
+                MalformedRequests(lambda method: self.metrics.requests.labels("grpc", method, "400").inc())
+            ],
+        )
         self._ready_cache: tuple[float, bool] = (0.0, False)
         self._tasks: list[asyncio.Task[None]] = []
 

@@ -194,7 +194,7 @@ async def _parse(request: Request, model: type[M]) -> tuple[M, Ack, str | None]:
         ack = Ack(raw_ack)
     except ValueError:
         raise RequestError(
-            f"ack must be one of {[a.value for a in Ack]}, got {raw_ack!r}", field="ack"
+            f"ack must be one of {[a.value for a in Ack]}, got {problems.clip(raw_ack)}", field="ack"
         ) from None
     return parsed, ack, request.headers.get("idempotency-key")
 
@@ -309,7 +309,7 @@ def _state_routes(app: FastAPI, api: Api) -> None:
         if found is None:
             return api.problem(
                 RequestError(
-                    f"no spooled, scheduled or dead-lettered message {id!r}",
+                    f"no spooled, scheduled or dead-lettered message {problems.clip(id)}",
                     field="id",
                     status=404,
                     title="Not found",
@@ -334,11 +334,15 @@ def _state_routes(app: FastAPI, api: Api) -> None:
             return api.problem(exc)
         if result is CancelResult.NOT_FOUND:
             return api.problem(
-                RequestError(f"no scheduled message {id!r}", field="id", status=404, title="Not found")
+                RequestError(
+                    f"no scheduled message {problems.clip(id)}", field="id", status=404, title="Not found"
+                )
             )
         if result is CancelResult.ALREADY_SENT:
             return api.problem(
-                RequestError(f"message {id!r} was already sent", field="id", status=409, title="Conflict")
+                RequestError(
+                    f"message {problems.clip(id)} was already sent", field="id", status=409, title="Conflict"
+                )
             )
         return Response(orjson.dumps({"id": id, "status": "CANCELLED"}), media_type="application/json")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import grpc
@@ -114,8 +114,19 @@ class HttpServer:
 
 
 class GrpcServer:
-    def __init__(self, servicer: pb_grpc.SidecarServicer, addr: str, *, grace_s: float) -> None:
-        self._server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    def __init__(
+        self,
+        servicer: pb_grpc.SidecarServicer,
+        addr: str,
+        *,
+        grace_s: float,
+        max_receive_bytes: int = 4 * 1024 * 1024,
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    ) -> None:
+        self._server = grpc.aio.server(
+            interceptors=interceptors,
+            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", max_receive_bytes)],
+        )
         pb_grpc.add_SidecarServicer_to_server(servicer, self._server)  # type: ignore[no-untyped-call]
         host, port = split_addr(addr)
         self.port = self._server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
