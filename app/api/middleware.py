@@ -28,6 +28,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 log = logging.getLogger(__name__)
 CLIENT_CLOSED = 499
 UNMATCHED = "(unmatched)"
+_CLOSE = {"connection": "close"}  # a body over the limit is not read on (see app.api.http_protocol)
 
 
 class _Refusal(Exception):
@@ -101,7 +102,9 @@ class EdgeMiddleware:
                 {},
             )
         if _content_length(headers) > limit:
-            raise _Refusal(413, "Request too large", f"the request is larger than {limit} bytes", "body", {})
+            raise _Refusal(
+                413, "Request too large", f"the request is larger than {limit} bytes", "body", _CLOSE
+            )
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         status = 500
@@ -127,7 +130,7 @@ class EdgeMiddleware:
                             "Request too large",
                             f"the request is larger than {limit} bytes",
                             "body",
-                            {"connection": "close"},  # do not read the rest
+                            _CLOSE,
                         ),
                     )
                     return {"type": "http.disconnect"}

@@ -11,8 +11,8 @@ from typing import Any
 
 import grpc
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.api.http_protocol import GuardedHttpTools
 from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 
 
@@ -25,45 +25,6 @@ class _Uvicorn(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield  # the service owns SIGTERM and SIGINT and stops the listeners in order
-
-
-class _TimedHttpTools(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a read timeout: a client gets ``read_timeout_s`` from the
-    connection (or the first byte of its next request) to the end of the request body, then the
-    connection is closed. uvicorn itself waits for ever for slow headers and slow bodies."""
-
-    read_timeout_s = 30.0
-    _read_timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm()
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        if self._read_timer is None:
-            self._arm()
-
-    def on_message_complete(self) -> None:
-        super().on_message_complete()
-        self._disarm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
-    def _arm(self) -> None:
-        self._read_timer = self.loop.call_later(self.read_timeout_s, self._expired)
-
-    def _disarm(self) -> None:
-        if self._read_timer is not None:
-            self._read_timer.cancel()
-            self._read_timer = None
-
-    def _expired(self) -> None:
-        self._read_timer = None
-        if not self.transport.is_closing():
-            self.transport.close()  # the route, if any, sees a client disconnect
 
 
 class HttpServer:
@@ -94,7 +55,7 @@ class HttpServer:
             access_log=False,
             timeout_graceful_shutdown=max(int(self._grace_s), 1),
             backlog=1024,
-            http=type("TimedHttp", (_TimedHttpTools,), {"read_timeout_s": self._read_timeout_s}),
+            http=type("TimedHttp", (GuardedHttpTools,), {"read_timeout_s": self._read_timeout_s}),
         )
         self._server = _Uvicorn(config)
         self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
