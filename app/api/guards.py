@@ -8,11 +8,14 @@ out everything else that can reach the port.
 
 from __future__ import annotations
 
+import functools
 import hmac
 from dataclasses import dataclass
 
 from app.config import is_loopback
 
+# Hosts and origins repeat on every request: parse each once (bounded: attackers choose them).
+_loopback = functools.lru_cache(maxsize=256)(is_loopback)
 # Reachable without the token: liveness says nothing, and the API description is public anyway.
 # /readyz and /metrics name brokers and show store errors, so they need it.
 PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
@@ -41,7 +44,7 @@ class Guards:
         if host is None or "*" in self.allowed_hosts:
             return True
         name = host_name(host.decode("latin-1"))
-        return is_loopback(name) or name in self.allowed_hosts
+        return _loopback(name) or name in self.allowed_hosts
 
     def origin_ok(self, origin: bytes | None) -> bool:
         """No Origin: not a cross-origin browser request. ``null`` (sandboxed pages, files) is refused."""
@@ -51,7 +54,7 @@ class Guards:
         if text in self.allowed_origins:
             return True
         scheme, sep, rest = text.partition("://")
-        return bool(sep) and scheme in ("http", "https") and is_loopback(host_name(rest))
+        return bool(sep) and scheme in ("http", "https") and _loopback(host_name(rest))
 
     def authorized(self, authorization: bytes | str | None) -> bool:
         """``Bearer <token>``; the scheme is case-insensitive (RFC 7235), the token compared in constant
