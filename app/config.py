@@ -7,6 +7,7 @@ This is the only module that reads the environment. Every setting is declared on
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -120,7 +121,38 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("producer_group", _text, "rocksidecar", "Producer group announced to the brokers."),
     Setting("access_key", _text, "", "RocketMQ ACL access key (with secret_key)."),
     Setting("secret_key", _text, "", "RocketMQ ACL secret key (with access_key)."),
-    Setting("auth_token", _text, "", "When set, every API call needs 'Authorization: Bearer <token>'."),
+    Setting(
+        "auth_token",
+        _text,
+        "",
+        "When set, every API call but /healthz and the API docs needs 'Authorization: Bearer <token>'.",
+    ),
+    Setting(
+        "allow_remote_without_token",
+        _bool,
+        False,
+        "Allow a non-loopback http_addr/grpc_addr without auth_token (anyone who can reach it may send; "
+        "logged as a warning at start). Without it such a configuration is refused.",
+    ),
+    Setting(
+        "allowed_hosts",
+        _name_list,
+        (),
+        "Host header names the HTTP API answers besides loopback ones (DNS-rebinding guard); * for any.",
+    ),
+    Setting(
+        "allowed_origins",
+        _name_list,
+        (),
+        "Browser origins (scheme://host:port) allowed to call the HTTP API besides loopback ones; "
+        "requests from other origins get 403 (CSRF guard).",
+    ),
+    Setting(
+        "read_timeout_s",
+        _float(0.001),
+        30.0,
+        "Longest a client may take to send one HTTP request (headers and body); slower ones are cut.",
+    ),
     Setting("send_timeout_ms", _int(1, 600_000), 3000, "Budget for one send including its retries."),
     Setting("retry_times", _int(0, 16), 2, "Extra attempts of a send, each on another broker."),
     Setting(
@@ -183,6 +215,10 @@ class Settings:
     access_key: str = ""
     secret_key: str = ""
     auth_token: str = ""
+    allow_remote_without_token: bool = False
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    read_timeout_s: float = 30.0
     send_timeout_ms: int = 3000
     retry_times: int = 2
     fault_tolerance: bool = True
@@ -309,6 +345,26 @@ def _check(s: Settings, require_namesrv: bool) -> None:
         raise ConfigError("ROCKSIDECAR_ZONE: required with queue_selector=zone")
     if not s.data_dir:
         raise ConfigError("ROCKSIDECAR_DATA_DIR: must not be empty")
+    if not s.auth_token and not s.allow_remote_without_token:
+        for name in ("http_addr", "grpc_addr"):
+            host = getattr(s, name).rpartition(":")[0]
+            if not is_loopback(host):
+                raise ConfigError(
+                    f"{_BY_NAME[name].env}: {host} is not a loopback address; set "
+                    f"{_BY_NAME['auth_token'].env} (or {_BY_NAME['allow_remote_without_token'].env}=true "
+                    "to let anyone who can reach it send messages)"
+                )
+
+
+def is_loopback(host: str) -> bool:
+    """True for names and addresses that only this machine can reach: localhost, 127.0.0.0/8, ::1."""
+    host = host.strip("[]").rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 # Settings of the YAML file's `retry:` section, which have no environment variable (listed by describe()).

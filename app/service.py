@@ -19,10 +19,12 @@ import delay
 from app import idempotency, logs
 from app.api.admin import AdminOps
 from app.api.grpc import SidecarServicer
+from app.api.grpc_edge import MalformedRequests
+from app.api.guards import Guards
 from app.api.http import create_app
-from app.api.servers import GrpcServer, HttpServer, ListenError
+from app.api.servers import GrpcServer, HttpServer, ListenError, split_addr
 from app.api.ui import UiDeps, counters
-from app.config import Settings
+from app.config import Settings, is_loopback
 from app.events import OpsEvents
 from app.history import SAMPLE_EVERY_S, History
 from app.idempotency import IdempotencyStore
@@ -47,6 +49,7 @@ from storage.rocks import RocksKV
 log = logging.getLogger("rocksidecar")
 COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES, *delay.COLUMN_FAMILIES)
 PURGE_EVERY_S = 3600.0
+ENVELOPE_BYTES = 1024 * 1024  # a message's topic, keys and properties around its body
 # Due messages per redelivery call. send_batch splits a call by queue, so 32 over 8 queues made batches of
 # 4; 128 makes batches of 16 and replays a backlog (after an outage) about twice as fast (bench/recovery.py).
 REPLAY_BATCH = 128
@@ -65,6 +68,26 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
+
+
+def bound_hosts(s: Settings) -> tuple[str, ...]:
+    """The HTTP listen address as a Host the API answers (a wildcard address names no host)."""
+    host = split_addr(s.http_addr)[0]
+    return () if host in ("", "0.0.0.0", "::") else (host,)
+
+
+def warn_if_open(s: Settings) -> None:
+    """Config refuses a non-loopback listener without a token unless told to; when told, say so loudly."""
+    if s.auth_token:
+        return
+    for name, addr in (("HTTP", s.http_addr), ("gRPC", s.grpc_addr)):
+        if not is_loopback(split_addr(addr)[0]):
+            log.warning(
+                "SECURITY: the %s API listens on %s without ROCKSIDECAR_AUTH_TOKEN: anyone who can reach "
+                "it can send messages (ROCKSIDECAR_ALLOW_REMOTE_WITHOUT_TOKEN is set)",
+                name,
+                addr,
+            )
 
 
 def wall_ms() -> int:
@@ -169,14 +192,14 @@ class Service:
             metrics=self.metrics,
             readiness=self.readiness,
             idempotency=self.idempotency,
-            auth_token=s.auth_token,
             max_request_bytes=s.max_request_bytes,
+            edge=Guards.of(s.auth_token, s.allowed_hosts + bound_hosts(s), s.allowed_origins),
             now_ms=self.delay.now_ms,  # due times of delayMs: a clock step back must not make them early
             access_log=s.access_log,
             admin=admin,
             ui=UiDeps(admin, self.metrics, self.history, s.auth_token),
         )
-        self.http = HttpServer(app, s.http_addr, grace_s=s.shutdown_grace_s)
+        self.http = HttpServer(app, s.http_addr, grace_s=s.shutdown_grace_s, read_timeout_s=s.read_timeout_s)
         servicer = SidecarServicer(
             self.sidecar,
             limits=limits,
@@ -187,7 +210,18 @@ class Service:
             auth_token=s.auth_token,
         )
         try:
-            self.grpc = GrpcServer(servicer, s.grpc_addr, grace_s=s.shutdown_grace_s)
+            self.grpc = GrpcServer(
+                servicer,
+                s.grpc_addr,
+                grace_s=s.shutdown_grace_s,
+                # the HTTP API's limits: one message with its envelope, or a whole batch request
+                max_receive_bytes=max(s.max_body_bytes + ENVELOPE_BYTES, s.max_request_bytes),
+                interceptors=[
+                    MalformedRequests(
+                        lambda method: self.metrics.requests.labels("grpc", method, "400").inc()
+                    )
+                ],
+            )
         except ListenError as exc:
             self.kv.close()
             raise StartupError(f"{exc} (set ROCKSIDECAR_GRPC_ADDR)") from exc
@@ -258,6 +292,7 @@ class Service:
 
     async def start(self) -> None:
         self.events.config(self.settings)
+        warn_if_open(self.settings)
         await self.producer.start()
         for topic in self.settings.topics:  # warm routes; an unreachable name server is not fatal
             with contextlib.suppress(Exception):

@@ -8,7 +8,6 @@ is stored, by the sequence number the client gave it.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn
@@ -18,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from app.api import problems
+from app.api.guards import Guards
 from app.api.parsing import check_batch_size
 from app.api.proto import rocksidecar_pb2 as pb
 from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
@@ -117,7 +117,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self._metrics = metrics
         self._idempotency = idempotency
         self._now_ms = now_ms
-        self._expected = f"Bearer {auth_token}".encode() if auth_token else b""
+        self._guards = Guards.of(auth_token)
 
     # plumbing -----------------------------------------------------------------------------------
     async def _abort(
@@ -131,10 +131,8 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         raise AssertionError("abort returns only by raising")  # pragma: no cover
 
     async def _check_auth(self, context: grpc.aio.ServicerContext, method: str) -> None:
-        if not self._expected:
-            return
-        given = dict(context.invocation_metadata() or ()).get("authorization", "")
-        if not hmac.compare_digest(str(given).encode(), self._expected):
+        given = dict(context.invocation_metadata() or ()).get("authorization")
+        if not self._guards.authorized(given):
             await self._abort(
                 context,
                 401,
@@ -289,7 +287,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             found = await self._sidecar.status(request.id)
             if found is None:
                 raise RequestError(
-                    f"no spooled, scheduled or dead-lettered message {request.id!r}",
+                    f"no spooled, scheduled or dead-lettered message {problems.clip(request.id)}",
                     field="id",
                     status=404,
                     title="Not found",
@@ -320,11 +318,17 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             result = await self._sidecar.cancel(request.id)
             if result is CancelResult.NOT_FOUND:
                 raise RequestError(
-                    f"no scheduled message {request.id!r}", field="id", status=404, title="Not found"
+                    f"no scheduled message {problems.clip(request.id)}",
+                    field="id",
+                    status=404,
+                    title="Not found",
                 )
             if result is CancelResult.ALREADY_SENT:
                 raise RequestError(
-                    f"message {request.id!r} was already sent", field="id", status=409, title="Conflict"
+                    f"message {problems.clip(request.id)} was already sent",
+                    field="id",
+                    status=409,
+                    title="Conflict",
                 )
             return 200, {"id": request.id, "status": "CANCELLED"}
 

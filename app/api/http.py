@@ -19,10 +19,11 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from app.api import problems
+from app.api import json_count, problems
 from app.api.access_log import AccessLogMiddleware
 from app.api.admin import AdminOps, admin_routes
 from app.api.docs import offline_docs
+from app.api.guards import Guards
 from app.api.middleware import EdgeMiddleware
 from app.api.parsing import parse_batch, parse_message
 from app.api.schemas import (
@@ -44,12 +45,15 @@ from app.request import Limits, RequestError, prepare
 from app.sidecar import Ack, CancelResult, Sidecar, Status
 
 REPLAYED_HEADER = "Idempotent-Replayed"  # "true" on an answer repeated for an Idempotency-Key
+VALUES_PER_MESSAGE = 256  # on average in a batch: fields, keys and properties, with room to spare
 Readiness = Callable[[], Awaitable[tuple[bool, dict[str, Any]]]]
 _PROBLEM = {"model": Problem, "content": {problems.PROBLEM_JSON: {}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {**_PROBLEM, "description": "Invalid input; `field` names it."},
     401: {**_PROBLEM, "description": "Missing or wrong bearer token (when one is configured)."},
+    403: {**_PROBLEM, "description": "A Host or Origin that is neither loopback nor configured."},
     413: {**_PROBLEM, "description": "Body or request too large, or a batch over the limit."},
+    415: {**_PROBLEM, "description": "The body is not application/json."},
     422: {
         **_PROBLEM,
         "description": "An Idempotency-Key reused for a different request, or a message the broker refused "
@@ -136,6 +140,7 @@ def create_app(
     access_log: bool = False,
     admin: AdminOps | None = None,
     ui: UiDeps | None = None,
+    edge: Guards | None = None,
 ) -> FastAPI:
     app = FastAPI(
         title="rocksidecar",
@@ -149,8 +154,10 @@ def create_app(
     app.add_middleware(
         EdgeMiddleware,
         metrics=metrics,
-        auth_token=auth_token,
+        guards=edge or Guards.of(auth_token),
         limits={"/v1/messages": single, "/v1/messages:batch": max(single, max_request_bytes)},
+        default_limit=single,
+        routes=app.router.routes,
     )
     if access_log:  # added last: outermost, so it also logs what the edge refuses
         app.add_middleware(AccessLogMiddleware)
@@ -268,9 +275,25 @@ def _ack_and_key(request: Request) -> tuple[Ack, str | None]:
         ack = Ack(raw_ack)
     except ValueError:
         raise RequestError(
-            f"ack must be one of {[a.value for a in Ack]}, got {raw_ack!r}", field="ack"
+            f"ack must be one of {[a.value for a in Ack]}, got {problems.clip(raw_ack)}", field="ack"
         ) from None
     return ack, request.headers.get("idempotency-key")
+
+
+def _bound_batch(body: bytes, batch_limit: int) -> None:
+    """Refuse a batch far over the limit before parsing builds all of it (issue 11, item 7); the exact
+    count is checked after parsing.
+
+    Raises:
+        RequestError: 413 naming ``messages``.
+    """
+    values = batch_limit * VALUES_PER_MESSAGE
+    if not json_count.values_at_most(body, values):
+        raise RequestError(
+            f"a batch holds 1 to {batch_limit} messages and at most {values} JSON values",
+            field="messages",
+            status=413,
+        )
 
 
 def _message_routes(app: FastAPI, api: Api) -> None:
@@ -326,7 +349,9 @@ def _message_routes(app: FastAPI, api: Api) -> None:
     )
     async def send_batch(request: Request) -> Response:
         try:
-            batch = parse_batch(await request.body(), api.batch_limit)
+            body = await request.body()
+            _bound_batch(body, api.batch_limit)
+            batch = parse_batch(body, api.batch_limit)
             ack, idempotency_key = _ack_and_key(request)
         except RequestError as exc:
             api.count("rejected")
@@ -373,7 +398,7 @@ def _state_routes(app: FastAPI, api: Api) -> None:
         if found is None:
             return api.problem(
                 RequestError(
-                    f"no spooled, scheduled or dead-lettered message {id!r}",
+                    f"no spooled, scheduled or dead-lettered message {problems.clip(id)}",
                     field="id",
                     status=404,
                     title="Not found",
@@ -398,11 +423,15 @@ def _state_routes(app: FastAPI, api: Api) -> None:
             return api.problem(exc)
         if result is CancelResult.NOT_FOUND:
             return api.problem(
-                RequestError(f"no scheduled message {id!r}", field="id", status=404, title="Not found")
+                RequestError(
+                    f"no scheduled message {problems.clip(id)}", field="id", status=404, title="Not found"
+                )
             )
         if result is CancelResult.ALREADY_SENT:
             return api.problem(
-                RequestError(f"message {id!r} was already sent", field="id", status=409, title="Conflict")
+                RequestError(
+                    f"message {problems.clip(id)} was already sent", field="id", status=409, title="Conflict"
+                )
             )
         return Response(orjson.dumps({"id": id, "status": "CANCELLED"}), media_type="application/json")
 

@@ -1,15 +1,22 @@
-"""A plain ASGI middleware for what every request needs before routing: the bearer token, a size limit
-read from Content-Length, and the per-route request counter (BaseHTTPMiddleware costs too much per call)."""
+"""A plain ASGI middleware for what every request needs before routing (BaseHTTPMiddleware costs too much
+per call): the Host, Origin, bearer-token and Content-Type guards (app.api.guards), size limits enforced
+while the body streams in, and the per-route request counter, labelled by route template only.
+
+A body that grows past its limit is answered 413 at once and the connection closed; the route sees a
+client disconnect. A client that goes away mid-request is counted as 499 (nginx's "client closed
+request"), not as a 500 with a traceback.
+"""
 
 from __future__ import annotations
 
-import hmac
-from collections.abc import Awaitable, Callable, MutableMapping
+import logging
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 import orjson
+from starlette.routing import BaseRoute, Match
 
-from app.api import problems
+from app.api import guards, problems
 from app.metrics import Metrics
 
 Scope = MutableMapping[str, Any]
@@ -18,83 +25,173 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+log = logging.getLogger(__name__)
+CLIENT_CLOSED = 499
+UNMATCHED = "(unmatched)"
+_CLOSE = {"connection": "close"}  # a body over the limit is not read on (see app.api.http_protocol)
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, title: str, detail: str, field: str, headers: dict[str, str]) -> None:
+        super().__init__(detail)
+        self.status, self.title, self.detail, self.field, self.headers = status, title, detail, field, headers
+
 
 class EdgeMiddleware:
-    def __init__(self, app: ASGIApp, *, metrics: Metrics, auth_token: str, limits: dict[str, int]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        metrics: Metrics,
+        guards: guards.Guards,
+        limits: Mapping[str, int],
+        default_limit: int,
+        routes: list[BaseRoute],
+    ) -> None:
         self.app = app
         self.metrics = metrics
-        self.expected = f"Bearer {auth_token}".encode() if auth_token else b""
+        self.guards = guards
         self.limits = limits
+        self.default_limit = default_limit
+        self.routes = routes  # the app's own list: routes added later are matched too
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path: str = scope["path"]
-        if self.expected and path.startswith("/v1/") and not self._authorized(scope):
-            await self._reject(
-                scope,
-                send,
+        headers = _headers(scope)
+        limit = self.limits.get(scope["path"], self.default_limit)
+        try:
+            self._check(scope, headers, limit)
+        except _Refusal as r:
+            await _answer(send, r)
+            self._count(scope, r.status)
+            return
+        await self._run(scope, receive, send, limit)
+
+    def _check(self, scope: Scope, headers: dict[bytes, bytes], limit: int) -> None:
+        """Refuse before routing: checked in this order so that a page on another origin learns nothing."""
+        if not self.guards.host_ok(headers.get(b"host")):
+            raise _Refusal(403, "Forbidden", "this Host is not served here (see allowed_hosts)", "Host", {})
+        if not self.guards.origin_ok(headers.get(b"origin")):
+            raise _Refusal(
+                403, "Forbidden", "cross-origin requests are refused (see allowed_origins)", "Origin", {}
+            )
+        if guards.needs_token(scope["path"]) and not self.guards.authorized(
+            headers.get(b"authorization")
+        ):
+            raise _Refusal(
                 401,
                 "Unauthorized",
                 "a valid 'Authorization: Bearer <token>' header is required",
-                {"www-authenticate": "Bearer"},
                 "Authorization",
+                {"www-authenticate": "Bearer"},
             )
-            return
-        limit = self.limits.get(path)
-        if limit is not None and _content_length(scope) > limit:
-            await self._reject(
-                scope, send, 413, "Request too large", f"the request is larger than {limit} bytes", {}, "body"
+        has_body = _content_length(headers) > 0 or b"transfer-encoding" in headers
+        content_type = headers.get(b"content-type")
+        if (
+            scope["method"] in guards.BODY_METHODS
+            and (has_body or content_type is not None)
+            and not guards.is_json(content_type)
+        ):
+            raise _Refusal(
+                415,
+                "Unsupported media type",
+                "the body must be 'Content-Type: application/json'",
+                "Content-Type",
+                {},
             )
-            return
+        if _content_length(headers) > limit:
+            raise _Refusal(
+                413, "Request too large", f"the request is larger than {limit} bytes", "body", _CLOSE
+            )
+
+    async def _run(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         status = 500
+        received = 0
+        answered = False  # we answered (413) while the body streamed in: drop what the app sends
+        started = False
+        gone = False  # the client went away before an answer started
+
+        async def bounded_receive() -> Message:
+            nonlocal received, answered, gone, status
+            if answered:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    answered = True
+                    status = 413
+                    await _answer(
+                        send,
+                        _Refusal(
+                            413,
+                            "Request too large",
+                            f"the request is larger than {limit} bytes",
+                            "body",
+                            _CLOSE,
+                        ),
+                    )
+                    return {"type": "http.disconnect"}
+            elif message["type"] == "http.disconnect" and not started:
+                gone = True
+            return message
 
         async def counting_send(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started
+            if answered:
+                return
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, started = message["status"], True
             await send(message)
 
         try:
-            await self.app(scope, receive, counting_send)
+            await self.app(scope, bounded_receive, counting_send)
+        except Exception:
+            if not (answered or gone):
+                raise
+            # The route failed reading a body we cut off or the client abandoned: nobody to tell.
+            log.debug("request ended early (%s)", "too large" if answered else "client gone", exc_info=True)
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "(unmatched)"
-            self.metrics.requests.labels("http", template, str(status)).inc()
+            self._count(scope, CLIENT_CLOSED if gone and not answered else status)
 
-    def _authorized(self, scope: Scope) -> bool:
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                return hmac.compare_digest(value, self.expected)
-        return False
+    def _count(self, scope: Scope, status: int) -> None:
+        self.metrics.requests.labels("http", self._template(scope), str(status)).inc()
 
-    async def _reject(
-        self,
-        scope: Scope,
-        send: Send,
-        status: int,
-        title: str,
-        detail: str,
-        headers: dict[str, str],
-        field: str,
-    ) -> None:
-        body = orjson.dumps(problems.problem(status, title, detail, field))
-        raw = [
-            (b"content-type", problems.PROBLEM_JSON.encode()),
-            (b"content-length", str(len(body)).encode()),
-        ]
-        raw += [(k.encode(), v.encode()) for k, v in headers.items()]
-        await send({"type": "http.response.start", "status": status, "headers": raw})
-        await send({"type": "http.response.body", "body": body})
-        self.metrics.requests.labels("http", scope["path"], str(status)).inc()
+    def _template(self, scope: Scope) -> str:
+        """The route's template (``/v1/messages/{id}``), never the raw path: an attacker chooses paths."""
+        route = scope.get("route")
+        if route is None:
+            for candidate in self.routes:
+                match, _ = candidate.matches(scope)
+                if match is not Match.NONE:
+                    route = candidate
+                    break
+        return getattr(route, "path", None) or UNMATCHED
 
 
-def _content_length(scope: Scope) -> int:
+async def _answer(send: Send, r: _Refusal) -> None:
+    body = orjson.dumps(problems.problem(r.status, r.title, r.detail, r.field))
+    raw = [
+        (b"content-type", problems.PROBLEM_JSON.encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    raw += [(k.encode(), v.encode()) for k, v in r.headers.items()]
+    await send({"type": "http.response.start", "status": r.status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _headers(scope: Scope) -> dict[bytes, bytes]:
+    """The request's headers by (lower-case) name; of repeated ones, the first."""
+    out: dict[bytes, bytes] = {}
     for name, value in scope["headers"]:
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return 0
-    return 0
+        out.setdefault(name, value)
+    return out
+
+
+def _content_length(headers: dict[bytes, bytes]) -> int:
+    try:
+        return int(headers.get(b"content-length", b"0"))
+    except ValueError:
+        return 0

@@ -23,6 +23,14 @@ def problem(status: int, title: str, detail: str, field: str | None = None) -> d
     return body
 
 
+def clip(value: str, limit: int = 64) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters: input is echoed, not mirrored
+    (a 1 MiB id must not come back in the error, nor in gRPC's status header)."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
+
 def from_exception(exc: BaseException) -> tuple[int, dict[str, Any], dict[str, str]]:
     """(status, problem body, extra headers) for any exception reaching an API edge."""
     if isinstance(exc, RequestError):

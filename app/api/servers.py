@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import grpc
@@ -14,6 +14,7 @@ import uvicorn
 from grpc_health.v1 import health
 
 from app.api.grpc import add_health_and_reflection
+from app.api.http_protocol import GuardedHttpTools
 from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 
 
@@ -34,8 +35,9 @@ class _Uvicorn(uvicorn.Server):
 
 
 class HttpServer:
-    def __init__(self, app: Any, addr: str, *, grace_s: float) -> None:
+    def __init__(self, app: Any, addr: str, *, grace_s: float, read_timeout_s: float = 30.0) -> None:
         self._app = app
+        self._read_timeout_s = read_timeout_s
         self.host, self.port = split_addr(addr)
         self._grace_s = grace_s
         self._server: _Uvicorn | None = None
@@ -62,9 +64,15 @@ class HttpServer:
             access_log=False,
             timeout_graceful_shutdown=max(int(self._grace_s), 1),
             backlog=1024,
+            http=type("TimedHttp", (GuardedHttpTools,), {"read_timeout_s": self._read_timeout_s}),
         )
         self._server = _Uvicorn(config)
         self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
+
+    async def requests_done(self) -> None:
+        """Wait until the requests in flight now have been answered (or abandoned)."""
+        if self._server is not None:
+            await asyncio.gather(*self._server.server_state.tasks, return_exceptions=True)
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish (up to the grace period)."""
@@ -89,10 +97,21 @@ def _check_free(host: str, port: int, api: str) -> None:
 
 
 class GrpcServer:
-    def __init__(self, servicer: pb_grpc.SidecarServicer, addr: str, *, grace_s: float) -> None:
+    def __init__(
+        self,
+        servicer: pb_grpc.SidecarServicer,
+        addr: str,
+        *,
+        grace_s: float,
+        max_receive_bytes: int = 4 * 1024 * 1024,
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    ) -> None:
         host, port = split_addr(addr)
         _check_free(host, port, "gRPC")
-        self._server: grpc.aio.Server | None = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        self._server: grpc.aio.Server | None = grpc.aio.server(
+            interceptors=interceptors,
+            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", max_receive_bytes)],
+        )
         pb_grpc.add_SidecarServicer_to_server(servicer, self._server)  # type: ignore[no-untyped-call]
         self.port = self._server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         self.host = host

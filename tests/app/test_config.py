@@ -80,3 +80,58 @@ def test_bad_files_name_the_key(tmp_path: Path, text: str, names: str) -> None:
     cfg.write_text(text)
     with pytest.raises(ConfigError, match=names):
         load({"ROCKSIDECAR_NAMESRV": "a:1"}, cfg)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"ROCKSIDECAR_HTTP_ADDR": "0.0.0.0:9880"},
+        {"ROCKSIDECAR_GRPC_ADDR": "[::]:9881"},
+        {"ROCKSIDECAR_HTTP_ADDR": "10.1.2.3:9880"},
+        {"ROCKSIDECAR_HTTP_ADDR": "sidecar.example:9880"},
+    ],
+)
+def test_a_non_loopback_listener_needs_a_token_or_an_explicit_opt_in(env: dict[str, str]) -> None:
+    env = {"ROCKSIDECAR_NAMESRV": "a:1", **env}
+    name = next(iter(k for k in env if k.endswith("_ADDR")))
+    with pytest.raises(ConfigError, match=f"{name}.*ROCKSIDECAR_AUTH_TOKEN"):
+        load(env)
+    assert load({**env, "ROCKSIDECAR_AUTH_TOKEN": "s3cret"}).auth_token == "s3cret"
+    assert load({**env, "ROCKSIDECAR_ALLOW_REMOTE_WITHOUT_TOKEN": "true"}).allow_remote_without_token
+
+
+@pytest.mark.parametrize("addr", ["127.0.0.1:1", "127.9.9.9:1", "localhost:1", "[::1]:1"])
+def test_loopback_listeners_need_no_token(addr: str) -> None:
+    assert load({"ROCKSIDECAR_NAMESRV": "a:1", "ROCKSIDECAR_HTTP_ADDR": addr}).http_addr == addr
+
+
+def test_the_opt_in_is_warned_about_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    from app.service import warn_if_open
+
+    settings = load(
+        {
+            "ROCKSIDECAR_NAMESRV": "a:1",
+            "ROCKSIDECAR_HTTP_ADDR": "0.0.0.0:9880",
+            "ROCKSIDECAR_ALLOW_REMOTE_WITHOUT_TOKEN": "1",
+        }
+    )
+    warn_if_open(settings)
+    (record,) = caplog.records
+    assert record.levelname == "WARNING" and "0.0.0.0:9880" in record.message and "SECURITY" in record.message
+
+
+def test_edge_settings_parse_lists() -> None:
+    s = load(
+        {
+            "ROCKSIDECAR_NAMESRV": "a:1",
+            "ROCKSIDECAR_ALLOWED_HOSTS": "sidecar.internal, other",
+            "ROCKSIDECAR_ALLOWED_ORIGINS": "https://console.example",
+            "ROCKSIDECAR_READ_TIMEOUT_S": "2.5",
+        }
+    )
+    assert s.allowed_hosts == ("sidecar.internal", "other") and s.allowed_origins == (
+        "https://console.example",
+    )
+    assert s.read_timeout_s == 2.5
+    with pytest.raises(ConfigError, match="ROCKSIDECAR_READ_TIMEOUT_S"):
+        load({"ROCKSIDECAR_NAMESRV": "a:1", "ROCKSIDECAR_READ_TIMEOUT_S": "0"})

@@ -43,7 +43,7 @@ async def test_metrics_count_requests_messages_and_broker_state(stack: Stack) ->
     assert "# HELP rocksidecar_retry_oldest_age_seconds Age of the oldest message" in text
 
 
-async def test_bearer_token_guards_the_api_but_not_the_probes(make_stack: Any) -> None:
+async def test_bearer_token_guards_the_api_but_not_liveness(make_stack: Any) -> None:
     async with make_stack(auth_token="s3cret") as stack:
         ok = await stack.http.post("/v1/messages", json={"topic": "A", "body": "x"})
         assert ok.status_code == 200
@@ -54,7 +54,8 @@ async def test_bearer_token_guards_the_api_but_not_the_probes(make_stack: Any) -
             assert r.json()["field"] == "Authorization"
         assert len(stack.stored("A")) == 1
         assert (await stack.http.get("/healthz")).status_code == 200
-        assert (await stack.http.get("/metrics")).status_code == 200
+        for path in ("/metrics", "/readyz"):  # they name brokers and show store errors
+            assert (await stack.http.get(path)).status_code == 401, path
 
 
 async def test_idempotency_key_returns_the_first_answer_and_sends_once(stack: Stack) -> None:

@@ -1,0 +1,146 @@
+"""A gRPC server interceptor that answers a request that is not valid protobuf with INVALID_ARGUMENT.
+
+grpc deserializes before the servicer runs, and a DecodeError there ends the call as UNKNOWN with a
+traceback in the log. Here every method's deserializer returns a marker instead of raising, and the
+method refuses the marker: a unary call at once, a stream where the bad message would have been (the
+messages before it are handled and acknowledged as usual).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+DETAIL = "the request is not a valid protobuf message of this method's type"
+
+
+class _Malformed:
+    """Stands in for a request that did not decode."""
+
+
+MALFORMED = _Malformed()
+
+
+def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserialize is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except DecodeError:
+            return MALFORMED
+
+    return parse
+
+
+class MalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio is untyped
+    def __init__(self, on_malformed: Callable[[str], None]) -> None:
+        self._on_malformed = on_malformed  # counts the refusal, by method name
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = str(handler_call_details.method).rpartition("/")[2]
+        refuse = self._refuser(method)
+        wrapped: dict[str, Any] = {"request_deserializer": _tolerant(handler.request_deserializer)}
+        if handler.unary_unary is not None:
+            wrapped["unary_unary"] = _unary(handler.unary_unary, refuse)
+        elif handler.unary_stream is not None:
+            wrapped["unary_stream"] = _unary_stream(handler.unary_stream, refuse)
+        elif handler.stream_unary is not None:
+            wrapped["stream_unary"] = _stream_unary(handler.stream_unary, refuse)
+        elif handler.stream_stream is not None:
+            wrapped["stream_stream"] = _stream_stream(handler.stream_stream, refuse)
+        return handler._replace(**wrapped)
+
+    def _refuser(self, method: str) -> Callable[[grpc.aio.ServicerContext], Awaitable[None]]:
+        async def refuse(context: grpc.aio.ServicerContext) -> None:
+            self._on_malformed(method)
+            context.set_trailing_metadata((("field", ""), ("http-status", "400")))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, DETAIL)
+
+        return refuse
+
+
+Refuse = Callable[[grpc.aio.ServicerContext], Awaitable[None]]
+
+
+class _Requests:
+    """A request stream that stops at the first malformed message and remembers that it did."""
+
+    def __init__(self, requests: AsyncIterator[Any]) -> None:
+        self._requests = requests
+        self.malformed = False
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        async for request in self._requests:
+            if request is MALFORMED:
+                self.malformed = True
+                return
+            yield request
+
+
+# The behaviours below may be plain functions (sync servicers, such as some of grpc's own): their
+# results are awaited or iterated only when they need it.
+async def _result(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+async def _each(responses: Any) -> AsyncIterator[Any]:
+    if hasattr(responses, "__aiter__"):
+        async for response in responses:
+            yield response
+    else:
+        for response in responses:
+            yield response
+
+
+def _unary(behavior: Any, refuse: Refuse) -> Any:
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if request is MALFORMED:
+            await refuse(context)
+        return await _result(behavior(request, context))
+
+    return call
+
+
+def _unary_stream(behavior: Any, refuse: Refuse) -> Any:
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        if request is MALFORMED:
+            await refuse(context)
+        async for response in _each(behavior(request, context)):
+            yield response
+
+    return call
+
+
+def _stream_unary(behavior: Any, refuse: Refuse) -> Any:
+    async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        checked = _Requests(requests)
+        response = await _result(behavior(checked.__aiter__(), context))
+        if checked.malformed:
+            await refuse(context)
+        return response
+
+    return call
+
+
+def _stream_stream(behavior: Any, refuse: Refuse) -> Any:
+    async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        checked = _Requests(requests)
+        async for response in _each(behavior(checked.__aiter__(), context)):
+            yield response
+        if checked.malformed:
+            await refuse(context)
+
+    return call

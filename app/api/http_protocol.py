@@ -1,0 +1,92 @@
+"""uvicorn's httptools protocol with the connection-level limits uvicorn lacks.
+
+- A read timeout: a client gets ``read_timeout_s`` from the connection (or the first byte of its next
+  request) to the end of the request body, then the connection is closed. uvicorn waits for ever for
+  slow headers and slow bodies.
+- A lingering close: when the connection is closed while the request body is still arriving (a 413
+  answered mid-body, a timeout), it is half-closed and what the client still sends is read and dropped
+  for ``LINGER_S`` before the close. Closing at once, with the client's data unread, makes the kernel
+  send a reset, and the client's kernel then discards the answer before the client has read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+LINGER_S = 1.0
+
+
+class _LingeringTransport:
+    """The real transport, except that ``close()`` lingers while the request body is arriving."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: GuardedHttpTools) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self.lingering = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self.lingering or self._transport.is_closing()
+
+    def close(self) -> None:
+        if self.is_closing():
+            if not self._transport.is_closing() and not self.lingering:
+                self._transport.close()
+            return
+        if self._protocol.body_arriving() and self._transport.can_write_eof():
+            self.lingering = True
+            self._transport.write_eof()  # the answer, then FIN
+            self._transport.resume_reading()
+            self._protocol.loop.call_later(LINGER_S, self._transport.close)
+            return
+        self._transport.close()
+
+
+class GuardedHttpTools(HttpToolsProtocol):
+    read_timeout_s = 30.0
+    _read_timer: asyncio.TimerHandle | None = None
+    _lingering: _LingeringTransport | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._lingering = _LingeringTransport(transport, self)
+        super().connection_made(cast(asyncio.Transport, self._lingering))
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering is not None and self._lingering.lingering:
+            return  # dropped: the answer is out, nothing more is parsed
+        super().data_received(data)
+
+    def body_arriving(self) -> bool:
+        return self.cycle is not None and self.cycle.more_body
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._read_timer is None:
+            self._arm()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._read_timer = self.loop.call_later(self.read_timeout_s, self._expired)
+
+    def _disarm(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    def _expired(self) -> None:
+        self._read_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()  # the route, if any, sees a client disconnect
