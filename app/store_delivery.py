@@ -25,6 +25,10 @@ class DeliveryFailed(Exception):
         self.retriable = retriable
 
 
+def _sent_to(r: SendResult) -> SentTo:
+    return SentTo(r.queue.broker_name, r.queue.queue_id, r.queue_offset, r.offset_msg_id)
+
+
 def stored_message(s: RetryRecord | DelayedMessage) -> Message:
     """The message a stored record (retry or delay) is sent as, under its original id."""
     return Message(s.topic, s.body, tags=s.tags, keys=tuple(s.keys), properties=dict(s.properties), id=s.id)
@@ -79,22 +83,21 @@ class StoreDelivery:
         try:
             await self._delay.record_sent(
                 [id_ for id_, _ in sent],
-                [
-                    SentTo(r.queue.broker_name, r.queue.queue_id, r.queue_offset, r.offset_msg_id)
-                    for _, r in sent
-                ],
+                [_sent_to(r) for _, r in sent],
             )
         except Exception as exc:
             log.warning("could not record %d delivered ids: %s", len(sent), exc)
 
-    async def publish_delayed(self, msgs: Sequence[DelayedMessage]) -> list[Exception | None]:
+    async def publish_delayed(self, msgs: Sequence[DelayedMessage]) -> list[Exception | SentTo | None]:
         """The delay scheduler's ``publish``: send due messages as batches; spool what fails into the retry
         store (which also dead-letters what the broker refuses). An exception per message means "stored
-        nowhere": the scheduler keeps it and tries again."""
+        nowhere": the scheduler keeps it and tries again; a SentTo, where the broker stored it."""
         results = await self._producer.send_batch(
             [stored_message(m) for m in msgs], [m.sharding_key for m in msgs], validated=True
         )
-        out: list[Exception | None] = [None] * len(msgs)
+        out: list[Exception | SentTo | None] = [
+            _sent_to(r) if isinstance(r, SendResult) else None for r in results
+        ]
         now = self._now_ms()
         by_due: dict[int, list[tuple[int, RetryRecord]]] = {}
         for i, (m, result) in enumerate(zip(msgs, results, strict=True)):

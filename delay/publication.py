@@ -9,15 +9,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from delay.message import DelayedMessage
+from delay.status import SentTo
 
 # One outcome per message, in order: an exception means "not stored anywhere" (it stays scheduled and is
-# tried again); anything else (None, a SendResult) means stored by a broker or spooled for retry.
+# tried again); anything else means stored by a broker (a SentTo says where) or spooled for retry.
 Publish = Callable[[list[DelayedMessage]], Awaitable[Sequence[object]]]
 
 
 @dataclass(frozen=True, slots=True)
 class Published:
     sent: list[tuple[bytes, DelayedMessage]]  # (due key, message as stored)
+    sent_to: list[SentTo | None]  # where each of ``sent`` was stored, when publish said so
     failed: list[bytes]  # due keys
     first_error: BaseException | None
     done_at_ms: int  # when publish returned: "sent" time and lateness are measured to here
@@ -37,6 +39,7 @@ async def publish_batch(
     except Exception as exc:
         results = [exc] * len(msgs)
     sent: list[tuple[bytes, DelayedMessage]] = []
+    sent_to: list[SentTo | None] = []
     failed: list[bytes] = []
     first_error: BaseException | None = None
     for item, result in zip(batch, results, strict=True):
@@ -45,4 +48,5 @@ async def publish_batch(
             first_error = first_error or result
         else:
             sent.append(item)
-    return Published(sent, failed, first_error, now_ms())
+            sent_to.append(result if isinstance(result, SentTo) else None)
+    return Published(sent, sent_to, failed, first_error, now_ms())

@@ -17,6 +17,7 @@ from delay.holds import Holds
 from delay.keys import split_due_key
 from delay.message import CorruptMessageError, DelayedMessage, decode_message
 from delay.publication import Publish, publish_batch
+from delay.status import SentTo
 from delay.store import PURGE_LIMIT, DelayStore
 from storage.errors import StorageError
 from storage.keys import parse_due
@@ -63,7 +64,8 @@ class DelayScheduler:
         self._on_published = on_published
         self._cursor = b""  # start() moves it to the store's floor
         self._held = Holds()  # failed publishes waiting for their retry time
-        self._unrecorded: list[tuple[list[bytes], int]] = []  # published, "sent" not stored yet
+        # published, "sent" not stored yet: (keys, at_ms, where each went)
+        self._unrecorded: list[tuple[list[bytes], int, list[SentTo | None]]] = []
         self._calls: set[asyncio.Task[None]] = set()
         self._wakeup: asyncio.Future[None] | None = None
         self._for_slot = False  # waiting for a publish call to finish, not for a due time
@@ -242,10 +244,10 @@ class DelayScheduler:
         if out.sent:
             keys = [key for key, _ in out.sent]
             try:
-                await self._store.mark_sent(keys, out.done_at_ms)
+                await self._store.mark_sent(keys, out.done_at_ms, out.sent_to)
             except StorageError as exc:
                 log.error("%d published messages not recorded as sent yet: %s", len(keys), exc)
-                self._unrecorded.append((keys, out.done_at_ms))
+                self._unrecorded.append((keys, out.done_at_ms, out.sent_to))
                 self._wake()  # the seek loop retries the record before it publishes anything else
 
     def _hold(self, keys: list[bytes], retry_at_ms: int) -> None:
@@ -256,9 +258,9 @@ class DelayScheduler:
 
     async def _record_unrecorded(self) -> bool:
         while self._unrecorded:
-            keys, at_ms = self._unrecorded[0]
+            keys, at_ms, sent_to = self._unrecorded[0]
             try:
-                await self._store.mark_sent(keys, at_ms)
+                await self._store.mark_sent(keys, at_ms, sent_to)
             except StorageError:
                 return False
             self._unrecorded.pop(0)

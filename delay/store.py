@@ -169,15 +169,16 @@ class DelayStore:
         found = self.kv.scan(DUE_CF, lower=start, limit=1)
         return found[0][0] if found else None
 
-    async def mark_sent(self, keys: list[bytes], at_ms: int) -> None:
-        """The claimed messages under ``keys`` were published: delete them and keep SENT markers, in one
-        batch. Their claims are released once that is stored; until then cancel answers ALREADY_SENT.
+    async def mark_sent(self, keys: list[bytes], at_ms: int, sent_to: Sequence[SentTo | None] = ()) -> None:
+        """The claimed messages under ``keys`` were published (to ``sent_to``, when known): delete them and
+        keep SENT markers, in one batch. Their claims are released once that is stored; until then cancel
+        answers ALREADY_SENT.
 
         Raises:
             StorageError: not recorded; the claims stay, call again.
         """
         self.claims.mark_published(keys)
-        ops = self._finish_ops(keys, SENT, at_ms)
+        ops = self._finish_ops(keys, SENT, at_ms, sent_to)
 
         def written(ok: bool) -> None:
             if ok:
@@ -243,15 +244,18 @@ class DelayStore:
         return index_dues(id_, [key for key, _ in entries])
 
     @staticmethod
-    def _finish_ops(keys: list[bytes], kind: bytes, at_ms: int) -> list[Op]:
-        """Delete the due keys and their index entries; mark their ids done (``kind`` at ``at_ms``)."""
+    def _finish_ops(
+        keys: list[bytes], kind: bytes, at_ms: int, sent_to: Sequence[SentTo | None] = ()
+    ) -> list[Op]:
+        """Delete the due keys and their index entries; mark their ids done (``kind`` at ``at_ms``, sent
+        to ``sent_to[i]`` when given)."""
         ops: list[Op] = []
-        for key in keys:
+        for i, key in enumerate(keys):
             due_ms, id_ = split_due_key(key)
             ops += (
                 Delete(DUE_CF, key),
                 Delete(INDEX_CF, index_key(id_, due_ms)),
-                *DoneMarkers.ops(id_, kind, at_ms),
+                *DoneMarkers.ops(id_, kind, at_ms, sent_to[i] if i < len(sent_to) else None),
             )
         return ops
 

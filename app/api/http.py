@@ -178,9 +178,8 @@ def create_app(
         if exc.status_code == 405:
             headers["Allow"] = ", ".join(_allowed_methods(app, request))
         title = _phrase(exc.status_code)
-        detail = (
-            f"no {request.method} on {request.url.path}" if exc.status_code in (404, 405) else str(exc.detail)
-        )
+        path = request.url.path if len(request.url.path) <= 200 else request.url.path[:200] + "..."
+        detail = f"no {request.method} on {path}" if exc.status_code in (404, 405) else str(exc.detail)
         return Response(
             orjson.dumps(problems.problem(exc.status_code, title, detail)),
             status_code=exc.status_code,

@@ -153,6 +153,8 @@ async def test_unknown_routes_and_methods_are_problem_json_with_a_full_allow(sta
         assert set(r.headers["allow"].split(", ")) == {"GET", "DELETE"}
     r = await stack.http.get("/v1/messages")
     assert r.status_code == 405 and r.headers["allow"] == "POST"
+    r = await stack.http.get("/x" * 5000)
+    assert r.status_code == 404 and len(r.json()["detail"]) < 300  # the path is not echoed whole
 
 
 async def test_a_batch_over_the_limit_is_titled_as_such(make_stack: Any) -> None:

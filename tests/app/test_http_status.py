@@ -51,3 +51,18 @@ async def _grpc_status(stack: Stack, id_: str) -> pb.MessageStatus:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{stack.service.grpc.port}") as channel:
         status: pb.MessageStatus = await pb_grpc.SidecarStub(channel).GetMessage(pb.GetMessageRequest(id=id_))
         return status
+
+
+async def test_a_published_delayed_message_says_when_and_where(stack: Stack) -> None:
+    r = await stack.http.post("/v1/messages", json={"topic": "Later", "body": "x", "delayMs": 20})
+    assert r.status_code == 202 and r.json()["status"] == "SCHEDULED"
+    await stack.until_published(r.json()["deliverAt"])
+    [stored] = stack.stored("Later")
+    sent = (await stack.http.get(f"/v1/messages/{r.json()['id']}")).json()
+    assert sent["status"] == "SENT" and sent["sentAt"] >= r.json()["deliverAt"]
+    assert (sent["queueId"], sent["queueOffset"], sent["msgId"]) == (
+        stored.queue_id,
+        stored.queue_offset,
+        stored.offset_msg_id,
+    )
+    assert sent["broker"] in stack.cluster.brokers
