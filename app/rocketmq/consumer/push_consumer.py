@@ -302,17 +302,11 @@ class PushConsumer:
             wanted: set[MessageQueue] = set()
             topics = {s.topic for s in self._subscriptions()}
             for topic in topics:
-                route = self._routes.get(topic)
-                if route is None:
-                    continue
-                mq_all = route.subscribe_queues(topic)
-                cids = (
-                    await self._consumer_ids(route)
-                    if self.config.message_model is MessageModel.CLUSTERING
-                    else []
-                )
-                wanted |= allocate_queues(self.config, self.client_id, mq_all, cids)
-            for mq in [m for m in self.queues if m not in wanted or m.topic not in topics]:
+                share = await self._topic_share(topic)
+                if share is None:  # no route or no member list this time: keep what we have (Java)
+                    share = {mq for mq in self.queues if mq.topic == topic}
+                wanted |= share
+            for mq in [m for m in self.queues if m not in wanted]:
                 await self._remove_queue(mq)
             new = [mq for mq in wanted if mq not in self.queues]
             if new and self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
@@ -321,16 +315,35 @@ class PushConsumer:
                 await self._add_queue(mq)
         self.stats.bump("rebalances_done")
 
+    async def _topic_share(self, topic: str) -> set[MessageQueue] | None:
+        """Our queues of ``topic``, or None when that cannot be known now."""
+        route = self._routes.get(topic)
+        if route is None:
+            return None
+        mq_all = route.subscribe_queues(topic)
+        if self.config.message_model is MessageModel.BROADCASTING:
+            return allocate_queues(self.config, self.client_id, mq_all, [])
+        cids = await self._consumer_ids(route)
+        if not cids or not mq_all:
+            log.warning(
+                "group %s: no consumer list or no queues for %s; allocation kept", self.config.group, topic
+            )
+            return None
+        return allocate_queues(self.config, self.client_id, mq_all, cids)
+
     async def _consumer_ids(self, route: TopicRouteData) -> list[str]:
         for b in sorted(route.broker_datas, key=lambda b: b.broker_name):
             if not b.master_addr:
                 continue
             try:
-                return await self.api.get_consumer_list(b.master_addr, self.config.group)
+                ids = await self.api.get_consumer_list(b.master_addr, self.config.group)
             except RocketMQError as exc:
                 log.warning(
                     "group %s: consumer list from %s failed: %s", self.config.group, b.master_addr, exc
                 )
+                continue
+            if ids:
+                return ids
         return []
 
     async def _add_queue(self, mq: MessageQueue) -> None:
@@ -416,6 +429,7 @@ class PushConsumer:
     # offsets -----------------------------------------------------------------------------------
     async def persist_offsets(self) -> None:
         await self.offsets.persist_all(list(self.queues))
+        self.stats.bump("persists")
 
     # pulling -----------------------------------------------------------------------------------
     def _flow_controlled(self, pq: ProcessQueue) -> bool:
@@ -428,9 +442,9 @@ class PushConsumer:
 
     async def _pull_loop(self, state: QueueState) -> None:
         cfg, pq, mq = self.config, state.pq, state.mq
-        sub = self._subs.get(mq.topic) or Subscription(mq.topic, "*")
         while not pq.dropped and not self._closing.is_set():
             state.wake.clear()
+            sub = self._subs.get(mq.topic) or Subscription(mq.topic, "*")  # it may change meanwhile
             if self._flow_controlled(pq):
                 self.stats.bump("flow_control_pauses")
                 await state.wake.wait()  # consumption or a drop pokes the queue

@@ -14,10 +14,17 @@ from app.rocketmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeSta
 from app.rocketmq.consumer.offset_store import LocalFileOffsetStore, ReadType
 from app.rocketmq.consumer.push_consumer import PushConsumer
 from app.rocketmq.message import MessageExt, MessageQueue
-from app.rocketmq.pool import RemotingClient
-from app.rocketmq.protocol.frame import RemotingCommand
 from devbroker import DevCluster
-from tests.rocketmq.consumer.helpers import WAIT_S, Recorder, owned, send_to_queues, settle, start
+from tests.rocketmq.consumer.helpers import (
+    WAIT_S,
+    FailingClient,
+    Recorder,
+    owned,
+    send_to_queues,
+    settle,
+    start,
+    wired,
+)
 
 TOPIC = "ConsumeT"
 start_ = functools.partial(start, topic=TOPIC)
@@ -81,24 +88,6 @@ async def test_a_failed_message_comes_back_through_the_retry_topic(
     assert len(retry) == 2
 
 
-class FlakySendBack(RemotingClient):
-    """Fails the first ``fail`` CONSUMER_SEND_MSG_BACK requests, as a broker that is briefly down."""
-
-    def __init__(self, fail: int) -> None:
-        super().__init__()
-        self.fail = fail
-        self.codes: list[int] = []
-
-    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
-        self.codes.append(cmd.code)
-        if cmd.code == RequestCode.CONSUMER_SEND_MSG_BACK and self.fail > 0:
-            self.fail -= 1
-            from app.rocketmq.errors import ConnectionClosed
-
-            raise ConnectionClosed("injected: send-back lost", addr=addr)
-        return await super().invoke(addr, cmd, timeout_s)
-
-
 async def test_a_failed_send_back_is_retried_locally_and_never_dropped(
     cluster: DevCluster, consumers: list[PushConsumer]
 ) -> None:
@@ -111,10 +100,9 @@ async def test_a_failed_send_back_is_retried_locally_and_never_dropped(
             else ConsumeStatus.SUCCESS
         )
     )
-    client = FlakySendBack(fail=1)
+    client = FailingClient({RequestCode.CONSUMER_SEND_MSG_BACK: 1})
     cfg = config("G-flaky", "one", send_back_retry_s=0.05)
-    consumer = PushConsumer(cfg, cluster.namesrv_addr, rec, client=client)
-    client._on_request = consumer.on_broker_request
+    consumer = wired(PushConsumer(cfg, cluster.namesrv_addr, rec, client=client), client)
     consumer.subscribe(TOPIC)
     consumers.append(consumer)
     await consumer.start()
@@ -212,10 +200,9 @@ async def test_close_persists_offsets_before_it_unregisters(
     cluster: DevCluster, consumers: list[PushConsumer]
 ) -> None:
     await send_to_queues(cluster, TOPIC, 2, queues=1)
-    client = FlakySendBack(fail=0)
+    client = FailingClient()
     rec = Recorder()
-    consumer = PushConsumer(config("G-order", "one"), cluster.namesrv_addr, rec, client=client)
-    client._on_request = consumer.on_broker_request
+    consumer = wired(PushConsumer(config("G-order", "one"), cluster.namesrv_addr, rec, client=client), client)
     consumer.subscribe(TOPIC)
     await consumer.start()
     await rec.until(lambda got: len(got) >= 4)
