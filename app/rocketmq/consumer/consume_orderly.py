@@ -61,14 +61,15 @@ class OrderlyService:
         state.poke()
 
     async def _give_up(self, state: QueueState, batch: list[MessageExt]) -> bool:
-        """After max_reconsume_times, send the batch back (to the DLQ, in effect) and move on; True when
-        every message went back. Broadcasting has no retry topic: there they are logged and skipped."""
+        """After max_reconsume_times, send the batch to the group's DLQ and move on (redelivering it
+        through the retry topic would break the order); True when every message went. Broadcasting has
+        no retry topic: there they are logged and skipped."""
         host, cfg = self._host, self._host.config
         if any(m.reconsume_times < cfg.max_reconsume_times for m in batch):
             return False
         if cfg.message_model is not MessageModel.BROADCASTING:
             for msg in batch:
-                if not await host.send_back(msg, state.mq):
+                if not await host.send_back(msg, state.mq, dead=True):
                     host.stats.bump("send_back_failed")
                     return False
         else:

@@ -273,8 +273,10 @@ class PushConsumer:
             except RocketMQError as exc:
                 log.warning("group %s: unregister at %s failed: %s", self.config.group, addr, exc)
 
-    async def send_back(self, msg: MessageExt, mq: MessageQueue) -> bool:
-        """CONSUMER_SEND_MSG_BACK to the queue's broker; False when it failed (the caller retries)."""
+    async def send_back(self, msg: MessageExt, mq: MessageQueue, *, dead: bool = False) -> bool:
+        """CONSUMER_SEND_MSG_BACK to the queue's broker, to be redelivered after the delay of its
+        reconsume count, or with ``dead`` straight to the group's DLQ (delay level -1); False when it
+        failed (the caller retries)."""
         addr = self._broker_addrs().get(mq.broker_name)
         if addr is None:
             return False
@@ -284,7 +286,7 @@ class PushConsumer:
                 addr,
                 msg,
                 self.config.group,
-                delay_level=delay_level_for(msg.reconsume_times),
+                delay_level=-1 if dead else delay_level_for(msg.reconsume_times),
                 max_reconsume_times=self.config.max_reconsume_times,
             )
         except RocketMQError as exc:

@@ -236,3 +236,62 @@ async def test_broadcasting_delivers_everything_to_every_member(
     saved = LocalFileOffsetStore(members[0].offsets.path)
     await saved.load()
     assert await saved.read(MessageQueue(TOPIC, "broker-b", 1), ReadType.MEMORY) == 2
+
+
+async def test_after_max_reconsume_times_the_broker_moves_it_to_the_dlq(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    await send_to_queues(cluster, TOPIC, 1, queues=1)
+    rec = Recorder(lambda m: ConsumeStatus.RECONSUME_LATER)  # a poison message: always fails
+    consumer = await start_(consumers, cluster, config("G-dlq", "one", max_reconsume_times=2), rec)
+    await consumer.stats.reach("sent_back", 6)  # 2 messages x (first try + 2 reconsumes)
+    dead = [m for b in cluster.brokers.values() for m in b.messages("%DLQ%G-dlq")]
+    assert sorted(m.body for m in dead) == [b"broker-a/0/0", b"broker-b/0/0"]
+    assert sorted(m.reconsume_times for m in rec.got) == [0, 0, 1, 1, 2, 2]
+
+
+async def test_a_listener_that_hangs_past_the_consume_timeout_counts_as_failed(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    await send_to_queues(cluster, TOPIC, 1, queues=1)
+    hang = asyncio.Event()
+
+    class Hangs(Recorder):
+        async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+            if msgs[0].reconsume_times == 0:
+                await hang.wait()  # never set
+            return await super().__call__(msgs, mq)
+
+    rec = Hangs()
+    consumer = await start_(consumers, cluster, config("G-hang", "one", consume_timeout_s=0.05), rec)
+    await rec.until(lambda got: len(got) >= 2)  # both came back through the retry topic
+    assert {m.reconsume_times for m in rec.got} == {1}
+    assert consumer.stats["consume_failed"] == 2
+
+
+def test_flow_control_thresholds() -> None:
+    consumer = PushConsumer(
+        config(
+            "G-fc",
+            "one",
+            pull_threshold_for_queue=3,
+            pull_threshold_size_for_queue_mib=1,
+            consume_max_span=10,
+        ),
+        "127.0.0.1:1",
+        Recorder(),
+    )
+    from app.rocketmq.consumer.process_queue import ProcessQueue
+    from tests.rocketmq.consumer.factory import stored
+
+    pq = ProcessQueue(0)
+    pq.put([stored(0), stored(1), stored(2)], 3)
+    assert not consumer._flow_controlled(pq)
+    pq.put([stored(3)], 4)
+    assert consumer._flow_controlled(pq)  # count
+    big = ProcessQueue(0)
+    big.put([stored(0, b"x" * (1024 * 1024 + 1))], 1)
+    assert consumer._flow_controlled(big)  # size
+    wide = ProcessQueue(0)
+    wide.put([stored(0), stored(11)], 12)
+    assert consumer._flow_controlled(wide)  # span: offset 0 stuck while 11 is cached

@@ -210,7 +210,7 @@ class FakeHost:
     def spawn(self, state: QueueState, coro: object) -> None:
         self.tasks.append(asyncio.get_running_loop().create_task(coro))  # type: ignore[arg-type]
 
-    async def send_back(self, msg: MessageExt, mq: MessageQueue) -> bool:
+    async def send_back(self, msg: MessageExt, mq: MessageQueue, *, dead: bool = False) -> bool:
         return True
 
     async def wait_closing(self, timeout_s: float) -> bool:
