@@ -445,11 +445,11 @@ class PushConsumer:
     async def _pull_loop(self, state: QueueState) -> None:
         cfg, pq, mq = self.config, state.pq, state.mq
         while not pq.dropped and not self._closing.is_set():
-            state.wake.clear()
+            state.room.clear()
             sub = self._subs.get(mq.topic) or Subscription(mq.topic, "*")  # it may change meanwhile
             if self._flow_controlled(pq):
                 self.stats.bump("flow_control_pauses")
-                await state.wake.wait()  # consumption or a drop pokes the queue
+                await state.room.wait()  # consumption or a drop pokes the queue
                 continue
             addr = self._broker_addrs().get(mq.broker_name)
             try:
@@ -501,7 +501,7 @@ class PushConsumer:
             if messages:
                 self.stats.bump("pulled", len(messages))
                 if cfg.orderly:
-                    state.poke()
+                    state.ready.set()
                 else:
                     self._concurrent.submit(state, messages)
 

@@ -167,3 +167,14 @@ async def test_orderly_gives_up_after_max_reconsume_times_and_moves_on(
     assert consumer.stats["sent_back"] == 1
     assert [m.body for m in cluster.brokers["broker-a"].messages("%DLQ%GO-max")] == [stuck]
     assert cluster.brokers["broker-a"].messages("%RETRY%GO-max") == []
+
+
+async def test_orderly_consumption_resumes_pulls_paused_by_flow_control(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    await send_to_queues(cluster, TOPIC, 20, queues=1)
+    rec = OneAtATime()
+    cfg = config("GO-flow", "one", pull_threshold_for_queue=3, pull_batch_size=4)
+    consumer = await start_(consumers, cluster, cfg, rec)
+    await rec.until(lambda got: len(got) >= 40)  # far more than one cache-full per queue
+    assert consumer.stats["flow_control_pauses"] >= 2
