@@ -87,6 +87,7 @@ class PushConsumer:
         self._rebalance_now = asyncio.Event()
         self._closing = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
+        self._side_tasks: set[asyncio.Task[None]] = set()
         self._rebalance_lock = asyncio.Lock()
         self.started = False
 
@@ -136,9 +137,9 @@ class PushConsumer:
         if not self.started or self._closing.is_set():
             return
         self._closing.set()
-        for task in self._loops:
+        for task in [*self._loops, *self._side_tasks]:
             task.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        await asyncio.gather(*self._loops, *self._side_tasks, return_exceptions=True)
         for state in self.queues.values():
             state.poke()
         await self._drain(list(self.queues.values()))
@@ -366,6 +367,14 @@ class PushConsumer:
             self._orderly.start_queue(state)
         log.info("group %s: consuming %s from offset %d", self.config.group, mq, offset)
 
+    async def _readd_queue(self, mq: MessageQueue) -> None:
+        """Remove the queue the usual way (persisting the corrected offset, unlocking), then let a
+        rebalance add it again from there."""
+        async with self._rebalance_lock:
+            if mq in self.queues:
+                await self._remove_queue(mq)
+        self._rebalance_now.set()
+
     async def _remove_queue(self, mq: MessageQueue) -> None:
         """Drop first (no result of this queue moves the offset any more), then persist what was
         committed and forget it; orderly mode also releases the broker's lock."""
@@ -488,11 +497,10 @@ class PushConsumer:
                     result.next_begin_offset,
                 )
                 self.offsets.update(mq, result.next_begin_offset, increase_only=False)
-                with contextlib.suppress(RocketMQError):
-                    await self.offsets.persist(mq)
-                self.queues.pop(mq, None)
-                pq.drop()
-                self._rebalance_now.set()
+                pq.drop()  # from here no result of this queue moves the offset
+                task = asyncio.get_running_loop().create_task(self._readd_queue(mq))
+                self._side_tasks.add(task)
+                task.add_done_callback(self._side_tasks.discard)
                 break
             messages = [self._restore_topic(m) for m in result.messages]
             pq.put(messages, result.next_begin_offset)
