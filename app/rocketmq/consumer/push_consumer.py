@@ -218,7 +218,9 @@ class PushConsumer:
             try:
                 self._routes[sub.topic] = await self._ns.get_route(sub.topic)
             except RocketMQError as exc:
-                log.warning("group %s: no route for %s: %s", self.config.group, sub.topic, exc)
+                # The retry topic appears with the first heartbeat; before that its absence is normal.
+                level = logging.DEBUG if sub.topic.startswith(RETRY_PREFIX) else logging.WARNING
+                log.log(level, "group %s: no route for %s: %s", self.config.group, sub.topic, exc)
 
     def _broker_addrs(self) -> dict[str, str]:
         out: dict[str, str] = {}
