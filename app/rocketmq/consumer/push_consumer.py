@@ -137,9 +137,9 @@ class PushConsumer:
         if not self.started or self._closing.is_set():
             return
         self._closing.set()
-        for task in [*self._loops, *self._side_tasks]:
+        for task in self._loops:
             task.cancel()
-        await asyncio.gather(*self._loops, *self._side_tasks, return_exceptions=True)
+        await asyncio.gather(*self._loops, return_exceptions=True)
         for state in self.queues.values():
             state.poke()
         await self._drain(list(self.queues.values()))
@@ -154,6 +154,10 @@ class PushConsumer:
         for state in self.queues.values():
             await self._stop_tasks(state)
         self.queues.clear()
+        leftover = list(self._side_tasks)
+        for task in leftover:
+            task.cancel()
+        await asyncio.gather(*leftover, return_exceptions=True)
         if self._own_client:
             await self._client.close()
 
@@ -162,7 +166,7 @@ class PushConsumer:
         for state in states:
             if state.pull_task is not None:
                 state.pull_task.cancel()
-        busy = [t for s in states for t in s.tasks if t is not s.pull_task]
+        busy = [t for s in states for t in s.tasks if t is not s.pull_task] + list(self._side_tasks)
         if busy:
             await asyncio.wait(busy, timeout=self.config.close_timeout_s)
 
@@ -397,7 +401,11 @@ class PushConsumer:
         self.offsets.remove(mq)
         if idle and self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
             await self._unlock([mq])
-        await self._stop_tasks(state)
+        # Listener calls still running are left to finish (their results are ignored: the queue is
+        # dropped); close() waits for them like for any other.
+        for task in state.tasks:  # the cancelled pull too, until it has wound down
+            self._side_tasks.add(task)
+            task.add_done_callback(self._side_tasks.discard)
 
     # orderly locks -----------------------------------------------------------------------------
     async def _lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
