@@ -295,3 +295,44 @@ def test_flow_control_thresholds() -> None:
     wide = ProcessQueue(0)
     wide.put([stored(0), stored(11)], 12)
     assert consumer._flow_controlled(wide)  # span: offset 0 stuck while 11 is cached
+
+
+async def test_a_queue_rebalanced_away_lets_its_running_calls_finish_and_the_new_owner_redelivers(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    await send_to_queues(cluster, TOPIC, 1)
+    release, all_in = asyncio.Event(), asyncio.Event()
+    finished: list[bytes] = []
+    cancelled: list[bytes] = []
+    entered = 0
+
+    class Blocking(Recorder):
+        async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+            nonlocal entered
+            entered += len(msgs)
+            if entered >= 8:
+                all_in.set()
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                cancelled.extend(m.body for m in msgs)
+                raise
+            finished.extend(m.body for m in msgs)
+            return await super().__call__(msgs, mq)
+
+    a_rec, b_rec = Blocking(), Recorder()
+    a = await start_(consumers, cluster, config("G-away", "a"), a_rec)
+    async with asyncio.timeout(WAIT_S):
+        await all_in.wait()  # every message is in a's listener
+    b = await start_(consumers, cluster, config("G-away", "b"), b_rec)
+    await settle(a, lambda: len(owned_(a)) == 4)
+    moved = owned_(b)
+    await b_rec.until(lambda got: len(got) >= 4)  # b redelivers the moved queues' messages at once
+    release.set()
+    await a_rec.until(lambda got: len(got) >= 8)
+    assert cancelled == [] and len(finished) == 8
+    for mq in moved:  # a's late results for them moved nothing; b's committed them
+        assert await a.offsets.read(mq, ReadType.MEMORY) is None
+    await b.persist_offsets()
+    for mq in moved:
+        assert cluster.brokers[mq.broker_name].offsets.query("G-away", TOPIC, mq.queue_id) == 1
