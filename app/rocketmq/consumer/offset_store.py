@@ -113,7 +113,6 @@ class RemoteOffsetStore(_MemoryOffsets):
                 raise result
 
 
-
 def default_offsets_path(client_id: str, group: str, base: Path | None = None) -> Path:
     """Where Java's LocalFileOffsetStore keeps them: ~/.rocketmq_offsets/<clientId>/<group>/offsets.json."""
     return (base or Path.home() / ".rocketmq_offsets") / client_id / group / "offsets.json"
