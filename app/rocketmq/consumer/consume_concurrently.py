@@ -42,6 +42,8 @@ class ConcurrentService:
         if status is not ConsumeStatus.SUCCESS:
             host.stats.bump("consume_failed", len(batch))
             kept = [m for m in batch if not await self._handle_failure(state, m)]
+            if state.pq.dropped:  # dropped while sending back: the new owner redelivers the batch
+                return
             kept_offsets = {m.queue_offset for m in kept}
             done = [m for m in batch if m.queue_offset not in kept_offsets]
             if kept:

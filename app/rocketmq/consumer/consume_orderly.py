@@ -33,13 +33,13 @@ class OrderlyService:
     async def _run(self, state: QueueState) -> None:
         host, cfg, pq = self._host, self._host.config, state.pq
         while not pq.dropped and not host.closing:
-            state.wake.clear()
+            state.ready.clear()
             if not self.lock_valid(state):
-                await state.wake.wait()  # the lock renewal pokes the queue when it holds the lock
+                await state.ready.wait()  # the lock renewal pokes the queue when it holds the lock
                 continue
             batch = pq.take(cfg.consume_batch_size)
             if not batch:
-                await state.wake.wait()
+                await state.ready.wait()
                 continue
             state.consuming += 1
             try:
@@ -51,6 +51,7 @@ class OrderlyService:
             if status is ConsumeStatus.SUCCESS:
                 host.stats.bump("consume_ok", len(batch))
                 host.offsets.update(state.mq, pq.remove(m.queue_offset for m in batch), increase_only=True)
+                state.room.set()  # a pull paused by flow control may go on
                 continue
             host.stats.bump("consume_failed", len(batch))
             if await self._give_up(state, batch):
@@ -61,14 +62,15 @@ class OrderlyService:
         state.poke()
 
     async def _give_up(self, state: QueueState, batch: list[MessageExt]) -> bool:
-        """After max_reconsume_times, send the batch back (to the DLQ, in effect) and move on; True when
-        every message went back. Broadcasting has no retry topic: there they are logged and skipped."""
+        """After max_reconsume_times, send the batch to the group's DLQ and move on (redelivering it
+        through the retry topic would break the order); True when every message went. Broadcasting has
+        no retry topic: there they are logged and skipped."""
         host, cfg = self._host, self._host.config
         if any(m.reconsume_times < cfg.max_reconsume_times for m in batch):
             return False
         if cfg.message_model is not MessageModel.BROADCASTING:
             for msg in batch:
-                if not await host.send_back(msg, state.mq):
+                if not await host.send_back(msg, state.mq, dead=True):
                     host.stats.bump("send_back_failed")
                     return False
         else:
@@ -79,4 +81,5 @@ class OrderlyService:
                 cfg.max_reconsume_times + 1,
             )
         host.offsets.update(state.mq, state.pq.remove(m.queue_offset for m in batch), increase_only=True)
+        state.room.set()
         return True

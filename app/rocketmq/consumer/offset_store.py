@@ -72,7 +72,6 @@ class RemoteOffsetStore(_MemoryOffsets):
         self.group = group
         self._find_broker = find_broker
         self._timeout_s = timeout_s
-        self._persisted: dict[MessageQueue, int] = {}
 
     async def load(self) -> None:
         """Nothing to load: offsets are read from the broker queue by queue."""
@@ -91,7 +90,6 @@ class RemoteOffsetStore(_MemoryOffsets):
         offset = await self._api.query_consumer_offset(await self._addr(mq), self.group, mq, self._timeout_s)
         if offset is not None:
             self.update(mq, offset, increase_only=False)
-            self._persisted[mq] = offset
         return offset
 
     async def persist(self, mq: MessageQueue) -> None:
@@ -101,22 +99,18 @@ class RemoteOffsetStore(_MemoryOffsets):
         await self._api.update_consumer_offset(
             await self._addr(mq), self.group, mq, offset, timeout_s=self._timeout_s
         )
-        self._persisted[mq] = offset
 
     async def persist_all(self, mqs: Collection[MessageQueue]) -> None:
-        """Persist what changed for the given queues; a broker that fails is logged and tried next time."""
+        """Persist the given queues' offsets, changed or not (as Java does: a broker that restarted or a
+        slave promoted in its place gets them again); a broker that fails is logged, tried next time."""
         wanted = set(mqs)
-        changed = [mq for mq, off in self._table.items() if mq in wanted and self._persisted.get(mq) != off]
+        changed = [mq for mq in self._table if mq in wanted]
         results = await asyncio.gather(*(self.persist(mq) for mq in changed), return_exceptions=True)
         for mq, result in zip(changed, results, strict=True):
             if isinstance(result, RocketMQError):
                 log.warning("group %s: persisting the offset of %s failed: %s", self.group, mq, result)
             elif isinstance(result, BaseException):
                 raise result
-
-    def remove(self, mq: MessageQueue) -> None:
-        super().remove(mq)
-        self._persisted.pop(mq, None)
 
 
 def default_offsets_path(client_id: str, group: str, base: Path | None = None) -> Path:

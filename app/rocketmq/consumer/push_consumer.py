@@ -87,6 +87,7 @@ class PushConsumer:
         self._rebalance_now = asyncio.Event()
         self._closing = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
+        self._side_tasks: set[asyncio.Task[None]] = set()
         self._rebalance_lock = asyncio.Lock()
         self.started = False
 
@@ -153,6 +154,10 @@ class PushConsumer:
         for state in self.queues.values():
             await self._stop_tasks(state)
         self.queues.clear()
+        leftover = list(self._side_tasks)
+        for task in leftover:
+            task.cancel()
+        await asyncio.gather(*leftover, return_exceptions=True)
         if self._own_client:
             await self._client.close()
 
@@ -161,7 +166,7 @@ class PushConsumer:
         for state in states:
             if state.pull_task is not None:
                 state.pull_task.cancel()
-        busy = [t for s in states for t in s.tasks if t is not s.pull_task]
+        busy = [t for s in states for t in s.tasks if t is not s.pull_task] + list(self._side_tasks)
         if busy:
             await asyncio.wait(busy, timeout=self.config.close_timeout_s)
 
@@ -217,7 +222,9 @@ class PushConsumer:
             try:
                 self._routes[sub.topic] = await self._ns.get_route(sub.topic)
             except RocketMQError as exc:
-                log.warning("group %s: no route for %s: %s", self.config.group, sub.topic, exc)
+                # The retry topic appears with the first heartbeat; before that its absence is normal.
+                level = logging.DEBUG if sub.topic.startswith(RETRY_PREFIX) else logging.WARNING
+                log.log(level, "group %s: no route for %s: %s", self.config.group, sub.topic, exc)
 
     def _broker_addrs(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -273,8 +280,10 @@ class PushConsumer:
             except RocketMQError as exc:
                 log.warning("group %s: unregister at %s failed: %s", self.config.group, addr, exc)
 
-    async def send_back(self, msg: MessageExt, mq: MessageQueue) -> bool:
-        """CONSUMER_SEND_MSG_BACK to the queue's broker; False when it failed (the caller retries)."""
+    async def send_back(self, msg: MessageExt, mq: MessageQueue, *, dead: bool = False) -> bool:
+        """CONSUMER_SEND_MSG_BACK to the queue's broker, to be redelivered after the delay of its
+        reconsume count, or with ``dead`` straight to the group's DLQ (delay level -1); False when it
+        failed (the caller retries)."""
         addr = self._broker_addrs().get(mq.broker_name)
         if addr is None:
             return False
@@ -284,7 +293,7 @@ class PushConsumer:
                 addr,
                 msg,
                 self.config.group,
-                delay_level=delay_level_for(msg.reconsume_times),
+                delay_level=-1 if dead else delay_level_for(msg.reconsume_times),
                 max_reconsume_times=self.config.max_reconsume_times,
             )
         except RocketMQError as exc:
@@ -302,17 +311,11 @@ class PushConsumer:
             wanted: set[MessageQueue] = set()
             topics = {s.topic for s in self._subscriptions()}
             for topic in topics:
-                route = self._routes.get(topic)
-                if route is None:
-                    continue
-                mq_all = route.subscribe_queues(topic)
-                cids = (
-                    await self._consumer_ids(route)
-                    if self.config.message_model is MessageModel.CLUSTERING
-                    else []
-                )
-                wanted |= allocate_queues(self.config, self.client_id, mq_all, cids)
-            for mq in [m for m in self.queues if m not in wanted or m.topic not in topics]:
+                share = await self._topic_share(topic)
+                if share is None:  # no route or no member list this time: keep what we have (Java)
+                    share = {mq for mq in self.queues if mq.topic == topic}
+                wanted |= share
+            for mq in [m for m in self.queues if m not in wanted]:
                 await self._remove_queue(mq)
             new = [mq for mq in wanted if mq not in self.queues]
             if new and self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
@@ -321,16 +324,35 @@ class PushConsumer:
                 await self._add_queue(mq)
         self.stats.bump("rebalances_done")
 
+    async def _topic_share(self, topic: str) -> set[MessageQueue] | None:
+        """Our queues of ``topic``, or None when that cannot be known now."""
+        route = self._routes.get(topic)
+        if route is None:
+            return None
+        mq_all = route.subscribe_queues(topic)
+        if self.config.message_model is MessageModel.BROADCASTING:
+            return allocate_queues(self.config, self.client_id, mq_all, [])
+        cids = await self._consumer_ids(route)
+        if not cids or not mq_all:
+            log.warning(
+                "group %s: no consumer list or no queues for %s; allocation kept", self.config.group, topic
+            )
+            return None
+        return allocate_queues(self.config, self.client_id, mq_all, cids)
+
     async def _consumer_ids(self, route: TopicRouteData) -> list[str]:
         for b in sorted(route.broker_datas, key=lambda b: b.broker_name):
             if not b.master_addr:
                 continue
             try:
-                return await self.api.get_consumer_list(b.master_addr, self.config.group)
+                ids = await self.api.get_consumer_list(b.master_addr, self.config.group)
             except RocketMQError as exc:
                 log.warning(
                     "group %s: consumer list from %s failed: %s", self.config.group, b.master_addr, exc
                 )
+                continue
+            if ids:
+                return ids
         return []
 
     async def _add_queue(self, mq: MessageQueue) -> None:
@@ -350,6 +372,14 @@ class PushConsumer:
         if self.config.orderly:
             self._orderly.start_queue(state)
         log.info("group %s: consuming %s from offset %d", self.config.group, mq, offset)
+
+    async def _readd_queue(self, mq: MessageQueue) -> None:
+        """Remove the queue the usual way (persisting the corrected offset, unlocking), then let a
+        rebalance add it again from there."""
+        async with self._rebalance_lock:
+            if mq in self.queues:
+                await self._remove_queue(mq)
+        self._rebalance_now.set()
 
     async def _remove_queue(self, mq: MessageQueue) -> None:
         """Drop first (no result of this queue moves the offset any more), then persist what was
@@ -371,7 +401,11 @@ class PushConsumer:
         self.offsets.remove(mq)
         if idle and self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
             await self._unlock([mq])
-        await self._stop_tasks(state)
+        # Listener calls still running are left to finish (their results are ignored: the queue is
+        # dropped); close() waits for them like for any other.
+        for task in state.tasks:  # the cancelled pull too, until it has wound down
+            self._side_tasks.add(task)
+            task.add_done_callback(self._side_tasks.discard)
 
     # orderly locks -----------------------------------------------------------------------------
     async def _lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
@@ -416,6 +450,7 @@ class PushConsumer:
     # offsets -----------------------------------------------------------------------------------
     async def persist_offsets(self) -> None:
         await self.offsets.persist_all(list(self.queues))
+        self.stats.bump("persists")
 
     # pulling -----------------------------------------------------------------------------------
     def _flow_controlled(self, pq: ProcessQueue) -> bool:
@@ -428,12 +463,12 @@ class PushConsumer:
 
     async def _pull_loop(self, state: QueueState) -> None:
         cfg, pq, mq = self.config, state.pq, state.mq
-        sub = self._subs.get(mq.topic) or Subscription(mq.topic, "*")
         while not pq.dropped and not self._closing.is_set():
-            state.wake.clear()
+            state.room.clear()
+            sub = self._subs.get(mq.topic) or Subscription(mq.topic, "*")  # it may change meanwhile
             if self._flow_controlled(pq):
                 self.stats.bump("flow_control_pauses")
-                await state.wake.wait()  # consumption or a drop pokes the queue
+                await state.room.wait()  # consumption or a drop pokes the queue
                 continue
             addr = self._broker_addrs().get(mq.broker_name)
             try:
@@ -472,11 +507,10 @@ class PushConsumer:
                     result.next_begin_offset,
                 )
                 self.offsets.update(mq, result.next_begin_offset, increase_only=False)
-                with contextlib.suppress(RocketMQError):
-                    await self.offsets.persist(mq)
-                self.queues.pop(mq, None)
-                pq.drop()
-                self._rebalance_now.set()
+                pq.drop()  # from here no result of this queue moves the offset
+                task = asyncio.get_running_loop().create_task(self._readd_queue(mq))
+                self._side_tasks.add(task)
+                task.add_done_callback(self._side_tasks.discard)
                 break
             messages = [self._restore_topic(m) for m in result.messages]
             pq.put(messages, result.next_begin_offset)
@@ -485,7 +519,7 @@ class PushConsumer:
             if messages:
                 self.stats.bump("pulled", len(messages))
                 if cfg.orderly:
-                    state.poke()
+                    state.ready.set()
                 else:
                     self._concurrent.submit(state, messages)
 

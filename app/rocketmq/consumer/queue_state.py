@@ -21,15 +21,19 @@ log = logging.getLogger(__name__)
 class QueueState:
     mq: MessageQueue
     pq: ProcessQueue
-    # Set whenever consumption makes room or the queue changes state; the pull loop (flow control)
-    # and the orderly loop wait on it instead of polling.
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # Events instead of polling: ``room`` wakes the pull loop paused by flow control (consumption made
+    # room, or the queue was dropped); ``ready`` wakes the orderly loop (messages arrived, the lock was
+    # renewed, or the queue was dropped). Separate, so that one loop clearing its event never swallows
+    # the other's wake-up.
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     consuming: int = 0  # listener calls running for this queue
     pull_task: asyncio.Task[None] | None = None
 
     def poke(self) -> None:
-        self.wake.set()
+        self.room.set()
+        self.ready.set()
 
 
 class ConsumeHost(Protocol):
@@ -45,7 +49,7 @@ class ConsumeHost(Protocol):
 
     def spawn(self, state: QueueState, coro: Coroutine[Any, Any, None]) -> None: ...
 
-    async def send_back(self, msg: MessageExt, mq: MessageQueue) -> bool: ...
+    async def send_back(self, msg: MessageExt, mq: MessageQueue, *, dead: bool = False) -> bool: ...
 
     async def wait_closing(self, timeout_s: float) -> bool: ...
 

@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 from app.rocketmq.broker import BrokerApi
 from app.rocketmq.consumer.config import ConsumerConfig, ConsumeStatus, MessageListener
 from app.rocketmq.consumer.push_consumer import PushConsumer
+from app.rocketmq.errors import ConnectionClosed
 from app.rocketmq.message import Message, MessageExt, MessageQueue
 from app.rocketmq.msgid import new_uniq_id
 from app.rocketmq.pool import RemotingClient
+from app.rocketmq.protocol.frame import RemotingCommand
 from devbroker import DevCluster
 
 WAIT_S = 10.0  # generous bound on "eventually"; the tests finish far sooner
@@ -87,4 +89,27 @@ async def start(
     consumer.subscribe(topic, expression)
     made.append(consumer)
     await consumer.start()
+    return consumer
+
+
+class FailingClient(RemotingClient):
+    """Records every request's code and fails the next ``fail[code]`` requests of a code with a lost
+    connection, as a broker that is briefly unreachable."""
+
+    def __init__(self, fail: dict[int, int] | None = None) -> None:
+        super().__init__()
+        self.fail = dict(fail or {})
+        self.codes: list[int] = []
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        self.codes.append(cmd.code)
+        if self.fail.get(cmd.code, 0) > 0:
+            self.fail[cmd.code] -= 1
+            raise ConnectionClosed(f"injected: request {cmd.code} lost", addr=addr)
+        return await super().invoke(addr, cmd, timeout_s)
+
+
+def wired(consumer: PushConsumer, client: FailingClient) -> PushConsumer:
+    """Route the brokers' requests (NOTIFY_CONSUMER_IDS_CHANGED) on ``client`` to ``consumer``."""
+    client._on_request = consumer.on_broker_request
     return consumer

@@ -14,10 +14,17 @@ from app.rocketmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeSta
 from app.rocketmq.consumer.offset_store import LocalFileOffsetStore, ReadType
 from app.rocketmq.consumer.push_consumer import PushConsumer
 from app.rocketmq.message import MessageExt, MessageQueue
-from app.rocketmq.pool import RemotingClient
-from app.rocketmq.protocol.frame import RemotingCommand
 from devbroker import DevCluster
-from tests.rocketmq.consumer.helpers import WAIT_S, Recorder, owned, send_to_queues, settle, start
+from tests.rocketmq.consumer.helpers import (
+    WAIT_S,
+    FailingClient,
+    Recorder,
+    owned,
+    send_to_queues,
+    settle,
+    start,
+    wired,
+)
 
 TOPIC = "ConsumeT"
 start_ = functools.partial(start, topic=TOPIC)
@@ -81,24 +88,6 @@ async def test_a_failed_message_comes_back_through_the_retry_topic(
     assert len(retry) == 2
 
 
-class FlakySendBack(RemotingClient):
-    """Fails the first ``fail`` CONSUMER_SEND_MSG_BACK requests, as a broker that is briefly down."""
-
-    def __init__(self, fail: int) -> None:
-        super().__init__()
-        self.fail = fail
-        self.codes: list[int] = []
-
-    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
-        self.codes.append(cmd.code)
-        if cmd.code == RequestCode.CONSUMER_SEND_MSG_BACK and self.fail > 0:
-            self.fail -= 1
-            from app.rocketmq.errors import ConnectionClosed
-
-            raise ConnectionClosed("injected: send-back lost", addr=addr)
-        return await super().invoke(addr, cmd, timeout_s)
-
-
 async def test_a_failed_send_back_is_retried_locally_and_never_dropped(
     cluster: DevCluster, consumers: list[PushConsumer]
 ) -> None:
@@ -111,10 +100,9 @@ async def test_a_failed_send_back_is_retried_locally_and_never_dropped(
             else ConsumeStatus.SUCCESS
         )
     )
-    client = FlakySendBack(fail=1)
+    client = FailingClient({RequestCode.CONSUMER_SEND_MSG_BACK: 1})
     cfg = config("G-flaky", "one", send_back_retry_s=0.05)
-    consumer = PushConsumer(cfg, cluster.namesrv_addr, rec, client=client)
-    client._on_request = consumer.on_broker_request
+    consumer = wired(PushConsumer(cfg, cluster.namesrv_addr, rec, client=client), client)
     consumer.subscribe(TOPIC)
     consumers.append(consumer)
     await consumer.start()
@@ -212,10 +200,9 @@ async def test_close_persists_offsets_before_it_unregisters(
     cluster: DevCluster, consumers: list[PushConsumer]
 ) -> None:
     await send_to_queues(cluster, TOPIC, 2, queues=1)
-    client = FlakySendBack(fail=0)
+    client = FailingClient()
     rec = Recorder()
-    consumer = PushConsumer(config("G-order", "one"), cluster.namesrv_addr, rec, client=client)
-    client._on_request = consumer.on_broker_request
+    consumer = wired(PushConsumer(config("G-order", "one"), cluster.namesrv_addr, rec, client=client), client)
     consumer.subscribe(TOPIC)
     await consumer.start()
     await rec.until(lambda got: len(got) >= 4)
@@ -249,3 +236,103 @@ async def test_broadcasting_delivers_everything_to_every_member(
     saved = LocalFileOffsetStore(members[0].offsets.path)
     await saved.load()
     assert await saved.read(MessageQueue(TOPIC, "broker-b", 1), ReadType.MEMORY) == 2
+
+
+async def test_after_max_reconsume_times_the_broker_moves_it_to_the_dlq(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    await send_to_queues(cluster, TOPIC, 1, queues=1)
+    rec = Recorder(lambda m: ConsumeStatus.RECONSUME_LATER)  # a poison message: always fails
+    consumer = await start_(consumers, cluster, config("G-dlq", "one", max_reconsume_times=2), rec)
+    await consumer.stats.reach("sent_back", 6)  # 2 messages x (first try + 2 reconsumes)
+    dead = [m for b in cluster.brokers.values() for m in b.messages("%DLQ%G-dlq")]
+    assert sorted(m.body for m in dead) == [b"broker-a/0/0", b"broker-b/0/0"]
+    assert sorted(m.reconsume_times for m in rec.got) == [0, 0, 1, 1, 2, 2]
+
+
+async def test_a_listener_that_hangs_past_the_consume_timeout_counts_as_failed(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    await send_to_queues(cluster, TOPIC, 1, queues=1)
+    hang = asyncio.Event()
+
+    class Hangs(Recorder):
+        async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+            if msgs[0].reconsume_times == 0:
+                await hang.wait()  # never set
+            return await super().__call__(msgs, mq)
+
+    rec = Hangs()
+    consumer = await start_(consumers, cluster, config("G-hang", "one", consume_timeout_s=0.05), rec)
+    await rec.until(lambda got: len(got) >= 2)  # both came back through the retry topic
+    assert {m.reconsume_times for m in rec.got} == {1}
+    assert consumer.stats["consume_failed"] == 2
+
+
+def test_flow_control_thresholds() -> None:
+    consumer = PushConsumer(
+        config(
+            "G-fc",
+            "one",
+            pull_threshold_for_queue=3,
+            pull_threshold_size_for_queue_mib=1,
+            consume_max_span=10,
+        ),
+        "127.0.0.1:1",
+        Recorder(),
+    )
+    from app.rocketmq.consumer.process_queue import ProcessQueue
+    from tests.rocketmq.consumer.factory import stored
+
+    pq = ProcessQueue(0)
+    pq.put([stored(0), stored(1), stored(2)], 3)
+    assert not consumer._flow_controlled(pq)
+    pq.put([stored(3)], 4)
+    assert consumer._flow_controlled(pq)  # count
+    big = ProcessQueue(0)
+    big.put([stored(0, b"x" * (1024 * 1024 + 1))], 1)
+    assert consumer._flow_controlled(big)  # size
+    wide = ProcessQueue(0)
+    wide.put([stored(0), stored(11)], 12)
+    assert consumer._flow_controlled(wide)  # span: offset 0 stuck while 11 is cached
+
+
+async def test_a_queue_rebalanced_away_lets_its_running_calls_finish_and_the_new_owner_redelivers(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    await send_to_queues(cluster, TOPIC, 1)
+    release, all_in = asyncio.Event(), asyncio.Event()
+    finished: list[bytes] = []
+    cancelled: list[bytes] = []
+    entered = 0
+
+    class Blocking(Recorder):
+        async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+            nonlocal entered
+            entered += len(msgs)
+            if entered >= 8:
+                all_in.set()
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                cancelled.extend(m.body for m in msgs)
+                raise
+            finished.extend(m.body for m in msgs)
+            return await super().__call__(msgs, mq)
+
+    a_rec, b_rec = Blocking(), Recorder()
+    a = await start_(consumers, cluster, config("G-away", "a"), a_rec)
+    async with asyncio.timeout(WAIT_S):
+        await all_in.wait()  # every message is in a's listener
+    b = await start_(consumers, cluster, config("G-away", "b"), b_rec)
+    await settle(a, lambda: len(owned_(a)) == 4)
+    moved = owned_(b)
+    await b_rec.until(lambda got: len(got) >= 4)  # b redelivers the moved queues' messages at once
+    release.set()
+    await a_rec.until(lambda got: len(got) >= 8)
+    assert cancelled == [] and len(finished) == 8
+    for mq in moved:  # a's late results for them moved nothing; b's committed them
+        assert await a.offsets.read(mq, ReadType.MEMORY) is None
+    await b.persist_offsets()
+    for mq in moved:
+        assert cluster.brokers[mq.broker_name].offsets.query("G-away", TOPIC, mq.queue_id) == 1

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from app.rocketmq.codes import RequestCode
 from app.rocketmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
 from app.rocketmq.consumer.consume_concurrently import ConcurrentService
 from app.rocketmq.consumer.offset_store import ReadType
@@ -20,7 +21,15 @@ from app.rocketmq.consumer.stats import Stats
 from app.rocketmq.message import MessageExt, MessageQueue
 from devbroker import DevCluster
 from tests.rocketmq.consumer.factory import stored
-from tests.rocketmq.consumer.helpers import Recorder, owned, send_to_queues, start
+from tests.rocketmq.consumer.helpers import (
+    FailingClient,
+    Recorder,
+    owned,
+    send_to_queues,
+    settle,
+    start,
+    wired,
+)
 
 TOPIC = "LifeT"
 start_ = functools.partial(start, topic=TOPIC)
@@ -138,8 +147,8 @@ async def test_an_illegal_offset_is_corrected_from_the_brokers_answer(
     rec = Recorder()
     consumer = await start_(consumers, cluster, config("GL-moved"), rec)
     mq = MessageQueue(TOPIC, "broker-a", 0)
-    await consumer.stats.reach("rebalances_done", 2)  # the pull dropped the queue and asked for a rebalance
-    assert consumer.queues[mq].pq.next_offset == 2
+    # The pull removed the queue with the corrected offset; a rebalance adds it again from there.
+    await settle(consumer, lambda: mq in consumer.queues and consumer.queues[mq].pq.next_offset == 2)
     await send_to_queues(cluster, TOPIC, 1, queues=1)
     await rec.until(lambda got: len(got) >= 2)
     assert sorted(m.queue_offset for m in rec.got) == [2, 2]
@@ -161,6 +170,36 @@ async def test_pulling_resumes_after_a_broker_restart(
     assert sum(1 for m in rec.got if m.body.startswith(b"broker-b")) == 2
 
 
+async def test_a_failed_consumer_list_keeps_the_allocation(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    await send_to_queues(cluster, TOPIC, 1, queues=1)
+    client = FailingClient()
+    consumer = wired(PushConsumer(config("GL-keep"), cluster.namesrv_addr, Recorder(), client=client), client)
+    consumer.subscribe(TOPIC)
+    consumers.append(consumer)
+    await consumer.start()
+    before = owned(consumer, topic=TOPIC)
+    assert len(before) == 8
+    client.fail[RequestCode.GET_CONSUMER_LIST_BY_GROUP] = 4  # both brokers, both topics
+    await consumer.rebalance()
+    assert owned(consumer, topic=TOPIC) == before  # Java skips the topic rather than dropping it
+
+
+async def test_the_timers_rebalance_and_persist_without_being_asked(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    await send_to_queues(cluster, TOPIC, 3, queues=1)
+    rec = Recorder()
+    cfg = config("GL-timers", rebalance_interval_s=0.02, persist_interval_s=0.02)
+    consumer = await start_(consumers, cluster, cfg, rec)
+    await rec.until(lambda got: len(got) >= 6)
+    # Start's rebalance and one per notification (our own join, from each broker), then the timer's.
+    await consumer.stats.reach("rebalances_done", consumer.stats["notified"] + 4)
+    await consumer.stats.reach("persists", consumer.stats["persists"] + 2)  # one full round after the 6
+    assert [b.offsets.query("GL-timers", TOPIC, 0) for b in cluster.brokers.values()] == [3, 3]
+
+
 class FakeHost:
     """Just enough of a push consumer for the concurrent service."""
 
@@ -179,7 +218,7 @@ class FakeHost:
     def spawn(self, state: QueueState, coro: object) -> None:
         self.tasks.append(asyncio.get_running_loop().create_task(coro))  # type: ignore[arg-type]
 
-    async def send_back(self, msg: MessageExt, mq: MessageQueue) -> bool:
+    async def send_back(self, msg: MessageExt, mq: MessageQueue, *, dead: bool = False) -> bool:
         return True
 
     async def wait_closing(self, timeout_s: float) -> bool:

@@ -152,3 +152,29 @@ async def test_two_orderly_members_hold_disjoint_locks(
     for consumer in (a, b):
         for mq in owned_(consumer):
             assert cluster.brokers[mq.broker_name].locks.owner("GO-two", mq) == consumer.client_id
+
+
+async def test_orderly_gives_up_after_max_reconsume_times_and_moves_on(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    await send_to_queues(cluster, TOPIC, 3, queues=1)
+    stuck = b"broker-a/0/1"
+    rec = OneAtATime(lambda m: ConsumeStatus.SUSPEND if m.body == stuck else ConsumeStatus.SUCCESS)
+    consumer = await start_(consumers, cluster, config("GO-max", "one", max_reconsume_times=2), rec)
+    await rec.until(lambda got: sum(1 for m in got if m.body.startswith(b"broker-a")) >= 5)
+    seq = [(m.body, m.reconsume_times) for m in rec.got if m.body.startswith(b"broker-a")]
+    assert seq == [(b"broker-a/0/0", 0), (stuck, 0), (stuck, 1), (stuck, 2), (b"broker-a/0/2", 0)]
+    assert consumer.stats["sent_back"] == 1
+    assert [m.body for m in cluster.brokers["broker-a"].messages("%DLQ%GO-max")] == [stuck]
+    assert cluster.brokers["broker-a"].messages("%RETRY%GO-max") == []
+
+
+async def test_orderly_consumption_resumes_pulls_paused_by_flow_control(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    await send_to_queues(cluster, TOPIC, 20, queues=1)
+    rec = OneAtATime()
+    cfg = config("GO-flow", "one", pull_threshold_for_queue=3, pull_batch_size=4)
+    consumer = await start_(consumers, cluster, cfg, rec)
+    await rec.until(lambda got: len(got) >= 40)  # far more than one cache-full per queue
+    assert consumer.stats["flow_control_pauses"] >= 2

@@ -1,0 +1,162 @@
+"""The push consumer on real RocketMQ 4.9.4 (issue 13 groundwork): every message delivered byte-exact
+with its offsets committed; two members of a group split the queues with no overlap and no gap; a failed
+message comes back from the broker's retry topic (level 3: after 10 s); orderly members hold disjoint
+broker locks. Skipped unless ROCKSIDECAR_TEST_NAMESRV is set (see conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from app.rocketmq import BrokerApi, Message, MessageQueue, NameServerClient, RemotingClient, new_uniq_id
+from app.rocketmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
+from tests.realbroker.conftest import create_topic_everywhere, unique_topic
+from tests.rocketmq.consumer.helpers import Recorder, settle
+
+WAIT_S = 60.0  # a real broker's send-back delay level 3 is 10 s
+
+
+@pytest.fixture
+async def consumers() -> AsyncIterator[list[PushConsumer]]:
+    made: list[PushConsumer] = []
+    yield made
+    for c in made:
+        await c.close()
+
+
+async def _topic_with_messages(
+    namesrv_addr: str, client: RemotingClient, prefix: str, per_queue: int
+) -> tuple[str, list[Message], list[MessageQueue]]:
+    ns = NameServerClient(client, namesrv_addr)
+    api = BrokerApi(client, producer_group="rs_consume_test")
+    topic = unique_topic(prefix)
+    route = await create_topic_everywhere(ns, api, topic)
+    queues = route.subscribe_queues(topic)
+    sent = []
+    for mq in route.publish_queues(topic):
+        for i in range(per_queue):
+            msg = Message(
+                topic,
+                f"{mq.broker_name}/{mq.queue_id}/{i}".encode() * 3,
+                tags="TagA",
+                keys=(f"k{i}",),
+                properties={"p": "ünï"},
+                id=new_uniq_id(),
+            )
+            await api.send(route.master_addr(mq.broker_name) or "", mq, msg, msg.id or "", 10.0)
+            sent.append(msg)
+    return topic, sent, queues
+
+
+def _config(group: str, name: str, **kw: object) -> ConsumerConfig:
+    return ConsumerConfig(
+        group,
+        instance_name=f"{name}-{os.getpid()}",
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def _start(
+    made: list[PushConsumer], namesrv_addr: str, cfg: ConsumerConfig, topic: str, listener: Recorder
+) -> PushConsumer:
+    consumer = PushConsumer(cfg, namesrv_addr, listener)
+    consumer.subscribe(topic, "TagA")
+    made.append(consumer)
+    await consumer.start()
+    return consumer
+
+
+async def _until(rec: Recorder, done: Callable[[list[object]], bool]) -> None:
+    async with asyncio.timeout(WAIT_S):
+        while not done(rec.got):  # type: ignore[arg-type]
+            rec.changed.clear()
+            await rec.changed.wait()
+
+
+async def test_every_message_delivered_byte_exact_and_committed(
+    namesrv_addr: str, client: RemotingClient, consumers: list[PushConsumer]
+) -> None:
+    topic, sent, queues = await _topic_with_messages(namesrv_addr, client, "RsConsume", 5)
+    group = f"rs_consume_{os.getpid()}_{topic[-8:]}"
+    rec = Recorder()
+    consumer = await _start(consumers, namesrv_addr, _config(group, "one"), topic, rec)
+    await _until(rec, lambda got: len(got) >= len(sent))
+    by_id = {m.uniq_key: m for m in rec.got}
+    assert len(by_id) == len(sent)
+    for msg in sent:
+        got = by_id[msg.id]
+        assert (got.topic, got.body, got.tags, got.keys) == (msg.topic, msg.body, msg.tags, msg.keys)
+        assert got.user_properties == {"p": "ünï"}
+    await consumer.close()
+    api = BrokerApi(client)
+    ns = NameServerClient(client, namesrv_addr)
+    route = await ns.get_route(topic)
+    for mq in queues:
+        addr = route.master_addr(mq.broker_name) or ""
+        assert await api.query_consumer_offset(addr, group, mq) == 5
+
+
+async def test_two_members_split_the_queues_with_no_overlap_and_no_gap(
+    namesrv_addr: str, client: RemotingClient, consumers: list[PushConsumer]
+) -> None:
+    topic, sent, queues = await _topic_with_messages(namesrv_addr, client, "RsSplit", 2)
+    group = f"rs_split_{os.getpid()}_{topic[-8:]}"
+    a_rec, b_rec = Recorder(), Recorder()
+    a = await _start(consumers, namesrv_addr, _config(group, "a"), topic, a_rec)
+    b = await _start(consumers, namesrv_addr, _config(group, "b"), topic, b_rec)
+
+    def mine(c: PushConsumer) -> set[MessageQueue]:
+        return {mq for mq in c.queues if mq.topic == topic}
+
+    await settle(a, lambda: len(mine(a)) == len(queues) // 2)
+    await settle(b, lambda: len(mine(b)) == len(queues) // 2)
+    assert mine(a).isdisjoint(mine(b)) and mine(a) | mine(b) == set(queues)
+    async with asyncio.timeout(WAIT_S):
+        while len(a_rec.got) + len(b_rec.got) < len(sent):
+            await asyncio.wait(
+                [asyncio.ensure_future(a_rec.changed.wait()), asyncio.ensure_future(b_rec.changed.wait())],
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            a_rec.changed.clear()
+            b_rec.changed.clear()
+    assert sorted(m.uniq_key or "" for m in a_rec.got + b_rec.got) == sorted(m.id or "" for m in sent)
+
+
+async def test_a_failed_message_comes_back_from_the_retry_topic(
+    namesrv_addr: str, client: RemotingClient, consumers: list[PushConsumer]
+) -> None:
+    topic, sent, _ = await _topic_with_messages(namesrv_addr, client, "RsBack", 1)
+    group = f"rs_back_{os.getpid()}_{topic[-8:]}"
+    first = sent[0].id
+    rec = Recorder(
+        lambda m: (
+            ConsumeStatus.RECONSUME_LATER
+            if m.uniq_key == first and m.reconsume_times == 0
+            else ConsumeStatus.SUCCESS
+        )
+    )
+    consumer = await _start(consumers, namesrv_addr, _config(group, "one"), topic, rec)
+    await _until(rec, lambda got: any(m.uniq_key == first and m.reconsume_times == 1 for m in got))  # type: ignore[attr-defined]
+    again = [m for m in rec.got if m.uniq_key == first and m.reconsume_times == 1]
+    assert again[0].topic == topic and again[0].body == sent[0].body
+    assert consumer.stats["sent_back"] == 1
+
+
+async def test_orderly_members_hold_disjoint_broker_locks(
+    namesrv_addr: str, client: RemotingClient, consumers: list[PushConsumer]
+) -> None:
+    topic, _, queues = await _topic_with_messages(namesrv_addr, client, "RsOrder", 1)
+    group = f"rs_order_{os.getpid()}_{topic[-8:]}"
+    a = await _start(consumers, namesrv_addr, _config(group, "a", orderly=True), topic, Recorder())
+    b = await _start(consumers, namesrv_addr, _config(group, "b", orderly=True), topic, Recorder())
+
+    def mine(c: PushConsumer) -> set[MessageQueue]:
+        return {mq for mq in c.queues if mq.topic == topic}
+
+    await settle(a, lambda: len(mine(a)) == len(queues) // 2)
+    await b.rebalance()  # b could not lock a's queues before a released them
+    assert mine(a).isdisjoint(mine(b)) and mine(a) | mine(b) == set(queues)
