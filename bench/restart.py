@@ -8,7 +8,7 @@
 2. The same messages due now, a sidecar with devbroker up: the time to drain them all, then the
    sidecar's resident memory (VmRSS) and peak (VmHWM) once the store is empty.
 
-    .venv/bin/python -m bench.restart [--pending 1000000] [--restarts 10] [--dir /tmp/x]
+    .venv/bin/python -m bench.restart [--pending 1000000] [--restarts 10] [--baseline CHECKOUT]
 
 Results: bench/RESULTS.md ("Restart with 1 000 000 pending").
 """
@@ -21,6 +21,7 @@ import re
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import devbroker_process, environment
+from bench.common import REPO, devbroker_process, environment, free_port, wait_for_http
 from bench.sidecar_process import sidecar_process
 from retry.keys import COLUMN_FAMILIES, INDEX_CF, PENDING, PENDING_CF, index_key, pending_key
 from retry.record import RetryRecord, encode_record
@@ -68,27 +69,55 @@ def pending(url: str) -> float:
     return sum(float(v) for v in re.findall(r"^rocksidecar_retry_pending (\S+)$", text, re.M))
 
 
-def restarts(root: Path, n: int, times: int) -> None:
-    store = root / "store" / "store"
-    load(store, n, int(time.time() * 1000) + DAY_MS)
-    took: list[float] = []
+def start_to_healthz(src: Path, root: Path) -> tuple[float, int]:
+    """Seconds from exec of `rocksidecar serve` (the code in ``src``) to /healthz 200, and its VmRSS
+    then; stopped with SIGTERM. No name server (127.0.0.1:1): nothing is sent, nothing is due."""
+    http_addr = f"127.0.0.1:{free_port()}"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(src),
+        "ROCKSIDECAR_HTTP_ADDR": http_addr,
+        "ROCKSIDECAR_GRPC_ADDR": f"127.0.0.1:{free_port()}",
+        "ROCKSIDECAR_DATA_DIR": str(root / "store"),
+        "ROCKSIDECAR_NAMESRV": "127.0.0.1:1",
+        "ROCKSIDECAR_LOG_LEVEL": "warning",
+    }
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=src, env=env)
+    try:
+        if not wait_for_http(f"http://{http_addr}/healthz", proc, 120):
+            raise RuntimeError(f"the sidecar from {src} did not start")
+        took = time.perf_counter() - started
+        return took, proc_status(proc.pid)["VmRSS"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
+def restarts(root: Path, n: int, times: int, baseline: Path | None) -> None:
+    """Alternating this tree and ``baseline`` (another checkout) on copies of one store: a ratio from
+    one run, whatever else the machine is doing."""
+    load(root / "this" / "store" / "store", n, int(time.time() * 1000) + DAY_MS)
+    trees = {"this": REPO}
+    if baseline is not None:
+        shutil.copytree(root / "this", root / "baseline")
+        trees["baseline"] = baseline
+    took: dict[str, list[float]] = {name: [] for name in trees}
     rss: list[int] = []
     for _ in range(times):
-        started = time.perf_counter()
-        # 127.0.0.1:1: no name server, so nothing is sent; nothing is due anyway.
-        with sidecar_process("127.0.0.1:1", root, ready_path="/healthz") as (url, proc):
-            took.append(time.perf_counter() - started)
-            assert pending(url) == n
-            rss.append(proc_status(proc.pid)["VmRSS"])
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
-    print(
-        f"restart with {n} pending, exec to /healthz, {times} restarts: "
-        + ", ".join(f"{t:.2f}" for t in took)
-    )
-    median = statistics.median(took)
-    print(f"  median {median:.2f} s, max {max(took):.2f} s; VmRSS when ready {min(rss)}-{max(rss)} MB")
-    kv = RocksKV.open(store, COLUMN_FAMILIES)
+        for name, src in trees.items():
+            seconds, resident = start_to_healthz(src, root / name)
+            took[name].append(seconds)
+            rss.append(resident)
+    for name, values in took.items():
+        median = statistics.median(values)
+        runs = ", ".join(f"{t:.2f}" for t in values)
+        print(f"restart with {n} pending, exec to /healthz, {name}: median {median:.2f} s ({runs})")
+    if baseline is not None:
+        ratio = statistics.median(took["this"]) / statistics.median(took["baseline"])
+        print(f"  ratio this / baseline: {ratio:.2f}")
+    print(f"  VmRSS when ready {min(rss)}-{max(rss)} MB")
+    kv = RocksKV.open(root / "this" / "store" / "store", COLUMN_FAMILIES)
     try:
         started = time.perf_counter()
         kv.compact(PENDING_CF)
@@ -116,11 +145,12 @@ def main() -> int:
     p.add_argument("--pending", type=int, default=1_000_000)
     p.add_argument("--restarts", type=int, default=10)
     p.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
+    p.add_argument("--baseline", type=Path, default=None, help="another checkout to compare restarts with")
     args = p.parse_args()
     print(environment())
     root = args.dir or Path(tempfile.mkdtemp(prefix="restart-bench-"))
     try:
-        restarts(root / "restart", args.pending, args.restarts)
+        restarts(root / "restart", args.pending, args.restarts, args.baseline)
         drain(root / "drain", args.pending)
     finally:
         if args.dir is None:

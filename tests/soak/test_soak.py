@@ -148,6 +148,8 @@ def test_soak_sigkill_and_sigterm_under_load_with_broker_outages(
     with capsys.disabled():
         print("\nSOAK " + json.dumps(report, indent=1))
     (tmp_path / "report.json").write_text(json.dumps(report, indent=1))
+    (tmp_path / "acked.txt").write_text("\n".join(sorted(ledger.acked)))  # to re-check a failed run
+    (tmp_path / "lost.txt").write_text("\n".join(sorted(lost)))
     assert not lost, (
         f"{len(lost)} of {len(ledger.acked)} acknowledged ids never reached a broker: {sorted(lost)[:10]}"
     )
