@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import signal
@@ -136,7 +137,8 @@ class Service:
             on_route_change=self._on_route_change,
         )
         self.kv = kv if kv is not None else _open_store(Path(s.data_dir))  # tests may pass a faulty one
-        self.disk_reserve = disk_reserve(s) if kv is None else None  # a passed-in store is no directory
+        # Only for the store opened here: a passed-in one (tests) may not live in data_dir.
+        self.disk_reserve = disk_reserve(s, self.kv) if isinstance(self.kv, RocksKV) and kv is None else None
         self.writer = GroupCommitWriter(self.kv, reserve=self.disk_reserve)
         if self.disk_reserve is not None:
             self.disk_reserve.start(getattr(self.kv, "read_only_reason", None))
@@ -380,11 +382,17 @@ class Service:
 DRAIN_CFS = (retry_keys.META_CF, delay_keys.META_CF, delay_keys.DONE_CF, delay_keys.EXPIRY_CF)
 
 
-def disk_reserve(s: Settings) -> DiskReserve | None:
+def disk_reserve(s: Settings, kv: RocksKV | None = None) -> DiskReserve | None:
     if s.disk_reserve_mb == 0:
         return None
     path = Path(s.data_dir) / "reserve"
-    return DiskReserve(ReserveFile(path, s.disk_reserve_mb * MIB), DRAIN_CFS)
+    relieve = None if kv is None else functools.partial(_flush_all, kv)
+    return DiskReserve(ReserveFile(path, s.disk_reserve_mb * MIB), DRAIN_CFS, relieve=relieve)
+
+
+def _flush_all(kv: RocksKV) -> None:
+    for cf in kv.column_families:
+        kv.flush(cf)
 
 
 class StoreHealth:

@@ -98,12 +98,16 @@ class DiskReserve:
         free: Callable[[], int] | None = None,
         clock: Callable[[], float] = time.monotonic,
         check_every_s: float | None = None,
+        relieve: Callable[[], None] | None = None,
     ) -> None:
         self.reserve = reserve
         self._drain_cfs = frozenset(drain_cfs)
         self._free = free or (lambda: free_bytes(reserve.path.parent))
         self._clock = clock
         self._check_every_s = CHECK_EVERY_S if check_every_s is None else check_every_s
+        # Called while draining once less than half the reserve is left: the store's acks are tombstones
+        # in the WAL and memtables until a flush, and only then do WAL files go and compactions free space.
+        self._relieve = relieve
         self._checked_at: float | None = None
         self.draining = False
         self.reason: str | None = None
@@ -170,6 +174,11 @@ class DiskReserve:
             self._ensure_reserve()
             return
         free = self._free()
+        if free < self.reserve.size // 2 and self._relieve is not None:
+            try:
+                self._relieve()
+            except StorageError as exc:
+                log.warning("could not flush the store while draining a full disk: %s", exc)
         if free < self.resume_bytes or not self.reserve.create():
             return
         self.draining, self.reason = False, None

@@ -12,12 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from storage import reserve as reserve_module
+from storage import rocks
 from storage.errors import StorageError
 from storage.group_commit import GroupCommitWriter
 from storage.kv import Delete, Op, Put
 from storage.memory import MemoryKV
 from storage.reserve import MIB, DiskFullError, DiskReserve, ReserveFile
+from storage.rocks import RocksKV
 from tests.fakes import FakeClock
+from tests.tmpfs import small_disk
 
 SIZE = 2 * MIB
 
@@ -184,3 +188,64 @@ def test_without_room_for_a_reserve_a_full_disk_does_not_drain_forever(
         disk.reserve.on_write_failed(StorageError("IO error: No space left on device"))
     assert not disk.reserve.draining  # new work is taken again as soon as the store writes again
     assert caplog.text.count("no disk reserve to release") == 1
+
+
+def test_draining_flushes_the_store_once_half_the_reserve_is_used(tmp_path: Path) -> None:
+    free = [10 * MIB]
+    clock = FakeClock()
+    flushes: list[float] = []
+    reserve = DiskReserve(
+        ReserveFile(tmp_path / "reserve", SIZE),
+        [],
+        free=lambda: free[0],
+        clock=clock,
+        relieve=lambda: flushes.append(clock.now),
+    )
+    reserve.start(None)
+    reserve.enter("No space left on device")
+    free[0] = SIZE  # the released reserve
+    clock.advance(1)
+    reserve.check()
+    assert flushes == []  # more than half of it left: the acks' tombstones may wait for the memtable
+    free[0] = SIZE // 2 - 1
+    clock.advance(1)
+    reserve.check()
+    reserve.check()  # at most once a second
+    assert flushes == [clock.now] and reserve.draining
+
+
+BACKLOG = 400_000  # its acks' tombstones alone (~19 MB of WAL) outgrow a 16 MiB reserve
+
+
+def pending_key(i: int) -> bytes:
+    return b"%020d-key-of-a-pending-message" % i
+
+
+async def test_a_large_backlog_drains_in_the_reserve_on_a_real_full_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the flush while draining, the WAL of the acks took the whole reserve: the drain stopped
+    with ENOSPC part way (and the store could not even close)."""
+    monkeypatch.setattr(rocks, "RECOVER_EVERY_S", 0.0)
+    monkeypatch.setattr(reserve_module, "CHECK_EVERY_S", 0.0)
+    with small_disk(tmp_path / "fs", 160) as disk:
+        kv = RocksKV.open(disk.path / "db", ["p"])
+        for i in range(0, BACKLOG, 10_000):
+            kv.write([Put("p", pending_key(j), b"v" * 60) for j in range(i, i + 10_000)], sync=False)
+        kv.flush("p")
+        reserve = DiskReserve(ReserveFile(disk.path / "reserve", 16 * MIB), [], relieve=lambda: kv.flush("p"))
+        writer = GroupCommitWriter(kv, reserve=reserve)
+        reserve.start(None)
+        assert reserve.reserve.exists()
+        disk.fill()
+        with pytest.raises(StorageError, match="No space left"):
+            for i in range(100):  # the WAL's last page may still take a few
+                await writer.write([Put("p", b"new%d" % i, b"x" * 1000)])
+        assert reserve.draining
+        for i in range(0, BACKLOG, 1000):
+            await writer.write([Delete("p", pending_key(j)) for j in range(i, i + 1000)])
+        assert kv.scan("p", limit=1) == [] and reserve.draining  # drained; the disk is still full
+        with pytest.raises(DiskFullError):
+            await writer.write([Put("p", b"new", b"x")])
+        await writer.close()
+        kv.close()  # flushes: fails when the drain left no room
