@@ -118,6 +118,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("http_addr", _addr, "127.0.0.1:9880", "HTTP API listen address."),
     Setting("grpc_addr", _addr, "127.0.0.1:9881", "gRPC API listen address."),
     Setting("data_dir", _text, "./data", "Directory of the local RocksDB store (retry, delay, idempotency)."),
+    Setting(
+        "disk_reserve_mb",
+        _int(0, 1024 * 1024),
+        64,
+        "Space set aside in data_dir (a reserve file) so that on a full disk the store can keep "
+        "draining while new work gets 503; accepted again once twice this is free. 0 disables it.",
+    ),
     Setting("producer_group", _text, "rocksidecar", "Producer group announced to the brokers."),
     Setting("access_key", _text, "", "RocketMQ ACL access key (with secret_key)."),
     Setting("secret_key", _text, "", "RocketMQ ACL secret key (with access_key)."),
@@ -211,6 +218,7 @@ class Settings:
     http_addr: str = "127.0.0.1:9880"
     grpc_addr: str = "127.0.0.1:9881"
     data_dir: str = "./data"
+    disk_reserve_mb: int = 64
     producer_group: str = "rocksidecar"
     access_key: str = ""
     secret_key: str = ""

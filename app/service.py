@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import signal
@@ -37,13 +38,16 @@ from app.rocketmq.producer import Producer, ProducerConfig
 from app.sidecar import Sidecar
 from app.store_delivery import StoreDelivery
 from delay import DelayScheduler, DelayStore
+from delay import keys as delay_keys
 from retry import DeadLetterNotifier, ReplayLoop, RetryStore
+from retry import keys as retry_keys
 from retry.dead_letter import DeadLetter
 from retry.keys import COLUMN_FAMILIES as RETRY_CFS
 from retry.recovery import RecoveryReplay, RoundResult
 from storage.errors import StorageError, StoreLockedError
 from storage.group_commit import GroupCommitWriter
 from storage.kv import KV
+from storage.reserve import MIB, DiskReserve, ReserveFile
 from storage.rocks import RocksKV
 
 log = logging.getLogger("rocksidecar")
@@ -133,7 +137,11 @@ class Service:
             on_route_change=self._on_route_change,
         )
         self.kv = kv if kv is not None else _open_store(Path(s.data_dir))  # tests may pass a faulty one
-        self.writer = GroupCommitWriter(self.kv)
+        # Only for the store opened here: a passed-in one (tests) may not live in data_dir.
+        self.disk_reserve = disk_reserve(s, self.kv) if isinstance(self.kv, RocksKV) and kv is None else None
+        self.writer = GroupCommitWriter(self.kv, reserve=self.disk_reserve)
+        if self.disk_reserve is not None:
+            self.disk_reserve.start(getattr(self.kv, "read_only_reason", None))
         self.notifier = DeadLetterNotifier(
             count=lambda _type: self.metrics.dead_letters.inc(),
             webhook_url=s.dead_letter_webhook,
@@ -225,7 +233,7 @@ class Service:
         except ListenError as exc:
             self.kv.close()
             raise StartupError(f"{exc} (set ROCKSIDECAR_GRPC_ADDR)") from exc
-        self._readiness = Readiness(self.producer, self.namesrv, self.retry, s.topics)
+        self._readiness = Readiness(self.producer, self.namesrv, StoreHealth(self), s.topics)
         self._tasks: list[asyncio.Task[None]] = []
 
     def _on_attempt(self, broker: str, latency_s: float, ok: bool) -> None:
@@ -367,6 +375,48 @@ class Service:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+# Batches that only add but still belong to a drain: the stores' progress (floor, clock) and the delay
+# store's done markers for what the replay delivered. Everything else that only adds is new work.
+DRAIN_CFS = (retry_keys.META_CF, delay_keys.META_CF, delay_keys.DONE_CF, delay_keys.EXPIRY_CF)
+
+
+def disk_reserve(s: Settings, kv: RocksKV | None = None) -> DiskReserve | None:
+    if s.disk_reserve_mb == 0:
+        return None
+    path = Path(s.data_dir) / "reserve"
+    relieve = None if kv is None else functools.partial(_flush_all, kv)
+    return DiskReserve(ReserveFile(path, s.disk_reserve_mb * MIB), DRAIN_CFS, relieve=relieve)
+
+
+def _flush_all(kv: RocksKV) -> None:
+    for cf in kv.column_families:
+        kv.flush(cf)
+
+
+class StoreHealth:
+    """/readyz's view of the store: in drain mode on a full disk writes succeed (acks) but new work
+    gets 503, so the sidecar is not ready."""
+
+    def __init__(self, service: Service) -> None:
+        self._service = service
+
+    @property
+    def healthy(self) -> bool:
+        reserve = self._service.disk_reserve
+        if reserve is not None:
+            reserve.check()
+            if reserve.draining:
+                return False
+        return self._service.retry.healthy
+
+    @property
+    def last_error(self) -> str | None:
+        reserve = self._service.disk_reserve
+        if reserve is not None and reserve.draining:
+            return str(reserve.refusal())
+        return self._service.retry.last_error
 
 
 def _open_store(data_dir: Path) -> RocksKV:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from storage.errors import StorageError
 from storage.kv import KV, Op
+from storage.reserve import DiskReserve
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,15 @@ class GroupCommitWriter:
     """Durable writes for many concurrent callers at the cost of one sync per batch."""
 
     def __init__(
-        self, kv: KV, *, max_batch_ops: int = MAX_BATCH_OPS, strategy: SyncStrategy = SyncStrategy.SPLIT
+        self,
+        kv: KV,
+        *,
+        max_batch_ops: int = MAX_BATCH_OPS,
+        strategy: SyncStrategy = SyncStrategy.SPLIT,
+        reserve: DiskReserve | None = None,
     ) -> None:
         self._kv = kv
+        self.reserve = reserve  # drain mode on a full disk: admits only batches that drain
         self._max_batch_ops = max_batch_ops
         self._strategy = strategy
         self._queue: deque[tuple[Sequence[Op], asyncio.Future[None]]] = deque()
@@ -68,6 +75,10 @@ class GroupCommitWriter:
             raise StorageError("the store is closed")
         if not ops:
             return
+        if self.reserve is not None:
+            self.reserve.check()
+            if not self.reserve.admits(ops):
+                raise self.reserve.refusal()
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.append((ops, future))
         self._wake.set()
@@ -91,7 +102,9 @@ class GroupCommitWriter:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            batch = self._take_batch()
+            batch = self._refuse_new_work(self._take_batch())
+            if not batch:
+                continue
             ops = [op for item_ops, _ in batch for op in item_ops]
             error = await self._commit(ops)
             for _, future in batch:
@@ -101,6 +114,21 @@ class GroupCommitWriter:
                     future.set_result(None)
                 else:
                     future.set_exception(error)
+
+    def _refuse_new_work(
+        self, batch: list[tuple[Sequence[Op], asyncio.Future[None]]]
+    ) -> list[tuple[Sequence[Op], asyncio.Future[None]]]:
+        """Work queued before a write failed for lack of space must not take the reserve's room either."""
+        reserve = self.reserve
+        if reserve is None or not reserve.draining:
+            return batch
+        kept = []
+        for ops, future in batch:
+            if reserve.admits(ops):
+                kept.append((ops, future))
+            elif not future.done():
+                future.set_exception(reserve.refusal())
+        return kept
 
     def _take_batch(self) -> list[tuple[Sequence[Op], asyncio.Future[None]]]:
         batch = [self._queue.popleft()]
@@ -127,6 +155,8 @@ class GroupCommitWriter:
             error = exc if isinstance(exc, StorageError) else StorageError(f"write failed: {exc}")
             if error is not exc:
                 error.__cause__ = exc
+            if self.reserve is not None:
+                self.reserve.on_write_failed(error)
             if self.healthy:
                 log.error(
                     "store write failed, refusing to acknowledge: %s",

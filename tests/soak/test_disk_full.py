@@ -3,7 +3,8 @@ serve` with its store on a small tmpfs, brokers down, a backlog spooled, then th
 
 - new work that needs the store answers 503 with Retry-After, and nothing answered 2xx is lost;
 - with the brokers back and the disk still full, replay pauses instead of a duplicate storm (before:
-  1 024 messages stored 35 times each in 30 s);
+  1 024 messages stored 35 times each in 30 s); with a disk reserve, it drains the backlog instead
+  while new work still gets 503;
 - once space is freed, the same process recovers (no restart) and drains;
 - restarted on a full disk it starts (before: exit 1), answers 503, and recovers once space is freed.
 (issue 11 items 3 and 4)
@@ -67,14 +68,20 @@ def until(condition: str, check: Callable[[], bool], timeout_s: float) -> None:
         time.sleep(0.5)  # another process: polling is all we have
 
 
+@pytest.mark.parametrize("reserve_mb", [0, 10], ids=["no-reserve", "reserve"])
 def test_disk_full_answers_503_pauses_replay_recovers_and_starts(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], reserve_mb: int
 ) -> None:
     config = tmp_path / "sidecar.yaml"
     config.write_text(LADDER)
     acked: set[str] = set()
     with small_disk(tmp_path / "fs", 64) as disk, devbroker_process() as dev:
-        settings = {"CONFIG": str(config), "SEND_TIMEOUT_MS": "300", "DATA_DIR": str(disk.path / "store")}
+        settings = {
+            "CONFIG": str(config),
+            "SEND_TIMEOUT_MS": "300",
+            "DATA_DIR": str(disk.path / "store"),
+            "DISK_RESERVE_MB": str(reserve_mb),
+        }
         with (
             sidecar_process(dev.namesrv, tmp_path, **settings) as (url, proc),
             httpx.Client(base_url=url, timeout=30) as http,
@@ -95,10 +102,17 @@ def test_disk_full_answers_503_pauses_replay_recovers_and_starts(
             during = dev.stored_keys(TOPIC)
             assert max(during.values(), default=0) <= 1, f"duplicates while full: {during.most_common(3)}"
             assert proc.poll() is None
+            if reserve_mb:  # with a reserve the backlog drains while the disk stays full
+                until("the backlog drained on a full disk", lambda: pending(url) == 0, RECOVERY_TIMEOUT_S)
+                assert spool_one(http, "still full", acked).status_code == 503
 
             disk.free()  # the same process recovers and drains
             until("the backlog drained", lambda: pending(url) == 0, RECOVERY_TIMEOUT_S)
-            assert spool_one(http, "after", acked).status_code == 202
+            until(  # a reserve's drain mode looks at the free space at most once a second
+                "new work is accepted",
+                lambda: spool_one(http, "after", acked).status_code == 202,
+                RECOVERY_TIMEOUT_S,
+            )
             until("the last spool drained", lambda: pending(url) == 0, RECOVERY_TIMEOUT_S)
 
             brokers(dev, "stop")  # a backlog again, a clean stop, then a restart on a full disk
