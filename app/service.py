@@ -32,8 +32,6 @@ from app.lookups import DelayLookup, RetryLookup
 from app.metrics import Metrics, StateCollector
 from app.readiness import Readiness
 from app.request import Limits
-from app.rocketmq import BrokerApi, Credentials, NameServerClient, RemotingClient
-from app.rocketmq.producer import Producer, ProducerConfig
 from app.sidecar import Sidecar
 from app.store_delivery import StoreDelivery
 from delay import DelayScheduler, DelayStore
@@ -41,6 +39,8 @@ from retry import DeadLetterNotifier, ReplayLoop, RetryStore
 from retry.dead_letter import DeadLetter
 from retry.keys import COLUMN_FAMILIES as RETRY_CFS
 from retry.recovery import RecoveryReplay, RoundResult
+from rmq import BrokerApi, Credentials, NameServerClient, RemotingClient
+from rmq.producer import Producer, ProducerConfig
 from storage.errors import StorageError, StoreLockedError
 from storage.group_commit import GroupCommitWriter
 from storage.kv import KV
@@ -384,24 +384,27 @@ def _open_store(data_dir: Path) -> RocksKV:
         raise StartupError(f"cannot open the store at {path}: {exc}") from exc
 
 
+# An override of the name servers for the process's lifetime (the CLI's embedded devbroker).
+NamesrvOverride = Callable[[], contextlib.AbstractAsyncContextManager[tuple[str, ...]]]
+
+
 @contextlib.asynccontextmanager
-async def _namesrv_for(settings: Settings, devbroker_brokers: int) -> AsyncIterator[tuple[str, ...]]:
-    if devbroker_brokers <= 0:
+async def _namesrv_for(
+    settings: Settings, override: NamesrvOverride | None
+) -> AsyncIterator[tuple[str, ...]]:
+    if override is None:
         yield settings.namesrv
         return
-    from devbroker import DevCluster
-
-    async with DevCluster(brokers=devbroker_brokers, namesrv_port=0, broker_base_port=0) as cluster:
-        log.info("embedded devbroker: name server %s", cluster.namesrv_addr)
-        yield (cluster.namesrv_addr,)
+    async with override() as namesrv:
+        yield namesrv
 
 
-async def run(settings: Settings, devbroker_brokers: int = 0) -> int:
+async def run(settings: Settings, namesrv_override: NamesrvOverride | None = None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with _namesrv_for(settings, devbroker_brokers) as namesrv:
+    async with _namesrv_for(settings, namesrv_override) as namesrv:
         service = Service(settings, namesrv=namesrv)
         try:
             await service.start()
@@ -413,12 +416,12 @@ async def run(settings: Settings, devbroker_brokers: int = 0) -> int:
     return 0
 
 
-def serve(settings: Settings, devbroker_brokers: int = 0) -> int:
+def serve(settings: Settings, namesrv_override: NamesrvOverride | None = None) -> int:
     """Run until SIGTERM/SIGINT; the exit code of `rocksidecar serve`."""
     logs.configure(settings.log_level, settings.log_format)
     try:
         import uvloop
 
-        return uvloop.run(run(settings, devbroker_brokers))
+        return uvloop.run(run(settings, namesrv_override))
     except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio still works
-        return asyncio.run(run(settings, devbroker_brokers))
+        return asyncio.run(run(settings, namesrv_override))

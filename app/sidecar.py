@@ -15,12 +15,12 @@ from enum import Enum
 from typing import Protocol
 
 from app.request import Prepared, RequestError
-from app.rocketmq import InvalidMessageError, RocketMQError, SendFailed, SendResult
-from app.rocketmq.errors import MessageIllegal
-from app.rocketmq.producer import Producer
 from delay import DelayedMessage
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
+from rmq import InvalidMessageError, RocketMQError, SendFailed, SendResult
+from rmq.errors import MessageIllegal
+from rmq.producer import Producer
 
 
 class Ack(Enum):

@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from app.rocketmq import Message, RocketMQError, SendResult
-from app.rocketmq.producer import Producer
 from app.sidecar import RetrySpool, last_error, message_fault
 from delay import DelayedMessage, DelayStore, SentTo
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
+from rmq import Message, RocketMQError, SendResult
+from rmq.producer import Producer
 
 log = logging.getLogger(__name__)
 
