@@ -40,6 +40,7 @@ from retry.dead_letter import DeadLetter
 from retry.keys import COLUMN_FAMILIES as RETRY_CFS
 from retry.recovery import RecoveryReplay, RoundResult
 from rmq import BrokerApi, Credentials, NameServerClient, RemotingClient
+from rmq.client_instance import ClientInstance
 from rmq.producer import Producer, ProducerConfig
 from storage.errors import StorageError, StoreLockedError
 from storage.group_commit import GroupCommitWriter
@@ -122,13 +123,23 @@ class Service:
         self.metrics = Metrics()
         self.events = OpsEvents(late_threshold_s=s.delay_late_log_ms / 1000)
         credentials = Credentials(s.access_key, s.secret_key) if s.access_key else None
-        self.remoting = RemotingClient(credentials=credentials)
+        # One client instance (client id, routes, connections, heartbeat) for the producer and any
+        # consumer the sidecar runs; the brokers' requests on its connections go to it.
+        self.remoting = RemotingClient(
+            credentials=credentials,
+            on_request=lambda conn, cmd: self.client.on_broker_request(conn, cmd),  # noqa: PLW0108 (made below)
+        )
         self.namesrv = NameServerClient(self.remoting, namesrv or s.namesrv)
+        producer_cfg = producer_config(s)
+        api = BrokerApi(self.remoting, producer_group=s.producer_group)
+        self.client = ClientInstance(self.namesrv, api=api, heartbeat_s=producer_cfg.heartbeat_s)
         self.producer = Producer(
             self.namesrv,
-            BrokerApi(self.remoting, producer_group=s.producer_group),
-            producer_config(s),
+            api,
+            producer_cfg,
+            instance=self.client,
             on_attempt=self._on_attempt,
+            on_send_error=self.metrics.observe_send_error,
             on_broker_state=self._on_broker_state,
             on_route_change=self._on_route_change,
         )
@@ -355,6 +366,7 @@ class Service:
         await self.replay.close(grace_s=min(grace, 5.0))
         await self.notifier.close()
         await self.producer.close()
+        await self.client.close()
         await self.remoting.close()
         await self.retry.close()
         await self.delay.close()

@@ -18,8 +18,8 @@ from app.request import Prepared, RequestError
 from delay import DelayedMessage
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
-from rmq import InvalidMessageError, RocketMQError, SendFailed, SendResult
-from rmq.errors import MessageIllegal
+from rmq import RocketMQError, SendFailed, SendResult
+from rmq.errors import is_final
 from rmq.producer import Producer
 
 
@@ -113,9 +113,9 @@ def last_error(exc: RocketMQError) -> str:
 
 
 def message_fault(exc: BaseException) -> bool:
-    """The broker refused the message itself: sending it again can never work."""
-    last = exc.last if isinstance(exc, SendFailed) else exc
-    return isinstance(last, MessageIllegal | InvalidMessageError)
+    """The broker refused the message itself: sending it again can never work (the error table's
+    ``final`` flag, rmq.errors)."""
+    return is_final(exc)
 
 
 class Sidecar:

@@ -1,6 +1,6 @@
 """Exceptions of the RocketMQ client, with flags that tell callers what may help.
 
-    RocketMQError                 .retriable, .refresh_route, .code, .remark, .addr
+    RocketMQError                 .retriable, .final, .refresh_route, .code, .remark, .addr
     ├── RemotingError             transport; retriable
     │   ├── ConnectError          could not connect
     │   ├── ConnectionClosed      the connection dropped while a request was outstanding
@@ -9,10 +9,18 @@
     ├── BrokerError               a response code other than success; one subclass per known code
     ├── RouteNotFound             no route for a topic (refresh_route)
     ├── ClientError               misuse, closed client, bad arguments; never retriable
-    │   └── InvalidMessageError   a message that can never be sent as it is (names .field)
+    │   └── InvalidMessageError   a message that can never be sent as it is (names .field); final
     └── SendFailed                every attempt of a send failed; .attempts lists them
 
-Callers branch on ``exc.retriable`` and ``exc.refresh_route``, never on long isinstance chains.
+The failure rule (the one place it is decided; README "Failure rule" has the same table):
+- ``retriable``: try again at once on another broker within the same send. Java's retryResponseCodes
+  (SYSTEM_ERROR, SERVICE_NOT_AVAILABLE, NO_PERMISSION, TOPIC_NOT_EXIST, NO_BUYER_ID,
+  NOT_IN_CURRENT_UNIT), plus SYSTEM_BUSY and every transport error.
+- ``final``: can never succeed as it is (MESSAGE_ILLEGAL, what validation catches): the sidecar answers
+  422 at send time and the replay buries it in the dead letters at once.
+- neither (NO_PERMISSION on every broker, unknown codes, the budget spent): stop this send; the message
+  is spooled with the broker's code and remark, since the cause may heal.
+Callers read :func:`is_final` and the flags, never long isinstance chains.
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ from rmq.codes import ResponseCode
 
 
 class RocketMQError(Exception):
-    retriable: ClassVar[bool] = False
+    retriable: ClassVar[bool] = False  # worth another broker within the send
+    final: ClassVar[bool] = False  # can never succeed: reject or dead-letter, never spool
     refresh_route: ClassVar[bool] = False
 
     def __init__(
@@ -63,6 +72,8 @@ class ClientError(RocketMQError):
 class InvalidMessageError(ClientError):
     """The message itself is unacceptable; ``field`` names the offending part."""
 
+    final = True
+
     def __init__(self, message: str, *, field: str) -> None:
         super().__init__(message)
         self.field = field
@@ -91,7 +102,7 @@ class RequestCodeNotSupported(BrokerError):
 
 
 class MessageIllegal(BrokerError):
-    pass
+    final = True
 
 
 class ServiceNotAvailable(BrokerError):
@@ -99,12 +110,21 @@ class ServiceNotAvailable(BrokerError):
 
 
 class NoPermission(BrokerError):
-    # Final by default (mission P6): a producer may still opt in through its retry-code set.
-    pass
+    # Java retries it on another broker: a broker made read-only for maintenance answers it.
+    retriable = True
 
 
 class TopicNotExist(BrokerError):
+    retriable = True  # after one route refresh, on another broker (Java's retryResponseCodes)
     refresh_route = True
+
+
+class NoBuyerId(BrokerError):
+    retriable = True
+
+
+class NotInCurrentUnit(BrokerError):
+    retriable = True
 
 
 class PullOffsetMoved(BrokerError):
@@ -127,6 +147,8 @@ _BY_CODE: dict[int, type[BrokerError]] = {
     ResponseCode.SERVICE_NOT_AVAILABLE: ServiceNotAvailable,
     ResponseCode.NO_PERMISSION: NoPermission,
     ResponseCode.TOPIC_NOT_EXIST: TopicNotExist,
+    ResponseCode.NO_BUYER_ID: NoBuyerId,
+    ResponseCode.NOT_IN_CURRENT_UNIT: NotInCurrentUnit,
     ResponseCode.PULL_OFFSET_MOVED: PullOffsetMoved,
     ResponseCode.QUERY_NOT_FOUND: QueryNotFound,
     ResponseCode.SUBSCRIPTION_PARSE_FAILED: SubscriptionError,
@@ -175,6 +197,22 @@ class SendFailed(RocketMQError):
         self.last = last
 
     @property
+    def final(self) -> bool:  # type: ignore[override]
+        return self.last is not None and self.last.final
+
+    @property
     def retriable(self) -> bool:  # type: ignore[override]
-        # Whether a later try (e.g. from the retry store) could succeed.
-        return self.last is None or self.last.retriable or self.last.refresh_route
+        # Whether a later try (the retry store's) could succeed: anything but a final error may heal.
+        return not self.final
+
+
+def failure_cause(exc: RocketMQError) -> str:
+    """A short label for metrics: the response code's name, or TRANSPORT when no broker answered."""
+    if exc.code is not None:
+        return code_name(exc.code)
+    return "TRANSPORT" if isinstance(exc, RemotingError) else type(exc).__name__
+
+
+def is_final(exc: BaseException) -> bool:
+    """The failure rule's one question above the send: can this message never succeed as it is?"""
+    return bool(getattr(exc, "final", False))

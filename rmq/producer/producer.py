@@ -24,6 +24,7 @@ from rmq.errors import (
     RocketMQError,
     RouteNotFound,
     SendFailed,
+    failure_cause,
 )
 from rmq.message import Message, MessageQueue
 from rmq.msgid import local_ip, new_uniq_id
@@ -70,6 +71,7 @@ class Producer:
         on_broker_state: StateListener | None = None,
         on_route_change: RouteListener | None = None,
         instance: ClientInstance | None = None,
+        on_send_error: Callable[[str, str], None] | None = None,
     ) -> None:
         """``instance``: the client instance (client id, routes, connections, heartbeat) shared with
         other producers and consumers; without, the producer makes its own over ``namesrv``."""
@@ -83,6 +85,7 @@ class Producer:
         )
         self.client_id = self.instance.client_id
         self._on_attempt = on_attempt  # (broker, latency_s, ok) after every attempt, for metrics
+        self._on_send_error = on_send_error  # (broker, failure_cause(exc)) after a failed attempt
         self.fault = LatencyFaultTolerance(
             cfg.latency_max_ms,
             cfg.not_available_ms,
@@ -210,6 +213,8 @@ class Producer:
                     reason=str(exc),
                 )
                 attempts.append(Attempt(mq.broker_name, mq.queue_id, latency, str(exc), exc.code))
+                if self._on_send_error is not None:
+                    self._on_send_error(mq.broker_name, failure_cause(exc))
                 last, last_broker = exc, mq.broker_name
                 if exc.refresh_route and not refreshed:
                     refreshed = True  # e.g. TOPIC_NOT_EXIST: one more try on a fresh route

@@ -110,7 +110,12 @@ async def test_final_error_stops_at_once() -> None:
     [
         (ResponseCode.SYSTEM_BUSY, 3),
         (ResponseCode.SERVICE_NOT_AVAILABLE, 3),
-        (ResponseCode.NO_PERMISSION, 1),
+        (ResponseCode.NO_PERMISSION, 3),  # Java's retryResponseCodes (issue 12)
+        (ResponseCode.NO_BUYER_ID, 3),
+        (ResponseCode.NOT_IN_CURRENT_UNIT, 3),
+        (ResponseCode.MESSAGE_ILLEGAL, 1),
+        (ResponseCode.REQUEST_CODE_NOT_SUPPORTED, 1),  # neither: stop, spool
+        (999, 1),  # an unknown code: stop, spool
     ],
 )
 async def test_retryable_and_final_codes(code: int, attempts: int) -> None:
@@ -120,12 +125,15 @@ async def test_retryable_and_final_codes(code: int, attempts: int) -> None:
     with pytest.raises(SendFailed) as info:
         await h.producer().send(MSG)
     assert len(info.value.attempts) == attempts
+    # only what can never succeed is final; the rest is spooled, since it may heal
+    assert info.value.final is (code == ResponseCode.MESSAGE_ILLEGAL)
+    assert info.value.retriable is not info.value.final
 
 
 async def test_extra_retry_codes_opt_in() -> None:
     h = Harness()
-    h.fail("broker-a", ResponseCode.NO_PERMISSION)
-    p = h.producer(extra_retry_codes=frozenset({ResponseCode.NO_PERMISSION}))
+    h.fail("broker-a", ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+    p = h.producer(extra_retry_codes=frozenset({ResponseCode.REQUEST_CODE_NOT_SUPPORTED}))
     results = [await p.send(MSG) for _ in range(4)]
     assert all(r.queue.broker_name == "broker-b" for r in results)
 
@@ -138,7 +146,7 @@ async def test_topic_not_exist_from_broker_refreshes_the_route_once() -> None:
     with pytest.raises(SendFailed) as info:
         await p.send(MSG)
     assert h.route_requests == ["T", "T"]
-    assert len(info.value.attempts) == 2  # one more try on the fresh route, then stop
+    assert len(info.value.attempts) == 3  # a fresh route once, then other brokers (Java retries it)
     assert info.value.last is not None and info.value.last.code == ResponseCode.TOPIC_NOT_EXIST
     # Not retried now, but worth spooling: the only broker hosting a topic may be down.
     assert info.value.retriable
