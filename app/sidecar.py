@@ -18,9 +18,8 @@ from app.request import Prepared, RequestError
 from delay import DelayedMessage
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
-from rmq import RocketMQError, SendFailed, SendResult
+from rmq import RocketMQError, Sender, SendFailed, SendResult
 from rmq.errors import is_final
-from rmq.producer import Producer
 
 
 class Ack(Enum):
@@ -121,7 +120,7 @@ def message_fault(exc: BaseException) -> bool:
 class Sidecar:
     def __init__(
         self,
-        producer: Producer,
+        producer: Sender,
         retry: RetrySpool,
         *,
         policy_for: Callable[[str], RetryPolicy],

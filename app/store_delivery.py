@@ -11,8 +11,7 @@ from app.sidecar import RetrySpool, last_error, message_fault
 from delay import DelayedMessage, DelayStore, SentTo
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
-from rmq import Message, RocketMQError, SendResult
-from rmq.producer import Producer
+from rmq import Message, RocketMQError, Sender, SendResult
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ def stored_message(s: RetryRecord | DelayedMessage) -> Message:
 class StoreDelivery:
     def __init__(
         self,
-        producer: Producer,
+        producer: Sender,
         retry: RetrySpool,
         delay: DelayStore,
         *,

@@ -2,6 +2,7 @@
 
 from rmq.acl import Credentials
 from rmq.broker import BrokerApi, ConsumerData, Subscription
+from rmq.client_instance import ClientInstance
 from rmq.errors import (
     Attempt,
     BrokerError,
@@ -23,12 +24,14 @@ from rmq.namesrv import NameServerClient
 from rmq.pool import Invoker, RemotingClient
 from rmq.result import PullResult, PullStatus, SendResult, SendStatus
 from rmq.route import TopicRouteData
+from rmq.sender import Sender
 
 __all__ = [
     "Attempt",
     "BrokerApi",
     "BrokerError",
     "ClientError",
+    "ClientInstance",
     "ConnectError",
     "ConnectionClosed",
     "ConsumerData",
@@ -50,6 +53,7 @@ __all__ = [
     "SendFailed",
     "SendResult",
     "SendStatus",
+    "Sender",
     "Subscription",
     "TopicNotExist",
     "TopicRouteData",
