@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+from app.delivery_policy import RetrySpool, first_due_ms, last_error, message_fault
 from app.request import Prepared, RequestError
 from delay import DelayedMessage
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
-from rmq import RocketMQError, Sender, SendFailed, SendResult
-from rmq.errors import is_final
+from rmq import RocketMQError, Sender, SendResult
 
 
 class Ack(Enum):
@@ -57,12 +57,6 @@ class Outcome:
             result.queue_offset,
             result.offset_msg_id,
         )
-
-
-class RetrySpool(Protocol):
-    async def spool(self, record: RetryRecord, due_ms: int | None = None) -> object: ...
-
-    async def spool_many(self, records: Sequence[RetryRecord], due_ms: int | None = None) -> object: ...
 
 
 class DelaySchedule(Protocol):
@@ -104,17 +98,6 @@ class StateLookup(Protocol):
 
 class Canceller(Protocol):
     async def cancel(self, id: str) -> CancelResult: ...
-
-
-def last_error(exc: RocketMQError) -> str:
-    """What went wrong, as kept with a spooled message: the last attempt's error when there were any."""
-    return str(exc.last if isinstance(exc, SendFailed) and exc.last else exc)
-
-
-def message_fault(exc: BaseException) -> bool:
-    """The broker refused the message itself: sending it again can never work (the error table's
-    ``final`` flag, rmq.errors)."""
-    return is_final(exc)
 
 
 class Sidecar:
@@ -227,7 +210,7 @@ class Sidecar:
             ) from exc
         now = self._now_ms()
         error = last_error(exc)
-        due = now + int(self._policy_for(p.type).delay_s(0) * 1000)
+        due = first_due_ms(self._policy_for(p.type), now)
         record = self.record(p, error=error, failed_at_ms=now)
         await self.retry.spool(record, due)
         if self.on_spooled is not None:
@@ -310,6 +293,6 @@ class Sidecar:
                 )
             else:
                 error = last_error(result)
-                due = now + int(self._policy_for(p.type).delay_s(0) * 1000)
+                due = first_due_ms(self._policy_for(p.type), now)
                 failed_by_due.setdefault(due, []).append((i, p, error))
         await asyncio.gather(*(self._spool_group(out, group, due) for due, group in failed_by_due.items()))

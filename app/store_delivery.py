@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from app.sidecar import RetrySpool, last_error, message_fault
+from app.delivery_policy import RetrySpool, first_due_ms, last_error, message_fault
 from delay import DelayedMessage, DelayStore, SentTo
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
@@ -116,7 +116,7 @@ class StoreDelivery:
                     last_error=error,
                     history=((now, error),),
                 )
-                due = now + int(self._policy_for(m.type).delay_s(0) * 1000)
+                due = first_due_ms(self._policy_for(m.type), now)
                 by_due.setdefault(due, []).append((i, record))
         for due, group in by_due.items():
             try:

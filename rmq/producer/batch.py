@@ -6,17 +6,33 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from rmq.broker import BrokerApi
 from rmq.errors import RocketMQError, RouteNotFound, SendFailed
 from rmq.message import Message, MessageQueue
 from rmq.msgid import new_uniq_id
-from rmq.producer.publish_info import TopicPublishInfo
+from rmq.producer.config import ProducerConfig
+from rmq.producer.publish_info import AttemptFn, TopicPublishInfo
+from rmq.producer.routes import TopicRoutes
 from rmq.producer.selector import ByShardingKey, QueueSelector
 from rmq.result import SendResult
 
-if TYPE_CHECKING:
-    from rmq.producer.producer import Producer
+
+class BatchHost(Protocol):
+    """What batching needs of its producer (a protocol, so batch.py and producer.py do not import each
+    other)."""
+
+    config: ProducerConfig
+    routes: TopicRoutes
+    api: BrokerApi
+
+    def selector_for(self, sharding_key: str | None) -> QueueSelector: ...
+
+    async def with_retries(
+        self, topic: str, selector: QueueSelector, attempt: AttemptFn, what: str
+    ) -> SendResult: ...
+
 
 Outcome = SendResult | RocketMQError
 _RECORD_OVERHEAD = 22 + 64  # batch record header + the properties we add (UNIQ_KEY, WAIT, ...)
@@ -43,7 +59,7 @@ def _size(msg: Message) -> int:
 
 
 class BatchSender:
-    def __init__(self, producer: Producer) -> None:
+    def __init__(self, producer: BatchHost) -> None:
         self._producer = producer
 
     async def send(

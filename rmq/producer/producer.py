@@ -32,7 +32,7 @@ from rmq.namesrv import NameServerClient
 from rmq.producer.batch import BatchSender
 from rmq.producer.config import ProducerConfig
 from rmq.producer.fault import BrokerState, LatencyFaultTolerance, StateListener
-from rmq.producer.publish_info import TopicPublishInfo
+from rmq.producer.publish_info import AttemptFn, TopicPublishInfo
 from rmq.producer.routes import RouteListener, TopicRoutes
 from rmq.producer.selector import (
     ByShardingKey,
@@ -45,9 +45,6 @@ from rmq.producer.selector import (
 from rmq.result import SendResult, SendStatus
 
 log = logging.getLogger(__name__)
-
-# One attempt: (queue, broker address, remaining budget in s, publish info) -> result.
-AttemptFn = Callable[[MessageQueue, str, float, TopicPublishInfo], Awaitable[SendResult]]
 
 
 def _client_id() -> str:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from rmq.message import MessageQueue
+from rmq.result import SendResult
 from rmq.route import TopicRouteData
 
 
@@ -64,3 +66,7 @@ class TopicPublishInfo:
         """A queue of ``broker``, rotating with the send index (used after pickOneAtLeast)."""
         own = self.queues_by_broker[broker]
         return own[self.index.next() % len(own)]
+
+
+# One attempt of a send: (queue, broker address, remaining budget in s, publish info) -> result.
+AttemptFn = Callable[[MessageQueue, str, float, TopicPublishInfo], Awaitable[SendResult]]
