@@ -41,7 +41,8 @@ from retry.keys import COLUMN_FAMILIES as RETRY_CFS
 from retry.recovery import RecoveryReplay, RoundResult
 from rmq import BrokerApi, Credentials, NameServerClient, RemotingClient
 from rmq.client_instance import ClientInstance
-from rmq.producer import Producer, ProducerConfig
+from rmq.producer import Producer, ProducerConfig, SelectorName
+from storage.clock import wall_ms
 from storage.errors import StorageError, StoreLockedError
 from storage.group_commit import GroupCommitWriter
 from storage.kv import KV
@@ -91,17 +92,13 @@ def warn_if_open(s: Settings) -> None:
             )
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def producer_config(s: Settings) -> ProducerConfig:
     return ProducerConfig(
         group=s.producer_group,
         send_timeout_s=s.send_timeout_ms / 1000,
         retry_times=s.retry_times,
         fault_tolerance=s.fault_tolerance,
-        selector=s.queue_selector,
+        selector=SelectorName(s.queue_selector),
         environment_index=s.environment_index,
         zone=s.zone,
         max_body_bytes=s.max_body_bytes,

@@ -8,7 +8,6 @@ The promise lives here: an outcome other than an error means the message is stor
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -20,6 +19,7 @@ from delay import DelayedMessage
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
 from rmq import RocketMQError, Sender, SendResult
+from storage.clock import wall_ms
 
 
 class Ack(Enum):
@@ -110,7 +110,7 @@ class Sidecar:
         delay: DelaySchedule | None = None,
         lookups: Sequence[StateLookup] = (),
         canceller: Canceller | None = None,
-        now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        now_ms: Callable[[], int] = wall_ms,
         on_spooled: Callable[[RetryRecord], None] | None = None,
     ) -> None:
         self.on_spooled = on_spooled  # after a failed send was spooled (the operator's log)

@@ -6,7 +6,6 @@ through an Invoker and turns the response into a value or a typed error.
 
 from __future__ import annotations
 
-import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from rmq.clock import wall_ms
 from rmq.codes import (
     DEFAULT_TOPIC,
     DEFAULT_TOPIC_QUEUE_NUMS,
@@ -54,7 +54,7 @@ def parse_tags(expression: str | None) -> list[str]:
 class Subscription:
     topic: str
     expression: str = "*"
-    sub_version: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
+    sub_version: int = field(default_factory=wall_ms)
 
     def to_json(self) -> dict[str, Any]:
         tags = parse_tags(self.expression)
@@ -124,7 +124,7 @@ class BrokerApi:
             "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
             "e": str(mq.queue_id),
             "f": str(sys_flag),
-            "g": str(time.time_ns() // 1_000_000),
+            "g": str(wall_ms()),
             "h": str(flag),
             "i": properties,
             "j": "0",

@@ -13,8 +13,9 @@ import os
 import random
 import socket
 import struct
-import time
 from collections.abc import Callable
+
+from rmq.clock import wall_ms
 
 
 def local_ip() -> bytes:
@@ -41,7 +42,7 @@ class UniqIdGenerator:
         ip: bytes | None = None,
         pid: int | None = None,
         magic: int | None = None,
-        now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        now_ms: Callable[[], int] = wall_ms,
     ) -> None:
         ip = ip if ip is not None else local_ip()
         pid = os.getpid() if pid is None else pid

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from rmq.broker import BrokerApi
+from rmq.clock import wall_ms
 from rmq.consumer.allocate import sort_for_allocation
 from rmq.consumer.config import RETRY_PREFIX, ConsumeFrom, ConsumerConfig, MessageModel
 from rmq.consumer.offset_store import OffsetStore, ReadType
@@ -45,5 +45,5 @@ async def start_offset(
         return await api.get_max_offset(addr, mq)
     ts = config.consume_timestamp_ms
     if ts is None:
-        ts = time.time_ns() // 1_000_000 - DEFAULT_TIMESTAMP_LOOKBACK_MS
+        ts = wall_ms() - DEFAULT_TIMESTAMP_LOOKBACK_MS
     return await api.search_offset(addr, mq, ts)

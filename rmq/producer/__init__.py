@@ -10,6 +10,7 @@ from rmq.producer.selector import (
     QueueSelector,
     RandomQueue,
     RoundRobin,
+    SelectorName,
 )
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
     "QueueSelector",
     "RandomQueue",
     "RoundRobin",
+    "SelectorName",
 ]

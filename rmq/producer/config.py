@@ -9,6 +9,7 @@ from rmq.codes import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
 from rmq.message import DEFAULT_MAX_BODY_BYTES
 from rmq.producer.fault import ISOLATION_LATENCY_MS, LATENCY_MAX_MS, NOT_AVAILABLE_MS
 from rmq.producer.routes import ROUTE_REFRESH_S
+from rmq.producer.selector import SelectorName
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +31,7 @@ class ProducerConfig:
     # FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE mean "stored, not yet durable
     # everywhere"; the Java default counts them as sent. True sends again to another broker.
     retry_another_broker_when_not_store_ok: bool = False
-    selector: str = "round_robin"  # round_robin | random | environment | zone
+    selector: SelectorName = SelectorName.ROUND_ROBIN
     environment_index: int = 0
     zone: str = ""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES

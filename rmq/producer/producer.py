@@ -41,6 +41,7 @@ from rmq.producer.selector import (
     QueueSelector,
     RandomQueue,
     RoundRobin,
+    SelectorName,
 )
 from rmq.result import SendResult, SendStatus
 
@@ -106,13 +107,13 @@ class Producer:
 
     def _make_selector(self, cfg: ProducerConfig, rng: random.Random | None) -> QueueSelector:
         fault = self.fault if cfg.fault_tolerance else None
-        if cfg.selector == "round_robin":
+        if cfg.selector == SelectorName.ROUND_ROBIN:
             return RoundRobin(fault)
-        if cfg.selector == "random":
+        if cfg.selector == SelectorName.RANDOM:
             return RandomQueue(fault, rng)
-        if cfg.selector == "environment":
+        if cfg.selector == SelectorName.ENVIRONMENT:
             return EnvironmentQueue(cfg.environment_index)
-        if cfg.selector == "zone":
+        if cfg.selector == SelectorName.ZONE:
             return PreferZone(cfg.zone, fault)
         raise ClientError(f"unknown queue selector {cfg.selector!r}")
 

@@ -4,6 +4,7 @@ tolerance's reordering, and a failed send is retried on the same queue instead o
 from __future__ import annotations
 
 import random
+from enum import StrEnum
 from typing import Protocol
 
 from rmq.broker import java_string_hash
@@ -11,6 +12,15 @@ from rmq.errors import ClientError, RouteNotFound
 from rmq.message import MessageQueue
 from rmq.producer.fault import LatencyFaultTolerance
 from rmq.producer.publish_info import TopicPublishInfo
+
+
+class SelectorName(StrEnum):
+    """The queue selectors a producer can be configured with (for messages without a sharding key)."""
+
+    ROUND_ROBIN = "round_robin"
+    RANDOM = "random"
+    ENVIRONMENT = "environment"
+    ZONE = "zone"
 
 
 class QueueSelector(Protocol):
