@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from rmq.broker import BrokerApi, ConsumerData
 from rmq.client_id import build_client_id, default_instance_name, default_ip
-from rmq.codes import ResponseCode
+from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import Connection
 from rmq.errors import RocketMQError
 from rmq.namesrv import NameServerClient
@@ -159,8 +159,8 @@ class ClientInstance:
         entry = self._consumers.get(cmd.ext_fields.get("consumerGroup", ""))
         if entry is not None:
             return await entry.on_request(conn, cmd)
-        if cmd.ext_fields.get("consumerGroup"):
-            return None  # a notification for a group that left: nothing to do
+        if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            return None  # one-way, for a group that left (or never was) here: nothing to do
         return cmd.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
         )

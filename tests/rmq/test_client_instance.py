@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from devbroker import DevCluster
 from rmq import Message, MessageExt, MessageQueue, RemotingClient
 from rmq.client_instance import ClientInstance
-from rmq.codes import RequestCode
+from rmq.codes import RequestCode, ResponseCode
 from rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
 from rmq.consumer.push_consumer import PushConsumer
 from rmq.producer import Producer, ProducerConfig
@@ -76,6 +76,9 @@ async def test_broker_requests_reach_the_consumer_of_the_named_group(cluster: De
         other = RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "CG-gone"})
         assert await instance.on_broker_request(None, other) is None  # type: ignore[arg-type]
         assert consumer.stats["notified"] == before + 1
+        running_info = RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "CG-gone"})
+        answer = await instance.on_broker_request(None, running_info)  # type: ignore[arg-type]
+        assert answer is not None and answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     finally:
         await consumer.close()
         await instance.close()
