@@ -41,7 +41,7 @@ install: $(STAMP) $(HELM) chromium
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check $(wildcard app retry delay storage devbroker pipeline tests bench tools docker)
+	$(BIN)/ruff format --check $(wildcard app rmq retry delay storage devbroker pipeline tests bench tools docker)
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 

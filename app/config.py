@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from retry.policy import RetryPolicy
+from rmq.producer.selector import SelectorName
 
 ENV_PREFIX = "ROCKSIDECAR_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"  # path of the optional YAML file (same as --config)
@@ -167,7 +168,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "queue_selector",
-        _choice("round_robin", "random", "environment", "zone"),
+        _choice(*SelectorName),
         "round_robin",
         "Queue choice for messages without a sharding key.",
     ),
@@ -347,9 +348,9 @@ def _check(s: Settings, require_namesrv: bool) -> None:
         raise ConfigError(f"{_BY_NAME['namesrv'].env}: required (or start with --devbroker)")
     if bool(s.access_key) != bool(s.secret_key):
         raise ConfigError("ROCKSIDECAR_ACCESS_KEY and ROCKSIDECAR_SECRET_KEY must be set together")
-    if s.queue_selector == "environment" and s.environment_index < 1:
+    if s.queue_selector == SelectorName.ENVIRONMENT and s.environment_index < 1:
         raise ConfigError("ROCKSIDECAR_ENVIRONMENT_INDEX: must be >= 1 with queue_selector=environment")
-    if s.queue_selector == "zone" and not s.zone:
+    if s.queue_selector == SelectorName.ZONE and not s.zone:
         raise ConfigError("ROCKSIDECAR_ZONE: required with queue_selector=zone")
     if not s.data_dir:
         raise ConfigError("ROCKSIDECAR_DATA_DIR: must not be empty")

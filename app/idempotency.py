@@ -26,6 +26,13 @@ Answer = tuple[int, dict[str, Any]]
 CF_ANSWERS = "idem"
 CF_EXPIRY = "idem_expiry"  # created_ms (13 digits) + key -> b"", to purge old answers in time order
 COLUMN_FAMILIES = (CF_ANSWERS, CF_EXPIRY)
+MAX_KEY_CHARS = 255  # the one rule for both APIs (gRPC sends "" for "no key": proto3 has no absence)
+
+
+def check_key(key: str) -> None:
+    """An idempotency key is 1-255 characters on either API; RequestError naming the header otherwise."""
+    if not 1 <= len(key) <= MAX_KEY_CHARS:
+        raise RequestError(f"Idempotency-Key must be 1-{MAX_KEY_CHARS} characters", field="Idempotency-Key")
 
 
 def canonical_json(body: bytes) -> bytes:

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from app.rocketmq.producer import BrokerState
+from rmq.producer import BrokerState
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series double the output and nobody graphs them
 
@@ -49,6 +49,13 @@ class Metrics:
             ["broker", "result"],
             registry=r,
         )
+        self.send_errors = Counter(
+            "rocksidecar_send_errors",
+            "Failed send attempts by broker and cause: the broker's response code name (NO_PERMISSION, "
+            "CODE_<n> when unknown) or TRANSPORT.",
+            ["broker", "code"],
+            registry=r,
+        )
         self.replays = Counter(
             "rocksidecar_replays",
             "Resends from the retry store, by outcome: delivered, "
@@ -70,6 +77,9 @@ class Metrics:
 
     def observe_attempt(self, broker: str, ok: bool) -> None:
         self.attempts.labels(broker, "ok" if ok else "error").inc()
+
+    def observe_send_error(self, broker: str, cause: str) -> None:
+        self.send_errors.labels(broker, cause).inc()
 
     def add_state(self, collector: Collector) -> None:
         self.registry.register(collector)

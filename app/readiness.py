@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from app.rocketmq import NameServerClient, RocketMQError
-from app.rocketmq.producer import Producer
+from rmq import NameServerClient, RocketMQError
+from rmq.producer import Producer
 
 CACHE_S = 2.0  # the name server is asked at most this often
 

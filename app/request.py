@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.rocketmq import InvalidMessageError, Message, new_uniq_id
-from app.rocketmq.message import validate_topic
+from rmq import InvalidMessageError, Message, new_uniq_id
+from rmq.message import validate_topic
 
 
 class RequestError(Exception):

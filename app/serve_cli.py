@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import logging
 import os
 import sys
+from collections.abc import AsyncIterator
 
 from app import config
 
@@ -50,8 +54,20 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from app.service import StartupError, serve  # imported late: it pulls in FastAPI, gRPC and RocksDB
 
+    override = functools.partial(_embedded_devbroker, args.devbroker_brokers) if args.devbroker else None
     try:
-        return serve(settings, devbroker_brokers=args.devbroker_brokers if args.devbroker else 0)
+        return serve(settings, namesrv_override=override)
     except StartupError as exc:
         print(f"rocksidecar serve: cannot start: {exc}", file=sys.stderr)
         return 1
+
+
+@contextlib.asynccontextmanager
+async def _embedded_devbroker(brokers: int) -> AsyncIterator[tuple[str, ...]]:
+    """``serve --devbroker``: a name server and brokers on loopback for the process's lifetime. The only
+    place the product touches devbroker (the CLI edge; import-linter checks it)."""
+    from devbroker import DevCluster
+
+    async with DevCluster(brokers=brokers, namesrv_port=0, broker_base_port=0) as cluster:
+        logging.getLogger("app.service").info("embedded devbroker: name server %s", cluster.namesrv_addr)
+        yield (cluster.namesrv_addr,)

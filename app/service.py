@@ -33,8 +33,6 @@ from app.lookups import DelayLookup, RetryLookup
 from app.metrics import Metrics, StateCollector
 from app.readiness import Readiness
 from app.request import Limits
-from app.rocketmq import BrokerApi, Credentials, NameServerClient, RemotingClient
-from app.rocketmq.producer import Producer, ProducerConfig
 from app.sidecar import Sidecar
 from app.store_delivery import StoreDelivery
 from delay import DelayScheduler, DelayStore
@@ -44,6 +42,10 @@ from retry import keys as retry_keys
 from retry.dead_letter import DeadLetter
 from retry.keys import COLUMN_FAMILIES as RETRY_CFS
 from retry.recovery import RecoveryReplay, RoundResult
+from rmq import BrokerApi, Credentials, NameServerClient, RemotingClient
+from rmq.client_instance import ClientInstance
+from rmq.producer import Producer, ProducerConfig, SelectorName
+from storage.clock import wall_ms
 from storage.errors import StorageError, StoreLockedError
 from storage.group_commit import GroupCommitWriter
 from storage.kv import KV
@@ -94,17 +96,13 @@ def warn_if_open(s: Settings) -> None:
             )
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def producer_config(s: Settings) -> ProducerConfig:
     return ProducerConfig(
         group=s.producer_group,
         send_timeout_s=s.send_timeout_ms / 1000,
         retry_times=s.retry_times,
         fault_tolerance=s.fault_tolerance,
-        selector=s.queue_selector,
+        selector=SelectorName(s.queue_selector),
         environment_index=s.environment_index,
         zone=s.zone,
         max_body_bytes=s.max_body_bytes,
@@ -126,13 +124,23 @@ class Service:
         self.metrics = Metrics()
         self.events = OpsEvents(late_threshold_s=s.delay_late_log_ms / 1000)
         credentials = Credentials(s.access_key, s.secret_key) if s.access_key else None
-        self.remoting = RemotingClient(credentials=credentials)
+        # One client instance (client id, routes, connections, heartbeat) for the producer and any
+        # consumer the sidecar runs; the brokers' requests on its connections go to it.
+        self.remoting = RemotingClient(
+            credentials=credentials,
+            on_request=lambda conn, cmd: self.client.on_broker_request(conn, cmd),  # noqa: PLW0108 (made below)
+        )
         self.namesrv = NameServerClient(self.remoting, namesrv or s.namesrv)
+        producer_cfg = producer_config(s)
+        api = BrokerApi(self.remoting, producer_group=s.producer_group)
+        self.client = ClientInstance(self.namesrv, api=api, heartbeat_s=producer_cfg.heartbeat_s)
         self.producer = Producer(
             self.namesrv,
-            BrokerApi(self.remoting, producer_group=s.producer_group),
-            producer_config(s),
+            api,
+            producer_cfg,
+            instance=self.client,
             on_attempt=self._on_attempt,
+            on_send_error=self.metrics.observe_send_error,
             on_broker_state=self._on_broker_state,
             on_route_change=self._on_route_change,
         )
@@ -363,6 +371,7 @@ class Service:
         await self.replay.close(grace_s=min(grace, 5.0))
         await self.notifier.close()
         await self.producer.close()
+        await self.client.close()
         await self.remoting.close()
         await self.retry.close()
         await self.delay.close()
@@ -434,24 +443,27 @@ def _open_store(data_dir: Path) -> RocksKV:
         raise StartupError(f"cannot open the store at {path}: {exc}") from exc
 
 
+# An override of the name servers for the process's lifetime (the CLI's embedded devbroker).
+NamesrvOverride = Callable[[], contextlib.AbstractAsyncContextManager[tuple[str, ...]]]
+
+
 @contextlib.asynccontextmanager
-async def _namesrv_for(settings: Settings, devbroker_brokers: int) -> AsyncIterator[tuple[str, ...]]:
-    if devbroker_brokers <= 0:
+async def _namesrv_for(
+    settings: Settings, override: NamesrvOverride | None
+) -> AsyncIterator[tuple[str, ...]]:
+    if override is None:
         yield settings.namesrv
         return
-    from devbroker import DevCluster
-
-    async with DevCluster(brokers=devbroker_brokers, namesrv_port=0, broker_base_port=0) as cluster:
-        log.info("embedded devbroker: name server %s", cluster.namesrv_addr)
-        yield (cluster.namesrv_addr,)
+    async with override() as namesrv:
+        yield namesrv
 
 
-async def run(settings: Settings, devbroker_brokers: int = 0) -> int:
+async def run(settings: Settings, namesrv_override: NamesrvOverride | None = None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with _namesrv_for(settings, devbroker_brokers) as namesrv:
+    async with _namesrv_for(settings, namesrv_override) as namesrv:
         service = Service(settings, namesrv=namesrv)
         try:
             await service.start()
@@ -463,12 +475,12 @@ async def run(settings: Settings, devbroker_brokers: int = 0) -> int:
     return 0
 
 
-def serve(settings: Settings, devbroker_brokers: int = 0) -> int:
+def serve(settings: Settings, namesrv_override: NamesrvOverride | None = None) -> int:
     """Run until SIGTERM/SIGINT; the exit code of `rocksidecar serve`."""
     logs.configure(settings.log_level, settings.log_format)
     try:
         import uvloop
 
-        return uvloop.run(run(settings, devbroker_brokers))
+        return uvloop.run(run(settings, namesrv_override))
     except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio still works
-        return asyncio.run(run(settings, devbroker_brokers))
+        return asyncio.run(run(settings, namesrv_override))

@@ -8,19 +8,18 @@ The promise lives here: an outcome other than an error means the message is stor
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+from app.delivery_policy import RetrySpool, first_due_ms, last_error, message_fault
 from app.request import Prepared, RequestError
-from app.rocketmq import InvalidMessageError, RocketMQError, SendFailed, SendResult
-from app.rocketmq.errors import MessageIllegal
-from app.rocketmq.producer import Producer
 from delay import DelayedMessage
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
+from rmq import RocketMQError, Sender, SendResult
+from storage.clock import wall_ms
 
 
 class Ack(Enum):
@@ -58,12 +57,6 @@ class Outcome:
             result.queue_offset,
             result.offset_msg_id,
         )
-
-
-class RetrySpool(Protocol):
-    async def spool(self, record: RetryRecord, due_ms: int | None = None) -> object: ...
-
-    async def spool_many(self, records: Sequence[RetryRecord], due_ms: int | None = None) -> object: ...
 
 
 class DelaySchedule(Protocol):
@@ -107,28 +100,17 @@ class Canceller(Protocol):
     async def cancel(self, id: str) -> CancelResult: ...
 
 
-def last_error(exc: RocketMQError) -> str:
-    """What went wrong, as kept with a spooled message: the last attempt's error when there were any."""
-    return str(exc.last if isinstance(exc, SendFailed) and exc.last else exc)
-
-
-def message_fault(exc: BaseException) -> bool:
-    """The broker refused the message itself: sending it again can never work."""
-    last = exc.last if isinstance(exc, SendFailed) else exc
-    return isinstance(last, MessageIllegal | InvalidMessageError)
-
-
 class Sidecar:
     def __init__(
         self,
-        producer: Producer,
+        producer: Sender,
         retry: RetrySpool,
         *,
         policy_for: Callable[[str], RetryPolicy],
         delay: DelaySchedule | None = None,
         lookups: Sequence[StateLookup] = (),
         canceller: Canceller | None = None,
-        now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        now_ms: Callable[[], int] = wall_ms,
         on_spooled: Callable[[RetryRecord], None] | None = None,
     ) -> None:
         self.on_spooled = on_spooled  # after a failed send was spooled (the operator's log)
@@ -228,7 +210,7 @@ class Sidecar:
             ) from exc
         now = self._now_ms()
         error = last_error(exc)
-        due = now + int(self._policy_for(p.type).delay_s(0) * 1000)
+        due = first_due_ms(self._policy_for(p.type), now)
         record = self.record(p, error=error, failed_at_ms=now)
         await self.retry.spool(record, due)
         if self.on_spooled is not None:
@@ -311,6 +293,6 @@ class Sidecar:
                 )
             else:
                 error = last_error(result)
-                due = now + int(self._policy_for(p.type).delay_s(0) * 1000)
+                due = first_due_ms(self._policy_for(p.type), now)
                 failed_by_due.setdefault(due, []).append((i, p, error))
         await asyncio.gather(*(self._spool_group(out, group, due) for due, group in failed_by_due.items()))

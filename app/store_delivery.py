@@ -7,12 +7,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from app.rocketmq import Message, RocketMQError, SendResult
-from app.rocketmq.producer import Producer
-from app.sidecar import RetrySpool, last_error, message_fault
+from app.delivery_policy import RetrySpool, first_due_ms, last_error, message_fault
 from delay import DelayedMessage, DelayStore, SentTo
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
+from rmq import Message, RocketMQError, Sender, SendResult
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ def stored_message(s: RetryRecord | DelayedMessage) -> Message:
 class StoreDelivery:
     def __init__(
         self,
-        producer: Producer,
+        producer: Sender,
         retry: RetrySpool,
         delay: DelayStore,
         *,
@@ -117,7 +116,7 @@ class StoreDelivery:
                     last_error=error,
                     history=((now, error),),
                 )
-                due = now + int(self._policy_for(m.type).delay_s(0) * 1000)
+                due = first_due_ms(self._policy_for(m.type), now)
                 by_due.setdefault(due, []).append((i, record))
         for due, group in by_due.items():
             try:

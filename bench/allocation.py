@@ -17,15 +17,15 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 
-from app.rocketmq.consumer.allocate import (
+from rmq.consumer.allocate import (
     AllocateStrategy,
     Averagely,
     AveragelyByCircle,
     ConsistentHash,
     sort_for_allocation,
 )
-from app.rocketmq.consumer.bounded_hash import BoundedHash, moved
-from app.rocketmq.message import MessageQueue
+from rmq.consumer.bounded_hash import BoundedHash, moved
+from rmq.message import MessageQueue
 
 STRATEGIES: dict[str, AllocateStrategy] = {
     "averagely": Averagely(),

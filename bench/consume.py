@@ -20,7 +20,8 @@ from collections.abc import Sequence
 
 import uvloop
 
-from app.rocketmq import (
+from bench.common import devbroker_process, environment
+from rmq import (
     BrokerApi,
     Message,
     MessageExt,
@@ -29,8 +30,7 @@ from app.rocketmq import (
     RemotingClient,
     new_uniq_id,
 )
-from app.rocketmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
-from bench.common import devbroker_process, environment
+from rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
 
 TOPIC = "BenchConsume"
 

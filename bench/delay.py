@@ -71,8 +71,8 @@ def load_pending(path: Path, n: int) -> float:
 async def child(
     scenario: str, path: str, namesrv: str, n: int, rate: int, steady_s: float, batch_max: int, in_flight: int
 ) -> dict[str, float]:
-    from app.rocketmq import BrokerApi, Message, NameServerClient, RemotingClient
-    from app.rocketmq.producer import Producer, ProducerConfig
+    from rmq import BrokerApi, Message, NameServerClient, RemotingClient
+    from rmq.producer import Producer, ProducerConfig
 
     client = RemotingClient()
     producer = Producer(

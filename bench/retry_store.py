@@ -267,9 +267,9 @@ async def replay_all(path: Path, workers: int) -> tuple[float, int, bytes, Retry
 async def replay_into_devbroker(root: Path, n: int) -> list[tuple[str, float]]:
     """Replay into a devbroker process (its own core), one message per send and with send_batch,
     each next to the producer's own rate for the same sends without the store, in the same run."""
-    from app.rocketmq import BrokerApi, Message, NameServerClient, RemotingClient
-    from app.rocketmq.producer import Producer, ProducerConfig
     from bench.common import devbroker_process
+    from rmq import BrokerApi, Message, NameServerClient, RemotingClient
+    from rmq.producer import Producer, ProducerConfig
 
     rows: list[tuple[str, float]] = []
     with devbroker_process() as dev:

@@ -16,12 +16,12 @@ import time
 
 import uvloop
 
-from app.rocketmq import BrokerApi, Message, NameServerClient, RemotingClient
-from app.rocketmq.producer import Producer, ProducerConfig, RoundRobin
-from app.rocketmq.producer.fault import LatencyFaultTolerance
-from app.rocketmq.producer.publish_info import SendIndex, TopicPublishInfo
-from app.rocketmq.route import BrokerData, QueueData, TopicRouteData
 from bench.common import DevbrokerProcess, Row, devbroker_process, environment, print_rows
+from rmq import BrokerApi, Message, NameServerClient, RemotingClient
+from rmq.producer import Producer, ProducerConfig, RoundRobin
+from rmq.producer.fault import LatencyFaultTolerance
+from rmq.producer.publish_info import SendIndex, TopicPublishInfo
+from rmq.route import BrokerData, QueueData, TopicRouteData
 
 
 def selection_overhead(n: int) -> list[Row]:

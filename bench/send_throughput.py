@@ -14,9 +14,9 @@ from pathlib import Path
 
 import uvloop
 
-from app.rocketmq import BrokerApi, Message, NameServerClient, RemotingClient
-from app.rocketmq.producer import Producer, ProducerConfig
 from bench.common import DEFAULT_CTL, Row, devbroker_process, environment, java_producer_tps, print_rows
+from rmq import BrokerApi, Message, NameServerClient, RemotingClient
+from rmq.producer import Producer, ProducerConfig
 
 
 async def measure(

@@ -4,13 +4,13 @@ QueryMessageProcessor answer them."""
 
 from __future__ import annotations
 
-from app.rocketmq.codes import ResponseCode
-from app.rocketmq.connection import Connection
-from app.rocketmq.protocol.frame import RemotingCommand
 from devbroker import headers
 from devbroker.headers import Reject
 from devbroker.store import MessageStore
 from devbroker.topics import TopicConfig, TopicTable, is_system_topic, topic_name_error
+from rmq.codes import ResponseCode
+from rmq.connection import Connection
+from rmq.protocol.frame import RemotingCommand
 
 
 class AdminProcessor:

@@ -12,11 +12,6 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from app.rocketmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
-from app.rocketmq.connection import Connection
-from app.rocketmq.message import MessageExt
-from app.rocketmq.message_codec import pack_host
-from app.rocketmq.protocol.frame import RemotingCommand
 from devbroker.admin_requests import AdminProcessor
 from devbroker.client_manage import ClientManageProcessor
 from devbroker.clients import ClientRegistry
@@ -33,6 +28,11 @@ from devbroker.send import SendProcessor
 from devbroker.send_back import SendBackProcessor
 from devbroker.store import MessageStore
 from devbroker.topics import TopicTable
+from rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from rmq.connection import Connection
+from rmq.message import MessageExt
+from rmq.message_codec import pack_host
+from rmq.protocol.frame import RemotingCommand
 
 log = logging.getLogger(__name__)
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import orjson
 
-from app.rocketmq.codes import ResponseCode
-from app.rocketmq.connection import Connection
-from app.rocketmq.protocol.frame import RemotingCommand
 from devbroker import headers
 from devbroker.clients import ClientRegistry
 from devbroker.headers import Reject
 from devbroker.offsets import ConsumerOffsets
 from devbroker.store import MessageStore
 from devbroker.topics import RETRY_PREFIX, TopicTable
+from rmq.codes import ResponseCode
+from rmq.connection import Connection
+from rmq.protocol.frame import RemotingCommand
 
 
 class ClientManageProcessor:

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.rocketmq.broker import parse_tags
-from app.rocketmq.connection import Connection
 from devbroker.store import tag_code
+from rmq.broker import parse_tags
+from rmq.connection import Connection
 
 CHANNEL_EXPIRED_TIMEOUT_S = 120.0  # ConsumerManager/ProducerManager CHANNEL_EXPIRED_TIMEOUT
 
@@ -117,6 +117,21 @@ class ClientRegistry:
     def consumer_ids(self, group: str) -> list[str]:
         g = self._consumers.get(group)
         return list(dict.fromkeys(m.client_id for m in g.members.values())) if g else []
+
+    def producer_ids(self, group: str) -> list[str]:
+        g = self._producers.get(group)
+        return list(dict.fromkeys(m.client_id for m in g.members.values())) if g else []
+
+    def connections_of(self, client_id: str) -> int:
+        """How many connections the client registered groups on (1 when it shares one per broker)."""
+        conns = {
+            conn
+            for groups in (self._producers, self._consumers)
+            for g in groups.values()
+            for conn, m in g.members.items()
+            if m.client_id == client_id
+        }
+        return len(conns)
 
     def subscription(self, group: str, topic: str) -> SubscriptionInfo | None:
         g = self._consumers.get(group)

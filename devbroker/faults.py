@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.rocketmq.codes import ResponseCode
+from rmq.codes import ResponseCode
 
 DEFAULT_FAIL_CODE = ResponseCode.SYSTEM_ERROR
 DEFAULT_FAIL_REMARK = "devbroker: injected failure"

@@ -10,11 +10,11 @@ from typing import Any
 
 import orjson
 
-from app.rocketmq.codes import ResponseCode
-from app.rocketmq.connection import Connection
-from app.rocketmq.message import MessageQueue
-from app.rocketmq.protocol.frame import RemotingCommand
 from devbroker.headers import Reject
+from rmq.codes import ResponseCode
+from rmq.connection import Connection
+from rmq.message import MessageQueue
+from rmq.protocol.frame import RemotingCommand
 
 LOCK_MAX_LIVE_S = 60.0  # rocketmq.broker.rebalance.lockMaxLiveTime
 

@@ -10,15 +10,15 @@ from typing import Any
 
 import orjson
 
-from app.rocketmq.codes import MASTER_ID, RequestCode, ResponseCode
-from app.rocketmq.connection import Connection
-from app.rocketmq.errors import FrameError
-from app.rocketmq.protocol.frame import RemotingCommand
-from app.rocketmq.route import BrokerData, QueueData, TopicRouteData, parse_lenient_json
 from devbroker import headers
 from devbroker.headers import Reject
 from devbroker.listener import LOOPBACK, Listener
 from devbroker.topics import TopicConfig, TopicTable
+from rmq.codes import MASTER_ID, RequestCode, ResponseCode
+from rmq.connection import Connection
+from rmq.errors import FrameError
+from rmq.protocol.frame import RemotingCommand
+from rmq.route import BrokerData, QueueData, TopicRouteData, parse_lenient_json
 
 DEFAULT_CLUSTER = "DefaultCluster"
 

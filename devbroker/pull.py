@@ -3,10 +3,6 @@ store's decision table mapped to response codes, and long polling (protocol refe
 
 from __future__ import annotations
 
-from app.rocketmq.broker import parse_tags
-from app.rocketmq.codes import PERM_READ, PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, ResponseCode
-from app.rocketmq.connection import Connection
-from app.rocketmq.protocol.frame import RemotingCommand
 from devbroker import headers
 from devbroker.clients import ClientRegistry
 from devbroker.headers import Reject
@@ -14,6 +10,10 @@ from devbroker.long_poll import PullHolds
 from devbroker.offsets import ConsumerOffsets
 from devbroker.store import GetResult, GetStatus, MessageStore, tag_code
 from devbroker.topics import TopicTable
+from rmq.broker import parse_tags
+from rmq.codes import PERM_READ, PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, ResponseCode
+from rmq.connection import Connection
+from rmq.protocol.frame import RemotingCommand
 
 _CODE_BY_STATUS = {
     GetStatus.FOUND: ResponseCode.SUCCESS,

@@ -9,17 +9,17 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from app.rocketmq.codes import RequestCode, ResponseCode
-from app.rocketmq.connection import Connection
-from app.rocketmq.errors import FrameError
-from app.rocketmq.message import DEFAULT_MAX_BODY_BYTES, PROPERTIES_MAX_BYTES
-from app.rocketmq.message_codec import decode_batch, pack_host
-from app.rocketmq.protocol.frame import RemotingCommand
 from devbroker.faults import Faults
 from devbroker.headers import Reject
 from devbroker.listener import ServerConnection
 from devbroker.store import MessageStore, NewMessage, tag_code
 from devbroker.topics import NOT_ALLOWED_SEND_TOPICS, RETRY_PREFIX, TopicConfig, TopicTable, topic_name_error
+from rmq.codes import RequestCode, ResponseCode
+from rmq.connection import Connection
+from rmq.errors import FrameError
+from rmq.message import DEFAULT_MAX_BODY_BYTES, PROPERTIES_MAX_BYTES
+from rmq.message_codec import decode_batch, pack_host
+from rmq.protocol.frame import RemotingCommand
 
 REGION = "DefaultRegion"
 _FIELDS = (

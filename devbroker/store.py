@@ -13,9 +13,10 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from app.rocketmq.broker import java_string_hash
-from app.rocketmq.message import MessageExt
-from app.rocketmq.message_codec import (
+from devbroker.commitlog import CommitLog, CommitLogCorrupt
+from rmq.broker import java_string_hash
+from rmq.message import MessageExt
+from rmq.message_codec import (
     MAGIC_V1,
     MAGIC_V2,
     StoredFields,
@@ -24,7 +25,6 @@ from app.rocketmq.message_codec import (
     offset_msg_id,
     pack_host,
 )
-from devbroker.commitlog import CommitLog, CommitLogCorrupt
 
 MAX_PULL_MESSAGES = 32  # maxTransferCountOnMessageInMemory
 MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from pipeline import options
-from pipeline.cli import DESCRIPTION, add_arguments
+from pipeline.arguments import DESCRIPTION, add_arguments
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.rocketmq.pool import RemotingClient
 from devbroker import DevCluster
+from rmq.pool import RemotingClient
 
 
 @pytest.fixture

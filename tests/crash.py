@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.rocketmq import BrokerApi, RemotingClient
 from devbroker import DevCluster
+from rmq import BrokerApi, RemotingClient
 
 ROOT = Path(__file__).resolve().parents[1]
 

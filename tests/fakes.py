@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.rocketmq.codes import RequestCode, ResponseCode
-from app.rocketmq.protocol.frame import RemotingCommand
-from app.rocketmq.route import BrokerData, QueueData, TopicRouteData
+from rmq.codes import RequestCode, ResponseCode
+from rmq.protocol.frame import RemotingCommand
+from rmq.route import BrokerData, QueueData, TopicRouteData
 from storage.errors import StorageError
 from storage.kv import KV, Op
 

@@ -1,9 +1,9 @@
 """Run rocketmq-client's own allocation strategies on rocksidecar's test inputs; print JSON vectors.
 
-    python tools/java_allocations.py /tmp/rocketmq-dist > tests/rocketmq/consumer/allocation_vectors.json
+    python tools/java_allocations.py /tmp/rocketmq-dist > tests/rmq/consumer/allocation_vectors.json
 
 Compiles tools/java/AllocationVectors.java against the distribution's lib/*.jar (javac and java on PATH)
-and feeds it the cases below. tests/rocketmq/consumer/test_allocate.py compares the Python strategies
+and feeds it the cases below. tests/rmq/consumer/test_allocate.py compares the Python strategies
 with the recorded output, and with a live run when the distribution is present.
 """
 

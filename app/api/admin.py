@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from app.api import problems
 from app.api.schemas import Problem
 from app.request import RequestError
-from app.rocketmq.producer import BrokerState
 from delay import DelayStore
 from delay.admin import ScheduledItem, scheduled_page
 from retry.admin import PendingItem, dead_page, pending_page, purge, redrive
@@ -35,6 +34,7 @@ from retry.record import CorruptRecordError, RetryRecord
 from retry.recovery import RecoveryReplay
 from retry.replay import ReplayLoop
 from retry.store import RetryStore
+from rmq.producer import BrokerState
 from storage.query import Filter
 
 MAX_LIMIT = 1000

@@ -22,7 +22,7 @@ from app.api.parsing import check_batch_size
 from app.api.proto import rocksidecar_pb2 as pb
 from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 from app.api.views import batch_view, outcome_view, status_view
-from app.idempotency import Answer, IdempotencyStore, fingerprint
+from app.idempotency import Answer, IdempotencyStore, check_key, fingerprint
 from app.metrics import Metrics
 from app.request import Limits, MessageSpec, RequestError, prepare
 from app.sidecar import Ack, CancelResult, Sidecar, Status
@@ -165,10 +165,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
 
         try:
             if key and self._idempotency is not None:
-                if len(key) > 255:
-                    raise RequestError(
-                        "idempotency_key must be at most 255 characters", field="Idempotency-Key"
-                    )
+                check_key(key)
                 status, body = await self._idempotency.run(
                     key, fingerprint(f"/grpc/{method}", "", request_bytes), first
                 )

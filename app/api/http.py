@@ -39,7 +39,7 @@ from app.api.schemas import (
 )
 from app.api.ui import UiDeps, ui_routes
 from app.api.views import batch_view, outcome_view, status_view
-from app.idempotency import Answer, IdempotencyStore, canonical_json, fingerprint
+from app.idempotency import MAX_KEY_CHARS, Answer, IdempotencyStore, canonical_json, check_key, fingerprint
 from app.metrics import Metrics
 from app.request import Limits, RequestError, prepare
 from app.sidecar import Ack, CancelResult, Sidecar, Status
@@ -108,8 +108,7 @@ class Api:
                 status, body = await compute()
                 computed = True
             else:
-                if not 1 <= len(key) <= 255:
-                    raise RequestError("Idempotency-Key must be 1-255 characters", field="Idempotency-Key")
+                check_key(key)
                 # The same request in other spacing, key order or with ack spelled out is the same request.
                 fp = fingerprint(request.url.path, ack.value, canonical_json(await request.body()))
                 status, body = await self.idempotency.run(key, fp, first)
@@ -261,7 +260,7 @@ def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
                 "in": "header",
                 "required": False,
                 "description": "The same key within the window returns the first answer and sends nothing.",
-                "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_CHARS},
             },
         ],
     }

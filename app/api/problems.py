@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.request import RequestError
-from app.rocketmq import RocketMQError
+from rmq import RocketMQError
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)

@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from app.config import Settings
-from app.rocketmq import MessageExt
 from app.service import COLUMN_FAMILIES, Service
 from devbroker import DevCluster
 from retry.policy import RetryPolicy
+from rmq import MessageExt
 from storage.rocks import RocksKV
 from tests.fakes import FaultyKV
 

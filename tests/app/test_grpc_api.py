@@ -114,3 +114,21 @@ async def test_batch_size_bounds(make_stack: Any) -> None:
             assert (meta["field"], meta["http-status"]) == ("messages", http_status)
             assert f"not {n}" in (info.value.details() or "")
         assert not stack.stored("T")
+
+
+async def test_both_apis_bound_the_idempotency_key_alike(stack: Stack, channel: grpc.aio.Channel) -> None:
+    msg = {"topic": "IdemLen", "body": "x"}
+    stub = pb_grpc.SidecarStub(channel)
+    for length, ok in ((255, True), (256, False)):
+        http = await stack.http.post("/v1/messages", json=msg, headers={"Idempotency-Key": "k" * length})
+        call = stub.Send(
+            pb.SendRequest(message=pb.Message(topic="IdemLen", body="x"), idempotency_key="g" * length)
+        )
+        if ok:
+            assert http.status_code == 200 and (await call).status == pb.Status.SENT
+            continue
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call
+        assert http.status_code == 400 and info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # the same rule and words, each API naming the field its own way
+        assert info.value.details() == http.json()["detail"].replace("Idempotency-Key", "idempotency_key")

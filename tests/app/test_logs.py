@@ -12,9 +12,9 @@ import pytest
 from app.config import Settings
 from app.events import OpsEvents, cause, redacted
 from app.logs import TextFormatter, Throttle, configure
-from app.rocketmq.producer import LatencyFaultTolerance
 from retry.dead_letter import DeadLetter
 from retry.record import RetryRecord
+from rmq.producer import LatencyFaultTolerance
 from tests.fakes import FakeClock
 
 

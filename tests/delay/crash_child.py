@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from app.rocketmq import BrokerApi, Message, NameServerClient, RemotingClient
-from app.rocketmq.producer import Producer, ProducerConfig
 from delay import COLUMN_FAMILIES, DelayedMessage, DelayScheduler, DelayStore
+from rmq import BrokerApi, Message, NameServerClient, RemotingClient
+from rmq.producer import Producer, ProducerConfig
 from storage.group_commit import GroupCommitWriter
 from storage.rocks import RocksKV
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.rocketmq.codes import RequestCode, ResponseCode
-from app.rocketmq.message_codec import decode_stored
-from app.rocketmq.pool import RemotingClient
-from app.rocketmq.protocol.frame import RemotingCommand
 from devbroker import DevCluster
+from rmq.codes import RequestCode, ResponseCode
+from rmq.message_codec import decode_stored
+from rmq.pool import RemotingClient
+from rmq.protocol.frame import RemotingCommand
 from tests.devbroker import wire
 
 

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from app.cli import main
-from app.rocketmq.namesrv import NameServerClient
-from app.rocketmq.pool import RemotingClient
+from rmq.namesrv import NameServerClient
+from rmq.pool import RemotingClient
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from app.rocketmq.broker import java_string_hash
-from app.rocketmq.connection import Connection
 from devbroker.clients import ClientRegistry
+from rmq.broker import java_string_hash
+from rmq.connection import Connection
 
 
 class Recorder:

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 import devbroker
-from app.rocketmq.namesrv import NameServerClient
-from app.rocketmq.pool import RemotingClient
 from devbroker import DevCluster
+from rmq.namesrv import NameServerClient
+from rmq.pool import RemotingClient
 from tests.devbroker import wire
 
 

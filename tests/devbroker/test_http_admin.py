@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.rocketmq import BrokerApi, Message, MessageQueue, RemotingClient
-from app.rocketmq.codes import ResponseCode
 from devbroker import DevCluster
 from devbroker.http_admin import build_app
+from rmq import BrokerApi, Message, MessageQueue, RemotingClient
+from rmq.codes import ResponseCode
 
 
 @pytest.fixture

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from app.rocketmq.codes import RequestCode, ResponseCode
-from app.rocketmq.consumer.broker_calls import lock_batch, unlock_batch
-from app.rocketmq.errors import BrokerError
-from app.rocketmq.message import MessageQueue
-from app.rocketmq.pool import RemotingClient
-from app.rocketmq.protocol.frame import RemotingCommand
 from devbroker import DevCluster
 from devbroker.locks import LOCK_MAX_LIVE_S, QueueLocks
+from rmq.codes import RequestCode, ResponseCode
+from rmq.consumer.broker_calls import lock_batch, unlock_batch
+from rmq.errors import BrokerError
+from rmq.message import MessageQueue
+from rmq.pool import RemotingClient
+from rmq.protocol.frame import RemotingCommand
 
 MQS = [MessageQueue("T", "broker-a", i) for i in range(3)]
 

@@ -8,14 +8,14 @@ import zlib
 import orjson
 import pytest
 
-from app.rocketmq.codes import RequestCode, ResponseCode, SerializeType
-from app.rocketmq.connection import connect
-from app.rocketmq.errors import ConnectError
-from app.rocketmq.namesrv import NameServerClient
-from app.rocketmq.pool import RemotingClient
-from app.rocketmq.protocol.frame import RemotingCommand
-from app.rocketmq.route import TopicRouteData
 from devbroker import DevCluster
+from rmq.codes import RequestCode, ResponseCode, SerializeType
+from rmq.connection import connect
+from rmq.errors import ConnectError
+from rmq.namesrv import NameServerClient
+from rmq.pool import RemotingClient
+from rmq.protocol.frame import RemotingCommand
+from rmq.route import TopicRouteData
 
 
 async def route_raw(client: RemotingClient, cluster: DevCluster, topic: str) -> RemotingCommand:

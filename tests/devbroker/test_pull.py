@@ -8,13 +8,13 @@ import asyncio
 import orjson
 import pytest
 
-from app.rocketmq.broker import java_string_hash
-from app.rocketmq.codes import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, RequestCode, ResponseCode
-from app.rocketmq.errors import ConnectionClosed
-from app.rocketmq.message_codec import decode_stored_all
-from app.rocketmq.pool import RemotingClient
-from app.rocketmq.protocol.frame import RemotingCommand
 from devbroker import DevBroker, DevCluster
+from rmq.broker import java_string_hash
+from rmq.codes import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, RequestCode, ResponseCode
+from rmq.errors import ConnectionClosed
+from rmq.message_codec import decode_stored_all
+from rmq.pool import RemotingClient
+from rmq.protocol.frame import RemotingCommand
 from tests.devbroker import wire
 
 OFFSET_HEADERS = ("nextBeginOffset", "minOffset", "maxOffset", "suggestWhichBrokerId")

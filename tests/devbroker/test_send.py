@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 
-from app.rocketmq.codes import RequestCode, ResponseCode, SerializeType
-from app.rocketmq.message_codec import encode_batch
-from app.rocketmq.pool import RemotingClient
-from app.rocketmq.protocol.frame import RemotingCommand
 from devbroker import DevCluster
+from rmq.codes import RequestCode, ResponseCode, SerializeType
+from rmq.message_codec import encode_batch
+from rmq.pool import RemotingClient
+from rmq.protocol.frame import RemotingCommand
 from tests.devbroker import wire
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.rocketmq.codes import PULL_SUBSCRIPTION, RequestCode
-from app.rocketmq.protocol.frame import RemotingCommand
+from rmq.codes import PULL_SUBSCRIPTION, RequestCode
+from rmq.protocol.frame import RemotingCommand
 
 V1_NAMES = (
     *("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag"),

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.rocketmq import BrokerApi, MessageExt, NameServerClient, RemotingClient
 from bench.sidecar_process import sidecar_process as _sidecar_process
+from rmq import BrokerApi, MessageExt, NameServerClient, RemotingClient
 from tests.realbroker.conftest import pull_all
 
 

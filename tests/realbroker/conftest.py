@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.rocketmq import BrokerApi, MessageExt, MessageQueue, NameServerClient, TopicRouteData
+from rmq import BrokerApi, MessageExt, MessageQueue, NameServerClient, TopicRouteData
 
 pytestmark = pytest.mark.realbroker
 NAMESRV_ENV = "ROCKSIDECAR_TEST_NAMESRV"

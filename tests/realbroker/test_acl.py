@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from app.rocketmq import (
+from rmq import (
     BrokerApi,
     Credentials,
     Message,
@@ -19,7 +19,7 @@ from app.rocketmq import (
     SendFailed,
     TopicNotExist,
 )
-from app.rocketmq.producer import Producer, ProducerConfig
+from rmq.producer import Producer, ProducerConfig
 from tests.realbroker.conftest import pull_queue, wait_for_brokers
 
 ACL_ENV = "ROCKSIDECAR_TEST_ACL"

@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from app.rocketmq import BrokerApi, Message, MessageQueue, NameServerClient, RemotingClient, new_uniq_id
-from app.rocketmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
+from rmq import BrokerApi, Message, MessageQueue, NameServerClient, RemotingClient, new_uniq_id
+from rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
 from tests.realbroker.conftest import create_topic_everywhere, unique_topic
-from tests.rocketmq.consumer.helpers import Recorder, settle
+from tests.rmq.consumer.helpers import Recorder, settle
 
 WAIT_S = 60.0  # a real broker's send-back delay level 3 is 10 s
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from app.rocketmq import BrokerApi, Message, MessageQueue, NameServerClient, RemotingClient, new_uniq_id
+from rmq import BrokerApi, Message, MessageQueue, NameServerClient, RemotingClient, new_uniq_id
 from tests.realbroker.conftest import create_topic_everywhere, pull_all, unique_topic
 
 SINGLES = 5000

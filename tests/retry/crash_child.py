@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from app.rocketmq import BrokerApi, Message, NameServerClient, RemotingClient
-from app.rocketmq.producer import Producer, ProducerConfig
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
 from retry.replay import ReplayLoop
 from retry.store import RetryStore
+from rmq import BrokerApi, Message, NameServerClient, RemotingClient
+from rmq.producer import Producer, ProducerConfig
 
 TOPIC = "CrashTest"
 WORKERS = 16

@@ -11,8 +11,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Protocol
 
-from app.rocketmq import BrokerApi, NameServerClient, RemotingClient, TopicRouteData
 from bench.common import DevbrokerProcess
+from rmq import BrokerApi, NameServerClient, RemotingClient, TopicRouteData
 from tests.realbroker.conftest import create_topic_everywhere, pull_all
 
 BROKERS = ("broker-a", "broker-b")

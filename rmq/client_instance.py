@@ -1,0 +1,196 @@
+"""ClientInstance: what Java's MQClientInstance owns, shared by every producer and consumer on it.
+
+One client id, one connection per broker (the RemotingClient), one name-server route table and ONE
+heartbeat that carries every registered producer group and consumer group together, so that a broker
+sees a single client rather than one per role. Broker requests (NOTIFY_CONSUMER_IDS_CHANGED) are routed
+to the consumer of the group they name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from rmq.broker import BrokerApi, ConsumerData
+from rmq.client_id import build_client_id, default_instance_name, default_ip
+from rmq.codes import RequestCode, ResponseCode
+from rmq.connection import Connection
+from rmq.errors import RocketMQError
+from rmq.namesrv import NameServerClient
+from rmq.pool import Invoker, RemotingClient
+from rmq.protocol.frame import RemotingCommand
+from rmq.route import TopicRouteData
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 30.0  # Java's heartbeatBrokerInterval
+
+# A broker's request to a client: answered (or None for one-way) by the consumer of its group.
+RequestHandler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class _ConsumerEntry:
+    data: Callable[[], ConsumerData]  # read at every heartbeat: subscriptions change at run time
+    on_request: RequestHandler
+
+
+class ClientInstance:
+    def __init__(
+        self,
+        namesrv: str | Sequence[str] | NameServerClient,
+        *,
+        remoting: RemotingClient | None = None,
+        api: BrokerApi | None = None,
+        client_id: str | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        """``remoting``: connections the caller owns (then it must route broker requests to
+        ``on_broker_request``); without, the instance opens and closes its own."""
+        self.client_id = client_id or build_client_id(default_ip(), default_instance_name())
+        self._owned: RemotingClient | None = None
+        self.invoker: Invoker
+        if isinstance(namesrv, NameServerClient):
+            self.namesrv = namesrv
+            self.invoker = remoting or namesrv.invoker
+        else:
+            if remoting is None:
+                remoting = self._owned = RemotingClient(on_request=self.on_broker_request)
+            self.invoker = remoting
+            self.namesrv = NameServerClient(remoting, namesrv)
+        self.api = api or BrokerApi(self.invoker)
+        self._heartbeat_s = heartbeat_s
+        self._sleep = sleep
+        self._producers: set[str] = set()
+        self._consumers: dict[str, _ConsumerEntry] = {}
+        self._routes: dict[str, TopicRouteData] = {}
+        self._extra_addrs: dict[str, str] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    # registration ------------------------------------------------------------------------------
+    def register_producer(self, group: str) -> None:
+        self._producers.add(group)
+
+    def unregister_producer(self, group: str) -> None:
+        self._producers.discard(group)
+
+    def register_consumer(
+        self, group: str, data: Callable[[], ConsumerData], on_request: RequestHandler
+    ) -> None:
+        if group in self._consumers:
+            raise ValueError(f"consumer group {group!r} is already registered on client {self.client_id}")
+        self._consumers[group] = _ConsumerEntry(data, on_request)
+
+    def unregister_consumer(self, group: str) -> None:
+        self._consumers.pop(group, None)
+
+    @property
+    def producer_groups(self) -> list[str]:
+        return sorted(self._producers)
+
+    @property
+    def consumer_groups(self) -> list[str]:
+        return sorted(self._consumers)
+
+    # routes ------------------------------------------------------------------------------------
+    async def get_route(self, topic: str) -> TopicRouteData:
+        """The name server's route of ``topic``, remembered in the instance's table (whose brokers
+        the heartbeat goes to)."""
+        route = await self.namesrv.get_route(topic)
+        self._routes[topic] = route
+        return route
+
+    def note_broker(self, broker_name: str, addr: str) -> None:
+        """A broker learned outside the route table (a send to it) also gets the heartbeat."""
+        self._extra_addrs[broker_name] = addr
+
+    def broker_addrs(self) -> dict[str, str]:
+        """Master address of every broker in the route table, by broker name."""
+        out = dict(self._extra_addrs)
+        for route in self._routes.values():
+            for b in route.broker_datas:
+                if b.master_addr:
+                    out[b.broker_name] = b.master_addr
+        return out
+
+    # heartbeat ---------------------------------------------------------------------------------
+    async def heartbeat_to(self, addr: str, timeout_s: float = 3.0) -> None:
+        """One HEART_BEAT to ``addr`` with every producer and consumer group; raises on failure."""
+        consumers = [entry.data() for _, entry in sorted(self._consumers.items())]
+        await self.api.heartbeat(
+            addr, self.client_id, self.producer_groups, consumers=consumers, timeout_s=timeout_s
+        )
+
+    async def heartbeat(self) -> None:
+        """sendHeartbeatToAllBroker: every known broker, failures logged and skipped."""
+        if not self._producers and not self._consumers:
+            return
+        for addr in sorted(set(self.broker_addrs().values())):
+            try:
+                await self.heartbeat_to(addr)
+            except RocketMQError as exc:
+                log.warning("client %s: heartbeat to %s failed: %s", self.client_id, addr, exc)
+
+    async def unregister(
+        self, *, producer_group: str | None = None, consumer_group: str | None = None
+    ) -> None:
+        """UNREGISTER_CLIENT at every known broker, so that a group rebalances at once."""
+        if producer_group:
+            self.unregister_producer(producer_group)
+        if consumer_group:
+            self.unregister_consumer(consumer_group)
+        for addr in sorted(set(self.broker_addrs().values())):
+            try:
+                await self.api.unregister_client(
+                    addr,
+                    self.client_id,
+                    producer_group=producer_group,
+                    consumer_group=consumer_group,
+                    timeout_s=1.0,
+                )
+            except RocketMQError as exc:
+                log.debug("client %s: unregister at %s failed: %s", self.client_id, addr, exc)
+
+    async def on_broker_request(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        entry = self._consumers.get(cmd.ext_fields.get("consumerGroup", ""))
+        if entry is not None:
+            return await entry.on_request(conn, cmd)
+        if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            return None  # one-way, for a group that left (or never was) here: nothing to do
+        return cmd.response(
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+        )
+
+    # lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the periodic heartbeat (idempotent: every producer and consumer may call it)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="client-heartbeat")
+
+    async def _run(self) -> None:
+        while True:
+            await self._sleep(self._heartbeat_s)
+            try:
+                await self.heartbeat()
+            except Exception:  # the loop must outlive any one round
+                log.exception("client %s: heartbeat round failed", self.client_id)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._owned is not None:
+            await self._owned.close()
+
+    async def __aenter__(self) -> ClientInstance:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,220 @@
+"""One remoting connection: frames out, frames in, responses matched to requests by opaque.
+
+Requests the peer initiates (a broker's NOTIFY_CONSUMER_IDS_CHANGED, or any request when this is the
+server side of devbroker) go to ``on_request``. When the connection drops, every waiter fails at once
+with ConnectionClosed instead of waiting for its timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import cast
+
+from rmq.codes import FLAG_ONEWAY, ResponseCode
+from rmq.errors import ConnectError, ConnectionClosed, FrameError, RemotingError, RequestTimeout
+from rmq.protocol.frame import FrameDecoder, RemotingCommand, encode
+
+log = logging.getLogger(__name__)
+
+RequestHandler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+
+
+class Connection(asyncio.Protocol):
+    def __init__(
+        self,
+        addr: str,
+        on_request: RequestHandler | None = None,
+        on_close: Callable[[Connection], None] | None = None,
+    ) -> None:
+        self.addr = addr
+        self._on_request = on_request
+        self._on_close = on_close
+        self._transport: asyncio.Transport | None = None
+        self._decoder = FrameDecoder()
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._opaque = itertools.count(1)
+        self._closed: BaseException | None = None
+        self._drain: asyncio.Future[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._out: list[bytes] = []  # frames written in this loop iteration, flushed together
+        self.closed_event = asyncio.Event()
+
+    # asyncio.Protocol callbacks ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but have the same methods.
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            commands = self._decoder.feed(data)
+        except FrameError as exc:
+            log.warning("corrupt frame from %s: %s; closing", self.addr, exc)
+            self._fail(exc)
+            return
+        for cmd in commands:
+            if cmd.is_response:
+                fut = self._pending.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+            else:
+                self._dispatch(cmd)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(exc or ConnectionClosed(f"connection to {self.addr} closed", addr=self.addr))
+
+    def pause_writing(self) -> None:
+        if self._drain is None:
+            self._drain = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._drain is not None:
+            if not self._drain.done():
+                self._drain.set_result(None)
+            self._drain = None
+
+    # requests out -------------------------------------------------------------------------------
+    @property
+    def is_closed(self) -> bool:
+        return self._closed is not None
+
+    async def invoke(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """Send a request and wait for its response, at most ``timeout_s`` seconds."""
+        transport = self._writable()
+        cmd.opaque = next(self._opaque)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        self._pending[cmd.opaque] = fut
+        timer = loop.call_later(timeout_s, self._expire, cmd.opaque, timeout_s)
+        try:
+            self._write(transport, encode(cmd))
+            if self._drain is not None:
+                await self._drain
+            return await fut
+        finally:
+            timer.cancel()
+            self._pending.pop(cmd.opaque, None)
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # mark a failure seen when we left through another exception
+
+    async def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        transport = self._writable()
+        cmd.opaque = next(self._opaque)
+        cmd.flag |= FLAG_ONEWAY
+        self._write(transport, encode(cmd))
+        if self._drain is not None:
+            await self._drain
+
+    def send(self, cmd: RemotingCommand) -> None:
+        """Write a command as is (responses from the server side); dropped if the connection is gone."""
+        if self._transport is not None and self._closed is None:
+            self._write(self._transport, encode(cmd))
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+        self._fail(ConnectionClosed(f"connection to {self.addr} closed locally", addr=self.addr))
+
+    def abort(self) -> None:
+        """Drop the connection without flushing (fault injection, broken peers)."""
+        if self._transport is not None:
+            self._transport.abort()
+        self._fail(ConnectionClosed(f"connection to {self.addr} aborted", addr=self.addr))
+
+    # internals ----------------------------------------------------------------------------------
+    def _write(self, transport: asyncio.Transport, frame: bytes) -> None:
+        # Many concurrent requests would cost one send() syscall each; gather those of one loop
+        # iteration into a single write.
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush, transport)
+        self._out.append(frame)
+
+    def _flush(self, transport: asyncio.Transport) -> None:
+        out, self._out = self._out, []
+        if self._closed is None and not transport.is_closing():
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _writable(self) -> asyncio.Transport:
+        if self._closed is not None or self._transport is None or self._transport.is_closing():
+            raise ConnectionClosed(f"connection to {self.addr} is closed", addr=self.addr)
+        return self._transport
+
+    def _expire(self, opaque: int, timeout_s: float) -> None:
+        fut = self._pending.pop(opaque, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(
+                RequestTimeout(f"no response from {self.addr} within {timeout_s:.3f} s", addr=self.addr)
+            )
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._closed is not None:
+            return
+        if not isinstance(exc, RemotingError):
+            exc = ConnectionClosed(f"connection to {self.addr} lost: {exc}", addr=self.addr)
+        self._closed = exc
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.abort()
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_exception(exc)
+            self._drain.exception()  # writers waiting on it see it; nobody else has to
+        for task in self._tasks:
+            task.cancel()
+        self.closed_event.set()
+        if self._on_close is not None:
+            self._on_close(self)
+
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        if self._on_request is None:
+            if not cmd.is_oneway:
+                self.send(
+                    cmd.response(
+                        ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+                    )
+                )
+            return
+        task = asyncio.get_running_loop().create_task(self._handle(cmd))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, cmd: RemotingCommand) -> None:
+        assert self._on_request is not None
+        try:
+            response = await self._on_request(self, cmd)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a handler bug answers SYSTEM_ERROR, as Java's remoting layer does
+            log.exception("handler for request code %s failed", cmd.code)
+            response = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        if response is not None and not cmd.is_oneway:
+            response.opaque = cmd.opaque
+            self.send(response)
+
+
+async def connect(
+    addr: str,
+    timeout_s: float,
+    on_request: RequestHandler | None = None,
+    on_close: Callable[[Connection], None] | None = None,
+) -> Connection:
+    """Open a connection to ``host:port``; ConnectError when that fails or takes too long."""
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]")
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(timeout_s):
+            _, proto = await loop.create_connection(
+                lambda: Connection(addr, on_request, on_close), host, int(port)
+            )
+    except (OSError, TimeoutError) as exc:
+        raise ConnectError(f"cannot connect to {addr}: {exc or 'timed out'}", addr=addr) from exc
+    except ValueError as exc:
+        raise ConnectError(f"bad address {addr!r}", addr=addr) from exc
+    return proto

@@ -1,0 +1,73 @@
+"""A strategy beyond Java's: rendezvous hashing with bounded loads, for groups of rocksidecars only.
+
+Every queue ranks the clients by an MD5 score of (queue, client); pairs are taken best score first, and a
+client stops taking queues at its share (``m // n``, one more for the first ``m % n`` clients that reach
+it). So the result is exactly balanced, like AllocateMessageQueueAveragely, while most queues stay with
+the client that scores best for them, so a change of members moves few queues besides the leaver's.
+
+Why not exactly the minimum: no allocation that is a function of the member set alone can be both
+balanced and minimal for every departure. Minimal departures mean a queue's owner in a set S keeps it in
+every subset of S that still contains it, down to pairs; so the owner must beat every other member in
+the pairwise contests, which makes each queue's preference a fixed ranking, i.e. plain rendezvous hashing,
+whose loads are random rather than balanced. Balance costs some extra moves; the bench measures how many
+(bench/allocation.py). Every member must run this strategy: mixed with Java clients the shares overlap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+from rmq.consumer.allocate import CheckedStrategy, java_queue_string, java_string_key
+from rmq.message import MessageQueue
+
+
+def _score(queue_key: str, cid: str) -> int:
+    return int.from_bytes(hashlib.md5(f"{queue_key}|{cid}".encode()).digest()[:8], "big")
+
+
+def bounded_assignment(mq_all: Sequence[MessageQueue], cid_all: Sequence[str]) -> dict[MessageQueue, str]:
+    """The whole group's assignment: every queue to exactly one client, loads differing by at most one."""
+    cids = sorted(set(cid_all), key=java_string_key)
+    if not cids:
+        return {}
+    floor, extra = divmod(len(mq_all), len(cids))
+    load = dict.fromkeys(cids, 0)
+    pairs = sorted(
+        (
+            (_score(java_queue_string(mq), cid), java_string_key(cid), i, cid)
+            for i, mq in enumerate(mq_all)
+            for cid in cids
+        ),
+        reverse=True,
+    )
+    owner: dict[MessageQueue, str] = {}
+    at_ceiling = 0
+    for _, _, i, cid in pairs:
+        mq = mq_all[i]
+        if mq in owner:
+            continue
+        if load[cid] < floor:
+            load[cid] += 1
+        elif load[cid] == floor and at_ceiling < extra:
+            load[cid] += 1
+            at_ceiling += 1
+        else:
+            continue
+        owner[mq] = cid
+    return owner
+
+
+class BoundedHash(CheckedStrategy):
+    name = "BOUNDED_HASH"
+
+    def share(
+        self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
+    ) -> list[MessageQueue]:
+        owner = bounded_assignment(mq_all, cid_all)
+        return [mq for mq in mq_all if owner.get(mq) == current]
+
+
+def moved(before: Mapping[MessageQueue, str], after: Mapping[MessageQueue, str]) -> int:
+    """How many queues change owner (each one rebuilds a process queue and may redeliver)."""
+    return sum(1 for mq, cid in after.items() if before.get(mq) != cid)

@@ -1,0 +1,106 @@
+"""Consumer requests the producer never makes: CONSUMER_SEND_MSG_BACK, LOCK_BATCH_MQ, UNLOCK_BATCH_MQ."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from rmq.codes import RequestCode, ResponseCode
+from rmq.errors import FrameError, for_code
+from rmq.message import MessageExt, MessageQueue
+from rmq.pool import Invoker
+from rmq.protocol.frame import RemotingCommand
+
+MAX_DELAY_LEVEL = 18  # the broker's default messageDelayLevel has 18 levels (1 s ... 2 h)
+
+
+def delay_level_for(reconsume_times: int) -> int:
+    """The level Java's broker picks when the client leaves it at 0: 3 + reconsume times (10 s, 30 s,
+    1 min, ...), at most the last level."""
+    return min(3 + reconsume_times, MAX_DELAY_LEVEL)
+
+
+def _queue_json(mq: MessageQueue) -> dict[str, Any]:
+    return {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id}
+
+
+def _ok(resp: RemotingCommand, addr: str) -> None:
+    if resp.code != ResponseCode.SUCCESS:
+        raise for_code(resp.code, resp.remark, addr)
+
+
+async def send_back(
+    invoker: Invoker,
+    addr: str,
+    msg: MessageExt,
+    group: str,
+    *,
+    delay_level: int,
+    max_reconsume_times: int,
+    timeout_s: float = 3.0,
+) -> None:
+    """Hand a failed message back to the broker, which stores it in %RETRY%group (or %DLQ%group once it
+    was reconsumed ``max_reconsume_times`` times) to be delivered again after the level's delay."""
+    header = {
+        "offset": str(msg.commit_log_offset),
+        "group": group,
+        "delayLevel": str(delay_level),
+        "originMsgId": msg.msg_id,
+        "originTopic": msg.topic,
+        "unitMode": "false",
+        "maxReconsumeTimes": str(max_reconsume_times),
+    }
+    resp = await invoker.invoke(addr, RemotingCommand(RequestCode.CONSUMER_SEND_MSG_BACK, header), timeout_s)
+    _ok(resp, addr)
+
+
+async def _lock_call(
+    invoker: Invoker,
+    addr: str,
+    code: int,
+    group: str,
+    client_id: str,
+    mqs: Iterable[MessageQueue],
+    timeout_s: float,
+) -> RemotingCommand:
+    # LockBatchRequestBody and UnlockBatchRequestBody have the same fields
+    body = orjson.dumps(
+        {"consumerGroup": group, "clientId": client_id, "mqSet": [_queue_json(m) for m in mqs]}
+    )
+    resp = await invoker.invoke(addr, RemotingCommand(code, {}, body), timeout_s)
+    _ok(resp, addr)
+    return resp
+
+
+async def lock_batch(
+    invoker: Invoker,
+    addr: str,
+    group: str,
+    client_id: str,
+    mqs: Iterable[MessageQueue],
+    timeout_s: float = 1.0,
+) -> set[MessageQueue]:
+    """LOCK_BATCH_MQ: lock (or renew) the queues for this client; returns the ones now held."""
+    resp = await _lock_call(invoker, addr, RequestCode.LOCK_BATCH_MQ, group, client_id, mqs, timeout_s)
+    try:
+        doc = orjson.loads(resp.body) if resp.body else {}
+        return {
+            MessageQueue(str(q["topic"]), str(q["brokerName"]), int(q["queueId"]))
+            for q in doc.get("lockOKMQSet") or ()
+        }
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise FrameError(f"bad lock response from {addr}: {exc}", addr=addr) from exc
+
+
+async def unlock_batch(
+    invoker: Invoker,
+    addr: str,
+    group: str,
+    client_id: str,
+    mqs: Iterable[MessageQueue],
+    timeout_s: float = 1.0,
+) -> None:
+    """UNLOCK_BATCH_MQ: release the queues (the broker ignores those another client holds)."""
+    await _lock_call(invoker, addr, RequestCode.UNLOCK_BATCH_MQ, group, client_id, mqs, timeout_s)

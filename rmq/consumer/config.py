@@ -1,0 +1,84 @@
+"""Settings and listener types of the push consumer; defaults are those of Java's DefaultMQPushConsumer."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rmq.consumer.allocate import AllocateStrategy, Averagely
+from rmq.message import MessageExt, MessageQueue
+
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+
+
+class MessageModel(enum.Enum):
+    CLUSTERING = "CLUSTERING"  # the group shares the queues; offsets on the brokers
+    BROADCASTING = "BROADCASTING"  # every member consumes every queue; offsets in a local file
+
+
+class ConsumeFrom(enum.Enum):
+    """Where a group starts on a queue it has no committed offset for."""
+
+    LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+class ConsumeStatus(enum.Enum):
+    SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"  # concurrent mode: send back, deliver again after a delay
+    SUSPEND = "SUSPEND_CURRENT_QUEUE_A_MOMENT"  # orderly mode: retry the same message in a moment
+
+
+# The app's handler: a batch of messages of one queue (one message unless consume_batch_size > 1).
+MessageListener = Callable[[Sequence[MessageExt], MessageQueue], Awaitable[ConsumeStatus]]
+
+
+@dataclass
+class ConsumerConfig:
+    group: str
+    message_model: MessageModel = MessageModel.CLUSTERING
+    consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET
+    consume_timestamp_ms: int | None = None  # for TIMESTAMP; None: half an hour ago, as Java
+    orderly: bool = False
+    allocate: AllocateStrategy = field(default_factory=Averagely)
+    instance_name: str | None = None  # None: pid#nanotime, as Java's DEFAULT instance
+    client_ip: str | None = None
+    unit_name: str | None = None
+    consume_concurrency: int = 20  # the worker pool of concurrent mode (consumeThreadMax)
+    consume_batch_size: int = 1
+    pull_batch_size: int = 32
+    pull_threshold_for_queue: int = 1000  # cached messages per queue before pulling pauses
+    pull_threshold_size_for_queue_mib: int = 100
+    consume_max_span: int = 2000  # concurrent mode: pause when the oldest cached message is this far behind
+    suspend_s: float = 15.0  # how long the broker holds a pull with no new message
+    pull_timeout_s: float = 30.0
+    pull_delay_on_error_s: float = 3.0
+    rebalance_interval_s: float = 20.0
+    persist_interval_s: float = 5.0
+    heartbeat_interval_s: float = 30.0
+    lock_interval_s: float = 20.0  # orderly: renew the broker's queue locks (they lapse after 60 s)
+    lock_max_live_s: float = 30.0  # orderly: consider our lock lost when not renewed for this long
+    suspend_orderly_s: float = 1.0
+    max_reconsume_times: int = 16
+    consume_timeout_s: float = 15 * 60.0
+    send_back_retry_s: float = 5.0  # a failed send-back is consumed again locally after this
+    close_timeout_s: float = 10.0  # how long close() waits for messages being consumed
+    offsets_dir: Path | None = None  # broadcasting: None for Java's ~/.rocketmq_offsets
+
+    def __post_init__(self) -> None:
+        if not self.group:
+            raise ValueError("a consumer needs a group")
+        for name in (
+            "consume_concurrency",
+            "consume_batch_size",
+            "pull_batch_size",
+            "pull_threshold_for_queue",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.max_reconsume_times < 0:
+            raise ValueError("max_reconsume_times must not be negative")

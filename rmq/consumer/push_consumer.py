@@ -1,0 +1,535 @@
+"""A push consumer built on pull, like Java's DefaultMQPushConsumerImpl.
+
+One asyncio task per owned queue long-polls the broker (PULL_MESSAGE, 32 at a time, held up to 15 s),
+caches what arrives in the queue's ProcessQueue and hands it to the concurrent or orderly service. The
+group's queues are re-divided on start, every 20 s and as soon as a broker sends
+NOTIFY_CONSUMER_IDS_CHANGED. Offsets are persisted every 5 s and on close, before the client
+unregisters, so the other members take over at once from where this one stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from rmq.broker import ConsumerData, Subscription
+from rmq.client_id import build_client_id, default_instance_name, default_ip
+from rmq.client_instance import ClientInstance
+from rmq.codes import RequestCode, ResponseCode
+from rmq.connection import Connection
+from rmq.consumer.broker_calls import delay_level_for, lock_batch, send_back, unlock_batch
+from rmq.consumer.config import RETRY_PREFIX, ConsumerConfig, MessageListener, MessageModel
+from rmq.consumer.consume_concurrently import ConcurrentService
+from rmq.consumer.consume_orderly import OrderlyService
+from rmq.consumer.offset_store import (
+    LocalFileOffsetStore,
+    OffsetStore,
+    ReadType,
+    RemoteOffsetStore,
+    default_offsets_path,
+)
+from rmq.consumer.process_queue import ProcessQueue
+from rmq.consumer.queue_state import QueueState
+from rmq.consumer.rebalance import allocate_queues, start_offset
+from rmq.consumer.stats import Stats
+from rmq.errors import ClientError, RocketMQError
+from rmq.message import MessageExt, MessageQueue
+from rmq.pool import RemotingClient
+from rmq.protocol.frame import RemotingCommand
+from rmq.result import PullStatus
+from rmq.route import TopicRouteData
+
+log = logging.getLogger(__name__)
+
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+ORDERLY_UNLOCK_WAIT_S = 1.0  # Java's removeUnnecessaryMessageQueue tries the consume lock for 1 s
+
+
+class PushConsumer:
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        namesrv: str,
+        listener: MessageListener,
+        *,
+        client: RemotingClient | None = None,
+        instance: ClientInstance | None = None,
+    ) -> None:
+        """``instance``: the client instance (client id, routes, connections, one heartbeat) shared
+        with other producers and consumers. Without, the consumer makes its own over ``namesrv``;
+        with ``client`` too, the caller owns the connections and must route broker requests to
+        ``on_broker_request``."""
+        self.config = config
+        self.listener = listener
+        self._own_instance = instance is None
+        self.instance = instance or ClientInstance(
+            namesrv,
+            remoting=client,
+            client_id=build_client_id(
+                config.client_ip or default_ip(),
+                config.instance_name or default_instance_name(),
+                config.unit_name,
+            ),
+            heartbeat_s=config.heartbeat_interval_s,
+        )
+        self.client_id = self.instance.client_id
+        self._client = self.instance.invoker
+        self._ns = self.instance
+        self.api = self.instance.api
+        self.offsets: OffsetStore
+        if config.message_model is MessageModel.BROADCASTING:
+            self.offsets = LocalFileOffsetStore(
+                default_offsets_path(self.client_id, config.group, config.offsets_dir)
+            )
+        else:
+            self.offsets = RemoteOffsetStore(self.api, config.group, self._broker_addr)
+        self._subs: dict[str, Subscription] = {}
+        self._routes: dict[str, TopicRouteData] = {}
+        self.queues: dict[MessageQueue, QueueState] = {}
+        self.stats = Stats()
+        self._concurrent = ConcurrentService(self)
+        self._orderly = OrderlyService(self)
+        self._rebalance_now = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self._side_tasks: set[asyncio.Task[None]] = set()
+        self._rebalance_lock = asyncio.Lock()
+        self.started = False
+
+    # subscriptions and lifecycle ---------------------------------------------------------------
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Tags to receive: ``*`` or ``TagA || TagB``. Before or after start (then a rebalance follows)."""
+        if not topic or topic.startswith(RETRY_PREFIX):
+            raise ValueError(f"cannot subscribe to {topic!r}")
+        self._subs[topic] = Subscription(topic, expression or "*")
+        if self.started:
+            self._rebalance_now.set()
+
+    def unsubscribe(self, topic: str) -> None:
+        self._subs.pop(topic, None)
+        if self.started:
+            self._rebalance_now.set()
+
+    def _subscriptions(self) -> list[Subscription]:
+        subs = list(self._subs.values())
+        if self.config.message_model is MessageModel.CLUSTERING:
+            # Messages sent back come through the group's retry topic (copySubscription).
+            subs.append(Subscription(RETRY_PREFIX + self.config.group, "*"))
+        return subs
+
+    async def start(self) -> None:
+        if self.started:
+            raise ClientError("the consumer is already started")
+        if not self._subs:
+            raise ClientError("subscribe to at least one topic before start")
+        await self.offsets.load()
+        self.instance.register_consumer(self.config.group, self.consumer_data, self.on_broker_request)
+        self.started = True
+        await self.refresh_routes()
+        await self.heartbeat()
+        await self.refresh_routes()  # the heartbeat made the broker create the group's retry topic
+        await self.rebalance()
+        self._loops = [
+            self._loop(self.rebalance, self.config.rebalance_interval_s, self._rebalance_now),
+            self._loop(self.persist_offsets, self.config.persist_interval_s),
+            self._loop(self.refresh_routes, self.config.heartbeat_interval_s),
+        ]
+        self.instance.start()  # the periodic heartbeat, for every group on the instance
+        if self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
+            self._loops.append(self._loop(self.lock_all, self.config.lock_interval_s))
+
+    async def close(self) -> None:
+        """Stop pulling, let running listener calls finish (up to close_timeout_s), persist offsets,
+        release orderly locks, then unregister so that the group rebalances at once."""
+        if not self.started or self._closing.is_set():
+            return
+        self._closing.set()
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        for state in self.queues.values():
+            state.poke()
+        await self._drain(list(self.queues.values()))
+        mqs = list(self.queues)
+        for state in self.queues.values():
+            state.pq.drop()
+        with contextlib.suppress(RocketMQError):
+            await self.offsets.persist_all(mqs)
+        if self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
+            await self._unlock(mqs)
+        await self._unregister()
+        for state in self.queues.values():
+            await self._stop_tasks(state)
+        self.queues.clear()
+        leftover = list(self._side_tasks)
+        for task in leftover:
+            task.cancel()
+        await asyncio.gather(*leftover, return_exceptions=True)
+        if self._own_instance:
+            await self.instance.close()
+
+    async def _drain(self, states: list[QueueState]) -> None:
+        """Wait for in-flight listener calls; pulls are cancelled first so nothing new arrives."""
+        for state in states:
+            if state.pull_task is not None:
+                state.pull_task.cancel()
+        busy = [t for s in states for t in s.tasks if t is not s.pull_task] + list(self._side_tasks)
+        if busy:
+            await asyncio.wait(busy, timeout=self.config.close_timeout_s)
+
+    @staticmethod
+    async def _stop_tasks(state: QueueState) -> None:
+        for task in list(state.tasks):
+            task.cancel()
+        await asyncio.gather(*state.tasks, return_exceptions=True)
+
+    def _loop(
+        self, fn: Callable[[], Awaitable[None]], interval_s: float, wake: asyncio.Event | None = None
+    ) -> asyncio.Task[None]:
+        async def run() -> None:
+            while True:
+                event = wake or self._closing
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(interval_s):
+                        await event.wait()
+                if wake is not None:
+                    wake.clear()
+                try:
+                    await fn()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("group %s: %s failed", self.config.group, getattr(fn, "__name__", fn))
+
+        return asyncio.get_running_loop().create_task(run())
+
+    @property
+    def closing(self) -> bool:
+        """close() has begun: no new listener call starts."""
+        return self._closing.is_set()
+
+    async def wait_closing(self, timeout_s: float) -> bool:
+        """Wait ``timeout_s`` or until close() starts; True when closing."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._closing.wait()
+        return self._closing.is_set()
+
+    def spawn(self, state: QueueState, coro: Coroutine[Any, Any, None], *, is_pull: bool = False) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        if is_pull:
+            state.pull_task = task
+        state.tasks.add(task)
+        task.add_done_callback(state.tasks.discard)
+        task.add_done_callback(_log_failure)
+
+    # routes, heartbeats, broker requests -------------------------------------------------------
+    async def refresh_routes(self) -> None:
+        for sub in self._subscriptions():
+            try:
+                self._routes[sub.topic] = await self._ns.get_route(sub.topic)
+            except RocketMQError as exc:
+                # The retry topic appears with the first heartbeat; before that its absence is normal.
+                level = logging.DEBUG if sub.topic.startswith(RETRY_PREFIX) else logging.WARNING
+                log.log(level, "group %s: no route for %s: %s", self.config.group, sub.topic, exc)
+
+    def _broker_addrs(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for route in self._routes.values():
+            for b in route.broker_datas:
+                if b.master_addr:
+                    out[b.broker_name] = b.master_addr
+        return out
+
+    async def _broker_addr(self, broker_name: str) -> str | None:
+        addr = self._broker_addrs().get(broker_name)
+        if addr is None:
+            await self.refresh_routes()
+            addr = self._broker_addrs().get(broker_name)
+        return addr
+
+    def consumer_data(self) -> ConsumerData:
+        cfg = self.config
+        return ConsumerData(
+            cfg.group,
+            tuple(self._subscriptions()),
+            message_model=cfg.message_model.value,
+            consume_type="CONSUME_PASSIVELY",
+            consume_from_where=cfg.consume_from.value,
+        )
+
+    async def heartbeat(self) -> None:
+        """The instance's heartbeat now (it carries this group with every other one)."""
+        await self.instance.heartbeat()
+
+    async def on_broker_request(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            if cmd.ext_fields.get("consumerGroup") == self.config.group:
+                self.stats.bump("notified")
+                self._rebalance_now.set()
+            return None
+        return cmd.response(
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+        )
+
+    async def _unregister(self) -> None:
+        await self.instance.unregister(consumer_group=self.config.group)
+
+    async def send_back(self, msg: MessageExt, mq: MessageQueue, *, dead: bool = False) -> bool:
+        """CONSUMER_SEND_MSG_BACK to the queue's broker, to be redelivered after the delay of its
+        reconsume count, or with ``dead`` straight to the group's DLQ (delay level -1); False when it
+        failed (the caller retries)."""
+        addr = self._broker_addrs().get(mq.broker_name)
+        if addr is None:
+            return False
+        try:
+            await send_back(
+                self._client,
+                addr,
+                msg,
+                self.config.group,
+                delay_level=-1 if dead else delay_level_for(msg.reconsume_times),
+                max_reconsume_times=self.config.max_reconsume_times,
+            )
+        except RocketMQError as exc:
+            log.warning("group %s: send-back of %s failed: %s", self.config.group, msg.msg_id, exc)
+            return False
+        self.stats.bump("sent_back")
+        return True
+
+    # rebalance ---------------------------------------------------------------------------------
+    async def rebalance(self) -> None:
+        async with self._rebalance_lock:  # the timer and a notification may fire together
+            if self._closing.is_set():
+                return
+            self.stats.bump("rebalances")
+            wanted: set[MessageQueue] = set()
+            topics = {s.topic for s in self._subscriptions()}
+            for topic in topics:
+                share = await self._topic_share(topic)
+                if share is None:  # no route or no member list this time: keep what we have (Java)
+                    share = {mq for mq in self.queues if mq.topic == topic}
+                wanted |= share
+            for mq in [m for m in self.queues if m not in wanted]:
+                await self._remove_queue(mq)
+            new = [mq for mq in wanted if mq not in self.queues]
+            if new and self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
+                new = sorted(await self._lock(new), key=str)  # Java: no lock, no queue (next round)
+            for mq in new:
+                await self._add_queue(mq)
+        self.stats.bump("rebalances_done")
+
+    async def _topic_share(self, topic: str) -> set[MessageQueue] | None:
+        """Our queues of ``topic``, or None when that cannot be known now."""
+        route = self._routes.get(topic)
+        if route is None:
+            return None
+        mq_all = route.subscribe_queues(topic)
+        if self.config.message_model is MessageModel.BROADCASTING:
+            return allocate_queues(self.config, self.client_id, mq_all, [])
+        cids = await self._consumer_ids(route)
+        if not cids or not mq_all:
+            log.warning(
+                "group %s: no consumer list or no queues for %s; allocation kept", self.config.group, topic
+            )
+            return None
+        return allocate_queues(self.config, self.client_id, mq_all, cids)
+
+    async def _consumer_ids(self, route: TopicRouteData) -> list[str]:
+        for b in sorted(route.broker_datas, key=lambda b: b.broker_name):
+            if not b.master_addr:
+                continue
+            try:
+                ids = await self.api.get_consumer_list(b.master_addr, self.config.group)
+            except RocketMQError as exc:
+                log.warning(
+                    "group %s: consumer list from %s failed: %s", self.config.group, b.master_addr, exc
+                )
+                continue
+            if ids:
+                return ids
+        return []
+
+    async def _add_queue(self, mq: MessageQueue) -> None:
+        addr = await self._broker_addr(mq.broker_name)
+        if addr is None:
+            return
+        try:
+            offset = await start_offset(self.config, self.offsets, self.api, addr, mq)
+        except RocketMQError as exc:
+            log.warning("group %s: no start offset for %s: %s; next rebalance", self.config.group, mq, exc)
+            return
+        state = QueueState(mq, ProcessQueue(offset))
+        if self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
+            state.pq.locked, state.pq.last_lock_at = True, asyncio.get_running_loop().time()
+        self.queues[mq] = state
+        self.spawn(state, self._pull_loop(state), is_pull=True)
+        if self.config.orderly:
+            self._orderly.start_queue(state)
+        log.info("group %s: consuming %s from offset %d", self.config.group, mq, offset)
+
+    async def _readd_queue(self, mq: MessageQueue) -> None:
+        """Remove the queue the usual way (persisting the corrected offset, unlocking), then let a
+        rebalance add it again from there."""
+        async with self._rebalance_lock:
+            if mq in self.queues:
+                await self._remove_queue(mq)
+        self._rebalance_now.set()
+
+    async def _remove_queue(self, mq: MessageQueue) -> None:
+        """Drop first (no result of this queue moves the offset any more), then persist what was
+        committed and forget it; orderly mode also releases the broker's lock."""
+        state = self.queues.pop(mq)
+        state.pq.drop()
+        state.poke()
+        if state.pull_task is not None:
+            state.pull_task.cancel()
+        busy = [t for t in state.tasks if t is not state.pull_task]
+        idle = True
+        if self.config.orderly and busy:
+            # Unlocking while our listener still works on a message would let the next owner start on
+            # the following one: wait a moment; if it is still busy the broker's lock lapses instead.
+            _, pending = await asyncio.wait(busy, timeout=ORDERLY_UNLOCK_WAIT_S)
+            idle = not pending
+        with contextlib.suppress(RocketMQError):
+            await self.offsets.persist(mq)
+        self.offsets.remove(mq)
+        if idle and self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
+            await self._unlock([mq])
+        # Listener calls still running are left to finish (their results are ignored: the queue is
+        # dropped); close() waits for them like for any other.
+        for task in state.tasks:  # the cancelled pull too, until it has wound down
+            self._side_tasks.add(task)
+            task.add_done_callback(self._side_tasks.discard)
+
+    # orderly locks -----------------------------------------------------------------------------
+    async def _lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        locked: set[MessageQueue] = set()
+        for broker, group in by_broker.items():
+            addr = await self._broker_addr(broker)
+            if addr is None:
+                continue
+            try:
+                locked |= await lock_batch(self._client, addr, self.config.group, self.client_id, group)
+            except RocketMQError as exc:
+                log.warning("group %s: locking queues on %s failed: %s", self.config.group, broker, exc)
+        return locked
+
+    async def lock_all(self) -> None:
+        """Renew the locks of every owned queue (lockAll, every 20 s)."""
+        locked = await self._lock(list(self.queues))
+        now = asyncio.get_running_loop().time()
+        for mq, state in self.queues.items():
+            if mq in locked:
+                state.pq.locked, state.pq.last_lock_at = True, now
+                state.poke()
+            else:
+                state.pq.locked = False
+
+    async def _unlock(self, mqs: list[MessageQueue]) -> None:
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        for broker, group in by_broker.items():
+            addr = self._broker_addrs().get(broker)
+            if addr is None:
+                continue
+            try:
+                await unlock_batch(self._client, addr, self.config.group, self.client_id, group)
+            except RocketMQError as exc:
+                log.warning("group %s: unlocking on %s failed: %s", self.config.group, broker, exc)
+
+    # offsets -----------------------------------------------------------------------------------
+    async def persist_offsets(self) -> None:
+        await self.offsets.persist_all(list(self.queues))
+        self.stats.bump("persists")
+
+    # pulling -----------------------------------------------------------------------------------
+    def _flow_controlled(self, pq: ProcessQueue) -> bool:
+        cfg = self.config
+        return (
+            pq.count > cfg.pull_threshold_for_queue
+            or pq.size_bytes > cfg.pull_threshold_size_for_queue_mib * 1024 * 1024
+            or (not cfg.orderly and pq.span > cfg.consume_max_span)
+        )
+
+    async def _pull_loop(self, state: QueueState) -> None:
+        cfg, pq, mq = self.config, state.pq, state.mq
+        while not pq.dropped and not self._closing.is_set():
+            state.room.clear()
+            sub = self._subs.get(mq.topic) or Subscription(mq.topic, "*")  # it may change meanwhile
+            if self._flow_controlled(pq):
+                self.stats.bump("flow_control_pauses")
+                await state.room.wait()  # consumption or a drop pokes the queue
+                continue
+            addr = self._broker_addrs().get(mq.broker_name)
+            try:
+                if addr is None:
+                    raise ClientError(f"broker {mq.broker_name} is not in the routes")
+                committed = None
+                if cfg.message_model is MessageModel.CLUSTERING:
+                    committed = await self.offsets.read(mq, ReadType.MEMORY)
+                result = await self.api.pull(
+                    addr,
+                    cfg.group,
+                    mq,
+                    pq.next_offset,
+                    max_nums=cfg.pull_batch_size,
+                    expression=sub.expression,
+                    suspend_s=cfg.suspend_s,
+                    commit_offset=committed if committed else None,
+                    timeout_s=cfg.pull_timeout_s,
+                    sub_version=sub.sub_version,
+                )
+            except RocketMQError as exc:
+                self.stats.bump("pull_errors")
+                log.debug("group %s: pull of %s failed: %s", cfg.group, mq, exc)
+                await self.wait_closing(cfg.pull_delay_on_error_s)
+                continue
+            if pq.dropped:
+                break
+            self.stats.bump("pulls")
+            if result.status is PullStatus.OFFSET_ILLEGAL:
+                # Java: drop the queue, commit the broker's suggestion, let the rebalance re-add it.
+                log.warning(
+                    "group %s: offset %d of %s is illegal; moving to %d",
+                    cfg.group,
+                    pq.next_offset,
+                    mq,
+                    result.next_begin_offset,
+                )
+                self.offsets.update(mq, result.next_begin_offset, increase_only=False)
+                pq.drop()  # from here no result of this queue moves the offset
+                task = asyncio.get_running_loop().create_task(self._readd_queue(mq))
+                self._side_tasks.add(task)
+                task.add_done_callback(self._side_tasks.discard)
+                break
+            messages = [self._restore_topic(m) for m in result.messages]
+            pq.put(messages, result.next_begin_offset)
+            if not messages and pq.count == 0:  # correctTagsOffset: skip what the filter passed over
+                self.offsets.update(mq, pq.committed_offset(), increase_only=True)
+            if messages:
+                self.stats.bump("pulled", len(messages))
+                if cfg.orderly:
+                    state.ready.set()
+                else:
+                    self._concurrent.submit(state, messages)
+
+    def _restore_topic(self, msg: MessageExt) -> MessageExt:
+        """Messages of the retry topic carry their original topic in RETRY_TOPIC (resetRetryAndNamespace)."""
+        original = msg.properties.get(PROPERTY_RETRY_TOPIC)
+        if original and msg.topic == RETRY_PREFIX + self.config.group:
+            return dataclasses.replace(msg, topic=original)
+        return msg
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("consumer task failed", exc_info=task.exception())

@@ -1,0 +1,70 @@
+"""What the push consumer keeps per owned message queue, and the host interface its services use."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rmq.consumer.config import ConsumerConfig, ConsumeStatus, MessageListener
+from rmq.consumer.offset_store import OffsetStore
+from rmq.consumer.process_queue import ProcessQueue
+from rmq.consumer.stats import Stats
+from rmq.message import MessageExt, MessageQueue
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class QueueState:
+    mq: MessageQueue
+    pq: ProcessQueue
+    # Events instead of polling: ``room`` wakes the pull loop paused by flow control (consumption made
+    # room, or the queue was dropped); ``ready`` wakes the orderly loop (messages arrived, the lock was
+    # renewed, or the queue was dropped). Separate, so that one loop clearing its event never swallows
+    # the other's wake-up.
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    consuming: int = 0  # listener calls running for this queue
+    pull_task: asyncio.Task[None] | None = None
+
+    def poke(self) -> None:
+        self.room.set()
+        self.ready.set()
+
+
+class ConsumeHost(Protocol):
+    """The push consumer, as the consume services see it."""
+
+    config: ConsumerConfig
+    listener: MessageListener
+    offsets: OffsetStore
+    stats: Stats
+
+    @property
+    def closing(self) -> bool: ...
+
+    def spawn(self, state: QueueState, coro: Coroutine[Any, Any, None]) -> None: ...
+
+    async def send_back(self, msg: MessageExt, mq: MessageQueue, *, dead: bool = False) -> bool: ...
+
+    async def wait_closing(self, timeout_s: float) -> bool: ...
+
+
+async def call_listener(
+    host: ConsumeHost, state: QueueState, batch: list[MessageExt], on_error: ConsumeStatus
+) -> ConsumeStatus:
+    """The app's listener on one batch, within consume_timeout_s; an exception, a timeout or an answer
+    that is not a ConsumeStatus counts as ``on_error`` (Java treats a throwing listener as a failure)."""
+    try:
+        async with asyncio.timeout(host.config.consume_timeout_s):
+            status = await host.listener(batch, state.mq)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("listener failed on %d message(s) of %s", len(batch), state.mq)
+        return on_error
+    return status if isinstance(status, ConsumeStatus) else on_error

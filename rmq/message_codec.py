@@ -1,0 +1,231 @@
+"""Byte layouts of messages: the batch body of SEND_BATCH_MESSAGE and the broker's stored-message
+record (pull bodies, commit log), with v1/v2 magic, IPv4/IPv6 hosts and compressed bodies."""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rmq.codes import (
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_COMPRESSED,
+    SYSFLAG_COMPRESSION_LZ4,
+    SYSFLAG_COMPRESSION_MASK,
+    SYSFLAG_COMPRESSION_ZSTD,
+    SYSFLAG_STOREHOST_V6,
+)
+from rmq.errors import FrameError
+from rmq.message import MessageExt, decode_properties
+
+MAGIC_V1 = -626843481  # 0xDAA320A7: 1-byte topic length
+MAGIC_V2 = -626843477  # 0xDAA320AB: 2-byte topic length (5.x)
+_HEAD = struct.Struct(
+    ">iiiiiqqiq"
+)  # total, magic, crc, queueId, flag, queueOffset, physOffset, sysFlag, bornTs
+_BATCH_HEAD = struct.Struct(">iiiii")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_Q = struct.Struct(">q")
+
+
+def body_crc(body: bytes) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def encode_batch(messages: Iterable[tuple[bytes, int, str]]) -> bytes:
+    """Concatenate (body, flag, properties) records as MessageDecoder.encodeMessage does."""
+    parts: list[bytes] = []
+    for body, flag, props in messages:
+        props_b = props.encode()
+        total = 20 + len(body) + 2 + len(props_b)
+        parts.append(_BATCH_HEAD.pack(total, 0, 0, flag, len(body)))
+        parts.append(body)
+        parts.append(_I16.pack(len(props_b)))
+        parts.append(props_b)
+    return b"".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    body: bytes
+    flag: int
+    properties: str
+
+
+def decode_batch(data: bytes) -> list[BatchRecord]:
+    """Inverse of encode_batch (the broker side of SEND_BATCH_MESSAGE)."""
+    out: list[BatchRecord] = []
+    pos = 0
+    try:
+        while pos < len(data):
+            total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(data, pos)
+            if total < 22 or pos + total > len(data) or body_len < 0 or 22 + body_len > total:
+                raise FrameError(f"bad batch record at byte {pos}")
+            body = data[pos + 20 : pos + 20 + body_len]
+            (plen,) = _I16.unpack_from(data, pos + 20 + body_len)
+            props = data[pos + 22 + body_len : pos + 22 + body_len + plen].decode()
+            out.append(BatchRecord(body, flag, props))
+            pos += total
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise FrameError(f"undecodable batch body: {exc}") from exc
+    return out
+
+
+def pack_host(host: str, port: int) -> bytes:
+    return ipaddress.ip_address(host).packed + _I32.pack(port)
+
+
+def offset_msg_id(store_host: bytes, commit_log_offset: int) -> str:
+    """MessageDecoder.createMessageId: store ip + port + commit-log offset, uppercase hex."""
+    return (store_host + _Q.pack(commit_log_offset)).hex().upper()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFields:
+    """What a broker records for one message; encode_stored turns it into the commit-log record."""
+
+    topic: str
+    body: bytes
+    queue_id: int
+    flag: int
+    queue_offset: int
+    commit_log_offset: int
+    sys_flag: int
+    born_timestamp_ms: int
+    born_host: bytes  # packed ip + port (8 or 20 bytes)
+    store_timestamp_ms: int
+    store_host: bytes
+    reconsume_times: int
+    properties: str
+    prepared_transaction_offset: int = 0
+
+
+def encode_stored(f: StoredFields) -> bytes:
+    topic_b, props_b = f.topic.encode(), f.properties.encode()
+    if len(topic_b) > 127:
+        raise ValueError("topic longer than 127 bytes does not fit the v1 layout")
+    sys_flag = f.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+    if len(f.born_host) == 20:
+        sys_flag |= SYSFLAG_BORNHOST_V6
+    if len(f.store_host) == 20:
+        sys_flag |= SYSFLAG_STOREHOST_V6
+    total = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + len(f.born_host) + 8 + len(f.store_host) + 4 + 8
+    total += 4 + len(f.body) + 1 + len(topic_b) + 2 + len(props_b)
+    return b"".join(
+        (
+            _HEAD.pack(
+                total,
+                MAGIC_V1,
+                body_crc(f.body),
+                f.queue_id,
+                f.flag,
+                f.queue_offset,
+                f.commit_log_offset,
+                sys_flag,
+                f.born_timestamp_ms,
+            ),
+            f.born_host,
+            _Q.pack(f.store_timestamp_ms),
+            f.store_host,
+            struct.pack(">iqi", f.reconsume_times, f.prepared_transaction_offset, len(f.body)),
+            f.body,
+            bytes((len(topic_b),)),
+            topic_b,
+            _I16.pack(len(props_b)),
+            props_b,
+        )
+    )
+
+
+def _host(data: bytes, pos: int, v6: bool) -> tuple[str, bytes, int]:
+    n = 16 if v6 else 4
+    raw = data[pos : pos + n + 4]
+    if len(raw) != n + 4:
+        raise FrameError("stored message truncated in a host field")
+    ip = ipaddress.ip_address(raw[:n])
+    (port,) = _I32.unpack_from(raw, n)
+    text = f"[{ip}]:{port}" if v6 else f"{ip}:{port}"
+    return text, raw, pos + n + 4
+
+
+def decompress(body: bytes, sys_flag: int) -> bytes:
+    kind = sys_flag & SYSFLAG_COMPRESSION_MASK
+    if kind == SYSFLAG_COMPRESSION_LZ4:
+        import lz4.frame
+
+        return bytes(lz4.frame.decompress(body))
+    if kind == SYSFLAG_COMPRESSION_ZSTD:
+        import zstandard
+
+        return zstandard.ZstdDecompressor().decompressobj().decompress(body)
+    return zlib.decompress(body)  # ZLIB, or 0 from clients before 4.9.4
+
+
+def decode_stored(data: bytes, pos: int = 0, *, inflate: bool = True) -> tuple[MessageExt, int]:
+    """Decode one stored-message record at ``pos``; returns it and the position after it."""
+    try:
+        total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts = _HEAD.unpack_from(
+            data, pos
+        )
+        if magic not in (MAGIC_V1, MAGIC_V2) or total < _HEAD.size or pos + total > len(data):
+            raise FrameError(
+                f"bad stored message at byte {pos} (magic {magic & 0xFFFFFFFF:#x}, size {total})"
+            )
+        cur = pos + _HEAD.size
+        born_host, _, cur = _host(data, cur, bool(sys_flag & SYSFLAG_BORNHOST_V6))
+        (store_ts,) = _Q.unpack_from(data, cur)
+        store_host, store_raw, cur = _host(data, cur + 8, bool(sys_flag & SYSFLAG_STOREHOST_V6))
+        reconsume, prepared, body_len = struct.unpack_from(">iqi", data, cur)
+        cur += 16
+        body = bytes(data[cur : cur + body_len])
+        cur += body_len
+        if magic == MAGIC_V1:
+            topic_len = data[cur]
+            cur += 1
+        else:
+            (topic_len,) = _I16.unpack_from(data, cur)
+            cur += 2
+        topic = bytes(data[cur : cur + topic_len]).decode()
+        cur += topic_len
+        (props_len,) = _I16.unpack_from(data, cur)
+        props = bytes(data[cur + 2 : cur + 2 + props_len]).decode()
+        cur += 2 + props_len
+        if cur - pos != total:
+            raise FrameError(f"stored message at byte {pos} declares {total} bytes but holds {cur - pos}")
+        if inflate and sys_flag & SYSFLAG_COMPRESSED:
+            body = decompress(body, sys_flag)
+    except (struct.error, IndexError, UnicodeDecodeError, zlib.error) as exc:
+        raise FrameError(f"undecodable stored message at byte {pos}: {exc}") from exc
+    msg = MessageExt(
+        topic=topic,
+        body=body,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        commit_log_offset=phys,
+        sys_flag=sys_flag,
+        flag=flag,
+        born_timestamp_ms=born_ts,
+        born_host=born_host,
+        store_timestamp_ms=store_ts,
+        store_host=store_host,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        body_crc=crc,
+        store_size=total,
+        properties=decode_properties(props),
+        offset_msg_id=offset_msg_id(store_raw, phys),
+    )
+    return msg, pos + total
+
+
+def decode_stored_all(data: bytes) -> list[MessageExt]:
+    """Every record of a pull body, in order."""
+    out: list[MessageExt] = []
+    pos = 0
+    while pos < len(data):
+        msg, pos = decode_stored(data, pos)
+        out.append(msg)
+    return out

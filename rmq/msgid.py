@@ -1,0 +1,69 @@
+"""UNIQ_KEY ids in the layout of Java's MessageClientIDSetter, so ids look normal in RocketMQ tools.
+
+``ip(4|16) pid(2) magic(4) | ms-since-start-of-month(4) counter(2)``, uppercase hex: 32 characters
+for an IPv4 host. The first part is fixed per process; the rest changes per id.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import itertools
+import os
+import random
+import socket
+import struct
+from collections.abc import Callable
+
+from rmq.clock import wall_ms
+
+
+def local_ip() -> bytes:
+    """This host's address as the Java client reports it; loopback when nothing better is known."""
+    try:
+        addr = ipaddress.ip_address(socket.gethostbyname(socket.gethostname()))
+    except (OSError, ValueError):
+        addr = ipaddress.ip_address("127.0.0.1")
+    return addr.packed
+
+
+def _month_bounds_ms(now_ms: int) -> tuple[int, int]:
+    now = dt.datetime.fromtimestamp(now_ms / 1000).astimezone()
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    nxt = (start + dt.timedelta(days=32)).replace(day=1)
+    return int(start.timestamp() * 1000), int(nxt.timestamp() * 1000)
+
+
+class UniqIdGenerator:
+    __slots__ = ("_counter", "_month_end", "_month_start", "_now_ms", "_prefix")
+
+    def __init__(
+        self,
+        ip: bytes | None = None,
+        pid: int | None = None,
+        magic: int | None = None,
+        now_ms: Callable[[], int] = wall_ms,
+    ) -> None:
+        ip = ip if ip is not None else local_ip()
+        pid = os.getpid() if pid is None else pid
+        magic = random.getrandbits(31) if magic is None else magic
+        self._prefix = (ip + struct.pack(">Hi", pid & 0xFFFF, magic)).hex().upper()
+        self._counter = itertools.count(random.getrandbits(15))
+        self._now_ms = now_ms
+        self._month_start = self._month_end = 0
+
+    def next_id(self) -> str:
+        now = self._now_ms()
+        if now >= self._month_end or now < self._month_start - 1000:
+            self._month_start, self._month_end = _month_bounds_ms(now)
+        diff = max(now - self._month_start, 0)  # a small backwards step (NTP) reads as 0, as in Java
+        counter = next(self._counter) & 0xFFFF
+        return self._prefix + f"{diff & 0xFFFFFFFF:08X}{counter:04X}"
+
+
+_default = UniqIdGenerator()
+
+
+def new_uniq_id() -> str:
+    """A fresh UNIQ_KEY from this process's generator."""
+    return _default.next_id()

@@ -1,0 +1,97 @@
+"""Route queries across several name servers, failing over to the next on a transport error."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import orjson
+
+from rmq.codes import RequestCode, ResponseCode
+from rmq.errors import ClientError, RemotingError, RocketMQError, TopicNotExist, for_code
+from rmq.pool import Invoker
+from rmq.protocol.frame import RemotingCommand
+from rmq.route import TopicRouteData, parse_lenient_json
+
+DEFAULT_TIMEOUT_S = 3.0
+
+
+def parse_addresses(text: str | Sequence[str]) -> list[str]:
+    """``"a:9876;b:9876"`` or ``"a:9876,b:9876"`` (both separators are in use) into a list."""
+    items = text.replace(";", ",").split(",") if isinstance(text, str) else list(text)
+    out = [a.strip() for a in items if a.strip()]
+    for addr in out:
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ClientError(f"name server address {addr!r} is not host:port")
+    if not out:
+        raise ClientError("no name server address given")
+    return out
+
+
+class NameServerClient:
+    """Asks the name server that answered last; on a transport failure tries the others in turn."""
+
+    def __init__(
+        self, invoker: Invoker, addresses: str | Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> None:
+        self._invoker = invoker
+        self.addresses = parse_addresses(addresses)
+        self._current = 0
+        self._timeout_s = timeout_s
+
+    @property
+    def invoker(self) -> Invoker:
+        """The connections the requests go through (shared with the brokers' calls)."""
+        return self._invoker
+
+    async def _request(self, code: int, header: dict[str, str]) -> RemotingCommand:
+        last: RocketMQError | None = None
+        n = len(self.addresses)
+        for i in range(n):
+            idx = (self._current + i) % n
+            addr = self.addresses[idx]
+            try:
+                resp = await self._invoker.invoke(addr, RemotingCommand(code, dict(header)), self._timeout_s)
+            except RemotingError as exc:
+                last = exc
+                continue
+            self._current = idx
+            return resp
+        assert last is not None
+        raise last
+
+    async def get_route(self, topic: str) -> TopicRouteData:
+        """GET_ROUTEINFO_BY_TOPIC; TopicNotExist when no name server knows the topic."""
+        resp = await self._request(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": "true"}
+        )
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            raise TopicNotExist(
+                f"topic {topic!r} has no route on the name server: {resp.remark or ''}",
+                code=resp.code,
+                remark=resp.remark,
+            )
+        if resp.code != ResponseCode.SUCCESS:
+            raise for_code(resp.code, resp.remark)
+        return TopicRouteData.from_json(resp.body)
+
+    async def get_cluster_info(self) -> dict[str, object]:
+        resp = await self._request(RequestCode.GET_BROKER_CLUSTER_INFO, {})
+        if resp.code != ResponseCode.SUCCESS:
+            raise for_code(resp.code, resp.remark)
+        doc = parse_lenient_json(resp.body)
+        return doc if isinstance(doc, dict) else {}
+
+    async def get_all_topics(self) -> list[str]:
+        resp = await self._request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})
+        if resp.code != ResponseCode.SUCCESS:
+            raise for_code(resp.code, resp.remark)
+        return list(orjson.loads(resp.body).get("topicList") or [])
+
+    async def ping(self) -> bool:
+        """True when some name server answers at all (for readiness)."""
+        try:
+            await self._request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})
+        except RocketMQError:
+            return False
+        return True

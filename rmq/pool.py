@@ -1,0 +1,94 @@
+"""RemotingClient: one connection per address, opened on demand and replaced after a loss.
+
+It is the ``Invoker`` the name server client, broker API and producer depend on; tests substitute a
+scripted invoker with the same two methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from rmq.acl import Credentials, sign
+from rmq.connection import Connection, RequestHandler, connect
+from rmq.errors import ClientError
+from rmq.protocol.frame import RemotingCommand
+
+DEFAULT_CONNECT_TIMEOUT_S = 3.0
+
+
+class Invoker(Protocol):
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand: ...
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None: ...
+
+
+class RemotingClient:
+    def __init__(
+        self,
+        *,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        credentials: Credentials | None = None,
+        on_request: RequestHandler | None = None,
+    ) -> None:
+        self._connect_timeout_s = connect_timeout_s
+        self._credentials = credentials
+        self._on_request = on_request
+        self._conns: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        self._closed = False
+
+    async def connection(self, addr: str, timeout_s: float | None = None) -> Connection:
+        conn = self._conns.get(addr)
+        if conn is not None and not conn.is_closed:
+            return conn
+        if self._closed:
+            raise ClientError("the remoting client is closed")
+        pending = self._connecting.get(addr)
+        if pending is None:  # one connect per address, however many callers wait for it
+            pending = asyncio.ensure_future(self._connect(addr, timeout_s))
+            self._connecting[addr] = pending
+            pending.add_done_callback(lambda f: self._connect_done(addr, f))
+        return await asyncio.shield(pending)
+
+    def _connect_done(self, addr: str, fut: asyncio.Future[Connection]) -> None:
+        self._connecting.pop(addr, None)
+        if not fut.cancelled():
+            fut.exception()  # seen by the waiters; never "exception was never retrieved" if none is left
+
+    async def _connect(self, addr: str, timeout_s: float | None) -> Connection:
+        limit = self._connect_timeout_s if timeout_s is None else min(timeout_s, self._connect_timeout_s)
+        conn = await connect(addr, limit, self._on_request, self._forget)
+        self._conns[addr] = conn
+        return conn
+
+    def _forget(self, conn: Connection) -> None:
+        if self._conns.get(conn.addr) is conn:
+            del self._conns[conn.addr]
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        conn = self._conns.get(addr)
+        if conn is None or conn.is_closed:
+            conn = await self.connection(addr, timeout_s)
+        if self._credentials is not None:
+            sign(cmd, self._credentials)
+        return await conn.invoke(cmd, max(deadline - loop.time(), 0.001))
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        conn = await self.connection(addr)
+        if self._credentials is not None:
+            sign(cmd, self._credentials)
+        await conn.invoke_oneway(cmd)
+
+    def connected_addresses(self) -> list[str]:
+        return [a for a, c in self._conns.items() if not c.is_closed]
+
+    async def close(self) -> None:
+        self._closed = True
+        for fut in list(self._connecting.values()):
+            fut.cancel()
+        for conn in list(self._conns.values()):
+            conn.close()
+        self._conns.clear()

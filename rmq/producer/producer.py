@@ -1,0 +1,297 @@
+"""Producer: select a queue, send, classify the outcome, retry on another broker within one budget.
+
+The behaviour is the Java client's (DefaultMQProducerImpl.sendDefaultImpl + MQFaultStrategy), with
+latency fault tolerance on by default and typed errors that say whether a later try may help.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+
+from rmq.broker import BrokerApi
+from rmq.client_instance import ClientInstance
+from rmq.errors import (
+    Attempt,
+    ClientError,
+    RemotingError,
+    RequestTimeout,
+    RocketMQError,
+    RouteNotFound,
+    SendFailed,
+    failure_cause,
+)
+from rmq.message import Message, MessageQueue
+from rmq.msgid import local_ip, new_uniq_id
+from rmq.namesrv import NameServerClient
+from rmq.producer.batch import BatchSender
+from rmq.producer.config import ProducerConfig
+from rmq.producer.fault import BrokerState, LatencyFaultTolerance, StateListener
+from rmq.producer.publish_info import AttemptFn, TopicPublishInfo
+from rmq.producer.routes import RouteListener, TopicRoutes
+from rmq.producer.selector import (
+    ByShardingKey,
+    EnvironmentQueue,
+    PreferZone,
+    QueueSelector,
+    RandomQueue,
+    RoundRobin,
+    SelectorName,
+)
+from rmq.result import SendResult, SendStatus
+
+log = logging.getLogger(__name__)
+
+
+def _client_id() -> str:
+    ip = ".".join(str(b) for b in local_ip()[:4])
+    return f"{ip}@{os.getpid()}#{time.monotonic_ns()}"
+
+
+class Producer:
+    def __init__(
+        self,
+        namesrv: NameServerClient,
+        api: BrokerApi,
+        config: ProducerConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        timer: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+        client_id: str | None = None,
+        on_attempt: Callable[[str, float, bool], None] | None = None,
+        on_broker_state: StateListener | None = None,
+        on_route_change: RouteListener | None = None,
+        instance: ClientInstance | None = None,
+        on_send_error: Callable[[str, str], None] | None = None,
+    ) -> None:
+        """``instance``: the client instance (client id, routes, connections, heartbeat) shared with
+        other producers and consumers; without, the producer makes its own over ``namesrv``."""
+        self.config = cfg = config or ProducerConfig()
+        self.api = api
+        self._timer = timer
+        self._sleep = sleep
+        self._own_instance = instance is None
+        self.instance = instance or ClientInstance(
+            namesrv, api=api, client_id=client_id or _client_id(), heartbeat_s=cfg.heartbeat_s, sleep=sleep
+        )
+        self.client_id = self.instance.client_id
+        self._on_attempt = on_attempt  # (broker, latency_s, ok) after every attempt, for metrics
+        self._on_send_error = on_send_error  # (broker, failure_cause(exc)) after a failed attempt
+        self.fault = LatencyFaultTolerance(
+            cfg.latency_max_ms,
+            cfg.not_available_ms,
+            isolation_latency_ms=cfg.isolation_latency_ms,
+            clock=clock,
+            rng=rng,
+            on_change=on_broker_state,
+        )
+        self.routes = TopicRoutes(
+            self.instance,
+            default_topic=cfg.default_topic,
+            default_topic_queue_nums=cfg.default_topic_queue_nums,
+            refresh_s=cfg.route_refresh_s,
+            sleep=sleep,
+            rng=rng,
+            on_change=on_route_change,
+        )
+        self._selector = self._make_selector(cfg, rng)
+        self._batches = BatchSender(self)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _make_selector(self, cfg: ProducerConfig, rng: random.Random | None) -> QueueSelector:
+        fault = self.fault if cfg.fault_tolerance else None
+        if cfg.selector == SelectorName.ROUND_ROBIN:
+            return RoundRobin(fault)
+        if cfg.selector == SelectorName.RANDOM:
+            return RandomQueue(fault, rng)
+        if cfg.selector == SelectorName.ENVIRONMENT:
+            return EnvironmentQueue(cfg.environment_index)
+        if cfg.selector == SelectorName.ZONE:
+            return PreferZone(cfg.zone, fault)
+        raise ClientError(f"unknown queue selector {cfg.selector!r}")
+
+    # lifecycle ----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.routes.start()
+        self.instance.register_producer(self.config.group)
+        self.instance.start()
+        loop = asyncio.get_running_loop()
+        if self.config.recovery_probe_s > 0 and self.config.fault_tolerance:
+            self._tasks.append(
+                loop.create_task(
+                    self._every(self.config.recovery_probe_s, self._probe), name="producer-recovery-probe"
+                )
+            )
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.routes.close()
+        await self.instance.unregister(producer_group=self.config.group)
+        if self._own_instance:
+            await self.instance.close()
+
+    # sending ------------------------------------------------------------------------------------
+    async def send(
+        self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
+    ) -> SendResult:
+        """Send one message; SendFailed (with every attempt) when it could not be stored.
+        ``validated``: the caller already ran ``msg.validate()`` (skips doing it twice)."""
+        if not validated:
+            msg.validate(self.config.max_body_bytes)
+        uniq = msg.id or new_uniq_id()
+        selector = self._selector if sharding_key is None else ByShardingKey(sharding_key)
+
+        async def attempt(
+            mq: MessageQueue, addr: str, remaining: float, info: TopicPublishInfo
+        ) -> SendResult:
+            return await self.api.send(addr, mq, msg, uniq, remaining, self.config.default_topic)
+
+        return await self.with_retries(msg.topic, selector, attempt, uniq)
+
+    async def send_batch(
+        self,
+        messages: Sequence[Message],
+        sharding_keys: Sequence[str | None] | None = None,
+        *,
+        validated: bool = False,
+    ) -> list[SendResult | RocketMQError]:
+        """Send many messages grouped by queue with SEND_BATCH_MESSAGE; one outcome per message, in
+        order (P8). A bad message fails only itself. ``validated`` as for send()."""
+        return await self._batches.send(messages, sharding_keys, validated=validated)
+
+    def selector_for(self, sharding_key: str | None) -> QueueSelector:
+        return self._selector if sharding_key is None else ByShardingKey(sharding_key)
+
+    async def with_retries(
+        self, topic: str, selector: QueueSelector, attempt: AttemptFn, what: str
+    ) -> SendResult:
+        """Run ``attempt`` until it succeeds, a final error stops it, the attempts run out, or the send
+        budget is spent. Every attempt goes to another broker than the one that just failed, unless the
+        selector pins the message to its queue."""
+        cfg = self.config
+        timer = self._timer
+        deadline = timer() + cfg.send_timeout_s
+        attempts: list[Attempt] = []
+        last: RocketMQError | None = None
+        last_broker: str | None = None
+        refreshed = False
+        try:
+            info = await self._publish_info(topic, deadline)
+        except RocketMQError as exc:
+            raise SendFailed(f"send of {what} to {topic}: no route: {exc}", [], exc) from exc
+        for n in range(1 + cfg.retry_times):
+            remaining = deadline - timer()
+            if remaining <= 0:
+                break
+            mq = selector.select(info, None if selector.ordered else last_broker)
+            started = timer()
+            try:
+                addr = info.master_addr(mq.broker_name)
+                if addr is None:
+                    raise RouteNotFound(f"broker {mq.broker_name} has no master address")
+                self.instance.note_broker(mq.broker_name, addr)
+                result = await attempt(mq, addr, remaining, info)
+            except RocketMQError as exc:
+                latency = timer() - started
+                self._record(
+                    mq.broker_name,
+                    latency,
+                    failed=True,
+                    unreachable=isinstance(exc, RemotingError),
+                    reason=str(exc),
+                )
+                attempts.append(Attempt(mq.broker_name, mq.queue_id, latency, str(exc), exc.code))
+                if self._on_send_error is not None:
+                    self._on_send_error(mq.broker_name, failure_cause(exc))
+                last, last_broker = exc, mq.broker_name
+                if exc.refresh_route and not refreshed:
+                    refreshed = True  # e.g. TOPIC_NOT_EXIST: one more try on a fresh route
+                    info = await self._refreshed(topic, info, deadline)
+                    continue
+                if not (exc.retriable or (exc.code is not None and exc.code in cfg.extra_retry_codes)):
+                    break
+                continue
+            latency = timer() - started
+            self._record(mq.broker_name, latency, failed=False)
+            if (
+                result.status is not SendStatus.SEND_OK
+                and cfg.retry_another_broker_when_not_store_ok
+                and n < cfg.retry_times
+            ):
+                attempts.append(Attempt(mq.broker_name, mq.queue_id, latency, result.status.value))
+                last_broker = mq.broker_name
+                continue
+            return result if n == 0 else replace(result, attempts=n + 1)
+        spent = cfg.send_timeout_s - (deadline - timer())
+        if last is None:
+            last = RequestTimeout(f"send budget of {cfg.send_timeout_s:.3f} s spent")
+        raise SendFailed(
+            f"send of {what} to {topic} failed after {len(attempts)} attempt(s) in {spent:.3f} s: {last}",
+            attempts,
+            last,
+        )
+
+    def _record(
+        self, broker: str, latency_s: float, *, failed: bool, unreachable: bool = False, reason: str = ""
+    ) -> None:
+        if self._on_attempt is not None:
+            self._on_attempt(broker, latency_s, not failed)
+        if self.config.fault_tolerance:
+            self.fault.update(broker, latency_s, isolation=failed, unreachable=unreachable, reason=reason)
+
+    async def _publish_info(self, topic: str, deadline: float) -> TopicPublishInfo:
+        info = self.routes.cached(topic)
+        if info is not None:
+            return info
+        async with asyncio.timeout(max(deadline - self._timer(), 0.001)):
+            return await self.routes.get(topic)
+
+    async def _refreshed(self, topic: str, info: TopicPublishInfo, deadline: float) -> TopicPublishInfo:
+        try:
+            async with asyncio.timeout(max(deadline - self._timer(), 0.001)):
+                return await self.routes.refresh(topic)
+        except (RocketMQError, TimeoutError) as exc:
+            log.info("route refresh of %s after a send failure did not help: %s", topic, exc)
+            return info
+
+    # observability --------------------------------------------------------------------------------
+    def fault_table(self) -> list[BrokerState]:
+        """Each broker's last latency, remaining back-off and state (for metrics and /status)."""
+        return self.fault.snapshot(self.instance.broker_addrs())
+
+    def route_known(self, topic: str) -> bool:
+        info = self.routes.cached(topic)
+        return info is not None and info.ok
+
+    # background work ------------------------------------------------------------------------------
+    async def _every(self, period_s: float, job: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await self._sleep(period_s)
+            try:
+                await job()
+            except Exception:
+                log.exception("producer background job failed")
+
+    async def _probe(self) -> None:
+        """Lift the isolation of an unreachable broker as soon as it answers a heartbeat."""
+        addrs = self.instance.broker_addrs()
+        for broker in self.fault.unreachable_brokers():
+            addr = addrs.get(broker)
+            if addr is None:
+                continue
+            try:
+                await self.instance.heartbeat_to(addr, timeout_s=1.0)
+            except RocketMQError:
+                continue
+            log.debug("broker %s at %s answers again; ending its isolation", broker, addr)
+            self.fault.mark_recovered(broker)

@@ -1,0 +1,133 @@
+"""The two header encodings of a remoting frame: JSON (what we send) and ROCKETMQ binary.
+
+A Java peer may answer in either, so both are decoded on every connection (protocol reference §1.3).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import orjson
+
+from rmq.codes import LanguageCode, SerializeType
+from rmq.errors import FrameError
+
+_LANG_BY_NAME = {m.name: int(m) for m in LanguageCode}
+_BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+
+
+def encode_json(
+    code: int,
+    language: int,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext_fields: dict[str, str] | None,
+) -> bytes:
+    doc: dict[str, Any] = {
+        "code": code,
+        "flag": flag,
+        "language": _language_name(language),
+        "opaque": opaque,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": version,
+    }
+    if remark is not None:
+        doc["remark"] = remark
+    if ext_fields:
+        doc["extFields"] = ext_fields
+    return orjson.dumps(doc)
+
+
+def decode_json(data: bytes) -> tuple[int, int, int, int, int, str | None, dict[str, str]]:
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise FrameError(f"undecodable JSON header: {exc}") from exc
+    if not isinstance(doc, dict) or "code" not in doc:
+        raise FrameError("JSON header is not an object with a code")
+    lang = doc.get("language", "JAVA")
+    language = _LANG_BY_NAME.get(lang, int(LanguageCode.OTHER)) if isinstance(lang, str) else int(lang)
+    raw_ext = doc.get("extFields") or {}
+    ext = {str(k): v if isinstance(v, str) else _to_text(v) for k, v in raw_ext.items() if v is not None}
+    return (
+        int(doc["code"]),
+        language,
+        int(doc.get("version", 0)),
+        int(doc.get("opaque", 0)),
+        int(doc.get("flag", 0)),
+        doc.get("remark"),
+        ext,
+    )
+
+
+def _to_text(value: object) -> str:
+    # fastjson turns JSON numbers and booleans in extFields into their Java string forms.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def encode_binary(
+    code: int,
+    language: int,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext_fields: dict[str, str] | None,
+) -> bytes:
+    parts = [_BIN_FIXED.pack(code, language, version, opaque, flag)]
+    remark_b = remark.encode() if remark else b""
+    parts.append(_I32.pack(len(remark_b)))
+    parts.append(remark_b)
+    ext = bytearray()
+    for key, value in (ext_fields or {}).items():
+        kb, vb = key.encode(), value.encode()
+        ext += _I16.pack(len(kb)) + kb + _I32.pack(len(vb)) + vb
+    parts.append(_I32.pack(len(ext)))
+    parts.append(bytes(ext))
+    return b"".join(parts)
+
+
+def decode_binary(data: bytes) -> tuple[int, int, int, int, int, str | None, dict[str, str]]:
+    try:
+        code, language, version, opaque, flag = _BIN_FIXED.unpack_from(data, 0)
+        pos = _BIN_FIXED.size
+        (remark_len,) = _I32.unpack_from(data, pos)
+        pos += 4
+        remark = data[pos : pos + remark_len].decode() if remark_len > 0 else None
+        pos += max(remark_len, 0)
+        (ext_len,) = _I32.unpack_from(data, pos)
+        pos += 4
+        end = pos + ext_len
+        if ext_len < 0 or end > len(data):
+            raise FrameError("binary header map overruns the header")
+        ext: dict[str, str] = {}
+        while pos < end:
+            (klen,) = _I16.unpack_from(data, pos)
+            key = data[pos + 2 : pos + 2 + klen].decode()
+            pos += 2 + klen
+            (vlen,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if vlen > 0:  # Java 4.9.4+ reads an empty value as null, i.e. absent.
+                ext[key] = data[pos : pos + vlen].decode()
+            pos += max(vlen, 0)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise FrameError(f"undecodable binary header: {exc}") from exc
+    return code, language, version, opaque, flag, remark, ext
+
+
+def _language_name(language: int) -> str:
+    try:
+        return LanguageCode(language).name
+    except ValueError:
+        return LanguageCode.OTHER.name
+
+
+ENCODERS = {SerializeType.JSON: encode_json, SerializeType.ROCKETMQ: encode_binary}
+DECODERS = {SerializeType.JSON: decode_json, SerializeType.ROCKETMQ: decode_binary}

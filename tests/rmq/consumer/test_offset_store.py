@@ -1,0 +1,108 @@
+"""Offset stores: remote on devbroker (QUERY/UPDATE_CONSUMER_OFFSET), local file (atomic, reloadable)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from devbroker import DevCluster
+from rmq.broker import BrokerApi
+from rmq.consumer.offset_store import (
+    LocalFileOffsetStore,
+    ReadType,
+    RemoteOffsetStore,
+    default_offsets_path,
+    write_atomically,
+)
+from rmq.errors import ClientError
+from rmq.message import Message, MessageQueue
+from rmq.msgid import new_uniq_id
+from rmq.pool import RemotingClient
+
+
+async def test_remote_store_round_trip_on_devbroker(cluster: DevCluster, client: RemotingClient) -> None:
+    api = BrokerApi(client)
+    addrs = {name: b.addr for name, b in cluster.brokers.items()}
+
+    async def find(name: str) -> str | None:
+        return addrs.get(name)
+
+    mq = MessageQueue("OffsetsT", "broker-a", 1)
+    await api.send(addrs["broker-a"], mq, Message("OffsetsT", b"x"), new_uniq_id(), 3.0)
+    store = RemoteOffsetStore(api, "G1", find)
+    await store.load()
+    assert await store.read(mq, ReadType.MEMORY) is None
+    store.update(mq, 7, increase_only=True)
+    store.update(mq, 5, increase_only=True)  # a slower message finishing late never rolls back
+    assert await store.read(mq, ReadType.MEMORY) == 7
+    await store.persist_all([mq])
+    assert cluster.brokers["broker-a"].offsets.query("G1", "OffsetsT", 1) == 7
+
+    other = RemoteOffsetStore(api, "G1", find)  # another member of the group, after a rebalance
+    assert await other.read(mq, ReadType.MEMORY_THEN_STORE) == 7
+    store.update(mq, 3, increase_only=False)  # an explicit reset may go back
+    await store.persist(mq)
+    assert await other.read(mq, ReadType.STORE) == 3
+
+
+async def test_remote_store_persists_only_the_given_queues_and_survives_a_missing_broker(
+    cluster: DevCluster, client: RemotingClient
+) -> None:
+    api = BrokerApi(client)
+    addr = cluster.brokers["broker-a"].addr
+
+    async def find(name: str) -> str | None:
+        return addr if name == "broker-a" else None
+
+    store = RemoteOffsetStore(api, "G2", find)
+    kept, gone, lost = (
+        MessageQueue("T2", "broker-a", 0),
+        MessageQueue("T2", "broker-a", 1),
+        MessageQueue("T2", "broker-x", 0),
+    )
+    for mq in (kept, gone, lost):
+        store.update(mq, 4, increase_only=True)
+    await store.persist_all([kept, lost])  # broker-x is unknown: logged, the others still persist
+    offsets = cluster.brokers["broker-a"].offsets
+    assert offsets.query("G2", "T2", 0) == 4
+    assert offsets.query("G2", "T2", 1) is None
+    with pytest.raises(ClientError):
+        await store.persist(lost)
+
+
+async def test_local_file_store_reloads_what_it_persisted(tmp_path: Path) -> None:
+    path = default_offsets_path("10.0.0.1@1#2", "BG", tmp_path)
+    assert path == tmp_path / "10.0.0.1@1#2" / "BG" / "offsets.json"
+    store = LocalFileOffsetStore(path)
+    await store.load()  # no file yet
+    mqs = [MessageQueue("T", "broker-a", i) for i in range(3)]
+    for i, mq in enumerate(mqs):
+        store.update(mq, 10 * i, increase_only=True)
+    await store.persist_all(mqs)
+    again = LocalFileOffsetStore(path)
+    await again.load()
+    assert [await again.read(mq, ReadType.MEMORY) for mq in mqs] == [0, 10, 20]
+    assert not path.with_name("offsets.json.tmp").exists()
+
+
+async def test_local_file_store_refuses_a_damaged_file(tmp_path: Path) -> None:
+    path = tmp_path / "offsets.json"
+    path.write_bytes(b'{"offsetTable": {"not json": 3}}')
+    with pytest.raises(ClientError, match="damaged"):
+        await LocalFileOffsetStore(path).load()
+
+
+def test_atomic_write_leaves_the_old_file_when_the_write_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "x" / "offsets.json"
+    write_atomically(path, b"old")
+
+    def broken_replace(src: object, dst: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("rmq.consumer.offset_store.os.replace", broken_replace)
+    with pytest.raises(OSError):
+        write_atomically(path, b"new")
+    assert path.read_bytes() == b"old"

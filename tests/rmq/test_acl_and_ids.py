@@ -1,0 +1,54 @@
+"""ACL signing (protocol reference §7's verified example), Java String.hashCode, UNIQ_KEY layout."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from rmq.acl import Credentials, sign
+from rmq.broker import java_string_hash
+from rmq.msgid import UniqIdGenerator
+from rmq.protocol.frame import RemotingCommand
+
+
+def test_signature_matches_java() -> None:
+    header = {
+        "a": "pg",
+        "b": "TopicTest",
+        "c": "TBW102",
+        "d": "4",
+        "e": "0",
+        "f": "0",
+        "g": "1700000000000",
+        "h": "0",
+        "i": "TAGS\x01TagA",
+        "j": "0",
+        "k": "false",
+        "m": "false",
+    }
+    cmd = RemotingCommand(310, header, b"Hello")
+    sign(cmd, Credentials("RocketMQ", "12345678"))
+    assert cmd.ext_fields["AccessKey"] == "RocketMQ"
+    assert cmd.ext_fields["Signature"] == "ie9cpyhA1U7/KhLpljbmxDPlBuo="
+
+
+def test_credentials_never_print_the_secret() -> None:
+    assert "12345678" not in repr(Credentials("ak", "12345678"))
+
+
+def test_java_string_hash() -> None:
+    assert java_string_hash("TagA") == 2598919 and java_string_hash("TagB") == 2598920
+    assert java_string_hash("") == 0
+    assert java_string_hash("汉字😀") == 850080273  # computed by Java; a surrogate pair is two units
+
+
+def test_uniq_key_layout() -> None:
+    start = int(dt.datetime(2026, 11, 1).astimezone().timestamp() * 1000)
+    now = [start + 1234]
+    gen = UniqIdGenerator(ip=bytes([10, 0, 0, 5]), pid=0xC35B, magic=0x18B4AAC2, now_ms=lambda: now[0])
+    first, second = gen.next_id(), gen.next_id()
+    assert len(first) == 32 and first.startswith("0A000005C35B18B4AAC2") and first[20:28] == "000004D2"
+    assert first != second and int(second[28:], 16) == (int(first[28:], 16) + 1) & 0xFFFF
+    now[0] = (
+        int(dt.datetime(2026, 12, 1).astimezone().timestamp() * 1000) + 5
+    )  # a new month restarts the diff
+    assert gen.next_id()[20:28] == "00000005"

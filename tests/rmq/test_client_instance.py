@@ -1,0 +1,84 @@
+"""One client instance under a producer and a push consumer: one client id, one heartbeat carrying both
+groups, one connection per broker (Java's MQClientInstance)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from devbroker import DevCluster
+from rmq import Message, MessageExt, MessageQueue, RemotingClient
+from rmq.client_instance import ClientInstance
+from rmq.codes import RequestCode, ResponseCode
+from rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
+from rmq.consumer.push_consumer import PushConsumer
+from rmq.producer import Producer, ProducerConfig
+from rmq.protocol.frame import RemotingCommand
+from tests.rmq.consumer.helpers import Recorder
+
+TOPIC = "InstanceT"
+
+
+async def _nothing(msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+    return ConsumeStatus.SUCCESS
+
+
+async def test_producer_and_consumer_share_one_heartbeat_client_id_and_connections(
+    cluster: DevCluster,
+) -> None:
+    instance = ClientInstance(cluster.namesrv_addr)
+    producer = Producer(instance.namesrv, instance.api, ProducerConfig(group="PG-inst"), instance=instance)
+    recorder = Recorder()
+    consumer = PushConsumer(
+        ConsumerConfig("CG-inst", consume_from=ConsumeFrom.FIRST_OFFSET),
+        cluster.namesrv_addr,
+        recorder,
+        instance=instance,
+    )
+    consumer.subscribe(TOPIC)
+    for broker in cluster.brokers.values():
+        await instance.api.create_topic(broker.addr, TOPIC)
+    try:
+        await producer.start()
+        sent = await producer.send(Message(TOPIC, b"one"))
+        await consumer.start()  # its first heartbeat carries the producer group too
+        assert producer.client_id == consumer.client_id == instance.client_id
+        for broker in cluster.brokers.values():
+            clients = broker.clients
+            assert clients.producer_ids("PG-inst") == [instance.client_id]
+            assert clients.consumer_ids("CG-inst") == [instance.client_id]
+            assert clients.connections_of(instance.client_id) == 1
+        await recorder.until(lambda got: any(m.uniq_key == sent.msg_id for m in got))
+        # one connection per broker plus the name server's, whatever both sides did
+        assert isinstance(instance.invoker, RemotingClient)
+        addrs = instance.invoker.connected_addresses()
+        assert sorted(addrs) == sorted([cluster.namesrv_addr, *(b.addr for b in cluster.brokers.values())])
+    finally:
+        await consumer.close()
+        await producer.close()
+        await instance.close()
+    for broker in cluster.brokers.values():
+        assert broker.clients.consumer_ids("CG-inst") == []
+        assert broker.clients.producer_ids("PG-inst") == []
+
+
+async def test_broker_requests_reach_the_consumer_of_the_named_group(cluster: DevCluster) -> None:
+    instance = ClientInstance(cluster.namesrv_addr)
+    consumer = PushConsumer(ConsumerConfig("CG-notify"), cluster.namesrv_addr, _nothing, instance=instance)
+    consumer.subscribe(TOPIC)
+    for broker in cluster.brokers.values():
+        await instance.api.create_topic(broker.addr, TOPIC)
+    try:
+        await consumer.start()
+        before = consumer.stats["notified"]
+        cmd = RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "CG-notify"})
+        assert await instance.on_broker_request(None, cmd) is None  # type: ignore[arg-type]
+        assert consumer.stats["notified"] == before + 1
+        other = RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "CG-gone"})
+        assert await instance.on_broker_request(None, other) is None  # type: ignore[arg-type]
+        assert consumer.stats["notified"] == before + 1
+        running_info = RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "CG-gone"})
+        answer = await instance.on_broker_request(None, running_info)  # type: ignore[arg-type]
+        assert answer is not None and answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    finally:
+        await consumer.close()
+        await instance.close()

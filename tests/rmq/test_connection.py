@@ -1,0 +1,238 @@
+"""Connection and RemotingClient against a small server built from Connection on 127.0.0.1:0:
+opaque matching, timeouts, one-way requests, requests in both directions, prompt failure of every
+waiter when the connection goes, corrupt frames, reconnecting, and running on uvloop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import uvloop
+
+from rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from rmq.connection import Connection, RequestHandler, connect
+from rmq.errors import ConnectionClosed, FrameError, RequestTimeout
+from rmq.pool import RemotingClient
+from rmq.protocol.frame import FrameDecoder, RemotingCommand, encode
+
+PING, SLOW, NEVER, DROP, GARBAGE = 901, 902, 903, 904, 905
+LONG_TIMEOUT_S = 30.0
+PROMPT_S = 1.0  # "fails promptly": far below LONG_TIMEOUT_S
+
+
+class Server:
+    """Accepts connections as Connection objects; ``handler`` answers the clients' requests."""
+
+    def __init__(self, handler: RequestHandler) -> None:
+        self.handler = handler
+        self.conns: list[Connection] = []
+        self.accepted = asyncio.Event()
+        self.addr = ""
+        self._server: asyncio.Server | None = None
+
+    def _make(self) -> Connection:
+        conn = Connection("client", self.handler)
+        self.conns.append(conn)
+        self.accepted.set()
+        return conn
+
+    async def start(self) -> str:
+        self._server = await asyncio.get_running_loop().create_server(self._make, "127.0.0.1", 0)
+        self.addr = f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self.addr
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for conn in self.conns:
+            conn.abort()
+        await self._server.wait_closed()
+
+
+async def default_handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+    if cmd.code == NEVER:
+        await asyncio.Event().wait()
+    if cmd.code == DROP:
+        conn.abort()
+        return None
+    if cmd.code == GARBAGE:
+        assert conn._transport is not None
+        conn._transport.write(b"\x00\x00\x00\x02xx")  # a length below the 4-byte minimum
+        return None
+    return cmd.response(ResponseCode.SUCCESS, f"pong {cmd.ext_fields.get('n', '')}")
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Server]:
+    srv = Server(default_handler)
+    await srv.start()
+    yield srv
+    await srv.close()
+
+
+async def test_out_of_order_responses_are_matched_by_opaque(server: Server) -> None:
+    release = asyncio.Event()
+    done: list[str] = []
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if cmd.code == SLOW:
+            await release.wait()
+        else:
+            release.set()
+        return cmd.response(ResponseCode.SUCCESS, cmd.ext_fields["n"])
+
+    server.handler = handler
+    conn = await connect(server.addr, 1.0)
+
+    async def call(code: int, n: str) -> str:
+        resp = await conn.invoke(RemotingCommand(code, {"n": n}), LONG_TIMEOUT_S)
+        done.append(n)
+        return resp.remark or ""
+
+    slow = asyncio.create_task(call(SLOW, "slow"))
+    fast = asyncio.create_task(call(PING, "fast"))
+    assert (await slow, await fast) == ("slow", "fast")
+    assert done == ["fast", "slow"]
+    conn.close()
+
+
+async def test_timeout_fails_only_that_request(server: Server) -> None:
+    conn = await connect(server.addr, 1.0)
+    with pytest.raises(RequestTimeout) as info:
+        await conn.invoke(RemotingCommand(NEVER), 0.05)
+    assert info.value.retriable
+    resp = await conn.invoke(RemotingCommand(PING, {"n": "1"}), LONG_TIMEOUT_S)
+    assert resp.remark == "pong 1" and not conn.is_closed
+    conn.close()
+
+
+async def test_oneway_request_gets_no_response(server: Server) -> None:
+    seen: list[RemotingCommand] = []
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        seen.append(cmd)
+        return cmd.response(ResponseCode.SUCCESS, "answer")  # the connection must not send it
+
+    server.handler = handler
+    reader, writer = await asyncio.open_connection(*server.addr.split(":"))
+    oneway = RemotingCommand(PING, opaque=1, flag=FLAG_ONEWAY)
+    normal = RemotingCommand(PING, opaque=2)
+    writer.write(encode(oneway) + encode(normal))
+    decoder, frames = FrameDecoder(), list[RemotingCommand]()
+    while not frames:
+        frames = decoder.feed(await reader.read(4096))
+    assert [f.opaque for f in frames] == [2]
+    assert seen[0].is_oneway and not seen[1].is_oneway
+    writer.close()
+    await writer.wait_closed()
+
+
+async def test_client_invoke_oneway_reaches_the_server(server: Server) -> None:
+    got = asyncio.Event()
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> None:
+        assert cmd.is_oneway and cmd.ext_fields == {"n": "x"}
+        got.set()
+
+    server.handler = handler
+    conn = await connect(server.addr, 1.0)
+    await conn.invoke_oneway(RemotingCommand(PING, {"n": "x"}))
+    await asyncio.wait_for(got.wait(), PROMPT_S)
+    conn.close()
+
+
+async def test_server_request_reaches_the_clients_handler(server: Server) -> None:
+    notified = asyncio.Event()
+
+    async def on_request(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            notified.set()
+            return None
+        return cmd.response(ResponseCode.SUCCESS, f"client saw {cmd.code}")
+
+    client = await connect(server.addr, 1.0, on_request)
+    await server.accepted.wait()
+    peer = server.conns[0]
+    resp = await peer.invoke(RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO), LONG_TIMEOUT_S)
+    assert (resp.code, resp.remark) == (ResponseCode.SUCCESS, "client saw 307")
+    await peer.invoke_oneway(RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "g"}))
+    await asyncio.wait_for(notified.wait(), PROMPT_S)
+    client.close()
+
+
+async def test_unhandled_server_request_is_not_supported(server: Server) -> None:
+    client = await connect(server.addr, 1.0)
+    await server.accepted.wait()
+    resp = await server.conns[0].invoke(RemotingCommand(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT), 5.0)
+    assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert resp.remark == " request type 221 not supported"
+    client.close()
+
+
+async def test_peer_drop_fails_every_pending_waiter_promptly(server: Server) -> None:
+    conn = await connect(server.addr, 1.0)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    waiting = [asyncio.create_task(conn.invoke(RemotingCommand(NEVER), LONG_TIMEOUT_S)) for _ in range(3)]
+    dropped = asyncio.create_task(conn.invoke(RemotingCommand(DROP), LONG_TIMEOUT_S))
+    results = await asyncio.gather(*waiting, dropped, return_exceptions=True)
+    assert all(isinstance(r, ConnectionClosed) and r.retriable for r in results)
+    assert loop.time() - start < PROMPT_S
+    assert conn.closed_event.is_set() and conn.is_closed
+    with pytest.raises(ConnectionClosed):
+        await conn.invoke(RemotingCommand(PING), 1.0)
+
+
+async def test_close_fails_pending_waiters_promptly(server: Server) -> None:
+    arrived = asyncio.Event()
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> None:
+        arrived.set()
+        await asyncio.Event().wait()
+
+    server.handler = handler
+    conn = await connect(server.addr, 1.0)
+    loop = asyncio.get_running_loop()
+    pending = asyncio.create_task(conn.invoke(RemotingCommand(NEVER), LONG_TIMEOUT_S))
+    await arrived.wait()  # the request is out and unanswered
+    start = loop.time()
+    conn.close()
+    with pytest.raises(ConnectionClosed):
+        await pending
+    assert loop.time() - start < PROMPT_S
+
+
+async def test_corrupt_frame_closes_the_connection(server: Server) -> None:
+    conn = await connect(server.addr, 1.0)
+    with pytest.raises(FrameError):
+        await conn.invoke(RemotingCommand(GARBAGE), LONG_TIMEOUT_S)
+    assert conn.is_closed
+
+
+async def test_remoting_client_reconnects_after_a_loss(server: Server) -> None:
+    client = RemotingClient()
+    addr = server.addr
+    assert (await client.invoke(addr, RemotingCommand(PING, {"n": "a"}), 5.0)).remark == "pong a"
+    first = await client.connection(addr)
+    server.conns[0].abort()
+    await asyncio.wait_for(first.closed_event.wait(), PROMPT_S)
+    assert (await client.invoke(addr, RemotingCommand(PING, {"n": "b"}), 5.0)).remark == "pong b"
+    assert len(server.conns) == 2 and client.connected_addresses() == [addr]
+    await client.close()
+
+
+def test_round_trip_on_uvloop() -> None:
+    # uvloop's transports are not asyncio.Transport subclasses; the client and server must not care.
+    async def main() -> str | None:
+        srv = Server(default_handler)
+        addr = await srv.start()
+        client = RemotingClient()
+        try:
+            return (await client.invoke(addr, RemotingCommand(PING, {"n": "uv"}), 5.0)).remark
+        finally:
+            await client.close()
+            await srv.close()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(main()) == "pong uv"
