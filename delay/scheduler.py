@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from types import TracebackType
 
 from delay.holds import Holds
 from delay.keys import split_due_key
@@ -85,15 +84,6 @@ class DelayScheduler(DueLoop):
         for call in self._calls:
             call.cancel()
         await asyncio.gather(*self._calls, return_exceptions=True)
-
-    async def __aenter__(self) -> DelayScheduler:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
     # --- seeking --------------------------------------------------------------------------------------
     async def _run(self) -> None:

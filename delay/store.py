@@ -28,7 +28,7 @@ from delay.keys import (
 from delay.message import CorruptMessageError, DelayedMessage, decode_message, encode_message
 from delay.status import CancelOutcome, DelayState, DelayStats, DelayStatus, SentTo
 from storage.clock import wall_ms
-from storage.due_queue import DueQueue, Listener
+from storage.due_queue import DueQueue
 from storage.group_commit import GroupCommitWriter
 from storage.keys import clamp_due, parse_due
 from storage.kv import KV, Delete, Op, Put
@@ -72,14 +72,6 @@ class DelayStore:
         """The store's clock: wall-clock ms that never run backwards."""
         return self.queue.now_ms()
 
-    def add_listener(self, listener: Listener) -> None:
-        """``listener(key)`` runs after a batch that added due keys, with the smallest of them, and
-        when a failed cancel gives keys back."""
-        self.queue.add_listener(listener)
-
-    def remove_listener(self, listener: Listener) -> None:
-        self.queue.remove_listener(listener)
-
     # --- scheduling and cancelling --------------------------------------------------------------
     async def schedule(self, msg: DelayedMessage) -> None:
         """Store ``msg`` durably, to be published at ``msg.due_ms`` (clamped into the key range).
@@ -108,7 +100,7 @@ class DelayStore:
             if ok:
                 self.pending_count += added
 
-        await self._write(ops, min(keys), then=written)
+        await asyncio.shield(self.queue.commit(ops, min(keys), then=written))
 
     async def cancel(self, id_: str) -> CancelOutcome:
         """Cancel message ``id_``; waits for a publish of it in progress to finish first.
@@ -154,7 +146,7 @@ class DelayStore:
             else:
                 self.queue.notify(min(keys))  # back in play: the scheduler must see them again
 
-        await self._write(ops, now=now, then=written)
+        await asyncio.shield(self.queue.commit(ops, now=now, then=written))
 
     # --- the scheduler's side ---------------------------------------------------------------------
     def due(self, start: bytes, now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
@@ -180,7 +172,7 @@ class DelayStore:
                 self.queue.claims.release(keys)
                 self.pending_count -= len(keys)
 
-        await self._write(ops, now=at_ms, then=written)
+        await asyncio.shield(self.queue.commit(ops, now=at_ms, then=written))
 
     @property
     def floor(self) -> bytes:
@@ -250,15 +242,3 @@ class DelayStore:
                 *DoneMarkers.ops(id_, kind, at_ms, sent_to[i] if i < len(sent_to) else None),
             )
         return ops
-
-    async def _write(
-        self,
-        ops: list[Op],
-        new_key: bytes | None = None,
-        *,
-        now: int | None = None,
-        then: Callable[[bool], None] | None = None,
-    ) -> None:
-        """Write ``ops`` durably; ``new_key`` is the smallest due key they add, if any. ``then(written)``
-        does the bookkeeping even if the caller is cancelled meanwhile (the writer writes the ops anyway)."""
-        await asyncio.shield(self.queue.commit(ops, new_key, now, then))

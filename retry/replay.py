@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from types import TracebackType
 
 from retry.redelivery import (
     DEAD,
@@ -112,15 +111,6 @@ class ReplayLoop(DueLoop):
             task.cancel()
         await asyncio.gather(*self._worker_tasks, return_exceptions=True)
         self._inflight.clear()
-
-    async def __aenter__(self) -> ReplayLoop:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
     async def offer(self, rows: Sequence[tuple[bytes, bytes]]) -> int:
         """Hand out pending (key, value) rows now, whatever their due time (replay on recovery, replay

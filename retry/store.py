@@ -36,7 +36,7 @@ from retry.keys import (
 from retry.record import CorruptRecordError, RetryRecord, decode_record, encode_record
 from retry.status import MessageStatus, State, StoreStats
 from storage.clock import wall_ms
-from storage.due_queue import DueQueue, Listener
+from storage.due_queue import DueQueue
 from storage.group_commit import GroupCommitWriter
 from storage.keys import clamp_due
 from storage.kv import KV, Delete, Op, Put
@@ -118,14 +118,6 @@ class RetryStore:
     def now_ms(self) -> int:
         """The store's clock: wall-clock ms that never run backwards (use it for due times)."""
         return self.queue.now_ms()
-
-    def add_listener(self, listener: Listener) -> None:
-        """``listener(key)`` runs after every batch that added pending keys (spool, reschedule, redrive),
-        with the smallest key the batch added."""
-        self.queue.add_listener(listener)
-
-    def remove_listener(self, listener: Listener) -> None:
-        self.queue.remove_listener(listener)
 
     # --- state changes ------------------------------------------------------------------------
     async def spool(self, record: RetryRecord, due_ms: int | None = None) -> bytes:

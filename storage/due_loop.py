@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 from storage.due_queue import DueQueue
 from storage.keys import parse_due
@@ -39,6 +40,21 @@ class DueLoop:
         self._idle = asyncio.Event()
         self._seek_task: asyncio.Task[None] | None = None
         self.failure: BaseException | None = None
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def close(self, grace_s: float = 0.0) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
 
     # --- the seek task ------------------------------------------------------------------------------
     def _run(self) -> Coroutine[Any, Any, None]:
