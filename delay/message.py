@@ -41,4 +41,4 @@ def decode_message(data: bytes) -> DelayedMessage:
     due = meta.get("due")
     if type(due) is not int:
         raise CorruptMessageError("bad metadata: due must be an integer")
-    return DelayedMessage(**fields, due_ms=due)
+    return DelayedMessage(*fields, due_ms=due)

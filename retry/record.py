@@ -92,10 +92,4 @@ def decode_record(data: bytes) -> RetryRecord:
             raise TypeError("history entries must be [int, string]")
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptRecordError(f"bad record metadata: {exc}") from exc
-    return RetryRecord(
-        **fields,
-        first_failure_ms=first_failure,
-        retry_count=retries,
-        last_error=error,
-        history=tuple((at, err) for at, err in history),
-    )
+    return RetryRecord(*fields, first_failure, retries, error, tuple((at, err) for at, err in history))
