@@ -20,6 +20,7 @@ from retry.policy import RetryPolicy
 from retry.record import RetryRecord
 from rmq import RocketMQError, Sender, SendResult
 from storage.clock import wall_ms
+from storage.message import StoredMessage
 
 
 class Ack(Enum):
@@ -122,34 +123,14 @@ class Sidecar:
         self._policy_for = policy_for
         self._now_ms = now_ms
 
-    def record(self, p: Prepared, *, error: str = "", failed_at_ms: int | None = None) -> RetryRecord:
+    def stored(self, p: Prepared) -> StoredMessage:
+        """The one conversion of a prepared request message into the stores' message (created now)."""
         m = p.message
         assert m.id is not None
-        now = self._now_ms()
-        return RetryRecord(
+        return StoredMessage(
             id=m.id,
             topic=m.topic,
             body=m.body,
-            tags=m.tags,
-            keys=m.keys,
-            properties=dict(m.properties),
-            sharding_key=p.sharding_key,
-            type=p.type,
-            created_ms=now,
-            first_failure_ms=failed_at_ms or 0,
-            retry_count=0,
-            last_error=error,
-            history=((failed_at_ms, error),) if failed_at_ms else (),
-        )
-
-    def delayed(self, p: Prepared) -> DelayedMessage:
-        m = p.message
-        assert m.id is not None and p.deliver_at_ms is not None
-        return DelayedMessage(
-            id=m.id,
-            topic=m.topic,
-            body=m.body,
-            due_ms=p.deliver_at_ms,
             tags=m.tags,
             keys=m.keys,
             properties=dict(m.properties),
@@ -157,6 +138,18 @@ class Sidecar:
             type=p.type,
             created_ms=self._now_ms(),
         )
+
+    def record(self, p: Prepared, *, error: str = "", failed_at_ms: int | None = None) -> RetryRecord:
+        return RetryRecord(
+            **self.stored(p).message_fields(),
+            first_failure_ms=failed_at_ms or 0,
+            last_error=error,
+            history=((failed_at_ms, error),) if failed_at_ms else (),
+        )
+
+    def delayed(self, p: Prepared) -> DelayedMessage:
+        assert p.deliver_at_ms is not None
+        return DelayedMessage(**self.stored(p).message_fields(), due_ms=p.deliver_at_ms)
 
     async def send(self, p: Prepared, ack: Ack = Ack.BROKER) -> Outcome:
         """Deliver or store one prepared message; raises RequestError or a storage error otherwise."""

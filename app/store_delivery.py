@@ -103,15 +103,7 @@ class StoreDelivery:
             if isinstance(result, Exception):
                 error = last_error(result)
                 record = RetryRecord(
-                    id=m.id,
-                    topic=m.topic,
-                    body=m.body,
-                    tags=m.tags,
-                    keys=tuple(m.keys),
-                    properties=dict(m.properties),
-                    sharding_key=m.sharding_key,
-                    type=m.type,
-                    created_ms=m.created_ms,
+                    **m.message_fields(),  # the same stored message, now waiting for a retry
                     first_failure_ms=now,
                     last_error=error,
                     history=((now, error),),

@@ -259,7 +259,7 @@ async def replay_all(path: Path, workers: int) -> tuple[float, int, bytes, Retry
     await loop.start()
     await loop.wait_idle()
     elapsed = time.perf_counter() - started
-    cursor = loop._scan_from  # the bench reads where the loop's cursor stopped
+    cursor = loop._cursor  # the bench reads where the loop's cursor stopped
     await loop.close()
     return done / elapsed, done, cursor, store
 

@@ -1,17 +1,17 @@
 """DelayScheduler: publishes delayed messages when they fall due, in batches, with a bounded number of
 publish calls in flight.
 
-One seek task reads due keys (iterate upper bound = now) from a cursor that starts at the store's floor,
-so a restart replays overdue messages first. It sleeps until the earliest due key, or until a schedule
-brings an earlier one, never on a fixed tick.
+Seeking, waking and idleness are the due-queue engine's (storage.due_loop): one seek task reads due keys
+from a cursor that starts at the store's floor, so a restart replays overdue messages first, and sleeps
+until the earliest due key or an earlier arrival, never on a fixed tick. Publishing, holding failed
+publishes for their retry and recording them as sent are the scheduler's own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from types import TracebackType
+from collections.abc import Callable
 
 from delay.holds import Holds
 from delay.keys import split_due_key
@@ -19,22 +19,19 @@ from delay.message import CorruptMessageError, DelayedMessage, decode_message
 from delay.publication import Publish, publish_batch
 from delay.status import SentTo
 from delay.store import PURGE_LIMIT, DelayStore
+from storage.due_loop import DueLoop, Sleep
 from storage.errors import StorageError
-from storage.keys import parse_due
 
 log = logging.getLogger(__name__)
-
-Sleep = Callable[[float], Awaitable[None]]
 
 BATCH_MAX = 500  # messages per publish call
 MAX_IN_FLIGHT = 4  # publish calls at once
 RETRY_S = 1.0  # a message whose publish failed is tried again after this
 STORE_RETRY_S = 1.0  # while "sent" cannot be recorded, try again this often
-MAX_IDLE_S = 30.0  # longest sleep: a wall-clock step forward is noticed within this
 PURGE_EVERY_S = 60.0  # done markers past the retention are dropped this often
 
 
-class DelayScheduler:
+class DelayScheduler(DueLoop):
     """Publishes due messages of ``store`` through ``publish``; ``on_published(lateness_s)`` is called
     once per published message (actual publish time minus due time)."""
 
@@ -53,6 +50,7 @@ class DelayScheduler:
     ) -> None:
         if batch_max < 1 or max_in_flight < 1:
             raise ValueError("batch_max and max_in_flight must be >= 1")
+        super().__init__(store.queue, "delay", sleep)
         self._store = store
         self._publish = publish
         self._batch_max = batch_max
@@ -60,33 +58,24 @@ class DelayScheduler:
         self._retry_ms = int(retry_s * 1000)
         self._store_retry_ms = int(store_retry_s * 1000)
         self._purge_every_ms = int(purge_every_s * 1000)
-        self._sleep = sleep
         self._on_published = on_published
-        self._cursor = b""  # start() moves it to the store's floor
         self._held = Holds()  # failed publishes waiting for their retry time
         # published, "sent" not stored yet: (keys, at_ms, where each went)
         self._unrecorded: list[tuple[list[bytes], int, list[SentTo | None]]] = []
         self._calls: set[asyncio.Task[None]] = set()
-        self._wakeup: asyncio.Future[None] | None = None
+        self._slot = asyncio.Event()  # a publish call finished
         self._for_slot = False  # waiting for a publish call to finish, not for a due time
-        self._sleep_until_ms: int | None = None
         self._purged_ms = 0
         self._purge: asyncio.Task[None] | None = None
-        self._idle = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self.failure: BaseException | None = None
 
     async def start(self) -> None:
-        self._cursor = self._store.floor  # no live key sorts below it: overdue messages come first
-        self._store.add_listener(self._on_new_key)
-        self._task = asyncio.create_task(self._run(), name="delay-seek")
-        self._task.add_done_callback(self._on_task_done)
+        self._start_seek()  # from the floor: overdue messages come first
 
     async def close(self, grace_s: float = 0.0) -> None:
         """Stop; give publish calls in progress ``grace_s`` to finish, then cancel them. A message whose
         publish was cut short stays scheduled (it is published again after the next start)."""
-        self._store.remove_listener(self._on_new_key)
-        for task in (self._task, self._purge):
+        await self._stop_seek()
+        for task in (self._purge,):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -96,39 +85,12 @@ class DelayScheduler:
             call.cancel()
         await asyncio.gather(*self._calls, return_exceptions=True)
 
-    async def __aenter__(self) -> DelayScheduler:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    async def wait_idle(self) -> None:
-        """Return once nothing is being published and nothing in the store is due (tests, drain)."""
-        while not self._is_idle():
-            if self.failure is not None:
-                raise RuntimeError("the delay scheduler died") from self.failure
-            self._idle.clear()
-            await self._idle.wait()
-
     # --- seeking --------------------------------------------------------------------------------------
-    def _on_new_key(self, key: bytes) -> None:
-        """Keys were scheduled (or given back by a failed cancel): ``key`` is the smallest."""
-        self._cursor = min(self._cursor, key)
-        if not self._for_slot and (self._sleep_until_ms is None or parse_due(key) < self._sleep_until_ms):
-            self._wake()
-
-    def _wake(self) -> None:
-        if self._wakeup is not None:
-            _resolve(self._wakeup)
-
     async def _run(self) -> None:
         while True:
             if self._unrecorded and not await self._record_unrecorded():
                 now = self._store.now_ms()
-                await self._wait(now + self._store_retry_ms, now)  # publish nothing more until recorded
+                await self._wait_until(now + self._store_retry_ms, now)  # publish nothing more until recorded
                 continue
             if len(self._calls) >= self._max_in_flight:
                 await self._wait_for_slot()
@@ -145,23 +107,23 @@ class DelayScheduler:
             if batch or more:
                 continue
             self._housekeeping(now)
-            await self._wait(self._next_wake_ms(), now)
+            await self._wait_until(self._next_wake_ms(), now)
 
     def _take_due(self, now: int) -> tuple[list[tuple[bytes, DelayedMessage]], bool]:
         """Claim up to batch_max due messages from the cursor on; also whether more may be due."""
         batch: list[tuple[bytes, DelayedMessage]] = []
-        claims = self._store.claims
+        queue = self._store.queue
         while len(batch) < self._batch_max:
             want = self._batch_max - len(batch)
             rows = self._store.due(self._cursor, now, want)
             for key, raw in rows:
-                if key in self._held or not claims.take(key):
+                if key in self._held or not queue.claim(key):
                     continue  # waiting for its retry, or a cancel owns it
                 try:
                     split_due_key(key)
                     batch.append((key, decode_message(raw)))
                 except (ValueError, CorruptMessageError) as exc:
-                    claims.release([key])
+                    queue.release([key])
                     log.error("delayed message under %r cannot be read, left in the store: %s", key, exc)
             if rows:
                 self._cursor = rows[-1][0] + b"\x00"
@@ -170,36 +132,17 @@ class DelayScheduler:
         return batch, True
 
     def _next_wake_ms(self) -> int | None:
-        following = self._store.first_due(self._cursor)
-        candidates = [self._held.next_ms()]
-        try:
-            candidates.append(None if following is None else parse_due(following))
-        except ValueError:  # only this process writes due keys: damage, so do not spin on it
-            log.error("unparseable key %r in the delay store", following)
+        """The earlier of the next due key and the next held retry."""
+        candidates = [self._held.next_ms(), self._next_due_ms()]
         return min((ms for ms in candidates if ms is not None), default=None)
 
-    async def _wait(self, until_ms: int | None, now: int) -> None:
-        """Sleep until ``until_ms`` (store clock), an earlier arrival, or at most MAX_IDLE_S."""
-        self._wakeup = wakeup = asyncio.get_running_loop().create_future()
-        self._sleep_until_ms = until_ms
-        timeout = MAX_IDLE_S if until_ms is None else min(max(until_ms - now, 0) / 1000, MAX_IDLE_S)
-        sleeper = asyncio.ensure_future(self._sleep(timeout))
-        # Wakes this wait only: the callback also runs (later) when the sleeper is cancelled.
-        sleeper.add_done_callback(lambda _: _resolve(wakeup))
-        self._maybe_idle()
-        try:
-            await self._wakeup
-        finally:
-            self._wakeup, self._sleep_until_ms = None, None
-            sleeper.cancel()
-
     async def _wait_for_slot(self) -> None:
-        self._wakeup = asyncio.get_running_loop().create_future()
+        self._slot.clear()
         self._for_slot = True
         try:
-            await self._wakeup  # a finishing call wakes us
+            await self._slot.wait()  # a finishing call wakes us
         finally:
-            self._wakeup, self._for_slot = None, False
+            self._for_slot = False
 
     def _housekeeping(self, now: int) -> None:
         self._advance_floor()
@@ -217,10 +160,10 @@ class DelayScheduler:
             log.warning("purging delay done markers failed: %s", exc)
 
     def _advance_floor(self) -> None:
-        """Promise the store that no live key sorts below the cursor or a claimed key."""
+        """Promise the store that no live key sorts below the cursor (the queue keeps the floor below
+        claimed keys)."""
         if not self._held:  # while publishes fail, the floor stays where it is (always safe)
-            claimed = self._store.claims.lowest()
-            self._store.advance_floor(self._cursor if claimed is None else min(self._cursor, claimed))
+            self._store.queue.advance_floor(self._cursor)
 
     # --- publishing -----------------------------------------------------------------------------------
     def _on_call_done(self, call: asyncio.Task[None]) -> None:
@@ -228,7 +171,7 @@ class DelayScheduler:
         if not call.cancelled() and call.exception() is not None:
             log.error("delay publish call failed unexpectedly", exc_info=call.exception())
         if self._for_slot:
-            self._wake()
+            self._slot.set()
         elif not self._calls:
             self._advance_floor()
         self._maybe_idle()
@@ -248,13 +191,12 @@ class DelayScheduler:
             except StorageError as exc:
                 log.error("%d published messages not recorded as sent yet: %s", len(keys), exc)
                 self._unrecorded.append((keys, out.done_at_ms, out.sent_to))
-                self._wake()  # the seek loop retries the record before it publishes anything else
+                self._wake_for(None)  # the seek loop retries the record before it publishes anything else
 
     def _hold(self, keys: list[bytes], retry_at_ms: int) -> None:
         self._held.hold(keys, retry_at_ms)
-        self._store.claims.release(keys)  # a waiting cancel may take them now
-        if not self._for_slot and (self._sleep_until_ms is None or retry_at_ms < self._sleep_until_ms):
-            self._wake()
+        self._store.queue.release(keys)  # a waiting cancel may take them now
+        self._wake_for(retry_at_ms)
 
     async def _record_unrecorded(self) -> bool:
         while self._unrecorded:
@@ -274,28 +216,5 @@ class DelayScheduler:
                 log.exception("on_published hook failed")
 
     # --- idleness -------------------------------------------------------------------------------------
-    def _is_idle(self) -> bool:
-        return (
-            self.failure is None
-            and self._wakeup is not None
-            and not self._wakeup.done()
-            and not self._for_slot
-            and not self._calls
-            and (self._purge is None or self._purge.done())
-            and (self._sleep_until_ms is None or self._sleep_until_ms > self._store.now_ms())
-        )
-
-    def _maybe_idle(self) -> None:
-        if self._is_idle():
-            self._idle.set()
-
-    def _on_task_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            self.failure = task.exception()
-            log.error("delay seek loop died; delayed messages are not published", exc_info=self.failure)
-        self._idle.set()
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+    def _busy(self) -> bool:
+        return self._for_slot or bool(self._calls) or (self._purge is not None and not self._purge.done())

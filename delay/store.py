@@ -1,8 +1,9 @@
 """DelayStore: delayed messages kept in the local store under due-time-first keys until they are published.
 
 Column families are listed in delay.keys. Every change is one atomic batch through the group-commit
-writer, and no method returns before its batch is synced. The scheduler and cancel take claims on due
-keys (delay.claims), so a message is either published or cancelled, never both.
+writer, and no method returns before its batch is synced. The due keys live in the due-queue engine
+(storage.due_queue); the scheduler and cancel take claims on them there, so a message is either
+published or cancelled, never both.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
-from delay.claims import Claims
 from delay.done import DoneMarkers
 from delay.keys import (
     CANCELLED,
@@ -28,15 +28,13 @@ from delay.keys import (
 from delay.message import CorruptMessageError, DelayedMessage, decode_message, encode_message
 from delay.status import CancelOutcome, DelayState, DelayStats, DelayStatus, SentTo
 from storage.clock import wall_ms
+from storage.due_queue import DueQueue
 from storage.group_commit import GroupCommitWriter
-from storage.keys import clamp_due, due_bound, parse_due
+from storage.keys import clamp_due, parse_due
 from storage.kv import KV, Delete, Op, Put
-from storage.progress import Progress
 
 RETENTION_S = 24 * 3600.0  # how long "sent" / "cancelled" answers are kept after the fact
 PURGE_LIMIT = 500  # done markers dropped per purge batch (one synced write)
-
-Listener = Callable[[bytes], None]
 
 
 class DelayStore:
@@ -56,17 +54,15 @@ class DelayStore:
     ) -> None:
         self.kv = kv
         self.writer = writer
-        self.claims = Claims()
-        self._progress = Progress(kv, META_CF, now_ms, clock)  # R5 and R6 across restarts
-        self._progress.verify_floor(kv, DUE_CF, "delay store's")
+        # The due-queue engine: due keys, their claims (publishing or cancelling), clock and floor.
+        self.queue = DueQueue(kv, writer, DUE_CF, META_CF, "delay store's", now_ms=now_ms, clock=clock)
         self._done = DoneMarkers(kv, writer, int(retention_s * 1000))
-        self._listeners: list[Listener] = []
         self.pending_count = kv.count(DUE_CF)
 
     async def close(self) -> None:
         """Write the seek floor one last time, so a clean restart seeks from the exact floor. The
         writer and the KV belong to the caller."""
-        await self._progress.save(self.writer, "delay store's")
+        await self.queue.save()
 
     @property
     def healthy(self) -> bool:
@@ -74,16 +70,7 @@ class DelayStore:
 
     def now_ms(self) -> int:
         """The store's clock: wall-clock ms that never run backwards."""
-        return self._progress.clock.now()
-
-    def add_listener(self, listener: Listener) -> None:
-        """``listener(key)`` runs after a batch that added due keys, with the smallest of them, and
-        when a failed cancel gives keys back."""
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: Listener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
+        return self.queue.now_ms()
 
     # --- scheduling and cancelling --------------------------------------------------------------
     async def schedule(self, msg: DelayedMessage) -> None:
@@ -113,7 +100,7 @@ class DelayStore:
             if ok:
                 self.pending_count += added
 
-        await self._write(ops, min(keys), then=written)
+        await asyncio.shield(self.queue.commit(ops, min(keys), then=written))
 
     async def cancel(self, id_: str) -> CancelOutcome:
         """Cancel message ``id_``; waits for a publish of it in progress to finish first.
@@ -127,14 +114,15 @@ class DelayStore:
         sent = False
         while True:
             keys = [due_key(due, id_) for due in self._scheduled_dues(id_)]
-            sent = sent or any(self.claims.is_published(key) for key in keys)
+            sent = sent or any(self.queue.claims.is_published(key) for key in keys)
             busy = next(
-                (key for key in keys if key in self.claims and not self.claims.is_published(key)), None
+                (key for key in keys if key in self.queue.claims and not self.queue.claims.is_published(key)),
+                None,
             )
             if busy is not None:
-                sent = await self.claims.wait(busy) or sent
+                sent = await self.queue.claims.wait(busy) or sent
                 continue  # look again: it is gone (published) or back (the publish failed)
-            free = [key for key in keys if key not in self.claims]
+            free = [key for key in keys if key not in self.queue.claims]
             if free:
                 await self._cancel_keys(free)
                 return CancelOutcome.ALREADY_SENT if sent else CancelOutcome.CANCELLED
@@ -147,27 +135,26 @@ class DelayStore:
 
     async def _cancel_keys(self, keys: list[bytes]) -> None:
         for key in keys:
-            self.claims.take(key)
+            self.queue.claims.take(key)
         now = self.now_ms()
         ops = self._finish_ops(keys, CANCELLED, now)
 
         def written(ok: bool) -> None:
-            self.claims.release(keys)
+            self.queue.claims.release(keys)
             if ok:
                 self.pending_count -= len(keys)
             else:
-                self._notify(min(keys))  # back in play: the scheduler must see them again
+                self.queue.notify(min(keys))  # back in play: the scheduler must see them again
 
-        await self._write(ops, now=now, then=written)
+        await asyncio.shield(self.queue.commit(ops, now=now, then=written))
 
     # --- the scheduler's side ---------------------------------------------------------------------
     def due(self, start: bytes, now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
         """Due (key, value) pairs with start <= key and due at or before ``now_ms``, claimed or not."""
-        return self.kv.scan(DUE_CF, lower=start, upper=due_bound(now_ms), limit=limit)
+        return self.queue.due(start, now_ms, limit)
 
     def first_due(self, start: bytes = b"") -> bytes | None:
-        found = self.kv.scan(DUE_CF, lower=start, limit=1)
-        return found[0][0] if found else None
+        return self.queue.first(start)
 
     async def mark_sent(self, keys: list[bytes], at_ms: int, sent_to: Sequence[SentTo | None] = ()) -> None:
         """The claimed messages under ``keys`` were published (to ``sent_to``, when known): delete them and
@@ -177,23 +164,20 @@ class DelayStore:
         Raises:
             StorageError: not recorded; the claims stay, call again.
         """
-        self.claims.mark_published(keys)
+        self.queue.claims.mark_published(keys)
         ops = self._finish_ops(keys, SENT, at_ms, sent_to)
 
         def written(ok: bool) -> None:
             if ok:
-                self.claims.release(keys)
+                self.queue.claims.release(keys)
                 self.pending_count -= len(keys)
 
-        await self._write(ops, now=at_ms, then=written)
+        await asyncio.shield(self.queue.commit(ops, now=at_ms, then=written))
 
     @property
     def floor(self) -> bytes:
         """No live due key sorts below this (persisted: a restart starts seeking here)."""
-        return self._progress.floor
-
-    def advance_floor(self, floor: bytes) -> None:
-        self._progress.advance_floor(floor)
+        return self.queue.floor
 
     async def record_sent(self, ids: Sequence[str], sent_to: Sequence[SentTo | None] = ()) -> None:
         """Mark messages delivered by another path (the retry store's replay) as SENT now, so their
@@ -258,32 +242,3 @@ class DelayStore:
                 *DoneMarkers.ops(id_, kind, at_ms, sent_to[i] if i < len(sent_to) else None),
             )
         return ops
-
-    async def _write(
-        self,
-        ops: list[Op],
-        new_key: bytes | None = None,
-        *,
-        now: int | None = None,
-        then: Callable[[bool], None] | None = None,
-    ) -> None:
-        """Write ``ops`` durably; ``new_key`` is the smallest due key they add, if any. ``then(written)``
-        does the bookkeeping even if the caller is cancelled meanwhile (the writer writes the ops anyway)."""
-        await asyncio.shield(self._commit(ops, new_key, self.now_ms() if now is None else now, then))
-
-    async def _commit(
-        self, ops: list[Op], new_key: bytes | None, now: int, then: Callable[[bool], None] | None
-    ) -> None:
-        written = False
-        try:
-            await self._progress.write(self.writer, ops, new_key, now)
-            written = True
-        finally:
-            if then is not None:
-                then(written)
-        if new_key is not None:
-            self._notify(new_key)
-
-    def _notify(self, key: bytes) -> None:
-        for listener in list(self._listeners):
-            listener(key)

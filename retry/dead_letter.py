@@ -1,13 +1,12 @@
 """DeadLetter: a message that left the retry ladder, its codec, and its JSON form (export, webhook).
 
 The stored value keeps the record's bytes verbatim, so a corrupt record quarantined here keeps every
-byte for inspection. Layout (version 1): version byte, 4-byte length, orjson metadata, record bytes.
+byte for inspection. Layout (version 1): storage.framing with orjson metadata, then the record's bytes.
 """
 
 from __future__ import annotations
 
 import base64
-import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,9 +14,9 @@ import orjson
 
 from retry.keys import parse_pending_key, pending_of_dead
 from retry.record import CorruptRecordError, RetryRecord, decode_record, record_to_json
+from storage.framing import frame, unframe
 
 FORMAT_VERSION = 1
-_HEADER = struct.Struct(">BI")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,18 +52,16 @@ class DeadLetter:
 
 def encode_dead(reason: str, dead_at_ms: int, raw_record: bytes) -> bytes:
     meta = orjson.dumps({"reason": reason, "dead_at": dead_at_ms})
-    return _HEADER.pack(FORMAT_VERSION, len(meta)) + meta + raw_record
+    return frame(FORMAT_VERSION, meta, raw_record)
 
 
 def decode_dead(key: bytes, data: bytes) -> DeadLetter:
     """A dead letter whose own envelope is damaged is still returned, with the damage as its reason."""
     try:
-        version, meta_len = _HEADER.unpack_from(data)
-        if version != FORMAT_VERSION:
-            raise ValueError(f"unknown dead-letter format version {version}")
-        meta = orjson.loads(data[_HEADER.size : _HEADER.size + meta_len])
-        reason, dead_at, raw = str(meta["reason"]), int(meta["dead_at"]), data[_HEADER.size + meta_len :]
-    except (struct.error, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        meta_bytes, raw = unframe(data, FORMAT_VERSION)
+        meta = orjson.loads(meta_bytes)
+        reason, dead_at = str(meta["reason"]), int(meta["dead_at"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         return DeadLetter(key, f"unreadable dead letter: {exc}", 0, data, None)
     try:
         record: RetryRecord | None = decode_record(raw)

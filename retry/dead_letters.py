@@ -1,20 +1,22 @@
-"""DeadLetters: list, export (JSON lines) and re-drive the dead letters of a RetryStore (R4)."""
+"""DeadLetters: list, export (JSON lines) and re-drive the dead letters of a RetryStore (R4).
+
+It reads the store's KV and re-drives through the store's ``redrive``, both passed in, so it does not
+import retry.store (which builds one).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TextIO
 
 import orjson
 
 from retry.dead_letter import DeadLetter, decode_dead
 from retry.keys import DEAD, DEAD_CF, INDEX_CF, index_prefix, split_index_key
 from retry.record import CorruptRecordError
-
-if TYPE_CHECKING:
-    from retry.store import RetryStore
+from storage.kv import KV
 
 log = logging.getLogger(__name__)
 
@@ -24,25 +26,26 @@ REDRIVE_CHUNK = 500  # re-drives in flight at once; they share group commits
 class DeadLetters:
     """The dead-letter column family of one store, in the order the letters died."""
 
-    def __init__(self, store: RetryStore) -> None:
-        self._store = store
+    def __init__(self, kv: KV, redrive: Callable[[bytes], Awaitable[bytes]]) -> None:
+        self._kv = kv
+        self._redrive_one = redrive  # RetryStore.redrive: one dead letter back to pending
 
     def page(self, *, after: bytes | None = None, limit: int = 100) -> list[DeadLetter]:
         """Up to ``limit`` dead letters with keys after ``after``, oldest first."""
         lower = None if after is None else after + b"\x00"
-        return [decode_dead(k, v) for k, v in self._store.kv.scan(DEAD_CF, lower=lower, limit=limit)]
+        return [decode_dead(k, v) for k, v in self._kv.scan(DEAD_CF, lower=lower, limit=limit)]
 
     def __iter__(self) -> Iterator[DeadLetter]:
-        for key, value in self._store.kv.iterate(DEAD_CF):
+        for key, value in self._kv.iterate(DEAD_CF):
             yield decode_dead(key, value)
 
     def get(self, key: bytes) -> DeadLetter | None:
-        value = self._store.kv.get(DEAD_CF, key)
+        value = self._kv.get(DEAD_CF, key)
         return None if value is None else decode_dead(key, value)
 
     def keys_of(self, id_: str) -> list[bytes]:
         prefix = index_prefix(id_)
-        entries = self._store.kv.scan(INDEX_CF, lower=prefix, upper=prefix[:-1] + b"\x01")
+        entries = self._kv.scan(INDEX_CF, lower=prefix, upper=prefix[:-1] + b"\x01")
         return [key for kind, key in (split_index_key(k) for k, _ in entries) if kind == DEAD]
 
     def export(self, out: TextIO) -> int:
@@ -72,7 +75,7 @@ class DeadLetters:
             moved, skipped = moved + done, skipped + bad
 
     async def _redrive(self, keys: list[bytes]) -> tuple[int, int]:
-        results = await asyncio.gather(*(self._store.redrive(k) for k in keys), return_exceptions=True)
+        results = await asyncio.gather(*(self._redrive_one(k) for k in keys), return_exceptions=True)
         skipped = 0
         for key, result in zip(keys, results, strict=True):
             if isinstance(result, CorruptRecordError):

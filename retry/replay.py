@@ -2,18 +2,17 @@
 
 One seek task reads due keys (iterate upper bound = now) from a cursor that starts at the oldest key
 (R6), and hands them through a bounded queue to N worker tasks, each running a Redelivery (deliver,
-then acknowledge, reschedule or dead-letter). The seek task sleeps until the earliest due key or until
-a spool brings an earlier one.
+then acknowledge, reschedule or dead-letter). Seeking, waking and idleness are the due-queue engine's
+(storage.due_loop); the keys handed out are claimed in the store's queue until they are finished, so
+the floor never passes them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from types import TracebackType
+from collections.abc import Callable, Sequence
 
-from retry.keys import parse_pending_key
 from retry.redelivery import (
     DEAD,
     DELIVERED,
@@ -25,20 +24,18 @@ from retry.redelivery import (
     Redelivery,
 )
 from retry.store import RetryStore
+from storage.due_loop import MAX_IDLE_S, DueLoop, Sleep
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
 
-Sleep = Callable[[float], Awaitable[None]]
-
-MAX_IDLE_S = 30.0  # longest sleep: a wall-clock step forward is noticed within this
 STORE_RETRY_S = 1.0  # while the store fails writes, the first probe after this, then twice as long
 BATCH_MAX = 32  # records per deliver_batch call
 STORE_ERROR, ERROR = "store_error", "error"
 OUTCOMES = (DELIVERED, RESCHEDULED, DEAD, QUARANTINED, STORE_ERROR, ERROR)
 
 
-class ReplayLoop:
+class ReplayLoop(DueLoop):
     """Redelivers due messages with ``workers`` concurrent calls to ``deliver``.
 
     ``deliver`` raises to report failure; an exception whose ``retriable`` attribute is False
@@ -64,29 +61,22 @@ class ReplayLoop:
     ) -> None:
         if workers < 1 or batch_max < 1:
             raise ValueError("workers and batch_max must be >= 1")
+        super().__init__(store.queue, "retry", sleep)
         self._store = store
+        self._inflight = store.queue.claims  # queued or being delivered: never handed out twice
         self._redelivery = Redelivery(store, deliver, policy_for, deliver_batch)
         self._batch_max = batch_max if deliver_batch is not None else 1
         self._workers = workers
         self._queue_size = queue_size or 2 * workers * self._batch_max
-        self._sleep = sleep
         self._on_replayed = on_replayed
         self._store_retry_s = store_retry_s
         self._queue: asyncio.Queue[tuple[bytes, bytes]] = asyncio.Queue(self._queue_size)
-        self._inflight: set[bytes] = set()  # queued or being delivered: never handed out twice
-        self._scan_from = b""  # start() moves it to the store's floor
-        self._wake = asyncio.Event()
         self._space = asyncio.Event()
-        self._idle = asyncio.Event()
         self._settled = asyncio.Event()
-        self._waiting = False
         self._closing = False
         self._paused = False  # the store failed writes and the seek loop hands nothing out
         self._pause_s = store_retry_s  # doubles per failed probe, up to MAX_IDLE_S
-        self._sleep_until_ms: int | None = None
-        self._seek_task: asyncio.Task[None] | None = None
         self._worker_tasks: list[asyncio.Task[None]] = []
-        self.failure: BaseException | None = None
 
     @property
     def in_flight(self) -> int:
@@ -97,13 +87,7 @@ class ReplayLoop:
         return key in self._inflight
 
     async def start(self) -> None:
-        # R6: start at the oldest live key, not at "now" as the seed did. The store's persisted floor
-        # is at or below it, so the first seek does not cross the tombstones of everything delivered
-        # before a restart (rocksdict holds the GIL while it iterates: a thread would not help).
-        self._scan_from = self._store.floor
-        self._store.add_listener(self._on_new_key)
-        self._seek_task = asyncio.create_task(self._run(), name="retry-seek")
-        self._seek_task.add_done_callback(self._on_seek_done)
+        self._start_seek()  # from the floor (rocksdict holds the GIL while it iterates: no thread)
         self._worker_tasks = [
             asyncio.create_task(self._worker(), name=f"retry-worker-{i}") for i in range(self._workers)
         ]
@@ -113,16 +97,13 @@ class ReplayLoop:
 
         Keys not finished stay in the store and are replayed after the next start.
         """
-        self._store.remove_listener(self._on_new_key)
         # From here on the floor stays put: the queued keys dropped below are not acknowledged, and a
         # worker finding _inflight empty must not move the floor past them (it is persisted on close).
         self._closing = True
-        if self._seek_task is not None:
-            self._seek_task.cancel()
-            await asyncio.gather(self._seek_task, return_exceptions=True)
+        await self._stop_seek()
         while not self._queue.empty():
             key, _ = self._queue.get_nowait()
-            self._inflight.discard(key)
+            self._inflight.release((key,))
         if grace_s > 0 and self._inflight:
             self._settled.clear()
             await self._race(self._settled, grace_s)
@@ -131,23 +112,6 @@ class ReplayLoop:
         await asyncio.gather(*self._worker_tasks, return_exceptions=True)
         self._inflight.clear()
 
-    async def __aenter__(self) -> ReplayLoop:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    async def wait_idle(self) -> None:
-        """Return once nothing is in flight and nothing in the store is due (tests, drain)."""
-        while not self._is_idle():
-            if self.failure is not None:
-                raise RuntimeError("the replay loop died") from self.failure
-            self._idle.clear()
-            await self._idle.wait()
-
     async def offer(self, rows: Sequence[tuple[bytes, bytes]]) -> int:
         """Hand out pending (key, value) rows now, whatever their due time (replay on recovery, replay
         now); rows already in flight are skipped. Waits for queue space. Returns how many were taken.
@@ -155,27 +119,19 @@ class ReplayLoop:
         The rows must have been read from the store in the same step that calls this (no await in
         between), so none of them was acknowledged meanwhile.
         """
-        taken = [(key, raw) for key, raw in rows if key not in self._inflight]
-        self._inflight.update(key for key, _ in taken)
+        taken = [(key, raw) for key, raw in rows if self._inflight.take(key)]
         put = 0
         try:
             for item in taken:
                 await self._queue.put(item)
                 put += 1
         finally:
-            for key, _ in taken[put:]:  # cancelled while waiting: give the rest back
-                self._inflight.discard(key)
+            self._inflight.release(key for key, _ in taken[put:])  # cancelled while waiting: give back
         return put
 
     # --- seeking ------------------------------------------------------------------------------
-    def _on_new_key(self, key: bytes) -> None:
-        """A key was committed (spool, reschedule, redrive, or rewound after a store error)."""
-        # A key behind the cursor (same millisecond, a redrive, a rewind) moves the cursor back.
-        self._scan_from = min(self._scan_from, key)
-        if self._waiting and (
-            self._sleep_until_ms is None or parse_pending_key(key).due_ms < self._sleep_until_ms
-        ):
-            self._wake.set()
+    def _busy(self) -> bool:
+        return len(self._inflight) > 0
 
     async def _run(self) -> None:
         while True:
@@ -191,18 +147,16 @@ class ReplayLoop:
                 self._space.clear()
                 await self._space.wait()
                 continue
-            self._wake.clear()
             now = self._store.now_ms()
-            rows = self._store.due(self._scan_from, now, free)
+            rows = self._store.due(self._cursor, now, free)
             for key, raw in rows:
-                if key not in self._inflight:
-                    self._inflight.add(key)
+                if self._inflight.take(key):
                     self._queue.put_nowait((key, raw))
             if rows:
-                self._scan_from = rows[-1][0] + b"\x00"
+                self._cursor = rows[-1][0] + b"\x00"
             if len(rows) == free:
                 continue  # the queue bound cut the pass short: more may be due
-            self._store.advance_floor(min([self._scan_from, *self._inflight]))
+            self._store.queue.advance_floor(self._cursor)  # never past a key in flight
             await self._wait_until(self._next_due_ms(), now)
 
     async def _probe(self) -> bool:
@@ -223,60 +177,6 @@ class ReplayLoop:
             self._paused = True
             log.error("retry store cannot write, replay paused until it can: %s", exc)
 
-    def _next_due_ms(self) -> int | None:
-        following = self._store.first_pending(self._scan_from)
-        if following is None:
-            return None
-        try:
-            return parse_pending_key(following).due_ms
-        except ValueError:
-            # Only this process writes pending keys, so this is damage: do not spin on it. Passes every
-            # MAX_IDLE_S still hand it out (and quarantine it) once it sorts below the due bound.
-            log.error("unparseable key %r in the retry store", following)
-            return None
-
-    async def _wait_until(self, due_ms: int | None, now: int) -> None:
-        timeout = MAX_IDLE_S if due_ms is None else min(max(due_ms - now, 0) / 1000, MAX_IDLE_S)
-        self._sleep_until_ms = due_ms
-        self._waiting = True
-        self._maybe_idle()
-        try:
-            await self._race(self._wake, timeout)
-        finally:
-            self._waiting = False
-
-    async def _race(self, event: asyncio.Event, timeout_s: float) -> None:
-        """Wait for ``event`` or for ``timeout_s`` on the injected sleep, whichever comes first."""
-        if event.is_set():
-            return
-        waiter = asyncio.create_task(event.wait())
-        sleeper = asyncio.ensure_future(self._sleep(timeout_s))
-        try:
-            await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-            sleeper.cancel()
-
-    def _is_idle(self) -> bool:
-        if self.failure is not None:
-            return False
-        return (
-            self._waiting
-            and not self._inflight
-            and not self._wake.is_set()
-            and (self._sleep_until_ms is None or self._sleep_until_ms > self._store.now_ms())
-        )
-
-    def _maybe_idle(self) -> None:
-        if self._is_idle():
-            self._idle.set()
-
-    def _on_seek_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            self.failure = task.exception()
-            log.error("retry seek loop died; replay stopped", exc_info=self.failure)
-        self._idle.set()  # wake wait_idle callers so they see the failure
-
     # --- delivering ---------------------------------------------------------------------------
     async def _worker(self) -> None:
         while True:
@@ -285,8 +185,7 @@ class ReplayLoop:
                 batch.append(self._queue.get_nowait())
             self._space.set()
             if not self._store.healthy:  # its ack could not be written: back to the store, untried
-                for key, _ in batch:
-                    self._inflight.discard(key)
+                self._inflight.release(key for key, _ in batch)
                 self._on_new_key(min(key for key, _ in batch))
                 self._maybe_idle()
                 continue
@@ -295,8 +194,7 @@ class ReplayLoop:
             except StorageError as exc:
                 self._pause(exc)  # the seek loop probes the store before handing them out again
                 outcomes = [STORE_ERROR] * len(batch)
-                for key, _ in batch:
-                    self._inflight.discard(key)
+                self._inflight.release(key for key, _ in batch)
                 self._on_new_key(min(key for key, _ in batch))  # rewind: they are handed out again
             except Exception:
                 log.exception("replay failed unexpectedly; %d messages stay in the store", len(batch))
@@ -305,12 +203,11 @@ class ReplayLoop:
                 await self._sleep(self._store_retry_s)
                 self._on_new_key(min(key for key, _ in batch))
             finally:
-                for key, _ in batch:
-                    self._inflight.discard(key)
+                self._inflight.release(key for key, _ in batch)
                 if not self._inflight:
                     self._settled.set()
                     if not self._closing:  # everything handed out is done
-                        self._store.advance_floor(self._scan_from)
+                        self._store.queue.advance_floor(self._cursor)
                 self._maybe_idle()
             for outcome in outcomes:
                 self._report(outcome)

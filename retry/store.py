@@ -36,16 +36,15 @@ from retry.keys import (
 from retry.record import CorruptRecordError, RetryRecord, decode_record, encode_record
 from retry.status import MessageStatus, State, StoreStats
 from storage.clock import wall_ms
+from storage.due_queue import DueQueue
 from storage.group_commit import GroupCommitWriter
-from storage.keys import clamp_due, due_bound
+from storage.keys import clamp_due
 from storage.kv import KV, Delete, Op, Put
-from storage.progress import Progress
 
 log = logging.getLogger(__name__)
 
 
 DeadLetterHook = Callable[[DeadLetter], Awaitable[None] | None]
-Listener = Callable[[bytes], None]
 
 
 class RetryStore:
@@ -69,11 +68,12 @@ class RetryStore:
         self.writer = writer or GroupCommitWriter(kv)  # pass one to share its batches and syncs
         self._owns_writer = writer is None
         self._owns_kv = owns_kv
-        self._progress = Progress(kv, META_CF, now_ms, clock)  # R5 and R6 across restarts
-        self._progress.verify_floor(kv, PENDING_CF, "retry store's")
+        # The due-queue engine: pending keys, their claims (the replay's in-flight keys), clock and floor.
+        self.queue = DueQueue(
+            kv, self.writer, PENDING_CF, META_CF, "retry store's", now_ms=now_ms, clock=clock
+        )
         self._on_dead_letter = on_dead_letter
-        self._listeners: list[Listener] = []
-        self.dead = DeadLetters(self)
+        self.dead = DeadLetters(kv, self.redrive)
         self.pending_count = kv.count(PENDING_CF)
         self.dead_count = kv.count(DEAD_CF)
 
@@ -93,7 +93,7 @@ class RetryStore:
     async def close(self) -> None:
         """Write the floor one last time (a clean restart seeks from the exact floor), then close the
         writer and the KV if this store created them."""
-        await self._progress.save(self.writer, "retry store's")
+        await self.queue.save()
         if self._owns_writer:
             await self.writer.close()
         if self._owns_kv:
@@ -105,28 +105,19 @@ class RetryStore:
         Raises:
             StorageError: the store still fails writes.
         """
-        await self._progress.write(self.writer, [], None, self.now_ms(), save_floor=True)
+        await self.queue.probe()
 
     @property
     def healthy(self) -> bool:
-        return self.writer.healthy
+        return self.queue.healthy
 
     @property
     def last_error(self) -> str | None:
-        return self.writer.last_error
+        return self.queue.last_error
 
     def now_ms(self) -> int:
         """The store's clock: wall-clock ms that never run backwards (use it for due times)."""
-        return self._progress.clock.now()
-
-    def add_listener(self, listener: Listener) -> None:
-        """``listener(key)`` runs after every batch that added pending keys (spool, reschedule, redrive),
-        with the smallest key the batch added."""
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: Listener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
+        return self.queue.now_ms()
 
     # --- state changes ------------------------------------------------------------------------
     async def spool(self, record: RetryRecord, due_ms: int | None = None) -> bytes:
@@ -252,10 +243,7 @@ class RetryStore:
 
     async def _commit(self, ops: list[Op], new_key: bytes | None = None, now: int | None = None) -> None:
         """Write ``ops`` durably; ``new_key`` is the smallest pending key they add, if any."""
-        await self._progress.write(self.writer, ops, new_key, self.now_ms() if now is None else now)
-        if new_key is not None:
-            for listener in list(self._listeners):
-                listener(new_key)
+        await self.queue.commit(ops, new_key, now)
 
     async def _notify_dead(self, letter: DeadLetter) -> None:
         if self._on_dead_letter is None:
@@ -270,20 +258,15 @@ class RetryStore:
     # --- reads --------------------------------------------------------------------------------
     def due(self, start: bytes, now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
         """Pending (key, value) pairs with start <= key and due at or before ``now_ms``."""
-        return self.kv.scan(PENDING_CF, lower=start, upper=due_bound(now_ms), limit=limit)
+        return self.queue.due(start, now_ms, limit)
 
     def first_pending(self, start: bytes = b"") -> bytes | None:
-        found = self.kv.scan(PENDING_CF, lower=start, limit=1)
-        return found[0][0] if found else None
+        return self.queue.first(start)
 
     @property
     def floor(self) -> bytes:
         """No live pending key sorts below this (persisted: a restart starts seeking here)."""
-        return self._progress.floor
-
-    def advance_floor(self, floor: bytes) -> None:
-        """The replay loop's promise that every live pending key is >= ``floor``."""
-        self._progress.advance_floor(floor)
+        return self.queue.floor
 
     def get(self, id_: str) -> MessageStatus | None:
         """Where message ``id_`` stands: SPOOLED (next attempt, attempts) or DEAD (reason), or None."""
@@ -342,7 +325,7 @@ class RetryStore:
         return None if raw is None else decode_record(raw)
 
     def stats(self) -> StoreStats:
-        oldest = self.first_pending(self._progress.floor)
+        oldest = self.first_pending(self.queue.floor)
         oldest_due = first_failure = None
         if oldest is not None:
             oldest_due = parse_pending_key(oldest).due_ms

@@ -220,7 +220,7 @@ async def test_a_caller_cancelled_during_the_write_still_settles_the_store() -> 
     with pytest.raises(asyncio.CancelledError):
         await cancel
     await store.schedule(message("B", now + 60_000))  # a later batch: the earlier one has settled
-    assert len(store.claims) == 0  # the cancel's claim is not left behind
+    assert len(store.queue.claims) == 0  # the cancel's claim is not left behind
     assert store.stats().pending == 1
     status = store.get("A")
     assert status is not None and status.state is DelayState.CANCELLED

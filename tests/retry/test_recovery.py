@@ -37,6 +37,7 @@ async def test_recovery_replays_waiting_messages_now_at_a_bounded_rate(h: Harnes
         await h.until(lambda step=step: len(h.delivered) == 10 * step)  # type: ignore[misc]
     h.clock.advance(0.2)  # the round's last pacing pause, then it finds nothing more
     await recovery.wait()
+    await h.settle()  # the last deliveries' acks are written after the round ends
     assert sorted(h.delivered) == sorted(f"M{i}" for i in range(100))
     assert h.store.stats().pending == 0
     # 100 messages at 50/s, the first chunk at once: the last went 1.8 s later, not in a burst

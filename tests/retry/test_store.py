@@ -126,7 +126,7 @@ async def test_a_failed_sync_fails_the_caller(h: Harness) -> None:
 
 async def test_listener_sees_committed_keys_only(h: Harness) -> None:
     seen: list[bytes] = []
-    h.store.add_listener(seen.append)
+    h.store.queue.add_listener(seen.append)
     key = await h.store.spool(record("M1"))
     h.kv.write_fault = "boom"
     with pytest.raises(StorageError):
@@ -231,7 +231,7 @@ async def test_a_shared_writer_outlives_the_store(h: Harness) -> None:
 
 async def test_spool_many_is_one_batch_all_or_none(h: Harness) -> None:
     seen: list[bytes] = []
-    h.store.add_listener(seen.append)
+    h.store.queue.add_listener(seen.append)
     writes = h.kv.writes
     keys = await h.store.spool_many([record(f"M{i}", topic=t) for i, t in enumerate("zay")], 5000)
     assert h.kv.writes == writes + 1

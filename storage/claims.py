@@ -1,7 +1,8 @@
-"""Claims: which due keys are owned right now by the scheduler (publishing them) or by a cancel
-(deleting them), so the two never act on the same message at once.
+"""Claims: which due keys are owned right now by a loop (delivering or publishing them) or by another
+caller (a cancel deleting them), so two never act on the same message at once, and the floor never
+passes a claimed key (storage.due_queue).
 
-Claims live in memory only: after a restart nothing is being published or cancelled.
+Claims live in memory only: after a restart nothing is in flight.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ class Claims:
             if waiters is not None:
                 self._owned[key] = None
                 _wake(waiters, True)
+
+    def clear(self) -> None:
+        """Drop every claim (a loop that stopped); waiters learn "not published"."""
+        self.release(list(self._owned))
 
     def release(self, keys: Iterable[bytes]) -> None:
         for key in keys:

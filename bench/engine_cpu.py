@@ -1,0 +1,144 @@
+"""CPU cost per message of the stores' hot paths, in process CPU time (not wall time), so that two
+versions of the code can be compared on a busy shared machine (issue 12: the due-queue engine and
+the stored-message codec must not make retry or delay more than 10 % slower).
+
+    .venv/bin/python -m bench.engine_cpu [--n 50000] [--rounds 5]
+
+Each figure is the median over rounds of CPU microseconds per message, on MemoryKV (no disk: the
+RocksDB cost did not change and would only add noise):
+  codec      encode + decode of a RetryRecord and of a DelayedMessage
+  spool      RetryStore.spool_many (100 per call): keys, index entries, encode, the group commit
+  replay     ReplayLoop over N due records into a no-op deliver (seek, claim, decode, ack)
+  schedule   DelayStore.schedule_many (100 per call)
+  publish    DelayScheduler over N due messages into a no-op publish (seek, claim, decode, mark sent)
+Run it in each tree (the file only uses public APIs) and compare the medians; results: bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+
+from delay.keys import COLUMN_FAMILIES as DELAY_CFS
+from delay.message import DelayedMessage, decode_message, encode_message
+from delay.scheduler import DelayScheduler
+from delay.store import DelayStore
+from retry.keys import COLUMN_FAMILIES as RETRY_CFS
+from retry.policy import RetryPolicy
+from retry.record import RetryRecord, decode_record, encode_record
+from retry.replay import ReplayLoop
+from retry.store import RetryStore
+from storage.group_commit import GroupCommitWriter
+from storage.memory import MemoryKV
+
+BODY = b"x" * 256
+NOW_MS = 1_700_000_000_000
+
+
+def record(i: int) -> RetryRecord:
+    return RetryRecord(id=f"C0A80001{i:024X}", topic="bench", body=BODY, properties={"k": "v"})
+
+
+def delayed(i: int) -> DelayedMessage:
+    return DelayedMessage(id=f"C0A80001{i:024X}", topic="bench", body=BODY, due_ms=NOW_MS - 1000)
+
+
+async def cpu_us(n: int, work: Callable[[], Awaitable[None]]) -> float:
+    start = time.process_time()
+    await work()
+    return (time.process_time() - start) / n * 1e6
+
+
+async def codec(n: int) -> float:
+    records = [record(i) for i in range(n)]
+    msgs = [delayed(i) for i in range(n)]
+
+    async def work() -> None:
+        for r in records:
+            decode_record(encode_record(r))
+        for m in msgs:
+            decode_message(encode_message(m))
+
+    return await cpu_us(2 * n, work)
+
+
+async def retry_paths(n: int) -> tuple[float, float]:
+    store = RetryStore(MemoryKV(RETRY_CFS), now_ms=lambda: NOW_MS)
+    records = [record(i) for i in range(n)]
+
+    async def spool() -> None:
+        await asyncio.gather(
+            *(store.spool_many(records[i : i + 100], NOW_MS - 1000) for i in range(0, n, 100))
+        )
+
+    spool_us = await cpu_us(n, spool)
+
+    async def deliver(_: RetryRecord) -> None:
+        return None
+
+    loop = ReplayLoop(store, deliver, lambda _: RetryPolicy(), workers=64)
+
+    async def replay() -> None:
+        await loop.start()
+        await loop.wait_idle()
+
+    replay_us = await cpu_us(n, replay)
+    assert store.stats().pending == 0
+    await loop.close()
+    await store.close()
+    return spool_us, replay_us
+
+
+async def delay_paths(n: int) -> tuple[float, float]:
+    kv = MemoryKV(DELAY_CFS)
+    writer = GroupCommitWriter(kv)
+    store = DelayStore(kv, writer, now_ms=lambda: NOW_MS)
+    msgs = [delayed(i) for i in range(n)]
+
+    async def schedule() -> None:
+        await asyncio.gather(*(store.schedule_many(msgs[i : i + 100]) for i in range(0, n, 100)))
+
+    schedule_us = await cpu_us(n, schedule)
+
+    async def publish(batch: list[DelayedMessage]) -> list[None]:
+        return [None] * len(batch)
+
+    scheduler = DelayScheduler(store, publish)
+
+    async def run() -> None:
+        await scheduler.start()
+        await scheduler.wait_idle()
+
+    publish_us = await cpu_us(n, run)
+    assert store.stats().pending == 0
+    await scheduler.close()
+    await store.close()
+    await writer.close()
+    return schedule_us, publish_us
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--n", type=int, default=50_000, help="messages per measurement")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    results: dict[str, list[float]] = {k: [] for k in ("codec", "spool", "replay", "schedule", "publish")}
+    for _ in range(args.rounds):
+        results["codec"].append(await codec(args.n))
+        spool, replay = await retry_paths(args.n)
+        results["spool"].append(spool)
+        results["replay"].append(replay)
+        schedule, publish = await delay_paths(args.n)
+        results["schedule"].append(schedule)
+        results["publish"].append(publish)
+    for name, values in results.items():
+        print(f"{name:10s} {statistics.median(values):8.2f} us CPU per message (median of {args.rounds})")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

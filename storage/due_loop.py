@@ -1,0 +1,169 @@
+"""DueLoop: the seeking half of the due-queue engine that the retry replay loop and the delay scheduler
+share.
+
+One seek task reads due keys (iterate upper bound = now) from a cursor that starts at the queue's
+persisted floor, so a restart replays overdue keys first. Between passes it sleeps until the earliest
+due key, never on a fixed tick; a key committed below the cursor moves the cursor back, and one due
+earlier than the sleep wakes it. What a pass does with the due keys (deliver, publish) is the
+subclass's ``_run``; ``_busy`` says whether work it handed out is still in progress (for idleness).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from types import TracebackType
+from typing import Any, Self
+
+from storage.due_queue import DueQueue
+from storage.keys import parse_due
+
+log = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]
+
+MAX_IDLE_S = 30.0  # longest sleep: a wall-clock step forward is noticed within this
+
+
+class DueLoop:
+    """A seek task over ``queue``, sleeping on the injected ``sleep``; ``name`` is for logs and tasks."""
+
+    def __init__(self, queue: DueQueue, name: str, sleep: Sleep) -> None:
+        self._due_queue = queue
+        self._name = name
+        self._sleep = sleep
+        self._cursor = b""  # _start_seek() moves it to the queue's floor
+        self._wake = asyncio.Event()
+        self._waiting = False  # in _wait_until: a key due before _sleep_until_ms wakes it
+        self._sleep_until_ms: int | None = None
+        self._idle = asyncio.Event()
+        self._seek_task: asyncio.Task[None] | None = None
+        self.failure: BaseException | None = None
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def close(self, grace_s: float = 0.0) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # --- the seek task ------------------------------------------------------------------------------
+    def _run(self) -> Coroutine[Any, Any, None]:
+        raise NotImplementedError
+
+    def _busy(self) -> bool:
+        """Whether work handed out by the loop is still in progress (it is not idle then)."""
+        raise NotImplementedError
+
+    def _start_seek(self) -> None:
+        # R6: start at the oldest live key, not at "now": the persisted floor is at or below it, so the
+        # first seek does not cross the tombstones of everything finished before a restart.
+        self._cursor = self._due_queue.floor
+        self._due_queue.add_listener(self._on_new_key)
+        self._seek_task = asyncio.create_task(self._run(), name=f"{self._name}-seek")
+        self._seek_task.add_done_callback(self._on_seek_done)
+
+    async def _stop_seek(self) -> None:
+        self._due_queue.remove_listener(self._on_new_key)
+        if self._seek_task is not None:
+            self._seek_task.cancel()
+            await asyncio.gather(self._seek_task, return_exceptions=True)
+
+    def _on_seek_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.failure = task.exception()
+            log.error("%s seek loop died; nothing more is handed out", self._name, exc_info=self.failure)
+        self._idle.set()  # wake wait_idle callers so they see the failure
+
+    # --- waking -------------------------------------------------------------------------------------
+    def _on_new_key(self, key: bytes) -> None:
+        """A key was committed or given back: a key behind the cursor (same millisecond, a redrive, a
+        rewind) moves the cursor back, and one due before the current sleep ends it."""
+        self._cursor = min(self._cursor, key)
+        try:
+            due: int | None = parse_due(key)
+        except ValueError:
+            due = None  # not a due key: seek anyway, the pass deals with it
+        self._wake_for(due)
+
+    def _wake_for(self, due_ms: int | None) -> None:
+        """End the current sleep if it lasts past ``due_ms`` (None: in any case)."""
+        if self._waiting and (
+            self._sleep_until_ms is None or due_ms is None or due_ms < self._sleep_until_ms
+        ):
+            self._wake.set()
+
+    def _next_due_ms(self) -> int | None:
+        """The due time of the first key at or after the cursor, or None if there is none."""
+        following = self._due_queue.first(self._cursor)
+        if following is None:
+            return None
+        try:
+            return parse_due(following)
+        except ValueError:
+            # Only this process writes these keys, so this is damage: do not spin on it. Passes every
+            # MAX_IDLE_S still hand it out once it sorts below the due bound.
+            log.error("unparseable key %r in the %s queue", following, self._name)
+            return None
+
+    async def _wait_until(self, due_ms: int | None, now: int) -> None:
+        """Sleep until ``due_ms`` (queue clock), an earlier key, or at most MAX_IDLE_S."""
+        timeout = MAX_IDLE_S if due_ms is None else min(max(due_ms - now, 0) / 1000, MAX_IDLE_S)
+        self._wake.clear()
+        self._sleep_until_ms = due_ms
+        self._waiting = True
+        self._maybe_idle()
+        try:
+            await self._race(self._wake, timeout)
+        finally:
+            self._waiting = False
+
+    async def _race(self, event: asyncio.Event, timeout_s: float) -> None:
+        """Wait for ``event`` or for ``timeout_s`` on the injected sleep, whichever comes first."""
+        if event.is_set():
+            return
+        waiter = asyncio.create_task(event.wait())
+        sleeper = asyncio.ensure_future(self._sleep(timeout_s))
+        # A sleep that ran out sets the event at once, so the loop is not taken for idle between the
+        # end of the sleep and the moment this task resumes (it has a pass to make).
+        sleeper.add_done_callback(lambda done: None if done.cancelled() else event.set())
+        try:
+            await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            sleeper.cancel()
+
+    # --- idleness -----------------------------------------------------------------------------------
+    async def wait_idle(self) -> None:
+        """Return once nothing handed out is in progress and nothing in the queue is due (tests, drain).
+
+        Raises:
+            RuntimeError: the seek loop died (its exception is the cause).
+        """
+        while not self._is_idle():
+            if self.failure is not None:
+                raise RuntimeError(f"the {self._name} seek loop died") from self.failure
+            self._idle.clear()
+            await self._idle.wait()
+
+    def _is_idle(self) -> bool:
+        return (
+            self.failure is None
+            and self._waiting
+            and not self._wake.is_set()
+            and not self._busy()
+            and (self._sleep_until_ms is None or self._sleep_until_ms > self._due_queue.now_ms())
+        )
+
+    def _maybe_idle(self) -> None:
+        if self._is_idle():
+            self._idle.set()

@@ -1,0 +1,27 @@
+"""The stores' import graph: retry.dead_letters no longer imports retry.store (issue 12: the
+retry/dead_letters.py <-> retry/store.py cycle), and the due-queue engine imports neither store."""
+
+from __future__ import annotations
+
+import grimp
+
+
+def test_no_import_cycle_between_the_stores_modules() -> None:
+    graph = grimp.build_graph("retry", "delay", "storage")
+    assert graph.find_shortest_chain(importer="retry.store", imported="retry.dead_letters") is not None
+    assert graph.find_shortest_chain(importer="retry.dead_letters", imported="retry.store") is None
+    for package in ("retry", "delay", "storage"):
+        cyclic = [
+            (a, b)
+            for a in graph.find_children(package) | {package}
+            for b in graph.find_modules_directly_imported_by(a)
+            if graph.find_shortest_chain(importer=b, imported=a) is not None
+        ]
+        assert cyclic == [], f"import cycles in {package}: {cyclic}"
+
+
+def test_the_engine_imports_no_store() -> None:
+    graph = grimp.build_graph("retry", "delay", "storage")
+    for engine in ("storage.due_queue", "storage.due_loop", "storage.message", "storage.claims"):
+        for store in ("retry", "delay"):
+            assert graph.find_shortest_chain(importer=engine, imported=store) is None
