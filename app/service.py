@@ -198,7 +198,13 @@ class Service:
             now_ms=self.delay.now_ms,  # due times of delayMs: a clock step back must not make them early
             access_log=s.access_log,
             admin=admin,
-            ui=UiDeps(admin, self.metrics, self.history, s.auth_token),
+            ui=UiDeps(
+                admin,
+                self.metrics,
+                self.history,
+                s.auth_token,
+                consumer_lag=(lambda: self.lags) if s.subscriptions else None,
+            ),
         )
         self.http = HttpServer(app, s.http_addr, grace_s=s.shutdown_grace_s, read_timeout_s=s.read_timeout_s)
         servicer = SidecarServicer(

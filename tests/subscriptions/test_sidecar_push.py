@@ -124,6 +124,24 @@ async def test_accepted_messages_reach_the_app_as_cloudevents(tmp_path: Path) ->
             }
             assert metric(text, "rocksidecar_consumer_lag", **labels) == 0
             assert metric(text, "rocksidecar_consumer_in_flight", **labels) == 0
+        page = (await r.api.get("/ui")).text
+        assert "Consumer lag" in page and 'data-k="lag-total">0<' in page
+        assert page.count('data-k="lag-orders-') == len(r.service.lags) == 6
+
+
+async def test_no_subscriptions_no_consumer_section(tmp_path: Path) -> None:
+    async with DevCluster(brokers=1) as cluster:
+        service = Service(settings_for(tmp_path, namesrv=(cluster.namesrv_addr,)))
+        await service.start()
+        try:
+            assert service.subscriptions is None
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http.port}") as api:
+                page = (await api.get("/ui")).text
+                metrics = (await api.get("/metrics")).text
+            assert "<h2>Brokers</h2>" in page and "Consumer lag" not in page
+            assert "rocksidecar_consumer_lag" not in metrics
+        finally:
+            await service.stop()
 
 
 async def test_failed_answer_is_sent_back_and_delivered_again(tmp_path: Path) -> None:
