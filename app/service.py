@@ -207,6 +207,22 @@ class Service:
             ),
         )
         self.http = HttpServer(app, s.http_addr, grace_s=s.shutdown_grace_s, read_timeout_s=s.read_timeout_s)
+        # Subscriptions (issue 13): one push consumer each, delivering to the app over HTTP.
+        self.subscriptions: Subscriptions | None = None
+        self.lags: list[QueueLag] = []  # the last sample, read by /metrics and the status page
+        if s.subscriptions:
+            self.subscriptions = Subscriptions(
+                s.subscriptions, ";".join(namesrv or s.namesrv), on_delivery=self.metrics.observe_delivery
+            )
+            subs = self.subscriptions
+            self.metrics.add_state(
+                ConsumerCollector(
+                    lambda: [
+                        (r.subscription, r.topic, r.broker, r.queue_id, r.lag, r.in_flight) for r in self.lags
+                    ],
+                    subs.rebalances,
+                )
+            )
         servicer = SidecarServicer(
             self.sidecar,
             limits=limits,
@@ -215,6 +231,7 @@ class Service:
             idempotency=self.idempotency,
             now_ms=self.delay.now_ms,
             auth_token=s.auth_token,
+            hubs=self.subscriptions.hubs if self.subscriptions is not None else {},
         )
         try:
             self.grpc = GrpcServer(
@@ -234,22 +251,6 @@ class Service:
             raise StartupError(f"{exc} (set ROCKSIDECAR_GRPC_ADDR)") from exc
         self._readiness = Readiness(self.producer, self.namesrv, self.retry, s.topics)
         self._tasks: list[asyncio.Task[None]] = []
-        # Subscriptions (issue 13): one push consumer each, delivering to the app over HTTP.
-        self.subscriptions: Subscriptions | None = None
-        self.lags: list[QueueLag] = []  # the last sample, read by /metrics and the status page
-        if s.subscriptions:
-            self.subscriptions = Subscriptions(
-                s.subscriptions, ";".join(namesrv or s.namesrv), on_delivery=self.metrics.observe_delivery
-            )
-            subs = self.subscriptions
-            self.metrics.add_state(
-                ConsumerCollector(
-                    lambda: [
-                        (r.subscription, r.topic, r.broker, r.queue_id, r.lag, r.in_flight) for r in self.lags
-                    ],
-                    subs.rebalances,
-                )
-            )
 
     def _on_attempt(self, broker: str, latency_s: float, ok: bool) -> None:
         self.metrics.observe_attempt(broker, ok)

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 
 import httpx
 
-from app.rocketmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
+from app.rocketmq.consumer import ConsumeFrom, ConsumerConfig, MessageListener, PushConsumer
 from app.rocketmq.consumer.offset_store import ReadType
 from app.subscriptions.push import DeliveryHook, HttpPush
 from app.subscriptions.spec import SubscriptionSpec
+from app.subscriptions.stream import StreamHub
 
 _CONSUME_FROM = {
     "last": ConsumeFrom.LAST_OFFSET,
@@ -66,9 +67,14 @@ class Subscriptions:
         # Loopback only: no proxies from the environment, no connection limit below the concurrency.
         self._http = httpx.AsyncClient(trust_env=False, limits=httpx.Limits(max_connections=None))
         self.consumers: dict[str, PushConsumer] = {}
+        self.hubs: dict[str, StreamHub] = {}  # subscriptions the app pulls over gRPC
         for spec in self.specs:
-            push = HttpPush(spec, self._http, on_delivery=on_delivery)
-            consumer = PushConsumer(consumer_config(spec, instance_name), namesrv, push)
+            listener: MessageListener
+            if spec.grpc:
+                listener = self.hubs[spec.name] = StreamHub(spec, on_delivery=on_delivery)
+            else:
+                listener = HttpPush(spec, self._http, on_delivery=on_delivery)
+            consumer = PushConsumer(consumer_config(spec, instance_name), namesrv, listener)
             consumer.subscribe(spec.topic, spec.expression)
             self.consumers[spec.name] = consumer
 

@@ -15,6 +15,7 @@ MODES = ("concurrent", "orderly")
 CONSUME_FROM = ("last", "first", "timestamp")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _RESOURCE = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # RocketMQ's topic and group charset
+GRPC_ENDPOINT = "grpc"
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 
 
@@ -27,7 +28,7 @@ class SubscriptionSpec:
     name: str
     topic: str
     group: str
-    endpoint: str  # http://localhost:PORT/path of the app
+    endpoint: str  # http://localhost:PORT/path of the app, or "grpc": the app pulls with Subscribe
     expression: str = "*"  # tags: * or TagA || TagB
     mode: str = "concurrent"
     concurrency: int = 20
@@ -35,6 +36,10 @@ class SubscriptionSpec:
     max_reconsume_times: int = 16
     consume_from: str = "last"
     consume_timestamp_ms: int | None = None
+
+    @property
+    def grpc(self) -> bool:
+        return self.endpoint == GRPC_ENDPOINT
 
     @property
     def orderly(self) -> bool:
@@ -59,9 +64,11 @@ def _int(raw: Any, where: str, lo: int, hi: int) -> int:
 
 def _endpoint(raw: Any, where: str) -> str:
     text = str(raw).strip()
+    if text == GRPC_ENDPOINT:
+        return text
     parts = urlsplit(text)
     if parts.scheme != "http" or not parts.hostname:
-        raise SpecError(f"{where}: expected an http://localhost:PORT/path URL, got {raw!r}")
+        raise SpecError(f"{where}: expected an http://localhost:PORT/path URL or grpc, got {raw!r}")
     if parts.hostname not in _LOCAL_HOSTS and not parts.hostname.startswith("127."):
         raise SpecError(
             f"{where}: the app must be on localhost (a sidecar pushes to its own pod), got {raw!r}"

@@ -12,8 +12,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
+import pytest
 
+from app.api.proto import rocksidecar_pb2 as pb
+from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 from app.service import COLUMN_FAMILIES, Service
 from app.subscriptions.spec import SubscriptionSpec
 from devbroker import DevCluster
@@ -200,3 +204,80 @@ async def test_429_is_retried_in_place_without_a_reconsume(tmp_path: Path) -> No
             metric(text, "rocksidecar_subscription_deliveries_total", subscription="orders", outcome="ok")
             == 1
         )
+
+
+# --- gRPC Subscribe / Ack -------------------------------------------------------------------------
+def stub_for(r: Rig) -> tuple[grpc.aio.Channel, pb_grpc.SidecarStub]:
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{r.service.grpc.port}")
+    return channel, pb_grpc.SidecarStub(channel)
+
+
+async def test_grpc_subscribe_delivers_and_ack_completes(tmp_path: Path) -> None:
+    async with rig(tmp_path, "SubGrpc", endpoint="grpc") as r:
+        channel, stub = stub_for(r)
+        async with channel:
+            call = stub.Subscribe(pb.SubscribeRequest(subscription="orders"))
+            msg_id = await send(r.api, "SubGrpc", b"\x01grpc", tags="T1", properties={"region": "eu"})
+            d = await call.read()
+            assert (d.id, d.topic, d.body, d.tags, d.reconsume_times) == (
+                msg_id,
+                "SubGrpc",
+                b"\x01grpc",
+                "T1",
+                0,
+            )
+            assert dict(d.properties) == {"region": "eu"} and d.delivery_id
+            await stub.Ack(pb.AckRequest(delivery_id=d.delivery_id, outcome=pb.ACK_OK))
+            await r.consumed("consume_ok", 1)
+            with pytest.raises(grpc.aio.AioRpcError) as err:  # answered already
+                await stub.Ack(pb.AckRequest(delivery_id=d.delivery_id, outcome=pb.ACK_OK))
+            assert err.value.code() is grpc.StatusCode.NOT_FOUND
+            call.cancel()
+
+
+async def test_grpc_unacked_delivery_is_sent_back_after_its_timeout(tmp_path: Path) -> None:
+    async with rig(tmp_path, "SubGrpcTo", endpoint="grpc", timeout_s=0.3) as r:
+        channel, stub = stub_for(r)
+        async with channel:
+            call = stub.Subscribe(pb.SubscribeRequest(subscription="orders"))
+            msg_id = await send(r.api, "SubGrpcTo", b"late")
+            first = await call.read()  # never acked
+            again = await call.read()  # the broker's redelivery from the retry topic
+            assert first.id == again.id == msg_id and first.delivery_id != again.delivery_id
+            assert (first.reconsume_times, again.reconsume_times) == (0, 1)
+            await stub.Ack(pb.AckRequest(delivery_id=again.delivery_id, outcome=pb.ACK_OK))
+            await r.consumed("consume_ok", 1)
+            assert r.service.subscriptions is not None
+            assert r.service.subscriptions.consumers["orders"].stats["consume_failed"] == 1
+            call.cancel()
+
+
+async def test_grpc_stream_that_ends_hands_its_deliveries_to_another(tmp_path: Path) -> None:
+    async with rig(tmp_path, "SubGrpcLost", endpoint="grpc") as r:
+        channel, stub = stub_for(r)
+        async with channel:
+            first_call = stub.Subscribe(pb.SubscribeRequest(subscription="orders"))
+            msg_id = await send(r.api, "SubGrpcLost", b"x")
+            d1 = await first_call.read()
+            first_call.cancel()  # the app instance goes away without answering
+            second = stub.Subscribe(pb.SubscribeRequest(subscription="orders"))
+            d2 = await second.read()
+            assert d2.id == d1.id == msg_id and d2.reconsume_times == 0  # not counted as a failure
+            await stub.Ack(pb.AckRequest(delivery_id=d2.delivery_id, outcome=pb.ACK_LATER, retry_after_ms=1))
+            d3 = await second.read()  # LATER: offered again, still not a reconsume
+            assert d3.id == msg_id and d3.reconsume_times == 0
+            await stub.Ack(pb.AckRequest(delivery_id=d3.delivery_id, outcome=pb.ACK_OK))
+            await r.consumed("consume_ok", 1)
+            second.cancel()
+
+
+async def test_grpc_unknown_subscription_is_not_found(tmp_path: Path) -> None:
+    async with rig(tmp_path, "SubGrpcNf", endpoint="grpc") as r:
+        channel, stub = stub_for(r)
+        async with channel:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.Subscribe(pb.SubscribeRequest(subscription="nope")).read()
+            assert err.value.code() is grpc.StatusCode.NOT_FOUND and "nope" in (err.value.details() or "")
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.Ack(pb.AckRequest(delivery_id="d-unknown", outcome=pb.ACK_OK))
+            assert err.value.code() is grpc.StatusCode.NOT_FOUND
