@@ -104,6 +104,6 @@ Where to look:
   metrics      $API/metrics        health $API/healthz   readiness $API/readyz
   devbroker    $ADMIN/brokers  (faults: POST $ADMIN/brokers/broker-a/faults {"latency_ms":600})
   store        $BIN/rocksidecar store --data-dir $RUN/data stats   (also: inspect ID, dead list, replay)
-  logs         $RUN/sidecar.log  $RUN/devbroker.log
+  logs         $RUN/sidecar.log  $RUN/devbroker.log  $RUN/echo_app.log (the subscription's app)
 Both keep running; stop them with: make stop
 MSG

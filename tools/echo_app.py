@@ -18,7 +18,8 @@ class Handler(BaseHTTPRequestHandler):
         h = self.headers
         print(
             f"received id={h.get('ce-id')} topic={h.get('ce-rocketmqtopic')} tags={h.get('ce-rocketmqtags')} "
-            f"queue={h.get('ce-rocketmqbroker')}/{h.get('ce-rocketmqqueue')} offset={h.get('ce-rocketmqoffset')} "
+            f"queue={h.get('ce-rocketmqbroker')}/{h.get('ce-rocketmqqueue')} "
+            f"offset={h.get('ce-rocketmqoffset')} "
             f"reconsume={h.get('ce-rocketmqreconsumetimes')} content-type={h.get('content-type')} "
             f"body={body[:80]!r}",
             flush=True,
