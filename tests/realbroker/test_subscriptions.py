@@ -1,0 +1,93 @@
+"""Sidecar subscriptions on real RocketMQ 4.9.4: a Java producer's messages reach the app through the
+sidecar byte-exact; a sidecar and a Java DefaultMQPushConsumer in one group split the queues with no
+overlap and no gap. Skipped unless ROCKSIDECAR_TEST_NAMESRV is set (see conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from app.rocketmq import BrokerApi, NameServerClient, RemotingClient
+from app.service import Service
+from app.subscriptions.spec import SubscriptionSpec
+from tests.app.conftest import settings_for
+from tests.app.push_app import PushApp, push_app
+from tests.realbroker import java_probe
+from tests.realbroker.conftest import create_topic_everywhere, unique_topic
+
+WAIT_S = 90.0
+
+
+async def _topic(namesrv: str, prefix: str) -> str:
+    client = RemotingClient()
+    try:
+        topic = unique_topic(prefix)
+        await create_topic_everywhere(NameServerClient(client, namesrv), BrokerApi(client), topic)
+        return topic
+    finally:
+        await client.close()
+
+
+@contextlib.asynccontextmanager
+async def sidecar(
+    tmp_path: Path, namesrv: str, topic: str, group: str, app: PushApp
+) -> AsyncIterator[Service]:
+    sub = SubscriptionSpec("orders", topic, group, app.url, consume_from="first")
+    service = Service(settings_for(tmp_path, namesrv=(namesrv,), subscriptions=(sub,)))
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.stop()
+
+
+async def test_java_producer_to_the_app_through_a_subscription_byte_exact(
+    namesrv_addr: str, tmp_path: Path
+) -> None:
+    topic = await _topic(namesrv_addr, "RsSubJava")
+    sent = await java_probe.produce(namesrv_addr, topic, 40)
+    with push_app() as app:
+        async with sidecar(tmp_path, namesrv_addr, topic, f"{topic}_g", app):
+            await app.until(lambda got: len({g.headers["ce-id"] for g in got}) >= len(sent), WAIT_S)
+    got = {g.headers["ce-id"]: g.body for g in app.got}
+    assert got == sent  # every message, byte-exact, ce-id = Java's getMsgId()
+    assert {g.headers["ce-rocketmqtags"] for g in app.got} == {"java"}
+
+
+async def test_sidecar_and_java_consumer_split_the_queues_with_no_overlap_and_no_gap(
+    namesrv_addr: str, tmp_path: Path
+) -> None:
+    topic = await _topic(namesrv_addr, "RsSubSplit")
+    group = f"{topic}_g"
+    java = await java_probe.start("consume", namesrv_addr, topic, group)
+    try:
+        with push_app() as app:
+            async with sidecar(tmp_path, namesrv_addr, topic, group, app) as service:
+                assert service.subscriptions is not None and java.stdout is not None
+                consumer = service.subscriptions.consumers["orders"]
+                java_queues: set[str] = set()
+                every = {f"{b}:{q}" for b in ("broker-a", "broker-b") for q in range(4)}
+
+                def ours() -> set[str]:
+                    return {f"{mq.broker_name}:{mq.queue_id}" for mq in consumer.queues if mq.topic == topic}
+
+                async with asyncio.timeout(WAIT_S):
+                    # Converged: both sides hold queues, together all of them, none twice.
+                    while not (
+                        java_queues and ours() and java_queues | ours() == every and not java_queues & ours()
+                    ):
+                        line = (await java.stdout.readline()).decode().strip()
+                        assert line, "the Java consumer exited"
+                        if line.startswith("ALLOC"):
+                            java_queues = set(filter(None, line.removeprefix("ALLOC").strip().split(",")))
+                assert len(java_queues) == len(ours()) == 4  # AVG over two members: half each
+    finally:
+        if java.stdin is not None:
+            java.stdin.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(java.wait(), 20)
+        if java.returncode is None:
+            java.kill()
+            await java.wait()
