@@ -23,6 +23,10 @@ _CONSUME_FROM = {
 # The listener holds a message while the app answers 429/503 (that is not a failure), so the
 # consumer's own timeout must not cut it; each POST has the subscription's timeout instead.
 HOLD_S = 24 * 3600.0
+# Java persists offsets every 5 s; a SIGKILLed sidecar would then redeliver up to 5 s of messages. Pulls
+# commit too, but a long-polling pull may be held for 15 s. Twice a second bounds the duplicates after a
+# crash to what was in flight plus half a second of deliveries, for one small request per queue.
+PERSIST_S = 0.5
 LAG_TIMEOUT_S = 2.0
 
 
@@ -50,6 +54,7 @@ def consumer_config(spec: SubscriptionSpec, instance_name: str | None = None) ->
         consume_concurrency=spec.concurrency,
         max_reconsume_times=spec.max_reconsume_times,
         consume_timeout_s=HOLD_S,
+        persist_interval_s=PERSIST_S,
         instance_name=instance_name,
     )
 
