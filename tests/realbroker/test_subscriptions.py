@@ -12,7 +12,7 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from app.rocketmq import BrokerApi, NameServerClient, RemotingClient
+from app.rocketmq import BrokerApi, Message, NameServerClient, RemotingClient, new_uniq_id
 from app.service import Service
 from app.subscriptions.spec import SubscriptionSpec
 from tests.app.conftest import settings_for
@@ -134,3 +134,51 @@ async def test_sigkill_mid_stream_every_message_at_least_once_after_restart(
     # Offsets are persisted twice a second (app.subscriptions.runner.PERSIST_S): what comes again is
     # what was in flight or done since the last persist, never everything delivered before the kill.
     assert duplicates < at_kill
+
+
+async def test_orderly_keeps_per_key_order_across_a_rebalance(namesrv_addr: str, tmp_path: Path) -> None:
+    # One key per queue (as a sharding key maps to one queue), 60 messages each, sent before anyone
+    # consumes; a second sidecar joins the group midway and takes half the queues.
+    client = RemotingClient()
+    try:
+        ns, api = NameServerClient(client, namesrv_addr), BrokerApi(client)
+        topic = unique_topic("RsSubOrder")
+        route = await create_topic_everywhere(ns, api, topic)
+        for mq in route.publish_queues(topic):
+            for seq in range(60):
+                msg = Message(topic, f"{mq.broker_name}-{mq.queue_id}/{seq}".encode(), id=new_uniq_id())
+                await api.send(route.master_addr(mq.broker_name) or "", mq, msg, msg.id or "", 10.0)
+    finally:
+        await client.close()
+    group = f"{topic}_g"
+    with push_app(lambda n: (200, {}, 0.01)) as app:
+        sub = SubscriptionSpec("orders", topic, group, app.url, mode="orderly", consume_from="first")
+        first = Service(settings_for(tmp_path / "a", namesrv=(namesrv_addr,), subscriptions=(sub,)))
+        second = Service(settings_for(tmp_path / "b", namesrv=(namesrv_addr,), subscriptions=(sub,)))
+        await first.start()
+        try:
+            await app.until(lambda got: len(got) >= 100, WAIT_S)
+            await second.start()
+            try:
+                assert second.subscriptions is not None
+                joined = second.subscriptions.consumers["orders"]
+                async with asyncio.timeout(WAIT_S):
+                    while not any(mq.topic == topic for mq in joined.queues):
+                        await joined.stats.reach("rebalances_done", joined.stats["rebalances_done"] + 1)
+                await app.until(lambda got: len({g.body for g in got}) >= 8 * 60, WAIT_S)
+                assert joined.stats["consume_ok"] > 0  # the newcomer did consume what it took over
+            finally:
+                await second.stop()
+        finally:
+            await first.stop()
+    by_key: dict[str, list[int]] = {}
+    for g in app.got:
+        key, seq = g.body.decode().split("/")
+        by_key.setdefault(key, []).append(int(seq))
+    assert len(by_key) == 8
+    moved = 0
+    for key, seqs in by_key.items():
+        first_seen = list(dict.fromkeys(seqs))  # order of first deliveries
+        assert first_seen == list(range(60)), key  # never a later message before an earlier one
+        moved += len(seqs) != len(first_seen)
+    print(f"deliveries {len(app.got)}, keys redelivered after the move: {moved}")
