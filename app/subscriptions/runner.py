@@ -4,6 +4,7 @@ with the sidecar. Also what the metrics and the status page read: queues owned, 
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -70,7 +71,13 @@ class Subscriptions:
     ) -> None:
         self.specs = tuple(specs)
         # Loopback only: no proxies from the environment, no connection limit below the concurrency.
-        self._http = httpx.AsyncClient(trust_env=False, limits=httpx.Limits(max_connections=None))
+        # TCP_NODELAY: httpx writes headers and body separately; with Nagle the body could wait for the
+        # app's delayed ACK (up to 40 ms).
+        transport = httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=None),
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+        )
+        self._http = httpx.AsyncClient(trust_env=False, transport=transport)
         self.consumers: dict[str, PushConsumer] = {}
         self.hubs: dict[str, StreamHub] = {}  # subscriptions the app pulls over gRPC
         for spec in self.specs:

@@ -3,6 +3,8 @@
 //   consume NAMESRV TOPIC GROUP   a DefaultMQPushConsumer (clustering, AVG); print "ALLOC q1,q2,..." every
 //       250 ms (q = broker:queueId, its queues of TOPIC now) and "MSG <msgId> <broker:queueId>" per message;
 //       runs until stdin closes.
+//   rate NAMESRV TOPIC GROUP N   a DefaultMQPushConsumer (defaults, no-op listener) from the first offset;
+//       prints "RATE <msg/s>" once N messages were consumed (clock from start()), then exits.
 import java.util.List;
 import java.util.TreeSet;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
@@ -40,6 +42,29 @@ public class ConsumeProbe {
       return;
     }
     String topic = args[2];
+    if (args[0].equals("rate")) {
+      long n = Long.parseLong(args[4]);
+      java.util.concurrent.atomic.AtomicLong count = new java.util.concurrent.atomic.AtomicLong();
+      java.util.concurrent.CountDownLatch done = new java.util.concurrent.CountDownLatch(1);
+      DefaultMQPushConsumer r = new DefaultMQPushConsumer(args[3]);
+      r.setNamesrvAddr(args[1]);
+      r.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+      r.subscribe(topic, "*");
+      r.registerMessageListener(
+          (MessageListenerConcurrently)
+              (msgs, ctx) -> {
+                if (count.addAndGet(msgs.size()) >= n) done.countDown();
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+              });
+      long t0 = System.nanoTime();
+      r.start();
+      done.await();
+      double s = (System.nanoTime() - t0) / 1e9;
+      System.out.println("RATE " + (count.get() / s));
+      System.out.flush();
+      r.shutdown();
+      return;
+    }
     DefaultMQPushConsumer c = new DefaultMQPushConsumer(args[3]);
     c.setNamesrvAddr(args[1]);
     c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
