@@ -84,3 +84,15 @@ def test_duplicate_names_and_groups_are_refused() -> None:
         config._subscriptions(twice, "subscriptions")
     with pytest.raises(config.ConfigError, match=r"subscriptions\[1\]\.name: 'orders' is used"):
         config._subscriptions([GOOD, {**GOOD, "group": "g2"}], "subscriptions")
+
+
+def test_serve_refuses_a_bad_subscription_with_one_line(tmp_path: Path) -> None:
+    from tests.app.test_serve_startup import second_serve
+
+    bad = '[{name: a, topic: T, group: G, endpoint: "http://example.com/"}]'
+    out = second_serve(tmp_path, SUBSCRIPTIONS=bad)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "rocksidecar: configuration error: ROCKSIDECAR_SUBSCRIPTIONS[0].endpoint: the app must be on "
+        "localhost (a sidecar pushes to its own pod), got 'http://example.com/'"
+    ]
