@@ -33,6 +33,21 @@ async def _topic(namesrv: str, prefix: str) -> str:
         await client.close()
 
 
+async def _committed(namesrv: str, topic: str, group: str) -> int:
+    """The group's committed offsets on the brokers, summed over the topic's queues."""
+    client = RemotingClient()
+    try:
+        route = await NameServerClient(client, namesrv).get_route(topic)
+        api = BrokerApi(client)
+        total = 0
+        for mq in route.subscribe_queues(topic):
+            offset = await api.query_consumer_offset(route.master_addr(mq.broker_name) or "", group, mq)
+            total += offset or 0
+        return total
+    finally:
+        await client.close()
+
+
 @contextlib.asynccontextmanager
 async def sidecar(
     tmp_path: Path, namesrv: str, topic: str, group: str, app: PushApp
@@ -116,6 +131,14 @@ async def test_sigkill_mid_stream_every_message_at_least_once_after_restart(
         first = await asyncio.create_subprocess_exec(*serve, env=env, stderr=asyncio.subprocess.DEVNULL)
         try:
             await app.until(lambda got: len(got) >= 100, WAIT_S)
+            # Kill once the broker holds some committed progress (the sidecar persists every 0.5 s):
+            # otherwise everything delivered so far is due again, which proves nothing.
+            for _ in range(int(WAIT_S / 0.05)):
+                if await _committed(namesrv_addr, topic, spec["group"]) > 0:
+                    break
+                await asyncio.sleep(0.05)  # polling the broker: it has no event to await
+            else:
+                raise AssertionError("the sidecar never committed an offset")
         finally:
             first.kill()  # SIGKILL: no offset persisted on the way out
             await first.wait()
