@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from app.subscriptions.spec import SpecError, SubscriptionSpec, parse_subscriptions
 from retry.policy import RetryPolicy
 from rmq.producer.selector import SelectorName
 
@@ -94,6 +95,13 @@ def _choice(*options: str) -> Callable[[Any, str], str]:
         return text
 
     return parse
+
+
+def _subscriptions(raw: Any, name: str) -> tuple[SubscriptionSpec, ...]:
+    try:
+        return parse_subscriptions(raw, name)
+    except SpecError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +217,15 @@ SETTINGS: tuple[Setting, ...] = (
         50_000,
         "Messages per second replayed early when a broker or route recovers.",
     ),
+    # --- subscriptions (issue 13): the sidecar consumes and pushes to the app ---
+    Setting(
+        "subscriptions",
+        _subscriptions,
+        (),
+        "Topics the sidecar consumes for the app, pushed to it as CloudEvents over HTTP: a list of "
+        "{name, topic, group, endpoint, expression, mode, concurrency, timeout_s, max_reconsume_times, "
+        "consume_from, consume_timestamp_ms} (YAML list in the file; YAML/JSON text in the environment).",
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -247,6 +264,7 @@ class Settings:
     access_log: bool = False
     delay_late_log_ms: int = 1000
     recovery_replay_rate: int = 50_000
+    subscriptions: tuple[SubscriptionSpec, ...] = ()
     retry_default: RetryPolicy = field(default_factory=RetryPolicy)
     retry_types: Mapping[str, RetryPolicy] = field(default_factory=dict)
     dead_letter_webhook: str = ""

@@ -75,6 +75,25 @@ class Metrics:
             registry=r,
         )
 
+        self.deliveries = Counter(
+            "rocksidecar_subscription_deliveries",
+            "POSTs of consumed messages to the app, by subscription and outcome: ok (2xx), later "
+            "(429/503, offered again), failed (other status: sent back), error (no answer or timeout).",
+            ["subscription", "outcome"],
+            registry=r,
+        )
+        self.delivery_latency = Histogram(
+            "rocksidecar_subscription_delivery_seconds",
+            "Time the app took to answer one pushed message, by subscription.",
+            ["subscription"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+
+    def observe_delivery(self, subscription: str, outcome: str, seconds: float) -> None:
+        self.deliveries.labels(subscription, outcome).inc()
+        self.delivery_latency.labels(subscription).observe(seconds)
+
     def observe_attempt(self, broker: str, ok: bool) -> None:
         self.attempts.labels(broker, "ok" if ok else "error").inc()
 
@@ -120,3 +139,50 @@ class StateCollector(Collector):
             ("delay_scheduled", "Delayed messages waiting for their due time."),
         ):
             yield GaugeMetricFamily(f"rocksidecar_{name}", help_text, value=float(stats.get(name, 0.0)))
+
+
+# (subscription, topic, broker, queue id, lag, in flight) of each owned queue; and rebalances done.
+QueueRows = Callable[[], Iterable[tuple[str, str, str, int, int, int]]]
+
+
+class ConsumerCollector(Collector):
+    """Gauges of the subscriptions, read at scrape time from the last lag sample: per-queue lag
+    (broker max offset - committed), messages in flight, queues owned, rebalances."""
+
+    def __init__(self, queues: QueueRows, rebalances: Callable[[], dict[str, int]]) -> None:
+        self._queues = queues
+        self._rebalances = rebalances
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        labels = ["subscription", "topic", "broker", "queue"]
+        lag = GaugeMetricFamily(
+            "rocksidecar_consumer_lag",
+            "Messages of an owned queue not yet consumed: the broker's max offset minus the committed one.",
+            labels=labels,
+        )
+        in_flight = GaugeMetricFamily(
+            "rocksidecar_consumer_in_flight",
+            "Messages pulled and not yet done, per owned queue.",
+            labels=labels,
+        )
+        owned = GaugeMetricFamily(
+            "rocksidecar_consumer_queues_owned", "Queues this sidecar consumes now.", labels=["subscription"]
+        )
+        counts: dict[str, int] = {}
+        for sub, topic, broker, queue, lag_n, flight in self._queues():
+            key = [sub, topic, broker, str(queue)]
+            lag.add_metric(key, lag_n)
+            in_flight.add_metric(key, flight)
+            counts[sub] = counts.get(sub, 0) + 1
+        rebalances = GaugeMetricFamily(
+            "rocksidecar_consumer_rebalances",
+            "Rebalances done since start (queues re-divided among the group's members).",
+            labels=["subscription"],
+        )
+        for sub, n in self._rebalances().items():
+            rebalances.add_metric([sub], n)
+            owned.add_metric([sub], counts.get(sub, 0))
+        yield lag
+        yield in_flight
+        yield owned
+        yield rebalances

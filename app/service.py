@@ -30,11 +30,12 @@ from app.events import OpsEvents
 from app.history import SAMPLE_EVERY_S, History
 from app.idempotency import IdempotencyStore
 from app.lookups import DelayLookup, RetryLookup
-from app.metrics import Metrics, StateCollector
+from app.metrics import ConsumerCollector, Metrics, StateCollector
 from app.readiness import Readiness
 from app.request import Limits
 from app.sidecar import Sidecar
 from app.store_delivery import StoreDelivery
+from app.subscriptions.runner import QueueLag, Subscriptions
 from delay import DelayScheduler, DelayStore
 from delay import keys as delay_keys
 from retry import DeadLetterNotifier, ReplayLoop, RetryStore
@@ -213,9 +214,34 @@ class Service:
             now_ms=self.delay.now_ms,  # due times of delayMs: a clock step back must not make them early
             access_log=s.access_log,
             admin=admin,
-            ui=UiDeps(admin, self.metrics, self.history, s.auth_token),
+            ui=UiDeps(
+                admin,
+                self.metrics,
+                self.history,
+                s.auth_token,
+                consumer_lag=(lambda: self.lags) if s.subscriptions else None,
+            ),
         )
         self.http = HttpServer(app, s.http_addr, grace_s=s.shutdown_grace_s, read_timeout_s=s.read_timeout_s)
+        # Subscriptions (issue 13): one push consumer each, delivering to the app over HTTP.
+        self.subscriptions: Subscriptions | None = None
+        self.lags: list[QueueLag] = []  # the last sample, read by /metrics and the status page
+        if s.subscriptions:
+            self.subscriptions = Subscriptions(
+                s.subscriptions,
+                ";".join(namesrv or s.namesrv),
+                on_delivery=self.metrics.observe_delivery,
+                instance=self.client,  # one heartbeat and one connection per broker for every group
+            )
+            subs = self.subscriptions
+            self.metrics.add_state(
+                ConsumerCollector(
+                    lambda: [
+                        (r.subscription, r.topic, r.broker, r.queue_id, r.lag, r.in_flight) for r in self.lags
+                    ],
+                    subs.rebalances,
+                )
+            )
         servicer = SidecarServicer(
             self.sidecar,
             limits=limits,
@@ -224,6 +250,7 @@ class Service:
             idempotency=self.idempotency,
             now_ms=self.delay.now_ms,
             auth_token=s.auth_token,
+            hubs=self.subscriptions.hubs if self.subscriptions is not None else {},
         )
         try:
             self.grpc = GrpcServer(
@@ -324,6 +351,12 @@ class Service:
         self._tasks.append(loop.create_task(self._purge_loop(), name="idempotency-purge"))
         self._tasks.append(loop.create_task(self._flush_events(), name="log-summaries"))
         self._tasks.append(loop.create_task(self._sample_history(), name="status-history"))
+        if self.subscriptions is not None:
+            try:
+                await self.subscriptions.start()
+            except Exception as exc:
+                raise StartupError(f"cannot start the subscriptions' consumers: {exc}") from exc
+            self._tasks.append(loop.create_task(self._sample_lag(), name="consumer-lag"))
         ready, details = await self.readiness()
         self.events.started(
             ready=ready,
@@ -339,6 +372,18 @@ class Service:
     def sample_history(self) -> None:
         """One sample of what the status page charts (the task below takes one every few seconds)."""
         self.history.sample(time.monotonic(), {**counters(self.metrics), **self._store_stats()})
+
+    async def sample_lag(self) -> None:
+        if self.subscriptions is not None:
+            self.lags = await self.subscriptions.lags()
+
+    async def _sample_lag(self) -> None:
+        while True:
+            try:
+                await self.sample_lag()
+            except Exception:
+                log.exception("consumer lag sample failed")
+            await asyncio.sleep(SAMPLE_EVERY_S)
 
     async def _sample_history(self) -> None:
         while True:
@@ -364,6 +409,8 @@ class Service:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.subscriptions is not None:  # first: persist offsets and leave the group at once
+            await self.subscriptions.close()
         await asyncio.gather(self.http.stop(), self.grpc.stop())
         # The scheduler publishes through the producer and spools into the retry store: stop it first.
         await self.delay_scheduler.close(grace_s=min(grace, 5.0))

@@ -3,6 +3,13 @@ long a group's queues go without a consumer when a member leaves (issue 13 groun
 
     .venv/bin/python -m bench.consume                 # about a minute
     .venv/bin/python -m bench.consume --messages 20000
+    .venv/bin/python -m bench.consume --namesrv 127.0.0.1:9876 --java   # real RocketMQ 4.9.4
+
+With --namesrv the broker is a real one (nothing is started); --java adds the anchor: a Java
+DefaultMQPushConsumer (tools/java/ConsumeProbe.java "rate", default settings, no-op listener) on the same
+topic in the same run, and the ratios of the direct client and of the sidecar's HTTP push to it. The HTTP
+push path is a sidecar subscription (app.subscriptions) POSTing each message to a minimal asyncio HTTP
+app on localhost that answers 204.
 
 Handover: two members split 8 queues; one leaves, and the clock runs from the moment it starts leaving
 until the other owns all 8 queues again. "close" is an orderly close (persist offsets, UNREGISTER_CLIENT,
@@ -20,6 +27,8 @@ from collections.abc import Sequence
 
 import uvloop
 
+from app.subscriptions.runner import Subscriptions
+from app.subscriptions.spec import SubscriptionSpec
 from bench.common import devbroker_process, environment
 from rmq import (
     BrokerApi,
@@ -32,7 +41,7 @@ from rmq import (
 )
 from rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
 
-TOPIC = "BenchConsume"
+TOPIC = f"BenchConsume{time.time_ns() % 10**6}"  # fresh each run: a real broker keeps old ones
 
 
 async def fill(namesrv: str, total: int, size: int) -> int:
@@ -88,6 +97,56 @@ async def rate(namesrv: str, total: int, batch: int) -> float:
     return count / took
 
 
+async def _fast_app() -> tuple[asyncio.Server, int, list[int]]:
+    """A minimal keep-alive HTTP/1.1 server answering 204 to every POST; counts requests."""
+    count = [0]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line[:15].lower() == b"content-length:":
+                        length = int(line[15:])
+                await reader.readexactly(length)
+                count[0] += 1
+                writer.write(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], count
+
+
+async def http_rate(namesrv: str, total: int) -> float:
+    """Messages per second a sidecar subscription delivers to a local HTTP app."""
+    server, port, count = await _fast_app()
+    spec = SubscriptionSpec(
+        "bench", TOPIC, f"bench_http_{time.time_ns()}", f"http://127.0.0.1:{port}/", consume_from="first"
+    )
+    subs = Subscriptions([spec], namesrv)
+    consumer = subs.consumers["bench"]
+    start = time.perf_counter()
+    await subs.start()
+    while consumer.stats["consume_ok"] < total:
+        await consumer.stats.reach("consume_ok", total)
+    took = time.perf_counter() - start
+    await subs.close()
+    server.close()
+    return count[0] / took
+
+
+async def java_rate(namesrv: str, total: int) -> float:
+    """The anchor: Java's DefaultMQPushConsumer on the same topic, a new group, from the first offset."""
+    from tests.realbroker import java_probe
+
+    proc = await java_probe.start("rate", namesrv, TOPIC, f"bench_java_{time.time_ns()}", str(total))
+    out, _ = await proc.communicate()
+    line = next(x for x in out.decode().splitlines() if x.startswith("RATE "))
+    return float(line.split()[1])
+
+
 async def handover(namesrv: str, crash: bool, queues: int) -> float:
     async def listener(msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
         return ConsumeStatus.SUCCESS
@@ -120,13 +179,22 @@ async def handover(namesrv: str, crash: bool, queues: int) -> float:
     return took
 
 
-async def main_async(namesrv: str, total: int, size: int, rounds: int) -> None:
+async def main_async(namesrv: str, total: int, size: int, rounds: int, java: bool) -> None:
     t0 = time.perf_counter()
     queues = await fill(namesrv, total, size)
     print(f"filled {total:,} messages of {size} B into {queues} queues in {time.perf_counter() - t0:.1f} s")
+    direct = 0.0
     for batch in (1, 32):
         per_s = await rate(namesrv, total, batch)
+        direct = direct or per_s
         print(f"delivery to a no-op listener, consume_batch_size {batch}: {per_s:,.0f} msg/s")
+    pushed = await http_rate(namesrv, total)
+    print(f"sidecar subscription, HTTP POST per message to a local app: {pushed:,.0f} msg/s")
+    if java:
+        anchor = await java_rate(namesrv, total)
+        print(f"Java DefaultMQPushConsumer (4.9.4, defaults), no-op listener: {anchor:,.0f} msg/s")
+        print(f"ratio direct (batch 1) / Java: {direct / anchor:.2f}x (target >= 1.0x)")
+        print(f"ratio HTTP push / Java: {pushed / anchor:.2f}x (target >= 0.5x)")
     for crash in (False, True):
         times = [await handover(namesrv, crash, queues) for _ in range(rounds)]
         label = "crash (connections dropped)" if crash else "close (persist + unregister)"
@@ -138,10 +206,16 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--namesrv", default="", help="a real name server; default: start devbroker")
+    parser.add_argument("--java", action="store_true", help="also run the Java anchor (needs --namesrv)")
     args = parser.parse_args()
+    if args.namesrv:
+        print(f"# consume benchmark: {environment()}, uvloop, broker at {args.namesrv}")
+        uvloop.run(main_async(args.namesrv, args.messages, args.size, args.rounds, args.java))
+        return
     print(f"# consume benchmark: {environment()}, uvloop, devbroker in its own process")
     with devbroker_process() as dev:
-        uvloop.run(main_async(dev.namesrv, args.messages, args.size, args.rounds))
+        uvloop.run(main_async(dev.namesrv, args.messages, args.size, args.rounds, False))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,25 @@ show() { printf '$ %s\n' "$*"; eval "$*"; echo; }
 echo $! >"$RUN/devbroker.pid"
 wait_for "$ADMIN/brokers" devbroker
 
-ROCKSIDECAR_NAMESRV=127.0.0.1:19876 ROCKSIDECAR_DATA_DIR="$RUN/data" \
+# The app behind the demo's subscription: prints each message the sidecar POSTs to it.
+"$BIN/python" tools/echo_app.py 9890 >"$RUN/echo_app.log" 2>&1 &
+echo $! >"$RUN/echo_app.pid"
+# The subscribed topic must exist before the consumer starts (else it waits for its 20 s rebalance).
+"$BIN/python" - <<'PY'
+import asyncio, json, urllib.request
+from rmq import BrokerApi, RemotingClient
+
+async def main() -> None:
+    client = RemotingClient()
+    brokers = json.load(urllib.request.urlopen("http://127.0.0.1:19880/brokers"))
+    for b in brokers if isinstance(brokers, list) else brokers.values():
+        await BrokerApi(client).create_topic(b["addr"], "Orders")
+    await client.close()
+
+asyncio.run(main())
+PY
+SUBS='[{name: orders, topic: Orders, group: demo-orders-app, endpoint: "http://127.0.0.1:9890/events", consume_from: first}]'
+ROCKSIDECAR_NAMESRV=127.0.0.1:19876 ROCKSIDECAR_DATA_DIR="$RUN/data" ROCKSIDECAR_SUBSCRIPTIONS="$SUBS" \
   "$BIN/rocksidecar" serve >"$RUN/sidecar.log" 2>&1 &
 echo $! >"$RUN/sidecar.pid"
 wait_for "$API/healthz" "the sidecar"
@@ -69,8 +87,14 @@ show "tail -n +$((mark + 1)) $RUN/sidecar.log | grep -E 'event=(broker_|message_
 step "The delayed message went out when due (it keeps its id)"
 show "curl -s $API/v1/messages/$later"
 
+step "The subscription: the sidecar consumed Orders and POSTed each message to the app (tools/echo_app.py)"
+for _ in $(seq 1 60); do  # 5 messages reached Orders; the two sent late arrive after a pull back-off
+  [ "$(wc -l <"$RUN/echo_app.log")" -ge 5 ] && break; sleep 0.5
+done
+show "cat $RUN/echo_app.log"
+
 step "Metrics"
-show "curl -s $API/metrics | grep -E '^rocksidecar_(messages|replays|retry_pending|broker_backoff|delay_lateness_seconds_(count|sum))' | grep -v ' 0.0$'"
+show "curl -s $API/metrics | grep -E '^rocksidecar_(messages|replays|retry_pending|broker_backoff|delay_lateness_seconds_(count|sum)|subscription_deliveries|consumer_lag)' | grep -v ' 0.0$'"
 
 cat <<MSG
 
@@ -80,6 +104,6 @@ Where to look:
   metrics      $API/metrics        health $API/healthz   readiness $API/readyz
   devbroker    $ADMIN/brokers  (faults: POST $ADMIN/brokers/broker-a/faults {"latency_ms":600})
   store        $BIN/rocksidecar store --data-dir $RUN/data stats   (also: inspect ID, dead list, replay)
-  logs         $RUN/sidecar.log  $RUN/devbroker.log
+  logs         $RUN/sidecar.log  $RUN/devbroker.log  $RUN/echo_app.log (the subscription's app)
 Both keep running; stop them with: make stop
 MSG

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make stop`: stop the sidecar (SIGTERM: it drains), then devbroker, started by `make run`.
 cd "$(dirname "$0")/.."
-for name in sidecar devbroker; do
+for name in sidecar devbroker echo_app; do
   f=.run/$name.pid
   [ -f "$f" ] || continue
   pid=$(cat "$f")

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, NoReturn
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from app.api import problems
+from app.api import grpc_subscribe, problems
 from app.api.guards import Guards
 from app.api.parsing import check_batch_size
 from app.api.proto import rocksidecar_pb2 as pb
@@ -26,6 +26,7 @@ from app.idempotency import Answer, IdempotencyStore, check_key, fingerprint
 from app.metrics import Metrics
 from app.request import Limits, MessageSpec, RequestError, prepare
 from app.sidecar import Ack, CancelResult, Sidecar, Status
+from app.subscriptions.stream import StreamHub
 
 PUBLISH_IN_FLIGHT = 256
 _CODES = {
@@ -110,7 +111,9 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         idempotency: IdempotencyStore | None,
         now_ms: Callable[[], int],
         auth_token: str = "",
+        hubs: Mapping[str, StreamHub] | None = None,
     ) -> None:
+        self._hubs = dict(hubs or {})  # gRPC subscriptions by name (Subscribe, Ack)
         self._sidecar = sidecar
         self._limits = limits
         self._batch_limit = batch_limit
@@ -276,6 +279,27 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
         self._metrics.requests.labels("grpc", "Publish", "200").inc()
+
+    async def Subscribe(
+        self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.Delivery]:
+        await self._check_auth(context, "Subscribe")
+        try:
+            hub = grpc_subscribe.hub_for(self._hubs, request.subscription)
+        except RequestError as exc:
+            status, body, _ = problems.from_exception(exc)
+            await self._abort(context, status, body, "Subscribe")
+        self._metrics.requests.labels("grpc", "Subscribe", "200").inc()
+        async for delivery in grpc_subscribe.stream(hub):
+            yield delivery
+
+    async def Ack(self, request: pb.AckRequest, context: grpc.aio.ServicerContext) -> pb.AckResponse:
+        async def compute() -> Answer:
+            grpc_subscribe.ack(self._hubs, request)
+            return 200, {}
+
+        await self._answered(context, "Ack", "", b"", compute)
+        return pb.AckResponse()
 
     async def GetMessage(
         self, request: pb.GetMessageRequest, context: grpc.aio.ServicerContext

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hmac
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +33,7 @@ from app.api.admin import (
 from app.history import History
 from app.metrics import Metrics
 from app.request import RequestError
+from app.subscriptions.runner import QueueLag
 from delay.admin import scheduled_page
 from retry.admin import dead_page
 from storage.query import Filter
@@ -49,6 +50,7 @@ class UiDeps:
     metrics: Metrics
     history: History
     auth_token: str = ""
+    consumer_lag: Callable[[], Sequence[QueueLag]] | None = None  # only when subscriptions exist
 
 
 def counters(metrics: Metrics) -> dict[str, float]:
@@ -176,6 +178,7 @@ def render(deps: UiDeps) -> str:
         _store(retry, scheduled, now),
         _counters(totals),
         _charts(deps.history),
+        *([_lag(deps.consumer_lag())] if deps.consumer_lag is not None else []),
         _dead(dead, retry["dead"], now),
         _scheduled(due, scheduled["pending"], now),
     ]
@@ -194,6 +197,24 @@ def _brokers(brokers: list[dict[str, Any]]) -> str:
     ]
     table = _table(["broker", "state", "last latency (ms)", "back-off left (s)"], rows, "No broker seen yet.")
     return f"<section><h2>Brokers</h2>{table}</section>"
+
+
+def _lag(rows: Sequence[QueueLag]) -> str:
+    cells = [
+        [
+            _e(r.subscription),
+            _e(r.topic),
+            _e(f"{r.broker}/{r.queue_id}"),
+            _num(f"lag-{r.subscription}-{r.broker}-{r.queue_id}", r.lag),
+            _num(f"inflight-{r.subscription}-{r.broker}-{r.queue_id}", r.in_flight),
+        ]
+        for r in sorted(rows, key=lambda r: (r.subscription, r.topic, r.broker, r.queue_id))
+    ]
+    total = sum(r.lag for r in rows)
+    table = _table(
+        ["subscription", "topic", "queue", "lag", "in flight"], cells, "No queue owned (yet): see the group."
+    )
+    return f"<section><h2>Consumer lag {_num('lag-total', total)}</h2>{table}</section>"
 
 
 def _state(broker: str, state: str) -> str:

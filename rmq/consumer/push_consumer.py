@@ -237,6 +237,10 @@ class PushConsumer:
                 level = logging.DEBUG if sub.topic.startswith(RETRY_PREFIX) else logging.WARNING
                 log.log(level, "group %s: no route for %s: %s", self.config.group, sub.topic, exc)
 
+    def broker_addrs(self) -> dict[str, str]:
+        """Master address by broker name, from the routes known now (no lookup)."""
+        return self._broker_addrs()
+
     def _broker_addrs(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for route in self._routes.values():

@@ -76,6 +76,10 @@ def test_sidecar_env_and_config_file_load_with_app_config(variant: str, tmp_path
         assert settings.topics == ("orders", "payments") and settings.dead_letter_webhook.startswith(
             "http://"
         )
+        assert [(s.name, s.group, s.orderly) for s in settings.subscriptions] == [
+            ("orders", "orders-app", False),
+            ("audit", "audit-app", True),
+        ]
 
 
 def test_default_ports_are_the_service_defaults() -> None:

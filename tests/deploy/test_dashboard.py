@@ -10,13 +10,18 @@ from tests.deploy.paths import CHART
 
 DASHBOARD = json.loads((CHART / "dashboards" / "rocksidecar.json").read_text())
 # Issue 5's metric contract (prefix rocksidecar_), with the kind each one has.
-HISTOGRAMS = {"rocksidecar_send_latency_seconds", "rocksidecar_delay_lateness_seconds"}
+HISTOGRAMS = {
+    "rocksidecar_send_latency_seconds",
+    "rocksidecar_delay_lateness_seconds",
+    "rocksidecar_subscription_delivery_seconds",
+}
 COUNTERS = {
     "rocksidecar_requests_total",
     "rocksidecar_messages_total",
     "rocksidecar_send_attempts_total",
     "rocksidecar_replays_total",
     "rocksidecar_dead_letters_total",
+    "rocksidecar_subscription_deliveries_total",
 }
 GAUGES = {
     "rocksidecar_broker_backoff_seconds",
@@ -25,6 +30,10 @@ GAUGES = {
     "rocksidecar_retry_oldest_age_seconds",
     "rocksidecar_dead_letters",
     "rocksidecar_delay_scheduled",
+    "rocksidecar_consumer_lag",
+    "rocksidecar_consumer_in_flight",
+    "rocksidecar_consumer_queues_owned",
+    "rocksidecar_consumer_rebalances",
 }
 METRIC = re.compile(r"\brocksidecar_[a-z_]+\b")
 # What issue 8 asks the dashboard to show, as (metric, what the query must also contain).
@@ -37,6 +46,13 @@ REQUIRED_VIEWS = [
     ("rocksidecar_dead_letters", ""),  # dead letters held
     ("rocksidecar_dead_letters_total", "increase("),  # new dead letters
     ("rocksidecar_delay_lateness_seconds_bucket", "histogram_quantile(0.99"),  # delay lateness
+    # issue 13: the consume side
+    ("rocksidecar_consumer_lag", "by (subscription)"),
+    ("rocksidecar_subscription_deliveries_total", "by (outcome)"),
+    ("rocksidecar_subscription_delivery_seconds_bucket", "histogram_quantile(0.99"),
+    ("rocksidecar_consumer_queues_owned", ""),
+    ("rocksidecar_consumer_in_flight", ""),
+    ("rocksidecar_consumer_rebalances", ""),
 ]
 
 

@@ -22,6 +22,12 @@ class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FAILED: _ClassVar[Status]
     DEAD: _ClassVar[Status]
     CANCELLED: _ClassVar[Status]
+
+class AckOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACK_OK: _ClassVar[AckOutcome]
+    ACK_LATER: _ClassVar[AckOutcome]
+    ACK_FAILED: _ClassVar[AckOutcome]
 ACK_BROKER: Ack
 ACK_SPOOL: Ack
 STATUS_UNSPECIFIED: Status
@@ -32,6 +38,9 @@ REJECTED: Status
 FAILED: Status
 DEAD: Status
 CANCELLED: Status
+ACK_OK: AckOutcome
+ACK_LATER: AckOutcome
+ACK_FAILED: AckOutcome
 
 class Message(_message.Message):
     __slots__ = ("topic", "body", "body_bytes", "tags", "keys", "properties", "sharding_key", "type", "delay_ms", "deliver_at_ms", "deliver_at")
@@ -209,3 +218,58 @@ class CancelResponse(_message.Message):
     id: str
     status: Status
     def __init__(self, id: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("subscription",)
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    subscription: str
+    def __init__(self, subscription: _Optional[str] = ...) -> None: ...
+
+class Delivery(_message.Message):
+    __slots__ = ("delivery_id", "id", "topic", "body", "tags", "keys", "properties", "broker", "queue_id", "queue_offset", "reconsume_times", "born_timestamp_ms")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    delivery_id: str
+    id: str
+    topic: str
+    body: bytes
+    tags: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    properties: _containers.ScalarMap[str, str]
+    broker: str
+    queue_id: int
+    queue_offset: int
+    reconsume_times: int
+    born_timestamp_ms: int
+    def __init__(self, delivery_id: _Optional[str] = ..., id: _Optional[str] = ..., topic: _Optional[str] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., broker: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., reconsume_times: _Optional[int] = ..., born_timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class AckRequest(_message.Message):
+    __slots__ = ("delivery_id", "outcome", "retry_after_ms")
+    DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    delivery_id: str
+    outcome: AckOutcome
+    retry_after_ms: int
+    def __init__(self, delivery_id: _Optional[str] = ..., outcome: _Optional[_Union[AckOutcome, str]] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
+
+class AckResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

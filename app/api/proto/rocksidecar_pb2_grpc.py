@@ -59,6 +59,16 @@ class SidecarStub:
                 request_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelRequest.SerializeToString,
                 response_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelResponse.FromString,
                 _registered_method=True)
+        self.Subscribe = channel.unary_stream(
+                '/rocksidecar.v1.Sidecar/Subscribe',
+                request_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.Delivery.FromString,
+                _registered_method=True)
+        self.Ack = channel.unary_unary(
+                '/rocksidecar.v1.Sidecar/Ack',
+                request_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.AckRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.AckResponse.FromString,
+                _registered_method=True)
 
 
 class SidecarServicer:
@@ -99,6 +109,24 @@ class SidecarServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Subscribe(self, request, context):
+        """The messages of a subscription whose endpoint is "grpc" (one stream per app instance; several
+        share the work). Each Delivery must be answered with Ack within the subscription's timeout_s, or it
+        counts as failed: sent back to the broker and delivered again later. A stream that ends hands its
+        unanswered deliveries to the other streams at once (not counted as failures).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Ack(self, request, context):
+        """Answer one Delivery: OK (done), LATER (offer it again after retry_after_ms, not a failure) or
+        FAILED (send back). NOT_FOUND when the delivery id is unknown (already answered or timed out).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SidecarServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +154,16 @@ def add_SidecarServicer_to_server(servicer, server):
                     servicer.Cancel,
                     request_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelRequest.FromString,
                     response_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelResponse.SerializeToString,
+            ),
+            'Subscribe': grpc.unary_stream_rpc_method_handler(
+                    servicer.Subscribe,
+                    request_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.SubscribeRequest.FromString,
+                    response_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.Delivery.SerializeToString,
+            ),
+            'Ack': grpc.unary_unary_rpc_method_handler(
+                    servicer.Ack,
+                    request_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.AckRequest.FromString,
+                    response_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.AckResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +301,60 @@ class Sidecar:
             '/rocksidecar.v1.Sidecar/Cancel',
             app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelRequest.SerializeToString,
             app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Subscribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/rocksidecar.v1.Sidecar/Subscribe',
+            app_dot_api_dot_proto_dot_rocksidecar__pb2.SubscribeRequest.SerializeToString,
+            app_dot_api_dot_proto_dot_rocksidecar__pb2.Delivery.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Ack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocksidecar.v1.Sidecar/Ack',
+            app_dot_api_dot_proto_dot_rocksidecar__pb2.AckRequest.SerializeToString,
+            app_dot_api_dot_proto_dot_rocksidecar__pb2.AckResponse.FromString,
             options,
             channel_credentials,
             insecure,

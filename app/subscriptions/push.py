@@ -1,0 +1,93 @@
+"""Push one subscription's messages to the app by HTTP POST and turn its answer into a consume status.
+
+The app decides: 2xx is done; 429 or 503 means "later" (its Retry-After is honoured) and is not a
+failure, so the message is offered again without counting a reconsume; any other status, a connection
+error or no answer within the subscription's timeout is a failure: the message is sent back to the
+broker (concurrent mode) or retried in place (orderly mode), and goes to the group's DLQ after
+max_reconsume_times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from email.utils import parsedate_to_datetime
+
+import httpx
+
+from app.subscriptions.cloudevents import headers_for
+from app.subscriptions.spec import SubscriptionSpec
+from rmq.consumer.config import ConsumeStatus
+from rmq.message import MessageExt, MessageQueue
+
+LATER_STATUSES = (429, 503)
+DEFAULT_LATER_S = 1.0  # 429/503 without a usable Retry-After
+MAX_LATER_S = 300.0  # a Retry-After beyond this is capped: the message must not sleep for days
+
+# (subscription, outcome, seconds) after each POST; outcome is ok, later, failed (app's answer) or
+# error (no answer: connection refused, timeout).
+DeliveryHook = Callable[[str, str, float], None]
+
+
+def retry_after_s(value: str | None, now_s: float) -> float:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
+    if not value:
+        return DEFAULT_LATER_S
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), MAX_LATER_S)
+    try:
+        when = parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError):
+        return DEFAULT_LATER_S
+    return min(max(when - now_s, 0.0), MAX_LATER_S)
+
+
+class HttpPush:
+    """The PushConsumer's listener of one subscription."""
+
+    def __init__(
+        self,
+        spec: SubscriptionSpec,
+        client: httpx.AsyncClient,
+        *,
+        on_delivery: DeliveryHook | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        wall_s: Callable[[], float] = time.time,
+    ) -> None:
+        self.spec = spec
+        self._client = client
+        self._on_delivery = on_delivery or (lambda _s, _o, _t: None)
+        self._sleep = sleep
+        self._wall_s = wall_s
+        self._failed = ConsumeStatus.SUSPEND if spec.orderly else ConsumeStatus.RECONSUME_LATER
+
+    async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+        for msg in msgs:  # consume_batch_size is 1: one CloudEvent per POST
+            if not await self.deliver(msg, mq):
+                return self._failed
+        return ConsumeStatus.SUCCESS
+
+    async def deliver(self, msg: MessageExt, mq: MessageQueue) -> bool:
+        """POST until the app takes it (True) or fails it (False); 429/503 wait and try again."""
+        headers = headers_for(msg, mq, self.spec.group)
+        while True:
+            started = time.perf_counter()
+            try:
+                resp = await self._client.post(
+                    self.spec.endpoint, content=msg.body, headers=headers, timeout=self.spec.timeout_s
+                )
+            except httpx.HTTPError:
+                self._on_delivery(self.spec.name, "error", time.perf_counter() - started)
+                return False
+            elapsed = time.perf_counter() - started
+            if 200 <= resp.status_code < 300:
+                self._on_delivery(self.spec.name, "ok", elapsed)
+                return True
+            if resp.status_code in LATER_STATUSES:
+                self._on_delivery(self.spec.name, "later", elapsed)
+                await self._sleep(retry_after_s(resp.headers.get("retry-after"), self._wall_s()))
+                continue
+            self._on_delivery(self.spec.name, "failed", elapsed)
+            return False

@@ -1,0 +1,139 @@
+"""One PushConsumer per subscription, each pushing to the app through HttpPush; started and stopped
+with the sidecar. Also what the metrics and the status page read: queues owned, lag, in flight."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from app.subscriptions.push import DeliveryHook, HttpPush
+from app.subscriptions.spec import SubscriptionSpec
+from app.subscriptions.stream import StreamHub
+from rmq import ClientInstance
+from rmq.consumer import ConsumeFrom, ConsumerConfig, MessageListener, PushConsumer
+from rmq.consumer.offset_store import ReadType
+
+_CONSUME_FROM = {
+    "last": ConsumeFrom.LAST_OFFSET,
+    "first": ConsumeFrom.FIRST_OFFSET,
+    "timestamp": ConsumeFrom.TIMESTAMP,
+}
+# The listener holds a message while the app answers 429/503 (that is not a failure), so the
+# consumer's own timeout must not cut it; each POST has the subscription's timeout instead.
+HOLD_S = 24 * 3600.0
+# Java persists offsets every 5 s; a SIGKILLed sidecar would then redeliver up to 5 s of messages. Pulls
+# commit too, but a long-polling pull may be held for 15 s. Twice a second bounds the duplicates after a
+# crash to what was in flight plus half a second of deliveries, for one small request per queue.
+PERSIST_S = 0.5
+LAG_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLag:
+    subscription: str
+    topic: str
+    broker: str
+    queue_id: int
+    max_offset: int
+    committed: int
+    in_flight: int
+
+    @property
+    def lag(self) -> int:
+        return max(self.max_offset - max(self.committed, 0), 0)
+
+
+def consumer_config(spec: SubscriptionSpec, instance_name: str | None = None) -> ConsumerConfig:
+    return ConsumerConfig(
+        group=spec.group,
+        consume_from=_CONSUME_FROM[spec.consume_from],
+        consume_timestamp_ms=spec.consume_timestamp_ms,
+        orderly=spec.orderly,
+        consume_concurrency=spec.concurrency,
+        max_reconsume_times=spec.max_reconsume_times,
+        consume_timeout_s=HOLD_S,
+        persist_interval_s=PERSIST_S,
+        instance_name=instance_name,
+    )
+
+
+class Subscriptions:
+    def __init__(
+        self,
+        specs: Sequence[SubscriptionSpec],
+        namesrv: str,
+        *,
+        on_delivery: DeliveryHook | None = None,
+        instance_name: str | None = None,
+        instance: ClientInstance | None = None,
+    ) -> None:
+        """``instance``: the process's client instance (one client id, route table, set of connections
+        and heartbeat shared with the producer); without one each consumer makes its own."""
+        self.specs = tuple(specs)
+        # Loopback only: no proxies from the environment, no connection limit below the concurrency.
+        # TCP_NODELAY: httpx writes headers and body separately; with Nagle the body could wait for the
+        # app's delayed ACK (up to 40 ms).
+        transport = httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=None),
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+        )
+        self._http = httpx.AsyncClient(trust_env=False, transport=transport)
+        self.consumers: dict[str, PushConsumer] = {}
+        self.hubs: dict[str, StreamHub] = {}  # subscriptions the app pulls over gRPC
+        for spec in self.specs:
+            listener: MessageListener
+            if spec.grpc:
+                listener = self.hubs[spec.name] = StreamHub(spec, on_delivery=on_delivery)
+            else:
+                listener = HttpPush(spec, self._http, on_delivery=on_delivery)
+            consumer = PushConsumer(
+                consumer_config(spec, instance_name), namesrv, listener, instance=instance
+            )
+            consumer.subscribe(spec.topic, spec.expression)
+            self.consumers[spec.name] = consumer
+
+    async def start(self) -> None:
+        """Start every consumer; a broker that cannot be reached now is retried by the consumer's own
+        loops (rebalance every 20 s), so the sidecar still starts and sends."""
+        for consumer in self.consumers.values():
+            await consumer.start()
+
+    async def close(self) -> None:
+        """Close every consumer (persist offsets, unregister so the group rebalances at once)."""
+        for consumer in self.consumers.values():
+            with contextlib.suppress(Exception):
+                await consumer.close()
+        await self._http.aclose()
+
+    def rebalances(self) -> dict[str, int]:
+        return {name: c.stats["rebalances_done"] for name, c in self.consumers.items()}
+
+    async def lags(self) -> list[QueueLag]:
+        """Per owned queue: the broker's max offset, the group's committed offset, messages cached."""
+        rows: list[QueueLag] = []
+        for name, consumer in self.consumers.items():
+            for mq, state in list(consumer.queues.items()):
+                addr = consumer.broker_addrs().get(mq.broker_name)
+                if addr is None:
+                    continue
+                try:
+                    max_offset = await consumer.api.get_max_offset(addr, mq, LAG_TIMEOUT_S)
+                except Exception:  # a broker down: no row rather than a failed page
+                    continue
+                committed = await consumer.offsets.read(mq, ReadType.MEMORY)
+                rows.append(
+                    QueueLag(
+                        name,
+                        mq.topic,
+                        mq.broker_name,
+                        mq.queue_id,
+                        max_offset,
+                        committed if committed is not None else state.pq.committed_offset(),
+                        state.pq.count,
+                    )
+                )
+        return rows

@@ -1,0 +1,158 @@
+"""A subscription's settings (the `subscriptions:` list of the YAML file, or ROCKSIDECAR_SUBSCRIPTIONS
+holding the same list as YAML/JSON), validated at start; errors name the entry and the key."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+MODES = ("concurrent", "orderly")
+CONSUME_FROM = ("last", "first", "timestamp")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_RESOURCE = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # RocketMQ's topic and group charset
+GRPC_ENDPOINT = "grpc"
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
+
+
+class SpecError(ValueError):
+    """One subscription setting is invalid; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionSpec:
+    name: str
+    topic: str
+    group: str
+    endpoint: str  # http://localhost:PORT/path of the app, or "grpc": the app pulls with Subscribe
+    expression: str = "*"  # tags: * or TagA || TagB
+    mode: str = "concurrent"
+    concurrency: int = 20
+    timeout_s: float = 15.0  # one POST to the app; longer counts as a failure
+    max_reconsume_times: int = 16
+    consume_from: str = "last"
+    consume_timestamp_ms: int | None = None
+
+    @property
+    def grpc(self) -> bool:
+        return self.endpoint == GRPC_ENDPOINT
+
+    @property
+    def orderly(self) -> bool:
+        return self.mode == "orderly"
+
+
+_KEYS = set(SubscriptionSpec.__dataclass_fields__)
+_REQUIRED = ("name", "topic", "group", "endpoint")
+
+
+def _int(raw: Any, where: str, lo: int, hi: int) -> int:
+    if isinstance(raw, bool):
+        raise SpecError(f"{where}: expected an integer, got {raw!r}")
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise SpecError(f"{where}: expected an integer, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise SpecError(f"{where}: must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def _endpoint(raw: Any, where: str) -> str:
+    text = str(raw).strip()
+    if text == GRPC_ENDPOINT:
+        return text
+    parts = urlsplit(text)
+    if parts.scheme != "http" or not parts.hostname:
+        raise SpecError(f"{where}: expected an http://localhost:PORT/path URL or grpc, got {raw!r}")
+    if parts.hostname not in _LOCAL_HOSTS and not parts.hostname.startswith("127."):
+        raise SpecError(
+            f"{where}: the app must be on localhost (a sidecar pushes to its own pod), got {raw!r}"
+        )
+    try:
+        parts.port  # noqa: B018  # raises on a bad port
+    except ValueError:
+        raise SpecError(f"{where}: bad port in {raw!r}") from None
+    return text
+
+
+def parse_one(raw: Any, where: str) -> SubscriptionSpec:
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{where}: expected a mapping with name, topic, group and endpoint")
+    unknown = sorted(set(map(str, raw)) - _KEYS)
+    if unknown:
+        raise SpecError(f"{where}.{unknown[0]}: unknown key (known: {', '.join(sorted(_KEYS))})")
+    for key in _REQUIRED:
+        if not str(raw.get(key) or "").strip():
+            raise SpecError(f"{where}.{key}: required")
+    name = str(raw["name"]).strip()
+    if not _NAME.match(name):
+        raise SpecError(f"{where}.name: 1-64 letters, digits, '_', '.' or '-', got {name!r}")
+    for key in ("topic", "group"):
+        if not _RESOURCE.match(str(raw[key]).strip()):
+            raise SpecError(f"{where}.{key}: 1-127 letters, digits, '_', '-', '%' or '|', got {raw[key]!r}")
+    mode = str(raw.get("mode", "concurrent")).strip().lower()
+    if mode not in MODES:
+        raise SpecError(f"{where}.mode: expected one of {', '.join(MODES)}, got {raw.get('mode')!r}")
+    consume_from = str(raw.get("consume_from", "last")).strip().lower()
+    if consume_from not in CONSUME_FROM:
+        raise SpecError(
+            f"{where}.consume_from: expected one of {', '.join(CONSUME_FROM)}, "
+            f"got {raw.get('consume_from')!r}"
+        )
+    timestamp = raw.get("consume_timestamp_ms")
+    if consume_from == "timestamp" and timestamp is None:
+        raise SpecError(f"{where}.consume_timestamp_ms: required with consume_from: timestamp")
+    expression = str(raw.get("expression", "*")).strip() or "*"
+    if expression.upper().startswith("SQL92:"):
+        raise SpecError(f"{where}.expression: SQL92 filters are not supported yet; use tags (* or A || B)")
+    try:
+        timeout_s = float(str(raw.get("timeout_s", 15.0)).strip())
+    except ValueError:
+        raise SpecError(f"{where}.timeout_s: expected a number, got {raw.get('timeout_s')!r}") from None
+    if not 0.001 <= timeout_s <= 3600:
+        raise SpecError(f"{where}.timeout_s: must be between 0.001 and 3600, got {timeout_s}")
+    return SubscriptionSpec(
+        name=name,
+        topic=str(raw["topic"]).strip(),
+        group=str(raw["group"]).strip(),
+        endpoint=_endpoint(raw["endpoint"], f"{where}.endpoint"),
+        expression=expression,
+        mode=mode,
+        concurrency=_int(raw.get("concurrency", 20), f"{where}.concurrency", 1, 1000),
+        timeout_s=timeout_s,
+        max_reconsume_times=_int(
+            raw.get("max_reconsume_times", 16), f"{where}.max_reconsume_times", 0, 10_000
+        ),
+        consume_from=consume_from,
+        consume_timestamp_ms=None
+        if timestamp is None
+        else _int(timestamp, f"{where}.consume_timestamp_ms", 0, 2**63 - 1),
+    )
+
+
+def parse_subscriptions(raw: Any, name: str) -> tuple[SubscriptionSpec, ...]:
+    """A list of subscriptions; from the environment, a YAML or JSON string holding that list."""
+    if isinstance(raw, str):
+        try:
+            raw = yaml.safe_load(raw) if raw.strip() else []
+        except yaml.YAMLError as exc:
+            raise SpecError(f"{name}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise SpecError(f"{name}: expected a list of subscriptions")
+    specs = tuple(parse_one(item, f"{name}[{i}]") for i, item in enumerate(raw))
+    for attr in ("name", "group"):
+        seen: set[str] = set()
+        for i, spec in enumerate(specs):
+            value = getattr(spec, attr)
+            if value in seen:
+                why = " (one consumer per group in a process)" if attr == "group" else ""
+                raise SpecError(f"{name}[{i}].{attr}: {value!r} is used by another subscription{why}")
+            seen.add(value)
+    return specs

@@ -1,0 +1,117 @@
+"""Deliveries of a subscription to apps that pull over gRPC (Subscribe), answered by Ack.
+
+The PushConsumer's listener puts each message in the hub's queue and waits: a stream takes it, the
+app answers by delivery id. No answer within the subscription's timeout is a failure (sent back, then
+redelivered by the broker); LATER waits and offers it again; a stream that ends without answering hands
+the message to the next stream (no failure counted). With no stream attached, messages wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from app.subscriptions.push import DEFAULT_LATER_S, MAX_LATER_S, DeliveryHook
+from app.subscriptions.spec import SubscriptionSpec
+from rmq.consumer.config import ConsumeStatus
+from rmq.message import MessageExt, MessageQueue
+
+
+class Answer(enum.Enum):
+    OK = "ok"
+    LATER = "later"
+    FAILED = "failed"
+    LOST = "lost"  # the stream ended before answering: offer it again at once
+
+
+@dataclass(eq=False)
+class Delivery:
+    delivery_id: str
+    msg: MessageExt
+    mq: MessageQueue
+    taken: asyncio.Event = field(default_factory=asyncio.Event)
+    answer: asyncio.Future[tuple[Answer, float]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class UnknownDelivery(LookupError):
+    pass
+
+
+class StreamHub:
+    """The listener of one gRPC subscription, and what Subscribe/Ack work on."""
+
+    def __init__(
+        self,
+        spec: SubscriptionSpec,
+        *,
+        on_delivery: DeliveryHook | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.spec = spec
+        self._queue: asyncio.Queue[Delivery] = asyncio.Queue()
+        self._open: dict[str, Delivery] = {}  # taken by a stream, not answered yet
+        self._on_delivery = on_delivery or (lambda _s, _o, _t: None)
+        self._sleep = sleep
+        self._failed = ConsumeStatus.SUSPEND if spec.orderly else ConsumeStatus.RECONSUME_LATER
+        self.streams = 0
+
+    async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+        for msg in msgs:
+            if not await self.deliver(msg, mq):
+                return self._failed
+        return ConsumeStatus.SUCCESS
+
+    async def deliver(self, msg: MessageExt, mq: MessageQueue) -> bool:
+        loop = asyncio.get_running_loop()
+        while True:
+            d = Delivery(uuid.uuid4().hex, msg, mq)
+            await self._queue.put(d)
+            await d.taken.wait()  # no timeout here: with no app attached the message waits
+            started = loop.time()
+            try:
+                answer, later_s = await asyncio.wait_for(asyncio.shield(d.answer), self.spec.timeout_s)
+            except TimeoutError:  # no answer in time: a failure, the broker redelivers it later
+                self._on_delivery(self.spec.name, "error", loop.time() - started)
+                return False
+            finally:
+                self._open.pop(d.delivery_id, None)
+            if answer is not Answer.LOST:
+                self._on_delivery(self.spec.name, answer.value, loop.time() - started)
+            if answer is Answer.OK:
+                return True
+            if answer is Answer.FAILED:
+                return False
+            if answer is Answer.LATER:
+                await self._sleep(later_s)
+
+    async def next(self) -> Delivery:
+        """The next delivery for a stream; the caller must call ``lost`` for it if the stream ends."""
+        while True:
+            d = await self._queue.get()
+            if d.answer.done():
+                continue
+            self._open[d.delivery_id] = d
+            d.taken.set()
+            return d
+
+    def ack(self, delivery_id: str, answer: Answer, retry_after_ms: int = 0) -> None:
+        d = self._open.pop(delivery_id, None)
+        if d is None or d.answer.done():
+            raise UnknownDelivery(delivery_id)
+        later_s = min(retry_after_ms / 1000, MAX_LATER_S) if retry_after_ms > 0 else DEFAULT_LATER_S
+        d.answer.set_result((answer, later_s))
+
+    def lost(self, deliveries: Sequence[Delivery]) -> None:
+        """A stream ended: its unanswered deliveries go to the next stream."""
+        for d in deliveries:
+            self._open.pop(d.delivery_id, None)
+            if not d.answer.done():
+                d.answer.set_result((Answer.LOST, 0.0))
+
+    def owns(self, delivery_id: str) -> bool:
+        return delivery_id in self._open

@@ -1,0 +1,142 @@
+"""HttpPush: the CloudEvents request it makes and how the app's answer becomes a consume status."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+from email.utils import format_datetime
+from urllib.parse import unquote
+
+import httpx
+import pytest
+
+from app.subscriptions.push import DEFAULT_LATER_S, MAX_LATER_S, HttpPush, retry_after_s
+from app.subscriptions.spec import SubscriptionSpec
+from rmq.consumer.config import ConsumeStatus
+from rmq.message import MessageExt, MessageQueue
+from tests.rocketmq.consumer.factory import stored
+
+SPEC = SubscriptionSpec(name="orders", topic="T", group="G", endpoint="http://127.0.0.1:9/in")
+MQ = MessageQueue("T", "broker-a", 3)
+
+
+def message(**props: str) -> MessageExt:
+    msg = stored(41, b"\x00\xffraw body", queue_id=3, tags="TagA", reconsume_times=2)
+    base = {**msg.properties, "KEYS": "k1 k2", **props}
+    return dataclasses.replace(msg, properties=base, born_timestamp_ms=1_700_000_000_123)
+
+
+class Recorded:
+    def __init__(self, statuses: list[httpx.Response | Exception]) -> None:
+        self.statuses = statuses
+        self.requests: list[httpx.Request] = []
+        self.sleeps: list[float] = []
+        self.outcomes: list[str] = []
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        answer = self.statuses.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+
+    def push(self, spec: SubscriptionSpec = SPEC) -> HttpPush:
+        client = httpx.AsyncClient(transport=httpx.MockTransport(self.handler))
+        return HttpPush(
+            spec,
+            client,
+            on_delivery=lambda _s, outcome, _t: self.outcomes.append(outcome),
+            sleep=self.sleep,
+            wall_s=lambda: 1_800_000_000.0,
+        )
+
+
+async def test_binary_content_mode_headers_and_untouched_body() -> None:
+    rec = Recorded([httpx.Response(200)])
+    msg = message(**{"content-type": "application/json", "region": "eu", "Weird-Name": "v é"})
+    assert await rec.push()([msg], MQ) is ConsumeStatus.SUCCESS
+    req = rec.requests[0]
+    assert req.method == "POST" and str(req.url) == SPEC.endpoint
+    assert req.content == b"\x00\xffraw body"
+    h = req.headers
+    assert h["ce-specversion"] == "1.0"
+    assert h["ce-id"] == "U00000041"  # UNIQ_KEY
+    assert h["ce-source"] == "rocketmq://broker-a/T"
+    assert h["ce-type"] == "org.apache.rocketmq.message"
+    assert h["ce-time"] == "2023-11-14T22:13:20.123Z"
+    assert h["content-type"] == "application/json"
+    assert (h["ce-rocketmqtags"], h["ce-rocketmqkeys"]) == ("TagA", "k1 k2")
+    assert (h["ce-rocketmqqueue"], h["ce-rocketmqoffset"], h["ce-rocketmqbroker"]) == ("3", "41", "broker-a")
+    assert h["ce-rocketmqreconsumetimes"] == "2" and h["ce-rocketmqgroup"] == "G"
+    assert h["ce-region"] == "eu"
+    assert json.loads(unquote(h["ce-rocketmqproperties"])) == {"Weird-Name": "v é"}
+    assert rec.outcomes == ["ok"]
+
+
+async def test_no_content_type_property_is_octet_stream() -> None:
+    rec = Recorded([httpx.Response(204)])
+    assert await rec.push()([message()], MQ) is ConsumeStatus.SUCCESS
+    assert rec.requests[0].headers["content-type"] == "application/octet-stream"
+
+
+@pytest.mark.parametrize("status", [400, 404, 409, 500, 502, 301])
+async def test_other_statuses_are_failures(status: int) -> None:
+    rec = Recorded([httpx.Response(status)])
+    assert await rec.push()([message()], MQ) is ConsumeStatus.RECONSUME_LATER
+    assert rec.outcomes == ["failed"] and rec.sleeps == []
+
+
+async def test_orderly_failure_suspends_the_queue() -> None:
+    rec = Recorded([httpx.Response(500)])
+    push = rec.push(dataclasses.replace(SPEC, mode="orderly"))
+    assert await push([message()], MQ) is ConsumeStatus.SUSPEND
+
+
+@pytest.mark.parametrize("error", [httpx.ReadTimeout("slow"), httpx.ConnectError("refused")])
+async def test_timeout_or_no_answer_is_a_failure(error: Exception) -> None:
+    rec = Recorded([error])
+    assert await rec.push()([message()], MQ) is ConsumeStatus.RECONSUME_LATER
+    assert rec.outcomes == ["error"]
+
+
+async def test_the_post_carries_the_subscription_timeout() -> None:
+    seen: list[object] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.extensions["timeout"])
+        return httpx.Response(200)
+
+    spec = dataclasses.replace(SPEC, timeout_s=0.25)
+    push = HttpPush(spec, httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+    await push([message()], MQ)
+    assert seen == [{"connect": 0.25, "read": 0.25, "write": 0.25, "pool": 0.25}]
+
+
+async def test_429_and_503_wait_for_retry_after_and_are_not_failures() -> None:
+    date = format_datetime(datetime.fromtimestamp(1_800_000_000 + 30, UTC), usegmt=True)
+    rec = Recorded(
+        [
+            httpx.Response(429, headers={"Retry-After": "7"}),
+            httpx.Response(503, headers={"Retry-After": date}),
+            httpx.Response(503),
+            httpx.Response(200),
+        ]
+    )
+    assert await rec.push()([message()], MQ) is ConsumeStatus.SUCCESS
+    assert rec.sleeps == [7.0, 30.0, DEFAULT_LATER_S]
+    assert rec.outcomes == ["later", "later", "later", "ok"]
+    # the same event each time: the app can tell a retry by ce-id
+    assert len({r.headers["ce-id"] for r in rec.requests}) == 1
+
+
+def test_retry_after_parsing() -> None:
+    assert retry_after_s("120", 0.0) == 120.0
+    assert retry_after_s("99999999", 0.0) == MAX_LATER_S
+    assert retry_after_s("soon", 0.0) == DEFAULT_LATER_S
+    assert retry_after_s(None, 0.0) == DEFAULT_LATER_S
+    past = format_datetime(datetime.fromtimestamp(100, UTC), usegmt=True)
+    assert retry_after_s(past, 200.0) == 0.0
