@@ -43,6 +43,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=os.environ.get(INSTANCE_ENV),
         help=f"this replica's instance name, e.g. the pod name (env {INSTANCE_ENV})",
     )
+    p.add_argument(
+        "--offset-persist-s",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="commit inner offsets every S seconds (default 5, as Java)",
+    )
     p.add_argument("--help-settings", action="store_true", help="list every setting and exit")
     p.set_defaults(func=run)  # fmt: skip
 
@@ -58,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = config.load(file=args.config)
         validate_topic(args.inner_topic)
+        if args.offset_persist_s <= 0:
+            raise config.ConfigError("--offset-persist-s: must be positive")
         if not args.group.strip():
             raise config.ConfigError("--group: must not be empty")
         try:
@@ -73,7 +82,13 @@ def run(args: argparse.Namespace) -> int:
     from app.dmq.service import DmqOptions, serve
     from app.service import StartupError
 
-    options = DmqOptions(args.inner_topic, args.group, args.http_addr, args.instance)
+    options = DmqOptions(
+        args.inner_topic,
+        args.group,
+        args.http_addr,
+        args.instance,
+        persist_interval_s=args.offset_persist_s,
+    )
     try:
         return serve(settings, options)
     except StartupError as exc:

@@ -49,6 +49,7 @@ class DmqOptions:
     instance_name: str | None = None  # None: pid-based, as Java; set it per replica (the pod name)
     consume_concurrency: int = 20
     consume_batch_size: int = 32  # one synced batch per listener call
+    persist_interval_s: float = 5.0  # how often inner offsets are committed (Java's default)
 
 
 class DmqService:
@@ -107,6 +108,7 @@ class DmqService:
                 instance_name=o.instance_name,
                 consume_concurrency=o.consume_concurrency,
                 consume_batch_size=o.consume_batch_size,
+                persist_interval_s=o.persist_interval_s,
             ),
             ";".join(addresses),
             self.listener,
