@@ -17,6 +17,7 @@ COUNTERS = {
     "rocksidecar_send_attempts_total",
     "rocksidecar_replays_total",
     "rocksidecar_dead_letters_total",
+    "rocksidecar_dmq_inner_messages_total",  # issue 14: Rock-DMQ service
 }
 GAUGES = {
     "rocksidecar_broker_backoff_seconds",
@@ -25,6 +26,7 @@ GAUGES = {
     "rocksidecar_retry_oldest_age_seconds",
     "rocksidecar_dead_letters",
     "rocksidecar_delay_scheduled",
+    "rocksidecar_dmq_owned_queues",  # issue 14: Rock-DMQ service
 }
 METRIC = re.compile(r"\brocksidecar_[a-z_]+\b")
 # What issue 8 asks the dashboard to show, as (metric, what the query must also contain).
@@ -37,6 +39,9 @@ REQUIRED_VIEWS = [
     ("rocksidecar_dead_letters", ""),  # dead letters held
     ("rocksidecar_dead_letters_total", "increase("),  # new dead letters
     ("rocksidecar_delay_lateness_seconds_bucket", "histogram_quantile(0.99"),  # delay lateness
+    ("rocksidecar_delay_lateness_seconds_bucket", "by (le, pod)"),  # issue 14: lateness per dmq replica
+    ("rocksidecar_delay_scheduled", "by (pod)"),  # issue 14: pending per dmq replica
+    ("rocksidecar_dmq_owned_queues", "by (pod)"),  # issue 14: load per dmq replica
 ]
 
 
