@@ -77,7 +77,7 @@ def workload(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 
 def is_dmq(doc: dict[str, Any]) -> bool:
-    return doc["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "dmq"
+    return bool(doc["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "dmq")
 
 
 def pod_spec(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
