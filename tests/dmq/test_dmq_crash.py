@@ -34,16 +34,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def start_dmq(cluster: DevCluster, data_dir: Path, port: int) -> asyncio.subprocess.Process:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "ROCKSIDECAR_NAMESRV": cluster.namesrv_addr,
-           "ROCKSIDECAR_DATA_DIR": str(data_dir), "ROCKSIDECAR_LOG_FORMAT": "text"}  # fmt: skip
+async def start_dmq(
+    namesrv: str,
+    data_dir: Path,
+    port: int,
+    *,
+    inner_topic: str = INNER_TOPIC,
+    group: str = GROUP,
+    persist_s: str = "600",  # by default no commit within a test
+) -> asyncio.subprocess.Process:
+    """`rocksidecar dmq` in a child process, once it has started."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "ROCKSIDECAR_NAMESRV": namesrv,
+        "ROCKSIDECAR_DATA_DIR": str(data_dir),
+        "ROCKSIDECAR_LOG_FORMAT": "text",
+    }
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", "dmq", "--inner-topic", INNER_TOPIC, "--group", GROUP,
-        "--http-addr", f"127.0.0.1:{port}", "--offset-persist-s", "600",  # no commit within the test
+        sys.executable, "-m", "app.cli", "dmq", "--inner-topic", inner_topic, "--group", group,
+        "--http-addr", f"127.0.0.1:{port}", "--offset-persist-s", persist_s,
         cwd=ROOT, env=env, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stderr is not None
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(60):
         while b"dmq started" not in (line := await proc.stderr.readline()):
             assert line, "dmq exited before it started"
     asyncio.get_running_loop().create_task(proc.stderr.read())  # keep draining: never block the child
@@ -75,7 +89,7 @@ async def test_sigkill_between_store_and_commit_publishes_once(cluster: DevClust
     received = Received()
     reader = await real_consumer(cluster, received, "dmq_crash_reader")
     port = free_port()
-    proc = await start_dmq(cluster, tmp_path / "dmq", port)
+    proc = await start_dmq(cluster.namesrv_addr, tmp_path / "dmq", port)
     try:
         now = time.time_ns() // 1_000_000
         early, late = new_uniq_id(), new_uniq_id()
@@ -96,7 +110,7 @@ async def test_sigkill_between_store_and_commit_publishes_once(cluster: DevClust
             committed = await api.query_consumer_offset(addr, GROUP, mq)
             assert committed is None or committed <= result.queue_offset
 
-        proc = await start_dmq(cluster, tmp_path / "dmq", port)
+        proc = await start_dmq(cluster.namesrv_addr, tmp_path / "dmq", port)
         # both inner messages came again (their offsets were never committed) and were recognised
         await until_metric(port, inner_count("duplicate"), lambda v: v >= 2)
         await received.until(lambda got: late in {m.uniq_key for m in got})
