@@ -26,6 +26,8 @@ PUBLIC_PREFIXES = ("/docs/assets/", "/ui")
 
 def needs_token(path: str) -> bool:
     return path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIXES)
+
+
 # Methods whose bodies must be JSON: a browser sends text/plain or a form cross-origin without asking.
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 

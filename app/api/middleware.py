@@ -77,9 +77,7 @@ class EdgeMiddleware:
             raise _Refusal(
                 403, "Forbidden", "cross-origin requests are refused (see allowed_origins)", "Origin", {}
             )
-        if guards.needs_token(scope["path"]) and not self.guards.authorized(
-            headers.get(b"authorization")
-        ):
+        if guards.needs_token(scope["path"]) and not self.guards.authorized(headers.get(b"authorization")):
             raise _Refusal(
                 401,
                 "Unauthorized",
