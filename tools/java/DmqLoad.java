@@ -22,6 +22,7 @@ import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.MessageQueueSelector;
 import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.selector.SelectMessageQueueByHash;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageClientIDSetter;
@@ -53,8 +54,9 @@ public class DmqLoad {
         int count = Integer.parseInt(a[4]);
         long first = Long.parseLong(a[5]), spread = Long.parseLong(a[6]);
         DefaultMQProducer p = producer(namesrv);
-        // The UNIQ_KEY as the sharding key: a cancel sent the same way lands on the same inner queue.
-        MessageQueueSelector byKey = (mqs, msg, key) -> mqs.get(Math.floorMod(key.hashCode(), mqs.size()));
+        // The UNIQ_KEY as the sharding key, with the client's own hash selector (the sidecar's
+        // ByShardingKey is the same): a cancel sent the same way lands on the same inner queue.
+        MessageQueueSelector byKey = new SelectMessageQueueByHash();
         StringBuilder out = new StringBuilder();
         for (int i = 0; i < count; i++) {
             long due = first + spread * i / count;
