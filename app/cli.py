@@ -15,6 +15,7 @@ COMMANDS: dict[str, str] = {
     "devbroker": "devbroker.cli",
     "store": "app.store_cli",
     "spark-publish": "pipeline.cli",
+    "dmq": "app.dmq.cli",
 }
 DESCRIPTION = (
     "A reliable-delivery sidecar for Apache RocketMQ: applications send messages over HTTP or gRPC on "

@@ -226,6 +226,15 @@ SETTINGS: tuple[Setting, ...] = (
         "{name, topic, group, endpoint, expression, mode, concurrency, timeout_s, max_reconsume_times, "
         "consume_from, consume_timestamp_ms} (YAML list in the file; YAML/JSON text in the environment).",
     ),
+    # Rock-DMQ service mode (issue 14)
+    Setting(
+        "delay_mode",
+        _choice("local", "service"),
+        "local",
+        "Where delayed messages wait: 'local' (this sidecar's store) or 'service' (forwarded to the "
+        "Rock-DMQ service through its inner topic).",
+    ),
+    Setting("dmq_inner_topic", _text, "dmq_inner_topic", "Rock-DMQ inner topic (service mode)."),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -268,6 +277,9 @@ class Settings:
     retry_default: RetryPolicy = field(default_factory=RetryPolicy)
     retry_types: Mapping[str, RetryPolicy] = field(default_factory=dict)
     dead_letter_webhook: str = ""
+    # Rock-DMQ service mode (issue 14)
+    delay_mode: str = "local"
+    dmq_inner_topic: str = "dmq_inner_topic"
 
     def retry_policy(self, message_type: str) -> RetryPolicy:
         return self.retry_types.get(message_type, self.retry_default)

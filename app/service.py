@@ -26,6 +26,8 @@ from app.api.http import create_app
 from app.api.servers import GrpcServer, HttpServer, ListenError, split_addr
 from app.api.ui import UiDeps, counters
 from app.config import Settings, is_loopback
+from app.dmq.forward import COLUMN_FAMILIES as FORWARDED_CFS
+from app.dmq.forward import Forwarder
 from app.events import OpsEvents
 from app.history import SAMPLE_EVERY_S, History
 from app.idempotency import IdempotencyStore
@@ -54,7 +56,7 @@ from storage.reserve import MIB, DiskReserve, ReserveFile
 from storage.rocks import RocksKV
 
 log = logging.getLogger("rocksidecar")
-COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES, *delay.COLUMN_FAMILIES)
+COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES, *delay.COLUMN_FAMILIES, *FORWARDED_CFS)
 PURGE_EVERY_S = 3600.0
 ENVELOPE_BYTES = 1024 * 1024  # a message's topic, keys and properties around its body
 # Due messages per redelivery call. send_batch splits a call by queue, so 32 over 8 queues made batches of
@@ -162,13 +164,19 @@ class Service:
         self.idempotency = IdempotencyStore(
             self.kv, self.writer, window_s=s.idempotency_window_s, now_ms=now_ms
         )
+        self.forwarder: Forwarder | None = None
+        if s.delay_mode == "service":  # delayed messages go to the Rock-DMQ service (app.dmq.forward)
+            self.forwarder = Forwarder(
+                self.producer, self.retry, self.kv, self.writer, policy_for=s.retry_policy,
+                now_ms=self.retry.now_ms, inner_topic=s.dmq_inner_topic, fallback=delay_lookup,
+            )  # fmt: skip
         self.sidecar = Sidecar(
             self.producer,
             self.retry,
             policy_for=s.retry_policy,
-            delay=self.delay,
-            lookups=[RetryLookup(self.retry), delay_lookup],
-            canceller=delay_lookup,
+            delay=self.forwarder or self.delay,
+            lookups=[RetryLookup(self.retry), *([self.forwarder] if self.forwarder else []), delay_lookup],
+            canceller=self.forwarder or delay_lookup,
             now_ms=self.retry.now_ms,  # never runs backwards: a clock step cannot make a rung fire early
             on_spooled=self.events.spooled,
         )
@@ -400,6 +408,8 @@ class Service:
             await asyncio.sleep(PURGE_EVERY_S)
             try:
                 await self.idempotency.purge()
+                if self.forwarder is not None:
+                    await self.forwarder.purge()
             except Exception:
                 log.exception("idempotency purge failed")
 

@@ -70,9 +70,14 @@ def one(docs: Iterable[dict[str, Any]], kind: str, name_suffix: str = "") -> dic
 
 
 def workload(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    found = [d for d in docs if d["kind"] in {"StatefulSet", "Deployment"}]
+    # the app's pod with the sidecar; the Rock-DMQ service's StatefulSet (dmq.enabled) is not one
+    found = [d for d in docs if d["kind"] in {"StatefulSet", "Deployment"} and not is_dmq(d)]
     assert len(found) == 1, [d["kind"] for d in found]
     return found[0]
+
+
+def is_dmq(doc: dict[str, Any]) -> bool:
+    return bool(doc["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "dmq")
 
 
 def pod_spec(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:

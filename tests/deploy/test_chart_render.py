@@ -25,6 +25,7 @@ EXPECTED_KINDS = {
     "auth": {"ConfigMap", "StatefulSet", "Secret", "Service"},
     "existing-secret": {"ConfigMap", "StatefulSet"},
     "classic-sidecar": {"ConfigMap", "StatefulSet"},
+    "dmq": {"ConfigMap", "StatefulSet", "Service", "ServiceMonitor", "PodDisruptionBudget"},
 }
 
 

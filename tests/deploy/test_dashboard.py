@@ -22,6 +22,7 @@ COUNTERS = {
     "rocksidecar_replays_total",
     "rocksidecar_dead_letters_total",
     "rocksidecar_subscription_deliveries_total",
+    "rocksidecar_dmq_inner_messages_total",  # issue 14: Rock-DMQ service
 }
 GAUGES = {
     "rocksidecar_broker_backoff_seconds",
@@ -34,6 +35,7 @@ GAUGES = {
     "rocksidecar_consumer_in_flight",
     "rocksidecar_consumer_queues_owned",
     "rocksidecar_consumer_rebalances",
+    "rocksidecar_dmq_owned_queues",  # issue 14: Rock-DMQ service
 }
 METRIC = re.compile(r"\brocksidecar_[a-z_]+\b")
 # What issue 8 asks the dashboard to show, as (metric, what the query must also contain).
@@ -53,6 +55,9 @@ REQUIRED_VIEWS = [
     ("rocksidecar_consumer_queues_owned", ""),
     ("rocksidecar_consumer_in_flight", ""),
     ("rocksidecar_consumer_rebalances", ""),
+    ("rocksidecar_delay_lateness_seconds_bucket", "by (le, pod)"),  # issue 14: lateness per dmq replica
+    ("rocksidecar_delay_scheduled", "by (pod)"),  # issue 14: pending per dmq replica
+    ("rocksidecar_dmq_owned_queues", "by (pod)"),  # issue 14: load per dmq replica
 ]
 
 

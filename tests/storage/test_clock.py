@@ -45,3 +45,28 @@ def test_restore_persisted_high_water() -> None:
     clock.restore(10_000)  # never goes back
     fake.advance(1.0)
     assert clock.now() == 81_000
+
+
+def test_a_slewed_wall_clock_is_followed_never_led() -> None:
+    """The monotonic clock running faster than the wall clock (NTP slewing it) must not make the clock
+    lead the wall clock: due messages would be published early."""
+    fake = FakeWallClock(start_ms=1_000_000)
+    clock = SteadyClock(fake.now_ms, fake.monotonic)
+    wall = float(fake.wall_ms)
+    for _ in range(60_000):  # a minute of 1 ms ticks, the wall clock 0.05 % slower
+        fake.mono_s += 0.001
+        wall += 0.9995
+        fake.wall_ms = int(wall)
+        assert clock.now() <= fake.now_ms()
+    assert clock.now() == fake.now_ms()
+
+
+def test_a_small_step_back_waits_for_the_wall_clock() -> None:
+    fake = FakeWallClock(start_ms=100_000)
+    clock = SteadyClock(fake.now_ms, fake.monotonic)
+    fake.step_wall(-300)
+    assert clock.now() == 100_000  # never back
+    fake.advance(0.2)
+    assert clock.now() == 100_000  # waits (late by at most SLEW_MS), never early
+    fake.advance(0.2)
+    assert clock.now() == 100_100 == fake.now_ms()

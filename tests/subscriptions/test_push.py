@@ -15,7 +15,7 @@ from app.subscriptions.push import DEFAULT_LATER_S, MAX_LATER_S, HttpPush, retry
 from app.subscriptions.spec import SubscriptionSpec
 from rmq.consumer.config import ConsumeStatus
 from rmq.message import MessageExt, MessageQueue
-from tests.rocketmq.consumer.factory import stored
+from tests.rmq.consumer.factory import stored
 
 SPEC = SubscriptionSpec(name="orders", topic="T", group="G", endpoint="http://127.0.0.1:9/in")
 MQ = MessageQueue("T", "broker-a", 3)

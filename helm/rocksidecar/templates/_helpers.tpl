@@ -36,6 +36,12 @@ app.kubernetes.io/name: rocksidecar-example
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* Selector labels of the Rock-DMQ service's pods. */}}
+{{- define "rocksidecar.dmqSelector" -}}
+app.kubernetes.io/name: rocksidecar-dmq
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
 {{/* "true" when /metrics is exposed to Prometheus through the metrics proxy and a Service. */}}
 {{- define "rocksidecar.metricsExposed" -}}
 {{- if or .Values.metrics.enabled .Values.metrics.serviceMonitor.enabled -}}true{{- end -}}

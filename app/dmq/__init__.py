@@ -1,0 +1,1 @@
+"""Rock-DMQ service mode: the inner message format, the inner topic's listener and `rocksidecar dmq`."""

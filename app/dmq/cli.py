@@ -1,0 +1,96 @@
+"""``rocksidecar dmq``: run the Rock-DMQ service (consume the inner topic, publish when due)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from app import config
+
+INNER_TOPIC_ENV = "ROCKSIDECAR_DMQ_INNER_TOPIC"
+GROUP_ENV = "ROCKSIDECAR_DMQ_GROUP"
+HTTP_ADDR_ENV = "ROCKSIDECAR_DMQ_HTTP_ADDR"
+INSTANCE_ENV = "ROCKSIDECAR_DMQ_INSTANCE"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "dmq",
+        help="run the Rock-DMQ service (arbitrary delays for every producer)",
+        description="Consume the inner topic, keep each delayed message in the local delay store (synced "
+        "before its offset is committed) and publish it to its real topic when due.",
+        epilog="Broker, store and retry settings are the sidecar's ROCKSIDECAR_* settings (--help-settings).",
+    )
+    p.add_argument("--config", default=os.environ.get(config.CONFIG_ENV), help="YAML settings file")
+    p.add_argument(
+        "--inner-topic",
+        default=os.environ.get(INNER_TOPIC_ENV, "dmq_inner_topic"),
+        help=f"the inner topic (env {INNER_TOPIC_ENV}; default dmq_inner_topic)",
+    )
+    p.add_argument(
+        "--group",
+        default=os.environ.get(GROUP_ENV, "dmq_service_group"),
+        help=f"consumer group of the replicas (env {GROUP_ENV}; default dmq_service_group)",
+    )
+    p.add_argument(
+        "--http-addr",
+        default=os.environ.get(HTTP_ADDR_ENV, "127.0.0.1:9890"),
+        help=f"/healthz, /readyz, /metrics (env {HTTP_ADDR_ENV}; default 127.0.0.1:9890)",
+    )
+    p.add_argument(
+        "--instance",
+        default=os.environ.get(INSTANCE_ENV),
+        help=f"this replica's instance name, e.g. the pod name (env {INSTANCE_ENV})",
+    )
+    p.add_argument(
+        "--offset-persist-s",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="commit inner offsets every S seconds (default 5, as Java)",
+    )
+    p.add_argument("--help-settings", action="store_true", help="list every setting and exit")
+    p.set_defaults(func=run)  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.help_settings:
+        print(config.describe())
+        return 0
+    from app.api.servers import split_addr
+    from rmq.errors import InvalidMessageError
+    from rmq.message import validate_topic
+
+    try:
+        settings = config.load(file=args.config)
+        validate_topic(args.inner_topic)
+        if args.offset_persist_s <= 0:
+            raise config.ConfigError("--offset-persist-s: must be positive")
+        if not args.group.strip():
+            raise config.ConfigError("--group: must not be empty")
+        try:
+            split_addr(args.http_addr)
+        except ValueError:
+            raise config.ConfigError(f"--http-addr: {args.http_addr!r} is not HOST:PORT") from None
+    except InvalidMessageError as exc:
+        print(f"rocksidecar dmq: configuration error: --inner-topic: {exc}", file=sys.stderr)
+        return 2
+    except (config.ConfigError, ValueError) as exc:
+        print(f"rocksidecar dmq: configuration error: {exc}", file=sys.stderr)
+        return 2
+    from app.dmq.service import DmqOptions, serve
+    from app.service import StartupError
+
+    options = DmqOptions(
+        args.inner_topic,
+        args.group,
+        args.http_addr,
+        args.instance,
+        persist_interval_s=args.offset_persist_s,
+    )
+    try:
+        return serve(settings, options)
+    except StartupError as exc:
+        print(f"rocksidecar dmq: cannot start: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,166 @@
+"""The sidecar's side of Rock-DMQ service mode (``ROCKSIDECAR_DELAY_MODE=service``).
+
+A delayed request is wrapped in the inner format (app.dmq.inner) and sent to the inner topic with its id
+as the sharding key; it is answered 202 SCHEDULED once a broker stored it, or once it is synced to the
+local retry store when no broker takes it (the replay loop then delivers the inner message, so the
+promise holds). The sidecar records what it forwarded (id, topic, due time) in its own column family, so
+status by id answers SCHEDULED until the due time. Cancel sends a cancel message to the same inner queue;
+see the README for what a cancel racing the due time means.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import orjson
+
+from app.delivery_policy import RetrySpool, last_error
+from app.dmq.inner import DEFAULT_INNER_TOPIC, cancel_message, inner_message
+from app.sidecar import Canceller, CancelResult, MessageState, Status
+from delay import DelayedMessage
+from retry.policy import RetryPolicy
+from retry.record import RetryRecord
+from rmq import Message, RocketMQError
+from rmq.msgid import new_uniq_id
+from rmq.producer import Producer
+from storage.group_commit import GroupCommitWriter
+from storage.kv import KV, Delete, Op, Put
+
+log = logging.getLogger(__name__)
+
+FORWARDED_CF = "dmq_forwarded"  # id -> {"topic", "due", "cancelled"}: what this sidecar forwarded
+COLUMN_FAMILIES = (FORWARDED_CF,)
+RETENTION_MS = 24 * 3600 * 1000  # a record is dropped this long after its due time
+PURGE_SCAN = 10_000
+
+
+class Forwarder:
+    """DelaySchedule, StateLookup and Canceller of the sidecar in service mode. ``fallback`` answers
+    cancels of ids this sidecar did not forward (delayed locally before the mode changed)."""
+
+    def __init__(
+        self,
+        producer: Producer,
+        retry: RetrySpool,
+        kv: KV,
+        writer: GroupCommitWriter,
+        *,
+        policy_for: Callable[[str], RetryPolicy],
+        now_ms: Callable[[], int],
+        inner_topic: str = DEFAULT_INNER_TOPIC,
+        fallback: Canceller | None = None,
+    ) -> None:
+        self._producer = producer
+        self._retry = retry
+        self._kv = kv
+        self._writer = writer
+        self._policy_for = policy_for
+        self._now_ms = now_ms
+        self._inner_topic = inner_topic
+        self._fallback = fallback
+
+    # --- DelaySchedule -----------------------------------------------------------------------------
+    async def schedule(self, msg: DelayedMessage) -> None:
+        await self.schedule_many((msg,))
+
+    async def schedule_many(self, msgs: Sequence[DelayedMessage]) -> None:
+        """Stored by a broker, or synced to the retry store, or raises (then nothing is answered 2xx).
+        The forwarded record is written before the answer, so a status asked after it finds it."""
+        wrapped = [self._wrap(m) for m in msgs]
+        results = await self._producer.send_batch(wrapped, [m.id for m in msgs], validated=False)
+        failed = [(w, r) for w, r in zip(wrapped, results, strict=True) if isinstance(r, Exception)]
+        if failed:
+            await self._spool([w for w, _ in failed], failed[0][1])
+        await self._writer.write(
+            [
+                Put(FORWARDED_CF, m.id.encode(), orjson.dumps({"topic": m.topic, "due": m.due_ms}))
+                for m in msgs
+            ]
+        )
+
+    def _wrap(self, m: DelayedMessage) -> Message:
+        real = Message(m.topic, m.body, tags=m.tags, keys=m.keys, properties=dict(m.properties), id=m.id)
+        return inner_message(real, m.due_ms, inner_topic=self._inner_topic, sharding_key=m.sharding_key)
+
+    async def _spool(self, wrapped: list[Message], exc: BaseException) -> None:
+        now = self._now_ms()
+        error = last_error(exc) if isinstance(exc, RocketMQError) else str(exc)
+        records = [
+            RetryRecord(
+                id=w.id or "",
+                topic=w.topic,
+                body=w.body,
+                tags=w.tags,
+                keys=tuple(w.keys),
+                properties=dict(w.properties),
+                sharding_key=w.id,  # the inner queue of its id, as a direct send
+                type=w.topic,
+                created_ms=now,
+                first_failure_ms=now,
+                last_error=error,
+                history=((now, error),),
+            )
+            for w in wrapped
+        ]
+        await self._retry.spool_many(
+            records, now + int(self._policy_for(self._inner_topic).delay_s(0) * 1000)
+        )
+
+    # --- StateLookup -------------------------------------------------------------------------------
+    def _record(self, id: str) -> dict[str, object] | None:
+        raw = self._kv.get(FORWARDED_CF, id.encode())
+        if raw is None:
+            return None
+        rec = orjson.loads(raw)
+        return rec if isinstance(rec, dict) else None
+
+    async def state(self, id: str) -> MessageState | None:
+        """SCHEDULED until its due time, CANCELLED once a cancel was sent, then None: after the due time
+        the service has published it and the sidecar cannot tell more (the real topic has it)."""
+        rec = self._record(id)
+        if rec is None:
+            return None
+        due, topic = int(str(rec["due"])), str(rec["topic"])
+        if "cancelled" in rec:
+            cancelled = int(str(rec["cancelled"]))
+            return MessageState(
+                id, Status.CANCELLED, topic=topic, deliver_at_ms=due, cancelled_at_ms=cancelled
+            )
+        if self._now_ms() < due:
+            return MessageState(id, Status.SCHEDULED, topic=topic, deliver_at_ms=due)
+        return MessageState(id, Status.SENT, topic=topic, deliver_at_ms=due, sent_at_ms=due)
+
+    # --- Canceller ---------------------------------------------------------------------------------
+    async def cancel(self, id: str) -> CancelResult:
+        """CANCELLED once the cancel message is stored by a broker (or spooled); ALREADY_SENT when the due
+        time has passed. A cancel that reaches the service's replica after it published the message does
+        nothing there: the caller was told CANCELLED only if it was sent before the due time."""
+        rec = self._record(id)
+        if rec is None:
+            return await self._fallback.cancel(id) if self._fallback else CancelResult.NOT_FOUND
+        if "cancelled" in rec:
+            return CancelResult.CANCELLED
+        now = self._now_ms()
+        if now >= int(str(rec["due"])):
+            return CancelResult.ALREADY_SENT
+        msg = cancel_message(id, inner_topic=self._inner_topic)
+        msg.id = new_uniq_id()  # its own id: spooled, it must not collide with the message's
+        try:
+            await self._producer.send(msg, sharding_key=id)
+        except RocketMQError as exc:
+            await self._spool([msg], exc)
+        await self._writer.write([Put(FORWARDED_CF, id.encode(), orjson.dumps({**rec, "cancelled": now}))])
+        return CancelResult.CANCELLED
+
+    async def purge(self, limit: int = PURGE_SCAN) -> int:
+        """Drop records RETENTION_MS past their due time (scans up to ``limit`` records)."""
+        horizon = self._now_ms() - RETENTION_MS
+        ops: list[Op] = []
+        for key, raw in self._kv.scan(FORWARDED_CF, limit=limit):
+            rec = orjson.loads(raw)
+            if int(rec["due"]) < horizon:
+                ops.append(Delete(FORWARDED_CF, key))
+        if ops:
+            await self._writer.write(ops)
+        return len(ops)

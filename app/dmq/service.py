@@ -1,0 +1,199 @@
+"""`rocksidecar dmq`: the Rock-DMQ service. It consumes the inner topic into its own delay store and
+publishes due messages through the producer; what fails to publish goes to its retry store and is
+replayed, as in the sidecar (the same StoreDelivery, DelayScheduler and ReplayLoop).
+
+Each replica keeps what it stored: after a rebalance moves an inner queue away, the messages this replica
+already synced (and whose offsets it committed) stay in its store and it publishes them when due. The new
+owner starts at the committed offset, so it never sees them: the inner topic's offset is the hand-over
+point, not the store. Hence each replica needs its own persistent volume; a lost volume loses the
+messages it held that were not yet due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import Counter, Gauge
+
+from app import logs
+from app.api.servers import HttpServer, ListenError
+from app.config import Settings
+from app.dmq.consume import InnerListener
+from app.dmq.http import create_app
+from app.dmq.inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC
+from app.metrics import Metrics, StateCollector
+from app.service import COLUMN_FAMILIES, REPLAY_BATCH, StartupError, producer_config
+from app.store_delivery import StoreDelivery
+from delay import DelayScheduler, DelayStore
+from retry import ReplayLoop, RetryStore
+from rmq import BrokerApi, Credentials, NameServerClient, RemotingClient
+from rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
+from rmq.producer import Producer
+from storage.errors import StorageError, StoreLockedError
+from storage.group_commit import GroupCommitWriter
+from storage.kv import KV
+from storage.rocks import RocksKV
+
+log = logging.getLogger("rocksidecar.dmq")
+
+
+@dataclass(frozen=True)
+class DmqOptions:
+    inner_topic: str = DEFAULT_INNER_TOPIC
+    group: str = DEFAULT_GROUP
+    http_addr: str = "127.0.0.1:9890"
+    instance_name: str | None = None  # None: pid-based, as Java; set it per replica (the pod name)
+    consume_concurrency: int = 20
+    consume_batch_size: int = 32  # one synced batch per listener call
+    persist_interval_s: float = 5.0  # how often inner offsets are committed (Java's default)
+
+
+class DmqService:
+    def __init__(
+        self,
+        settings: Settings,
+        options: DmqOptions,
+        *,
+        namesrv: tuple[str, ...] | None = None,
+        kv: KV | None = None,
+    ) -> None:
+        self.settings = s = settings
+        self.options = o = options
+        self.metrics = Metrics()
+        r = self.metrics.registry
+        self.inner = Counter(
+            "rocksidecar_dmq_inner_messages", "Inner messages consumed, by outcome.", ["outcome"], registry=r
+        )
+        self.owned_queues = Gauge(
+            "rocksidecar_dmq_owned_queues", "Inner queues this replica consumes (its share of the load).",
+            registry=r,
+        )  # fmt: skip
+        credentials = Credentials(s.access_key, s.secret_key) if s.access_key else None
+        self.remoting = RemotingClient(credentials=credentials)
+        addresses = namesrv or s.namesrv
+        self.producer = Producer(
+            NameServerClient(self.remoting, addresses),
+            BrokerApi(self.remoting, producer_group=s.producer_group),
+            producer_config(s),
+            on_attempt=lambda broker, _lat, ok: self.metrics.observe_attempt(broker, ok),
+        )
+        self.kv = kv if kv is not None else open_store(Path(s.data_dir))
+        self.writer = GroupCommitWriter(self.kv)
+        self.retry = RetryStore(self.kv, writer=self.writer)
+        self.delay = DelayStore(self.kv, self.writer)
+        delivery = StoreDelivery(
+            self.producer, self.retry, self.delay, policy_for=s.retry_policy, now_ms=self.retry.now_ms
+        )
+        self.scheduler = DelayScheduler(
+            self.delay, delivery.publish_delayed, on_published=self.metrics.delay_lateness.observe
+        )
+        self.replay = ReplayLoop(
+            self.retry,
+            delivery.redeliver,
+            s.retry_policy,
+            workers=s.replay_workers,
+            deliver_batch=delivery.redeliver_batch,
+            batch_max=REPLAY_BATCH,
+            on_replayed=lambda outcome: self.metrics.replays.labels(outcome).inc(),
+        )
+        self.listener = InnerListener(self.delay, count=lambda outcome, n: self.inner.labels(outcome).inc(n))
+        self.consumer = PushConsumer(
+            ConsumerConfig(
+                group=o.group,
+                consume_from=ConsumeFrom.FIRST_OFFSET,  # a new group must not skip what was sent before
+                instance_name=o.instance_name,
+                consume_concurrency=o.consume_concurrency,
+                consume_batch_size=o.consume_batch_size,
+                persist_interval_s=o.persist_interval_s,
+            ),
+            ";".join(addresses),
+            self.listener,
+        )
+        self.consumer.subscribe(o.inner_topic)
+        self.owned_queues.set_function(lambda: sum(mq.topic == o.inner_topic for mq in self.consumer.queues))
+        self.metrics.add_state(StateCollector(self.producer.fault_table, self._store_stats))
+        self.http = HttpServer(
+            create_app(self.metrics.registry, self.ready), o.http_addr, grace_s=s.shutdown_grace_s
+        )
+
+    def _store_stats(self) -> dict[str, float]:
+        return {
+            "retry_pending": self.retry.stats().pending,
+            "delay_scheduled": self.delay.stats().pending,
+        }
+
+    def ready(self) -> tuple[bool, str]:
+        if not self.delay.healthy:
+            return False, f"store unhealthy: {self.writer.last_error}"
+        if self.scheduler.failure is not None:
+            return False, f"scheduler failed: {self.scheduler.failure}"
+        if not self.consumer.started:
+            return False, "consumer not started"
+        return True, "ok"
+
+    async def start(self) -> None:
+        await self.producer.start()
+        await self.replay.start()
+        await self.scheduler.start()  # overdue messages of this replica's store first
+        try:
+            await self.http.start()
+        except ListenError as exc:
+            raise StartupError(f"{exc} (set ROCKSIDECAR_DMQ_HTTP_ADDR)") from exc
+        await self.consumer.start()
+        log.info(
+            "dmq started: inner topic %s, group %s, http %s:%d",
+            self.options.inner_topic,
+            self.options.group,
+            self.http.host,
+            self.http.port,
+        )
+
+    async def stop(self) -> None:
+        """Consumer first (it persists offsets of what was stored), then the publishing side."""
+        grace = min(self.settings.shutdown_grace_s, 5.0)
+        await self.consumer.close()
+        await self.http.stop()
+        await self.scheduler.close(grace_s=grace)
+        await self.replay.close(grace_s=grace)
+        await self.producer.close()
+        await self.remoting.close()
+        await self.retry.close()
+        await self.delay.close()
+        await self.writer.close()
+        self.kv.close()
+
+
+def open_store(data_dir: Path) -> RocksKV:
+    path = data_dir / "store"
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        return RocksKV.open(path, COLUMN_FAMILIES)
+    except StoreLockedError as exc:
+        raise StartupError(
+            f"the store at {path} is held by another process (one dmq replica per store)"
+        ) from exc
+    except (StorageError, OSError) as exc:
+        raise StartupError(f"cannot open the store at {path}: {exc}") from exc
+
+
+async def run(settings: Settings, options: DmqOptions) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    service = DmqService(settings, options)
+    try:
+        await service.start()
+        await stop.wait()
+    finally:
+        await asyncio.wait_for(service.stop(), settings.shutdown_grace_s + 10.0)
+    return 0
+
+
+def serve(settings: Settings, options: DmqOptions) -> int:
+    logs.configure(settings.log_level, settings.log_format)
+    return asyncio.run(run(settings, options))

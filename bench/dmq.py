@@ -1,0 +1,207 @@
+"""Rock-DMQ service-mode benchmark on real RocketMQ 4.9.4: lateness of `rocksidecar dmq` replicas, against
+the broker's own 1 s delay level measured in the same run. Results: bench/RESULTS.md.
+
+    .venv/bin/python -m bench.dmq [--namesrv 127.0.0.1:9876] [--replicas 3] [--pending 1000000]
+                                  [--rate 2000] [--steady-s 20] [--burst 100000] [--levels 2000]
+
+pending  messages due tomorrow, scheduled into the replicas' stores (DelayStore.schedule_many) before they
+         start, split evenly: the backlog the steady phase runs beside.
+steady   inner messages falling due at `--rate`/s for `--steady-s` s (sent to the inner topic ahead).
+burst    `--burst` inner messages all due in the same second, after the steady phase.
+levels   `--levels` messages with RocketMQ's delay level 1 (1 s), sent by the Java client during the
+         steady phase, consumed by the Java client.
+Lateness is the broker's store timestamp of the published message minus its due time (DELAY_DUE_AT for
+Rock-DMQ; the born time + 1 s for the delay level), in ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.dmq import inner
+from app.service import COLUMN_FAMILIES
+from bench.common import percentile
+from delay import DELAY_DUE_AT, DelayedMessage, DelayStore
+from rmq import BrokerApi, Message, MessageExt, MessageQueue, NameServerClient, RemotingClient
+from rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
+from rmq.msgid import new_uniq_id
+from rmq.producer import Producer, ProducerConfig
+from storage.group_commit import GroupCommitWriter
+from storage.rocks import RocksKV
+from tools.dmq_java import command
+
+ROOT = Path(__file__).resolve().parents[1]
+DIST = Path(os.environ.get("ROCKSIDECAR_ROCKETMQ_DIST", "/tmp/rocketmq-dist"))
+BODY = b"x" * 256
+CHUNK = 10_000
+
+
+async def preload(store_dir: Path, count: int, due_ms: int) -> None:
+    """``count`` messages due at ``due_ms`` in the replica's store, through the store's public API."""
+    kv = RocksKV.open(store_dir / "store", COLUMN_FAMILIES)
+    writer = GroupCommitWriter(kv)
+    store = DelayStore(kv, writer)
+    for start in range(0, count, CHUNK):
+        n = min(CHUNK, count - start)
+        await store.schedule_many(
+            [DelayedMessage(new_uniq_id(), "bench_dmq_never", BODY, due_ms) for _ in range(n)]
+        )
+    await store.close()
+    await writer.close()
+    kv.close()
+
+
+def start_replica(namesrv: str, data_dir: Path, inner_topic: str, group: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ROCKSIDECAR_NAMESRV": namesrv,
+           "ROCKSIDECAR_DATA_DIR": str(data_dir), "ROCKSIDECAR_LOG_LEVEL": "warning"}  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "dmq", "--inner-topic", inner_topic, "--group", group,
+         "--http-addr", "127.0.0.1:0"], cwd=ROOT, env=env,
+    )  # fmt: skip
+
+
+async def send_inner(producer: Producer, inner_topic: str, real_topic: str, dues: list[int]) -> None:
+    msgs = [
+        inner.inner_message(Message(real_topic, BODY, id=new_uniq_id()), due, inner_topic=inner_topic)
+        for due in dues
+    ]
+    for start in range(0, len(msgs), 256):
+        part = msgs[start : start + 256]
+        results = await producer.send_batch(part, [m.id for m in part])
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            raise RuntimeError(f"{len(failed)} inner messages not sent: {failed[0]}")
+
+
+def spawn(cmd: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+
+class Lateness:
+    def __init__(self) -> None:
+        self.by_due: dict[int, list[int]] = {}
+        self.count = 0
+        self.ids: set[str] = set()
+        self.done = asyncio.Event()
+        self.expected = 0
+
+    async def __call__(self, msgs: Sequence[MessageExt], _mq: MessageQueue) -> ConsumeStatus:
+        for m in msgs:
+            due = m.properties.get(DELAY_DUE_AT)
+            if due is not None:
+                self.by_due.setdefault(int(due), []).append(m.store_timestamp_ms - int(due))
+                self.count += 1
+                self.ids.add(m.uniq_key or "")
+        self.done.set()
+        return ConsumeStatus.SUCCESS
+
+
+def summary(name: str, lateness: list[int]) -> str:
+    lateness = sorted(lateness)
+    return (f"{name}: n={len(lateness)} p50={percentile(lateness, 50):.0f} ms "
+            f"p99={percentile(lateness, 99):.0f} ms max={lateness[-1] if lateness else 0} ms")  # fmt: skip
+
+
+async def main(args: argparse.Namespace) -> None:
+    tag = secrets.token_hex(3)
+    inner_topic, real_topic, level_topic = f"bdmq_inner_{tag}", f"bdmq_real_{tag}", f"bdmq_level_{tag}"
+    group = f"bdmq_{tag}"
+    root = Path(tempfile.mkdtemp(prefix="bench-dmq-"))
+    t = time.monotonic()
+    tomorrow = time.time_ns() // 1_000_000 + 86_400_000
+    per = args.pending // args.replicas
+    for i in range(args.replicas):
+        (root / f"r{i}").mkdir()
+        await preload(root / f"r{i}", per, tomorrow)
+    print(f"preloaded {per * args.replicas} pending in {time.monotonic() - t:.1f} s", flush=True)
+
+    client = RemotingClient()
+    producer = Producer(NameServerClient(client, args.namesrv), BrokerApi(client), ProducerConfig())
+    await producer.start()
+    await producer.send(inner.cancel_message("nothing", inner_topic=inner_topic))  # creates the topic
+    await producer.send(Message(real_topic, b"warm"))
+    lateness = Lateness()
+    consumer = PushConsumer(
+        ConsumerConfig(group=f"{group}_reader", consume_from=ConsumeFrom.FIRST_OFFSET, consume_batch_size=32),
+        args.namesrv, lateness,
+    )  # fmt: skip
+    consumer.subscribe(real_topic)
+    await consumer.start()
+    replicas = [start_replica(args.namesrv, root / f"r{i}", inner_topic, group) for i in range(args.replicas)]
+    try:
+        steady_n = args.rate * args.steady_s
+        now = time.time_ns() // 1_000_000
+        steady_start = now + 20_000 + (steady_n + args.burst) // 2  # time to send and store everything ahead
+        steady = [steady_start + i * 1000 // args.rate for i in range(steady_n)]
+        burst_due = steady_start + args.steady_s * 1000 + 2000
+        lateness.expected = steady_n + args.burst
+        t = time.monotonic()
+        await send_inner(producer, inner_topic, real_topic, steady)
+        await send_inner(producer, inner_topic, real_topic, [burst_due] * args.burst)
+        starts_in = (steady_start - time.time_ns() // 1_000_000) / 1000
+        print(f"sent {lateness.expected} inner messages in {time.monotonic() - t:.1f} s; steady phase "
+              f"starts in {starts_in:.1f} s", flush=True)  # fmt: skip
+        level_rows: list[str] = []
+        if args.levels:
+            await asyncio.sleep(max(steady_start - time.time_ns() // 1_000_000, 0) / 1000)
+            java_consumer = spawn(
+                command(DIST, "consume", args.namesrv, level_topic, f"{group}_lvl", str(args.levels), "120")
+            )
+            sent = await asyncio.to_thread(
+                subprocess.run, command(DIST, "levels", args.namesrv, level_topic, str(args.levels), "1"),
+                capture_output=True, check=True,
+            )  # fmt: skip
+            due = {p[1]: int(p[2]) for p in (ln.split() for ln in sent.stdout.decode().splitlines())
+                   if p and p[0] == "sent"}  # fmt: skip
+            out, _ = await asyncio.to_thread(java_consumer.communicate)
+            got = [ln.split() for ln in out.decode().splitlines() if ln.startswith("got ")]
+            level_rows = [summary("RocketMQ 4.9.4 delay level 1 (1 s)",
+                                  [int(g[4]) - due[g[1]] for g in got if g[1] in due])]  # fmt: skip
+        async with asyncio.timeout(burst_due / 1000 - time.time() + 120):
+            while len(lateness.ids) < lateness.expected:
+                lateness.done.clear()
+                await lateness.done.wait()
+        steady_l = [x for d, v in lateness.by_due.items() if d != burst_due for x in v]
+        burst_l = lateness.by_due.get(burst_due, [])
+        print(f"Rock-DMQ, {args.replicas} replicas, {per * args.replicas} pending, RocketMQ 4.9.4 "
+              f"({args.namesrv}):")  # fmt: skip
+        print("  " + summary(f"steady {args.rate}/s for {args.steady_s} s", steady_l))
+        print("  " + summary(f"burst of {args.burst} due in one second (max = all published after)", burst_l))
+        dups = lateness.count - len(lateness.ids)
+        print(f"  duplicates: {dups} (stored by two replicas across a rebalance)")
+        for row in level_rows:
+            print("  " + row)
+    finally:
+        for p in replicas:
+            p.send_signal(signal.SIGTERM)
+        for p in replicas:
+            p.wait()
+        await consumer.close()
+        await producer.close()
+        await client.close()
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--namesrv", default=os.environ.get("ROCKSIDECAR_TEST_NAMESRV", "127.0.0.1:9876"))
+    p.add_argument("--replicas", type=int, default=3)
+    p.add_argument("--pending", type=int, default=1_000_000)
+    p.add_argument("--rate", type=int, default=2000)
+    p.add_argument("--steady-s", type=int, default=20)
+    p.add_argument("--burst", type=int, default=100_000)
+    p.add_argument("--levels", type=int, default=2000)
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))

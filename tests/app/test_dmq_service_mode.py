@@ -1,0 +1,75 @@
+"""ROCKSIDECAR_DELAY_MODE=service end to end on devbroker: the sidecar forwards delayed requests to the
+inner topic (or spools them while no broker takes them), a `dmq` service publishes them when due; status
+and cancel by id keep working."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app.dmq.service import DmqOptions, DmqService
+from delay import DelayState
+from tests.app.conftest import Stack
+from tests.dmq.conftest import dmq_settings
+
+INNER = "dmq_e2e_inner"
+TOPIC = "DmqE2E"
+POLL_S = 0.05
+
+
+async def until(done: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    """Wait for devbroker's or the service's state (both change in other tasks that expose no event)."""
+    async with asyncio.timeout(timeout_s):
+        while not done():  # noqa: ASYNC110 - the state lives in another component with no event
+            await asyncio.sleep(POLL_S)
+
+
+def published(stack: Stack, id_: str) -> int:
+    return sum(m.uniq_key == id_ for m in stack.stored(TOPIC))
+
+
+async def post_delayed(stack: Stack, body: str, delay_ms: int) -> dict[str, Any]:
+    r = await stack.http.post("/v1/messages", json={"topic": TOPIC, "body": body, "delayMs": delay_ms})
+    assert r.status_code == 202, r.text
+    doc: dict[str, Any] = r.json()
+    assert doc["status"] == "SCHEDULED"
+    return doc
+
+
+async def test_service_mode_forwards_schedules_cancels_and_spools(
+    make_stack: Callable[..., Any], tmp_path: Path
+) -> None:
+    async with make_stack(delay_mode="service", dmq_inner_topic=INNER) as stack:
+        kept = await post_delayed(stack, "kept", 1500)
+        gone = await post_delayed(stack, "gone", 1500)
+        assert {m.uniq_key for m in stack.stored(INNER)} == {kept["id"], gone["id"]}  # on the broker
+        assert stack.service.delay.stats().pending == 0  # nothing waits in the sidecar's own store
+        status = (await stack.http.get(f"/v1/messages/{kept['id']}")).json()
+        assert status["status"] == "SCHEDULED" and status["deliverAt"] == kept["deliverAt"]
+        r = await stack.http.delete(f"/v1/messages/{gone['id']}")
+        assert r.status_code == 200 and r.json()["status"] == "CANCELLED"
+        assert (await stack.http.get(f"/v1/messages/{gone['id']}")).json()["status"] == "CANCELLED"
+
+        options = DmqOptions(inner_topic=INNER, group="dmq_e2e_group", http_addr="127.0.0.1:0")
+        dmq = DmqService(dmq_settings(stack.cluster.namesrv_addr, tmp_path / "dmq"), options)
+        await dmq.start()
+        try:
+            await until(lambda: published(stack, kept["id"]) == 1)
+            (out,) = [m for m in stack.stored(TOPIC) if m.uniq_key == kept["id"]]
+            assert out.body == b"kept" and out.store_timestamp_ms >= kept["deliverAt"]
+            cancelled = dmq.delay.get(gone["id"])
+            assert cancelled is not None and cancelled.state is DelayState.CANCELLED
+            assert published(stack, gone["id"]) == 0
+
+            await stack.stop_brokers()  # no broker: the inner message is spooled, still 202 SCHEDULED
+            spooled = await post_delayed(stack, "spooled", 500)
+            assert stack.service.retry.stats().pending == 1
+            await stack.start_brokers()
+            await stack.drain()  # the replay delivered the inner message
+            await until(lambda: published(stack, spooled["id"]) == 1)
+            late = await stack.http.delete(f"/v1/messages/{kept['id']}")
+            assert late.status_code == 409  # its due time has passed
+        finally:
+            await dmq.stop()

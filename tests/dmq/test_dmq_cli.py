@@ -1,0 +1,29 @@
+"""`rocksidecar dmq`: bad configuration is one clear line and exit code 2, before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.cli import main
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        ([], {}, "ROCKSIDECAR_NAMESRV: required"),
+        (["--inner-topic", "bad topic"], {"ROCKSIDECAR_NAMESRV": "127.0.0.1:1"}, "--inner-topic: topic"),
+        (["--group", " "], {"ROCKSIDECAR_NAMESRV": "127.0.0.1:1"}, "--group: must not be empty"),
+        (["--http-addr", "nope"], {"ROCKSIDECAR_NAMESRV": "127.0.0.1:1"}, "--http-addr: 'nope'"),
+    ],
+)
+def test_bad_config_is_one_line(
+    args: list[str], env: dict[str, str], expected: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.delenv("ROCKSIDECAR_NAMESRV", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["dmq", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("rocksidecar dmq: configuration error: ") and expected in err
