@@ -7,7 +7,7 @@ RUNTIME := $(VENV)/.runtime-stamp
 HELM   := $(BIN)/helm
 RUN    := .run
 
-.PHONY: install test lint typecheck run stop bench clean realbroker proto soak chromium
+.PHONY: install test lint typecheck run stop bench clean realbroker proto soak chromium bench-tools compare
 
 # The sidecar's runtime dependencies only: all `make run` needs (no Spark, no helm, no test tools).
 $(RUNTIME): pyproject.toml
@@ -65,6 +65,16 @@ clean:
 # Against a real Apache RocketMQ 4.9.4 (../shared/rocketmq/real-broker.sh start 2).
 realbroker: $(STAMP)
 	ROCKSIDECAR_TEST_NAMESRV=$${ROCKSIDECAR_TEST_NAMESRV:-127.0.0.1:9876} $(BIN)/python -m pytest -q -m realbroker tests/realbroker
+
+# bench/compare.py's C load generators (Debian wrk and h2load from nghttp2-client), installed when missing
+# and we are root.
+bench-tools:
+	@for t in wrk:wrk h2load:nghttp2-client; do command -v $${t%%:*} >/dev/null 2>&1 || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $${t#*:}) >/dev/null; done
+
+# The sidecar against the Java Producer/BatchProducer on the real RocketMQ 4.9.4 (issue 18; QUICK=1: ~2 min).
+compare: $(STAMP) bench-tools
+	$(BIN)/python -m bench.compare --namesrv $${ROCKSIDECAR_TEST_NAMESRV:-127.0.0.1:9876} $(if $(QUICK),--quick)
 
 # The soak suite (tests/soak, ~10 min): SIGKILL/SIGTERM cycles under load with broker outages, checked
 # against what the brokers stored, and disk full on a tmpfs (needs root). With ROCKSIDECAR_TEST_NAMESRV

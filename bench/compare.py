@@ -1,0 +1,301 @@
+"""The sidecar against the Java client, in one run on one real broker (issue 18): RocketMQ's own benchmark
+Producer (sync, 8 threads, 256-byte bodies) and BatchProducer (8 threads x 32) are the anchors; the
+sidecar's HTTP paths are driven by wrk (C, keep-alive, Lua for the POST body) and its gRPC paths by
+h2load (nghttp2's C load generator sending framed protobuf with content-type application/grpc: unary
+Send, and the Publish stream with 100 messages per stream). Each rate is printed with its ratio to its
+anchor, and CPU seconds per 100 000 messages (utime + stime from /proc/PID/stat) of the sidecar process
+against the Java producer process.
+
+    make bench-tools                                     # apt-get install wrk nghttp2-client
+    .venv/bin/python -m bench.compare [--namesrv 127.0.0.1:9876] [--quick]
+
+A fresh topic per run. The broker's answers are counted from the sidecar's own /metrics, so a path that
+spooled instead of sending, or failed, shows up rather than inflating the rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from app.api.proto import rocksidecar_pb2 as pb
+from bench.common import DEFAULT_CTL, Row, environment, free_port, print_rows
+from bench.sidecar_process import sidecar_process
+
+BODY = "x" * 256
+TICKS = os.sysconf("SC_CLK_TCK")
+JAVA_WINDOW_S = 10.0  # the Java benchmarks print one line per 10 s window
+_TPS = re.compile(r"Send TPS: (\d+)")
+_MPS = re.compile(r"Send MPS: (\d+)")
+_WRK_LUA = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local f = assert(io.open(os.getenv("BODY_FILE"), "rb"))
+wrk.body = f:read("*a")
+f:close()
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'RESULT {"requests":%d,"seconds":%f,"non2xx":%d,"socket_errors":%d,"p50_ms":%f,"p99_ms":%f}\\n',
+    summary.requests, summary.duration / 1e6, e.status, e.connect + e.read + e.write + e.timeout,
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000))
+end
+"""
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process (its threads included), from /proc/PID/stat."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may hold spaces
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def _java_pid(launcher: int) -> int:
+    """real-broker.sh runs java as its child: that child's pid (the launcher's own while it starts)."""
+    with contextlib.suppress(OSError):
+        children = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
+        if children:
+            return int(children[0])
+    return launcher
+
+
+@dataclass
+class Measured:
+    rate: float  # messages per second
+    cpu_per_100k: float  # CPU seconds of the process under test per 100 000 messages
+    p50_ms: float = float("nan")
+    p99_ms: float = float("nan")
+    note: str = ""
+
+
+def java_anchor(ctl: Path, cls: str, args: list[str], pattern: re.Pattern[str], windows: int) -> Measured:
+    """Run a Java benchmark class until it has printed ``windows`` lines after the first (warm-up) one;
+    the rate is the mean of those windows, the CPU that of the java process between the lines."""
+    cmd = ["bash", str(ctl), "java", f"org.apache.rocketmq.example.benchmark.{cls}", *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rates: list[float] = []
+    start: tuple[float, float] | None = None
+    end = (0.0, 0.0)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            match = pattern.search(line)
+            if not match:
+                continue
+            pid = _java_pid(proc.pid)
+            now = (time.monotonic(), cpu_seconds(pid))
+            if start is None:
+                start = now  # the first window holds the JVM's start and warm-up
+                continue
+            rates.append(float(match.group(1)))
+            end = now
+            if len(rates) >= windows:
+                break
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if start is None or not rates:
+        raise RuntimeError(f"{cls} printed no rate; is the broker up? ({' '.join(cmd)})")
+    rate = sum(rates) / len(rates)
+    messages = rate * (end[0] - start[0])
+    return Measured(rate, (end[1] - start[1]) * 100_000 / messages)
+
+
+def _outcomes(url: str) -> dict[str, float]:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    found = re.findall(r'rocksidecar_messages_total\{outcome="(\w+)"\} (\S+)', text)
+    return {k: float(v) for k, v in found}
+
+
+@contextlib.contextmanager
+def _measuring(url: str, pid: int) -> Iterator[dict[str, float]]:
+    """CPU and counted messages of the sidecar over the block."""
+    box: dict[str, float] = {}
+    before_out, before_cpu, t0 = _outcomes(url), cpu_seconds(pid), time.monotonic()
+    yield box
+    box["cpu"] = cpu_seconds(pid) - before_cpu
+    box["seconds"] = time.monotonic() - t0
+    after = _outcomes(url)
+    for k in set(after) | set(before_out):
+        box[k] = after.get(k, 0.0) - before_out.get(k, 0.0)
+
+
+def _check_outcomes(box: dict[str, float], expected: float, in_flight: int) -> str:
+    """Say when the sidecar did not send everything it answered (spooled, failed, rejected). Up to
+    ``in_flight`` messages may be answered after the load generator stopped counting."""
+    others = {k: int(v) for k, v in box.items() if k not in ("cpu", "seconds", "sent") and v}
+    if others or not 0 <= box.get("sent", 0.0) - expected <= in_flight:
+        return f"sent {int(box.get('sent', 0))} of {int(expected)}; others {others}"
+    return ""
+
+
+def wrk(url: str, pid: int, path: str, body: bytes, connections: int, seconds: float, per: int) -> Measured:
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "body.json").write_bytes(body)
+        (Path(tmp) / "post.lua").write_text(_WRK_LUA)
+        threads = min(2, connections)
+        cmd = ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{round(seconds)}s"]
+        cmd += ["-s", str(Path(tmp) / "post.lua"), f"{url}{path}"]
+        env = {**os.environ, "BODY_FILE": str(Path(tmp) / "body.json")}
+        with _measuring(url, pid) as box:
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+    match = re.search(r"^RESULT (.*)$", out, re.M)
+    if not match:
+        raise RuntimeError(f"wrk printed no result:\n{out}")
+    r = json.loads(match.group(1))
+    ok = r["requests"] - r["non2xx"]
+    messages = ok * per
+    note = _check_outcomes(box, messages, connections * per)
+    if r["non2xx"] or r["socket_errors"]:
+        note += f" non-2xx {r['non2xx']}, socket errors {r['socket_errors']}"
+    return Measured(
+        messages / r["seconds"], box["cpu"] * 100_000 / max(messages, 1), r["p50_ms"], r["p99_ms"], note
+    )
+
+
+def _frame(message: bytes) -> bytes:
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+def h2load(
+    grpc_addr: str, pid: int, url: str, method: str, body: bytes, clients: int, streams: int, seconds: float
+) -> tuple[float, float, dict[str, float]]:
+    """(requests completed, seconds, the sidecar's counted outcomes) of h2load against one gRPC method."""
+    with tempfile.NamedTemporaryFile(suffix=".bin") as f:
+        f.write(body)
+        f.flush()
+        cmd = ["h2load", "-c", str(clients), "-m", str(streams), "-D", str(int(seconds)), "-d", f.name]
+        cmd += ["-H", "content-type: application/grpc", "-H", "te: trailers"]
+        cmd += [f"http://{grpc_addr}/rocksidecar.v1.Sidecar/{method}"]
+        with _measuring(url, pid) as box:
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    match = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
+    took = re.search(r"finished in ([\d.]+)s", out)
+    if not match or not took:
+        raise RuntimeError(f"h2load printed no result:\n{out}")
+    return float(match.group(2)), float(took.group(1)), box
+
+
+def grpc_paths(grpc_addr: str, pid: int, url: str, topic: str, seconds: float) -> dict[str, Measured]:
+    message = pb.Message(topic=topic, body=BODY)
+    unary = _frame(pb.SendRequest(message=message).SerializeToString())
+    stream = b"".join(
+        _frame(pb.PublishRequest(sequence=i, message=message).SerializeToString()) for i in range(100)
+    )
+    out: dict[str, Measured] = {}
+    for label, method, body, clients, streams in (
+        ("unary", "Send", unary, 8, 4),
+        ("stream", "Publish", stream, 8, 1),
+    ):
+        _, _, box = h2load(grpc_addr, pid, url, method, body, clients, streams, seconds)
+        # Counted by the sidecar: a gRPC error still answers HTTP 200, so h2load's count would lie.
+        sent = box.get("sent", 0.0)
+        note = _check_outcomes(box, sum(v for k, v in box.items() if k not in ("cpu", "seconds")), 0)
+        out[label] = Measured(sent / box["seconds"], box["cpu"] * 100_000 / max(sent, 1), note=note)
+    return out
+
+
+def need_tools() -> None:
+    missing = [t for t in ("wrk", "h2load") if shutil.which(t) is None]
+    if missing:
+        sys.exit(
+            f"bench.compare needs {' and '.join(missing)}: "
+            "run `make bench-tools` (Debian: wrk, nghttp2-client)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--namesrv", default="127.0.0.1:9876", help="the real RocketMQ name server")
+    parser.add_argument(
+        "--ctl",
+        type=Path,
+        default=Path(os.environ.get("ROCKSIDECAR_TEST_BROKER_CTL", DEFAULT_CTL)),
+        help="real-broker.sh, which runs the Java classes (default: $ROCKSIDECAR_TEST_BROKER_CTL)",
+    )
+    parser.add_argument("--seconds", type=float, default=15.0, help="per sidecar path")
+    parser.add_argument("--windows", type=int, default=3, help="10-s windows per Java anchor after warm-up")
+    parser.add_argument("--quick", action="store_true", help="5 s per path, 1 Java window (about 2 minutes)")
+    parser.add_argument("--no-grpc", action="store_true")
+    parser.add_argument(
+        "--sidecar-only", action="store_true", help="skip the Java anchors (while profiling: no ratios)"
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.windows = 5.0, 1
+    need_tools()
+    if not args.sidecar_only and not args.ctl.is_file():
+        sys.exit(f"bench.compare: no {args.ctl}: pass --ctl or set ROCKSIDECAR_TEST_BROKER_CTL")
+    topic = f"RsCmp{int(time.time())}"
+    print(f"bench.compare: topic {topic}; {environment()}", flush=True)
+    common = ["-n", args.namesrv, "-t", topic, "-w", "8", "-s", "256"]
+    if args.sidecar_only:
+        java = java_batch = Measured(float("nan"), float("nan"))
+    else:
+        java = java_anchor(args.ctl, "Producer", common, _TPS, args.windows)
+        java_batch = java_anchor(args.ctl, "BatchProducer", [*common, "-b", "32"], _MPS, args.windows)
+    single = json.dumps({"topic": topic, "body": BODY}).encode()
+    batch = json.dumps({"messages": [{"topic": topic, "body": BODY}] * 100}).encode()
+    grpc_addr = f"127.0.0.1:{free_port()}"
+    with (
+        tempfile.TemporaryDirectory() as data,
+        sidecar_process(args.namesrv, Path(data), GRPC_ADDR=grpc_addr) as (url, proc),
+    ):
+        wrk(url, proc.pid, "/v1/messages", single, 8, 2, 1)  # warm up: routes, connections, queues
+        http32 = wrk(url, proc.pid, "/v1/messages", single, 32, args.seconds, 1)
+        http1 = wrk(url, proc.pid, "/v1/messages", single, 1, args.seconds, 1)
+        http_batch = wrk(url, proc.pid, "/v1/messages:batch", batch, 8, args.seconds, 100)
+        grpc = {} if args.no_grpc else grpc_paths(grpc_addr, proc.pid, url, topic, args.seconds)
+    rows = [
+        Row("Java Producer, sync, 8 threads (anchor)", java.rate, "msg/s", java.rate),
+        Row("POST /v1/messages, 32 connections (wrk)", http32.rate, "msg/s", java.rate),
+        Row(f"  p50 (p99 {http32.p99_ms:.2f} ms)", http32.p50_ms, "ms"),
+        Row("POST /v1/messages, 1 connection (wrk)", http1.rate, "msg/s", java.rate),
+        Row(f"  p50 (p99 {http1.p99_ms:.2f} ms; targets 0.35 / 1 ms)", http1.p50_ms, "ms"),
+    ]
+    rows += [Row(f"gRPC {k} (h2load, 8 connections)", m.rate, "msg/s", java.rate) for k, m in grpc.items()]
+    rows += [
+        Row("Java BatchProducer, 8 threads x 32 (anchor)", java_batch.rate, "msg/s", java_batch.rate),
+        Row("POST /v1/messages:batch of 100, 8 connections", http_batch.rate, "msg/s", java_batch.rate),
+        Row(f"  p50 (p99 {http_batch.p99_ms:.2f} ms)", http_batch.p50_ms, "ms"),
+    ]
+    print_rows("Rates (ratio to the anchor)", rows)
+    cpu = [
+        Row("Java Producer process (anchor)", java.cpu_per_100k, "cpu-s", java.cpu_per_100k),
+        Row("sidecar, POST /v1/messages x32", http32.cpu_per_100k, "cpu-s", java.cpu_per_100k),
+        Row("sidecar, POST /v1/messages x1", http1.cpu_per_100k, "cpu-s", java.cpu_per_100k),
+    ]
+    cpu += [Row(f"sidecar, gRPC {k}", m.cpu_per_100k, "cpu-s", java.cpu_per_100k) for k, m in grpc.items()]
+    cpu += [
+        Row("Java BatchProducer process (anchor)", java_batch.cpu_per_100k, "cpu-s", java_batch.cpu_per_100k),
+        Row("sidecar, batch of 100 x8", http_batch.cpu_per_100k, "cpu-s", java_batch.cpu_per_100k),
+    ]
+    print_rows("CPU seconds per 100 000 messages (ratio to the Java process; lower is better)", cpu)
+    notes = {"http32": http32, "http1": http1, "batch": http_batch, **grpc}
+    for name, m in notes.items():
+        if m.note:
+            print(f"  NOTE {name}: {m.note}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
