@@ -47,6 +47,7 @@ from app.sidecar import Ack, CancelResult, Sidecar, Status
 REPLAYED_HEADER = "Idempotent-Replayed"  # "true" on an answer repeated for an Idempotency-Key
 VALUES_PER_MESSAGE = 256  # on average in a batch: fields, keys and properties, with room to spare
 Readiness = Callable[[], Awaitable[tuple[bool, dict[str, Any]]]]
+Reply = tuple[int, bytes, str, dict[str, str]]  # status, body, media type, headers
 _PROBLEM = {"model": Problem, "content": {problems.PROBLEM_JSON: {}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {**_PROBLEM, "description": "Invalid input; `field` names it."},
@@ -88,14 +89,15 @@ class Api:
     now_ms: Callable[[], int]
 
     def problem(self, exc: BaseException) -> Response:
+        return _response(self.problem_reply(exc))
+
+    def problem_reply(self, exc: BaseException) -> Reply:
         status, body, headers = problems.from_exception(exc)
-        return Response(
-            orjson.dumps(body), status_code=status, media_type=problems.PROBLEM_JSON, headers=headers
-        )
+        return status, orjson.dumps(body), problems.PROBLEM_JSON, headers
 
     async def answer(
-        self, key: str | None, request: Request, ack: Ack, compute: Callable[[], Awaitable[Answer]]
-    ) -> Response:
+        self, key: str | None, path: str, body: bytes, ack: Ack, compute: Callable[[], Awaitable[Answer]]
+    ) -> Reply:
         computed = False
 
         async def first() -> Answer:
@@ -105,20 +107,20 @@ class Api:
 
         try:
             if key is None or self.idempotency is None:
-                status, body = await compute()
+                status, doc = await compute()
                 computed = True
             else:
                 check_key(key)
                 # The same request in other spacing, key order or with ack spelled out is the same request.
-                fp = fingerprint(request.url.path, ack.value, canonical_json(await request.body()))
-                status, body = await self.idempotency.run(key, fp, first)
+                fp = fingerprint(path, ack.value, canonical_json(body))
+                status, doc = await self.idempotency.run(key, fp, first)
         except Exception as exc:
-            return self.problem(exc)
+            return self.problem_reply(exc)
         headers = {"Retry-After": str(problems.RETRY_AFTER_S)} if status == 503 else {}
         if not computed:
             headers[REPLAYED_HEADER] = "true"
         media = problems.PROBLEM_JSON if status >= 400 else "application/json"
-        return Response(orjson.dumps(body), status_code=status, media_type=media, headers=headers)
+        return status, orjson.dumps(doc), media, headers
 
     def count(self, outcome: str, n: int = 1) -> None:
         if n:
@@ -266,16 +268,21 @@ def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
     }
 
 
-def _ack_and_key(request: Request) -> tuple[Ack, str | None]:
-    """The ack parameter and Idempotency-Key header of a hot route. Raises RequestError naming them."""
-    raw_ack = request.query_params.get("ack", Ack.BROKER.value)
+def _ack(raw_ack: str | None) -> Ack:
+    """The ack parameter of a hot route. Raises RequestError naming it."""
+    if raw_ack is None:
+        return Ack.BROKER
     try:
-        ack = Ack(raw_ack)
+        return Ack(raw_ack)
     except ValueError:
         raise RequestError(
             f"ack must be one of {[a.value for a in Ack]}, got {problems.clip(raw_ack)}", field="ack"
         ) from None
-    return ack, request.headers.get("idempotency-key")
+
+
+def _response(reply: Reply) -> Response:
+    status, body, media, headers = reply
+    return Response(body, status_code=status, media_type=media, headers=headers)
 
 
 def _bound_batch(body: bytes, batch_limit: int) -> None:
@@ -313,24 +320,15 @@ def _message_routes(app: FastAPI, api: Api) -> None:
         },
     )
     async def send(request: Request) -> Response:
-        try:
-            msg = parse_message(await request.body())
-            ack, idempotency_key = _ack_and_key(request)
-        except RequestError as exc:
-            api.count("rejected")
-            return api.problem(exc)
-
-        async def compute() -> Answer:
-            try:
-                outcome = await api.sidecar.send(prepare(msg, api.limits, api.now_ms()), ack)
-            except Exception as exc:
-                status, body, _ = problems.from_exception(exc)
-                api.count("rejected" if status < 500 else "failed")
-                return status, body
-            api.count(outcome.status.value.lower())
-            return (200 if outcome.status is Status.SENT else 202), outcome_view(outcome)
-
-        return await api.answer(idempotency_key, request, ack, compute)
+        return _response(
+            await send_one(
+                api,
+                request.url.path,
+                await request.body(),
+                request.query_params.get("ack"),
+                request.headers.get("idempotency-key"),
+            )
+        )
 
     @app.post(
         "/v1/messages:batch",
@@ -346,32 +344,67 @@ def _message_routes(app: FastAPI, api: Api) -> None:
         summary="Send a batch; one result per message, in order",
     )
     async def send_batch(request: Request) -> Response:
+        return _response(
+            await send_many(
+                api,
+                request.url.path,
+                await request.body(),
+                request.query_params.get("ack"),
+                request.headers.get("idempotency-key"),
+            )
+        )
+
+
+async def send_one(api: Api, path: str, body: bytes, raw_ack: str | None, key: str | None) -> Reply:
+    """``POST /v1/messages`` from its parts: the FastAPI route and the edge's fast path both answer
+    through here."""
+    try:
+        msg = parse_message(body)
+        ack = _ack(raw_ack)
+    except RequestError as exc:
+        api.count("rejected")
+        return api.problem_reply(exc)
+
+    async def compute() -> Answer:
         try:
-            body = await request.body()
-            _bound_batch(body, api.batch_limit)
-            batch = parse_batch(body, api.batch_limit)
-            ack, idempotency_key = _ack_and_key(request)
-        except RequestError as exc:
-            api.count("rejected")
-            return api.problem(exc)
+            outcome = await api.sidecar.send(prepare(msg, api.limits, api.now_ms()), ack)
+        except Exception as exc:
+            status, doc, _ = problems.from_exception(exc)
+            api.count("rejected" if status < 500 else "failed")
+            return status, doc
+        api.count(outcome.status.value.lower())
+        return (200 if outcome.status is Status.SENT else 202), outcome_view(outcome)
 
-        async def compute() -> Answer:
-            now = api.now_ms()
-            items: list[Any] = []
-            for i, m in enumerate(batch):
-                if isinstance(m, RequestError):
-                    items.append(m)  # already names messages[i]
-                    continue
-                try:
-                    items.append(prepare(m, api.limits, now))
-                except RequestError as exc:
-                    items.append(exc.within(f"messages[{i}]"))
-            view = batch_view(await api.sidecar.send_batch(items, ack))
-            for outcome in ("sent", "spooled", "scheduled", "rejected", "failed"):
-                api.count(outcome, view[outcome])
-            return 200, view
+    return await api.answer(key, path, body, ack, compute)
 
-        return await api.answer(idempotency_key, request, ack, compute)
+
+async def send_many(api: Api, path: str, body: bytes, raw_ack: str | None, key: str | None) -> Reply:
+    """``POST /v1/messages:batch`` from its parts (see send_one)."""
+    try:
+        _bound_batch(body, api.batch_limit)
+        batch = parse_batch(body, api.batch_limit)
+        ack = _ack(raw_ack)
+    except RequestError as exc:
+        api.count("rejected")
+        return api.problem_reply(exc)
+
+    async def compute() -> Answer:
+        now = api.now_ms()
+        items: list[Any] = []
+        for i, m in enumerate(batch):
+            if isinstance(m, RequestError):
+                items.append(m)  # already names messages[i]
+                continue
+            try:
+                items.append(prepare(m, api.limits, now))
+            except RequestError as exc:
+                items.append(exc.within(f"messages[{i}]"))
+        view = batch_view(await api.sidecar.send_batch(items, ack))
+        for outcome in ("sent", "spooled", "scheduled", "rejected", "failed"):
+            api.count(outcome, view[outcome])
+        return 200, view
+
+    return await api.answer(key, path, body, ack, compute)
 
 
 def _state_routes(app: FastAPI, api: Api) -> None:
