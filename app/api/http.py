@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
+from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -24,7 +25,7 @@ from app.api.access_log import AccessLogMiddleware
 from app.api.admin import AdminOps, admin_routes
 from app.api.docs import offline_docs
 from app.api.guards import Guards
-from app.api.middleware import EdgeMiddleware
+from app.api.middleware import EdgeMiddleware, FastRoute, Scope
 from app.api.parsing import parse_batch, parse_message
 from app.api.schemas import (
     BatchIn,
@@ -142,6 +143,7 @@ def create_app(
     admin: AdminOps | None = None,
     ui: UiDeps | None = None,
     edge: Guards | None = None,
+    fast_path: bool = True,
 ) -> FastAPI:
     app = FastAPI(
         title="rocksidecar",
@@ -152,6 +154,7 @@ def create_app(
         docs_url=None,  # offline_docs serves it without a CDN
     )
     single = limits.max_body_bytes * 4 // 3 + 1024 * 1024  # base64 plus room for the JSON around it
+    api = Api(sidecar, limits, batch_limit, metrics, readiness, idempotency, now_ms)
     app.add_middleware(
         EdgeMiddleware,
         metrics=metrics,
@@ -159,10 +162,10 @@ def create_app(
         limits={"/v1/messages": single, "/v1/messages:batch": max(single, max_request_bytes)},
         default_limit=single,
         routes=app.router.routes,
+        fast=_fast_routes(api) if fast_path else None,
     )
     if access_log:  # added last: outermost, so it also logs what the edge refuses
         app.add_middleware(AccessLogMiddleware)
-    api = Api(sidecar, limits, batch_limit, metrics, readiness, idempotency, now_ms)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
@@ -278,6 +281,25 @@ def _ack(raw_ack: str | None) -> Ack:
         raise RequestError(
             f"ack must be one of {[a.value for a in Ack]}, got {problems.clip(raw_ack)}", field="ack"
         ) from None
+
+
+def _fast_routes(api: Api) -> dict[str, FastRoute]:
+    """The hot routes as the edge answers them itself, past FastAPI's router (issue 18): the same
+    send_one/send_many as the routes below, from the raw query string and headers (decoded as Starlette
+    does: latin-1, the first of repeated headers, the last of repeated query parameters)."""
+
+    def route(handle: Callable[..., Awaitable[Reply]]) -> FastRoute:
+        async def fast(scope: Scope, headers: dict[bytes, bytes], body: bytes) -> Reply:
+            query = scope["query_string"]
+            raw_ack = QueryParams(query).get("ack") if query else None
+            key = headers.get(b"idempotency-key")
+            return await handle(
+                api, scope["path"], body, raw_ack, None if key is None else key.decode("latin-1")
+            )
+
+        return fast
+
+    return {"/v1/messages": route(send_one), "/v1/messages:batch": route(send_many)}
 
 
 def _response(reply: Reply) -> Response:
