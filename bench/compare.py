@@ -221,6 +221,50 @@ def need_tools() -> None:
         )
 
 
+@contextlib.contextmanager
+def profiled(pid: int, out: Path | None, name: str, seconds: float) -> Iterator[None]:
+    """py-spy (sampling, non-blocking) on the sidecar over the block: ``out/name.raw`` (collapsed stacks,
+    for flame graphs) and its summary printed. Nothing when ``out`` is None."""
+    if out is None:
+        yield
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    raw = out / f"{name}.raw"
+    spy = [sys.executable, "-m", "py_spy"] if shutil.which("py-spy") is None else ["py-spy"]
+    cmd = [*spy, "record", "--nonblocking", "-r", "200", "-f", "raw", "-p", str(pid), "-o", str(raw)]
+    proc = subprocess.Popen(
+        [*cmd, "-d", str(round(seconds))], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        yield
+    finally:
+        proc.wait(60)
+    print(f"\nprofile {name} ({raw}):\n{summarise(raw)}")
+
+
+def summarise(raw: Path, top: int = 14) -> str:
+    """Share of samples by function: where time is spent (self) and what it is spent under (inclusive)."""
+    own: dict[str, int] = {}
+    under: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        n = int(count)
+        total += n
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for f in set(frames):
+            under[f] = under.get(f, 0) + n
+    lines = ["  self:"]
+    lines += [
+        f"  {100 * n / total:5.1f}% {f[:110]}" for f, n in sorted(own.items(), key=lambda x: -x[1])[:top]
+    ]
+    lines += ["  inclusive:"]
+    ranked = sorted(under.items(), key=lambda x: -x[1])
+    lines += [f"  {100 * n / total:5.1f}% {f[:110]}" for f, n in ranked[: top + 10]]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -239,6 +283,7 @@ def main() -> None:
     parser.add_argument(
         "--sidecar-only", action="store_true", help="skip the Java anchors (while profiling: no ratios)"
     )
+    parser.add_argument("--profile", type=Path, help="py-spy the sidecar under x32 and batch load into DIR")
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.windows = 5.0, 1
@@ -261,9 +306,11 @@ def main() -> None:
         sidecar_process(args.namesrv, Path(data), GRPC_ADDR=grpc_addr) as (url, proc),
     ):
         wrk(url, proc.pid, "/v1/messages", single, 8, 2, 1)  # warm up: routes, connections, queues
-        http32 = wrk(url, proc.pid, "/v1/messages", single, 32, args.seconds, 1)
+        with profiled(proc.pid, args.profile, "single-x32", args.seconds):
+            http32 = wrk(url, proc.pid, "/v1/messages", single, 32, args.seconds, 1)
         http1 = wrk(url, proc.pid, "/v1/messages", single, 1, args.seconds, 1)
-        http_batch = wrk(url, proc.pid, "/v1/messages:batch", batch, 8, args.seconds, 100)
+        with profiled(proc.pid, args.profile, "batch-x8", args.seconds):
+            http_batch = wrk(url, proc.pid, "/v1/messages:batch", batch, 8, args.seconds, 100)
         grpc = {} if args.no_grpc else grpc_paths(grpc_addr, proc.pid, url, topic, args.seconds)
     rows = [
         Row("Java Producer, sync, 8 threads (anchor)", java.rate, "msg/s", java.rate),
