@@ -230,15 +230,18 @@ def profiled(pid: int, out: Path | None, name: str, seconds: float) -> Iterator[
         return
     out.mkdir(parents=True, exist_ok=True)
     raw = out / f"{name}.raw"
-    spy = [sys.executable, "-m", "py_spy"] if shutil.which("py-spy") is None else ["py-spy"]
-    cmd = [*spy, "record", "--nonblocking", "-r", "200", "-f", "raw", "-p", str(pid), "-o", str(raw)]
+    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"  # the dev extra's
+    cmd = [spy, "record", "--nonblocking", "-r", "200", "-f", "raw", "-p", str(pid), "-o", str(raw)]
     proc = subprocess.Popen(
         [*cmd, "-d", str(round(seconds))], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
         yield
     finally:
-        proc.wait(60)
+        _, err = proc.communicate(timeout=60)
+    if not raw.exists():
+        print(f"\nprofile {name}: py-spy recorded nothing: {err.decode()[-500:]}")
+        return
     print(f"\nprofile {name} ({raw}):\n{summarise(raw)}")
 
 
