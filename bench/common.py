@@ -150,6 +150,17 @@ def devbroker_process(
             proc.kill()
 
 
+def stop_process(proc: subprocess.Popen[Any], grace_s: float) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def wait_for_http(url: str, proc: subprocess.Popen[Any], timeout_s: float) -> bool:
     """True once ``url`` answers 200; False if ``proc`` exits or the time runs out first."""
     deadline = time.monotonic() + timeout_s

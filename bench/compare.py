@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 
 from app.api.proto import rocksidecar_pb2 as pb
-from bench.common import DEFAULT_CTL, Row, environment, free_port, print_rows
+from bench.common import DEFAULT_CTL, Row, environment, free_port, print_rows, stop_process
 from bench.sidecar_process import sidecar_process
 
 BODY = "x" * 256
@@ -105,12 +105,7 @@ def java_anchor(ctl: Path, cls: str, args: list[str], pattern: re.Pattern[str], 
             if len(rates) >= windows:
                 break
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 15)
     if start is None or not rates:
         raise RuntimeError(f"{cls} printed no rate; is the broker up? ({' '.join(cmd)})")
     rate = sum(rates) / len(rates)

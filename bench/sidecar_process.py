@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from bench.common import free_port, wait_for_http
+from bench.common import free_port, stop_process, wait_for_http
 
 START_TIMEOUT_S = 60.0
 
@@ -53,10 +53,4 @@ def sidecar_process(
             raise RuntimeError(f"the sidecar did not become ready:\n{log.read_text()[-3000:]}")
         yield SidecarProcess(url, proc)
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 30)
