@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,7 +33,7 @@ from pathlib import Path
 import httpx
 
 from app.api.proto import rocksidecar_pb2 as pb
-from bench.common import DEFAULT_CTL, Row, environment, free_port, print_rows, stop_process
+from bench.common import DEFAULT_CTL, Row, environment, free_port, print_rows
 from bench.sidecar_process import sidecar_process
 
 BODY = "x" * 256
@@ -72,6 +73,27 @@ def _java_pid(launcher: int) -> int:
     return launcher
 
 
+def stop_group(proc: subprocess.Popen[str]) -> None:
+    """End the launcher and the java it started: SIGTERM to the group, SIGKILL after 15 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while _group_alive(proc) and time.monotonic() < deadline:
+        time.sleep(0.1)  # other processes' exit: nothing here to await
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _group_alive(proc: subprocess.Popen[str]) -> bool:
+    proc.poll()  # reap the launcher: a zombie would count as alive
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 @dataclass
 class Measured:
     rate: float  # messages per second
@@ -85,7 +107,10 @@ def java_anchor(ctl: Path, cls: str, args: list[str], pattern: re.Pattern[str], 
     """Run a Java benchmark class until it has printed ``windows`` lines after the first (warm-up) one;
     the rate is the mean of those windows, the CPU that of the java process between the lines."""
     cmd = ["bash", str(ctl), "java", f"org.apache.rocketmq.example.benchmark.{cls}", *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Its own process group: real-broker.sh runs java as a child, which must end with it.
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     rates: list[float] = []
     start: tuple[float, float] | None = None
     end = (0.0, 0.0)
@@ -105,7 +130,7 @@ def java_anchor(ctl: Path, cls: str, args: list[str], pattern: re.Pattern[str], 
             if len(rates) >= windows:
                 break
     finally:
-        stop_process(proc, 15)
+        stop_group(proc)
     if start is None or not rates:
         raise RuntimeError(f"{cls} printed no rate; is the broker up? ({' '.join(cmd)})")
     rate = sum(rates) / len(rates)
