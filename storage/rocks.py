@@ -10,6 +10,7 @@ import contextlib
 import enum
 import itertools
 import os
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -41,6 +42,7 @@ DELETION_TRIGGER = 5_000
 DELETION_RATIO = 0.5
 # A rarely written column family pins old WAL files until it is flushed; this caps the WAL size.
 MAX_TOTAL_WAL_BYTES = 64 * 1024 * 1024
+COUNT_CHUNK = 65_536  # keys counted between two looks at a count's stop event
 # Memory bounds (bench/RESULTS.md, peak RSS with 1M pending): all column families' memtables
 # together, and one block cache shared by every column family (RocksDB gives each its own 32 MiB).
 DB_WRITE_BUFFER_BYTES = 64 * 1024 * 1024
@@ -323,12 +325,20 @@ class RocksKV:
         with _translate("flush"):
             handle.flush(True)
 
-    def count(self, cf: str) -> int:
+    def count(self, cf: str, *, stop: threading.Event | None = None) -> int:
         handle = self._cf(cf)
         read = ReadOptions()
         read.fill_cache(False)  # type: ignore[call-arg]  # the stub omits the argument; a full scan would evict what the seeks need
         with _translate("count"):
-            return sum(1 for _ in handle.keys(read_opt=read))
+            keys = handle.keys(read_opt=read)
+            if stop is None:
+                return sum(1 for _ in keys)
+            counted = 0
+            while chunk := sum(1 for _ in itertools.islice(keys, COUNT_CHUNK)):
+                counted += chunk
+                if stop.is_set():
+                    raise StorageError(f"count of {cf} stopped")
+            return counted
 
     def approximate_count(self, cf: str) -> int:
         handle = self._cf(cf)
