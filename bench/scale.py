@@ -228,6 +228,23 @@ def disk_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
 
 
+ROWS = (  # printed label, result key, unit
+    ("fill, retry store (spool_many)", "retry_fill", "msg/s"),
+    ("fill, delay store (schedule_many)", "delay_fill", "msg/s"),
+    ("open both stores in-process", "open_s", "s"),
+    ("serve: exec to /healthz 200", "healthz_s", "s"),
+    ("serve: exec to first send answered", "send_s", "s"),
+    ("serve: VmRSS when ready", "rss_ready_mb", "MB"),
+    (f"serve: VmRSS after {SENDS} sends", "rss_after_sends_mb", "MB"),
+    ("serve: peak VmHWM", "rss_peak_mb", "MB"),
+    ("retry seek tick", "retry_tick_us", "us"),
+    ("delay seek tick", "delay_tick_us", "us"),
+    ("spool p99, right after open", "opened_p99_ms", "ms"),
+    ("spool p99, no compaction", "quiet_p99_ms", "ms"),
+    ("spool p99, compaction of every CF running", "busy_p99_ms", "ms"),
+)
+
+
 def line(label: str, anchor: float, big: float, unit: str) -> None:
     ratio = big / anchor if anchor else float("nan")
     print(f"  {label:<44} {anchor:>12.2f} {big:>12.2f} {unit:<6} ratio {ratio:6.2f}")
@@ -253,19 +270,8 @@ async def run(root: Path, n: int, quick: bool) -> None:
     a, b = results["anchor"], results["large"]
     print(f"\n{environment()}; {n:,} retries + {n:,} delays vs {ANCHOR:,} + {ANCHOR:,} (anchor)")
     print(f"  {'':<44} {'anchor':>12} {'large':>12}")
-    line("fill, retry store (spool_many)", a["retry_fill"], b["retry_fill"], "msg/s")
-    line("fill, delay store (schedule_many)", a["delay_fill"], b["delay_fill"], "msg/s")
-    line("open both stores in-process", a["open_s"], b["open_s"], "s")
-    line("serve: exec to /healthz 200", a["healthz_s"], b["healthz_s"], "s")
-    line("serve: exec to first send answered", a["send_s"], b["send_s"], "s")
-    line("serve: VmRSS when ready", a["rss_ready_mb"], b["rss_ready_mb"], "MB")
-    line(f"serve: VmRSS after {SENDS} sends", a["rss_after_sends_mb"], b["rss_after_sends_mb"], "MB")
-    line("serve: peak VmHWM", a["rss_peak_mb"], b["rss_peak_mb"], "MB")
-    line("retry seek tick", a["retry_tick_us"], b["retry_tick_us"], "us")
-    line("delay seek tick", a["delay_tick_us"], b["delay_tick_us"], "us")
-    line("spool p99, right after open", a["opened_p99_ms"], b["opened_p99_ms"], "ms")
-    line("spool p99, no compaction", a["quiet_p99_ms"], b["quiet_p99_ms"], "ms")
-    line("spool p99, compaction of every CF running", a["busy_p99_ms"], b["busy_p99_ms"], "ms")
+    for label, key, unit in ROWS:
+        line(label, a[key], b[key], unit)
     stall = b["busy_p99_ms"] / b["quiet_p99_ms"]
     print(f"  {'compaction stall ratio (busy / quiet p99), large':<44} {stall:>25.2f}")
     spools = int(b["busy_spools"])
