@@ -44,7 +44,7 @@ DELETION_TRIGGER = 5_000
 DELETION_RATIO = 0.5
 # A rarely written column family pins old WAL files until it is flushed; this caps the WAL size.
 MAX_TOTAL_WAL_BYTES = 64 * 1024 * 1024
-COUNT_CHUNK = 2_048  # keys a background count reads (~1 ms) between two pauses
+COUNT_CHUNK = 256  # keys a background count reads (~0.1 ms) between two pauses
 COUNT_PAUSE_S = 0.001
 # Memory bounds (bench/RESULTS.md, peak RSS with 1M pending): all column families' memtables
 # together, and one block cache shared by every column family (RocksDB gives each its own 32 MiB).
