@@ -30,6 +30,7 @@ from delay.status import CancelOutcome, DelayState, DelayStats, DelayStatus, Sen
 from storage.clock import wall_ms
 from storage.due_queue import DueQueue
 from storage.group_commit import GroupCommitWriter
+from storage.key_count import KeyCount
 from storage.keys import clamp_due, parse_due
 from storage.kv import KV, Delete, Op, Put
 
@@ -40,7 +41,7 @@ PURGE_LIMIT = 500  # done markers dropped per purge batch (one synced write)
 class DelayStore:
     """Schedule, cancel and look up delayed messages; the scheduler claims, publishes and records them.
 
-    The pending count is kept in memory from a key count at open.
+    The pending count is kept in memory from a key count at open (storage.key_count).
     """
 
     def __init__(
@@ -57,11 +58,21 @@ class DelayStore:
         # The due-queue engine: due keys, their claims (publishing or cancelling), clock and floor.
         self.queue = DueQueue(kv, writer, DUE_CF, META_CF, "delay store's", now_ms=now_ms, clock=clock)
         self._done = DoneMarkers(kv, writer, int(retention_s * 1000))
-        self.pending_count = kv.count(DUE_CF)
+        # No full key count at open of a large store (seconds with 10 M scheduled): storage.key_count.
+        self._pending = KeyCount(kv, DUE_CF)
+
+    @property
+    def pending_count(self) -> int:
+        return self._pending.value
+
+    def wait_counted(self, timeout_s: float | None = None) -> bool:
+        """Wait for the exact count behind pending_count (tests); whether it is done."""
+        return self._pending.wait(timeout_s)
 
     async def close(self) -> None:
         """Write the seek floor one last time, so a clean restart seeks from the exact floor. The
         writer and the KV belong to the caller."""
+        self._pending.close()
         await self.queue.save()
 
     @property
@@ -98,7 +109,7 @@ class DelayStore:
 
         def written(ok: bool) -> None:
             if ok:
-                self.pending_count += added
+                self._pending.add(added)
 
         await asyncio.shield(self.queue.commit(ops, min(keys), then=written))
 
@@ -142,7 +153,7 @@ class DelayStore:
         def written(ok: bool) -> None:
             self.queue.claims.release(keys)
             if ok:
-                self.pending_count -= len(keys)
+                self._pending.add(-len(keys))
             else:
                 self.queue.notify(min(keys))  # back in play: the scheduler must see them again
 
@@ -170,7 +181,7 @@ class DelayStore:
         def written(ok: bool) -> None:
             if ok:
                 self.queue.claims.release(keys)
-                self.pending_count -= len(keys)
+                self._pending.add(-len(keys))
 
         await asyncio.shield(self.queue.commit(ops, now=at_ms, then=written))
 

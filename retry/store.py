@@ -38,6 +38,7 @@ from retry.status import MessageStatus, State, StoreStats
 from storage.clock import wall_ms
 from storage.due_queue import DueQueue
 from storage.group_commit import GroupCommitWriter
+from storage.key_count import KeyCount
 from storage.keys import clamp_due
 from storage.kv import KV, Delete, Op, Put
 
@@ -50,8 +51,9 @@ DeadLetterHook = Callable[[DeadLetter], Awaitable[None] | None]
 class RetryStore:
     """Spool, reschedule, acknowledge and dead-letter messages; answer where a message stands.
 
-    Counts are kept in memory from a key count at open; they stay exact unless the same message is
-    spooled twice with the same due millisecond (then one key is overwritten and counted twice).
+    Counts are kept in memory from a key count at open (storage.key_count: in the background for
+    large stores); they stay exact unless the same message is spooled twice with the same due
+    millisecond (then one key is overwritten and counted twice).
     """
 
     def __init__(
@@ -74,8 +76,21 @@ class RetryStore:
         )
         self._on_dead_letter = on_dead_letter
         self.dead = DeadLetters(kv, self.redrive)
-        self.pending_count = kv.count(PENDING_CF)
-        self.dead_count = kv.count(DEAD_CF)
+        # No full key count at open of a large store (seconds with 10 M pending): storage.key_count.
+        self._pending = KeyCount(kv, PENDING_CF)
+        self._dead = KeyCount(kv, DEAD_CF)
+
+    @property
+    def pending_count(self) -> int:
+        return self._pending.value
+
+    @property
+    def dead_count(self) -> int:
+        return self._dead.value
+
+    def wait_counted(self, timeout_s: float | None = None) -> bool:
+        """Wait for the exact counts behind pending_count and dead_count (tests); whether they are done."""
+        return self._pending.wait(timeout_s) and self._dead.wait(timeout_s)
 
     @classmethod
     def open(cls, path: str | Path, **kwargs: object) -> RetryStore:
@@ -93,6 +108,8 @@ class RetryStore:
     async def close(self) -> None:
         """Write the floor one last time (a clean restart seeks from the exact floor), then close the
         writer and the KV if this store created them."""
+        self._pending.close()
+        self._dead.close()
         await self.queue.save()
         if self._owns_writer:
             await self.writer.close()
@@ -147,7 +164,7 @@ class RetryStore:
             ops.append(Put(INDEX_CF, index_key(record.id, PENDING, key), b""))
         if keys:
             await self._commit(ops, min(keys), now)
-            self.pending_count += len(keys)
+            self._pending.add(len(keys))
         return keys
 
     async def reschedule(self, old_key: bytes, record: RetryRecord, due_ms: int) -> bytes:
@@ -169,7 +186,7 @@ class RetryStore:
     async def ack_many(self, keys: Sequence[bytes]) -> None:
         """Several delivered messages, deleted in one batch."""
         await self._commit([op for key in keys for op in self._unlink(key)])
-        self.pending_count -= len(keys)
+        self._pending.add(-len(keys))
 
     async def bury(self, key: bytes, record: RetryRecord, reason: str) -> bytes:
         """Move the message under ``key`` to the dead letters, with its history and ``reason``."""
@@ -184,8 +201,8 @@ class RetryStore:
         if id_ is not None:
             ops.append(Put(INDEX_CF, index_key(id_, DEAD, dkey), b""))
         await self._commit(ops, None, now)
-        self.pending_count -= 1
-        self.dead_count += 1
+        self._pending.add(-1)
+        self._dead.add(1)
         await self._notify_dead(decode_dead(dkey, encode_dead(reason, now, raw)))
         return dkey
 
@@ -213,8 +230,8 @@ class RetryStore:
         if old_id is not None:
             ops.append(Delete(INDEX_CF, index_key(old_id, DEAD, dkey)))
         await self._commit(ops, key)
-        self.pending_count += 1
-        self.dead_count -= 1
+        self._pending.add(1)
+        self._dead.add(-1)
         return key
 
     async def purge(self, pending: Sequence[bytes] = (), dead: Sequence[bytes] = ()) -> int:
@@ -230,8 +247,8 @@ class RetryStore:
                 ops.append(Delete(INDEX_CF, index_key(old_id, DEAD, dkey)))
         if ops:
             await self._commit(ops)
-            self.pending_count -= len(pending)
-            self.dead_count -= len(dead)
+            self._pending.add(-len(pending))
+            self._dead.add(-len(dead))
         return len(pending) + len(dead)
 
     def _unlink(self, key: bytes) -> list[Op]:

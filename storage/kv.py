@@ -6,6 +6,7 @@ and one contract suite runs against both.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple, Protocol
 
@@ -69,8 +70,8 @@ class KV(Protocol):
         """Rewrite [begin, end) dropping deleted entries (tombstones)."""
         ...
 
-    def count(self, cf: str) -> int:
-        """Exact number of live keys (a full key scan)."""
+    def count(self, cf: str, *, stop: threading.Event | None = None) -> int:
+        """Exact number of live keys (a full key scan); raises StorageError once ``stop`` is set."""
         ...
 
     def approximate_count(self, cf: str) -> int: ...

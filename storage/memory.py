@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 
 from storage.errors import StorageError
@@ -72,7 +73,9 @@ class MemoryKV:
     def compact(self, cf: str, begin: bytes | None = None, end: bytes | None = None) -> None:
         self._cf(cf)
 
-    def count(self, cf: str) -> int:
+    def count(self, cf: str, *, stop: threading.Event | None = None) -> int:
+        if stop is not None and stop.is_set():
+            raise StorageError("count stopped")
         return len(self._cf(cf)[0])
 
     def approximate_count(self, cf: str) -> int:

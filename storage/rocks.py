@@ -10,6 +10,7 @@ import contextlib
 import enum
 import itertools
 import os
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -18,11 +19,13 @@ from typing import cast
 
 from rocksdict import (
     AccessType,
+    BlockBasedIndexType,
     BlockBasedOptions,
     BottommostLevelCompaction,
     Cache,
     ColumnFamily,
     CompactOptions,
+    DBCompressionType,
     Options,
     Rdict,
     ReadOptions,
@@ -41,10 +44,13 @@ DELETION_TRIGGER = 5_000
 DELETION_RATIO = 0.5
 # A rarely written column family pins old WAL files until it is flushed; this caps the WAL size.
 MAX_TOTAL_WAL_BYTES = 64 * 1024 * 1024
+COUNT_CHUNK = 256  # keys a background count reads (~0.1 ms) between two pauses
+COUNT_PAUSE_S = 0.001
 # Memory bounds (bench/RESULTS.md, peak RSS with 1M pending): all column families' memtables
 # together, and one block cache shared by every column family (RocksDB gives each its own 32 MiB).
 DB_WRITE_BUFFER_BYTES = 64 * 1024 * 1024
 BLOCK_CACHE_BYTES = 32 * 1024 * 1024
+BLOOM_BITS_PER_KEY = 10  # ~1% false positives
 
 
 # A store whose writes failed (RocksDB stays read-only after a failed WAL append, even once space is
@@ -54,6 +60,7 @@ RECOVER_EVERY_S = 1.0
 # SST files per column family above which an open compacts it (see RocksKV.merge_small_files).
 MAX_FILES_PER_CF = 8
 SMALL_CF_BYTES = 8 * 1024 * 1024  # a column family this small is merged whenever it has two files or more
+TARGET_FILE_BYTES = 64 * 1024 * 1024  # SST file size compactions aim at (RocksDB's default, set explicitly)
 
 
 class Access(enum.Enum):
@@ -89,7 +96,24 @@ def _cf_options(cache: Cache) -> Options:
     opts.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, DELETION_RATIO)
     table = BlockBasedOptions()
     table.set_block_cache(cache)
+    # Memory that does not grow with the data (issue 18, bench/scale.py): by default every open SST
+    # keeps its whole index block on the heap, outside the block cache: ~4 bytes of RSS per stored
+    # key-value. Index and filter blocks go into the one bounded cache instead, partitioned so that
+    # only the small top level of each file stays pinned; the partitions a seek or get needs are
+    # cached like data blocks.
+    table.set_index_type(BlockBasedIndexType.two_level_index_search())
+    table.set_partition_filters(True)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_top_level_index_and_filter(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    # A get of an absent key (the delay store's overwrite check, idempotency, index lookups) reads no
+    # data block of the files the filter rules out.
+    table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
     opts.set_block_based_table_factory(table)
+    # LZ4 over Snappy: as cheap, slightly smaller on the JSON metadata and keys (bodies are the
+    # application's bytes, often incompressible).
+    opts.set_compression_type(DBCompressionType.lz4())
+    opts.set_target_file_size_base(TARGET_FILE_BYTES)
     return opts
 
 
@@ -198,10 +222,16 @@ class RocksKV:
         across restarts, each an open file descriptor (issue 11: 47 -> 96 fds over 20 restarts).
         Column families past MAX_FILES_PER_CF files, or small ones (meta, idempotency, done markers)
         with more than one, are compacted into one here: milliseconds for the small ones, ~2.5 s for a
-        column family of 1M pending messages (bench/RESULTS.md), once per MAX_FILES_PER_CF restarts."""
+        column family of 1M pending messages (bench/RESULTS.md), once per MAX_FILES_PER_CF restarts.
+        The bound counts only files beyond those the data needs at TARGET_FILE_BYTES each: a column
+        family of 10 M pending (~50 full-size files after any compaction) would otherwise be rewritten,
+        3 GB, at every open (issue 18)."""
         for cf in self.column_families:
             files = self.sst_files(cf)
-            if files > MAX_FILES_PER_CF or (files > 1 and self._sst_bytes(cf) < SMALL_CF_BYTES):
+            if files <= 1:
+                continue
+            size = self._sst_bytes(cf)
+            if files > MAX_FILES_PER_CF + size // TARGET_FILE_BYTES or size < SMALL_CF_BYTES:
                 self.compact(cf)
 
     def _sst_bytes(self, cf: str) -> int:
@@ -323,12 +353,23 @@ class RocksKV:
         with _translate("flush"):
             handle.flush(True)
 
-    def count(self, cf: str) -> int:
+    def count(self, cf: str, *, stop: threading.Event | None = None) -> int:
         handle = self._cf(cf)
         read = ReadOptions()
         read.fill_cache(False)  # type: ignore[call-arg]  # the stub omits the argument; a full scan would evict what the seeks need
         with _translate("count"):
-            return sum(1 for _ in handle.keys(read_opt=read))
+            keys = handle.keys(read_opt=read)
+            if stop is None:
+                return sum(1 for _ in keys)
+            counted = 0
+            while chunk := sum(1 for _ in itertools.islice(keys, COUNT_CHUNK)):
+                counted += chunk
+                # A count with a stop event runs beside the event loop (storage.key_count): the
+                # iteration holds the GIL, so it pauses between chunks or every spool waits for the
+                # interpreter's 5 ms switch interval (spool p99 140 ms during a 1 M-key count).
+                if stop.wait(COUNT_PAUSE_S):
+                    raise StorageError(f"count of {cf} stopped")
+            return counted
 
     def approximate_count(self, cf: str) -> int:
         handle = self._cf(cf)

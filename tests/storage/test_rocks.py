@@ -108,3 +108,49 @@ def test_files_and_descriptors_do_not_grow_across_restarts(tmp_path: Path) -> No
         assert len(kv.scan("b")) == 20 * 3 * rocks.MAX_FILES_PER_CF  # nothing lost by the merges
     finally:
         kv.close()
+
+
+def test_index_and_filter_blocks_live_in_the_bounded_cache(tmp_path: Path) -> None:
+    """Issue 18: with RocksDB's defaults each open SST keeps its whole index on the heap, so RSS grows
+    with the number of stored messages; every column family must put index and (bloom) filter blocks
+    into the one bounded block cache, partitioned, and compress with LZ4 (what RocksDB wrote to its
+    OPTIONS file is what it runs with)."""
+    kv = RocksKV.open(tmp_path / "db", ("a", "b"))
+    kv.close()
+    options = max((tmp_path / "db").glob("OPTIONS-*")).read_text()
+    tables = [t for t in options.split("[TableOptions/BlockBasedTable ")[1:] if not t.startswith('"default"')]
+    assert len(tables) == 2  # a, b (the unused default column family keeps RocksDB's defaults)
+    for section in tables:
+        assert "cache_index_and_filter_blocks=true" in section
+        assert "index_type=kTwoLevelIndexSearch" in section
+        assert "partition_filters=true" in section
+        assert "bloomfilter" in section.lower()
+    column_families = [c for c in options.split("[CFOptions ")[1:] if not c.startswith('"default"')]
+    assert len(column_families) == 2
+    assert all("\n  compression=kLZ4Compression" in cf for cf in column_families)
+
+
+def test_open_does_not_rewrite_a_large_column_family_at_its_natural_file_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 18: 10 M pending take ~50 files of TARGET_FILE_BYTES after any compaction; counting them
+    against MAX_FILES_PER_CF made every open compact the whole column family (gigabytes). Scaled down:
+    files of 64 KiB, so a few MB of data needs dozens of them."""
+    monkeypatch.setattr(rocks, "TARGET_FILE_BYTES", 64 * 1024)
+    monkeypatch.setattr(rocks, "SMALL_CF_BYTES", 64 * 1024)
+    path = tmp_path / "db"
+    kv = RocksKV.open(path, ["big"])
+    try:
+        for start in range(0, 20_000, 1_000):
+            kv.write(
+                [Put("big", b"%08d" % i, os.urandom(200)) for i in range(start, start + 1_000)], sync=False
+            )
+        kv.compact("big")
+        files = kv.sst_files("big")
+    finally:
+        kv.close()
+    assert files > 2 * rocks.MAX_FILES_PER_CF  # the scaled-down store has many full-size files
+    compacted: list[str] = []
+    monkeypatch.setattr(RocksKV, "compact", lambda self, cf, begin=None, end=None: compacted.append(cf))
+    RocksKV.open(path, ["big"]).close()
+    assert compacted == []
