@@ -22,7 +22,8 @@ from rmq.consumer.allocate import CheckedStrategy, java_queue_string, java_strin
 from rmq.message import MessageQueue
 
 
-def _score(queue_key: str, cid: str) -> int:
+def rendezvous_score(queue_key: str, cid: str) -> int:
+    """How much ``cid`` wants the queue: the higher, the earlier it is offered to it."""
     return int.from_bytes(hashlib.md5(f"{queue_key}|{cid}".encode()).digest()[:8], "big")
 
 
@@ -35,7 +36,7 @@ def bounded_assignment(mq_all: Sequence[MessageQueue], cid_all: Sequence[str]) -
     load = dict.fromkeys(cids, 0)
     pairs = sorted(
         (
-            (_score(java_queue_string(mq), cid), java_string_key(cid), i, cid)
+            (rendezvous_score(java_queue_string(mq), cid), java_string_key(cid), i, cid)
             for i, mq in enumerate(mq_all)
             for cid in cids
         ),
