@@ -101,11 +101,15 @@ class AllocateSticky(CheckedStrategy):
 
     name = "STICKY"
 
-    def __init__(self, holdings: Holdings | None = None) -> None:
+    def __init__(self, holdings: Holdings | None = None, *, timeout_s: float = 2.0) -> None:
+        """``timeout_s``: how long a rebalance waits for each member's holdings."""
+        if timeout_s <= 0:
+            raise ValueError(f"the holdings timeout must be positive, got {timeout_s}")
         self.holdings: Holdings = holdings or {}
+        self.timeout_s = timeout_s
 
     def knowing(self, holdings: Holdings) -> AllocateSticky:
-        return AllocateSticky(holdings)
+        return AllocateSticky(holdings, timeout_s=self.timeout_s)
 
     def share(
         self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]

@@ -1,0 +1,115 @@
+"""Sticky allocation on devbroker: members read each other's queues through the broker
+(GET_CONSUMER_RUNNING_INFO forwarded to the client, as 4.9.4's AdminBrokerProcessor.callConsumer) and a
+departure moves exactly the leaver's queues (issue 13, seed 003: 4 clients, 24 queues)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import pytest
+
+from devbroker import DevCluster
+from rmq.broker import BrokerApi
+from rmq.codes import RequestCode, ResponseCode
+from rmq.consumer.config import ConsumeFrom, ConsumerConfig
+from rmq.consumer.push_consumer import PushConsumer
+from rmq.consumer.running_info import owned_queues
+from rmq.consumer.sticky import AllocateSticky
+from rmq.errors import BrokerSystemError
+from rmq.message import MessageQueue
+from rmq.pool import RemotingClient
+from rmq.protocol.frame import RemotingCommand
+from tests.rmq.consumer.helpers import Recorder, owned, send_to_queues, start
+
+TOPIC = "StickyT"
+
+
+@pytest.fixture
+async def big() -> AsyncIterator[DevCluster]:
+    async with DevCluster(brokers=2, queues=12) as c:  # 24 queues, as seed 003
+        yield c
+
+
+def config(name: str) -> ConsumerConfig:
+    return ConsumerConfig(
+        "G-sticky",
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+        instance_name=name,
+        client_ip="127.0.0.1",
+        allocate=AllocateSticky(),
+    )
+
+
+def owners(members: list[PushConsumer]) -> dict[MessageQueue, list[str]]:
+    out: dict[MessageQueue, list[str]] = {}
+    for m in members:
+        for mq in owned(m, TOPIC):
+            out.setdefault(mq, []).append(m.client_id)
+    return out
+
+
+async def settle_all(members: list[PushConsumer], queue_count: int) -> None:
+    """Rebalance every member in turn until no queue is shared or unowned and loads are balanced (the
+    20 s timer would do the same; the tests drive it)."""
+    for _ in range(6):
+        table = owners(members)
+        loads = Counter(m.client_id for m in members for _ in owned(m, TOPIC))
+        sizes = [loads.get(m.client_id, 0) for m in members]
+        if (
+            len(table) == queue_count
+            and all(len(o) == 1 for o in table.values())
+            and max(sizes) - min(sizes) <= 1
+        ):
+            return
+        for m in members:
+            await m.rebalance()
+    raise AssertionError(f"no convergence: {Counter(len(o) for o in owners(members).values())}")
+
+
+async def test_a_departure_moves_exactly_the_leavers_queues_and_ends_8_8_8(
+    big: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    client = RemotingClient()
+    try:
+        for broker in big.brokers.values():
+            await BrokerApi(client).create_topic(broker.addr, TOPIC, read_queue_nums=12, write_queue_nums=12)
+    finally:
+        await client.close()
+    members = [await start(consumers, big, config(f"s{i}"), Recorder(), topic=TOPIC) for i in range(4)]
+    await settle_all(members, 24)
+    assert sorted(len(owned(m, TOPIC)) for m in members) == [6, 6, 6, 6]
+    before = {mq: ids[0] for mq, ids in owners(members).items()}
+    leaver = sorted(members, key=lambda m: m.client_id)[1]  # seed 003: client 2 leaves
+    rest = [m for m in members if m is not leaver]
+    added = {m.client_id: m.stats[f"queues_added:{TOPIC}"] for m in rest}
+
+    await leaver.close()  # unregisters: the brokers notify the rest, who rebalance
+    for m in rest:  # each has rebalanced at least once since (the notification) ...
+        await m.stats.reach("rebalances_done", m.stats["rebalances_done"] + 1)
+    await settle_all(rest, 24)  # ... and converged without any further move, as the counts show
+
+    after = {mq: ids[0] for mq, ids in owners(rest).items()}
+    assert sorted(Counter(after.values()).values()) == [8, 8, 8]
+    assert sum(1 for mq in after if after[mq] != before[mq]) == 6
+    created = sum(m.stats[f"queues_added:{TOPIC}"] - added[m.client_id] for m in rest)
+    assert created == 6  # process queues built: only the leaver's six, nothing rebuilt elsewhere
+
+
+async def test_the_broker_forwards_running_info_to_the_client(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    await send_to_queues(cluster, TOPIC, 1)
+    a = await start(consumers, cluster, config("a"), Recorder(), topic=TOPIC)
+    b = await start(consumers, cluster, config("b"), Recorder(), topic=TOPIC)
+    await settle_all([a, b], 8)
+    addr = cluster.brokers["broker-a"].addr
+    body = await a.api.get_consumer_running_info(addr, "G-sticky", b.client_id)
+    assert owned_queues(body, TOPIC) == owned(b, TOPIC)
+    assert b'"allocateMessageQueueStrategy":"STICKY"' in body
+    with pytest.raises(BrokerSystemError, match="not online"):
+        await a.api.get_consumer_running_info(addr, "G-sticky", "10.9.9.9@nobody")
+    # The client refuses a group it is not in, as Java's ClientRemotingProcessor does.
+    cmd = RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "other", "clientId": "x"})
+    resp = await b.on_broker_request(None, cmd)  # type: ignore[arg-type]
+    assert resp is not None and resp.code == ResponseCode.SYSTEM_ERROR and "not exist" in (resp.remark or "")
