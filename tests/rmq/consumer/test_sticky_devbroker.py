@@ -17,10 +17,10 @@ from rmq.consumer.push_consumer import PushConsumer
 from rmq.consumer.running_info import owned_queues
 from rmq.consumer.sticky import AllocateSticky
 from rmq.errors import BrokerSystemError
-from rmq.message import MessageQueue
 from rmq.pool import RemotingClient
 from rmq.protocol.frame import RemotingCommand
 from tests.rmq.consumer.helpers import Recorder, owned, send_to_queues, start
+from tests.rmq.consumer.sticky_helpers import owners, settle_all
 
 TOPIC = "StickyT"
 
@@ -41,32 +41,6 @@ def config(name: str) -> ConsumerConfig:
     )
 
 
-def owners(members: list[PushConsumer]) -> dict[MessageQueue, list[str]]:
-    out: dict[MessageQueue, list[str]] = {}
-    for m in members:
-        for mq in owned(m, TOPIC):
-            out.setdefault(mq, []).append(m.client_id)
-    return out
-
-
-async def settle_all(members: list[PushConsumer], queue_count: int) -> None:
-    """Rebalance every member in turn until no queue is shared or unowned and loads are balanced (the
-    20 s timer would do the same; the tests drive it)."""
-    for _ in range(6):
-        table = owners(members)
-        loads = Counter(m.client_id for m in members for _ in owned(m, TOPIC))
-        sizes = [loads.get(m.client_id, 0) for m in members]
-        if (
-            len(table) == queue_count
-            and all(len(o) == 1 for o in table.values())
-            and max(sizes) - min(sizes) <= 1
-        ):
-            return
-        for m in members:
-            await m.rebalance()
-    raise AssertionError(f"no convergence: {Counter(len(o) for o in owners(members).values())}")
-
-
 async def test_a_departure_moves_exactly_the_leavers_queues_and_ends_8_8_8(
     big: DevCluster, consumers: list[PushConsumer]
 ) -> None:
@@ -77,9 +51,9 @@ async def test_a_departure_moves_exactly_the_leavers_queues_and_ends_8_8_8(
     finally:
         await client.close()
     members = [await start(consumers, big, config(f"s{i}"), Recorder(), topic=TOPIC) for i in range(4)]
-    await settle_all(members, 24)
+    await settle_all(members, TOPIC, 24)
     assert sorted(len(owned(m, TOPIC)) for m in members) == [6, 6, 6, 6]
-    before = {mq: ids[0] for mq, ids in owners(members).items()}
+    before = {mq: ids[0] for mq, ids in owners(members, TOPIC).items()}
     leaver = sorted(members, key=lambda m: m.client_id)[1]  # seed 003: client 2 leaves
     rest = [m for m in members if m is not leaver]
     added = {m.client_id: m.stats[f"queues_added:{TOPIC}"] for m in rest}
@@ -87,9 +61,9 @@ async def test_a_departure_moves_exactly_the_leavers_queues_and_ends_8_8_8(
     await leaver.close()  # unregisters: the brokers notify the rest, who rebalance
     for m in rest:  # each has rebalanced at least once since (the notification) ...
         await m.stats.reach("rebalances_done", m.stats["rebalances_done"] + 1)
-    await settle_all(rest, 24)  # ... and converged without any further move, as the counts show
+    await settle_all(rest, TOPIC, 24)  # ... and converged without any further move, as the counts show
 
-    after = {mq: ids[0] for mq, ids in owners(rest).items()}
+    after = {mq: ids[0] for mq, ids in owners(rest, TOPIC).items()}
     assert sorted(Counter(after.values()).values()) == [8, 8, 8]
     assert sum(1 for mq in after if after[mq] != before[mq]) == 6
     created = sum(m.stats[f"queues_added:{TOPIC}"] - added[m.client_id] for m in rest)
@@ -102,7 +76,7 @@ async def test_the_broker_forwards_running_info_to_the_client(
     await send_to_queues(cluster, TOPIC, 1)
     a = await start(consumers, cluster, config("a"), Recorder(), topic=TOPIC)
     b = await start(consumers, cluster, config("b"), Recorder(), topic=TOPIC)
-    await settle_all([a, b], 8)
+    await settle_all([a, b], TOPIC, 8)
     addr = cluster.brokers["broker-a"].addr
     body = await a.api.get_consumer_running_info(addr, "G-sticky", b.client_id)
     assert owned_queues(body, TOPIC) == owned(b, TOPIC)
