@@ -8,27 +8,18 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from rmq import BrokerApi, NameServerClient, RemotingClient
 from rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
 from rmq.consumer.sticky import AllocateSticky
 from tests.realbroker.conftest import create_topic_everywhere, unique_topic
+from tests.rmq.consumer import conftest as consumer_fixtures
 from tests.rmq.consumer.helpers import Recorder, owned
 from tests.rmq.consumer.sticky_helpers import owners, settle_all
 
 WAIT_S = 60.0
-
-
-@pytest.fixture
-async def consumers() -> AsyncIterator[list[PushConsumer]]:
-    made: list[PushConsumer] = []
-    yield made
-    for c in made:
-        await c.close()
+consumers = consumer_fixtures.consumers  # the fixture: members are closed after each test
 
 
 async def _group(
