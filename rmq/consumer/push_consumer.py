@@ -388,7 +388,7 @@ class PushConsumer:
                 mine,
                 strategy.timeout_s,
             )
-            strategy = strategy.knowing(held)
+            strategy = strategy.knowing(held or {})  # unknown: the stateless BoundedHash result
         return allocate_queues(self.config, self.client_id, mq_all, cids, strategy)
 
     @staticmethod

@@ -73,15 +73,15 @@ class _Api:
         return self.answers[client_id]
 
 
-async def test_holdings_ask_every_other_member_and_a_silent_one_holds_nothing() -> None:
+async def test_holdings_ask_every_other_member_and_are_unknown_when_one_is_silent() -> None:
     mine = {MessageQueue("T", "broker-a", 5), MessageQueue("U", "broker-a", 0)}
     api = _Api({"java": JAVA_BODY, "garbled": b"{"})
-    held = await read_holdings(api, "b:1", "g", "T", ["me", "java", "silent", "garbled"], "me", mine, 2.0)  # type: ignore[arg-type]
+    held = await read_holdings(api, "b:1", "g", "T", ["me", "java", "java"], "me", mine, 2.0)  # type: ignore[arg-type]
     assert held == {
         "me": {MessageQueue("T", "broker-a", 5)},
         "java": {MessageQueue("T", "broker-a", 0), MessageQueue("T", "broker-b", 3)},
-        "silent": set(),
-        "garbled": set(),
     }
-    assert sorted(a[2] for a in api.asked) == ["garbled", "java", "silent"]
+    for silent in ("silent", "garbled"):
+        assert await read_holdings(api, "b:1", "g", "T", ["me", "java", silent], "me", mine, 2.0) is None  # type: ignore[arg-type]
+    assert [a[2] for a in api.asked] == ["java", "java", "silent", "java", "garbled"]
     assert all(a[0] == "b:1" and a[1] == "g" and a[3] == 2.0 for a in api.asked)

@@ -12,6 +12,7 @@ import pytest
 from devbroker import DevCluster
 from rmq.broker import BrokerApi
 from rmq.codes import RequestCode, ResponseCode
+from rmq.consumer.bounded_hash import bounded_assignment
 from rmq.consumer.config import ConsumeFrom, ConsumerConfig
 from rmq.consumer.push_consumer import PushConsumer
 from rmq.consumer.running_info import owned_queues
@@ -68,6 +69,27 @@ async def test_a_departure_moves_exactly_the_leavers_queues_and_ends_8_8_8(
     assert sum(1 for mq in after if after[mq] != before[mq]) == 6
     created = sum(m.stats[f"queues_added:{TOPIC}"] - added[m.client_id] for m in rest)
     assert created == 6  # process queues built: only the leaver's six, nothing rebuilt elsewhere
+
+
+async def test_without_holdings_the_group_still_settles_on_the_stateless_assignment(
+    big: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    # A broker that does not forward 307: every read fails, so members fall back to BoundedHash (had
+    # they counted the silent members as owning nothing, each would keep its own queues and take the
+    # "orphans" too, and the overlap would never end).
+    for broker in big.brokers.values():
+        del broker._handlers[RequestCode.GET_CONSUMER_RUNNING_INFO]
+    client = RemotingClient()
+    try:
+        for broker in big.brokers.values():
+            await BrokerApi(client).create_topic(broker.addr, TOPIC, read_queue_nums=12, write_queue_nums=12)
+    finally:
+        await client.close()
+    members = [await start(consumers, big, config(f"s{i}"), Recorder(), topic=TOPIC) for i in range(4)]
+    await settle_all(members, TOPIC, 24)
+    ids = sorted(m.client_id for m in members)
+    expected = bounded_assignment(sorted(owners(members, TOPIC)), ids)
+    assert {mq: o[0] for mq, o in owners(members, TOPIC).items()} == expected
 
 
 async def test_the_broker_forwards_running_info_to_the_client(
