@@ -11,6 +11,7 @@ every subset of S that still contains it, down to pairs; so the owner must beat 
 the pairwise contests, which makes each queue's preference a fixed ranking, i.e. plain rendezvous hashing,
 whose loads are random rather than balanced. Balance costs some extra moves; the bench measures how many
 (bench/allocation.py). Every member must run this strategy: mixed with Java clients the shares overlap.
+rmq/consumer/sticky.py adds the shared state (what each member holds) and reaches both.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ So a member that leaves a balanced group moves exactly its own queues, a member 
 its quota, the result is always balanced, and with no holdings at all it is BoundedHash's assignment. A
 balanced assignment without overlap or gap is a fixed point: members computing at different moments from
 snapshots that already show it compute it again; tests/rmq/consumer/test_sticky.py checks that
-interleaved rebalances on stale snapshots reach it. Every member must run this strategy.
+interleaved rebalances on stale snapshots reach it. When some member's holdings cannot be read, a
+rebalance computes from none, i.e. BoundedHash (rmq/consumer/holdings.py says why). Every member must
+run this strategy.
 """
 
 from __future__ import annotations
