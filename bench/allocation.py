@@ -1,6 +1,7 @@
 """How many queues change owner when a consumer group changes, per allocation strategy.
 
     .venv/bin/python -m bench.allocation            # a few seconds; deterministic (seeded ids)
+    .venv/bin/python -m bench.allocation --quick    # 30 groups per scenario
 
 Each moved queue means a process queue rebuilt and, for the messages in flight, a redelivery (seed 003).
 Scenarios: seed 003's (4 clients, 24 queues, the second client in sorted order leaves), a fifth client
@@ -25,6 +26,7 @@ from rmq.consumer.allocate import (
     sort_for_allocation,
 )
 from rmq.consumer.bounded_hash import BoundedHash, moved
+from rmq.consumer.sticky import sticky_assignment
 from rmq.message import MessageQueue
 
 STRATEGIES: dict[str, AllocateStrategy] = {
@@ -40,6 +42,18 @@ def owners(
 ) -> dict[MessageQueue, str]:
     mq_sorted, cid_sorted = sort_for_allocation(mqs, cids)
     return {mq: cid for cid in cid_sorted for mq in strategy.allocate("g", cid, mq_sorted, cid_sorted)}
+
+
+def sticky_owners(
+    mqs: Sequence[MessageQueue], before: Sequence[str], after: Sequence[str]
+) -> tuple[dict[MessageQueue, str], dict[MessageQueue, str]]:
+    """Sticky (ours, stateful): the group settled before the change, then every member computes from
+    what the members hold then (as read through the broker)."""
+    a = sticky_assignment(mqs, before, {})
+    held: dict[str, set[MessageQueue]] = {}
+    for mq, cid in a.items():
+        held.setdefault(cid, set()).add(mq)
+    return a, sticky_assignment(mqs, after, held)
 
 
 def _client_id(rng: random.Random) -> str:
@@ -64,13 +78,17 @@ def run(trials: int, seed: int) -> None:
         mqs = [MessageQueue("TopicTest", f"broker-{'ab'[i % 2]}", i // 2) for i in range(m)]
         groups = []
         for _ in range(trials):
-            cids = sorted({_client_id(rng) for _ in range(n + 1)})
+            ids: set[str] = set()
+            while len(ids) < n + 1:  # distinct, so the group really has n members before the change
+                ids.add(_client_id(rng))
+            cids = sorted(ids)
             if change == "leave":  # the second client in sorted order leaves, as in seed 003
                 before = cids[:n]
                 after = [c for c in before if c != before[1]]
             else:  # a client joins somewhere in the sorted order
                 after = cids
-                before = [c for c in cids if c != cids[rng.randrange(n + 1)]]
+                joiner = cids[rng.randrange(n + 1)]  # drawn once (not once per client, as before)
+                before = [c for c in cids if c != joiner]
             groups.append((before, after))
         must = m // n if change == "leave" else m // (n + 1)
         print(f"\n{title}: at least {must} queues must move")
@@ -82,14 +100,23 @@ def run(trials: int, seed: int) -> None:
                 moves.append(moved(a, b))
                 ok += balanced(b, after)
             print(f"| {name} | {statistics.mean(moves):.2f} | {max(moves)} | {ok / len(groups):.0%} |")
+        moves, ok = [], 0
+        for before, after in groups:
+            a, b = sticky_owners(mqs, before, after)
+            moves.append(moved(a, b))
+            ok += balanced(b, after)
+        mean = statistics.mean(moves)
+        print(f"| sticky (ours, holdings) | {mean:.2f} | {max(moves)} | {ok / len(groups):.0%} |")
+        print(f"sticky moves {mean / must:.2f}x the least possible")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=300)
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--quick", action="store_true", help="30 groups per scenario")
     args = parser.parse_args()
-    run(args.trials, args.seed)
+    run(30 if args.quick else args.trials, args.seed)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from devbroker.admin_requests import AdminProcessor
+from devbroker.call_consumer import ConsumerCaller
 from devbroker.client_manage import ClientManageProcessor
 from devbroker.clients import ClientRegistry
 from devbroker.commitlog import DEFAULT_SEGMENT_BYTES, CommitLog
@@ -107,6 +108,7 @@ class DevBroker:
             RequestCode.CONSUMER_SEND_MSG_BACK: back.send_back,
             RequestCode.LOCK_BATCH_MQ: locks.lock,
             RequestCode.UNLOCK_BATCH_MQ: locks.unlock,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: ConsumerCaller(self.clients).call,
         }
 
     @property

@@ -118,6 +118,11 @@ class ClientRegistry:
         g = self._consumers.get(group)
         return list(dict.fromkeys(m.client_id for m in g.members.values())) if g else []
 
+    def consumer_connection(self, group: str, client_id: str) -> Connection | None:
+        """The connection a member of ``group`` registered on (ConsumerManager.findChannel)."""
+        g = self._consumers.get(group)
+        return next((c for c, m in g.members.items() if m.client_id == client_id), None) if g else None
+
     def producer_ids(self, group: str) -> list[str]:
         g = self._producers.get(group)
         return list(dict.fromkeys(m.client_id for m in g.members.values())) if g else []

@@ -365,6 +365,18 @@ class BrokerApi:
         _check(resp, addr)
         return list(orjson.loads(resp.body).get("consumerIdList") or []) if resp.body else []
 
+    async def get_consumer_running_info(
+        self, addr: str, group: str, client_id: str, timeout_s: float = 3.0
+    ) -> bytes:
+        """GET_CONSUMER_RUNNING_INFO through the broker, which asks the client over its connection
+        (as ``mqadmin consumerStatus``); the client's ConsumerRunningInfo JSON."""
+        header = {"consumerGroup": group, "clientId": client_id, "jstackEnable": "false"}
+        resp = await self._invoker.invoke(
+            addr, RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, header), timeout_s
+        )
+        _check(resp, addr)
+        return resp.body
+
     async def create_topic(
         self,
         addr: str,

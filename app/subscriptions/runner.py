@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -15,8 +15,16 @@ from app.subscriptions.spec import SubscriptionSpec
 from app.subscriptions.stream import StreamHub
 from rmq import ClientInstance
 from rmq.consumer import ConsumeFrom, ConsumerConfig, MessageListener, PushConsumer
+from rmq.consumer.allocate import AllocateStrategy, Averagely
+from rmq.consumer.bounded_hash import BoundedHash
 from rmq.consumer.offset_store import ReadType
+from rmq.consumer.sticky import AllocateSticky
 
+_ALLOCATIONS: dict[str, Callable[[], AllocateStrategy]] = {
+    "averagely": Averagely,
+    "bounded_hash": BoundedHash,
+    "sticky": AllocateSticky,
+}
 _CONSUME_FROM = {
     "last": ConsumeFrom.LAST_OFFSET,
     "first": ConsumeFrom.FIRST_OFFSET,
@@ -58,6 +66,7 @@ def consumer_config(spec: SubscriptionSpec, instance_name: str | None = None) ->
         consume_timeout_s=HOLD_S,
         persist_interval_s=PERSIST_S,
         instance_name=instance_name,
+        allocate=_ALLOCATIONS[spec.allocation](),
     )
 
 

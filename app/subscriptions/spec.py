@@ -13,6 +13,9 @@ import yaml
 
 MODES = ("concurrent", "orderly")
 CONSUME_FROM = ("last", "first", "timestamp")
+# averagely: Java's default, the one to use when Java clients share the group; bounded_hash and sticky
+# need every member to be a rocksidecar (sticky: balanced and moving only what a change must move).
+ALLOCATIONS = ("averagely", "bounded_hash", "sticky")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _RESOURCE = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # RocketMQ's topic and group charset
 GRPC_ENDPOINT = "grpc"
@@ -36,6 +39,7 @@ class SubscriptionSpec:
     max_reconsume_times: int = 16
     consume_from: str = "last"
     consume_timestamp_ms: int | None = None
+    allocation: str = "averagely"
 
     @property
     def grpc(self) -> bool:
@@ -104,6 +108,11 @@ def parse_one(raw: Any, where: str) -> SubscriptionSpec:
             f"{where}.consume_from: expected one of {', '.join(CONSUME_FROM)}, "
             f"got {raw.get('consume_from')!r}"
         )
+    allocation = str(raw.get("allocation", "averagely")).strip().lower()
+    if allocation not in ALLOCATIONS:
+        raise SpecError(
+            f"{where}.allocation: expected one of {', '.join(ALLOCATIONS)}, got {raw.get('allocation')!r}"
+        )
     timestamp = raw.get("consume_timestamp_ms")
     if consume_from == "timestamp" and timestamp is None:
         raise SpecError(f"{where}.consume_timestamp_ms: required with consume_from: timestamp")
@@ -132,6 +141,7 @@ def parse_one(raw: Any, where: str) -> SubscriptionSpec:
         consume_timestamp_ms=None
         if timestamp is None
         else _int(timestamp, f"{where}.consume_timestamp_ms", 0, 2**63 - 1),
+        allocation=allocation,
     )
 
 

@@ -11,6 +11,7 @@ every subset of S that still contains it, down to pairs; so the owner must beat 
 the pairwise contests, which makes each queue's preference a fixed ranking, i.e. plain rendezvous hashing,
 whose loads are random rather than balanced. Balance costs some extra moves; the bench measures how many
 (bench/allocation.py). Every member must run this strategy: mixed with Java clients the shares overlap.
+rmq/consumer/sticky.py adds the shared state (what each member holds) and reaches both.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from rmq.consumer.allocate import CheckedStrategy, java_queue_string, java_strin
 from rmq.message import MessageQueue
 
 
-def _score(queue_key: str, cid: str) -> int:
+def rendezvous_score(queue_key: str, cid: str) -> int:
+    """How much ``cid`` wants the queue: the higher, the earlier it is offered to it."""
     return int.from_bytes(hashlib.md5(f"{queue_key}|{cid}".encode()).digest()[:8], "big")
 
 
@@ -35,7 +37,7 @@ def bounded_assignment(mq_all: Sequence[MessageQueue], cid_all: Sequence[str]) -
     load = dict.fromkeys(cids, 0)
     pairs = sorted(
         (
-            (_score(java_queue_string(mq), cid), java_string_key(cid), i, cid)
+            (rendezvous_score(java_queue_string(mq), cid), java_string_key(cid), i, cid)
             for i, mq in enumerate(mq_all)
             for cid in cids
         ),

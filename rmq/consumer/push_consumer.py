@@ -19,12 +19,14 @@ from typing import Any
 from rmq.broker import ConsumerData, Subscription
 from rmq.client_id import build_client_id, default_instance_name, default_ip
 from rmq.client_instance import ClientInstance
+from rmq.clock import wall_ms
 from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import Connection
 from rmq.consumer.broker_calls import delay_level_for, lock_batch, send_back, unlock_batch
 from rmq.consumer.config import RETRY_PREFIX, ConsumerConfig, MessageListener, MessageModel
 from rmq.consumer.consume_concurrently import ConcurrentService
 from rmq.consumer.consume_orderly import OrderlyService
+from rmq.consumer.holdings import read_holdings
 from rmq.consumer.offset_store import (
     LocalFileOffsetStore,
     OffsetStore,
@@ -35,7 +37,9 @@ from rmq.consumer.offset_store import (
 from rmq.consumer.process_queue import ProcessQueue
 from rmq.consumer.queue_state import QueueState
 from rmq.consumer.rebalance import allocate_queues, start_offset
+from rmq.consumer.running_info import CLIENT_VERSION_NAME, encode_running_info, queue_info
 from rmq.consumer.stats import Stats
+from rmq.consumer.sticky import AllocateSticky
 from rmq.errors import ClientError, RocketMQError
 from rmq.message import MessageExt, MessageQueue
 from rmq.pool import RemotingClient
@@ -99,6 +103,7 @@ class PushConsumer:
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._rebalance_lock = asyncio.Lock()
         self.started = False
+        self._started_ms = 0
 
     # subscriptions and lifecycle ---------------------------------------------------------------
     def subscribe(self, topic: str, expression: str = "*") -> None:
@@ -129,6 +134,7 @@ class PushConsumer:
         await self.offsets.load()
         self.instance.register_consumer(self.config.group, self.consumer_data, self.on_broker_request)
         self.started = True
+        self._started_ms = wall_ms()
         await self.refresh_routes()
         await self.heartbeat()
         await self.refresh_routes()  # the heartbeat made the broker create the group's retry topic
@@ -276,9 +282,37 @@ class PushConsumer:
                 self.stats.bump("notified")
                 self._rebalance_now.set()
             return None
+        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            group = cmd.ext_fields.get("consumerGroup", "")
+            if group != self.config.group:
+                msg = f"The Consumer Group <{group}> not exist in this consumer"
+                return cmd.response(ResponseCode.SYSTEM_ERROR, msg)
+            return cmd.response(ResponseCode.SUCCESS, body=self.running_info())
         return cmd.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
         )
+
+    def running_info(self) -> bytes:
+        """ConsumerRunningInfo (DefaultMQPushConsumerImpl.consumerRunningInfo): settings, subscriptions
+        and every owned queue's state, as ``mqadmin consumerStatus`` reads it."""
+        cfg = self.config
+        props = {
+            "consumerGroup": cfg.group,
+            "messageModel": cfg.message_model.value,
+            "consumeFromWhere": cfg.consume_from.value,
+            "allocateMessageQueueStrategy": cfg.allocate.name,
+            "pullBatchSize": str(cfg.pull_batch_size),
+            "consumeMessageBatchMaxSize": str(cfg.consume_batch_size),
+            "PROP_CONSUMEORDERLY": str(cfg.orderly).lower(),
+            "PROP_THREADPOOL_CORE_SIZE": str(cfg.consume_concurrency),
+            "PROP_CONSUMER_START_TIMESTAMP": str(self._started_ms),
+            "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
+            "PROP_CLIENT_VERSION": CLIENT_VERSION_NAME,
+            "PROP_NAMESERVER_ADDR": ";".join(self.instance.namesrv.addresses),
+        }
+        now, wall = asyncio.get_running_loop().time(), wall_ms()
+        queues = {mq: queue_info(st.pq, now, wall) for mq, st in self.queues.items()}
+        return encode_running_info(props, (s.to_json() for s in self._subscriptions()), queues)
 
     async def _unregister(self) -> None:
         await self.instance.unregister(consumer_group=self.config.group)
@@ -341,7 +375,27 @@ class PushConsumer:
                 "group %s: no consumer list or no queues for %s; allocation kept", self.config.group, topic
             )
             return None
-        return allocate_queues(self.config, self.client_id, mq_all, cids)
+        strategy = self.config.allocate
+        if isinstance(strategy, AllocateSticky):  # it computes from what every member holds now
+            mine = {mq for mq in self.queues if mq.topic == topic}
+            held = await read_holdings(
+                self.api,
+                self._holdings_addr(route),
+                self.config.group,
+                topic,
+                cids,
+                self.client_id,
+                mine,
+                strategy.timeout_s,
+            )
+            strategy = strategy.knowing(held or {})  # unknown: the stateless BoundedHash result
+        return allocate_queues(self.config, self.client_id, mq_all, cids, strategy)
+
+    @staticmethod
+    def _holdings_addr(route: TopicRouteData) -> str:
+        return next(
+            b.master_addr for b in sorted(route.broker_datas, key=lambda b: b.broker_name) if b.master_addr
+        )
 
     async def _consumer_ids(self, route: TopicRouteData) -> list[str]:
         for b in sorted(route.broker_datas, key=lambda b: b.broker_name):
@@ -371,6 +425,7 @@ class PushConsumer:
         if self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
             state.pq.locked, state.pq.last_lock_at = True, asyncio.get_running_loop().time()
         self.queues[mq] = state
+        self.stats.bump(f"queues_added:{mq.topic}")  # process queues built, per topic
         self.spawn(state, self._pull_loop(state), is_pull=True)
         if self.config.orderly:
             self._orderly.start_queue(state)

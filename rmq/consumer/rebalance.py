@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from rmq.broker import BrokerApi
 from rmq.clock import wall_ms
-from rmq.consumer.allocate import sort_for_allocation
+from rmq.consumer.allocate import AllocateStrategy, sort_for_allocation
 from rmq.consumer.config import RETRY_PREFIX, ConsumeFrom, ConsumerConfig, MessageModel
 from rmq.consumer.offset_store import OffsetStore, ReadType
 from rmq.message import MessageQueue
@@ -15,16 +15,20 @@ DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000  # Java's consumeTimestamp defaul
 
 
 def allocate_queues(
-    config: ConsumerConfig, client_id: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
+    config: ConsumerConfig,
+    client_id: str,
+    mq_all: Sequence[MessageQueue],
+    cid_all: Sequence[str],
+    strategy: AllocateStrategy | None = None,
 ) -> set[MessageQueue]:
-    """RebalanceImpl.rebalanceByTopic: every queue in broadcasting, else the strategy's share of the
-    queues and client ids, both sorted as Java sorts them."""
+    """RebalanceImpl.rebalanceByTopic: every queue in broadcasting, else the strategy's (default: the
+    configured one's) share of the queues and client ids, both sorted as Java sorts them."""
     if config.message_model is MessageModel.BROADCASTING:
         return set(mq_all)
     if not mq_all or not cid_all:
         return set()
     mqs, cids = sort_for_allocation(mq_all, cid_all)
-    return set(config.allocate.allocate(config.group, client_id, mqs, cids))
+    return set((strategy or config.allocate).allocate(config.group, client_id, mqs, cids))
 
 
 async def start_offset(

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from app import config
+from app.subscriptions.runner import consumer_config
 from app.subscriptions.spec import SubscriptionSpec
+from rmq.consumer.sticky import AllocateSticky
 
 GOOD = {"name": "orders", "topic": "Orders", "group": "orders-app", "endpoint": "http://localhost:8080/in"}
 
@@ -20,7 +22,7 @@ def test_yaml_file_and_defaults(tmp_path: Path) -> None:
         "  - {name: orders, topic: Orders, group: g1, endpoint: 'http://127.0.0.1:8080/in'}\n"
         "  - name: audit\n    topic: Audit\n    group: g2\n    endpoint: 'http://[::1]:81/a'\n"
         "    expression: 'TagA || TagB'\n    mode: orderly\n    concurrency: 4\n    timeout_s: 2.5\n"
-        "    max_reconsume_times: 3\n    consume_from: first\n"
+        "    max_reconsume_times: 3\n    consume_from: first\n    allocation: sticky\n"
     )
     s = config.load({}, path, require_namesrv=False)
     assert s.subscriptions[0] == SubscriptionSpec("orders", "Orders", "g1", "http://127.0.0.1:8080/in")
@@ -31,7 +33,9 @@ def test_yaml_file_and_defaults(tmp_path: Path) -> None:
         4,
         2.5,
     )
-    assert (audit.max_reconsume_times, audit.consume_from) == (3, "first")
+    assert (audit.max_reconsume_times, audit.consume_from, audit.allocation) == (3, "first", "sticky")
+    assert isinstance(consumer_config(audit).allocate, AllocateSticky)
+    assert consumer_config(s.subscriptions[0]).allocate.name == "AVG"  # Java's default
 
 
 def test_environment_takes_yaml_or_json_text() -> None:
@@ -56,6 +60,7 @@ def test_environment_takes_yaml_or_json_text() -> None:
         ({**GOOD, "max_reconsume_times": -1}, "[0].max_reconsume_times: must be between"),
         ({**GOOD, "consume_from": "middle"}, "[0].consume_from: expected one of last, first, timestamp"),
         ({**GOOD, "consume_from": "timestamp"}, "[0].consume_timestamp_ms: required"),
+        ({**GOOD, "allocation": "random"}, "[0].allocation: expected one of averagely, bounded_hash, sticky"),
         ({**GOOD, "topic": "bad topic"}, "[0].topic: 1-127 letters"),
         ({**GOOD, "expression": "SQL92:a > 1"}, "[0].expression: SQL92 filters are not supported"),
         ("orders", "[0]: expected a mapping"),

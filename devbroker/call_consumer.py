@@ -1,0 +1,38 @@
+"""GET_CONSUMER_RUNNING_INFO (307) forwarded to the consumer, as AdminBrokerProcessor.callConsumer does:
+the broker finds the client's connection in the group, sends it the same request (same ext fields and
+body) and returns the client's answer as its own. ``mqadmin consumerStatus`` and the sticky allocation
+(rmq/consumer/holdings.py) read a member's queues this way."""
+
+from __future__ import annotations
+
+from devbroker.clients import ClientRegistry
+from rmq.codes import ResponseCode
+from rmq.connection import Connection
+from rmq.errors import RequestTimeout, RocketMQError
+from rmq.protocol.frame import RemotingCommand
+
+CALL_CLIENT_TIMEOUT_S = 10.0  # Broker2Client.callClient's invokeSync timeout
+
+
+class ConsumerCaller:
+    def __init__(self, clients: ClientRegistry) -> None:
+        self._clients = clients
+
+    async def call(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = cmd.ext_fields.get("consumerGroup", "")
+        client_id = cmd.ext_fields.get("clientId", "")
+        target = self._clients.consumer_connection(group, client_id)
+        if target is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
+        forward = RemotingCommand(cmd.code, dict(cmd.ext_fields), cmd.body)
+        try:
+            answer = await target.invoke(forward, CALL_CLIENT_TIMEOUT_S)
+        except RequestTimeout as exc:
+            return cmd.response(
+                ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{group}> <{client_id}> Timeout: {exc}"
+            )
+        except RocketMQError as exc:
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, f"invoke consumer <{group}> <{client_id}> Exception: {exc}"
+            )
+        return cmd.response(answer.code, answer.remark, dict(answer.ext_fields), answer.body)

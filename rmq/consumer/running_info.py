@@ -1,0 +1,132 @@
+"""ConsumerRunningInfo: what a consumer answers to GET_CONSUMER_RUNNING_INFO (307), in the JSON shape
+rocketmq-client 4.9.4 writes with fastjson, so ``mqadmin consumerStatus -g GROUP -i CLIENT`` prints it;
+and reading the owned queues back out of such an answer (the sticky allocation's holdings).
+
+fastjson writes fields in alphabetical order, leaves out nulls, and writes the keys of ``mqTable`` (a
+TreeMap keyed by MessageQueue) as JSON objects, which is not JSON; ``owned_queues`` quotes those keys
+before parsing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from rmq.consumer.allocate import java_queue_key
+from rmq.consumer.process_queue import ProcessQueue
+from rmq.errors import FrameError
+from rmq.message import MessageQueue
+
+CLIENT_VERSION_NAME = "V4_9_4"  # PROP_CLIENT_VERSION: the protocol version we speak
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """ProcessQueueInfo of one owned queue (timestamps in wall-clock milliseconds)."""
+
+    commit_offset: int
+    cached_min_offset: int
+    cached_max_offset: int
+    cached_count: int
+    cached_size_mib: int
+    locked: bool
+    last_lock_ms: int
+    dropped: bool
+    last_pull_ms: int
+    last_consume_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cachedMsgCount": self.cached_count,
+            "cachedMsgMaxOffset": self.cached_max_offset,
+            "cachedMsgMinOffset": self.cached_min_offset,
+            "cachedMsgSizeInMiB": self.cached_size_mib,
+            "commitOffset": self.commit_offset,
+            "droped": self.dropped,  # sic: Java's field name
+            "lastConsumeTimestamp": self.last_consume_ms,
+            "lastLockTimestamp": self.last_lock_ms,
+            "lastPullTimestamp": self.last_pull_ms,
+            "locked": self.locked,
+            "transactionMsgCount": 0,  # no transactional consumption here
+            "transactionMsgMaxOffset": 0,
+            "transactionMsgMinOffset": 0,
+            "tryUnlockTimes": 0,
+        }
+
+
+def _mq_json(mq: MessageQueue) -> bytes:
+    return orjson.dumps({"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic})
+
+
+def encode_running_info(
+    properties: Mapping[str, str],
+    subscriptions: Iterable[dict[str, Any]],
+    queues: Mapping[MessageQueue, QueueInfo],
+) -> bytes:
+    """The body of the answer; ``subscriptions`` are SubscriptionData documents. statusTable (pull and
+    consume rates) is left empty: this client does not measure Java's per-topic TPS figures."""
+    table = b",".join(
+        _mq_json(mq) + b":" + orjson.dumps(queues[mq].to_json()) for mq in sorted(queues, key=java_queue_key)
+    )
+    subs = sorted(subscriptions, key=lambda s: str(s.get("topic", "")))
+    return b"".join(
+        (
+            b'{"mqTable":{',
+            table,
+            b'},"properties":',
+            orjson.dumps(dict(sorted(properties.items()))),
+            b',"statusTable":{},"subscriptionSet":',
+            orjson.dumps(subs),
+            b"}",
+        )
+    )
+
+
+# An object used as a map key: ``{"brokerName":...}`` right after ``{`` or ``,`` and followed by ``:``.
+# Topic and broker names cannot contain braces, and a quote inside a string value is escaped, so this
+# only matches fastjson's object keys.
+_OBJECT_KEY = re.compile(r'([{,]\s*)(\{"(?:[^"\\]|\\.)*"\s*:[^{}]*\})(\s*:)')
+
+
+def owned_queues(body: bytes, topic: str | None = None) -> set[MessageQueue]:
+    """The queues in a ConsumerRunningInfo's mqTable (of ``topic`` only, if given), dropped ones left
+    out. FrameError if the body is not such a document."""
+    text = body.decode("utf-8", "replace")
+    quoted = _OBJECT_KEY.sub(lambda m: m.group(1) + orjson.dumps(m.group(2)).decode() + m.group(3), text)
+    try:
+        doc = orjson.loads(quoted)
+        table = doc.get("mqTable") or {}
+        out = set()
+        for key, info in table.items():
+            k = orjson.loads(key)
+            mq = MessageQueue(str(k["topic"]), str(k["brokerName"]), int(k["queueId"]))
+            if (topic is None or mq.topic == topic) and not (info or {}).get("droped", False):
+                out.add(mq)
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise FrameError(f"undecodable ConsumerRunningInfo: {exc}") from exc
+    return out
+
+
+def queue_info(pq: ProcessQueue, now_mono: float, now_wall_ms: int) -> QueueInfo:
+    """A process queue as ProcessQueue.fillProcessQueueInfo reports it (its times are monotonic)."""
+
+    def wall(t: float) -> int:
+        return now_wall_ms - int((now_mono - t) * 1000) if t else 0
+
+    cached = pq.messages()
+    return QueueInfo(
+        commit_offset=pq.committed_offset(),
+        cached_min_offset=cached[0].queue_offset if cached else 0,
+        cached_max_offset=cached[-1].queue_offset if cached else 0,
+        cached_count=len(cached),
+        cached_size_mib=pq.size_bytes // (1024 * 1024),
+        locked=pq.locked,
+        last_lock_ms=wall(pq.last_lock_at),
+        dropped=pq.dropped,
+        last_pull_ms=wall(pq.last_pull_at),
+        last_consume_ms=wall(pq.last_consume_at),
+    )
