@@ -21,6 +21,7 @@ from prometheus_client import Counter, Gauge
 
 from app import logs
 from app.api.servers import HttpServer, ListenError
+from app.clients import client_instance
 from app.config import Settings
 from app.dmq.consume import InnerListener
 from app.dmq.http import create_app
@@ -30,7 +31,6 @@ from app.service import COLUMN_FAMILIES, REPLAY_BATCH, StartupError, producer_co
 from app.store_delivery import StoreDelivery
 from delay import DelayScheduler, DelayStore
 from retry import ReplayLoop, RetryStore
-from rmq import BrokerApi, Credentials, NameServerClient, RemotingClient
 from rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
 from rmq.producer import Producer
 from storage.errors import StorageError, StoreLockedError
@@ -72,13 +72,18 @@ class DmqService:
             "rocksidecar_dmq_owned_queues", "Inner queues this replica consumes (its share of the load).",
             registry=r,
         )  # fmt: skip
-        credentials = Credentials(s.access_key, s.secret_key) if s.access_key else None
-        self.remoting = RemotingClient(credentials=credentials)
         addresses = namesrv or s.namesrv
+        producer_cfg = producer_config(s)
+        # One client instance for the publishing producer and the inner consumer: one client id, one
+        # heartbeat and one connection per broker, as in the sidecar (app.service).
+        self.remoting, self.client = client_instance(
+            s, addresses, heartbeat_s=producer_cfg.heartbeat_s, instance_name=o.instance_name
+        )
         self.producer = Producer(
-            NameServerClient(self.remoting, addresses),
-            BrokerApi(self.remoting, producer_group=s.producer_group),
-            producer_config(s),
+            self.client.namesrv,
+            self.client.api,
+            producer_cfg,
+            instance=self.client,
             on_attempt=lambda broker, _lat, ok: self.metrics.observe_attempt(broker, ok),
         )
         self.kv = kv if kv is not None else open_store(Path(s.data_dir))
@@ -112,6 +117,7 @@ class DmqService:
             ),
             ";".join(addresses),
             self.listener,
+            instance=self.client,
         )
         self.consumer.subscribe(o.inner_topic)
         self.owned_queues.set_function(lambda: sum(mq.topic == o.inner_topic for mq in self.consumer.queues))
@@ -160,6 +166,7 @@ class DmqService:
         await self.scheduler.close(grace_s=grace)
         await self.replay.close(grace_s=grace)
         await self.producer.close()
+        await self.client.close()
         await self.remoting.close()
         await self.retry.close()
         await self.delay.close()
