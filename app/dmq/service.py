@@ -17,6 +17,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+import uvloop
 from prometheus_client import Counter, Gauge
 
 from app import logs
@@ -27,7 +28,7 @@ from app.dmq.consume import InnerListener
 from app.dmq.http import create_app
 from app.dmq.inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC
 from app.metrics import Metrics, StateCollector
-from app.service import COLUMN_FAMILIES, REPLAY_BATCH, StartupError, producer_config
+from app.service import COLUMN_FAMILIES, REPLAY_BATCH, StartupError, producer_config, tune_gc
 from app.store_delivery import StoreDelivery
 from delay import DelayScheduler, DelayStore
 from retry import ReplayLoop, RetryStore
@@ -195,6 +196,7 @@ async def run(settings: Settings, options: DmqOptions) -> int:
     service = DmqService(settings, options)
     try:
         await service.start()
+        tune_gc()  # as the sidecar: fewer, shorter collections (the GC pauses were lateness spikes)
         await stop.wait()
     finally:
         await asyncio.wait_for(service.stop(), settings.shutdown_grace_s + 10.0)
@@ -203,4 +205,4 @@ async def run(settings: Settings, options: DmqOptions) -> int:
 
 def serve(settings: Settings, options: DmqOptions) -> int:
     logs.configure(settings.log_level, settings.log_format)
-    return asyncio.run(run(settings, options))
+    return uvloop.run(run(settings, options))  # as the sidecar: a faster loop, less time per due batch
