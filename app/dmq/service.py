@@ -1,6 +1,6 @@
 """`rocksidecar dmq`: the Rock-DMQ service. It consumes the inner topic into its own delay store and
 publishes due messages through the producer; what fails to publish goes to its retry store and is
-replayed, as in the sidecar (the same StoreDelivery, DelayScheduler and ReplayLoop).
+replayed, as in the sidecar (the same delivery loops, app.store_delivery.delivery_loops).
 
 Each replica keeps what it stored: after a rebalance moves an inner queue away, the messages this replica
 already synced (and whose offsets it committed) stay in its store and it publishes them when due. The new
@@ -29,9 +29,9 @@ from app.dmq.http import create_app
 from app.dmq.inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC
 from app.metrics import Metrics, StateCollector
 from app.service import COLUMN_FAMILIES, REPLAY_BATCH, StartupError, producer_config, tune_gc
-from app.store_delivery import StoreDelivery
-from delay import DelayScheduler, DelayStore
-from retry import ReplayLoop, RetryStore
+from app.store_delivery import delivery_loops
+from delay import DelayStore
+from retry import RetryStore
 from rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
 from rmq.producer import Producer
 from storage.errors import StorageError, StoreLockedError
@@ -91,21 +91,11 @@ class DmqService:
         self.writer = GroupCommitWriter(self.kv)
         self.retry = RetryStore(self.kv, writer=self.writer)
         self.delay = DelayStore(self.kv, self.writer)
-        delivery = StoreDelivery(
-            self.producer, self.retry, self.delay, policy_for=s.retry_policy, now_ms=self.retry.now_ms
-        )
-        self.scheduler = DelayScheduler(
-            self.delay, delivery.publish_delayed, on_published=self.metrics.delay_lateness.observe
-        )
-        self.replay = ReplayLoop(
-            self.retry,
-            delivery.redeliver,
-            s.retry_policy,
-            workers=s.replay_workers,
-            deliver_batch=delivery.redeliver_batch,
-            batch_max=REPLAY_BATCH,
+        self.scheduler, self.replay = delivery_loops(
+            self.producer, self.retry, self.delay, policy_for=s.retry_policy, workers=s.replay_workers,
+            batch_max=REPLAY_BATCH, on_published=self.metrics.delay_lateness.observe,
             on_replayed=lambda outcome: self.metrics.replays.labels(outcome).inc(),
-        )
+        )  # fmt: skip
         self.listener = InnerListener(self.delay, count=lambda outcome, n: self.inner.labels(outcome).inc(n))
         self.consumer = PushConsumer(
             ConsumerConfig(
