@@ -36,11 +36,11 @@ from app.metrics import ConsumerCollector, Metrics, StateCollector
 from app.readiness import Readiness
 from app.request import Limits
 from app.sidecar import Sidecar
-from app.store_delivery import StoreDelivery
+from app.store_delivery import delivery_loops
 from app.subscriptions.runner import QueueLag, Subscriptions
-from delay import DelayScheduler, DelayStore
+from delay import DelayStore
 from delay import keys as delay_keys
-from retry import DeadLetterNotifier, ReplayLoop, RetryStore
+from retry import DeadLetterNotifier, RetryStore
 from retry import keys as retry_keys
 from retry.dead_letter import DeadLetter
 from retry.keys import COLUMN_FAMILIES as RETRY_CFS
@@ -180,21 +180,10 @@ class Service:
             now_ms=self.retry.now_ms,  # never runs backwards: a clock step cannot make a rung fire early
             on_spooled=self.events.spooled,
         )
-        delivery = StoreDelivery(
-            self.producer, self.retry, self.delay, policy_for=s.retry_policy, now_ms=self.retry.now_ms
-        )
-        self.delay_scheduler = DelayScheduler(
-            self.delay, delivery.publish_delayed, on_published=self._on_delay_published
-        )
-        self.replay = ReplayLoop(
-            self.retry,
-            delivery.redeliver,
-            s.retry_policy,
-            workers=s.replay_workers,
-            deliver_batch=delivery.redeliver_batch,
-            batch_max=REPLAY_BATCH,
-            on_replayed=self._on_replayed,
-        )
+        self.delay_scheduler, self.replay = delivery_loops(
+            self.producer, self.retry, self.delay, policy_for=s.retry_policy, workers=s.replay_workers,
+            batch_max=REPLAY_BATCH, on_published=self._on_delay_published, on_replayed=self._on_replayed,
+        )  # fmt: skip
         self.recovery = RecoveryReplay(
             self.retry, self.replay, rate_per_s=s.recovery_replay_rate, on_round=self._on_recovery_round
         )

@@ -8,7 +8,8 @@ import logging
 from collections.abc import Callable, Sequence
 
 from app.delivery_policy import RetrySpool, first_due_ms, last_error, message_fault
-from delay import DelayedMessage, DelayStore, SentTo
+from delay import DelayedMessage, DelayScheduler, DelayStore, SentTo
+from retry import ReplayLoop, RetryStore
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
 from rmq import Message, RocketMQError, Sender, SendResult
@@ -117,3 +118,31 @@ class StoreDelivery:
                 for i, _ in group:
                     out[i] = exc
         return out
+
+
+def delivery_loops(
+    producer: Sender,
+    retry: RetryStore,
+    delay: DelayStore,
+    *,
+    policy_for: Callable[[str], RetryPolicy],
+    workers: int,
+    batch_max: int,
+    on_published: Callable[[float], None],
+    on_replayed: Callable[[str], None],
+) -> tuple[DelayScheduler, ReplayLoop]:
+    """The delay scheduler and the retry replay of a process (the sidecar, a ``dmq`` replica), both
+    delivering through one StoreDelivery: a delayed message whose publish fails falls into the retry
+    store, and the replay sends it again."""
+    delivery = StoreDelivery(producer, retry, delay, policy_for=policy_for, now_ms=retry.now_ms)
+    scheduler = DelayScheduler(delay, delivery.publish_delayed, on_published=on_published)
+    replay = ReplayLoop(
+        retry,
+        delivery.redeliver,
+        policy_for,
+        workers=workers,
+        deliver_batch=delivery.redeliver_batch,
+        batch_max=batch_max,
+        on_replayed=on_replayed,
+    )
+    return scheduler, replay

@@ -2,7 +2,7 @@
 the broker's own 1 s delay level measured in the same run. Results: bench/RESULTS.md.
 
     .venv/bin/python -m bench.dmq [--namesrv 127.0.0.1:9876] [--replicas 3] [--pending 1000000]
-                                  [--rate 2000] [--steady-s 20] [--burst 100000] [--levels 2000]
+                                  [--rate 2000] [--steady-s 20] [--burst 100000] [--levels 2000] [--quick]
 
 pending  messages due tomorrow, scheduled into the replicas' stores (DelayStore.schedule_many) before they
          start, split evenly: the backlog the steady phase runs beside.
@@ -31,7 +31,7 @@ from pathlib import Path
 from app.dmq import inner
 from app.service import COLUMN_FAMILIES
 from bench.common import percentile
-from delay import DELAY_DUE_AT, DelayedMessage, DelayStore
+from delay import DELAY_DUE_AT, DELAY_PUBLISHED_AT, DelayedMessage, DelayStore
 from rmq import BrokerApi, Message, MessageExt, MessageQueue, NameServerClient, RemotingClient
 from rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
 from rmq.msgid import new_uniq_id
@@ -54,7 +54,7 @@ async def preload(store_dir: Path, count: int, due_ms: int) -> None:
     for start in range(0, count, CHUNK):
         n = min(CHUNK, count - start)
         await store.schedule_many(
-            [DelayedMessage(new_uniq_id(), "bench_dmq_never", BODY, due_ms) for _ in range(n)]
+            [DelayedMessage(new_uniq_id(), "bench_dmq_never", BODY, due_ms=due_ms) for _ in range(n)]
         )
     await store.close()
     await writer.close()
@@ -90,6 +90,10 @@ def spawn(cmd: list[str]) -> subprocess.Popen[bytes]:
 class Lateness:
     def __init__(self) -> None:
         self.by_due: dict[int, list[int]] = {}
+        # The steady tail by stage: due -> picked (the replica's DELAY_PUBLISHED_AT: wake precision,
+        # batching, loop stalls) and picked -> stored (producer, network, broker store timestamp).
+        self.picked: dict[int, list[int]] = {}
+        self.sending: dict[int, list[int]] = {}
         self.count = 0
         self.ids: set[str] = set()
         self.done = asyncio.Event()
@@ -100,6 +104,10 @@ class Lateness:
             due = m.properties.get(DELAY_DUE_AT)
             if due is not None:
                 self.by_due.setdefault(int(due), []).append(m.store_timestamp_ms - int(due))
+                picked = m.properties.get(DELAY_PUBLISHED_AT)
+                if picked is not None:
+                    self.picked.setdefault(int(due), []).append(int(picked) - int(due))
+                    self.sending.setdefault(int(due), []).append(m.store_timestamp_ms - int(picked))
                 self.count += 1
                 self.ids.add(m.uniq_key or "")
         self.done.set()
@@ -151,7 +159,7 @@ async def main(args: argparse.Namespace) -> None:
         starts_in = (steady_start - time.time_ns() // 1_000_000) / 1000
         print(f"sent {lateness.expected} inner messages in {time.monotonic() - t:.1f} s; steady phase "
               f"starts in {starts_in:.1f} s", flush=True)  # fmt: skip
-        level_rows: list[str] = []
+        level_rows: list[tuple[str, list[int]]] = []
         if args.levels:
             await asyncio.sleep(max(steady_start - time.time_ns() // 1_000_000, 0) / 1000)
             java_consumer = spawn(
@@ -165,22 +173,31 @@ async def main(args: argparse.Namespace) -> None:
                    if p and p[0] == "sent"}  # fmt: skip
             out, _ = await asyncio.to_thread(java_consumer.communicate)
             got = [ln.split() for ln in out.decode().splitlines() if ln.startswith("got ")]
-            level_rows = [summary("RocketMQ 4.9.4 delay level 1 (1 s)",
-                                  [int(g[4]) - due[g[1]] for g in got if g[1] in due])]  # fmt: skip
+            level_l = [int(g[4]) - due[g[1]] for g in got if g[1] in due]
+            level_rows = [(summary("RocketMQ 4.9.4 delay level 1 (1 s)", level_l), level_l)]
         async with asyncio.timeout(burst_due / 1000 - time.time() + 120):
             while len(lateness.ids) < lateness.expected:
                 lateness.done.clear()
                 await lateness.done.wait()
         steady_l = [x for d, v in lateness.by_due.items() if d != burst_due for x in v]
         burst_l = lateness.by_due.get(burst_due, [])
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"Rock-DMQ, {args.replicas} replicas, {per * args.replicas} pending, RocketMQ 4.9.4 "
-              f"({args.namesrv}):")  # fmt: skip
+              f"({args.namesrv}), load average {load}:")  # fmt: skip
         print("  " + summary(f"steady {args.rate}/s for {args.steady_s} s", steady_l))
+        for stage, rows in (
+            ("due -> picked", lateness.picked),
+            ("picked -> broker stored", lateness.sending),
+        ):
+            print("    " + summary(stage, [x for d, v in rows.items() if d != burst_due for x in v]))
         print("  " + summary(f"burst of {args.burst} due in one second (max = all published after)", burst_l))
         dups = lateness.count - len(lateness.ids)
         print(f"  duplicates: {dups} (stored by two replicas across a rebalance)")
-        for row in level_rows:
+        for row, level_l in level_rows:
             print("  " + row)
+            steady_p99 = percentile(sorted(steady_l), 99)
+            print(f"  ratio: delay level 1 p99 / Rock-DMQ steady p99 = "
+                  f"{percentile(sorted(level_l), 99) / max(steady_p99, 1):.2f}")  # fmt: skip
     finally:
         for p in replicas:
             p.send_signal(signal.SIGTERM)
@@ -200,7 +217,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steady-s", type=int, default=20)
     p.add_argument("--burst", type=int, default=100_000)
     p.add_argument("--levels", type=int, default=2000)
-    return p.parse_args(argv)
+    p.add_argument(
+        "--quick", action="store_true", help="100 000 pending, 8 s steady, bursts of 10 000, 500 levels"
+    )
+    args = p.parse_args(argv)
+    if args.quick:
+        args.pending, args.steady_s, args.burst, args.levels = 100_000, 8, 10_000, 500
+    return args
 
 
 if __name__ == "__main__":

@@ -113,11 +113,13 @@ class DelayStore:
 
         await asyncio.shield(self.queue.commit(ops, min(keys), then=written))
 
-    async def cancel(self, id_: str) -> CancelOutcome:
+    async def cancel(self, id_: str, *, remember_unknown: bool = False) -> CancelOutcome:
         """Cancel message ``id_``; waits for a publish of it in progress to finish first.
 
         Never answers CANCELLED for a message that was published, and a message this cancelled is
-        never published.
+        never published. With ``remember_unknown``, a cancel of an id this store does not know still
+        answers NOT_FOUND but leaves a CANCELLED marker (a tombstone, kept for the retention), so that a
+        message arriving after its cancel (Rock-DMQ's inner topic can reorder them) is seen as cancelled.
 
         Raises:
             StorageError: the cancel was not stored; the message is still scheduled.
@@ -141,6 +143,9 @@ class DelayStore:
                 return CancelOutcome.ALREADY_SENT
             done = self._done.get(id_)
             if done is None:
+                if remember_unknown:
+                    now = self.now_ms()
+                    await self.writer.write(list(DoneMarkers.ops(id_, CANCELLED, now)))
                 return CancelOutcome.NOT_FOUND
             return CancelOutcome.ALREADY_SENT if done[0] is DelayState.SENT else CancelOutcome.CANCELLED
 

@@ -23,21 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         epilog="Broker, store and retry settings are the sidecar's ROCKSIDECAR_* settings (--help-settings).",
     )
     p.add_argument("--config", default=os.environ.get(config.CONFIG_ENV), help="YAML settings file")
-    p.add_argument(
-        "--inner-topic",
-        default=os.environ.get(INNER_TOPIC_ENV, "dmq_inner_topic"),
-        help=f"the inner topic (env {INNER_TOPIC_ENV}; default dmq_inner_topic)",
-    )
-    p.add_argument(
-        "--group",
-        default=os.environ.get(GROUP_ENV, "dmq_service_group"),
-        help=f"consumer group of the replicas (env {GROUP_ENV}; default dmq_service_group)",
-    )
-    p.add_argument(
-        "--http-addr",
-        default=os.environ.get(HTTP_ADDR_ENV, "127.0.0.1:9890"),
-        help=f"/healthz, /readyz, /metrics (env {HTTP_ADDR_ENV}; default 127.0.0.1:9890)",
-    )
+    for flag, env, default, what in (
+        ("--inner-topic", INNER_TOPIC_ENV, "dmq_inner_topic", "the inner topic"),
+        ("--group", GROUP_ENV, "dmq_service_group", "consumer group of the replicas"),
+        ("--http-addr", HTTP_ADDR_ENV, "127.0.0.1:9890", "/healthz, /readyz, /metrics"),
+    ):
+        help_ = f"{what} (env {env}; default {default})"
+        p.add_argument(flag, default=os.environ.get(env, default), help=help_)
     p.add_argument(
         "--instance",
         default=os.environ.get(INSTANCE_ENV),

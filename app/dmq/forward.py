@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import KW_ONLY, dataclass
 
 import orjson
 
@@ -35,30 +36,20 @@ RETENTION_MS = 24 * 3600 * 1000  # a record is dropped this long after its due t
 PURGE_SCAN = 10_000
 
 
+@dataclass
 class Forwarder:
     """DelaySchedule, StateLookup and Canceller of the sidecar in service mode. ``fallback`` answers
     cancels of ids this sidecar did not forward (delayed locally before the mode changed)."""
 
-    def __init__(
-        self,
-        producer: Producer,
-        retry: RetrySpool,
-        kv: KV,
-        writer: GroupCommitWriter,
-        *,
-        policy_for: Callable[[str], RetryPolicy],
-        now_ms: Callable[[], int],
-        inner_topic: str = DEFAULT_INNER_TOPIC,
-        fallback: Canceller | None = None,
-    ) -> None:
-        self._producer = producer
-        self._retry = retry
-        self._kv = kv
-        self._writer = writer
-        self._policy_for = policy_for
-        self._now_ms = now_ms
-        self._inner_topic = inner_topic
-        self._fallback = fallback
+    producer: Producer
+    retry: RetrySpool
+    kv: KV
+    writer: GroupCommitWriter
+    _: KW_ONLY
+    policy_for: Callable[[str], RetryPolicy]
+    now_ms: Callable[[], int]
+    inner_topic: str = DEFAULT_INNER_TOPIC
+    fallback: Canceller | None = None
 
     # --- DelaySchedule -----------------------------------------------------------------------------
     async def schedule(self, msg: DelayedMessage) -> None:
@@ -68,11 +59,11 @@ class Forwarder:
         """Stored by a broker, or synced to the retry store, or raises (then nothing is answered 2xx).
         The forwarded record is written before the answer, so a status asked after it finds it."""
         wrapped = [self._wrap(m) for m in msgs]
-        results = await self._producer.send_batch(wrapped, [m.id for m in msgs], validated=False)
+        results = await self.producer.send_batch(wrapped, [m.id for m in msgs], validated=False)
         failed = [(w, r) for w, r in zip(wrapped, results, strict=True) if isinstance(r, Exception)]
         if failed:
             await self._spool([w for w, _ in failed], failed[0][1])
-        await self._writer.write(
+        await self.writer.write(
             [
                 Put(FORWARDED_CF, m.id.encode(), orjson.dumps({"topic": m.topic, "due": m.due_ms}))
                 for m in msgs
@@ -81,10 +72,10 @@ class Forwarder:
 
     def _wrap(self, m: DelayedMessage) -> Message:
         real = Message(m.topic, m.body, tags=m.tags, keys=m.keys, properties=dict(m.properties), id=m.id)
-        return inner_message(real, m.due_ms, inner_topic=self._inner_topic, sharding_key=m.sharding_key)
+        return inner_message(real, m.due_ms, inner_topic=self.inner_topic, sharding_key=m.sharding_key)
 
     async def _spool(self, wrapped: list[Message], exc: BaseException) -> None:
-        now = self._now_ms()
+        now = self.now_ms()
         error = last_error(exc) if isinstance(exc, RocketMQError) else str(exc)
         records = [
             RetryRecord(
@@ -103,13 +94,11 @@ class Forwarder:
             )
             for w in wrapped
         ]
-        await self._retry.spool_many(
-            records, now + int(self._policy_for(self._inner_topic).delay_s(0) * 1000)
-        )
+        await self.retry.spool_many(records, now + int(self.policy_for(self.inner_topic).delay_s(0) * 1000))
 
     # --- StateLookup -------------------------------------------------------------------------------
     def _record(self, id: str) -> dict[str, object] | None:
-        raw = self._kv.get(FORWARDED_CF, id.encode())
+        raw = self.kv.get(FORWARDED_CF, id.encode())
         if raw is None:
             return None
         rec = orjson.loads(raw)
@@ -127,7 +116,7 @@ class Forwarder:
             return MessageState(
                 id, Status.CANCELLED, topic=topic, deliver_at_ms=due, cancelled_at_ms=cancelled
             )
-        if self._now_ms() < due:
+        if self.now_ms() < due:
             return MessageState(id, Status.SCHEDULED, topic=topic, deliver_at_ms=due)
         return MessageState(id, Status.SENT, topic=topic, deliver_at_ms=due, sent_at_ms=due)
 
@@ -138,29 +127,29 @@ class Forwarder:
         nothing there: the caller was told CANCELLED only if it was sent before the due time."""
         rec = self._record(id)
         if rec is None:
-            return await self._fallback.cancel(id) if self._fallback else CancelResult.NOT_FOUND
+            return await self.fallback.cancel(id) if self.fallback else CancelResult.NOT_FOUND
         if "cancelled" in rec:
             return CancelResult.CANCELLED
-        now = self._now_ms()
+        now = self.now_ms()
         if now >= int(str(rec["due"])):
             return CancelResult.ALREADY_SENT
-        msg = cancel_message(id, inner_topic=self._inner_topic)
+        msg = cancel_message(id, inner_topic=self.inner_topic)
         msg.id = new_uniq_id()  # its own id: spooled, it must not collide with the message's
         try:
-            await self._producer.send(msg, sharding_key=id)
+            await self.producer.send(msg, sharding_key=id)
         except RocketMQError as exc:
             await self._spool([msg], exc)
-        await self._writer.write([Put(FORWARDED_CF, id.encode(), orjson.dumps({**rec, "cancelled": now}))])
+        await self.writer.write([Put(FORWARDED_CF, id.encode(), orjson.dumps({**rec, "cancelled": now}))])
         return CancelResult.CANCELLED
 
     async def purge(self, limit: int = PURGE_SCAN) -> int:
         """Drop records RETENTION_MS past their due time (scans up to ``limit`` records)."""
-        horizon = self._now_ms() - RETENTION_MS
+        horizon = self.now_ms() - RETENTION_MS
         ops: list[Op] = []
-        for key, raw in self._kv.scan(FORWARDED_CF, limit=limit):
+        for key, raw in self.kv.scan(FORWARDED_CF, limit=limit):
             rec = orjson.loads(raw)
             if int(rec["due"]) < horizon:
                 ops.append(Delete(FORWARDED_CF, key))
         if ops:
-            await self._writer.write(ops)
+            await self.writer.write(ops)
         return len(ops)

@@ -11,6 +11,7 @@ from typing import Any
 
 from app.dmq.service import DmqOptions, DmqService
 from delay import DelayState
+from retry.policy import RetryPolicy
 from tests.app.conftest import Stack
 from tests.dmq.conftest import dmq_settings
 
@@ -71,5 +72,42 @@ async def test_service_mode_forwards_schedules_cancels_and_spools(
             await until(lambda: published(stack, spooled["id"]) == 1)
             late = await stack.http.delete(f"/v1/messages/{kept['id']}")
             assert late.status_code == 409  # its due time has passed
+        finally:
+            await dmq.stop()
+
+
+async def test_cancel_sent_before_its_spooled_message_replays_is_kept(
+    make_stack: Callable[..., Any], tmp_path: Path
+) -> None:
+    """The message is spooled (no broker), the cancel goes out directly once the brokers are back, and
+    the spooled message replays after it: the service receives the cancel first and must remember it."""
+    slow_replay = {INNER: RetryPolicy((2.0,), 5)}  # the spooled message waits 2 s: the cancel overtakes it
+    async with make_stack(delay_mode="service", dmq_inner_topic=INNER, retry_types=slow_replay) as stack:
+        await stack.stop_brokers()
+        gone = await post_delayed(stack, "gone", 4000)
+        assert stack.service.retry.stats().pending == 1  # spooled
+        await stack.start_brokers()
+        r = await stack.http.delete(f"/v1/messages/{gone['id']}")
+        assert r.status_code == 200 and r.json()["status"] == "CANCELLED"
+        await stack.drain()  # the spooled inner message replays now
+        inner_order = [m.properties.get("DMQ_CANCEL_ID") or m.uniq_key for m in stack.stored(INNER)]
+        assert inner_order == [gone["id"], gone["id"]]  # the cancel, then the message
+        assert stack.stored(INNER)[0].properties.get("DMQ_OP") == "CANCEL"
+        kept = await post_delayed(stack, "kept", 1000)  # due before gone: the service works on both
+
+        # One message per listener call: in one batch the service stores messages before it cancels.
+        options = DmqOptions(
+            inner_topic=INNER, group="dmq_e2e_group2", http_addr="127.0.0.1:0", consume_batch_size=1
+        )
+        dmq = DmqService(dmq_settings(stack.cluster.namesrv_addr, tmp_path / "dmq"), options)
+        await dmq.start()
+        try:
+            await until(lambda: published(stack, kept["id"]) == 1)
+            await until(lambda: dmq.delay.now_ms() > gone["deliverAt"] + 500)
+            assert dmq.inner.labels("cancelled_before")._value.get() == 1
+            await dmq.scheduler.wait_idle()
+            assert published(stack, gone["id"]) == 0
+            status = dmq.delay.get(gone["id"])
+            assert status is not None and status.state is DelayState.CANCELLED
         finally:
             await dmq.stop()

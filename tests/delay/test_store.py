@@ -70,6 +70,15 @@ async def test_cancel_before_due_and_the_answers_after(h: Harness) -> None:
     assert h.store.stats().pending == 0
 
 
+async def test_cancel_of_an_unknown_id_can_leave_a_tombstone(h: Harness) -> None:
+    now = h.store.now_ms()
+    assert await h.store.cancel("EARLY", remember_unknown=True) is CancelOutcome.NOT_FOUND
+    status = h.store.get("EARLY")
+    assert status is not None and (status.state, status.at_ms) == (DelayState.CANCELLED, now)
+    assert await h.store.cancel("OTHER") is CancelOutcome.NOT_FOUND
+    assert h.store.get("OTHER") is None  # without remember_unknown nothing is written
+
+
 async def test_cancel_while_publishing_waits_and_answers_already_sent(h: Harness) -> None:
     await h.store.schedule(message("A", h.store.now_ms()))
     h.gate = asyncio.Event()

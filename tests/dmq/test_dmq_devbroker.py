@@ -73,6 +73,33 @@ async def test_cancel_through_the_inner_topic(stack: DmqStack) -> None:
     assert status is not None and status.state is DelayState.CANCELLED
 
 
+async def test_cancel_that_arrives_before_its_message_is_remembered(stack: DmqStack) -> None:
+    early, kept = new_uniq_id(), new_uniq_id()
+    due = stack.service.delay.now_ms() + 300
+    cancel = inner.cancel_message(early, inner_topic=INNER_TOPIC)
+    await stack.service.producer.send(cancel, sharding_key=early)  # reordered: the cancel comes first
+    await send_inner(stack, delayed(early, due))
+    await send_inner(stack, delayed(kept, due + 200))  # same or later: published after early would be
+    await stack.received.until(lambda got: kept in {m.uniq_key for m in got})
+    assert early not in stack.received.ids()
+    assert stack.service.inner.labels("cancelled_before")._value.get() == 1
+    status = stack.service.delay.get(early)
+    assert status is not None and status.state is DelayState.CANCELLED
+
+
+async def test_producer_and_inner_consumer_share_one_client_instance(stack: DmqStack) -> None:
+    service = stack.service
+    client_id = service.client.client_id
+    assert service.producer.client_id == service.consumer.client_id == client_id
+    known = service.client.broker_addrs()  # the brokers of the inner topic's routes
+    assert known
+    for name in known:  # each broker: one client, both groups, on one connection
+        broker = stack.cluster.brokers[name]
+        assert broker.clients.consumer_ids("dmq_test_group") == [client_id]
+        assert broker.clients.producer_ids(service.settings.producer_group) == [client_id]
+        assert broker.clients.connections_of(client_id) == 1
+
+
 async def test_rocketmq5_timer_properties(stack: DmqStack) -> None:
     now = stack.service.delay.now_ms()
     cases = {

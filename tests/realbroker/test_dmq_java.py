@@ -63,6 +63,7 @@ async def lines(proc: asyncio.subprocess.Process, prefix: bytes, out: list[list[
 
 
 @pytest.mark.usefixtures("java")
+@pytest.mark.timeout(480)  # 25 s lead + 30 s spread + its own 270 s bound; Java start-up on a loaded machine
 async def test_java_clients_three_replicas_one_killed(namesrv_addr: str, tmp_path: Path) -> None:
     tag = secrets.token_hex(3)
     inner_topic, real_topic, group = f"dmq_rb_inner_{tag}", f"dmq_rb_real_{tag}", f"dmq_rb_{tag}"

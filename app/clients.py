@@ -1,0 +1,37 @@
+"""The process's RocketMQ client instance: one client id, route table, set of broker connections and
+heartbeat for the producer and every consumer of the process (the sidecar's, a ``dmq`` replica's), as
+one MQClientInstance serves every producer and consumer of a Java process."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from app.config import Settings
+from rmq import BrokerApi, Credentials, NameServerClient, RemotingClient
+from rmq.client_id import build_client_id, default_instance_name, default_ip
+from rmq.client_instance import ClientInstance
+from rmq.connection import Connection
+from rmq.protocol.frame import RemotingCommand
+
+
+def client_instance(
+    s: Settings, namesrv: Sequence[str], *, heartbeat_s: float, instance_name: str | None = None
+) -> tuple[RemotingClient, ClientInstance]:
+    """The connections (the caller closes them after the instance) and the instance over them; the
+    brokers' requests on those connections go to the instance. ``instance_name``: None is pid-based, as
+    Java's DEFAULT; a replica sets its own (the pod name) so its client id survives restarts."""
+    credentials = Credentials(s.access_key, s.secret_key) if s.access_key else None
+    client: ClientInstance | None = None
+
+    async def on_request(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        assert client is not None  # connections open only once the instance below exists
+        return await client.on_broker_request(conn, cmd)
+
+    remoting = RemotingClient(credentials=credentials, on_request=on_request)
+    client = ClientInstance(
+        NameServerClient(remoting, tuple(namesrv)),
+        api=BrokerApi(remoting, producer_group=s.producer_group),
+        client_id=build_client_id(default_ip(), instance_name or default_instance_name()),
+        heartbeat_s=heartbeat_s,
+    )
+    return remoting, client
