@@ -112,6 +112,7 @@ class DmqService:
             ),
             ";".join(addresses),
             self.listener,
+            credentials=credentials,  # its own connections, signed like the producer's (ACL)
         )
         self.consumer.subscribe(o.inner_topic)
         self.owned_queues.set_function(lambda: sum(mq.topic == o.inner_topic for mq in self.consumer.queues))

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from rmq.acl import Credentials
 from rmq.broker import EXPRESSION_TAG, EXPRESSION_TYPES, ConsumerData, Subscription
 from rmq.client_id import build_client_id, default_instance_name, default_ip
 from rmq.client_instance import ClientInstance
@@ -64,11 +65,13 @@ class PushConsumer:
         *,
         client: RemotingClient | None = None,
         instance: ClientInstance | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         """``instance``: the client instance (client id, routes, connections, one heartbeat) shared
-        with other producers and consumers. Without, the consumer makes its own over ``namesrv``;
-        with ``client`` too, the caller owns the connections and must route broker requests to
-        ``on_broker_request``."""
+        with other producers and consumers. Without, the consumer makes its own over ``namesrv``,
+        signing every request (heartbeat, pull, offsets, send-back, locks) with ``credentials`` (ACL)
+        when given; with ``client`` too, the caller owns the connections (and their signing) and must
+        route broker requests to ``on_broker_request``."""
         self.config = config
         self.listener = listener
         self._own_instance = instance is None
@@ -81,6 +84,7 @@ class PushConsumer:
                 config.unit_name,
             ),
             heartbeat_s=config.heartbeat_interval_s,
+            credentials=credentials,
         )
         self.client_id = self.instance.client_id
         self._client = self.instance.invoker
