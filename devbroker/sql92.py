@@ -183,30 +183,28 @@ def _not(inner: _Expr) -> _Expr:
     return _Expr(ev, "bool")
 
 
-def _and(left: _Expr, right: _Expr) -> _Expr:
+def _logic(left: _Expr, right: _Expr, decisive: bool) -> _Expr:
+    """AND (``decisive`` False) and OR (True) as LogicExpression: either side equal to ``decisive``
+    decides, evaluated left first; else unknown if a side is unknown."""
+
     def ev(p: Props) -> Value:
         lv = left(p)
-        if lv is False:
-            return False
+        if lv is decisive:
+            return decisive
         rv = right(p)
-        if rv is False:
-            return False
-        return None if lv is None or rv is None else True
+        if rv is decisive:
+            return decisive
+        return None if lv is None or rv is None else not decisive
 
     return _Expr(ev, "bool")
+
+
+def _and(left: _Expr, right: _Expr) -> _Expr:
+    return _logic(left, right, decisive=False)
 
 
 def _or(left: _Expr, right: _Expr) -> _Expr:
-    def ev(p: Props) -> Value:
-        lv = left(p)
-        if lv is True:
-            return True
-        rv = right(p)
-        if rv is True:
-            return True
-        return None if lv is None or rv is None else False
-
-    return _Expr(ev, "bool")
+    return _logic(left, right, decisive=True)
 
 
 def _as_bool(e: _Expr) -> _Expr:

@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
 
 import pytest
 
 from devbroker.sql92 import compile_sql92
-from rmq import BrokerApi, Message, MessageQueue, NameServerClient, RemotingClient, new_uniq_id
+from rmq import (
+    BrokerApi,
+    Message,
+    MessageQueue,
+    NameServerClient,
+    RemotingClient,
+    TopicRouteData,
+    new_uniq_id,
+)
 from rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
 from rmq.errors import ClientError
 from tests.realbroker.conftest import create_topic_everywhere, unique_topic
@@ -57,12 +64,12 @@ def tags(i: int) -> str:
     return "ABC"[i % 3]
 
 
-@pytest.fixture
-async def consumers() -> AsyncIterator[list[PushConsumer]]:
-    made: list[PushConsumer] = []
-    yield made
-    for c in made:
-        await c.close()
+async def _new_topic(
+    client: RemotingClient, namesrv_addr: str, prefix: str
+) -> tuple[BrokerApi, str, TopicRouteData]:
+    api = BrokerApi(client, producer_group="rs_sql92_test")
+    topic = unique_topic(prefix)
+    return api, topic, await create_topic_everywhere(NameServerClient(client, namesrv_addr), api, topic)
 
 
 async def _drain(consumer: PushConsumer, ends: dict[MessageQueue, int]) -> None:
@@ -75,12 +82,9 @@ async def _drain(consumer: PushConsumer, ends: dict[MessageQueue, int]) -> None:
 
 
 async def test_the_real_broker_delivers_what_our_evaluator_predicts(
-    namesrv_addr: str, client: RemotingClient, consumers: list[PushConsumer]
+    namesrv_addr: str, client: RemotingClient
 ) -> None:
-    ns = NameServerClient(client, namesrv_addr)
-    api = BrokerApi(client, producer_group="rs_sql92_test")
-    topic = unique_topic("RsSql92")
-    route = await create_topic_everywhere(ns, api, topic)
+    api, topic, route = await _new_topic(client, namesrv_addr, "RsSql92")
     publish = route.publish_queues(topic)
     by_key: dict[str, dict[str, str]] = {}
     for i in range(MESSAGES):
@@ -92,20 +96,21 @@ async def test_the_real_broker_delivers_what_our_evaluator_predicts(
         mq: await api.get_max_offset(route.master_addr(mq.broker_name) or "", mq)
         for mq in route.subscribe_queues(topic)
     }
-    recorders: list[Recorder] = []
-    for n, expression in enumerate(EXPRESSIONS):
+    recorders = [Recorder() for _ in EXPRESSIONS]
+    consumers: list[PushConsumer] = []
+    for n, (expression, rec) in enumerate(zip(EXPRESSIONS, recorders, strict=True)):
         cfg = ConsumerConfig(
             f"rs_sql92_{os.getpid()}_{topic[-8:]}_{n}",
             instance_name=f"sql92-{n}-{os.getpid()}",
             consume_from=ConsumeFrom.FIRST_OFFSET,
         )
-        rec = Recorder()
-        consumer = PushConsumer(cfg, namesrv_addr, rec)
-        consumer.subscribe(topic, expression, "SQL92")
-        consumers.append(consumer)
-        recorders.append(rec)
-    await asyncio.gather(*(c.start() for c in consumers))
-    await asyncio.gather(*(_drain(c, ends) for c in consumers))
+        consumers.append(PushConsumer(cfg, namesrv_addr, rec))
+        consumers[-1].subscribe(topic, expression, "SQL92")
+    try:
+        await asyncio.gather(*(c.start() for c in consumers))
+        await asyncio.gather(*(_drain(c, ends) for c in consumers))
+    finally:
+        await asyncio.gather(*(c.close() for c in consumers))
     mismatches = []
     for expression, rec in zip(EXPRESSIONS, recorders, strict=True):
         sql = compile_sql92(expression)
@@ -118,18 +123,17 @@ async def test_the_real_broker_delivers_what_our_evaluator_predicts(
 
 
 async def test_an_expression_the_real_broker_cannot_parse_fails_the_start(
-    namesrv_addr: str, client: RemotingClient, consumers: list[PushConsumer]
+    namesrv_addr: str, client: RemotingClient
 ) -> None:
-    ns = NameServerClient(client, namesrv_addr)
-    api = BrokerApi(client, producer_group="rs_sql92_test")
-    topic = unique_topic("RsSql92Bad")
-    await create_topic_everywhere(ns, api, topic)
+    _api, topic, _route = await _new_topic(client, namesrv_addr, "RsSql92Bad")
     consumer = PushConsumer(
         ConsumerConfig(f"rs_sql92_bad_{os.getpid()}", instance_name=f"sql92bad-{os.getpid()}"),
         namesrv_addr,
         Recorder(),
     )
     consumer.subscribe(topic, "a >", "SQL92")
-    consumers.append(consumer)
-    with pytest.raises(ClientError, match="refuses the SQL92 filter"):
-        await consumer.start()
+    try:
+        with pytest.raises(ClientError, match="refuses the SQL92 filter"):
+            await consumer.start()
+    finally:
+        await consumer.close()
