@@ -18,6 +18,7 @@ from devbroker.client_manage import ClientManageProcessor
 from devbroker.clients import ClientRegistry
 from devbroker.commitlog import DEFAULT_SEGMENT_BYTES, CommitLog
 from devbroker.faults import Faults
+from devbroker.filtering import PropertyFilter
 from devbroker.headers import Reject
 from devbroker.listener import LOOPBACK, Listener
 from devbroker.locks import LockProcessor, QueueLocks
@@ -59,6 +60,7 @@ class DevBroker:
         clock: Callable[[], float] = time.monotonic,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         max_log_bytes: int | None = None,
+        enable_property_filter: bool = False,
     ) -> None:
         self.name = name
         self.cluster = cluster
@@ -67,6 +69,8 @@ class DevBroker:
         if home is not None:
             home.mkdir(parents=True, exist_ok=True)
         self.faults = Faults()
+        # enablePropertyFilter: SQL92 subscriptions (flip ``property_filter.enabled`` at run time)
+        self.property_filter = PropertyFilter(enable_property_filter)
         self.holds = PullHolds()
         self._log = CommitLog(
             home / "commitlog" if home else None, segment_bytes=segment_bytes, max_bytes=max_log_bytes
@@ -85,8 +89,12 @@ class DevBroker:
 
     def _build_handlers(self, cluster: str) -> dict[int, Handler]:
         send = SendProcessor(self.store, self.topics, self.faults, cluster=cluster)
-        pull = PullProcessor(self.store, self.topics, self.clients, self.offsets, self.holds)
-        manage = ClientManageProcessor(self.clients, self.offsets, self.store, self.topics)
+        pull = PullProcessor(
+            self.store, self.topics, self.clients, self.offsets, self.holds, self.property_filter
+        )
+        manage = ClientManageProcessor(
+            self.clients, self.offsets, self.store, self.topics, self.property_filter
+        )
         admin = AdminProcessor(self.store, self.topics)
         back = SendBackProcessor(self.store, self.topics)
         locks = LockProcessor(self.locks)
@@ -100,6 +108,7 @@ class DevBroker:
             RequestCode.HEART_BEAT: manage.heartbeat,
             RequestCode.UNREGISTER_CLIENT: manage.unregister,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: manage.consumer_list,
+            RequestCode.CHECK_CLIENT_CONFIG: manage.check_config,
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.create_topic,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset,
             RequestCode.GET_MAX_OFFSET: admin.max_offset,

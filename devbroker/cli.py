@@ -46,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--no-auto-create", action="store_true", help="no TBW102: sends to unknown topics fail")
     p.add_argument(
+        "--enable-property-filter",
+        action="store_true",
+        help="accept SQL92 subscriptions (RocketMQ's enablePropertyFilter; off by default, as there)",
+    )
+    p.add_argument(
         "--max-log-mb", type=int, default=None, metavar="MB", help="drop the oldest messages beyond this"
     )
     p.set_defaults(func=run)
@@ -106,6 +111,7 @@ async def _serve(args: argparse.Namespace) -> None:
         admin_port=args.admin_port,
         host=args.host,
         max_log_bytes=args.max_log_mb * 1024 * 1024 if args.max_log_mb else None,
+        enable_property_filter=args.enable_property_filter,
     )
     async with cluster:
         print(f"devbroker name server {cluster.namesrv_addr}", flush=True)

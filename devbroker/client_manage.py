@@ -1,5 +1,6 @@
 """Client and consumer-group requests: HEART_BEAT (34), UNREGISTER_CLIENT (35),
-GET_CONSUMER_LIST_BY_GROUP (38), QUERY_CONSUMER_OFFSET (14) and UPDATE_CONSUMER_OFFSET (15)."""
+GET_CONSUMER_LIST_BY_GROUP (38), QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15) and
+CHECK_CLIENT_CONFIG (46)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import orjson
 
 from devbroker import headers
 from devbroker.clients import ClientRegistry
+from devbroker.filtering import PropertyFilter
 from devbroker.headers import Reject
 from devbroker.offsets import ConsumerOffsets
 from devbroker.store import MessageStore
@@ -18,9 +20,15 @@ from rmq.protocol.frame import RemotingCommand
 
 class ClientManageProcessor:
     def __init__(
-        self, clients: ClientRegistry, offsets: ConsumerOffsets, store: MessageStore, topics: TopicTable
+        self,
+        clients: ClientRegistry,
+        offsets: ConsumerOffsets,
+        store: MessageStore,
+        topics: TopicTable,
+        property_filter: PropertyFilter | None = None,
     ) -> None:
         self._clients = clients
+        self._property_filter = property_filter or PropertyFilter()
         self._offsets = offsets
         self._store = store
         self._topics = topics
@@ -35,6 +43,18 @@ class ClientManageProcessor:
             raise Reject(ResponseCode.SYSTEM_ERROR, f"bad heartbeat: {exc}") from None
         for group in groups:  # the broker creates each consumer group's retry topic
             self._topics.ensure(RETRY_PREFIX + group)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def check_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """checkClientConfig: can this broker filter by the subscription? (Reject says why not.)"""
+        try:
+            doc = orjson.loads(cmd.body) if cmd.body else {}
+            sub = doc.get("subscriptionData") if isinstance(doc, dict) else None
+        except orjson.JSONDecodeError as exc:
+            raise Reject(ResponseCode.SYSTEM_ERROR, f"bad check-client body: {exc}") from None
+        if isinstance(sub, dict):
+            expression_type = str(sub.get("expressionType") or "TAG")
+            self._property_filter.check(expression_type, str(sub.get("subString") or ""))
         return cmd.response(ResponseCode.SUCCESS)
 
     async def unregister(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

@@ -40,11 +40,12 @@ class _Group:
 
 def _subscription(doc: dict[str, Any]) -> SubscriptionInfo:
     expression = str(doc.get("subString") or "*")
-    tags = parse_tags(expression)
+    expression_type = str(doc.get("expressionType") or "TAG")
+    tags = parse_tags(expression) if expression_type == "TAG" else []  # SQL92: no tags
     codes: frozenset[int] | None = None
     if tags:
         codes = frozenset(int(c) for c in doc.get("codeSet") or ()) or frozenset(tag_code(t) for t in tags)
-    return SubscriptionInfo(str(doc["topic"]), expression, codes, str(doc.get("expressionType") or "TAG"))
+    return SubscriptionInfo(str(doc["topic"]), expression, codes, expression_type)
 
 
 class ClientRegistry:

@@ -46,6 +46,7 @@ class DevCluster:
         clock: Callable[[], float] = time.monotonic,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         max_log_bytes: int | None = None,
+        enable_property_filter: bool = False,
     ) -> None:
         """Ports 0 are ephemeral; ``broker_base_port`` 0 gives every broker an ephemeral port and
         ``admin_port`` None runs no admin endpoint. Everything listens on ``host`` (an IP address), which
@@ -77,6 +78,7 @@ class DevCluster:
                 clock=clock,
                 segment_bytes=segment_bytes,
                 max_log_bytes=max_log_bytes,
+                enable_property_filter=enable_property_filter,
             )
         self.admin = AdminServer(self.brokers, port=admin_port, host=host) if admin_port is not None else None
 

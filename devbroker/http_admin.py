@@ -41,6 +41,7 @@ def describe(broker: DevBroker) -> dict[str, Any]:
         "running": broker.running,
         "connections": len(broker.listener.connections),
         "faults": broker.faults.to_json(),
+        "enable_property_filter": broker.property_filter.enabled,
         "topics": broker.topics.names(),
         "groups": broker.clients.groups(),
     }

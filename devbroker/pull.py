@@ -1,10 +1,12 @@
-"""PULL_MESSAGE (11): checks as Java's PullMessageProcessor makes them, tag filtering by hash code, the
+"""PULL_MESSAGE (11): checks as Java's PullMessageProcessor makes them, tag filtering by hash code (SQL92
+on the properties where enablePropertyFilter is on), the
 store's decision table mapped to response codes, and long polling (protocol reference §5.3-5.4)."""
 
 from __future__ import annotations
 
 from devbroker import headers
 from devbroker.clients import ClientRegistry
+from devbroker.filtering import Accept, PropertyFilter
 from devbroker.headers import Reject
 from devbroker.long_poll import PullHolds
 from devbroker.offsets import ConsumerOffsets
@@ -38,12 +40,14 @@ class PullProcessor:
         clients: ClientRegistry,
         offsets: ConsumerOffsets,
         holds: PullHolds,
+        property_filter: PropertyFilter | None = None,
     ) -> None:
         self._store = store
         self._topics = topics
         self._clients = clients
         self._offsets = offsets
         self._holds = holds
+        self._property_filter = property_filter or PropertyFilter()
 
     async def pull(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """Raises:
@@ -58,16 +62,16 @@ class PullProcessor:
         sys_flag = headers.integer(ext, "sysFlag")
         suspend_ms = headers.integer(ext, "suspendTimeoutMillis", 0)
         self._check_queue(topic, queue_id)
-        codes = self._filter(ext, group, topic, sys_flag)
+        codes, accept = self._filter(ext, group, topic, sys_flag)
         if sys_flag & PULL_COMMIT_OFFSET:
             self._offsets.commit(group, topic, queue_id, headers.integer(ext, "commitOffset"))
-        result = self._store.get(topic, queue_id, offset, max_nums, codes)
+        result = self._store.get(topic, queue_id, offset, max_nums, codes, accept)
         code = response_code(result, offset)
         if code == ResponseCode.PULL_NOT_FOUND and sys_flag & PULL_SUSPEND and suspend_ms > 0:
             # Long polling: hold until a matching message arrives or the suspend time passes, then
             # answer by reading again, as Java re-runs the pull without the suspend option.
             await self._holds.wait(topic, queue_id, offset, codes, suspend_ms / 1000)
-            result = self._store.get(topic, queue_id, offset, max_nums, codes)
+            result = self._store.get(topic, queue_id, offset, max_nums, codes, accept)
             code = response_code(result, offset)
         out = {
             "nextBeginOffset": str(result.next_begin_offset),
@@ -90,8 +94,11 @@ class PullProcessor:
                 f"topicConfig.readQueueNums:[{cfg.read_queue_nums}]",
             )
 
-    def _filter(self, ext: dict[str, str], group: str, topic: str, sys_flag: int) -> frozenset[int] | None:
-        """The tag codes to accept (None: all), from the request or the group's heartbeat."""
+    def _filter(
+        self, ext: dict[str, str], group: str, topic: str, sys_flag: int
+    ) -> tuple[frozenset[int] | None, Accept | None]:
+        """The tag codes to accept (None: all) and an SQL92 match on the properties (None: none), from
+        the request or the group's heartbeat."""
         if sys_flag & PULL_SUBSCRIPTION:
             expression_type = ext.get("expressionType") or "TAG"
             expression = ext.get("subscription") or "*"
@@ -100,12 +107,9 @@ class PullProcessor:
             if sub is None:
                 raise Reject(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
             if sub.expression_type == "TAG":
-                return sub.codes
+                return sub.codes, None
             expression_type, expression = sub.expression_type, sub.expression
-        if expression_type != "TAG":
-            raise Reject(
-                ResponseCode.SYSTEM_ERROR,
-                f"The broker does not support consumer to filter message by {expression_type}",
-            )
+        if expression_type != "TAG":  # refused unless enablePropertyFilter, as Java's broker does
+            return None, self._property_filter.accept(expression_type, expression)
         tags = parse_tags(expression)
-        return frozenset(tag_code(t) for t in tags) if tags else None
+        return (frozenset(tag_code(t) for t in tags) if tags else None), None

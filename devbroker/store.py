@@ -159,9 +159,16 @@ class MessageStore:
         return out
 
     def get(
-        self, topic: str, queue_id: int, offset: int, max_nums: int, codes: frozenset[int] | None
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int,
+        codes: frozenset[int] | None,
+        accept: Callable[[bytes], bool] | None = None,
     ) -> GetResult:
-        """Read up to ``max_nums`` messages from ``offset`` whose tag code is in ``codes`` (None: all)."""
+        """Read up to ``max_nums`` messages from ``offset`` whose tag code is in ``codes`` (None: all)
+        and, with ``accept``, that it accepts (an SQL92 filter on the stored message)."""
         q = self._queues.get((topic, queue_id))
         if q is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
@@ -185,8 +192,10 @@ class MessageStore:
             if parts and (len(parts) >= max_nums or total + size > MAX_PULL_BYTES):
                 break  # Java checks "batch full" before it looks at the next entry's tag
             if codes is None or q.tags[i] in codes:
-                parts.append(self._log.read(q.phys[i], size))
-                total += size
+                data = self._log.read(q.phys[i], size)
+                if accept is None or accept(data):
+                    parts.append(data)
+                    total += size
             i += 1
         status = GetStatus.FOUND if parts else GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, lo + i, lo, hi, b"".join(parts))

@@ -44,6 +44,11 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+EXPRESSION_TAG = "TAG"
+EXPRESSION_SQL92 = "SQL92"
+EXPRESSION_TYPES = (EXPRESSION_TAG, EXPRESSION_SQL92)  # Java's ExpressionType
+
+
 def parse_tags(expression: str | None) -> list[str]:
     if not expression or expression.strip() == "*":
         return []
@@ -55,17 +60,23 @@ class Subscription:
     topic: str
     expression: str = "*"
     sub_version: int = field(default_factory=wall_ms)
+    expression_type: str = EXPRESSION_TAG  # or EXPRESSION_SQL92: the broker evaluates it on properties
+
+    @property
+    def is_tag(self) -> bool:
+        return self.expression_type == EXPRESSION_TAG
 
     def to_json(self) -> dict[str, Any]:
-        tags = parse_tags(self.expression)
+        # FilterAPI.build: only a TAG expression is split into tags and their hash codes
+        tags = parse_tags(self.expression) if self.is_tag else []
         return {
             "classFilterMode": False,
             "topic": self.topic,
-            "subString": self.expression or "*",
+            "subString": (self.expression or "*") if self.is_tag else self.expression,
             "tagsSet": tags,
             "codeSet": [java_string_hash(t) for t in tags],
             "subVersion": self.sub_version,
-            "expressionType": "TAG",
+            "expressionType": self.expression_type,
         }
 
 
@@ -209,6 +220,7 @@ class BrokerApi:
         timeout_s: float | None = None,
         subscribe: bool = True,
         sub_version: int = 0,
+        expression_type: str = EXPRESSION_TAG,
     ) -> PullResult:
         """PULL_MESSAGE; with ``suspend_s`` > 0 the broker holds the request until a message arrives.
 
@@ -228,7 +240,7 @@ class BrokerApi:
             "suspendTimeoutMillis": str(int(suspend_s * 1000)),
             "subscription": expression or "*",
             "subVersion": str(sub_version),
-            "expressionType": "TAG",
+            "expressionType": expression_type,
             "bname": mq.broker_name,
         }
         timeout = timeout_s if timeout_s is not None else suspend_s + PULL_TIMEOUT_MARGIN_S
@@ -237,7 +249,7 @@ class BrokerApi:
         if status is None:
             raise for_code(resp.code, resp.remark, addr)
         messages = decode_stored_all(resp.body) if resp.body else []
-        tags = set(parse_tags(expression))
+        tags = set(parse_tags(expression)) if expression_type == EXPRESSION_TAG else set()
         if tags:  # the broker filters by tag hash only; re-filter by the exact tag, as Java does
             messages = [m for m in messages if m.tags in tags]
         return PullResult(

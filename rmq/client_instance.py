@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from rmq.acl import Credentials
 from rmq.broker import BrokerApi, ConsumerData
 from rmq.client_id import build_client_id, default_instance_name, default_ip
 from rmq.codes import RequestCode, ResponseCode
@@ -48,9 +49,11 @@ class ClientInstance:
         client_id: str | None = None,
         heartbeat_s: float = HEARTBEAT_S,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        credentials: Credentials | None = None,
     ) -> None:
         """``remoting``: connections the caller owns (then it must route broker requests to
-        ``on_broker_request``); without, the instance opens and closes its own."""
+        ``on_broker_request``); without, the instance opens and closes its own, signing every request
+        with ``credentials`` (ACL) when given."""
         self.client_id = client_id or build_client_id(default_ip(), default_instance_name())
         self._owned: RemotingClient | None = None
         self.invoker: Invoker
@@ -59,7 +62,9 @@ class ClientInstance:
             self.invoker = remoting or namesrv.invoker
         else:
             if remoting is None:
-                remoting = self._owned = RemotingClient(on_request=self.on_broker_request)
+                remoting = self._owned = RemotingClient(
+                    on_request=self.on_broker_request, credentials=credentials
+                )
             self.invoker = remoting
             self.namesrv = NameServerClient(remoting, namesrv)
         self.api = api or BrokerApi(self.invoker)

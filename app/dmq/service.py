@@ -108,7 +108,7 @@ class DmqService:
             ),
             ";".join(addresses),
             self.listener,
-            instance=self.client,
+            instance=self.client,  # signed like the producer's: the instance's connections carry the ACL
         )
         self.consumer.subscribe(o.inner_topic)
         self.owned_queues.set_function(lambda: sum(mq.topic == o.inner_topic for mq in self.consumer.queues))

@@ -102,7 +102,7 @@ class Subscriptions:
             consumer = PushConsumer(
                 consumer_config(spec, instance_name), namesrv, listener, instance=instance
             )
-            consumer.subscribe(spec.topic, spec.expression)
+            consumer.subscribe(spec.topic, spec.expression, spec.expression_type)
             self.consumers[spec.name] = consumer
 
     async def start(self) -> None:

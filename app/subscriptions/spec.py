@@ -16,6 +16,7 @@ CONSUME_FROM = ("last", "first", "timestamp")
 # averagely: Java's default, the one to use when Java clients share the group; bounded_hash and sticky
 # need every member to be a rocksidecar (sticky: balanced and moving only what a change must move).
 ALLOCATIONS = ("averagely", "bounded_hash", "sticky")
+EXPRESSION_TYPES = ("TAG", "SQL92")  # rmq.broker.EXPRESSION_TYPES
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _RESOURCE = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # RocketMQ's topic and group charset
 GRPC_ENDPOINT = "grpc"
@@ -32,7 +33,8 @@ class SubscriptionSpec:
     topic: str
     group: str
     endpoint: str  # http://localhost:PORT/path of the app, or "grpc": the app pulls with Subscribe
-    expression: str = "*"  # tags: * or TagA || TagB
+    expression: str = "*"  # tags: * or TagA || TagB; with expression_type SQL92 a filter on properties
+    expression_type: str = "TAG"  # or SQL92 (the brokers need enablePropertyFilter=true)
     mode: str = "concurrent"
     concurrency: int = 20
     timeout_s: float = 15.0  # one POST to the app; longer counts as a failure
@@ -116,9 +118,18 @@ def parse_one(raw: Any, where: str) -> SubscriptionSpec:
     timestamp = raw.get("consume_timestamp_ms")
     if consume_from == "timestamp" and timestamp is None:
         raise SpecError(f"{where}.consume_timestamp_ms: required with consume_from: timestamp")
-    expression = str(raw.get("expression", "*")).strip() or "*"
-    if expression.upper().startswith("SQL92:"):
-        raise SpecError(f"{where}.expression: SQL92 filters are not supported yet; use tags (* or A || B)")
+    expression_type = str(raw.get("expression_type", "TAG")).strip().upper()
+    if expression_type not in EXPRESSION_TYPES:
+        raise SpecError(
+            f"{where}.expression_type: expected one of {', '.join(EXPRESSION_TYPES)}, "
+            f"got {raw.get('expression_type')!r}"
+        )
+    expression = str(raw.get("expression", "")).strip()
+    if expression_type == "SQL92" and not expression:
+        raise SpecError(f"{where}.expression: required with expression_type: SQL92 (e.g. a > 5)")
+    if expression_type == "TAG" and expression.upper().startswith("SQL92:"):
+        raise SpecError(f"{where}.expression: for an SQL92 filter set expression_type: SQL92, no prefix")
+    expression = expression or "*"
     try:
         timeout_s = float(str(raw.get("timeout_s", 15.0)).strip())
     except ValueError:
@@ -131,6 +142,7 @@ def parse_one(raw: Any, where: str) -> SubscriptionSpec:
         group=str(raw["group"]).strip(),
         endpoint=_endpoint(raw["endpoint"], f"{where}.endpoint"),
         expression=expression,
+        expression_type=expression_type,
         mode=mode,
         concurrency=_int(raw.get("concurrency", 20), f"{where}.concurrency", 1, 1000),
         timeout_s=timeout_s,

@@ -1,4 +1,5 @@
-"""Consumer requests the producer never makes: CONSUMER_SEND_MSG_BACK, LOCK_BATCH_MQ, UNLOCK_BATCH_MQ."""
+"""Consumer requests the producer never makes: CONSUMER_SEND_MSG_BACK, LOCK_BATCH_MQ, UNLOCK_BATCH_MQ,
+CHECK_CLIENT_CONFIG."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from rmq.broker import Subscription
 from rmq.codes import RequestCode, ResponseCode
 from rmq.errors import FrameError, for_code
 from rmq.message import MessageExt, MessageQueue
@@ -104,3 +106,19 @@ async def unlock_batch(
 ) -> None:
     """UNLOCK_BATCH_MQ: release the queues (the broker ignores those another client holds)."""
     await _lock_call(invoker, addr, RequestCode.UNLOCK_BATCH_MQ, group, client_id, mqs, timeout_s)
+
+
+async def check_client_config(
+    invoker: Invoker,
+    addr: str,
+    group: str,
+    client_id: str,
+    subscription: Subscription,
+    timeout_s: float = 3.0,
+) -> None:
+    """CHECK_CLIENT_CONFIG (checkClientInBroker): ask the broker whether it can filter by this
+    subscription. A broker without enablePropertyFilter answers SYSTEM_ERROR, a malformed SQL92
+    expression SUBSCRIPTION_PARSE_FAILED; both raise."""
+    body = orjson.dumps({"clientId": client_id, "group": group, "subscriptionData": subscription.to_json()})
+    resp = await invoker.invoke(addr, RemotingCommand(RequestCode.CHECK_CLIENT_CONFIG, {}, body), timeout_s)
+    _ok(resp, addr)

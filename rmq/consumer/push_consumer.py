@@ -16,13 +16,20 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from rmq.broker import ConsumerData, Subscription
+from rmq.acl import Credentials
+from rmq.broker import EXPRESSION_TAG, EXPRESSION_TYPES, ConsumerData, Subscription
 from rmq.client_id import build_client_id, default_instance_name, default_ip
 from rmq.client_instance import ClientInstance
 from rmq.clock import wall_ms
 from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import Connection
-from rmq.consumer.broker_calls import delay_level_for, lock_batch, send_back, unlock_batch
+from rmq.consumer.broker_calls import (
+    check_client_config,
+    delay_level_for,
+    lock_batch,
+    send_back,
+    unlock_batch,
+)
 from rmq.consumer.config import RETRY_PREFIX, ConsumerConfig, MessageListener, MessageModel
 from rmq.consumer.consume_concurrently import ConcurrentService
 from rmq.consumer.consume_orderly import OrderlyService
@@ -40,7 +47,7 @@ from rmq.consumer.rebalance import allocate_queues, start_offset
 from rmq.consumer.running_info import CLIENT_VERSION_NAME, encode_running_info, queue_info
 from rmq.consumer.stats import Stats
 from rmq.consumer.sticky import AllocateSticky
-from rmq.errors import ClientError, RocketMQError
+from rmq.errors import BrokerError, ClientError, RocketMQError
 from rmq.message import MessageExt, MessageQueue
 from rmq.pool import RemotingClient
 from rmq.protocol.frame import RemotingCommand
@@ -62,11 +69,13 @@ class PushConsumer:
         *,
         client: RemotingClient | None = None,
         instance: ClientInstance | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         """``instance``: the client instance (client id, routes, connections, one heartbeat) shared
-        with other producers and consumers. Without, the consumer makes its own over ``namesrv``;
-        with ``client`` too, the caller owns the connections and must route broker requests to
-        ``on_broker_request``."""
+        with other producers and consumers. Without, the consumer makes its own over ``namesrv``,
+        signing every request (heartbeat, pull, offsets, send-back, locks) with ``credentials`` (ACL)
+        when given; with ``client`` too, the caller owns the connections (and their signing) and must
+        route broker requests to ``on_broker_request``."""
         self.config = config
         self.listener = listener
         self._own_instance = instance is None
@@ -79,6 +88,7 @@ class PushConsumer:
                 config.unit_name,
             ),
             heartbeat_s=config.heartbeat_interval_s,
+            credentials=credentials,
         )
         self.client_id = self.instance.client_id
         self._client = self.instance.invoker
@@ -106,11 +116,19 @@ class PushConsumer:
         self._started_ms = 0
 
     # subscriptions and lifecycle ---------------------------------------------------------------
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Tags to receive: ``*`` or ``TagA || TagB``. Before or after start (then a rebalance follows)."""
+    def subscribe(self, topic: str, expression: str = "*", expression_type: str = EXPRESSION_TAG) -> None:
+        """What to receive: tags (``*`` or ``TagA || TagB``) or, with ``expression_type`` SQL92, a
+        filter the broker evaluates on the message properties (``a > 5 AND TAGS IN ('A')``; the broker
+        needs enablePropertyFilter, checked at start). Before or after start (then a rebalance
+        follows)."""
         if not topic or topic.startswith(RETRY_PREFIX):
             raise ValueError(f"cannot subscribe to {topic!r}")
-        self._subs[topic] = Subscription(topic, expression or "*")
+        if expression_type not in EXPRESSION_TYPES:
+            known = ", ".join(EXPRESSION_TYPES)
+            raise ValueError(f"expression type must be one of {known}, got {expression_type!r}")
+        if expression_type != EXPRESSION_TAG and not expression.strip():
+            raise ValueError(f"a {expression_type} expression cannot be empty")  # FilterAPI.build
+        self._subs[topic] = Subscription(topic, expression or "*", expression_type=expression_type)
         if self.started:
             self._rebalance_now.set()
 
@@ -132,10 +150,11 @@ class PushConsumer:
         if not self._subs:
             raise ClientError("subscribe to at least one topic before start")
         await self.offsets.load()
+        await self.refresh_routes()
+        await self.check_client_in_broker()
         self.instance.register_consumer(self.config.group, self.consumer_data, self.on_broker_request)
         self.started = True
         self._started_ms = wall_ms()
-        await self.refresh_routes()
         await self.heartbeat()
         await self.refresh_routes()  # the heartbeat made the broker create the group's retry topic
         await self.rebalance()
@@ -147,6 +166,37 @@ class PushConsumer:
         self.instance.start()  # the periodic heartbeat, for every group on the instance
         if self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
             self._loops.append(self._loop(self.lock_all, self.config.lock_interval_s))
+
+    async def check_client_in_broker(self) -> None:
+        """checkClientInBroker: every broker serving a non-TAG subscription's topic must accept the
+        filter, or the consumer would start and never receive a message. Raises SubscriptionError
+        (or the broker's error) naming the topic, the expression and the broker's reason."""
+        for sub in self._subs.values():
+            if sub.is_tag:
+                continue
+            route = self._routes.get(sub.topic)
+            for b in route.broker_datas if route else ():
+                if not b.master_addr:
+                    continue
+                try:
+                    await check_client_config(
+                        self._client, b.master_addr, self.config.group, self.client_id, sub
+                    )
+                except BrokerError as exc:
+                    raise ClientError(
+                        f"group {self.config.group}: broker {b.broker_name} refuses the "
+                        f"{sub.expression_type} filter {sub.expression!r} on topic {sub.topic}: {exc}"
+                    ) from exc
+                except RocketMQError as exc:
+                    # Unreachable now: start anyway (a broker that returns is asked by its pulls,
+                    # which fail visibly in the log and the pull_errors stat if it refuses).
+                    log.warning(
+                        "group %s: could not check the %s filter with broker %s: %s",
+                        self.config.group,
+                        sub.expression_type,
+                        b.broker_name,
+                        exc,
+                    )
 
     async def close(self) -> None:
         """Stop pulling, let running listener calls finish (up to close_timeout_s), persist offsets,
@@ -546,6 +596,7 @@ class PushConsumer:
                     commit_offset=committed if committed else None,
                     timeout_s=cfg.pull_timeout_s,
                     sub_version=sub.sub_version,
+                    expression_type=sub.expression_type,
                 )
             except RocketMQError as exc:
                 self.stats.bump("pull_errors")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Sequence
 
 import pytest
 
@@ -14,11 +15,14 @@ from rmq import (
     BrokerApi,
     Credentials,
     Message,
+    MessageExt,
+    MessageQueue,
     NameServerClient,
     RemotingClient,
     SendFailed,
     TopicNotExist,
 )
+from rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
 from rmq.producer import Producer, ProducerConfig
 from tests.realbroker.conftest import pull_queue, wait_for_brokers
 
@@ -88,3 +92,40 @@ async def test_signed_requests_pass_and_bad_ones_are_refused(
         assert ok.msg_id in {m.uniq_key for m in pulled}  # type: ignore[attr-defined]
     finally:
         await client.close()
+
+
+async def test_a_signed_push_consumer_receives_and_commits(
+    namesrv_addr: str, acl: tuple[str, str, str, str]
+) -> None:
+    """Issue 13: a consumer's requests (heartbeat, pull, offsets, send-back, locks) are signed too. The
+    group must be one the account may subscribe with (groupB of the stock plain_acl.yml, or
+    ROCKSIDECAR_TEST_ACL_GROUP)."""
+    ak, sk, allowed, _denied = acl
+    group = os.environ.get("ROCKSIDECAR_TEST_ACL_GROUP", "groupB")
+    got: list[MessageExt] = []
+    arrived = asyncio.Event()
+
+    async def listener(msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+        got.extend(msgs)
+        arrived.set()
+        return ConsumeStatus.SUCCESS
+
+    consumer = PushConsumer(
+        ConsumerConfig(group, instance_name=f"acl-{os.getpid()}", consume_from=ConsumeFrom.FIRST_OFFSET),
+        namesrv_addr,
+        listener,
+        credentials=Credentials(ak, sk),
+    )
+    consumer.subscribe(allowed)
+    # Sent first (it may create the topic); the group resumes from its committed offset, or the first.
+    sent = await send(namesrv_addr, Credentials(ak, sk), allowed)
+    await consumer.start()
+    try:
+        assert consumer.queues, "the signed consumer owns no queue: its heartbeat or member list failed"
+        async with asyncio.timeout(60):
+            while sent.msg_id not in {m.uniq_key for m in got}:  # type: ignore[attr-defined]
+                arrived.clear()
+                await arrived.wait()
+        assert consumer.stats["pull_errors"] == 0
+    finally:
+        await consumer.close()

@@ -62,7 +62,9 @@ def test_environment_takes_yaml_or_json_text() -> None:
         ({**GOOD, "consume_from": "timestamp"}, "[0].consume_timestamp_ms: required"),
         ({**GOOD, "allocation": "random"}, "[0].allocation: expected one of averagely, bounded_hash, sticky"),
         ({**GOOD, "topic": "bad topic"}, "[0].topic: 1-127 letters"),
-        ({**GOOD, "expression": "SQL92:a > 1"}, "[0].expression: SQL92 filters are not supported"),
+        ({**GOOD, "expression": "SQL92:a > 1"}, "[0].expression: for an SQL92 filter set expression_type"),
+        ({**GOOD, "expression_type": "SQL92"}, "[0].expression: required with expression_type: SQL92"),
+        ({**GOOD, "expression_type": "XPATH"}, "[0].expression_type: expected one of TAG, SQL92"),
         ("orders", "[0]: expected a mapping"),
     ],
 )

@@ -1,0 +1,62 @@
+"""enablePropertyFilter and SQL92 subscriptions: the broker's side of the filter (ClientManageProcessor's
+checkClientConfig, PullMessageProcessor's refusal, ExpressionMessageFilter's match on properties)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from devbroker.headers import Reject
+from devbroker.sql92 import FilterParseError, SqlFilter, compile_sql92
+from rmq.broker import EXPRESSION_SQL92, EXPRESSION_TAG
+from rmq.codes import ResponseCode
+from rmq.message_codec import decode_stored
+
+_CACHE_LIMIT = 256  # distinct expressions kept compiled; a group's expression rarely changes
+
+Accept = Callable[[bytes], bool]  # a stored message (as the commit log holds it) -> deliver it?
+
+
+class PropertyFilter:
+    """``enabled`` is the broker's enablePropertyFilter (off by default, as in RocketMQ); tests and the
+    CLI turn it on, and may flip it while the broker runs."""
+
+    def __init__(self, enabled: bool = False) -> None:
+        self.enabled = enabled
+        self._compiled: dict[str, SqlFilter] = {}
+
+    def check(self, expression_type: str, expression: str) -> SqlFilter | None:
+        """The compiled filter of a non-TAG subscription (None for TAG).
+
+        Raises:
+            Reject: SYSTEM_ERROR when filtering by properties is off or the type unknown (the remark
+                Java's broker gives), SUBSCRIPTION_PARSE_FAILED when the expression does not parse.
+        """
+        if expression_type == EXPRESSION_TAG:
+            return None
+        if not self.enabled or expression_type != EXPRESSION_SQL92:
+            raise Reject(
+                ResponseCode.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by {expression_type}",
+            )
+        found = self._compiled.get(expression)
+        if found is None:
+            try:
+                found = compile_sql92(expression)
+            except FilterParseError as exc:
+                raise Reject(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"{expression}: {exc}") from None
+            if len(self._compiled) >= _CACHE_LIMIT:
+                self._compiled.clear()
+            self._compiled[expression] = found
+        return found
+
+    def accept(self, expression_type: str, expression: str) -> Accept | None:
+        """What a pull delivers, judged on each message's properties; None: every message (TAG)."""
+        sql = self.check(expression_type, expression)
+        if sql is None:
+            return None
+
+        def matches(stored: bytes) -> bool:
+            msg, _ = decode_stored(stored, inflate=False)
+            return sql.matches(msg.properties)
+
+        return matches
