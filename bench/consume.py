@@ -9,7 +9,8 @@ With --namesrv the broker is a real one (nothing is started); --java adds the an
 org.apache.rocketmq.example.benchmark.Consumer (run by real-broker.sh java) on the same topic in the
 same run, and the ratios of the direct client and of the sidecar's HTTP push to it. The HTTP push path
 is a sidecar subscription (app.subscriptions) POSTing each message to a minimal keep-alive asyncio HTTP
-server on localhost (raw streams, no framework) that answers 204: the app must not be the bottleneck.
+server on localhost (raw streams, uvloop, no framework, its own process) that answers 204: the app must
+not be the bottleneck.
 
 Handover: two members split 8 queues; one leaves, and the clock runs from the moment it starts leaving
 until the other owns all 8 queues again. "close" is an orderly close (persist offsets, UNREGISTER_CLIENT,
@@ -23,11 +24,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import multiprocessing
 import os
 import re
 import signal
 import time
 from collections.abc import Sequence
+from multiprocessing.connection import Connection
 
 import uvloop
 
@@ -101,31 +104,40 @@ async def rate(namesrv: str, total: int, batch: int) -> float:
     return count / took
 
 
-async def _fast_app() -> tuple[asyncio.Server, int, list[int]]:
-    """A minimal keep-alive HTTP/1.1 server answering 204 to every POST; counts requests."""
-    count = [0]
+async def _serve_204(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A minimal keep-alive HTTP/1.1 app answering 204 to every POST."""
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            await reader.readexactly(length)
+            writer.write(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        writer.close()
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line[:15].lower() == b"content-length:":
-                        length = int(line[15:])
-                await reader.readexactly(length)
-                count[0] += 1
-                writer.write(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    return server, server.sockets[0].getsockname()[1], count
+def _fast_app(conn: Connection) -> None:
+    """The app in its own process (as a real app is): its CPU is not charged to the sidecar's loop."""
+
+    async def run() -> None:
+        server = await asyncio.start_server(_serve_204, "127.0.0.1", 0)
+        conn.send(server.sockets[0].getsockname()[1])
+        await asyncio.get_running_loop().run_in_executor(None, conn.recv)  # until told to stop
+        server.close()
+
+    uvloop.run(run())
 
 
 async def http_rate(namesrv: str, total: int) -> float:
-    """Messages per second a sidecar subscription delivers to a local HTTP app."""
-    server, port, count = await _fast_app()
+    """Messages per second a sidecar subscription delivers to a local HTTP app (204 to every POST)."""
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process with a running event loop
+    here, there = ctx.Pipe()
+    app = ctx.Process(target=_fast_app, args=(there,), daemon=True)
+    app.start()
+    port = here.recv()
     spec = SubscriptionSpec(
         "bench", TOPIC, f"bench_http_{time.time_ns()}", f"http://127.0.0.1:{port}/", consume_from="first"
     )
@@ -136,9 +148,11 @@ async def http_rate(namesrv: str, total: int) -> float:
     while consumer.stats["consume_ok"] < total:
         await consumer.stats.reach("consume_ok", total)
     took = time.perf_counter() - start
+    delivered = consumer.stats["consume_ok"]
     await subs.close()
-    server.close()
-    return count[0] / took
+    here.send("stop")
+    app.join(10)
+    return delivered / took
 
 
 JAVA_CONSUMER = "org.apache.rocketmq.example.benchmark.Consumer"
