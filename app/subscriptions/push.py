@@ -14,9 +14,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from email.utils import parsedate_to_datetime
 
-import httpx
-
 from app.subscriptions.cloudevents import headers_for
+from app.subscriptions.http_client import HttpClient, PostError
 from app.subscriptions.spec import SubscriptionSpec
 from rmq.consumer.config import ConsumeStatus
 from rmq.message import MessageExt, MessageQueue
@@ -50,7 +49,7 @@ class HttpPush:
     def __init__(
         self,
         spec: SubscriptionSpec,
-        client: httpx.AsyncClient,
+        client: HttpClient,
         *,
         on_delivery: DeliveryHook | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -75,17 +74,15 @@ class HttpPush:
         while True:
             started = time.perf_counter()
             try:
-                resp = await self._client.post(
-                    self.spec.endpoint, content=msg.body, headers=headers, timeout=self.spec.timeout_s
-                )
-            except httpx.HTTPError:
+                resp = await self._client.post(self.spec.endpoint, msg.body, headers, self.spec.timeout_s)
+            except PostError:
                 self._on_delivery(self.spec.name, "error", time.perf_counter() - started)
                 return False
             elapsed = time.perf_counter() - started
-            if 200 <= resp.status_code < 300:
+            if 200 <= resp.status < 300:
                 self._on_delivery(self.spec.name, "ok", elapsed)
                 return True
-            if resp.status_code in LATER_STATUSES:
+            if resp.status in LATER_STATUSES:
                 self._on_delivery(self.spec.name, "later", elapsed)
                 await self._sleep(retry_after_s(resp.headers.get("retry-after"), self._wall_s()))
                 continue

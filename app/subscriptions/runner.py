@@ -4,12 +4,10 @@ with the sidecar. Also what the metrics and the status page read: queues owned, 
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import httpx
-
+from app.subscriptions.http_client import HttpClient
 from app.subscriptions.push import DeliveryHook, HttpPush
 from app.subscriptions.spec import SubscriptionSpec
 from app.subscriptions.stream import StreamHub
@@ -83,14 +81,8 @@ class Subscriptions:
         """``instance``: the process's client instance (one client id, route table, set of connections
         and heartbeat shared with the producer); without one each consumer makes its own."""
         self.specs = tuple(specs)
-        # Loopback only: no proxies from the environment, no connection limit below the concurrency.
-        # TCP_NODELAY: httpx writes headers and body separately; with Nagle the body could wait for the
-        # app's delayed ACK (up to 40 ms).
-        transport = httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=None),
-            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-        )
-        self._http = httpx.AsyncClient(trust_env=False, transport=transport)
+        # one keep-alive connection per POST in flight, so up to the subscription's concurrency
+        self._http = HttpClient()
         self.consumers: dict[str, PushConsumer] = {}
         self.hubs: dict[str, StreamHub] = {}  # subscriptions the app pulls over gRPC
         for spec in self.specs:
@@ -116,7 +108,7 @@ class Subscriptions:
         for consumer in self.consumers.values():
             with contextlib.suppress(Exception):
                 await consumer.close()
-        await self._http.aclose()
+        await self._http.close()
 
     def rebalances(self) -> dict[str, int]:
         return {name: c.stats["rebalances_done"] for name, c in self.consumers.items()}
