@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.sidecar import CancelResult, MessageState, Status
-from delay import DelayState, DelayStore
+from app.sidecar import MessageState, Status
+from delay import CancelOutcome, DelayState, DelayStore
 from retry import RetryStore, State
 
 _DELAY_STATUS = {
@@ -57,8 +57,8 @@ class DelayLookup:
             broker=to.broker if to else None,
             queue_id=to.queue_id if to else None,
             queue_offset=to.queue_offset if to else None,
-            msg_id=to.msg_id if to else None,
+            offset_msg_id=to.msg_id if to else None,
         )
 
-    async def cancel(self, id: str) -> CancelResult:
-        return CancelResult((await self._store.cancel(id)).value)
+    async def cancel(self, id: str) -> CancelOutcome:
+        return await self._store.cancel(id)

@@ -25,6 +25,7 @@ from app.api.admin import AdminOps, admin_routes
 from app.api.docs import offline_docs
 from app.api.guards import Guards
 from app.api.middleware import EdgeMiddleware
+from app.api.operations import Operations, send_status
 from app.api.parsing import parse_batch, parse_message
 from app.api.schemas import (
     BatchIn,
@@ -39,10 +40,10 @@ from app.api.schemas import (
 )
 from app.api.ui import UiDeps, ui_routes
 from app.api.views import batch_view, outcome_view, status_view
-from app.idempotency import MAX_KEY_CHARS, Answer, IdempotencyStore, canonical_json, check_key, fingerprint
+from app.idempotency import MAX_KEY_CHARS, Answer, IdempotencyStore, answer_once, canonical_json, fingerprint
 from app.metrics import Metrics
-from app.request import Limits, RequestError, prepare
-from app.sidecar import Ack, CancelResult, Sidecar, Status
+from app.request import HTTP_FIELDS, Limits, RequestError
+from app.sidecar import Ack, Sidecar
 
 REPLAYED_HEADER = "Idempotent-Replayed"  # "true" on an answer repeated for an Idempotency-Key
 VALUES_PER_MESSAGE = 256  # on average in a batch: fields, keys and properties, with room to spare
@@ -86,6 +87,7 @@ class Api:
     readiness: Readiness
     idempotency: IdempotencyStore | None
     now_ms: Callable[[], int]
+    ops: Operations
 
     def problem(self, exc: BaseException) -> Response:
         status, body, headers = problems.from_exception(exc)
@@ -96,26 +98,18 @@ class Api:
     async def answer(
         self, key: str | None, request: Request, ack: Ack, compute: Callable[[], Awaitable[Answer]]
     ) -> Response:
-        computed = False
-
-        async def first() -> Answer:
-            nonlocal computed
-            computed = True
-            return await compute()
+        async def request_fingerprint() -> str:
+            # The same request in other spacing, key order or with ack spelled out is the same request.
+            return fingerprint(request.url.path, ack.value, canonical_json(await request.body()))
 
         try:
-            if key is None or self.idempotency is None:
-                status, body = await compute()
-                computed = True
-            else:
-                check_key(key)
-                # The same request in other spacing, key order or with ack spelled out is the same request.
-                fp = fingerprint(request.url.path, ack.value, canonical_json(await request.body()))
-                status, body = await self.idempotency.run(key, fp, first)
+            (status, body), replayed = await answer_once(
+                self.idempotency, key, request_fingerprint, compute, field=HTTP_FIELDS.idempotency_key
+            )
         except Exception as exc:
             return self.problem(exc)
         headers = {"Retry-After": str(problems.RETRY_AFTER_S)} if status == 503 else {}
-        if not computed:
+        if replayed:
             headers[REPLAYED_HEADER] = "true"
         media = problems.PROBLEM_JSON if status >= 400 else "application/json"
         return Response(orjson.dumps(body), status_code=status, media_type=media, headers=headers)
@@ -160,7 +154,8 @@ def create_app(
     )
     if access_log:  # added last: outermost, so it also logs what the edge refuses
         app.add_middleware(AccessLogMiddleware)
-    api = Api(sidecar, limits, batch_limit, metrics, readiness, idempotency, now_ms)
+    ops = Operations(sidecar, limits, batch_limit, metrics, now_ms, HTTP_FIELDS)
+    api = Api(sidecar, limits, batch_limit, metrics, readiness, idempotency, now_ms, ops)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
@@ -322,13 +317,11 @@ def _message_routes(app: FastAPI, api: Api) -> None:
 
         async def compute() -> Answer:
             try:
-                outcome = await api.sidecar.send(prepare(msg, api.limits, api.now_ms()), ack)
+                outcome = await api.ops.send(msg, ack)
             except Exception as exc:
                 status, body, _ = problems.from_exception(exc)
-                api.count("rejected" if status < 500 else "failed")
                 return status, body
-            api.count(outcome.status.value.lower())
-            return (200 if outcome.status is Status.SENT else 202), outcome_view(outcome)
+            return send_status(outcome), outcome_view(outcome)
 
         return await api.answer(idempotency_key, request, ack, compute)
 
@@ -356,20 +349,7 @@ def _message_routes(app: FastAPI, api: Api) -> None:
             return api.problem(exc)
 
         async def compute() -> Answer:
-            now = api.now_ms()
-            items: list[Any] = []
-            for i, m in enumerate(batch):
-                if isinstance(m, RequestError):
-                    items.append(m)  # already names messages[i]
-                    continue
-                try:
-                    items.append(prepare(m, api.limits, now))
-                except RequestError as exc:
-                    items.append(exc.within(f"messages[{i}]"))
-            view = batch_view(await api.sidecar.send_batch(items, ack))
-            for outcome in ("sent", "spooled", "scheduled", "rejected", "failed"):
-                api.count(outcome, view[outcome])
-            return 200, view
+            return 200, batch_view(await api.ops.send_batch(batch, ack))
 
         return await api.answer(idempotency_key, request, ack, compute)
 
@@ -390,18 +370,9 @@ def _state_routes(app: FastAPI, api: Api) -> None:
     )
     async def get_message(id: str) -> Response:
         try:
-            found = await api.sidecar.status(id)
+            found = await api.ops.status(id)
         except Exception as exc:
             return api.problem(exc)
-        if found is None:
-            return api.problem(
-                RequestError(
-                    f"no spooled, scheduled or dead-lettered message {problems.clip(id)}",
-                    field="id",
-                    status=404,
-                    title="Not found",
-                )
-            )
         return Response(orjson.dumps(status_view(found)), media_type="application/json")
 
     @app.delete(
@@ -416,21 +387,9 @@ def _state_routes(app: FastAPI, api: Api) -> None:
     )
     async def cancel(id: str) -> Response:
         try:
-            result = await api.sidecar.cancel(id)
+            await api.ops.cancel(id)
         except Exception as exc:
             return api.problem(exc)
-        if result is CancelResult.NOT_FOUND:
-            return api.problem(
-                RequestError(
-                    f"no scheduled message {problems.clip(id)}", field="id", status=404, title="Not found"
-                )
-            )
-        if result is CancelResult.ALREADY_SENT:
-            return api.problem(
-                RequestError(
-                    f"message {problems.clip(id)} was already sent", field="id", status=409, title="Conflict"
-                )
-            )
         return Response(orjson.dumps({"id": id, "status": "CANCELLED"}), media_type="application/json")
 
 
