@@ -137,6 +137,10 @@ class StateCollector(Collector):
             ),
             ("dead_letters", "Messages in the dead-letter area now."),
             ("delay_scheduled", "Delayed messages waiting for their due time."),
+            (
+                "disk_draining",
+                "1 while the disk is full and the reserve given up: the store drains, new work gets 503.",
+            ),
         ):
             yield GaugeMetricFamily(f"rocksidecar_{name}", help_text, value=float(stats.get(name, 0.0)))
 
