@@ -29,6 +29,10 @@ class Ack(Enum):
 
 
 class Status(Enum):
+    """A message's state: the one vocabulary of the APIs (HTTP's status strings, gRPC's Status enum),
+    the stores (retry.State, delay.DelayState name theirs the same) and the rocksidecar_messages metric
+    (lower case). See README, Architecture, Glossary."""
+
     SENT = "SENT"
     SPOOLED = "SPOOLED"
     SCHEDULED = "SCHEDULED"

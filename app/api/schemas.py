@@ -34,7 +34,6 @@ _NO_SEPARATORS = "^[^\\u0001\\u0002]+$"  # \x01 and \x02 separate properties on 
 # What str.isspace() calls white space (the wire splits KEYS on it), as a JSON Schema character class.
 _SPACE = "".join(f"\\u{c:04x}" for c in range(0x3001) if chr(c).isspace())
 _BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{4})$"
-STATUSES = ("SENT", "SPOOLED", "SCHEDULED")
 
 _TOPIC_SCHEMA: dict[str, Any] = {
     "type": "string",
