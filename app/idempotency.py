@@ -29,10 +29,35 @@ COLUMN_FAMILIES = (CF_ANSWERS, CF_EXPIRY)
 MAX_KEY_CHARS = 255  # the one rule for both APIs (gRPC sends "" for "no key": proto3 has no absence)
 
 
-def check_key(key: str) -> None:
-    """An idempotency key is 1-255 characters on either API; RequestError naming the header otherwise."""
+def check_key(key: str, field: str = "Idempotency-Key") -> None:
+    """An idempotency key is 1-255 characters on either API; RequestError naming ``field`` (the API's
+    name for it: the HTTP header, gRPC's idempotency_key) otherwise."""
     if not 1 <= len(key) <= MAX_KEY_CHARS:
-        raise RequestError(f"Idempotency-Key must be 1-{MAX_KEY_CHARS} characters", field="Idempotency-Key")
+        raise RequestError(f"{field} must be 1-{MAX_KEY_CHARS} characters", field=field)
+
+
+async def answer_once(
+    store: IdempotencyStore | None,
+    key: str | None,
+    request_fingerprint: Callable[[], Awaitable[str]],
+    compute: Callable[[], Awaitable[Answer]],
+    *,
+    field: str,
+) -> tuple[Answer, bool]:
+    """``compute``'s answer, through the store when a key is given: (answer, whether it was replayed).
+    Raises RequestError naming ``field`` for a bad key or a key reused with another request."""
+    if key is None or store is None:
+        return await compute(), False
+    check_key(key, field)
+    computed = False
+
+    async def first() -> Answer:
+        nonlocal computed
+        computed = True
+        return await compute()
+
+    answer = await store.run(key, await request_fingerprint(), first, field=field)
+    return answer, not computed
 
 
 def canonical_json(body: bytes) -> bytes:
@@ -49,12 +74,12 @@ def fingerprint(path: str, query: str, body: bytes) -> str:
     return hashlib.sha256(path.encode() + b"?" + query.encode() + b"\n" + body).hexdigest()
 
 
-def _check_same(first_fp: str, fp: str) -> None:
+def _check_same(first_fp: str, fp: str, field: str) -> None:
     if first_fp != fp:
         raise RequestError(
-            "this Idempotency-Key was used with a different request",
+            f"this {field} was used with a different request",
             status=422,
-            field="Idempotency-Key",
+            field=field,
             title="Idempotency-Key reused",
         )
 
@@ -85,16 +110,22 @@ class IdempotencyStore:
             return None
         return doc["fp"], (doc["status"], doc["body"])
 
-    async def run(self, key: str, fp: str, compute: Callable[[], Awaitable[Answer]]) -> Answer:
+    async def run(
+        self,
+        key: str,
+        fp: str,
+        compute: Callable[[], Awaitable[Answer]],
+        field: str = "Idempotency-Key",
+    ) -> Answer:
         pending = self._inflight.get(key)
         if pending is not None:
             # A concurrent repeat gets the first answer only if it is the same request: a different
             # body under the same key would otherwise be answered 2xx and never stored.
-            _check_same(pending[0], fp)
+            _check_same(pending[0], fp, field)
             return await asyncio.shield(pending[1])
         stored = self._stored(key)
         if stored is not None:
-            _check_same(stored[0], fp)
+            _check_same(stored[0], fp, field)
             return stored[1]
         fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._inflight[key] = (fp, fut)

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from app.sidecar import CancelResult, MessageState, Status
-from delay import DelayState, DelayStore
-from retry import RetryStore, State
-
-_DELAY_STATUS = {
-    DelayState.SCHEDULED: Status.SCHEDULED,
-    DelayState.SENT: Status.SENT,
-    DelayState.CANCELLED: Status.CANCELLED,
-}
+from app.sidecar import MessageState, Status
+from delay import CancelOutcome, DelayState, DelayStore
+from retry import RetryStore
 
 
 class RetryLookup:
@@ -25,7 +19,7 @@ class RetryLookup:
             return None
         return MessageState(
             id=id,
-            status=Status.SPOOLED if found.state is State.SPOOLED else Status.DEAD,
+            status=Status(found.state.value),  # the stores' states are named as the API's
             topic=found.topic,
             attempts=found.attempts,
             next_attempt_at_ms=found.next_attempt_at_ms,
@@ -49,7 +43,7 @@ class DelayLookup:
         to = found.sent_to
         return MessageState(
             id=id,
-            status=_DELAY_STATUS[found.state],
+            status=Status(found.state.value),
             topic=found.topic,
             deliver_at_ms=found.due_ms,
             sent_at_ms=found.at_ms if found.state is DelayState.SENT else None,
@@ -57,8 +51,8 @@ class DelayLookup:
             broker=to.broker if to else None,
             queue_id=to.queue_id if to else None,
             queue_offset=to.queue_offset if to else None,
-            msg_id=to.msg_id if to else None,
+            offset_msg_id=to.offset_msg_id if to else None,
         )
 
-    async def cancel(self, id: str) -> CancelResult:
-        return CancelResult((await self._store.cancel(id)).value)
+    async def cancel(self, id: str) -> CancelOutcome:
+        return await self._store.cancel(id)

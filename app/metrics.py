@@ -6,7 +6,7 @@ describe state (back-off, store depth) are read when Prometheus scrapes, through
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
@@ -22,73 +22,71 @@ LATENESS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 3
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = r = registry or CollectorRegistry()
-        self.requests = Counter(
-            "rocksidecar_requests",
+        self.registry = registry or CollectorRegistry()
+        self.requests = self._counter(
+            "requests",
             "API requests answered, by API (http or grpc), route and status code.",
             ["api", "route", "code"],
-            registry=r,
         )
-        self.messages = Counter(
-            "rocksidecar_messages",
+        self.messages = self._counter(
+            "messages",
             "Messages accepted or refused, by outcome: sent (stored "
             "by a broker), spooled (synced to the local retry store), scheduled (delayed), "
             "rejected (bad input), failed (could not be stored anywhere).",
             ["outcome"],
-            registry=r,
         )
-        self.send_latency = Histogram(
-            "rocksidecar_send_latency_seconds",
+        self.send_latency = self._histogram(
+            "send_latency_seconds",
             "Time to send one message or batch to RocketMQ, retries included.",
             buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.attempts = Counter(
-            "rocksidecar_send_attempts",
+        self.attempts = self._counter(
+            "send_attempts",
             "Send attempts per broker, by result (ok or error); more attempts than messages means retries.",
             ["broker", "result"],
-            registry=r,
         )
-        self.send_errors = Counter(
-            "rocksidecar_send_errors",
+        self.send_errors = self._counter(
+            "send_errors",
             "Failed send attempts by broker and cause: the broker's response code name (NO_PERMISSION, "
             "CODE_<n> when unknown) or TRANSPORT.",
             ["broker", "code"],
-            registry=r,
         )
-        self.replays = Counter(
-            "rocksidecar_replays",
+        self.replays = self._counter(
+            "replays",
             "Resends from the retry store, by outcome: delivered, "
             "rescheduled (failed, moved to the next rung), dead (dead-lettered).",
             ["outcome"],
-            registry=r,
         )
-        self.dead_letters = Counter(
-            "rocksidecar_dead_letters",
+        self.dead_letters = self._counter(
+            "dead_letters",
             "Messages moved to the dead-letter area after their last retry (or refused by the broker).",
-            registry=r,
         )
-        self.delay_lateness = Histogram(
-            "rocksidecar_delay_lateness_seconds",
+        self.delay_lateness = self._histogram(
+            "delay_lateness_seconds",
             "How late delayed messages were published after their due time.",
             buckets=LATENESS_BUCKETS,
-            registry=r,
         )
 
-        self.deliveries = Counter(
-            "rocksidecar_subscription_deliveries",
+        self.deliveries = self._counter(
+            "subscription_deliveries",
             "POSTs of consumed messages to the app, by subscription and outcome: ok (2xx), later "
             "(429/503, offered again), failed (other status: sent back), error (no answer or timeout).",
             ["subscription", "outcome"],
-            registry=r,
         )
-        self.delivery_latency = Histogram(
-            "rocksidecar_subscription_delivery_seconds",
+        self.delivery_latency = self._histogram(
+            "subscription_delivery_seconds",
             "Time the app took to answer one pushed message, by subscription.",
             ["subscription"],
             buckets=LATENCY_BUCKETS,
-            registry=r,
         )
+
+    def _counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(f"rocksidecar_{name}", doc, list(labels), registry=self.registry)
+
+    def _histogram(
+        self, name: str, doc: str, labels: Sequence[str] = (), *, buckets: Sequence[float]
+    ) -> Histogram:
+        return Histogram(f"rocksidecar_{name}", doc, list(labels), buckets=buckets, registry=self.registry)
 
     def observe_delivery(self, subscription: str, outcome: str, seconds: float) -> None:
         self.deliveries.labels(subscription, outcome).inc()
@@ -137,6 +135,10 @@ class StateCollector(Collector):
             ),
             ("dead_letters", "Messages in the dead-letter area now."),
             ("delay_scheduled", "Delayed messages waiting for their due time."),
+            (
+                "disk_draining",
+                "1 while the disk is full and the reserve given up: the store drains, new work gets 503.",
+            ),
         ):
             yield GaugeMetricFamily(f"rocksidecar_{name}", help_text, value=float(stats.get(name, 0.0)))
 

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from rmq import NameServerClient, RocketMQError
 from rmq.producer import Producer
+from storage.reserve import DiskReserve
 
 CACHE_S = 2.0  # the name server is asked at most this often
 
@@ -20,6 +21,15 @@ class StoreHealth(Protocol):
     def healthy(self) -> bool: ...
     @property
     def last_error(self) -> str | None: ...
+
+
+def disk_draining(reserve: DiskReserve | None) -> str | None:
+    """Why the disk reserve has been given up (the disk is full: the store drains, new work gets 503),
+    or None when it has not (or there is no reserve). Checks first whether there is room again."""
+    if reserve is None:
+        return None
+    reserve.check()
+    return (reserve.reason or "the disk is full") if reserve.draining else None
 
 
 def masters(cluster_info: dict[str, object]) -> set[str]:

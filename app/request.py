@@ -35,8 +35,27 @@ class RequestError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Limits:
+    """The one set of limits both APIs validate a message against."""
+
     max_body_bytes: int
     max_delay_ms: int
+    delay: bool = True  # whether delayed delivery is available (501 otherwise)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldNames:
+    """How one API spells the fields whose names differ between HTTP (camelCase JSON) and gRPC
+    (snake_case protobuf): the errors of ``prepare`` name the field as the caller's API does."""
+
+    body_base64: str
+    sharding_key: str
+    delay_ms: str
+    deliver_at: str
+    idempotency_key: str
+
+
+HTTP_FIELDS = FieldNames("bodyBase64", "shardingKey", "delayMs", "deliverAt", "Idempotency-Key")
+GRPC_FIELDS = FieldNames("body_bytes", "sharding_key", "delay_ms", "deliver_at", "idempotency_key")
 
 
 class SpecLike(Protocol):
@@ -99,31 +118,35 @@ class Prepared:
     deliver_at_ms: int | None  # None: send now
 
 
-def _json_body(value: dict[str, Any] | list[Any]) -> bytes:
+def _json_body(value: dict[str, Any] | list[Any], names: FieldNames) -> bytes:
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
     except (ValueError, TypeError):  # inf from a float such as 1e400; an integer too long to parse
         raise RequestError("the body holds a number out of range", field="body") from None
     except UnicodeEncodeError:
-        raise RequestError("the body is not valid UTF-8 text (use bodyBase64)", field="body") from None
+        raise RequestError(
+            f"the body is not valid UTF-8 text (use {names.body_base64})", field="body"
+        ) from None
 
 
-def _body(spec: SpecLike, limits: Limits) -> bytes:
+def _body(spec: SpecLike, limits: Limits, names: FieldNames) -> bytes:
     given = [x for x in (spec.body, spec.body_base64, spec.body_bytes) if x is not None]
     if len(given) != 1:
-        raise RequestError("give exactly one of body (text or JSON) and bodyBase64", field="body")
+        raise RequestError(f"give exactly one of body (text or JSON) and {names.body_base64}", field="body")
     if isinstance(spec.body, str):
         try:
             data = spec.body.encode("utf-8")
         except UnicodeEncodeError:
-            raise RequestError("the body is not valid UTF-8 text (use bodyBase64)", field="body") from None
+            raise RequestError(
+                f"the body is not valid UTF-8 text (use {names.body_base64})", field="body"
+            ) from None
         name = "body"
     elif spec.body is not None:
-        data, name = _json_body(spec.body), "body"
+        data, name = _json_body(spec.body, names), "body"
     elif spec.body_bytes is not None:
-        data, name = spec.body_bytes, "bodyBase64"
+        data, name = spec.body_bytes, names.body_base64
     else:
-        name = "bodyBase64"
+        name = names.body_base64
         try:
             data = base64.b64decode(spec.body_base64 or "", validate=True)
         except (binascii.Error, ValueError):
@@ -167,34 +190,47 @@ def parse_time_ms(value: int | str, name: str) -> int:
         raise RequestError(f"{value!r} is out of range", field=name) from None
 
 
-def _due(spec: SpecLike, limits: Limits, now_ms: int) -> int | None:
+def _due(spec: SpecLike, limits: Limits, now_ms: int, names: FieldNames) -> int | None:
+    delay, deliver_at = names.delay_ms, names.deliver_at
     if spec.delay_ms is not None and spec.deliver_at is not None:
-        raise RequestError("give at most one of delayMs and deliverAt", field="delayMs")
+        raise RequestError(f"give at most one of {delay} and {deliver_at}", field=delay)
     if spec.delay_ms is not None:
         if isinstance(spec.delay_ms, bool) or spec.delay_ms < 0:
-            raise RequestError("delayMs must be a non-negative integer", field="delayMs")
+            raise RequestError(f"{delay} must be a non-negative integer", field=delay)
         if spec.delay_ms > limits.max_delay_ms:
-            raise RequestError(f"delayMs is beyond the maximum of {limits.max_delay_ms} ms", field="delayMs")
-        return now_ms + spec.delay_ms if spec.delay_ms > 0 else None
-    if spec.deliver_at is not None:
-        at = parse_time_ms(spec.deliver_at, "deliverAt")
+            raise RequestError(f"{delay} is beyond the maximum of {limits.max_delay_ms} ms", field=delay)
+        due = now_ms + spec.delay_ms if spec.delay_ms > 0 else None
+        name = delay
+    elif spec.deliver_at is not None:
+        at = parse_time_ms(spec.deliver_at, deliver_at)
         if at - now_ms > limits.max_delay_ms:
             raise RequestError(
-                f"deliverAt is more than the maximum of {limits.max_delay_ms} ms ahead", field="deliverAt"
+                f"{deliver_at} is more than the maximum of {limits.max_delay_ms} ms ahead", field=deliver_at
             )
-        return at if at > now_ms else None  # a time in the past means "now"
-    return None
+        due = at if at > now_ms else None  # a time in the past means "now"
+        name = deliver_at
+    else:
+        return None
+    if due is not None and not limits.delay:
+        raise RequestError(
+            "delayed delivery is not available in this sidecar",
+            field=name,
+            status=501,
+            title="Not implemented",
+        )
+    return due
 
 
-def prepare(spec: SpecLike, limits: Limits, now_ms: int) -> Prepared:
-    """Validate everything about one message; RequestError names the first bad field."""
+def prepare(spec: SpecLike, limits: Limits, now_ms: int, names: FieldNames = HTTP_FIELDS) -> Prepared:
+    """Validate everything about one message, the same for both APIs; RequestError names the first bad
+    field as the caller's API spells it (``names``)."""
     try:
         validate_topic(spec.topic)
     except InvalidMessageError as exc:
         raise RequestError(str(exc), field="topic") from None
-    body = _body(spec, limits)
+    body = _body(spec, limits, names)
     if spec.sharding_key is not None and not spec.sharding_key:
-        raise RequestError("shardingKey must not be empty", field="shardingKey")
+        raise RequestError(f"{names.sharding_key} must not be empty", field=names.sharding_key)
     if spec.type is not None and (not spec.type or len(spec.type) > 128 or ":" in spec.type):
         raise RequestError("type must be 1-128 characters without ':'", field="type")
     properties = dict(spec.properties)
@@ -211,9 +247,5 @@ def prepare(spec: SpecLike, limits: Limits, now_ms: int) -> Prepared:
     try:
         message.validate(limits.max_body_bytes)
     except InvalidMessageError as exc:
-        raise RequestError(str(exc), field=_api_field(exc.field)) from None
-    return Prepared(message, spec.sharding_key, spec.type or spec.topic, _due(spec, limits, now_ms))
-
-
-def _api_field(field_name: str) -> str:
-    return "bodyBase64" if field_name == "body" else field_name
+        raise RequestError(str(exc), field=names.body_base64 if exc.field == "body" else exc.field) from None
+    return Prepared(message, spec.sharding_key, spec.type or spec.topic, _due(spec, limits, now_ms, names))

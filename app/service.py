@@ -33,7 +33,7 @@ from app.history import SAMPLE_EVERY_S, History
 from app.idempotency import IdempotencyStore
 from app.lookups import DelayLookup, RetryLookup
 from app.metrics import ConsumerCollector, Metrics, StateCollector
-from app.readiness import Readiness
+from app.readiness import Readiness, disk_draining
 from app.request import Limits
 from app.sidecar import Sidecar
 from app.store_delivery import delivery_loops
@@ -197,6 +197,7 @@ class Service:
             self.producer.fault_table,
             self.retry.now_ms,
             str((Path(s.data_dir) / "store").resolve()),
+            lambda: disk_draining(self.disk_reserve),
         )
         self.history = History()
         app = create_app(
@@ -324,6 +325,7 @@ class Service:
             "retry_oldest_age_seconds": max(age, 0.0),
             "dead_letters": st.dead,
             "delay_scheduled": self.delay.stats().pending,
+            "disk_draining": float(disk_draining(self.disk_reserve) is not None),
         }
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
@@ -459,12 +461,7 @@ class StoreHealth:
 
     @property
     def healthy(self) -> bool:
-        reserve = self._service.disk_reserve
-        if reserve is not None:
-            reserve.check()
-            if reserve.draining:
-                return False
-        return self._service.retry.healthy
+        return disk_draining(self._service.disk_reserve) is None and self._service.retry.healthy
 
     @property
     def last_error(self) -> str | None:

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from app.delivery_policy import RetrySpool, first_due_ms, last_error, message_fault
 from app.request import Prepared, RequestError
-from delay import DelayedMessage
+from delay import CancelOutcome, DelayedMessage
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
 from rmq import RocketMQError, Sender, SendResult
@@ -29,6 +29,10 @@ class Ack(Enum):
 
 
 class Status(Enum):
+    """A message's state: the one vocabulary of the APIs (HTTP's status strings, gRPC's Status enum),
+    the stores (retry.State, delay.DelayState name theirs the same) and the rocksidecar_messages metric
+    (lower case). See README, Architecture, Glossary."""
+
     SENT = "SENT"
     SPOOLED = "SPOOLED"
     SCHEDULED = "SCHEDULED"
@@ -43,7 +47,7 @@ class Outcome:
     broker: str | None = None
     queue_id: int | None = None
     queue_offset: int | None = None
-    msg_id: str | None = None  # the broker's offset message id
+    offset_msg_id: str | None = None  # the broker's id (the message id is ``id``, its UNIQ_KEY)
     next_attempt_at_ms: int | None = None
     last_error: str | None = None
     deliver_at_ms: int | None = None
@@ -66,10 +70,9 @@ class DelaySchedule(Protocol):
     async def schedule_many(self, msgs: Sequence[DelayedMessage]) -> None: ...
 
 
-class CancelResult(Enum):
-    CANCELLED = "cancelled"
-    NOT_FOUND = "not_found"
-    ALREADY_SENT = "already_sent"
+# What a cancel did: the delay store's own enum, the one name for it (CancelResult is its old name,
+# kept only until app/dmq stops importing it).
+CancelResult = CancelOutcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +93,7 @@ class MessageState:
     broker: str | None = None  # SENT, where it was stored (when recorded)
     queue_id: int | None = None
     queue_offset: int | None = None
-    msg_id: str | None = None
+    offset_msg_id: str | None = None
 
 
 class StateLookup(Protocol):
@@ -98,7 +101,7 @@ class StateLookup(Protocol):
 
 
 class Canceller(Protocol):
-    async def cancel(self, id: str) -> CancelResult: ...
+    async def cancel(self, id: str) -> CancelOutcome: ...
 
 
 class Sidecar:
@@ -153,14 +156,14 @@ class Sidecar:
 
     async def send(self, p: Prepared, ack: Ack = Ack.BROKER) -> Outcome:
         """Deliver or store one prepared message; raises RequestError or a storage error otherwise."""
-        msg_id = p.message.id
-        assert msg_id is not None
+        id = p.message.id
+        assert id is not None
         if p.deliver_at_ms is not None:
             return await self._schedule(p)
         if ack is Ack.SPOOL:
             now = self._now_ms()
             await self.retry.spool(self.record(p), now)
-            return Outcome(msg_id, Status.SPOOLED, next_attempt_at_ms=now)
+            return Outcome(id, Status.SPOOLED, next_attempt_at_ms=now)
         try:
             result = await self.producer.send(p.message, sharding_key=p.sharding_key, validated=True)
         except RocketMQError as exc:
@@ -168,10 +171,10 @@ class Sidecar:
         return Outcome.sent(result)
 
     def _delay_store(self) -> DelaySchedule:
-        if self.delay is None:
+        if self.delay is None:  # the edges refuse a delay first when Limits.delay says so
             raise RequestError(
                 "delayed delivery is not available in this sidecar",
-                field="delayMs",
+                field=None,
                 status=501,
                 title="Not implemented",
             )
@@ -218,9 +221,9 @@ class Sidecar:
                 return found
         return None
 
-    async def cancel(self, id: str) -> CancelResult:
+    async def cancel(self, id: str) -> CancelOutcome:
         if self._canceller is None:
-            return CancelResult.NOT_FOUND
+            return CancelOutcome.NOT_FOUND
         return await self._canceller.cancel(id)
 
     async def send_batch(

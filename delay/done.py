@@ -42,7 +42,7 @@ class DoneMarkers:
         detail = (
             b""
             if sent_to is None
-            else orjson.dumps([sent_to.broker, sent_to.queue_id, sent_to.queue_offset, sent_to.msg_id])
+            else orjson.dumps([sent_to.broker, sent_to.queue_id, sent_to.queue_offset, sent_to.offset_msg_id])
         )
         return Put(DONE_CF, id_.encode(), done_value(kind, at, detail)), Put(EXPIRY_CF, due_key(at, id_), b"")
 
@@ -81,8 +81,8 @@ def _sent_to(detail: bytes) -> SentTo | None:
     if not detail:
         return None
     try:
-        broker, queue_id, queue_offset, msg_id = orjson.loads(detail)
-        return SentTo(str(broker), int(queue_id), int(queue_offset), str(msg_id))
+        broker, queue_id, queue_offset, offset_msg_id = orjson.loads(detail)
+        return SentTo(str(broker), int(queue_id), int(queue_offset), str(offset_msg_id))
     except (ValueError, TypeError):
         log.error("unreadable detail in a done marker: %r", detail)
         return None

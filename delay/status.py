@@ -25,7 +25,7 @@ class SentTo:
     broker: str
     queue_id: int
     queue_offset: int
-    msg_id: str  # the broker's offset message id
+    offset_msg_id: str  # the broker's id of the stored copy (the message id is the UNIQ_KEY)
 
 
 @dataclass(frozen=True, slots=True)

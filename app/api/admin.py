@@ -90,6 +90,8 @@ class AdminOps:
     brokers: Callable[[], Iterable[BrokerState]]
     now_ms: Callable[[], int]
     store_path: str = ""  # the CLI checks it talks to the sidecar that holds its store
+    # Why the disk reserve was given up (drain mode on a full disk), or None: app.readiness.disk_draining
+    disk_draining: Callable[[], str | None] = lambda: None
 
 
 class _Body(BaseModel):
@@ -235,6 +237,10 @@ def scheduled_view(item: ScheduledItem) -> dict[str, Any]:
     return doc
 
 
+def _disk_view(draining: str | None) -> dict[str, Any]:
+    return {"draining": draining is not None, "reason": draining}
+
+
 def stats_view(ops: AdminOps) -> dict[str, Any]:
     retry = ops.retry.stats()
     scheduled = ops.delay.stats()
@@ -243,6 +249,7 @@ def stats_view(ops: AdminOps) -> dict[str, Any]:
     return {
         "nowMs": now,
         "store": ops.store_path,
+        "disk": _disk_view(ops.disk_draining()),
         "retry": {
             "pending": retry.pending,
             "dead": retry.dead,

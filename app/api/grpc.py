@@ -8,24 +8,32 @@ is stored, by the sequence number the client gave it.
 from __future__ import annotations
 
 import asyncio
-import re
+import base64
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, NoReturn
 
 import grpc
+from google.protobuf.message import Message as ProtoMessage
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from app.api import grpc_subscribe, problems
+from app.api.grpc_views import (
+    ack_from_proto,
+    batch_response,
+    error,
+    message_status,
+    send_response,
+    spec_from_proto,
+)
 from app.api.guards import Guards
-from app.api.parsing import check_batch_size
+from app.api.operations import Operations, item_label
 from app.api.proto import rocksidecar_pb2 as pb
 from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
-from app.api.views import batch_view, outcome_view, status_view
-from app.idempotency import Answer, IdempotencyStore, check_key, fingerprint
+from app.idempotency import Answer, IdempotencyStore, answer_once, fingerprint
 from app.metrics import Metrics
-from app.request import Limits, MessageSpec, RequestError, prepare
-from app.sidecar import Ack, CancelResult, Sidecar, Status
+from app.request import GRPC_FIELDS, Limits, RequestError
+from app.sidecar import Sidecar
 from app.subscriptions.stream import StreamHub
 
 PUBLISH_IN_FLIGHT = 256
@@ -39,65 +47,13 @@ _CODES = {
     501: grpc.StatusCode.UNIMPLEMENTED,
     503: grpc.StatusCode.UNAVAILABLE,
 }
-# gRPC field names are snake_case where HTTP's are camelCase.
-_FIELD_NAMES = {
-    "bodyBase64": "body_bytes",
-    "shardingKey": "sharding_key",
-    "delayMs": "delay_ms",
-    "deliverAt": "deliver_at",
-    "Idempotency-Key": "idempotency_key",
-}
-
-
-def spec_from_proto(m: pb.Message) -> MessageSpec:
-    payload = m.WhichOneof("payload")
-    when = m.WhichOneof("when")
-    return MessageSpec(
-        topic=m.topic,
-        body=m.body if payload == "body" else None,
-        body_bytes=m.body_bytes if payload == "body_bytes" else None,
-        tags=m.tags if m.HasField("tags") else None,
-        keys=tuple(m.keys),
-        properties=dict(m.properties),
-        sharding_key=m.sharding_key if m.HasField("sharding_key") else None,
-        type=m.type if m.HasField("type") else None,
-        delay_ms=m.delay_ms if when == "delay_ms" else None,
-        deliver_at=(
-            m.deliver_at_ms if when == "deliver_at_ms" else m.deliver_at if when == "deliver_at" else None
-        ),
-    )
-
-
-_HTTP_NAMES = re.compile(r"\b(" + "|".join(map(re.escape, _FIELD_NAMES)) + r")\b")
 REPLAYED_METADATA = "idempotent-replayed"  # "true" on an answer repeated for an idempotency_key
 
 
-def _grpc_field(text: str | None) -> str:
-    """A field path or an error message with the HTTP API's field names in gRPC's (``delay_ms``)."""
-    return _HTTP_NAMES.sub(lambda m: _FIELD_NAMES[m.group(1)], text) if text else ""
-
-
-def _send_response(view: dict[str, Any]) -> pb.SendResponse:
-    return pb.SendResponse(
-        id=view["id"],
-        status=pb.Status.Value(view["status"]),
-        broker=view.get("broker", ""),
-        queue_id=view.get("queueId", 0),
-        queue_offset=view.get("queueOffset", 0),
-        msg_id=view.get("msgId", ""),
-        next_attempt_at_ms=view.get("nextAttemptAt", 0),
-        last_error=view.get("lastError", ""),
-        deliver_at_ms=view.get("deliverAt", 0),
-    )
-
-
-def _error(body: dict[str, Any]) -> pb.Error:
-    return pb.Error(
-        http_status=body["status"],
-        title=body["title"],
-        detail=_grpc_field(body["detail"]),
-        field=_grpc_field(body.get("field")),
-    )
+def _kept(response: ProtoMessage, failed: int = 0) -> dict[str, Any]:
+    """A successful answer as the idempotency store keeps it: the response's wire bytes (``failed``
+    items make it an answer that a retry could improve, so it is not kept)."""
+    return {"proto": base64.b64encode(response.SerializeToString()).decode(), "failed": failed}
 
 
 class SidecarServicer(pb_grpc.SidecarServicer):
@@ -114,12 +70,9 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         hubs: Mapping[str, StreamHub] | None = None,
     ) -> None:
         self._hubs = dict(hubs or {})  # gRPC subscriptions by name (Subscribe, Ack)
-        self._sidecar = sidecar
-        self._limits = limits
-        self._batch_limit = batch_limit
+        self._ops = Operations(sidecar, limits, batch_limit, metrics, now_ms, GRPC_FIELDS)
         self._metrics = metrics
         self._idempotency = idempotency
-        self._now_ms = now_ms
         self._guards = Guards.of(auth_token)
 
     # plumbing -----------------------------------------------------------------------------------
@@ -127,10 +80,8 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self, context: grpc.aio.ServicerContext, status: int, body: dict[str, Any], method: str
     ) -> NoReturn:
         self._metrics.requests.labels("grpc", method, str(status)).inc()
-        context.set_trailing_metadata(
-            (("field", _grpc_field(body.get("field"))), ("http-status", str(status)))
-        )
-        await context.abort(_CODES.get(status, grpc.StatusCode.INTERNAL), _grpc_field(body["detail"]))
+        context.set_trailing_metadata((("field", body.get("field") or ""), ("http-status", str(status))))
+        await context.abort(_CODES.get(status, grpc.StatusCode.INTERNAL), body["detail"])
         raise AssertionError("abort returns only by raising")  # pragma: no cover
 
     async def _check_auth(self, context: grpc.aio.ServicerContext, method: str) -> None:
@@ -152,93 +103,68 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self,
         context: grpc.aio.ServicerContext,
         method: str,
+        request: ProtoMessage | None,
         key: str,
-        request_bytes: bytes,
-        compute: Callable[[], Awaitable[Answer]],
-    ) -> dict[str, Any]:
-        """Run ``compute`` (through the idempotency store when a key is given); abort on a 4xx/5xx.
-        ``request_bytes`` is the request serialized deterministically (map entries in key order)."""
+        compute: Callable[[], Awaitable[ProtoMessage | tuple[ProtoMessage, int]]],
+        response_type: type[Any],
+    ) -> Any:
+        """The response ``compute`` builds (through the idempotency store when a key is given, ""
+        meaning none: proto3 has no absence); abort with the mapped code on an error."""
         await self._check_auth(context, method)
-        computed = False
 
-        async def first() -> Answer:
-            nonlocal computed
-            computed = True
-            return await compute()
+        async def kept() -> Answer:
+            try:
+                built = await compute()
+            except Exception as exc:  # a refusal is an answer too, kept like HTTP's problem documents
+                status, problem, _ = problems.from_exception(exc)
+                return status, problem
+            response, failed = built if isinstance(built, tuple) else (built, 0)
+            return 200, _kept(response, failed)
+
+        async def request_fingerprint() -> str:
+            # serialized deterministically: map entries in key order
+            data = request.SerializeToString(deterministic=True) if request is not None else b""
+            return fingerprint(f"/grpc/{method}", "", data)
 
         try:
-            if key and self._idempotency is not None:
-                check_key(key)
-                status, body = await self._idempotency.run(
-                    key, fingerprint(f"/grpc/{method}", "", request_bytes), first
-                )
-                if not computed:
-                    await context.send_initial_metadata(((REPLAYED_METADATA, "true"),))
-            else:
-                status, body = await compute()
+            (status, body), replayed = await answer_once(
+                self._idempotency, key or None, request_fingerprint, kept, field=GRPC_FIELDS.idempotency_key
+            )
         except Exception as exc:
             status, body, _ = problems.from_exception(exc)
         if status >= 400:
             await self._abort(context, status, body, method)
+        if replayed:
+            await context.send_initial_metadata(((REPLAYED_METADATA, "true"),))
         self._metrics.requests.labels("grpc", method, str(status)).inc()
-        return body
-
-    async def _one(self, message: pb.Message, ack: Ack) -> Answer:
-        try:
-            outcome = await self._sidecar.send(
-                prepare(spec_from_proto(message), self._limits, self._now_ms()), ack
-            )
-        except Exception as exc:
-            status, body, _ = problems.from_exception(exc)
-            self._metrics.messages.labels("rejected" if status < 500 else "failed").inc()
-            return status, body
-        self._metrics.messages.labels(outcome.status.value.lower()).inc()
-        return (200 if outcome.status is Status.SENT else 202), outcome_view(outcome)
+        return response_type.FromString(base64.b64decode(body["proto"]))
 
     # RPCs ---------------------------------------------------------------------------------------
     async def Send(self, request: pb.SendRequest, context: grpc.aio.ServicerContext) -> pb.SendResponse:
-        body = await self._answered(
-            context,
-            "Send",
-            request.idempotency_key,
-            request.SerializeToString(deterministic=True),
-            lambda: self._one(request.message, Ack(_ack(request.ack))),
+        async def compute() -> pb.SendResponse:
+            return send_response(
+                await self._ops.send(spec_from_proto(request.message), ack_from_proto(request.ack))
+            )
+
+        response: pb.SendResponse = await self._answered(
+            context, "Send", request, request.idempotency_key, compute, pb.SendResponse
         )
-        return _send_response(body)
+        return response
 
     async def SendBatch(
         self, request: pb.SendBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.SendBatchResponse:
-        async def compute() -> Answer:
-            check_batch_size(len(request.messages), self._batch_limit)
-            now = self._now_ms()
-            items: list[Any] = []
-            for i, m in enumerate(request.messages):
-                try:
-                    items.append(prepare(spec_from_proto(m), self._limits, now))
-                except RequestError as exc:
-                    items.append(exc.within(f"messages[{i}]"))
-            view = batch_view(await self._sidecar.send_batch(items, Ack(_ack(request.ack))))
-            for outcome in ("sent", "spooled", "scheduled", "rejected", "failed"):
-                if view[outcome]:
-                    self._metrics.messages.labels(outcome).inc(view[outcome])
-            return 200, view
+        async def compute() -> tuple[pb.SendBatchResponse, int]:
+            results = await self._ops.send_batch(
+                [spec_from_proto(m) for m in request.messages], ack_from_proto(request.ack)
+            )
+            failed = sum(item_label(r) == "FAILED" for r in results)
+            return batch_response(results), failed
 
-        view = await self._answered(
-            context,
-            "SendBatch",
-            request.idempotency_key,
-            request.SerializeToString(deterministic=True),
-            compute,
+        response: pb.SendBatchResponse = await self._answered(
+            context, "SendBatch", request, request.idempotency_key, compute, pb.SendBatchResponse
         )
-        return pb.SendBatchResponse(
-            results=[
-                pb.BatchItem(index=item["index"], error=_error(item["error"]))
-                if "error" in item
-                else pb.BatchItem(index=item["index"], result=_send_response(item))
-                for item in view["results"]
-            ]
-        )
+        return response
 
     async def Publish(
         self, request_iterator: AsyncIterator[pb.PublishRequest], context: grpc.aio.ServicerContext
@@ -250,13 +176,12 @@ class SidecarServicer(pb_grpc.SidecarServicer):
 
         async def handle(req: pb.PublishRequest) -> None:
             try:
-                status, body = await self._one(req.message, Ack(_ack(req.ack)))
-                ack = (
-                    pb.PublishAck(sequence=req.sequence, error=_error(body))
-                    if status >= 400
-                    else pb.PublishAck(sequence=req.sequence, result=_send_response(body))
-                )
-                await acks.put(ack)
+                try:
+                    outcome = await self._ops.send(spec_from_proto(req.message), ack_from_proto(req.ack))
+                except Exception as exc:
+                    await acks.put(pb.PublishAck(sequence=req.sequence, error=error(exc)))
+                else:
+                    await acks.put(pb.PublishAck(sequence=req.sequence, result=send_response(outcome)))
             finally:
                 slots.release()
 
@@ -294,67 +219,33 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             yield delivery
 
     async def Ack(self, request: pb.AckRequest, context: grpc.aio.ServicerContext) -> pb.AckResponse:
-        async def compute() -> Answer:
+        async def compute() -> pb.AckResponse:
             grpc_subscribe.ack(self._hubs, request)
-            return 200, {}
+            return pb.AckResponse()
 
-        await self._answered(context, "Ack", "", b"", compute)
-        return pb.AckResponse()
+        response: pb.AckResponse = await self._answered(context, "Ack", None, "", compute, pb.AckResponse)
+        return response
 
     async def GetMessage(
         self, request: pb.GetMessageRequest, context: grpc.aio.ServicerContext
     ) -> pb.MessageStatus:
-        async def compute() -> Answer:
-            found = await self._sidecar.status(request.id)
-            if found is None:
-                raise RequestError(
-                    f"no spooled, scheduled or dead-lettered message {problems.clip(request.id)}",
-                    field="id",
-                    status=404,
-                    title="Not found",
-                )
-            return 200, status_view(found)
+        async def compute() -> pb.MessageStatus:
+            return message_status(await self._ops.status(request.id))
 
-        v = await self._answered(context, "GetMessage", "", b"", compute)
-        return pb.MessageStatus(
-            id=v["id"],
-            status=pb.Status.Value(v["status"]),
-            topic=v.get("topic", ""),
-            attempts=v.get("attempts", 0),
-            next_attempt_at_ms=v.get("nextAttemptAt", 0),
-            deliver_at_ms=v.get("deliverAt", 0),
-            last_error=v.get("lastError", ""),
-            reason=v.get("reason", ""),
-            dead_at_ms=v.get("deadAt", 0),
-            sent_at_ms=v.get("sentAt", 0),
-            cancelled_at_ms=v.get("cancelledAt", 0),
-            broker=v.get("broker", ""),
-            queue_id=v.get("queueId", 0),
-            queue_offset=v.get("queueOffset", 0),
-            msg_id=v.get("msgId", ""),
+        response: pb.MessageStatus = await self._answered(
+            context, "GetMessage", None, "", compute, pb.MessageStatus
         )
+        return response
 
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext) -> pb.CancelResponse:
-        async def compute() -> Answer:
-            result = await self._sidecar.cancel(request.id)
-            if result is CancelResult.NOT_FOUND:
-                raise RequestError(
-                    f"no scheduled message {problems.clip(request.id)}",
-                    field="id",
-                    status=404,
-                    title="Not found",
-                )
-            if result is CancelResult.ALREADY_SENT:
-                raise RequestError(
-                    f"message {problems.clip(request.id)} was already sent",
-                    field="id",
-                    status=409,
-                    title="Conflict",
-                )
-            return 200, {"id": request.id, "status": "CANCELLED"}
+        async def compute() -> pb.CancelResponse:
+            await self._ops.cancel(request.id)
+            return pb.CancelResponse(id=request.id, status=pb.CANCELLED)
 
-        await self._answered(context, "Cancel", "", b"", compute)
-        return pb.CancelResponse(id=request.id, status=pb.CANCELLED)
+        response: pb.CancelResponse = await self._answered(
+            context, "Cancel", None, "", compute, pb.CancelResponse
+        )
+        return response
 
 
 async def add_health_and_reflection(server: grpc.aio.Server) -> health.aio.HealthServicer:
@@ -369,7 +260,3 @@ async def add_health_and_reflection(server: grpc.aio.Server) -> health.aio.Healt
         (sidecar, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
     )
     return checker
-
-
-def _ack(value: int) -> str:
-    return "spool" if value == pb.ACK_SPOOL else "broker"

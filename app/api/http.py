@@ -26,6 +26,7 @@ from app.api.admin import AdminOps, admin_routes
 from app.api.docs import offline_docs
 from app.api.guards import Guards
 from app.api.middleware import EdgeMiddleware, FastRoute, Scope
+from app.api.operations import Operations, send_status
 from app.api.parsing import parse_batch, parse_message
 from app.api.schemas import (
     BatchIn,
@@ -40,10 +41,10 @@ from app.api.schemas import (
 )
 from app.api.ui import UiDeps, ui_routes
 from app.api.views import batch_view, outcome_view, status_view
-from app.idempotency import MAX_KEY_CHARS, Answer, IdempotencyStore, canonical_json, check_key, fingerprint
+from app.idempotency import MAX_KEY_CHARS, Answer, IdempotencyStore, answer_once, canonical_json, fingerprint
 from app.metrics import Metrics
-from app.request import Limits, RequestError, prepare
-from app.sidecar import Ack, CancelResult, Sidecar, Status
+from app.request import HTTP_FIELDS, Limits, RequestError
+from app.sidecar import Ack, Sidecar
 
 REPLAYED_HEADER = "Idempotent-Replayed"  # "true" on an answer repeated for an Idempotency-Key
 VALUES_PER_MESSAGE = 256  # on average in a batch: fields, keys and properties, with room to spare
@@ -88,6 +89,7 @@ class Api:
     readiness: Readiness
     idempotency: IdempotencyStore | None
     now_ms: Callable[[], int]
+    ops: Operations
 
     def problem(self, exc: BaseException) -> Response:
         return _response(self.problem_reply(exc))
@@ -99,26 +101,18 @@ class Api:
     async def answer(
         self, key: str | None, path: str, body: bytes, ack: Ack, compute: Callable[[], Awaitable[Answer]]
     ) -> Reply:
-        computed = False
-
-        async def first() -> Answer:
-            nonlocal computed
-            computed = True
-            return await compute()
+        async def request_fingerprint() -> str:
+            # The same request in other spacing, key order or with ack spelled out is the same request.
+            return fingerprint(path, ack.value, canonical_json(body))
 
         try:
-            if key is None or self.idempotency is None:
-                status, doc = await compute()
-                computed = True
-            else:
-                check_key(key)
-                # The same request in other spacing, key order or with ack spelled out is the same request.
-                fp = fingerprint(path, ack.value, canonical_json(body))
-                status, doc = await self.idempotency.run(key, fp, first)
+            (status, doc), replayed = await answer_once(
+                self.idempotency, key, request_fingerprint, compute, field=HTTP_FIELDS.idempotency_key
+            )
         except Exception as exc:
             return self.problem_reply(exc)
         headers = {"Retry-After": str(problems.RETRY_AFTER_S)} if status == 503 else {}
-        if not computed:
+        if replayed:
             headers[REPLAYED_HEADER] = "true"
         media = problems.PROBLEM_JSON if status >= 400 else "application/json"
         return status, orjson.dumps(doc), media, headers
@@ -154,7 +148,8 @@ def create_app(
         docs_url=None,  # offline_docs serves it without a CDN
     )
     single = limits.max_body_bytes * 4 // 3 + 1024 * 1024  # base64 plus room for the JSON around it
-    api = Api(sidecar, limits, batch_limit, metrics, readiness, idempotency, now_ms)
+    ops = Operations(sidecar, limits, batch_limit, metrics, now_ms, HTTP_FIELDS)
+    api = Api(sidecar, limits, batch_limit, metrics, readiness, idempotency, now_ms, ops)
     app.add_middleware(
         EdgeMiddleware,
         metrics=metrics,
@@ -379,13 +374,11 @@ async def send_one(api: Api, path: str, body: bytes, raw_ack: str | None, key: s
 
     async def compute() -> Answer:
         try:
-            outcome = await api.sidecar.send(prepare(msg, api.limits, api.now_ms()), ack)
+            outcome = await api.ops.send(msg, ack)
         except Exception as exc:
             status, doc, _ = problems.from_exception(exc)
-            api.count("rejected" if status < 500 else "failed")
             return status, doc
-        api.count(outcome.status.value.lower())
-        return (200 if outcome.status is Status.SENT else 202), outcome_view(outcome)
+        return send_status(outcome), outcome_view(outcome)
 
     return await api.answer(key, path, body, ack, compute)
 
@@ -401,20 +394,7 @@ async def send_many(api: Api, path: str, body: bytes, raw_ack: str | None, key: 
         return api.problem_reply(exc)
 
     async def compute() -> Answer:
-        now = api.now_ms()
-        items: list[Any] = []
-        for i, m in enumerate(batch):
-            if isinstance(m, RequestError):
-                items.append(m)  # already names messages[i]
-                continue
-            try:
-                items.append(prepare(m, api.limits, now))
-            except RequestError as exc:
-                items.append(exc.within(f"messages[{i}]"))
-        view = batch_view(await api.sidecar.send_batch(items, ack))
-        for outcome in ("sent", "spooled", "scheduled", "rejected", "failed"):
-            api.count(outcome, view[outcome])
-        return 200, view
+        return 200, batch_view(await api.ops.send_batch(batch, ack))
 
     return await api.answer(key, path, body, ack, compute)
 
@@ -435,18 +415,9 @@ def _state_routes(app: FastAPI, api: Api) -> None:
     )
     async def get_message(id: str) -> Response:
         try:
-            found = await api.sidecar.status(id)
+            found = await api.ops.status(id)
         except Exception as exc:
             return api.problem(exc)
-        if found is None:
-            return api.problem(
-                RequestError(
-                    f"no spooled, scheduled or dead-lettered message {problems.clip(id)}",
-                    field="id",
-                    status=404,
-                    title="Not found",
-                )
-            )
         return Response(orjson.dumps(status_view(found)), media_type="application/json")
 
     @app.delete(
@@ -461,21 +432,9 @@ def _state_routes(app: FastAPI, api: Api) -> None:
     )
     async def cancel(id: str) -> Response:
         try:
-            result = await api.sidecar.cancel(id)
+            await api.ops.cancel(id)
         except Exception as exc:
             return api.problem(exc)
-        if result is CancelResult.NOT_FOUND:
-            return api.problem(
-                RequestError(
-                    f"no scheduled message {problems.clip(id)}", field="id", status=404, title="Not found"
-                )
-            )
-        if result is CancelResult.ALREADY_SENT:
-            return api.problem(
-                RequestError(
-                    f"message {problems.clip(id)} was already sent", field="id", status=409, title="Conflict"
-                )
-            )
         return Response(orjson.dumps({"id": id, "status": "CANCELLED"}), media_type="application/json")
 
 

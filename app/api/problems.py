@@ -31,6 +31,13 @@ def clip(value: str, limit: int = 64) -> str:
     return f"{value[:limit]!r}... ({len(value)} characters)"
 
 
+def status_of(exc: BaseException) -> int:
+    """The HTTP status ``from_exception`` answers for ``exc``, without building (or logging) it."""
+    if isinstance(exc, RequestError):
+        return exc.status
+    return 503 if isinstance(exc, StorageError | RocketMQError) else 500
+
+
 def from_exception(exc: BaseException) -> tuple[int, dict[str, Any], dict[str, str]]:
     """(status, problem body, extra headers) for any exception reaching an API edge."""
     if isinstance(exc, RequestError):

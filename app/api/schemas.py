@@ -34,7 +34,6 @@ _NO_SEPARATORS = "^[^\\u0001\\u0002]+$"  # \x01 and \x02 separate properties on 
 # What str.isspace() calls white space (the wire splits KEYS on it), as a JSON Schema character class.
 _SPACE = "".join(f"\\u{c:04x}" for c in range(0x3001) if chr(c).isspace())
 _BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{4})$"
-STATUSES = ("SENT", "SPOOLED", "SCHEDULED")
 
 _TOPIC_SCHEMA: dict[str, Any] = {
     "type": "string",
@@ -203,20 +202,21 @@ class BatchIn(BaseModel):
     ]
 
 
+def _examples(*docs: dict[str, Any]) -> ConfigDict:
+    """A model's configuration with the examples its OpenAPI schema shows."""
+    return ConfigDict(json_schema_extra={"examples": list(docs)})
+
+
 class Problem(BaseModel):
     """RFC 9457 problem details (application/problem+json)."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "type": "about:blank",
-                    "title": "Invalid request",
-                    "status": 400,
-                    "detail": "topic 'bad topic' may only contain characters [%|a-zA-Z0-9_-]",
-                    "field": "topic",
-                }
-            ]
+    model_config = _examples(
+        {
+            "type": "about:blank",
+            "title": "Invalid request",
+            "status": 400,
+            "detail": "topic 'bad topic' may only contain characters [%|a-zA-Z0-9_-]",
+            "field": "topic",
         }
     )
 
@@ -249,27 +249,23 @@ class _Outcome(BaseModel):
     broker: Annotated[str | None, _BROKER] = None
     queue_id: Annotated[int | None, _QUEUE_ID] = None
     queue_offset: Annotated[int | None, _QUEUE_OFFSET] = None
-    msg_id: Annotated[str | None, _MSG_ID] = None
+    offset_msg_id: Annotated[str | None, _MSG_ID] = None
     next_attempt_at: Annotated[int | None, _NEXT] = None
     last_error: Annotated[str | None, _LAST_ERROR] = None
     deliver_at: Annotated[int | None, _DELIVER_AT] = None
 
 
 class SendOut(_Outcome):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "id": "7F0000010C5C1B4AAC2B5F8A3E4D0000",
-                    "status": "SENT",
-                    "broker": "broker-a",
-                    "queueId": 2,
-                    "queueOffset": 1041,
-                    "msgId": "7F00000100002A9F0000000000012345",
-                },
-                {"id": "7F0000010C5C1B4AAC2B5F8A3E4D0001", "status": "SCHEDULED", "deliverAt": 1767225600000},
-            ]
+    model_config = _examples(
+        {
+            "id": "7F0000010C5C1B4AAC2B5F8A3E4D0000",
+            "status": "SENT",
+            "broker": "broker-a",
+            "queueId": 2,
+            "queueOffset": 1041,
+            "msgId": "7F00000100002A9F0000000000012345",
         },
+        {"id": "7F0000010C5C1B4AAC2B5F8A3E4D0001", "status": "SCHEDULED", "deliverAt": 1767225600000},
     )
 
     id: Annotated[str, _ID]
@@ -298,31 +294,27 @@ class BatchItemOut(_Outcome):
 
 
 class BatchOut(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
+    model_config = _examples(
+        {
+            "results": [
+                {"index": 0, "id": "7F0000010C5C1B4AAC2B5F8A3E4D0002", "status": "SPOOLED"},
                 {
-                    "results": [
-                        {"index": 0, "id": "7F0000010C5C1B4AAC2B5F8A3E4D0002", "status": "SPOOLED"},
-                        {
-                            "index": 1,
-                            "status": "REJECTED",
-                            "error": {
-                                "type": "about:blank",
-                                "title": "Invalid request",
-                                "status": 400,
-                                "detail": "messages[1].topic: Field required",
-                                "field": "messages[1].topic",
-                            },
-                        },
-                    ],
-                    "sent": 0,
-                    "spooled": 1,
-                    "scheduled": 0,
-                    "rejected": 1,
-                    "failed": 0,
-                }
-            ]
+                    "index": 1,
+                    "status": "REJECTED",
+                    "error": {
+                        "type": "about:blank",
+                        "title": "Invalid request",
+                        "status": 400,
+                        "detail": "messages[1].topic: Field required",
+                        "field": "messages[1].topic",
+                    },
+                },
+            ],
+            "sent": 0,
+            "spooled": 1,
+            "scheduled": 0,
+            "rejected": 1,
+            "failed": 0,
         }
     )
 
@@ -335,26 +327,22 @@ class BatchOut(BaseModel):
 
 
 class MessageStatusOut(_Outcome):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "id": "7F0000010C5C1B4AAC2B5F8A3E4D0002",
-                    "status": "SPOOLED",
-                    "topic": "Orders",
-                    "attempts": 1,
-                    "nextAttemptAt": 1767225603000,
-                    "lastError": "connection refused",
-                },
-                {
-                    "id": "7F0000010C5C1B4AAC2B5F8A3E4D0002",
-                    "status": "SENT",
-                    "sentAt": 1767225603120,
-                    "broker": "broker-a",
-                    "queueId": 1,
-                    "queueOffset": 77,
-                },
-            ]
+    model_config = _examples(
+        {
+            "id": "7F0000010C5C1B4AAC2B5F8A3E4D0002",
+            "status": "SPOOLED",
+            "topic": "Orders",
+            "attempts": 1,
+            "nextAttemptAt": 1767225603000,
+            "lastError": "connection refused",
+        },
+        {
+            "id": "7F0000010C5C1B4AAC2B5F8A3E4D0002",
+            "status": "SENT",
+            "sentAt": 1767225603120,
+            "broker": "broker-a",
+            "queueId": 1,
+            "queueOffset": 77,
         },
     )
 
@@ -380,16 +368,14 @@ class MessageStatusOut(_Outcome):
 
 
 class CancelOut(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"id": "7F0000010C5C1B4AAC2B5F8A3E4D0001", "status": "CANCELLED"}]}
-    )
+    model_config = _examples({"id": "7F0000010C5C1B4AAC2B5F8A3E4D0001", "status": "CANCELLED"})
 
     id: Annotated[str, _ID]
     status: Annotated[Literal["CANCELLED"], Field(description="Always CANCELLED: it will not be sent.")]
 
 
 class HealthOut(BaseModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
+    model_config = _examples({"status": "ok"})
 
     status: Annotated[Literal["ok"], Field(description="Always ok: the process answers.")]
 

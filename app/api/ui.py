@@ -175,7 +175,7 @@ def render(deps: UiDeps) -> str:
     totals = counters(deps.metrics)
     sections = [
         _brokers(stats["brokers"]),
-        _store(retry, scheduled, now),
+        _store(retry, scheduled, now, stats["disk"]),
         _counters(totals),
         _charts(deps.history),
         *([_lag(deps.consumer_lag())] if deps.consumer_lag is not None else []),
@@ -221,8 +221,9 @@ def _state(broker: str, state: str) -> str:
     return f'<span class="state {_e(state)}" data-k="broker-state-{_e(broker)}">{_e(state)}</span>'
 
 
-def _store(retry: dict[str, Any], scheduled: dict[str, Any], now: int) -> str:
+def _store(retry: dict[str, Any], scheduled: dict[str, Any], now: int, disk: dict[str, Any]) -> str:
     health = "ok" if retry["healthy"] else f"failing: {retry['lastError']}"
+    drain = f"full, draining: {disk['reason']}" if disk["draining"] else "ok"
     return (
         "<section><h2>Local store</h2><dl>"
         f"<dt>retry pending</dt><dd>{_num('retry-pending', retry['pending'])}</dd>"
@@ -233,6 +234,7 @@ def _store(retry: dict[str, Any], scheduled: dict[str, Any], now: int) -> str:
         f"<dt>scheduled</dt><dd>{_num('scheduled-pending', scheduled['pending'])}</dd>"
         f"<dt>next scheduled due</dt><dd>{_e(_when(scheduled['nextDueMs'], now))}</dd>"
         f'<dt>store</dt><dd data-k="store-health">{_e(health)}</dd>'
+        f'<dt>disk</dt><dd data-k="disk-draining">{_e(drain)}</dd>'
         "</dl></section>"
     )
 

@@ -6,13 +6,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.api import problems
+from app.api.operations import BatchItem, item_label
 from app.sidecar import MessageState, Outcome, Status
 
 _OUTCOME_FIELDS = (
     ("broker", "broker"),
     ("queue_id", "queueId"),
     ("queue_offset", "queueOffset"),
-    ("msg_id", "msgId"),
+    ("offset_msg_id", "msgId"),
     ("next_attempt_at_ms", "nextAttemptAt"),
     ("last_error", "lastError"),
     ("deliver_at_ms", "deliverAt"),
@@ -28,7 +29,7 @@ def outcome_view(o: Outcome, index: int | None = None) -> dict[str, Any]:
             broker=o.broker,
             queueId=o.queue_id,
             queueOffset=o.queue_offset,
-            msgId=o.msg_id,
+            msgId=o.offset_msg_id,
         )
         return out
     out["id"], out["status"] = o.id, o.status.value
@@ -39,18 +40,16 @@ def outcome_view(o: Outcome, index: int | None = None) -> dict[str, Any]:
     return out
 
 
-def batch_view(results: Sequence[Outcome | Exception]) -> dict[str, Any]:
+def batch_view(results: Sequence[BatchItem]) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
     counts = {"sent": 0, "spooled": 0, "scheduled": 0, "rejected": 0, "failed": 0}
     for i, r in enumerate(results):
+        label = item_label(r)
         if isinstance(r, Outcome):
             item = outcome_view(r, i)
-            counts[r.status.value.lower()] += 1
         else:
-            status, body, _ = problems.from_exception(r)
-            label = "REJECTED" if status < 500 else "FAILED"
-            item = {"index": i, "status": label, "error": body}
-            counts[label.lower()] += 1
+            item = {"index": i, "status": label, "error": problems.from_exception(r)[1]}
+        counts[label.lower()] += 1
         items.append(item)
     return {"results": items, **counts}
 
@@ -70,7 +69,7 @@ def status_view(s: MessageState) -> dict[str, Any]:
         ("broker", "broker"),
         ("queue_id", "queueId"),
         ("queue_offset", "queueOffset"),
-        ("msg_id", "msgId"),
+        ("offset_msg_id", "msgId"),
     ):
         value = getattr(s, attr)
         if value is not None and value != "":

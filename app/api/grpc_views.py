@@ -1,0 +1,86 @@
+"""Domain values as the gRPC API's messages, and its requests as domain values: one explicit mapping
+per message, field by field (protobuf's snake_case names; absent values are proto3's zero defaults)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from app.api import problems
+from app.api.operations import BatchItem
+from app.api.proto import rocksidecar_pb2 as pb
+from app.request import MessageSpec
+from app.sidecar import Ack, MessageState, Outcome
+
+
+def ack_from_proto(value: int) -> Ack:
+    return Ack.SPOOL if value == pb.ACK_SPOOL else Ack.BROKER
+
+
+def spec_from_proto(m: pb.Message) -> MessageSpec:
+    payload = m.WhichOneof("payload")
+    when = m.WhichOneof("when")
+    return MessageSpec(
+        topic=m.topic,
+        body=m.body if payload == "body" else None,
+        body_bytes=m.body_bytes if payload == "body_bytes" else None,
+        tags=m.tags if m.HasField("tags") else None,
+        keys=tuple(m.keys),
+        properties=dict(m.properties),
+        sharding_key=m.sharding_key if m.HasField("sharding_key") else None,
+        type=m.type if m.HasField("type") else None,
+        delay_ms=m.delay_ms if when == "delay_ms" else None,
+        deliver_at=(
+            m.deliver_at_ms if when == "deliver_at_ms" else m.deliver_at if when == "deliver_at" else None
+        ),
+    )
+
+
+def _common(o: Outcome | MessageState) -> dict[str, Any]:
+    """The fields a send's answer and a status share, named as in both messages."""
+    return {
+        "id": o.id,
+        "status": pb.Status.Value(o.status.value),
+        "broker": o.broker or "",
+        "queue_id": o.queue_id or 0,
+        "queue_offset": o.queue_offset or 0,
+        "msg_id": o.offset_msg_id or "",
+        "next_attempt_at_ms": o.next_attempt_at_ms or 0,
+        "last_error": o.last_error or "",
+        "deliver_at_ms": o.deliver_at_ms or 0,
+    }
+
+
+def send_response(o: Outcome) -> pb.SendResponse:
+    return pb.SendResponse(**_common(o))
+
+
+def error(exc: BaseException) -> pb.Error:
+    """Why an item was refused (the error's field already spelled as gRPC's)."""
+    body = problems.from_exception(exc)[1]
+    return pb.Error(
+        http_status=body["status"], title=body["title"], detail=body["detail"], field=body.get("field") or ""
+    )
+
+
+def batch_response(results: Sequence[BatchItem]) -> pb.SendBatchResponse:
+    return pb.SendBatchResponse(
+        results=[
+            pb.BatchItem(index=i, result=send_response(r))
+            if isinstance(r, Outcome)
+            else pb.BatchItem(index=i, error=error(r))
+            for i, r in enumerate(results)
+        ]
+    )
+
+
+def message_status(s: MessageState) -> pb.MessageStatus:
+    return pb.MessageStatus(
+        **_common(s),
+        topic=s.topic or "",
+        attempts=s.attempts or 0,
+        reason=s.reason or "",
+        dead_at_ms=s.dead_at_ms or 0,
+        sent_at_ms=s.sent_at_ms or 0,
+        cancelled_at_ms=s.cancelled_at_ms or 0,
+    )

@@ -1,0 +1,107 @@
+"""The sidecar's operations as both API edges call them, on domain values.
+
+Each edge turns its input into a ``SpecLike`` (the HTTP model as it is, or ``spec_from_proto``), calls
+these, and maps the domain result (``Outcome``, ``MessageState``) or the error into its own answer with
+its own field names. Validation, limits, outcome metrics and the not-found/conflict rules live here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from app.api import problems
+from app.api.parsing import check_batch_size
+from app.metrics import Metrics
+from app.request import FieldNames, Limits, Prepared, RequestError, SpecLike, prepare
+from app.sidecar import Ack, MessageState, Outcome, Sidecar, Status
+from delay import CancelOutcome
+
+BatchItem = Outcome | Exception
+
+
+def item_label(item: BatchItem) -> str:
+    """How a batch item is counted and reported: the state of a stored message, else REJECTED (bad
+    input, 4xx) or FAILED (could not be stored, 5xx)."""
+    if isinstance(item, Outcome):
+        return item.status.value
+    return "REJECTED" if problems.status_of(item) < 500 else "FAILED"
+
+
+def send_status(outcome: Outcome) -> int:
+    """The HTTP status of a stored message: 200 when a broker has it, 202 when the local store does."""
+    return 200 if outcome.status is Status.SENT else 202
+
+
+def not_found(id: str) -> RequestError:
+    return RequestError(
+        f"no spooled, scheduled or dead-lettered message {problems.clip(id)}",
+        field="id",
+        status=404,
+        title="Not found",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Operations:
+    sidecar: Sidecar
+    limits: Limits
+    batch_limit: int
+    metrics: Metrics
+    now_ms: Callable[[], int]
+    names: FieldNames  # the edge's spelling of the fields in its errors
+
+    def count(self, label: str, n: int = 1) -> None:
+        if n:
+            self.metrics.messages.labels(label.lower()).inc(n)
+
+    def prepare(self, spec: SpecLike, now_ms: int | None = None) -> Prepared:
+        return prepare(spec, self.limits, self.now_ms() if now_ms is None else now_ms, self.names)
+
+    async def send(self, spec: SpecLike, ack: Ack) -> Outcome:
+        """Validate and send one message, counted by its outcome; raises what refused it."""
+        try:
+            outcome = await self.sidecar.send(self.prepare(spec), ack)
+        except Exception as exc:
+            self.count(item_label(exc))
+            raise
+        self.count(outcome.status.value)
+        return outcome
+
+    async def send_batch(self, specs: Sequence[SpecLike | RequestError], ack: Ack) -> list[BatchItem]:
+        """One result per message, in order: an item that is already an error (the edge could not parse
+        it) or fails validation fails only itself, named ``messages[i]...``."""
+        check_batch_size(len(specs), self.batch_limit)
+        now = self.now_ms()
+        items: list[Prepared | RequestError] = []
+        for i, spec in enumerate(specs):
+            if isinstance(spec, RequestError):
+                items.append(spec)  # already names messages[i]
+                continue
+            try:
+                items.append(self.prepare(spec, now))
+            except RequestError as exc:
+                items.append(exc.within(f"messages[{i}]"))
+        results = await self.sidecar.send_batch(items, ack)
+        labels = [item_label(r) for r in results]
+        for label in ("SENT", "SPOOLED", "SCHEDULED", "REJECTED", "FAILED"):
+            self.count(label, labels.count(label))
+        return results
+
+    async def status(self, id: str) -> MessageState:
+        found = await self.sidecar.status(id)
+        if found is None:
+            raise not_found(id)
+        return found
+
+    async def cancel(self, id: str) -> None:
+        """Cancel a scheduled message; raises 404 when there is none, 409 when it was already sent."""
+        result = await self.sidecar.cancel(id)
+        if result is CancelOutcome.NOT_FOUND:
+            raise RequestError(
+                f"no scheduled message {problems.clip(id)}", field="id", status=404, title="Not found"
+            )
+        if result is CancelOutcome.ALREADY_SENT:
+            raise RequestError(
+                f"message {problems.clip(id)} was already sent", field="id", status=409, title="Conflict"
+            )

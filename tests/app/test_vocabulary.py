@@ -1,0 +1,70 @@
+"""Issue 12, item 8: one vocabulary. A message's states are the members of one enum (app.sidecar.Status),
+and HTTP, gRPC, the stores, the metrics and the README's glossary use exactly those names; the message
+id is the UNIQ_KEY (``id``) and the broker's id is the offset message id everywhere."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from pathlib import Path
+
+from app.api import operations, schemas
+from app.api.proto import rocksidecar_pb2 as pb
+from app.metrics import Metrics
+from app.sidecar import CancelResult, MessageState, Outcome, Status
+from delay import CancelOutcome, DelayState, SentTo
+from retry import State
+from rmq import SendResult
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+STATES = {s.value for s in Status}
+ITEM_LABELS = {"REJECTED", "FAILED"}  # a batch item that is not a stored message
+
+
+def test_the_states_are_one_enum_named_as_the_glossary() -> None:
+    assert {"SENT", "SPOOLED", "SCHEDULED", "DEAD", "CANCELLED"} == STATES
+    glossary = README.read_text().split("Glossary:", 1)[1].split("\n\n", 1)[0]
+    assert set(re.findall(r"`([A-Z]+)`", glossary)) == STATES
+
+
+def test_the_stores_name_their_states_from_the_enum() -> None:
+    assert {s.value for s in State} <= STATES
+    assert {s.value for s in DelayState} <= STATES
+    for state in (*State, *DelayState):
+        assert Status(state.value).name == state.name
+
+
+def test_http_and_grpc_answer_with_the_enum_names() -> None:
+    grpc_names = set(pb.Status.keys()) - {"STATUS_UNSPECIFIED"}
+    assert grpc_names == STATES | ITEM_LABELS
+    assert typing.get_args(schemas.MessageStatusOut.model_fields["status"].annotation) == tuple(
+        s.value for s in (Status.SPOOLED, Status.SCHEDULED, Status.DEAD, Status.SENT, Status.CANCELLED)
+    )
+    sent = set(typing.get_args(schemas.SendOut.model_fields["status"].annotation))
+    assert sent == {"SENT", "SPOOLED", "SCHEDULED"} <= STATES
+    assert set(typing.get_args(schemas.BatchItemOut.model_fields["status"].annotation)) == sent | ITEM_LABELS
+
+
+def test_the_messages_metric_counts_by_the_enum_names() -> None:
+    metrics = Metrics()
+    ops = operations.Operations(None, None, 1, metrics, lambda: 0, None)  # type: ignore[arg-type]
+    for label in (*STATES, *ITEM_LABELS):
+        ops.count(label)
+    (family,) = [m for m in metrics.registry.collect() if m.name == "rocksidecar_messages"]
+    labels = {s.labels["outcome"] for s in family.samples if s.name.endswith("_total")}
+    assert labels == {x.lower() for x in STATES | ITEM_LABELS}
+
+
+def test_message_id_and_offset_message_id_are_named_as_the_glossary() -> None:
+    # SendResult: msg_id is the UNIQ_KEY as in Java; everywhere past the client, the broker's id is
+    # offset_msg_id and the message id is id.
+    assert {"msg_id", "offset_msg_id"} <= {f.name for f in dataclasses.fields(SendResult)}
+    for kind in (Outcome, MessageState, SentTo):
+        names = {f.name for f in dataclasses.fields(kind)}
+        assert "offset_msg_id" in names and "msg_id" not in names, kind
+    assert "offset_msg_id" in schemas.SendOut.model_fields and "msg_id" not in schemas.SendOut.model_fields
+
+
+def test_one_name_for_what_a_cancel_did() -> None:
+    assert CancelResult is CancelOutcome
