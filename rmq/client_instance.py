@@ -166,6 +166,11 @@ class ClientInstance:
             return await entry.on_request(conn, cmd)
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             return None  # one-way, for a group that left (or never was) here: nothing to do
+        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:  # as Java's ClientRemotingProcessor
+            group = cmd.ext_fields.get("consumerGroup", "")
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer"
+            )
         return cmd.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
         )

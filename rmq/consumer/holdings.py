@@ -1,8 +1,9 @@
 """What the other members of a group own now, read through the broker (the sticky allocation's input).
 
 Each member is asked for its ConsumerRunningInfo with GET_CONSUMER_RUNNING_INFO, which the broker
-forwards over the member's own connection; all at once, each within a bounded time. When a member does
-not answer (busy, or a client that does not answer 307) the holdings are unknown (None) and the caller
+forwards over the member's own connection; all at once, each within a bounded time. A member the broker
+calls not online, or whose client no longer has the group (it is leaving), owns nothing. When a member
+does not answer (busy, or a broker that does not forward 307) the holdings are unknown (None) and the caller
 falls back to the stateless assignment (BoundedHash), which every member computes alike. Counting the
 silent member as owning nothing instead would hand its queues to others while it still consumes them,
 and if it never answers that overlap would last: tests/rmq/consumer/test_sticky_devbroker.py shows it.
@@ -16,7 +17,7 @@ from collections.abc import Sequence, Set
 
 from rmq.broker import BrokerApi
 from rmq.consumer.running_info import owned_queues
-from rmq.errors import RocketMQError
+from rmq.errors import BrokerSystemError, RocketMQError
 from rmq.message import MessageQueue
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,11 @@ async def read_holdings(
         try:
             body = await api.get_consumer_running_info(addr, group, cid, timeout_s)
             return owned_queues(body, topic)
+        except BrokerSystemError as exc:
+            # "not online" at the broker or "group not exist" at the client: it consumes nothing now
+            # (it is leaving, or not registered yet), so it owns nothing.
+            log.info("group %s: %s holds nothing: %s", group, cid, exc)
+            return set()
         except RocketMQError as exc:
             log.info("group %s: no holdings from %s (%s); stateless allocation this time", group, cid, exc)
             return None

@@ -78,6 +78,11 @@ async def test_broker_requests_reach_the_consumer_of_the_named_group(cluster: De
         assert consumer.stats["notified"] == before + 1
         running_info = RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "CG-gone"})
         answer = await instance.on_broker_request(None, running_info)  # type: ignore[arg-type]
+        # As Java's ClientRemotingProcessor: the group is not here (the sticky strategy reads "owns nothing").
+        assert answer is not None and answer.code == ResponseCode.SYSTEM_ERROR
+        assert answer.remark == "The Consumer Group <CG-gone> not exist in this consumer"
+        unknown = RemotingCommand(9999, {"consumerGroup": "CG-gone"})
+        answer = await instance.on_broker_request(None, unknown)  # type: ignore[arg-type]
         assert answer is not None and answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     finally:
         await consumer.close()

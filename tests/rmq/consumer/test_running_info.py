@@ -9,7 +9,7 @@ import pytest
 from rmq.consumer.holdings import read_holdings
 from rmq.consumer.process_queue import ProcessQueue
 from rmq.consumer.running_info import QueueInfo, encode_running_info, owned_queues, queue_info
-from rmq.errors import FrameError, RequestTimeout
+from rmq.errors import BrokerSystemError, FrameError, RequestTimeout
 from rmq.message import MessageQueue
 from tests.rmq.consumer.factory import stored
 
@@ -68,6 +68,8 @@ class _Api:
         self, addr: str, group: str, client_id: str, timeout_s: float
     ) -> bytes:
         self.asked.append((addr, group, client_id, timeout_s))
+        if client_id == "leaving":
+            raise BrokerSystemError("The Consumer Group <g> not exist in this consumer", addr=addr)
         if client_id not in self.answers:
             raise RequestTimeout("no answer", addr=addr)
         return self.answers[client_id]
@@ -76,12 +78,13 @@ class _Api:
 async def test_holdings_ask_every_other_member_and_are_unknown_when_one_is_silent() -> None:
     mine = {MessageQueue("T", "broker-a", 5), MessageQueue("U", "broker-a", 0)}
     api = _Api({"java": JAVA_BODY, "garbled": b"{"})
-    held = await read_holdings(api, "b:1", "g", "T", ["me", "java", "java"], "me", mine, 2.0)  # type: ignore[arg-type]
+    held = await read_holdings(api, "b:1", "g", "T", ["me", "java", "java", "leaving"], "me", mine, 2.0)  # type: ignore[arg-type]
     assert held == {
         "me": {MessageQueue("T", "broker-a", 5)},
         "java": {MessageQueue("T", "broker-a", 0), MessageQueue("T", "broker-b", 3)},
+        "leaving": set(),
     }
     for silent in ("silent", "garbled"):
         assert await read_holdings(api, "b:1", "g", "T", ["me", "java", silent], "me", mine, 2.0) is None  # type: ignore[arg-type]
-    assert [a[2] for a in api.asked] == ["java", "java", "silent", "java", "garbled"]
+    assert [a[2] for a in api.asked] == ["java", "leaving", "java", "silent", "java", "garbled"]
     assert all(a[0] == "b:1" and a[1] == "g" and a[3] == 2.0 for a in api.asked)

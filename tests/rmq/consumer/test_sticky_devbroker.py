@@ -32,6 +32,15 @@ async def big() -> AsyncIterator[DevCluster]:
         yield c
 
 
+async def _create_topic(cluster: DevCluster) -> None:
+    client = RemotingClient()
+    try:
+        for broker in cluster.brokers.values():
+            await BrokerApi(client).create_topic(broker.addr, TOPIC, read_queue_nums=12, write_queue_nums=12)
+    finally:
+        await client.close()
+
+
 def config(name: str) -> ConsumerConfig:
     return ConsumerConfig(
         "G-sticky",
@@ -45,12 +54,7 @@ def config(name: str) -> ConsumerConfig:
 async def test_a_departure_moves_exactly_the_leavers_queues_and_ends_8_8_8(
     big: DevCluster, consumers: list[PushConsumer]
 ) -> None:
-    client = RemotingClient()
-    try:
-        for broker in big.brokers.values():
-            await BrokerApi(client).create_topic(broker.addr, TOPIC, read_queue_nums=12, write_queue_nums=12)
-    finally:
-        await client.close()
+    await _create_topic(big)
     members = [await start(consumers, big, config(f"s{i}"), Recorder(), topic=TOPIC) for i in range(4)]
     await settle_all(members, TOPIC, 24)
     assert sorted(len(owned(m, TOPIC)) for m in members) == [6, 6, 6, 6]
@@ -79,12 +83,7 @@ async def test_without_holdings_the_group_still_settles_on_the_stateless_assignm
     # "orphans" too, and the overlap would never end).
     for broker in big.brokers.values():
         del broker._handlers[RequestCode.GET_CONSUMER_RUNNING_INFO]
-    client = RemotingClient()
-    try:
-        for broker in big.brokers.values():
-            await BrokerApi(client).create_topic(broker.addr, TOPIC, read_queue_nums=12, write_queue_nums=12)
-    finally:
-        await client.close()
+    await _create_topic(big)
     members = [await start(consumers, big, config(f"s{i}"), Recorder(), topic=TOPIC) for i in range(4)]
     await settle_all(members, TOPIC, 24)
     ids = sorted(m.client_id for m in members)
