@@ -92,13 +92,8 @@ class Producer:
             rng=rng,
             on_change=on_route_change,
         )
-        self._selector = make_selector(
-            cfg.selector,
-            self.fault if cfg.fault_tolerance else None,
-            rng,
-            environment_index=cfg.environment_index,
-            zone=cfg.zone,
-        )
+        fault = self.fault if cfg.fault_tolerance else None
+        self._selector = make_selector(cfg.selector, fault, rng, cfg.environment_index, cfg.zone)
         self._batches = BatchSender(self)
         self._tasks: list[asyncio.Task[None]] = []
 

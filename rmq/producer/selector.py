@@ -165,7 +165,6 @@ def make_selector(
     name: str,
     fault: LatencyFaultTolerance | None,
     rng: random.Random | None = None,
-    *,
     environment_index: int = 0,
     zone: str = "",
 ) -> QueueSelector:
