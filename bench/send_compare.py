@@ -28,7 +28,10 @@ def run_side(tree: Path, namesrv: str, args: list[str]) -> dict[str, float]:
     """One bench.send_throughput run of ``tree`` against ``namesrv``: row name -> msg/s."""
     cmd = [sys.executable, "-m", "bench.send_throughput", "--namesrv", namesrv, "--no-devbroker"]
     cmd += ["--java-ctl", os.devnull, *args]  # no Java anchor: both sides are measured, not Java
-    out = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=1800, check=True).stdout
+    done = subprocess.run(cmd, check=False, cwd=tree, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"{tree}: bench.send_throughput exited {done.returncode}:\n{done.stderr[-3000:]}")
+    out = done.stdout
     rows = {m["name"]: float(m["value"].replace(",", "")) for m in map(_ROW.match, out.splitlines()) if m}
     if not rows:
         raise RuntimeError(f"no rows in the output of {tree}:\n{out}")
@@ -48,6 +51,8 @@ def compare(baseline: Path, namesrv: str, rounds: int, args: list[str]) -> None:
     for name, values in this.items():
         mine, theirs = statistics.median(values), statistics.median(base.get(name, [float("nan")]))
         print(f"  {name:<28} this {mine:>10,.1f}  baseline {theirs:>10,.1f}  {mine / theirs:5.2f}x")
+        spread = " / ".join(f"{a:,.0f}:{b:,.0f}" for a, b in zip(values, base.get(name, []), strict=False))
+        print(f"    rounds (this:baseline) {spread}")
 
 
 def main() -> None:
