@@ -51,8 +51,11 @@ def compare(baseline: Path, namesrv: str, rounds: int, args: list[str]) -> None:
     for name, values in this.items():
         mine, theirs = statistics.median(values), statistics.median(base.get(name, [float("nan")]))
         print(f"  {name:<28} this {mine:>10,.1f}  baseline {theirs:>10,.1f}  {mine / theirs:5.2f}x")
-        spread = " / ".join(f"{a:,.0f}:{b:,.0f}" for a, b in zip(values, base.get(name, []), strict=False))
-        print(f"    rounds (this:baseline) {spread}")
+        pairs = list(zip(values, base.get(name, []), strict=False))
+        spread = " / ".join(f"{a:,.0f}:{b:,.0f}" for a, b in pairs)
+        # each round's two runs are back to back, so their ratio sees (nearly) the same load
+        paired = statistics.median(a / b for a, b in pairs) if pairs else float("nan")
+        print(f"    rounds (this:baseline) {spread}; median of the per-round ratios {paired:.2f}x")
 
 
 def main() -> None:
