@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import re
@@ -18,8 +19,34 @@ from typing import Any
 
 import httpx
 
+from rmq import BrokerApi, Message, NameServerClient, RemotingClient
+from rmq.producer import Producer, ProducerConfig
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CTL = REPO.parent / "shared" / "rocketmq" / "real-broker.sh"
+
+
+def bench_parser(doc: str | None) -> argparse.ArgumentParser:
+    """An argument parser that shows a benchmark's module docstring as its help, line breaks kept."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+async def bench_producer(
+    namesrv: str, *, warm_topic: str | None = None, warm_body: bytes = b"warm-up", **settings: Any
+) -> tuple[RemotingClient, Producer]:
+    """A started producer of group "bench" and its client (close both); with ``warm_topic``, after 200
+    sends to it (routes, connections, topic auto-creation on every broker), so none of that is measured."""
+    client = RemotingClient()
+    producer = Producer(
+        NameServerClient(client, namesrv),
+        BrokerApi(client, producer_group="bench"),
+        ProducerConfig(group="bench", **settings),
+    )
+    await producer.start()
+    if warm_topic is not None:
+        for _ in range(200):
+            await producer.send(Message(warm_topic, warm_body))
+    return client, producer
 
 
 @dataclass

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import uvloop
 
-from bench.common import devbroker_process, environment, percentile
+from bench.common import bench_parser, devbroker_process, environment, percentile
 from delay import COLUMN_FAMILIES, DelayedMessage, DelayScheduler, DelayStore
 from delay.keys import DUE_CF, INDEX_CF, due_key, index_key
 from delay.message import encode_message
@@ -71,18 +71,10 @@ def load_pending(path: Path, n: int) -> float:
 async def child(
     scenario: str, path: str, namesrv: str, n: int, rate: int, steady_s: float, batch_max: int, in_flight: int
 ) -> dict[str, float]:
-    from rmq import BrokerApi, Message, NameServerClient, RemotingClient
-    from rmq.producer import Producer, ProducerConfig
+    from bench.common import bench_producer
+    from rmq import Message
 
-    client = RemotingClient()
-    producer = Producer(
-        NameServerClient(client, namesrv),
-        BrokerApi(client, producer_group="bench"),
-        ProducerConfig(group="bench"),
-    )
-    await producer.start()
-    for _ in range(200):  # warm up: route, connections, topic creation
-        await producer.send(Message(TOPIC, b"warm-up"))
+    client, producer = await bench_producer(namesrv, warm_topic=TOPIC)
     failed = 0
 
     async def publish(msgs: list[DelayedMessage]) -> list[object]:
@@ -234,9 +226,7 @@ def report(title: str, r: dict[str, float]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--burst", type=int, default=100_000, help="messages due within the same second")
     parser.add_argument("--pending", type=int, default=1_000_000, help="messages pending in the steady run")
     parser.add_argument("--rate", type=int, default=2000, help="messages falling due per second (steady)")

@@ -16,12 +16,12 @@ Run it in each tree (the file only uses public APIs) and compare the medians; re
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 
+from bench.common import bench_parser
 from delay.keys import COLUMN_FAMILIES as DELAY_CFS
 from delay.message import DelayedMessage, decode_message, encode_message
 from delay.scheduler import DelayScheduler
@@ -121,9 +121,7 @@ async def delay_paths(n: int) -> tuple[float, float]:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--n", type=int, default=50_000, help="messages per measurement")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()

@@ -13,7 +13,6 @@ Starts `rocksidecar serve --devbroker`, then
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import tempfile
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.common import bench_parser
 from bench.sidecar_process import sidecar_process
 
 
@@ -86,9 +86,7 @@ async def stream_chunked(host: str, port: int, path: str, total_mib: int) -> tup
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--items", type=int, default=1_000_000)
     parser.add_argument("--chunked-mib", type=int, default=1024)
     args = parser.parse_args()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import uvloop
 
-from bench.common import REPO, Row, devbroker_process, environment, print_rows
+from bench.common import REPO, Row, bench_parser, devbroker_process, environment, print_rows
 from bench.send_throughput import measure
 from bench.sidecar_process import sidecar_process
 
@@ -85,9 +85,7 @@ def run(label: str, namesrv: str, args: argparse.Namespace) -> list[Row]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--namesrv", help="also against this real RocketMQ name server")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--connections", type=int, default=32)

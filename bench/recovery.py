@@ -11,7 +11,6 @@ until `rocksidecar_retry_pending` is 0. Without replay on recovery they would wa
 
 from __future__ import annotations
 
-import argparse
 import re
 import tempfile
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import Row, devbroker_process, environment, print_rows
+from bench.common import Row, bench_parser, devbroker_process, environment, print_rows
 from bench.sidecar_process import sidecar_process
 
 TOPIC = "Recovery"
@@ -95,9 +94,7 @@ def run(messages: int, outage_s: float, batch: int, verbose: bool = False) -> li
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--outage-s", type=float, default=20.0)
     parser.add_argument("--batch", type=int, default=1000)

@@ -30,10 +30,10 @@ from pathlib import Path
 import httpx
 
 from bench.common import REPO, devbroker_process, environment, free_port, wait_for_http
+from bench.pending import fill_pending
 from bench.sidecar_process import sidecar_process
-from retry.keys import COLUMN_FAMILIES, INDEX_CF, PENDING, PENDING_CF, index_key, pending_key
-from retry.record import RetryRecord, encode_record
-from storage.kv import Put
+from retry.keys import COLUMN_FAMILIES, PENDING_CF
+from retry.record import RetryRecord
 from storage.rocks import RocksKV
 
 BODY_BYTES = 256
@@ -42,21 +42,14 @@ DAY_MS = 86_400_000
 
 def load(path: Path, n: int, due_ms: int) -> None:
     """n pending messages as spool writes them (value + index), all due at ``due_ms`` onwards."""
-    kv = RocksKV.open(path, COLUMN_FAMILIES)
-    try:
-        for start in range(0, n, 10_000):
-            ops: list[Put] = []
-            for i in range(start, min(n, start + 10_000)):
-                r = RetryRecord(id=f"C0A80001{i:024X}", topic="RestartBench", body=os.urandom(BODY_BYTES))
-                key = pending_key(due_ms + i // 1000, 0, r.type, r.id)
-                ops += [
-                    Put(PENDING_CF, key, encode_record(r)),
-                    Put(INDEX_CF, index_key(r.id, PENDING, key), b""),
-                ]
-            kv.write(ops, sync=False)
-        kv.sync_wal()
-    finally:
-        kv.close()
+    fill_pending(
+        path,
+        n,
+        lambda i: (
+            RetryRecord(id=f"C0A80001{i:024X}", topic="RestartBench", body=os.urandom(BODY_BYTES)),
+            due_ms + i // 1000,
+        ),
+    )
 
 
 def proc_status(pid: int) -> dict[str, int]:

@@ -23,10 +23,11 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from bench.common import environment
-from retry.keys import COLUMN_FAMILIES, INDEX_CF, PENDING, PENDING_CF, index_key, pending_key
+from bench.common import bench_parser, environment
+from bench.pending import fill_pending
+from retry.keys import COLUMN_FAMILIES, PENDING_CF
 from retry.policy import RetryPolicy
-from retry.record import RetryRecord, encode_record
+from retry.record import RetryRecord
 from retry.replay import ReplayLoop
 from retry.store import RetryStore
 from storage.group_commit import GroupCommitWriter, SyncStrategy
@@ -137,22 +138,13 @@ async def spill(root: Path, n: int, seed: float, rounds: int) -> None:
 
 def load_pending(path: Path, n: int, *, all_due: bool = False) -> None:
     """n pending keys as spool writes them (value + index); the first DUE_AT_HEAD (or all) due."""
-    kv = RocksKV.open(path, COLUMN_FAMILIES)
-    try:
-        for start in range(0, n, 10_000):
-            ops: list[Put] = []
-            for i in range(start, min(n, start + 10_000)):
-                r = rec(i, os.urandom(len(BODY)))  # incompressible, so disk and cache sizes are real
-                due = BASE_MS - n + i if all_due or i < DUE_AT_HEAD else BASE_MS + 1000 + i
-                key = pending_key(due, 0, r.type, r.id)
-                ops += [
-                    Put(PENDING_CF, key, encode_record(r)),
-                    Put(INDEX_CF, index_key(r.id, PENDING, key), b""),
-                ]
-            kv.write(ops, sync=False)
-        kv.sync_wal()
-    finally:
-        kv.close()
+
+    def record_due(i: int) -> tuple[RetryRecord, int]:
+        # incompressible bodies, so disk and cache sizes are real
+        due = BASE_MS - n + i if all_due or i < DUE_AT_HEAD else BASE_MS + 1000 + i
+        return rec(i, os.urandom(len(BODY))), due
+
+    fill_pending(path, n, record_due)
 
 
 def tick_us(store: RetryStore, cursor: bytes, now: int, reps: int = 200) -> float:
@@ -267,21 +259,12 @@ async def replay_all(path: Path, workers: int) -> tuple[float, int, bytes, Retry
 async def replay_into_devbroker(root: Path, n: int) -> list[tuple[str, float]]:
     """Replay into a devbroker process (its own core), one message per send and with send_batch,
     each next to the producer's own rate for the same sends without the store, in the same run."""
-    from bench.common import devbroker_process
-    from rmq import BrokerApi, Message, NameServerClient, RemotingClient
-    from rmq.producer import Producer, ProducerConfig
+    from bench.common import bench_producer, devbroker_process
+    from rmq import Message
 
     rows: list[tuple[str, float]] = []
     with devbroker_process() as dev:
-        client = RemotingClient()
-        producer = Producer(
-            NameServerClient(client, dev.namesrv),
-            BrokerApi(client, producer_group="bench"),
-            ProducerConfig(group="bench"),
-        )
-        await producer.start()
-        for _ in range(200):  # warm up: routes, connections, topic creation
-            await producer.send(Message("bench", BODY))
+        client, producer = await bench_producer(dev.namesrv, warm_topic="bench", warm_body=BODY)
 
         def message(record: RetryRecord) -> Message:
             return Message(record.topic, record.body, id=record.id)
@@ -323,9 +306,7 @@ async def replay_into_devbroker(root: Path, n: int) -> list[tuple[str, float]]:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--pending", type=int, default=1_000_000, help="keys for the large store")
     parser.add_argument("--spill", type=int, default=200_000, help="messages per spill measurement")
     parser.add_argument("--seed-puts", type=int, default=3_000, help="synced puts for the seed pattern")

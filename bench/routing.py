@@ -8,7 +8,6 @@ without it (the Java default) every send that lands on it pays a failure and a r
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import statistics
@@ -16,9 +15,17 @@ import time
 
 import uvloop
 
-from bench.common import DevbrokerProcess, Row, devbroker_process, environment, print_rows
-from rmq import BrokerApi, Message, NameServerClient, RemotingClient
-from rmq.producer import Producer, ProducerConfig, RoundRobin
+from bench.common import (
+    DevbrokerProcess,
+    Row,
+    bench_parser,
+    bench_producer,
+    devbroker_process,
+    environment,
+    print_rows,
+)
+from rmq import Message
+from rmq.producer import Producer, RoundRobin
 from rmq.producer.fault import LatencyFaultTolerance
 from rmq.producer.publish_info import SendIndex, TopicPublishInfo
 from rmq.route import BrokerData, QueueData, TopicRouteData
@@ -94,12 +101,7 @@ async def _case(
 ) -> tuple[float, int]:
     if failing:
         dev.faults("broker-a", fail_all=True, fail_code=1)
-    client = RemotingClient()
-    producer = Producer(
-        NameServerClient(client, dev.namesrv),
-        BrokerApi(client, producer_group="bench"),
-        ProducerConfig(group="bench", **settings),
-    )  # type: ignore[arg-type]
+    client, producer = await bench_producer(dev.namesrv, **settings)  # type: ignore[arg-type]
     try:
         return await _stream(producer, "RsRouting", messages, concurrency)
     finally:
@@ -131,9 +133,7 @@ def throughput(messages: int, concurrency: int, rounds: int) -> list[Row]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--selections", type=int, default=1_000_000)
     parser.add_argument("--messages", type=int, default=40_000)
     parser.add_argument("--concurrency", type=int, default=64)

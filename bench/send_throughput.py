@@ -14,21 +14,23 @@ from pathlib import Path
 
 import uvloop
 
-from bench.common import DEFAULT_CTL, Row, devbroker_process, environment, java_producer_tps, print_rows
-from rmq import BrokerApi, Message, NameServerClient, RemotingClient
-from rmq.producer import Producer, ProducerConfig
+from bench.common import (
+    DEFAULT_CTL,
+    Row,
+    bench_parser,
+    bench_producer,
+    devbroker_process,
+    environment,
+    java_producer_tps,
+    print_rows,
+)
+from rmq import Message
 
 
 async def measure(
     namesrv: str, topic: str, *, size: int, singles: int, concurrency: int, batches: int, batch_size: int
 ) -> dict[str, float]:
-    client = RemotingClient()
-    producer = Producer(
-        NameServerClient(client, namesrv),
-        BrokerApi(client, producer_group="bench"),
-        ProducerConfig(group="bench"),
-    )
-    await producer.start()
+    client, producer = await bench_producer(namesrv)
     body = b"x" * size
     out: dict[str, float] = {}
     try:
@@ -86,9 +88,7 @@ def run_against(label: str, namesrv: str, java: float | None, args: argparse.Nam
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--namesrv", help="a real RocketMQ name server (also measured with Java)")
     parser.add_argument(
         "--java-ctl", type=Path, default=DEFAULT_CTL, help="real-broker.sh, for the Java anchor"

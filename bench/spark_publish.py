@@ -7,7 +7,6 @@ size and body length straight to /v1/messages:batch.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -23,7 +22,7 @@ import httpx
 import orjson
 import uvloop
 
-from bench.common import Row, devbroker_process, environment, print_rows
+from bench.common import Row, bench_parser, devbroker_process, environment, print_rows
 from bench.sidecar_process import sidecar_process
 
 if TYPE_CHECKING:
@@ -89,9 +88,7 @@ def spark_rate(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=256, help="body bytes")
     parser.add_argument("--batch-size", type=int, default=500)

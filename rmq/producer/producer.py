@@ -18,7 +18,6 @@ from rmq.broker import BrokerApi
 from rmq.client_instance import ClientInstance
 from rmq.errors import (
     Attempt,
-    ClientError,
     RemotingError,
     RequestTimeout,
     RocketMQError,
@@ -34,15 +33,7 @@ from rmq.producer.config import ProducerConfig
 from rmq.producer.fault import BrokerState, LatencyFaultTolerance, StateListener
 from rmq.producer.publish_info import AttemptFn, TopicPublishInfo
 from rmq.producer.routes import RouteListener, TopicRoutes
-from rmq.producer.selector import (
-    ByShardingKey,
-    EnvironmentQueue,
-    PreferZone,
-    QueueSelector,
-    RandomQueue,
-    RoundRobin,
-    SelectorName,
-)
+from rmq.producer.selector import ByShardingKey, QueueSelector, make_selector
 from rmq.result import SendResult, SendStatus
 
 log = logging.getLogger(__name__)
@@ -101,21 +92,10 @@ class Producer:
             rng=rng,
             on_change=on_route_change,
         )
-        self._selector = self._make_selector(cfg, rng)
+        fault = self.fault if cfg.fault_tolerance else None
+        self._selector = make_selector(cfg.selector, fault, rng, cfg.environment_index, cfg.zone)
         self._batches = BatchSender(self)
         self._tasks: list[asyncio.Task[None]] = []
-
-    def _make_selector(self, cfg: ProducerConfig, rng: random.Random | None) -> QueueSelector:
-        fault = self.fault if cfg.fault_tolerance else None
-        if cfg.selector == SelectorName.ROUND_ROBIN:
-            return RoundRobin(fault)
-        if cfg.selector == SelectorName.RANDOM:
-            return RandomQueue(fault, rng)
-        if cfg.selector == SelectorName.ENVIRONMENT:
-            return EnvironmentQueue(cfg.environment_index)
-        if cfg.selector == SelectorName.ZONE:
-            return PreferZone(cfg.zone, fault)
-        raise ClientError(f"unknown queue selector {cfg.selector!r}")
 
     # lifecycle ----------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -149,7 +129,7 @@ class Producer:
         if not validated:
             msg.validate(self.config.max_body_bytes)
         uniq = msg.id or new_uniq_id()
-        selector = self._selector if sharding_key is None else ByShardingKey(sharding_key)
+        selector = self.selector_for(sharding_key)
 
         async def attempt(
             mq: MessageQueue, addr: str, remaining: float, info: TopicPublishInfo

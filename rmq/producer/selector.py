@@ -159,3 +159,22 @@ class EnvironmentQueue:
                 f"{info.topic!r} has only {len(info.queues)} writable queues"
             )
         return info.queues[self.index - 1]
+
+
+def make_selector(
+    name: str,
+    fault: LatencyFaultTolerance | None,
+    rng: random.Random | None = None,
+    environment_index: int = 0,
+    zone: str = "",
+) -> QueueSelector:
+    """The producer's default selector by its configured name (ClientError for an unknown one)."""
+    if name == SelectorName.ROUND_ROBIN:
+        return RoundRobin(fault)
+    if name == SelectorName.RANDOM:
+        return RandomQueue(fault, rng)
+    if name == SelectorName.ENVIRONMENT:
+        return EnvironmentQueue(environment_index)
+    if name == SelectorName.ZONE:
+        return PreferZone(zone, fault)
+    raise ClientError(f"unknown queue selector {name!r}")

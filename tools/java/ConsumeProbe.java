@@ -24,6 +24,15 @@ public class ConsumeProbe {
     return sb.toString();
   }
 
+  // A push consumer of GROUP on TOPIC from the first offset; the caller registers its listener.
+  static DefaultMQPushConsumer consumer(String namesrv, String group, String topic) throws Exception {
+    DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
+    c.setNamesrvAddr(namesrv);
+    c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+    c.subscribe(topic, "*");
+    return c;
+  }
+
   public static void main(String[] args) throws Exception {
     if (args[0].equals("produce")) {
       DefaultMQProducer p = new DefaultMQProducer("rs_probe_producer");
@@ -46,10 +55,7 @@ public class ConsumeProbe {
       long n = Long.parseLong(args[4]);
       java.util.concurrent.atomic.AtomicLong count = new java.util.concurrent.atomic.AtomicLong();
       java.util.concurrent.CountDownLatch done = new java.util.concurrent.CountDownLatch(1);
-      DefaultMQPushConsumer r = new DefaultMQPushConsumer(args[3]);
-      r.setNamesrvAddr(args[1]);
-      r.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-      r.subscribe(topic, "*");
+      DefaultMQPushConsumer r = consumer(args[1], args[3], topic);
       r.registerMessageListener(
           (MessageListenerConcurrently)
               (msgs, ctx) -> {
@@ -65,10 +71,7 @@ public class ConsumeProbe {
       r.shutdown();
       return;
     }
-    DefaultMQPushConsumer c = new DefaultMQPushConsumer(args[3]);
-    c.setNamesrvAddr(args[1]);
-    c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-    c.subscribe(topic, "*");
+    DefaultMQPushConsumer c = consumer(args[1], args[3], topic);
     c.registerMessageListener(
         (MessageListenerConcurrently)
             (List<MessageExt> msgs, org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyContext ctx) -> {
