@@ -12,6 +12,8 @@ from typing import Any
 from app.dmq.service import DmqOptions, DmqService
 from delay import DelayState
 from retry.policy import RetryPolicy
+from rmq.broker import BrokerApi
+from rmq.pool import RemotingClient
 from tests.app.conftest import Stack
 from tests.dmq.conftest import dmq_settings
 
@@ -25,6 +27,19 @@ async def until(done: Callable[[], bool], timeout_s: float = 30.0) -> None:
     async with asyncio.timeout(timeout_s):
         while not done():  # noqa: ASYNC110 - the state lives in another component with no event
             await asyncio.sleep(POLL_S)
+
+
+async def create_on_every_broker(stack: Stack, topic: str) -> None:
+    """As an operator creates the inner topic (README): on every broker up front. Left to auto-creation, a
+    broker holds the topic only from its first inner message on, and a consumer sees that broker's queues
+    only at its next route refresh (30 s, as Java): the test raced it when the spooled message was the
+    first to land on the second broker."""
+    client = RemotingClient()
+    try:
+        for broker in stack.cluster.brokers.values():
+            await BrokerApi(client).create_topic(broker.addr, topic, read_queue_nums=4, write_queue_nums=4)
+    finally:
+        await client.close()
 
 
 def published(stack: Stack, id_: str) -> int:
@@ -43,6 +58,7 @@ async def test_service_mode_forwards_schedules_cancels_and_spools(
     make_stack: Callable[..., Any], tmp_path: Path
 ) -> None:
     async with make_stack(delay_mode="service", dmq_inner_topic=INNER) as stack:
+        await create_on_every_broker(stack, INNER)
         kept = await post_delayed(stack, "kept", 1500)
         gone = await post_delayed(stack, "gone", 1500)
         assert {m.uniq_key for m in stack.stored(INNER)} == {kept["id"], gone["id"]}  # on the broker
