@@ -70,11 +70,6 @@ class DelaySchedule(Protocol):
     async def schedule_many(self, msgs: Sequence[DelayedMessage]) -> None: ...
 
 
-# What a cancel did: the delay store's own enum, the one name for it (CancelResult is its old name,
-# kept only until app/dmq stops importing it).
-CancelResult = CancelOutcome
-
-
 @dataclass(frozen=True, slots=True)
 class MessageState:
     """Where a spooled, scheduled or dead-lettered message stands (GET /v1/messages/{id})."""

@@ -18,8 +18,8 @@ import orjson
 
 from app.delivery_policy import RetrySpool, last_error
 from app.dmq.inner import DEFAULT_INNER_TOPIC, cancel_message, inner_message
-from app.sidecar import Canceller, CancelResult, MessageState, Status
-from delay import DelayedMessage
+from app.sidecar import Canceller, MessageState, Status
+from delay import CancelOutcome, DelayedMessage
 from retry.policy import RetryPolicy
 from retry.record import RetryRecord
 from rmq import Message, RocketMQError
@@ -121,18 +121,18 @@ class Forwarder:
         return MessageState(id, Status.SENT, topic=topic, deliver_at_ms=due, sent_at_ms=due)
 
     # --- Canceller ---------------------------------------------------------------------------------
-    async def cancel(self, id: str) -> CancelResult:
+    async def cancel(self, id: str) -> CancelOutcome:
         """CANCELLED once the cancel message is stored by a broker (or spooled); ALREADY_SENT when the due
         time has passed. A cancel that reaches the service's replica after it published the message does
         nothing there: the caller was told CANCELLED only if it was sent before the due time."""
         rec = self._record(id)
         if rec is None:
-            return await self.fallback.cancel(id) if self.fallback else CancelResult.NOT_FOUND
+            return await self.fallback.cancel(id) if self.fallback else CancelOutcome.NOT_FOUND
         if "cancelled" in rec:
-            return CancelResult.CANCELLED
+            return CancelOutcome.CANCELLED
         now = self.now_ms()
         if now >= int(str(rec["due"])):
-            return CancelResult.ALREADY_SENT
+            return CancelOutcome.ALREADY_SENT
         msg = cancel_message(id, inner_topic=self.inner_topic)
         msg.id = new_uniq_id()  # its own id: spooled, it must not collide with the message's
         try:
@@ -140,7 +140,7 @@ class Forwarder:
         except RocketMQError as exc:
             await self._spool([msg], exc)
         await self.writer.write([Put(FORWARDED_CF, id.encode(), orjson.dumps({**rec, "cancelled": now}))])
-        return CancelResult.CANCELLED
+        return CancelOutcome.CANCELLED
 
     async def purge(self, limit: int = PURGE_SCAN) -> int:
         """Drop records RETENTION_MS past their due time (scans up to ``limit`` records)."""
