@@ -1,6 +1,7 @@
-"""SQL92 subscriptions on real RocketMQ 4.9.4 (issue 13), with enablePropertyFilter=true on the brokers
-(turn it on with: real-broker.sh java org.apache.rocketmq.tools.command.MQAdminStartup updateBrokerConfig
--n 127.0.0.1:9876 -c DefaultCluster -k enablePropertyFilter -v true).
+"""SQL92 subscriptions on real RocketMQ 4.9.4 (issue 13). The brokers need enablePropertyFilter=true:
+each test turns it on first (UPDATE_BROKER_CONFIG, what `mqadmin updateBrokerConfig -k
+enablePropertyFilter -v true` sends; the broker reads the flag at every check and pull, so it applies at
+once and lasts until the broker restarts).
 
 A differential test: messages with properties go to a fresh topic; for every expression of a table, a
 consumer group of ours subscribes with it, and what the real broker delivers must be exactly what
@@ -26,6 +27,7 @@ from rmq import (
 )
 from rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
 from rmq.errors import ClientError
+from rmq.protocol.frame import RemotingCommand
 from tests.realbroker.conftest import create_topic_everywhere, unique_topic
 from tests.rmq.consumer.helpers import Recorder
 
@@ -60,6 +62,9 @@ def properties(i: int) -> dict[str, str]:
     return props
 
 
+UPDATE_BROKER_CONFIG = 25  # RequestCode.UPDATE_BROKER_CONFIG: an admin call the client library does not need
+
+
 def tags(i: int) -> str:
     return "ABC"[i % 3]
 
@@ -69,7 +74,13 @@ async def _new_topic(
 ) -> tuple[BrokerApi, str, TopicRouteData]:
     api = BrokerApi(client, producer_group="rs_sql92_test")
     topic = unique_topic(prefix)
-    return api, topic, await create_topic_everywhere(NameServerClient(client, namesrv_addr), api, topic)
+    route = await create_topic_everywhere(NameServerClient(client, namesrv_addr), api, topic)
+    for broker in route.broker_datas:
+        if broker.master_addr:
+            cmd = RemotingCommand(UPDATE_BROKER_CONFIG, body=b"enablePropertyFilter=true\n")
+            resp = await client.invoke(broker.master_addr, cmd, 10.0)
+            assert resp.code == 0, f"{broker.broker_name}: {resp.remark}"
+    return api, topic, route
 
 
 async def _drain(consumer: PushConsumer, ends: dict[MessageQueue, int]) -> None:
