@@ -4,6 +4,7 @@ record (pull bodies, commit log), with v1/v2 magic, IPv4/IPv6 hosts and compress
 from __future__ import annotations
 
 import ipaddress
+import socket
 import struct
 import zlib
 from collections.abc import Iterable
@@ -145,8 +146,9 @@ def _host(data: bytes, pos: int, v6: bool) -> tuple[str, bytes, int]:
     raw = data[pos : pos + n + 4]
     if len(raw) != n + 4:
         raise FrameError("stored message truncated in a host field")
-    ip = ipaddress.ip_address(raw[:n])
     (port,) = _I32.unpack_from(raw, n)
+    # Every pulled message has two hosts: for IPv4, inet_ntoa gives ipaddress's text ~10x cheaper.
+    ip = ipaddress.ip_address(raw[:n]) if v6 else socket.inet_ntoa(raw[:4])
     text = f"[{ip}]:{port}" if v6 else f"{ip}:{port}"
     return text, raw, pos + n + 4
 
