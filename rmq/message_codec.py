@@ -26,6 +26,9 @@ MAGIC_V2 = -626843477  # 0xDAA320AB: 2-byte topic length (5.x)
 _HEAD = struct.Struct(
     ">iiiiiqqiq"
 )  # total, magic, crc, queueId, flag, queueOffset, physOffset, sysFlag, bornTs
+# The common record: both hosts IPv4. Head, born host, store timestamp, store host, reconsume times,
+# prepared offset, body length, read in one call.
+_HEAD_V4 = struct.Struct(">iiiiiqqiq8sq8siqi")
 _BATCH_HEAD = struct.Struct(">iiiii")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -146,11 +149,26 @@ def _host(data: bytes, pos: int, v6: bool) -> tuple[str, bytes, int]:
     raw = data[pos : pos + n + 4]
     if len(raw) != n + 4:
         raise FrameError("stored message truncated in a host field")
-    (port,) = _I32.unpack_from(raw, n)
-    # Every pulled message has two hosts: for IPv4, inet_ntoa gives ipaddress's text ~10x cheaper.
-    ip = ipaddress.ip_address(raw[:n]) if v6 else socket.inet_ntoa(raw[:4])
-    text = f"[{ip}]:{port}" if v6 else f"{ip}:{port}"
-    return text, raw, pos + n + 4
+    return _host_text(raw), raw, pos + n + 4
+
+
+_HOSTS: dict[bytes, str] = {}  # packed host -> its text; a consumer sees few producers and brokers
+_HOSTS_MAX = 4096
+
+
+def _host_text(raw: bytes) -> str:
+    text = _HOSTS.get(raw)
+    if text is None:
+        n = len(raw) - 4
+        (port,) = _I32.unpack_from(raw, n)
+        # For IPv4, inet_ntoa gives ipaddress's text ~10x cheaper.
+        text = (
+            f"[{ipaddress.ip_address(raw[:n])}]:{port}" if n == 16 else f"{socket.inet_ntoa(raw[:4])}:{port}"
+        )
+        if len(_HOSTS) >= _HOSTS_MAX:  # born hosts of many short-lived producers: start over
+            _HOSTS.clear()
+        _HOSTS[raw] = text
+    return text
 
 
 def decompress(body: bytes, sys_flag: int) -> bytes:
@@ -176,12 +194,17 @@ def decode_stored(data: bytes, pos: int = 0, *, inflate: bool = True) -> tuple[M
             raise FrameError(
                 f"bad stored message at byte {pos} (magic {magic & 0xFFFFFFFF:#x}, size {total})"
             )
-        cur = pos + _HEAD.size
-        born_host, _, cur = _host(data, cur, bool(sys_flag & SYSFLAG_BORNHOST_V6))
-        (store_ts,) = _Q.unpack_from(data, cur)
-        store_host, store_raw, cur = _host(data, cur + 8, bool(sys_flag & SYSFLAG_STOREHOST_V6))
-        reconsume, prepared, body_len = struct.unpack_from(">iqi", data, cur)
-        cur += 16
+        if not sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6):
+            *_, born_raw, store_ts, store_raw, reconsume, prepared, body_len = _HEAD_V4.unpack_from(data, pos)
+            born_host, store_host = _host_text(born_raw), _host_text(store_raw)
+            cur = pos + _HEAD_V4.size
+        else:
+            cur = pos + _HEAD.size
+            born_host, _, cur = _host(data, cur, bool(sys_flag & SYSFLAG_BORNHOST_V6))
+            (store_ts,) = _Q.unpack_from(data, cur)
+            store_host, store_raw, cur = _host(data, cur + 8, bool(sys_flag & SYSFLAG_STOREHOST_V6))
+            reconsume, prepared, body_len = struct.unpack_from(">iqi", data, cur)
+            cur += 16
         body = bytes(data[cur : cur + body_len])
         cur += body_len
         if magic == MAGIC_V1:

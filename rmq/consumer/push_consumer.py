@@ -221,6 +221,7 @@ class PushConsumer:
         for state in self.queues.values():
             await self._stop_tasks(state)
         self.queues.clear()
+        await self._concurrent.stop()
         leftover = list(self._side_tasks)
         for task in leftover:
             task.cancel()
@@ -234,8 +235,9 @@ class PushConsumer:
             if state.pull_task is not None:
                 state.pull_task.cancel()
         busy = [t for s in states for t in s.tasks if t is not s.pull_task] + list(self._side_tasks)
-        if busy:
-            await asyncio.wait(busy, timeout=self.config.close_timeout_s)
+        pool = asyncio.ensure_future(self._concurrent.drain(self.config.close_timeout_s))
+        await asyncio.wait([*busy, pool], timeout=self.config.close_timeout_s)
+        pool.cancel()
 
     @staticmethod
     async def _stop_tasks(state: QueueState) -> None:

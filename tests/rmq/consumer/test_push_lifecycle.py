@@ -246,12 +246,15 @@ async def test_a_dropped_queues_late_results_never_move_the_offset() -> None:
     await both_in.wait()  # both calls are in the listener
     state.pq.drop()  # rebalanced away meanwhile
     release.set()
-    await asyncio.gather(*host.tasks)
+    await service.drain(5.0)  # the pool's workers finished both calls
+    await service.stop()
     assert len(host.listener.got) == 2
     assert host.updates == []  # the new owner starts from the last persisted offset instead
     host2 = FakeHost(Recorder())
     state2 = QueueState(MessageQueue("T", "b", 1), ProcessQueue(0))
     state2.pq.put([stored(0)], 1)
-    ConcurrentService(host2).submit(state2, state2.pq.messages())  # type: ignore[arg-type]
-    await asyncio.gather(*host2.tasks)
+    service2 = ConcurrentService(host2)  # type: ignore[arg-type]
+    service2.submit(state2, state2.pq.messages())
+    await service2.drain(5.0)
+    await service2.stop()
     assert host2.updates == [(state2.mq, 1)]
