@@ -65,6 +65,7 @@ def consumer_config(spec: SubscriptionSpec, instance_name: str | None = None) ->
         persist_interval_s=PERSIST_S,
         instance_name=instance_name,
         allocate=_ALLOCATIONS[spec.allocation](),
+        commit_window=spec.commit_window,
     )
 
 

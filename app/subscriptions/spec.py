@@ -42,6 +42,9 @@ class SubscriptionSpec:
     consume_from: str = "last"
     consume_timestamp_ms: int | None = None
     allocation: str = "averagely"
+    # At most this many messages per queue are handed to the app beyond the offset the broker has
+    # acknowledged (rmq.consumer.commit_window): the bound on redeliveries after a SIGKILL. 0: off.
+    commit_window: int = 256
 
     @property
     def grpc(self) -> bool:
@@ -154,6 +157,7 @@ def parse_one(raw: Any, where: str) -> SubscriptionSpec:
         if timestamp is None
         else _int(timestamp, f"{where}.consume_timestamp_ms", 0, 2**63 - 1),
         allocation=allocation,
+        commit_window=_int(raw.get("commit_window", 256), f"{where}.commit_window", 0, 1_000_000),
     )
 
 

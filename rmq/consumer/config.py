@@ -68,6 +68,10 @@ class ConsumerConfig:
     send_back_retry_s: float = 5.0  # a failed send-back is consumed again locally after this
     close_timeout_s: float = 10.0  # how long close() waits for messages being consumed
     offsets_dir: Path | None = None  # broadcasting: None for Java's ~/.rocketmq_offsets
+    # Hand a queue's messages to the listener only below the acknowledged offset + this, persisting as
+    # the committed offset moves (rmq.consumer.commit_window): a crash redelivers at most this many
+    # per queue. 0: off, as Java (the duplicates are then what finished since the last 5 s persist).
+    commit_window: int = 0
 
     def __post_init__(self) -> None:
         if not self.group:
@@ -80,5 +84,7 @@ class ConsumerConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        if self.commit_window < 0:
+            raise ValueError("commit_window must not be negative")
         if self.max_reconsume_times < 0:
             raise ValueError("max_reconsume_times must not be negative")

@@ -187,6 +187,7 @@ class ConcurrentService:
             host.stats.bump("consume_ok", len(batch))
         offset = state.pq.remove(m.queue_offset for m in done)
         host.offsets.update(state.mq, offset, increase_only=True)
+        host.advanced(state, offset)
         state.poke()
 
     async def _handle_failure(self, state: QueueState, msg: MessageExt) -> bool:

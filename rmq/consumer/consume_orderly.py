@@ -37,7 +37,7 @@ class OrderlyService:
             if not self.lock_valid(state):
                 await state.ready.wait()  # the lock renewal pokes the queue when it holds the lock
                 continue
-            batch = pq.take(cfg.consume_batch_size)
+            batch = pq.take(cfg.consume_batch_size, below=state.window.limit if state.window.size else None)
             if not batch:
                 await state.ready.wait()
                 continue
@@ -50,7 +50,9 @@ class OrderlyService:
                 break  # the next owner consumes them again; our result must not move the offset
             if status is ConsumeStatus.SUCCESS:
                 host.stats.bump("consume_ok", len(batch))
-                host.offsets.update(state.mq, pq.remove(m.queue_offset for m in batch), increase_only=True)
+                committed = pq.remove(m.queue_offset for m in batch)
+                host.offsets.update(state.mq, committed, increase_only=True)
+                host.advanced(state, committed)
                 state.room.set()  # a pull paused by flow control may go on
                 continue
             host.stats.bump("consume_failed", len(batch))
@@ -80,6 +82,8 @@ class OrderlyService:
                 state.mq,
                 cfg.max_reconsume_times + 1,
             )
-        host.offsets.update(state.mq, state.pq.remove(m.queue_offset for m in batch), increase_only=True)
+        committed = state.pq.remove(m.queue_offset for m in batch)
+        host.offsets.update(state.mq, committed, increase_only=True)
+        host.advanced(state, committed)
         state.room.set()
         return True

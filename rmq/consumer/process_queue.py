@@ -67,11 +67,12 @@ class ProcessQueue:
         return heap[0] if heap else self._next_offset
 
     # orderly mode ------------------------------------------------------------------------------
-    def take(self, limit: int) -> list[MessageExt]:
-        """The next ``limit`` messages in offset order that no listener holds yet."""
+    def take(self, limit: int, *, below: int | None = None) -> list[MessageExt]:
+        """The next ``limit`` messages in offset order that no listener holds yet (only offsets below
+        ``below``, the commit window's limit, when given)."""
         out: list[MessageExt] = []
         for offset in sorted(o for o in self._msgs if o not in self._taken):
-            if len(out) >= limit:
+            if len(out) >= limit or (below is not None and offset >= below):
                 break
             self._taken.add(offset)
             out.append(self._msgs[offset])

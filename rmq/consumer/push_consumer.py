@@ -30,6 +30,7 @@ from rmq.consumer.broker_calls import (
     send_back,
     unlock_batch,
 )
+from rmq.consumer.commit_window import QueueWindow
 from rmq.consumer.config import RETRY_PREFIX, ConsumerConfig, MessageListener, MessageModel
 from rmq.consumer.consume_concurrently import ConcurrentService
 from rmq.consumer.consume_orderly import OrderlyService
@@ -473,7 +474,7 @@ class PushConsumer:
         except RocketMQError as exc:
             log.warning("group %s: no start offset for %s: %s; next rebalance", self.config.group, mq, exc)
             return
-        state = QueueState(mq, ProcessQueue(offset))
+        state = QueueState(mq, ProcessQueue(offset), window=QueueWindow(self.config.commit_window, offset))
         if self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
             state.pq.locked, state.pq.last_lock_at = True, asyncio.get_running_loop().time()
         self.queues[mq] = state
@@ -558,6 +559,40 @@ class PushConsumer:
                 log.warning("group %s: unlocking on %s failed: %s", self.config.group, broker, exc)
 
     # offsets -----------------------------------------------------------------------------------
+    def advanced(self, state: QueueState, committed: int) -> None:
+        if state.window.wants_persist(committed) and not state.pq.dropped:
+            state.window.persisting = True
+            self.spawn(state, self._persist_window(state))
+
+    async def _persist_window(self, state: QueueState) -> None:
+        """Persist the queue's offset until the acknowledged one is within half a window of the
+        committed one, opening the window as each persist is acknowledged; a failed persist is tried
+        again (the window stays shut meanwhile: that is the bound)."""
+        window, mq = state.window, state.mq
+        try:
+            while not state.pq.dropped:
+                offset = await self.offsets.read(mq, ReadType.MEMORY)
+                if offset is None or offset - window.persisted < max(1, window.size // 2):
+                    return
+                try:
+                    await self.offsets.persist(mq)  # the value just read: no await in between
+                except RocketMQError as exc:
+                    self.stats.bump("window_persist_errors")
+                    log.debug(
+                        "group %s: persisting %s for the commit window failed: %s", self.config.group, mq, exc
+                    )
+                    if await self.wait_closing(self.config.pull_delay_on_error_s):
+                        return
+                    continue
+                self.stats.bump("window_persists")
+                ready = window.acknowledged(offset)
+                if self.config.orderly:
+                    state.ready.set()
+                elif ready and not state.pq.dropped:
+                    self._concurrent.submit(state, ready)
+        finally:
+            window.persisting = False
+
     async def persist_offsets(self) -> None:
         await self.offsets.persist_all(list(self.queues))
         self.stats.bump("persists")
@@ -631,8 +666,8 @@ class PushConsumer:
                 self.stats.bump("pulled", len(messages))
                 if cfg.orderly:
                     state.ready.set()
-                else:
-                    self._concurrent.submit(state, messages)
+                elif ready := state.window.admit(messages):
+                    self._concurrent.submit(state, ready)
 
     def _restore_topic(self, msg: MessageExt) -> MessageExt:
         """Messages of the retry topic carry their original topic in RETRY_TOPIC (resetRetryAndNamespace)."""

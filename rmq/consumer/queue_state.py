@@ -8,6 +8,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rmq.consumer.commit_window import QueueWindow
 from rmq.consumer.config import ConsumerConfig, ConsumeStatus, MessageListener
 from rmq.consumer.offset_store import OffsetStore
 from rmq.consumer.process_queue import ProcessQueue
@@ -30,6 +31,7 @@ class QueueState:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     consuming: int = 0  # listener calls running for this queue
     pull_task: asyncio.Task[None] | None = None
+    window: QueueWindow = field(default_factory=lambda: QueueWindow(0, 0))  # off unless configured
 
     def poke(self) -> None:
         self.room.set()
@@ -48,6 +50,9 @@ class ConsumeHost(Protocol):
     def closing(self) -> bool: ...
 
     def spawn(self, state: QueueState, coro: Coroutine[Any, Any, None]) -> None: ...
+
+    def advanced(self, state: QueueState, committed: int) -> None:
+        """The queue's committed offset moved to ``committed`` (after the offset store's update)."""
 
     async def send_back(self, msg: MessageExt, mq: MessageQueue, *, dead: bool = False) -> bool: ...
 

@@ -22,7 +22,7 @@ def test_yaml_file_and_defaults(tmp_path: Path) -> None:
         "  - {name: orders, topic: Orders, group: g1, endpoint: 'http://127.0.0.1:8080/in'}\n"
         "  - name: audit\n    topic: Audit\n    group: g2\n    endpoint: 'http://[::1]:81/a'\n"
         "    expression: 'TagA || TagB'\n    mode: orderly\n    concurrency: 4\n    timeout_s: 2.5\n"
-        "    max_reconsume_times: 3\n    consume_from: first\n    allocation: sticky\n"
+        "    max_reconsume_times: 3\n    consume_from: first\n    allocation: sticky\n    commit_window: 16\n"
     )
     s = config.load({}, path, require_namesrv=False)
     assert s.subscriptions[0] == SubscriptionSpec("orders", "Orders", "g1", "http://127.0.0.1:8080/in")
@@ -36,6 +36,10 @@ def test_yaml_file_and_defaults(tmp_path: Path) -> None:
     assert (audit.max_reconsume_times, audit.consume_from, audit.allocation) == (3, "first", "sticky")
     assert isinstance(consumer_config(audit).allocate, AllocateSticky)
     assert consumer_config(s.subscriptions[0]).allocate.name == "AVG"  # Java's default
+    assert (consumer_config(audit).commit_window, consumer_config(s.subscriptions[0]).commit_window) == (
+        16,
+        256,
+    )
 
 
 def test_environment_takes_yaml_or_json_text() -> None:
@@ -61,6 +65,8 @@ def test_environment_takes_yaml_or_json_text() -> None:
         ({**GOOD, "consume_from": "middle"}, "[0].consume_from: expected one of last, first, timestamp"),
         ({**GOOD, "consume_from": "timestamp"}, "[0].consume_timestamp_ms: required"),
         ({**GOOD, "allocation": "random"}, "[0].allocation: expected one of averagely, bounded_hash, sticky"),
+        ({**GOOD, "commit_window": -1}, "[0].commit_window"),
+        ({**GOOD, "commit_window": "wide"}, "[0].commit_window"),
         ({**GOOD, "topic": "bad topic"}, "[0].topic: 1-127 letters"),
         ({**GOOD, "expression": "SQL92:a > 1"}, "[0].expression: for an SQL92 filter set expression_type"),
         ({**GOOD, "expression_type": "SQL92"}, "[0].expression: required with expression_type: SQL92"),

@@ -224,6 +224,9 @@ class FakeHost:
     async def wait_closing(self, timeout_s: float) -> bool:
         return True
 
+    def advanced(self, state: QueueState, committed: int) -> None:
+        pass  # no commit window here
+
 
 async def test_a_dropped_queues_late_results_never_move_the_offset() -> None:
     release, both_in = asyncio.Event(), asyncio.Event()
