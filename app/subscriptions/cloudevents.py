@@ -40,8 +40,16 @@ def _header_value(text: str) -> str:
     return quote(text, safe=" !#$&'()*+,/:;=?@[]^_`{|}~-.<>\"\\")
 
 
+_second: tuple[int, str] = (-1, "")  # the last second formatted: a pull's messages share a few
+
+
 def ce_time(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """RFC 3339 UTC with milliseconds, e.g. 2026-11-24T02:21:52.123Z."""
+    global _second
+    sec, milli = divmod(ms, 1000)
+    if sec != _second[0]:
+        _second = (sec, datetime.fromtimestamp(sec, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+    return f"{_second[1]}.{milli:03d}Z"
 
 
 def headers_for(msg: MessageExt, mq: MessageQueue, group: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ import contextlib
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
@@ -77,11 +78,51 @@ class _Conn:
         self.writer.close()
 
 
+@dataclass(eq=False)
+class _InFlight:
+    deadline: float  # loop time
+    task: asyncio.Task[Any]
+    expired: bool = False  # the sweep cancelled the POST
+
+
 class HttpClient:
+    """POSTs time out by a sweep over the ones in flight (a quarter of the shortest timeout apart, at
+    most SWEEP_MAX_S), not a timer per POST: that timer was a sixth of the push path's CPU."""
+
+    SWEEP_MAX_S = 0.25
+
     def __init__(self) -> None:
         self._idle: dict[tuple[str, int, bool], list[_Conn]] = {}
         self._targets: dict[str, _Target] = {}
         self._closed = False
+        self._in_flight: set[_InFlight] = set()
+        self._sweep_s = self.SWEEP_MAX_S
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def _watch(self, timeout_s: float) -> _InFlight:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        slot = _InFlight(loop.time() + timeout_s, task)
+        self._in_flight.add(slot)
+        if timeout_s / 4 < self._sweep_s:
+            self._sweep_s = max(timeout_s / 4, 0.001)
+            if self._sweeper is not None:
+                self._sweeper.cancel()  # restart at the shorter interval
+                self._sweeper = None
+        if self._sweeper is None:
+            self._sweeper = loop.create_task(self._sweep_loop())
+        return slot
+
+    async def _sweep_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self._sweep_s)
+            now = loop.time()
+            for slot in self._in_flight:
+                if slot.deadline <= now and not slot.expired:
+                    slot.expired = True
+                    slot.task.cancel()
 
     def _target(self, url: str) -> _Target:
         target = self._targets.get(url)
@@ -116,33 +157,41 @@ class HttpClient:
         )
         key = (t.host, t.port, t.tls)
         idle = self._idle.setdefault(key, [])
+        slot = self._watch(timeout_s)
         try:
-            async with asyncio.timeout(timeout_s):
-                while True:
-                    conn = idle.pop() if idle else await self._connect(t)
-                    reused = conn.used
-                    try:
-                        answer, keep = await conn.exchange(request)
-                    except (OSError, httptools.HttpParserError) as exc:
-                        conn.close()
-                        if reused and isinstance(exc, ConnectionError):
-                            continue  # the app dropped an idle connection: take another one
-                        raise PostError(f"{type(exc).__name__}: {exc}") from exc
-                    except BaseException:  # timeout or cancel mid-answer: the connection is unusable
-                        conn.close()
-                        raise
-                    if keep and not self._closed:
-                        idle.append(conn)
-                    else:
-                        conn.close()
-                    return answer
-        except TimeoutError as exc:
-            raise PostError(f"no answer within {timeout_s} s") from exc
+            while True:
+                conn = idle.pop() if idle else await self._connect(t)
+                reused = conn.used
+                try:
+                    answer, keep = await conn.exchange(request)
+                except (OSError, httptools.HttpParserError) as exc:
+                    conn.close()
+                    if reused and isinstance(exc, ConnectionError):
+                        continue  # the app dropped an idle connection: take another one
+                    raise PostError(f"{type(exc).__name__}: {exc}") from exc
+                except BaseException:  # timeout or cancel mid-answer: the connection is unusable
+                    conn.close()
+                    raise
+                if keep and not self._closed:
+                    idle.append(conn)
+                else:
+                    conn.close()
+                return answer
+        except asyncio.CancelledError:
+            if not slot.expired:
+                raise
+            slot.task.uncancel()  # the sweep's cancel was for this POST, not for its caller
+            raise PostError(f"no answer within {timeout_s} s") from None
         except OSError as exc:  # connect failed
             raise PostError(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            self._in_flight.discard(slot)
 
     async def close(self) -> None:
         self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for conns in self._idle.values():
             for conn in conns:
                 conn.close()

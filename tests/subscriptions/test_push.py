@@ -144,3 +144,19 @@ def test_retry_after_parsing() -> None:
     assert retry_after_s(None, 0.0) == DEFAULT_LATER_S
     past = format_datetime(datetime.fromtimestamp(100, UTC), usegmt=True)
     assert retry_after_s(past, 200.0) == 0.0
+
+
+def test_ce_time_is_the_isoformat_of_the_born_timestamp() -> None:
+    import random
+    from datetime import UTC, datetime, timedelta
+
+    from app.subscriptions.cloudevents import ce_time
+
+    rnd = random.Random(7)
+    samples = [0, 999, 1000, 1_700_000_000_123, 1_700_000_000_999, 253_402_300_799_999]
+    samples += [rnd.randrange(0, 253_402_300_799_999) for _ in range(20_000)]
+    for ms in samples:  # the per-second cache against exact integer arithmetic, in and out of order
+        # (ms / 1000 as a float, the formula before, lost a millisecond near year 9999)
+        exact = datetime.fromtimestamp(ms // 1000, UTC) + timedelta(milliseconds=ms % 1000)
+        expected = exact.isoformat(timespec="milliseconds")
+        assert ce_time(ms) == expected.replace("+00:00", "Z"), ms
