@@ -69,8 +69,9 @@ class Metrics:
 
         self.deliveries = self._counter(
             "subscription_deliveries",
-            "POSTs of consumed messages to the app, by subscription and outcome: ok (2xx), later "
-            "(429/503, offered again), failed (other status: sent back), error (no answer or timeout).",
+            "Consumed messages delivered to the app, by subscription and outcome: ok (2xx; bulk: "
+            "SUCCESS), later (429/503, offered again), failed (other status, bulk RETRY: sent back), "
+            "dropped (bulk DROP: to the group's DLQ), error (no answer or timeout).",
             ["subscription", "outcome"],
         )
         self.delivery_latency = self._histogram(

@@ -8,10 +8,13 @@ becomes ``ce-<name>``, any other is carried in ``ce-rocketmqproperties`` as a JS
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from datetime import UTC, datetime
 from urllib.parse import quote
+
+import orjson
 
 from rmq.message import MessageExt, MessageQueue
 
@@ -52,34 +55,77 @@ def ce_time(ms: int) -> str:
     return f"{_second[1]}.{milli:03d}Z"
 
 
-def headers_for(msg: MessageExt, mq: MessageQueue, group: str) -> dict[str, str]:
-    headers = {
-        "ce-specversion": SPEC_VERSION,
-        "ce-id": msg.msg_id,  # UNIQ_KEY: the same on every redelivery, so the app can deduplicate
-        "ce-source": f"rocketmq://{mq.broker_name}/{msg.topic}",
-        "ce-type": EVENT_TYPE,
-        "ce-time": ce_time(msg.born_timestamp_ms),
-        "ce-rocketmqtopic": msg.topic,
-        "ce-rocketmqbroker": mq.broker_name,
-        "ce-rocketmqqueue": str(msg.queue_id),
-        "ce-rocketmqoffset": str(msg.queue_offset),
-        "ce-rocketmqreconsumetimes": str(msg.reconsume_times),
-        "ce-rocketmqgroup": group,
+# Attributes that are always plain ASCII (our names and numbers); the others may carry anything.
+_PLAIN = {
+    "specversion",
+    "id",
+    "source",
+    "type",
+    "time",
+    "rocketmqtopic",
+    "rocketmqbroker",
+    "rocketmqqueue",
+    "rocketmqoffset",
+    "rocketmqreconsumetimes",
+    "rocketmqgroup",
+}
+
+
+def attributes_for(msg: MessageExt, mq: MessageQueue, group: str) -> tuple[dict[str, str], str]:
+    """The message's CloudEvents attributes (values as they are) and its data's content type."""
+    attrs = {
+        "specversion": SPEC_VERSION,
+        "id": msg.msg_id,  # UNIQ_KEY: the same on every redelivery, so the app can deduplicate
+        "source": f"rocketmq://{mq.broker_name}/{msg.topic}",
+        "type": EVENT_TYPE,
+        "time": ce_time(msg.born_timestamp_ms),
+        "rocketmqtopic": msg.topic,
+        "rocketmqbroker": mq.broker_name,
+        "rocketmqqueue": str(msg.queue_id),
+        "rocketmqoffset": str(msg.queue_offset),
+        "rocketmqreconsumetimes": str(msg.reconsume_times),
+        "rocketmqgroup": group,
     }
     if msg.tags:
-        headers["ce-rocketmqtags"] = _header_value(msg.tags)
+        attrs["rocketmqtags"] = msg.tags
     if msg.keys:
-        headers["ce-rocketmqkeys"] = _header_value(" ".join(msg.keys))
+        attrs["rocketmqkeys"] = " ".join(msg.keys)
     other: dict[str, str] = {}
     content_type = None
     for name, value in sorted(msg.user_properties.items()):
         if name.lower() == CONTENT_TYPE_PROPERTY:
             content_type = value
         elif _EXTENSION.match(name) and name not in RESERVED:
-            headers["ce-" + name] = _header_value(value)
+            attrs[name] = value
         else:
             other[name] = value
     if other:
-        headers["ce-rocketmqproperties"] = _header_value(json.dumps(other, separators=(",", ":")))
-    headers["content-type"] = content_type or "application/octet-stream"
+        attrs["rocketmqproperties"] = json.dumps(other, separators=(",", ":"))
+    return attrs, content_type or "application/octet-stream"
+
+
+def headers_for(msg: MessageExt, mq: MessageQueue, group: str) -> dict[str, str]:
+    """Binary content mode: every attribute a ``ce-`` header, the data's type the Content-Type."""
+    attrs, content_type = attributes_for(msg, mq, group)
+    headers = {"ce-" + k: v if k in _PLAIN else _header_value(v) for k, v in attrs.items()}
+    headers["content-type"] = content_type
     return headers
+
+
+def structured_event(msg: MessageExt, mq: MessageQueue, group: str) -> dict[str, object]:
+    """Structured content mode (a bulk entry's event): the attributes and the data in one JSON object;
+    JSON data as JSON, text as a string, anything else base64 in ``data_base64`` (byte-exact)."""
+    attrs, content_type = attributes_for(msg, mq, group)
+    event: dict[str, object] = {**attrs, "datacontenttype": content_type}
+    kind = content_type.split(";", 1)[0].strip().lower()
+    try:
+        if kind == "application/json" or kind.endswith("+json"):
+            event["data"] = orjson.loads(msg.body)
+            return event
+        if kind.startswith("text/"):
+            event["data"] = msg.body.decode()
+            return event
+    except (orjson.JSONDecodeError, UnicodeDecodeError):
+        pass  # not what it says it is: carried as bytes
+    event["data_base64"] = base64.b64encode(msg.body).decode()
+    return event

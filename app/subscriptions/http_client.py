@@ -3,8 +3,8 @@ connection, idle connections pooled per host, answers parsed by httptools (uvico
 
 Why not httpx: with 20 concurrent POSTs to a local app it spent most of the push path's CPU in its own
 layers (about 600 req/s, issue 13); a POST here is one write of pre-built bytes and one parser feed.
-The push contract needs only the status and the headers (Retry-After), so the body is read and
-discarded (chunked or not, so the connection can be reused).
+The push contract needs the status and the headers (Retry-After); a bulk delivery also reads the
+answer's body (the statuses per entry), kept up to MAX_ANSWER_BYTES.
 """
 
 from __future__ import annotations
@@ -24,10 +24,14 @@ class PostError(Exception):
     """No usable answer: connection refused or dropped, timeout, or a malformed response."""
 
 
+MAX_ANSWER_BYTES = 4 * 1024 * 1024  # an app's answer body beyond this is refused (PostError)
+
+
 @dataclass(frozen=True)
 class Answer:
     status: int
     headers: Mapping[str, str] = field(default_factory=dict)  # names lower-cased
+    body: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -43,12 +47,20 @@ class _Parsed:
 
     def __init__(self) -> None:
         self.headers: dict[str, str] = {}
+        self.body: list[bytes] = []
+        self.body_size = 0
         self.done = False
         self.keep_alive = False
         self.parser = httptools.HttpResponseParser(self)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_body(self, chunk: bytes) -> None:
+        self.body_size += len(chunk)
+        if self.body_size > MAX_ANSWER_BYTES:
+            raise PostError(f"the app's answer is larger than {MAX_ANSWER_BYTES} bytes")
+        self.body.append(chunk)
 
     def on_message_complete(self) -> None:
         self.done = True
@@ -72,7 +84,8 @@ class _Conn:
             if not chunk:
                 raise ConnectionResetError("the app closed the connection before answering")
             parsed.parser.feed_data(chunk)
-        return Answer(parsed.parser.get_status_code(), parsed.headers), parsed.keep_alive
+        body = b"".join(parsed.body)
+        return Answer(parsed.parser.get_status_code(), parsed.headers, body), parsed.keep_alive
 
     def close(self) -> None:
         self.writer.close()

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from app.subscriptions.bulk import BulkPush
 from app.subscriptions.http_client import HttpClient
 from app.subscriptions.push import DeliveryHook, HttpPush
 from app.subscriptions.spec import SubscriptionSpec
@@ -66,6 +67,7 @@ def consumer_config(spec: SubscriptionSpec, instance_name: str | None = None) ->
         instance_name=instance_name,
         allocate=_ALLOCATIONS[spec.allocation](),
         commit_window=spec.commit_window,
+        consume_batch_size=spec.bulk_max_messages if spec.bulk else 1,
     )
 
 
@@ -90,6 +92,8 @@ class Subscriptions:
             listener: MessageListener
             if spec.grpc:
                 listener = self.hubs[spec.name] = StreamHub(spec, on_delivery=on_delivery)
+            elif spec.bulk:
+                listener = BulkPush(spec, self._http, on_delivery=on_delivery)
             else:
                 listener = HttpPush(spec, self._http, on_delivery=on_delivery)
             consumer = PushConsumer(

@@ -45,6 +45,9 @@ class SubscriptionSpec:
     # At most this many messages per queue are handed to the app beyond the offset the broker has
     # acknowledged (rmq.consumer.commit_window): the bound on redeliveries after a SIGKILL. 0: off.
     commit_window: int = 256
+    # Dapr's bulk subscribe: up to bulk_max_messages of one queue in one POST, statuses per entry.
+    bulk: bool = False
+    bulk_max_messages: int = 100
 
     @property
     def grpc(self) -> bool:
@@ -69,6 +72,17 @@ def _int(raw: Any, where: str, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise SpecError(f"{where}: must be between {lo} and {hi}, got {value}")
     return value
+
+
+def _bool(raw: Any, where: str) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise SpecError(f"{where}: expected true or false, got {raw!r}")
 
 
 def _endpoint(raw: Any, where: str) -> str:
@@ -139,6 +153,11 @@ def parse_one(raw: Any, where: str) -> SubscriptionSpec:
         raise SpecError(f"{where}.timeout_s: expected a number, got {raw.get('timeout_s')!r}") from None
     if not 0.001 <= timeout_s <= 3600:
         raise SpecError(f"{where}.timeout_s: must be between 0.001 and 3600, got {timeout_s}")
+    bulk = _bool(raw.get("bulk", False), f"{where}.bulk")
+    if bulk and mode != "concurrent":
+        raise SpecError(f"{where}.bulk: only with mode: concurrent (orderly delivers one at a time)")
+    if bulk and str(raw["endpoint"]).strip() == GRPC_ENDPOINT:
+        raise SpecError(f"{where}.bulk: only with an http endpoint (Subscribe streams already)")
     return SubscriptionSpec(
         name=name,
         topic=str(raw["topic"]).strip(),
@@ -158,6 +177,8 @@ def parse_one(raw: Any, where: str) -> SubscriptionSpec:
         else _int(timestamp, f"{where}.consume_timestamp_ms", 0, 2**63 - 1),
         allocation=allocation,
         commit_window=_int(raw.get("commit_window", 256), f"{where}.commit_window", 0, 1_000_000),
+        bulk=bulk,
+        bulk_max_messages=_int(raw.get("bulk_max_messages", 100), f"{where}.bulk_max_messages", 1, 1024),
     )
 
 

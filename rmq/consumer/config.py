@@ -31,10 +31,16 @@ class ConsumeStatus(enum.Enum):
     SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"  # concurrent mode: send back, deliver again after a delay
     SUSPEND = "SUSPEND_CURRENT_QUEUE_A_MOMENT"  # orderly mode: retry the same message in a moment
+    # Beyond Java: concurrent mode, never retry this message: straight to the group's %DLQ% topic
+    # (as a message past max_reconsume_times); broadcasting has no DLQ: logged and skipped.
+    DEAD_LETTER = "DEAD_LETTER"
 
 
 # The app's handler: a batch of messages of one queue (one message unless consume_batch_size > 1).
-MessageListener = Callable[[Sequence[MessageExt], MessageQueue], Awaitable[ConsumeStatus]]
+# Concurrent mode: one status for the batch, or one per message in the batch's order (as Java's
+# ackIndex, but any message may fail alone). Orderly mode: one status for the batch.
+ListenerResult = ConsumeStatus | Sequence[ConsumeStatus]
+MessageListener = Callable[[Sequence[MessageExt], MessageQueue], Awaitable[ListenerResult]]
 
 
 @dataclass

@@ -138,9 +138,12 @@ class ConcurrentService:
                 expired += 1
         return expired
 
-    async def _call(self, state: QueueState, batch: list[MessageExt], worker: _Worker) -> ConsumeStatus:
-        """The app's listener on one batch; an exception, the sweep's timeout or an answer that is not
-        a ConsumeStatus counts as RECONSUME_LATER (Java treats a throwing listener as a failure)."""
+    async def _call(
+        self, state: QueueState, batch: list[MessageExt], worker: _Worker
+    ) -> ConsumeStatus | list[ConsumeStatus]:
+        """The app's listener on one batch: one status, or one per message; an exception, the sweep's
+        timeout or an answer that is neither counts as RECONSUME_LATER (Java treats a throwing
+        listener as a failure)."""
         host = self._host
         worker.calls += 1
         worker.busy = True
@@ -158,7 +161,12 @@ class ConcurrentService:
             return ConsumeStatus.RECONSUME_LATER
         finally:
             worker.busy = worker.expired = False
-        return status if isinstance(status, ConsumeStatus) else ConsumeStatus.RECONSUME_LATER
+        if isinstance(status, ConsumeStatus):
+            return status
+        if isinstance(status, list | tuple) and len(status) == len(batch):
+            return [s if isinstance(s, ConsumeStatus) else ConsumeStatus.RECONSUME_LATER for s in status]
+        log.error("listener answered %r for %d message(s) of %s", status, len(batch), state.mq)
+        return ConsumeStatus.RECONSUME_LATER
 
     # one listener call and its outcome -------------------------------------------------------
     async def _consume(self, state: QueueState, batch: list[MessageExt], worker: _Worker) -> None:
@@ -174,8 +182,11 @@ class ConcurrentService:
             return
         done = batch
         if status is not ConsumeStatus.SUCCESS:
-            host.stats.bump("consume_failed", len(batch))
-            kept = [m for m in batch if not await self._handle_failure(state, m)]
+            statuses = status if isinstance(status, list) else [status] * len(batch)
+            failed = [(m, s) for m, s in zip(batch, statuses, strict=True) if s is not ConsumeStatus.SUCCESS]
+            host.stats.bump("consume_ok", len(batch) - len(failed))
+            host.stats.bump("consume_failed", len(failed))
+            kept = [m for m, s in failed if not await self._handle_failure(state, m, s)]
             if state.pq.dropped:  # dropped while sending back: the new owner redelivers the batch
                 return
             kept_offsets = {m.queue_offset for m in kept}
@@ -190,18 +201,21 @@ class ConcurrentService:
         host.advanced(state, offset)
         state.poke()
 
-    async def _handle_failure(self, state: QueueState, msg: MessageExt) -> bool:
+    async def _handle_failure(self, state: QueueState, msg: MessageExt, status: ConsumeStatus) -> bool:
         """True when the message is taken care of (sent back, or given up in broadcasting)."""
         host = self._host
+        dead = status is ConsumeStatus.DEAD_LETTER
         if host.config.message_model is MessageModel.BROADCASTING:
             # No retry topic in broadcasting: retry here, up to the same limit, then log it (as Java).
-            if msg.reconsume_times >= host.config.max_reconsume_times:
+            if dead or msg.reconsume_times >= host.config.max_reconsume_times:
                 log.warning(
                     "broadcasting: dropping %s after %d attempts", msg.msg_id, msg.reconsume_times + 1
                 )
                 return True
             return False
-        if await host.send_back(msg, state.mq):
+        if await host.send_back(msg, state.mq, dead=dead):
+            if dead:
+                host.stats.bump("dead_lettered")
             return True
         host.stats.bump("send_back_failed")
         return False

@@ -29,6 +29,7 @@ class PushApp:
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _loop: asyncio.AbstractEventLoop | None = None
     release: threading.Event = field(default_factory=threading.Event)  # ends every slow answer at once
+    respond: Callable[[bytes], bytes] | None = None  # the answer's body from the request's (bulk)
 
     @property
     def url(self) -> str:
@@ -69,11 +70,13 @@ def push_app(answer: Callable[[int], Answer] | None = None) -> Iterator[PushApp]
             received = Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
             assert app._loop is not None
             app._loop.call_soon_threadsafe(app._record, received)
+            out = app.respond(body) if app.respond is not None else b""
             self.send_response(status)
             for k, v in headers.items():
                 self.send_header(k, v)
-            self.send_header("Content-Length", "0")
+            self.send_header("Content-Length", str(len(out)))
             self.end_headers()
+            self.wfile.write(out)
 
         def log_message(self, format: str, *args: object) -> None:
             pass

@@ -281,3 +281,39 @@ async def test_grpc_unknown_subscription_is_not_found(tmp_path: Path) -> None:
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await stub.Ack(pb.AckRequest(delivery_id="d-unknown", outcome=pb.ACK_OK))
             assert err.value.code() is grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_bulk_subscription_gets_batches_and_its_statuses_apply_per_message(tmp_path: Path) -> None:
+    import orjson
+
+    def statuses(body: bytes) -> bytes:
+        # DROP what carries "drop", RETRY what carries "retry" the first time it comes, SUCCESS the rest
+        out = []
+        for e in orjson.loads(body)["entries"]:
+            data = base64.b64decode(e["event"]["data_base64"])
+            again = int(e["event"]["rocketmqreconsumetimes"]) > 0
+            status = "DROP" if b"drop" in data else "RETRY" if b"retry" in data and not again else "SUCCESS"
+            out.append({"entryId": e["entryId"], "status": status})
+        return orjson.dumps({"statuses": out})
+
+    ok = lambda _n: (200, {"content-type": "application/json"}, 0.0)  # noqa: E731  # 204 has no body
+    async with rig(tmp_path, "SubBulk", ok, bulk=True, bulk_max_messages=32, commit_window=0) as r:
+        r.app.respond = statuses
+        bodies = [b"ok-%d" % i for i in range(30)] + [b"retry-1", b"drop-1"]
+        items = [{"topic": "SubBulk", "bodyBase64": base64.b64encode(b).decode()} for b in bodies]
+        resp = await r.api.post("/v1/messages:batch", json={"messages": items})  # one queue, one pull
+        assert resp.status_code < 300, resp.text
+        await r.consumed("consume_ok", 31)  # 30 ok + the retried one, redelivered and taken
+        await r.consumed("dead_lettered", 1)
+        entries = [e for g in r.app.got for e in orjson.loads(g.body)["entries"]]
+        got = [base64.b64decode(e["event"]["data_base64"]) for e in entries]
+        assert set(got) == set(bodies)
+        assert got.count(b"retry-1") == 2 and got.count(b"drop-1") == 1  # DROP is never offered again
+        assert len(r.app.got) < len(entries)  # batches, not one POST per message
+        assert {g.headers["content-type"] for g in r.app.got} == {"application/json"}
+        dead = [m.body for b in r.cluster.brokers.values() for m in b.messages("%DLQ%g-SubBulk")]
+        assert dead == [b"drop-1"]  # dropped by the app, kept in the group's DLQ
+        text = (await r.api.get("/metrics")).text
+        sub = {"subscription": "orders"}
+        assert metric(text, "rocksidecar_subscription_deliveries_total", **sub, outcome="dropped") == 1
+        assert metric(text, "rocksidecar_subscription_deliveries_total", **sub, outcome="failed") == 1

@@ -112,3 +112,40 @@ async def test_cancelling_the_worker_itself_is_not_mistaken_for_a_timeout() -> N
     await service.stop()  # close: the workers end, the message stays unacknowledged
     assert host.updates == []
     assert host.stats["consume_failed"] == 0
+
+
+async def test_per_message_statuses_send_back_only_the_failed_and_dead_letter_the_dropped() -> None:
+    async def listener(msgs: Sequence[MessageExt], mq: MessageQueue) -> list[ConsumeStatus]:
+        return [ConsumeStatus.SUCCESS, ConsumeStatus.RECONSUME_LATER, ConsumeStatus.DEAD_LETTER]
+
+    host = FakeHost(listener)  # type: ignore[arg-type]
+    host.config = ConsumerConfig("G", consume_batch_size=3)
+    sent_back: list[tuple[int, bool]] = []
+
+    async def send_back(msg: MessageExt, mq: MessageQueue, *, dead: bool = False) -> bool:
+        sent_back.append((msg.queue_offset, dead))
+        return True
+
+    host.send_back = send_back  # type: ignore[method-assign]
+    service = ConcurrentService(host)  # type: ignore[arg-type]
+    state = _queue(3)
+    service.submit(state, state.pq.messages())
+    await service.drain(5.0)
+    await service.stop()
+    assert sent_back == [(1, False), (2, True)]  # the retry topic for one, the DLQ for the other
+    assert (host.stats["consume_ok"], host.stats["consume_failed"], host.stats["dead_lettered"]) == (1, 2, 1)
+    assert host.updates[-1] == (state.mq, 3)
+
+
+async def test_a_status_list_of_the_wrong_length_fails_the_whole_batch() -> None:
+    async def listener(msgs: Sequence[MessageExt], mq: MessageQueue) -> list[ConsumeStatus]:
+        return [ConsumeStatus.SUCCESS]  # one answer for three messages: a bug of the listener
+
+    host = FakeHost(listener)  # type: ignore[arg-type]
+    host.config = ConsumerConfig("G", consume_batch_size=3)
+    service = ConcurrentService(host)  # type: ignore[arg-type]
+    state = _queue(3)
+    service.submit(state, state.pq.messages())
+    await service.drain(5.0)
+    await service.stop()
+    assert host.stats["consume_failed"] == 3  # all sent back (FakeHost's send_back succeeds)

@@ -1,0 +1,129 @@
+"""Push a batch of one queue's messages to the app in one POST, as Dapr's bulk subscribe does, and
+turn its per-entry statuses into per-message consume statuses.
+
+The body is Dapr's bulk envelope (``id``, ``type``, ``topic``, ``pubsubname``, ``metadata``,
+``entries``), each entry a structured CloudEvent with its ``entryId`` (the queue offset, unique within
+the POST). The app answers ``{"statuses": [{"entryId": ..., "status": "SUCCESS" | "RETRY" | "DROP"}]}``:
+SUCCESS is done, RETRY goes back to the broker like a failed single delivery, DROP goes straight to the
+group's DLQ (not lost: Dapr drops it, we keep it where an operator can look). An entry the answer does
+not name, or an unknown status, counts as RETRY (Dapr's rule). Non-2xx: 429/503 wait (Retry-After)
+and post the whole batch again; any other status, a timeout or no answer fails every entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+
+import orjson
+
+from app.subscriptions.cloudevents import structured_event
+from app.subscriptions.http_client import HttpClient, PostError
+from app.subscriptions.push import LATER_STATUSES, DeliveryHook, retry_after_s
+from app.subscriptions.spec import SubscriptionSpec
+from rmq.consumer.config import ConsumeStatus
+from rmq.message import MessageExt, MessageQueue
+
+BULK_EVENT_TYPE = "com.dapr.event.sent.bulk"  # Dapr's DefaultBulkEventType
+CONTENT_TYPE = "application/json"
+ENTRY_CONTENT_TYPE = "application/cloudevents+json"
+_STATUSES = {
+    "SUCCESS": ConsumeStatus.SUCCESS,
+    "RETRY": ConsumeStatus.RECONSUME_LATER,
+    "DROP": ConsumeStatus.DEAD_LETTER,
+}
+_OUTCOMES = {
+    ConsumeStatus.SUCCESS: "ok",
+    ConsumeStatus.RECONSUME_LATER: "failed",
+    ConsumeStatus.DEAD_LETTER: "dropped",
+}
+
+
+def envelope(spec: SubscriptionSpec, msgs: Sequence[MessageExt], mq: MessageQueue) -> bytes:
+    entries = [
+        {
+            "entryId": str(m.queue_offset),
+            "event": structured_event(m, mq, spec.group),
+            "contentType": ENTRY_CONTENT_TYPE,
+            "metadata": {},
+        }
+        for m in msgs
+    ]
+    return orjson.dumps(
+        {
+            "id": str(uuid.uuid4()),
+            "type": BULK_EVENT_TYPE,
+            "topic": spec.topic,
+            "pubsubname": spec.name,
+            "metadata": {
+                "rocketmqgroup": spec.group,
+                "rocketmqbroker": mq.broker_name,
+                "rocketmqqueue": str(mq.queue_id),
+            },
+            "entries": entries,
+        }
+    )
+
+
+def statuses_from(body: bytes, msgs: Sequence[MessageExt]) -> list[ConsumeStatus]:
+    """Per message, from the app's answer; what it does not say (or says wrongly) is RETRY."""
+    try:
+        answer = orjson.loads(body) if body else {}
+    except orjson.JSONDecodeError:
+        answer = {}
+    named: dict[str, ConsumeStatus] = {}
+    items = answer.get("statuses") if isinstance(answer, dict) else None
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, dict) and isinstance(item.get("entryId"), str):
+            status = _STATUSES.get(str(item.get("status", "")).upper(), ConsumeStatus.RECONSUME_LATER)
+            named.setdefault(item["entryId"], status)
+    return [named.get(str(m.queue_offset), ConsumeStatus.RECONSUME_LATER) for m in msgs]
+
+
+class BulkPush:
+    """The PushConsumer's listener of one bulk subscription (consume_batch_size = bulk_max_messages)."""
+
+    def __init__(
+        self,
+        spec: SubscriptionSpec,
+        client: HttpClient,
+        *,
+        on_delivery: DeliveryHook | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        wall_s: Callable[[], float] = time.time,
+    ) -> None:
+        self.spec = spec
+        self._client = client
+        self._on_delivery = on_delivery or (lambda _s, _o, _t: None)
+        self._sleep = sleep
+        self._wall_s = wall_s
+        self._headers = {"content-type": CONTENT_TYPE}
+
+    async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> list[ConsumeStatus]:
+        body = envelope(self.spec, msgs, mq)
+        failed = [ConsumeStatus.RECONSUME_LATER] * len(msgs)
+        while True:
+            started = time.perf_counter()
+            try:
+                resp = await self._client.post(self.spec.endpoint, body, self._headers, self.spec.timeout_s)
+            except PostError:
+                self._report("error", len(msgs), time.perf_counter() - started)
+                return failed
+            elapsed = time.perf_counter() - started
+            if 200 <= resp.status < 300:
+                statuses = statuses_from(resp.body, msgs)
+                for status in statuses:
+                    self._on_delivery(self.spec.name, _OUTCOMES[status], elapsed)
+                return statuses
+            if resp.status in LATER_STATUSES:
+                self._report("later", len(msgs), elapsed)
+                await self._sleep(retry_after_s(resp.headers.get("retry-after"), self._wall_s()))
+                continue
+            self._report("failed", len(msgs), elapsed)
+            return failed
+
+    def _report(self, outcome: str, n: int, elapsed: float) -> None:
+        for _ in range(n):  # the metrics count deliveries per message, bulk or not
+            self._on_delivery(self.spec.name, outcome, elapsed)
