@@ -12,16 +12,15 @@ and post the whole batch again; any other status, a timeout or no answer fails e
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 import orjson
 
 from app.subscriptions.cloudevents import structured_event
-from app.subscriptions.http_client import HttpClient, PostError
-from app.subscriptions.push import LATER_STATUSES, DeliveryHook, retry_after_s
+from app.subscriptions.http_client import PostError
+from app.subscriptions.push import LATER_STATUSES, HttpPush, retry_after_s
 from app.subscriptions.spec import SubscriptionSpec
 from rmq.consumer.config import ConsumeStatus
 from rmq.message import MessageExt, MessageQueue
@@ -29,6 +28,7 @@ from rmq.message import MessageExt, MessageQueue
 BULK_EVENT_TYPE = "com.dapr.event.sent.bulk"  # Dapr's DefaultBulkEventType
 CONTENT_TYPE = "application/json"
 ENTRY_CONTENT_TYPE = "application/cloudevents+json"
+_HEADERS = {"content-type": CONTENT_TYPE}
 _STATUSES = {
     "SUCCESS": ConsumeStatus.SUCCESS,
     "RETRY": ConsumeStatus.RECONSUME_LATER,
@@ -82,32 +82,18 @@ def statuses_from(body: bytes, msgs: Sequence[MessageExt]) -> list[ConsumeStatus
     return [named.get(str(m.queue_offset), ConsumeStatus.RECONSUME_LATER) for m in msgs]
 
 
-class BulkPush:
+class BulkPush(HttpPush):
     """The PushConsumer's listener of one bulk subscription (consume_batch_size = bulk_max_messages)."""
 
-    def __init__(
-        self,
-        spec: SubscriptionSpec,
-        client: HttpClient,
-        *,
-        on_delivery: DeliveryHook | None = None,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        wall_s: Callable[[], float] = time.time,
-    ) -> None:
-        self.spec = spec
-        self._client = client
-        self._on_delivery = on_delivery or (lambda _s, _o, _t: None)
-        self._sleep = sleep
-        self._wall_s = wall_s
-        self._headers = {"content-type": CONTENT_TYPE}
-
-    async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> list[ConsumeStatus]:
+    async def __call__(  # type: ignore[override]  # per message, which the consumer accepts
+        self, msgs: Sequence[MessageExt], mq: MessageQueue
+    ) -> list[ConsumeStatus]:
         body = envelope(self.spec, msgs, mq)
         failed = [ConsumeStatus.RECONSUME_LATER] * len(msgs)
         while True:
             started = time.perf_counter()
             try:
-                resp = await self._client.post(self.spec.endpoint, body, self._headers, self.spec.timeout_s)
+                resp = await self._client.post(self.spec.endpoint, body, _HEADERS, self.spec.timeout_s)
             except PostError:
                 self._report("error", len(msgs), time.perf_counter() - started)
                 return failed

@@ -5,12 +5,16 @@ overlap and no gap. Skipped unless ROCKSIDECAR_TEST_NAMESRV is set (see conftest
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from app.service import Service
 from app.subscriptions.spec import SubscriptionSpec
@@ -50,9 +54,9 @@ async def _committed(namesrv: str, topic: str, group: str) -> int:
 
 @contextlib.asynccontextmanager
 async def sidecar(
-    tmp_path: Path, namesrv: str, topic: str, group: str, app: PushApp
+    tmp_path: Path, namesrv: str, topic: str, group: str, app: PushApp, **spec: Any
 ) -> AsyncIterator[Service]:
-    sub = SubscriptionSpec("orders", topic, group, app.url, consume_from="first")
+    sub = SubscriptionSpec("orders", topic, group, app.url, consume_from="first", **spec)
     service = Service(settings_for(tmp_path, namesrv=(namesrv,), subscriptions=(sub,)))
     await service.start()
     try:
@@ -72,6 +76,29 @@ async def test_java_producer_to_the_app_through_a_subscription_byte_exact(
     got = {g.headers["ce-id"]: g.body for g in app.got}
     assert got == sent  # every message, byte-exact, ce-id = Java's getMsgId()
     assert {g.headers["ce-rocketmqtags"] for g in app.got} == {"java"}
+
+
+async def test_java_producer_to_a_bulk_subscription_byte_exact(namesrv_addr: str, tmp_path: Path) -> None:
+    topic = await _topic(namesrv_addr, "RsSubBulk")
+    sent = await java_probe.produce(namesrv_addr, topic, 200)
+    with push_app(lambda _n: (200, {}, 0.0)) as app:
+
+        def all_taken(body: bytes) -> bytes:
+            ids = [e["entryId"] for e in orjson.loads(body)["entries"]]
+            return orjson.dumps({"statuses": [{"entryId": i, "status": "SUCCESS"} for i in ids]})
+
+        app.respond = all_taken
+
+        def events() -> list[dict[str, Any]]:
+            return [e["event"] for g in app.got for e in orjson.loads(g.body)["entries"]]
+
+        async with sidecar(tmp_path, namesrv_addr, topic, f"{topic}_g", app, bulk=True):
+            await app.until(lambda _got: len({e["id"] for e in events()}) >= len(sent), WAIT_S)
+    got = {e["id"]: base64.b64decode(e["data_base64"]) for e in events()}
+    assert got == sent  # every message, byte-exact, id = Java's getMsgId()
+    assert {e["rocketmqtags"] for e in events()} == {"java"}
+    assert len(app.got) < len(events())  # batched
+    print(f"{len(events())} messages in {len(app.got)} POSTs")
 
 
 async def test_sidecar_and_java_consumer_split_the_queues_with_no_overlap_and_no_gap(
