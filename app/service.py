@@ -35,6 +35,7 @@ from app.lookups import DelayLookup, RetryLookup
 from app.metrics import ConsumerCollector, Metrics, StateCollector
 from app.readiness import Readiness, disk_draining
 from app.request import Limits
+from app.shutdown import close_delivery
 from app.sidecar import Sidecar
 from app.store_delivery import delivery_loops
 from app.subscriptions.runner import QueueLag, Subscriptions
@@ -418,13 +419,9 @@ class Service:
         await self.recovery.close()
         await self.replay.close(grace_s=min(grace, 5.0))
         await self.notifier.close()
-        await self.producer.close()
-        await self.client.close()
-        await self.remoting.close()
-        await self.retry.close()
-        await self.delay.close()
-        await self.writer.close()
-        self.kv.close()
+        await close_delivery(
+            self.producer, self.client, self.remoting, self.retry, self.delay, self.writer, self.kv
+        )
 
     async def __aenter__(self) -> Service:
         await self.start()

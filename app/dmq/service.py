@@ -29,6 +29,7 @@ from app.dmq.http import create_app
 from app.dmq.inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC
 from app.metrics import Metrics, StateCollector
 from app.service import COLUMN_FAMILIES, REPLAY_BATCH, StartupError, producer_config, tune_gc
+from app.shutdown import close_delivery
 from app.store_delivery import delivery_loops
 from delay import DelayStore
 from retry import RetryStore
@@ -156,13 +157,9 @@ class DmqService:
         await self.http.stop()
         await self.scheduler.close(grace_s=grace)
         await self.replay.close(grace_s=grace)
-        await self.producer.close()
-        await self.client.close()
-        await self.remoting.close()
-        await self.retry.close()
-        await self.delay.close()
-        await self.writer.close()
-        self.kv.close()
+        await close_delivery(
+            self.producer, self.client, self.remoting, self.retry, self.delay, self.writer, self.kv
+        )
 
 
 def open_store(data_dir: Path) -> RocksKV:

@@ -57,9 +57,7 @@ class RemotingCommand:
 
 
 def encode(cmd: RemotingCommand) -> bytes:
-    header = ENCODERS[cmd.serialize_type](
-        cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields
-    )
+    header = ENCODERS[cmd.serialize_type](cmd)
     total = 4 + len(header) + len(cmd.body)
     if total + 4 > MAX_FRAME_BYTES:
         raise FrameError(f"frame of {total + 4} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")

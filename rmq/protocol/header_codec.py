@@ -6,7 +6,7 @@ A Java peer may answer in either, so both are decoded on every connection (proto
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -19,27 +19,31 @@ _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 
 
-def encode_json(
-    code: int,
-    language: int,
-    version: int,
-    opaque: int,
-    flag: int,
-    remark: str | None,
-    ext_fields: dict[str, str] | None,
-) -> bytes:
+class HeaderFields(Protocol):
+    """What a header encoder reads (a RemotingCommand has these)."""
+
+    code: int
+    language: int
+    version: int
+    opaque: int
+    flag: int
+    remark: str | None
+    ext_fields: dict[str, str]
+
+
+def encode_json(h: HeaderFields) -> bytes:
     doc: dict[str, Any] = {
-        "code": code,
-        "flag": flag,
-        "language": _language_name(language),
-        "opaque": opaque,
+        "code": h.code,
+        "flag": h.flag,
+        "language": _language_name(h.language),
+        "opaque": h.opaque,
         "serializeTypeCurrentRPC": "JSON",
-        "version": version,
+        "version": h.version,
     }
-    if remark is not None:
-        doc["remark"] = remark
-    if ext_fields:
-        doc["extFields"] = ext_fields
+    if h.remark is not None:
+        doc["remark"] = h.remark
+    if h.ext_fields:
+        doc["extFields"] = h.ext_fields
     return orjson.dumps(doc)
 
 
@@ -72,21 +76,13 @@ def _to_text(value: object) -> str:
     return str(value)
 
 
-def encode_binary(
-    code: int,
-    language: int,
-    version: int,
-    opaque: int,
-    flag: int,
-    remark: str | None,
-    ext_fields: dict[str, str] | None,
-) -> bytes:
-    parts = [_BIN_FIXED.pack(code, language, version, opaque, flag)]
-    remark_b = remark.encode() if remark else b""
+def encode_binary(h: HeaderFields) -> bytes:
+    parts = [_BIN_FIXED.pack(h.code, h.language, h.version, h.opaque, h.flag)]
+    remark_b = h.remark.encode() if h.remark else b""
     parts.append(_I32.pack(len(remark_b)))
     parts.append(remark_b)
     ext = bytearray()
-    for key, value in (ext_fields or {}).items():
+    for key, value in (h.ext_fields or {}).items():
         kb, vb = key.encode(), value.encode()
         ext += _I16.pack(len(kb)) + kb + _I32.pack(len(vb)) + vb
     parts.append(_I32.pack(len(ext)))
