@@ -74,6 +74,15 @@ def _int(raw: Any, where: str, lo: int, hi: int) -> int:
     return value
 
 
+def _choice(raw: Mapping[str, Any], key: str, choices: tuple[str, ...], where: str) -> str:
+    """One of ``choices`` (case-insensitive), the first being the default."""
+    value = str(raw.get(key, choices[0])).strip()
+    for choice in choices:
+        if value.lower() == choice.lower():
+            return choice
+    raise SpecError(f"{where}.{key}: expected one of {', '.join(choices)}, got {raw.get(key)!r}")
+
+
 def _bool(raw: Any, where: str) -> bool:
     if isinstance(raw, bool):
         return raw
@@ -118,29 +127,13 @@ def parse_one(raw: Any, where: str) -> SubscriptionSpec:
     for key in ("topic", "group"):
         if not _RESOURCE.match(str(raw[key]).strip()):
             raise SpecError(f"{where}.{key}: 1-127 letters, digits, '_', '-', '%' or '|', got {raw[key]!r}")
-    mode = str(raw.get("mode", "concurrent")).strip().lower()
-    if mode not in MODES:
-        raise SpecError(f"{where}.mode: expected one of {', '.join(MODES)}, got {raw.get('mode')!r}")
-    consume_from = str(raw.get("consume_from", "last")).strip().lower()
-    if consume_from not in CONSUME_FROM:
-        raise SpecError(
-            f"{where}.consume_from: expected one of {', '.join(CONSUME_FROM)}, "
-            f"got {raw.get('consume_from')!r}"
-        )
-    allocation = str(raw.get("allocation", "averagely")).strip().lower()
-    if allocation not in ALLOCATIONS:
-        raise SpecError(
-            f"{where}.allocation: expected one of {', '.join(ALLOCATIONS)}, got {raw.get('allocation')!r}"
-        )
+    mode = _choice(raw, "mode", MODES, where)
+    consume_from = _choice(raw, "consume_from", CONSUME_FROM, where)
+    allocation = _choice(raw, "allocation", ALLOCATIONS, where)
     timestamp = raw.get("consume_timestamp_ms")
     if consume_from == "timestamp" and timestamp is None:
         raise SpecError(f"{where}.consume_timestamp_ms: required with consume_from: timestamp")
-    expression_type = str(raw.get("expression_type", "TAG")).strip().upper()
-    if expression_type not in EXPRESSION_TYPES:
-        raise SpecError(
-            f"{where}.expression_type: expected one of {', '.join(EXPRESSION_TYPES)}, "
-            f"got {raw.get('expression_type')!r}"
-        )
+    expression_type = _choice(raw, "expression_type", EXPRESSION_TYPES, where).upper()
     expression = str(raw.get("expression", "")).strip()
     if expression_type == "SQL92" and not expression:
         raise SpecError(f"{where}.expression: required with expression_type: SQL92 (e.g. a > 5)")
