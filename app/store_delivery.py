@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from app.delivery_policy import RetrySpool, first_due_ms, last_error, message_fault
 from delay import DelayedMessage, DelayScheduler, DelayStore, SentTo
@@ -34,26 +35,20 @@ def stored_message(s: RetryRecord | DelayedMessage) -> Message:
     return Message(s.topic, s.body, tags=s.tags, keys=tuple(s.keys), properties=dict(s.properties), id=s.id)
 
 
+@dataclass(eq=False, slots=True)
 class StoreDelivery:
-    def __init__(
-        self,
-        producer: Sender,
-        retry: RetrySpool,
-        delay: DelayStore,
-        *,
-        policy_for: Callable[[str], RetryPolicy],
-        now_ms: Callable[[], int],
-    ) -> None:
-        self._producer = producer
-        self._retry = retry
-        self._delay = delay
-        self._policy_for = policy_for
-        self._now_ms = now_ms
+    """Sends what the retry and delay stores hand back, and settles each record by the outcome."""
+
+    producer: Sender
+    retry: RetrySpool
+    delay: DelayStore
+    policy_for: Callable[[str], RetryPolicy] = field(kw_only=True)
+    now_ms: Callable[[], int] = field(kw_only=True)
 
     async def redeliver(self, record: RetryRecord) -> None:
         """The retry store's ``deliver``: send a spooled message again, under its original id."""
         try:
-            result = await self._producer.send(
+            result = await self.producer.send(
                 stored_message(record), sharding_key=record.sharding_key, validated=True
             )
         except RocketMQError as exc:
@@ -64,7 +59,7 @@ class StoreDelivery:
         """The retry store's ``deliver_batch``: one SEND_BATCH_MESSAGE per queue instead of one send
         per message; an outcome per record."""
         messages = [stored_message(r) for r in records]
-        results = await self._producer.send_batch(messages, [r.sharding_key for r in records], validated=True)
+        results = await self.producer.send_batch(messages, [r.sharding_key for r in records], validated=True)
         await self._note_sent(
             [(r.id, res) for r, res in zip(records, results, strict=True) if isinstance(res, SendResult)]
         )
@@ -81,7 +76,7 @@ class StoreDelivery:
         if not sent:
             return
         try:
-            await self._delay.record_sent(
+            await self.delay.record_sent(
                 [id_ for id_, _ in sent],
                 [_sent_to(r) for _, r in sent],
             )
@@ -92,13 +87,13 @@ class StoreDelivery:
         """The delay scheduler's ``publish``: send due messages as batches; spool what fails into the retry
         store (which also dead-letters what the broker refuses). An exception per message means "stored
         nowhere": the scheduler keeps it and tries again; a SentTo, where the broker stored it."""
-        results = await self._producer.send_batch(
+        results = await self.producer.send_batch(
             [stored_message(m) for m in msgs], [m.sharding_key for m in msgs], validated=True
         )
         out: list[Exception | SentTo | None] = [
             _sent_to(r) if isinstance(r, SendResult) else None for r in results
         ]
-        now = self._now_ms()
+        now = self.now_ms()
         by_due: dict[int, list[tuple[int, RetryRecord]]] = {}
         for i, (m, result) in enumerate(zip(msgs, results, strict=True)):
             if isinstance(result, Exception):
@@ -109,11 +104,11 @@ class StoreDelivery:
                     last_error=error,
                     history=((now, error),),
                 )
-                due = first_due_ms(self._policy_for(m.type), now)
+                due = first_due_ms(self.policy_for(m.type), now)
                 by_due.setdefault(due, []).append((i, record))
         for due, group in by_due.items():
             try:
-                await self._retry.spool_many([r for _, r in group], due)
+                await self.retry.spool_many([r for _, r in group], due)
             except Exception as exc:
                 for i, _ in group:
                     out[i] = exc

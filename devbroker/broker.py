@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 from devbroker.admin_requests import AdminProcessor
 from devbroker.call_consumer import ConsumerCaller
@@ -28,8 +29,10 @@ from devbroker.offsets import ConsumerOffsets
 from devbroker.pull import PullProcessor
 from devbroker.send import SendProcessor
 from devbroker.send_back import SendBackProcessor
+from devbroker.state import BrokerState
 from devbroker.store import MessageStore
 from devbroker.topics import TopicTable
+from rmq.clock import wall_ms
 from rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from rmq.connection import Connection
 from rmq.message import MessageExt
@@ -44,24 +47,33 @@ HOUSEKEEPING_INTERVAL_S = 1.0  # flush files, expire silent clients
 Handler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand]]
 
 
+class BrokerOptions(TypedDict, total=False):
+    """What a DevCluster passes through to each of its brokers."""
+
+    cluster: str
+    auto_create: bool
+    host: str
+    now_ms: Callable[[], int]
+    clock: Callable[[], float]
+    segment_bytes: int
+    max_log_bytes: int | None
+    enable_property_filter: bool
+
+
 class DevBroker:
     def __init__(
         self,
         name: str,
         namesrv: NameServer,
         *,
-        cluster: str = DEFAULT_CLUSTER,
         queues: int = 4,
-        auto_create: bool = True,
         data_dir: Path | None = None,
         port: int = 0,
-        host: str = LOOPBACK,
-        now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
-        clock: Callable[[], float] = time.monotonic,
-        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-        max_log_bytes: int | None = None,
-        enable_property_filter: bool = False,
+        **options: Unpack[BrokerOptions],
     ) -> None:
+        cluster = options.get("cluster", DEFAULT_CLUSTER)
+        now_ms = options.get("now_ms", wall_ms)
+        clock = options.get("clock", time.monotonic)
         self.name = name
         self.cluster = cluster
         self._namesrv = namesrv
@@ -70,18 +82,23 @@ class DevBroker:
             home.mkdir(parents=True, exist_ok=True)
         self.faults = Faults()
         # enablePropertyFilter: SQL92 subscriptions (flip ``property_filter.enabled`` at run time)
-        self.property_filter = PropertyFilter(enable_property_filter)
+        self.property_filter = PropertyFilter(options.get("enable_property_filter", False))
         self.holds = PullHolds()
         self._log = CommitLog(
-            home / "commitlog" if home else None, segment_bytes=segment_bytes, max_bytes=max_log_bytes
+            home / "commitlog" if home else None,
+            segment_bytes=options.get("segment_bytes", DEFAULT_SEGMENT_BYTES),
+            max_bytes=options.get("max_log_bytes"),
         )
         self.store = MessageStore(self._log, now_ms=now_ms, on_append=self.holds.notify)
         self.topics = TopicTable(
-            queues=queues, auto_create=auto_create, path=home / "topics.json" if home else None
+            queues=queues,
+            auto_create=options.get("auto_create", True),
+            path=home / "topics.json" if home else None,
         )
         self.offsets = ConsumerOffsets(home / "consumerOffset.json" if home else None)
         self.clients = ClientRegistry(self._notify_ids_changed, clock=clock)
         self.locks = QueueLocks(clock)
+        host = options.get("host", LOOPBACK)
         self.listener = Listener(self._handle, port=port, host=host, on_close=self.clients.connection_closed)
         self._handlers = self._build_handlers(cluster)
         self._notify_opaque = itertools.count(1)
@@ -89,12 +106,9 @@ class DevBroker:
 
     def _build_handlers(self, cluster: str) -> dict[int, Handler]:
         send = SendProcessor(self.store, self.topics, self.faults, cluster=cluster)
-        pull = PullProcessor(
-            self.store, self.topics, self.clients, self.offsets, self.holds, self.property_filter
-        )
-        manage = ClientManageProcessor(
-            self.clients, self.offsets, self.store, self.topics, self.property_filter
-        )
+        state = BrokerState(self.store, self.topics, self.clients, self.offsets, self.property_filter)
+        pull = PullProcessor(state, self.holds)
+        manage = ClientManageProcessor(state)
         admin = AdminProcessor(self.store, self.topics)
         back = SendBackProcessor(self.store, self.topics)
         locks = LockProcessor(self.locks)

@@ -7,42 +7,28 @@ from __future__ import annotations
 import orjson
 
 from devbroker import headers
-from devbroker.clients import ClientRegistry
-from devbroker.filtering import PropertyFilter
 from devbroker.headers import Reject
-from devbroker.offsets import ConsumerOffsets
-from devbroker.store import MessageStore
-from devbroker.topics import RETRY_PREFIX, TopicTable
+from devbroker.state import BrokerState
+from devbroker.topics import RETRY_PREFIX
 from rmq.codes import ResponseCode
 from rmq.connection import Connection
 from rmq.protocol.frame import RemotingCommand
 
 
 class ClientManageProcessor:
-    def __init__(
-        self,
-        clients: ClientRegistry,
-        offsets: ConsumerOffsets,
-        store: MessageStore,
-        topics: TopicTable,
-        property_filter: PropertyFilter | None = None,
-    ) -> None:
-        self._clients = clients
-        self._property_filter = property_filter or PropertyFilter()
-        self._offsets = offsets
-        self._store = store
-        self._topics = topics
+    def __init__(self, state: BrokerState) -> None:
+        self._state = state
 
     async def heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         try:
             doc = orjson.loads(cmd.body)
             if not isinstance(doc, dict):
                 raise ValueError("the heartbeat body is not a JSON object")
-            groups = self._clients.heartbeat(conn, doc)
+            groups = self._state.clients.heartbeat(conn, doc)
         except (orjson.JSONDecodeError, ValueError, TypeError, KeyError) as exc:
             raise Reject(ResponseCode.SYSTEM_ERROR, f"bad heartbeat: {exc}") from None
         for group in groups:  # the broker creates each consumer group's retry topic
-            self._topics.ensure(RETRY_PREFIX + group)
+            self._state.topics.ensure(RETRY_PREFIX + group)
         return cmd.response(ResponseCode.SUCCESS)
 
     async def check_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -54,18 +40,18 @@ class ClientManageProcessor:
             raise Reject(ResponseCode.SYSTEM_ERROR, f"bad check-client body: {exc}") from None
         if isinstance(sub, dict):
             expression_type = str(sub.get("expressionType") or "TAG")
-            self._property_filter.check(expression_type, str(sub.get("subString") or ""))
+            self._state.property_filter.check(expression_type, str(sub.get("subString") or ""))
         return cmd.response(ResponseCode.SUCCESS)
 
     async def unregister(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         ext = cmd.ext_fields
         client_id = headers.text(ext, "clientID")
-        self._clients.unregister(client_id, ext.get("producerGroup"), ext.get("consumerGroup"))
+        self._state.clients.unregister(client_id, ext.get("producerGroup"), ext.get("consumerGroup"))
         return cmd.response(ResponseCode.SUCCESS)
 
     async def consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = cmd.ext_fields.get("consumerGroup", "")
-        ids = self._clients.consumer_ids(group)
+        ids = self._state.clients.consumer_ids(group)
         if not ids:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
         return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": ids}))
@@ -74,8 +60,8 @@ class ClientManageProcessor:
         """§6.5: the committed offset; else 0 while the queue still starts at offset 0 (devbroker
         keeps every message in memory, so none is "swapped out"); else QUERY_NOT_FOUND."""
         group, topic, queue_id = self._queue(cmd)
-        offset = self._offsets.query(group, topic, queue_id)
-        if offset is None and self._store.min_offset(topic, queue_id) > 0:
+        offset = self._state.offsets.query(group, topic, queue_id)
+        if offset is None and self._state.store.min_offset(topic, queue_id) > 0:
             return cmd.response(
                 ResponseCode.QUERY_NOT_FOUND,
                 "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
@@ -85,7 +71,7 @@ class ClientManageProcessor:
     async def update_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group, topic, queue_id = self._queue(cmd)
         offset = headers.integer(cmd.ext_fields, "commitOffset")
-        self._offsets.commit(group, topic, queue_id, offset)
+        self._state.offsets.commit(group, topic, queue_id, offset)
         return cmd.response(ResponseCode.SUCCESS)  # not sent when the request was one-way
 
     @staticmethod

@@ -10,16 +10,13 @@ plus the optional admin HTTP endpoint; what tests, the CLI and the sidecar's --d
 from __future__ import annotations
 
 import string
-import time
-from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
+from typing import Unpack
 
-from devbroker.broker import DevBroker
-from devbroker.commitlog import DEFAULT_SEGMENT_BYTES
+from devbroker.broker import BrokerOptions, DevBroker
 from devbroker.http_admin import AdminServer
 from devbroker.listener import LOOPBACK
-from devbroker.namesrv import DEFAULT_CLUSTER, NameServer
+from devbroker.namesrv import NameServer
 
 MAX_BROKERS = 26
 BROKER_PORT_STEP = 10  # broker i listens on base + 10 * i, as the CLI documents
@@ -36,17 +33,10 @@ class DevCluster:
         queues: int = 4,
         data_dir: Path | str | None = None,
         *,
-        auto_create: bool = True,
         namesrv_port: int = 0,
         broker_base_port: int = 0,
         admin_port: int | None = None,
-        host: str = LOOPBACK,
-        cluster: str = DEFAULT_CLUSTER,
-        now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
-        clock: Callable[[], float] = time.monotonic,
-        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-        max_log_bytes: int | None = None,
-        enable_property_filter: bool = False,
+        **options: Unpack[BrokerOptions],
     ) -> None:
         """Ports 0 are ephemeral; ``broker_base_port`` 0 gives every broker an ephemeral port and
         ``admin_port`` None runs no admin endpoint. Everything listens on ``host`` (an IP address), which
@@ -61,6 +51,7 @@ class DevCluster:
         if queues < 1:
             raise ValueError(f"queues must be at least 1, not {queues}")
         root = Path(data_dir) if data_dir is not None else None
+        host = options.get("host", LOOPBACK)
         self.namesrv = NameServer(port=namesrv_port, host=host)
         self.brokers: dict[str, DevBroker] = {}
         for i in range(brokers):
@@ -68,17 +59,10 @@ class DevCluster:
             self.brokers[name] = DevBroker(
                 name,
                 self.namesrv,
-                cluster=cluster,
-                queues=queues,
-                auto_create=auto_create,
                 data_dir=root,
                 port=broker_base_port + BROKER_PORT_STEP * i if broker_base_port else 0,
-                host=host,
-                now_ms=now_ms,
-                clock=clock,
-                segment_bytes=segment_bytes,
-                max_log_bytes=max_log_bytes,
-                enable_property_filter=enable_property_filter,
+                queues=queues,
+                **options,
             )
         self.admin = AdminServer(self.brokers, port=admin_port, host=host) if admin_port is not None else None
 
@@ -114,7 +98,5 @@ class DevCluster:
         await self.start()
         return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()

@@ -5,13 +5,11 @@ store's decision table mapped to response codes, and long polling (protocol refe
 from __future__ import annotations
 
 from devbroker import headers
-from devbroker.clients import ClientRegistry
-from devbroker.filtering import Accept, PropertyFilter
+from devbroker.filtering import Accept
 from devbroker.headers import Reject
 from devbroker.long_poll import PullHolds
-from devbroker.offsets import ConsumerOffsets
-from devbroker.store import GetResult, GetStatus, MessageStore, tag_code
-from devbroker.topics import TopicTable
+from devbroker.state import BrokerState
+from devbroker.store import GetResult, GetStatus, tag_code
 from rmq.broker import parse_tags
 from rmq.codes import PERM_READ, PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, ResponseCode
 from rmq.connection import Connection
@@ -33,21 +31,9 @@ def response_code(result: GetResult, offset: int) -> int:
 
 
 class PullProcessor:
-    def __init__(
-        self,
-        store: MessageStore,
-        topics: TopicTable,
-        clients: ClientRegistry,
-        offsets: ConsumerOffsets,
-        holds: PullHolds,
-        property_filter: PropertyFilter | None = None,
-    ) -> None:
-        self._store = store
-        self._topics = topics
-        self._clients = clients
-        self._offsets = offsets
+    def __init__(self, state: BrokerState, holds: PullHolds) -> None:
+        self._state = state
         self._holds = holds
-        self._property_filter = property_filter or PropertyFilter()
 
     async def pull(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """Raises:
@@ -64,14 +50,14 @@ class PullProcessor:
         self._check_queue(topic, queue_id)
         codes, accept = self._filter(ext, group, topic, sys_flag)
         if sys_flag & PULL_COMMIT_OFFSET:
-            self._offsets.commit(group, topic, queue_id, headers.integer(ext, "commitOffset"))
-        result = self._store.get(topic, queue_id, offset, max_nums, codes, accept)
+            self._state.offsets.commit(group, topic, queue_id, headers.integer(ext, "commitOffset"))
+        result = self._state.store.get(topic, queue_id, offset, max_nums, codes, accept)
         code = response_code(result, offset)
         if code == ResponseCode.PULL_NOT_FOUND and sys_flag & PULL_SUSPEND and suspend_ms > 0:
             # Long polling: hold until a matching message arrives or the suspend time passes, then
             # answer by reading again, as Java re-runs the pull without the suspend option.
             await self._holds.wait(topic, queue_id, offset, codes, suspend_ms / 1000)
-            result = self._store.get(topic, queue_id, offset, max_nums, codes, accept)
+            result = self._state.store.get(topic, queue_id, offset, max_nums, codes, accept)
             code = response_code(result, offset)
         out = {
             "nextBeginOffset": str(result.next_begin_offset),
@@ -82,7 +68,7 @@ class PullProcessor:
         return cmd.response(code, result.status.value, out, result.body)
 
     def _check_queue(self, topic: str, queue_id: int) -> None:
-        cfg = self._topics.get(topic)
+        cfg = self._state.topics.get(topic)
         if cfg is None:
             raise Reject(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if not cfg.perm & PERM_READ:
@@ -103,13 +89,13 @@ class PullProcessor:
             expression_type = ext.get("expressionType") or "TAG"
             expression = ext.get("subscription") or "*"
         else:
-            sub = self._clients.subscription(group, topic)
+            sub = self._state.clients.subscription(group, topic)
             if sub is None:
                 raise Reject(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
             if sub.expression_type == "TAG":
                 return sub.codes, None
             expression_type, expression = sub.expression_type, sub.expression
         if expression_type != "TAG":  # refused unless enablePropertyFilter, as Java's broker does
-            return None, self._property_filter.accept(expression_type, expression)
+            return None, self._state.property_filter.accept(expression_type, expression)
         tags = parse_tags(expression)
         return (frozenset(tag_code(t) for t in tags) if tags else None), None

@@ -8,6 +8,7 @@ import hashlib
 import logging
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import orjson
@@ -51,40 +52,33 @@ def batches(
         yield chunk
 
 
+@dataclass(eq=False, slots=True)
 class PartitionPublisher:
-    def __init__(
-        self,
-        client: SidecarClient,
-        builder: MessageBuilder,
-        key_prefix: str,
-        partition: int,
-        *,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        batch_bytes: int = DEFAULT_BATCH_BYTES,
-    ) -> None:
-        self._client = client
-        self._builder = builder
-        self._prefix = key_prefix
-        self._partition = partition
-        self._batch_size = batch_size
-        self._batch_bytes = batch_bytes
+    """Publishes one Spark partition's rows in batches, keyed ``<key_prefix>:b<n>`` for idempotent re-runs."""
+
+    client: SidecarClient
+    builder: MessageBuilder
+    key_prefix: str
+    partition: int
+    batch_size: int = field(default=DEFAULT_BATCH_SIZE, kw_only=True)
+    batch_bytes: int = field(default=DEFAULT_BATCH_BYTES, kw_only=True)
 
     def publish(self, rows: Iterable[Mapping[str, Any]]) -> PartitionReport:
         """Raises SidecarError (a refused request), GaveUpError (unavailable, or items still FAILED)."""
         counts: Counter[str] = Counter()
         rejections: list[Rejection] = []
-        chunks = batches(rows, self._builder, self._batch_size, self._batch_bytes)
+        chunks = batches(rows, self.builder, self.batch_size, self.batch_bytes)
         for batch_no, chunk in enumerate(chunks):
-            results = self._post(chunk, f"{self._prefix}:b{batch_no}", counts)
+            results = self._post(chunk, f"{self.key_prefix}:b{batch_no}", counts)
             for item, result in zip(chunk, results, strict=True):
                 # stored by an earlier run under the same key (a re-run with the same jobId): not sent now
                 counts["DEDUPLICATED" if result.replayed and result.stored else result.status] += 1
                 if result.status == "REJECTED" and len(rejections) < MAX_NAMED:
                     rejections.append(
-                        Rejection(self._builder.row_id(item.row, item.position), result.error or "")
+                        Rejection(self.builder.row_id(item.row, item.position), result.error or "")
                     )
         report = PartitionReport(
-            partition=self._partition,
+            partition=self.partition,
             rows=sum(counts[s] for s in ("SENT", "SPOOLED", "SCHEDULED", "DEDUPLICATED", "REJECTED")),
             sent=counts["SENT"],
             spooled=counts["SPOOLED"],
@@ -95,17 +89,17 @@ class PartitionPublisher:
             failed_retried=counts["failed_retried"],
             rejections=tuple(rejections),
         )
-        log.info("partition %d published under %s: %s", self._partition, self._prefix, report)
+        log.info("partition %d published under %s: %s", self.partition, self.key_prefix, report)
         return report
 
     def _send(self, items: list[bytes], key: str) -> list[ItemResult]:
         try:
-            return self._client.post_encoded(items, key)
+            return self.client.post_encoded(items, key)
         except SidecarError as exc:
             if exc.status != 422:
                 raise
             raise SidecarError(
-                f"partition {self._partition}: the sidecar already has a different request under "
+                f"partition {self.partition}: the sidecar already has a different request under "
                 f"Idempotency-Key {key!r}: an earlier attempt of this write sent other rows in this batch. "
                 "The partition's rows must be the same, in the same order, on every attempt (read files, "
                 "or sortWithinPartitions after a shuffle), and a jobId names one dataset only",
@@ -118,14 +112,14 @@ class PartitionPublisher:
         pending = [i for i, r in enumerate(results) if r.status == "FAILED"]
         attempt = 0
         while pending:
-            if attempt == self._client.max_retries:
-                rows = [self._builder.row_id(chunk[i].row, chunk[i].position) for i in pending[:20]]
+            if attempt == self.client.max_retries:
+                rows = [self.builder.row_id(chunk[i].row, chunk[i].position) for i in pending[:20]]
                 raise GaveUpError(
-                    f"partition {self._partition}: {len(pending)} rows still FAILED after "
+                    f"partition {self.partition}: {len(pending)} rows still FAILED after "
                     f"{attempt} retries (rows {rows}): {results[pending[0]].error}"
                 )
             counts["failed_retried"] += len(pending)
-            self._client.pause(attempt)
+            self.client.pause(attempt)
             again = self._send([chunk[i].message for i in pending], subset_key(key, pending))
             counts["requests"] += 1
             for i, result in zip(pending, again, strict=True):

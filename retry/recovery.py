@@ -57,10 +57,10 @@ class RecoveryReplay:
         store: RetryStore,
         loop: ReplayLoop,
         *,
-        rate_per_s: float = RATE_PER_S,
-        chunk: int = CHUNK,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rate_per_s: float = RATE_PER_S,
+        chunk: int = CHUNK,
         on_round: Callable[[RoundResult], None] | None = None,
     ) -> None:
         if rate_per_s <= 0 or chunk < 1:

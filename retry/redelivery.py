@@ -8,6 +8,7 @@ does not decode is quarantined (R7). Store errors propagate to the caller (the r
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 from retry.policy import RetryPolicy
 from retry.record import CorruptRecordError, RetryRecord, decode_record
@@ -28,20 +29,14 @@ def describe(exc: BaseException) -> str:
     return text[:ERROR_TEXT_LIMIT]
 
 
+@dataclass(eq=False, slots=True)
 class Redelivery:
     """Applies ``deliver`` (one record at a time) or ``deliver_batch`` (all at once) to due records."""
 
-    def __init__(
-        self,
-        store: RetryStore,
-        deliver: Deliver,
-        policy_for: PolicyFor,
-        deliver_batch: DeliverBatch | None = None,
-    ) -> None:
-        self._store = store
-        self._deliver = deliver
-        self._deliver_batch = deliver_batch
-        self._policy_for = policy_for
+    store: RetryStore
+    deliver: Deliver
+    policy_for: PolicyFor
+    deliver_batch: DeliverBatch | None = None
 
     async def run(self, items: Sequence[tuple[bytes, bytes]]) -> list[str]:
         """Outcomes of the (key, stored value) pairs, one per pair.
@@ -57,7 +52,7 @@ class Redelivery:
                 records.append(decode_record(raw))
                 keys.append(key)
             except CorruptRecordError as exc:
-                await self._store.quarantine(key, raw, f"corrupt value: {exc}")
+                await self.store.quarantine(key, raw, f"corrupt value: {exc}")
                 outcomes.append(QUARANTINED)
         if not records:
             return outcomes
@@ -66,7 +61,7 @@ class Redelivery:
             key for key, result in zip(keys, results, strict=True) if not isinstance(result, Exception)
         ]
         if delivered:
-            await self._store.ack_many(delivered)
+            await self.store.ack_many(delivered)
             outcomes += [DELIVERED] * len(delivered)
         for key, record, result in zip(keys, records, results, strict=True):
             if isinstance(result, Exception):
@@ -74,17 +69,17 @@ class Redelivery:
         return outcomes
 
     async def _attempt(self, records: list[RetryRecord]) -> list[object]:
-        if self._deliver_batch is None:
+        if self.deliver_batch is None:
             results: list[object] = []
             for record in records:
                 try:
-                    await self._deliver(record)
+                    await self.deliver(record)
                     results.append(None)
                 except Exception as exc:
                     results.append(exc)
             return results
         try:
-            results = list(await self._deliver_batch(records))
+            results = list(await self.deliver_batch(records))
         except Exception as exc:
             return [exc] * len(records)
         if len(results) != len(records):
@@ -93,15 +88,15 @@ class Redelivery:
         return results
 
     async def _failed(self, key: bytes, record: RetryRecord, exc: Exception) -> str:
-        policy = self._policy_for(record.type)
-        now = self._store.now_ms()
+        policy = self.policy_for(record.type)
+        now = self.store.now_ms()
         error = describe(exc)
         failed = record.failed(now, error)
         if not getattr(exc, "retriable", True):
-            await self._store.bury(key, failed, f"not retriable: {error}")
+            await self.store.bury(key, failed, f"not retriable: {error}")
             return DEAD
         if policy.exhausted(failed.retry_count):
-            await self._store.bury(key, failed, f"retries exhausted after {failed.retry_count}: {error}")
+            await self.store.bury(key, failed, f"retries exhausted after {failed.retry_count}: {error}")
             return DEAD
-        await self._store.reschedule(key, failed, now + round(policy.delay_s(failed.retry_count) * 1000))
+        await self.store.reschedule(key, failed, now + round(policy.delay_s(failed.retry_count) * 1000))
         return RESCHEDULED

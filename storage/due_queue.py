@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from storage.claims import Claims
-from storage.clock import wall_ms
+from storage.clock import SteadyClock, wall_ms
 from storage.group_commit import GroupCommitWriter
 from storage.keys import due_bound
 from storage.kv import KV, Op
@@ -41,7 +41,7 @@ class DueQueue:
         self.due_cf = due_cf
         self._name = name
         self.claims = Claims()
-        self._progress = Progress(kv, meta_cf, now_ms, clock)  # R5 and R6 across restarts
+        self._progress = Progress(kv, meta_cf, SteadyClock(now_ms, clock))  # R5 and R6 across restarts
         self._progress.verify_floor(kv, due_cf, name)
         self._listeners: list[Listener] = []
 

@@ -9,10 +9,8 @@ the tombstones of everything delivered before). Both ride on batches that are wr
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 
-from storage.clock import SteadyClock, wall_ms
+from storage.clock import SteadyClock
 from storage.errors import StorageError
 from storage.group_commit import GroupCommitWriter
 from storage.kv import KV, Op, Put
@@ -29,15 +27,9 @@ class Progress:
     """The store's clock and floor. ``stamp`` adds their updates to a batch before it is written;
     ``settled`` is called when the batch is done."""
 
-    def __init__(
-        self,
-        kv: KV,
-        meta_cf: str,
-        now_ms: Callable[[], int] = wall_ms,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, kv: KV, meta_cf: str, clock: SteadyClock) -> None:
         self._meta_cf = meta_cf
-        self.clock = SteadyClock(now_ms, clock)
+        self.clock = clock
         saved = kv.get(meta_cf, CLOCK_KEY)
         if saved is not None and saved.isdigit():
             self.clock.restore(int(saved))

@@ -157,7 +157,7 @@ def create_app(
         limits={"/v1/messages": single, "/v1/messages:batch": max(single, max_request_bytes)},
         default_limit=single,
         routes=app.router.routes,
-        fast=_fast_routes(api) if fast_path else None,
+        fast=_fast_routes(api) if fast_path else {},
     )
     if access_log:  # added last: outermost, so it also logs what the edge refuses
         app.add_middleware(AccessLogMiddleware)

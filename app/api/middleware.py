@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from starlette.routing import BaseRoute, Match
 
 from app.api import guards, problems
+from app.api.guards import Guards
 from app.metrics import Metrics
 
 Scope = MutableMapping[str, Any]
@@ -40,26 +42,19 @@ class _Refusal(Exception):
         self.status, self.title, self.detail, self.field, self.headers = status, title, detail, field, headers
 
 
+@dataclass(eq=False, slots=True)
 class EdgeMiddleware:
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        metrics: Metrics,
-        guards: guards.Guards,
-        limits: Mapping[str, int],
-        default_limit: int,
-        routes: list[BaseRoute],
-        fast: Mapping[str, FastRoute] | None = None,
-    ) -> None:
-        self.app = app
-        self.metrics = metrics
-        self.guards = guards
-        self.limits = limits
-        self.default_limit = default_limit
-        self.routes = routes  # the app's own list: routes added later are matched too
-        self.fast = dict(fast or {})  # POST path -> route: the hot routes, answered without the router
-        self._counters: dict[tuple[str, int], Any] = {}
+    """The ASGI edge: guards, body limits and metrics for every request; the hot POST routes in ``fast``
+    are answered here without the router."""
+
+    app: ASGIApp
+    metrics: Metrics = field(kw_only=True)
+    guards: Guards = field(kw_only=True)
+    limits: Mapping[str, int] = field(kw_only=True)
+    default_limit: int = field(kw_only=True)
+    routes: list[BaseRoute] = field(kw_only=True)  # the app's own list: routes added later are matched too
+    fast: Mapping[str, FastRoute] = field(default_factory=dict, kw_only=True)  # POST path -> route
+    _counters: dict[tuple[str, int], Any] = field(default_factory=dict, init=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
