@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from importlib import metadata
+from types import ModuleType
 
-# subcommand -> module with register(subparsers); loaded on demand so `rocksidecar store` does not
-# import FastAPI and `rocksidecar spark-publish` does not import RocksDB.
+# subcommand -> module that declares it (HELP, DESCRIPTION, optional EPILOG and SETTINGS, add_arguments and
+# run), or one with subcommands of its own that registers itself (register(subparsers)); loaded on demand
+# so `rocksidecar store` does not import FastAPI and `rocksidecar spark-publish` does not import RocksDB.
 COMMANDS: dict[str, str] = {
     "serve": "app.serve_cli",
     "devbroker": "devbroker.cli",
@@ -38,8 +41,35 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in COMMANDS.items():
         if only is None or name == only:  # only the command being run: its imports are all we pay for
-            importlib.import_module(module).register(sub)
+            _add_command(sub, name, importlib.import_module(module))
     return parser
+
+
+def _add_command(sub: argparse._SubParsersAction, name: str, mod: ModuleType) -> None:  # type: ignore[type-arg]
+    if hasattr(mod, "register"):
+        mod.register(sub)
+        return
+    p = sub.add_parser(name, help=mod.HELP, description=mod.DESCRIPTION, epilog=getattr(mod, "EPILOG", None))
+    if getattr(mod, "SETTINGS", False):  # a command that reads the sidecar's settings
+        from app.config import CONFIG_ENV
+
+        p.add_argument(
+            "--config",
+            default=os.environ.get(CONFIG_ENV),
+            help="YAML settings file (environment variables override it)",
+        )
+        p.add_argument("--help-settings", action="store_true", help="list every setting and exit")
+    mod.add_arguments(p)
+    p.set_defaults(func=mod.run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if getattr(args, "help_settings", False):
+        from app import config
+
+        print(config.describe())
+        return 0
+    return int(args.func(args) or 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -47,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     first = next((a for a in args_list if not a.startswith("-")), None)
     parser = build_parser(first if first in COMMANDS else None)
     args = parser.parse_args(args_list)
-    return int(args.func(args) or 0)
+    return _run(args)
 
 
 if __name__ == "__main__":

@@ -6,27 +6,23 @@ import argparse
 import contextlib
 import functools
 import logging
-import os
 import sys
 from collections.abc import AsyncIterator
 
 from app import config
 
+HELP = "run the sidecar"
+DESCRIPTION = (
+    "Run the sidecar: the HTTP and gRPC APIs, the producer, and the retry and delay stores with their "
+    "replay loops, until SIGTERM or SIGINT."
+)
+EPILOG = (
+    "Settings come from ROCKSIDECAR_* environment variables and the optional YAML file; see --help-settings."
+)
+SETTINGS = True  # --config and --help-settings (app.cli)
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser(
-        "serve",
-        help="run the sidecar",
-        description="Run the sidecar: the HTTP and gRPC APIs, the producer, and the retry and delay "
-        "stores with their replay loops, until SIGTERM or SIGINT.",
-        epilog="Settings come from ROCKSIDECAR_* environment variables and the optional "
-        "YAML file; see --help-settings.",
-    )
-    p.add_argument(
-        "--config",
-        default=os.environ.get(config.CONFIG_ENV),
-        help="YAML settings file (environment variables override it)",
-    )
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--devbroker",
         action="store_true",
@@ -39,14 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="N",
         help="brokers of the embedded devbroker (default 2)",
     )
-    p.add_argument("--help-settings", action="store_true", help="list every setting and exit")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.help_settings:
-        print(config.describe())
-        return 0
     try:
         settings = config.load(file=args.config, require_namesrv=not args.devbroker)
     except config.ConfigError as exc:

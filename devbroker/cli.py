@@ -19,13 +19,14 @@ from devbroker.listener import LOOPBACK
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser(
-        "devbroker",
-        help="run a RocketMQ-compatible name server and brokers on loopback (for local runs and tests)",
-        description="Run a RocketMQ-protocol-compatible name server, N brokers and an admin HTTP endpoint "
-        "(fault injection) on loopback until SIGINT or SIGTERM. For local runs and tests, not production.",
-    )
+HELP = "run a RocketMQ-compatible name server and brokers on loopback (for local runs and tests)"
+DESCRIPTION = (
+    "Run a RocketMQ-protocol-compatible name server, N brokers and an admin HTTP endpoint (fault "
+    "injection) on loopback until SIGINT or SIGTERM. For local runs and tests, not production."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--brokers", type=int, default=2, metavar="N", help="number of brokers (default 2)")
     p.add_argument("--namesrv-port", type=int, default=19876, metavar="PORT", help="default 19876; 0 = any")
     p.add_argument(
@@ -53,7 +54,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--max-log-mb", type=int, default=None, metavar="MB", help="drop the oldest messages beyond this"
     )
-    p.set_defaults(func=run)
 
 
 def _check(args: argparse.Namespace) -> str | None:

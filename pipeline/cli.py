@@ -8,16 +8,10 @@ import argparse
 
 from pipeline.arguments import DESCRIPTION, add_arguments
 
+__all__ = ["DESCRIPTION", "EPILOG", "HELP", "add_arguments", "run"]
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser(
-        "spark-publish",
-        help="publish a dataset to a topic through the sidecar with Spark",
-        description=DESCRIPTION,
-        epilog="Prints the counts; exits 0 if every row was accepted, 1 if any was not, 2 on bad arguments.",
-    )
-    add_arguments(p)
-    p.set_defaults(func=run)
+HELP = "publish a dataset to a topic through the sidecar with Spark"
+EPILOG = "Prints the counts; exits 0 if every row was accepted, 1 if any was not, 2 on bad arguments."
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,11 +17,9 @@ class SendStatus(Enum):
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
 
-STATUS_BY_CODE: dict[int, SendStatus] = {
-    ResponseCode.SUCCESS: SendStatus.SEND_OK,
-    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
-    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
-    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+# The degraded statuses carry the name of their response code.
+STATUS_BY_CODE: dict[int, SendStatus] = {ResponseCode.SUCCESS: SendStatus.SEND_OK} | {
+    ResponseCode[s.value]: s for s in SendStatus if s is not SendStatus.SEND_OK
 }
 
 

@@ -14,15 +14,16 @@ HTTP_ADDR_ENV = "ROCKSIDECAR_DMQ_HTTP_ADDR"
 INSTANCE_ENV = "ROCKSIDECAR_DMQ_INSTANCE"
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser(
-        "dmq",
-        help="run the Rock-DMQ service (arbitrary delays for every producer)",
-        description="Consume the inner topic, keep each delayed message in the local delay store (synced "
-        "before its offset is committed) and publish it to its real topic when due.",
-        epilog="Broker, store and retry settings are the sidecar's ROCKSIDECAR_* settings (--help-settings).",
-    )
-    p.add_argument("--config", default=os.environ.get(config.CONFIG_ENV), help="YAML settings file")
+HELP = "run the Rock-DMQ service (arbitrary delays for every producer)"
+DESCRIPTION = (
+    "Consume the inner topic, keep each delayed message in the local delay store (synced before its "
+    "offset is committed) and publish it to its real topic when due."
+)
+EPILOG = "Broker, store and retry settings are the sidecar's ROCKSIDECAR_* settings (--help-settings)."
+SETTINGS = True  # --config and --help-settings (app.cli)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag, env, default, what in (
         ("--inner-topic", INNER_TOPIC_ENV, "dmq_inner_topic", "the inner topic"),
         ("--group", GROUP_ENV, "dmq_service_group", "consumer group of the replicas"),
@@ -42,14 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="S",
         help="commit inner offsets every S seconds (default 5, as Java)",
     )
-    p.add_argument("--help-settings", action="store_true", help="list every setting and exit")
-    p.set_defaults(func=run)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.help_settings:
-        print(config.describe())
-        return 0
     from app.api.servers import split_addr
     from rmq.errors import InvalidMessageError
     from rmq.message import validate_topic
