@@ -32,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--devbroker-brokers",
         type=int,
         default=2,
+        choices=range(1, 27),  # devbroker's MAX_BROKERS (broker-a .. broker-z)
         metavar="N",
         help="brokers of the embedded devbroker (default 2)",
     )

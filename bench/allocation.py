@@ -18,6 +18,7 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 
+from bench.common import add_options
 from rmq.consumer.allocate import (
     AllocateStrategy,
     Averagely,
@@ -112,8 +113,7 @@ def run(trials: int, seed: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=300)
-    parser.add_argument("--seed", type=int, default=2026)
+    add_options(parser, trials=300, seed=2026)
     parser.add_argument("--quick", action="store_true", help="30 groups per scenario")
     args = parser.parse_args()
     run(30 if args.quick else args.trials, args.seed)

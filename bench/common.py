@@ -31,6 +31,18 @@ def bench_parser(doc: str | None) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+def add_options(parser: argparse.ArgumentParser, **defaults: object) -> argparse.ArgumentParser:
+    """``--name-with-dashes`` for each keyword, typed by its default: False is a flag, None a string."""
+    for name, default in defaults.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(default, bool):
+            parser.add_argument(flag, action="store_true")
+        else:
+            kind = str if default is None else type(default)
+            parser.add_argument(flag, type=kind, default=default)
+    return parser
+
+
 async def bench_producer(
     namesrv: str, *, warm_topic: str | None = None, warm_body: bytes = b"warm-up", **settings: Any
 ) -> tuple[RemotingClient, Producer]:

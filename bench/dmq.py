@@ -30,7 +30,7 @@ from pathlib import Path
 
 from app.dmq import inner
 from app.service import COLUMN_FAMILIES
-from bench.common import percentile
+from bench.common import add_options, percentile
 from delay import DELAY_DUE_AT, DELAY_PUBLISHED_AT, DelayedMessage, DelayStore
 from rmq import BrokerApi, Message, MessageExt, MessageQueue, NameServerClient, RemotingClient
 from rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
@@ -211,12 +211,7 @@ async def main(args: argparse.Namespace) -> None:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--namesrv", default=os.environ.get("ROCKSIDECAR_TEST_NAMESRV", "127.0.0.1:9876"))
-    p.add_argument("--replicas", type=int, default=3)
-    p.add_argument("--pending", type=int, default=1_000_000)
-    p.add_argument("--rate", type=int, default=2000)
-    p.add_argument("--steady-s", type=int, default=20)
-    p.add_argument("--burst", type=int, default=100_000)
-    p.add_argument("--levels", type=int, default=2000)
+    add_options(p, replicas=3, pending=1_000_000, rate=2000, steady_s=20, burst=100_000, levels=2000)
     p.add_argument(
         "--quick", action="store_true", help="100 000 pending, 8 s steady, bursts of 10 000, 500 levels"
     )

@@ -31,6 +31,7 @@ from retry.policy import RetryPolicy
 from retry.record import RetryRecord, decode_record, encode_record
 from retry.replay import ReplayLoop
 from retry.store import RetryStore
+from storage.due_loop import DueLoop
 from storage.group_commit import GroupCommitWriter
 from storage.memory import MemoryKV
 
@@ -65,6 +66,19 @@ async def codec(n: int) -> float:
     return await cpu_us(2 * n, work)
 
 
+async def drain_us(n: int, store: RetryStore | DelayStore, loop: DueLoop) -> float:
+    """CPU µs per message for ``loop`` to empty ``store`` of its ``n`` due messages."""
+
+    async def drain() -> None:
+        await loop.start()
+        await loop.wait_idle()
+
+    took = await cpu_us(n, drain)
+    assert store.stats().pending == 0
+    await loop.close()
+    return took
+
+
 async def retry_paths(n: int) -> tuple[float, float]:
     store = RetryStore(MemoryKV(RETRY_CFS), now_ms=lambda: NOW_MS)
     records = [record(i) for i in range(n)]
@@ -79,15 +93,7 @@ async def retry_paths(n: int) -> tuple[float, float]:
     async def deliver(_: RetryRecord) -> None:
         return None
 
-    loop = ReplayLoop(store, deliver, lambda _: RetryPolicy(), workers=64)
-
-    async def replay() -> None:
-        await loop.start()
-        await loop.wait_idle()
-
-    replay_us = await cpu_us(n, replay)
-    assert store.stats().pending == 0
-    await loop.close()
+    replay_us = await drain_us(n, store, ReplayLoop(store, deliver, lambda _: RetryPolicy(), workers=64))
     await store.close()
     return spool_us, replay_us
 
@@ -106,15 +112,7 @@ async def delay_paths(n: int) -> tuple[float, float]:
     async def publish(batch: list[DelayedMessage]) -> list[None]:
         return [None] * len(batch)
 
-    scheduler = DelayScheduler(store, publish)
-
-    async def run() -> None:
-        await scheduler.start()
-        await scheduler.wait_idle()
-
-    publish_us = await cpu_us(n, run)
-    assert store.stats().pending == 0
-    await scheduler.close()
+    publish_us = await drain_us(n, store, DelayScheduler(store, publish))
     await store.close()
     await writer.close()
     return schedule_us, publish_us

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import uvloop
 
-from bench.common import REPO, Row, bench_parser, devbroker_process, environment, print_rows
+from bench.common import REPO, Row, add_options, bench_parser, devbroker_process, environment, print_rows
 from bench.send_throughput import measure
 from bench.sidecar_process import sidecar_process
 
@@ -87,10 +87,7 @@ def run(label: str, namesrv: str, args: argparse.Namespace) -> list[Row]:
 def main() -> None:
     parser = bench_parser(__doc__)
     parser.add_argument("--namesrv", help="also against this real RocketMQ name server")
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--batch-connections", type=int, default=8)
-    parser.add_argument("--no-devbroker", action="store_true")
+    add_options(parser, seconds=10.0, connections=32, batch_connections=8, no_devbroker=False)
     args = parser.parse_args()
     print(f"HTTP load, 256 B bodies; {environment()}")
     rows: list[Row] = []

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import REPO, devbroker_process, environment, free_port, wait_for_http
+from bench.common import REPO, add_options, devbroker_process, environment, free_port, wait_for_http
 from bench.pending import fill_pending
 from bench.sidecar_process import sidecar_process
 from retry.keys import COLUMN_FAMILIES, PENDING_CF
@@ -135,8 +135,7 @@ def drain(root: Path, n: int) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pending", type=int, default=1_000_000)
-    p.add_argument("--restarts", type=int, default=10)
+    add_options(p, pending=1_000_000, restarts=10)
     p.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
     p.add_argument("--baseline", type=Path, default=None, help="another checkout to compare restarts with")
     args = p.parse_args()

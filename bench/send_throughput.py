@@ -17,6 +17,7 @@ import uvloop
 from bench.common import (
     DEFAULT_CTL,
     Row,
+    add_options,
     bench_parser,
     bench_producer,
     devbroker_process,
@@ -93,13 +94,16 @@ def main() -> None:
     parser.add_argument(
         "--java-ctl", type=Path, default=DEFAULT_CTL, help="real-broker.sh, for the Java anchor"
     )
-    parser.add_argument("--java-quantity", type=int, default=300_000)
-    parser.add_argument("--size", type=int, default=256)
-    parser.add_argument("--singles", type=int, default=60_000)
-    parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--batches", type=int, default=2000)
-    parser.add_argument("--batch-size", type=int, default=100)
-    parser.add_argument("--no-devbroker", action="store_true")
+    add_options(
+        parser,
+        java_quantity=300_000,
+        size=256,
+        singles=60_000,
+        concurrency=64,
+        batches=2000,
+        batch_size=100,
+        no_devbroker=False,
+    )
     args = parser.parse_args()
     print(f"send throughput, {args.size} B bodies; {environment()}")
     rows: list[Row] = []

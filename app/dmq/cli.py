@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=5.0,
         metavar="S",
-        help="commit inner offsets every S seconds (default 5, as Java)",
+        help="commit inner offsets every S s (default 5, as Java)",
     )
 
 
