@@ -2,21 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
 from app.sidecar import MessageState, Status
-from delay import CancelOutcome, DelayState, DelayStore
-from retry import RetryStore
+from delay import CancelOutcome, DelayState, DelayStatus, DelayStore
+from retry import MessageStatus
+
+T = TypeVar("T")
 
 
-class RetryLookup:
-    """Where a spooled or dead-lettered message stands, from the retry store."""
+class StoreLookup(Generic[T]):
+    """A store's ``get`` by id, seen as the API's MessageState (``view``)."""
 
-    def __init__(self, store: RetryStore) -> None:
-        self._store = store
+    def __init__(self, get: Callable[[str], T | None]) -> None:
+        self._get = get
 
     async def state(self, id: str) -> MessageState | None:
-        found = self._store.get(id)
-        if found is None:
-            return None
+        found = self._get(id)
+        return None if found is None else self.view(id, found)
+
+    def view(self, id: str, found: T) -> MessageState:
+        raise NotImplementedError
+
+
+class RetryLookup(StoreLookup[MessageStatus]):
+    """Where a spooled or dead-lettered message stands, from the retry store (its ``get``)."""
+
+    def view(self, id: str, found: MessageStatus) -> MessageState:
         return MessageState(
             id=id,
             status=Status(found.state.value),  # the stores' states are named as the API's
@@ -29,17 +42,15 @@ class RetryLookup:
         )
 
 
-class DelayLookup:
+class DelayLookup(StoreLookup[DelayStatus]):
     """Scheduled, sent or cancelled delayed messages, from the delay store. Ask it after the retry store:
     a delayed message whose publish failed is SENT here but still pending there."""
 
     def __init__(self, store: DelayStore) -> None:
+        super().__init__(store.get)
         self._store = store
 
-    async def state(self, id: str) -> MessageState | None:
-        found = self._store.get(id)
-        if found is None:
-            return None
+    def view(self, id: str, found: DelayStatus) -> MessageState:
         to = found.sent_to
         return MessageState(
             id=id,

@@ -176,7 +176,11 @@ class Service:
             self.retry,
             policy_for=s.retry_policy,
             delay=self.forwarder or self.delay,
-            lookups=[RetryLookup(self.retry), *([self.forwarder] if self.forwarder else []), delay_lookup],
+            lookups=[
+                RetryLookup(self.retry.get),
+                *([self.forwarder] if self.forwarder else []),
+                delay_lookup,
+            ],
             canceller=self.forwarder or delay_lookup,
             now_ms=self.retry.now_ms,  # never runs backwards: a clock step cannot make a rung fire early
             on_spooled=self.events.spooled,
@@ -243,12 +247,12 @@ class Service:
             )
         servicer = SidecarServicer(
             self.sidecar,
+            auth_token=s.auth_token,
+            now_ms=self.delay.now_ms,
             limits=limits,
             batch_limit=s.batch_limit,
             metrics=self.metrics,
             idempotency=self.idempotency,
-            now_ms=self.delay.now_ms,
-            auth_token=s.auth_token,
             hubs=self.subscriptions.hubs if self.subscriptions is not None else {},
         )
         try:

@@ -20,16 +20,19 @@ from rmq.errors import FrameError
 from rmq.protocol.frame import RemotingCommand
 from rmq.route import BrokerData, QueueData, TopicRouteData, parse_lenient_json
 
-DEFAULT_CLUSTER = "DefaultCluster"
-
 
 @dataclass(frozen=True, slots=True)
 class Registration:
+    """A broker as the name server knows it (REGISTER_BROKER, or in-process)."""
+
     broker_name: str
     addr: str
     cluster: str
     topics: TopicTable  # a live view for in-process brokers, a snapshot for wire registrations
     conn: Connection | None = None  # the connection that registered it, if over the wire
+
+
+DEFAULT_CLUSTER = "DefaultCluster"
 
 
 class NameServer:

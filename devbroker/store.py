@@ -54,6 +54,8 @@ class GetStatus(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class GetResult:
+    """GetMessageResult: the status, the offsets of the queue and the found messages' bytes."""
+
     status: GetStatus
     next_begin_offset: int
     min_offset: int
@@ -77,6 +79,8 @@ class NewMessage:
 
 @dataclass(frozen=True, slots=True)
 class Appended:
+    """Where a stored message went: its queue offset, commit-log offset and offset message id."""
+
     queue_offset: int
     commit_log_offset: int
     msg_id: str

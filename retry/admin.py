@@ -12,16 +12,19 @@ from retry.record import CorruptRecordError, RetryRecord, decode_record
 from retry.store import RetryStore
 from storage.query import Filter, Page, page
 
-PURGE_CHUNK = 1000
-
 
 @dataclass(frozen=True, slots=True)
 class PendingItem:
+    """A pending retry as the admin views list it."""
+
     key: bytes
     id: str
     due_ms: int
     record: RetryRecord | None  # None: the value does not decode (the replay quarantines it)
     corrupt: str | None = None
+
+
+PURGE_CHUNK = 1000
 
 
 def _pending(where: Filter) -> Callable[[bytes, bytes], PendingItem | None]:

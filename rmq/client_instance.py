@@ -9,7 +9,6 @@ to the consumer of the group they name.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import Connection
 from rmq.errors import RocketMQError
 from rmq.namesrv import NameServerClient
+from rmq.periodic import Periodic
 from rmq.pool import Invoker, RemotingClient
 from rmq.protocol.frame import RemotingCommand
 from rmq.route import TopicRouteData
@@ -68,13 +68,11 @@ class ClientInstance:
             self.invoker = remoting
             self.namesrv = NameServerClient(remoting, namesrv)
         self.api = api or BrokerApi(self.invoker)
-        self._heartbeat_s = heartbeat_s
-        self._sleep = sleep
         self._producers: set[str] = set()
         self._consumers: dict[str, _ConsumerEntry] = {}
         self._routes: dict[str, TopicRouteData] = {}
         self._extra_addrs: dict[str, str] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._heartbeat = Periodic("client-heartbeat", heartbeat_s, self.heartbeat, sleep)
 
     # registration ------------------------------------------------------------------------------
     def register_producer(self, group: str) -> None:
@@ -178,23 +176,10 @@ class ClientInstance:
     # lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
         """Start the periodic heartbeat (idempotent: every producer and consumer may call it)."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="client-heartbeat")
-
-    async def _run(self) -> None:
-        while True:
-            await self._sleep(self._heartbeat_s)
-            try:
-                await self.heartbeat()
-            except Exception:  # the loop must outlive any one round
-                log.exception("client %s: heartbeat round failed", self.client_id)
+        self._heartbeat.start()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._heartbeat.close()
         if self._owned is not None:
             await self._owned.close()
 

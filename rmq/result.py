@@ -18,8 +18,8 @@ class SendStatus(Enum):
 
 
 # The degraded statuses carry the name of their response code.
-STATUS_BY_CODE: dict[int, SendStatus] = {ResponseCode.SUCCESS: SendStatus.SEND_OK} | {
-    ResponseCode[s.value]: s for s in SendStatus if s is not SendStatus.SEND_OK
+STATUS_BY_CODE: dict[int, SendStatus] = {
+    int(ResponseCode[s.value]) if s is not SendStatus.SEND_OK else ResponseCode.SUCCESS: s for s in SendStatus
 }
 
 

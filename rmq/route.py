@@ -41,16 +41,9 @@ def parse_lenient_json(data: bytes | str) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
-class QueueData:
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
-
-
-@dataclass(frozen=True, slots=True)
 class BrokerData:
+    """A broker name's addresses by broker id (0 is the master)."""
+
     cluster: str
     broker_name: str
     broker_addrs: dict[int, str]
@@ -58,6 +51,15 @@ class BrokerData:
     @property
     def master_addr(self) -> str | None:
         return self.broker_addrs.get(MASTER_ID)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ wrote).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import orjson
@@ -45,17 +45,10 @@ class StoredMessage:
 
     def message_fields(self) -> dict[str, Any]:
         """The nine fields as keyword arguments: to make another record kind that carries this message."""
-        return {
-            "id": self.id,
-            "topic": self.topic,
-            "body": self.body,
-            "tags": self.tags,
-            "keys": self.keys,
-            "properties": self.properties,
-            "sharding_key": self.sharding_key,
-            "type": self.type,
-            "created_ms": self.created_ms,
-        }
+        return {name: getattr(self, name) for name in _MESSAGE_FIELDS}
+
+
+_MESSAGE_FIELDS = tuple(f.name for f in fields(StoredMessage))  # not a record kind's own fields
 
 
 def encode(msg: StoredMessage, own: Mapping[str, Any]) -> bytes:

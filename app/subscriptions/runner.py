@@ -41,6 +41,8 @@ LAG_TIMEOUT_S = 2.0
 
 @dataclass(frozen=True, slots=True)
 class QueueLag:
+    """One queue of a subscription: the broker's max offset, our committed offset and what is in flight."""
+
     subscription: str
     topic: str
     broker: str
@@ -57,15 +59,15 @@ class QueueLag:
 def consumer_config(spec: SubscriptionSpec, instance_name: str | None = None) -> ConsumerConfig:
     return ConsumerConfig(
         group=spec.group,
+        instance_name=instance_name,
+        consume_timeout_s=HOLD_S,
+        persist_interval_s=PERSIST_S,
         consume_from=_CONSUME_FROM[spec.consume_from],
         consume_timestamp_ms=spec.consume_timestamp_ms,
+        allocate=_ALLOCATIONS[spec.allocation](),
         orderly=spec.orderly,
         consume_concurrency=spec.concurrency,
         max_reconsume_times=spec.max_reconsume_times,
-        consume_timeout_s=HOLD_S,
-        persist_interval_s=PERSIST_S,
-        instance_name=instance_name,
-        allocate=_ALLOCATIONS[spec.allocation](),
         commit_window=spec.commit_window,
         consume_batch_size=spec.bulk_max_messages if spec.bulk else 1,
     )

@@ -16,13 +16,14 @@ from typing import Protocol, TypeVar
 
 from rmq.message import MessageQueue
 
+Queues = Sequence[MessageQueue]  # Java's mqAll
+Clients = Sequence[str]  # Java's cidAll: client ids
+
 
 class AllocateStrategy(Protocol):
     name: str
 
-    def allocate(
-        self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-    ) -> list[MessageQueue]: ...
+    def allocate(self, group: str, current: str, mq_all: Queues, cid_all: Clients) -> list[MessageQueue]: ...
 
 
 def java_string_key(text: str) -> bytes:
@@ -64,16 +65,12 @@ class CheckedStrategy:
 
     name = "ABSTRACT"
 
-    def allocate(
-        self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-    ) -> list[MessageQueue]:
+    def allocate(self, group: str, current: str, mq_all: Queues, cid_all: Clients) -> list[MessageQueue]:
         if not _check(current, mq_all, cid_all):
             return []
         return self.share(group, current, mq_all, cid_all)
 
-    def share(
-        self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-    ) -> list[MessageQueue]:
+    def share(self, group: str, current: str, mq_all: Queues, cid_all: Clients) -> list[MessageQueue]:
         raise NotImplementedError
 
 
@@ -82,9 +79,7 @@ class Averagely(CheckedStrategy):
 
     name = "AVG"
 
-    def share(
-        self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-    ) -> list[MessageQueue]:
+    def share(self, group: str, current: str, mq_all: Queues, cid_all: Clients) -> list[MessageQueue]:
         index = list(cid_all).index(current)
         m, n = len(mq_all), len(cid_all)
         mod = m % n
@@ -99,9 +94,7 @@ class AveragelyByCircle(CheckedStrategy):
 
     name = "AVG_BY_CIRCLE"
 
-    def share(
-        self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-    ) -> list[MessageQueue]:
+    def share(self, group: str, current: str, mq_all: Queues, cid_all: Clients) -> list[MessageQueue]:
         index, n = list(cid_all).index(current), len(cid_all)
         return [mq_all[i] for i in range(index, len(mq_all)) if i % n == index]
 
@@ -124,9 +117,7 @@ class ConsistentHash(CheckedStrategy):
         self.virtual_nodes = virtual_nodes
         self._hash = hash_fn
 
-    def share(
-        self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-    ) -> list[MessageQueue]:
+    def share(self, group: str, current: str, mq_all: Queues, cid_all: Clients) -> list[MessageQueue]:
         ring: dict[int, str] = {}
         replicas: dict[str, int] = {}
         for cid in cid_all:  # a duplicate id adds replicas after the existing ones, as addNode does
@@ -152,9 +143,7 @@ class ByConfig:
     queues: list[MessageQueue]
     name: str = "CONFIG"
 
-    def allocate(
-        self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-    ) -> list[MessageQueue]:
+    def allocate(self, group: str, current: str, mq_all: Queues, cid_all: Clients) -> list[MessageQueue]:
         return list(self.queues)
 
 
@@ -166,9 +155,7 @@ class ByMachineRoom(CheckedStrategy):
     consumer_idcs: frozenset[str]
     name: str = "MACHINE_ROOM"
 
-    def share(
-        self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-    ) -> list[MessageQueue]:
+    def share(self, group: str, current: str, mq_all: Queues, cid_all: Clients) -> list[MessageQueue]:
         index, n = list(cid_all).index(current), len(cid_all)
         mine = [
             mq
@@ -221,9 +208,7 @@ class MachineRoomNearby(CheckedStrategy):
         self.resolver = resolver
         self.name = f"MACHINE_ROOM_NEARBY-{inner.name}"
 
-    def share(
-        self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-    ) -> list[MessageQueue]:
+    def share(self, group: str, current: str, mq_all: Queues, cid_all: Clients) -> list[MessageQueue]:
         room_queues = _by_room(
             mq_all, self.resolver.broker_deploy_in, lambda mq: f"mq {java_queue_string(mq)}"
         )
@@ -252,9 +237,7 @@ class Environment:
         if self.env_index < 1:
             raise ValueError(f"the environment index is 1-based, got {self.env_index}")
 
-    def allocate(
-        self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-    ) -> list[MessageQueue]:
+    def allocate(self, group: str, current: str, mq_all: Queues, cid_all: Clients) -> list[MessageQueue]:
         if self.env_index > len(mq_all):
             raise ValueError(f"environment {self.env_index} has no queue: the topic has {len(mq_all)}")
         return [mq_all[self.env_index - 1]]

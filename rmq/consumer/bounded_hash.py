@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from rmq.consumer.allocate import CheckedStrategy, java_queue_string, java_string_key
+from rmq.consumer.allocate import CheckedStrategy, Clients, Queues, java_queue_string, java_string_key
 from rmq.message import MessageQueue
 
 
@@ -63,9 +63,7 @@ def bounded_assignment(mq_all: Sequence[MessageQueue], cid_all: Sequence[str]) -
 class BoundedHash(CheckedStrategy):
     name = "BOUNDED_HASH"
 
-    def share(
-        self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-    ) -> list[MessageQueue]:
+    def share(self, group: str, current: str, mq_all: Queues, cid_all: Clients) -> list[MessageQueue]:
         owner = bounded_assignment(mq_all, cid_all)
         return [mq for mq in mq_all if owner.get(mq) == current]
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
 
-from rmq.consumer.allocate import CheckedStrategy, java_queue_string, java_string_key
+from rmq.consumer.allocate import CheckedStrategy, Clients, Queues, java_queue_string, java_string_key
 from rmq.consumer.bounded_hash import rendezvous_score as _score
 from rmq.message import MessageQueue
 
@@ -113,8 +113,6 @@ class AllocateSticky(CheckedStrategy):
     def knowing(self, holdings: Holdings) -> AllocateSticky:
         return AllocateSticky(holdings, timeout_s=self.timeout_s)
 
-    def share(
-        self, group: str, current: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]
-    ) -> list[MessageQueue]:
+    def share(self, group: str, current: str, mq_all: Queues, cid_all: Clients) -> list[MessageQueue]:
         owner = sticky_assignment(mq_all, cid_all, self.holdings)
         return [mq for mq in mq_all if owner.get(mq) == current]

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from rmq.codes import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
 from rmq.errors import RocketMQError, TopicNotExist
+from rmq.periodic import Periodic
 from rmq.producer.publish_info import SendIndex, TopicPublishInfo
 from rmq.route import TopicRouteData
 
@@ -50,12 +51,10 @@ class TopicRoutes:
         self._rng = rng or random.Random()
         self.default_topic = default_topic
         self._default_queue_nums = default_topic_queue_nums
-        self._refresh_s = refresh_s
-        self._sleep = sleep
         self._infos: dict[str, TopicPublishInfo] = {}
         self._indexes: dict[str, SendIndex] = {}
         self._inflight: dict[str, asyncio.Future[TopicPublishInfo]] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._refresher = Periodic("route-refresh", refresh_s, self.refresh_all, sleep)
 
     def cached(self, topic: str) -> TopicPublishInfo | None:
         return self._infos.get(topic)
@@ -145,13 +144,7 @@ class TopicRoutes:
 
     # background refresh ------------------------------------------------------------------------
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="route-refresh")
-
-    async def _run(self) -> None:
-        while True:
-            await self._sleep(self._refresh_s)
-            await self.refresh_all()
+        self._refresher.start()
 
     async def refresh_all(self) -> None:
         for topic in list(self._infos):
@@ -161,10 +154,7 @@ class TopicRoutes:
                 log.warning("route refresh of %s failed: %s", topic, exc)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await self._refresher.close()
         for fut in list(self._inflight.values()):
             fut.cancel()
 
