@@ -61,11 +61,6 @@ class Metrics:
             "dead_letters",
             "Messages moved to the dead-letter area after their last retry (or refused by the broker).",
         )
-        self.delay_lateness = self._histogram(
-            "delay_lateness_seconds",
-            "How late delayed messages were published after their due time.",
-            buckets=LATENESS_BUCKETS,
-        )
 
         self.deliveries = self._counter(
             "subscription_deliveries",
@@ -79,6 +74,11 @@ class Metrics:
             "Time the app took to answer one pushed message, by subscription.",
             ["subscription"],
             buckets=LATENCY_BUCKETS,
+        )
+        self.delay_lateness = self._histogram(
+            "delay_lateness_seconds",
+            "How late delayed messages were published after their due time.",
+            buckets=LATENESS_BUCKETS,
         )
 
     def _counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:

@@ -469,7 +469,7 @@ class StoreHealth:
         reserve = self._service.disk_reserve
         if reserve is not None and reserve.draining:
             return str(reserve.refusal())
-        return self._service.retry.last_error
+        return self._service.retry.writer.last_error
 
 
 def _open_store(data_dir: Path) -> RocksKV:

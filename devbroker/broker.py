@@ -104,6 +104,10 @@ class DevBroker:
         self._notify_opaque = itertools.count(1)
         self._housekeeping: asyncio.Task[None] | None = None
 
+    @property
+    def addr(self) -> str:
+        return self.listener.addr
+
     def _build_handlers(self, cluster: str) -> dict[int, Handler]:
         send = SendProcessor(self.store, self.topics, self.faults, cluster=cluster)
         state = BrokerState(self.store, self.topics, self.clients, self.offsets, self.property_filter)
@@ -133,10 +137,6 @@ class DevBroker:
             RequestCode.UNLOCK_BATCH_MQ: locks.unlock,
             RequestCode.GET_CONSUMER_RUNNING_INFO: ConsumerCaller(self.clients).call,
         }
-
-    @property
-    def addr(self) -> str:
-        return self.listener.addr
 
     @property
     def running(self) -> bool:

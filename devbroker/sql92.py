@@ -248,17 +248,19 @@ class _Parser:
         return e
 
     def or_expr(self) -> _Expr:
-        left = self.and_expr()
-        while self.at("kw", "OR"):
-            self.i += 1
-            left = _or(_as_bool(left), _as_bool(self.and_expr()))
-        return left
+        return self._logical("OR", _or, self.and_expr)
 
     def and_expr(self) -> _Expr:
-        left = self.equality()
-        while self.at("kw", "AND"):
+        return self._logical("AND", _and, self.equality)
+
+    def _logical(
+        self, keyword: str, combine: Callable[[_Expr, _Expr], _Expr], operand: Callable[[], _Expr]
+    ) -> _Expr:
+        """A left-associative chain of ``operand``s joined by ``keyword`` (AND binds tighter than OR)."""
+        left = operand()
+        while self.at("kw", keyword):
             self.i += 1
-            left = _and(_as_bool(left), _as_bool(self.equality()))
+            left = combine(_as_bool(left), _as_bool(operand()))
         return left
 
     def equality(self) -> _Expr:

@@ -126,11 +126,8 @@ class RetryStore:
 
     @property
     def healthy(self) -> bool:
-        return self.queue.healthy
-
-    @property
-    def last_error(self) -> str | None:
-        return self.queue.last_error
+        """Whether the store takes writes; ``writer.last_error`` says why not."""
+        return self.writer.healthy
 
     def now_ms(self) -> int:
         """The store's clock: wall-clock ms that never run backwards (use it for due times)."""
@@ -352,5 +349,10 @@ class RetryStore:
             except CorruptRecordError:
                 first_failure = None
         return StoreStats(
-            self.pending_count, self.dead_count, oldest_due, first_failure, self.healthy, self.last_error
+            self.pending_count,
+            self.dead_count,
+            oldest_due,
+            first_failure,
+            self.healthy,
+            self.writer.last_error,
         )

@@ -36,18 +36,15 @@ class SendResult:
 
 
 class PullStatus(Enum):
-    FOUND = "FOUND"
-    NO_NEW_MSG = "NO_NEW_MSG"
-    NO_MATCHED_MSG = "NO_MATCHED_MSG"
-    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+    """Each status is named by Java's PullStatus and valued by the response code that answers it."""
+
+    FOUND = ResponseCode.SUCCESS
+    NO_NEW_MSG = ResponseCode.PULL_NOT_FOUND
+    NO_MATCHED_MSG = ResponseCode.PULL_RETRY_IMMEDIATELY
+    OFFSET_ILLEGAL = ResponseCode.PULL_OFFSET_MOVED
 
 
-PULL_STATUS_BY_CODE: dict[int, PullStatus] = {
-    ResponseCode.SUCCESS: PullStatus.FOUND,
-    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
-    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
-    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
-}
+PULL_STATUS_BY_CODE: dict[int, PullStatus] = {int(s.value): s for s in PullStatus}
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,14 +49,6 @@ class DueQueue:
         """The queue's clock: wall-clock ms that never run backwards (use it for due times)."""
         return self._progress.clock.now()
 
-    @property
-    def healthy(self) -> bool:
-        return self.writer.healthy
-
-    @property
-    def last_error(self) -> str | None:
-        return self.writer.last_error
-
     # --- listeners ------------------------------------------------------------------------------
     def add_listener(self, listener: Listener) -> None:
         """``listener(key)`` runs after every batch that added keys, with the smallest of them, and
