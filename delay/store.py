@@ -28,7 +28,7 @@ from delay.keys import (
 from delay.message import CorruptMessageError, DelayedMessage, decode_message, encode_message
 from delay.status import CancelOutcome, DelayState, DelayStats, DelayStatus, SentTo
 from storage.clock import wall_ms
-from storage.due_queue import DueQueue
+from storage.due_queue import DueQueue, QueueBacked
 from storage.group_commit import GroupCommitWriter
 from storage.key_count import KeyCount
 from storage.keys import clamp_due, parse_due
@@ -38,7 +38,7 @@ RETENTION_S = 24 * 3600.0  # how long "sent" / "cancelled" answers are kept afte
 PURGE_LIMIT = 500  # done markers dropped per purge batch (one synced write)
 
 
-class DelayStore:
+class DelayStore(QueueBacked):
     """Schedule, cancel and look up delayed messages; the scheduler claims, publishes and records them.
 
     The pending count is kept in memory from a key count at open (storage.key_count).
@@ -74,14 +74,6 @@ class DelayStore:
         writer and the KV belong to the caller."""
         self._pending.close()
         await self.queue.save()
-
-    @property
-    def healthy(self) -> bool:
-        return self.writer.healthy
-
-    def now_ms(self) -> int:
-        """The store's clock: wall-clock ms that never run backwards."""
-        return self.queue.now_ms()
 
     # --- scheduling and cancelling --------------------------------------------------------------
     async def schedule(self, msg: DelayedMessage) -> None:

@@ -47,9 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-auto-create", action="store_true", help="no TBW102: sends to unknown topics fail")
     p.add_argument(
-        "--enable-property-filter",
-        action="store_true",
-        help="accept SQL92 subscriptions (RocketMQ's enablePropertyFilter; off by default, as there)",
+        "--enable-property-filter", action="store_true", help="SQL92 subscriptions (enablePropertyFilter)"
     )
     p.add_argument(
         "--max-log-mb", type=int, default=None, metavar="MB", help="drop the oldest messages beyond this"

@@ -139,10 +139,8 @@ def _ordering(left: _Expr, right: _Expr, test: Callable[[int], bool]) -> _Expr:
 
     def ev(p: Props) -> Value:
         lv = left(p)
-        if lv is None:
-            return None
-        rv = right(p)
-        if rv is None:
+        rv = None if lv is None else right(p)  # unknown on the left: the right is not evaluated
+        if lv is None or rv is None:
             return None
         if isinstance(lv, str) and isinstance(rv, str):
             try:

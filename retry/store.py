@@ -36,7 +36,7 @@ from retry.keys import (
 from retry.record import CorruptRecordError, RetryRecord, decode_record, encode_record
 from retry.status import MessageStatus, State, StoreStats
 from storage.clock import wall_ms
-from storage.due_queue import DueQueue
+from storage.due_queue import DueQueue, QueueBacked
 from storage.group_commit import GroupCommitWriter
 from storage.key_count import KeyCount
 from storage.keys import clamp_due
@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 DeadLetterHook = Callable[[DeadLetter], Awaitable[None] | None]
 
 
-class RetryStore:
+class RetryStore(QueueBacked):
     """Spool, reschedule, acknowledge and dead-letter messages; answer where a message stands.
 
     Counts are kept in memory from a key count at open (storage.key_count: in the background for
@@ -123,15 +123,6 @@ class RetryStore:
             StorageError: the store still fails writes.
         """
         await self.queue.probe()
-
-    @property
-    def healthy(self) -> bool:
-        """Whether the store takes writes; ``writer.last_error`` says why not."""
-        return self.writer.healthy
-
-    def now_ms(self) -> int:
-        """The store's clock: wall-clock ms that never run backwards (use it for due times)."""
-        return self.queue.now_ms()
 
     # --- state changes ------------------------------------------------------------------------
     async def spool(self, record: RetryRecord, due_ms: int | None = None) -> bytes:

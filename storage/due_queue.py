@@ -133,3 +133,19 @@ class DueQueue:
         being written."""
         lowest = self.claims.lowest()
         self._progress.advance_floor(cursor if lowest is None else min(cursor, lowest))
+
+
+class QueueBacked:
+    """What a store built on a DueQueue answers from it: whether it takes writes (its writer's health;
+    ``writer.last_error`` says why not) and its clock."""
+
+    writer: GroupCommitWriter
+    queue: DueQueue
+
+    @property
+    def healthy(self) -> bool:
+        return self.writer.healthy
+
+    def now_ms(self) -> int:
+        """Wall-clock ms that never run backwards (use it for due times)."""
+        return self.queue.now_ms()

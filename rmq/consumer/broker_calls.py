@@ -4,6 +4,7 @@ CHECK_CLIENT_CONFIG."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -58,54 +59,40 @@ async def send_back(
     _ok(resp, addr)
 
 
-async def _lock_call(
-    invoker: Invoker,
-    addr: str,
-    code: int,
-    group: str,
-    client_id: str,
-    mqs: Iterable[MessageQueue],
-    timeout_s: float,
-) -> RemotingCommand:
-    # LockBatchRequestBody and UnlockBatchRequestBody have the same fields
-    body = orjson.dumps(
-        {"consumerGroup": group, "clientId": client_id, "mqSet": [_queue_json(m) for m in mqs]}
-    )
-    resp = await invoker.invoke(addr, RemotingCommand(code, {}, body), timeout_s)
-    _ok(resp, addr)
-    return resp
+@dataclass(frozen=True, slots=True)
+class QueueLocker:
+    """LOCK_BATCH_MQ and UNLOCK_BATCH_MQ for one consumer (``group``, ``client_id``): orderly consumption
+    holds a broker-side lock on each queue it consumes."""
 
+    invoker: Invoker
+    group: str
+    client_id: str
+    timeout_s: float = 1.0
 
-async def lock_batch(
-    invoker: Invoker,
-    addr: str,
-    group: str,
-    client_id: str,
-    mqs: Iterable[MessageQueue],
-    timeout_s: float = 1.0,
-) -> set[MessageQueue]:
-    """LOCK_BATCH_MQ: lock (or renew) the queues for this client; returns the ones now held."""
-    resp = await _lock_call(invoker, addr, RequestCode.LOCK_BATCH_MQ, group, client_id, mqs, timeout_s)
-    try:
-        doc = orjson.loads(resp.body) if resp.body else {}
-        return {
-            MessageQueue(str(q["topic"]), str(q["brokerName"]), int(q["queueId"]))
-            for q in doc.get("lockOKMQSet") or ()
-        }
-    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise FrameError(f"bad lock response from {addr}: {exc}", addr=addr) from exc
+    async def lock(self, addr: str, mqs: Iterable[MessageQueue]) -> set[MessageQueue]:
+        """Lock (or renew) the queues for this client; returns the ones now held."""
+        resp = await self._call(addr, RequestCode.LOCK_BATCH_MQ, mqs)
+        try:
+            doc = orjson.loads(resp.body) if resp.body else {}
+            return {
+                MessageQueue(str(q["topic"]), str(q["brokerName"]), int(q["queueId"]))
+                for q in doc.get("lockOKMQSet") or ()
+            }
+        except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise FrameError(f"bad lock response from {addr}: {exc}", addr=addr) from exc
 
+    async def unlock(self, addr: str, mqs: Iterable[MessageQueue]) -> None:
+        """Release the queues (the broker ignores those another client holds)."""
+        await self._call(addr, RequestCode.UNLOCK_BATCH_MQ, mqs)
 
-async def unlock_batch(
-    invoker: Invoker,
-    addr: str,
-    group: str,
-    client_id: str,
-    mqs: Iterable[MessageQueue],
-    timeout_s: float = 1.0,
-) -> None:
-    """UNLOCK_BATCH_MQ: release the queues (the broker ignores those another client holds)."""
-    await _lock_call(invoker, addr, RequestCode.UNLOCK_BATCH_MQ, group, client_id, mqs, timeout_s)
+    async def _call(self, addr: str, code: int, mqs: Iterable[MessageQueue]) -> RemotingCommand:
+        # LockBatchRequestBody and UnlockBatchRequestBody have the same fields
+        body = orjson.dumps(
+            {"consumerGroup": self.group, "clientId": self.client_id, "mqSet": [_queue_json(m) for m in mqs]}
+        )
+        resp = await self.invoker.invoke(addr, RemotingCommand(code, {}, body), self.timeout_s)
+        _ok(resp, addr)
+        return resp
 
 
 async def check_client_config(

@@ -24,11 +24,10 @@ from rmq.clock import wall_ms
 from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import Connection
 from rmq.consumer.broker_calls import (
+    QueueLocker,
     check_client_config,
     delay_level_for,
-    lock_batch,
     send_back,
-    unlock_batch,
 )
 from rmq.consumer.commit_window import QueueWindow
 from rmq.consumer.config import RETRY_PREFIX, ConsumerConfig, MessageListener, MessageModel
@@ -519,6 +518,9 @@ class PushConsumer:
             task.add_done_callback(self._side_tasks.discard)
 
     # orderly locks -----------------------------------------------------------------------------
+    def _locker(self) -> QueueLocker:
+        return QueueLocker(self._client, self.config.group, self.client_id)
+
     async def _lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
         by_broker: dict[str, list[MessageQueue]] = {}
         for mq in mqs:
@@ -529,7 +531,7 @@ class PushConsumer:
             if addr is None:
                 continue
             try:
-                locked |= await lock_batch(self._client, addr, self.config.group, self.client_id, group)
+                locked |= await self._locker().lock(addr, group)
             except RocketMQError as exc:
                 log.warning("group %s: locking queues on %s failed: %s", self.config.group, broker, exc)
         return locked
@@ -554,7 +556,7 @@ class PushConsumer:
             if addr is None:
                 continue
             try:
-                await unlock_batch(self._client, addr, self.config.group, self.client_id, group)
+                await self._locker().unlock(addr, group)
             except RocketMQError as exc:
                 log.warning("group %s: unlocking on %s failed: %s", self.config.group, broker, exc)
 

@@ -7,7 +7,7 @@ import pytest
 from devbroker import DevCluster
 from devbroker.locks import LOCK_MAX_LIVE_S, QueueLocks
 from rmq.codes import RequestCode, ResponseCode
-from rmq.consumer.broker_calls import lock_batch, unlock_batch
+from rmq.consumer.broker_calls import QueueLocker
 from rmq.errors import BrokerError
 from rmq.message import MessageQueue
 from rmq.pool import RemotingClient
@@ -36,10 +36,11 @@ def test_a_lock_is_exclusive_renewable_and_lapses() -> None:
 
 async def test_lock_and_unlock_over_the_wire(cluster: DevCluster, client: RemotingClient) -> None:
     addr = cluster.brokers["broker-a"].addr
-    assert await lock_batch(client, addr, "G", "c1", MQS[:2]) == set(MQS[:2])
-    assert await lock_batch(client, addr, "G", "c2", MQS) == {MQS[2]}
-    await unlock_batch(client, addr, "G", "c1", MQS[:1])
-    assert await lock_batch(client, addr, "G", "c2", MQS[:1]) == {MQS[0]}
+    c1, c2 = QueueLocker(client, "G", "c1"), QueueLocker(client, "G", "c2")
+    assert await c1.lock(addr, MQS[:2]) == set(MQS[:2])
+    assert await c2.lock(addr, MQS) == {MQS[2]}
+    await c1.unlock(addr, MQS[:1])
+    assert await c2.lock(addr, MQS[:1]) == {MQS[0]}
     assert cluster.brokers["broker-a"].locks.owner("G", MQS[1]) == "c1"
 
 
@@ -49,4 +50,4 @@ async def test_a_bad_lock_body_is_refused(cluster: DevCluster, client: RemotingC
     assert resp.code == ResponseCode.SYSTEM_ERROR
     assert "bad lock request body" in (resp.remark or "")
     with pytest.raises(BrokerError, match="bad lock request body"):
-        await lock_batch(client, addr, "", "c1", [])  # as above, through the client: a typed error
+        await QueueLocker(client, "", "c1").lock(addr, [])  # as above, through the client: a typed error
