@@ -228,21 +228,23 @@ def disk_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
 
 
-ROWS = (  # printed label, result key, unit
-    ("fill, retry store (spool_many)", "retry_fill", "msg/s"),
-    ("fill, delay store (schedule_many)", "delay_fill", "msg/s"),
-    ("open both stores in-process", "open_s", "s"),
-    ("serve: exec to /healthz 200", "healthz_s", "s"),
-    ("serve: exec to first send answered", "send_s", "s"),
-    ("serve: VmRSS when ready", "rss_ready_mb", "MB"),
-    (f"serve: VmRSS after {SENDS} sends", "rss_after_sends_mb", "MB"),
-    ("serve: peak VmHWM", "rss_peak_mb", "MB"),
-    ("retry seek tick", "retry_tick_us", "us"),
-    ("delay seek tick", "delay_tick_us", "us"),
-    ("spool p99, right after open", "opened_p99_ms", "ms"),
-    ("spool p99, no compaction", "quiet_p99_ms", "ms"),
-    ("spool p99, compaction of every CF running", "busy_p99_ms", "ms"),
-)
+# printed label | result key | unit
+TABLE = f"""
+fill, retry store (spool_many)            | retry_fill         | msg/s
+fill, delay store (schedule_many)         | delay_fill         | msg/s
+open both stores in-process               | open_s             | s
+serve: exec to /healthz 200               | healthz_s          | s
+serve: exec to first send answered        | send_s             | s
+serve: VmRSS when ready                   | rss_ready_mb       | MB
+serve: VmRSS after {SENDS} sends           | rss_after_sends_mb | MB
+serve: peak VmHWM                         | rss_peak_mb        | MB
+retry seek tick                           | retry_tick_us      | us
+delay seek tick                           | delay_tick_us      | us
+spool p99, right after open               | opened_p99_ms      | ms
+spool p99, no compaction                  | quiet_p99_ms       | ms
+spool p99, compaction of every CF running | busy_p99_ms        | ms
+"""
+ROWS = [tuple(cell.strip() for cell in row.split("|")) for row in TABLE.strip().splitlines()]
 
 
 def line(label: str, anchor: float, big: float, unit: str) -> None:
