@@ -85,7 +85,7 @@ class EdgeMiddleware:
     ) -> None:
         """A hot route without Starlette's router, request and response objects (issue 18): the same
         guards (checked before), limits, answers and counting as the slow path, fewer objects per request."""
-        status = 500
+        status, started = 500, False
         try:
             chunks: list[bytes] = []
             received = 0
@@ -108,9 +108,15 @@ class EdgeMiddleware:
             )
             raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
             raw += [(b"content-length", b"%d" % len(payload)), (b"content-type", media.encode("latin-1"))]
-            status = answer
+            status, started = answer, True
             await send({"type": "http.response.start", "status": answer, "headers": raw})
             await send({"type": "http.response.body", "body": payload})
+        except Exception:
+            # What Starlette's ServerErrorMiddleware did before the edge was outermost: a 500 (unless the
+            # answer had begun), never a 2xx; the server logs the exception.
+            if not started:
+                await _answer(send, _Refusal(500, "Internal Server Error", "the request failed", "", {}))
+            raise
         finally:
             self._count_as(scope["path"], status)
 

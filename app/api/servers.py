@@ -60,6 +60,7 @@ class HttpServer:
             self._app,
             lifespan="off",
             ws="none",
+            proxy_headers=False,  # applied behind the edge, on the routes that are not hot (app.api.http)
             log_config=None,
             access_log=False,
             timeout_graceful_shutdown=max(int(self._grace_s), 1),

@@ -26,7 +26,7 @@ _VARYING = {
 
 
 def edge_of(stack: Stack) -> EdgeMiddleware:
-    node: Any = stack.service.http._app.middleware_stack  # built by the first request
+    node: Any = stack.service.http._app.edge
     while not isinstance(node, EdgeMiddleware):
         node = node.app
     return node
