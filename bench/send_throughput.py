@@ -94,16 +94,8 @@ def main() -> None:
     parser.add_argument(
         "--java-ctl", type=Path, default=DEFAULT_CTL, help="real-broker.sh, for the Java anchor"
     )
-    add_options(
-        parser,
-        java_quantity=300_000,
-        size=256,
-        singles=60_000,
-        concurrency=64,
-        batches=2000,
-        batch_size=100,
-        no_devbroker=False,
-    )
+    add_options(parser, java_quantity=300_000, size=256, singles=60_000, concurrency=64)
+    add_options(parser, batches=2000, batch_size=100, no_devbroker=False)
     args = parser.parse_args()
     print(f"send throughput, {args.size} B bodies; {environment()}")
     rows: list[Row] = []
