@@ -106,3 +106,23 @@ async def test_the_hot_routes_do_not_go_through_the_router(make_stack: Any) -> N
         assert sorted(m.body for m in stack.stored("T")) == [b"x", b"y"]
         labels = {"api": "http", "route": "/v1/messages", "code": "200"}
         assert stack.service.metrics.registry.get_sample_value("rocksidecar_requests_total", labels) == 1
+
+
+async def test_a_hot_route_that_raises_answers_500_never_2xx(make_stack: Any) -> None:
+    """The edge runs before FastAPI's ServerErrorMiddleware: a failure inside a hot route must still be
+    a 500 (problem+json), counted as one."""
+
+    async def broken(scope: Any, headers: Any, body: bytes) -> Any:
+        raise RuntimeError("store exploded")
+
+    async with make_stack() as stack:
+        await stack.http.get("/healthz")
+        edge = edge_of(stack)
+        edge.fast = {**edge.fast, "/v1/messages": broken}
+        r = await stack.http.post("/v1/messages", content=b'{"topic": "T", "body": "x"}', headers=JSON)
+        assert r.status_code == 500
+        assert r.headers["content-type"] == "application/problem+json"
+        assert r.json()["status"] == 500
+        labels = {"api": "http", "route": "/v1/messages", "code": "500"}
+        assert stack.service.metrics.registry.get_sample_value("rocksidecar_requests_total", labels) == 1
+        assert stack.stored("T") == []
