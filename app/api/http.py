@@ -6,6 +6,7 @@ Every error leaves as application/problem+json naming the field; OpenAPI is publ
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -166,9 +167,10 @@ def create_app(
     single = limits.max_body_bytes * 4 // 3 + 1024 * 1024  # base64 plus room for the JSON around it
     ops = Operations(sidecar, limits, batch_limit, metrics, now_ms, HTTP_FIELDS)
     api = Api(sidecar, limits, batch_limit, metrics, readiness, idempotency, now_ms, ops)
-    # X-Forwarded-For from a proxy on loopback, as uvicorn would apply it (the server leaves it to us,
-    # so that the hot routes, which never read the client address, skip it).
-    inner = cast(ASGIApp, ProxyHeadersMiddleware(functools.partial(FastAPI.__call__, app), "127.0.0.1"))
+    # X-Forwarded-For from a trusted proxy, as uvicorn would apply it (the server leaves it to us, so
+    # that the hot routes, which never read the client address, skip it); uvicorn's own setting.
+    trusted = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+    inner = cast(ASGIApp, ProxyHeadersMiddleware(functools.partial(FastAPI.__call__, app), trusted))
     stack: ASGIApp = EdgeMiddleware(
         inner,
         metrics=metrics,
