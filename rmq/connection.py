@@ -33,6 +33,9 @@ class Connection(asyncio.Protocol):
         self._on_request = on_request
         self._on_close = on_close
         self._transport: asyncio.Transport | None = None
+        # The loop the connection lives on, kept: asyncio.get_running_loop() costs a getpid() system
+        # call on Python 3.11, and a send would make three.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._decoder = FrameDecoder()
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._opaque = itertools.count(1)
@@ -46,6 +49,7 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have the same methods.
         self._transport = cast(asyncio.Transport, transport)
+        self._loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -84,7 +88,7 @@ class Connection(asyncio.Protocol):
         """Send a request and wait for its response, at most ``timeout_s`` seconds."""
         transport = self._writable()
         cmd.opaque = next(self._opaque)
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[cmd.opaque] = fut
         timer = loop.call_later(timeout_s, self._expire, cmd.opaque, timeout_s)
@@ -130,7 +134,7 @@ class Connection(asyncio.Protocol):
         # Many concurrent requests would cost one send() syscall each; gather those of one loop
         # iteration into a single write.
         if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush, transport)
+            (self._loop or asyncio.get_running_loop()).call_soon(self._flush, transport)
         self._out.append(frame)
 
     def _flush(self, transport: asyncio.Transport) -> None:

@@ -67,14 +67,15 @@ class RemotingClient:
             del self._conns[conn.addr]
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
         conn = self._conns.get(addr)
-        if conn is None or conn.is_closed:
+        if conn is None or conn.is_closed:  # connecting spends part of the timeout
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
             conn = await self.connection(addr, timeout_s)
+            timeout_s = max(deadline - loop.time(), 0.001)
         if self._credentials is not None:
             sign(cmd, self._credentials)
-        return await conn.invoke(cmd, max(deadline - loop.time(), 0.001))
+        return await conn.invoke(cmd, timeout_s)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         conn = await self.connection(addr)
