@@ -35,7 +35,7 @@ def _month_bounds_ms(now_ms: int) -> tuple[int, int]:
 
 
 class UniqIdGenerator:
-    __slots__ = ("_counter", "_month_end", "_month_start", "_now_ms", "_prefix")
+    __slots__ = ("_counter", "_month_end", "_month_start", "_now_ms", "_prefix", "_stamp", "_stamp_ms")
 
     def __init__(
         self,
@@ -51,14 +51,18 @@ class UniqIdGenerator:
         self._counter = itertools.count(random.getrandbits(15))
         self._now_ms = now_ms
         self._month_start = self._month_end = 0
+        # prefix + time part of the last millisecond seen: a batch's ids share it, formatted once
+        self._stamp_ms = -1
+        self._stamp = ""
 
     def next_id(self) -> str:
         now = self._now_ms()
-        if now >= self._month_end or now < self._month_start - 1000:
-            self._month_start, self._month_end = _month_bounds_ms(now)
-        diff = max(now - self._month_start, 0)  # a small backwards step (NTP) reads as 0, as in Java
-        counter = next(self._counter) & 0xFFFF
-        return self._prefix + f"{diff & 0xFFFFFFFF:08X}{counter:04X}"
+        if now != self._stamp_ms:
+            if now >= self._month_end or now < self._month_start - 1000:
+                self._month_start, self._month_end = _month_bounds_ms(now)
+            diff = max(now - self._month_start, 0)  # a small backwards step (NTP) reads as 0, as in Java
+            self._stamp_ms, self._stamp = now, self._prefix + f"{diff & 0xFFFFFFFF:08X}"
+        return self._stamp + f"{next(self._counter) & 0xFFFF:04X}"
 
 
 _default = UniqIdGenerator()

@@ -21,17 +21,17 @@ _OUTCOME_FIELDS = (
 
 
 def outcome_view(o: Outcome, index: int | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {} if index is None else {"index": index}
     if o.status is Status.SENT:  # the common case, built directly: one per message of a batch
-        out.update(
-            id=o.id,
-            status="SENT",
-            broker=o.broker,
-            queueId=o.queue_id,
-            queueOffset=o.queue_offset,
-            msgId=o.offset_msg_id,
-        )
-        return out
+        sent = {
+            "id": o.id,
+            "status": "SENT",
+            "broker": o.broker,
+            "queueId": o.queue_id,
+            "queueOffset": o.queue_offset,
+            "msgId": o.offset_msg_id,
+        }
+        return sent if index is None else {"index": index, **sent}
+    out: dict[str, Any] = {} if index is None else {"index": index}
     out["id"], out["status"] = o.id, o.status.value
     for attr, key in _OUTCOME_FIELDS:
         value = getattr(o, attr)

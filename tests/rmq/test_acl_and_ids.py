@@ -52,3 +52,7 @@ def test_uniq_key_layout() -> None:
         int(dt.datetime(2026, 12, 1).astimezone().timestamp() * 1000) + 5
     )  # a new month restarts the diff
     assert gen.next_id()[20:28] == "00000005"
+    now[0] += 1  # the time part is formatted once per millisecond: a new one must show
+    assert gen.next_id()[20:28] == "00000006"
+    now[0] -= 2  # a small step back (NTP) within the month: its own, smaller time part
+    assert gen.next_id()[20:28] == "00000004"
