@@ -236,14 +236,8 @@ def prepare(spec: SpecLike, limits: Limits, now_ms: int, names: FieldNames = HTT
     properties = dict(spec.properties)
     if spec.body is not None and not isinstance(spec.body, str):
         properties.setdefault(CONTENT_TYPE_PROPERTY, JSON_CONTENT_TYPE)
-    message = Message(
-        spec.topic,
-        body,
-        tags=spec.tags or None,
-        keys=tuple(spec.keys),
-        properties=properties,
-        id=new_uniq_id(),
-    )
+    # positional: topic, body, tags, keys, properties, flag, id (one per message of a batch)
+    message = Message(spec.topic, body, spec.tags or None, tuple(spec.keys), properties, 0, new_uniq_id())
     try:
         message.validate(limits.max_body_bytes)
     except InvalidMessageError as exc:

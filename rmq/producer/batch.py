@@ -158,14 +158,16 @@ class BatchSender:
                 outcomes[i] = exc
             return
         offset_ids = result.offset_msg_id.split(",")
+        offset_ids += [""] * (len(chunk) - len(offset_ids))  # a broker that named fewer: empty ids
+        # One SendResult per message of the chunk, positional (the hot loop of a batch): status, msg_id,
+        # offset_msg_id, queue, queue_offset, region_id, trace_on, attempts.
+        status, queue, first, region, trace, attempts = (
+            result.status,
+            result.queue,
+            result.queue_offset,
+            result.region_id,
+            result.trace_on,
+            result.attempts,
+        )
         for n, i in enumerate(chunk):
-            outcomes[i] = SendResult(
-                status=result.status,
-                msg_id=ids[i],
-                offset_msg_id=offset_ids[n] if n < len(offset_ids) else "",
-                queue=result.queue,
-                queue_offset=result.queue_offset + n,
-                region_id=result.region_id,
-                trace_on=result.trace_on,
-                attempts=result.attempts,
-            )
+            outcomes[i] = SendResult(status, ids[i], offset_ids[n], queue, first + n, region, trace, attempts)
