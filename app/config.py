@@ -175,6 +175,13 @@ SETTINGS: tuple[Setting, ...] = (
         "fault_tolerance", _bool, True, "Back off from slow or failing brokers (latency fault tolerance)."
     ),
     Setting(
+        "coalesce_sends",
+        _bool,
+        True,
+        "Send the single messages that arrive together (same event-loop turn) as one broker batch; each "
+        "still gets its own answer. Off: one broker request per message.",
+    ),
+    Setting(
         "queue_selector",
         _choice(*SelectorName),
         "round_robin",
@@ -257,6 +264,7 @@ class Settings:
     send_timeout_ms: int = 3000
     retry_times: int = 2
     fault_tolerance: bool = True
+    coalesce_sends: bool = True
     queue_selector: str = "round_robin"
     environment_index: int = 0
     zone: str = ""

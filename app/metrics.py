@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from rmq.producer import BrokerState
@@ -142,6 +142,26 @@ class StateCollector(Collector):
             ),
         ):
             yield GaugeMetricFamily(f"rocksidecar_{name}", help_text, value=float(stats.get(name, 0.0)))
+
+
+class CoalesceCollector(Collector):
+    """How the API's single sends were coalesced into broker batches (counters read at scrape time)."""
+
+    def __init__(self, counts: Callable[[], tuple[int, int]]) -> None:
+        self._counts = counts  # (batches of two or more, messages in them)
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        batches, messages = self._counts()
+        yield CounterMetricFamily(
+            "rocksidecar_coalesced_batches",
+            "Broker batches made of single sends that arrived together (coalesce_sends).",
+            value=batches,
+        )
+        yield CounterMetricFamily(
+            "rocksidecar_coalesced_messages",
+            "Single sends that went to the broker in a coalesced batch; the rest went alone.",
+            value=messages,
+        )
 
 
 # (subscription, topic, broker, queue id, lag, in flight) of each owned queue; and rebalances done.

@@ -32,7 +32,7 @@ from app.events import OpsEvents
 from app.history import SAMPLE_EVERY_S, History
 from app.idempotency import IdempotencyStore
 from app.lookups import DelayLookup, RetryLookup
-from app.metrics import ConsumerCollector, Metrics, StateCollector
+from app.metrics import CoalesceCollector, ConsumerCollector, Metrics, StateCollector
 from app.readiness import Readiness, disk_draining
 from app.request import Limits
 from app.shutdown import close_delivery
@@ -49,6 +49,8 @@ from retry.recovery import RecoveryReplay, RoundResult
 from rmq import BrokerApi, Credentials, NameServerClient, RemotingClient
 from rmq.client_instance import ClientInstance
 from rmq.producer import Producer, ProducerConfig, SelectorName
+from rmq.producer.coalesce import CoalescingSender
+from rmq.sender import Sender
 from storage.clock import wall_ms
 from storage.errors import StorageError, StoreLockedError
 from storage.group_commit import GroupCommitWriter
@@ -171,8 +173,13 @@ class Service:
                 self.producer, self.retry, self.kv, self.writer, policy_for=s.retry_policy,
                 now_ms=self.retry.now_ms, inner_topic=s.dmq_inner_topic, fallback=delay_lookup,
             )  # fmt: skip
+        # The API's single sends go through the coalescer; the replay and delay loops batch on their own.
+        self.sender: Sender = self.producer
+        if s.coalesce_sends:
+            coalescer = self.sender = CoalescingSender(self.producer)
+            self.metrics.add_state(CoalesceCollector(lambda: (coalescer.batches, coalescer.coalesced)))
         self.sidecar = Sidecar(
-            self.producer,
+            self.sender,
             self.retry,
             policy_for=s.retry_policy,
             delay=self.forwarder or self.delay,

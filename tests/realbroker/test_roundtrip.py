@@ -1,5 +1,5 @@
 """10 000 messages to explicit queues on both real brokers, singly and in batches, pulled back and
-compared field by field (issue 2)."""
+compared field by field (issue 2); and single sends coalesced into batches (issue 18)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import asyncio
 import random
 
 from rmq import BrokerApi, Message, MessageQueue, NameServerClient, RemotingClient, new_uniq_id
+from rmq.producer import Producer, ProducerConfig
+from rmq.producer.coalesce import CoalescingSender
 from tests.realbroker.conftest import create_topic_everywhere, pull_all, unique_topic
 
 SINGLES = 5000
@@ -82,3 +84,48 @@ async def test_ten_thousand_messages_round_trip(namesrv_addr: str, client: Remot
         assert m.tags == sent.tags and m.keys == sent.keys and m.uniq_key == sent.id
         assert m.user_properties == dict(sent.properties), m.properties
         assert m.offset_msg_id.startswith("7F000001")
+
+
+async def test_coalesced_single_sends_are_stored_whole_at_their_callers_offsets(
+    namesrv_addr: str, client: RemotingClient
+) -> None:
+    """64 concurrent callers, each sending single messages through the coalescer (issue 18): RocketMQ
+    4.9.4 stores every message once, with its own fields, at the queue and offset its caller was told."""
+    ns = NameServerClient(client, namesrv_addr)
+    api = BrokerApi(client, producer_group="rs_coalesce")
+    topic = unique_topic("RsCoalesce")
+    route = await create_topic_everywhere(ns, api, topic)
+    producer = Producer(ns, api, ProducerConfig(group="rs_coalesce"))
+    await producer.start()
+    sender = CoalescingSender(producer)
+    rng = random.Random(7)
+    expected: dict[tuple[str, int, int], Message] = {}
+
+    async def caller(c: int) -> None:
+        for n in range(40):
+            msg = make_message(rng, topic, c * 100 + n)
+            key = f"order-{c % 5}" if c % 2 else None
+            res = await sender.send(msg, sharding_key=key, validated=True)
+            assert res.msg_id == msg.id
+            expected[(res.queue.broker_name, res.queue.queue_id, res.queue_offset)] = msg
+
+    try:
+        await asyncio.gather(*(caller(c) for c in range(64)))
+    finally:
+        await producer.close()
+    assert len(expected) == 64 * 40 and sender.batches > 0
+    assert sender.coalesced > len(expected) // 2  # most went in batches
+    pulled = await pull_all(api, route, topic, "rs_coalesce_check")
+    assert len(pulled) == len(expected)
+    addrs = {b.broker_name: route.master_addr(b.broker_name) for b in route.broker_datas}
+    for m in pulled:
+        broker = next(name for name, addr in addrs.items() if m.store_host == addr)
+        sent = expected[(broker, m.queue_id, m.queue_offset)]
+        assert (m.body, m.flag, m.tags, m.keys, m.uniq_key) == (
+            sent.body,
+            sent.flag,
+            sent.tags,
+            sent.keys,
+            sent.id,
+        )
+        assert m.user_properties == dict(sent.properties)

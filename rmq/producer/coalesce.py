@@ -1,0 +1,105 @@
+"""Coalescing: single sends asked for in the same event-loop turn go out together as SEND_BATCH_MESSAGE.
+
+Why: a broker spends far more CPU on a request than on a message. RocketMQ 4.9.4 on two shared cores
+spends about 120 us per single send and a few us per message of a batch; our client's per-request work
+(frame, header codec, future) is paid once per batch too. A sidecar's concurrent callers (its HTTP and
+gRPC connections) each send one message, so one batch per loop turn serves them all.
+
+No timer, no added wait: the flush is queued behind the callbacks that are already due in this turn, so
+a lone caller's message leaves one loop turn later, and callers that arrive together leave together.
+
+What each caller still gets: its own SendResult (its own UNIQ_KEY, its offset) or the typed error a single
+send raises; a message with a sharding key still goes to its key's queue; one caller's sends, each
+awaited before the next, keep their order. What differs: messages coalesced together share one queue,
+chosen and retried as for a single send, and consecutive offsets there. A batch the broker refuses as a
+whole with a final error (say MESSAGE_ILLEGAL) is sent again message by message, so that a bad message
+fails only itself. Bodies a single send would compress are sent alone: the batch format compresses none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from rmq.broker import DEFAULT_COMPRESS_OVER_BYTES
+from rmq.errors import RocketMQError, is_final
+from rmq.message import Message
+from rmq.result import SendResult
+from rmq.sender import Sender
+
+_Waiter = tuple[Message, str | None, "asyncio.Future[SendResult]"]
+
+
+class CoalescingSender:
+    """A Sender that coalesces concurrent ``send`` calls into batches of the wrapped Sender."""
+
+    def __init__(self, inner: Sender, *, compress_over_bytes: int = DEFAULT_COMPRESS_OVER_BYTES) -> None:
+        self.inner = inner
+        self.send_batch = inner.send_batch  # a batch is already one request
+        self._compress_over = compress_over_bytes
+        self._pending: list[_Waiter] = []
+        self._tasks: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references
+        self.batches = 0  # coalesced batches sent (two or more messages), for tests and metrics
+        self.coalesced = 0  # messages that went in them
+
+    async def send(
+        self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
+    ) -> SendResult:
+        if not validated or (self._compress_over and len(msg.body) > self._compress_over):
+            return await self.inner.send(msg, sharding_key=sharding_key, validated=validated)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[SendResult] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._flush)
+        self._pending.append((msg, sharding_key, future))
+        return await future
+
+    def _flush(self) -> None:
+        waiters, self._pending = self._pending, []
+        job = self._one(waiters[0]) if len(waiters) == 1 else self._many(waiters)
+        task = asyncio.get_running_loop().create_task(job)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _one(self, waiter: _Waiter) -> None:
+        msg, key, future = waiter
+        try:
+            result = await self.inner.send(msg, sharding_key=key, validated=True)
+        except BaseException as exc:  # the caller's await raises it, whatever it is
+            _settle(future, exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            _settle(future, result)
+
+    async def _many(self, waiters: list[_Waiter]) -> None:
+        self.batches += 1
+        self.coalesced += len(waiters)
+        try:
+            outcomes = await self.inner.send_batch(
+                [m for m, _, _ in waiters], [k for _, k, _ in waiters], validated=True
+            )
+        except BaseException as exc:
+            for _, _, future in waiters:
+                _settle(future, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        alone: list[_Waiter] = []
+        for waiter, outcome in zip(waiters, outcomes, strict=True):
+            if isinstance(outcome, RocketMQError) and is_final(outcome):
+                alone.append(waiter)  # maybe another message's fault: find out by sending it alone
+            else:
+                _settle(waiter[2], outcome)
+        if alone:
+            await asyncio.gather(*(self._one(w) for w in alone))
+
+
+def _settle(future: asyncio.Future[SendResult], outcome: SendResult | BaseException) -> None:
+    if future.done():  # the caller was cancelled; the message went anyway, as a started send would
+        return
+    if isinstance(outcome, asyncio.CancelledError):
+        future.cancel()
+    elif isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)

@@ -1,0 +1,203 @@
+"""CoalescingSender (issue 18): single sends of one loop turn go out as one batch, and each caller still
+gets exactly what a single send would have given it: its own result, or its own error."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from devbroker import DevCluster
+from rmq import Message, MessageQueue, RemotingClient, RocketMQError, SendFailed, SendResult, SendStatus
+from rmq.codes import ResponseCode
+from rmq.errors import for_code
+from rmq.msgid import new_uniq_id
+from rmq.producer.coalesce import CoalescingSender
+from tests.fakes import FakeClock
+from tests.rmq.producer.test_producer_devbroker import TOPIC, make_producer
+
+
+class Recorder:
+    """A Sender that records its calls; a message whose body is in ``refuse`` poisons the whole batch it
+    is in with ``code`` (as a broker refusing a batch does) and fails alone the same way."""
+
+    def __init__(
+        self, refuse: frozenset[bytes] = frozenset(), code: int = ResponseCode.MESSAGE_ILLEGAL
+    ) -> None:
+        self.refuse = refuse
+        self.code = code
+        self.singles: list[Message] = []
+        self.batches: list[list[Message]] = []
+        self.keys: list[list[str | None]] = []
+        self.offset = 0
+
+    def _result(self, msg: Message) -> SendResult:
+        self.offset += 1
+        return SendResult(SendStatus.SEND_OK, msg.id or "", "", MessageQueue(msg.topic, "b", 0), self.offset)
+
+    async def send(
+        self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
+    ) -> SendResult:
+        self.singles.append(msg)
+        if msg.body in self.refuse:
+            raise for_code(self.code, "refused")
+        return self._result(msg)
+
+    async def send_batch(
+        self, messages: Sequence[Message], sharding_keys: Sequence[str | None] | None = None, **_: object
+    ) -> list[SendResult | RocketMQError]:
+        self.batches.append(list(messages))
+        self.keys.append(list(sharding_keys or [None] * len(messages)))
+        if any(m.body in self.refuse for m in messages):
+            failed = SendFailed("batch refused", [], for_code(self.code, "refused"))
+            return [failed for _ in messages]
+        return [self._result(m) for m in messages]
+
+
+def messages(n: int, size: int = 8) -> list[Message]:
+    return [Message("T", f"m{i}".encode().ljust(size, b"."), id=new_uniq_id()) for i in range(n)]
+
+
+async def test_sends_of_one_turn_become_one_batch_and_each_caller_gets_its_own_result() -> None:
+    inner = Recorder()
+    sender = CoalescingSender(inner)
+    msgs = messages(20)
+    keys = [None if i % 2 else f"k{i}" for i in range(20)]
+    results = await asyncio.gather(
+        *(sender.send(m, sharding_key=k, validated=True) for m, k in zip(msgs, keys, strict=True))
+    )
+    assert inner.singles == [] and inner.batches == [msgs] and inner.keys == [keys]
+    assert [r.msg_id for r in results] == [m.id for m in msgs]
+    assert [r.queue_offset for r in results] == list(range(1, 21))
+    assert (sender.batches, sender.coalesced) == (1, 20)
+
+
+async def test_a_lone_send_goes_as_a_single_send() -> None:
+    inner = Recorder()
+    sender = CoalescingSender(inner)
+    (msg,) = messages(1)
+    result = await sender.send(msg, validated=True)
+    assert inner.singles == [msg] and inner.batches == [] and result.msg_id == msg.id
+    assert (sender.batches, sender.coalesced) == (0, 0)
+
+
+async def test_sends_of_later_turns_go_in_later_batches() -> None:
+    inner = Recorder()
+    sender = CoalescingSender(inner)
+    first, second = messages(3), messages(3)
+    a = asyncio.gather(*(sender.send(m, validated=True) for m in first))
+    await asyncio.sleep(0)  # the first turn's flush is queued; what comes now belongs to the next one
+    await asyncio.sleep(0)
+    b = asyncio.gather(*(sender.send(m, validated=True) for m in second))
+    await asyncio.gather(a, b)
+    assert inner.batches == [first, second]
+
+
+async def test_a_batch_refused_for_one_message_is_sent_again_one_by_one() -> None:
+    msgs = messages(5)
+    inner = Recorder(refuse=frozenset({msgs[2].body}))
+    sender = CoalescingSender(inner)
+    outcomes = await asyncio.gather(*(sender.send(m, validated=True) for m in msgs), return_exceptions=True)
+    assert inner.batches == [msgs] and inner.singles == msgs  # every one tried alone: only #2 fails
+    assert [isinstance(o, SendResult) for o in outcomes] == [True, True, False, True, True]
+    failed = outcomes[2]
+    assert isinstance(failed, RocketMQError) and failed.code == ResponseCode.MESSAGE_ILLEGAL
+
+
+async def test_a_batch_that_may_succeed_later_fails_every_caller_without_a_second_try() -> None:
+    msgs = messages(4)
+    inner = Recorder(refuse=frozenset({msgs[0].body}), code=ResponseCode.SYSTEM_BUSY)
+    sender = CoalescingSender(inner)
+    outcomes = await asyncio.gather(*(sender.send(m, validated=True) for m in msgs), return_exceptions=True)
+    assert inner.singles == []  # retriable: the caller's own failure handling (the retry store) takes it
+    assert all(isinstance(o, SendFailed) and o.retriable for o in outcomes)
+
+
+async def test_bodies_a_single_send_compresses_and_unvalidated_messages_are_not_coalesced() -> None:
+    inner = Recorder()
+    sender = CoalescingSender(inner, compress_over_bytes=64)
+    small, big = messages(1)[0], messages(1, size=65)[0]
+    unchecked = messages(1)[0]
+    await asyncio.gather(
+        sender.send(small, validated=True), sender.send(big, validated=True), sender.send(unchecked)
+    )
+    assert inner.batches == [] and inner.singles == [big, unchecked, small]
+
+
+async def test_a_cancelled_caller_leaves_the_others_their_results() -> None:
+    inner = Recorder()
+    sender = CoalescingSender(inner)
+    msgs = messages(3)
+    tasks = [asyncio.create_task(sender.send(m, validated=True)) for m in msgs]
+    await asyncio.sleep(0)  # all three are queued
+    tasks[1].cancel()
+    done = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(done[1], asyncio.CancelledError)
+    assert [r.msg_id for r in (done[0], done[2])] == [msgs[0].id, msgs[2].id]  # type: ignore[union-attr]
+    assert inner.batches == [msgs]  # a send asked for goes, as a started single send would
+
+
+async def test_an_unexpected_error_reaches_every_caller() -> None:
+    class Broken(Recorder):
+        async def send_batch(self, *a: object, **k: object) -> list[SendResult | RocketMQError]:
+            raise OSError("bug below")
+
+    sender = CoalescingSender(Broken())
+    outcomes = await asyncio.gather(
+        *(sender.send(m, validated=True) for m in messages(3)), return_exceptions=True
+    )
+    assert all(isinstance(o, OSError) for o in outcomes)
+
+
+async def test_devbroker_stores_each_coalesced_message_whole_at_the_offset_its_caller_was_given(
+    cluster: DevCluster, client: RemotingClient
+) -> None:
+    producer = await make_producer(cluster, client, FakeClock())
+    sender = CoalescingSender(producer)
+    msgs = [
+        Message(
+            TOPIC,
+            f"body {i}".encode(),
+            tags=f"t{i}",
+            keys=(f"k{i}",),
+            properties={"n": str(i)},
+            id=new_uniq_id(),
+        )
+        for i in range(40)
+    ]
+    keys = [None] * 30 + ["order-7"] * 10
+    results = await asyncio.gather(
+        *(sender.send(m, sharding_key=k, validated=True) for m, k in zip(msgs, keys, strict=True))
+    )
+    assert (sender.batches, sender.coalesced) == (1, 40)
+    for msg, result in zip(msgs, results, strict=True):
+        assert result.status is SendStatus.SEND_OK and result.msg_id == msg.id
+        broker = cluster.brokers[result.queue.broker_name]
+        stored = {m.queue_offset: m for m in broker.messages(TOPIC, result.queue.queue_id)}
+        got = stored[result.queue_offset]
+        assert (got.body, got.tags, got.keys, got.uniq_key, got.properties["n"]) == (
+            msg.body, msg.tags, msg.keys, msg.id, msg.properties["n"]
+        )  # fmt: skip
+    keyed = results[30:]
+    assert len({r.queue for r in keyed}) == 1  # one key, one queue, in the callers' order
+    assert [r.queue_offset for r in keyed] == list(range(keyed[0].queue_offset, keyed[0].queue_offset + 10))
+
+
+async def test_devbroker_refusing_the_batch_fails_only_the_bad_message(
+    cluster: DevCluster, client: RemotingClient
+) -> None:
+    producer = await make_producer(cluster, client, FakeClock())
+    sender = CoalescingSender(producer)
+    # Passes the client's property limit (32 767 bytes with the ids it adds) but not the broker's, which
+    # counts the CLUSTER property it appends: MESSAGE_ILLEGAL, alone or in a batch.
+    bad = Message(TOPIC, b"too much", properties={"p": "x" * 32_710}, id=new_uniq_id())
+    bad.validate()
+    ok = [Message(TOPIC, f"fine {i}".encode(), id=new_uniq_id()) for i in range(4)]
+    outcomes = await asyncio.gather(
+        *(sender.send(m, validated=True) for m in [*ok, bad]), return_exceptions=True
+    )
+    assert sender.batches == 1
+    refused = outcomes[-1]
+    assert isinstance(refused, RocketMQError) and refused.final, refused
+    assert all(isinstance(o, SendResult) and o.status is SendStatus.SEND_OK for o in outcomes[:-1])
+    stored = [m.body for broker in cluster.brokers.values() for m in broker.messages(TOPIC)]
+    assert sorted(stored) == sorted(m.body for m in ok)  # each once, the bad one never
