@@ -115,10 +115,32 @@ class EdgeMiddleware:
             # What Starlette's ServerErrorMiddleware did before the edge was outermost: a 500 (unless the
             # answer had begun), never a 2xx; the server logs the exception.
             if not started:
-                await _answer(send, _Refusal(500, "Internal Server Error", "the request failed", "", {}))
+                await _answer(send, INTERNAL_ERROR)
             raise
         finally:
-            self._count_as(scope["path"], status)
+            self.count_as(scope["path"], status)
+
+    def admit(
+        self, method: str, path: str, raw_headers: list[tuple[bytes, bytes]]
+    ) -> tuple[FastRoute, dict[bytes, bytes]] | None:
+        """For the HTTP protocol's own hot path (app.api.hot_path): the hot route of a request that
+        passes every guard, with its headers by name. None sends the request the ASGI way: not a hot
+        route, refused (this edge answers the refusal there), or a body of unknown length, which the ASGI
+        way bounds while it streams in."""
+        route = self.fast.get(path) if method == "POST" else None
+        if route is None:
+            return None
+        scope = {"method": method, "path": path}
+        headers: dict[bytes, bytes] = {}
+        for name, value in raw_headers:
+            headers.setdefault(name, value)
+        if b"transfer-encoding" in headers or b"content-length" not in headers:
+            return None
+        try:
+            self._check(scope, headers, self.limits.get(path, self.default_limit))
+        except _Refusal:
+            return None
+        return route, headers
 
     def _check(self, scope: Scope, headers: dict[bytes, bytes], limit: int) -> None:
         """Refuse before routing: checked in this order so that a page on another origin learns nothing."""
@@ -195,9 +217,9 @@ class EdgeMiddleware:
             self._count(scope, CLIENT_CLOSED if gone and not answered else status)
 
     def _count(self, scope: Scope, status: int) -> None:
-        self._count_as(self._template(scope), status)
+        self.count_as(self._template(scope), status)
 
-    def _count_as(self, template: str, status: int) -> None:
+    def count_as(self, template: str, status: int) -> None:
         counter = self._counters.get((template, status))
         if counter is None:  # labels() costs a lock and a tuple per call: keep each child
             counter = self.metrics.requests.labels("http", template, str(status))
@@ -221,8 +243,15 @@ def _too_large(limit: int) -> _Refusal:
     return _Refusal(413, "Request too large", f"the request is larger than {limit} bytes", "body", _CLOSE)
 
 
+INTERNAL_ERROR = _Refusal(500, "Internal Server Error", "the request failed", "", {})
+
+
+def problem_body(r: _Refusal) -> bytes:
+    return orjson.dumps(problems.problem(r.status, r.title, r.detail, r.field))
+
+
 async def _answer(send: Send, r: _Refusal) -> None:
-    body = orjson.dumps(problems.problem(r.status, r.title, r.detail, r.field))
+    body = problem_body(r)
     raw = [
         (b"content-type", problems.PROBLEM_JSON.encode()),
         (b"content-length", str(len(body)).encode()),

@@ -14,7 +14,8 @@ import uvicorn
 from grpc_health.v1 import health
 
 from app.api.grpc import add_health_and_reflection
-from app.api.http_protocol import GuardedHttpTools
+from app.api.hot_path import HotPathHttp
+from app.api.middleware import EdgeMiddleware
 from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 
 
@@ -65,7 +66,11 @@ class HttpServer:
             access_log=False,
             timeout_graceful_shutdown=max(int(self._grace_s), 1),
             backlog=1024,
-            http=type("TimedHttp", (GuardedHttpTools,), {"read_timeout_s": self._read_timeout_s}),
+            http=type(
+                "SidecarHttp",
+                (HotPathHttp,),
+                {"read_timeout_s": self._read_timeout_s, "hot": _hot(self._app)},
+            ),
         )
         self._server = _Uvicorn(config)
         self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
@@ -82,6 +87,13 @@ class HttpServer:
         if server is not None and task is not None:
             server.should_exit = True
             await task
+
+
+def _hot(app: Any) -> EdgeMiddleware | None:
+    """The edge that the protocol answers the hot routes for (app.api.hot_path), unless something wraps
+    it (the access log must see every request)."""
+    edge = getattr(app, "edge", None)
+    return edge if isinstance(edge, EdgeMiddleware) else None
 
 
 def _check_free(host: str, port: int, api: str) -> None:

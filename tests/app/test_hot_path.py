@@ -1,0 +1,184 @@
+"""The hot routes answered by the HTTP protocol itself (app.api.hot_path, issue 18): no ASGI cycle for an
+admitted hot request, and everything HTTP/1.1 promises still holds on a raw socket: pipelined answers
+in order, ``Connection: close``, a client gone mid-body, a failing route, a graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from app.api.middleware import EdgeMiddleware
+from tests.app.conftest import Stack
+from tests.app.test_http_fast_path import edge_of
+
+ONE = b'{"topic": "Hot", "body": "x"}'
+
+
+def post(path: str, body: bytes, *extra: str) -> bytes:
+    head = [f"POST {path} HTTP/1.1", "host: 127.0.0.1", "content-type: application/json"]
+    head += [f"content-length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def get(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n".encode()
+
+
+async def read_answer(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    status_line = await reader.readline()
+    assert status_line, "the connection closed before an answer"
+    headers: dict[str, str] = {}
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return int(status_line.split()[1]), headers, body
+
+
+async def connect(stack: Stack) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", stack.service.http.port)
+
+
+class AsgiCalls:
+    """Stands in for the app's ASGI edge and records each request that takes the ASGI way."""
+
+    def __init__(self, edge: Any) -> None:
+        self.edge = edge
+        self.paths: list[str] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.paths.append(scope.get("path", ""))
+        await self.edge(scope, receive, send)
+
+
+def requests_counted(stack: Stack, route: str, code: int) -> float:
+    labels = {"api": "http", "route": route, "code": str(code)}
+    return stack.service.metrics.registry.get_sample_value("rocksidecar_requests_total", labels) or 0.0
+
+
+async def test_an_admitted_hot_request_takes_no_asgi_cycle_and_the_rest_do(stack: Stack) -> None:
+    app = stack.service.http._app
+    calls = AsgiCalls(app.edge)
+    app.edge = calls
+    hot = await stack.http.post("/v1/messages", content=ONE, headers={"content-type": "application/json"})
+    assert hot.status_code == 200 and hot.json()["status"] == "SENT"
+    assert calls.paths == []
+    refused = await stack.http.post("/v1/messages", content=ONE, headers={"content-type": "text/plain"})
+    assert refused.status_code == 415  # the guards refuse it the ASGI way, as before
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield ONE
+
+    chunked = await stack.http.post(
+        "/v1/messages", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert chunked.status_code == 200  # a body of unknown length is bounded the ASGI way
+    assert (await stack.http.get("/healthz")).status_code == 200
+    assert calls.paths == ["/v1/messages", "/v1/messages", "/healthz"]
+    assert [m.body for m in stack.stored("Hot")] == [b"x", b"x"]
+    assert requests_counted(stack, "/v1/messages", 200) == 2
+
+
+async def test_pipelined_requests_are_answered_in_order(stack: Stack) -> None:
+    reader, writer = await connect(stack)
+    batch = b'{"messages": [{"topic": "Hot", "body": "b1"}, {"topic": "Hot", "body": "b2"}]}'
+    writer.write(
+        post("/v1/messages", b'{"topic": "Hot", "body": "p1"}')
+        + get("/healthz")
+        + post("/v1/messages:batch", batch)
+        + post("/v1/messages", b'{"topic": "Hot", "body": "p2"}')
+        + post("/v1/messages", b'{"topic": "Hot", "body": "p3"}')
+    )
+    answers = [await read_answer(reader) for _ in range(5)]
+    writer.close()
+    assert [a[0] for a in answers] == [200] * 5
+    docs = [orjson.loads(a[2]) for a in answers]
+    assert docs[0]["status"] == "SENT" and docs[1] == {"status": "ok"} and docs[2]["sent"] == 2
+    assert docs[3]["status"] == "SENT" and docs[4]["status"] == "SENT"
+    by_id = {m.uniq_key: m.body for m in stack.stored("Hot")}
+    assert [by_id[docs[i]["id"]] for i in (0, 3, 4)] == [b"p1", b"p2", b"p3"]
+
+
+async def test_connection_close_is_answered_then_closed(stack: Stack) -> None:
+    reader, writer = await connect(stack)
+    writer.write(post("/v1/messages", ONE, "connection: close"))
+    status, headers, _ = await read_answer(reader)
+    assert status == 200 and headers["connection"] == "close"
+    assert await reader.read() == b""  # closed by the server
+    writer.close()
+
+
+async def test_a_client_gone_mid_body_is_counted_499_and_nothing_is_sent(stack: Stack) -> None:
+    _, writer = await connect(stack)
+    writer.write(post("/v1/messages", ONE)[:-5])
+    await writer.drain()
+    await stack.http.get("/healthz")  # the server has read the partial request by now
+    (reading,) = [c for c in stack.service.http._server.server_state.connections if c._reading is not None]
+    lost, connection_lost = asyncio.Event(), reading.connection_lost
+    reading.connection_lost = lambda exc: (connection_lost(exc), lost.set())
+    writer.transport.abort()
+    await lost.wait()
+    assert requests_counted(stack, "/v1/messages", 499) == 1
+    assert stack.stored("Hot") == []
+
+
+async def test_a_hot_route_that_raises_is_a_500_and_the_connection_closes(stack: Stack) -> None:
+    async def broken(scope: Any, headers: Any, body: bytes) -> Any:
+        raise RuntimeError("store exploded")
+
+    edge = edge_of(stack)
+    edge.fast = {**edge.fast, "/v1/messages": broken}
+    reader, writer = await connect(stack)
+    writer.write(post("/v1/messages", ONE))
+    status, headers, body = await read_answer(reader)
+    assert status == 500 and headers["content-type"] == "application/problem+json"
+    assert orjson.loads(body)["status"] == 500 and headers["connection"] == "close"
+    assert await reader.read() == b""
+    writer.close()
+    assert requests_counted(stack, "/v1/messages", 500) == 1
+
+
+async def test_a_pending_hot_answer_is_given_before_a_graceful_stop_closes(
+    make_stack: Callable[..., Any],
+) -> None:
+    async with make_stack() as stack:
+        edge = edge_of(stack)
+        entered, release = asyncio.Event(), asyncio.Event()
+        real = edge.fast["/v1/messages"]
+
+        async def slow(scope: Any, headers: Any, body: bytes) -> Any:
+            entered.set()
+            await release.wait()
+            return await real(scope, headers, body)
+
+        edge.fast = {**edge.fast, "/v1/messages": slow}
+        reader, writer = await connect(stack)
+        writer.write(post("/v1/messages", ONE))
+        await entered.wait()
+        (connection,) = stack.service.http._server.server_state.connections
+        told, shutdown = asyncio.Event(), connection.shutdown
+        connection.shutdown = lambda: (shutdown(), told.set())  # type: ignore[method-assign]
+        stopping = asyncio.create_task(stack.service.http.stop())
+        await told.wait()  # the server has told the connection to finish
+        release.set()
+        status, headers, body = await read_answer(reader)
+        await stopping
+        assert status == 200 and orjson.loads(body)["status"] == "SENT"
+        assert headers["connection"] == "close"
+        writer.close()
+
+
+@pytest.mark.parametrize("access_log", [False, True])
+async def test_the_protocol_answers_hot_routes_only_when_nothing_wraps_the_edge(
+    make_stack: Callable[..., Awaitable[Any]], access_log: bool
+) -> None:
+    async with make_stack(access_log=access_log) as stack:  # type: ignore[attr-defined]
+        server = stack.service.http._server
+        hot = server.config.http_protocol_class.hot
+        assert (hot is None) if access_log else isinstance(hot, EdgeMiddleware)
+        r = await stack.http.post("/v1/messages", content=ONE, headers={"content-type": "application/json"})
+        assert r.status_code == 200
