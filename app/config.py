@@ -178,8 +178,9 @@ SETTINGS: tuple[Setting, ...] = (
         "coalesce_sends",
         _bool,
         True,
-        "Send the single messages that arrive together (same event-loop turn) as one broker batch; each "
-        "still gets its own answer. Off: one broker request per message.",
+        "Single messages that arrive while others are on their way to a broker go together, one broker "
+        "batch per event-loop turn; each still gets its own answer, and a message finding nothing in "
+        "flight goes at once. Off: one broker request per message.",
     ),
     Setting(
         "queue_selector",

@@ -154,7 +154,7 @@ class CoalesceCollector(Collector):
         batches, messages = self._counts()
         yield CounterMetricFamily(
             "rocksidecar_coalesced_batches",
-            "Broker batches made of single sends that arrived together (coalesce_sends).",
+            "Broker batches made of single sends that arrived while others were in flight (coalesce_sends).",
             value=batches,
         )
         yield CounterMetricFamily(

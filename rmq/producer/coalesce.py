@@ -5,8 +5,9 @@ spends about 120 us per single send and a few us per message of a batch; our cli
 (frame, header codec, future) is paid once per batch too. A sidecar's concurrent callers (its HTTP and
 gRPC connections) each send one message, so one batch per loop turn serves them all.
 
-No timer, no added wait: the flush is queued behind the callbacks that are already due in this turn, so
-a lone caller's message leaves one loop turn later, and callers that arrive together leave together.
+No timer, no added wait: a send finding nothing in flight goes at once, alone. Sends asked for while
+others are in flight are queued, and the flush is queued behind the callbacks already due in this turn,
+so that callers that arrive together leave together, one loop turn later.
 
 What each caller still gets: its own SendResult (its own UNIQ_KEY, its offset) or the typed error a single
 send raises; a message with a sharding key still goes to its key's queue; one caller's sends, each
@@ -38,6 +39,7 @@ class CoalescingSender:
         self._compress_over = compress_over_bytes
         self._pending: list[_Waiter] = []
         self._tasks: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references
+        self._in_flight = 0  # sends and batches on their way to a broker
         self.batches = 0  # coalesced batches sent (two or more messages), for tests and metrics
         self.coalesced = 0  # messages that went in them
 
@@ -46,6 +48,14 @@ class CoalescingSender:
     ) -> SendResult:
         if not validated or (self._compress_over and len(msg.body) > self._compress_over):
             return await self.inner.send(msg, sharding_key=sharding_key, validated=validated)
+        if not self._in_flight and not self._pending:
+            # Nothing is on its way: nobody to wait for, so a lone caller pays no loop turn. Whoever comes
+            # while this send is in flight is coalesced.
+            self._in_flight += 1
+            try:
+                return await self.inner.send(msg, sharding_key=sharding_key, validated=True)
+            finally:
+                self._in_flight -= 1
         loop = asyncio.get_running_loop()
         future: asyncio.Future[SendResult] = loop.create_future()
         if not self._pending:
@@ -58,7 +68,12 @@ class CoalescingSender:
         job = self._one(waiters[0]) if len(waiters) == 1 else self._many(waiters)
         task = asyncio.get_running_loop().create_task(job)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._in_flight += 1
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._in_flight -= 1
 
     async def _one(self, waiter: _Waiter) -> None:
         msg, key, future = waiter

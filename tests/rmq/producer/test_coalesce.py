@@ -1,5 +1,6 @@
-"""CoalescingSender (issue 18): single sends of one loop turn go out as one batch, and each caller still
-gets exactly what a single send would have given it: its own result, or its own error."""
+"""CoalescingSender (issue 18): single sends asked for while others are in flight go out together as one
+batch, and each caller still gets exactly what a single send would have given it: its own result, or
+its own error."""
 
 from __future__ import annotations
 
@@ -17,27 +18,40 @@ from tests.rmq.producer.test_producer_devbroker import TOPIC, make_producer
 
 
 class Recorder:
-    """A Sender that records its calls; a message whose body is in ``refuse`` poisons the whole batch it
-    is in with ``code`` (as a broker refusing a batch does) and fails alone the same way."""
+    """A Sender that records its calls, each of which takes a loop turn (or waits for ``hold``) as a
+    network round trip does; a message whose body is in ``refuse`` poisons the whole batch it is in with
+    ``code`` (as a broker refusing a batch does) and fails alone the same way."""
 
     def __init__(
-        self, refuse: frozenset[bytes] = frozenset(), code: int = ResponseCode.MESSAGE_ILLEGAL
+        self,
+        refuse: frozenset[bytes] = frozenset(),
+        code: int = ResponseCode.MESSAGE_ILLEGAL,
+        hold: asyncio.Event | None = None,
     ) -> None:
         self.refuse = refuse
         self.code = code
+        self.hold = hold
         self.singles: list[Message] = []
         self.batches: list[list[Message]] = []
         self.keys: list[list[str | None]] = []
+        self.calls: asyncio.Queue[list[Message]] = asyncio.Queue()  # what went on the wire, in order
         self.offset = 0
 
     def _result(self, msg: Message) -> SendResult:
         self.offset += 1
         return SendResult(SendStatus.SEND_OK, msg.id or "", "", MessageQueue(msg.topic, "b", 0), self.offset)
 
+    async def _wire(self, msgs: list[Message]) -> None:
+        self.calls.put_nowait(msgs)
+        await asyncio.sleep(0)  # the round trip: the caller is suspended, as on a real connection
+        if self.hold is not None:
+            await self.hold.wait()
+
     async def send(
         self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
     ) -> SendResult:
         self.singles.append(msg)
+        await self._wire([msg])
         if msg.body in self.refuse:
             raise for_code(self.code, "refused")
         return self._result(msg)
@@ -47,6 +61,7 @@ class Recorder:
     ) -> list[SendResult | RocketMQError]:
         self.batches.append(list(messages))
         self.keys.append(list(sharding_keys or [None] * len(messages)))
+        await self._wire(list(messages))
         if any(m.body in self.refuse for m in messages):
             failed = SendFailed("batch refused", [], for_code(self.code, "refused"))
             return [failed for _ in messages]
@@ -57,7 +72,7 @@ def messages(n: int, size: int = 8) -> list[Message]:
     return [Message("T", f"m{i}".encode().ljust(size, b"."), id=new_uniq_id()) for i in range(n)]
 
 
-async def test_sends_of_one_turn_become_one_batch_and_each_caller_gets_its_own_result() -> None:
+async def test_a_send_with_nothing_in_flight_goes_at_once_and_those_meanwhile_share_a_batch() -> None:
     inner = Recorder()
     sender = CoalescingSender(inner)
     msgs = messages(20)
@@ -65,10 +80,10 @@ async def test_sends_of_one_turn_become_one_batch_and_each_caller_gets_its_own_r
     results = await asyncio.gather(
         *(sender.send(m, sharding_key=k, validated=True) for m, k in zip(msgs, keys, strict=True))
     )
-    assert inner.singles == [] and inner.batches == [msgs] and inner.keys == [keys]
+    assert inner.singles == msgs[:1] and inner.batches == [msgs[1:]] and inner.keys == [keys[1:]]
     assert [r.msg_id for r in results] == [m.id for m in msgs]
-    assert [r.queue_offset for r in results] == list(range(1, 21))
-    assert (sender.batches, sender.coalesced) == (1, 20)
+    assert sorted(r.queue_offset for r in results) == list(range(1, 21))
+    assert (sender.batches, sender.coalesced) == (1, 19)
 
 
 async def test_a_lone_send_goes_as_a_single_send() -> None:
@@ -81,15 +96,19 @@ async def test_a_lone_send_goes_as_a_single_send() -> None:
 
 
 async def test_sends_of_later_turns_go_in_later_batches() -> None:
-    inner = Recorder()
+    hold = asyncio.Event()
+    inner = Recorder(hold=hold)
     sender = CoalescingSender(inner)
-    first, second = messages(3), messages(3)
-    a = asyncio.gather(*(sender.send(m, validated=True) for m in first))
-    await asyncio.sleep(0)  # the first turn's flush is queued; what comes now belongs to the next one
-    await asyncio.sleep(0)
-    b = asyncio.gather(*(sender.send(m, validated=True) for m in second))
-    await asyncio.gather(a, b)
-    assert inner.batches == [first, second]
+    first, a, b = messages(1), messages(2), messages(3)
+    tasks = [asyncio.create_task(sender.send(m, validated=True)) for m in first + a]
+    assert await inner.calls.get() == first  # nothing was in flight: at once
+    assert await inner.calls.get() == a  # came while it was: together, a turn later
+    tasks += [asyncio.create_task(sender.send(m, validated=True)) for m in b]
+    assert await inner.calls.get() == b  # a later turn, another batch
+    hold.set()
+    results = await asyncio.gather(*tasks)
+    assert [r.msg_id for r in results] == [m.id for m in first + a + b]
+    assert inner.batches == [a, b]
 
 
 async def test_a_batch_refused_for_one_message_is_sent_again_one_by_one() -> None:
@@ -97,30 +116,38 @@ async def test_a_batch_refused_for_one_message_is_sent_again_one_by_one() -> Non
     inner = Recorder(refuse=frozenset({msgs[2].body}))
     sender = CoalescingSender(inner)
     outcomes = await asyncio.gather(*(sender.send(m, validated=True) for m in msgs), return_exceptions=True)
-    assert inner.batches == [msgs] and inner.singles == msgs  # every one tried alone: only #2 fails
+    assert inner.batches == [msgs[1:]] and inner.singles == msgs  # the first at once, then each alone
     assert [isinstance(o, SendResult) for o in outcomes] == [True, True, False, True, True]
     failed = outcomes[2]
     assert isinstance(failed, RocketMQError) and failed.code == ResponseCode.MESSAGE_ILLEGAL
 
 
-async def test_a_batch_that_may_succeed_later_fails_every_caller_without_a_second_try() -> None:
+async def test_a_batch_that_may_succeed_later_fails_its_callers_without_a_second_try() -> None:
     msgs = messages(4)
-    inner = Recorder(refuse=frozenset({msgs[0].body}), code=ResponseCode.SYSTEM_BUSY)
+    inner = Recorder(refuse=frozenset({msgs[1].body}), code=ResponseCode.SYSTEM_BUSY)
     sender = CoalescingSender(inner)
     outcomes = await asyncio.gather(*(sender.send(m, validated=True) for m in msgs), return_exceptions=True)
-    assert inner.singles == []  # retriable: the caller's own failure handling (the retry store) takes it
-    assert all(isinstance(o, SendFailed) and o.retriable for o in outcomes)
+    assert inner.singles == msgs[:1]  # retriable: the caller's own failure handling (the retry store)
+    assert isinstance(outcomes[0], SendResult)
+    assert all(isinstance(o, SendFailed) and o.retriable for o in outcomes[1:])
 
 
 async def test_bodies_a_single_send_compresses_and_unvalidated_messages_are_not_coalesced() -> None:
-    inner = Recorder()
+    hold = asyncio.Event()
+    inner = Recorder(hold=hold)
     sender = CoalescingSender(inner, compress_over_bytes=64)
-    small, big = messages(1)[0], messages(1, size=65)[0]
+    first, small, big = messages(1)[0], messages(1)[0], messages(1, size=65)[0]
     unchecked = messages(1)[0]
-    await asyncio.gather(
-        sender.send(small, validated=True), sender.send(big, validated=True), sender.send(unchecked)
-    )
-    assert inner.batches == [] and inner.singles == [big, unchecked, small]
+    tasks = [asyncio.create_task(sender.send(first, validated=True))]
+    await inner.calls.get()  # in flight: what comes now would be coalesced, if it may be
+    tasks += [
+        asyncio.create_task(sender.send(m, validated=v))
+        for m, v in ((small, True), (big, True), (unchecked, False))
+    ]
+    assert [await inner.calls.get() for _ in range(3)] == [[big], [unchecked], [small]]
+    hold.set()
+    await asyncio.gather(*tasks)
+    assert inner.batches == [] and inner.singles == [first, big, unchecked, small]
 
 
 async def test_a_cancelled_caller_leaves_the_others_their_results() -> None:
@@ -128,16 +155,20 @@ async def test_a_cancelled_caller_leaves_the_others_their_results() -> None:
     sender = CoalescingSender(inner)
     msgs = messages(3)
     tasks = [asyncio.create_task(sender.send(m, validated=True)) for m in msgs]
-    await asyncio.sleep(0)  # all three are queued
+    assert await inner.calls.get() == msgs[:1]  # the other two are queued by now
     tasks[1].cancel()
     done = await asyncio.gather(*tasks, return_exceptions=True)
     assert isinstance(done[1], asyncio.CancelledError)
     assert [r.msg_id for r in (done[0], done[2])] == [msgs[0].id, msgs[2].id]  # type: ignore[union-attr]
-    assert inner.batches == [msgs]  # a send asked for goes, as a started single send would
+    assert inner.batches == [msgs[1:]]  # a send asked for goes, as a started single send would
 
 
 async def test_an_unexpected_error_reaches_every_caller() -> None:
     class Broken(Recorder):
+        async def send(self, *a: object, **k: object) -> SendResult:
+            await asyncio.sleep(0)
+            raise OSError("bug below")
+
         async def send_batch(self, *a: object, **k: object) -> list[SendResult | RocketMQError]:
             raise OSError("bug below")
 
@@ -145,7 +176,7 @@ async def test_an_unexpected_error_reaches_every_caller() -> None:
     outcomes = await asyncio.gather(
         *(sender.send(m, validated=True) for m in messages(3)), return_exceptions=True
     )
-    assert all(isinstance(o, OSError) for o in outcomes)
+    assert all(isinstance(o, OSError) for o in outcomes) and sender.batches == 1
 
 
 async def test_devbroker_stores_each_coalesced_message_whole_at_the_offset_its_caller_was_given(
@@ -168,7 +199,7 @@ async def test_devbroker_stores_each_coalesced_message_whole_at_the_offset_its_c
     results = await asyncio.gather(
         *(sender.send(m, sharding_key=k, validated=True) for m, k in zip(msgs, keys, strict=True))
     )
-    assert (sender.batches, sender.coalesced) == (1, 40)
+    assert (sender.batches, sender.coalesced) == (1, 39)  # the first went at once
     for msg, result in zip(msgs, results, strict=True):
         assert result.status is SendStatus.SEND_OK and result.msg_id == msg.id
         broker = cluster.brokers[result.queue.broker_name]
