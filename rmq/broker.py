@@ -172,17 +172,21 @@ class BrokerApi:
         uniq_keys: Sequence[str],
         timeout_s: float,
         default_topic: str = DEFAULT_TOPIC,
+        properties: Sequence[str] | None = None,
     ) -> SendResult:
-        """SEND_BATCH_MESSAGE: all messages to one queue; they get consecutive offsets."""
+        """SEND_BATCH_MESSAGE: all messages to one queue; they get consecutive offsets. ``properties``:
+        each message's ``wire_properties`` with its id, when the caller has them already."""
         if not messages or len(messages) != len(uniq_keys):
             raise InvalidMessageError(
                 "a batch needs one id per message and at least one message", field="messages"
             )
         if any(m.topic != mq.topic for m in messages):
             raise InvalidMessageError("every message of a batch must have the batch's topic", field="topic")
-        body = encode_batch(
-            (m.body, m.flag, m.wire_properties(k)) for m, k in zip(messages, uniq_keys, strict=True)
-        )
+        if properties is None:
+            properties = [m.wire_properties(k) for m, k in zip(messages, uniq_keys, strict=True)]
+        elif len(properties) != len(messages):
+            raise ValueError("properties must have one entry per message")
+        body = encode_batch((m.body, m.flag, p) for m, p in zip(messages, properties, strict=True))
         header = self._send_header(mq, 0, 0, "WAIT\x01true", batch=True, default_topic=default_topic)
         cmd = RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, header, body)
         resp = await self._invoker.invoke(addr, cmd, timeout_s)

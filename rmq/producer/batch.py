@@ -4,9 +4,9 @@ chunk sent with SEND_BATCH_MESSAGE (and retried like a single send); one outcome
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from rmq.broker import BrokerApi
 from rmq.errors import RocketMQError, RouteNotFound, SendFailed
@@ -35,7 +35,9 @@ class BatchHost(Protocol):
 
 
 Outcome = SendResult | RocketMQError
-_RECORD_OVERHEAD = 22 + 64  # batch record header + the properties we add (UNIQ_KEY, WAIT, ...)
+# A record's header (20) and its properties' length (2), and room for a property string whose non-ASCII
+# characters take more bytes than the characters counted.
+_RECORD_OVERHEAD = 22 + 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,15 +51,6 @@ class _QueueAt:
         return info.queues[self.index % len(info.queues)]
 
 
-def _size(msg: Message) -> int:
-    return (
-        len(msg.body)
-        + _RECORD_OVERHEAD
-        + sum(len(k) + len(v) + 2 for k, v in msg.properties.items())
-        + (len(msg.tags or "") + sum(len(k) + 1 for k in msg.keys))
-    )
-
-
 class BatchSender:
     def __init__(self, producer: BatchHost) -> None:
         self._producer = producer
@@ -69,11 +62,12 @@ class BatchSender:
         if len(keys) != len(messages):
             raise ValueError("sharding_keys must have one entry per message")
         outcomes: list[Outcome | None] = [None] * len(messages)
-        ids: list[str] = []
+        ids = [msg.id or new_uniq_id() for msg in messages]
+        # Each message's property string, built once: it sizes the chunks and is what goes on the wire.
+        wires = [msg.wire_properties(id) for msg, id in zip(messages, ids, strict=True)]
         by_topic: dict[str, list[int]] = {}
         cfg = self._producer.config
         for i, msg in enumerate(messages):
-            ids.append(msg.id or new_uniq_id())
             if not validated:
                 try:
                     msg.validate(cfg.max_body_bytes)
@@ -81,20 +75,12 @@ class BatchSender:
                     outcomes[i] = exc
                     continue
             by_topic.setdefault(msg.topic, []).append(i)
-        jobs = [self._topic(topic, idx, messages, keys, ids, outcomes) for topic, idx in by_topic.items()]
-        await asyncio.gather(*jobs)
+        batch = _Batch(messages, ids, wires, outcomes)
+        await _all([self._topic(topic, idx, keys, batch) for topic, idx in by_topic.items()])
         assert all(o is not None for o in outcomes)
         return outcomes  # type: ignore[return-value]
 
-    async def _topic(
-        self,
-        topic: str,
-        indexes: list[int],
-        messages: Sequence[Message],
-        keys: list[str | None],
-        ids: list[str],
-        outcomes: list[Outcome | None],
-    ) -> None:
+    async def _topic(self, topic: str, indexes: list[int], keys: list[str | None], batch: _Batch) -> None:
         producer = self._producer
         try:
             info = await producer.routes.get(topic)
@@ -108,21 +94,23 @@ class BatchSender:
         except RocketMQError as exc:
             failed = SendFailed(f"batch to {topic}: no route: {exc}", [], exc)
             for i in indexes:
-                outcomes[i] = failed
+                batch.outcomes[i] = failed
             return
-        chunks = [
-            (slot, chunk) for slot, members in groups.items() for chunk in self._chunks(members, messages)
-        ]
-        await asyncio.gather(
-            *(self._chunk(topic, slot, chunk, messages, ids, outcomes) for slot, chunk in chunks)
+        await _all(
+            [
+                self._chunk(topic, slot, chunk, batch)
+                for slot, members in groups.items()
+                for chunk in self._chunks(members, batch)
+            ]
         )
 
-    def _chunks(self, members: list[int], messages: Sequence[Message]) -> list[list[int]]:
+    def _chunks(self, members: list[int], batch: _Batch) -> list[list[int]]:
         cfg = self._producer.config
+        messages, wires = batch.messages, batch.wires
         out: list[list[int]] = [[]]
         size = 0
         for i in members:
-            s = _size(messages[i])
+            s = len(messages[i].body) + len(wires[i]) + _RECORD_OVERHEAD
             if out[-1] and (size + s > cfg.max_batch_bytes or len(out[-1]) >= cfg.max_batch_messages):
                 out.append([])
                 size = 0
@@ -130,25 +118,19 @@ class BatchSender:
             size += s
         return out
 
-    async def _chunk(
-        self,
-        topic: str,
-        slot: int | None,
-        chunk: list[int],
-        messages: Sequence[Message],
-        ids: list[str],
-        outcomes: list[Outcome | None],
-    ) -> None:
+    async def _chunk(self, topic: str, slot: int | None, chunk: list[int], batch: _Batch) -> None:
         producer = self._producer
-        batch = [messages[i] for i in chunk]
-        batch_ids = [ids[i] for i in chunk]
+        ids, outcomes = batch.ids, batch.outcomes
+        messages = [batch.messages[i] for i in chunk]
+        chunk_ids = [ids[i] for i in chunk]
+        wires = [batch.wires[i] for i in chunk]
         selector: QueueSelector = producer.selector_for(None) if slot is None else _QueueAt(slot)
 
         async def attempt(
             mq: MessageQueue, addr: str, remaining: float, info: TopicPublishInfo
         ) -> SendResult:
             return await producer.api.send_batch(
-                addr, mq, batch, batch_ids, remaining, producer.config.default_topic
+                addr, mq, messages, chunk_ids, remaining, producer.config.default_topic, wires
             )
 
         try:
@@ -171,3 +153,21 @@ class BatchSender:
         )
         for n, i in enumerate(chunk):
             outcomes[i] = SendResult(status, ids[i], offset_ids[n], queue, first + n, region, trace, attempts)
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """One send_batch call: its messages, their ids and property strings, and the outcomes so far."""
+
+    messages: Sequence[Message]
+    ids: list[str]
+    wires: list[str]
+    outcomes: list[Outcome | None]
+
+
+async def _all(jobs: list[Coroutine[Any, Any, None]]) -> None:
+    """Run the jobs concurrently; one (the usual case) without a task of its own."""
+    if len(jobs) == 1:
+        await jobs[0]
+    else:
+        await asyncio.gather(*jobs)

@@ -251,3 +251,22 @@ def test_body_limit() -> None:
     with pytest.raises(InvalidMessageError) as info:
         Message("T", b"x" * 11).validate(max_body_bytes=10)
     assert info.value.field == "body"
+
+
+@given(
+    tags=st.one_of(st.none(), prop_text),
+    keys=st.lists(keys, max_size=2),
+    props=st.dictionaries(user_names, prop_text, max_size=3),
+)
+def test_wire_properties_are_the_encoded_map_with_the_id_and_wait(
+    tags: str | None, keys: list[str], props: dict[str, str]
+) -> None:
+    """The direct string of a message without properties, tags or keys is the general encoding too."""
+    msg = Message("Topic", b"x", tags=tags, keys=tuple(keys), properties=props)
+    expected = dict(props)
+    if tags:
+        expected["TAGS"] = tags
+    if keys:
+        expected["KEYS"] = " ".join(keys)
+    assert decode_properties(msg.wire_properties("ID1")) == {**expected, "UNIQ_KEY": "ID1", "WAIT": "true"}
+    assert Message("Topic", b"x").wire_properties("ID1") == "UNIQ_KEY\x01ID1\x02WAIT\x01true"
