@@ -130,6 +130,20 @@ def _json_body(value: dict[str, Any] | list[Any], names: FieldNames) -> bytes:
 
 
 def _body(spec: SpecLike, limits: Limits, names: FieldNames) -> bytes:
+    text = spec.body
+    if type(text) is str and spec.body_base64 is None and spec.body_bytes is None:  # the usual message
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RequestError(
+                f"the body is not valid UTF-8 text (use {names.body_base64})", field="body"
+            ) from None
+        if data and len(data) <= limits.max_body_bytes:
+            return data
+    return _any_body(spec, limits, names)
+
+
+def _any_body(spec: SpecLike, limits: Limits, names: FieldNames) -> bytes:
     given = [x for x in (spec.body, spec.body_base64, spec.body_bytes) if x is not None]
     if len(given) != 1:
         raise RequestError(f"give exactly one of body (text or JSON) and {names.body_base64}", field="body")

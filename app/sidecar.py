@@ -243,7 +243,10 @@ class Sidecar:
             jobs.append(self._spool_group(out, [(i, items[i], "") for i in spooled], self._now_ms()))  # type: ignore[misc]
         if direct:
             jobs.append(self._send_direct(direct, items, out))
-        await asyncio.gather(*jobs)
+        if len(jobs) == 1:
+            await jobs[0]  # the usual batch: no task of its own
+        else:
+            await asyncio.gather(*jobs)
         return [o if o is not None else RuntimeError("no outcome") for o in out]
 
     async def _spool_group(
@@ -272,9 +275,10 @@ class Sidecar:
         )
         failed_by_due: dict[int, list[tuple[int, Prepared, str]]] = {}
         now = self._now_ms()
+        sent = Outcome.sent
         for i, p, result in zip(idx, prepared, results, strict=True):
             if isinstance(result, SendResult):
-                out[i] = Outcome.sent(result)
+                out[i] = sent(result)
             elif message_fault(result):
                 out[i] = RequestError(
                     f"the broker refused the message: {result}",
@@ -286,4 +290,7 @@ class Sidecar:
                 error = last_error(result)
                 due = first_due_ms(self._policy_for(p.type), now)
                 failed_by_due.setdefault(due, []).append((i, p, error))
-        await asyncio.gather(*(self._spool_group(out, group, due) for due, group in failed_by_due.items()))
+        if failed_by_due:
+            await asyncio.gather(
+                *(self._spool_group(out, group, due) for due, group in failed_by_due.items())
+            )

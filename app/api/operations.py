@@ -7,6 +7,7 @@ its own field names. Validation, limits, outcome metrics and the not-found/confl
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -24,7 +25,8 @@ def item_label(item: BatchItem) -> str:
     """How a batch item is counted and reported: the state of a stored message, else REJECTED (bad
     input, 4xx) or FAILED (could not be stored, 5xx)."""
     if isinstance(item, Outcome):
-        return item.status.value
+        status = item.status
+        return "SENT" if status is Status.SENT else status.value  # Enum.value is a slow property
     return "REJECTED" if problems.status_of(item) < 500 else "FAILED"
 
 
@@ -83,9 +85,9 @@ class Operations:
             except RequestError as exc:
                 items.append(exc.within(f"messages[{i}]"))
         results = await self.sidecar.send_batch(items, ack)
-        labels = [item_label(r) for r in results]
-        for label in ("SENT", "SPOOLED", "SCHEDULED", "REJECTED", "FAILED"):
-            self.count(label, labels.count(label))
+        counts = Counter(item_label(r) for r in results)
+        for label, n in counts.items():
+            self.count(label, n)
         return results
 
     async def status(self, id: str) -> MessageState:

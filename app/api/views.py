@@ -23,6 +23,7 @@ _OUTCOME_FIELDS = (
 def outcome_view(o: Outcome, index: int | None = None) -> dict[str, Any]:
     if o.status is Status.SENT:  # the common case, built directly: one per message of a batch
         sent = {
+            "index": index,
             "id": o.id,
             "status": "SENT",
             "broker": o.broker,
@@ -30,7 +31,9 @@ def outcome_view(o: Outcome, index: int | None = None) -> dict[str, Any]:
             "queueOffset": o.queue_offset,
             "msgId": o.offset_msg_id,
         }
-        return sent if index is None else {"index": index, **sent}
+        if index is None:
+            del sent["index"]  # one dict either way: {"index": i, **sent} built two
+        return sent
     out: dict[str, Any] = {} if index is None else {"index": index}
     out["id"], out["status"] = o.id, o.status.value
     for attr, key in _OUTCOME_FIELDS:
