@@ -1,8 +1,9 @@
 """Coalescing: single sends asked for in the same event-loop turn go out together as SEND_BATCH_MESSAGE.
 
-Why: a broker spends far more CPU on a request than on a message. RocketMQ 4.9.4 on two shared cores
-spends about 120 us per single send and a few us per message of a batch; our client's per-request work
-(frame, header codec, future) is paid once per batch too. A sidecar's concurrent callers (its HTTP and
+Why: a broker spends more CPU on a request than on a message. Under 32 HTTP connections, the two brokers
+of RocketMQ 4.9.4 on two shared cores spent 44-47 us of CPU per message sent alone and 13-22 us per
+message coalesced; our client's per-request work (frame, header codec, future) is paid once per batch
+too. A sidecar's concurrent callers (its HTTP and
 gRPC connections) each send one message, so one batch per loop turn serves them all.
 
 No timer, no added wait: a send finding nothing in flight goes at once, alone. Sends asked for while

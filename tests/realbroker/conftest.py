@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -84,19 +85,31 @@ async def create_topic_everywhere(
     raise AssertionError(f"route of {topic} never listed all of {sorted(addrs)}")
 
 
-async def pull_all(api: BrokerApi, route: TopicRouteData, topic: str, group: str) -> list[MessageExt]:
-    """Every message of every readable queue, from offset 0 to the queue's max offset."""
+async def pull_all(
+    api: BrokerApi,
+    route: TopicRouteData,
+    topic: str,
+    group: str,
+    sent: Iterable[tuple[str, int, int]] = (),
+) -> list[MessageExt]:
+    """Every message of every readable queue, from offset 0 to the queue's max offset. ``sent``: the
+    (broker, queue id, offset) of each message a broker acknowledged: its queue is read past it."""
+    ends: dict[tuple[str, int], int] = {}
+    for broker, queue_id, offset in sent:
+        ends[(broker, queue_id)] = max(ends.get((broker, queue_id), 0), offset + 1)
     out: list[MessageExt] = []
     for mq in route.subscribe_queues(topic):
         addr = route.master_addr(mq.broker_name)
         assert addr is not None
-        out.extend(await pull_queue(api, addr, mq, group))
+        out.extend(await pull_queue(api, addr, mq, group, ends.get((mq.broker_name, mq.queue_id), 0)))
     return out
 
 
-async def pull_queue(api: BrokerApi, addr: str, mq: MessageQueue, group: str) -> list[MessageExt]:
+async def pull_queue(
+    api: BrokerApi, addr: str, mq: MessageQueue, group: str, at_least: int = 0
+) -> list[MessageExt]:
     out: list[MessageExt] = []
-    offset, end = 0, await api.get_max_offset(addr, mq)
+    offset, end = 0, await _max_offset(api, addr, mq, at_least)
     while offset < end:
         result = await api.pull(addr, group, mq, offset, max_nums=32, timeout_s=10.0)
         out.extend(result.messages)
@@ -104,3 +117,15 @@ async def pull_queue(api: BrokerApi, addr: str, mq: MessageQueue, group: str) ->
             raise AssertionError(f"pull of {mq} made no progress at {offset}: {result.status}")
         offset = result.next_begin_offset
     return out
+
+
+async def _max_offset(api: BrokerApi, addr: str, mq: MessageQueue, at_least: int) -> int:
+    """The queue's max offset, once it has reached ``at_least``: a broker answers SEND_OK once the commit
+    log has the message, and its consume queue catches up a moment later (a broker just revived by
+    another test more than a moment). Polled: the broker tells no one when it has caught up."""
+    deadline = asyncio.get_running_loop().time() + 30.0
+    while (end := await api.get_max_offset(addr, mq)) < at_least:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{mq} reached offset {end} only; {at_least} were acknowledged")
+        await asyncio.sleep(0.1)
+    return end

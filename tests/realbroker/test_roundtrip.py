@@ -74,7 +74,7 @@ async def test_ten_thousand_messages_round_trip(namesrv_addr: str, client: Remot
     await asyncio.gather(*(single(i) for i in range(SINGLES)), *(batch(b) for b in range(BATCHES)))
     assert len(expected) == SINGLES + BATCHES * BATCH_SIZE == 10_000
 
-    pulled = await pull_all(api, route, topic, "rs_rt_check")
+    pulled = await pull_all(api, route, topic, "rs_rt_check", expected)
     assert len(pulled) == 10_000
     brokers = {q.broker_name: route.master_addr(q.broker_name) for q in queues}
     for m in pulled:
@@ -115,7 +115,7 @@ async def test_coalesced_single_sends_are_stored_whole_at_their_callers_offsets(
         await producer.close()
     assert len(expected) == 64 * 40 and sender.batches > 0
     assert sender.coalesced > len(expected) // 2  # most went in batches
-    pulled = await pull_all(api, route, topic, "rs_coalesce_check")
+    pulled = await pull_all(api, route, topic, "rs_coalesce_check", expected)
     assert len(pulled) == len(expected)
     addrs = {b.broker_name: route.master_addr(b.broker_name) for b in route.broker_datas}
     for m in pulled:
