@@ -111,8 +111,9 @@ class HotPathHttp(GuardedHttpTools):
             super()._start_asgi_task(cycle, app)
 
     def shutdown(self) -> None:
-        if self._answering is not None:
-            self._answering.keep_alive = False  # answered, then closed
+        hot = self._answering or self._reading
+        if hot is not None:
+            hot.keep_alive = False  # read to its end and answered, then closed (as uvicorn's cycles are)
         else:
             super().shutdown()
 

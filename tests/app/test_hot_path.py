@@ -182,3 +182,26 @@ async def test_the_protocol_answers_hot_routes_only_when_nothing_wraps_the_edge(
         assert (hot is None) if access_log else isinstance(hot, EdgeMiddleware)
         r = await stack.http.post("/v1/messages", content=ONE, headers={"content-type": "application/json"})
         assert r.status_code == 200
+
+
+async def test_a_hot_request_still_arriving_at_a_graceful_stop_is_read_and_answered(
+    make_stack: Callable[..., Any],
+) -> None:
+    async with make_stack() as stack:
+        reader, writer = await connect(stack)
+        whole = post("/v1/messages", ONE)
+        writer.write(whole[:-5])
+        await writer.drain()
+        await stack.http.get("/healthz")  # the server has read the partial request by now
+        server = stack.service.http._server
+        (reading,) = [c for c in server.server_state.connections if c._reading is not None]
+        told, shutdown = asyncio.Event(), reading.shutdown
+        reading.shutdown = lambda: (shutdown(), told.set())
+        stopping = asyncio.create_task(stack.service.http.stop())
+        await told.wait()
+        writer.write(whole[-5:])
+        status, headers, body = await read_answer(reader)
+        await stopping
+        assert status == 200 and orjson.loads(body)["status"] == "SENT"
+        assert headers["connection"] == "close"
+        writer.close()
