@@ -211,6 +211,14 @@ def wait_for_http(url: str, proc: subprocess.Popen[Any], timeout_s: float) -> bo
     return False
 
 
+_HALT_POLL = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+
+
 def environment() -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return f"{os.cpu_count()} cores, load average {load:.2f}, Python {sys.version.split()[0]}"
+    text = f"{os.cpu_count()} cores, load average {load:.2f}, Python {sys.version.split()[0]}"
+    # A KVM guest's idle policy moves one-connection latency more than anything of ours (RESULTS.md):
+    # with guest_halt_poll_ns at 0 an idle vCPU halts at once and each wake-up is slow.
+    with contextlib.suppress(OSError):
+        text += f", guest_halt_poll_ns {_HALT_POLL.read_text().strip()}"
+    return text
