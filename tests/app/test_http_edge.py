@@ -215,6 +215,22 @@ async def test_a_kept_alive_connection_is_timed_per_request(make_stack: Any) -> 
         writer.close()
 
 
+async def test_a_slow_request_after_a_quick_one_on_the_same_connection_is_cut(make_stack: Any) -> None:
+    """The read deadline moves with each request; the timer armed for the first one finds the second's
+    deadline later and waits for it."""
+    async with make_stack(read_timeout_s=0.2) as stack:
+        reader, writer = await raw(stack)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+        await reader.readuntil(b'{"status":"ok"}')
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # the headers never end
+        await writer.drain()
+        async with asyncio.timeout(10):  # without the read timeout the server waits for ever
+            rest = await reader.read()
+        writer.close()
+        assert rest == b""
+
+
 # --- 15: authentication -----------------------------------------------------------------------------
 @pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
 async def test_the_bearer_scheme_is_case_insensitive(make_stack: Any, scheme: str) -> None:
