@@ -70,7 +70,8 @@ class Row:
 
     def line(self) -> str:
         ratio = f"{self.value / self.anchor:6.2f}x" if self.anchor else "       "
-        return f"  {self.name:<66} {self.value:>12,.1f} {self.unit:<6} {ratio}"
+        digits = 2 if self.unit == "ms" else 1  # latencies below a millisecond
+        return f"  {self.name:<66} {self.value:>12,.{digits}f} {self.unit:<6} {ratio}"
 
 
 def print_rows(title: str, rows: Sequence[Row]) -> None:

@@ -16,6 +16,7 @@ spooled instead of sending, or failed, shows up rather than inflating the rate.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -34,6 +35,7 @@ import httpx
 
 from app.api.proto import rocksidecar_pb2 as pb
 from bench.common import DEFAULT_CTL, Row, environment, free_port, print_rows
+from bench.floor import floor_relay, master_of
 from bench.sidecar_process import sidecar_process
 
 BODY = "x" * 256
@@ -166,20 +168,27 @@ def _check_outcomes(box: dict[str, float], expected: float, in_flight: int) -> s
     return ""
 
 
-def wrk(url: str, pid: int, path: str, body: bytes, connections: int, seconds: float, per: int) -> Measured:
+def run_wrk(url: str, body: bytes, connections: int, seconds: float) -> dict[str, float]:
+    """wrk POSTing ``body`` to ``url`` over keep-alive connections: its RESULT line (requests, seconds,
+    non2xx, socket_errors, p50_ms, p99_ms)."""
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "body.json").write_bytes(body)
         (Path(tmp) / "post.lua").write_text(_WRK_LUA)
         threads = min(2, connections)
         cmd = ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{round(seconds)}s"]
-        cmd += ["-s", str(Path(tmp) / "post.lua"), f"{url}{path}"]
+        cmd += ["-s", str(Path(tmp) / "post.lua"), url]
         env = {**os.environ, "BODY_FILE": str(Path(tmp) / "body.json")}
-        with _measuring(url, pid) as box:
-            out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
     match = re.search(r"^RESULT (.*)$", out, re.M)
     if not match:
         raise RuntimeError(f"wrk printed no result:\n{out}")
-    r = json.loads(match.group(1))
+    result: dict[str, float] = json.loads(match.group(1))
+    return result
+
+
+def wrk(url: str, pid: int, path: str, body: bytes, connections: int, seconds: float, per: int) -> Measured:
+    with _measuring(url, pid) as box:
+        r = run_wrk(f"{url}{path}", body, connections, seconds)
     ok = r["requests"] - r["non2xx"]
     messages = ok * per
     note = _check_outcomes(box, messages, connections * per)
@@ -188,6 +197,17 @@ def wrk(url: str, pid: int, path: str, body: bytes, connections: int, seconds: f
     return Measured(
         messages / r["seconds"], box["cpu"] * 100_000 / max(messages, 1), r["p50_ms"], r["p99_ms"], note
     )
+
+
+def floor(namesrv: str, topic: str, body: bytes, seconds: float) -> Measured:
+    """wrk at one connection against bench.floor's relay to the broker serving ``topic``: the chain's
+    own latency on this machine (no CPU figure: the relay does none of the sidecar's work)."""
+    addr, name = asyncio.run(master_of(namesrv, topic))
+    port = free_port()
+    with floor_relay(addr, name, topic, port):
+        r = run_wrk(f"http://127.0.0.1:{port}/v1/messages", body, 1, seconds)
+    note = f"non-2xx {r['non2xx']}" if r["non2xx"] or r["socket_errors"] else ""
+    return Measured(r["requests"] / r["seconds"], float("nan"), r["p50_ms"], r["p99_ms"], note)
 
 
 def _frame(message: bytes) -> bytes:
@@ -332,6 +352,7 @@ def main() -> None:
         with profiled(proc.pid, args.profile, "single-x32", args.seconds):
             http32 = wrk(url, proc.pid, "/v1/messages", single, 32, args.seconds, 1)
         http1 = wrk(url, proc.pid, "/v1/messages", single, 1, args.seconds, 1)
+        chain = floor(args.namesrv, topic, single, args.seconds)
         with profiled(proc.pid, args.profile, "batch-x8", args.seconds):
             http_batch = wrk(url, proc.pid, "/v1/messages:batch", batch, 8, args.seconds, 100)
         grpc = {} if args.no_grpc else grpc_paths(grpc_addr, proc.pid, url, topic, args.seconds)
@@ -340,7 +361,15 @@ def main() -> None:
         Row("POST /v1/messages, 32 connections (wrk)", http32.rate, "msg/s", java.rate),
         Row(f"  p50 (p99 {http32.p99_ms:.2f} ms)", http32.p50_ms, "ms"),
         Row("POST /v1/messages, 1 connection (wrk)", http1.rate, "msg/s", java.rate),
-        Row(f"  p50 (p99 {http1.p99_ms:.2f} ms; targets 0.35 / 1 ms)", http1.p50_ms, "ms"),
+        Row(f"  p50 (p99 {http1.p99_ms:.2f} ms; targets 0.35 / 1 ms)", http1.p50_ms, "ms", chain.p50_ms),
+        Row("  p99 (ratio to the floor's p99)", http1.p99_ms, "ms", chain.p99_ms),
+        Row(
+            "1 connection's floor: wrk -> bench.floor relay -> broker (anchor)",
+            chain.rate,
+            "msg/s",
+            chain.rate,
+        ),
+        Row(f"  p50 (p99 {chain.p99_ms:.2f} ms)", chain.p50_ms, "ms", chain.p50_ms),
     ]
     rows += [Row(f"gRPC {k} (h2load, 8 connections)", m.rate, "msg/s", java.rate) for k, m in grpc.items()]
     rows += [
@@ -360,7 +389,7 @@ def main() -> None:
         Row("sidecar, batch of 100 x8", http_batch.cpu_per_100k, "cpu-s", java_batch.cpu_per_100k),
     ]
     print_rows("CPU seconds per 100 000 messages (ratio to the Java process; lower is better)", cpu)
-    notes = {"http32": http32, "http1": http1, "batch": http_batch, **grpc}
+    notes = {"http32": http32, "http1": http1, "floor": chain, "batch": http_batch, **grpc}
     for name, m in notes.items():
         if m.note:
             print(f"  NOTE {name}: {m.note}")
