@@ -159,4 +159,10 @@ class HotPathHttp(GuardedHttpTools):
         if not hot.keep_alive:
             out.append(b"connection: close\r\n")
         out += [b"\r\n", payload]
-        self.transport.write(b"".join(out))
+        # With other answers in flight, held to the end of the loop's turn (app.api.http_protocol): written
+        # at once under 32 connections, throughput fell 14 %. Alone (one connection), the wait for the
+        # turn's end is pure latency: written at once, p99 1.9 -> 1.3 ms at one connection (issue 18).
+        if len(self.tasks) > 1 or self._lingering is None:
+            self.transport.write(b"".join(out))
+        else:
+            self._lingering.write_now(b"".join(out))

@@ -42,6 +42,15 @@ class _LingeringTransport:
         else:
             self._held.append(data)
 
+    def write_now(self, data: bytes) -> None:
+        """Write at once, after whatever is held: for an answer that nothing else in the loop's turn
+        could join."""
+        if self._held is not None:
+            self._held.append(data)
+            self.flush()
+        elif not self._transport.is_closing():
+            self._transport.write(data)
+
     def flush(self) -> None:
         held, self._held = self._held, None
         if held and not self._transport.is_closing():

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
+from app.api import http_protocol
 from app.api.middleware import EdgeMiddleware
 from tests.app.conftest import Stack
 from tests.app.test_http_fast_path import edge_of
@@ -205,3 +206,43 @@ async def test_a_hot_request_still_arriving_at_a_graceful_stop_is_read_and_answe
         assert status == 200 and orjson.loads(body)["status"] == "SENT"
         assert headers["connection"] == "close"
         writer.close()
+
+
+async def test_a_lone_answer_is_written_at_once_and_answers_in_flight_together_wait_for_the_turn(
+    stack: Stack,
+) -> None:
+    writes: list[str] = []
+    real_now, real_write = (
+        http_protocol._LingeringTransport.write_now,
+        http_protocol._LingeringTransport.write,
+    )
+
+    def write_now(self: Any, data: bytes) -> None:
+        writes.append("now")
+        real_now(self, data)
+
+    def write(self: Any, data: bytes) -> None:
+        writes.append("held")
+        real_write(self, data)
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(http_protocol._LingeringTransport, "write_now", write_now)
+    patch.setattr(http_protocol._LingeringTransport, "write", write)
+    try:
+        reader, writer = await connect(stack)
+        writer.write(post("/v1/messages", ONE))
+        assert (await read_answer(reader))[0] == 200
+        assert writes == ["now"]
+        writes.clear()
+        for broker in stack.cluster.brokers.values():
+            broker.faults.latency_s = 0.05  # the four below are surely in flight together
+        others = [await connect(stack) for _ in range(4)]
+        for _, w in others:
+            w.write(post("/v1/messages", ONE))
+        answers = [await read_answer(r) for r, _ in others]
+        assert [a[0] for a in answers] == [200] * 4
+        assert writes.count("held") >= 3  # answers pending together are held to the loop's turn
+        for _, w in [(reader, writer), *others]:
+            w.close()
+    finally:
+        patch.undo()

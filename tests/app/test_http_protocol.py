@@ -71,3 +71,18 @@ async def test_held_writes_go_out_before_a_close_or_half_close() -> None:
     t.write(b"413")
     t.close()
     assert lingering.events[:2] == ["write", "eof"]
+
+
+async def test_an_answer_written_now_goes_out_at_once_after_what_is_held() -> None:
+    real = _Transport()
+    t = _LingeringTransport(real, _Protocol(asyncio.get_running_loop()))  # type: ignore[arg-type]
+    t.write_now(b"alone")
+    assert real.writes == [b"alone"]  # no wait for the loop's next turn
+    t.write(b"held ")
+    t.write_now(b"after")
+    assert real.writes == [b"alone", b"held after"]  # in order, one write
+    await asyncio.sleep(0)  # the held write's scheduled flush finds nothing left
+    assert real.writes == [b"alone", b"held after"]
+    real.closing = True
+    t.write_now(b"late")
+    assert real.writes == [b"alone", b"held after"]
