@@ -85,7 +85,10 @@ class Operations:
             except RequestError as exc:
                 items.append(exc.within(f"messages[{i}]"))
         results = await self.sidecar.send_batch(items, ack)
-        counts = Counter(item_label(r) for r in results)
+        sent = Status.SENT
+        counts = Counter(
+            "SENT" if type(r) is Outcome and r.status is sent else item_label(r) for r in results
+        )
         for label, n in counts.items():
             self.count(label, n)
         return results

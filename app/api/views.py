@@ -46,7 +46,22 @@ def outcome_view(o: Outcome, index: int | None = None) -> dict[str, Any]:
 def batch_view(results: Sequence[BatchItem]) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
     counts = {"sent": 0, "spooled": 0, "scheduled": 0, "rejected": 0, "failed": 0}
+    sent = Status.SENT
     for i, r in enumerate(results):
+        if type(r) is Outcome and r.status is sent:  # the common case, inline: one per message
+            items.append(
+                {
+                    "index": i,
+                    "id": r.id,
+                    "status": "SENT",
+                    "broker": r.broker,
+                    "queueId": r.queue_id,
+                    "queueOffset": r.queue_offset,
+                    "msgId": r.offset_msg_id,
+                }
+            )
+            counts["sent"] += 1
+            continue
         label = item_label(r)
         if isinstance(r, Outcome):
             item = outcome_view(r, i)
