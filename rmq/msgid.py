@@ -62,9 +62,11 @@ class UniqIdGenerator:
                 self._month_start, self._month_end = _month_bounds_ms(now)
             diff = max(now - self._month_start, 0)  # a small backwards step (NTP) reads as 0, as in Java
             self._stamp_ms, self._stamp = now, self._prefix + f"{diff & 0xFFFFFFFF:08X}"
-        return self._stamp + f"{next(self._counter) & 0xFFFF:04X}"
+        n = next(self._counter) & 0xFFFF
+        return self._stamp + _HEX2[n >> 8] + _HEX2[n & 0xFF]  # half the time of f"{n:04X}"
 
 
+_HEX2 = [f"{i:02X}" for i in range(256)]
 _default = UniqIdGenerator()
 
 
