@@ -17,12 +17,17 @@ from rmq.producer import BrokerState
 disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series double the output and nobody graphs them
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+MAX_CACHED_CHILDREN = 1024  # label values here are few (outcomes, brokers); bounded all the same
 LATENESS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0)
 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        # labels() takes a lock and builds a tuple on every call (0.6 us); the hot path's counters keep
+        # their children: 2.7 -> 1.4 us of metrics per message sent (issue 18).
+        self._message_children: dict[str, Counter] = {}
+        self._attempt_children: dict[tuple[str, bool], Counter] = {}
         self.requests = self._counter(
             "requests",
             "API requests answered, by API (http or grpc), route and status code.",
@@ -93,8 +98,22 @@ class Metrics:
         self.deliveries.labels(subscription, outcome).inc()
         self.delivery_latency.labels(subscription).observe(seconds)
 
+    def count_messages(self, outcome: str, n: int = 1) -> None:
+        """``n`` messages more with ``outcome`` (sent, spooled, scheduled, rejected, failed)."""
+        child = self._message_children.get(outcome)
+        if child is None:
+            child = self.messages.labels(outcome)
+            if len(self._message_children) < MAX_CACHED_CHILDREN:
+                self._message_children[outcome] = child
+        child.inc(n)
+
     def observe_attempt(self, broker: str, ok: bool) -> None:
-        self.attempts.labels(broker, "ok" if ok else "error").inc()
+        child = self._attempt_children.get((broker, ok))
+        if child is None:
+            child = self.attempts.labels(broker, "ok" if ok else "error")
+            if len(self._attempt_children) < MAX_CACHED_CHILDREN:
+                self._attempt_children[(broker, ok)] = child
+        child.inc()
 
     def observe_send_error(self, broker: str, cause: str) -> None:
         self.send_errors.labels(broker, cause).inc()

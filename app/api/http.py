@@ -122,7 +122,7 @@ class Api:
 
     def count(self, outcome: str, n: int = 1) -> None:
         if n:
-            self.metrics.messages.labels(outcome).inc(n)
+            self.metrics.count_messages(outcome, n)
 
 
 class SidecarApp(FastAPI):

@@ -55,7 +55,7 @@ class Operations:
 
     def count(self, label: str, n: int = 1) -> None:
         if n:
-            self.metrics.messages.labels(label.lower()).inc(n)
+            self.metrics.count_messages(label.lower(), n)
 
     def prepare(self, spec: SpecLike, now_ms: int | None = None) -> Prepared:
         return prepare(spec, self.limits, self.now_ms() if now_ms is None else now_ms, self.names)
