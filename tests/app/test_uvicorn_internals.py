@@ -1,0 +1,68 @@
+"""uvicorn's private parts under the hot path (issue 26): pinned exactly, and a change to any of them is
+caught by name, here and at the HTTP server's start."""
+
+from __future__ import annotations
+
+import tomllib
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pytest
+from uvicorn.protocols.http import httptools_impl
+
+from app.api import uvicorn_internals
+from app.api.servers import HttpServer, ListenError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_installed_uvicorn_is_the_pinned_one() -> None:
+    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert f"uvicorn[standard]=={uvicorn_internals.PINNED_VERSION}" in dependencies
+    assert version("uvicorn") == uvicorn_internals.PINNED_VERSION
+
+
+def test_nothing_the_hot_path_relies_on_is_missing() -> None:
+    assert uvicorn_internals.missing() == []
+    assert uvicorn_internals.problem() is None
+
+
+def test_a_name_gone_from_the_module_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(httptools_impl, "STATUS_LINE")
+    assert uvicorn_internals.missing() == [f"{uvicorn_internals.MODULE}.STATUS_LINE"]
+
+
+def test_a_renamed_method_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(httptools_impl.HttpToolsProtocol, "_start_asgi_task")
+    assert uvicorn_internals.missing() == ["HttpToolsProtocol._start_asgi_task"]
+
+
+def test_a_renamed_connection_attribute_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if a release renamed the protocol's ``pipeline`` deque: only a live protocol shows it."""
+    init = httptools_impl.HttpToolsProtocol.__init__
+
+    def renamed(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.queued = self.__dict__.pop("pipeline")
+
+    monkeypatch.setattr(httptools_impl.HttpToolsProtocol, "__init__", renamed)
+    assert uvicorn_internals.missing() == ["HttpToolsProtocol().pipeline"]
+
+
+def test_a_cycle_attribute_gone_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    init = httptools_impl.RequestResponseCycle.__init__
+
+    def renamed(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        del self.more_body
+
+    monkeypatch.setattr(httptools_impl.RequestResponseCycle, "__init__", renamed)
+    assert uvicorn_internals.missing() == ["RequestResponseCycle().more_body"]
+
+
+async def test_the_http_server_refuses_to_start_naming_the_part(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(httptools_impl.HttpToolsProtocol, "on_response_complete")
+    server = HttpServer(app=None, addr="127.0.0.1:0", grace_s=1.0)
+    with pytest.raises(ListenError, match=r"lacks HttpToolsProtocol\.on_response_complete.*tools/lock"):
+        await server.start()
