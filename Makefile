@@ -68,7 +68,7 @@ test: lint $(HELM) chromium
 
 # Regenerate the gRPC code from app/api/proto/rocksidecar.proto (tests check it is current).
 proto: $(STAMP)
-	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. --pyi_out=. app/api/proto/rocksidecar.proto
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. --pyi_out=. rocksidecar/app/api/proto/rocksidecar.proto
 
 # Start devbroker and the sidecar on loopback, send a few messages, show where to look.
 run: $(RUNTIME)

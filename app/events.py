@@ -17,10 +17,10 @@ from dataclasses import fields
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from app.config import Settings
-from app.logs import Throttle
-from retry.dead_letter import DeadLetter
-from retry.record import RetryRecord
+from rocksidecar.app.config import Settings
+from rocksidecar.app.logs import Throttle
+from rocksidecar.retry.dead_letter import DeadLetter
+from rocksidecar.retry.record import RetryRecord
 
 log = logging.getLogger("rocksidecar.events")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from delay.keys import DUE_CF, split_due_key
-from delay.message import CorruptMessageError, DelayedMessage, decode_message
-from delay.store import DelayStore
-from storage.query import Filter, Page, page
+from rocksidecar.delay.keys import DUE_CF, split_due_key
+from rocksidecar.delay.message import CorruptMessageError, DelayedMessage, decode_message
+from rocksidecar.delay.store import DelayStore
+from rocksidecar.storage.query import Filter, Page, page
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ import logging
 
 import orjson
 
-from delay.keys import (
+from rocksidecar.delay.keys import (
     CANCELLED,
     DONE_CF,
     EXPIRY_CF,
@@ -18,10 +18,10 @@ from delay.keys import (
     split_done,
     split_due_key,
 )
-from delay.status import DelayState, SentTo
-from storage.group_commit import GroupCommitWriter
-from storage.keys import clamp_due, due_bound
-from storage.kv import KV, Delete, Op, Put
+from rocksidecar.delay.status import DelayState, SentTo
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.keys import clamp_due, due_bound
+from rocksidecar.storage.kv import KV, Delete, Op, Put
 
 log = logging.getLogger(__name__)
 

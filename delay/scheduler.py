@@ -13,14 +13,14 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from delay.holds import Holds
-from delay.keys import split_due_key
-from delay.message import CorruptMessageError, DelayedMessage, decode_message
-from delay.publication import Publish, publish_batch
-from delay.status import SentTo
-from delay.store import PURGE_LIMIT, DelayStore
-from storage.due_loop import DueLoop, Sleep
-from storage.errors import StorageError
+from rocksidecar.delay.holds import Holds
+from rocksidecar.delay.keys import split_due_key
+from rocksidecar.delay.message import CorruptMessageError, DelayedMessage, decode_message
+from rocksidecar.delay.publication import Publish, publish_batch
+from rocksidecar.delay.status import SentTo
+from rocksidecar.delay.store import PURGE_LIMIT, DelayStore
+from rocksidecar.storage.due_loop import DueLoop, Sleep
+from rocksidecar.storage.errors import StorageError
 
 log = logging.getLogger(__name__)
 

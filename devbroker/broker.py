@@ -13,31 +13,31 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypedDict, Unpack
 
-from devbroker.admin_requests import AdminProcessor
-from devbroker.call_consumer import ConsumerCaller
-from devbroker.client_manage import ClientManageProcessor
-from devbroker.clients import ClientRegistry
-from devbroker.commitlog import DEFAULT_SEGMENT_BYTES, CommitLog
-from devbroker.faults import Faults
-from devbroker.filtering import PropertyFilter
-from devbroker.headers import Reject
-from devbroker.listener import LOOPBACK, Listener
-from devbroker.locks import LockProcessor, QueueLocks
-from devbroker.long_poll import PullHolds
-from devbroker.namesrv import DEFAULT_CLUSTER, NameServer, Registration
-from devbroker.offsets import ConsumerOffsets
-from devbroker.pull import PullProcessor
-from devbroker.send import SendProcessor
-from devbroker.send_back import SendBackProcessor
-from devbroker.state import BrokerState
-from devbroker.store import MessageStore
-from devbroker.topics import TopicTable
-from rmq.clock import wall_ms
-from rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
-from rmq.connection import Connection
-from rmq.message import MessageExt
-from rmq.message_codec import pack_host
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.devbroker.admin_requests import AdminProcessor
+from rocksidecar.devbroker.call_consumer import ConsumerCaller
+from rocksidecar.devbroker.client_manage import ClientManageProcessor
+from rocksidecar.devbroker.clients import ClientRegistry
+from rocksidecar.devbroker.commitlog import DEFAULT_SEGMENT_BYTES, CommitLog
+from rocksidecar.devbroker.faults import Faults
+from rocksidecar.devbroker.filtering import PropertyFilter
+from rocksidecar.devbroker.headers import Reject
+from rocksidecar.devbroker.listener import LOOPBACK, Listener
+from rocksidecar.devbroker.locks import LockProcessor, QueueLocks
+from rocksidecar.devbroker.long_poll import PullHolds
+from rocksidecar.devbroker.namesrv import DEFAULT_CLUSTER, NameServer, Registration
+from rocksidecar.devbroker.offsets import ConsumerOffsets
+from rocksidecar.devbroker.pull import PullProcessor
+from rocksidecar.devbroker.send import SendProcessor
+from rocksidecar.devbroker.send_back import SendBackProcessor
+from rocksidecar.devbroker.state import BrokerState
+from rocksidecar.devbroker.store import MessageStore
+from rocksidecar.devbroker.topics import TopicTable
+from rocksidecar.rmq.clock import wall_ms
+from rocksidecar.rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.message import MessageExt
+from rocksidecar.rmq.message_codec import pack_host
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 
 log = logging.getLogger(__name__)
 

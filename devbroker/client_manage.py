@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import orjson
 
-from devbroker import headers
-from devbroker.headers import Reject
-from devbroker.state import BrokerState
-from devbroker.topics import RETRY_PREFIX
-from rmq.codes import ResponseCode
-from rmq.connection import Connection
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.devbroker import headers
+from rocksidecar.devbroker.headers import Reject
+from rocksidecar.devbroker.state import BrokerState
+from rocksidecar.devbroker.topics import RETRY_PREFIX
+from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 
 
 class ClientManageProcessor:

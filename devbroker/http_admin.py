@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from devbroker.broker import DevBroker
-from devbroker.listener import LOOPBACK
+from rocksidecar.devbroker.broker import DevBroker
+from rocksidecar.devbroker.listener import LOOPBACK
 
 
 class _BadRequest(Exception):

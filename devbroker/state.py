@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from devbroker.clients import ClientRegistry
-from devbroker.filtering import PropertyFilter
-from devbroker.offsets import ConsumerOffsets
-from devbroker.store import MessageStore
-from devbroker.topics import TopicTable
+from rocksidecar.devbroker.clients import ClientRegistry
+from rocksidecar.devbroker.filtering import PropertyFilter
+from rocksidecar.devbroker.offsets import ConsumerOffsets
+from rocksidecar.devbroker.store import MessageStore
+from rocksidecar.devbroker.topics import TopicTable
 
 
 @dataclass(frozen=True, slots=True)

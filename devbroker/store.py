@@ -13,10 +13,10 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from devbroker.commitlog import CommitLog, CommitLogCorrupt
-from rmq.broker import java_string_hash
-from rmq.message import MessageExt
-from rmq.message_codec import (
+from rocksidecar.devbroker.commitlog import CommitLog, CommitLogCorrupt
+from rocksidecar.rmq.broker import java_string_hash
+from rocksidecar.rmq.message import MessageExt
+from rocksidecar.rmq.message_codec import (
     MAGIC_V1,
     MAGIC_V2,
     StoredFields,

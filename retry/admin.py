@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from retry.dead_letter import DeadLetter, decode_dead
-from retry.keys import DEAD_CF, PENDING_CF, parse_pending_key
-from retry.record import CorruptRecordError, RetryRecord, decode_record
-from retry.store import RetryStore
-from storage.query import Filter, Page, page
+from rocksidecar.retry.dead_letter import DeadLetter, decode_dead
+from rocksidecar.retry.keys import DEAD_CF, PENDING_CF, parse_pending_key
+from rocksidecar.retry.record import CorruptRecordError, RetryRecord, decode_record
+from rocksidecar.retry.store import RetryStore
+from rocksidecar.storage.query import Filter, Page, page
 
 
 @dataclass(frozen=True, slots=True)

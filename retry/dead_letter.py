@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 
-from retry.keys import parse_pending_key, pending_of_dead
-from retry.record import CorruptRecordError, RetryRecord, decode_record, record_to_json
-from storage.framing import frame, unframe
+from rocksidecar.retry.keys import parse_pending_key, pending_of_dead
+from rocksidecar.retry.record import CorruptRecordError, RetryRecord, decode_record, record_to_json
+from rocksidecar.storage.framing import frame, unframe
 
 FORMAT_VERSION = 1
 

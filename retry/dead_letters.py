@@ -13,10 +13,10 @@ from typing import TextIO
 
 import orjson
 
-from retry.dead_letter import DeadLetter, decode_dead
-from retry.keys import DEAD, DEAD_CF, INDEX_CF, index_prefix, split_index_key
-from retry.record import CorruptRecordError
-from storage.kv import KV
+from rocksidecar.retry.dead_letter import DeadLetter, decode_dead
+from rocksidecar.retry.keys import DEAD, DEAD_CF, INDEX_CF, index_prefix, split_index_key
+from rocksidecar.retry.record import CorruptRecordError
+from rocksidecar.storage.kv import KV
 
 log = logging.getLogger(__name__)
 

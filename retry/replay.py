@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from retry.redelivery import (
+from rocksidecar.retry.redelivery import (
     DEAD,
     DELIVERED,
     QUARANTINED,
@@ -23,9 +23,9 @@ from retry.redelivery import (
     PolicyFor,
     Redelivery,
 )
-from retry.store import RetryStore
-from storage.due_loop import MAX_IDLE_S, DueLoop, Sleep
-from storage.errors import StorageError
+from rocksidecar.retry.store import RetryStore
+from rocksidecar.storage.due_loop import MAX_IDLE_S, DueLoop, Sleep
+from rocksidecar.storage.errors import StorageError
 
 log = logging.getLogger(__name__)
 

@@ -13,17 +13,17 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from rmq.acl import Credentials
-from rmq.broker import BrokerApi, ConsumerData
-from rmq.client_id import build_client_id, default_instance_name, default_ip
-from rmq.codes import RequestCode, ResponseCode
-from rmq.connection import Connection
-from rmq.errors import RocketMQError
-from rmq.namesrv import NameServerClient
-from rmq.periodic import Periodic
-from rmq.pool import Invoker, RemotingClient
-from rmq.protocol.frame import RemotingCommand
-from rmq.route import TopicRouteData
+from rocksidecar.rmq.acl import Credentials
+from rocksidecar.rmq.broker import BrokerApi, ConsumerData
+from rocksidecar.rmq.client_id import build_client_id, default_instance_name, default_ip
+from rocksidecar.rmq.codes import RequestCode, ResponseCode
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.errors import RocketMQError
+from rocksidecar.rmq.namesrv import NameServerClient
+from rocksidecar.rmq.periodic import Periodic
+from rocksidecar.rmq.pool import Invoker, RemotingClient
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.route import TopicRouteData
 
 log = logging.getLogger(__name__)
 

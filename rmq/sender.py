@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from rmq.errors import RocketMQError
-from rmq.message import Message
-from rmq.result import SendResult
+from rocksidecar.rmq.errors import RocketMQError
+from rocksidecar.rmq.message import Message
+from rocksidecar.rmq.result import SendResult
 
 
 class Sender(Protocol):

@@ -12,12 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from storage.claims import Claims
-from storage.clock import SteadyClock, wall_ms
-from storage.group_commit import GroupCommitWriter
-from storage.keys import due_bound
-from storage.kv import KV, Op
-from storage.progress import Progress
+from rocksidecar.storage.claims import Claims
+from rocksidecar.storage.clock import SteadyClock, wall_ms
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.keys import due_bound
+from rocksidecar.storage.kv import KV, Op
+from rocksidecar.storage.progress import Progress
 
 Listener = Callable[[bytes], None]
 

@@ -25,7 +25,8 @@ class AllowListContract(Contract):
         for importer in sorted({source, *graph.find_descendants(source)}):
             for imported in sorted(graph.find_modules_directly_imported_by(importer)):
                 top = imported.split(".")[0]
-                if top == source or top in sys.stdlib_module_names or top in allowed:
+                own = imported == source or imported.startswith(source + ".")
+                if own or top in sys.stdlib_module_names or top in allowed:
                     continue
                 details = graph.get_import_details(importer=importer, imported=imported)
                 illegal.append((importer, imported, [d["line_number"] for d in details]))

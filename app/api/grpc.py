@@ -17,8 +17,8 @@ from google.protobuf.message import Message as ProtoMessage
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from app.api import grpc_subscribe, problems
-from app.api.grpc_views import (
+from rocksidecar.app.api import grpc_subscribe, problems
+from rocksidecar.app.api.grpc_views import (
     ack_from_proto,
     batch_response,
     error,
@@ -26,15 +26,15 @@ from app.api.grpc_views import (
     send_response,
     spec_from_proto,
 )
-from app.api.guards import Guards
-from app.api.operations import Operations, item_label
-from app.api.proto import rocksidecar_pb2 as pb
-from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
-from app.idempotency import Answer, IdempotencyStore, answer_once, fingerprint
-from app.metrics import Metrics
-from app.request import GRPC_FIELDS, Limits, RequestError
-from app.sidecar import Sidecar
-from app.subscriptions.stream import StreamHub
+from rocksidecar.app.api.guards import Guards
+from rocksidecar.app.api.operations import Operations, item_label
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from rocksidecar.app.idempotency import Answer, IdempotencyStore, answer_once, fingerprint
+from rocksidecar.app.metrics import Metrics
+from rocksidecar.app.request import GRPC_FIELDS, Limits, RequestError
+from rocksidecar.app.sidecar import Sidecar
+from rocksidecar.app.subscriptions.stream import StreamHub
 
 PUBLISH_IN_FLIGHT = 256
 _CODES = {

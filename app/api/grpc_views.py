@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.api import problems
-from app.api.operations import BatchItem
-from app.api.proto import rocksidecar_pb2 as pb
-from app.request import MessageSpec
-from app.sidecar import Ack, MessageState, Outcome
+from rocksidecar.app.api import problems
+from rocksidecar.app.api.operations import BatchItem
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.request import MessageSpec
+from rocksidecar.app.sidecar import Ack, MessageState, Outcome
 
 
 def ack_from_proto(value: int) -> Ack:

@@ -23,15 +23,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from app.api import json_count, problems
-from app.api.access_log import AccessLogMiddleware
-from app.api.admin import AdminOps, admin_routes
-from app.api.docs import offline_docs
-from app.api.guards import Guards
-from app.api.middleware import ASGIApp, EdgeMiddleware, FastRoute, Receive, Scope, Send
-from app.api.operations import Operations, send_status
-from app.api.parsing import parse_batch, parse_message
-from app.api.schemas import (
+from rocksidecar.app.api import json_count, problems
+from rocksidecar.app.api.access_log import AccessLogMiddleware
+from rocksidecar.app.api.admin import AdminOps, admin_routes
+from rocksidecar.app.api.docs import offline_docs
+from rocksidecar.app.api.guards import Guards
+from rocksidecar.app.api.middleware import ASGIApp, EdgeMiddleware, FastRoute, Receive, Scope, Send
+from rocksidecar.app.api.operations import Operations, send_status
+from rocksidecar.app.api.parsing import parse_batch, parse_message
+from rocksidecar.app.api.schemas import (
     BatchIn,
     BatchOut,
     CancelOut,
@@ -42,12 +42,19 @@ from app.api.schemas import (
     ReadyOut,
     SendOut,
 )
-from app.api.ui import UiDeps, ui_routes
-from app.api.views import batch_view, outcome_view, status_view
-from app.idempotency import MAX_KEY_CHARS, Answer, IdempotencyStore, answer_once, canonical_json, fingerprint
-from app.metrics import Metrics
-from app.request import HTTP_FIELDS, Limits, RequestError
-from app.sidecar import Ack, Sidecar
+from rocksidecar.app.api.ui import UiDeps, ui_routes
+from rocksidecar.app.api.views import batch_view, outcome_view, status_view
+from rocksidecar.app.idempotency import (
+    MAX_KEY_CHARS,
+    Answer,
+    IdempotencyStore,
+    answer_once,
+    canonical_json,
+    fingerprint,
+)
+from rocksidecar.app.metrics import Metrics
+from rocksidecar.app.request import HTTP_FIELDS, Limits, RequestError
+from rocksidecar.app.sidecar import Ack, Sidecar
 
 REPLAYED_HEADER = "Idempotent-Replayed"  # "true" on an answer repeated for an Idempotency-Key
 VALUES_PER_MESSAGE = 256  # on average in a batch: fields, keys and properties, with room to spare

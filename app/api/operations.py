@@ -11,12 +11,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from app.api import problems
-from app.api.parsing import check_batch_size
-from app.metrics import Metrics
-from app.request import FieldNames, Limits, Prepared, RequestError, SpecLike, prepare
-from app.sidecar import Ack, MessageState, Outcome, Sidecar, Status
-from delay import CancelOutcome
+from rocksidecar.app.api import problems
+from rocksidecar.app.api.parsing import check_batch_size
+from rocksidecar.app.metrics import Metrics
+from rocksidecar.app.request import FieldNames, Limits, Prepared, RequestError, SpecLike, prepare
+from rocksidecar.app.sidecar import Ack, MessageState, Outcome, Sidecar, Status
+from rocksidecar.delay import CancelOutcome
 
 BatchItem = Outcome | Exception
 

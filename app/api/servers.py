@@ -13,11 +13,11 @@ import grpc
 import uvicorn
 from grpc_health.v1 import health
 
-from app.api import uvicorn_internals
-from app.api.grpc import add_health_and_reflection
-from app.api.hot_path import HotPathHttp
-from app.api.middleware import EdgeMiddleware
-from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from rocksidecar.app.api import uvicorn_internals
+from rocksidecar.app.api.grpc import add_health_and_reflection
+from rocksidecar.app.api.hot_path import HotPathHttp
+from rocksidecar.app.api.middleware import EdgeMiddleware
+from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 
 
 class ListenError(OSError):

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from app import config
+from rocksidecar.app import config
 
 INNER_TOPIC_ENV = "ROCKSIDECAR_DMQ_INNER_TOPIC"
 GROUP_ENV = "ROCKSIDECAR_DMQ_GROUP"
@@ -46,9 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.api.servers import split_addr
-    from rmq.errors import InvalidMessageError
-    from rmq.message import validate_topic
+    from rocksidecar.app.api.servers import split_addr
+    from rocksidecar.rmq.errors import InvalidMessageError
+    from rocksidecar.rmq.message import validate_topic
 
     try:
         settings = config.load(file=args.config)
@@ -67,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
     except (config.ConfigError, ValueError) as exc:
         print(f"rocksidecar dmq: configuration error: {exc}", file=sys.stderr)
         return 2
-    from app.dmq.service import DmqOptions, serve
-    from app.service import StartupError
+    from rocksidecar.app.dmq.service import DmqOptions, serve
+    from rocksidecar.app.service import StartupError
 
     options = DmqOptions(
         args.inner_topic,

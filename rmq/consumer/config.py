@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmq.consumer.allocate import AllocateStrategy, Averagely
-from rmq.message import MessageExt, MessageQueue
+from rocksidecar.rmq.consumer.allocate import AllocateStrategy, Averagely
+from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"

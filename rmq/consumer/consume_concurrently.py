@@ -15,9 +15,9 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 
-from rmq.consumer.config import ConsumeStatus, MessageModel
-from rmq.consumer.queue_state import ConsumeHost, QueueState
-from rmq.message import MessageExt
+from rocksidecar.rmq.consumer.config import ConsumeStatus, MessageModel
+from rocksidecar.rmq.consumer.queue_state import ConsumeHost, QueueState
+from rocksidecar.rmq.message import MessageExt
 
 log = logging.getLogger(__name__)
 

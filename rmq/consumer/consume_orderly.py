@@ -9,9 +9,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from rmq.consumer.config import ConsumeStatus, MessageModel
-from rmq.consumer.queue_state import ConsumeHost, QueueState, call_listener
-from rmq.message import MessageExt
+from rocksidecar.rmq.consumer.config import ConsumeStatus, MessageModel
+from rocksidecar.rmq.consumer.queue_state import ConsumeHost, QueueState, call_listener
+from rocksidecar.rmq.message import MessageExt
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ import asyncio
 import logging
 from collections.abc import Sequence, Set
 
-from rmq.broker import BrokerApi
-from rmq.consumer.running_info import owned_queues
-from rmq.errors import BrokerSystemError, RocketMQError
-from rmq.message import MessageQueue
+from rocksidecar.rmq.broker import BrokerApi
+from rocksidecar.rmq.consumer.running_info import owned_queues
+from rocksidecar.rmq.errors import BrokerSystemError, RocketMQError
+from rocksidecar.rmq.message import MessageQueue
 
 log = logging.getLogger(__name__)
 

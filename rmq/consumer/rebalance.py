@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rmq.broker import BrokerApi
-from rmq.clock import wall_ms
-from rmq.consumer.allocate import AllocateStrategy, sort_for_allocation
-from rmq.consumer.config import RETRY_PREFIX, ConsumeFrom, ConsumerConfig, MessageModel
-from rmq.consumer.offset_store import OffsetStore, ReadType
-from rmq.message import MessageQueue
+from rocksidecar.rmq.broker import BrokerApi
+from rocksidecar.rmq.clock import wall_ms
+from rocksidecar.rmq.consumer.allocate import AllocateStrategy, sort_for_allocation
+from rocksidecar.rmq.consumer.config import RETRY_PREFIX, ConsumeFrom, ConsumerConfig, MessageModel
+from rocksidecar.rmq.consumer.offset_store import OffsetStore, ReadType
+from rocksidecar.rmq.message import MessageQueue
 
 DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000  # Java's consumeTimestamp default: half an hour ago
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import asyncio
 
-from rmq.broker import DEFAULT_COMPRESS_OVER_BYTES
-from rmq.errors import RocketMQError, is_final
-from rmq.message import Message
-from rmq.result import SendResult
-from rmq.sender import Sender
+from rocksidecar.rmq.broker import DEFAULT_COMPRESS_OVER_BYTES
+from rocksidecar.rmq.errors import RocketMQError, is_final
+from rocksidecar.rmq.message import Message
+from rocksidecar.rmq.result import SendResult
+from rocksidecar.rmq.sender import Sender
 
 _Waiter = tuple[Message, str | None, "asyncio.Future[SendResult]"]
 

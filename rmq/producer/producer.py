@@ -14,9 +14,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
-from rmq.broker import BrokerApi
-from rmq.client_instance import ClientInstance
-from rmq.errors import (
+from rocksidecar.rmq.broker import BrokerApi
+from rocksidecar.rmq.client_instance import ClientInstance
+from rocksidecar.rmq.errors import (
     Attempt,
     RemotingError,
     RequestTimeout,
@@ -25,16 +25,16 @@ from rmq.errors import (
     SendFailed,
     failure_cause,
 )
-from rmq.message import Message, MessageQueue
-from rmq.msgid import local_ip, new_uniq_id
-from rmq.namesrv import NameServerClient
-from rmq.producer.batch import BatchSender
-from rmq.producer.config import ProducerConfig
-from rmq.producer.fault import BrokerState, LatencyFaultTolerance, StateListener
-from rmq.producer.publish_info import AttemptFn, TopicPublishInfo
-from rmq.producer.routes import RouteListener, TopicRoutes
-from rmq.producer.selector import ByShardingKey, QueueSelector, make_selector
-from rmq.result import SendResult, SendStatus
+from rocksidecar.rmq.message import Message, MessageQueue
+from rocksidecar.rmq.msgid import local_ip, new_uniq_id
+from rocksidecar.rmq.namesrv import NameServerClient
+from rocksidecar.rmq.producer.batch import BatchSender
+from rocksidecar.rmq.producer.config import ProducerConfig
+from rocksidecar.rmq.producer.fault import BrokerState, LatencyFaultTolerance, StateListener
+from rocksidecar.rmq.producer.publish_info import AttemptFn, TopicPublishInfo
+from rocksidecar.rmq.producer.routes import RouteListener, TopicRoutes
+from rocksidecar.rmq.producer.selector import ByShardingKey, QueueSelector, make_selector
+from rocksidecar.rmq.result import SendResult, SendStatus
 
 log = logging.getLogger(__name__)
 

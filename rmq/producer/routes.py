@@ -12,11 +12,11 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from rmq.codes import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
-from rmq.errors import RocketMQError, TopicNotExist
-from rmq.periodic import Periodic
-from rmq.producer.publish_info import SendIndex, TopicPublishInfo
-from rmq.route import TopicRouteData
+from rocksidecar.rmq.codes import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
+from rocksidecar.rmq.errors import RocketMQError, TopicNotExist
+from rocksidecar.rmq.periodic import Periodic
+from rocksidecar.rmq.producer.publish_info import SendIndex, TopicPublishInfo
+from rocksidecar.rmq.route import TopicRouteData
 
 log = logging.getLogger(__name__)
 

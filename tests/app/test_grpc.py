@@ -13,9 +13,9 @@ from typing import Any
 import grpc
 import pytest
 
-from app.api.proto import rocksidecar_pb2 as pb
-from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 from bench.common import REPO
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 from tests.app.conftest import Stack
 
 
@@ -156,7 +156,7 @@ async def test_token_is_required_when_configured(make_stack: Any) -> None:
 
 
 def test_generated_code_is_current(tmp_path: Path) -> None:
-    proto = Path("app/api/proto/rocksidecar.proto")
+    proto = Path("rocksidecar/app/api/proto/rocksidecar.proto")  # as installed: rocksidecar.app.api.proto
     subprocess.run(
         [
             sys.executable,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from uvicorn.protocols.http import httptools_impl
 
-from app.api import uvicorn_internals
-from app.api.servers import HttpServer, ListenError
+from rocksidecar.app.api import uvicorn_internals
+from rocksidecar.app.api.servers import HttpServer, ListenError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -121,7 +121,11 @@ def test_dockerignore_sends_what_copy_needs_and_nothing_else() -> None:
 
 def test_build_copies_every_package_pyproject_installs() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    assert pyproject["tool"]["setuptools"]["packages"]["find"]["include"] == ["rocksidecar*"]
+    # rocksidecar/ and the top-level folders its links name: the links must resolve inside the context
+    linked = {p.name for p in (REPO / "rocksidecar").iterdir() if p.is_symlink()}
+    assert linked == {"app", "rmq", "retry", "delay", "storage", "devbroker", "pipeline"}
+    packages = {"rocksidecar", *linked}
     copied = {c.split()[0].rstrip("/") for c in BUILD.all("COPY")} - {"pyproject.toml"}
     assert copied - {"tools/lock", "tools/lock_check.py"} == packages, (
         "docker/Dockerfile and .dockerignore must list the same packages"

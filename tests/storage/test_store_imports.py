@@ -7,10 +7,20 @@ import grimp
 
 
 def test_no_import_cycle_between_the_stores_modules() -> None:
-    graph = grimp.build_graph("retry", "delay", "storage")
-    assert graph.find_shortest_chain(importer="retry.store", imported="retry.dead_letters") is not None
-    assert graph.find_shortest_chain(importer="retry.dead_letters", imported="retry.store") is None
-    for package in ("retry", "delay", "storage"):
+    graph = grimp.build_graph("rocksidecar")
+    assert (
+        graph.find_shortest_chain(
+            importer="rocksidecar.retry.store", imported="rocksidecar.retry.dead_letters"
+        )
+        is not None
+    )
+    assert (
+        graph.find_shortest_chain(
+            importer="rocksidecar.retry.dead_letters", imported="rocksidecar.retry.store"
+        )
+        is None
+    )
+    for package in ("rocksidecar.retry", "rocksidecar.delay", "rocksidecar.storage"):
         cyclic = [
             (a, b)
             for a in graph.find_children(package) | {package}
@@ -21,7 +31,12 @@ def test_no_import_cycle_between_the_stores_modules() -> None:
 
 
 def test_the_engine_imports_no_store() -> None:
-    graph = grimp.build_graph("retry", "delay", "storage")
-    for engine in ("storage.due_queue", "storage.due_loop", "storage.message", "storage.claims"):
-        for store in ("retry", "delay"):
+    graph = grimp.build_graph("rocksidecar")
+    for engine in (
+        "rocksidecar.storage.due_queue",
+        "rocksidecar.storage.due_loop",
+        "rocksidecar.storage.message",
+        "rocksidecar.storage.claims",
+    ):
+        for store in ("rocksidecar.retry", "rocksidecar.delay"):
             assert graph.find_shortest_chain(importer=engine, imported=store) is None

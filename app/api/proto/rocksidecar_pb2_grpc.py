@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from app.api.proto import rocksidecar_pb2 as app_dot_api_dot_proto_dot_rocksidecar__pb2
+from rocksidecar.app.api.proto import rocksidecar_pb2 as rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in app/api/proto/rocksidecar_pb2_grpc.py depends on'
+        + ' but the generated code in rocksidecar/app/api/proto/rocksidecar_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,38 +36,38 @@ class SidecarStub:
         """
         self.Send = channel.unary_unary(
                 '/rocksidecar.v1.Sidecar/Send',
-                request_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.SendRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.SendResponse.FromString,
+                request_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.SendRequest.SerializeToString,
+                response_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.SendResponse.FromString,
                 _registered_method=True)
         self.SendBatch = channel.unary_unary(
                 '/rocksidecar.v1.Sidecar/SendBatch',
-                request_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.SendBatchRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.SendBatchResponse.FromString,
+                request_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.SendBatchRequest.SerializeToString,
+                response_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.SendBatchResponse.FromString,
                 _registered_method=True)
         self.Publish = channel.stream_stream(
                 '/rocksidecar.v1.Sidecar/Publish',
-                request_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.PublishRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.PublishAck.FromString,
+                request_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.PublishRequest.SerializeToString,
+                response_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.PublishAck.FromString,
                 _registered_method=True)
         self.GetMessage = channel.unary_unary(
                 '/rocksidecar.v1.Sidecar/GetMessage',
-                request_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.GetMessageRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.MessageStatus.FromString,
+                request_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.GetMessageRequest.SerializeToString,
+                response_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.MessageStatus.FromString,
                 _registered_method=True)
         self.Cancel = channel.unary_unary(
                 '/rocksidecar.v1.Sidecar/Cancel',
-                request_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelResponse.FromString,
+                request_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelRequest.SerializeToString,
+                response_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelResponse.FromString,
                 _registered_method=True)
         self.Subscribe = channel.unary_stream(
                 '/rocksidecar.v1.Sidecar/Subscribe',
-                request_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.SubscribeRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.Delivery.FromString,
+                request_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.Delivery.FromString,
                 _registered_method=True)
         self.Ack = channel.unary_unary(
                 '/rocksidecar.v1.Sidecar/Ack',
-                request_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.AckRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.AckResponse.FromString,
+                request_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.AckRequest.SerializeToString,
+                response_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.AckResponse.FromString,
                 _registered_method=True)
 
 
@@ -132,38 +132,38 @@ def add_SidecarServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Send': grpc.unary_unary_rpc_method_handler(
                     servicer.Send,
-                    request_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.SendRequest.FromString,
-                    response_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.SendResponse.SerializeToString,
+                    request_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.SendRequest.FromString,
+                    response_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.SendResponse.SerializeToString,
             ),
             'SendBatch': grpc.unary_unary_rpc_method_handler(
                     servicer.SendBatch,
-                    request_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.SendBatchRequest.FromString,
-                    response_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.SendBatchResponse.SerializeToString,
+                    request_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.SendBatchRequest.FromString,
+                    response_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.SendBatchResponse.SerializeToString,
             ),
             'Publish': grpc.stream_stream_rpc_method_handler(
                     servicer.Publish,
-                    request_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.PublishRequest.FromString,
-                    response_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.PublishAck.SerializeToString,
+                    request_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.PublishRequest.FromString,
+                    response_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.PublishAck.SerializeToString,
             ),
             'GetMessage': grpc.unary_unary_rpc_method_handler(
                     servicer.GetMessage,
-                    request_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.GetMessageRequest.FromString,
-                    response_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.MessageStatus.SerializeToString,
+                    request_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.GetMessageRequest.FromString,
+                    response_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.MessageStatus.SerializeToString,
             ),
             'Cancel': grpc.unary_unary_rpc_method_handler(
                     servicer.Cancel,
-                    request_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelRequest.FromString,
-                    response_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelResponse.SerializeToString,
+                    request_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelRequest.FromString,
+                    response_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelResponse.SerializeToString,
             ),
             'Subscribe': grpc.unary_stream_rpc_method_handler(
                     servicer.Subscribe,
-                    request_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.SubscribeRequest.FromString,
-                    response_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.Delivery.SerializeToString,
+                    request_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.SubscribeRequest.FromString,
+                    response_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.Delivery.SerializeToString,
             ),
             'Ack': grpc.unary_unary_rpc_method_handler(
                     servicer.Ack,
-                    request_deserializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.AckRequest.FromString,
-                    response_serializer=app_dot_api_dot_proto_dot_rocksidecar__pb2.AckResponse.SerializeToString,
+                    request_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.AckRequest.FromString,
+                    response_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.AckResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -191,8 +191,8 @@ class Sidecar:
             request,
             target,
             '/rocksidecar.v1.Sidecar/Send',
-            app_dot_api_dot_proto_dot_rocksidecar__pb2.SendRequest.SerializeToString,
-            app_dot_api_dot_proto_dot_rocksidecar__pb2.SendResponse.FromString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.SendRequest.SerializeToString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.SendResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -218,8 +218,8 @@ class Sidecar:
             request,
             target,
             '/rocksidecar.v1.Sidecar/SendBatch',
-            app_dot_api_dot_proto_dot_rocksidecar__pb2.SendBatchRequest.SerializeToString,
-            app_dot_api_dot_proto_dot_rocksidecar__pb2.SendBatchResponse.FromString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.SendBatchRequest.SerializeToString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.SendBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -245,8 +245,8 @@ class Sidecar:
             request_iterator,
             target,
             '/rocksidecar.v1.Sidecar/Publish',
-            app_dot_api_dot_proto_dot_rocksidecar__pb2.PublishRequest.SerializeToString,
-            app_dot_api_dot_proto_dot_rocksidecar__pb2.PublishAck.FromString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.PublishRequest.SerializeToString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.PublishAck.FromString,
             options,
             channel_credentials,
             insecure,
@@ -272,8 +272,8 @@ class Sidecar:
             request,
             target,
             '/rocksidecar.v1.Sidecar/GetMessage',
-            app_dot_api_dot_proto_dot_rocksidecar__pb2.GetMessageRequest.SerializeToString,
-            app_dot_api_dot_proto_dot_rocksidecar__pb2.MessageStatus.FromString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.GetMessageRequest.SerializeToString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.MessageStatus.FromString,
             options,
             channel_credentials,
             insecure,
@@ -299,8 +299,8 @@ class Sidecar:
             request,
             target,
             '/rocksidecar.v1.Sidecar/Cancel',
-            app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelRequest.SerializeToString,
-            app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelResponse.FromString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelRequest.SerializeToString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.CancelResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -326,8 +326,8 @@ class Sidecar:
             request,
             target,
             '/rocksidecar.v1.Sidecar/Subscribe',
-            app_dot_api_dot_proto_dot_rocksidecar__pb2.SubscribeRequest.SerializeToString,
-            app_dot_api_dot_proto_dot_rocksidecar__pb2.Delivery.FromString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.SubscribeRequest.SerializeToString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.Delivery.FromString,
             options,
             channel_credentials,
             insecure,
@@ -353,8 +353,8 @@ class Sidecar:
             request,
             target,
             '/rocksidecar.v1.Sidecar/Ack',
-            app_dot_api_dot_proto_dot_rocksidecar__pb2.AckRequest.SerializeToString,
-            app_dot_api_dot_proto_dot_rocksidecar__pb2.AckResponse.FromString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.AckRequest.SerializeToString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.AckResponse.FromString,
             options,
             channel_credentials,
             insecure,
