@@ -51,7 +51,7 @@ def _add_command(sub: argparse._SubParsersAction, name: str, mod: ModuleType) ->
         return
     p = sub.add_parser(name, help=mod.HELP, description=mod.DESCRIPTION, epilog=getattr(mod, "EPILOG", None))
     if getattr(mod, "SETTINGS", False):  # a command that reads the sidecar's settings
-        from rocksidecar.app.config import CONFIG_ENV
+        from .config import CONFIG_ENV
 
         p.add_argument(
             "--config",
@@ -65,7 +65,7 @@ def _add_command(sub: argparse._SubParsersAction, name: str, mod: ModuleType) ->
 
 def _run(args: argparse.Namespace) -> int:
     if getattr(args, "help_settings", False):
-        from rocksidecar.app import config
+        from . import config
 
         print(config.describe())
         return 0

@@ -9,7 +9,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 
-from rocksidecar.app import config
+from . import config
 
 HELP = "run the sidecar"
 DESCRIPTION = (
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     except config.ConfigError as exc:
         print(f"rocksidecar: configuration error: {exc}", file=sys.stderr)
         return 2
-    from rocksidecar.app.service import (  # imported late: it pulls in FastAPI, gRPC and RocksDB
+    from .service import (  # imported late: it pulls in FastAPI, gRPC and RocksDB
         StartupError,
         serve,
     )

@@ -17,28 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from rocksidecar import delay
-from rocksidecar.app import idempotency, logs
-from rocksidecar.app.api.admin import AdminOps
-from rocksidecar.app.api.grpc import SidecarServicer
-from rocksidecar.app.api.grpc_edge import MalformedRequests
-from rocksidecar.app.api.guards import Guards
-from rocksidecar.app.api.http import create_app
-from rocksidecar.app.api.servers import GrpcServer, HttpServer, ListenError, split_addr
-from rocksidecar.app.api.ui import UiDeps, counters
-from rocksidecar.app.config import Settings, is_loopback
-from rocksidecar.app.dmq.forward import COLUMN_FAMILIES as FORWARDED_CFS
-from rocksidecar.app.dmq.forward import Forwarder
-from rocksidecar.app.events import OpsEvents
-from rocksidecar.app.history import SAMPLE_EVERY_S, History
-from rocksidecar.app.idempotency import IdempotencyStore
-from rocksidecar.app.lookups import DelayLookup, RetryLookup
-from rocksidecar.app.metrics import CoalesceCollector, ConsumerCollector, Metrics, StateCollector
-from rocksidecar.app.readiness import Readiness, disk_draining
-from rocksidecar.app.request import Limits
-from rocksidecar.app.shutdown import close_delivery
-from rocksidecar.app.sidecar import Sidecar
-from rocksidecar.app.store_delivery import delivery_loops
-from rocksidecar.app.subscriptions.runner import QueueLag, Subscriptions
 from rocksidecar.delay import DelayStore
 from rocksidecar.delay import keys as delay_keys
 from rocksidecar.retry import DeadLetterNotifier, RetryStore
@@ -57,6 +35,29 @@ from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV
 from rocksidecar.storage.reserve import MIB, DiskReserve, ReserveFile
 from rocksidecar.storage.rocks import RocksKV
+
+from . import idempotency, logs
+from .api.admin import AdminOps
+from .api.grpc import SidecarServicer
+from .api.grpc_edge import MalformedRequests
+from .api.guards import Guards
+from .api.http import create_app
+from .api.servers import GrpcServer, HttpServer, ListenError, split_addr
+from .api.ui import UiDeps, counters
+from .config import Settings, is_loopback
+from .dmq.forward import COLUMN_FAMILIES as FORWARDED_CFS
+from .dmq.forward import Forwarder
+from .events import OpsEvents
+from .history import SAMPLE_EVERY_S, History
+from .idempotency import IdempotencyStore
+from .lookups import DelayLookup, RetryLookup
+from .metrics import CoalesceCollector, ConsumerCollector, Metrics, StateCollector
+from .readiness import Readiness, disk_draining
+from .request import Limits
+from .shutdown import close_delivery
+from .sidecar import Sidecar
+from .store_delivery import delivery_loops
+from .subscriptions.runner import QueueLag, Subscriptions
 
 log = logging.getLogger("rocksidecar")
 COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES, *delay.COLUMN_FAMILIES, *FORWARDED_CFS)

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rocksidecar.delay.keys import DUE_CF, split_due_key
-from rocksidecar.delay.message import CorruptMessageError, DelayedMessage, decode_message
-from rocksidecar.delay.store import DelayStore
 from rocksidecar.storage.query import Filter, Page, page
+
+from .keys import DUE_CF, split_due_key
+from .message import CorruptMessageError, DelayedMessage, decode_message
+from .store import DelayStore
 
 
 @dataclass(frozen=True, slots=True)

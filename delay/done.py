@@ -7,7 +7,11 @@ import logging
 
 import orjson
 
-from rocksidecar.delay.keys import (
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.keys import clamp_due, due_bound
+from rocksidecar.storage.kv import KV, Delete, Op, Put
+
+from .keys import (
     CANCELLED,
     DONE_CF,
     EXPIRY_CF,
@@ -18,10 +22,7 @@ from rocksidecar.delay.keys import (
     split_done,
     split_due_key,
 )
-from rocksidecar.delay.status import DelayState, SentTo
-from rocksidecar.storage.group_commit import GroupCommitWriter
-from rocksidecar.storage.keys import clamp_due, due_bound
-from rocksidecar.storage.kv import KV, Delete, Op, Put
+from .status import DelayState, SentTo
 
 log = logging.getLogger(__name__)
 

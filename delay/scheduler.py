@@ -13,14 +13,15 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from rocksidecar.delay.holds import Holds
-from rocksidecar.delay.keys import split_due_key
-from rocksidecar.delay.message import CorruptMessageError, DelayedMessage, decode_message
-from rocksidecar.delay.publication import Publish, publish_batch
-from rocksidecar.delay.status import SentTo
-from rocksidecar.delay.store import PURGE_LIMIT, DelayStore
 from rocksidecar.storage.due_loop import DueLoop, Sleep
 from rocksidecar.storage.errors import StorageError
+
+from .holds import Holds
+from .keys import split_due_key
+from .message import CorruptMessageError, DelayedMessage, decode_message
+from .publication import Publish, publish_batch
+from .status import SentTo
+from .store import PURGE_LIMIT, DelayStore
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """devbroker: a small RocketMQ-protocol-compatible name server and brokers, for local runs and tests."""
 
-from rocksidecar.devbroker.broker import DevBroker
-from rocksidecar.devbroker.cluster import DevCluster
-from rocksidecar.devbroker.faults import Faults
-from rocksidecar.devbroker.namesrv import NameServer
-from rocksidecar.devbroker.topics import TopicConfig
+from .broker import DevBroker
+from .cluster import DevCluster
+from .faults import Faults
+from .namesrv import NameServer
+from .topics import TopicConfig
 
 __all__ = ["DevBroker", "DevCluster", "Faults", "NameServer", "TopicConfig"]

@@ -4,13 +4,14 @@ QueryMessageProcessor answer them."""
 
 from __future__ import annotations
 
-from rocksidecar.devbroker import headers
-from rocksidecar.devbroker.headers import Reject
-from rocksidecar.devbroker.store import MessageStore
-from rocksidecar.devbroker.topics import TopicConfig, TopicTable, is_system_topic, topic_name_error
 from rocksidecar.rmq.codes import ResponseCode
 from rocksidecar.rmq.connection import Connection
 from rocksidecar.rmq.protocol.frame import RemotingCommand
+
+from . import headers
+from .headers import Reject
+from .store import MessageStore
+from .topics import TopicConfig, TopicTable, is_system_topic, topic_name_error
 
 
 class AdminProcessor:

@@ -13,31 +13,32 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypedDict, Unpack
 
-from rocksidecar.devbroker.admin_requests import AdminProcessor
-from rocksidecar.devbroker.call_consumer import ConsumerCaller
-from rocksidecar.devbroker.client_manage import ClientManageProcessor
-from rocksidecar.devbroker.clients import ClientRegistry
-from rocksidecar.devbroker.commitlog import DEFAULT_SEGMENT_BYTES, CommitLog
-from rocksidecar.devbroker.faults import Faults
-from rocksidecar.devbroker.filtering import PropertyFilter
-from rocksidecar.devbroker.headers import Reject
-from rocksidecar.devbroker.listener import LOOPBACK, Listener
-from rocksidecar.devbroker.locks import LockProcessor, QueueLocks
-from rocksidecar.devbroker.long_poll import PullHolds
-from rocksidecar.devbroker.namesrv import DEFAULT_CLUSTER, NameServer, Registration
-from rocksidecar.devbroker.offsets import ConsumerOffsets
-from rocksidecar.devbroker.pull import PullProcessor
-from rocksidecar.devbroker.send import SendProcessor
-from rocksidecar.devbroker.send_back import SendBackProcessor
-from rocksidecar.devbroker.state import BrokerState
-from rocksidecar.devbroker.store import MessageStore
-from rocksidecar.devbroker.topics import TopicTable
 from rocksidecar.rmq.clock import wall_ms
 from rocksidecar.rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from rocksidecar.rmq.connection import Connection
 from rocksidecar.rmq.message import MessageExt
 from rocksidecar.rmq.message_codec import pack_host
 from rocksidecar.rmq.protocol.frame import RemotingCommand
+
+from .admin_requests import AdminProcessor
+from .call_consumer import ConsumerCaller
+from .client_manage import ClientManageProcessor
+from .clients import ClientRegistry
+from .commitlog import DEFAULT_SEGMENT_BYTES, CommitLog
+from .faults import Faults
+from .filtering import PropertyFilter
+from .headers import Reject
+from .listener import LOOPBACK, Listener
+from .locks import LockProcessor, QueueLocks
+from .long_poll import PullHolds
+from .namesrv import DEFAULT_CLUSTER, NameServer, Registration
+from .offsets import ConsumerOffsets
+from .pull import PullProcessor
+from .send import SendProcessor
+from .send_back import SendBackProcessor
+from .state import BrokerState
+from .store import MessageStore
+from .topics import TopicTable
 
 log = logging.getLogger(__name__)
 

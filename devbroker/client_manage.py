@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import orjson
 
-from rocksidecar.devbroker import headers
-from rocksidecar.devbroker.headers import Reject
-from rocksidecar.devbroker.state import BrokerState
-from rocksidecar.devbroker.topics import RETRY_PREFIX
 from rocksidecar.rmq.codes import ResponseCode
 from rocksidecar.rmq.connection import Connection
 from rocksidecar.rmq.protocol.frame import RemotingCommand
+
+from . import headers
+from .headers import Reject
+from .state import BrokerState
+from .topics import RETRY_PREFIX
 
 
 class ClientManageProcessor:

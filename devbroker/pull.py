@@ -4,16 +4,17 @@ store's decision table mapped to response codes, and long polling (protocol refe
 
 from __future__ import annotations
 
-from rocksidecar.devbroker import headers
-from rocksidecar.devbroker.filtering import Accept
-from rocksidecar.devbroker.headers import Reject
-from rocksidecar.devbroker.long_poll import PullHolds
-from rocksidecar.devbroker.state import BrokerState
-from rocksidecar.devbroker.store import GetResult, GetStatus, tag_code
 from rocksidecar.rmq.broker import parse_tags
 from rocksidecar.rmq.codes import PERM_READ, PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, ResponseCode
 from rocksidecar.rmq.connection import Connection
 from rocksidecar.rmq.protocol.frame import RemotingCommand
+
+from . import headers
+from .filtering import Accept
+from .headers import Reject
+from .long_poll import PullHolds
+from .state import BrokerState
+from .store import GetResult, GetStatus, tag_code
 
 _CODE_BY_STATUS = {
     GetStatus.FOUND: ResponseCode.SUCCESS,

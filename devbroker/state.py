@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rocksidecar.devbroker.clients import ClientRegistry
-from rocksidecar.devbroker.filtering import PropertyFilter
-from rocksidecar.devbroker.offsets import ConsumerOffsets
-from rocksidecar.devbroker.store import MessageStore
-from rocksidecar.devbroker.topics import TopicTable
+from .clients import ClientRegistry
+from .filtering import PropertyFilter
+from .offsets import ConsumerOffsets
+from .store import MessageStore
+from .topics import TopicTable
 
 
 @dataclass(frozen=True, slots=True)

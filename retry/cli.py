@@ -24,12 +24,13 @@ from typing import TextIO
 import httpx
 import orjson
 
-from rocksidecar.retry.keys import COLUMN_FAMILIES, PENDING_CF, parse_pending_key
-from rocksidecar.retry.record import CorruptRecordError, decode_record, record_to_json
-from rocksidecar.retry.remote import Remote, RemoteError, default_url
-from rocksidecar.retry.store import RetryStore
 from rocksidecar.storage.errors import StorageError, StoreLockedError
 from rocksidecar.storage.kv import KV
+
+from .keys import COLUMN_FAMILIES, PENDING_CF, parse_pending_key
+from .record import CorruptRecordError, decode_record, record_to_json
+from .remote import Remote, RemoteError, default_url
+from .store import RetryStore
 
 DATA_DIR_ENV = "ROCKSIDECAR_DATA_DIR"
 

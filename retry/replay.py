@@ -13,7 +13,10 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from rocksidecar.retry.redelivery import (
+from rocksidecar.storage.due_loop import MAX_IDLE_S, DueLoop, Sleep
+from rocksidecar.storage.errors import StorageError
+
+from .redelivery import (
     DEAD,
     DELIVERED,
     QUARANTINED,
@@ -23,9 +26,7 @@ from rocksidecar.retry.redelivery import (
     PolicyFor,
     Redelivery,
 )
-from rocksidecar.retry.store import RetryStore
-from rocksidecar.storage.due_loop import MAX_IDLE_S, DueLoop, Sleep
-from rocksidecar.storage.errors import StorageError
+from .store import RetryStore
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """An asyncio client for Apache RocketMQ's remoting protocol (4.x brokers; 5.x through the name server)."""
 
-from rocksidecar.rmq.acl import Credentials
-from rocksidecar.rmq.broker import BrokerApi, ConsumerData, Subscription
-from rocksidecar.rmq.client_instance import ClientInstance
-from rocksidecar.rmq.errors import (
+from .acl import Credentials
+from .broker import BrokerApi, ConsumerData, Subscription
+from .client_instance import ClientInstance
+from .errors import (
     Attempt,
     BrokerError,
     ClientError,
@@ -18,13 +18,13 @@ from rocksidecar.rmq.errors import (
     SendFailed,
     TopicNotExist,
 )
-from rocksidecar.rmq.message import Message, MessageExt, MessageQueue
-from rocksidecar.rmq.msgid import new_uniq_id
-from rocksidecar.rmq.namesrv import NameServerClient
-from rocksidecar.rmq.pool import Invoker, RemotingClient
-from rocksidecar.rmq.result import PullResult, PullStatus, SendResult, SendStatus
-from rocksidecar.rmq.route import TopicRouteData
-from rocksidecar.rmq.sender import Sender
+from .message import Message, MessageExt, MessageQueue
+from .msgid import new_uniq_id
+from .namesrv import NameServerClient
+from .pool import Invoker, RemotingClient
+from .result import PullResult, PullStatus, SendResult, SendStatus
+from .route import TopicRouteData
+from .sender import Sender
 
 __all__ = [
     "Attempt",

@@ -13,17 +13,17 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from rocksidecar.rmq.acl import Credentials
-from rocksidecar.rmq.broker import BrokerApi, ConsumerData
-from rocksidecar.rmq.client_id import build_client_id, default_instance_name, default_ip
-from rocksidecar.rmq.codes import RequestCode, ResponseCode
-from rocksidecar.rmq.connection import Connection
-from rocksidecar.rmq.errors import RocketMQError
-from rocksidecar.rmq.namesrv import NameServerClient
-from rocksidecar.rmq.periodic import Periodic
-from rocksidecar.rmq.pool import Invoker, RemotingClient
-from rocksidecar.rmq.protocol.frame import RemotingCommand
-from rocksidecar.rmq.route import TopicRouteData
+from .acl import Credentials
+from .broker import BrokerApi, ConsumerData
+from .client_id import build_client_id, default_instance_name, default_ip
+from .codes import RequestCode, ResponseCode
+from .connection import Connection
+from .errors import RocketMQError
+from .namesrv import NameServerClient
+from .periodic import Periodic
+from .pool import Invoker, RemotingClient
+from .protocol.frame import RemotingCommand
+from .route import TopicRouteData
 
 log = logging.getLogger(__name__)
 

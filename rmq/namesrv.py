@@ -6,11 +6,11 @@ from collections.abc import Sequence
 
 import orjson
 
-from rocksidecar.rmq.codes import RequestCode, ResponseCode
-from rocksidecar.rmq.errors import ClientError, RemotingError, RocketMQError, TopicNotExist, for_code
-from rocksidecar.rmq.pool import Invoker
-from rocksidecar.rmq.protocol.frame import RemotingCommand
-from rocksidecar.rmq.route import TopicRouteData, parse_lenient_json
+from .codes import RequestCode, ResponseCode
+from .errors import ClientError, RemotingError, RocketMQError, TopicNotExist, for_code
+from .pool import Invoker
+from .protocol.frame import RemotingCommand
+from .route import TopicRouteData, parse_lenient_json
 
 DEFAULT_TIMEOUT_S = 3.0
 

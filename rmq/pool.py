@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from rocksidecar.rmq.acl import Credentials, sign
-from rocksidecar.rmq.connection import Connection, RequestHandler, connect
-from rocksidecar.rmq.errors import ClientError
-from rocksidecar.rmq.protocol.frame import RemotingCommand
+from .acl import Credentials, sign
+from .connection import Connection, RequestHandler, connect
+from .errors import ClientError
+from .protocol.frame import RemotingCommand
 
 DEFAULT_CONNECT_TIMEOUT_S = 3.0
 

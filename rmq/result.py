@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from rocksidecar.rmq.codes import ResponseCode
-from rocksidecar.rmq.message import MessageExt, MessageQueue
+from .codes import ResponseCode
+from .message import MessageExt, MessageQueue
 
 
 class SendStatus(Enum):

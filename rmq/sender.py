@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from rocksidecar.rmq.errors import RocketMQError
-from rocksidecar.rmq.message import Message
-from rocksidecar.rmq.result import SendResult
+from .errors import RocketMQError
+from .message import Message
+from .result import SendResult
 
 
 class Sender(Protocol):

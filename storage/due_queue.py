@@ -12,12 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from rocksidecar.storage.claims import Claims
-from rocksidecar.storage.clock import SteadyClock, wall_ms
-from rocksidecar.storage.group_commit import GroupCommitWriter
-from rocksidecar.storage.keys import due_bound
-from rocksidecar.storage.kv import KV, Op
-from rocksidecar.storage.progress import Progress
+from .claims import Claims
+from .clock import SteadyClock, wall_ms
+from .group_commit import GroupCommitWriter
+from .keys import due_bound
+from .kv import KV, Op
+from .progress import Progress
 
 Listener = Callable[[bytes], None]
 

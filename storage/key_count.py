@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from rocksidecar.storage.errors import StorageError
-from rocksidecar.storage.kv import KV
+from .errors import StorageError
+from .kv import KV
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 
-from rocksidecar.storage.clock import SteadyClock
-from rocksidecar.storage.errors import StorageError
-from rocksidecar.storage.group_commit import GroupCommitWriter
-from rocksidecar.storage.kv import KV, Op, Put
+from .clock import SteadyClock
+from .errors import StorageError
+from .group_commit import GroupCommitWriter
+from .kv import KV, Op, Put
 
 log = logging.getLogger(__name__)
 

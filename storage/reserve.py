@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-from rocksidecar.storage.errors import StorageError
-from rocksidecar.storage.kv import Op, Put
+from .errors import StorageError
+from .kv import Op, Put
 
 log = logging.getLogger(__name__)
 

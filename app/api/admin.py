@@ -23,9 +23,6 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rocksidecar.app.api import problems
-from rocksidecar.app.api.schemas import Problem
-from rocksidecar.app.request import RequestError
 from rocksidecar.delay import DelayStore
 from rocksidecar.delay.admin import ScheduledItem, scheduled_page
 from rocksidecar.retry.admin import PendingItem, dead_page, pending_page, purge, redrive
@@ -36,6 +33,10 @@ from rocksidecar.retry.replay import ReplayLoop
 from rocksidecar.retry.store import RetryStore
 from rocksidecar.rmq.producer import BrokerState
 from rocksidecar.storage.query import Filter
+
+from ..request import RequestError
+from . import problems
+from .schemas import Problem
 
 MAX_LIMIT = 1000
 PREFIX = "/v1/admin"

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rocksidecar.app.api import problems
-from rocksidecar.app.api.operations import BatchItem
-from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
-from rocksidecar.app.request import MessageSpec
-from rocksidecar.app.sidecar import Ack, MessageState, Outcome
+from ..request import MessageSpec
+from ..sidecar import Ack, MessageState, Outcome
+from . import problems
+from .operations import BatchItem
+from .proto import rocksidecar_pb2 as pb
 
 
 def ack_from_proto(value: int) -> Ack:

@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 from starlette.routing import BaseRoute, Match
 
-from rocksidecar.app.api import guards, problems
-from rocksidecar.app.api.guards import Guards
-from rocksidecar.app.metrics import Metrics
+from ..metrics import Metrics
+from . import guards, problems
+from .guards import Guards
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -11,12 +11,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rocksidecar.app.api import problems
-from rocksidecar.app.api.parsing import check_batch_size
-from rocksidecar.app.metrics import Metrics
-from rocksidecar.app.request import FieldNames, Limits, Prepared, RequestError, SpecLike, prepare
-from rocksidecar.app.sidecar import Ack, MessageState, Outcome, Sidecar, Status
 from rocksidecar.delay import CancelOutcome
+
+from ..metrics import Metrics
+from ..request import FieldNames, Limits, Prepared, RequestError, SpecLike, prepare
+from ..sidecar import Ack, MessageState, Outcome, Sidecar, Status
+from . import problems
+from .parsing import check_batch_size
 
 BatchItem = Outcome | Exception
 

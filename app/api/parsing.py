@@ -18,9 +18,9 @@ from typing import Any
 import msgspec
 from pydantic import ValidationError
 
-from rocksidecar.app.api import problems
-from rocksidecar.app.api.schemas import BatchIn, MessageIn
-from rocksidecar.app.request import RequestError, SpecLike
+from ..request import RequestError, SpecLike
+from . import problems
+from .schemas import BatchIn, MessageIn
 
 
 class FastMessage(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):

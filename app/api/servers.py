@@ -13,11 +13,11 @@ import grpc
 import uvicorn
 from grpc_health.v1 import health
 
-from rocksidecar.app.api import uvicorn_internals
-from rocksidecar.app.api.grpc import add_health_and_reflection
-from rocksidecar.app.api.hot_path import HotPathHttp
-from rocksidecar.app.api.middleware import EdgeMiddleware
-from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from . import uvicorn_internals
+from .grpc import add_health_and_reflection
+from .hot_path import HotPathHttp
+from .middleware import EdgeMiddleware
+from .proto import rocksidecar_pb2_grpc as pb_grpc
 
 
 class ListenError(OSError):

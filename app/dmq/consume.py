@@ -16,10 +16,11 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from rocksidecar.app.dmq.inner import CancelRequest, InnerFormatError, parse
 from rocksidecar.delay import DelayedMessage, DelayState, DelayStore
 from rocksidecar.rmq.consumer import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
+
+from .inner import CancelRequest, InnerFormatError, parse
 
 log = logging.getLogger(__name__)
 

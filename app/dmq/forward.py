@@ -16,9 +16,6 @@ from dataclasses import KW_ONLY, dataclass
 
 import orjson
 
-from rocksidecar.app.delivery_policy import RetrySpool, last_error
-from rocksidecar.app.dmq.inner import DEFAULT_INNER_TOPIC, cancel_message, inner_message
-from rocksidecar.app.sidecar import Canceller, MessageState, Status
 from rocksidecar.delay import CancelOutcome, DelayedMessage
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.retry.record import RetryRecord
@@ -27,6 +24,10 @@ from rocksidecar.rmq.msgid import new_uniq_id
 from rocksidecar.rmq.producer import Producer
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV, Delete, Op, Put
+
+from ..delivery_policy import RetrySpool, last_error
+from ..sidecar import Canceller, MessageState, Status
+from .inner import DEFAULT_INNER_TOPIC, cancel_message, inner_message
 
 log = logging.getLogger(__name__)
 

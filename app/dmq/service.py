@@ -20,17 +20,6 @@ from pathlib import Path
 import uvloop
 from prometheus_client import Counter, Gauge
 
-from rocksidecar.app import logs
-from rocksidecar.app.api.servers import HttpServer, ListenError
-from rocksidecar.app.clients import client_instance
-from rocksidecar.app.config import Settings
-from rocksidecar.app.dmq.consume import InnerListener
-from rocksidecar.app.dmq.http import create_app
-from rocksidecar.app.dmq.inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC
-from rocksidecar.app.metrics import Metrics, StateCollector
-from rocksidecar.app.service import COLUMN_FAMILIES, REPLAY_BATCH, StartupError, producer_config, tune_gc
-from rocksidecar.app.shutdown import close_delivery
-from rocksidecar.app.store_delivery import delivery_loops
 from rocksidecar.delay import DelayStore
 from rocksidecar.retry import RetryStore
 from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
@@ -39,6 +28,18 @@ from rocksidecar.storage.errors import StorageError, StoreLockedError
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV
 from rocksidecar.storage.rocks import RocksKV
+
+from .. import logs
+from ..api.servers import HttpServer, ListenError
+from ..clients import client_instance
+from ..config import Settings
+from ..metrics import Metrics, StateCollector
+from ..service import COLUMN_FAMILIES, REPLAY_BATCH, StartupError, producer_config, tune_gc
+from ..shutdown import close_delivery
+from ..store_delivery import delivery_loops
+from .consume import InnerListener
+from .http import create_app
+from .inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC
 
 log = logging.getLogger("rocksidecar.dmq")
 

@@ -19,14 +19,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from rocksidecar.rmq.consumer.allocate import (
+from ..message import MessageQueue
+from .allocate import (
     CheckedStrategy,
     Clients,
     Queues,
     java_queue_string,
     java_string_key,
 )
-from rocksidecar.rmq.message import MessageQueue
 
 
 def rendezvous_score(queue_key: str, cid: str) -> int:

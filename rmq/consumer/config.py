@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocksidecar.rmq.consumer.allocate import AllocateStrategy, Averagely
-from rocksidecar.rmq.message import MessageExt, MessageQueue
+from ..message import MessageExt, MessageQueue
+from .allocate import AllocateStrategy, Averagely
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"

@@ -15,9 +15,9 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 
-from rocksidecar.rmq.consumer.config import ConsumeStatus, MessageModel
-from rocksidecar.rmq.consumer.queue_state import ConsumeHost, QueueState
-from rocksidecar.rmq.message import MessageExt
+from ..message import MessageExt
+from .config import ConsumeStatus, MessageModel
+from .queue_state import ConsumeHost, QueueState
 
 log = logging.getLogger(__name__)
 

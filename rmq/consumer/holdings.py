@@ -15,10 +15,10 @@ import asyncio
 import logging
 from collections.abc import Sequence, Set
 
-from rocksidecar.rmq.broker import BrokerApi
-from rocksidecar.rmq.consumer.running_info import owned_queues
-from rocksidecar.rmq.errors import BrokerSystemError, RocketMQError
-from rocksidecar.rmq.message import MessageQueue
+from ..broker import BrokerApi
+from ..errors import BrokerSystemError, RocketMQError
+from ..message import MessageQueue
+from .running_info import owned_queues
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from typing import Protocol
 
 import orjson
 
-from rocksidecar.rmq.broker import BrokerApi
-from rocksidecar.rmq.errors import ClientError, RocketMQError
-from rocksidecar.rmq.message import MessageQueue
+from ..broker import BrokerApi
+from ..errors import ClientError, RocketMQError
+from ..message import MessageQueue
 
 log = logging.getLogger(__name__)
 

@@ -8,12 +8,12 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rocksidecar.rmq.consumer.commit_window import QueueWindow
-from rocksidecar.rmq.consumer.config import ConsumerConfig, ConsumeStatus, MessageListener
-from rocksidecar.rmq.consumer.offset_store import OffsetStore
-from rocksidecar.rmq.consumer.process_queue import ProcessQueue
-from rocksidecar.rmq.consumer.stats import Stats
-from rocksidecar.rmq.message import MessageExt, MessageQueue
+from ..message import MessageExt, MessageQueue
+from .commit_window import QueueWindow
+from .config import ConsumerConfig, ConsumeStatus, MessageListener
+from .offset_store import OffsetStore
+from .process_queue import ProcessQueue
+from .stats import Stats
 
 log = logging.getLogger(__name__)
 

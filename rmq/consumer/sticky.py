@@ -26,15 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
 
-from rocksidecar.rmq.consumer.allocate import (
+from ..message import MessageQueue
+from .allocate import (
     CheckedStrategy,
     Clients,
     Queues,
     java_queue_string,
     java_string_key,
 )
-from rocksidecar.rmq.consumer.bounded_hash import rendezvous_score as _score
-from rocksidecar.rmq.message import MessageQueue
+from .bounded_hash import rendezvous_score as _score
 
 Holdings = Mapping[str, Set[MessageQueue]]
 

@@ -1,9 +1,9 @@
 """The producer the sidecar sends through: routes, queue selection, fault tolerance, retries, batches."""
 
-from rocksidecar.rmq.producer.config import ProducerConfig
-from rocksidecar.rmq.producer.fault import BrokerState, LatencyFaultTolerance
-from rocksidecar.rmq.producer.producer import Producer
-from rocksidecar.rmq.producer.selector import (
+from .config import ProducerConfig
+from .fault import BrokerState, LatencyFaultTolerance
+from .producer import Producer
+from .selector import (
     ByShardingKey,
     EnvironmentQueue,
     PreferZone,

@@ -8,15 +8,15 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rocksidecar.rmq.broker import BrokerApi
-from rocksidecar.rmq.errors import RocketMQError, RouteNotFound, SendFailed
-from rocksidecar.rmq.message import Message, MessageQueue
-from rocksidecar.rmq.msgid import new_uniq_id
-from rocksidecar.rmq.producer.config import ProducerConfig
-from rocksidecar.rmq.producer.publish_info import AttemptFn, TopicPublishInfo
-from rocksidecar.rmq.producer.routes import TopicRoutes
-from rocksidecar.rmq.producer.selector import ByShardingKey, QueueSelector
-from rocksidecar.rmq.result import SendResult
+from ..broker import BrokerApi
+from ..errors import RocketMQError, RouteNotFound, SendFailed
+from ..message import Message, MessageQueue
+from ..msgid import new_uniq_id
+from ..result import SendResult
+from .config import ProducerConfig
+from .publish_info import AttemptFn, TopicPublishInfo
+from .routes import TopicRoutes
+from .selector import ByShardingKey, QueueSelector
 
 
 class BatchHost(Protocol):

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import asyncio
 
-from rocksidecar.rmq.broker import DEFAULT_COMPRESS_OVER_BYTES
-from rocksidecar.rmq.errors import RocketMQError, is_final
-from rocksidecar.rmq.message import Message
-from rocksidecar.rmq.result import SendResult
-from rocksidecar.rmq.sender import Sender
+from ..broker import DEFAULT_COMPRESS_OVER_BYTES
+from ..errors import RocketMQError, is_final
+from ..message import Message
+from ..result import SendResult
+from ..sender import Sender
 
 _Waiter = tuple[Message, str | None, "asyncio.Future[SendResult]"]
 

@@ -14,9 +14,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
-from rocksidecar.rmq.broker import BrokerApi
-from rocksidecar.rmq.client_instance import ClientInstance
-from rocksidecar.rmq.errors import (
+from ..broker import BrokerApi
+from ..client_instance import ClientInstance
+from ..errors import (
     Attempt,
     RemotingError,
     RequestTimeout,
@@ -25,16 +25,16 @@ from rocksidecar.rmq.errors import (
     SendFailed,
     failure_cause,
 )
-from rocksidecar.rmq.message import Message, MessageQueue
-from rocksidecar.rmq.msgid import local_ip, new_uniq_id
-from rocksidecar.rmq.namesrv import NameServerClient
-from rocksidecar.rmq.producer.batch import BatchSender
-from rocksidecar.rmq.producer.config import ProducerConfig
-from rocksidecar.rmq.producer.fault import BrokerState, LatencyFaultTolerance, StateListener
-from rocksidecar.rmq.producer.publish_info import AttemptFn, TopicPublishInfo
-from rocksidecar.rmq.producer.routes import RouteListener, TopicRoutes
-from rocksidecar.rmq.producer.selector import ByShardingKey, QueueSelector, make_selector
-from rocksidecar.rmq.result import SendResult, SendStatus
+from ..message import Message, MessageQueue
+from ..msgid import local_ip, new_uniq_id
+from ..namesrv import NameServerClient
+from ..result import SendResult, SendStatus
+from .batch import BatchSender
+from .config import ProducerConfig
+from .fault import BrokerState, LatencyFaultTolerance, StateListener
+from .publish_info import AttemptFn, TopicPublishInfo
+from .routes import RouteListener, TopicRoutes
+from .selector import ByShardingKey, QueueSelector, make_selector
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from rocksidecar.rmq.message import MessageQueue
-from rocksidecar.rmq.result import SendResult
-from rocksidecar.rmq.route import TopicRouteData
+from ..message import MessageQueue
+from ..result import SendResult
+from ..route import TopicRouteData
 
 
 class SendIndex:

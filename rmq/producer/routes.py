@@ -12,11 +12,11 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from rocksidecar.rmq.codes import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
-from rocksidecar.rmq.errors import RocketMQError, TopicNotExist
-from rocksidecar.rmq.periodic import Periodic
-from rocksidecar.rmq.producer.publish_info import SendIndex, TopicPublishInfo
-from rocksidecar.rmq.route import TopicRouteData
+from ..codes import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
+from ..errors import RocketMQError, TopicNotExist
+from ..periodic import Periodic
+from ..route import TopicRouteData
+from .publish_info import SendIndex, TopicPublishInfo
 
 log = logging.getLogger(__name__)
 

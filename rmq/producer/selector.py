@@ -7,11 +7,11 @@ import random
 from enum import StrEnum
 from typing import Protocol
 
-from rocksidecar.rmq.broker import java_string_hash
-from rocksidecar.rmq.errors import ClientError, RouteNotFound
-from rocksidecar.rmq.message import MessageQueue
-from rocksidecar.rmq.producer.fault import LatencyFaultTolerance
-from rocksidecar.rmq.producer.publish_info import TopicPublishInfo
+from ..broker import java_string_hash
+from ..errors import ClientError, RouteNotFound
+from ..message import MessageQueue
+from .fault import LatencyFaultTolerance
+from .publish_info import TopicPublishInfo
 
 
 class SelectorName(StrEnum):
