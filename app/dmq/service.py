@@ -26,7 +26,8 @@ from app.clients import client_instance
 from app.config import Settings
 from app.dmq.consume import InnerListener
 from app.dmq.http import create_app
-from app.dmq.inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC
+from app.dmq.inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC, Reject, Rules
+from app.dmq.topics import TopicAllowList
 from app.metrics import Metrics, StateCollector
 from app.service import COLUMN_FAMILIES, REPLAY_BATCH, StartupError, producer_config, tune_gc
 from app.shutdown import close_delivery
@@ -70,6 +71,11 @@ class DmqService:
         self.inner = Counter(
             "rocksidecar_dmq_inner_messages", "Inner messages consumed, by outcome.", ["outcome"], registry=r
         )
+        self.rejected = Counter(
+            "rocksidecar_dmq_inner_rejected", "Inner messages skipped, by reason.", ["reason"], registry=r
+        )
+        for reason in Reject:
+            self.rejected.labels(reason.value)  # every reason from 0, for rates and alerts
         self.owned_queues = Gauge(
             "rocksidecar_dmq_owned_queues", "Inner queues this replica consumes (its share of the load).",
             registry=r,
@@ -97,7 +103,12 @@ class DmqService:
             batch_max=REPLAY_BATCH, on_published=self.metrics.delay_lateness.observe,
             on_replayed=lambda outcome: self.metrics.replays.labels(outcome).inc(),
         )  # fmt: skip
-        self.listener = InnerListener(self.delay, count=lambda outcome, n: self.inner.labels(outcome).inc(n))
+        self.listener = InnerListener(
+            self.delay,
+            Rules(s.max_delay_ms, TopicAllowList(s.dmq_topics)),
+            count=lambda outcome, n: self.inner.labels(outcome).inc(n),
+            rejected=lambda reason: self.rejected.labels(reason.value).inc(),
+        )
         self.consumer = PushConsumer(
             ConsumerConfig(
                 group=o.group,
