@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,12 +29,17 @@ from app.dmq.consume import InnerListener
 from app.dmq.http import create_app
 from app.dmq.inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC, Reject, Rules
 from app.dmq.topics import TopicAllowList
+from app.events import OpsEvents
 from app.metrics import Metrics, StateCollector
 from app.service import COLUMN_FAMILIES, REPLAY_BATCH, StartupError, producer_config, tune_gc
 from app.shutdown import close_delivery
 from app.store_delivery import delivery_loops
 from delay import DelayStore
 from retry import RetryStore
+from retry.dead_letter import DeadLetter
+from retry.notify import DeadLetterNotifier
+from retry.record import RetryRecord
+from retry.store import DeadLetterHook
 from rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
 from rmq.producer import Producer
 from storage.errors import StorageError, StoreLockedError
@@ -53,6 +59,28 @@ class DmqOptions:
     consume_concurrency: int = 20
     consume_batch_size: int = 32  # one synced batch per listener call
     persist_interval_s: float = 5.0  # how often inner offsets are committed (Java's default)
+
+
+class SpoolLoggingRetryStore(RetryStore):
+    """The retry store, telling ``on_spooled`` of each message spooled. Here the publishes that fail
+    spool (app.store_delivery), and the operator sees them as the sidecar's spools (OpsEvents.spooled)."""
+
+    def __init__(
+        self,
+        kv: KV,
+        *,
+        writer: GroupCommitWriter,
+        on_spooled: Callable[[RetryRecord], None],
+        on_dead_letter: DeadLetterHook,
+    ) -> None:
+        super().__init__(kv, writer=writer, on_dead_letter=on_dead_letter)
+        self._on_spooled = on_spooled
+
+    async def spool_many(self, records: Sequence[RetryRecord], due_ms: int | None = None) -> list[bytes]:
+        keys = await super().spool_many(records, due_ms)
+        for record in records:
+            self._on_spooled(record)
+        return keys
 
 
 class DmqService:
@@ -96,7 +124,17 @@ class DmqService:
         )
         self.kv = kv if kv is not None else open_store(Path(s.data_dir))
         self.writer = GroupCommitWriter(self.kv)
-        self.retry = RetryStore(self.kv, writer=self.writer)
+        # Spools and dead letters are logged, throttled per cause, and dead letters notified, as in the
+        # sidecar (app.service).
+        self.events = OpsEvents(late_threshold_s=s.delay_late_log_ms / 1000)
+        self.notifier = DeadLetterNotifier(
+            count=lambda _type: self.metrics.dead_letters.inc(),
+            webhook_url=s.dead_letter_webhook,
+            log_each=False,
+        )
+        self.retry = SpoolLoggingRetryStore(
+            self.kv, writer=self.writer, on_spooled=self.events.spooled, on_dead_letter=self._dead_letter
+        )
         self.delay = DelayStore(self.kv, self.writer)
         self.scheduler, self.replay = delivery_loops(
             self.producer, self.retry, self.delay, policy_for=s.retry_policy, workers=s.replay_workers,
@@ -128,6 +166,11 @@ class DmqService:
         self.http = HttpServer(
             create_app(self.metrics.registry, self.ready), o.http_addr, grace_s=s.shutdown_grace_s
         )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _dead_letter(self, letter: DeadLetter) -> None:
+        self.events.dead_lettered(letter)
+        self.notifier(letter)
 
     def _store_stats(self) -> dict[str, float]:
         return {
@@ -145,6 +188,7 @@ class DmqService:
         return True, "ok"
 
     async def start(self) -> None:
+        self._tasks.append(asyncio.get_running_loop().create_task(self._flush_events(), name="log-summaries"))
         await self.producer.start()
         await self.replay.start()
         await self.scheduler.start()  # overdue messages of this replica's store first
@@ -161,6 +205,11 @@ class DmqService:
             self.http.port,
         )
 
+    async def _flush_events(self) -> None:
+        while True:
+            await asyncio.sleep(self.events.window_s)
+            self.events.flush()
+
     async def stop(self) -> None:
         """Consumer first (it persists offsets of what was stored), then the publishing side."""
         grace = min(self.settings.shutdown_grace_s, 5.0)
@@ -168,6 +217,11 @@ class DmqService:
         await self.http.stop()
         await self.scheduler.close(grace_s=grace)
         await self.replay.close(grace_s=grace)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.events.flush()
+        await self.notifier.close()
         await close_delivery(
             self.producer, self.client, self.remoting, self.retry, self.delay, self.writer, self.kv
         )

@@ -1,21 +1,28 @@
 """Hostile inner messages on devbroker (issue 27, items 4 and 5): a bad one among good ones in one pulled
 batch is skipped and counted, the good ones are published, nothing goes back to %RETRY%; the allow-list
-of real topics."""
+of real topics; the service logs its spools and dead letters as the sidecar does."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from app.dmq import inner
 from app.dmq.inner import Reject
 from app.dmq.service import DmqOptions, DmqService
 from devbroker import DevCluster
+from rmq.codes import ResponseCode
 from rmq.message import Message
 from rmq.msgid import new_uniq_id
 from tests.dmq.conftest import (
     INNER_TOPIC,
     REAL_TOPIC,
+    WAIT_S,
     DmqStack,
     Received,
     dmq_settings,
@@ -89,3 +96,54 @@ async def test_the_allow_list_keeps_real_topics_to_its_patterns(cluster: DevClus
     finally:
         await consumer.close()
         await service.stop()
+
+
+class EventWaiter(logging.Handler):
+    """The structured log events of a run; ``await until(event)`` returns once one was logged."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+        self.changed = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+        self.changed.set()
+
+    def of(self, event: str) -> list[logging.LogRecord]:
+        return [r for r in self.records if getattr(r, "event", None) == event]
+
+    async def until(self, event: str) -> None:
+        async with asyncio.timeout(WAIT_S):
+            while not self.of(event):
+                self.changed.clear()
+                await self.changed.wait()
+
+
+@pytest.fixture
+def events() -> Iterator[EventWaiter]:
+    waiter = EventWaiter()
+    logger = logging.getLogger("rocksidecar.events")
+    logger.addHandler(waiter)
+    try:
+        yield waiter
+    finally:
+        logger.removeHandler(waiter)
+
+
+async def test_spools_and_dead_letters_are_logged_as_in_the_sidecar(
+    stack: DmqStack, events: EventWaiter
+) -> None:
+    msg = inner_msg(**{inner.TIMER_DELAY_MS: "300"})
+    await stack.service.producer.send(msg, sharding_key=msg.id)
+    for broker in stack.cluster.brokers.values():  # from now on the brokers refuse it for good
+        broker.faults.fail_all_sends(ResponseCode.MESSAGE_ILLEGAL, "devbroker: refused")
+    await events.until("message_dead_lettered")
+    (spooled,) = events.of("message_spooled")
+    assert spooled.levelno == logging.WARNING
+    assert (spooled.id, spooled.topic) == (msg.id, REAL_TOPIC)  # type: ignore[attr-defined]
+    (dead,) = events.of("message_dead_lettered")
+    assert dead.levelno == logging.ERROR
+    assert (dead.id, dead.topic) == (msg.id, REAL_TOPIC)  # type: ignore[attr-defined]
+    assert "refused" in dead.reason  # type: ignore[attr-defined]
+    assert stack.service.metrics.dead_letters._value.get() == 1
