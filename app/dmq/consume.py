@@ -21,11 +21,12 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from app.dmq.inner import CancelRequest, InnerFormatError, Reject, Rules, parse
-from app.logs import Throttle
-from delay import DelayedMessage, DelayState, DelayStore
-from rmq.consumer import ConsumeStatus
-from rmq.message import MessageExt, MessageQueue
+from rocksidecar.delay import DelayedMessage, DelayState, DelayStore
+from rocksidecar.rmq.consumer import ConsumeStatus
+from rocksidecar.rmq.message import MessageExt, MessageQueue
+
+from ..logs import Throttle
+from .inner import CancelRequest, InnerFormatError, Reject, Rules, parse
 
 log = logging.getLogger(__name__)
 

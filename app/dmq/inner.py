@@ -23,11 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from app.dmq.topics import ALL_TOPICS, TopicAllowList
-from app.request import RequestError, parse_time_ms
-from delay import DelayedMessage
-from rmq.errors import InvalidMessageError
-from rmq.message import RESERVED_PROPERTIES, Message, MessageExt, validate_topic
+from rocksidecar.delay import DelayedMessage
+from rocksidecar.rmq.errors import InvalidMessageError
+from rocksidecar.rmq.message import RESERVED_PROPERTIES, Message, MessageExt, validate_topic
+
+from ..request import RequestError, parse_time_ms
+from .topics import ALL_TOPICS, TopicAllowList
 
 FORMAT_VERSION = "1"
 DEFAULT_INNER_TOPIC = "dmq_inner_topic"

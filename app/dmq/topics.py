@@ -11,8 +11,8 @@ import fnmatch
 import re
 from collections.abc import Sequence
 
-from rmq.errors import InvalidMessageError
-from rmq.message import validate_topic
+from rocksidecar.rmq.errors import InvalidMessageError
+from rocksidecar.rmq.message import validate_topic
 
 MAX_PATTERNS = 1000
 _CACHE_MAX = 10_000  # most traffic goes to a few topics: match each once

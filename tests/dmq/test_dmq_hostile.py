@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from app.dmq import inner
-from app.dmq.inner import Reject
-from app.dmq.service import DmqOptions, DmqService
-from devbroker import DevCluster
-from rmq.codes import ResponseCode
-from rmq.message import Message
-from rmq.msgid import new_uniq_id
+from rocksidecar.app.dmq import inner
+from rocksidecar.app.dmq.inner import Reject
+from rocksidecar.app.dmq.service import DmqOptions, DmqService
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.message import Message
+from rocksidecar.rmq.msgid import new_uniq_id
 from tests.dmq.conftest import (
     INNER_TOPIC,
     REAL_TOPIC,

@@ -9,15 +9,15 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from app import config
-from app.dmq import inner
-from app.dmq.consume import InnerListener
-from app.dmq.inner import InnerFormatError, Reject, Rules
-from app.dmq.topics import TopicAllowList
-from delay import DelayedMessage, DelayStore
-from rmq.consumer import ConsumeStatus
-from rmq.message import MessageExt, MessageQueue
-from storage.errors import StorageError
+from rocksidecar.app import config
+from rocksidecar.app.dmq import inner
+from rocksidecar.app.dmq.consume import InnerListener
+from rocksidecar.app.dmq.inner import InnerFormatError, Reject, Rules
+from rocksidecar.app.dmq.topics import TopicAllowList
+from rocksidecar.delay import DelayedMessage, DelayStore
+from rocksidecar.rmq.consumer import ConsumeStatus
+from rocksidecar.rmq.message import MessageExt, MessageQueue
+from rocksidecar.storage.errors import StorageError
 from tests.delay.conftest import START_MS, Harness, make_harness
 from tests.rmq.consumer.factory import stored
 
@@ -234,7 +234,7 @@ async def test_rejections_are_logged_once_per_reason_and_window(
     listened: Listened, caplog: pytest.LogCaptureFixture
 ) -> None:
     bad = [ext(i, **{inner.DELIVER_MS: "-1"}) for i in range(1, 4)]
-    with caplog.at_level(logging.WARNING, logger="app.dmq.consume"):
+    with caplog.at_level(logging.WARNING, logger="rocksidecar.app.dmq.consume"):
         await listened.listener(bad, QUEUE)
         await listened.listener([ext(9, **{inner.REAL_TOPIC: "TBW102", inner.DELIVER_MS: "1"})], QUEUE)
         listened.clock[0] += 10.0
