@@ -19,6 +19,7 @@ import yaml
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.rmq.producer.selector import SelectorName
 
+from .dmq.topics import TopicAllowList
 from .subscriptions.spec import SpecError, SubscriptionSpec, parse_subscriptions
 
 ENV_PREFIX = "ROCKSIDECAR_"
@@ -86,6 +87,15 @@ def _addr_list(raw: Any, name: str) -> tuple[str, ...]:
 def _name_list(raw: Any, name: str) -> tuple[str, ...]:
     items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
     return tuple(str(i).strip() for i in items if str(i).strip())
+
+
+def _topic_patterns(raw: Any, name: str) -> tuple[str, ...]:
+    patterns = _name_list(raw, name)
+    try:
+        TopicAllowList(patterns)  # checks them with the send API's topic rules
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+    return patterns
 
 
 def _choice(*options: str) -> Callable[[Any, str], str]:
@@ -244,6 +254,13 @@ SETTINGS: tuple[Setting, ...] = (
         "Rock-DMQ service through its inner topic).",
     ),
     Setting("dmq_inner_topic", _text, "dmq_inner_topic", "Rock-DMQ inner topic (service mode)."),
+    Setting(
+        "dmq_topics",
+        _topic_patterns,
+        (),
+        "rocksidecar dmq: the real topics it may publish to, comma-separated patterns ('*' matches any "
+        "run of characters); other inner messages are skipped and counted. Empty: every valid topic.",
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -290,6 +307,7 @@ class Settings:
     # Rock-DMQ service mode (issue 14)
     delay_mode: str = "local"
     dmq_inner_topic: str = "dmq_inner_topic"
+    dmq_topics: tuple[str, ...] = ()
 
     def retry_policy(self, message_type: str) -> RetryPolicy:
         return self.retry_types.get(message_type, self.retry_default)

@@ -8,31 +8,53 @@ A cancel can reach the service before its message: a sidecar spools the message 
 it and sends the cancel directly later, spooled records replay out of order, or a rebalance hands the
 queue over between the two. A cancel of an unknown id therefore leaves a tombstone in the delay store (a
 CANCELLED marker, kept for its retention), and a message whose id is already cancelled is dropped.
+
+Any producer may write the inner topic: a message that cannot be scheduled (app.dmq.inner.Reject) is
+skipped, counted and logged (throttled per reason), and never fails the batch it came in: a failed
+batch would go back to %RETRY% and delay its good messages with it, to no avail for the bad one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 
 from rocksidecar.delay import DelayedMessage, DelayState, DelayStore
 from rocksidecar.rmq.consumer import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
-from .inner import CancelRequest, InnerFormatError, parse
+from ..logs import Throttle
+from .inner import CancelRequest, InnerFormatError, Reject, Rules, parse
 
 log = logging.getLogger(__name__)
 
 Count = Callable[[str, int], None]  # (outcome, how many)
+Rejected = Callable[[Reject], None]
+LOG_WINDOW_S = 10.0  # at most one line per rejection reason per window
+# What encoding a message for the delay store raises when a value does not fit (orjson's JSONEncodeError
+# is a TypeError); not StorageError, which fails the whole batch: nothing of it was stored.
+UNENCODABLE = (TypeError, ValueError, OverflowError)
 
 
 class InnerListener:
     """``await listener(batch, queue)`` as the PushConsumer's MessageListener."""
 
-    def __init__(self, store: DelayStore, *, count: Count = lambda _o, _n: None) -> None:
+    def __init__(
+        self,
+        store: DelayStore,
+        rules: Rules,
+        *,
+        count: Count = lambda _o, _n: None,
+        rejected: Rejected = lambda _r: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._store = store
+        self._rules = rules
         self._count = count
+        self._rejected = rejected
+        self._throttle = Throttle(LOG_WINDOW_S, clock)
         # ids being stored now: a cancel for one waits for its store (concurrent listener calls may
         # run the cancel's batch while the message's batch is still syncing).
         self._storing: dict[str, asyncio.Future[None]] = {}
@@ -45,11 +67,9 @@ class InnerListener:
         cancels: list[str] = []
         for ext in batch:
             try:
-                item = parse(ext, now)
+                item = parse(ext, now, self._rules)
             except InnerFormatError as exc:
-                # Redelivering cannot fix it: log, count and let the offset pass it.
-                log.warning("inner message %s skipped: %s", ext.msg_id, exc)
-                self._count("malformed", 1)
+                self._reject(ext.msg_id, exc)  # redelivering cannot fix it: let the offset pass it
                 continue
             if isinstance(item, CancelRequest):
                 cancels.append(item.id)
@@ -70,12 +90,38 @@ class InnerListener:
         for m in msgs:
             self._storing[m.id] = done
         try:
-            await self._store.schedule_many(msgs)  # synced; raises StorageError: not stored
+            stored = await self._store_each(msgs)
         finally:
             for m in msgs:
                 self._storing.pop(m.id, None)
             done.set_result(None)
-        self._count("scheduled", len(msgs))
+        self._count("scheduled", stored)
+
+    async def _store_each(self, msgs: list[DelayedMessage]) -> int:
+        """How many of ``msgs`` are stored, synced; one the store cannot encode is skipped, not its
+        neighbours. Raises StorageError: the store failed (nothing stored; the batch is redelivered)."""
+        try:
+            await self._store.schedule_many(msgs)
+            return len(msgs)
+        except UNENCODABLE as exc:
+            if len(msgs) == 1:
+                self._reject(msgs[0].id, InnerFormatError(f"not storable: {exc}", Reject.UNSTORABLE))
+                return 0
+        return sum([await self._store_each([m]) for m in msgs])  # find it: one by one (rare)
+
+    def _reject(self, id_: str, exc: InnerFormatError) -> None:
+        self._count("malformed", 1)
+        self._rejected(exc.reason)
+        suppressed = self._throttle.allow((exc.reason,))
+        if suppressed is not None:
+            more = f" ({suppressed} more for this reason since the last such line)" if suppressed else ""
+            log.warning(
+                "inner message %s skipped: %s%s",
+                id_,
+                exc,
+                more,
+                extra={"event": "dmq_inner_rejected", "reason": exc.reason.value, "suppressed": suppressed},
+            )
 
     def _cancelled(self, id_: str) -> bool:
         status = self._store.get(id_)

@@ -21,9 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from rocksidecar.delay import DelayedMessage
-from rocksidecar.rmq.message import RESERVED_PROPERTIES, Message, MessageExt
+from rocksidecar.rmq.errors import InvalidMessageError
+from rocksidecar.rmq.message import RESERVED_PROPERTIES, Message, MessageExt, validate_topic
+
+from ..request import RequestError, parse_time_ms
+from .topics import ALL_TOPICS, TopicAllowList
 
 FORMAT_VERSION = "1"
 DEFAULT_INNER_TOPIC = "dmq_inner_topic"
@@ -60,8 +65,43 @@ FORMAT_PROPERTIES = frozenset(
 )
 
 
+# Longer digit strings are beyond parse_time_ms's epoch range whatever they say: not worth an int().
+MAX_NUMBER_CHARS = 20
+# An absolute due time may be this much beyond the maximum delay from now: the sidecar that accepted it
+# (up to the maximum by its own clock) and this process do not share a clock, and a message it answered
+# 2xx must not be refused here for a skew. Relative delays involve no second clock and get no slack.
+CLOCK_SLACK_MS = 10 * 60 * 1000
+
+
+class Reject(StrEnum):
+    """Why an inner message was skipped (the ``reason`` label of rocksidecar_dmq_inner_rejected_total)."""
+
+    NO_CANCEL_ID = "no_cancel_id"
+    NO_TOPIC = "no_topic"
+    BAD_TOPIC = "bad_topic"  # not a topic the send API would take (TBW102, SCHEDULE_TOPIC_XXXX, "a/b", ...)
+    TOPIC_NOT_ALLOWED = "topic_not_allowed"  # valid, but outside ROCKSIDECAR_DMQ_TOPICS
+    NO_ID = "no_uniq_key"
+    NO_DUE_TIME = "no_due_time"
+    BAD_NUMBER = "bad_number"  # not plain ASCII digits
+    TOO_FAR = "too_far"  # beyond the HTTP API's maximum delay (or any epoch it accepts)
+    UNSTORABLE = "unstorable"  # parsed, but the delay store could not encode it
+
+
 class InnerFormatError(ValueError):
-    """An inner message that cannot be scheduled (no real topic, no or a bad due time)."""
+    """An inner message that cannot be scheduled; ``reason`` says why (a bounded set of labels)."""
+
+    def __init__(self, detail: str, reason: Reject) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """What an inner message may ask for: at most the HTTP API's delay (``Settings.max_delay_ms``), to
+    the real topics of the allow-list."""
+
+    max_delay_ms: int
+    topics: TopicAllowList = ALL_TOPICS
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,53 +109,100 @@ class CancelRequest:
     id: str  # UNIQ_KEY of the message to cancel
 
 
-def _int(props: Mapping[str, str], name: str) -> int:
+def _shown(raw: str) -> str:
+    return repr(raw) if len(raw) <= 40 else f"{raw[:40]!r}... ({len(raw)} characters)"
+
+
+def _number(props: Mapping[str, str], name: str) -> int:
     raw = props[name]
+    # int() also takes a sign, spaces, underscores and non-ASCII (full-width, Arabic-Indic) digits: a
+    # producer's bug, not a number another client would read the same way.
+    if not (raw.isascii() and raw.isdigit()):
+        raise InnerFormatError(f"{name}={_shown(raw)} is not plain digits", Reject.BAD_NUMBER)
+    if len(raw) > MAX_NUMBER_CHARS:
+        raise InnerFormatError(f"{name} has {len(raw)} digits: out of range", Reject.TOO_FAR)
+    return int(raw)
+
+
+def _epoch(value: int, name: str) -> int:
+    """The HTTP API's range of epoch milliseconds (which also keeps the store's 64-bit fields)."""
     try:
-        return int(raw)
-    except ValueError:
-        raise InnerFormatError(f"{name}={raw!r} is not an integer") from None
+        return parse_time_ms(value, name)
+    except RequestError as exc:
+        raise InnerFormatError(f"{name}={value}: {exc.detail}", Reject.TOO_FAR) from None
 
 
-def due_ms(props: Mapping[str, str], stored_ms: int) -> int:
+def _delay(value: int, name: str, max_delay_ms: int) -> int:
+    if value > max_delay_ms:  # as the HTTP API's delayMs
+        raise InnerFormatError(
+            f"{name} asks for {value} ms, beyond the maximum of {max_delay_ms} ms", Reject.TOO_FAR
+        )
+    return value
+
+
+def due_ms(props: Mapping[str, str], stored_ms: int, now_ms: int, max_delay_ms: int) -> int:
     """The due time the properties ask for; relative delays count from ``stored_ms`` (the broker's
-    store timestamp of the inner message)."""
+    store timestamp of the inner message). Within the HTTP API's limits: at most ``max_delay_ms``
+    ahead, as its delayMs and deliverAt (an absolute time with CLOCK_SLACK_MS more)."""
     for name in (DELIVER_MS, TIMER_DELIVER_MS):
         if name in props:
-            return _int(props, name)
+            at = _epoch(_number(props, name), name)
+            _delay(at - now_ms, name, max_delay_ms + CLOCK_SLACK_MS)
+            return at
     if TIMER_DELAY_MS in props:
-        return stored_ms + _int(props, TIMER_DELAY_MS)
+        delay = _delay(_number(props, TIMER_DELAY_MS), TIMER_DELAY_MS, max_delay_ms)
+        return _epoch(stored_ms + delay, TIMER_DELAY_MS)
     if TIMER_DELAY_SEC in props:
-        return stored_ms + _int(props, TIMER_DELAY_SEC) * 1000
+        # Bounded in seconds before the product: a huge count must not become a huger number first.
+        sec = _delay(_number(props, TIMER_DELAY_SEC), TIMER_DELAY_SEC, max_delay_ms // 1000)
+        return _epoch(stored_ms + sec * 1000, TIMER_DELAY_SEC)
     raise InnerFormatError(
-        f"no due time: set {DELIVER_MS}, {TIMER_DELIVER_MS}, {TIMER_DELAY_MS} or {TIMER_DELAY_SEC}"
+        f"no due time: set {DELIVER_MS}, {TIMER_DELIVER_MS}, {TIMER_DELAY_MS} or {TIMER_DELAY_SEC}",
+        Reject.NO_DUE_TIME,
     )
 
 
-def parse(msg: MessageExt, now_ms: int) -> DelayedMessage | CancelRequest:
+def real_topic(props: Mapping[str, str], allowed: TopicAllowList) -> str:
+    """The real topic, if the send API would take it and the allow-list has it: a topic the brokers
+    refuse (TBW102, SCHEDULE_TOPIC_XXXX, "a/b") would only climb the retry ladder to a dead letter."""
+    topic = props.get(REAL_TOPIC)
+    if not topic:
+        raise InnerFormatError(f"no {REAL_TOPIC}", Reject.NO_TOPIC)
+    try:
+        validate_topic(topic, REAL_TOPIC)
+    except InvalidMessageError as exc:
+        raise InnerFormatError(f"{REAL_TOPIC}: {exc}", Reject.BAD_TOPIC) from None
+    if not allowed.allows(topic):
+        raise InnerFormatError(
+            f"{REAL_TOPIC}={topic} is not in the allowed topics (ROCKSIDECAR_DMQ_TOPICS)",
+            Reject.TOPIC_NOT_ALLOWED,
+        )
+    return topic
+
+
+def parse(msg: MessageExt, now_ms: int, rules: Rules) -> DelayedMessage | CancelRequest:
     """The delayed message (or cancel) an inner message carries.
 
     Raises:
-        InnerFormatError: it carries neither; the service logs and skips it (redelivering cannot help).
+        InnerFormatError: it carries neither, or asks for more than ``rules`` allow; the service logs
+            and skips it (redelivering cannot help).
     """
     props = msg.properties
     if props.get(OP) == OP_CANCEL:
         target = props.get(CANCEL_ID)
         if not target:
-            raise InnerFormatError(f"a cancel without {CANCEL_ID}")
+            raise InnerFormatError(f"a cancel without {CANCEL_ID}", Reject.NO_CANCEL_ID)
         return CancelRequest(target)
-    topic = props.get(REAL_TOPIC)
-    if not topic:
-        raise InnerFormatError(f"no {REAL_TOPIC}")
+    topic = real_topic(props, rules.topics)
     id_ = msg.uniq_key
     if not id_:
-        raise InnerFormatError("no UNIQ_KEY")
+        raise InnerFormatError("no UNIQ_KEY", Reject.NO_ID)
     user = {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES and k not in FORMAT_PROPERTIES}
     return DelayedMessage(
         id=id_,
         topic=topic,
         body=msg.body,
-        due_ms=due_ms(props, msg.store_timestamp_ms or now_ms),
+        due_ms=due_ms(props, msg.store_timestamp_ms or now_ms, now_ms, rules.max_delay_ms),
         tags=msg.tags,
         keys=msg.keys,
         properties=user,

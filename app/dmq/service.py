@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,10 @@ from prometheus_client import Counter, Gauge
 
 from rocksidecar.delay import DelayStore
 from rocksidecar.retry import RetryStore
+from rocksidecar.retry.dead_letter import DeadLetter
+from rocksidecar.retry.notify import DeadLetterNotifier
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.retry.store import DeadLetterHook
 from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
 from rocksidecar.rmq.producer import Producer
 from rocksidecar.storage.errors import StorageError, StoreLockedError
@@ -33,13 +38,15 @@ from .. import logs
 from ..api.servers import HttpServer, ListenError
 from ..clients import client_instance
 from ..config import Settings
+from ..events import OpsEvents
 from ..metrics import Metrics, StateCollector
 from ..service import COLUMN_FAMILIES, REPLAY_BATCH, StartupError, producer_config, tune_gc
 from ..shutdown import close_delivery
 from ..store_delivery import delivery_loops
 from .consume import InnerListener
 from .http import create_app
-from .inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC
+from .inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC, Reject, Rules
+from .topics import TopicAllowList
 
 log = logging.getLogger("rocksidecar.dmq")
 
@@ -53,6 +60,28 @@ class DmqOptions:
     consume_concurrency: int = 20
     consume_batch_size: int = 32  # one synced batch per listener call
     persist_interval_s: float = 5.0  # how often inner offsets are committed (Java's default)
+
+
+class SpoolLoggingRetryStore(RetryStore):
+    """The retry store, telling ``on_spooled`` of each message spooled. Here the publishes that fail
+    spool (app.store_delivery), and the operator sees them as the sidecar's spools (OpsEvents.spooled)."""
+
+    def __init__(
+        self,
+        kv: KV,
+        *,
+        writer: GroupCommitWriter,
+        on_spooled: Callable[[RetryRecord], None],
+        on_dead_letter: DeadLetterHook,
+    ) -> None:
+        super().__init__(kv, writer=writer, on_dead_letter=on_dead_letter)
+        self._on_spooled = on_spooled
+
+    async def spool_many(self, records: Sequence[RetryRecord], due_ms: int | None = None) -> list[bytes]:
+        keys = await super().spool_many(records, due_ms)
+        for record in records:
+            self._on_spooled(record)
+        return keys
 
 
 class DmqService:
@@ -71,6 +100,11 @@ class DmqService:
         self.inner = Counter(
             "rocksidecar_dmq_inner_messages", "Inner messages consumed, by outcome.", ["outcome"], registry=r
         )
+        self.rejected = Counter(
+            "rocksidecar_dmq_inner_rejected", "Inner messages skipped, by reason.", ["reason"], registry=r
+        )
+        for reason in Reject:
+            self.rejected.labels(reason.value)  # every reason from 0, for rates and alerts
         self.owned_queues = Gauge(
             "rocksidecar_dmq_owned_queues", "Inner queues this replica consumes (its share of the load).",
             registry=r,
@@ -91,14 +125,29 @@ class DmqService:
         )
         self.kv = kv if kv is not None else open_store(Path(s.data_dir))
         self.writer = GroupCommitWriter(self.kv)
-        self.retry = RetryStore(self.kv, writer=self.writer)
+        # Spools and dead letters are logged, throttled per cause, and dead letters notified, as in the
+        # sidecar (app.service).
+        self.events = OpsEvents(late_threshold_s=s.delay_late_log_ms / 1000)
+        self.notifier = DeadLetterNotifier(
+            count=lambda _type: self.metrics.dead_letters.inc(),
+            webhook_url=s.dead_letter_webhook,
+            log_each=False,
+        )
+        self.retry = SpoolLoggingRetryStore(
+            self.kv, writer=self.writer, on_spooled=self.events.spooled, on_dead_letter=self._dead_letter
+        )
         self.delay = DelayStore(self.kv, self.writer)
         self.scheduler, self.replay = delivery_loops(
             self.producer, self.retry, self.delay, policy_for=s.retry_policy, workers=s.replay_workers,
             batch_max=REPLAY_BATCH, on_published=self.metrics.delay_lateness.observe,
             on_replayed=lambda outcome: self.metrics.replays.labels(outcome).inc(),
         )  # fmt: skip
-        self.listener = InnerListener(self.delay, count=lambda outcome, n: self.inner.labels(outcome).inc(n))
+        self.listener = InnerListener(
+            self.delay,
+            Rules(s.max_delay_ms, TopicAllowList(s.dmq_topics)),
+            count=lambda outcome, n: self.inner.labels(outcome).inc(n),
+            rejected=lambda reason: self.rejected.labels(reason.value).inc(),
+        )
         self.consumer = PushConsumer(
             ConsumerConfig(
                 group=o.group,
@@ -118,6 +167,11 @@ class DmqService:
         self.http = HttpServer(
             create_app(self.metrics.registry, self.ready), o.http_addr, grace_s=s.shutdown_grace_s
         )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _dead_letter(self, letter: DeadLetter) -> None:
+        self.events.dead_lettered(letter)
+        self.notifier(letter)
 
     def _store_stats(self) -> dict[str, float]:
         return {
@@ -135,6 +189,7 @@ class DmqService:
         return True, "ok"
 
     async def start(self) -> None:
+        self._tasks.append(asyncio.get_running_loop().create_task(self._flush_events(), name="log-summaries"))
         await self.producer.start()
         await self.replay.start()
         await self.scheduler.start()  # overdue messages of this replica's store first
@@ -151,6 +206,11 @@ class DmqService:
             self.http.port,
         )
 
+    async def _flush_events(self) -> None:
+        while True:
+            await asyncio.sleep(self.events.window_s)
+            self.events.flush()
+
     async def stop(self) -> None:
         """Consumer first (it persists offsets of what was stored), then the publishing side."""
         grace = min(self.settings.shutdown_grace_s, 5.0)
@@ -158,6 +218,11 @@ class DmqService:
         await self.http.stop()
         await self.scheduler.close(grace_s=grace)
         await self.replay.close(grace_s=grace)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.events.flush()
+        await self.notifier.close()
         await close_delivery(
             self.producer, self.client, self.remoting, self.retry, self.delay, self.writer, self.kv
         )
