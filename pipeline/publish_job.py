@@ -1,6 +1,7 @@
 """The spark-publish job: read a dataset, write it with the rocksidecar data source, print the counts,
 and exit non-zero unless every row was accepted. Runs from ``rocksidecar spark-publish``, or with
-``spark-submit pipeline/publish_job.py ARGS`` / ``python -m pipeline.publish_job ARGS``."""
+``spark-submit pipeline/publish_job.py ARGS`` / ``python -m rocksidecar.pipeline.publish_job ARGS``.
+spark-submit runs it as a script, so its imports are absolute."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from . import options
-from .arguments import DESCRIPTION, add_arguments
+from rocksidecar.pipeline import options
+from rocksidecar.pipeline.arguments import DESCRIPTION, add_arguments
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,7 +71,7 @@ def publish(spark: SparkSession, args: argparse.Namespace) -> int:
     """Run the job in ``spark``; print the counts; the exit code."""
     from pyspark.errors import AnalysisException
 
-    from .datasource import register
+    from rocksidecar.pipeline.datasource import register
 
     register(spark)
     reader = spark.read.format(args.format)
