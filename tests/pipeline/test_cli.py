@@ -133,11 +133,12 @@ def test_bad_input_exits_2_with_one_line_before_any_jvm(tmp_path: Path) -> None:
 
 
 def test_an_input_spark_cannot_read_exits_2(
-    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: SparkSession, sidecar: Sidecar, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     argv = ["spark-publish", "--input", str(empty), "--format", "parquet", "--topic", "T"]
+    argv += ["--endpoint", sidecar.url]  # a sidecar answers: the input is what fails
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: cannot read --input {empty}: "), err
