@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from pipeline.options import WriteOptions
+from .options import WriteOptions
 
 
 class EmptyBodyError(ValueError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from app.metrics import ConsumerCollector
+from rocksidecar.app.metrics import ConsumerCollector
 
 
 def test_retry_queues_are_counted_apart_from_the_topics() -> None:

@@ -7,8 +7,8 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from app.api.schemas import ReadyOut
-from app.dmq.http import create_app
+from rocksidecar.app.api.schemas import ReadyOut
+from rocksidecar.app.dmq.http import create_app
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import decimal
 import orjson
 import pytest
 
-from pipeline.message import EmptyBodyError, MessageBuilder, row_json
-from pipeline.options import WriteOptions
+from rocksidecar.pipeline.message import EmptyBodyError, MessageBuilder, row_json
+from rocksidecar.pipeline.options import WriteOptions
 
 
 def test_text_and_binary_bodies() -> None:

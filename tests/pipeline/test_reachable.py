@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from pipeline.reachable import unreachable
+from rocksidecar.pipeline.reachable import unreachable
 
 
 @pytest.fixture
