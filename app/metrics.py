@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from rocksidecar.rmq.consumer.config import RETRY_PREFIX
 from rocksidecar.rmq.producer import BrokerState
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series double the output and nobody graphs them
@@ -208,14 +209,18 @@ class ConsumerCollector(Collector):
             labels=labels,
         )
         owned = GaugeMetricFamily(
-            "rocksidecar_consumer_queues_owned", "Queues this sidecar consumes now.", labels=["subscription"]
+            "rocksidecar_consumer_queues_owned",
+            "Queues this sidecar consumes now: kind=topic of the subscribed topic, kind=retry of the "
+            "group's %RETRY% topic (one per broker, where failed messages come back).",
+            labels=["subscription", "kind"],
         )
-        counts: dict[str, int] = {}
+        counts: dict[tuple[str, str], int] = {}
         for sub, topic, broker, queue, lag_n, flight in self._queues():
             key = [sub, topic, broker, str(queue)]
             lag.add_metric(key, lag_n)
             in_flight.add_metric(key, flight)
-            counts[sub] = counts.get(sub, 0) + 1
+            kind = "retry" if topic.startswith(RETRY_PREFIX) else "topic"
+            counts[sub, kind] = counts.get((sub, kind), 0) + 1
         rebalances = GaugeMetricFamily(
             "rocksidecar_consumer_rebalances",
             "Rebalances done since start (queues re-divided among the group's members).",
@@ -223,7 +228,8 @@ class ConsumerCollector(Collector):
         )
         for sub, n in self._rebalances().items():
             rebalances.add_metric([sub], n)
-            owned.add_metric([sub], counts.get(sub, 0))
+            for kind in ("topic", "retry"):
+                owned.add_metric([sub, kind], counts.get((sub, kind), 0))
         yield lag
         yield in_flight
         yield owned

@@ -11,7 +11,10 @@ from .arguments import DESCRIPTION, add_arguments
 __all__ = ["DESCRIPTION", "EPILOG", "HELP", "add_arguments", "run"]
 
 HELP = "publish a dataset to a topic through the sidecar with Spark"
-EPILOG = "Prints the counts; exits 0 if every row was accepted, 1 if any was not, 2 on bad arguments."
+EPILOG = (
+    "Prints the counts; exits 0 if every row was accepted, 1 if any was not or no sidecar answers at "
+    "--endpoint, 2 on bad arguments."
+)
 
 
 def run(args: argparse.Namespace) -> int:

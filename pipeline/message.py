@@ -14,6 +14,10 @@ import orjson
 from .options import WriteOptions
 
 
+class EmptyBodyError(ValueError):
+    """The row's body column is null or empty: the row cannot be a message, and is not sent."""
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, decimal.Decimal):
         return str(value)  # a JSON number would round it
@@ -48,16 +52,22 @@ class MessageBuilder:
         self._row_id = opts.row_id_column
 
     def build(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        """The message for ``row``. A null body is sent without one, so the sidecar rejects that row
-        and the job names it."""
+        """The message for ``row``.
+
+        Raises:
+            EmptyBodyError: the body column is null (an empty CSV field reads as null) or empty; said
+                here, naming the column, since the sidecar could only name its own field for it.
+        """
         msg: dict[str, Any] = {"topic": self._topic}
         if self._body is None:
             msg["body"] = row_json(row)
         else:
             body = row[self._body]
+            if body is None or len(body) == 0:
+                raise EmptyBodyError(f"the body is empty (column {self._body!r})")
             if isinstance(body, str):
                 msg["body"] = body
-            elif body is not None:
+            else:
                 msg["bodyBase64"] = base64.b64encode(bytes(body)).decode("ascii")
         if self._key is not None:
             keys = row[self._key]

@@ -19,6 +19,7 @@ import orjson
 
 from rocksidecar.pipeline import options
 from rocksidecar.pipeline.arguments import DESCRIPTION, add_arguments
+from rocksidecar.pipeline.reachable import unreachable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -136,6 +137,13 @@ def run_job(args: argparse.Namespace, default_master: str = "local[*]") -> int:
     if problem is not None:  # told before a JVM starts: one line, exit 2
         print(f"error: {problem}", file=sys.stderr)
         return BAD_USAGE
+    # Also before a JVM: else every task retries an endpoint nobody answers at for minutes.
+    down = unreachable(options.parse(data_source_options(args, report_path="")).endpoint)
+    if down is not None:
+        print(
+            f"error: {down} (start it, e.g. `make run`, or give its address with --endpoint)", file=sys.stderr
+        )
+        return NOT_ACCEPTED
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()

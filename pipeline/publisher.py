@@ -7,14 +7,14 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import orjson
 
 from .client import GaveUpError, ItemResult, SidecarClient, SidecarError
-from .message import MessageBuilder
+from .message import EmptyBodyError, MessageBuilder
 from .options import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE
 from .report import MAX_NAMED, PartitionReport, Rejection
 
@@ -34,15 +34,28 @@ class Encoded(NamedTuple):
     message: bytes  # the message's JSON
 
 
+# told a row that is not sent (its position, the row, why)
+Refuse = Callable[[int, Mapping[str, Any], str], None]
+
+
 def batches(
-    rows: Iterable[Mapping[str, Any]], builder: MessageBuilder, max_messages: int, max_bytes: int
+    rows: Iterable[Mapping[str, Any]],
+    builder: MessageBuilder,
+    max_messages: int,
+    max_bytes: int,
+    refuse: Refuse,
 ) -> Iterator[list[Encoded]]:
     """Consecutive rows as batches of at most ``max_messages`` messages and ``max_bytes`` of JSON (a
-    single larger message goes alone). Boundaries depend only on the rows, so a re-run cuts alike."""
+    single larger message goes alone); a row with an empty body goes to ``refuse`` instead. Boundaries
+    depend only on the rows, so a re-run cuts alike."""
     chunk: list[Encoded] = []
     size = 0
     for position, row in enumerate(rows):
-        encoded = orjson.dumps(builder.build(row))
+        try:
+            encoded = orjson.dumps(builder.build(row))
+        except EmptyBodyError as exc:
+            refuse(position, row, str(exc))
+            continue
         if chunk and (len(chunk) == max_messages or size + len(encoded) > max_bytes):
             yield chunk
             chunk, size = [], 0
@@ -67,16 +80,21 @@ class PartitionPublisher:
         """Raises SidecarError (a refused request), GaveUpError (unavailable, or items still FAILED)."""
         counts: Counter[str] = Counter()
         rejections: list[Rejection] = []
-        chunks = batches(rows, self.builder, self.batch_size, self.batch_bytes)
+
+        def reject(position: int, row: Mapping[str, Any], error: str) -> None:
+            counts["REJECTED"] += 1
+            if len(rejections) < MAX_NAMED:
+                rejections.append(Rejection(self.builder.row_id(row, position), error))
+
+        chunks = batches(rows, self.builder, self.batch_size, self.batch_bytes, reject)
         for batch_no, chunk in enumerate(chunks):
             results = self._post(chunk, f"{self.key_prefix}:b{batch_no}", counts)
             for item, result in zip(chunk, results, strict=True):
-                # stored by an earlier run under the same key (a re-run with the same jobId): not sent now
-                counts["DEDUPLICATED" if result.replayed and result.stored else result.status] += 1
-                if result.status == "REJECTED" and len(rejections) < MAX_NAMED:
-                    rejections.append(
-                        Rejection(self.builder.row_id(item.row, item.position), result.error or "")
-                    )
+                if result.status == "REJECTED":
+                    reject(item.position, item.row, result.error or "")
+                else:
+                    # stored by an earlier run under the same key (a re-run with the same jobId): not sent now
+                    counts["DEDUPLICATED" if result.replayed and result.stored else result.status] += 1
         report = PartitionReport(
             partition=self.partition,
             rows=sum(counts[s] for s in ("SENT", "SPOOLED", "SCHEDULED", "DEDUPLICATED", "REJECTED")),

@@ -84,8 +84,9 @@ class WriteSummary:
 
 
 class RejectedRowsError(Exception):
-    """The sidecar rejected some rows (bad input: they will never be published). The others were
-    published; the message names the rejected rows by partition and index (or rowIdColumn value)."""
+    """Some rows were rejected as bad input (an empty body here, the rest by the sidecar): they will never
+    be published. The others were; the message names the rejected rows by partition and index (or
+    rowIdColumn value)."""
 
     def __init__(self, summary: WriteSummary, where: str = "") -> None:
         self.summary = summary
@@ -93,7 +94,7 @@ class RejectedRowsError(Exception):
         more = summary.rejected - min(len(summary.rejections), 20)
         tail = f"; and {more} more" if more > 0 else ""
         super().__init__(
-            f"{summary.rejected} of {summary.rows} rows were rejected by the sidecar{where}: "
+            f"{summary.rejected} of {summary.rows} rows were rejected{where}: "
             f"{named}{tail}. {summary.counts()}"
         )
 

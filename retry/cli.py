@@ -15,7 +15,7 @@ import asyncio
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -111,8 +111,7 @@ def _remote(args: argparse.Namespace, command: str, remote: Remote) -> int:
     elif command == "inspect":
         _print_json(remote.inspect(args.key_or_id))
     elif command == "dead list":
-        for line in remote.dead_list(args.limit, args.json):
-            print(line)
+        _print_lines(remote.dead_list(args.limit, args.json), args.json)
     elif command == "dead redrive":
         print(remote.redrive(args.id, args.all))
     elif command == "replay":
@@ -282,13 +281,28 @@ def _inspect(store: RetryStore, key_or_id: str, scheduled: Scheduled | None = No
 
 
 def _list(store: RetryStore, limit: int, as_json: bool) -> None:
+    _print_lines(_dead_lines(store, limit, as_json), as_json)
+
+
+def _dead_lines(store: RetryStore, limit: int, as_json: bool) -> Iterator[str]:
     for letter in store.dead.page(limit=limit):
         if as_json:
-            _print_json(letter.to_json(), indent=False)
+            yield orjson.dumps(letter.to_json()).decode()
             continue
         rec = letter.record
         what = f"{rec.topic} type={rec.type} attempts={rec.retry_count}" if rec else "(corrupt value)"
-        print(f"{_iso(letter.dead_at_ms)}  {letter.id}  {what}  {letter.reason}")
+        yield f"{_iso(letter.dead_at_ms)}  {letter.id}  {what}  {letter.reason}"
+
+
+def _print_lines(lines: Iterable[str], as_json: bool) -> None:
+    """One line per dead letter, or "none": an empty list must not look like a failure or a hang. JSON
+    lines stay empty, since whoever reads them wants no other line."""
+    printed = False
+    for line in lines:
+        print(line)
+        printed = True
+    if not printed and not as_json:
+        print("none")
 
 
 def _export(store: RetryStore, out_path: str | None) -> None:

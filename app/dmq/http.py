@@ -1,4 +1,5 @@
-"""The dmq process's HTTP port: liveness, readiness and Prometheus metrics (no message API)."""
+"""The dmq process's HTTP port: liveness, readiness and Prometheus metrics (no message API). /readyz has
+serve's shape (``ready``, and ``reason`` when not ready) so one probe or dashboard reads both."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ def create_app(registry: CollectorRegistry, ready: Callable[[], tuple[bool, str]
         return {"status": "ok"}
 
     @app.get("/readyz")
-    def readyz(response: Response) -> dict[str, str]:
+    def readyz(response: Response) -> dict[str, bool | str]:
         ok, reason = ready()
         response.status_code = 200 if ok else 503
-        return {"status": "ready" if ok else "not ready", "reason": reason}
+        return {"ready": True} if ok else {"ready": False, "reason": reason}
 
     @app.get("/metrics")
     def metrics() -> Response:

@@ -52,6 +52,9 @@ async def test_the_cli_goes_through_the_running_sidecar(
         code, out, _ = await run(capsys, data_dir, "inspect", later)
         assert orjson.loads(out)["scheduled"]["state"] == "SCHEDULED"
 
+        code, out, _ = await run(capsys, data_dir, "dead", "list")
+        assert code == 0 and out == "none\n"
+
         for id_ in ids[:2]:
             status = stack.service.retry.get(id_)
             assert status is not None

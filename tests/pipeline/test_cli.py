@@ -5,6 +5,7 @@ sends nothing twice, and spark-submit runs the job file."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -74,7 +75,7 @@ def test_csv_with_rejected_rows_exits_1_naming_them(
     captured = capsys.readouterr()
     assert code == 1
     assert "rows 10: sent 8, spooled 0, scheduled 0, rejected 2" in captured.out
-    assert "rejected: partition 0 row 3: messages[3].body: give exactly one of body" in captured.out
+    assert "rejected: partition 0 row 3: the body is empty (column 'body')" in captured.out
     assert "rejected: partition 0 row 8:" in captured.out
     assert "RejectedRowsError: 2 of 10 rows were rejected" in captured.err
     assert sorted(m.body.decode() for m in sidecar.pull(topic)) == sorted(
@@ -132,11 +133,12 @@ def test_bad_input_exits_2_with_one_line_before_any_jvm(tmp_path: Path) -> None:
 
 
 def test_an_input_spark_cannot_read_exits_2(
-    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: SparkSession, sidecar: Sidecar, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     argv = ["spark-publish", "--input", str(empty), "--format", "parquet", "--topic", "T"]
+    argv += ["--endpoint", sidecar.url]  # a sidecar answers: the input is what fails
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: cannot read --input {empty}: "), err
@@ -201,13 +203,22 @@ def test_spark_submit_runs_the_job_file(sidecar: Sidecar, topic: str, tmp_path: 
     assert sorted(m.body.decode() for m in sidecar.pull(topic)) == sorted(f"line {i}" for i in range(50))
 
 
-def test_an_unreachable_sidecar_exits_1_saying_so(
-    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_an_unreachable_sidecar_exits_1_with_one_line_before_any_jvm(tmp_path: Path) -> None:
     data = tmp_path / "in.json"
     data.write_text('{"body": "x"}\n')
-    argv = ["spark-publish", "--input", str(data), "--format", "json", "--topic", "T"]
-    options = ["--option", "maxRetries=1", "--option", "retryBackoffMax=0.01"]
-    assert main([*argv, "--endpoint", "http://127.0.0.1:9", *options]) == 1
-    err = capsys.readouterr().err
-    assert "GaveUpError: the sidecar stayed unavailable after 1 retries: ConnectError" in err
+    with socket.socket() as held:  # bound, not listening: refuses connections, and nobody else takes it
+        held.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{held.getsockname()[1]}"
+        code = (
+            "import sys\nfrom app.cli import main\n"
+            f"argv = ['spark-publish', '--input', {str(data)!r}, '--format', 'json', '--topic', 'T']\n"
+            f"print('exit', main([*argv, '--endpoint', {url!r}]))\n"
+            "print('pyspark loaded:', 'pyspark' in sys.modules)\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        )
+    assert out.stdout.splitlines() == ["exit 1", "pyspark loaded: False"]
+    err = out.stderr.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: no sidecar answers at {url}: ConnectError"), err
+    assert err[0].endswith("(start it, e.g. `make run`, or give its address with --endpoint)")

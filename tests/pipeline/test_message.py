@@ -8,8 +8,9 @@ import datetime as dt
 import decimal
 
 import orjson
+import pytest
 
-from rocksidecar.pipeline.message import MessageBuilder, row_json
+from rocksidecar.pipeline.message import EmptyBodyError, MessageBuilder, row_json
 from rocksidecar.pipeline.options import WriteOptions
 
 
@@ -21,7 +22,9 @@ def test_text_and_binary_bodies() -> None:
         "bodyBase64": base64.b64encode(b"\x00\xff").decode(),
     }
     assert text.build({"b": bytearray(b"ab")})["bodyBase64"] == "YWI="
-    assert text.build({"b": None}) == {"topic": "T"}  # the sidecar rejects it, and the job names the row
+    for empty in (None, "", b""):
+        with pytest.raises(EmptyBodyError, match=r"^the body is empty \(column 'b'\)$"):
+            text.build({"b": empty})
 
 
 def test_the_whole_row_as_json_when_no_body_column() -> None:

@@ -41,7 +41,7 @@ def test_deduplicated_rows_count_as_accepted_and_are_shown() -> None:
 def test_the_error_names_twenty_rows_and_counts_the_rest() -> None:
     s = WriteSummary.of([report(0, 10, tuple(range(25)))])
     text = str(RejectedRowsError(s, " in micro-batch 4"))
-    assert text.startswith("25 of 35 rows were rejected by the sidecar in micro-batch 4: partition 0 row 0: ")
+    assert text.startswith("25 of 35 rows were rejected in micro-batch 4: partition 0 row 0: ")
     assert "partition 0 row 19:" in text and "partition 0 row 20:" not in text
     assert "; and 5 more. 35 rows: 10 sent" in text
 
@@ -50,7 +50,7 @@ def test_commit_reports_then_fails_on_rejections(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     opts = WriteOptions(topic="T", report_path=str(path))
     _finish(opts, [PartitionCommit(report(0, 4))], aborted=False, batch_id=None)
-    with pytest.raises(RejectedRowsError, match="1 of 3 rows were rejected by the sidecar in micro-batch 9"):
+    with pytest.raises(RejectedRowsError, match="1 of 3 rows were rejected in micro-batch 9"):
         _finish(opts, [PartitionCommit(report(0, 2, (5,)))], aborted=False, batch_id=9)
     # Spark calls abort after a commit that raised, with every message: nothing more to report
     _finish(opts, [PartitionCommit(report(0, 2, (5,)))], aborted=True, batch_id=9)

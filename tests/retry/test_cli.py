@@ -98,6 +98,14 @@ def test_dead_list_and_export(
     assert by_id["D1"]["history"] == [{"at_ms": 1, "error": "SystemBusy"}]
 
 
+def test_an_empty_dead_list_says_none(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    asyncio.run(RetryStore.open(data_dir / "store").close())
+    assert store_cli(data_dir, "dead", "list") == 0
+    assert capsys.readouterr().out == "none\n"
+    assert store_cli(data_dir, "dead", "list", "--json") == 0
+    assert capsys.readouterr().out == ""  # JSON lines: no line that is not one
+
+
 def test_redrive_by_id_then_all(
     data_dir: Path, seeded: dict[str, bytes], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -113,8 +113,9 @@ async def test_accepted_messages_reach_the_app_as_cloudevents(tmp_path: Path) ->
             metric(text, "rocksidecar_subscription_deliveries_total", subscription="orders", outcome="ok")
             == 6
         )
-        # 2 brokers x 2 queues of the topic, and the group's %RETRY% queue on each broker
-        assert metric(text, "rocksidecar_consumer_queues_owned", subscription="orders") == 6
+        # 2 brokers x 2 queues of the topic, and apart from them the group's %RETRY% queue on each broker
+        assert metric(text, "rocksidecar_consumer_queues_owned", subscription="orders", kind="topic") == 4
+        assert metric(text, "rocksidecar_consumer_queues_owned", subscription="orders", kind="retry") == 2
         assert metric(text, "rocksidecar_consumer_rebalances", subscription="orders") >= 1
         topic_rows = [row for row in r.service.lags if row.topic == "SubPush"]
         assert sorted(row.max_offset for row in topic_rows) != [0, 0, 0, 0]  # messages were stored
