@@ -71,6 +71,10 @@ MAX_NUMBER_CHARS = 20
 # (up to the maximum by its own clock) and this process do not share a clock, and a message it answered
 # 2xx must not be refused here for a skew. Relative delays involve no second clock and get no slack.
 CLOCK_SLACK_MS = 10 * 60 * 1000
+# UNIQ_KEYs are 32 hex characters (Java's client and the sidecar make them so); other clients' ids get
+# room, but an id is a key of the delay store and a label of every status answer, so it is bounded.
+MAX_ID_CHARS = 128
+MAX_SHARDING_KEY_CHARS = 1024  # picks a queue by its hash: nothing longer is needed
 
 
 class Reject(StrEnum):
@@ -81,6 +85,8 @@ class Reject(StrEnum):
     BAD_TOPIC = "bad_topic"  # not a topic the send API would take (TBW102, SCHEDULE_TOPIC_XXXX, "a/b", ...)
     TOPIC_NOT_ALLOWED = "topic_not_allowed"  # valid, but outside ROCKSIDECAR_DMQ_TOPICS
     NO_ID = "no_uniq_key"
+    BAD_ID = "bad_id"  # a UNIQ_KEY or DMQ_CANCEL_ID over MAX_ID_CHARS, or not printable ASCII
+    BAD_SHARDING_KEY = "bad_sharding_key"  # DMQ_SHARDING_KEY empty or over MAX_SHARDING_KEY_CHARS
     NO_DUE_TIME = "no_due_time"
     BAD_NUMBER = "bad_number"  # not plain ASCII digits
     TOO_FAR = "too_far"  # beyond the HTTP API's maximum delay (or any epoch it accepts)
@@ -180,6 +186,21 @@ def real_topic(props: Mapping[str, str], allowed: TopicAllowList) -> str:
     return topic
 
 
+def _id(raw: str, name: str) -> str:
+    if len(raw) > MAX_ID_CHARS or not (raw.isascii() and raw.isprintable()) or " " in raw:
+        raise InnerFormatError(f"{name} {_shown(raw)} is not an id", Reject.BAD_ID)
+    return raw
+
+
+def _sharding_key(raw: str | None) -> str | None:
+    if raw is not None and not 0 < len(raw) <= MAX_SHARDING_KEY_CHARS:
+        raise InnerFormatError(
+            f"{SHARDING_KEY} must have 1 to {MAX_SHARDING_KEY_CHARS} characters, got {len(raw)}",
+            Reject.BAD_SHARDING_KEY,
+        )
+    return raw
+
+
 def parse(msg: MessageExt, now_ms: int, rules: Rules) -> DelayedMessage | CancelRequest:
     """The delayed message (or cancel) an inner message carries.
 
@@ -192,11 +213,12 @@ def parse(msg: MessageExt, now_ms: int, rules: Rules) -> DelayedMessage | Cancel
         target = props.get(CANCEL_ID)
         if not target:
             raise InnerFormatError(f"a cancel without {CANCEL_ID}", Reject.NO_CANCEL_ID)
-        return CancelRequest(target)
+        return CancelRequest(_id(target, CANCEL_ID))
     topic = real_topic(props, rules.topics)
     id_ = msg.uniq_key
     if not id_:
         raise InnerFormatError("no UNIQ_KEY", Reject.NO_ID)
+    _id(id_, "UNIQ_KEY")
     user = {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES and k not in FORMAT_PROPERTIES}
     return DelayedMessage(
         id=id_,
@@ -206,7 +228,7 @@ def parse(msg: MessageExt, now_ms: int, rules: Rules) -> DelayedMessage | Cancel
         tags=msg.tags,
         keys=msg.keys,
         properties=user,
-        sharding_key=props.get(SHARDING_KEY),
+        sharding_key=_sharding_key(props.get(SHARDING_KEY)),
         created_ms=msg.born_timestamp_ms,
     )
 

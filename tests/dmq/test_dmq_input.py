@@ -124,6 +124,33 @@ def test_missing_fields_have_their_own_reasons() -> None:
     assert reason(ext(1, **{inner.OP: inner.OP_CANCEL})) is Reject.NO_CANCEL_ID
 
 
+@pytest.mark.parametrize("bad", ["x" * (inner.MAX_ID_CHARS + 1), "a b", "id\x00", "\u0661\u0662", "id\n"])
+def test_an_id_that_is_no_id_is_refused(bad: str) -> None:
+    """A UNIQ_KEY or DMQ_CANCEL_ID is a key of the store and of every status answer: bounded, printable."""
+    message = ext(1, **{inner.DELIVER_MS: str(NOW)})
+    props = {**message.properties, "UNIQ_KEY": bad}
+    assert reason(dataclasses.replace(message, properties=props)) is Reject.BAD_ID
+    assert reason(ext(2, **{inner.OP: inner.OP_CANCEL, inner.CANCEL_ID: bad})) is Reject.BAD_ID
+
+
+def test_ids_up_to_the_bound_are_taken() -> None:
+    longest = "A" * inner.MAX_ID_CHARS
+    message = ext(1, **{inner.DELIVER_MS: str(NOW)})
+    taken = inner.parse(
+        dataclasses.replace(message, properties={**message.properties, "UNIQ_KEY": longest}), NOW, RULES
+    )
+    assert isinstance(taken, DelayedMessage) and taken.id == longest
+    cancel = inner.parse(ext(2, **{inner.OP: inner.OP_CANCEL, inner.CANCEL_ID: longest}), NOW, RULES)
+    assert cancel == inner.CancelRequest(longest)
+
+
+@pytest.mark.parametrize("key", ["", "k" * (inner.MAX_SHARDING_KEY_CHARS + 1)])
+def test_a_sharding_key_empty_or_too_long_is_refused(key: str) -> None:
+    assert reason(ext(1, **{inner.DELIVER_MS: str(NOW), inner.SHARDING_KEY: key})) is Reject.BAD_SHARDING_KEY
+    longest = "k" * inner.MAX_SHARDING_KEY_CHARS
+    assert due(ext(1, **{inner.DELIVER_MS: str(NOW), inner.SHARDING_KEY: longest})) == NOW
+
+
 def test_the_allow_list_limits_the_real_topics() -> None:
     rules = Rules(MAX_DELAY_MS, TopicAllowList(["orders_*", "payments", "*_audit"]))
     for topic in ("orders_eu", "orders_", "payments", "billing_audit"):
