@@ -76,8 +76,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
     parser = build_parser(first if first in COMMANDS else None)
-    args = parser.parse_args(args_list)
-    return _run(args)
+    try:
+        return _run(parser.parse_args(args_list))
+    except BrokenPipeError:
+        # Read by `head` or a pager that quit early: not an error worth a traceback. Python would
+        # still fail flushing stdout at exit, so it is pointed at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a writer killed by the signal
 
 
 if __name__ == "__main__":

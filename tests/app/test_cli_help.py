@@ -5,6 +5,9 @@ the YAML-only settings too."""
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from importlib import metadata
 
@@ -64,3 +67,22 @@ def test_help_settings_lists_yaml_only_settings(capsys: pytest.CaptureFixture[st
         assert key in out
     assert "retry.dead_letter_webhook" in out
     assert "[3, 5, 30, 60, 120, 300, 480, 600, 900, 1800]" in out  # the real default ladder
+
+
+def test_a_reader_that_quits_early_gets_no_traceback() -> None:
+    """`rocksidecar store inspect ... | head`: the pipe closes before the output ends."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # before the command writes anything: its first write fails, every time
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "rocksidecar.app.cli", "serve", "--help-settings"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
