@@ -4,16 +4,19 @@ route (created after subscribing) and a send-back (the redelivery comes through 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
 from devbroker import DevCluster
+from rmq.codes import RequestCode
 from rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
 from rmq.consumer.push_consumer import PushConsumer
 from rmq.errors import RouteNotFound
 from rmq.message import MessageExt
 from rmq.route import TopicRouteData
-from tests.rmq.consumer.helpers import Recorder, send_to_queues
+from rmq.throttle import RepeatLog
+from tests.rmq.consumer.helpers import FailingClient, Recorder, send_to_queues, wired
 
 
 def config(group: str, **kw: object) -> ConsumerConfig:
@@ -114,3 +117,29 @@ async def test_a_send_back_refreshes_the_retry_topics_route_and_the_redelivery_c
     assert sorted(m.uniq_key or "" for m in rec.got if m.reconsume_times == 1) == sorted(keys)
     assert lookups.asked[retry] > asked_at_start
     assert consumer.stats["sent_back"] == len(keys)
+
+
+async def test_200_failed_pulls_log_one_line_per_broker_then_a_summary(
+    cluster: DevCluster, consumers: list[PushConsumer], caplog: pytest.LogCaptureFixture
+) -> None:
+    keys = await send_to_queues(cluster, "PullT", 1, queues=1)
+    now = [0.0]
+    client = FailingClient()
+    rec = Recorder()
+    cfg = config("GR-pull", pull_delay_on_error_s=0.001)
+    consumer = wired(PushConsumer(cfg, cluster.namesrv_addr, rec, client=client), client)
+    consumer.instance.repeat_log = log = RepeatLog(10.0, lambda: now[0])
+    consumer.subscribe("PullT")
+    consumers.append(consumer)
+    caplog.set_level(logging.WARNING, "rmq.consumer.push_consumer")
+    client.fail[RequestCode.PULL_MESSAGE] = 200  # a broker down for a while, then back
+    await consumer.start()
+    await rec.until(lambda got: {m.uniq_key for m in got} == set(keys))
+    pulls = [r.getMessage() for r in caplog.records if "pull of" in r.getMessage()]
+    brokers = {mq.broker_name for mq in consumer.queues}
+    assert len(pulls) == len(brokers) == 2  # 200 failures over 8 queues of 2 brokers: a line each
+    now[0] = 10.0
+    log.flush()
+    summaries = [r.getMessage() for r in caplog.records if "more like this in 10 s" in r.getMessage()]
+    counts = sorted(int(m.split(" ", 1)[0]) for m in summaries if "pull of" in m)
+    assert len(counts) == 2 and sum(counts) == 200 - 2

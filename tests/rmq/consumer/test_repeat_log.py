@@ -8,6 +8,7 @@ from collections.abc import Collection
 import pytest
 
 from rmq.broker import BrokerApi
+from rmq.client_instance import ClientInstance
 from rmq.consumer.offset_store import RemoteOffsetStore
 from rmq.errors import ConnectError
 from rmq.message import MessageQueue
@@ -31,6 +32,10 @@ class DownApi(BrokerApi):
         self.calls = 0
 
     async def update_consumer_offset(self, *args: object, **kw: object) -> None:
+        self.calls += 1
+        raise ConnectError("connection refused", addr="127.0.0.1:10911")
+
+    async def heartbeat(self, *args: object, **kw: object) -> None:
         self.calls += 1
         raise ConnectError("connection refused", addr="127.0.0.1:10911")
 
@@ -65,6 +70,26 @@ async def test_200_failed_persists_in_10_s_give_one_line_and_one_summary_with_th
     assert got[1].startswith("199 more like this in 10 s, the last: ") and "connection refused" in got[1]
     log.flush()  # the window is closed: nothing more to say
     assert len(lines(caplog, "rmq.consumer.offset_store")) == 2
+
+
+async def test_heartbeats_to_a_stopped_broker_give_one_line_and_one_summary(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock, api = Clock(), DownApi()
+    log = RepeatLog(10.0, clock)
+    instance = ClientInstance("127.0.0.1:9876", api=api, client_id="c@1", repeat_log=log)
+    instance.register_producer("P")
+    instance.note_broker("broker-a", "127.0.0.1:10911")
+    caplog.set_level(logging.WARNING, "rmq.client_instance")
+    for i in range(200):
+        clock.now = i * 0.04
+        await instance.heartbeat()
+    assert api.calls == 200 and len(lines(caplog, "rmq.client_instance")) == 1
+    clock.now = 10.0
+    log.flush()
+    got = lines(caplog, "rmq.client_instance")
+    assert len(got) == 2 and got[1].startswith("199 more like this in 10 s")
+    await instance.close()
 
 
 def test_causes_are_kept_apart_and_a_quiet_window_has_no_summary(caplog: pytest.LogCaptureFixture) -> None:
