@@ -134,6 +134,7 @@ class PushConsumer:
             raise ValueError(f"a {expression_type} expression cannot be empty")  # FilterAPI.build
         self._subs[topic] = Subscription(topic, expression or "*", expression_type=expression_type)
         if self.started:
+            self._route_retry_s = self.config.route_retry_s  # a new topic: the short back-off again
             self._refresh_now.set()  # its route may be new; the refresh rebalances
             self._rebalance_now.set()
 
@@ -337,6 +338,8 @@ class PushConsumer:
             # A broker new to this client must know the group before the rebalance asks it for the
             # members (Java's subscribe after start heartbeats too); the heartbeat logs its failures.
             await self.heartbeat()
+            if self._missing_routes():
+                await self.refresh_routes()  # the heartbeat made the broker create the retry topic
             self._rebalance_now.set()
         if self._missing_routes():
             self._route_retry_s = min(self._route_retry_s * 2, self.config.heartbeat_interval_s)

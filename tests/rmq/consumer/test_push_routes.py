@@ -86,6 +86,8 @@ async def test_the_back_off_doubles_while_the_topic_has_no_route_and_resets_when
     consumer.subscribe("PresentT")
     await send_to_queues(cluster, "PresentT", 1, queues=1)
     await consumer._refresh_round()
+    # No broker knew the group before; the new route's heartbeat made the retry topic, asked at once.
+    assert "%RETRY%GR-backoff" in consumer._routes
     assert consumer._route_wait(30.0) == 30.0
 
 
