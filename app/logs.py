@@ -14,7 +14,9 @@ from typing import Any, TextIO
 
 import orjson
 
-from rmq.throttle import Throttle  # generic; it lives in the client, which imports nothing of ours
+from rocksidecar.rmq.throttle import (
+    Throttle,  # generic; it lives in the client, which imports nothing of ours
+)
 
 __all__ = ["FORMATS", "JsonFormatter", "TextFormatter", "Throttle", "configure", "event_fields"]
 

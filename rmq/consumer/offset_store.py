@@ -17,10 +17,10 @@ from typing import Protocol
 
 import orjson
 
-from rmq.broker import BrokerApi
-from rmq.errors import ClientError, RocketMQError
-from rmq.message import MessageQueue
-from rmq.throttle import RepeatLog
+from ..broker import BrokerApi
+from ..errors import ClientError, RocketMQError
+from ..message import MessageQueue
+from ..throttle import RepeatLog
 
 log = logging.getLogger(__name__)
 

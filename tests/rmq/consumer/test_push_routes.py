@@ -8,14 +8,14 @@ import logging
 
 import pytest
 
-from devbroker import DevCluster
-from rmq.codes import RequestCode
-from rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
-from rmq.consumer.push_consumer import PushConsumer
-from rmq.errors import RouteNotFound
-from rmq.message import MessageExt
-from rmq.route import TopicRouteData
-from rmq.throttle import RepeatLog
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.codes import RequestCode
+from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
+from rocksidecar.rmq.consumer.push_consumer import PushConsumer
+from rocksidecar.rmq.errors import RouteNotFound
+from rocksidecar.rmq.message import MessageExt
+from rocksidecar.rmq.route import TopicRouteData
+from rocksidecar.rmq.throttle import RepeatLog
 from tests.rmq.consumer.helpers import FailingClient, Recorder, send_to_queues, wired
 
 
@@ -133,7 +133,7 @@ async def test_200_failed_pulls_log_one_line_per_broker_then_a_summary(
     consumer.instance.repeat_log = log = RepeatLog(10.0, lambda: now[0])
     consumer.subscribe("PullT")
     consumers.append(consumer)
-    caplog.set_level(logging.WARNING, "rmq.consumer.push_consumer")
+    caplog.set_level(logging.WARNING, "rocksidecar.rmq.consumer.push_consumer")
     client.fail[RequestCode.PULL_MESSAGE] = 200  # a broker down for a while, then back
     await consumer.start()
     await rec.until(lambda got: {m.uniq_key for m in got} == set(keys))

@@ -7,13 +7,13 @@ from collections.abc import Collection
 
 import pytest
 
-from rmq.broker import BrokerApi
-from rmq.client_instance import ClientInstance
-from rmq.consumer.offset_store import RemoteOffsetStore
-from rmq.errors import ConnectError
-from rmq.message import MessageQueue
-from rmq.pool import RemotingClient
-from rmq.throttle import MAX_CAUSES, RepeatLog
+from rocksidecar.rmq.broker import BrokerApi
+from rocksidecar.rmq.client_instance import ClientInstance
+from rocksidecar.rmq.consumer.offset_store import RemoteOffsetStore
+from rocksidecar.rmq.errors import ConnectError
+from rocksidecar.rmq.message import MessageQueue
+from rocksidecar.rmq.pool import RemotingClient
+from rocksidecar.rmq.throttle import MAX_CAUSES, RepeatLog
 
 
 class Clock:
@@ -56,20 +56,20 @@ async def test_200_failed_persists_in_10_s_give_one_line_and_one_summary_with_th
     mqs: Collection[MessageQueue] = [MessageQueue("T", "broker-a", q) for q in range(4)]
     for mq in mqs:
         store.update(mq, 5, increase_only=False)
-    caplog.set_level(logging.WARNING, "rmq.consumer.offset_store")
+    caplog.set_level(logging.WARNING, "rocksidecar.rmq.consumer.offset_store")
     for i in range(50):  # 4 queues x 50 rounds: 200 failures within the window
         clock.now = i * 0.19
         await store.persist_all(mqs)
     assert api.calls == 200
-    first = lines(caplog, "rmq.consumer.offset_store")
+    first = lines(caplog, "rocksidecar.rmq.consumer.offset_store")
     assert len(first) == 1 and "persisting the offset" in first[0]
     clock.now = 10.0
     log.flush()
-    got = lines(caplog, "rmq.consumer.offset_store")
+    got = lines(caplog, "rocksidecar.rmq.consumer.offset_store")
     assert len(got) == 2
     assert got[1].startswith("199 more like this in 10 s, the last: ") and "connection refused" in got[1]
     log.flush()  # the window is closed: nothing more to say
-    assert len(lines(caplog, "rmq.consumer.offset_store")) == 2
+    assert len(lines(caplog, "rocksidecar.rmq.consumer.offset_store")) == 2
 
 
 async def test_heartbeats_to_a_stopped_broker_give_one_line_and_one_summary(
@@ -80,14 +80,14 @@ async def test_heartbeats_to_a_stopped_broker_give_one_line_and_one_summary(
     instance = ClientInstance("127.0.0.1:9876", api=api, client_id="c@1", repeat_log=log)
     instance.register_producer("P")
     instance.note_broker("broker-a", "127.0.0.1:10911")
-    caplog.set_level(logging.WARNING, "rmq.client_instance")
+    caplog.set_level(logging.WARNING, "rocksidecar.rmq.client_instance")
     for i in range(200):
         clock.now = i * 0.04
         await instance.heartbeat()
-    assert api.calls == 200 and len(lines(caplog, "rmq.client_instance")) == 1
+    assert api.calls == 200 and len(lines(caplog, "rocksidecar.rmq.client_instance")) == 1
     clock.now = 10.0
     log.flush()
-    got = lines(caplog, "rmq.client_instance")
+    got = lines(caplog, "rocksidecar.rmq.client_instance")
     assert len(got) == 2 and got[1].startswith("199 more like this in 10 s")
     await instance.close()
 
