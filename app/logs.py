@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import orjson
+
+from rocksidecar.rmq.throttle import (
+    Throttle,  # generic; it lives in the client, which imports nothing of ours
+)
+
+__all__ = ["FORMATS", "JsonFormatter", "TextFormatter", "Throttle", "configure", "event_fields"]
 
 # Attributes every LogRecord has; anything else on a record is an event field.
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
@@ -84,34 +88,3 @@ def configure(level: str = "info", fmt: str = "text", stream: TextIO | None = No
     root.addHandler(handler)
     root.setLevel(level.upper())
     return handler
-
-
-class Throttle:
-    """At most one line per key per ``window_s``. A storm of one cause (a thousand spools with the same
-    error) logs its first line, then one summary per window with how many lines it stood for."""
-
-    def __init__(self, window_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.window_s = window_s
-        self._clock = clock
-        self._open: dict[tuple[object, ...], tuple[float, int]] = {}  # key -> (window start, suppressed)
-
-    def allow(self, key: tuple[object, ...]) -> int | None:
-        """None to stay quiet; otherwise log now, and the count is how many lines were held back."""
-        now = self._clock()
-        started, suppressed = self._open.get(key, (None, 0))
-        if started is not None and now - started < self.window_s:
-            self._open[key] = (started, suppressed + 1)
-            return None
-        self._open[key] = (now, 0)
-        return suppressed
-
-    def __contains__(self, key: tuple[object, ...]) -> bool:
-        return key in self._open
-
-    def expired(self) -> list[tuple[tuple[object, ...], int]]:
-        """Keys whose window is over: forget them, and return those that held lines back (to summarise)."""
-        now = self._clock()
-        done = [(k, v) for k, v in self._open.items() if now - v[0] >= self.window_s]
-        for key, _ in done:
-            del self._open[key]
-        return [(key, suppressed) for key, (_, suppressed) in done if suppressed]

@@ -24,6 +24,7 @@ from .periodic import Periodic
 from .pool import Invoker, RemotingClient
 from .protocol.frame import RemotingCommand
 from .route import TopicRouteData
+from .throttle import RepeatLog
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +51,13 @@ class ClientInstance:
         heartbeat_s: float = HEARTBEAT_S,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         credentials: Credentials | None = None,
+        repeat_log: RepeatLog | None = None,
     ) -> None:
         """``remoting``: connections the caller owns (then it must route broker requests to
         ``on_broker_request``); without, the instance opens and closes its own, signing every request
-        with ``credentials`` (ACL) when given."""
+        with ``credentials`` (ACL) when given. ``repeat_log``: where the warnings that repeat while
+        a broker is down go (heartbeats here, the consumers' persists, pulls, rebalances and routes)."""
+        self.repeat_log = repeat_log or RepeatLog()
         self.client_id = client_id or build_client_id(default_ip(), default_instance_name())
         self._owned: RemotingClient | None = None
         self.invoker: Invoker
@@ -136,7 +140,14 @@ class ClientInstance:
             try:
                 await self.heartbeat_to(addr)
             except RocketMQError as exc:
-                log.warning("client %s: heartbeat to %s failed: %s", self.client_id, addr, exc)
+                self.repeat_log.warning(
+                    log,
+                    ("heartbeat", addr),
+                    "client %s: heartbeat to %s failed: %s",
+                    self.client_id,
+                    addr,
+                    exc,
+                )
 
     async def unregister(
         self, *, producer_group: str | None = None, consumer_group: str | None = None

@@ -65,7 +65,8 @@ class ConsumerConfig:
     pull_delay_on_error_s: float = 3.0
     rebalance_interval_s: float = 20.0
     persist_interval_s: float = 5.0
-    heartbeat_interval_s: float = 30.0
+    heartbeat_interval_s: float = 30.0  # and the route refresh
+    route_retry_s: float = 1.0  # a subscribed topic without a route: ask again after 1 s, doubling
     lock_interval_s: float = 20.0  # orderly: renew the broker's queue locks (they lapse after 60 s)
     lock_max_live_s: float = 30.0  # orderly: consider our lock lost when not renewed for this long
     suspend_orderly_s: float = 1.0
@@ -92,5 +93,7 @@ class ConsumerConfig:
                 raise ValueError(f"{name} must be at least 1")
         if self.commit_window < 0:
             raise ValueError("commit_window must not be negative")
+        if not 0 < self.route_retry_s <= self.heartbeat_interval_s:
+            raise ValueError("route_retry_s must be above 0 and at most heartbeat_interval_s")
         if self.max_reconsume_times < 0:
             raise ValueError("max_reconsume_times must not be negative")

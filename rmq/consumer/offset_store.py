@@ -20,6 +20,7 @@ import orjson
 from ..broker import BrokerApi
 from ..errors import ClientError, RocketMQError
 from ..message import MessageQueue
+from ..throttle import RepeatLog
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,16 @@ BrokerFinder = Callable[[str], Awaitable[str | None]]  # broker name -> master a
 class RemoteOffsetStore(_MemoryOffsets):
     """RemoteBrokerOffsetStore: QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET on the queue's master."""
 
-    def __init__(self, api: BrokerApi, group: str, find_broker: BrokerFinder, timeout_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        api: BrokerApi,
+        group: str,
+        find_broker: BrokerFinder,
+        timeout_s: float = 3.0,
+        repeat_log: RepeatLog | None = None,
+    ) -> None:
         super().__init__()
+        self._repeat_log = repeat_log or RepeatLog()
         self._api = api
         self.group = group
         self._find_broker = find_broker
@@ -108,7 +117,15 @@ class RemoteOffsetStore(_MemoryOffsets):
         results = await asyncio.gather(*(self.persist(mq) for mq in changed), return_exceptions=True)
         for mq, result in zip(changed, results, strict=True):
             if isinstance(result, RocketMQError):
-                log.warning("group %s: persisting the offset of %s failed: %s", self.group, mq, result)
+                # Every queue of a broker that is down fails every 5 s: one line per broker and window.
+                self._repeat_log.warning(
+                    log,
+                    ("persist", self.group, mq.broker_name),
+                    "group %s: persisting the offset of %s failed: %s",
+                    self.group,
+                    mq,
+                    result,
+                )
             elif isinstance(result, BaseException):
                 raise result
 

@@ -100,7 +100,9 @@ class PushConsumer:
                 default_offsets_path(self.client_id, config.group, config.offsets_dir)
             )
         else:
-            self.offsets = RemoteOffsetStore(self.api, config.group, self._broker_addr)
+            self.offsets = RemoteOffsetStore(
+                self.api, config.group, self._broker_addr, repeat_log=self.instance.repeat_log
+            )
         self._subs: dict[str, Subscription] = {}
         self._routes: dict[str, TopicRouteData] = {}
         self.queues: dict[MessageQueue, QueueState] = {}
@@ -108,6 +110,8 @@ class PushConsumer:
         self._concurrent = ConcurrentService(self)
         self._orderly = OrderlyService(self)
         self._rebalance_now = asyncio.Event()
+        self._refresh_now = asyncio.Event()  # a topic without a route, or a send-back: ask at once
+        self._route_retry_s = config.route_retry_s
         self._closing = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._side_tasks: set[asyncio.Task[None]] = set()
@@ -130,6 +134,8 @@ class PushConsumer:
             raise ValueError(f"a {expression_type} expression cannot be empty")  # FilterAPI.build
         self._subs[topic] = Subscription(topic, expression or "*", expression_type=expression_type)
         if self.started:
+            self._route_retry_s = self.config.route_retry_s  # a new topic: the short back-off again
+            self._refresh_now.set()  # its route may be new; the refresh rebalances
             self._rebalance_now.set()
 
     def unsubscribe(self, topic: str) -> None:
@@ -161,7 +167,10 @@ class PushConsumer:
         self._loops = [
             self._loop(self.rebalance, self.config.rebalance_interval_s, self._rebalance_now),
             self._loop(self.persist_offsets, self.config.persist_interval_s),
-            self._loop(self.refresh_routes, self.config.heartbeat_interval_s),
+            self._loop(
+                self._refresh_round, self.config.heartbeat_interval_s, self._refresh_now, self._route_wait
+            ),
+            self._loop(self._flush_log, self.instance.repeat_log.window_s),
         ]
         self.instance.start()  # the periodic heartbeat, for every group on the instance
         if self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
@@ -246,13 +255,21 @@ class PushConsumer:
         await asyncio.gather(*state.tasks, return_exceptions=True)
 
     def _loop(
-        self, fn: Callable[[], Awaitable[None]], interval_s: float, wake: asyncio.Event | None = None
+        self,
+        fn: Callable[[], Awaitable[None]],
+        interval_s: float,
+        wake: asyncio.Event | None = None,
+        next_wait: Callable[[float], float] | None = None,
     ) -> asyncio.Task[None]:
+        """Run ``fn`` every ``interval_s`` (or sooner when ``wake`` is set); ``next_wait`` may shorten
+        the wait before the next round."""
+
         async def run() -> None:
             while True:
                 event = wake or self._closing
+                wait_s = next_wait(interval_s) if next_wait else interval_s
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(interval_s):
+                    async with asyncio.timeout(wait_s):
                         await event.wait()
                 if wake is not None:
                     wake.clear()
@@ -286,14 +303,60 @@ class PushConsumer:
         task.add_done_callback(_log_failure)
 
     # routes, heartbeats, broker requests -------------------------------------------------------
-    async def refresh_routes(self) -> None:
+    async def refresh_routes(self) -> bool:
+        """Fetch every subscribed topic's route; True when one appeared or changed (a rebalance is due)."""
+        changed = False
         for sub in self._subscriptions():
             try:
-                self._routes[sub.topic] = await self._ns.get_route(sub.topic)
+                route = await self._ns.get_route(sub.topic)
             except RocketMQError as exc:
                 # The retry topic appears with the first heartbeat; before that its absence is normal.
-                level = logging.DEBUG if sub.topic.startswith(RETRY_PREFIX) else logging.WARNING
-                log.log(level, "group %s: no route for %s: %s", self.config.group, sub.topic, exc)
+                if sub.topic.startswith(RETRY_PREFIX):
+                    log.debug("group %s: no route for %s: %s", self.config.group, sub.topic, exc)
+                else:
+                    self.instance.repeat_log.warning(
+                        log,
+                        ("route", self.config.group, sub.topic),
+                        "group %s: no route for %s: %s",
+                        self.config.group,
+                        sub.topic,
+                        exc,
+                    )
+                continue
+            changed |= self._routes.get(sub.topic) != route
+            self._routes[sub.topic] = route
+        return changed
+
+    def _missing_routes(self) -> bool:
+        return any(s.topic not in self._routes for s in self._subscriptions())
+
+    async def _refresh_round(self) -> None:
+        """The route timer: refresh, and rebalance at once when a route appeared or changed (a topic
+        created after subscribing, the retry topic after a send-back) rather than at the next 20 s
+        rebalance. While a topic has no route, the next round comes sooner (_route_wait)."""
+        if await self.refresh_routes():
+            # A broker new to this client must know the group before the rebalance asks it for the
+            # members (Java's subscribe after start heartbeats too); the heartbeat logs its failures.
+            await self.heartbeat()
+            if self._missing_routes():
+                await self.refresh_routes()  # the heartbeat made the broker create the retry topic
+            self._rebalance_now.set()
+        if self._missing_routes():
+            self._route_retry_s = min(self._route_retry_s * 2, self.config.heartbeat_interval_s)
+        else:
+            self._route_retry_s = self.config.route_retry_s
+
+    def _route_wait(self, interval_s: float) -> float:
+        """1 s, doubling up to the interval, while a subscribed topic has no route."""
+        return min(self._route_retry_s, interval_s) if self._missing_routes() else interval_s
+
+    def _warn(self, cause: tuple[object, ...], msg: str, *args: object) -> None:
+        """A warning that repeats while a broker is down: one line per cause, then a summary."""
+        group = self.config.group
+        self.instance.repeat_log.warning(log, (group, *cause), "group %s: " + msg, group, *args)
+
+    async def _flush_log(self) -> None:
+        self.instance.repeat_log.flush()  # summaries of storms that stopped
 
     def broker_addrs(self) -> dict[str, str]:
         """Master address by broker name, from the routes known now (no lookup)."""
@@ -386,9 +449,13 @@ class PushConsumer:
                 max_reconsume_times=self.config.max_reconsume_times,
             )
         except RocketMQError as exc:
-            log.warning("group %s: send-back of %s failed: %s", self.config.group, msg.msg_id, exc)
+            self._warn(("send-back", mq.broker_name), "send-back of %s failed: %s", msg.msg_id, exc)
             return False
         self.stats.bump("sent_back")
+        if RETRY_PREFIX + self.config.group not in self._routes:
+            # It comes back through the retry topic: without its route (the broker made the topic a
+            # moment ago) the redelivery would wait for the 30 s route refresh.
+            self._refresh_now.set()
         return True
 
     # rebalance ---------------------------------------------------------------------------------
@@ -423,9 +490,7 @@ class PushConsumer:
             return allocate_queues(self.config, self.client_id, mq_all, [])
         cids = await self._consumer_ids(route)
         if not cids or not mq_all:
-            log.warning(
-                "group %s: no consumer list or no queues for %s; allocation kept", self.config.group, topic
-            )
+            self._warn(("allocation", topic), "no consumer list or no queues for %s; allocation kept", topic)
             return None
         strategy = self.config.allocate
         if isinstance(strategy, AllocateSticky):  # it computes from what every member holds now
@@ -456,8 +521,8 @@ class PushConsumer:
             try:
                 ids = await self.api.get_consumer_list(b.master_addr, self.config.group)
             except RocketMQError as exc:
-                log.warning(
-                    "group %s: consumer list from %s failed: %s", self.config.group, b.master_addr, exc
+                self._warn(
+                    ("consumer list", b.broker_name), "consumer list from %s failed: %s", b.master_addr, exc
                 )
                 continue
             if ids:
@@ -471,7 +536,9 @@ class PushConsumer:
         try:
             offset = await start_offset(self.config, self.offsets, self.api, addr, mq)
         except RocketMQError as exc:
-            log.warning("group %s: no start offset for %s: %s; next rebalance", self.config.group, mq, exc)
+            self._warn(
+                ("start offset", mq.broker_name), "no start offset for %s: %s; next rebalance", mq, exc
+            )
             return
         state = QueueState(mq, ProcessQueue(offset), window=QueueWindow(self.config.commit_window, offset))
         if self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
@@ -533,7 +600,7 @@ class PushConsumer:
             try:
                 locked |= await self._locker().lock(addr, group)
             except RocketMQError as exc:
-                log.warning("group %s: locking queues on %s failed: %s", self.config.group, broker, exc)
+                self._warn(("lock", broker), "locking queues on %s failed: %s", broker, exc)
         return locked
 
     async def lock_all(self) -> None:
@@ -639,7 +706,7 @@ class PushConsumer:
                 )
             except RocketMQError as exc:
                 self.stats.bump("pull_errors")
-                log.debug("group %s: pull of %s failed: %s", cfg.group, mq, exc)
+                self._warn(("pull", mq.broker_name), "pull of %s failed: %s", mq, exc)
                 await self.wait_closing(cfg.pull_delay_on_error_s)
                 continue
             if pq.dropped:
