@@ -28,7 +28,7 @@ from app.api.schemas import Problem
 from app.request import RequestError
 from delay import DelayStore
 from delay.admin import ScheduledItem, scheduled_page
-from retry.admin import PendingItem, dead_page, pending_page, purge, redrive
+from retry.admin import PendingItem, Redriven, dead_page, pending_page, purge, redrive
 from retry.dead_letter import DeadLetter
 from retry.record import CorruptRecordError, RetryRecord
 from retry.recovery import RecoveryReplay
@@ -100,6 +100,7 @@ class _Body(BaseModel):
 
 class RedriveIn(_Body):
     all: bool = False
+    cursor: str | None = Field(default=None, min_length=2, max_length=4096)  # nextCursor of a redrive
     id: str | None = Field(default=None, min_length=1)
     topic: str | None = Field(default=None, min_length=1)
     type: str | None = Field(default=None, min_length=1)
@@ -319,11 +320,15 @@ def message_view(ops: AdminOps, id_: str) -> dict[str, Any] | None:
     return doc if len(doc) > 1 else None
 
 
-async def redrive_dead(ops: AdminOps, body: RedriveIn) -> dict[str, int]:
+async def redrive_dead(ops: AdminOps, body: RedriveIn) -> dict[str, Any]:
     """Re-drive by id, by filter or all (the admin route and the status page's button).
 
+    ``nextCursor`` (not null) says the redrive ran out of time: repeat it with that cursor.
+    ``stillDead`` counts the dead letters in the store when it answers (those that died again too).
+
     Raises:
-        RequestError: not exactly one way given, or no dead letter for the id.
+        RequestError: not exactly one way given, a cursor with an id, a bad cursor, or no dead letter
+            for the id.
     """
     chosen = [body.all, body.id is not None, body.topic is not None or body.type is not None]
     if sum(chosen) != 1:
@@ -331,14 +336,25 @@ async def redrive_dead(ops: AdminOps, body: RedriveIn) -> dict[str, int]:
             'give exactly one of "all": true, "id", or a filter ("topic" and/or "type")', field="all"
         )
     if body.id is not None:
+        if body.cursor is not None:
+            raise RequestError("a cursor continues an all or filter redrive, not one by id", field="cursor")
         moved = await ops.retry.dead.redrive_id(body.id)
         if not moved:
             raise RequestError(
                 f"no dead letter for message {body.id!r}", field="id", status=404, title="Not found"
             )
-        return {"redriven": moved, "skipped": 0}
-    moved, skipped = await redrive(ops.retry, Filter(topic=body.topic, type=body.type))
-    return {"redriven": moved, "skipped": skipped}
+        done = Redriven(moved, 0, None)
+    else:
+        try:
+            done = await redrive(ops.retry, Filter(topic=body.topic, type=body.type), cursor=body.cursor)
+        except ValueError as exc:
+            raise _bad_cursor(exc) from None
+    return {
+        "redriven": done.moved,
+        "skipped": done.skipped,
+        "stillDead": ops.retry.dead_count,
+        "nextCursor": done.cursor,
+    }
 
 
 def admin_routes(app: FastAPI, ops: AdminOps) -> None:

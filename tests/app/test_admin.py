@@ -99,12 +99,12 @@ async def test_redrive_dead_letters_by_id_filter_and_all(down: Stack) -> None:
     dead = (await down.http.get("/v1/admin/retries", params={"state": "dead"})).json()["items"]
     assert sorted(d["id"] for d in dead) == sorted(ids) and dead[0]["reason"] == "retries exhausted after 1"
     r = await down.http.post("/v1/admin/dead-letters:redrive", json={"id": ids[0]})
-    assert r.json() == {"redriven": 1, "skipped": 0}
+    assert r.json() == {"redriven": 1, "skipped": 0, "stillDead": 4, "nextCursor": None}
     r = await down.http.post("/v1/admin/dead-letters:redrive", json={"topic": "D"})
-    assert r.json() == {"redriven": 2, "skipped": 0}
+    assert r.json() == {"redriven": 2, "skipped": 0, "stillDead": 2, "nextCursor": None}
     assert down.service.retry.stats().dead == 2
     r = await down.http.post("/v1/admin/dead-letters:redrive", json={"all": True})
-    assert r.json() == {"redriven": 2, "skipped": 0}
+    assert r.json() == {"redriven": 2, "skipped": 0, "stillDead": 0, "nextCursor": None}
     assert down.service.retry.stats().dead == 0 and down.service.retry.stats().pending == 5
     gone = await down.http.post("/v1/admin/dead-letters:redrive", json={"id": ids[0]})
     assert gone.status_code == 404 and gone.json()["field"] == "id"

@@ -100,7 +100,12 @@ async def test_the_page_shows_what_the_api_reports(busy: Stack) -> None:
 async def test_the_redrive_button_endpoint(busy: Stack) -> None:
     [dead] = (await busy.http.get("/v1/admin/retries", params={"state": "dead"})).json()["items"]
     r = await busy.http.post("/ui/redrive", json={"id": dead["id"]})
-    assert r.status_code == 200 and r.json() == {"redriven": 1, "skipped": 0}
+    assert r.status_code == 200 and r.json() == {
+        "redriven": 1,
+        "skipped": 0,
+        "stillDead": 0,
+        "nextCursor": None,
+    }
     assert busy.service.retry.stats().dead == 0
     bad = await busy.http.post("/ui/redrive", json={"id": "nope"})
     assert bad.status_code == 404 and bad.json()["field"] == "id"
