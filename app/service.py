@@ -21,6 +21,7 @@ from app import idempotency, logs
 from app.api.admin import AdminOps
 from app.api.grpc import SidecarServicer
 from app.api.grpc_edge import MalformedRequests
+from app.api.grpc_probes import ProbeToken
 from app.api.guards import Guards
 from app.api.http import create_app
 from app.api.servers import GrpcServer, HttpServer, ListenError, split_addr
@@ -270,9 +271,10 @@ class Service:
                 # the HTTP API's limits: one message with its envelope, or a whole batch request
                 max_receive_bytes=max(s.max_body_bytes + ENVELOPE_BYTES, s.max_request_bytes),
                 interceptors=[
+                    ProbeToken(s.auth_token, without_token=s.probes_without_token),
                     MalformedRequests(
                         lambda method: self.metrics.requests.labels("grpc", method, "400").inc()
-                    )
+                    ),
                 ],
             )
         except ListenError as exc:

@@ -129,6 +129,20 @@ async def test_the_page_needs_the_token(make_stack: Callable[..., Any]) -> None:
         assert (await stack.http.get("/ui", headers=bearer)).status_code == 200
 
 
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "Bearer"])
+async def test_the_page_takes_the_scheme_in_any_case_as_the_api_does(
+    make_stack: Callable[..., Any], scheme: str
+) -> None:
+    async with make_stack(auth_token="s3cret") as stack:
+        header = {"authorization": f"{scheme} s3cret"}
+        assert (await stack.http.get("/v1/admin/stats", headers=header)).status_code == 200
+        assert (await stack.http.get("/ui", headers=header)).status_code == 200
+        r = await stack.http.post("/ui/redrive", headers=header, json={"id": "nope"})
+        assert r.status_code == 404 and r.json()["field"] == "id"  # past the token check
+        wrong = {"authorization": f"{scheme} s3cre"}
+        assert (await stack.http.get("/ui", headers=wrong)).status_code == 401
+
+
 async def test_docs_are_served_without_a_cdn(stack: Stack) -> None:
     docs = await stack.http.get("/docs")
     assert docs.status_code == 200
