@@ -14,6 +14,7 @@ Bad input is a 400 problem naming the field, and changes nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -38,6 +39,8 @@ from rmq.producer import BrokerState
 from storage.query import Filter
 
 MAX_LIMIT = 1000
+MAX_DIGITS = 19  # an epoch millisecond has 13; int64 has 19
+_INTEGER = re.compile(rf"-?[0-9]{{1,{MAX_DIGITS}}}")  # [0-9]: ASCII only, unlike \d or int()
 PREFIX = "/v1/admin"
 _PROBLEM = {"model": Problem, "content": {problems.PROBLEM_JSON: {}}}
 _WHY = {
@@ -140,10 +143,13 @@ def _int_param(request: Request, name: str, *, lo: int = 0, hi: int | None = Non
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise RequestError(f"{name} must be an integer, got {raw!r}", field=name) from None
+    # int() also takes any Unicode digit (full-width ones, say), "1_000", "+1" and spaces: ASCII only.
+    if not _INTEGER.fullmatch(raw):
+        shown = raw if len(raw) <= 40 else raw[:40] + "..."
+        raise RequestError(
+            f"{name} must be an integer in ASCII digits (at most {MAX_DIGITS}), got {shown!r}", field=name
+        )
+    value = int(raw)
     if value < lo or (hi is not None and value > hi):
         bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
         raise RequestError(f"{name} must be {bound}, got {value}", field=name)

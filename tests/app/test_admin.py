@@ -174,3 +174,24 @@ async def test_admin_needs_the_token(make_stack: Callable[..., Any]) -> None:
         del stack.http.headers["authorization"]
         r = await stack.http.post("/v1/admin/retries:replay", json={})
         assert r.status_code == 401 and r.json()["field"] == "Authorization"
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/v1/admin/retries", "limit"),  # a bounded count
+        ("/v1/admin/retries", "dueAfter"),  # an epoch millisecond
+        ("/v1/admin/retries", "dueBefore"),
+        ("/v1/admin/scheduled", "limit"),
+        ("/v1/admin/scheduled", "dueAfter"),
+    ],
+)
+@pytest.mark.parametrize("value", ["\uff11", "\u0663", "1_0", " 5", "+5", "5\n", "9" * 20])
+async def test_numeric_query_parameters_take_ascii_digits_only(
+    down: Stack, path: str, name: str, value: str
+) -> None:
+    # int() takes all of these (full-width and Arabic-Indic digits, underscores, signs, spaces)
+    r = await down.http.get(path, params={name: value})
+    assert r.status_code == 400, r.text
+    assert r.headers["content-type"] == "application/problem+json" and r.json()["field"] == name
+    assert (await down.http.get(path, params={name: "5"})).status_code == 200
