@@ -7,12 +7,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from retry.dead_letter import DeadLetter, decode_dead
-from retry.keys import DEAD_CF, PENDING_CF, parse_pending_key, pending_of_dead
-from retry.record import CorruptRecordError, RetryRecord, decode_record
-from retry.store import RetryStore
-from storage.keys import DUE_WIDTH, due_prefix
-from storage.query import Filter, Page, decode_cursor, encode_cursor, page
+from rocksidecar.storage.keys import DUE_WIDTH, due_prefix
+from rocksidecar.storage.query import Filter, Page, decode_cursor, encode_cursor, page
+
+from .dead_letter import DeadLetter, decode_dead
+from .keys import DEAD_CF, PENDING_CF, parse_pending_key, pending_of_dead
+from .record import CorruptRecordError, RetryRecord, decode_record
+from .store import RetryStore
 
 
 @dataclass(frozen=True, slots=True)

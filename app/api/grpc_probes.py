@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from app.api.guards import Guards
+from .guards import Guards
 
 # The services grpc adds (app.api.grpc.add_health_and_reflection), by method-name prefix.
 PROBE_PREFIXES = (

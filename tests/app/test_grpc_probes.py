@@ -11,8 +11,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from app.api.proto import rocksidecar_pb2 as pb
-from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 
 TOKEN = "s3cret"
 Metadata = tuple[tuple[str, str], ...]

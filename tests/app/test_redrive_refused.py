@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from retry import admin
-from rmq.codes import ResponseCode
+from rocksidecar.retry import admin
+from rocksidecar.rmq.codes import ResponseCode
 from tests.app.conftest import Stack
 
 N = 25

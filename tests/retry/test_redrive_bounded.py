@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from retry import admin
-from retry.admin import redrive
-from retry.store import RetryStore
-from storage.query import Filter
+from rocksidecar.retry import admin
+from rocksidecar.retry.admin import redrive
+from rocksidecar.retry.store import RetryStore
+from rocksidecar.storage.query import Filter
 from tests.fakes import FakeWallClock
 from tests.retry.conftest import Harness, record
 
