@@ -162,6 +162,13 @@ SETTINGS: tuple[Setting, ...] = (
         "logged as a warning at start). Without it such a configuration is refused.",
     ),
     Setting(
+        "probes_without_token",
+        _bool,
+        False,
+        "Let gRPC health checks and server reflection answer without auth_token, like /healthz; "
+        "by default they need it, as /readyz does.",
+    ),
+    Setting(
         "allowed_hosts",
         _name_list,
         (),
@@ -277,6 +284,7 @@ class Settings:
     secret_key: str = ""
     auth_token: str = ""
     allow_remote_without_token: bool = False
+    probes_without_token: bool = False
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
     read_timeout_s: float = 30.0

@@ -40,6 +40,7 @@ from . import idempotency, logs
 from .api.admin import AdminOps
 from .api.grpc import SidecarServicer
 from .api.grpc_edge import MalformedRequests
+from .api.grpc_probes import ProbeToken
 from .api.guards import Guards
 from .api.http import create_app
 from .api.servers import GrpcServer, HttpServer, ListenError, split_addr
@@ -271,9 +272,10 @@ class Service:
                 # the HTTP API's limits: one message with its envelope, or a whole batch request
                 max_receive_bytes=max(s.max_body_bytes + ENVELOPE_BYTES, s.max_request_bytes),
                 interceptors=[
+                    ProbeToken(s.auth_token, without_token=s.probes_without_token),
                     MalformedRequests(
                         lambda method: self.metrics.requests.labels("grpc", method, "400").inc()
-                    )
+                    ),
                 ],
             )
         except ListenError as exc:

@@ -3,13 +3,15 @@ messages and dead letters, re-drive by filter, and purge."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from rocksidecar.storage.query import Filter, Page, page
+from rocksidecar.storage.keys import DUE_WIDTH, due_prefix
+from rocksidecar.storage.query import Filter, Page, decode_cursor, encode_cursor, page
 
 from .dead_letter import DeadLetter, decode_dead
-from .keys import DEAD_CF, PENDING_CF, parse_pending_key
+from .keys import DEAD_CF, PENDING_CF, parse_pending_key, pending_of_dead
 from .record import CorruptRecordError, RetryRecord, decode_record
 from .store import RetryStore
 
@@ -75,21 +77,87 @@ def dead_page(
     return page(store.kv, DEAD_CF, where, _dead(where), cursor=cursor, limit=limit)
 
 
-async def redrive(store: RetryStore, where: Filter) -> tuple[int, int]:
-    """Re-drive every dead letter that matches; returns (moved, skipped as corrupt or gone)."""
+@dataclass(frozen=True, slots=True)
+class Redriven:
+    """What one redrive call did; ``cursor`` (None: done) continues a call that ran out of time."""
+
+    moved: int
+    skipped: int  # corrupt, or gone meanwhile
+    cursor: str | None
+
+
+REDRIVE_DEADLINE_S = 10.0  # a caller's request answers within this, with a cursor if unfinished
+
+
+def _redrive_cursor(stop_ms: int, key: bytes) -> str:
+    return encode_cursor(due_prefix(stop_ms) + key)
+
+
+def _parse_redrive_cursor(cursor: str) -> tuple[int, bytes]:
+    """Raises ValueError for anything _redrive_cursor did not make."""
+    raw = decode_cursor(cursor)
+    head = raw[:DUE_WIDTH]
+    if len(raw) < DUE_WIDTH + 2 or not head.isdigit():
+        raise ValueError(f"not a cursor from a previous redrive: {cursor!r}")
+    return int(head), raw[DUE_WIDTH:]
+
+
+def _redriven_here(dkey: bytes, stop_ms: int) -> bool:
+    """Whether a letter of the start millisecond may be one this redrive moved and saw die again: it
+    died from a first attempt due in that millisecond, as a re-driven letter is (retry count 0, due
+    now). One spooled and dead so within that millisecond waits for the next call."""
+    if dkey[:DUE_WIDTH] != due_prefix(stop_ms):
+        return False
+    try:
+        parsed = parse_pending_key(pending_of_dead(dkey))
+    except ValueError:
+        return False
+    return parsed.due_ms == stop_ms and parsed.retry_count == 0
+
+
+async def redrive(
+    store: RetryStore,
+    where: Filter,
+    *,
+    cursor: str | None = None,
+    deadline_s: float = REDRIVE_DEADLINE_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> Redriven:
+    """Re-drive the dead letters that match and had died when the redrive began, each at most once.
+
+    A re-driven letter that dies again at once gets a later key: without the snapshot bound (its
+    millisecond, carried in the cursor) the walk would find it again and loop for as long as the
+    broker refuses. Stops after ``deadline_s`` with a cursor to continue from. Raises ValueError for a
+    bad cursor.
+    """
+    deadline = clock() + deadline_s
+    last_key: bytes | None = None
+    if cursor is None:
+        stop_ms, after = store.now_ms(), None
+    else:
+        stop_ms, last_key = _parse_redrive_cursor(cursor)
+        after = encode_cursor(last_key)
+    before = stop_ms + 1  # dead at or before the start millisecond
+    if where.due_before_ms is not None:
+        before = min(before, where.due_before_ms)
+    bounded = replace(where, due_before_ms=before)
     moved = skipped = 0
-    cursor: str | None = None
     while True:
-        found = dead_page(store, where, cursor=cursor, limit=PURGE_CHUNK)
+        found = dead_page(store, bounded, cursor=after, limit=PURGE_CHUNK)
         for letter in found.items:
+            if clock() >= deadline and last_key is not None:  # each call moves on by one at least
+                return Redriven(moved, skipped, _redrive_cursor(stop_ms, last_key))
+            last_key = letter.key
+            if _redriven_here(letter.key, stop_ms):
+                continue
             try:
                 await store.redrive(letter.key)
                 moved += 1
             except (KeyError, CorruptRecordError):
                 skipped += 1
         if found.cursor is None:
-            return moved, skipped
-        cursor = found.cursor
+            return Redriven(moved, skipped, None)
+        after = found.cursor
 
 
 async def purge(

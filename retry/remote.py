@@ -14,6 +14,7 @@ import orjson
 HTTP_ADDR_ENV = "ROCKSIDECAR_HTTP_ADDR"
 TOKEN_ENV = "ROCKSIDECAR_AUTH_TOKEN"
 TIMEOUT_S = 30.0
+MAX_REDRIVE_CALLS = 10_000  # a bound on "go on with the cursor" (each call runs for seconds)
 
 
 class RemoteError(Exception):
@@ -103,11 +104,18 @@ class Remote:
         return lines
 
     def redrive(self, id_: str | None, every: bool) -> str:
-        doc = self._call(
-            "POST", "/v1/admin/dead-letters:redrive", json={"all": True} if every else {"id": id_}
-        )
-        skipped = f"; skipped {doc['skipped']} corrupt" if doc["skipped"] else ""
-        return f"re-drove {doc['redriven']} dead letter(s)" + skipped
+        body: dict[str, object] = {"all": True} if every else {"id": id_}
+        moved = skipped = 0
+        for _ in range(MAX_REDRIVE_CALLS):  # each call answers within its deadline; the cursor goes on
+            doc = self._call("POST", "/v1/admin/dead-letters:redrive", json=body)
+            moved, skipped = moved + doc["redriven"], skipped + doc["skipped"]
+            if doc.get("nextCursor") is None:
+                break
+            body = {"all": True, "cursor": doc["nextCursor"]}
+        else:
+            raise RemoteError(f"re-drove {moved} dead letter(s) and stopped after {MAX_REDRIVE_CALLS} calls")
+        text = f"re-drove {moved} dead letter(s)" + (f"; skipped {skipped} corrupt" if skipped else "")
+        return text + (f"; {doc['stillDead']} still dead" if doc.get("stillDead") else "")
 
     def replay(self, topic: str | None) -> str:
         doc = self._call("POST", "/v1/admin/retries:replay", json={"topic": topic} if topic else {})

@@ -14,6 +14,7 @@ Bad input is a 400 problem naming the field, and changes nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -25,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rocksidecar.delay import DelayStore
 from rocksidecar.delay.admin import ScheduledItem, scheduled_page
-from rocksidecar.retry.admin import PendingItem, dead_page, pending_page, purge, redrive
+from rocksidecar.retry.admin import PendingItem, Redriven, dead_page, pending_page, purge, redrive
 from rocksidecar.retry.dead_letter import DeadLetter
 from rocksidecar.retry.record import CorruptRecordError, RetryRecord
 from rocksidecar.retry.recovery import RecoveryReplay
@@ -39,6 +40,8 @@ from . import problems
 from .schemas import Problem
 
 MAX_LIMIT = 1000
+MAX_DIGITS = 19  # an epoch millisecond has 13; int64 has 19
+_INTEGER = re.compile(rf"-?[0-9]{{1,{MAX_DIGITS}}}")  # [0-9]: ASCII only, unlike \d or int()
 PREFIX = "/v1/admin"
 _PROBLEM = {"model": Problem, "content": {problems.PROBLEM_JSON: {}}}
 _WHY = {
@@ -101,6 +104,7 @@ class _Body(BaseModel):
 
 class RedriveIn(_Body):
     all: bool = False
+    cursor: str | None = Field(default=None, min_length=2, max_length=4096)  # nextCursor of a redrive
     id: str | None = Field(default=None, min_length=1)
     topic: str | None = Field(default=None, min_length=1)
     type: str | None = Field(default=None, min_length=1)
@@ -140,10 +144,13 @@ def _int_param(request: Request, name: str, *, lo: int = 0, hi: int | None = Non
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise RequestError(f"{name} must be an integer, got {raw!r}", field=name) from None
+    # int() also takes any Unicode digit (full-width ones, say), "1_000", "+1" and spaces: ASCII only.
+    if not _INTEGER.fullmatch(raw):
+        shown = raw if len(raw) <= 40 else raw[:40] + "..."
+        raise RequestError(
+            f"{name} must be an integer in ASCII digits (at most {MAX_DIGITS}), got {shown!r}", field=name
+        )
+    value = int(raw)
     if value < lo or (hi is not None and value > hi):
         bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
         raise RequestError(f"{name} must be {bound}, got {value}", field=name)
@@ -320,11 +327,15 @@ def message_view(ops: AdminOps, id_: str) -> dict[str, Any] | None:
     return doc if len(doc) > 1 else None
 
 
-async def redrive_dead(ops: AdminOps, body: RedriveIn) -> dict[str, int]:
+async def redrive_dead(ops: AdminOps, body: RedriveIn) -> dict[str, Any]:
     """Re-drive by id, by filter or all (the admin route and the status page's button).
 
+    ``nextCursor`` (not null) says the redrive ran out of time: repeat it with that cursor.
+    ``stillDead`` counts the dead letters in the store when it answers (those that died again too).
+
     Raises:
-        RequestError: not exactly one way given, or no dead letter for the id.
+        RequestError: not exactly one way given, a cursor with an id, a bad cursor, or no dead letter
+            for the id.
     """
     chosen = [body.all, body.id is not None, body.topic is not None or body.type is not None]
     if sum(chosen) != 1:
@@ -332,14 +343,25 @@ async def redrive_dead(ops: AdminOps, body: RedriveIn) -> dict[str, int]:
             'give exactly one of "all": true, "id", or a filter ("topic" and/or "type")', field="all"
         )
     if body.id is not None:
+        if body.cursor is not None:
+            raise RequestError("a cursor continues an all or filter redrive, not one by id", field="cursor")
         moved = await ops.retry.dead.redrive_id(body.id)
         if not moved:
             raise RequestError(
                 f"no dead letter for message {body.id!r}", field="id", status=404, title="Not found"
             )
-        return {"redriven": moved, "skipped": 0}
-    moved, skipped = await redrive(ops.retry, Filter(topic=body.topic, type=body.type))
-    return {"redriven": moved, "skipped": skipped}
+        done = Redriven(moved, 0, None)
+    else:
+        try:
+            done = await redrive(ops.retry, Filter(topic=body.topic, type=body.type), cursor=body.cursor)
+        except ValueError as exc:
+            raise _bad_cursor(exc) from None
+    return {
+        "redriven": done.moved,
+        "skipped": done.skipped,
+        "stillDead": ops.retry.dead_count,
+        "nextCursor": done.cursor,
+    }
 
 
 def admin_routes(app: FastAPI, ops: AdminOps) -> None:

@@ -97,6 +97,10 @@ async def _result(value: Any) -> Any:
 
 
 async def _each(responses: Any) -> AsyncIterator[Any]:
+    if inspect.isawaitable(responses):  # a coroutine that writes its answers (health's Watch)
+        responses = await responses
+        if responses is None:
+            return
     if hasattr(responses, "__aiter__"):
         async for response in responses:
             yield response

@@ -99,12 +99,12 @@ async def test_redrive_dead_letters_by_id_filter_and_all(down: Stack) -> None:
     dead = (await down.http.get("/v1/admin/retries", params={"state": "dead"})).json()["items"]
     assert sorted(d["id"] for d in dead) == sorted(ids) and dead[0]["reason"] == "retries exhausted after 1"
     r = await down.http.post("/v1/admin/dead-letters:redrive", json={"id": ids[0]})
-    assert r.json() == {"redriven": 1, "skipped": 0}
+    assert r.json() == {"redriven": 1, "skipped": 0, "stillDead": 4, "nextCursor": None}
     r = await down.http.post("/v1/admin/dead-letters:redrive", json={"topic": "D"})
-    assert r.json() == {"redriven": 2, "skipped": 0}
+    assert r.json() == {"redriven": 2, "skipped": 0, "stillDead": 2, "nextCursor": None}
     assert down.service.retry.stats().dead == 2
     r = await down.http.post("/v1/admin/dead-letters:redrive", json={"all": True})
-    assert r.json() == {"redriven": 2, "skipped": 0}
+    assert r.json() == {"redriven": 2, "skipped": 0, "stillDead": 0, "nextCursor": None}
     assert down.service.retry.stats().dead == 0 and down.service.retry.stats().pending == 5
     gone = await down.http.post("/v1/admin/dead-letters:redrive", json={"id": ids[0]})
     assert gone.status_code == 404 and gone.json()["field"] == "id"
@@ -174,3 +174,24 @@ async def test_admin_needs_the_token(make_stack: Callable[..., Any]) -> None:
         del stack.http.headers["authorization"]
         r = await stack.http.post("/v1/admin/retries:replay", json={})
         assert r.status_code == 401 and r.json()["field"] == "Authorization"
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/v1/admin/retries", "limit"),  # a bounded count
+        ("/v1/admin/retries", "dueAfter"),  # an epoch millisecond
+        ("/v1/admin/retries", "dueBefore"),
+        ("/v1/admin/scheduled", "limit"),
+        ("/v1/admin/scheduled", "dueAfter"),
+    ],
+)
+@pytest.mark.parametrize("value", ["\uff11", "\u0663", "1_0", " 5", "+5", "5\n", "9" * 20])
+async def test_numeric_query_parameters_take_ascii_digits_only(
+    down: Stack, path: str, name: str, value: str
+) -> None:
+    # int() takes all of these (full-width and Arabic-Indic digits, underscores, signs, spaces)
+    r = await down.http.get(path, params={name: value})
+    assert r.status_code == 400, r.text
+    assert r.headers["content-type"] == "application/problem+json" and r.json()["field"] == name
+    assert (await down.http.get(path, params={name: "5"})).status_code == 200

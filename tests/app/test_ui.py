@@ -100,7 +100,12 @@ async def test_the_page_shows_what_the_api_reports(busy: Stack) -> None:
 async def test_the_redrive_button_endpoint(busy: Stack) -> None:
     [dead] = (await busy.http.get("/v1/admin/retries", params={"state": "dead"})).json()["items"]
     r = await busy.http.post("/ui/redrive", json={"id": dead["id"]})
-    assert r.status_code == 200 and r.json() == {"redriven": 1, "skipped": 0}
+    assert r.status_code == 200 and r.json() == {
+        "redriven": 1,
+        "skipped": 0,
+        "stillDead": 0,
+        "nextCursor": None,
+    }
     assert busy.service.retry.stats().dead == 0
     bad = await busy.http.post("/ui/redrive", json={"id": "nope"})
     assert bad.status_code == 404 and bad.json()["field"] == "id"
@@ -122,6 +127,20 @@ async def test_the_page_needs_the_token(make_stack: Callable[..., Any]) -> None:
         assert (await stack.http.get("/ui", headers=cookie)).status_code == 200
         bearer = {"authorization": "Bearer s3cret"}
         assert (await stack.http.get("/ui", headers=bearer)).status_code == 200
+
+
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "Bearer"])
+async def test_the_page_takes_the_scheme_in_any_case_as_the_api_does(
+    make_stack: Callable[..., Any], scheme: str
+) -> None:
+    async with make_stack(auth_token="s3cret") as stack:
+        header = {"authorization": f"{scheme} s3cret"}
+        assert (await stack.http.get("/v1/admin/stats", headers=header)).status_code == 200
+        assert (await stack.http.get("/ui", headers=header)).status_code == 200
+        r = await stack.http.post("/ui/redrive", headers=header, json={"id": "nope"})
+        assert r.status_code == 404 and r.json()["field"] == "id"  # past the token check
+        wrong = {"authorization": f"{scheme} s3cre"}
+        assert (await stack.http.get("/ui", headers=wrong)).status_code == 401
 
 
 async def test_docs_are_served_without_a_cdn(stack: Stack) -> None:
