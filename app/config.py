@@ -16,9 +16,10 @@ from typing import Any
 
 import yaml
 
-from app.subscriptions.spec import SpecError, SubscriptionSpec, parse_subscriptions
-from retry.policy import RetryPolicy
-from rmq.producer.selector import SelectorName
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.rmq.producer.selector import SelectorName
+
+from .subscriptions.spec import SpecError, SubscriptionSpec, parse_subscriptions
 
 ENV_PREFIX = "ROCKSIDECAR_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"  # path of the optional YAML file (same as --config)

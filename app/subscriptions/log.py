@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from app.events import WINDOW_S, OpsEvents, cause
+from ..events import WINDOW_S, OpsEvents, cause
 
 log = logging.getLogger("rocksidecar.subscriptions")
 

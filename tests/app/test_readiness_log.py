@@ -7,9 +7,9 @@ from typing import Any, cast
 
 import pytest
 
-from app.readiness import Readiness
-from rmq import NameServerClient, RocketMQError
-from rmq.producer import Producer
+from rocksidecar.app.readiness import Readiness
+from rocksidecar.rmq import NameServerClient, RocketMQError
+from rocksidecar.rmq.producer import Producer
 
 
 class Clock:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 
-from app.subscriptions.http_client import MAX_HEAD_BYTES, MAX_HEADERS, HttpClient, PostError
+from rocksidecar.app.subscriptions.http_client import MAX_HEAD_BYTES, MAX_HEADERS, HttpClient, PostError
 
 Answerer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -10,11 +10,11 @@ from typing import cast
 import orjson
 import pytest
 
-from app.subscriptions.bulk import BulkPush
-from app.subscriptions.http_client import Answer, HttpClient, PostError
-from app.subscriptions.log import DeliveryLog
-from app.subscriptions.push import HttpPush
-from rmq.consumer.config import ConsumeStatus
+from rocksidecar.app.subscriptions.bulk import BulkPush
+from rocksidecar.app.subscriptions.http_client import Answer, HttpClient, PostError
+from rocksidecar.app.subscriptions.log import DeliveryLog
+from rocksidecar.app.subscriptions.push import HttpPush
+from rocksidecar.rmq.consumer.config import ConsumeStatus
 from tests.subscriptions.test_push import MQ, SPEC, Recorded, message
 
 LOGGER = "rocksidecar.subscriptions"
