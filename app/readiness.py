@@ -5,6 +5,7 @@ route already known, will do. Not ready still accepts work: it is spooled."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -14,6 +15,8 @@ from rocksidecar.rmq.producer import Producer
 from rocksidecar.storage.reserve import DiskReserve
 
 CACHE_S = 2.0  # the name server is asked at most this often
+
+log = logging.getLogger("rocksidecar.events")
 
 
 class StoreHealth(Protocol):
@@ -61,6 +64,10 @@ class Readiness:
         self._clock = clock
         self._checked_at: float | None = None
         self._masters: set[str] | None = None  # None: the name server did not answer
+        # Set when the first check (the start's) is not ready: the first ready check after it says so
+        # once, with what it waited for; later flaps are /readyz's and the broker events' business.
+        self._waiting: tuple[float, str] | None = None
+        self._checked = False
 
     async def _listed_masters(self) -> set[str] | None:
         now = self._clock()
@@ -117,4 +124,21 @@ class Readiness:
         ]
         if reasons:
             details["reason"] = "; ".join(reasons)
+        self._note(not reasons, details.get("reason", ""))
         return not reasons, details
+
+    def _note(self, ready: bool, reason: str) -> None:
+        """The moment a start that was not ready becomes ready (found by the next check: /readyz)."""
+        first, self._checked = not self._checked, True
+        if first and not ready:
+            self._waiting = (self._clock(), reason)
+        elif ready and self._waiting is not None:
+            since, waited_for = self._waiting
+            self._waiting = None
+            waited_s = self._clock() - since
+            log.info(
+                "ready after %.1f s (waited for: %s)",
+                waited_s,
+                waited_for,
+                extra={"event": "ready", "waited_s": round(waited_s, 3), "waited_for": waited_for},
+            )

@@ -95,21 +95,33 @@ class BulkPush(HttpPush):
             started = time.perf_counter()
             try:
                 resp = await self._client.post(self.spec.endpoint, body, _HEADERS, self.spec.timeout_s)
-            except PostError:
+            except PostError as exc:
                 self._report("error", len(msgs), time.perf_counter() - started)
-                return failed
+                self._log.no_answer(self.spec.name, str(exc), msgs[0].msg_id)
+                return self._dead_letters(msgs, failed)
             elapsed = time.perf_counter() - started
             if 200 <= resp.status < 300:
                 statuses = statuses_from(resp.body, msgs)
                 for status in statuses:
                     self._on_delivery(self.spec.name, _OUTCOMES[status], elapsed)
-                return statuses
+                return self._dead_letters(msgs, statuses)
+            self._log.answered(self.spec.name, resp.status, msgs[0].msg_id)
             if resp.status in LATER_STATUSES:
                 self._report("later", len(msgs), elapsed)
                 await self._sleep(retry_after_s(resp.headers.get("retry-after"), self._wall_s()))
                 continue
             self._report("failed", len(msgs), elapsed)
-            return failed
+            return self._dead_letters(msgs, failed)
+
+    def _dead_letters(self, msgs: Sequence[MessageExt], statuses: list[ConsumeStatus]) -> list[ConsumeStatus]:
+        """Log the messages these statuses send to the group's DLQ: DROP, or a failure with no
+        reconsume left."""
+        for msg, status in zip(msgs, statuses, strict=True):
+            if status is ConsumeStatus.DEAD_LETTER:
+                self._log.moved_to_dlq(self.spec.name, self.spec.group, msg.msg_id, "the app answered DROP")
+            elif status is ConsumeStatus.RECONSUME_LATER:
+                self.log_if_dead(msg, "failed")
+        return statuses
 
     def _report(self, outcome: str, n: int, elapsed: float) -> None:
         for _ in range(n):  # the metrics count deliveries per message, bulk or not

@@ -25,6 +25,10 @@ class PostError(Exception):
 
 
 MAX_ANSWER_BYTES = 4 * 1024 * 1024  # an app's answer body beyond this is refused (PostError)
+# The answer's status line and headers: an app streaming endless headers must not grow the sidecar
+# (issue 27: 0.55 -> 4.1 GB in 15 s). A longer head fails the delivery and closes the connection.
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADERS = 100
 
 
 @dataclass(frozen=True)
@@ -47,14 +51,24 @@ class _Parsed:
 
     def __init__(self) -> None:
         self.headers: dict[str, str] = {}
+        self.header_count = 0
+        self.head_done = False
         self.body: list[bytes] = []
         self.body_size = 0
         self.done = False
         self.keep_alive = False
-        self.parser = httptools.HttpResponseParser(self)
+        # parser -> self -> parser is a cycle: ``release`` breaks it, so what an answer held is freed at
+        # once and not at the next (rare: service.py raises the thresholds) cyclic collection
+        self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self.header_count += 1
+        if self.header_count > MAX_HEADERS:
+            raise PostError(f"the app's answer has more than {MAX_HEADERS} headers")
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        self.head_done = True
 
     def on_body(self, chunk: bytes) -> None:
         self.body_size += len(chunk)
@@ -65,7 +79,13 @@ class _Parsed:
     def on_message_complete(self) -> None:
         self.done = True
         # asked here: once feed_data returns, llhttp has reset and answers False for a body
-        self.keep_alive = self.parser.should_keep_alive()
+        self.keep_alive = self.parser is not None and self.parser.should_keep_alive()
+
+    def release(self) -> None:
+        """Drop everything the answer held, also when a timeout or an error left it half read."""
+        self.parser = None
+        self.headers = {}
+        self.body = []
 
 
 class _Conn:
@@ -79,13 +99,29 @@ class _Conn:
         self.used = True
         self.writer.write(request)
         parsed = _Parsed()
-        while not parsed.done:
-            chunk = await self.reader.read(65536)
-            if not chunk:
-                raise ConnectionResetError("the app closed the connection before answering")
-            parsed.parser.feed_data(chunk)
-        body = b"".join(parsed.body)
-        return Answer(parsed.parser.get_status_code(), parsed.headers, body), parsed.keep_alive
+        parser = parsed.parser
+        assert parser is not None
+        head_read = 0
+        chunk = b""
+        try:
+            while not parsed.done:
+                chunk = await self.reader.read(65536)
+                if not chunk:
+                    raise ConnectionResetError("the app closed the connection before answering")
+                parser.feed_data(chunk)
+                if not parsed.head_done:
+                    # llhttp keeps a header it has not finished in its own buffer: count what was fed
+                    head_read += len(chunk)
+                    if head_read > MAX_HEAD_BYTES:
+                        raise PostError(f"the app's answer head is larger than {MAX_HEAD_BYTES} bytes")
+            body = b"".join(parsed.body)
+            return Answer(parser.get_status_code(), parsed.headers, body), parsed.keep_alive
+        finally:
+            # a raised error's traceback keeps this frame (through a timeout's CancelledError, for as
+            # long as the caller keeps the error): it must not keep the answer's bytes with it
+            parsed.release()
+            del parser
+            chunk = b""
 
     def close(self) -> None:
         self.writer.close()
@@ -181,6 +217,8 @@ class HttpClient:
                     conn.close()
                     if reused and isinstance(exc, ConnectionError):
                         continue  # the app dropped an idle connection: take another one
+                    if isinstance(exc.__context__, PostError):  # a bound a parser callback enforced
+                        raise PostError(str(exc.__context__)) from None
                     raise PostError(f"{type(exc).__name__}: {exc}") from exc
                 except BaseException:  # timeout or cancel mid-answer: the connection is unusable
                     conn.close()
@@ -199,6 +237,9 @@ class HttpClient:
             raise PostError(f"{type(exc).__name__}: {exc}") from exc
         finally:
             self._in_flight.discard(slot)
+            # the raised error's traceback keeps this frame: without this, frame -> slot -> task -> error
+            # is a cycle holding the half-read answer until a cyclic collection
+            del slot
 
     async def close(self) -> None:
         self._closed = True

@@ -19,6 +19,7 @@ from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from .cloudevents import headers_for
 from .http_client import HttpClient, PostError
+from .log import DeliveryLog
 from .spec import SubscriptionSpec
 
 LATER_STATUSES = (429, 503)
@@ -55,8 +56,10 @@ class HttpPush:
         on_delivery: DeliveryHook | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         wall_s: Callable[[], float] = time.time,
+        log: DeliveryLog | None = None,
     ) -> None:
         self.spec = spec
+        self._log = log or DeliveryLog()
         self._client = client
         self._on_delivery = on_delivery or (lambda _s, _o, _t: None)
         self._sleep = sleep
@@ -66,8 +69,17 @@ class HttpPush:
     async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
         for msg in msgs:  # consume_batch_size is 1: one CloudEvent per POST
             if not await self.deliver(msg, mq):
+                self.log_if_dead(msg, "failed")
                 return self._failed
         return ConsumeStatus.SUCCESS
+
+    def log_if_dead(self, msg: MessageExt, why: str) -> None:
+        """A failed message that has used up its reconsumes goes to the group's DLQ now: the broker
+        moves it there when it is sent back (concurrent), the consumer sends it there (orderly)."""
+        if msg.reconsume_times >= self.spec.max_reconsume_times:
+            self._log.moved_to_dlq(
+                self.spec.name, self.spec.group, msg.msg_id, f"{why} {msg.reconsume_times + 1} times"
+            )
 
     async def deliver(self, msg: MessageExt, mq: MessageQueue) -> bool:
         """POST until the app takes it (True) or fails it (False); 429/503 wait and try again."""
@@ -76,13 +88,15 @@ class HttpPush:
             started = time.perf_counter()
             try:
                 resp = await self._client.post(self.spec.endpoint, msg.body, headers, self.spec.timeout_s)
-            except PostError:
+            except PostError as exc:
                 self._on_delivery(self.spec.name, "error", time.perf_counter() - started)
+                self._log.no_answer(self.spec.name, str(exc), msg.msg_id)
                 return False
             elapsed = time.perf_counter() - started
             if 200 <= resp.status < 300:
                 self._on_delivery(self.spec.name, "ok", elapsed)
                 return True
+            self._log.answered(self.spec.name, resp.status, msg.msg_id)
             if resp.status in LATER_STATUSES:
                 self._on_delivery(self.spec.name, "later", elapsed)
                 await self._sleep(retry_after_s(resp.headers.get("retry-after"), self._wall_s()))

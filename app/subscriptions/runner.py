@@ -3,6 +3,7 @@ with the sidecar. Also what the metrics and the status page read: queues owned, 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from rocksidecar.rmq.consumer.sticky import AllocateSticky
 
 from .bulk import BulkPush
 from .http_client import HttpClient
+from .log import DeliveryLog
 from .push import DeliveryHook, HttpPush
 from .spec import SubscriptionSpec
 from .stream import StreamHub
@@ -89,6 +91,8 @@ class Subscriptions:
         self.specs = tuple(specs)
         # one keep-alive connection per POST in flight, so up to the subscription's concurrency
         self._http = HttpClient()
+        self.log = DeliveryLog()  # failures and dead letters, throttled per cause
+        self._flusher: asyncio.Task[None] | None = None
         self.consumers: dict[str, PushConsumer] = {}
         self.hubs: dict[str, StreamHub] = {}  # subscriptions the app pulls over gRPC
         for spec in self.specs:
@@ -96,9 +100,9 @@ class Subscriptions:
             if spec.grpc:
                 listener = self.hubs[spec.name] = StreamHub(spec, on_delivery=on_delivery)
             elif spec.bulk:
-                listener = BulkPush(spec, self._http, on_delivery=on_delivery)
+                listener = BulkPush(spec, self._http, on_delivery=on_delivery, log=self.log)
             else:
-                listener = HttpPush(spec, self._http, on_delivery=on_delivery)
+                listener = HttpPush(spec, self._http, on_delivery=on_delivery, log=self.log)
             consumer = PushConsumer(
                 consumer_config(spec, instance_name), namesrv, listener, instance=instance
             )
@@ -110,9 +114,20 @@ class Subscriptions:
         loops (rebalance every 20 s), so the sidecar still starts and sends."""
         for consumer in self.consumers.values():
             await consumer.start()
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def _flush_loop(self) -> None:
+        while True:  # the summaries of a storm that has ended are written here
+            await asyncio.sleep(self.log.window_s)
+            self.log.flush()
 
     async def close(self) -> None:
         """Close every consumer (persist offsets, unregister so the group rebalances at once)."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+            self._flusher = None
+        self.log.flush()
         for consumer in self.consumers.values():
             with contextlib.suppress(Exception):
                 await consumer.close()
