@@ -7,7 +7,6 @@ This is the only module that reads the environment. Every setting is declared on
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from app.localhost import is_loopback
 from app.subscriptions.spec import SpecError, SubscriptionSpec, parse_subscriptions
 from retry.policy import RetryPolicy
 from rmq.producer.selector import SelectorName
@@ -402,17 +402,6 @@ def _check(s: Settings, require_namesrv: bool) -> None:
                     f"{_BY_NAME['auth_token'].env} (or {_BY_NAME['allow_remote_without_token'].env}=true "
                     "to let anyone who can reach it send messages)"
                 )
-
-
-def is_loopback(host: str) -> bool:
-    """True for names and addresses that only this machine can reach: localhost, 127.0.0.0/8, ::1."""
-    host = host.strip("[]").rstrip(".").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 # Settings of the YAML file's `retry:` section, which have no environment variable (listed by describe()).

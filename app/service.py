@@ -25,12 +25,13 @@ from app.api.guards import Guards
 from app.api.http import create_app
 from app.api.servers import GrpcServer, HttpServer, ListenError, split_addr
 from app.api.ui import UiDeps, counters
-from app.config import Settings, is_loopback
+from app.config import Settings
 from app.dmq.forward import COLUMN_FAMILIES as FORWARDED_CFS
 from app.dmq.forward import Forwarder
 from app.events import OpsEvents
 from app.history import SAMPLE_EVERY_S, History
 from app.idempotency import IdempotencyStore
+from app.localhost import is_loopback
 from app.lookups import DelayLookup, RetryLookup
 from app.metrics import CoalesceCollector, ConsumerCollector, Metrics, StateCollector
 from app.readiness import Readiness, disk_draining

@@ -7,9 +7,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
+
+from app.localhost import local_url_error
 
 MODES = ("concurrent", "orderly")
 CONSUME_FROM = ("last", "first", "timestamp")
@@ -20,7 +21,6 @@ EXPRESSION_TYPES = ("TAG", "SQL92")  # rmq.broker.EXPRESSION_TYPES
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _RESOURCE = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # RocketMQ's topic and group charset
 GRPC_ENDPOINT = "grpc"
-_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 
 
 class SpecError(ValueError):
@@ -98,17 +98,11 @@ def _endpoint(raw: Any, where: str) -> str:
     text = str(raw).strip()
     if text == GRPC_ENDPOINT:
         return text
-    parts = urlsplit(text)
-    if parts.scheme != "http" or not parts.hostname:
-        raise SpecError(f"{where}: expected an http://localhost:PORT/path URL or grpc, got {raw!r}")
-    if parts.hostname not in _LOCAL_HOSTS and not parts.hostname.startswith("127."):
+    why = local_url_error(text)
+    if why is not None:
         raise SpecError(
-            f"{where}: the app must be on localhost (a sidecar pushes to its own pod), got {raw!r}"
+            f"{where}: the app must be on localhost (a sidecar pushes to its own pod), got {raw!r}: {why}"
         )
-    try:
-        parts.port  # noqa: B018  # raises on a bad port
-    except ValueError:
-        raise SpecError(f"{where}: bad port in {raw!r}") from None
     return text
 
 
