@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from app import topic_allow
 from app.localhost import is_loopback
 from app.subscriptions.spec import SpecError, SubscriptionSpec, parse_subscriptions
 from retry.policy import RetryPolicy
@@ -85,6 +86,19 @@ def _addr_list(raw: Any, name: str) -> tuple[str, ...]:
 def _name_list(raw: Any, name: str) -> tuple[str, ...]:
     items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
     return tuple(str(i).strip() for i in items if str(i).strip())
+
+
+def _topic_list(raw: Any, name: str) -> tuple[str, ...]:
+    entries = _name_list(raw, name)
+    if len(entries) > topic_allow.MAX_ENTRIES:
+        raise ConfigError(f"{name}: at most {topic_allow.MAX_ENTRIES} entries, got {len(entries)}")
+    for entry in entries:
+        if not topic_allow.ENTRY.match(entry):
+            raise ConfigError(
+                f"{name}: {entry!r} is not a topic or a * pattern (1-127 letters, digits, '_', '-', '%', "
+                "'|' or '*')"
+            )
+    return entries
 
 
 def _choice(*options: str) -> Callable[[Any, str], str]:
@@ -192,7 +206,15 @@ SETTINGS: tuple[Setting, ...] = (
         "environment_index", _int(0), 0, "With queue_selector=environment: environment N uses queue N-1."
     ),
     Setting("zone", _text, "", "With queue_selector=zone: prefer brokers whose name contains this tag."),
-    Setting("topics", _name_list, (), "Topics whose routes are loaded at start; /readyz waits for them."),
+    Setting(
+        "topics",
+        _topic_list,
+        (),
+        "Allow-list of topics, comma-separated names or * patterns (orders-*): a send to any other topic "
+        "is refused (400 naming `topic`) before anything is stored, so a mistyped topic is not "
+        "auto-created. Routes of the plain names are loaded at start and /readyz waits for them. "
+        "Unset: any valid topic.",
+    ),
     Setting("max_body_bytes", _int(1, 64 * 1024 * 1024), 4 * 1024 * 1024, "Largest accepted message body."),
     Setting("batch_limit", _int(1, 100_000), 1000, "Most messages in one batch request."),
     Setting("max_request_bytes", _int(1024, 1024**3), 64 * 1024 * 1024, "Largest accepted batch request."),
@@ -289,6 +311,11 @@ class Settings:
     # Rock-DMQ service mode (issue 14)
     delay_mode: str = "local"
     dmq_inner_topic: str = "dmq_inner_topic"
+
+    @property
+    def preloaded_topics(self) -> tuple[str, ...]:
+        """The topics of ``topics`` that are names, not patterns: their routes are loaded at start."""
+        return topic_allow.literal_topics(self.topics)
 
     def retry_policy(self, message_type: str) -> RetryPolicy:
         return self.retry_types.get(message_type, self.retry_default)

@@ -40,6 +40,7 @@ from app.shutdown import close_delivery
 from app.sidecar import Sidecar
 from app.store_delivery import delivery_loops
 from app.subscriptions.runner import QueueLag, Subscriptions
+from app.topic_allow import TopicAllowList
 from delay import DelayStore
 from delay import keys as delay_keys
 from retry import DeadLetterNotifier, RetryStore
@@ -201,7 +202,9 @@ class Service:
             self.retry, self.replay, rate_per_s=s.recovery_replay_rate, on_round=self._on_recovery_round
         )
         self.metrics.add_state(StateCollector(self.producer.fault_table, self._store_stats))
-        limits = Limits(s.max_body_bytes, s.max_delay_ms)
+        limits = Limits(
+            s.max_body_bytes, s.max_delay_ms, topics=TopicAllowList.of(s.topics) if s.topics else None
+        )
         admin = AdminOps(
             self.retry,
             self.delay,
@@ -279,7 +282,7 @@ class Service:
         except ListenError as exc:
             self.kv.close()
             raise StartupError(f"{exc} (set ROCKSIDECAR_GRPC_ADDR)") from exc
-        self._readiness = Readiness(self.producer, self.namesrv, StoreHealth(self), s.topics)
+        self._readiness = Readiness(self.producer, self.namesrv, StoreHealth(self), s.preloaded_topics)
         self._tasks: list[asyncio.Task[None]] = []
 
     def _on_attempt(self, broker: str, latency_s: float, ok: bool) -> None:
@@ -349,7 +352,7 @@ class Service:
         self.events.config(self.settings)
         warn_if_open(self.settings)
         await self.producer.start()
-        for topic in self.settings.topics:  # warm routes; an unreachable name server is not fatal
+        for topic in self.settings.preloaded_topics:  # warm routes; an unreachable name server is not fatal
             with contextlib.suppress(Exception):
                 await self.producer.routes.get(topic)
         await self.replay.start()  # replays whatever the store holds from before (R6)
