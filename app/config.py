@@ -17,7 +17,14 @@ import yaml
 
 from app import topic_allow
 from app.localhost import is_loopback
-from app.subscriptions.spec import SpecError, SubscriptionSpec, parse_subscriptions
+from app.subscriptions.spec import (
+    REQUIRED,
+    SUBSCRIPTION_KEY_HELP,
+    SpecError,
+    SubscriptionSpec,
+    parse_subscriptions,
+    subscription_keys,
+)
 from retry.policy import RetryPolicy
 from rmq.producer.selector import SelectorName
 
@@ -253,8 +260,7 @@ SETTINGS: tuple[Setting, ...] = (
         _subscriptions,
         (),
         "Topics the sidecar consumes for the app, pushed to it as CloudEvents over HTTP: a list of "
-        "{name, topic, group, endpoint, expression, mode, concurrency, timeout_s, max_reconsume_times, "
-        "consume_from, consume_timestamp_ms} (YAML list in the file; YAML/JSON text in the environment).",
+        "mappings whose keys are listed below (YAML list in the file; YAML/JSON text in the environment).",
     ),
     # Rock-DMQ service mode (issue 14)
     Setting(
@@ -264,9 +270,35 @@ SETTINGS: tuple[Setting, ...] = (
         "Where delayed messages wait: 'local' (this sidecar's store) or 'service' (forwarded to the "
         "Rock-DMQ service through its inner topic).",
     ),
-    Setting("dmq_inner_topic", _text, "dmq_inner_topic", "Rock-DMQ inner topic (service mode)."),
+    Setting(
+        "dmq_inner_topic",
+        _text,
+        "dmq_inner_topic",
+        "Rock-DMQ inner topic (service mode; `rocksidecar dmq --inner-topic`).",
+    ),
+    # read by `rocksidecar dmq` only, declared here so that one environment can run both commands
+    Setting(
+        "dmq_group", _text, "dmq_service_group", "rocksidecar dmq: consumer group of the replicas (--group)."
+    ),
+    Setting(
+        "dmq_http_addr",
+        _addr,
+        "127.0.0.1:9890",
+        "rocksidecar dmq: /healthz, /readyz, /metrics (--http-addr).",
+    ),
+    Setting(
+        "dmq_instance",
+        _text,
+        "",
+        "rocksidecar dmq: this replica's instance name, e.g. the pod name (--instance); empty: pid-based.",
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def setting(name: str) -> Setting:
+    """The declaration of one setting (a command's flag that overrides it uses its env and default)."""
+    return _BY_NAME[name]
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +343,9 @@ class Settings:
     # Rock-DMQ service mode (issue 14)
     delay_mode: str = "local"
     dmq_inner_topic: str = "dmq_inner_topic"
+    dmq_group: str = "dmq_service_group"
+    dmq_http_addr: str = "127.0.0.1:9890"
+    dmq_instance: str = ""
 
     @property
     def preloaded_topics(self) -> tuple[str, ...]:
@@ -321,10 +356,14 @@ class Settings:
         return self.retry_types.get(message_type, self.retry_default)
 
 
+RETRY_KEYS = ("default", "types", "dead_letter_webhook")  # of the YAML file's retry: section
+POLICY_KEYS = ("ladder_s", "max_retries")  # of retry.default and each retry.types.<type>
+
+
 def _retry_policy(raw: Any, where: str, base: RetryPolicy) -> RetryPolicy:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a mapping with ladder_s and/or max_retries")
-    unknown = set(raw) - {"ladder_s", "max_retries"}
+    unknown = set(raw) - set(POLICY_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
     ladder = base.ladder_s
@@ -342,7 +381,7 @@ def _retry_section(raw: Any) -> dict[str, Any]:
         return {}
     if not isinstance(raw, Mapping):
         raise ConfigError("retry: expected a mapping")
-    unknown = set(raw) - {"default", "types", "dead_letter_webhook"}
+    unknown = set(raw) - set(RETRY_KEYS)
     if unknown:
         raise ConfigError(f"retry: unknown keys {sorted(unknown)}")
     default = _retry_policy(raw.get("default", {}), "retry.default", RetryPolicy())
@@ -449,7 +488,12 @@ YAML_ONLY: tuple[tuple[str, str], ...] = (
 
 def describe() -> str:
     """A table of every setting, for --help-settings and the docs."""
-    rows = [f"{s.env:<36} {s.name:<22} default {s.default!r}\n    {s.help}" for s in SETTINGS]
+    rows = [f"{CONFIG_ENV:<36} {'(--config)':<22} default none\n    Path of the optional YAML settings file."]
+    rows.extend(f"{s.env:<36} {s.name:<22} default {s.default!r}\n    {s.help}" for s in SETTINGS)
     rows.append("\nOnly in the YAML file (--config or $" + CONFIG_ENV + "):")
     rows.extend(f"{key}\n    {text}" for key, text in YAML_ONLY)
+    rows.append("\nKeys of each entry of subscriptions (* required):")
+    for key, default in subscription_keys():
+        shown = "*" if default is REQUIRED else f"default {default!r}"
+        rows.append(f"{key:<22} {shown}\n    {SUBSCRIPTION_KEY_HELP.get(key, '')}")
     return "\n".join(rows)
