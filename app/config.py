@@ -15,9 +15,12 @@ from typing import Any
 
 import yaml
 
-from app import topic_allow
-from app.localhost import is_loopback
-from app.subscriptions.spec import (
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.rmq.producer.selector import SelectorName
+
+from . import topic_allow
+from .localhost import is_loopback
+from .subscriptions.spec import (
     REQUIRED,
     SUBSCRIPTION_KEY_HELP,
     SpecError,
@@ -25,8 +28,6 @@ from app.subscriptions.spec import (
     parse_subscriptions,
     subscription_keys,
 )
-from retry.policy import RetryPolicy
-from rmq.producer.selector import SelectorName
 
 ENV_PREFIX = "ROCKSIDECAR_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"  # path of the optional YAML file (same as --config)

@@ -11,9 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.topic_allow import TopicAllowList
-from rmq import InvalidMessageError, Message, new_uniq_id
-from rmq.message import validate_topic
+from rocksidecar.rmq import InvalidMessageError, Message, new_uniq_id
+from rocksidecar.rmq.message import validate_topic
+
+from .topic_allow import TopicAllowList
 
 
 class RequestError(Exception):

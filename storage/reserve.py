@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-from storage.errors import StorageError
-from storage.kv import Op, Put
+from .errors import StorageError
+from .kv import Op, Put
 
 log = logging.getLogger(__name__)
 

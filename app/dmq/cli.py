@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app import config
+from .. import config
 
 # flag -> the setting it overrides (declared in app.config, which also reads its environment variable)
 FLAGS = (
@@ -40,9 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.api.servers import split_addr
-    from rmq.errors import InvalidMessageError
-    from rmq.message import validate_topic
+    from rocksidecar.rmq.errors import InvalidMessageError
+    from rocksidecar.rmq.message import validate_topic
+
+    from ..api.servers import split_addr
 
     given = {name: getattr(args, name) for _, name, _ in FLAGS if getattr(args, name) is not None}
 
@@ -70,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     except (config.ConfigError, ValueError) as exc:
         print(f"rocksidecar dmq: configuration error: {exc}", file=sys.stderr)
         return 2
-    from app.dmq.service import DmqOptions, serve
-    from app.service import StartupError
+    from ..service import StartupError
+    from .service import DmqOptions, serve
 
     options = DmqOptions(
         settings.dmq_inner_topic,

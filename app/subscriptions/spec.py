@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from app.localhost import local_url_error
+from ..localhost import local_url_error
 
 MODES = ("concurrent", "orderly")
 CONSUME_FROM = ("last", "first", "timestamp")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from app import config
-from app.localhost import is_loopback, local_url_error
-from app.subscriptions.spec import SpecError, parse_one
+from rocksidecar.app import config
+from rocksidecar.app.localhost import is_loopback, local_url_error
+from rocksidecar.app.subscriptions.spec import SpecError, parse_one
 
 GOOD_URLS = [
     "http://localhost:8080/in",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from app import config
-from app.cli import main
-from app.dmq import cli as dmq_cli
-from app.subscriptions.spec import SUBSCRIPTION_KEY_HELP, SubscriptionSpec
+from rocksidecar.app import config
+from rocksidecar.app.cli import main
+from rocksidecar.app.dmq import cli as dmq_cli
+from rocksidecar.app.subscriptions.spec import SUBSCRIPTION_KEY_HELP, SubscriptionSpec
 
 DMQ_ENV = {
     "ROCKSIDECAR_DMQ_GROUP": "g",

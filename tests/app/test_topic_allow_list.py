@@ -9,11 +9,11 @@ from typing import Any
 import grpc
 import pytest
 
-from app import config
-from app.api.proto import rocksidecar_pb2 as pb
-from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
-from app.request import Limits, MessageSpec, RequestError, prepare
-from app.topic_allow import TopicAllowList
+from rocksidecar.app import config
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from rocksidecar.app.request import Limits, MessageSpec, RequestError, prepare
+from rocksidecar.app.topic_allow import TopicAllowList
 from tests.app.conftest import Stack
 
 ALLOWED = ("Orders", "audit-*", "*-events")
