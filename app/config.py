@@ -7,7 +7,6 @@ This is the only module that reads the environment. Every setting is declared on
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,8 +18,16 @@ import yaml
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.rmq.producer.selector import SelectorName
 
-from .dmq.topics import TopicAllowList
-from .subscriptions.spec import SpecError, SubscriptionSpec, parse_subscriptions
+from . import topic_allow
+from .localhost import is_loopback
+from .subscriptions.spec import (
+    REQUIRED,
+    SUBSCRIPTION_KEY_HELP,
+    SpecError,
+    SubscriptionSpec,
+    parse_subscriptions,
+    subscription_keys,
+)
 
 ENV_PREFIX = "ROCKSIDECAR_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"  # path of the optional YAML file (same as --config)
@@ -89,13 +96,13 @@ def _name_list(raw: Any, name: str) -> tuple[str, ...]:
     return tuple(str(i).strip() for i in items if str(i).strip())
 
 
-def _topic_patterns(raw: Any, name: str) -> tuple[str, ...]:
-    patterns = _name_list(raw, name)
+def _topic_list(raw: Any, name: str) -> tuple[str, ...]:
+    entries = _name_list(raw, name)
     try:
-        TopicAllowList(patterns)  # checks them with the send API's topic rules
+        topic_allow.check_entries(entries)
     except ValueError as exc:
         raise ConfigError(f"{name}: {exc}") from None
-    return patterns
+    return entries
 
 
 def _choice(*options: str) -> Callable[[Any, str], str]:
@@ -210,7 +217,15 @@ SETTINGS: tuple[Setting, ...] = (
         "environment_index", _int(0), 0, "With queue_selector=environment: environment N uses queue N-1."
     ),
     Setting("zone", _text, "", "With queue_selector=zone: prefer brokers whose name contains this tag."),
-    Setting("topics", _name_list, (), "Topics whose routes are loaded at start; /readyz waits for them."),
+    Setting(
+        "topics",
+        _topic_list,
+        (),
+        "Allow-list of topics, comma-separated names or * patterns (orders-*): a send to any other topic "
+        "is refused (400 naming `topic`) before anything is stored, so a mistyped topic is not "
+        "auto-created. Routes of the plain names are loaded at start and /readyz waits for them. "
+        "Unset: any valid topic.",
+    ),
     Setting("max_body_bytes", _int(1, 64 * 1024 * 1024), 4 * 1024 * 1024, "Largest accepted message body."),
     Setting("batch_limit", _int(1, 100_000), 1000, "Most messages in one batch request."),
     Setting("max_request_bytes", _int(1024, 1024**3), 64 * 1024 * 1024, "Largest accepted batch request."),
@@ -249,8 +264,7 @@ SETTINGS: tuple[Setting, ...] = (
         _subscriptions,
         (),
         "Topics the sidecar consumes for the app, pushed to it as CloudEvents over HTTP: a list of "
-        "{name, topic, group, endpoint, expression, mode, concurrency, timeout_s, max_reconsume_times, "
-        "consume_from, consume_timestamp_ms} (YAML list in the file; YAML/JSON text in the environment).",
+        "mappings whose keys are listed below (YAML list in the file; YAML/JSON text in the environment).",
     ),
     # Rock-DMQ service mode (issue 14)
     Setting(
@@ -260,16 +274,42 @@ SETTINGS: tuple[Setting, ...] = (
         "Where delayed messages wait: 'local' (this sidecar's store) or 'service' (forwarded to the "
         "Rock-DMQ service through its inner topic).",
     ),
-    Setting("dmq_inner_topic", _text, "dmq_inner_topic", "Rock-DMQ inner topic (service mode)."),
+    Setting(
+        "dmq_inner_topic",
+        _text,
+        "dmq_inner_topic",
+        "Rock-DMQ inner topic (service mode; `rocksidecar dmq --inner-topic`).",
+    ),
+    # read by `rocksidecar dmq` only, declared here so that one environment can run both commands
     Setting(
         "dmq_topics",
-        _topic_patterns,
+        _topic_list,
         (),
         "rocksidecar dmq: the real topics it may publish to, comma-separated patterns ('*' matches any "
         "run of characters); other inner messages are skipped and counted. Empty: every valid topic.",
     ),
+    Setting(
+        "dmq_group", _text, "dmq_service_group", "rocksidecar dmq: consumer group of the replicas (--group)."
+    ),
+    Setting(
+        "dmq_http_addr",
+        _addr,
+        "127.0.0.1:9890",
+        "rocksidecar dmq: /healthz, /readyz, /metrics (--http-addr).",
+    ),
+    Setting(
+        "dmq_instance",
+        _text,
+        "",
+        "rocksidecar dmq: this replica's instance name, e.g. the pod name (--instance); empty: pid-based.",
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def setting(name: str) -> Setting:
+    """The declaration of one setting (a command's flag that overrides it uses its env and default)."""
+    return _BY_NAME[name]
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,15 +356,27 @@ class Settings:
     delay_mode: str = "local"
     dmq_inner_topic: str = "dmq_inner_topic"
     dmq_topics: tuple[str, ...] = ()
+    dmq_group: str = "dmq_service_group"
+    dmq_http_addr: str = "127.0.0.1:9890"
+    dmq_instance: str = ""
+
+    @property
+    def preloaded_topics(self) -> tuple[str, ...]:
+        """The topics of ``topics`` that are names, not patterns: their routes are loaded at start."""
+        return topic_allow.literal_topics(self.topics)
 
     def retry_policy(self, message_type: str) -> RetryPolicy:
         return self.retry_types.get(message_type, self.retry_default)
 
 
+RETRY_KEYS = ("default", "types", "dead_letter_webhook")  # of the YAML file's retry: section
+POLICY_KEYS = ("ladder_s", "max_retries")  # of retry.default and each retry.types.<type>
+
+
 def _retry_policy(raw: Any, where: str, base: RetryPolicy) -> RetryPolicy:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a mapping with ladder_s and/or max_retries")
-    unknown = set(raw) - {"ladder_s", "max_retries"}
+    unknown = set(raw) - set(POLICY_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
     ladder = base.ladder_s
@@ -342,7 +394,7 @@ def _retry_section(raw: Any) -> dict[str, Any]:
         return {}
     if not isinstance(raw, Mapping):
         raise ConfigError("retry: expected a mapping")
-    unknown = set(raw) - {"default", "types", "dead_letter_webhook"}
+    unknown = set(raw) - set(RETRY_KEYS)
     if unknown:
         raise ConfigError(f"retry: unknown keys {sorted(unknown)}")
     default = _retry_policy(raw.get("default", {}), "retry.default", RetryPolicy())
@@ -431,17 +483,6 @@ def _check(s: Settings, require_namesrv: bool) -> None:
                 )
 
 
-def is_loopback(host: str) -> bool:
-    """True for names and addresses that only this machine can reach: localhost, 127.0.0.0/8, ::1."""
-    host = host.strip("[]").rstrip(".").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 # Settings of the YAML file's `retry:` section, which have no environment variable (listed by describe()).
 YAML_ONLY: tuple[tuple[str, str], ...] = (
     (
@@ -460,7 +501,12 @@ YAML_ONLY: tuple[tuple[str, str], ...] = (
 
 def describe() -> str:
     """A table of every setting, for --help-settings and the docs."""
-    rows = [f"{s.env:<36} {s.name:<22} default {s.default!r}\n    {s.help}" for s in SETTINGS]
+    rows = [f"{CONFIG_ENV:<36} {'(--config)':<22} default none\n    Path of the optional YAML settings file."]
+    rows.extend(f"{s.env:<36} {s.name:<22} default {s.default!r}\n    {s.help}" for s in SETTINGS)
     rows.append("\nOnly in the YAML file (--config or $" + CONFIG_ENV + "):")
     rows.extend(f"{key}\n    {text}" for key, text in YAML_ONLY)
+    rows.append("\nKeys of each entry of subscriptions (* required):")
+    for key, default in subscription_keys():
+        shown = "*" if default is REQUIRED else f"default {default!r}"
+        rows.append(f"{key:<22} {shown}\n    {SUBSCRIPTION_KEY_HELP.get(key, '')}")
     return "\n".join(rows)

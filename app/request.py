@@ -14,6 +14,8 @@ from typing import Any, Protocol
 from rocksidecar.rmq import InvalidMessageError, Message, new_uniq_id
 from rocksidecar.rmq.message import validate_topic
 
+from .topic_allow import TopicAllowList
+
 
 class RequestError(Exception):
     """Bad input: ``status`` is the HTTP status, ``field`` the JSON path of the bad value."""
@@ -40,6 +42,7 @@ class Limits:
     max_body_bytes: int
     max_delay_ms: int
     delay: bool = True  # whether delayed delivery is available (501 otherwise)
+    topics: TopicAllowList | None = None  # ROCKSIDECAR_TOPICS; None: any valid topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +245,10 @@ def prepare(spec: SpecLike, limits: Limits, now_ms: int, names: FieldNames = HTT
         validate_topic(spec.topic)
     except InvalidMessageError as exc:
         raise RequestError(str(exc), field="topic") from None
+    if limits.topics is not None and not limits.topics.allows(spec.topic):
+        raise RequestError(
+            f"topic {spec.topic!r} is not allowed here (not in ROCKSIDECAR_TOPICS)", field="topic"
+        )
     body = _body(spec, limits, names)
     if spec.sharding_key is not None and not spec.sharding_key:
         raise RequestError(f"{names.sharding_key} must not be empty", field=names.sharding_key)

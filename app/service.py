@@ -45,12 +45,13 @@ from .api.guards import Guards
 from .api.http import create_app
 from .api.servers import GrpcServer, HttpServer, ListenError, split_addr
 from .api.ui import UiDeps, counters
-from .config import Settings, is_loopback
+from .config import Settings
 from .dmq.forward import COLUMN_FAMILIES as FORWARDED_CFS
 from .dmq.forward import Forwarder
 from .events import OpsEvents
 from .history import SAMPLE_EVERY_S, History
 from .idempotency import IdempotencyStore
+from .localhost import is_loopback
 from .lookups import DelayLookup, RetryLookup
 from .metrics import CoalesceCollector, ConsumerCollector, Metrics, StateCollector
 from .readiness import Readiness, disk_draining
@@ -59,6 +60,7 @@ from .shutdown import close_delivery
 from .sidecar import Sidecar
 from .store_delivery import delivery_loops
 from .subscriptions.runner import QueueLag, Subscriptions
+from .topic_allow import TopicAllowList
 
 log = logging.getLogger("rocksidecar")
 COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES, *delay.COLUMN_FAMILIES, *FORWARDED_CFS)
@@ -202,7 +204,9 @@ class Service:
             self.retry, self.replay, rate_per_s=s.recovery_replay_rate, on_round=self._on_recovery_round
         )
         self.metrics.add_state(StateCollector(self.producer.fault_table, self._store_stats))
-        limits = Limits(s.max_body_bytes, s.max_delay_ms)
+        limits = Limits(
+            s.max_body_bytes, s.max_delay_ms, topics=TopicAllowList.of(s.topics) if s.topics else None
+        )
         admin = AdminOps(
             self.retry,
             self.delay,
@@ -281,7 +285,7 @@ class Service:
         except ListenError as exc:
             self.kv.close()
             raise StartupError(f"{exc} (set ROCKSIDECAR_GRPC_ADDR)") from exc
-        self._readiness = Readiness(self.producer, self.namesrv, StoreHealth(self), s.topics)
+        self._readiness = Readiness(self.producer, self.namesrv, StoreHealth(self), s.preloaded_topics)
         self._tasks: list[asyncio.Task[None]] = []
 
     def _on_attempt(self, broker: str, latency_s: float, ok: bool) -> None:
@@ -351,7 +355,7 @@ class Service:
         self.events.config(self.settings)
         warn_if_open(self.settings)
         await self.producer.start()
-        for topic in self.settings.topics:  # warm routes; an unreachable name server is not fatal
+        for topic in self.settings.preloaded_topics:  # warm routes; an unreachable name server is not fatal
             with contextlib.suppress(Exception):
                 await self.producer.routes.get(topic)
         await self.replay.start()  # replays whatever the store holds from before (R6)

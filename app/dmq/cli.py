@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from .. import config
 
-INNER_TOPIC_ENV = "ROCKSIDECAR_DMQ_INNER_TOPIC"
-GROUP_ENV = "ROCKSIDECAR_DMQ_GROUP"
-HTTP_ADDR_ENV = "ROCKSIDECAR_DMQ_HTTP_ADDR"
-INSTANCE_ENV = "ROCKSIDECAR_DMQ_INSTANCE"
+# flag -> the setting it overrides (declared in app.config, which also reads its environment variable)
+FLAGS = (
+    ("--inner-topic", "dmq_inner_topic", "the inner topic"),
+    ("--group", "dmq_group", "consumer group of the replicas"),
+    ("--http-addr", "dmq_http_addr", "/healthz, /readyz, /metrics"),
+    ("--instance", "dmq_instance", "this replica's instance name, e.g. the pod name"),
+)
 
 
 HELP = "run the Rock-DMQ service (arbitrary delays for every producer)"
@@ -24,18 +26,10 @@ SETTINGS = True  # --config and --help-settings (app.cli)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    for flag, env, default, what in (
-        ("--inner-topic", INNER_TOPIC_ENV, "dmq_inner_topic", "the inner topic"),
-        ("--group", GROUP_ENV, "dmq_service_group", "consumer group of the replicas"),
-        ("--http-addr", HTTP_ADDR_ENV, "127.0.0.1:9890", "/healthz, /readyz, /metrics"),
-    ):
-        help_ = f"{what} (env {env}; default {default})"
-        p.add_argument(flag, default=os.environ.get(env, default), help=help_)
-    p.add_argument(
-        "--instance",
-        default=os.environ.get(INSTANCE_ENV),
-        help=f"this replica's instance name, e.g. the pod name (env {INSTANCE_ENV})",
-    )
+    for flag, name, what in FLAGS:
+        setting = config.setting(name)
+        help_ = f"{what} (env {setting.env}; default {setting.default or 'none'})"
+        p.add_argument(flag, dest=name, default=None, help=help_)
     p.add_argument(
         "--offset-persist-s",
         type=float,
@@ -51,19 +45,28 @@ def run(args: argparse.Namespace) -> int:
 
     from ..api.servers import split_addr
 
+    given = {name: getattr(args, name) for _, name, _ in FLAGS if getattr(args, name) is not None}
+
+    def where(flag: str, name: str) -> str:  # the flag if given, else the environment variable
+        return flag if name in given else config.setting(name).env
+
     try:
-        settings = config.load(file=args.config)
-        validate_topic(args.inner_topic)
+        settings = config.load(file=args.config, overrides=given)
+        validate_topic(settings.dmq_inner_topic)
         if args.offset_persist_s <= 0:
             raise config.ConfigError("--offset-persist-s: must be positive")
-        if not args.group.strip():
-            raise config.ConfigError("--group: must not be empty")
+        if not settings.dmq_group.strip():
+            raise config.ConfigError(f"{where('--group', 'dmq_group')}: must not be empty")
         try:
-            split_addr(args.http_addr)
+            split_addr(settings.dmq_http_addr)
         except ValueError:
-            raise config.ConfigError(f"--http-addr: {args.http_addr!r} is not HOST:PORT") from None
+            addr = settings.dmq_http_addr
+            raise config.ConfigError(
+                f"{where('--http-addr', 'dmq_http_addr')}: {addr!r} is not HOST:PORT"
+            ) from None
     except InvalidMessageError as exc:
-        print(f"rocksidecar dmq: configuration error: --inner-topic: {exc}", file=sys.stderr)
+        where_ = where("--inner-topic", "dmq_inner_topic")
+        print(f"rocksidecar dmq: configuration error: {where_}: {exc}", file=sys.stderr)
         return 2
     except (config.ConfigError, ValueError) as exc:
         print(f"rocksidecar dmq: configuration error: {exc}", file=sys.stderr)
@@ -72,10 +75,10 @@ def run(args: argparse.Namespace) -> int:
     from .service import DmqOptions, serve
 
     options = DmqOptions(
-        args.inner_topic,
-        args.group,
-        args.http_addr,
-        args.instance,
+        settings.dmq_inner_topic,
+        settings.dmq_group,
+        settings.dmq_http_addr,
+        settings.dmq_instance or None,
         persist_interval_s=args.offset_persist_s,
     )
     try:

@@ -43,10 +43,10 @@ from ..metrics import Metrics, StateCollector
 from ..service import COLUMN_FAMILIES, REPLAY_BATCH, StartupError, producer_config, tune_gc
 from ..shutdown import close_delivery
 from ..store_delivery import delivery_loops
+from ..topic_allow import TopicAllowList
 from .consume import InnerListener
 from .http import create_app
 from .inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC, Reject, Rules
-from .topics import TopicAllowList
 
 log = logging.getLogger("rocksidecar.dmq")
 
@@ -144,7 +144,7 @@ class DmqService:
         )  # fmt: skip
         self.listener = InnerListener(
             self.delay,
-            Rules(s.max_delay_ms, TopicAllowList(s.dmq_topics)),
+            Rules(s.max_delay_ms, TopicAllowList.of(s.dmq_topics)),
             count=lambda outcome, n: self.inner.labels(outcome).inc(n),
             rejected=lambda reason: self.rejected.labels(reason.value).inc(),
         )

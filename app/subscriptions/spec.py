@@ -7,9 +7,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
+
+from ..localhost import local_url_error
 
 MODES = ("concurrent", "orderly")
 CONSUME_FROM = ("last", "first", "timestamp")
@@ -20,7 +21,6 @@ EXPRESSION_TYPES = ("TAG", "SQL92")  # rmq.broker.EXPRESSION_TYPES
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _RESOURCE = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # RocketMQ's topic and group charset
 GRPC_ENDPOINT = "grpc"
-_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 
 
 class SpecError(ValueError):
@@ -58,8 +58,37 @@ class SubscriptionSpec:
         return self.mode == "orderly"
 
 
-_KEYS = set(SubscriptionSpec.__dataclass_fields__)
+_KEYS = set(SubscriptionSpec.__dataclass_fields__)  # what parse_one accepts: the dataclass's fields
 _REQUIRED = ("name", "topic", "group", "endpoint")
+REQUIRED = object()  # the default shown for a required key
+# Help for --help-settings, listed from the dataclass's fields (subscription_keys), so a key without
+# help still shows up, and tests require help for each one.
+SUBSCRIPTION_KEY_HELP: Mapping[str, str] = {
+    "name": "Unique name of the subscription (1-64 letters, digits, '_', '.', '-').",
+    "topic": "Topic to consume.",
+    "group": "Consumer group (one subscription per group).",
+    "endpoint": "http://localhost:PORT/path of the app (localhost, 127.x.x.x or [::1] literals only), "
+    "or grpc: the app pulls with Subscribe.",
+    "expression": "Tags (* or TagA || TagB), or with expression_type SQL92 a filter on properties.",
+    "expression_type": f"One of {', '.join(EXPRESSION_TYPES)} (SQL92 needs enablePropertyFilter=true).",
+    "mode": f"One of {', '.join(MODES)}.",
+    "concurrency": "Messages pushed to the app at once (1-1000).",
+    "timeout_s": "Longest one POST to the app may take; longer counts as a failure.",
+    "max_reconsume_times": "Redeliveries before a message goes to the group's DLQ.",
+    "consume_from": f"Where a new group starts: one of {', '.join(CONSUME_FROM)}.",
+    "consume_timestamp_ms": "With consume_from: timestamp, the time to start from (ms since the epoch).",
+    "allocation": f"Queue allocation among members: one of {', '.join(ALLOCATIONS)}.",
+    "commit_window": "Most messages per queue handed to the app beyond the acknowledged offset "
+    "(bounds redeliveries after a crash); 0: off.",
+    "bulk": "Dapr bulk subscribe: several messages of one queue per POST, statuses per entry.",
+    "bulk_max_messages": "With bulk: most messages in one POST (1-1024).",
+}
+
+
+def subscription_keys() -> list[tuple[str, Any]]:
+    """Every key a subscription entry accepts with its default (REQUIRED for the required ones)."""
+    fields = SubscriptionSpec.__dataclass_fields__.values()
+    return [(f.name, REQUIRED if f.name in _REQUIRED else f.default) for f in fields]
 
 
 def _int(raw: Any, where: str, lo: int, hi: int) -> int:
@@ -98,17 +127,11 @@ def _endpoint(raw: Any, where: str) -> str:
     text = str(raw).strip()
     if text == GRPC_ENDPOINT:
         return text
-    parts = urlsplit(text)
-    if parts.scheme != "http" or not parts.hostname:
-        raise SpecError(f"{where}: expected an http://localhost:PORT/path URL or grpc, got {raw!r}")
-    if parts.hostname not in _LOCAL_HOSTS and not parts.hostname.startswith("127."):
+    why = local_url_error(text)
+    if why is not None:
         raise SpecError(
-            f"{where}: the app must be on localhost (a sidecar pushes to its own pod), got {raw!r}"
+            f"{where}: the app must be on localhost (a sidecar pushes to its own pod), got {raw!r}: {why}"
         )
-    try:
-        parts.port  # noqa: B018  # raises on a bad port
-    except ValueError:
-        raise SpecError(f"{where}: bad port in {raw!r}") from None
     return text
 
 

@@ -30,7 +30,10 @@ def test_host_name(host: str, name: str) -> None:
         (b"127.1.2.3", True),
         (b"[::1]:1", True),
         (b"localhost:1", True),
-        (b"app.localhost", True),  # RFC 6761: always loopback, never rebindable
+        (
+            b"rocksidecar.app.localhost",
+            False,
+        ),  # only exactly localhost: not every resolver keeps *.localhost local
         (b"sidecar.internal:9880", True),
         (b"evil.example", False),
         (b"127.0.0.1.nip.io", False),

@@ -13,7 +13,7 @@ from rocksidecar.app import config
 from rocksidecar.app.dmq import inner
 from rocksidecar.app.dmq.consume import InnerListener
 from rocksidecar.app.dmq.inner import InnerFormatError, Reject, Rules
-from rocksidecar.app.dmq.topics import TopicAllowList
+from rocksidecar.app.topic_allow import TopicAllowList
 from rocksidecar.delay import DelayedMessage, DelayStore
 from rocksidecar.rmq.consumer import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
@@ -152,14 +152,14 @@ def test_a_sharding_key_empty_or_too_long_is_refused(key: str) -> None:
 
 
 def test_the_allow_list_limits_the_real_topics() -> None:
-    rules = Rules(MAX_DELAY_MS, TopicAllowList(["orders_*", "payments", "*_audit"]))
+    rules = Rules(MAX_DELAY_MS, TopicAllowList.of(["orders_*", "payments", "*_audit"]))
     for topic in ("orders_eu", "orders_", "payments", "billing_audit"):
         assert due(ext(1, **{inner.REAL_TOPIC: topic, inner.DELIVER_MS: str(NOW)}), rules) == NOW
     for topic in ("orders", "payments2", "xpayments", "Orders_eu", "audit"):
         m = ext(1, **{inner.REAL_TOPIC: topic, inner.DELIVER_MS: str(NOW)})
         assert reason(m, rules) is Reject.TOPIC_NOT_ALLOWED, topic
     # an allowed pattern never lets an invalid topic through
-    anything = Rules(MAX_DELAY_MS, TopicAllowList(["*"]))
+    anything = Rules(MAX_DELAY_MS, TopicAllowList.of(["*"]))
     assert (
         reason(ext(1, **{inner.REAL_TOPIC: "TBW102", inner.DELIVER_MS: str(NOW)}), anything)
         is Reject.BAD_TOPIC
@@ -169,14 +169,14 @@ def test_the_allow_list_limits_the_real_topics() -> None:
 @pytest.mark.parametrize("pattern", ["", "a?b", "[ab]", "a b", "TBW102", "SCHEDULE_TOPIC_XXXX", "x" * 128])
 def test_a_pattern_no_topic_could_match_as_written_is_refused(pattern: str) -> None:
     with pytest.raises(ValueError, match="pattern"):
-        TopicAllowList([pattern])
+        TopicAllowList.of([pattern])
 
 
 def test_the_setting_reads_comma_separated_patterns() -> None:
     env = {"ROCKSIDECAR_DMQ_TOPICS": " orders_* ,payments,"}
     assert config.load(env, require_namesrv=False).dmq_topics == ("orders_*", "payments")
     assert config.load({}, require_namesrv=False).dmq_topics == ()
-    with pytest.raises(config.ConfigError, match=r"ROCKSIDECAR_DMQ_TOPICS: pattern 'a\?b'"):
+    with pytest.raises(config.ConfigError, match=r"ROCKSIDECAR_DMQ_TOPICS: 'a\?b' is not a topic or a \* pattern"):
         config.load({"ROCKSIDECAR_DMQ_TOPICS": "orders,a?b"}, require_namesrv=False)
 
 

@@ -56,8 +56,8 @@ def test_environment_takes_yaml_or_json_text() -> None:
         ({**GOOD, "colour": "red"}, "[0].colour: unknown key"),
         ({k: v for k, v in GOOD.items() if k != "endpoint"}, "[0].endpoint: required"),
         ({**GOOD, "endpoint": "http://app.example.com/in"}, "[0].endpoint: the app must be on localhost"),
-        ({**GOOD, "endpoint": "ftp://localhost/in"}, "[0].endpoint: expected an http://"),
-        ({**GOOD, "endpoint": "http://localhost:99999/in"}, "[0].endpoint: bad port"),
+        ({**GOOD, "endpoint": "ftp://localhost/in"}, "[0].endpoint: the app must be on localhost"),
+        ({**GOOD, "endpoint": "http://localhost:99999/in"}, "[0].endpoint: the app must be on localhost"),
         ({**GOOD, "mode": "fifo"}, "[0].mode: expected one of concurrent, orderly"),
         ({**GOOD, "concurrency": 0}, "[0].concurrency: must be between 1 and 1000"),
         ({**GOOD, "timeout_s": "soon"}, "[0].timeout_s: expected a number"),
@@ -107,5 +107,6 @@ def test_serve_refuses_a_bad_subscription_with_one_line(tmp_path: Path) -> None:
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.strip().splitlines() == [
         "rocksidecar: configuration error: ROCKSIDECAR_SUBSCRIPTIONS[0].endpoint: the app must be on "
-        "localhost (a sidecar pushes to its own pod), got 'http://example.com/'"
+        "localhost (a sidecar pushes to its own pod), got 'http://example.com/': the host must be "
+        "localhost, 127.x.x.x or [::1] (an IP literal, not a name)"
     ]
