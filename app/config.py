@@ -19,6 +19,7 @@ import yaml
 from app.subscriptions.spec import SpecError, SubscriptionSpec, parse_subscriptions
 from retry.policy import RetryPolicy
 from rmq.producer.selector import SelectorName
+from storage.reserve import ReserveTooSmallError, store_write_buffer_bytes
 
 ENV_PREFIX = "ROCKSIDECAR_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"  # path of the optional YAML file (same as --config)
@@ -41,6 +42,15 @@ def _int(lo: int, hi: int | None = None) -> Callable[[Any, str], int]:
         return value
 
     return parse
+
+
+def _reserve_mb(raw: Any, name: str) -> int:
+    value = _int(0, 1024 * 1024)(raw, name)
+    try:
+        store_write_buffer_bytes(value)
+    except ReserveTooSmallError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+    return value
 
 
 def _float(lo: float) -> Callable[[Any, str], float]:
@@ -129,10 +139,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("data_dir", _text, "./data", "Directory of the local RocksDB store (retry, delay, idempotency)."),
     Setting(
         "disk_reserve_mb",
-        _int(0, 1024 * 1024),
+        _reserve_mb,
         64,
         "Space set aside in data_dir (a reserve file) so that on a full disk the store can keep "
-        "draining while new work gets 503; accepted again once twice this is free. 0 disables it.",
+        "draining while new work gets 503; accepted again once twice this is free. At least 16 (the "
+        "store's unflushed data is capped at this less 8, up to 64); 0 disables it.",
     ),
     Setting("producer_group", _text, "rocksidecar", "Producer group announced to the brokers."),
     Setting("access_key", _text, "", "RocketMQ ACL access key (with secret_key)."),
