@@ -14,11 +14,11 @@ from types import ModuleType
 # run), or one with subcommands of its own that registers itself (register(subparsers)); loaded on demand
 # so `rocksidecar store` does not import FastAPI and `rocksidecar spark-publish` does not import RocksDB.
 COMMANDS: dict[str, str] = {
-    "serve": "app.serve_cli",
-    "devbroker": "devbroker.cli",
-    "store": "app.store_cli",
-    "spark-publish": "pipeline.cli",
-    "dmq": "app.dmq.cli",
+    "serve": "rocksidecar.app.serve_cli",
+    "devbroker": "rocksidecar.devbroker.cli",
+    "store": "rocksidecar.app.store_cli",
+    "spark-publish": "rocksidecar.pipeline.cli",
+    "dmq": "rocksidecar.app.dmq.cli",
 }
 DESCRIPTION = (
     "A reliable-delivery sidecar for Apache RocketMQ: applications send messages over HTTP or gRPC on "
@@ -51,7 +51,7 @@ def _add_command(sub: argparse._SubParsersAction, name: str, mod: ModuleType) ->
         return
     p = sub.add_parser(name, help=mod.HELP, description=mod.DESCRIPTION, epilog=getattr(mod, "EPILOG", None))
     if getattr(mod, "SETTINGS", False):  # a command that reads the sidecar's settings
-        from app.config import CONFIG_ENV
+        from .config import CONFIG_ENV
 
         p.add_argument(
             "--config",
@@ -65,7 +65,7 @@ def _add_command(sub: argparse._SubParsersAction, name: str, mod: ModuleType) ->
 
 def _run(args: argparse.Namespace) -> int:
     if getattr(args, "help_settings", False):
-        from app import config
+        from . import config
 
         print(config.describe())
         return 0

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.config import Settings
-from rmq import BrokerApi, Credentials, NameServerClient, RemotingClient
-from rmq.client_id import build_client_id, default_instance_name, default_ip
-from rmq.client_instance import ClientInstance
-from rmq.connection import Connection
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq import BrokerApi, Credentials, NameServerClient, RemotingClient
+from rocksidecar.rmq.client_id import build_client_id, default_instance_name, default_ip
+from rocksidecar.rmq.client_instance import ClientInstance
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+
+from .config import Settings
 
 
 def client_instance(

@@ -16,10 +16,11 @@ from typing import Any
 
 import yaml
 
-from app.subscriptions.spec import SpecError, SubscriptionSpec, parse_subscriptions
-from retry.policy import RetryPolicy
-from rmq.producer.selector import SelectorName
-from storage.reserve import ReserveTooSmallError, store_write_buffer_bytes
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.rmq.producer.selector import SelectorName
+from rocksidecar.storage.reserve import ReserveTooSmallError, store_write_buffer_bytes
+
+from .subscriptions.spec import SpecError, SubscriptionSpec, parse_subscriptions
 
 ENV_PREFIX = "ROCKSIDECAR_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"  # path of the optional YAML file (same as --config)

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from retry.policy import RetryPolicy
-from retry.record import RetryRecord
-from rmq import RocketMQError, SendFailed
-from rmq.errors import is_final
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.rmq import RocketMQError, SendFailed
+from rocksidecar.rmq.errors import is_final
 
 
 class RetrySpool(Protocol):

@@ -16,10 +16,11 @@ from typing import Any
 
 import orjson
 
-from app.request import RequestError
-from storage.errors import StorageError
-from storage.group_commit import GroupCommitWriter
-from storage.kv import KV, Delete, Put
+from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.kv import KV, Delete, Put
+
+from .request import RequestError
 
 log = logging.getLogger(__name__)
 Answer = tuple[int, dict[str, Any]]

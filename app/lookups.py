@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from app.sidecar import MessageState, Status
-from delay import CancelOutcome, DelayState, DelayStatus, DelayStore
-from retry import MessageStatus
+from rocksidecar.delay import CancelOutcome, DelayState, DelayStatus, DelayStore
+from rocksidecar.retry import MessageStatus
+
+from .sidecar import MessageState, Status
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from rmq.producer import BrokerState
+from rocksidecar.rmq.producer import BrokerState
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series double the output and nobody graphs them
 

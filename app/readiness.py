@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from rmq import NameServerClient, RocketMQError
-from rmq.producer import Producer
-from storage.reserve import DiskReserve
+from rocksidecar.rmq import NameServerClient, RocketMQError
+from rocksidecar.rmq.producer import Producer
+from rocksidecar.storage.reserve import DiskReserve
 
 CACHE_S = 2.0  # the name server is asked at most this often
 

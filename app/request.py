@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rmq import InvalidMessageError, Message, new_uniq_id
-from rmq.message import validate_topic
+from rocksidecar.rmq import InvalidMessageError, Message, new_uniq_id
+from rocksidecar.rmq.message import validate_topic
 
 
 class RequestError(Exception):

@@ -9,7 +9,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 
-from app import config
+from . import config
 
 HELP = "run the sidecar"
 DESCRIPTION = (
@@ -44,7 +44,10 @@ def run(args: argparse.Namespace) -> int:
     except config.ConfigError as exc:
         print(f"rocksidecar: configuration error: {exc}", file=sys.stderr)
         return 2
-    from app.service import StartupError, serve  # imported late: it pulls in FastAPI, gRPC and RocksDB
+    from .service import (  # imported late: it pulls in FastAPI, gRPC and RocksDB
+        StartupError,
+        serve,
+    )
 
     override = functools.partial(_embedded_devbroker, args.devbroker_brokers) if args.devbroker else None
     try:
@@ -58,8 +61,10 @@ def run(args: argparse.Namespace) -> int:
 async def _embedded_devbroker(brokers: int) -> AsyncIterator[tuple[str, ...]]:
     """``serve --devbroker``: a name server and brokers on loopback for the process's lifetime. The only
     place the product touches devbroker (the CLI edge; import-linter checks it)."""
-    from devbroker import DevCluster
+    from rocksidecar.devbroker import DevCluster
 
     async with DevCluster(brokers=brokers, namesrv_port=0, broker_base_port=0) as cluster:
-        logging.getLogger("app.service").info("embedded devbroker: name server %s", cluster.namesrv_addr)
+        logging.getLogger("rocksidecar.app.service").info(
+            "embedded devbroker: name server %s", cluster.namesrv_addr
+        )
         yield (cluster.namesrv_addr,)

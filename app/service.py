@@ -16,47 +16,54 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import delay
-from app import idempotency, logs
-from app.api.admin import AdminOps
-from app.api.grpc import SidecarServicer
-from app.api.grpc_edge import MalformedRequests
-from app.api.guards import Guards
-from app.api.http import create_app
-from app.api.servers import GrpcServer, HttpServer, ListenError, split_addr
-from app.api.ui import UiDeps, counters
-from app.config import Settings, is_loopback
-from app.dmq.forward import COLUMN_FAMILIES as FORWARDED_CFS
-from app.dmq.forward import Forwarder
-from app.events import OpsEvents
-from app.history import SAMPLE_EVERY_S, History
-from app.idempotency import IdempotencyStore
-from app.lookups import DelayLookup, RetryLookup
-from app.metrics import CoalesceCollector, ConsumerCollector, Metrics, StateCollector
-from app.readiness import Readiness, disk_draining
-from app.request import Limits
-from app.shutdown import close_delivery
-from app.sidecar import Sidecar
-from app.store_delivery import delivery_loops
-from app.subscriptions.runner import QueueLag, Subscriptions
-from delay import DelayStore
-from delay import keys as delay_keys
-from retry import DeadLetterNotifier, RetryStore
-from retry import keys as retry_keys
-from retry.dead_letter import DeadLetter
-from retry.keys import COLUMN_FAMILIES as RETRY_CFS
-from retry.recovery import RecoveryReplay, RoundResult
-from rmq import BrokerApi, Credentials, NameServerClient, RemotingClient
-from rmq.client_instance import ClientInstance
-from rmq.producer import Producer, ProducerConfig, SelectorName
-from rmq.producer.coalesce import CoalescingSender
-from rmq.sender import Sender
-from storage.clock import wall_ms
-from storage.errors import StorageError, StoreLockedError
-from storage.group_commit import GroupCommitWriter
-from storage.kv import KV
-from storage.reserve import MIB, DiskReserve, ReserveFile, ReserveTooSmallError, store_write_buffer_bytes
-from storage.rocks import RocksKV
+from rocksidecar import delay
+from rocksidecar.delay import DelayStore
+from rocksidecar.delay import keys as delay_keys
+from rocksidecar.retry import DeadLetterNotifier, RetryStore
+from rocksidecar.retry import keys as retry_keys
+from rocksidecar.retry.dead_letter import DeadLetter
+from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
+from rocksidecar.retry.recovery import RecoveryReplay, RoundResult
+from rocksidecar.rmq import BrokerApi, Credentials, NameServerClient, RemotingClient
+from rocksidecar.rmq.client_instance import ClientInstance
+from rocksidecar.rmq.producer import Producer, ProducerConfig, SelectorName
+from rocksidecar.rmq.producer.coalesce import CoalescingSender
+from rocksidecar.rmq.sender import Sender
+from rocksidecar.storage.clock import wall_ms
+from rocksidecar.storage.errors import StorageError, StoreLockedError
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.kv import KV
+from rocksidecar.storage.reserve import (
+    MIB,
+    DiskReserve,
+    ReserveFile,
+    ReserveTooSmallError,
+    store_write_buffer_bytes,
+)
+from rocksidecar.storage.rocks import RocksKV
+
+from . import idempotency, logs
+from .api.admin import AdminOps
+from .api.grpc import SidecarServicer
+from .api.grpc_edge import MalformedRequests
+from .api.guards import Guards
+from .api.http import create_app
+from .api.servers import GrpcServer, HttpServer, ListenError, split_addr
+from .api.ui import UiDeps, counters
+from .config import Settings, is_loopback
+from .dmq.forward import COLUMN_FAMILIES as FORWARDED_CFS
+from .dmq.forward import Forwarder
+from .events import OpsEvents
+from .history import SAMPLE_EVERY_S, History
+from .idempotency import IdempotencyStore
+from .lookups import DelayLookup, RetryLookup
+from .metrics import CoalesceCollector, ConsumerCollector, Metrics, StateCollector
+from .readiness import Readiness, disk_draining
+from .request import Limits
+from .shutdown import close_delivery
+from .sidecar import Sidecar
+from .store_delivery import delivery_loops
+from .subscriptions.runner import QueueLag, Subscriptions
 
 log = logging.getLogger("rocksidecar")
 COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES, *delay.COLUMN_FAMILIES, *FORWARDED_CFS)

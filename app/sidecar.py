@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from app.delivery_policy import RetrySpool, first_due_ms, last_error, message_fault
-from app.request import Prepared, RequestError
-from delay import CancelOutcome, DelayedMessage
-from retry.policy import RetryPolicy
-from retry.record import RetryRecord
-from rmq import RocketMQError, Sender, SendResult
-from storage.clock import wall_ms
-from storage.message import StoredMessage
+from rocksidecar.delay import CancelOutcome, DelayedMessage
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.rmq import RocketMQError, Sender, SendResult
+from rocksidecar.storage.clock import wall_ms
+from rocksidecar.storage.message import StoredMessage
+
+from .delivery_policy import RetrySpool, first_due_ms, last_error, message_fault
+from .request import Prepared, RequestError
 
 
 class Ack(Enum):

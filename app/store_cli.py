@@ -7,11 +7,11 @@ import argparse
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from delay import DelayStore
-from retry import cli
-from storage.errors import StorageError
-from storage.group_commit import GroupCommitWriter
-from storage.kv import KV
+from rocksidecar.delay import DelayStore
+from rocksidecar.retry import cli
+from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.kv import KV
 
 
 def _iso(ms: int) -> str:

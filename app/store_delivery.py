@@ -8,12 +8,13 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from app.delivery_policy import RetrySpool, first_due_ms, last_error, message_fault
-from delay import DelayedMessage, DelayScheduler, DelayStore, SentTo
-from retry import ReplayLoop, RetryStore
-from retry.policy import RetryPolicy
-from retry.record import RetryRecord
-from rmq import Message, RocketMQError, Sender, SendResult
+from rocksidecar.delay import DelayedMessage, DelayScheduler, DelayStore, SentTo
+from rocksidecar.retry import ReplayLoop, RetryStore
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.rmq import Message, RocketMQError, Sender, SendResult
+
+from .delivery_policy import RetrySpool, first_due_ms, last_error, message_fault
 
 log = logging.getLogger(__name__)
 

@@ -19,16 +19,16 @@ from collections import Counter
 from collections.abc import Sequence
 
 from bench.common import add_options
-from rmq.consumer.allocate import (
+from rocksidecar.rmq.consumer.allocate import (
     AllocateStrategy,
     Averagely,
     AveragelyByCircle,
     ConsistentHash,
     sort_for_allocation,
 )
-from rmq.consumer.bounded_hash import BoundedHash, moved
-from rmq.consumer.sticky import sticky_assignment
-from rmq.message import MessageQueue
+from rocksidecar.rmq.consumer.bounded_hash import BoundedHash, moved
+from rocksidecar.rmq.consumer.sticky import sticky_assignment
+from rocksidecar.rmq.message import MessageQueue
 
 STRATEGIES: dict[str, AllocateStrategy] = {
     "averagely": Averagely(),

@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from rmq import BrokerApi, Message, NameServerClient, RemotingClient
-from rmq.producer import Producer, ProducerConfig
+from rocksidecar.rmq import BrokerApi, Message, NameServerClient, RemotingClient
+from rocksidecar.rmq.producer import Producer, ProducerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CTL = REPO.parent / "shared" / "rocketmq" / "real-broker.sh"

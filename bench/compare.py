@@ -33,10 +33,10 @@ from pathlib import Path
 
 import httpx
 
-from app.api.proto import rocksidecar_pb2 as pb
 from bench.common import DEFAULT_CTL, Row, environment, free_port, print_rows
 from bench.floor import floor_relay, master_of
 from bench.sidecar_process import sidecar_process
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 
 BODY = "x" * 256
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -35,10 +35,10 @@ from multiprocessing.connection import Connection
 import orjson
 import uvloop
 
-from app.subscriptions.runner import Subscriptions
-from app.subscriptions.spec import SubscriptionSpec
 from bench.common import devbroker_process, environment
-from rmq import (
+from rocksidecar.app.subscriptions.runner import Subscriptions
+from rocksidecar.app.subscriptions.spec import SubscriptionSpec
+from rocksidecar.rmq import (
     BrokerApi,
     Message,
     MessageExt,
@@ -47,7 +47,7 @@ from rmq import (
     RemotingClient,
     new_uniq_id,
 )
-from rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
+from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
 
 TOPIC = f"BenchConsume{time.time_ns() % 10**6}"  # fresh each run: a real broker keeps old ones
 

@@ -28,13 +28,13 @@ from pathlib import Path
 import uvloop
 
 from bench.common import bench_parser, devbroker_process, environment, percentile
-from delay import COLUMN_FAMILIES, DelayedMessage, DelayScheduler, DelayStore
-from delay.keys import DUE_CF, INDEX_CF, due_key, index_key
-from delay.message import encode_message
-from delay.scheduler import BATCH_MAX, MAX_IN_FLIGHT
-from storage.group_commit import GroupCommitWriter
-from storage.kv import Put
-from storage.rocks import RocksKV
+from rocksidecar.delay import COLUMN_FAMILIES, DelayedMessage, DelayScheduler, DelayStore
+from rocksidecar.delay.keys import DUE_CF, INDEX_CF, due_key, index_key
+from rocksidecar.delay.message import encode_message
+from rocksidecar.delay.scheduler import BATCH_MAX, MAX_IN_FLIGHT
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.kv import Put
+from rocksidecar.storage.rocks import RocksKV
 
 TOPIC = "bench_delay"
 BODY_BYTES = 256
@@ -72,7 +72,7 @@ async def child(
     scenario: str, path: str, namesrv: str, n: int, rate: int, steady_s: float, batch_max: int, in_flight: int
 ) -> dict[str, float]:
     from bench.common import bench_producer
-    from rmq import Message
+    from rocksidecar.rmq import Message
 
     client, producer = await bench_producer(namesrv, warm_topic=TOPIC)
     failed = 0

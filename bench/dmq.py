@@ -28,16 +28,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.dmq import inner
-from app.service import COLUMN_FAMILIES
 from bench.common import add_options, percentile
-from delay import DELAY_DUE_AT, DELAY_PUBLISHED_AT, DelayedMessage, DelayStore
-from rmq import BrokerApi, Message, MessageExt, MessageQueue, NameServerClient, RemotingClient
-from rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
-from rmq.msgid import new_uniq_id
-from rmq.producer import Producer, ProducerConfig
-from storage.group_commit import GroupCommitWriter
-from storage.rocks import RocksKV
+from rocksidecar.app.dmq import inner
+from rocksidecar.app.service import COLUMN_FAMILIES
+from rocksidecar.delay import DELAY_DUE_AT, DELAY_PUBLISHED_AT, DelayedMessage, DelayStore
+from rocksidecar.rmq import BrokerApi, Message, MessageExt, MessageQueue, NameServerClient, RemotingClient
+from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
+from rocksidecar.rmq.msgid import new_uniq_id
+from rocksidecar.rmq.producer import Producer, ProducerConfig
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.rocks import RocksKV
 from tools.dmq_java import command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def start_replica(namesrv: str, data_dir: Path, inner_topic: str, group: str) ->
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ROCKSIDECAR_NAMESRV": namesrv,
            "ROCKSIDECAR_DATA_DIR": str(data_dir), "ROCKSIDECAR_LOG_LEVEL": "warning"}  # fmt: skip
     return subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "dmq", "--inner-topic", inner_topic, "--group", group,
+        [sys.executable, "-m", "rocksidecar.app.cli", "dmq", "--inner-topic", inner_topic, "--group", group,
          "--http-addr", "127.0.0.1:0"], cwd=ROOT, env=env,
     )  # fmt: skip
 

@@ -22,18 +22,18 @@ import time
 from collections.abc import Awaitable, Callable
 
 from bench.common import bench_parser
-from delay.keys import COLUMN_FAMILIES as DELAY_CFS
-from delay.message import DelayedMessage, decode_message, encode_message
-from delay.scheduler import DelayScheduler
-from delay.store import DelayStore
-from retry.keys import COLUMN_FAMILIES as RETRY_CFS
-from retry.policy import RetryPolicy
-from retry.record import RetryRecord, decode_record, encode_record
-from retry.replay import ReplayLoop
-from retry.store import RetryStore
-from storage.due_loop import DueLoop
-from storage.group_commit import GroupCommitWriter
-from storage.memory import MemoryKV
+from rocksidecar.delay.keys import COLUMN_FAMILIES as DELAY_CFS
+from rocksidecar.delay.message import DelayedMessage, decode_message, encode_message
+from rocksidecar.delay.scheduler import DelayScheduler
+from rocksidecar.delay.store import DelayStore
+from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.record import RetryRecord, decode_record, encode_record
+from rocksidecar.retry.replay import ReplayLoop
+from rocksidecar.retry.store import RetryStore
+from rocksidecar.storage.due_loop import DueLoop
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.memory import MemoryKV
 
 BODY = b"x" * 256
 NOW_MS = 1_700_000_000_000

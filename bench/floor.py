@@ -22,11 +22,11 @@ from collections.abc import Iterator
 
 import uvloop
 
-from rmq import Message, NameServerClient, RemotingClient
-from rmq.broker import BrokerApi
-from rmq.codes import RequestCode, ResponseCode
-from rmq.message import MessageQueue
-from rmq.protocol.frame import RemotingCommand, decode, encode
+from rocksidecar.rmq import Message, NameServerClient, RemotingClient
+from rocksidecar.rmq.broker import BrokerApi
+from rocksidecar.rmq.codes import RequestCode, ResponseCode
+from rocksidecar.rmq.message import MessageQueue
+from rocksidecar.rmq.protocol.frame import RemotingCommand, decode, encode
 
 ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 REFUSED = b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n"  # wrk counts it as non-2xx

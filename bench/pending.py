@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from retry.keys import COLUMN_FAMILIES, INDEX_CF, PENDING, PENDING_CF, index_key, pending_key
-from retry.record import RetryRecord, encode_record
-from storage.kv import Put
-from storage.rocks import RocksKV
+from rocksidecar.retry.keys import COLUMN_FAMILIES, INDEX_CF, PENDING, PENDING_CF, index_key, pending_key
+from rocksidecar.retry.record import RetryRecord, encode_record
+from rocksidecar.storage.kv import Put
+from rocksidecar.storage.rocks import RocksKV
 
 CHUNK = 10_000  # keys per write: bounded memory for millions of keys
 

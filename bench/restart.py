@@ -32,9 +32,9 @@ import httpx
 from bench.common import REPO, add_options, devbroker_process, environment, free_port, wait_for_http
 from bench.pending import fill_pending
 from bench.sidecar_process import sidecar_process
-from retry.keys import COLUMN_FAMILIES, PENDING_CF
-from retry.record import RetryRecord
-from storage.rocks import RocksKV
+from rocksidecar.retry.keys import COLUMN_FAMILIES, PENDING_CF
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.storage.rocks import RocksKV
 
 BODY_BYTES = 256
 DAY_MS = 86_400_000
@@ -76,7 +76,7 @@ def start_to_healthz(src: Path, root: Path) -> tuple[float, int]:
         "ROCKSIDECAR_LOG_LEVEL": "warning",
     }
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=src, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "rocksidecar.app.cli", "serve"], cwd=src, env=env)
     try:
         if not wait_for_http(f"http://{http_addr}/healthz", proc, 120):
             raise RuntimeError(f"the sidecar from {src} did not start")

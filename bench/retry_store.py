@@ -25,14 +25,14 @@ from pathlib import Path
 
 from bench.common import bench_parser, environment
 from bench.pending import fill_pending
-from retry.keys import COLUMN_FAMILIES, PENDING_CF
-from retry.policy import RetryPolicy
-from retry.record import RetryRecord
-from retry.replay import ReplayLoop
-from retry.store import RetryStore
-from storage.group_commit import GroupCommitWriter, SyncStrategy
-from storage.kv import Put
-from storage.rocks import RocksKV
+from rocksidecar.retry.keys import COLUMN_FAMILIES, PENDING_CF
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.retry.replay import ReplayLoop
+from rocksidecar.retry.store import RetryStore
+from rocksidecar.storage.group_commit import GroupCommitWriter, SyncStrategy
+from rocksidecar.storage.kv import Put
+from rocksidecar.storage.rocks import RocksKV
 
 BODY = b"x" * 256
 BASE_MS = 1_700_000_000_000
@@ -169,9 +169,9 @@ def lag_line(lags: list[float]) -> str:
 
 RSS_CHILD = """
 import asyncio, resource, sys
-from retry.policy import RetryPolicy
-from retry.replay import ReplayLoop
-from retry.store import RetryStore
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.replay import ReplayLoop
+from rocksidecar.retry.store import RetryStore
 
 def resident_mb():
     return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) // 1024
@@ -260,7 +260,7 @@ async def replay_into_devbroker(root: Path, n: int) -> list[tuple[str, float]]:
     """Replay into a devbroker process (its own core), one message per send and with send_batch,
     each next to the producer's own rate for the same sends without the store, in the same run."""
     from bench.common import bench_producer, devbroker_process
-    from rmq import Message
+    from rocksidecar.rmq import Message
 
     rows: list[tuple[str, float]] = []
     with devbroker_process() as dev:

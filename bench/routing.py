@@ -24,11 +24,11 @@ from bench.common import (
     environment,
     print_rows,
 )
-from rmq import Message
-from rmq.producer import Producer, RoundRobin
-from rmq.producer.fault import LatencyFaultTolerance
-from rmq.producer.publish_info import SendIndex, TopicPublishInfo
-from rmq.route import BrokerData, QueueData, TopicRouteData
+from rocksidecar.rmq import Message
+from rocksidecar.rmq.producer import Producer, RoundRobin
+from rocksidecar.rmq.producer.fault import LatencyFaultTolerance
+from rocksidecar.rmq.producer.publish_info import SendIndex, TopicPublishInfo
+from rocksidecar.rmq.route import BrokerData, QueueData, TopicRouteData
 
 
 def selection_overhead(n: int) -> list[Row]:

@@ -35,18 +35,18 @@ from pathlib import Path
 
 import httpx
 
-from app.service import COLUMN_FAMILIES
 from bench.common import environment, percentile
 from bench.restart import proc_status
 from bench.sidecar_process import sidecar_process
-from delay.message import DelayedMessage
-from delay.store import DelayStore
-from retry.record import RetryRecord
-from retry.store import RetryStore
-from storage.due_queue import DueQueue
-from storage.group_commit import GroupCommitWriter
-from storage.kv import Op
-from storage.rocks import RocksKV
+from rocksidecar.app.service import COLUMN_FAMILIES
+from rocksidecar.delay.message import DelayedMessage
+from rocksidecar.delay.store import DelayStore
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.retry.store import RetryStore
+from rocksidecar.storage.due_queue import DueQueue
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.kv import Op
+from rocksidecar.storage.rocks import RocksKV
 
 BODY_BYTES = 256
 BATCH = 10_000

@@ -25,7 +25,7 @@ from bench.common import (
     java_producer_tps,
     print_rows,
 )
-from rmq import Message
+from rocksidecar.rmq import Message
 
 
 async def measure(

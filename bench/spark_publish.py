@@ -97,7 +97,7 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from pipeline.datasource import register
+    from rocksidecar.pipeline.datasource import register
 
     print(f"Spark publish, {args.rows} rows of {args.size} B, batches of {args.batch_size}; {environment()}")
     samples: dict[str, list[float]] = {}

@@ -1,11 +1,11 @@
 """Rock-DMQ local mode: messages with an arbitrary delivery delay, kept in the local store until due."""
 
-from delay.keys import COLUMN_FAMILIES
-from delay.message import DELAY_DUE_AT, DELAY_PUBLISHED_AT, CorruptMessageError, DelayedMessage
-from delay.publication import Publish
-from delay.scheduler import DelayScheduler
-from delay.status import CancelOutcome, DelayState, DelayStats, DelayStatus, SentTo
-from delay.store import DelayStore
+from .keys import COLUMN_FAMILIES
+from .message import DELAY_DUE_AT, DELAY_PUBLISHED_AT, CorruptMessageError, DelayedMessage
+from .publication import Publish
+from .scheduler import DelayScheduler
+from .status import CancelOutcome, DelayState, DelayStats, DelayStatus, SentTo
+from .store import DelayStore
 
 __all__ = [
     "COLUMN_FAMILIES",

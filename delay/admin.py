@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from delay.keys import DUE_CF, split_due_key
-from delay.message import CorruptMessageError, DelayedMessage, decode_message
-from delay.store import DelayStore
-from storage.query import Filter, Page, page
+from rocksidecar.storage.query import Filter, Page, page
+
+from .keys import DUE_CF, split_due_key
+from .message import CorruptMessageError, DelayedMessage, decode_message
+from .store import DelayStore
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,11 @@ import logging
 
 import orjson
 
-from delay.keys import (
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.keys import clamp_due, due_bound
+from rocksidecar.storage.kv import KV, Delete, Op, Put
+
+from .keys import (
     CANCELLED,
     DONE_CF,
     EXPIRY_CF,
@@ -18,10 +22,7 @@ from delay.keys import (
     split_done,
     split_due_key,
 )
-from delay.status import DelayState, SentTo
-from storage.group_commit import GroupCommitWriter
-from storage.keys import clamp_due, due_bound
-from storage.kv import KV, Delete, Op, Put
+from .status import DelayState, SentTo
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ exactly ``len(id) + 14`` bytes long, which tells entries of id ``a`` from those 
 
 from __future__ import annotations
 
-from storage.keys import DUE_WIDTH, due_prefix, parse_due
+from rocksidecar.storage.keys import DUE_WIDTH, due_prefix, parse_due
 
 DUE_CF = "delay_due"
 INDEX_CF = "delay_index"

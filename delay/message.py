@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from storage.message import CorruptValueError, StoredMessage, decode, encode
+from rocksidecar.storage.message import CorruptValueError, StoredMessage, decode, encode
 
 # Properties a published message carries (epoch ms), so consumers can see how late it arrived.
 DELAY_DUE_AT = "DELAY_DUE_AT"

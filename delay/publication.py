@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from delay.message import DelayedMessage
-from delay.status import SentTo
+from .message import DelayedMessage
+from .status import SentTo
 
 # One outcome per message, in order: an exception means "not stored anywhere" (it stays scheduled and is
 # tried again); anything else means stored by a broker (a SentTo says where) or spooled for retry.

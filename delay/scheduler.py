@@ -13,14 +13,15 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from delay.holds import Holds
-from delay.keys import split_due_key
-from delay.message import CorruptMessageError, DelayedMessage, decode_message
-from delay.publication import Publish, publish_batch
-from delay.status import SentTo
-from delay.store import PURGE_LIMIT, DelayStore
-from storage.due_loop import DueLoop, Sleep
-from storage.errors import StorageError
+from rocksidecar.storage.due_loop import DueLoop, Sleep
+from rocksidecar.storage.errors import StorageError
+
+from .holds import Holds
+from .keys import split_due_key
+from .message import CorruptMessageError, DelayedMessage, decode_message
+from .publication import Publish, publish_batch
+from .status import SentTo
+from .store import PURGE_LIMIT, DelayStore
 
 log = logging.getLogger(__name__)
 

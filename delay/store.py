@@ -12,8 +12,15 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
-from delay.done import DoneMarkers
-from delay.keys import (
+from rocksidecar.storage.clock import wall_ms
+from rocksidecar.storage.due_queue import DueQueue, QueueBacked
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.key_count import KeyCount
+from rocksidecar.storage.keys import clamp_due, parse_due
+from rocksidecar.storage.kv import KV, Delete, Op, Put
+
+from .done import DoneMarkers
+from .keys import (
     CANCELLED,
     DUE_CF,
     INDEX_CF,
@@ -25,14 +32,8 @@ from delay.keys import (
     index_prefix,
     split_due_key,
 )
-from delay.message import CorruptMessageError, DelayedMessage, decode_message, encode_message
-from delay.status import CancelOutcome, DelayState, DelayStats, DelayStatus, SentTo
-from storage.clock import wall_ms
-from storage.due_queue import DueQueue, QueueBacked
-from storage.group_commit import GroupCommitWriter
-from storage.key_count import KeyCount
-from storage.keys import clamp_due, parse_due
-from storage.kv import KV, Delete, Op, Put
+from .message import CorruptMessageError, DelayedMessage, decode_message, encode_message
+from .status import CancelOutcome, DelayState, DelayStats, DelayStatus, SentTo
 
 RETENTION_S = 24 * 3600.0  # how long "sent" / "cancelled" answers are kept after the fact
 PURGE_LIMIT = 500  # done markers dropped per purge batch (one synced write)

@@ -4,13 +4,14 @@ QueryMessageProcessor answer them."""
 
 from __future__ import annotations
 
-from devbroker import headers
-from devbroker.headers import Reject
-from devbroker.store import MessageStore
-from devbroker.topics import TopicConfig, TopicTable, is_system_topic, topic_name_error
-from rmq.codes import ResponseCode
-from rmq.connection import Connection
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+
+from . import headers
+from .headers import Reject
+from .store import MessageStore
+from .topics import TopicConfig, TopicTable, is_system_topic, topic_name_error
 
 
 class AdminProcessor:

@@ -13,31 +13,32 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypedDict, Unpack
 
-from devbroker.admin_requests import AdminProcessor
-from devbroker.call_consumer import ConsumerCaller
-from devbroker.client_manage import ClientManageProcessor
-from devbroker.clients import ClientRegistry
-from devbroker.commitlog import DEFAULT_SEGMENT_BYTES, CommitLog
-from devbroker.faults import Faults
-from devbroker.filtering import PropertyFilter
-from devbroker.headers import Reject
-from devbroker.listener import LOOPBACK, Listener
-from devbroker.locks import LockProcessor, QueueLocks
-from devbroker.long_poll import PullHolds
-from devbroker.namesrv import DEFAULT_CLUSTER, NameServer, Registration
-from devbroker.offsets import ConsumerOffsets
-from devbroker.pull import PullProcessor
-from devbroker.send import SendProcessor
-from devbroker.send_back import SendBackProcessor
-from devbroker.state import BrokerState
-from devbroker.store import MessageStore
-from devbroker.topics import TopicTable
-from rmq.clock import wall_ms
-from rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
-from rmq.connection import Connection
-from rmq.message import MessageExt
-from rmq.message_codec import pack_host
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.clock import wall_ms
+from rocksidecar.rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.message import MessageExt
+from rocksidecar.rmq.message_codec import pack_host
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+
+from .admin_requests import AdminProcessor
+from .call_consumer import ConsumerCaller
+from .client_manage import ClientManageProcessor
+from .clients import ClientRegistry
+from .commitlog import DEFAULT_SEGMENT_BYTES, CommitLog
+from .faults import Faults
+from .filtering import PropertyFilter
+from .headers import Reject
+from .listener import LOOPBACK, Listener
+from .locks import LockProcessor, QueueLocks
+from .long_poll import PullHolds
+from .namesrv import DEFAULT_CLUSTER, NameServer, Registration
+from .offsets import ConsumerOffsets
+from .pull import PullProcessor
+from .send import SendProcessor
+from .send_back import SendBackProcessor
+from .state import BrokerState
+from .store import MessageStore
+from .topics import TopicTable
 
 log = logging.getLogger(__name__)
 

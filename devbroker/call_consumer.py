@@ -5,11 +5,12 @@ body) and returns the client's answer as its own. ``mqadmin consumerStatus`` and
 
 from __future__ import annotations
 
-from devbroker.clients import ClientRegistry
-from rmq.codes import ResponseCode
-from rmq.connection import Connection
-from rmq.errors import RequestTimeout, RocketMQError
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.errors import RequestTimeout, RocketMQError
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+
+from .clients import ClientRegistry
 
 CALL_CLIENT_TIMEOUT_S = 10.0  # Broker2Client.callClient's invokeSync timeout
 

@@ -13,8 +13,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from devbroker.cluster import BROKER_PORT_STEP, MAX_BROKERS, DevCluster
-from devbroker.listener import LOOPBACK
+from .cluster import BROKER_PORT_STEP, MAX_BROKERS, DevCluster
+from .listener import LOOPBACK
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

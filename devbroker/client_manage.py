@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import orjson
 
-from devbroker import headers
-from devbroker.headers import Reject
-from devbroker.state import BrokerState
-from devbroker.topics import RETRY_PREFIX
-from rmq.codes import ResponseCode
-from rmq.connection import Connection
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+
+from . import headers
+from .headers import Reject
+from .state import BrokerState
+from .topics import RETRY_PREFIX
 
 
 class ClientManageProcessor:

@@ -9,9 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from devbroker.store import tag_code
-from rmq.broker import parse_tags
-from rmq.connection import Connection
+from rocksidecar.rmq.broker import parse_tags
+from rocksidecar.rmq.connection import Connection
+
+from .store import tag_code
 
 CHANNEL_EXPIRED_TIMEOUT_S = 120.0  # ConsumerManager/ProducerManager CHANNEL_EXPIRED_TIMEOUT
 

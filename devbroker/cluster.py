@@ -13,10 +13,10 @@ import string
 from pathlib import Path
 from typing import Unpack
 
-from devbroker.broker import BrokerOptions, DevBroker
-from devbroker.http_admin import AdminServer
-from devbroker.listener import LOOPBACK
-from devbroker.namesrv import NameServer
+from .broker import BrokerOptions, DevBroker
+from .http_admin import AdminServer
+from .listener import LOOPBACK
+from .namesrv import NameServer
 
 MAX_BROKERS = 26
 BROKER_PORT_STEP = 10  # broker i listens on base + 10 * i, as the CLI documents

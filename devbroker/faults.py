@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rmq.codes import ResponseCode
+from rocksidecar.rmq.codes import ResponseCode
 
 DEFAULT_FAIL_CODE = ResponseCode.SYSTEM_ERROR
 DEFAULT_FAIL_REMARK = "devbroker: injected failure"

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from devbroker.headers import Reject
-from devbroker.sql92 import FilterParseError, SqlFilter, compile_sql92
-from rmq.broker import EXPRESSION_SQL92, EXPRESSION_TAG
-from rmq.codes import ResponseCode
-from rmq.message_codec import decode_stored
+from rocksidecar.rmq.broker import EXPRESSION_SQL92, EXPRESSION_TAG
+from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.message_codec import decode_stored
+
+from .headers import Reject
+from .sql92 import FilterParseError, SqlFilter, compile_sql92
 
 _CACHE_LIMIT = 256  # distinct expressions kept compiled; a group's expression rarely changes
 

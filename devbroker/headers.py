@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rmq.codes import ResponseCode
+from rocksidecar.rmq.codes import ResponseCode
 
 
 class Reject(Exception):

@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from devbroker.broker import DevBroker
-from devbroker.listener import LOOPBACK
+from .broker import DevBroker
+from .listener import LOOPBACK
 
 
 class _BadRequest(Exception):

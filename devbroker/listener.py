@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from rmq.connection import Connection, RequestHandler
-from rmq.message_codec import pack_host
+from rocksidecar.rmq.connection import Connection, RequestHandler
+from rocksidecar.rmq.message_codec import pack_host
 
 LOOPBACK = "127.0.0.1"
 

@@ -10,11 +10,12 @@ from typing import Any
 
 import orjson
 
-from devbroker.headers import Reject
-from rmq.codes import ResponseCode
-from rmq.connection import Connection
-from rmq.message import MessageQueue
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.message import MessageQueue
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+
+from .headers import Reject
 
 LOCK_MAX_LIVE_S = 60.0  # rocketmq.broker.rebalance.lockMaxLiveTime
 

@@ -10,15 +10,16 @@ from typing import Any
 
 import orjson
 
-from devbroker import headers
-from devbroker.headers import Reject
-from devbroker.listener import LOOPBACK, Listener
-from devbroker.topics import TopicConfig, TopicTable
-from rmq.codes import MASTER_ID, RequestCode, ResponseCode
-from rmq.connection import Connection
-from rmq.errors import FrameError
-from rmq.protocol.frame import RemotingCommand
-from rmq.route import BrokerData, QueueData, TopicRouteData, parse_lenient_json
+from rocksidecar.rmq.codes import MASTER_ID, RequestCode, ResponseCode
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.errors import FrameError
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.route import BrokerData, QueueData, TopicRouteData, parse_lenient_json
+
+from . import headers
+from .headers import Reject
+from .listener import LOOPBACK, Listener
+from .topics import TopicConfig, TopicTable
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from devbroker.jsonfile import read_json, write_json
+from .jsonfile import read_json, write_json
 
 
 class ConsumerOffsets:

@@ -4,16 +4,17 @@ store's decision table mapped to response codes, and long polling (protocol refe
 
 from __future__ import annotations
 
-from devbroker import headers
-from devbroker.filtering import Accept
-from devbroker.headers import Reject
-from devbroker.long_poll import PullHolds
-from devbroker.state import BrokerState
-from devbroker.store import GetResult, GetStatus, tag_code
-from rmq.broker import parse_tags
-from rmq.codes import PERM_READ, PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, ResponseCode
-from rmq.connection import Connection
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.broker import parse_tags
+from rocksidecar.rmq.codes import PERM_READ, PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, ResponseCode
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+
+from . import headers
+from .filtering import Accept
+from .headers import Reject
+from .long_poll import PullHolds
+from .state import BrokerState
+from .store import GetResult, GetStatus, tag_code
 
 _CODE_BY_STATUS = {
     GetStatus.FOUND: ResponseCode.SUCCESS,

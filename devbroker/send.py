@@ -9,17 +9,24 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from devbroker.faults import Faults
-from devbroker.headers import Reject
-from devbroker.listener import ServerConnection
-from devbroker.store import MessageStore, NewMessage, tag_code
-from devbroker.topics import NOT_ALLOWED_SEND_TOPICS, RETRY_PREFIX, TopicConfig, TopicTable, topic_name_error
-from rmq.codes import RequestCode, ResponseCode
-from rmq.connection import Connection
-from rmq.errors import FrameError
-from rmq.message import DEFAULT_MAX_BODY_BYTES, PROPERTIES_MAX_BYTES
-from rmq.message_codec import decode_batch, pack_host
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.codes import RequestCode, ResponseCode
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.errors import FrameError
+from rocksidecar.rmq.message import DEFAULT_MAX_BODY_BYTES, PROPERTIES_MAX_BYTES
+from rocksidecar.rmq.message_codec import decode_batch, pack_host
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+
+from .faults import Faults
+from .headers import Reject
+from .listener import ServerConnection
+from .store import MessageStore, NewMessage, tag_code
+from .topics import (
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_PREFIX,
+    TopicConfig,
+    TopicTable,
+    topic_name_error,
+)
 
 REGION = "DefaultRegion"
 _FIELDS = (

@@ -5,15 +5,16 @@ set as the Java broker sets them. Unlike Java's write-only DLQ, devbroker's DLQ 
 
 from __future__ import annotations
 
-from devbroker import headers
-from devbroker.headers import Reject
-from devbroker.store import MessageStore, NewMessage, tag_code
-from devbroker.topics import DLQ_PREFIX, RETRY_PREFIX, TopicTable
-from rmq.codes import ResponseCode
-from rmq.connection import Connection
-from rmq.message import encode_properties
-from rmq.message_codec import decode_stored, pack_host
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.message import encode_properties
+from rocksidecar.rmq.message_codec import decode_stored, pack_host
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+
+from . import headers
+from .headers import Reject
+from .store import MessageStore, NewMessage, tag_code
+from .topics import DLQ_PREFIX, RETRY_PREFIX, TopicTable
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
 

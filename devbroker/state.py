@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from devbroker.clients import ClientRegistry
-from devbroker.filtering import PropertyFilter
-from devbroker.offsets import ConsumerOffsets
-from devbroker.store import MessageStore
-from devbroker.topics import TopicTable
+from .clients import ClientRegistry
+from .filtering import PropertyFilter
+from .offsets import ConsumerOffsets
+from .store import MessageStore
+from .topics import TopicTable
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,10 +13,9 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from devbroker.commitlog import CommitLog, CommitLogCorrupt
-from rmq.broker import java_string_hash
-from rmq.message import MessageExt
-from rmq.message_codec import (
+from rocksidecar.rmq.broker import java_string_hash
+from rocksidecar.rmq.message import MessageExt
+from rocksidecar.rmq.message_codec import (
     MAGIC_V1,
     MAGIC_V2,
     StoredFields,
@@ -25,6 +24,8 @@ from rmq.message_codec import (
     offset_msg_id,
     pack_host,
 )
+
+from .commitlog import CommitLog, CommitLogCorrupt
 
 MAX_PULL_MESSAGES = 32  # maxTransferCountOnMessageInMemory
 MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory

@@ -10,8 +10,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from devbroker.jsonfile import read_json, write_json
-from rmq.codes import DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
+from rocksidecar.rmq.codes import DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
+
+from .jsonfile import read_json, write_json
 
 TOPIC_MAX_LEN = 127
 _VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")

@@ -13,7 +13,7 @@ import sys
 import urllib.error
 import urllib.request
 
-from app import config
+from rocksidecar.app import config
 
 TIMEOUT_S = 3.0
 # A wildcard bind address is reachable from inside the container on loopback.

@@ -3,12 +3,12 @@ not import pyspark: ``register`` and ``RocksidecarDataSource`` load it when firs
 
 import typing as _typing
 
-from pipeline.client import GaveUpError, ItemResult, SidecarClient, SidecarError
-from pipeline.options import OptionError, WriteOptions
-from pipeline.report import PartitionReport, RejectedRowsError, WriteSummary
+from .client import GaveUpError, ItemResult, SidecarClient, SidecarError
+from .options import OptionError, WriteOptions
+from .report import PartitionReport, RejectedRowsError, WriteSummary
 
 if _typing.TYPE_CHECKING:
-    from pipeline.datasource import RocksidecarDataSource, register
+    from .datasource import RocksidecarDataSource, register
 
 __all__ = [
     "GaveUpError",
@@ -28,7 +28,7 @@ _NEEDS_PYSPARK = {"RocksidecarDataSource", "register"}
 
 def __getattr__(name: str) -> object:
     if name in _NEEDS_PYSPARK:
-        from pipeline import datasource
+        from . import datasource
 
         return getattr(datasource, name)
     raise AttributeError(f"module 'pipeline' has no attribute {name!r}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from pipeline.options import DEFAULT_BATCH_SIZE, DEFAULT_ENDPOINT
+from .options import DEFAULT_BATCH_SIZE, DEFAULT_ENDPOINT
 
 FORMATS = ("parquet", "json", "csv")
 DESCRIPTION = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipeline.arguments import DESCRIPTION, add_arguments
+from .arguments import DESCRIPTION, add_arguments
 
 __all__ = ["DESCRIPTION", "EPILOG", "HELP", "add_arguments", "run"]
 
@@ -15,6 +15,6 @@ EPILOG = "Prints the counts; exits 0 if every row was accepted, 1 if any was not
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.publish_job import run_job  # imported late: it starts Spark
+    from .publish_job import run_job  # imported late: it starts Spark
 
     return run_job(args)

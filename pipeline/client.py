@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import orjson
 
-from pipeline.backoff import Backoff, parse_retry_after
+from .backoff import Backoff, parse_retry_after
 
 log = logging.getLogger(__name__)
 BATCH_PATH = "/v1/messages:batch"

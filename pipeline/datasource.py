@@ -15,12 +15,12 @@ from pyspark.sql import Row, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from pipeline import options as options_mod
-from pipeline.client import SidecarClient
-from pipeline.message import MessageBuilder
-from pipeline.options import OptionError, WriteOptions
-from pipeline.publisher import PartitionPublisher
-from pipeline.report import PartitionReport, RejectedRowsError, WriteSummary, append_report
+from . import options as options_mod
+from .client import SidecarClient
+from .message import MessageBuilder
+from .options import OptionError, WriteOptions
+from .publisher import PartitionPublisher
+from .report import PartitionReport, RejectedRowsError, WriteSummary, append_report
 
 NAME = "rocksidecar"
 # set by Spark's MicroBatchExecution on every task of a micro-batch; both survive a restart from the

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from pipeline.options import WriteOptions
+from .options import WriteOptions
 
 
 def _json_default(value: Any) -> Any:

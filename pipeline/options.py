@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
-from pipeline.backoff import Backoff
+from .backoff import Backoff
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:9880"
 DEFAULT_BATCH_SIZE = 500

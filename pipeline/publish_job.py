@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from pipeline import options
-from pipeline.arguments import DESCRIPTION, add_arguments
+from rocksidecar.pipeline import options
+from rocksidecar.pipeline.arguments import DESCRIPTION, add_arguments
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,7 +70,7 @@ def publish(spark: SparkSession, args: argparse.Namespace) -> int:
     """Run the job in ``spark``; print the counts; the exit code."""
     from pyspark.errors import AnalysisException
 
-    from pipeline.datasource import register
+    from rocksidecar.pipeline.datasource import register
 
     register(spark)
     reader = spark.read.format(args.format)

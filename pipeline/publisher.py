@@ -13,10 +13,10 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from pipeline.client import GaveUpError, ItemResult, SidecarClient, SidecarError
-from pipeline.message import MessageBuilder
-from pipeline.options import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE
-from pipeline.report import MAX_NAMED, PartitionReport, Rejection
+from .client import GaveUpError, ItemResult, SidecarClient, SidecarError
+from .message import MessageBuilder
+from .options import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE
+from .report import MAX_NAMED, PartitionReport, Rejection
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """The local retry store: messages that could not be delivered yet, replayed on a back-off ladder."""
 
-from retry.dead_letter import DeadLetter
-from retry.notify import DeadLetterNotifier
-from retry.policy import RetryPolicy
-from retry.record import CorruptRecordError, RetryRecord
-from retry.replay import ReplayLoop
-from retry.status import MessageStatus, State, StoreStats
-from retry.store import RetryStore
+from .dead_letter import DeadLetter
+from .notify import DeadLetterNotifier
+from .policy import RetryPolicy
+from .record import CorruptRecordError, RetryRecord
+from .replay import ReplayLoop
+from .status import MessageStatus, State, StoreStats
+from .store import RetryStore
 
 __all__ = [
     "CorruptRecordError",

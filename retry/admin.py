@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from retry.dead_letter import DeadLetter, decode_dead
-from retry.keys import DEAD_CF, PENDING_CF, parse_pending_key
-from retry.record import CorruptRecordError, RetryRecord, decode_record
-from retry.store import RetryStore
-from storage.query import Filter, Page, page
+from rocksidecar.storage.query import Filter, Page, page
+
+from .dead_letter import DeadLetter, decode_dead
+from .keys import DEAD_CF, PENDING_CF, parse_pending_key
+from .record import CorruptRecordError, RetryRecord, decode_record
+from .store import RetryStore
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,12 +24,13 @@ from typing import TextIO
 import httpx
 import orjson
 
-from retry.keys import COLUMN_FAMILIES, PENDING_CF, parse_pending_key
-from retry.record import CorruptRecordError, decode_record, record_to_json
-from retry.remote import Remote, RemoteError, default_url
-from retry.store import RetryStore
-from storage.errors import StorageError, StoreLockedError
-from storage.kv import KV
+from rocksidecar.storage.errors import StorageError, StoreLockedError
+from rocksidecar.storage.kv import KV
+
+from .keys import COLUMN_FAMILIES, PENDING_CF, parse_pending_key
+from .record import CorruptRecordError, decode_record, record_to_json
+from .remote import Remote, RemoteError, default_url
+from .store import RetryStore
 
 DATA_DIR_ENV = "ROCKSIDECAR_DATA_DIR"
 
@@ -175,7 +176,7 @@ async def _dispatch(args: argparse.Namespace, path: Path) -> int:
 
 def _locked(path: Path) -> bool:
     """Whether a running sidecar holds the store (RocksDB's lock file says so)."""
-    from storage.rocks import RocksKV
+    from rocksidecar.storage.rocks import RocksKV
 
     try:
         RocksKV.open(path, COLUMN_FAMILIES).close()
@@ -193,7 +194,7 @@ def _scheduled_stats(args: argparse.Namespace, store: RetryStore) -> None:
 
 @contextmanager
 def _opened(path: Path, *, write: bool) -> Iterator[RetryStore]:
-    from storage.rocks import Access, RocksKV
+    from rocksidecar.storage.rocks import Access, RocksKV
 
     if not (path / "CURRENT").exists():
         raise CliError(f"no store at {path} (set --data-dir or ${DATA_DIR_ENV})")

@@ -12,9 +12,10 @@ from typing import Any
 
 import orjson
 
-from retry.keys import parse_pending_key, pending_of_dead
-from retry.record import CorruptRecordError, RetryRecord, decode_record, record_to_json
-from storage.framing import frame, unframe
+from rocksidecar.storage.framing import frame, unframe
+
+from .keys import parse_pending_key, pending_of_dead
+from .record import CorruptRecordError, RetryRecord, decode_record, record_to_json
 
 FORMAT_VERSION = 1
 

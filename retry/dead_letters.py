@@ -13,10 +13,11 @@ from typing import TextIO
 
 import orjson
 
-from retry.dead_letter import DeadLetter, decode_dead
-from retry.keys import DEAD, DEAD_CF, INDEX_CF, index_prefix, split_index_key
-from retry.record import CorruptRecordError
-from storage.kv import KV
+from rocksidecar.storage.kv import KV
+
+from .dead_letter import DeadLetter, decode_dead
+from .keys import DEAD, DEAD_CF, INDEX_CF, index_prefix, split_index_key
+from .record import CorruptRecordError
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from storage.keys import DUE_WIDTH, clamp_due, due_prefix
+from rocksidecar.storage.keys import DUE_WIDTH, clamp_due, due_prefix
 
 PENDING_CF = "retry_pending"
 INDEX_CF = "retry_index"

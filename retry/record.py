@@ -8,7 +8,7 @@ import base64
 from dataclasses import dataclass, replace
 from typing import Any
 
-from storage.message import CorruptValueError, StoredMessage, decode, encode
+from rocksidecar.storage.message import CorruptValueError, StoredMessage, decode, encode
 
 HISTORY_LIMIT = 10  # failed attempts kept per record (the newest ones)
 

@@ -16,10 +16,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from retry.keys import PENDING_CF, id_of
-from retry.record import CorruptRecordError, decode_record
-from retry.replay import ReplayLoop
-from retry.store import RetryStore
+from .keys import PENDING_CF, id_of
+from .record import CorruptRecordError, decode_record
+from .replay import ReplayLoop
+from .store import RetryStore
 
 log = logging.getLogger(__name__)
 

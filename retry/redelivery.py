@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from retry.policy import RetryPolicy
-from retry.record import CorruptRecordError, RetryRecord, decode_record
-from retry.store import RetryStore
+from .policy import RetryPolicy
+from .record import CorruptRecordError, RetryRecord, decode_record
+from .store import RetryStore
 
 Deliver = Callable[[RetryRecord], Awaitable[None]]
 # One outcome per record, in order: an Exception means that record failed, anything else (None, a

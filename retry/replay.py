@@ -13,7 +13,10 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from retry.redelivery import (
+from rocksidecar.storage.due_loop import MAX_IDLE_S, DueLoop, Sleep
+from rocksidecar.storage.errors import StorageError
+
+from .redelivery import (
     DEAD,
     DELIVERED,
     QUARANTINED,
@@ -23,9 +26,7 @@ from retry.redelivery import (
     PolicyFor,
     Redelivery,
 )
-from retry.store import RetryStore
-from storage.due_loop import MAX_IDLE_S, DueLoop, Sleep
-from storage.errors import StorageError
+from .store import RetryStore
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from retry.dead_letter import DeadLetter, decode_dead, encode_dead
-from retry.dead_letters import DeadLetters
-from retry.keys import (
+from rocksidecar.storage.clock import wall_ms
+from rocksidecar.storage.due_queue import DueQueue, QueueBacked
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.key_count import KeyCount
+from rocksidecar.storage.keys import clamp_due
+from rocksidecar.storage.kv import KV, Delete, Op, Put
+
+from .dead_letter import DeadLetter, decode_dead, encode_dead
+from .dead_letters import DeadLetters
+from .keys import (
     COLUMN_FAMILIES,
     DEAD,
     DEAD_CF,
@@ -33,14 +40,8 @@ from retry.keys import (
     pending_of_dead,
     split_index_key,
 )
-from retry.record import CorruptRecordError, RetryRecord, decode_record, encode_record
-from retry.status import MessageStatus, State, StoreStats
-from storage.clock import wall_ms
-from storage.due_queue import DueQueue, QueueBacked
-from storage.group_commit import GroupCommitWriter
-from storage.key_count import KeyCount
-from storage.keys import clamp_due
-from storage.kv import KV, Delete, Op, Put
+from .record import CorruptRecordError, RetryRecord, decode_record, encode_record
+from .status import MessageStatus, State, StoreStats
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class RetryStore(QueueBacked):
     def open(cls, path: str | Path, **kwargs: object) -> RetryStore:
         """Open (or create) the RocksDB store at ``path``; raises storage.errors.StoreLockedError
         when another process has it open."""
-        from storage.rocks import RocksKV
+        from rocksidecar.storage.rocks import RocksKV
 
         kv = RocksKV.open(path, COLUMN_FAMILIES)
         try:

@@ -1,9 +1,9 @@
 """An asyncio client for Apache RocketMQ's remoting protocol (4.x brokers; 5.x through the name server)."""
 
-from rmq.acl import Credentials
-from rmq.broker import BrokerApi, ConsumerData, Subscription
-from rmq.client_instance import ClientInstance
-from rmq.errors import (
+from .acl import Credentials
+from .broker import BrokerApi, ConsumerData, Subscription
+from .client_instance import ClientInstance
+from .errors import (
     Attempt,
     BrokerError,
     ClientError,
@@ -18,13 +18,13 @@ from rmq.errors import (
     SendFailed,
     TopicNotExist,
 )
-from rmq.message import Message, MessageExt, MessageQueue
-from rmq.msgid import new_uniq_id
-from rmq.namesrv import NameServerClient
-from rmq.pool import Invoker, RemotingClient
-from rmq.result import PullResult, PullStatus, SendResult, SendStatus
-from rmq.route import TopicRouteData
-from rmq.sender import Sender
+from .message import Message, MessageExt, MessageQueue
+from .msgid import new_uniq_id
+from .namesrv import NameServerClient
+from .pool import Invoker, RemotingClient
+from .result import PullResult, PullStatus, SendResult, SendStatus
+from .route import TopicRouteData
+from .sender import Sender
 
 __all__ = [
     "Attempt",

@@ -7,7 +7,7 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
-from rmq.protocol.frame import RemotingCommand
+from .protocol.frame import RemotingCommand
 
 
 @dataclass(frozen=True, slots=True)

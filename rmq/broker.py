@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from rmq.clock import wall_ms
-from rmq.codes import (
+from .clock import wall_ms
+from .codes import (
     DEFAULT_TOPIC,
     DEFAULT_TOPIC_QUEUE_NUMS,
     PULL_SUBSCRIPTION,
@@ -24,12 +24,12 @@ from rmq.codes import (
     RequestCode,
     ResponseCode,
 )
-from rmq.errors import FrameError, InvalidMessageError, for_code
-from rmq.message import Message, MessageQueue
-from rmq.message_codec import decode_stored_all, encode_batch
-from rmq.pool import Invoker
-from rmq.protocol.frame import RemotingCommand
-from rmq.result import PULL_STATUS_BY_CODE, STATUS_BY_CODE, PullResult, SendResult
+from .errors import FrameError, InvalidMessageError, for_code
+from .message import Message, MessageQueue
+from .message_codec import decode_stored_all, encode_batch
+from .pool import Invoker
+from .protocol.frame import RemotingCommand
+from .result import PULL_STATUS_BY_CODE, STATUS_BY_CODE, PullResult, SendResult
 
 DEFAULT_COMPRESS_OVER_BYTES = 4096  # the Java producer's compressMsgBodyOverHowmuch
 PULL_TIMEOUT_MARGIN_S = 10.0  # a held pull may be answered ~5 s after its suspend time

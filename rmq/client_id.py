@@ -6,7 +6,7 @@ import ipaddress
 import os
 import time
 
-from rmq.msgid import local_ip
+from .msgid import local_ip
 
 
 def default_ip() -> str:

@@ -13,17 +13,17 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from rmq.acl import Credentials
-from rmq.broker import BrokerApi, ConsumerData
-from rmq.client_id import build_client_id, default_instance_name, default_ip
-from rmq.codes import RequestCode, ResponseCode
-from rmq.connection import Connection
-from rmq.errors import RocketMQError
-from rmq.namesrv import NameServerClient
-from rmq.periodic import Periodic
-from rmq.pool import Invoker, RemotingClient
-from rmq.protocol.frame import RemotingCommand
-from rmq.route import TopicRouteData
+from .acl import Credentials
+from .broker import BrokerApi, ConsumerData
+from .client_id import build_client_id, default_instance_name, default_ip
+from .codes import RequestCode, ResponseCode
+from .connection import Connection
+from .errors import RocketMQError
+from .namesrv import NameServerClient
+from .periodic import Periodic
+from .pool import Invoker, RemotingClient
+from .protocol.frame import RemotingCommand
+from .route import TopicRouteData
 
 log = logging.getLogger(__name__)
 

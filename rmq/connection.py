@@ -13,9 +13,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import cast
 
-from rmq.codes import FLAG_ONEWAY, ResponseCode
-from rmq.errors import ConnectError, ConnectionClosed, FrameError, RemotingError, RequestTimeout
-from rmq.protocol.frame import FrameDecoder, RemotingCommand, encode
+from .codes import FLAG_ONEWAY, ResponseCode
+from .errors import ConnectError, ConnectionClosed, FrameError, RemotingError, RequestTimeout
+from .protocol.frame import FrameDecoder, RemotingCommand, encode
 
 log = logging.getLogger(__name__)
 

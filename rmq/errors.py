@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rmq.codes import ResponseCode
+from .codes import ResponseCode
 
 
 class RocketMQError(Exception):

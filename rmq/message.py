@@ -10,8 +10,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from rmq.codes import DEFAULT_TOPIC
-from rmq.errors import InvalidMessageError
+from .codes import DEFAULT_TOPIC
+from .errors import InvalidMessageError
 
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"

@@ -10,7 +10,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rmq.codes import (
+from .codes import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_COMPRESSED,
     SYSFLAG_COMPRESSION_LZ4,
@@ -18,8 +18,8 @@ from rmq.codes import (
     SYSFLAG_COMPRESSION_ZSTD,
     SYSFLAG_STOREHOST_V6,
 )
-from rmq.errors import FrameError
-from rmq.message import MessageExt, decode_properties
+from .errors import FrameError
+from .message import MessageExt, decode_properties
 
 MAGIC_V1 = -626843481  # 0xDAA320A7: 1-byte topic length
 MAGIC_V2 = -626843477  # 0xDAA320AB: 2-byte topic length (5.x)

@@ -15,7 +15,7 @@ import socket
 import struct
 from collections.abc import Callable
 
-from rmq.clock import wall_ms
+from .clock import wall_ms
 
 
 def local_ip() -> bytes:

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 
 import orjson
 
-from rmq.codes import RequestCode, ResponseCode
-from rmq.errors import ClientError, RemotingError, RocketMQError, TopicNotExist, for_code
-from rmq.pool import Invoker
-from rmq.protocol.frame import RemotingCommand
-from rmq.route import TopicRouteData, parse_lenient_json
+from .codes import RequestCode, ResponseCode
+from .errors import ClientError, RemotingError, RocketMQError, TopicNotExist, for_code
+from .pool import Invoker
+from .protocol.frame import RemotingCommand
+from .route import TopicRouteData, parse_lenient_json
 
 DEFAULT_TIMEOUT_S = 3.0
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from rmq.acl import Credentials, sign
-from rmq.connection import Connection, RequestHandler, connect
-from rmq.errors import ClientError
-from rmq.protocol.frame import RemotingCommand
+from .acl import Credentials, sign
+from .connection import Connection, RequestHandler, connect
+from .errors import ClientError
+from .protocol.frame import RemotingCommand
 
 DEFAULT_CONNECT_TIMEOUT_S = 3.0
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from rmq.codes import ResponseCode
-from rmq.message import MessageExt, MessageQueue
+from .codes import ResponseCode
+from .message import MessageExt, MessageQueue
 
 
 class SendStatus(Enum):

@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 
-from rmq.codes import MASTER_ID, PERM_READ, PERM_WRITE
-from rmq.errors import FrameError
-from rmq.message import MessageQueue
+from .codes import MASTER_ID, PERM_READ, PERM_WRITE
+from .errors import FrameError
+from .message import MessageQueue
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _BARE_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")

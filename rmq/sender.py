@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from rmq.errors import RocketMQError
-from rmq.message import Message
-from rmq.result import SendResult
+from .errors import RocketMQError
+from .message import Message
+from .result import SendResult
 
 
 class Sender(Protocol):

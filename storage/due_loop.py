@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, Self
 
-from storage.due_queue import DueQueue
-from storage.keys import parse_due
+from .due_queue import DueQueue
+from .keys import parse_due
 
 log = logging.getLogger(__name__)
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from storage.claims import Claims
-from storage.clock import SteadyClock, wall_ms
-from storage.group_commit import GroupCommitWriter
-from storage.keys import due_bound
-from storage.kv import KV, Op
-from storage.progress import Progress
+from .claims import Claims
+from .clock import SteadyClock, wall_ms
+from .group_commit import GroupCommitWriter
+from .keys import due_bound
+from .kv import KV, Op
+from .progress import Progress
 
 Listener = Callable[[bytes], None]
 

@@ -12,9 +12,9 @@ import logging
 from collections import deque
 from collections.abc import Sequence
 
-from storage.errors import StorageError
-from storage.kv import KV, Op
-from storage.reserve import DiskReserve
+from .errors import StorageError
+from .kv import KV, Op
+from .reserve import DiskReserve
 
 log = logging.getLogger(__name__)
 

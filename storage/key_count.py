@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from storage.errors import StorageError
-from storage.kv import KV
+from .errors import StorageError
+from .kv import KV
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ import bisect
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 
-from storage.errors import StorageError
-from storage.kv import Delete, DeleteRange, Op, Put
+from .errors import StorageError
+from .kv import Delete, DeleteRange, Op, Put
 
 
 class MemoryKV:

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from storage.framing import frame, unframe
+from .framing import frame, unframe
 
 FORMAT_VERSION = 1
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 
-from storage.clock import SteadyClock
-from storage.errors import StorageError
-from storage.group_commit import GroupCommitWriter
-from storage.kv import KV, Op, Put
+from .clock import SteadyClock
+from .errors import StorageError
+from .group_commit import GroupCommitWriter
+from .kv import KV, Op, Put
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from storage.keys import MAX_DUE_MS, due_bound, due_prefix
-from storage.kv import KV
+from .keys import MAX_DUE_MS, due_bound, due_prefix
+from .kv import KV
 
 SCAN_BUDGET = 10_000
 _CURSOR = re.compile(r"[A-Za-z0-9_-]{2,2048}")

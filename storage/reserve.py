@@ -28,9 +28,9 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-from storage.errors import StorageError
-from storage.kv import Op, Put
-from storage.rocks import DB_WRITE_BUFFER_BYTES, MIN_FREE_BYTES
+from .errors import StorageError
+from .kv import Op, Put
+from .rocks import DB_WRITE_BUFFER_BYTES, MIN_FREE_BYTES
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ from rocksdict import (
     WriteOptions,
 )
 
-from storage.errors import StorageError, StoreLockedError
-from storage.kv import Delete, DeleteRange, Op, Put
+from .errors import StorageError, StoreLockedError
+from .kv import Delete, DeleteRange, Op, Put
 
 # Tombstones of delivered keys must not pile up in SST files: an SST in which 5 000 of any 10 000
 # consecutive entries are deletions is marked for compaction by RocksDB's own background threads

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from devbroker import DevCluster
-from rmq.pool import RemotingClient
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.pool import RemotingClient
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from devbroker import DevCluster
-from rmq import BrokerApi, RemotingClient
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq import BrokerApi, RemotingClient
 
 ROOT = Path(__file__).resolve().parents[1]
 

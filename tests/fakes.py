@@ -9,11 +9,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rmq.codes import RequestCode, ResponseCode
-from rmq.protocol.frame import RemotingCommand
-from rmq.route import BrokerData, QueueData, TopicRouteData
-from storage.errors import StorageError
-from storage.kv import KV, Op
+from rocksidecar.rmq.codes import RequestCode, ResponseCode
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.route import BrokerData, QueueData, TopicRouteData
+from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.kv import KV, Op
 
 
 class FakeClock:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 
-from app.api.middleware import ASGIApp, Message, Receive, Scope, Send
+from .middleware import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("rocksidecar.access")
 

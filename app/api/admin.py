@@ -23,19 +23,20 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.api import problems
-from app.api.schemas import Problem
-from app.request import RequestError
-from delay import DelayStore
-from delay.admin import ScheduledItem, scheduled_page
-from retry.admin import PendingItem, dead_page, pending_page, purge, redrive
-from retry.dead_letter import DeadLetter
-from retry.record import CorruptRecordError, RetryRecord
-from retry.recovery import RecoveryReplay
-from retry.replay import ReplayLoop
-from retry.store import RetryStore
-from rmq.producer import BrokerState
-from storage.query import Filter
+from rocksidecar.delay import DelayStore
+from rocksidecar.delay.admin import ScheduledItem, scheduled_page
+from rocksidecar.retry.admin import PendingItem, dead_page, pending_page, purge, redrive
+from rocksidecar.retry.dead_letter import DeadLetter
+from rocksidecar.retry.record import CorruptRecordError, RetryRecord
+from rocksidecar.retry.recovery import RecoveryReplay
+from rocksidecar.retry.replay import ReplayLoop
+from rocksidecar.retry.store import RetryStore
+from rocksidecar.rmq.producer import BrokerState
+from rocksidecar.storage.query import Filter
+
+from ..request import RequestError
+from . import problems
+from .schemas import Problem
 
 MAX_LIMIT = 1000
 PREFIX = "/v1/admin"

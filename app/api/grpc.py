@@ -17,8 +17,13 @@ from google.protobuf.message import Message as ProtoMessage
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from app.api import grpc_subscribe, problems
-from app.api.grpc_views import (
+from ..idempotency import Answer, IdempotencyStore, answer_once, fingerprint
+from ..metrics import Metrics
+from ..request import GRPC_FIELDS, Limits, RequestError
+from ..sidecar import Sidecar
+from ..subscriptions.stream import StreamHub
+from . import grpc_subscribe, problems
+from .grpc_views import (
     ack_from_proto,
     batch_response,
     error,
@@ -26,15 +31,10 @@ from app.api.grpc_views import (
     send_response,
     spec_from_proto,
 )
-from app.api.guards import Guards
-from app.api.operations import Operations, item_label
-from app.api.proto import rocksidecar_pb2 as pb
-from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
-from app.idempotency import Answer, IdempotencyStore, answer_once, fingerprint
-from app.metrics import Metrics
-from app.request import GRPC_FIELDS, Limits, RequestError
-from app.sidecar import Sidecar
-from app.subscriptions.stream import StreamHub
+from .guards import Guards
+from .operations import Operations, item_label
+from .proto import rocksidecar_pb2 as pb
+from .proto import rocksidecar_pb2_grpc as pb_grpc
 
 PUBLISH_IN_FLIGHT = 256
 _CODES = {

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 
-from app.api.proto import rocksidecar_pb2 as pb
-from app.request import RequestError
-from app.subscriptions.stream import Answer, Delivery, StreamHub, UnknownDelivery
+from ..request import RequestError
+from ..subscriptions.stream import Answer, Delivery, StreamHub, UnknownDelivery
+from .proto import rocksidecar_pb2 as pb
 
 _ANSWERS = {pb.ACK_OK: Answer.OK, pb.ACK_LATER: Answer.LATER, pb.ACK_FAILED: Answer.FAILED}
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.api import problems
-from app.api.operations import BatchItem
-from app.api.proto import rocksidecar_pb2 as pb
-from app.request import MessageSpec
-from app.sidecar import Ack, MessageState, Outcome
+from ..request import MessageSpec
+from ..sidecar import Ack, MessageState, Outcome
+from . import problems
+from .operations import BatchItem
+from .proto import rocksidecar_pb2 as pb
 
 
 def ack_from_proto(value: int) -> Ack:

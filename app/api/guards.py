@@ -12,7 +12,7 @@ import functools
 import hmac
 from dataclasses import dataclass
 
-from app.config import is_loopback
+from ..config import is_loopback
 
 # Hosts and origins repeat on every request: parse each once (bounded: attackers choose them).
 _loopback = functools.lru_cache(maxsize=256)(is_loopback)

@@ -20,9 +20,9 @@ from typing import Any, Protocol
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
-from app.api.http_protocol import GuardedHttpTools
-from app.api.middleware import CLIENT_CLOSED, INTERNAL_ERROR, FastRoute, problem_body
-from app.api.problems import PROBLEM_JSON
+from .http_protocol import GuardedHttpTools
+from .middleware import CLIENT_CLOSED, INTERNAL_ERROR, FastRoute, problem_body
+from .problems import PROBLEM_JSON
 
 _PROBLEM_JSON = PROBLEM_JSON.encode("latin-1")
 

@@ -23,15 +23,26 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from app.api import json_count, problems
-from app.api.access_log import AccessLogMiddleware
-from app.api.admin import AdminOps, admin_routes
-from app.api.docs import offline_docs
-from app.api.guards import Guards
-from app.api.middleware import ASGIApp, EdgeMiddleware, FastRoute, Receive, Scope, Send
-from app.api.operations import Operations, send_status
-from app.api.parsing import parse_batch, parse_message
-from app.api.schemas import (
+from ..idempotency import (
+    MAX_KEY_CHARS,
+    Answer,
+    IdempotencyStore,
+    answer_once,
+    canonical_json,
+    fingerprint,
+)
+from ..metrics import Metrics
+from ..request import HTTP_FIELDS, Limits, RequestError
+from ..sidecar import Ack, Sidecar
+from . import json_count, problems
+from .access_log import AccessLogMiddleware
+from .admin import AdminOps, admin_routes
+from .docs import offline_docs
+from .guards import Guards
+from .middleware import ASGIApp, EdgeMiddleware, FastRoute, Receive, Scope, Send
+from .operations import Operations, send_status
+from .parsing import parse_batch, parse_message
+from .schemas import (
     BatchIn,
     BatchOut,
     CancelOut,
@@ -42,12 +53,8 @@ from app.api.schemas import (
     ReadyOut,
     SendOut,
 )
-from app.api.ui import UiDeps, ui_routes
-from app.api.views import batch_view, outcome_view, status_view
-from app.idempotency import MAX_KEY_CHARS, Answer, IdempotencyStore, answer_once, canonical_json, fingerprint
-from app.metrics import Metrics
-from app.request import HTTP_FIELDS, Limits, RequestError
-from app.sidecar import Ack, Sidecar
+from .ui import UiDeps, ui_routes
+from .views import batch_view, outcome_view, status_view
 
 REPLAYED_HEADER = "Idempotent-Replayed"  # "true" on an answer repeated for an Idempotency-Key
 VALUES_PER_MESSAGE = 256  # on average in a batch: fields, keys and properties, with room to spare

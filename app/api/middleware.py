@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 from starlette.routing import BaseRoute, Match
 
-from app.api import guards, problems
-from app.api.guards import Guards
-from app.metrics import Metrics
+from ..metrics import Metrics
+from . import guards, problems
+from .guards import Guards
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

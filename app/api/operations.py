@@ -11,12 +11,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from app.api import problems
-from app.api.parsing import check_batch_size
-from app.metrics import Metrics
-from app.request import FieldNames, Limits, Prepared, RequestError, SpecLike, prepare
-from app.sidecar import Ack, MessageState, Outcome, Sidecar, Status
-from delay import CancelOutcome
+from rocksidecar.delay import CancelOutcome
+
+from ..metrics import Metrics
+from ..request import FieldNames, Limits, Prepared, RequestError, SpecLike, prepare
+from ..sidecar import Ack, MessageState, Outcome, Sidecar, Status
+from . import problems
+from .parsing import check_batch_size
 
 BatchItem = Outcome | Exception
 

@@ -18,9 +18,9 @@ from typing import Any
 import msgspec
 from pydantic import ValidationError
 
-from app.api import problems
-from app.api.schemas import BatchIn, MessageIn
-from app.request import RequestError, SpecLike
+from ..request import RequestError, SpecLike
+from . import problems
+from .schemas import BatchIn, MessageIn
 
 
 class FastMessage(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):

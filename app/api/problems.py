@@ -7,9 +7,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from app.request import RequestError
-from rmq import RocketMQError
-from storage.errors import StorageError
+from rocksidecar.rmq import RocketMQError
+from rocksidecar.storage.errors import StorageError
+
+from ..request import RequestError
 
 log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"

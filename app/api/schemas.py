@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from rmq.codes import DEFAULT_TOPIC
-from rmq.message import (
+from rocksidecar.rmq.codes import DEFAULT_TOPIC
+from rocksidecar.rmq.message import (
     NOT_ALLOWED_SEND_TOPICS,
     RESERVED_PROPERTIES,
     SYSTEM_TOPIC_PREFIX,

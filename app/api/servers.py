@@ -13,10 +13,10 @@ import grpc
 import uvicorn
 from grpc_health.v1 import health
 
-from app.api.grpc import add_health_and_reflection
-from app.api.hot_path import HotPathHttp
-from app.api.middleware import EdgeMiddleware
-from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from .grpc import add_health_and_reflection
+from .hot_path import HotPathHttp
+from .middleware import EdgeMiddleware
+from .proto import rocksidecar_pb2_grpc as pb_grpc
 
 
 class ListenError(OSError):

@@ -20,7 +20,15 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from app.api.admin import (
+from rocksidecar.delay.admin import scheduled_page
+from rocksidecar.retry.admin import dead_page
+from rocksidecar.storage.query import Filter
+
+from ..history import History
+from ..metrics import Metrics
+from ..request import RequestError
+from ..subscriptions.runner import QueueLag
+from .admin import (
     AdminOps,
     RedriveIn,
     dead_view,
@@ -30,13 +38,6 @@ from app.api.admin import (
     scheduled_view,
     stats_view,
 )
-from app.history import History
-from app.metrics import Metrics
-from app.request import RequestError
-from app.subscriptions.runner import QueueLag
-from delay.admin import scheduled_page
-from retry.admin import dead_page
-from storage.query import Filter
 
 COOKIE = "rocksidecar_token"
 SHOWN = 20  # dead letters and scheduled messages listed

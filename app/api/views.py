@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.api import problems
-from app.api.operations import BatchItem, item_label
-from app.sidecar import MessageState, Outcome, Status
+from ..sidecar import MessageState, Outcome, Status
+from . import problems
+from .operations import BatchItem, item_label
 
 _OUTCOME_FIELDS = (
     ("broker", "broker"),

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from app import config
+from .. import config
 
 INNER_TOPIC_ENV = "ROCKSIDECAR_DMQ_INNER_TOPIC"
 GROUP_ENV = "ROCKSIDECAR_DMQ_GROUP"
@@ -46,9 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.api.servers import split_addr
-    from rmq.errors import InvalidMessageError
-    from rmq.message import validate_topic
+    from rocksidecar.rmq.errors import InvalidMessageError
+    from rocksidecar.rmq.message import validate_topic
+
+    from ..api.servers import split_addr
 
     try:
         settings = config.load(file=args.config)
@@ -67,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
     except (config.ConfigError, ValueError) as exc:
         print(f"rocksidecar dmq: configuration error: {exc}", file=sys.stderr)
         return 2
-    from app.dmq.service import DmqOptions, serve
-    from app.service import StartupError
+    from ..service import StartupError
+    from .service import DmqOptions, serve
 
     options = DmqOptions(
         args.inner_topic,

@@ -16,10 +16,11 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from app.dmq.inner import CancelRequest, InnerFormatError, parse
-from delay import DelayedMessage, DelayState, DelayStore
-from rmq.consumer import ConsumeStatus
-from rmq.message import MessageExt, MessageQueue
+from rocksidecar.delay import DelayedMessage, DelayState, DelayStore
+from rocksidecar.rmq.consumer import ConsumeStatus
+from rocksidecar.rmq.message import MessageExt, MessageQueue
+
+from .inner import CancelRequest, InnerFormatError, parse
 
 log = logging.getLogger(__name__)
 

@@ -16,17 +16,18 @@ from dataclasses import KW_ONLY, dataclass
 
 import orjson
 
-from app.delivery_policy import RetrySpool, last_error
-from app.dmq.inner import DEFAULT_INNER_TOPIC, cancel_message, inner_message
-from app.sidecar import Canceller, MessageState, Status
-from delay import CancelOutcome, DelayedMessage
-from retry.policy import RetryPolicy
-from retry.record import RetryRecord
-from rmq import Message, RocketMQError
-from rmq.msgid import new_uniq_id
-from rmq.producer import Producer
-from storage.group_commit import GroupCommitWriter
-from storage.kv import KV, Delete, Op, Put
+from rocksidecar.delay import CancelOutcome, DelayedMessage
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.rmq import Message, RocketMQError
+from rocksidecar.rmq.msgid import new_uniq_id
+from rocksidecar.rmq.producer import Producer
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.kv import KV, Delete, Op, Put
+
+from ..delivery_policy import RetrySpool, last_error
+from ..sidecar import Canceller, MessageState, Status
+from .inner import DEFAULT_INNER_TOPIC, cancel_message, inner_message
 
 log = logging.getLogger(__name__)
 

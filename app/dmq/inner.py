@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from delay import DelayedMessage
-from rmq.message import RESERVED_PROPERTIES, Message, MessageExt
+from rocksidecar.delay import DelayedMessage
+from rocksidecar.rmq.message import RESERVED_PROPERTIES, Message, MessageExt
 
 FORMAT_VERSION = "1"
 DEFAULT_INNER_TOPIC = "dmq_inner_topic"

@@ -20,25 +20,26 @@ from pathlib import Path
 import uvloop
 from prometheus_client import Counter, Gauge
 
-from app import logs
-from app.api.servers import HttpServer, ListenError
-from app.clients import client_instance
-from app.config import Settings
-from app.dmq.consume import InnerListener
-from app.dmq.http import create_app
-from app.dmq.inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC
-from app.metrics import Metrics, StateCollector
-from app.service import COLUMN_FAMILIES, REPLAY_BATCH, StartupError, producer_config, tune_gc
-from app.shutdown import close_delivery
-from app.store_delivery import delivery_loops
-from delay import DelayStore
-from retry import RetryStore
-from rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
-from rmq.producer import Producer
-from storage.errors import StorageError, StoreLockedError
-from storage.group_commit import GroupCommitWriter
-from storage.kv import KV
-from storage.rocks import RocksKV
+from rocksidecar.delay import DelayStore
+from rocksidecar.retry import RetryStore
+from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
+from rocksidecar.rmq.producer import Producer
+from rocksidecar.storage.errors import StorageError, StoreLockedError
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.kv import KV
+from rocksidecar.storage.rocks import RocksKV
+
+from .. import logs
+from ..api.servers import HttpServer, ListenError
+from ..clients import client_instance
+from ..config import Settings
+from ..metrics import Metrics, StateCollector
+from ..service import COLUMN_FAMILIES, REPLAY_BATCH, StartupError, producer_config, tune_gc
+from ..shutdown import close_delivery
+from ..store_delivery import delivery_loops
+from .consume import InnerListener
+from .http import create_app
+from .inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC
 
 log = logging.getLogger("rocksidecar.dmq")
 

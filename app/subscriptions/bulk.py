@@ -18,12 +18,13 @@ from collections.abc import Sequence
 
 import orjson
 
-from app.subscriptions.cloudevents import structured_event
-from app.subscriptions.http_client import PostError
-from app.subscriptions.push import LATER_STATUSES, HttpPush, retry_after_s
-from app.subscriptions.spec import SubscriptionSpec
-from rmq.consumer.config import ConsumeStatus
-from rmq.message import MessageExt, MessageQueue
+from rocksidecar.rmq.consumer.config import ConsumeStatus
+from rocksidecar.rmq.message import MessageExt, MessageQueue
+
+from .cloudevents import structured_event
+from .http_client import PostError
+from .push import LATER_STATUSES, HttpPush, retry_after_s
+from .spec import SubscriptionSpec
 
 BULK_EVENT_TYPE = "com.dapr.event.sent.bulk"  # Dapr's DefaultBulkEventType
 CONTENT_TYPE = "application/json"

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import orjson
 
-from rmq.message import MessageExt, MessageQueue
+from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 SPEC_VERSION = "1.0"
 EVENT_TYPE = "org.apache.rocketmq.message"

@@ -14,11 +14,12 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from email.utils import parsedate_to_datetime
 
-from app.subscriptions.cloudevents import headers_for
-from app.subscriptions.http_client import HttpClient, PostError
-from app.subscriptions.spec import SubscriptionSpec
-from rmq.consumer.config import ConsumeStatus
-from rmq.message import MessageExt, MessageQueue
+from rocksidecar.rmq.consumer.config import ConsumeStatus
+from rocksidecar.rmq.message import MessageExt, MessageQueue
+
+from .cloudevents import headers_for
+from .http_client import HttpClient, PostError
+from .spec import SubscriptionSpec
 
 LATER_STATUSES = (429, 503)
 DEFAULT_LATER_S = 1.0  # 429/503 without a usable Retry-After

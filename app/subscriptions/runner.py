@@ -7,17 +7,18 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from app.subscriptions.bulk import BulkPush
-from app.subscriptions.http_client import HttpClient
-from app.subscriptions.push import DeliveryHook, HttpPush
-from app.subscriptions.spec import SubscriptionSpec
-from app.subscriptions.stream import StreamHub
-from rmq import ClientInstance
-from rmq.consumer import ConsumeFrom, ConsumerConfig, MessageListener, PushConsumer
-from rmq.consumer.allocate import AllocateStrategy, Averagely
-from rmq.consumer.bounded_hash import BoundedHash
-from rmq.consumer.offset_store import ReadType
-from rmq.consumer.sticky import AllocateSticky
+from rocksidecar.rmq import ClientInstance
+from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, MessageListener, PushConsumer
+from rocksidecar.rmq.consumer.allocate import AllocateStrategy, Averagely
+from rocksidecar.rmq.consumer.bounded_hash import BoundedHash
+from rocksidecar.rmq.consumer.offset_store import ReadType
+from rocksidecar.rmq.consumer.sticky import AllocateSticky
+
+from .bulk import BulkPush
+from .http_client import HttpClient
+from .push import DeliveryHook, HttpPush
+from .spec import SubscriptionSpec
+from .stream import StreamHub
 
 _ALLOCATIONS: dict[str, Callable[[], AllocateStrategy]] = {
     "averagely": Averagely,

@@ -14,10 +14,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from app.subscriptions.push import DEFAULT_LATER_S, MAX_LATER_S, DeliveryHook
-from app.subscriptions.spec import SubscriptionSpec
-from rmq.consumer.config import ConsumeStatus
-from rmq.message import MessageExt, MessageQueue
+from rocksidecar.rmq.consumer.config import ConsumeStatus
+from rocksidecar.rmq.message import MessageExt, MessageQueue
+
+from .push import DEFAULT_LATER_S, MAX_LATER_S, DeliveryHook
+from .spec import SubscriptionSpec
 
 
 class Answer(enum.Enum):

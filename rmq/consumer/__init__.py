@@ -1,8 +1,8 @@
 """The consume side of the RocketMQ client: allocation strategies, process queues, offset stores and a
 push consumer built on long-polling pulls (concurrent and orderly)."""
 
-from rmq.client_id import build_client_id
-from rmq.consumer.allocate import (
+from ..client_id import build_client_id
+from .allocate import (
     AllocateStrategy,
     Averagely,
     AveragelyByCircle,
@@ -13,17 +13,17 @@ from rmq.consumer.allocate import (
     MachineRoomNearby,
     PrefixMachineRooms,
 )
-from rmq.consumer.bounded_hash import BoundedHash
-from rmq.consumer.config import (
+from .bounded_hash import BoundedHash
+from .config import (
     ConsumeFrom,
     ConsumerConfig,
     ConsumeStatus,
     MessageListener,
     MessageModel,
 )
-from rmq.consumer.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
-from rmq.consumer.process_queue import ProcessQueue
-from rmq.consumer.push_consumer import PushConsumer
+from .offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
+from .process_queue import ProcessQueue
+from .push_consumer import PushConsumer
 
 __all__ = [
     "AllocateStrategy",

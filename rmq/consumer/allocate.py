@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from rmq.message import MessageQueue
+from ..message import MessageQueue
 
 Queues = Sequence[MessageQueue]  # Java's mqAll
 Clients = Sequence[str]  # Java's cidAll: client ids

@@ -19,8 +19,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from rmq.consumer.allocate import CheckedStrategy, Clients, Queues, java_queue_string, java_string_key
-from rmq.message import MessageQueue
+from ..message import MessageQueue
+from .allocate import (
+    CheckedStrategy,
+    Clients,
+    Queues,
+    java_queue_string,
+    java_string_key,
+)
 
 
 def rendezvous_score(queue_key: str, cid: str) -> int:

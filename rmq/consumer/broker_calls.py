@@ -9,12 +9,12 @@ from typing import Any
 
 import orjson
 
-from rmq.broker import Subscription
-from rmq.codes import RequestCode, ResponseCode
-from rmq.errors import FrameError, for_code
-from rmq.message import MessageExt, MessageQueue
-from rmq.pool import Invoker
-from rmq.protocol.frame import RemotingCommand
+from ..broker import Subscription
+from ..codes import RequestCode, ResponseCode
+from ..errors import FrameError, for_code
+from ..message import MessageExt, MessageQueue
+from ..pool import Invoker
+from ..protocol.frame import RemotingCommand
 
 MAX_DELAY_LEVEL = 18  # the broker's default messageDelayLevel has 18 levels (1 s ... 2 h)
 

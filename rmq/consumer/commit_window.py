@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from rmq.message import MessageExt
+from ..message import MessageExt
 
 
 @dataclass(eq=False)

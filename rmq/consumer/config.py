@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmq.consumer.allocate import AllocateStrategy, Averagely
-from rmq.message import MessageExt, MessageQueue
+from ..message import MessageExt, MessageQueue
+from .allocate import AllocateStrategy, Averagely
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"

@@ -15,9 +15,9 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 
-from rmq.consumer.config import ConsumeStatus, MessageModel
-from rmq.consumer.queue_state import ConsumeHost, QueueState
-from rmq.message import MessageExt
+from ..message import MessageExt
+from .config import ConsumeStatus, MessageModel
+from .queue_state import ConsumeHost, QueueState
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from rmq.consumer.config import ConsumeStatus, MessageModel
-from rmq.consumer.queue_state import ConsumeHost, QueueState, call_listener
-from rmq.message import MessageExt
+from ..message import MessageExt
+from .config import ConsumeStatus, MessageModel
+from .queue_state import ConsumeHost, QueueState, call_listener
 
 log = logging.getLogger(__name__)
 

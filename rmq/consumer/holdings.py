@@ -15,10 +15,10 @@ import asyncio
 import logging
 from collections.abc import Sequence, Set
 
-from rmq.broker import BrokerApi
-from rmq.consumer.running_info import owned_queues
-from rmq.errors import BrokerSystemError, RocketMQError
-from rmq.message import MessageQueue
+from ..broker import BrokerApi
+from ..errors import BrokerSystemError, RocketMQError
+from ..message import MessageQueue
+from .running_info import owned_queues
 
 log = logging.getLogger(__name__)
 

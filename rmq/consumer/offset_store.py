@@ -17,9 +17,9 @@ from typing import Protocol
 
 import orjson
 
-from rmq.broker import BrokerApi
-from rmq.errors import ClientError, RocketMQError
-from rmq.message import MessageQueue
+from ..broker import BrokerApi
+from ..errors import ClientError, RocketMQError
+from ..message import MessageQueue
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import heapq
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from rmq.message import MessageExt
+from ..message import MessageExt
 
 
 class ProcessQueue:

@@ -16,43 +16,43 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from rmq.acl import Credentials
-from rmq.broker import EXPRESSION_TAG, EXPRESSION_TYPES, ConsumerData, Subscription
-from rmq.client_id import build_client_id, default_instance_name, default_ip
-from rmq.client_instance import ClientInstance
-from rmq.clock import wall_ms
-from rmq.codes import RequestCode, ResponseCode
-from rmq.connection import Connection
-from rmq.consumer.broker_calls import (
+from ..acl import Credentials
+from ..broker import EXPRESSION_TAG, EXPRESSION_TYPES, ConsumerData, Subscription
+from ..client_id import build_client_id, default_instance_name, default_ip
+from ..client_instance import ClientInstance
+from ..clock import wall_ms
+from ..codes import RequestCode, ResponseCode
+from ..connection import Connection
+from ..errors import BrokerError, ClientError, RocketMQError
+from ..message import MessageExt, MessageQueue
+from ..pool import RemotingClient
+from ..protocol.frame import RemotingCommand
+from ..result import PullStatus
+from ..route import TopicRouteData
+from .broker_calls import (
     QueueLocker,
     check_client_config,
     delay_level_for,
     send_back,
 )
-from rmq.consumer.commit_window import QueueWindow
-from rmq.consumer.config import RETRY_PREFIX, ConsumerConfig, MessageListener, MessageModel
-from rmq.consumer.consume_concurrently import ConcurrentService
-from rmq.consumer.consume_orderly import OrderlyService
-from rmq.consumer.holdings import read_holdings
-from rmq.consumer.offset_store import (
+from .commit_window import QueueWindow
+from .config import RETRY_PREFIX, ConsumerConfig, MessageListener, MessageModel
+from .consume_concurrently import ConcurrentService
+from .consume_orderly import OrderlyService
+from .holdings import read_holdings
+from .offset_store import (
     LocalFileOffsetStore,
     OffsetStore,
     ReadType,
     RemoteOffsetStore,
     default_offsets_path,
 )
-from rmq.consumer.process_queue import ProcessQueue
-from rmq.consumer.queue_state import QueueState
-from rmq.consumer.rebalance import allocate_queues, start_offset
-from rmq.consumer.running_info import CLIENT_VERSION_NAME, encode_running_info, queue_info
-from rmq.consumer.stats import Stats
-from rmq.consumer.sticky import AllocateSticky
-from rmq.errors import BrokerError, ClientError, RocketMQError
-from rmq.message import MessageExt, MessageQueue
-from rmq.pool import RemotingClient
-from rmq.protocol.frame import RemotingCommand
-from rmq.result import PullStatus
-from rmq.route import TopicRouteData
+from .process_queue import ProcessQueue
+from .queue_state import QueueState
+from .rebalance import allocate_queues, start_offset
+from .running_info import CLIENT_VERSION_NAME, encode_running_info, queue_info
+from .stats import Stats
+from .sticky import AllocateSticky
 
 log = logging.getLogger(__name__)
 

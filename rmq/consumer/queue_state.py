@@ -8,12 +8,12 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rmq.consumer.commit_window import QueueWindow
-from rmq.consumer.config import ConsumerConfig, ConsumeStatus, MessageListener
-from rmq.consumer.offset_store import OffsetStore
-from rmq.consumer.process_queue import ProcessQueue
-from rmq.consumer.stats import Stats
-from rmq.message import MessageExt, MessageQueue
+from ..message import MessageExt, MessageQueue
+from .commit_window import QueueWindow
+from .config import ConsumerConfig, ConsumeStatus, MessageListener
+from .offset_store import OffsetStore
+from .process_queue import ProcessQueue
+from .stats import Stats
 
 log = logging.getLogger(__name__)
 

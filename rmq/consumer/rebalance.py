@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rmq.broker import BrokerApi
-from rmq.clock import wall_ms
-from rmq.consumer.allocate import AllocateStrategy, sort_for_allocation
-from rmq.consumer.config import RETRY_PREFIX, ConsumeFrom, ConsumerConfig, MessageModel
-from rmq.consumer.offset_store import OffsetStore, ReadType
-from rmq.message import MessageQueue
+from ..broker import BrokerApi
+from ..clock import wall_ms
+from ..message import MessageQueue
+from .allocate import AllocateStrategy, sort_for_allocation
+from .config import RETRY_PREFIX, ConsumeFrom, ConsumerConfig, MessageModel
+from .offset_store import OffsetStore, ReadType
 
 DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000  # Java's consumeTimestamp default: half an hour ago
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from rmq.consumer.allocate import java_queue_key
-from rmq.consumer.process_queue import ProcessQueue
-from rmq.errors import FrameError
-from rmq.message import MessageQueue
+from ..errors import FrameError
+from ..message import MessageQueue
+from .allocate import java_queue_key
+from .process_queue import ProcessQueue
 
 CLIENT_VERSION_NAME = "V4_9_4"  # PROP_CLIENT_VERSION: the protocol version we speak
 

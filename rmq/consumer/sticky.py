@@ -26,9 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
 
-from rmq.consumer.allocate import CheckedStrategy, Clients, Queues, java_queue_string, java_string_key
-from rmq.consumer.bounded_hash import rendezvous_score as _score
-from rmq.message import MessageQueue
+from ..message import MessageQueue
+from .allocate import (
+    CheckedStrategy,
+    Clients,
+    Queues,
+    java_queue_string,
+    java_string_key,
+)
+from .bounded_hash import rendezvous_score as _score
 
 Holdings = Mapping[str, Set[MessageQueue]]
 

@@ -1,9 +1,9 @@
 """The producer the sidecar sends through: routes, queue selection, fault tolerance, retries, batches."""
 
-from rmq.producer.config import ProducerConfig
-from rmq.producer.fault import BrokerState, LatencyFaultTolerance
-from rmq.producer.producer import Producer
-from rmq.producer.selector import (
+from .config import ProducerConfig
+from .fault import BrokerState, LatencyFaultTolerance
+from .producer import Producer
+from .selector import (
     ByShardingKey,
     EnvironmentQueue,
     PreferZone,

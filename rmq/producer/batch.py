@@ -8,15 +8,15 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rmq.broker import BrokerApi
-from rmq.errors import RocketMQError, RouteNotFound, SendFailed
-from rmq.message import Message, MessageQueue
-from rmq.msgid import new_uniq_id
-from rmq.producer.config import ProducerConfig
-from rmq.producer.publish_info import AttemptFn, TopicPublishInfo
-from rmq.producer.routes import TopicRoutes
-from rmq.producer.selector import ByShardingKey, QueueSelector
-from rmq.result import SendResult
+from ..broker import BrokerApi
+from ..errors import RocketMQError, RouteNotFound, SendFailed
+from ..message import Message, MessageQueue
+from ..msgid import new_uniq_id
+from ..result import SendResult
+from .config import ProducerConfig
+from .publish_info import AttemptFn, TopicPublishInfo
+from .routes import TopicRoutes
+from .selector import ByShardingKey, QueueSelector
 
 
 class BatchHost(Protocol):

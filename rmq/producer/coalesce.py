@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import asyncio
 
-from rmq.broker import DEFAULT_COMPRESS_OVER_BYTES
-from rmq.errors import RocketMQError, is_final
-from rmq.message import Message
-from rmq.result import SendResult
-from rmq.sender import Sender
+from ..broker import DEFAULT_COMPRESS_OVER_BYTES
+from ..errors import RocketMQError, is_final
+from ..message import Message
+from ..result import SendResult
+from ..sender import Sender
 
 _Waiter = tuple[Message, str | None, "asyncio.Future[SendResult]"]
 

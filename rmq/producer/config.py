@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rmq.broker import DEFAULT_COMPRESS_OVER_BYTES
-from rmq.codes import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
-from rmq.message import DEFAULT_MAX_BODY_BYTES
-from rmq.producer.fault import ISOLATION_LATENCY_MS, LATENCY_MAX_MS, NOT_AVAILABLE_MS
-from rmq.producer.routes import ROUTE_REFRESH_S
-from rmq.producer.selector import SelectorName
+from ..broker import DEFAULT_COMPRESS_OVER_BYTES
+from ..codes import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
+from ..message import DEFAULT_MAX_BODY_BYTES
+from .fault import ISOLATION_LATENCY_MS, LATENCY_MAX_MS, NOT_AVAILABLE_MS
+from .routes import ROUTE_REFRESH_S
+from .selector import SelectorName
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
-from rmq.broker import BrokerApi
-from rmq.client_instance import ClientInstance
-from rmq.errors import (
+from ..broker import BrokerApi
+from ..client_instance import ClientInstance
+from ..errors import (
     Attempt,
     RemotingError,
     RequestTimeout,
@@ -25,16 +25,16 @@ from rmq.errors import (
     SendFailed,
     failure_cause,
 )
-from rmq.message import Message, MessageQueue
-from rmq.msgid import local_ip, new_uniq_id
-from rmq.namesrv import NameServerClient
-from rmq.producer.batch import BatchSender
-from rmq.producer.config import ProducerConfig
-from rmq.producer.fault import BrokerState, LatencyFaultTolerance, StateListener
-from rmq.producer.publish_info import AttemptFn, TopicPublishInfo
-from rmq.producer.routes import RouteListener, TopicRoutes
-from rmq.producer.selector import ByShardingKey, QueueSelector, make_selector
-from rmq.result import SendResult, SendStatus
+from ..message import Message, MessageQueue
+from ..msgid import local_ip, new_uniq_id
+from ..namesrv import NameServerClient
+from ..result import SendResult, SendStatus
+from .batch import BatchSender
+from .config import ProducerConfig
+from .fault import BrokerState, LatencyFaultTolerance, StateListener
+from .publish_info import AttemptFn, TopicPublishInfo
+from .routes import RouteListener, TopicRoutes
+from .selector import ByShardingKey, QueueSelector, make_selector
 
 log = logging.getLogger(__name__)
 

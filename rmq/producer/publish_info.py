@@ -7,9 +7,9 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from rmq.message import MessageQueue
-from rmq.result import SendResult
-from rmq.route import TopicRouteData
+from ..message import MessageQueue
+from ..result import SendResult
+from ..route import TopicRouteData
 
 
 class SendIndex:

@@ -12,11 +12,11 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from rmq.codes import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
-from rmq.errors import RocketMQError, TopicNotExist
-from rmq.periodic import Periodic
-from rmq.producer.publish_info import SendIndex, TopicPublishInfo
-from rmq.route import TopicRouteData
+from ..codes import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
+from ..errors import RocketMQError, TopicNotExist
+from ..periodic import Periodic
+from ..route import TopicRouteData
+from .publish_info import SendIndex, TopicPublishInfo
 
 log = logging.getLogger(__name__)
 

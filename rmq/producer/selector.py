@@ -7,11 +7,11 @@ import random
 from enum import StrEnum
 from typing import Protocol
 
-from rmq.broker import java_string_hash
-from rmq.errors import ClientError, RouteNotFound
-from rmq.message import MessageQueue
-from rmq.producer.fault import LatencyFaultTolerance
-from rmq.producer.publish_info import TopicPublishInfo
+from ..broker import java_string_hash
+from ..errors import ClientError, RouteNotFound
+from ..message import MessageQueue
+from .fault import LatencyFaultTolerance
+from .publish_info import TopicPublishInfo
 
 
 class SelectorName(StrEnum):

@@ -8,9 +8,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from rmq.codes import CLIENT_VERSION, FLAG_ONEWAY, FLAG_RESPONSE, LanguageCode, SerializeType
-from rmq.errors import FrameError
-from rmq.protocol.header_codec import DECODERS, ENCODERS
+from ..codes import CLIENT_VERSION, FLAG_ONEWAY, FLAG_RESPONSE, LanguageCode, SerializeType
+from ..errors import FrameError
+from .header_codec import DECODERS, ENCODERS
 
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # including the 4-byte length prefix, as Java's NettyDecoder
 _PREFIX = struct.Struct(">ii")

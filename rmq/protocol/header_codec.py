@@ -10,8 +10,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from rmq.codes import LanguageCode, SerializeType
-from rmq.errors import FrameError
+from ..codes import LanguageCode, SerializeType
+from ..errors import FrameError
 
 _LANG_BY_NAME = {m.name: int(m) for m in LanguageCode}
 _BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag

@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
-from app.config import Settings
-from app.service import COLUMN_FAMILIES, Service
-from devbroker import DevCluster
-from retry.policy import RetryPolicy
-from rmq import MessageExt
-from storage.rocks import RocksKV
+from rocksidecar.app.config import Settings
+from rocksidecar.app.service import COLUMN_FAMILIES, Service
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.rmq import MessageExt
+from rocksidecar.storage.rocks import RocksKV
 from tests.fakes import FaultyKV
 
 FAST_LADDER = RetryPolicy((0.05, 0.1, 0.2, 0.5), 1000)  # the real ladder starts at 3 s; never exhausted here

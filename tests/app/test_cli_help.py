@@ -10,8 +10,8 @@ from importlib import metadata
 
 import pytest
 
-from app import config
-from app.cli import COMMANDS, build_parser, main
+from rocksidecar.app import config
+from rocksidecar.app.cli import COMMANDS, build_parser, main
 
 
 def parsers(

@@ -8,11 +8,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from app.request import Prepared
-from app.sidecar import Status
-from rmq import Message
-from rmq.msgid import new_uniq_id
-from rmq.producer.coalesce import CoalescingSender
+from rocksidecar.app.request import Prepared
+from rocksidecar.app.sidecar import Status
+from rocksidecar.rmq import Message
+from rocksidecar.rmq.msgid import new_uniq_id
+from rocksidecar.rmq.producer.coalesce import CoalescingSender
 from tests.app.conftest import Stack
 
 

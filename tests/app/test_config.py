@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import SETTINGS, ConfigError, RetryPolicy, Settings, describe, load
+from rocksidecar.app.config import SETTINGS, ConfigError, RetryPolicy, Settings, describe, load
 
 
 def test_defaults_bind_to_loopback() -> None:
@@ -106,7 +106,7 @@ def test_loopback_listeners_need_no_token(addr: str) -> None:
 
 
 def test_the_opt_in_is_warned_about_at_start(caplog: pytest.LogCaptureFixture) -> None:
-    from app.service import warn_if_open
+    from rocksidecar.app.service import warn_if_open
 
     settings = load(
         {

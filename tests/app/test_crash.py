@@ -95,7 +95,15 @@ def test_sigkill_with_requests_in_flight_loses_nothing_it_answered(tmp_path: Pat
         assert len(acked) >= 200
         # Between the kill and the restart, the spooled messages are in the store (not yet anywhere else).
         stats = subprocess.run(
-            [sys.executable, "-m", "app.cli", "store", "--data-dir", str(tmp_path / "store"), "stats"],
+            [
+                sys.executable,
+                "-m",
+                "rocksidecar.app.cli",
+                "store",
+                "--data-dir",
+                str(tmp_path / "store"),
+                "stats",
+            ],
             capture_output=True,
             text=True,
             check=True,

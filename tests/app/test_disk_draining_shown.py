@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.service import DRAIN_CFS
-from storage.reserve import MIB, DiskReserve, ReserveFile
+from rocksidecar.app.service import DRAIN_CFS
+from rocksidecar.storage.reserve import MIB, DiskReserve, ReserveFile
 from tests.app.conftest import Stack
 
 REASON = "IO error: No space left on device: While appending to file: 000042.log"

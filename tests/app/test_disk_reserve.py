@@ -17,11 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.config import ConfigError, Settings, load
-from app.service import Service, StartupError, disk_reserve
-from devbroker import DevCluster
-from storage import reserve as reserve_module
-from storage import rocks
+from rocksidecar.app.config import ConfigError, Settings, load
+from rocksidecar.app.service import Service, StartupError, disk_reserve
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.storage import reserve as reserve_module
+from rocksidecar.storage import rocks
 from tests.app.conftest import Stack, settings_for
 from tests.tmpfs import SmallDisk, small_disk
 

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.dmq.service import DmqOptions, DmqService
-from delay import DelayState
-from retry.policy import RetryPolicy
-from rmq.broker import BrokerApi
-from rmq.pool import RemotingClient
+from rocksidecar.app.dmq.service import DmqOptions, DmqService
+from rocksidecar.delay import DelayState
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.rmq.broker import BrokerApi
+from rocksidecar.rmq.pool import RemotingClient
 from tests.app.conftest import Stack
 from tests.dmq.conftest import dmq_settings
 

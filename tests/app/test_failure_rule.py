@@ -4,7 +4,7 @@ letters during replay), everything else is spooled with the broker's code and re
 
 from __future__ import annotations
 
-from rmq.codes import ResponseCode
+from rocksidecar.rmq.codes import ResponseCode
 from tests.app.conftest import Stack
 
 

@@ -13,9 +13,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from app.api.proto import rocksidecar_pb2 as pb
-from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 from bench.common import REPO
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 from tests.app.conftest import Stack
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import grpc
 import pytest
 
-from app.api.proto import rocksidecar_pb2 as pb
-from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 from tests.app.conftest import Stack
 
 MiB = 1024 * 1024

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.api.guards import Guards, host_name, is_json
+from rocksidecar.app.api.guards import Guards, host_name, is_json
 
 
 @pytest.mark.parametrize(

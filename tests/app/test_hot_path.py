@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
-from app.api import http_protocol
-from app.api.middleware import EdgeMiddleware
+from rocksidecar.app.api import http_protocol
+from rocksidecar.app.api.middleware import EdgeMiddleware
 from tests.app.conftest import Stack
 from tests.app.test_http_fast_path import edge_of
 

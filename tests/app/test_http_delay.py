@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from delay import DELAY_DUE_AT, DELAY_PUBLISHED_AT
+from rocksidecar.delay import DELAY_DUE_AT, DELAY_PUBLISHED_AT
 from tests.app.conftest import Stack
 
 

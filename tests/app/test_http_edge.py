@@ -46,7 +46,7 @@ async def test_a_chunked_body_over_the_limit_is_refused_without_reading_it(make_
 async def test_a_batch_over_the_limit_is_refused_before_parsing(
     make_stack: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.api.schemas import BatchIn
+    from rocksidecar.app.api.schemas import BatchIn
 
     def never(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a batch over the limit was parsed")

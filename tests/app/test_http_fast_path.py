@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from app.api.middleware import EdgeMiddleware
+from rocksidecar.app.api.middleware import EdgeMiddleware
 from tests.app.conftest import Stack
 
 JSON = {"content-type": "application/json"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.api.http_protocol import _LingeringTransport
+from rocksidecar.app.api.http_protocol import _LingeringTransport
 
 
 class _Transport:

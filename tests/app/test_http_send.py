@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 
-from rmq.codes import ResponseCode
+from rocksidecar.rmq.codes import ResponseCode
 from tests.app.conftest import Stack
 
 

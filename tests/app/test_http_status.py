@@ -7,9 +7,9 @@ from typing import Any
 
 import grpc
 
-from app.api.proto import rocksidecar_pb2 as pb
-from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
-from retry.policy import RetryPolicy
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from rocksidecar.retry.policy import RetryPolicy
 from tests.app.conftest import Stack
 
 

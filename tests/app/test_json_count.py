@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.api.json_count import values_at_most
+from rocksidecar.app.api.json_count import values_at_most
 
 # Valid JSON is UTF-8, so no lone surrogates (category Cs): json.dumps(...).encode() cannot encode them.
 CHARS = st.sampled_from(list('ab",[]{}:\\\n é\u2028')) | st.characters(exclude_categories=("Cs",))

@@ -9,12 +9,12 @@ import logging
 import orjson
 import pytest
 
-from app.config import Settings
-from app.events import OpsEvents, cause, redacted
-from app.logs import TextFormatter, Throttle, configure
-from retry.dead_letter import DeadLetter
-from retry.record import RetryRecord
-from rmq.producer import LatencyFaultTolerance
+from rocksidecar.app.config import Settings
+from rocksidecar.app.events import OpsEvents, cause, redacted
+from rocksidecar.app.logs import TextFormatter, Throttle, configure
+from rocksidecar.retry.dead_letter import DeadLetter
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.rmq.producer import LatencyFaultTolerance
 from tests.fakes import FakeClock
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app import metrics
-from app.metrics import Metrics
+from rocksidecar.app import metrics
+from rocksidecar.app.metrics import Metrics
 
 
 def sample(m: Metrics, name: str, **labels: str) -> float:

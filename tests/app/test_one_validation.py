@@ -12,10 +12,10 @@ from typing import Any
 import grpc
 import pytest
 
-from app.api.proto import rocksidecar_pb2 as pb
-from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
-from app.request import GRPC_FIELDS, HTTP_FIELDS
-from rmq.message import TOPIC_MAX_LEN
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from rocksidecar.app.request import GRPC_FIELDS, HTTP_FIELDS
+from rocksidecar.rmq.message import TOPIC_MAX_LEN
 from tests.app.conftest import Stack
 
 MAX_BODY = 64

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from retry.policy import RetryPolicy
+from rocksidecar.retry.policy import RetryPolicy
 from tests.app.conftest import Stack
 
 

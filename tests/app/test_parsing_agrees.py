@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from app.api.parsing import FastMessage, parse_batch, parse_message
-from app.api.schemas import MessageIn
-from app.request import RequestError
+from rocksidecar.app.api.parsing import FastMessage, parse_batch, parse_message
+from rocksidecar.app.api.schemas import MessageIn
+from rocksidecar.app.request import RequestError
 
 FIELDS = [
     "topic",

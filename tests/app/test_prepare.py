@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.request import HTTP_FIELDS, Limits, MessageSpec, RequestError, prepare
-from rmq import InvalidMessageError
-from rmq.message import validate_topic
+from rocksidecar.app.request import HTTP_FIELDS, Limits, MessageSpec, RequestError, prepare
+from rocksidecar.rmq import InvalidMessageError
+from rocksidecar.rmq.message import validate_topic
 
 LIMITS = Limits(max_body_bytes=64, max_delay_ms=10**9)
 text = st.text(st.characters(codec="utf-8"), max_size=20)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.readiness import masters
+from rocksidecar.app.readiness import masters
 from tests.app.conftest import Stack
 
 

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 
 import pytest
 
-from app.request import Prepared, RequestError
-from app.sidecar import Sidecar, Status
-from retry.policy import RetryPolicy
-from retry.record import RetryRecord
-from rmq import Message, MessageQueue, RocketMQError, Sender, SendResult, SendStatus
-from rmq.codes import ResponseCode
-from rmq.errors import for_code
+from rocksidecar.app.request import Prepared, RequestError
+from rocksidecar.app.sidecar import Sidecar, Status
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.rmq import Message, MessageQueue, RocketMQError, Sender, SendResult, SendStatus
+from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.errors import for_code
 
 
 class OtherTransport:

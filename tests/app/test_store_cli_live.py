@@ -11,9 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
-from app.cli import main
-from retry.policy import RetryPolicy
-from retry.store import RetryStore
+from rocksidecar.app.cli import main
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.store import RetryStore
 from tests.app.conftest import Stack
 from tests.retry.conftest import record
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from retry.policy import RetryPolicy
+from rocksidecar.retry.policy import RetryPolicy
 from tests.app.conftest import Stack
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -9,14 +9,14 @@ import re
 import typing
 from pathlib import Path
 
-import app.sidecar
-from app.api import operations, schemas
-from app.api.proto import rocksidecar_pb2 as pb
-from app.metrics import Metrics
-from app.sidecar import MessageState, Outcome, Status
-from delay import CancelOutcome, DelayState, SentTo
-from retry import State
-from rmq import SendResult
+import rocksidecar.app.sidecar
+from rocksidecar.app.api import operations, schemas
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.metrics import Metrics
+from rocksidecar.app.sidecar import MessageState, Outcome, Status
+from rocksidecar.delay import CancelOutcome, DelayState, SentTo
+from rocksidecar.retry import State
+from rocksidecar.rmq import SendResult
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 STATES = {s.value for s in Status}
@@ -69,5 +69,8 @@ def test_message_id_and_offset_message_id_are_named_as_the_glossary() -> None:
 
 def test_one_name_for_what_a_cancel_did() -> None:
     # CancelResult, its old twin, is gone: the delay store's enum is the one name
-    assert not hasattr(app.sidecar, "CancelResult")
-    assert app.sidecar.Sidecar.cancel.__annotations__["return"] in (CancelOutcome, "CancelOutcome")
+    assert not hasattr(rocksidecar.app.sidecar, "CancelResult")
+    assert rocksidecar.app.sidecar.Sidecar.cancel.__annotations__["return"] in (
+        CancelOutcome,
+        "CancelOutcome",
+    )

@@ -5,9 +5,9 @@ from __future__ import annotations
 import httpx
 
 from bench.floor import master_of, send_frame, start
-from devbroker import DevCluster
-from rmq import BrokerApi
-from rmq.pool import RemotingClient
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq import BrokerApi
+from rocksidecar.rmq.pool import RemotingClient
 
 
 async def test_relay_sends_one_message_per_request_and_reports_refusals(

@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from delay.keys import COLUMN_FAMILIES
-from delay.message import DelayedMessage
-from delay.scheduler import DelayScheduler
-from delay.store import DelayStore
-from storage.group_commit import GroupCommitWriter
-from storage.memory import MemoryKV
+from rocksidecar.delay.keys import COLUMN_FAMILIES
+from rocksidecar.delay.message import DelayedMessage
+from rocksidecar.delay.scheduler import DelayScheduler
+from rocksidecar.delay.store import DelayStore
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.memory import MemoryKV
 from tests.fakes import FakeWallClock, FaultyKV
 
 SETTLE_S = 10.0  # a safety net against hangs, never a synchronisation point

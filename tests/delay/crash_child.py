@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from delay import COLUMN_FAMILIES, DelayedMessage, DelayScheduler, DelayStore
-from rmq import BrokerApi, Message, NameServerClient, RemotingClient
-from rmq.producer import Producer, ProducerConfig
-from storage.group_commit import GroupCommitWriter
-from storage.rocks import RocksKV
+from rocksidecar.delay import COLUMN_FAMILIES, DelayedMessage, DelayScheduler, DelayStore
+from rocksidecar.rmq import BrokerApi, Message, NameServerClient, RemotingClient
+from rocksidecar.rmq.producer import Producer, ProducerConfig
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.rocks import RocksKV
 
 TOPIC = "DelayCrashTest"
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from delay import COLUMN_FAMILIES, DELAY_DUE_AT, DELAY_PUBLISHED_AT, DelayState, DelayStore
-from delay.keys import DUE_CF, INDEX_CF
-from devbroker import DevCluster
-from storage.group_commit import GroupCommitWriter
-from storage.rocks import RocksKV
+from rocksidecar.delay import COLUMN_FAMILIES, DELAY_DUE_AT, DELAY_PUBLISHED_AT, DelayState, DelayStore
+from rocksidecar.delay.keys import DUE_CF, INDEX_CF
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.rocks import RocksKV
 from tests.crash import cluster_with_topic, kill_twice_then_drain
 from tests.delay.crash_child import TOPIC
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from delay import DelayState, SentTo
-from delay.keys import DONE_CF, SENT, done_value
-from storage.kv import Put
+from rocksidecar.delay import DelayState, SentTo
+from rocksidecar.delay.keys import DONE_CF, SENT, done_value
+from rocksidecar.storage.kv import Put
 from tests.delay.conftest import Harness
 
 

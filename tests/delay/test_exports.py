@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import delay
+from rocksidecar import delay
 
 
 def test_all_names_resolve() -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delay.keys import (
+from rocksidecar.delay.keys import (
     CANCELLED,
     SENT,
     done_value,
@@ -16,7 +16,7 @@ from delay.keys import (
     split_done,
     split_due_key,
 )
-from delay.message import (
+from rocksidecar.delay.message import (
     DELAY_DUE_AT,
     DELAY_PUBLISHED_AT,
     CorruptMessageError,
@@ -24,7 +24,7 @@ from delay.message import (
     decode_message,
     encode_message,
 )
-from storage.keys import MAX_DUE_MS
+from rocksidecar.storage.keys import MAX_DUE_MS
 
 text = st.text(max_size=20)
 ids = st.text(min_size=1, max_size=30)

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from delay import COLUMN_FAMILIES as DELAY_CFS
-from delay import DELAY_DUE_AT, DelayedMessage, DelayScheduler, DelayState, DelayStore
-from retry import ReplayLoop, RetryPolicy, RetryRecord, RetryStore
-from retry.keys import COLUMN_FAMILIES as RETRY_CFS
-from storage.errors import StorageError
-from storage.group_commit import GroupCommitWriter
-from storage.memory import MemoryKV
+from rocksidecar.delay import COLUMN_FAMILIES as DELAY_CFS
+from rocksidecar.delay import DELAY_DUE_AT, DelayedMessage, DelayScheduler, DelayState, DelayStore
+from rocksidecar.retry import ReplayLoop, RetryPolicy, RetryRecord, RetryStore
+from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
+from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.memory import MemoryKV
 from tests.delay.conftest import SETTLE_S, message
 from tests.fakes import FakeWallClock, FaultyKV
 

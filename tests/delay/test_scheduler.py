@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-from delay.keys import DUE_CF, due_key
-from delay.message import DELAY_DUE_AT, DELAY_PUBLISHED_AT
-from delay.status import DelayState
-from storage.kv import Put
+from rocksidecar.delay.keys import DUE_CF, due_key
+from rocksidecar.delay.message import DELAY_DUE_AT, DELAY_PUBLISHED_AT
+from rocksidecar.delay.status import DelayState
+from rocksidecar.storage.kv import Put
 from tests.delay.conftest import Harness, message
 
 

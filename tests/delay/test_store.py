@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from delay.keys import COLUMN_FAMILIES, DONE_CF, DUE_CF, EXPIRY_CF, INDEX_CF
-from delay.status import CancelOutcome, DelayState
-from delay.store import DelayStore
-from storage.errors import StorageError
-from storage.group_commit import GroupCommitWriter
-from storage.memory import MemoryKV
-from storage.rocks import RocksKV
+from rocksidecar.delay.keys import COLUMN_FAMILIES, DONE_CF, DUE_CF, EXPIRY_CF, INDEX_CF
+from rocksidecar.delay.status import CancelOutcome, DelayState
+from rocksidecar.delay.store import DelayStore
+from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.memory import MemoryKV
+from rocksidecar.storage.rocks import RocksKV
 from tests.delay.conftest import SETTLE_S, Harness, make_harness, message
 from tests.fakes import FaultyKV
 

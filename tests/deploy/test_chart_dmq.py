@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app import config
-from app.cli import build_parser
+from rocksidecar.app import config
+from rocksidecar.app.cli import build_parser
 from tests.deploy import chart
 
 DOCS = chart.render("dmq")

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from app import config
-from app.cli import build_parser
-from retry.policy import RetryPolicy
+from rocksidecar.app import config
+from rocksidecar.app.cli import build_parser
+from rocksidecar.retry.policy import RetryPolicy
 from tests.deploy import chart, dockerfile
 from tests.deploy.paths import CHART, DOCKERFILE, REPO
 

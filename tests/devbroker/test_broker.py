@@ -8,11 +8,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from devbroker import DevCluster
-from rmq.codes import RequestCode, ResponseCode
-from rmq.message_codec import decode_stored
-from rmq.pool import RemotingClient
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.codes import RequestCode, ResponseCode
+from rocksidecar.rmq.message_codec import decode_stored
+from rocksidecar.rmq.pool import RemotingClient
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 from tests.devbroker import wire
 
 

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from app.cli import main
-from rmq.namesrv import NameServerClient
-from rmq.pool import RemotingClient
+from rocksidecar.app.cli import main
+from rocksidecar.rmq.namesrv import NameServerClient
+from rocksidecar.rmq.pool import RemotingClient
 
 
 @pytest.mark.parametrize(
@@ -43,7 +43,7 @@ async def test_serves_until_sigterm_then_exits_0() -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "app.cli",
+        "rocksidecar.app.cli",
         "devbroker",
         "--namesrv-port",
         "0",

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from devbroker.clients import ClientRegistry
-from rmq.broker import java_string_hash
-from rmq.connection import Connection
+from rocksidecar.devbroker.clients import ClientRegistry
+from rocksidecar.rmq.broker import java_string_hash
+from rocksidecar.rmq.connection import Connection
 
 
 class Recorder:

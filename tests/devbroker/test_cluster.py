@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-import devbroker
-from devbroker import DevCluster
-from rmq.namesrv import NameServerClient
-from rmq.pool import RemotingClient
+from rocksidecar import devbroker
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.namesrv import NameServerClient
+from rocksidecar.rmq.pool import RemotingClient
 from tests.devbroker import wire
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from devbroker.commitlog import CommitLog, CommitLogCorrupt
+from rocksidecar.devbroker.commitlog import CommitLog, CommitLogCorrupt
 
 
 def record(size: int) -> bytes:

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from devbroker import DevCluster
-from devbroker.http_admin import build_app
-from rmq import BrokerApi, Message, MessageQueue, RemotingClient
-from rmq.codes import ResponseCode
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.devbroker.http_admin import build_app
+from rocksidecar.rmq import BrokerApi, Message, MessageQueue, RemotingClient
+from rocksidecar.rmq.codes import ResponseCode
 
 
 @pytest.fixture

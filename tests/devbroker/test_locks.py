@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from devbroker import DevCluster
-from devbroker.locks import LOCK_MAX_LIVE_S, QueueLocks
-from rmq.codes import RequestCode, ResponseCode
-from rmq.consumer.broker_calls import QueueLocker
-from rmq.errors import BrokerError
-from rmq.message import MessageQueue
-from rmq.pool import RemotingClient
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.devbroker.locks import LOCK_MAX_LIVE_S, QueueLocks
+from rocksidecar.rmq.codes import RequestCode, ResponseCode
+from rocksidecar.rmq.consumer.broker_calls import QueueLocker
+from rocksidecar.rmq.errors import BrokerError
+from rocksidecar.rmq.message import MessageQueue
+from rocksidecar.rmq.pool import RemotingClient
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 
 MQS = [MessageQueue("T", "broker-a", i) for i in range(3)]
 

@@ -8,14 +8,14 @@ import zlib
 import orjson
 import pytest
 
-from devbroker import DevCluster
-from rmq.codes import RequestCode, ResponseCode, SerializeType
-from rmq.connection import connect
-from rmq.errors import ConnectError
-from rmq.namesrv import NameServerClient
-from rmq.pool import RemotingClient
-from rmq.protocol.frame import RemotingCommand
-from rmq.route import TopicRouteData
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.codes import RequestCode, ResponseCode, SerializeType
+from rocksidecar.rmq.connection import connect
+from rocksidecar.rmq.errors import ConnectError
+from rocksidecar.rmq.namesrv import NameServerClient
+from rocksidecar.rmq.pool import RemotingClient
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.route import TopicRouteData
 
 
 async def route_raw(client: RemotingClient, cluster: DevCluster, topic: str) -> RemotingCommand:

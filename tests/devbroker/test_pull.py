@@ -8,13 +8,19 @@ import asyncio
 import orjson
 import pytest
 
-from devbroker import DevBroker, DevCluster
-from rmq.broker import java_string_hash
-from rmq.codes import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, RequestCode, ResponseCode
-from rmq.errors import ConnectionClosed
-from rmq.message_codec import decode_stored_all
-from rmq.pool import RemotingClient
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.devbroker import DevBroker, DevCluster
+from rocksidecar.rmq.broker import java_string_hash
+from rocksidecar.rmq.codes import (
+    PULL_COMMIT_OFFSET,
+    PULL_SUBSCRIPTION,
+    PULL_SUSPEND,
+    RequestCode,
+    ResponseCode,
+)
+from rocksidecar.rmq.errors import ConnectionClosed
+from rocksidecar.rmq.message_codec import decode_stored_all
+from rocksidecar.rmq.pool import RemotingClient
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 from tests.devbroker import wire
 
 OFFSET_HEADERS = ("nextBeginOffset", "minOffset", "maxOffset", "suggestWhichBrokerId")

@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 
-from devbroker import DevCluster
-from rmq.codes import RequestCode, ResponseCode, SerializeType
-from rmq.message_codec import encode_batch
-from rmq.pool import RemotingClient
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.codes import RequestCode, ResponseCode, SerializeType
+from rocksidecar.rmq.message_codec import encode_batch
+from rocksidecar.rmq.pool import RemotingClient
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 from tests.devbroker import wire
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from devbroker.sql92 import FilterParseError, compile_sql92
+from rocksidecar.devbroker.sql92 import FilterParseError, compile_sql92
 
 AND = "a=3 and b<>4 And c>5 AND d<=4"
 OR = "a=3 or b<>4 Or c>5 OR d<=4"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from devbroker.commitlog import CommitLog
-from devbroker.store import MAX_PULL_BYTES, GetStatus, MessageStore, NewMessage, tag_code
-from rmq.message_codec import decode_stored_all, offset_msg_id, pack_host
+from rocksidecar.devbroker.commitlog import CommitLog
+from rocksidecar.devbroker.store import MAX_PULL_BYTES, GetStatus, MessageStore, NewMessage, tag_code
+from rocksidecar.rmq.message_codec import decode_stored_all, offset_msg_id, pack_host
 
 BORN = pack_host("10.0.0.5", 50000)
 

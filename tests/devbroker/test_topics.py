@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from devbroker.topics import TopicConfig, TopicTable, is_system_topic, topic_name_error
+from rocksidecar.devbroker.topics import TopicConfig, TopicTable, is_system_topic, topic_name_error
 
 
 def test_template_exists_only_with_auto_create() -> None:

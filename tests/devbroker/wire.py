@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rmq.codes import PULL_SUBSCRIPTION, RequestCode
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.codes import PULL_SUBSCRIPTION, RequestCode
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 
 V1_NAMES = (
     *("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag"),

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings
-from app.dmq import inner
-from app.dmq.service import DmqOptions, DmqService
-from devbroker import DevCluster
-from retry.policy import RetryPolicy
-from rmq import BrokerApi, NameServerClient, RemotingClient
-from rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
-from rmq.message import Message, MessageExt, MessageQueue
-from rmq.producer import Producer, ProducerConfig
+from rocksidecar.app.config import Settings
+from rocksidecar.app.dmq import inner
+from rocksidecar.app.dmq.service import DmqOptions, DmqService
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.rmq import BrokerApi, NameServerClient, RemotingClient
+from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
+from rocksidecar.rmq.message import Message, MessageExt, MessageQueue
+from rocksidecar.rmq.producer import Producer, ProducerConfig
 
 WAIT_S = 15.0
 WARMUP = "warmup"

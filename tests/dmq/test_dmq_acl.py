@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from app.dmq.service import DmqOptions, DmqService
-from devbroker import DevCluster
-from rmq.acl import signature
-from rmq.codes import RequestCode
+from rocksidecar.app.dmq.service import DmqOptions, DmqService
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.acl import signature
+from rocksidecar.rmq.codes import RequestCode
 from tests.dmq.conftest import INNER_TOPIC, dmq_settings
 from tests.rmq.consumer.test_push_acl import record_requests
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import httpx
 
-from app.dmq import inner
-from devbroker import DevCluster
-from rmq import BrokerApi, NameServerClient, RemotingClient
-from rmq.message import Message, MessageQueue
-from rmq.msgid import new_uniq_id
-from rmq.producer import Producer, ProducerConfig
+from rocksidecar.app.dmq import inner
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq import BrokerApi, NameServerClient, RemotingClient
+from rocksidecar.rmq.message import Message, MessageQueue
+from rocksidecar.rmq.msgid import new_uniq_id
+from rocksidecar.rmq.producer import Producer, ProducerConfig
 from tests.dmq.conftest import INNER_TOPIC, REAL_TOPIC, Received, real_consumer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ async def start_dmq(
         "ROCKSIDECAR_LOG_FORMAT": "text",
     }
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", "dmq", "--inner-topic", inner_topic, "--group", group,
+        sys.executable, "-m", "rocksidecar.app.cli", "dmq", "--inner-topic", inner_topic, "--group", group,
         "--http-addr", f"127.0.0.1:{port}", "--offset-persist-s", persist_s,
         cwd=ROOT, env=env, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip

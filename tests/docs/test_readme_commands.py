@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from app.cli import build_parser
+from rocksidecar.app.cli import build_parser
 from tests.docs.readme import FILTERS, README, ROOT, blocks, commands, pipeline_stages
 
 SHELL = [c for b in blocks() if b.lang == "sh" for c in commands(b)]

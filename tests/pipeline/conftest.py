@@ -12,9 +12,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from bench.common import DevbrokerProcess, devbroker_process
-from pipeline.backoff import Backoff
-from pipeline.client import SidecarClient
-from pipeline.datasource import register
+from rocksidecar.pipeline.backoff import Backoff
+from rocksidecar.pipeline.client import SidecarClient
+from rocksidecar.pipeline.datasource import register
 from tests.pipeline.fake_sidecar import FakeSidecar
 from tests.pipeline.fault_proxy import FaultProxy
 from tests.pipeline.http_double import serve

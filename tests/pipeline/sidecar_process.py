@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.sidecar_process import sidecar_process as _sidecar_process
-from rmq import BrokerApi, MessageExt, NameServerClient, RemotingClient
+from rocksidecar.rmq import BrokerApi, MessageExt, NameServerClient, RemotingClient
 from tests.realbroker.conftest import pull_all
 
 

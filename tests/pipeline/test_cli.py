@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.cli import main
-from pipeline.options import KNOWN
+from rocksidecar.app.cli import main
+from rocksidecar.pipeline.options import KNOWN
 from tests.pipeline.sidecar_process import Sidecar
 
 pytestmark = pytest.mark.timeout(300)

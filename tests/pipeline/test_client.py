@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from pipeline.backoff import Backoff
-from pipeline.client import GaveUpError, SidecarClient, SidecarError
+from rocksidecar.pipeline.backoff import Backoff
+from rocksidecar.pipeline.client import GaveUpError, SidecarClient, SidecarError
 from tests.pipeline.fake_sidecar import FakeSidecar
 
 

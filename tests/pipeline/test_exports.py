@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pipeline
+from rocksidecar import pipeline
 
 
 def test_all_is_sorted_and_importable() -> None:

@@ -9,8 +9,8 @@ import decimal
 
 import orjson
 
-from pipeline.message import MessageBuilder, row_json
-from pipeline.options import WriteOptions
+from rocksidecar.pipeline.message import MessageBuilder, row_json
+from rocksidecar.pipeline.options import WriteOptions
 
 
 def test_text_and_binary_bodies() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.options import DEFAULT_ENDPOINT, OptionError, WriteOptions, check_schema, parse
+from rocksidecar.pipeline.options import DEFAULT_ENDPOINT, OptionError, WriteOptions, check_schema, parse
 
 SCHEMA = {
     "id": "bigint",

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from pipeline.client import GaveUpError, SidecarClient, SidecarError
-from pipeline.message import MessageBuilder
-from pipeline.options import WriteOptions
-from pipeline.publisher import PartitionPublisher, subset_key
+from rocksidecar.pipeline.client import GaveUpError, SidecarClient, SidecarError
+from rocksidecar.pipeline.message import MessageBuilder
+from rocksidecar.pipeline.options import WriteOptions
+from rocksidecar.pipeline.publisher import PartitionPublisher, subset_key
 from tests.pipeline.fake_sidecar import FakeSidecar
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.datasource import PartitionCommit, _finish
-from pipeline.options import WriteOptions
-from pipeline.report import PartitionReport, RejectedRowsError, Rejection, WriteSummary
+from rocksidecar.pipeline.datasource import PartitionCommit, _finish
+from rocksidecar.pipeline.options import WriteOptions
+from rocksidecar.pipeline.report import PartitionReport, RejectedRowsError, Rejection, WriteSummary
 
 
 def report(partition: int, sent: int, rejected: tuple[int, ...] = ()) -> PartitionReport:

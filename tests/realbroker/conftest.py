@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rmq import BrokerApi, MessageExt, MessageQueue, NameServerClient, TopicRouteData
+from rocksidecar.rmq import BrokerApi, MessageExt, MessageQueue, NameServerClient, TopicRouteData
 
 pytestmark = pytest.mark.realbroker
 NAMESRV_ENV = "ROCKSIDECAR_TEST_NAMESRV"

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from rmq import (
+from rocksidecar.rmq import (
     BrokerApi,
     Credentials,
     Message,
@@ -22,8 +22,8 @@ from rmq import (
     SendFailed,
     TopicNotExist,
 )
-from rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
-from rmq.producer import Producer, ProducerConfig
+from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
+from rocksidecar.rmq.producer import Producer, ProducerConfig
 from tests.realbroker.conftest import pull_queue, wait_for_brokers
 
 ACL_ENV = "ROCKSIDECAR_TEST_ACL"

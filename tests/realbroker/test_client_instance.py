@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import os
 
-from rmq import ClientInstance, Message
-from rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
-from rmq.producer import Producer, ProducerConfig
+from rocksidecar.rmq import ClientInstance, Message
+from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
+from rocksidecar.rmq.producer import Producer, ProducerConfig
 from tests.realbroker.conftest import create_topic_everywhere, unique_topic, wait_for_brokers
 from tests.rmq.consumer.helpers import Recorder
 

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from rmq import BrokerApi, Message, MessageQueue, NameServerClient, RemotingClient, new_uniq_id
-from rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
-from rmq.message import MessageExt
+from rocksidecar.rmq import BrokerApi, Message, MessageQueue, NameServerClient, RemotingClient, new_uniq_id
+from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
+from rocksidecar.rmq.message import MessageExt
 from tests.realbroker.conftest import create_topic_everywhere, unique_topic
 from tests.rmq.consumer.helpers import Recorder, settle
 

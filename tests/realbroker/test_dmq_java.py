@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from app.dmq import inner
-from delay.scheduler import BATCH_MAX, MAX_IN_FLIGHT
-from rmq import BrokerApi, Message, NameServerClient, RemotingClient
-from rmq.producer import Producer, ProducerConfig
+from rocksidecar.app.dmq import inner
+from rocksidecar.delay.scheduler import BATCH_MAX, MAX_IN_FLIGHT
+from rocksidecar.rmq import BrokerApi, Message, NameServerClient, RemotingClient
+from rocksidecar.rmq.producer import Producer, ProducerConfig
 from tests.dmq.test_dmq_crash import free_port, start_dmq
 from tools.dmq_java import command
 

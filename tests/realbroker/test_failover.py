@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rmq import BrokerApi, Message, NameServerClient, RemotingClient
-from rmq.producer import Producer, ProducerConfig
+from rocksidecar.rmq import BrokerApi, Message, NameServerClient, RemotingClient
+from rocksidecar.rmq.producer import Producer, ProducerConfig
 from tests.realbroker.conftest import create_topic_everywhere, pull_all, unique_topic
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import random
 
-from rmq import BrokerApi, Message, MessageQueue, NameServerClient, RemotingClient, new_uniq_id
-from rmq.producer import Producer, ProducerConfig
-from rmq.producer.coalesce import CoalescingSender
+from rocksidecar.rmq import BrokerApi, Message, MessageQueue, NameServerClient, RemotingClient, new_uniq_id
+from rocksidecar.rmq.producer import Producer, ProducerConfig
+from rocksidecar.rmq.producer.coalesce import CoalescingSender
 from tests.realbroker.conftest import create_topic_everywhere, pull_all, unique_topic
 
 SINGLES = 5000

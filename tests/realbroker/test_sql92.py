@@ -15,8 +15,8 @@ import os
 
 import pytest
 
-from devbroker.sql92 import compile_sql92
-from rmq import (
+from rocksidecar.devbroker.sql92 import compile_sql92
+from rocksidecar.rmq import (
     BrokerApi,
     Message,
     MessageQueue,
@@ -25,9 +25,9 @@ from rmq import (
     TopicRouteData,
     new_uniq_id,
 )
-from rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
-from rmq.errors import ClientError
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
+from rocksidecar.rmq.errors import ClientError
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 from tests.realbroker.conftest import create_topic_everywhere, unique_topic
 from tests.rmq.consumer.helpers import Recorder
 

@@ -10,9 +10,9 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from rmq import BrokerApi, NameServerClient, RemotingClient
-from rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
-from rmq.consumer.sticky import AllocateSticky
+from rocksidecar.rmq import BrokerApi, NameServerClient, RemotingClient
+from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
+from rocksidecar.rmq.consumer.sticky import AllocateSticky
 from tests.realbroker.conftest import create_topic_everywhere, unique_topic
 from tests.rmq.consumer import conftest as consumer_fixtures
 from tests.rmq.consumer.helpers import Recorder, owned

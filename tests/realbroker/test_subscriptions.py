@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from app.service import Service
-from app.subscriptions.spec import SubscriptionSpec
-from rmq import BrokerApi, Message, NameServerClient, RemotingClient, new_uniq_id
+from rocksidecar.app.service import Service
+from rocksidecar.app.subscriptions.spec import SubscriptionSpec
+from rocksidecar.rmq import BrokerApi, Message, NameServerClient, RemotingClient, new_uniq_id
 from tests.app.conftest import settings_for
 from tests.app.push_app import PushApp, push_app
 from tests.realbroker import java_probe

@@ -6,13 +6,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from retry.dead_letter import DeadLetter
-from retry.keys import COLUMN_FAMILIES
-from retry.policy import RetryPolicy
-from retry.record import RetryRecord
-from retry.replay import ReplayLoop
-from retry.store import RetryStore
-from storage.memory import MemoryKV
+from rocksidecar.retry.dead_letter import DeadLetter
+from rocksidecar.retry.keys import COLUMN_FAMILIES
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.retry.replay import ReplayLoop
+from rocksidecar.retry.store import RetryStore
+from rocksidecar.storage.memory import MemoryKV
 from tests.fakes import FakeWallClock, FaultyKV
 
 SETTLE_S = 10.0  # a safety net against hangs, never a synchronisation point

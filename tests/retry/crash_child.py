@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from retry.policy import RetryPolicy
-from retry.record import RetryRecord
-from retry.replay import ReplayLoop
-from retry.store import RetryStore
-from rmq import BrokerApi, Message, NameServerClient, RemotingClient
-from rmq.producer import Producer, ProducerConfig
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.retry.replay import ReplayLoop
+from rocksidecar.retry.store import RetryStore
+from rocksidecar.rmq import BrokerApi, Message, NameServerClient, RemotingClient
+from rocksidecar.rmq.producer import Producer, ProducerConfig
 
 TOPIC = "CrashTest"
 WORKERS = 16

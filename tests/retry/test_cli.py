@@ -8,9 +8,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.cli import main
-from retry.record import RetryRecord
-from retry.store import RetryStore
+from rocksidecar.app.cli import main
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.retry.store import RetryStore
 from tests.retry.conftest import record
 
 
@@ -134,9 +134,9 @@ def test_a_store_shared_with_other_column_families(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The sidecar keeps the idempotency store's column families in the same directory."""
-    from retry.keys import COLUMN_FAMILIES
-    from storage.kv import Put
-    from storage.rocks import RocksKV
+    from rocksidecar.retry.keys import COLUMN_FAMILIES
+    from rocksidecar.storage.kv import Put
+    from rocksidecar.storage.rocks import RocksKV
 
     asyncio.run(_seed(data_dir))
     kv = RocksKV.open(data_dir / "store", [*COLUMN_FAMILIES, "idem"])

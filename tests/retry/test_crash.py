@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from devbroker import DevCluster
-from retry.keys import PENDING_CF
-from retry.store import RetryStore
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.retry.keys import PENDING_CF
+from rocksidecar.retry.store import RetryStore
 from tests.crash import cluster_with_topic, kill_twice_then_drain
 from tests.retry.crash_child import TOPIC
 

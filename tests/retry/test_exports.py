@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import retry
-import storage
+from rocksidecar import retry, storage
 
 
 @pytest.mark.parametrize("package", [retry, storage])

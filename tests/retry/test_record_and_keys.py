@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from retry.keys import (
+from rocksidecar.retry.keys import (
     PendingKey,
     dead_key,
     index_key,
@@ -16,8 +16,14 @@ from retry.keys import (
     pending_of_dead,
     split_index_key,
 )
-from retry.record import HISTORY_LIMIT, CorruptRecordError, RetryRecord, decode_record, encode_record
-from storage.keys import MAX_DUE_MS, due_bound
+from rocksidecar.retry.record import (
+    HISTORY_LIMIT,
+    CorruptRecordError,
+    RetryRecord,
+    decode_record,
+    encode_record,
+)
+from rocksidecar.storage.keys import MAX_DUE_MS, due_bound
 
 text = st.text(max_size=20)
 records = st.builds(
@@ -129,7 +135,7 @@ def test_semantically_corrupt_fields_are_detected(field: str, value: object) -> 
 
 
 def test_id_of_reads_the_last_field() -> None:
-    from retry.keys import id_of
+    from rocksidecar.retry.keys import id_of
 
     assert id_of(pending_key(5, 3, "a:b", "x:%y")) == "x:%y"
     assert id_of(b"garbage") is None

@@ -3,8 +3,8 @@ at a bounded rate, per topic or all; the ladder still governs those that fail ag
 
 from __future__ import annotations
 
-from retry.policy import DEFAULT_LADDER_S
-from retry.recovery import RecoveryReplay
+from rocksidecar.retry.policy import DEFAULT_LADDER_S
+from rocksidecar.retry.recovery import RecoveryReplay
 from tests.retry.conftest import Harness, Retriable, record
 
 FAR_S = 600  # every message waits ten minutes for its rung

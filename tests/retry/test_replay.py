@@ -10,16 +10,16 @@ from itertools import accumulate
 
 import pytest
 
-from retry.keys import META_CF, PENDING_CF, pending_key
-from retry.policy import DEFAULT_LADDER_S, RetryPolicy
-from retry.record import RetryRecord
-from retry.redelivery import DEAD, DELIVERED, QUARANTINED, RESCHEDULED
-from retry.replay import ERROR, STORE_ERROR
-from retry.status import State
-from retry.store import RetryStore
-from storage.errors import StorageError
-from storage.kv import Put
-from storage.progress import FLOOR_KEY
+from rocksidecar.retry.keys import META_CF, PENDING_CF, pending_key
+from rocksidecar.retry.policy import DEFAULT_LADDER_S, RetryPolicy
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.retry.redelivery import DEAD, DELIVERED, QUARANTINED, RESCHEDULED
+from rocksidecar.retry.replay import ERROR, STORE_ERROR
+from rocksidecar.retry.status import State
+from rocksidecar.retry.store import RetryStore
+from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.kv import Put
+from rocksidecar.storage.progress import FLOOR_KEY
 from tests.retry.conftest import Final, Harness, Retriable, record
 
 
@@ -234,7 +234,7 @@ async def test_a_store_that_cannot_write_acks_pauses_replay_instead_of_a_duplica
     ids = [f"M{i:02d}" for i in range(32)]
     await h.store.spool_many([record(i) for i in ids])
     h.kv.write_fault = "IO error: No space left on device"
-    with caplog.at_level(logging.WARNING, logger="retry.replay"):
+    with caplog.at_level(logging.WARNING, logger="rocksidecar.retry.replay"):
         await h.start_loop(workers=4, store_retry_s=1.0).start()
         await h.until(lambda: STORE_ERROR in h.outcomes)
         await h.settle()
@@ -377,7 +377,7 @@ async def test_a_key_below_the_persisted_floor_is_logged_and_replayed(
     now = h.store.now_ms()
     await h.store.spool(record("STRANDED"), now - 1000)
     h.kv.write([Put(META_CF, FLOOR_KEY, pending_key(now, 0, "orders", "X"))], sync=True)  # a floor bug
-    with caplog.at_level(logging.ERROR, logger="storage.progress"):
+    with caplog.at_level(logging.ERROR, logger="rocksidecar.storage.progress"):
         h.store = restarted(h)
     assert "is above the live key" in caplog.text
     assert h.store.floor == pending_key(now - 1000, 0, "orders", "STRANDED")

@@ -9,12 +9,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from retry.keys import DEAD_CF, PENDING_CF, parse_pending_key
-from retry.record import RetryRecord, decode_record
-from retry.status import State
-from retry.store import RetryStore
-from storage.errors import StorageError, StoreLockedError
-from storage.kv import Put
+from rocksidecar.retry.keys import DEAD_CF, PENDING_CF, parse_pending_key
+from rocksidecar.retry.record import RetryRecord, decode_record
+from rocksidecar.retry.status import State
+from rocksidecar.retry.store import RetryStore
+from rocksidecar.storage.errors import StorageError, StoreLockedError
+from rocksidecar.storage.kv import Put
 from tests.fakes import FakeWallClock
 from tests.retry.conftest import Harness, record
 
@@ -218,7 +218,7 @@ async def test_rocks_store_is_durable_across_reopen_and_restores_the_clock(tmp_p
 
 
 async def test_a_shared_writer_outlives_the_store(h: Harness) -> None:
-    from storage.group_commit import GroupCommitWriter
+    from rocksidecar.storage.group_commit import GroupCommitWriter
 
     shared = GroupCommitWriter(h.kv)
     store = RetryStore(h.kv, now_ms=h.clock.now_ms, clock=h.clock.monotonic, writer=shared)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from rmq.acl import Credentials, sign
-from rmq.broker import java_string_hash
-from rmq.msgid import UniqIdGenerator
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.acl import Credentials, sign
+from rocksidecar.rmq.broker import java_string_hash
+from rocksidecar.rmq.msgid import UniqIdGenerator
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 
 
 def test_signature_matches_java() -> None:

@@ -11,17 +11,17 @@ from dataclasses import dataclass
 
 import pytest
 
-from devbroker import DevBroker, DevCluster
-from rmq.broker import BrokerApi, ConsumerData, Subscription
-from rmq.codes import SYSFLAG_COMPRESSED, RequestCode, ResponseCode
-from rmq.connection import Connection
-from rmq.errors import BrokerError, ConnectError, ConnectionClosed, TopicNotExist
-from rmq.message import Message, MessageQueue
-from rmq.msgid import new_uniq_id
-from rmq.namesrv import NameServerClient
-from rmq.pool import RemotingClient
-from rmq.protocol.frame import RemotingCommand
-from rmq.result import PullStatus, SendResult, SendStatus
+from rocksidecar.devbroker import DevBroker, DevCluster
+from rocksidecar.rmq.broker import BrokerApi, ConsumerData, Subscription
+from rocksidecar.rmq.codes import SYSFLAG_COMPRESSED, RequestCode, ResponseCode
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.errors import BrokerError, ConnectError, ConnectionClosed, TopicNotExist
+from rocksidecar.rmq.message import Message, MessageQueue
+from rocksidecar.rmq.msgid import new_uniq_id
+from rocksidecar.rmq.namesrv import NameServerClient
+from rocksidecar.rmq.pool import RemotingClient
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.result import PullStatus, SendResult, SendStatus
 
 PROMPT_S = 1.0  # "fails fast" / "answers promptly": far below the timeouts used
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from devbroker import DevCluster
-from rmq import Message, MessageExt, MessageQueue, RemotingClient
-from rmq.client_instance import ClientInstance
-from rmq.codes import RequestCode, ResponseCode
-from rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
-from rmq.consumer.push_consumer import PushConsumer
-from rmq.producer import Producer, ProducerConfig
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq import Message, MessageExt, MessageQueue, RemotingClient
+from rocksidecar.rmq.client_instance import ClientInstance
+from rocksidecar.rmq.codes import RequestCode, ResponseCode
+from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
+from rocksidecar.rmq.consumer.push_consumer import PushConsumer
+from rocksidecar.rmq.producer import Producer, ProducerConfig
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 from tests.rmq.consumer.helpers import Recorder
 
 TOPIC = "InstanceT"

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 import pytest
 import uvloop
 
-from rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
-from rmq.connection import Connection, RequestHandler, connect
-from rmq.errors import ConnectionClosed, FrameError, RequestTimeout
-from rmq.pool import RemotingClient
-from rmq.protocol.frame import FrameDecoder, RemotingCommand, encode
+from rocksidecar.rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from rocksidecar.rmq.connection import Connection, RequestHandler, connect
+from rocksidecar.rmq.errors import ConnectionClosed, FrameError, RequestTimeout
+from rocksidecar.rmq.pool import RemotingClient
+from rocksidecar.rmq.protocol.frame import FrameDecoder, RemotingCommand, encode
 
 PING, SLOW, NEVER, DROP, GARBAGE = 901, 902, 903, 904, 905
 LONG_TIMEOUT_S = 30.0

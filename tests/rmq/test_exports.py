@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("package", ["rmq", "rmq.producer", "rmq.consumer"])
+@pytest.mark.parametrize("package", ["rmq", "rocksidecar.rmq.producer", "rocksidecar.rmq.consumer"])
 def test_all_is_sorted_and_importable(package: str) -> None:
     module = importlib.import_module(package)
     names = module.__all__

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rmq.codes import ResponseCode
-from rmq.errors import for_code
+from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.errors import for_code
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -1,10 +1,10 @@
-"""rmq.periodic: the background loop behind the heartbeat and the route refresh."""
+"""rocksidecar.rmq.periodic: the background loop behind the heartbeat and the route refresh."""
 
 from __future__ import annotations
 
 import asyncio
 
-from rmq.periodic import Periodic
+from rocksidecar.rmq.periodic import Periodic
 
 
 class StepSleep:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rmq.message import MessageQueue
-from rmq.route import TopicRouteData, parse_lenient_json
+from rocksidecar.rmq.message import MessageQueue
+from rocksidecar.rmq.route import TopicRouteData, parse_lenient_json
 
 LEGACY = (
     b'{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.9:10911",1:"10.0.0.10:10911"},"brokerName":"broker-b",'

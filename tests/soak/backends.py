@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from bench.common import DevbrokerProcess
-from rmq import BrokerApi, NameServerClient, RemotingClient, TopicRouteData
+from rocksidecar.rmq import BrokerApi, NameServerClient, RemotingClient, TopicRouteData
 from tests.realbroker.conftest import create_topic_everywhere, pull_all
 
 BROKERS = ("broker-a", "broker-b")

@@ -18,8 +18,8 @@ from typing import Any
 import grpc
 import httpx
 
-from app.api.proto import rocksidecar_pb2 as pb
-from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 
 ACKED_STATUSES = ("SENT", "SPOOLED", "SCHEDULED")
 GRPC_ACKED = (pb.SENT, pb.SPOOLED, pb.SCHEDULED)

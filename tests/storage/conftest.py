@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.kv import KV
-from storage.memory import MemoryKV
-from storage.rocks import RocksKV
+from rocksidecar.storage.kv import KV
+from rocksidecar.storage.memory import MemoryKV
+from rocksidecar.storage.rocks import RocksKV
 
 CFS = ("alpha", "beta")
 

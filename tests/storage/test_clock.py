@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from storage.clock import SteadyClock
+from rocksidecar.storage.clock import SteadyClock
 from tests.fakes import FakeWallClock
 
 

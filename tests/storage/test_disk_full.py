@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from storage import rocks
-from storage.errors import StorageError
-from storage.group_commit import GroupCommitWriter
-from storage.kv import Delete, Put
-from storage.rocks import RocksKV
+from rocksidecar.storage import rocks
+from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.kv import Delete, Put
+from rocksidecar.storage.rocks import RocksKV
 from tests.tmpfs import SmallDisk, small_disk
 
 

@@ -16,24 +16,24 @@ from typing import Protocol
 
 import pytest
 
-from delay.keys import COLUMN_FAMILIES as DELAY_CFS
-from delay.keys import DUE_CF, due_key
-from delay.keys import META_CF as DELAY_META_CF
-from delay.message import DelayedMessage
-from delay.scheduler import DelayScheduler
-from delay.store import DelayStore
-from retry.keys import COLUMN_FAMILIES as RETRY_CFS
-from retry.keys import META_CF as RETRY_META_CF
-from retry.keys import PENDING_CF
-from retry.policy import RetryPolicy
-from retry.record import RetryRecord
-from retry.replay import ReplayLoop
-from retry.store import RetryStore
-from storage.due_loop import DueLoop
-from storage.due_queue import DueQueue
-from storage.group_commit import GroupCommitWriter
-from storage.memory import MemoryKV
-from storage.progress import FLOOR_KEY
+from rocksidecar.delay.keys import COLUMN_FAMILIES as DELAY_CFS
+from rocksidecar.delay.keys import DUE_CF, due_key
+from rocksidecar.delay.keys import META_CF as DELAY_META_CF
+from rocksidecar.delay.message import DelayedMessage
+from rocksidecar.delay.scheduler import DelayScheduler
+from rocksidecar.delay.store import DelayStore
+from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
+from rocksidecar.retry.keys import META_CF as RETRY_META_CF
+from rocksidecar.retry.keys import PENDING_CF
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.retry.replay import ReplayLoop
+from rocksidecar.retry.store import RetryStore
+from rocksidecar.storage.due_loop import DueLoop
+from rocksidecar.storage.due_queue import DueQueue
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.memory import MemoryKV
+from rocksidecar.storage.progress import FLOOR_KEY
 from tests.fakes import FakeWallClock
 
 SETTLE_S = 10.0  # a safety net against hangs, never a synchronisation point

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from storage.errors import StorageError
-from storage.group_commit import GroupCommitWriter, SyncStrategy
-from storage.kv import KV, Op, Put
-from storage.memory import MemoryKV
+from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.group_commit import GroupCommitWriter, SyncStrategy
+from rocksidecar.storage.kv import KV, Op, Put
+from rocksidecar.storage.memory import MemoryKV
 from tests.fakes import FaultyKV
 
 STRATEGIES = list(SyncStrategy)
@@ -139,8 +139,8 @@ async def test_close_finishes_queued_writes_then_refuses_new_ones() -> None:
 CHILD = textwrap.dedent(
     """
     import asyncio, resource, signal, sys
-    from storage.rocks import RocksKV
-    from storage import GroupCommitWriter, Put, StorageError
+    from rocksidecar.storage.rocks import RocksKV
+    from rocksidecar.storage import GroupCommitWriter, Put, StorageError
 
     kv = RocksKV.open(sys.argv[1], ["a"])
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so an oversized write fails with EFBIG
@@ -179,7 +179,7 @@ def test_a_real_io_error_from_rocksdb_fails_the_write(tmp_path: Path) -> None:
     assert healthy == "False"
     assert "File too large" in error
     # everything acknowledged before the failure is in the store
-    from storage.rocks import RocksKV
+    from rocksidecar.storage.rocks import RocksKV
 
     kv = RocksKV.open(tmp_path / "db", ["a"])
     try:

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from delay.keys import COLUMN_FAMILIES as DELAY_CFS
-from delay.store import DelayStore
-from retry.keys import COLUMN_FAMILIES as RETRY_CFS
-from retry.keys import PENDING_CF
-from retry.store import RetryStore
-from storage.errors import StorageError
-from storage.group_commit import GroupCommitWriter
-from storage.key_count import SYNC_COUNT_LIMIT, KeyCount
-from storage.kv import Put
-from storage.memory import MemoryKV
-from storage.rocks import RocksKV
+from rocksidecar.delay.keys import COLUMN_FAMILIES as DELAY_CFS
+from rocksidecar.delay.store import DelayStore
+from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
+from rocksidecar.retry.keys import PENDING_CF
+from rocksidecar.retry.store import RetryStore
+from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.key_count import SYNC_COUNT_LIMIT, KeyCount
+from rocksidecar.storage.kv import Put
+from rocksidecar.storage.memory import MemoryKV
+from rocksidecar.storage.rocks import RocksKV
 
 LARGE = SYNC_COUNT_LIMIT * 100
 

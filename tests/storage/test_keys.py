@@ -1,4 +1,4 @@
-"""storage.keys: the 13-digit due-time prefix keeps byte order equal to time order."""
+"""rocksidecar.storage.keys: the 13-digit due-time prefix keeps byte order equal to time order."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storage.keys import MAX_DUE_MS, clamp_due, due_bound, due_prefix, parse_due
+from rocksidecar.storage.keys import MAX_DUE_MS, clamp_due, due_bound, due_prefix, parse_due
 
 
 @given(st.integers(0, MAX_DUE_MS), st.integers(0, MAX_DUE_MS))

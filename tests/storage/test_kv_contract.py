@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from storage.errors import StorageError
-from storage.kv import KV, Delete, DeleteRange, Put
+from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.kv import KV, Delete, DeleteRange, Put
 
 
 def fill(kv: KV, cf: str, keys: list[bytes]) -> None:

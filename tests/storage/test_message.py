@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from delay.message import CorruptMessageError, DelayedMessage, decode_message, encode_message
-from retry.dead_letter import decode_dead, encode_dead
-from retry.record import CorruptRecordError, RetryRecord, decode_record, encode_record
-from storage.message import CorruptValueError, StoredMessage
+from rocksidecar.delay.message import CorruptMessageError, DelayedMessage, decode_message, encode_message
+from rocksidecar.retry.dead_letter import decode_dead, encode_dead
+from rocksidecar.retry.record import CorruptRecordError, RetryRecord, decode_record, encode_record
+from rocksidecar.storage.message import CorruptValueError, StoredMessage
 
 # Written by retry.record.encode_record and delay.message.encode_message at 2fc8420 (before the merge)
 OLD_RECORD = bytes.fromhex(

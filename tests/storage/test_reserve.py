@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from storage import reserve as reserve_module
-from storage import rocks
-from storage.errors import StorageError
-from storage.group_commit import GroupCommitWriter
-from storage.kv import Delete, Op, Put
-from storage.memory import MemoryKV
-from storage.reserve import MIB, DiskFullError, DiskReserve, ReserveFile
-from storage.rocks import RocksKV
+from rocksidecar.storage import reserve as reserve_module
+from rocksidecar.storage import rocks
+from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.kv import Delete, Op, Put
+from rocksidecar.storage.memory import MemoryKV
+from rocksidecar.storage.reserve import MIB, DiskFullError, DiskReserve, ReserveFile
+from rocksidecar.storage.rocks import RocksKV
 from tests.fakes import FakeClock
 from tests.tmpfs import small_disk
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from storage import rocks
-from storage.errors import StorageError, StoreLockedError
-from storage.kv import Put
-from storage.rocks import Access, RocksKV
+from rocksidecar.storage import rocks
+from rocksidecar.storage.errors import StorageError, StoreLockedError
+from rocksidecar.storage.kv import Put
+from rocksidecar.storage.rocks import Access, RocksKV
 
 
 def test_synced_data_survives_reopen_and_new_column_families_are_created(tmp_path: Path) -> None:

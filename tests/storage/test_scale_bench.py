@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.scale import fill, open_and_tick, store_path
-from delay.keys import DUE_CF
-from retry.keys import PENDING_CF
-from storage.rocks import RocksKV
+from rocksidecar.delay.keys import DUE_CF
+from rocksidecar.retry.keys import PENDING_CF
+from rocksidecar.storage.rocks import RocksKV
 
 N = 2_500  # spans a partial last batch
 

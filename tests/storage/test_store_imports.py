@@ -8,8 +8,18 @@ import grimp
 
 def test_no_import_cycle_between_the_stores_modules() -> None:
     graph = grimp.build_graph("retry", "delay", "storage")
-    assert graph.find_shortest_chain(importer="retry.store", imported="retry.dead_letters") is not None
-    assert graph.find_shortest_chain(importer="retry.dead_letters", imported="retry.store") is None
+    assert (
+        graph.find_shortest_chain(
+            importer="rocksidecar.retry.store", imported="rocksidecar.retry.dead_letters"
+        )
+        is not None
+    )
+    assert (
+        graph.find_shortest_chain(
+            importer="rocksidecar.retry.dead_letters", imported="rocksidecar.retry.store"
+        )
+        is None
+    )
     for package in ("retry", "delay", "storage"):
         cyclic = [
             (a, b)
@@ -22,6 +32,11 @@ def test_no_import_cycle_between_the_stores_modules() -> None:
 
 def test_the_engine_imports_no_store() -> None:
     graph = grimp.build_graph("retry", "delay", "storage")
-    for engine in ("storage.due_queue", "storage.due_loop", "storage.message", "storage.claims"):
+    for engine in (
+        "rocksidecar.storage.due_queue",
+        "rocksidecar.storage.due_loop",
+        "rocksidecar.storage.message",
+        "rocksidecar.storage.claims",
+    ):
         for store in ("retry", "delay"):
             assert graph.find_shortest_chain(importer=engine, imported=store) is None

@@ -10,11 +10,11 @@ from typing import cast
 import orjson
 import pytest
 
-from app.subscriptions.bulk import BULK_EVENT_TYPE, BulkPush, statuses_from
-from app.subscriptions.http_client import Answer, HttpClient, PostError
-from app.subscriptions.spec import SpecError, SubscriptionSpec, parse_one
-from rmq.consumer.config import ConsumeStatus
-from rmq.message import MessageExt
+from rocksidecar.app.subscriptions.bulk import BULK_EVENT_TYPE, BulkPush, statuses_from
+from rocksidecar.app.subscriptions.http_client import Answer, HttpClient, PostError
+from rocksidecar.app.subscriptions.spec import SpecError, SubscriptionSpec, parse_one
+from rocksidecar.rmq.consumer.config import ConsumeStatus
+from rocksidecar.rmq.message import MessageExt
 from tests.rmq.consumer.factory import stored
 from tests.subscriptions.test_push import MQ, Recorded
 
@@ -119,7 +119,7 @@ def test_bad_bulk_settings_name_the_key(entry: dict[str, object], names: str) ->
 
 
 def test_a_bulk_subscription_consumes_in_batches() -> None:
-    from app.subscriptions.runner import consumer_config
+    from rocksidecar.app.subscriptions.runner import consumer_config
 
     spec = parse_one(
         {

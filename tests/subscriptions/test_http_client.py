@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from app.subscriptions.http_client import HttpClient, PostError
+from rocksidecar.app.subscriptions.http_client import HttpClient, PostError
 
 Handler = Callable[[bytes, bytes], bytes | None]  # (head, body) -> raw answer, None: close at once
 

@@ -12,11 +12,11 @@ from urllib.parse import unquote
 
 import pytest
 
-from app.subscriptions.http_client import Answer, HttpClient, PostError
-from app.subscriptions.push import DEFAULT_LATER_S, MAX_LATER_S, HttpPush, retry_after_s
-from app.subscriptions.spec import SubscriptionSpec
-from rmq.consumer.config import ConsumeStatus
-from rmq.message import MessageExt, MessageQueue
+from rocksidecar.app.subscriptions.http_client import Answer, HttpClient, PostError
+from rocksidecar.app.subscriptions.push import DEFAULT_LATER_S, MAX_LATER_S, HttpPush, retry_after_s
+from rocksidecar.app.subscriptions.spec import SubscriptionSpec
+from rocksidecar.rmq.consumer.config import ConsumeStatus
+from rocksidecar.rmq.message import MessageExt, MessageQueue
 from tests.rmq.consumer.factory import stored
 
 SPEC = SubscriptionSpec(name="orders", topic="T", group="G", endpoint="http://127.0.0.1:9/in")
@@ -150,7 +150,7 @@ def test_ce_time_is_the_isoformat_of_the_born_timestamp() -> None:
     import random
     from datetime import UTC, datetime, timedelta
 
-    from app.subscriptions.cloudevents import ce_time
+    from rocksidecar.app.subscriptions.cloudevents import ce_time
 
     rnd = random.Random(7)
     samples = [0, 999, 1000, 1_700_000_000_123, 1_700_000_000_999, 253_402_300_799_999]

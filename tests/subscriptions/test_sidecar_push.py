@@ -16,12 +16,12 @@ import grpc
 import httpx
 import pytest
 
-from app.api.proto import rocksidecar_pb2 as pb
-from app.api.proto import rocksidecar_pb2_grpc as pb_grpc
-from app.service import COLUMN_FAMILIES, Service
-from app.subscriptions.spec import SubscriptionSpec
-from devbroker import DevCluster
-from storage.rocks import RocksKV
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from rocksidecar.app.service import COLUMN_FAMILIES, Service
+from rocksidecar.app.subscriptions.spec import SubscriptionSpec
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.storage.rocks import RocksKV
 from tests.app.conftest import settings_for
 from tests.app.push_app import Answer, PushApp, push_app
 

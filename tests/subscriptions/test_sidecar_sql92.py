@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.service import COLUMN_FAMILIES, Service, StartupError
-from app.subscriptions.spec import SubscriptionSpec
-from devbroker import DevCluster
-from storage.rocks import RocksKV
+from rocksidecar.app.service import COLUMN_FAMILIES, Service, StartupError
+from rocksidecar.app.subscriptions.spec import SubscriptionSpec
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.storage.rocks import RocksKV
 from tests.app.conftest import settings_for
 from tests.app.push_app import push_app
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from app import config
-from app.subscriptions.runner import consumer_config
-from app.subscriptions.spec import SubscriptionSpec
-from rmq.consumer.sticky import AllocateSticky
+from rocksidecar.app import config
+from rocksidecar.app.subscriptions.runner import consumer_config
+from rocksidecar.app.subscriptions.spec import SubscriptionSpec
+from rocksidecar.rmq.consumer.sticky import AllocateSticky
 
 GOOD = {"name": "orders", "topic": "Orders", "group": "orders-app", "endpoint": "http://localhost:8080/in"}
 

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from app.api.proto import rocksidecar_pb2 as app_dot_api_dot_proto_dot_rocksidecar__pb2
+from rocksidecar.app.api.proto import rocksidecar_pb2 as app_dot_api_dot_proto_dot_rocksidecar__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

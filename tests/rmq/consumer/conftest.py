@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from rmq.consumer.push_consumer import PushConsumer
+from rocksidecar.rmq.consumer.push_consumer import PushConsumer
 
 
 @pytest.fixture

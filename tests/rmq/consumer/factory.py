@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rmq.message import MessageExt
+from rocksidecar.rmq.message import MessageExt
 
 
 def stored(

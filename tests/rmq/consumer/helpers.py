@@ -6,15 +6,15 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from devbroker import DevCluster
-from rmq.broker import BrokerApi
-from rmq.consumer.config import ConsumerConfig, ConsumeStatus, MessageListener
-from rmq.consumer.push_consumer import PushConsumer
-from rmq.errors import ConnectionClosed
-from rmq.message import Message, MessageExt, MessageQueue
-from rmq.msgid import new_uniq_id
-from rmq.pool import RemotingClient
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.broker import BrokerApi
+from rocksidecar.rmq.consumer.config import ConsumerConfig, ConsumeStatus, MessageListener
+from rocksidecar.rmq.consumer.push_consumer import PushConsumer
+from rocksidecar.rmq.errors import ConnectionClosed
+from rocksidecar.rmq.message import Message, MessageExt, MessageQueue
+from rocksidecar.rmq.msgid import new_uniq_id
+from rocksidecar.rmq.pool import RemotingClient
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 
 WAIT_S = 10.0  # generous bound on "eventually"; the tests finish far sooner
 

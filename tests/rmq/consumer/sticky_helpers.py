@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from rmq.consumer.push_consumer import PushConsumer
-from rmq.message import MessageQueue
+from rocksidecar.rmq.consumer.push_consumer import PushConsumer
+from rocksidecar.rmq.message import MessageQueue
 from tests.rmq.consumer.helpers import owned
 
 

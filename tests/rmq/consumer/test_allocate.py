@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmq.client_id import build_client_id
-from rmq.consumer.allocate import (
+from rocksidecar.rmq.client_id import build_client_id
+from rocksidecar.rmq.consumer.allocate import (
     AllocateStrategy,
     Averagely,
     AveragelyByCircle,
@@ -33,8 +33,8 @@ from rmq.consumer.allocate import (
     PrefixMachineRooms,
     sort_for_allocation,
 )
-from rmq.consumer.bounded_hash import BoundedHash, bounded_assignment, moved
-from rmq.message import MessageQueue
+from rocksidecar.rmq.consumer.bounded_hash import BoundedHash, bounded_assignment, moved
+from rocksidecar.rmq.message import MessageQueue
 
 VECTORS = Path(__file__).with_name("allocation_vectors.json")
 DIST = Path(os.environ.get("ROCKETMQ_DIST", "/tmp/rocketmq-dist"))

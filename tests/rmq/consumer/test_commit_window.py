@@ -8,12 +8,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from devbroker import DevCluster
-from rmq.codes import RequestCode
-from rmq.consumer.commit_window import QueueWindow
-from rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
-from rmq.consumer.push_consumer import PushConsumer
-from rmq.message import MessageExt, MessageQueue
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.codes import RequestCode
+from rocksidecar.rmq.consumer.commit_window import QueueWindow
+from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
+from rocksidecar.rmq.consumer.push_consumer import PushConsumer
+from rocksidecar.rmq.message import MessageExt, MessageQueue
 from tests.rmq.consumer.factory import stored
 from tests.rmq.consumer.helpers import FailingClient, Recorder, send_to_queues, start, wired
 

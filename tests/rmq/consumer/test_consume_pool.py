@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from rmq.consumer.config import ConsumerConfig, ConsumeStatus
-from rmq.consumer.consume_concurrently import ConcurrentService
-from rmq.consumer.process_queue import ProcessQueue
-from rmq.consumer.queue_state import QueueState
-from rmq.message import MessageExt, MessageQueue
+from rocksidecar.rmq.consumer.config import ConsumerConfig, ConsumeStatus
+from rocksidecar.rmq.consumer.consume_concurrently import ConcurrentService
+from rocksidecar.rmq.consumer.process_queue import ProcessQueue
+from rocksidecar.rmq.consumer.queue_state import QueueState
+from rocksidecar.rmq.message import MessageExt, MessageQueue
 from tests.rmq.consumer.factory import stored
 from tests.rmq.consumer.test_push_lifecycle import FakeHost
 

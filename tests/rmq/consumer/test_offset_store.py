@@ -6,19 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from devbroker import DevCluster
-from rmq.broker import BrokerApi
-from rmq.consumer.offset_store import (
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.broker import BrokerApi
+from rocksidecar.rmq.consumer.offset_store import (
     LocalFileOffsetStore,
     ReadType,
     RemoteOffsetStore,
     default_offsets_path,
     write_atomically,
 )
-from rmq.errors import ClientError
-from rmq.message import Message, MessageQueue
-from rmq.msgid import new_uniq_id
-from rmq.pool import RemotingClient
+from rocksidecar.rmq.errors import ClientError
+from rocksidecar.rmq.message import Message, MessageQueue
+from rocksidecar.rmq.msgid import new_uniq_id
+from rocksidecar.rmq.pool import RemotingClient
 
 
 async def test_remote_store_round_trip_on_devbroker(cluster: DevCluster, client: RemotingClient) -> None:
@@ -102,7 +102,7 @@ def test_atomic_write_leaves_the_old_file_when_the_write_fails(
     def broken_replace(src: object, dst: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("rmq.consumer.offset_store.os.replace", broken_replace)
+    monkeypatch.setattr("rocksidecar.rmq.consumer.offset_store.os.replace", broken_replace)
     with pytest.raises(OSError):
         write_atomically(path, b"new")
     assert path.read_bytes() == b"old"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmq.consumer.process_queue import ProcessQueue
+from rocksidecar.rmq.consumer.process_queue import ProcessQueue
 from tests.rmq.consumer.factory import stored
 
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from rmq.broker import BrokerApi
-from rmq.codes import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, RequestCode, ResponseCode
-from rmq.message import MessageQueue
-from rmq.protocol.frame import RemotingCommand
-from rmq.result import PullStatus
+from rocksidecar.rmq.broker import BrokerApi
+from rocksidecar.rmq.codes import (
+    PULL_COMMIT_OFFSET,
+    PULL_SUBSCRIPTION,
+    PULL_SUSPEND,
+    RequestCode,
+    ResponseCode,
+)
+from rocksidecar.rmq.message import MessageQueue
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.result import PullStatus
 
 
 class Scripted:

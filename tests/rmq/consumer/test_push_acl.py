@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from devbroker import DevCluster
-from rmq.acl import Credentials, signature
-from rmq.codes import RequestCode
-from rmq.connection import Connection
-from rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
-from rmq.consumer.push_consumer import PushConsumer
-from rmq.message import MessageExt, MessageQueue
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.acl import Credentials, signature
+from rocksidecar.rmq.codes import RequestCode
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
+from rocksidecar.rmq.consumer.push_consumer import PushConsumer
+from rocksidecar.rmq.message import MessageExt, MessageQueue
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 from tests.rmq.consumer.helpers import Recorder, send_to_queues
 
 TOPIC = "AclT"

@@ -9,12 +9,12 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from devbroker import DevCluster
-from rmq.codes import RequestCode
-from rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus, MessageModel
-from rmq.consumer.offset_store import LocalFileOffsetStore, ReadType
-from rmq.consumer.push_consumer import PushConsumer
-from rmq.message import MessageExt, MessageQueue
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.codes import RequestCode
+from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus, MessageModel
+from rocksidecar.rmq.consumer.offset_store import LocalFileOffsetStore, ReadType
+from rocksidecar.rmq.consumer.push_consumer import PushConsumer
+from rocksidecar.rmq.message import MessageExt, MessageQueue
 from tests.rmq.consumer.helpers import (
     WAIT_S,
     FailingClient,
@@ -281,7 +281,7 @@ def test_flow_control_thresholds() -> None:
         "127.0.0.1:1",
         Recorder(),
     )
-    from rmq.consumer.process_queue import ProcessQueue
+    from rocksidecar.rmq.consumer.process_queue import ProcessQueue
     from tests.rmq.consumer.factory import stored
 
     pq = ProcessQueue(0)

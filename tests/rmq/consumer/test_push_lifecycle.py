@@ -9,17 +9,17 @@ from collections.abc import Sequence
 
 import pytest
 
-from devbroker import DevCluster
-from rmq.codes import RequestCode
-from rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
-from rmq.consumer.consume_concurrently import ConcurrentService
-from rmq.consumer.offset_store import ReadType
-from rmq.consumer.process_queue import ProcessQueue
-from rmq.consumer.push_consumer import PushConsumer
-from rmq.consumer.queue_state import QueueState
-from rmq.consumer.rebalance import start_offset
-from rmq.consumer.stats import Stats
-from rmq.message import MessageExt, MessageQueue
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.codes import RequestCode
+from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
+from rocksidecar.rmq.consumer.consume_concurrently import ConcurrentService
+from rocksidecar.rmq.consumer.offset_store import ReadType
+from rocksidecar.rmq.consumer.process_queue import ProcessQueue
+from rocksidecar.rmq.consumer.push_consumer import PushConsumer
+from rocksidecar.rmq.consumer.queue_state import QueueState
+from rocksidecar.rmq.consumer.rebalance import start_offset
+from rocksidecar.rmq.consumer.stats import Stats
+from rocksidecar.rmq.message import MessageExt, MessageQueue
 from tests.rmq.consumer.factory import stored
 from tests.rmq.consumer.helpers import (
     FailingClient,

@@ -8,10 +8,10 @@ import functools
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-from devbroker import DevCluster
-from rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
-from rmq.consumer.push_consumer import PushConsumer
-from rmq.message import MessageExt, MessageQueue
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
+from rocksidecar.rmq.consumer.push_consumer import PushConsumer
+from rocksidecar.rmq.message import MessageExt, MessageQueue
 from tests.rmq.consumer.helpers import Recorder, owned, send_to_queues, settle, start
 
 TOPIC = "OrderT"

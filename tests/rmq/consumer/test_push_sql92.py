@@ -9,16 +9,16 @@ import asyncio
 import orjson
 import pytest
 
-from devbroker import DevCluster
-from rmq.broker import BrokerApi
-from rmq.codes import RequestCode
-from rmq.consumer.config import ConsumeFrom, ConsumerConfig
-from rmq.consumer.push_consumer import PushConsumer
-from rmq.errors import ClientError
-from rmq.message import Message, MessageQueue
-from rmq.msgid import new_uniq_id
-from rmq.pool import RemotingClient
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.broker import BrokerApi
+from rocksidecar.rmq.codes import RequestCode
+from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig
+from rocksidecar.rmq.consumer.push_consumer import PushConsumer
+from rocksidecar.rmq.errors import ClientError
+from rocksidecar.rmq.message import Message, MessageQueue
+from rocksidecar.rmq.msgid import new_uniq_id
+from rocksidecar.rmq.pool import RemotingClient
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 from tests.rmq.consumer.helpers import WAIT_S, Recorder
 
 TOPIC = "SqlT"

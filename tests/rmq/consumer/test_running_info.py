@@ -6,11 +6,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from rmq.consumer.holdings import read_holdings
-from rmq.consumer.process_queue import ProcessQueue
-from rmq.consumer.running_info import QueueInfo, encode_running_info, owned_queues, queue_info
-from rmq.errors import BrokerSystemError, FrameError, RequestTimeout
-from rmq.message import MessageQueue
+from rocksidecar.rmq.consumer.holdings import read_holdings
+from rocksidecar.rmq.consumer.process_queue import ProcessQueue
+from rocksidecar.rmq.consumer.running_info import QueueInfo, encode_running_info, owned_queues, queue_info
+from rocksidecar.rmq.errors import BrokerSystemError, FrameError, RequestTimeout
+from rocksidecar.rmq.message import MessageQueue
 from tests.rmq.consumer.factory import stored
 
 # As rocketmq-client 4.9.4 writes it (fastjson: object keys in mqTable, fields alphabetical), trimmed.

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmq.consumer.bounded_hash import bounded_assignment, moved
-from rmq.consumer.sticky import AllocateSticky, sticky_assignment
-from rmq.message import MessageQueue
+from rocksidecar.rmq.consumer.bounded_hash import bounded_assignment, moved
+from rocksidecar.rmq.consumer.sticky import AllocateSticky, sticky_assignment
+from rocksidecar.rmq.message import MessageQueue
 
 SEED_QUEUES = [MessageQueue("TopicTest", f"broker-{'ab'[i % 2]}", i // 2) for i in range(24)]
 

@@ -9,17 +9,17 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from devbroker import DevCluster
-from rmq.broker import BrokerApi
-from rmq.codes import RequestCode, ResponseCode
-from rmq.consumer.bounded_hash import bounded_assignment
-from rmq.consumer.config import ConsumeFrom, ConsumerConfig
-from rmq.consumer.push_consumer import PushConsumer
-from rmq.consumer.running_info import owned_queues
-from rmq.consumer.sticky import AllocateSticky
-from rmq.errors import BrokerSystemError
-from rmq.pool import RemotingClient
-from rmq.protocol.frame import RemotingCommand
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.broker import BrokerApi
+from rocksidecar.rmq.codes import RequestCode, ResponseCode
+from rocksidecar.rmq.consumer.bounded_hash import bounded_assignment
+from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig
+from rocksidecar.rmq.consumer.push_consumer import PushConsumer
+from rocksidecar.rmq.consumer.running_info import owned_queues
+from rocksidecar.rmq.consumer.sticky import AllocateSticky
+from rocksidecar.rmq.errors import BrokerSystemError
+from rocksidecar.rmq.pool import RemotingClient
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 from tests.rmq.consumer.helpers import Recorder, owned, send_to_queues, start
 from tests.rmq.consumer.sticky_helpers import owners, settle_all
 

@@ -6,13 +6,13 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rmq.broker import BrokerApi
-from rmq.codes import RequestCode, ResponseCode
-from rmq.errors import ConnectError
-from rmq.namesrv import NameServerClient
-from rmq.producer import Producer, ProducerConfig
-from rmq.protocol.frame import RemotingCommand
-from rmq.route import TopicRouteData
+from rocksidecar.rmq.broker import BrokerApi
+from rocksidecar.rmq.codes import RequestCode, ResponseCode
+from rocksidecar.rmq.errors import ConnectError
+from rocksidecar.rmq.namesrv import NameServerClient
+from rocksidecar.rmq.producer import Producer, ProducerConfig
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.route import TopicRouteData
 from tests.fakes import FakeClock, ScriptedInvoker, route, send_ok
 
 Behaviour = Callable[[RemotingCommand], RemotingCommand]

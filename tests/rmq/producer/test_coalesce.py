@@ -7,12 +7,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from devbroker import DevCluster
-from rmq import Message, MessageQueue, RemotingClient, RocketMQError, SendFailed, SendResult, SendStatus
-from rmq.codes import ResponseCode
-from rmq.errors import for_code
-from rmq.msgid import new_uniq_id
-from rmq.producer.coalesce import CoalescingSender
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq import (
+    Message,
+    MessageQueue,
+    RemotingClient,
+    RocketMQError,
+    SendFailed,
+    SendResult,
+    SendStatus,
+)
+from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.errors import for_code
+from rocksidecar.rmq.msgid import new_uniq_id
+from rocksidecar.rmq.producer.coalesce import CoalescingSender
 from tests.fakes import FakeClock
 from tests.rmq.producer.test_producer_devbroker import TOPIC, make_producer
 

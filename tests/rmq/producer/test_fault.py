@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from rmq.producer.fault import LatencyFaultTolerance
+from rocksidecar.rmq.producer.fault import LatencyFaultTolerance
 from tests.fakes import FakeClock
 
 

@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 
-from rmq.codes import ResponseCode
-from rmq.errors import InvalidMessageError, MessageIllegal, SendFailed, TopicNotExist
-from rmq.message import Message
-from rmq.result import SendStatus
+from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.errors import InvalidMessageError, MessageIllegal, SendFailed, TopicNotExist
+from rocksidecar.rmq.message import Message
+from rocksidecar.rmq.result import SendStatus
 from tests.fakes import route, send_ok
 from tests.rmq.producer.harness import Harness
 

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from devbroker import DevCluster
-from rmq import BrokerApi, Message, NameServerClient, RemotingClient, SendFailed
-from rmq.codes import ResponseCode
-from rmq.producer import Producer, ProducerConfig
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq import BrokerApi, Message, NameServerClient, RemotingClient, SendFailed
+from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.producer import Producer, ProducerConfig
 from tests.fakes import FakeClock
 
 TOPIC = "RoutingTest"

@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from rmq.broker import java_string_hash
-from rmq.codes import ResponseCode
-from rmq.errors import ClientError, InvalidMessageError, SendFailed
-from rmq.message import Message, MessageQueue
-from rmq.producer import EnvironmentQueue, PreferZone, RandomQueue, RoundRobin
-from rmq.producer.fault import LatencyFaultTolerance
-from rmq.producer.publish_info import SendIndex, TopicPublishInfo
-from rmq.result import SendResult
+from rocksidecar.rmq.broker import java_string_hash
+from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.errors import ClientError, InvalidMessageError, SendFailed
+from rocksidecar.rmq.message import Message, MessageQueue
+from rocksidecar.rmq.producer import EnvironmentQueue, PreferZone, RandomQueue, RoundRobin
+from rocksidecar.rmq.producer.fault import LatencyFaultTolerance
+from rocksidecar.rmq.producer.publish_info import SendIndex, TopicPublishInfo
+from rocksidecar.rmq.result import SendResult
 from tests.fakes import FakeClock, route
 from tests.rmq.producer.harness import Harness
 

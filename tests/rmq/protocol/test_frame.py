@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmq.codes import LanguageCode, SerializeType
-from rmq.errors import FrameError
-from rmq.protocol.frame import FrameDecoder, RemotingCommand, decode, encode
+from rocksidecar.rmq.codes import LanguageCode, SerializeType
+from rocksidecar.rmq.errors import FrameError
+from rocksidecar.rmq.protocol.frame import FrameDecoder, RemotingCommand, decode, encode
 
 JAVA_BINARY_REQUEST = bytes.fromhex(
     "0000002d010000290069000191000000070000000000000000000000140005746f70696300000009546f70696354657374"

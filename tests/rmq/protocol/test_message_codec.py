@@ -11,9 +11,9 @@ import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmq.errors import FrameError, InvalidMessageError
-from rmq.message import Message, decode_properties, encode_properties
-from rmq.message_codec import (
+from rocksidecar.rmq.errors import FrameError, InvalidMessageError
+from rocksidecar.rmq.message import Message, decode_properties, encode_properties
+from rocksidecar.rmq.message_codec import (
     StoredFields,
     decode_batch,
     decode_stored,
