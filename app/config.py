@@ -17,6 +17,7 @@ import yaml
 
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.rmq.producer.selector import SelectorName
+from rocksidecar.storage.reserve import ReserveTooSmallError, store_write_buffer_bytes
 
 from . import topic_allow
 from .localhost import is_loopback
@@ -50,6 +51,15 @@ def _int(lo: int, hi: int | None = None) -> Callable[[Any, str], int]:
         return value
 
     return parse
+
+
+def _reserve_mb(raw: Any, name: str) -> int:
+    value = _int(0, 1024 * 1024)(raw, name)
+    try:
+        store_write_buffer_bytes(value)
+    except ReserveTooSmallError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+    return value
 
 
 def _float(lo: float) -> Callable[[Any, str], float]:
@@ -147,10 +157,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("data_dir", _text, "./data", "Directory of the local RocksDB store (retry, delay, idempotency)."),
     Setting(
         "disk_reserve_mb",
-        _int(0, 1024 * 1024),
+        _reserve_mb,
         64,
         "Space set aside in data_dir (a reserve file) so that on a full disk the store can keep "
-        "draining while new work gets 503; accepted again once twice this is free. 0 disables it.",
+        "draining while new work gets 503; accepted again once twice this is free. At least 16 (the "
+        "store's unflushed data is capped at this less 8, up to 64); 0 disables it.",
     ),
     Setting("producer_group", _text, "rocksidecar", "Producer group announced to the brokers."),
     Setting("access_key", _text, "", "RocketMQ ACL access key (with secret_key)."),

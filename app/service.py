@@ -33,7 +33,13 @@ from rocksidecar.storage.clock import wall_ms
 from rocksidecar.storage.errors import StorageError, StoreLockedError
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV
-from rocksidecar.storage.reserve import MIB, DiskReserve, ReserveFile
+from rocksidecar.storage.reserve import (
+    MIB,
+    DiskReserve,
+    ReserveFile,
+    ReserveTooSmallError,
+    store_write_buffer_bytes,
+)
 from rocksidecar.storage.rocks import RocksKV
 
 from . import idempotency, logs
@@ -154,7 +160,9 @@ class Service:
             on_broker_state=self._on_broker_state,
             on_route_change=self._on_route_change,
         )
-        self.kv = kv if kv is not None else _open_store(Path(s.data_dir))  # tests may pass a faulty one
+        self.kv = (
+            kv if kv is not None else _open_store(Path(s.data_dir), s.disk_reserve_mb)
+        )  # tests may pass a faulty one
         # Only for the store opened here: a passed-in one (tests) may not live in data_dir.
         self.disk_reserve = disk_reserve(s, self.kv) if isinstance(self.kv, RocksKV) and kv is None else None
         self.writer = GroupCommitWriter(self.kv, reserve=self.disk_reserve)
@@ -486,12 +494,18 @@ class StoreHealth:
         return self._service.retry.writer.last_error
 
 
-def _open_store(data_dir: Path) -> RocksKV:
+def _open_store(data_dir: Path, reserve_mb: int) -> RocksKV:
     path = data_dir / "store"
+    try:
+        write_buffer_bytes = store_write_buffer_bytes(reserve_mb)
+    except ReserveTooSmallError as exc:
+        raise StartupError(f"ROCKSIDECAR_DISK_RESERVE_MB: {exc}") from exc
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         # On a full disk: start read-only, answer 503 for new work, reopen once there is space.
-        return RocksKV.open(path, COLUMN_FAMILIES, read_only_when_full=True)
+        return RocksKV.open(
+            path, COLUMN_FAMILIES, read_only_when_full=True, write_buffer_bytes=write_buffer_bytes
+        )
     except StoreLockedError as exc:
         raise StartupError(
             f"the store at {path} is held by another process (is another sidecar running on "

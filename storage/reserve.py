@@ -12,6 +12,11 @@ reserve and as much again (space freed by the drain's compactions or by the oper
 re-created and new work is accepted again. Each transition is logged once. A reserve needs twice its
 size free to be created (at start, or later once there is room); without one, a full disk behaves as
 it would without this class (writes fail until space is freed).
+
+The reopen in the released reserve replays the WAL and flushes what it holds to SST files before it
+deletes it, so the reserve must hold everything not yet flushed: store_write_buffer_bytes() caps the
+store's memtables and WAL at the reserve less what the reopen's own files need (issue 27: a 54 MB WAL
+could not be flushed in an 8 MiB reserve, and nothing drained, across restarts too).
 """
 
 from __future__ import annotations
@@ -25,11 +30,38 @@ from pathlib import Path
 
 from .errors import StorageError
 from .kv import Op, Put
+from .rocks import DB_WRITE_BUFFER_BYTES, MIN_FREE_BYTES
 
 log = logging.getLogger(__name__)
 
 CHECK_EVERY_S = 1.0  # free space is looked at most this often (on writes and readiness checks)
 MIB = 1024 * 1024
+# The smallest write buffer (memtables, WAL) the store runs with: smaller ones flush tiny SST files.
+MIN_WRITE_BUFFER_BYTES = 8 * MIB
+# The smallest reserve: a reopen's own files (MANIFEST, OPTIONS, new WAL: rocks.MIN_FREE_BYTES) and the
+# flush of the smallest write buffer.
+MIN_RESERVE_MB = (MIN_FREE_BYTES + MIN_WRITE_BUFFER_BYTES) // MIB
+
+
+class ReserveTooSmallError(ValueError):
+    """A reserve in which a reopen of the store could not flush what it holds."""
+
+
+def store_write_buffer_bytes(reserve_mb: int) -> int:
+    """The bound on the store's memtables and WAL (storage.rocks) with a ``reserve_mb`` reserve (0: none),
+    so that a reopen in the released reserve has room to flush them.
+
+    Raises:
+        ReserveTooSmallError: a reserve below MIN_RESERVE_MB.
+    """
+    if reserve_mb == 0:
+        return DB_WRITE_BUFFER_BYTES
+    if reserve_mb < MIN_RESERVE_MB:
+        raise ReserveTooSmallError(
+            f"a disk reserve of {reserve_mb} MiB is too small to drain a full disk: reopening the store "
+            f"needs {MIN_RESERVE_MB} MiB (0 disables the reserve)"
+        )
+    return min(DB_WRITE_BUFFER_BYTES, reserve_mb * MIB - MIN_FREE_BYTES)
 
 
 class DiskFullError(StorageError):

@@ -42,12 +42,13 @@ from .kv import Delete, DeleteRange, Op, Put
 DELETION_WINDOW = 10_000
 DELETION_TRIGGER = 5_000
 DELETION_RATIO = 0.5
-# A rarely written column family pins old WAL files until it is flushed; this caps the WAL size.
-MAX_TOTAL_WAL_BYTES = 64 * 1024 * 1024
 COUNT_CHUNK = 256  # keys a background count reads (~0.1 ms) between two pauses
 COUNT_PAUSE_S = 0.001
 # Memory bounds (bench/RESULTS.md, peak RSS with 1M pending): all column families' memtables
 # together, and one block cache shared by every column family (RocksDB gives each its own 32 MiB).
+# The same bound caps each column family's memtable and the WAL (a rarely written column family pins old
+# WAL files until it is flushed): it bounds the data not yet in SST files, which a reopen flushes before
+# it deletes the WAL (storage.reserve sizes it to fit in the disk reserve).
 DB_WRITE_BUFFER_BYTES = 64 * 1024 * 1024
 BLOCK_CACHE_BYTES = 32 * 1024 * 1024
 BLOOM_BITS_PER_KEY = 10  # ~1% false positives
@@ -91,8 +92,10 @@ def _existing_column_families(path: str | Path) -> list[str]:
         return [name for name in Rdict.list_cf(str(path), Options(raw_mode=True)) if name != "default"]
 
 
-def _cf_options(cache: Cache) -> Options:
+def _cf_options(cache: Cache, write_buffer_bytes: int) -> Options:
     opts = Options(raw_mode=True)
+    # Also bounds the WAL's preallocation (RocksDB's default 64 MiB would take the released reserve).
+    opts.set_write_buffer_size(write_buffer_bytes)
     opts.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, DELETION_RATIO)
     table = BlockBasedOptions()
     table.set_block_cache(cache)
@@ -122,13 +125,20 @@ def _no_space(exc: StorageError) -> bool:
 
 
 def _open_db(
-    path: str | Path, names: tuple[str, ...], access: Access, secondary_dir: str | Path | None
+    path: str | Path,
+    names: tuple[str, ...],
+    access: Access,
+    secondary_dir: str | Path | None,
+    write_buffer_bytes: int = DB_WRITE_BUFFER_BYTES,
 ) -> Rdict:
     opts = Options(raw_mode=True)
     opts.create_if_missing(access is Access.READ_WRITE)
     opts.create_missing_column_families(access is Access.READ_WRITE)
-    opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES)
-    opts.set_db_write_buffer_size(DB_WRITE_BUFFER_BYTES)
+    opts.set_max_total_wal_size(write_buffer_bytes)
+    opts.set_db_write_buffer_size(write_buffer_bytes)
+    # The default column family's memtable, too: RocksDB's recovery from a failed flush waits for
+    # twice the largest one free, which a 64 MiB default would keep above the reserve forever.
+    opts.set_write_buffer_size(write_buffer_bytes)
     opts.set_keep_log_file_num(5)
     if access is Access.READ_WRITE:
         with _translate(f"cannot create {path}"):
@@ -145,7 +155,7 @@ def _open_db(
         db = Rdict(
             str(path),
             opts,
-            column_families={name: _cf_options(cache) for name in names},
+            column_families={name: _cf_options(cache, write_buffer_bytes) for name in names},
             access_type=access_type,
         )
         if access is Access.SECONDARY:
@@ -157,10 +167,17 @@ class RocksKV:
     """A RocksDB directory opened with named column families (missing ones are created)."""
 
     def __init__(
-        self, db: Rdict, column_families: tuple[str, ...], path: str, *, read_only_reason: str | None = None
+        self,
+        db: Rdict,
+        column_families: tuple[str, ...],
+        path: str,
+        *,
+        read_only_reason: str | None = None,
+        write_buffer_bytes: int = DB_WRITE_BUFFER_BYTES,
     ) -> None:
         self.column_families = column_families
         self.path = path
+        self.write_buffer_bytes = write_buffer_bytes
         self._db: Rdict | None = None
         self._attach(db)
         # Set while a read-write store is open read-only (the disk was full at open) or its writes
@@ -189,10 +206,12 @@ class RocksKV:
         access: Access = Access.READ_WRITE,
         secondary_dir: str | Path | None = None,
         read_only_when_full: bool = False,
+        write_buffer_bytes: int = DB_WRITE_BUFFER_BYTES,
     ) -> RocksKV:
         """Open (creating if needed, when read-write) the DB at ``path`` with ``column_families``
         and any others it already has. With ``read_only_when_full``, a read-write open that fails for
         lack of space opens the existing store read-only instead (writes fail until recover()).
+        ``write_buffer_bytes`` bounds the memtables and the WAL: what a reopen must have room to flush.
 
         Raises:
             StoreLockedError: another process has the directory open read-write.
@@ -200,13 +219,13 @@ class RocksKV:
         """
         names = tuple(dict.fromkeys([*column_families, *_existing_column_families(path)]))
         try:
-            db = _open_db(path, names, access, secondary_dir)
+            db = _open_db(path, names, access, secondary_dir, write_buffer_bytes)
         except StorageError as exc:
             if not (read_only_when_full and access is Access.READ_WRITE and _no_space(exc)):
                 raise
             db = _open_db(path, names, Access.READ_ONLY, None)
-            return cls(db, names, str(path), read_only_reason=str(exc))
-        kv = cls(db, names, str(path))
+            return cls(db, names, str(path), read_only_reason=str(exc), write_buffer_bytes=write_buffer_bytes)
+        kv = cls(db, names, str(path), write_buffer_bytes=write_buffer_bytes)
         if access is Access.READ_WRITE:
             kv.merge_small_files()
         return kv
@@ -259,7 +278,9 @@ class RocksKV:
             raise StorageError(f"no space left for store {self.path}: {free} bytes free")
         self._close_db()
         try:
-            self._attach(_open_db(self.path, self.column_families, Access.READ_WRITE, None))
+            self._attach(
+                _open_db(self.path, self.column_families, Access.READ_WRITE, None, self.write_buffer_bytes)
+            )
         except StorageError as exc:
             self._attach(_open_db(self.path, self.column_families, Access.READ_ONLY, None))
             self.read_only_reason = str(exc)

@@ -8,6 +8,7 @@ refuses all writes after one failed (its reopen needs 8 MiB free)."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -16,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rocksidecar.app.config import ConfigError, load
-from rocksidecar.app.service import Service, disk_reserve
+from rocksidecar.app.config import ConfigError, Settings, load
+from rocksidecar.app.service import Service, StartupError, disk_reserve
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.storage import reserve as reserve_module
 from rocksidecar.storage import rocks
@@ -25,7 +26,7 @@ from tests.app.conftest import Stack, settings_for
 from tests.tmpfs import SmallDisk, small_disk
 
 TOPIC = "DiskReserve"
-RESERVE_MB = 10  # above the 8 MiB a reopen needs; new work resumes with 20 MiB free
+RESERVE_MB = 16  # the smallest allowed (reserve.MIN_RESERVE_MB); new work resumes with 32 MiB free
 DRAIN_TIMEOUT_S = 60.0
 
 
@@ -40,6 +41,12 @@ def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SmallDisk]
 @asynccontextmanager
 async def sidecar(cluster: DevCluster, disk: SmallDisk) -> AsyncIterator[Stack]:
     settings = settings_for(disk.path, namesrv=(cluster.namesrv_addr,), disk_reserve_mb=RESERVE_MB)
+    async with running(settings, cluster) as stack:
+        yield stack
+
+
+@asynccontextmanager
+async def running(settings: Settings, cluster: DevCluster) -> AsyncIterator[Stack]:
     service = Service(settings)
     await service.start()
     try:
@@ -95,7 +102,7 @@ async def recover(stack: Stack, disk: SmallDisk) -> None:
     assert (await stack.http.get("/readyz")).json()["store"] == "ok"
 
 
-@pytest.mark.parametrize("raw", ["-1", "lots", "1048577"])
+@pytest.mark.parametrize("raw", ["-1", "lots", "1048577", "1", "8", "15"])
 def test_a_bad_reserve_size_names_the_setting(raw: str) -> None:
     with pytest.raises(ConfigError, match="ROCKSIDECAR_DISK_RESERVE_MB"):
         load({"ROCKSIDECAR_NAMESRV": "a:1", "ROCKSIDECAR_DISK_RESERVE_MB": raw})
@@ -107,6 +114,22 @@ def test_the_reserve_defaults_to_64_mib_in_the_data_dir_and_0_disables_it(tmp_pa
     assert reserve is not None
     assert reserve.reserve.size == 64 * reserve_module.MIB and reserve.reserve.path == tmp_path / "reserve"
     assert disk_reserve(load({"ROCKSIDECAR_NAMESRV": "a:1", "ROCKSIDECAR_DISK_RESERVE_MB": "0"})) is None
+
+
+def test_a_reserve_too_small_to_drain_in_is_refused_with_its_minimum() -> None:
+    with pytest.raises(
+        ConfigError, match=r"^ROCKSIDECAR_DISK_RESERVE_MB: .*8 MiB is too small.*needs 16 MiB"
+    ):
+        load({"ROCKSIDECAR_NAMESRV": "a:1", "ROCKSIDECAR_DISK_RESERVE_MB": "8"})
+    assert load({"ROCKSIDECAR_NAMESRV": "a:1", "ROCKSIDECAR_DISK_RESERVE_MB": "16"}).disk_reserve_mb == 16
+
+
+def test_a_service_given_a_reserve_too_small_does_not_start(tmp_path: Path) -> None:
+    """Settings built without load() (tests, embedders) are checked at start too, before the store opens."""
+    with pytest.raises(StartupError, match=r"ROCKSIDECAR_DISK_RESERVE_MB: .* too small") as raised:
+        Service(settings_for(tmp_path, namesrv=("127.0.0.1:1",), disk_reserve_mb=8))
+    assert "\n" not in str(raised.value)
+    assert not (tmp_path / "data" / "store").exists()
 
 
 async def test_a_full_disk_drains_the_backlog_without_a_restart(disk: SmallDisk) -> None:
@@ -138,3 +161,47 @@ async def test_restarted_on_a_full_disk_it_starts_and_drains(disk: SmallDisk) ->
             await assert_refused(stack)
             await drain_while_full(stack, disk, acked)
             await recover(stack, disk)
+
+
+SMALL_DISK_MB = 64
+SMALL_RESERVE_MB = reserve_module.MIN_RESERVE_MB
+BIG_BODY = 256 * 1024  # characters; hex of random bytes, so the WAL grows by about this much per request
+
+
+async def test_the_smallest_reserve_drains_a_disk_the_spool_itself_filled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27 item 6: the spool itself fills the disk (brokers down), so the WAL is most of it. Before
+    the memtables and WAL were capped to fit in the reserve, the reopen in the released reserve had to
+    flush a WAL twice the reserve's size, failed with ENOSPC, and nothing was delivered, across restarts
+    too."""
+    monkeypatch.setattr(rocks, "RECOVER_EVERY_S", 0.0)
+    monkeypatch.setattr(reserve_module, "CHECK_EVERY_S", 0.0)
+    body = os.urandom(BIG_BODY // 2).hex()
+    with small_disk(tmp_path / "fs", SMALL_DISK_MB) as d:
+        async with DevCluster(brokers=2, queues=4) as cluster:
+            settings = settings_for(
+                d.path,
+                namesrv=(cluster.namesrv_addr,),
+                disk_reserve_mb=SMALL_RESERVE_MB,
+                max_body_bytes=2 * BIG_BODY,
+            )
+            acked: set[str] = set()
+            async with running(settings, cluster) as stack:
+                await stack.stop_brokers()
+                for i in range(2 * SMALL_DISK_MB * reserve_module.MIB // BIG_BODY):  # twice what fits
+                    r = await new_work(stack, f"{i} {body}")
+                    if r.status_code != 202:
+                        break
+                    acked.add(r.json()["id"])
+                assert r.status_code == 503, r.text
+                await stack.start_brokers()
+            async with running(settings, cluster) as stack:  # restarted with the brokers back
+                await stack.drain(timeout_s=DRAIN_TIMEOUT_S)
+                assert stack.service.retry.stats().pending == 0
+                stored = {m.uniq_key for m in stack.stored(TOPIC)}
+                assert acked <= stored, (
+                    f"{len(acked - stored)} of {len(acked)} acknowledged messages not delivered"
+                )
+                r = await new_work(stack, "after the drain")
+                assert r.status_code in (200, 202), r.text

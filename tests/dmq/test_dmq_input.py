@@ -176,7 +176,9 @@ def test_the_setting_reads_comma_separated_patterns() -> None:
     env = {"ROCKSIDECAR_DMQ_TOPICS": " orders_* ,payments,"}
     assert config.load(env, require_namesrv=False).dmq_topics == ("orders_*", "payments")
     assert config.load({}, require_namesrv=False).dmq_topics == ()
-    with pytest.raises(config.ConfigError, match=r"ROCKSIDECAR_DMQ_TOPICS: 'a\?b' is not a topic or a \* pattern"):
+    with pytest.raises(
+        config.ConfigError, match=r"ROCKSIDECAR_DMQ_TOPICS: 'a\?b' is not a topic or a \* pattern"
+    ):
         config.load({"ROCKSIDECAR_DMQ_TOPICS": "orders,a?b"}, require_namesrv=False)
 
 

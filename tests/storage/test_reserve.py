@@ -249,3 +249,19 @@ async def test_a_large_backlog_drains_in_the_reserve_on_a_real_full_disk(
             await writer.write([Put("p", b"new", b"x")])
         await writer.close()
         kv.close()  # flushes: fails when the drain left no room
+
+
+def test_the_store_write_buffer_fits_in_the_reserve_with_room_for_the_reopen() -> None:
+    """Issue 27 item 6: a reopen in the released reserve flushes every unflushed byte (memtables, WAL)
+    and writes its own files, so the write buffer is the reserve less rocks.MIN_FREE_BYTES, at most the
+    64 MiB the store uses without a reserve; a reserve below 16 MiB leaves too little to drain in."""
+    assert reserve_module.MIN_RESERVE_MB == 16
+    assert reserve_module.store_write_buffer_bytes(0) == rocks.DB_WRITE_BUFFER_BYTES
+    assert reserve_module.store_write_buffer_bytes(16) == 8 * MIB
+    assert reserve_module.store_write_buffer_bytes(64) == 56 * MIB
+    assert reserve_module.store_write_buffer_bytes(1024) == 64 * MIB
+    for mb in (16, 17, 64, 72, 1024):
+        assert reserve_module.store_write_buffer_bytes(mb) + rocks.MIN_FREE_BYTES <= mb * MIB
+    for mb in (1, 8, 15):
+        with pytest.raises(reserve_module.ReserveTooSmallError, match=f"{mb} MiB is too small.*needs 16 MiB"):
+            reserve_module.store_write_buffer_bytes(mb)
