@@ -19,8 +19,8 @@ import yaml
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.rmq.producer.selector import SelectorName
 
-from .dmq.topics import TopicAllowList
 from .subscriptions.spec import SpecError, SubscriptionSpec, parse_subscriptions
+from .topics import TopicAllowList
 
 ENV_PREFIX = "ROCKSIDECAR_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"  # path of the optional YAML file (same as --config)

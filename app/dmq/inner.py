@@ -28,7 +28,7 @@ from rocksidecar.rmq.errors import InvalidMessageError
 from rocksidecar.rmq.message import RESERVED_PROPERTIES, Message, MessageExt, validate_topic
 
 from ..request import RequestError, parse_time_ms
-from .topics import ALL_TOPICS, TopicAllowList
+from ..topics import ALL_TOPICS, TopicAllowList
 
 FORMAT_VERSION = "1"
 DEFAULT_INNER_TOPIC = "dmq_inner_topic"

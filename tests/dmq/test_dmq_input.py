@@ -13,7 +13,7 @@ from rocksidecar.app import config
 from rocksidecar.app.dmq import inner
 from rocksidecar.app.dmq.consume import InnerListener
 from rocksidecar.app.dmq.inner import InnerFormatError, Reject, Rules
-from rocksidecar.app.dmq.topics import TopicAllowList
+from rocksidecar.app.topics import TopicAllowList
 from rocksidecar.delay import DelayedMessage, DelayStore
 from rocksidecar.rmq.consumer import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
