@@ -1,28 +1,50 @@
-"""A background job run every interval (heartbeats, route refresh), as Java's scheduled executors do."""
+"""The one supervised way to run background work, in the client and in the process around it
+(heartbeats, route refresh, the producer's recovery probe, the sidecar's purge, samples and log
+summaries), as Java's scheduled executors do."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
+REPEAT_LOG_EVERY_S = 60.0  # a failure that repeats every round is logged again at most this often
 
 
 class Periodic:
-    """Runs ``job`` every ``interval_s`` (the first run after one interval) from ``start`` until ``close``.
-    A round that raises is logged and the next one runs: the loop must outlive any one round."""
+    """Runs ``job`` every ``interval_s`` from ``start`` until ``close``; the first run after one interval,
+    or at once with ``run_first=True``. A round that raises is logged (with its traceback) and the next
+    one runs: the loop must outlive any one round. The same failure round after round is logged once,
+    then again at most every ``REPEAT_LOG_EVERY_S`` with how many rounds failed since, so a broken
+    dependency does not flood the log."""
 
     def __init__(
-        self, name: str, interval_s: float, job: Callable[[], Awaitable[None]], sleep: Sleep = asyncio.sleep
+        self,
+        name: str,
+        interval_s: float,
+        job: Callable[[], Awaitable[None]],
+        sleep: Sleep = asyncio.sleep,
+        *,
+        run_first: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        logger: logging.Logger = log,
     ) -> None:
         self.name = name
         self._interval_s = interval_s
         self._job = job
         self._sleep = sleep
+        self._run_first = run_first
+        self._clock = clock
+        self._log = logger
         self._task: asyncio.Task[None] | None = None
+        self._last_failure: str | None = None
+        self._last_logged_s = 0.0
+        self._unlogged = 0  # rounds failed the same way since the last log line
+        self.failures = 0  # every failed round, for tests and status
 
     def start(self) -> None:
         """Idempotent: every owner sharing the job may call it."""
@@ -30,12 +52,31 @@ class Periodic:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
     async def _run(self) -> None:
-        while True:
+        if not self._run_first:
             await self._sleep(self._interval_s)
-            try:
-                await self._job()
-            except Exception:
-                log.exception("%s: round failed", self.name)
+        while True:
+            await self.run_once()
+            await self._sleep(self._interval_s)
+
+    async def run_once(self) -> None:
+        """One round, supervised: an exception is logged (throttled), never raised."""
+        try:
+            await self._job()
+        except Exception as exc:
+            self.failures += 1
+            self._failed(exc)
+        else:
+            self._last_failure = None
+
+    def _failed(self, exc: Exception) -> None:
+        what = f"{type(exc).__name__}: {exc}"
+        now = self._clock()
+        if what == self._last_failure and now - self._last_logged_s < REPEAT_LOG_EVERY_S:
+            self._unlogged += 1
+            return
+        since = f" ({self._unlogged} more failed rounds since the last report)" if self._unlogged else ""
+        self._log.error("%s: round failed%s", self.name, since, exc_info=exc)
+        self._last_failure, self._last_logged_s, self._unlogged = what, now, 0
 
     async def close(self) -> None:
         if self._task is not None:

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     except (config.ConfigError, ValueError) as exc:
         print(f"rocksidecar dmq: configuration error: {exc}", file=sys.stderr)
         return 2
-    from ..service import StartupError
+    from ..wiring import StartupError
     from .service import DmqOptions, serve
 
     options = DmqOptions(

@@ -28,22 +28,19 @@ from rocksidecar.retry.notify import DeadLetterNotifier
 from rocksidecar.retry.record import RetryRecord
 from rocksidecar.retry.store import DeadLetterHook
 from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
-from rocksidecar.rmq.producer import Producer
-from rocksidecar.storage.errors import StorageError, StoreLockedError
+from rocksidecar.rmq.periodic import Periodic
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV
-from rocksidecar.storage.rocks import RocksKV
 
 from .. import logs
 from ..api.servers import HttpServer, ListenError
-from ..clients import client_instance
 from ..config import Settings
 from ..events import OpsEvents
 from ..metrics import Metrics, StateCollector
-from ..service import COLUMN_FAMILIES, REPLAY_BATCH, StartupError, producer_config, tune_gc
 from ..shutdown import close_delivery
 from ..store_delivery import delivery_loops
 from ..topic_allow import TopicAllowList
+from ..wiring import REPLAY_BATCH, StartupError, build_client, open_store, tune_gc
 from .consume import InnerListener
 from .http import create_app
 from .inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC, Reject, Rules
@@ -110,24 +107,23 @@ class DmqService:
             registry=r,
         )  # fmt: skip
         addresses = namesrv or s.namesrv
-        producer_cfg = producer_config(s)
         # One client instance for the publishing producer and the inner consumer: one client id, one
-        # heartbeat and one connection per broker, as in the sidecar (app.service).
-        self.remoting, self.client = client_instance(
-            s, addresses, heartbeat_s=producer_cfg.heartbeat_s, instance_name=o.instance_name
-        )
-        self.producer = Producer(
-            self.client.namesrv,
-            self.client.api,
-            producer_cfg,
-            instance=self.client,
+        # heartbeat and one connection per broker, as in the sidecar.
+        client = build_client(
+            s,
+            addresses,
+            instance_name=o.instance_name,
             on_attempt=lambda broker, _lat, ok: self.metrics.observe_attempt(broker, ok),
         )
-        self.kv = kv if kv is not None else open_store(Path(s.data_dir))
+        self.remoting, self.client, self.producer = client.remoting, client.instance, client.producer
+        self.kv = (
+            kv if kv is not None else open_store(Path(s.data_dir), held_hint="one dmq replica per store")
+        )
         self.writer = GroupCommitWriter(self.kv)
         # Spools and dead letters are logged, throttled per cause, and dead letters notified, as in the
         # sidecar (app.service).
         self.events = OpsEvents(late_threshold_s=s.delay_late_log_ms / 1000)
+        self._summaries = Periodic("log-summaries", self.events.window_s, self._flush_events, logger=log)
         self.notifier = DeadLetterNotifier(
             count=lambda _type: self.metrics.dead_letters.inc(),
             webhook_url=s.dead_letter_webhook,
@@ -167,7 +163,6 @@ class DmqService:
         self.http = HttpServer(
             create_app(self.metrics.registry, self.ready), o.http_addr, grace_s=s.shutdown_grace_s
         )
-        self._tasks: list[asyncio.Task[None]] = []
 
     def _dead_letter(self, letter: DeadLetter) -> None:
         self.events.dead_lettered(letter)
@@ -189,7 +184,7 @@ class DmqService:
         return True, "ok"
 
     async def start(self) -> None:
-        self._tasks.append(asyncio.get_running_loop().create_task(self._flush_events(), name="log-summaries"))
+        self._summaries.start()
         await self.producer.start()
         await self.replay.start()
         await self.scheduler.start()  # overdue messages of this replica's store first
@@ -207,9 +202,7 @@ class DmqService:
         )
 
     async def _flush_events(self) -> None:
-        while True:
-            await asyncio.sleep(self.events.window_s)
-            self.events.flush()
+        self.events.flush()
 
     async def stop(self) -> None:
         """Consumer first (it persists offsets of what was stored), then the publishing side."""
@@ -218,27 +211,12 @@ class DmqService:
         await self.http.stop()
         await self.scheduler.close(grace_s=grace)
         await self.replay.close(grace_s=grace)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._summaries.close()
         self.events.flush()
         await self.notifier.close()
         await close_delivery(
             self.producer, self.client, self.remoting, self.retry, self.delay, self.writer, self.kv
         )
-
-
-def open_store(data_dir: Path) -> RocksKV:
-    path = data_dir / "store"
-    try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        return RocksKV.open(path, COLUMN_FAMILIES)
-    except StoreLockedError as exc:
-        raise StartupError(
-            f"the store at {path} is held by another process (one dmq replica per store)"
-        ) from exc
-    except (StorageError, OSError) as exc:
-        raise StartupError(f"cannot open the store at {path}: {exc}") from exc
 
 
 async def run(settings: Settings, options: DmqOptions) -> int:

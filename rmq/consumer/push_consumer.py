@@ -238,6 +238,13 @@ class PushConsumer:
         if self._own_instance:
             await self.instance.close()
 
+    async def __aenter__(self) -> PushConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
     async def _drain(self, states: list[QueueState]) -> None:
         """Wait for in-flight listener calls; pulls are cancelled first so nothing new arrives."""
         for state in states:

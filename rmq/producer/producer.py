@@ -28,6 +28,7 @@ from ..errors import (
 from ..message import Message, MessageQueue
 from ..msgid import local_ip, new_uniq_id
 from ..namesrv import NameServerClient
+from ..periodic import Periodic
 from ..result import SendResult, SendStatus
 from .batch import BatchSender
 from .config import ProducerConfig
@@ -95,30 +96,29 @@ class Producer:
         fault = self.fault if cfg.fault_tolerance else None
         self._selector = make_selector(cfg.selector, fault, rng, cfg.environment_index, cfg.zone)
         self._batches = BatchSender(self)
-        self._tasks: list[asyncio.Task[None]] = []
+        self._probe_loop = Periodic("producer-recovery-probe", cfg.recovery_probe_s, self._probe, sleep)
 
     # lifecycle ----------------------------------------------------------------------------------
     async def start(self) -> None:
         self.routes.start()
         self.instance.register_producer(self.config.group)
         self.instance.start()
-        loop = asyncio.get_running_loop()
         if self.config.recovery_probe_s > 0 and self.config.fault_tolerance:
-            self._tasks.append(
-                loop.create_task(
-                    self._every(self.config.recovery_probe_s, self._probe), name="producer-recovery-probe"
-                )
-            )
+            self._probe_loop.start()
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
+        await self._probe_loop.close()
         await self.routes.close()
         await self.instance.unregister(producer_group=self.config.group)
         if self._own_instance:
             await self.instance.close()
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     # sending ------------------------------------------------------------------------------------
     async def send(
@@ -254,14 +254,6 @@ class Producer:
         return info is not None and info.ok
 
     # background work ------------------------------------------------------------------------------
-    async def _every(self, period_s: float, job: Callable[[], Awaitable[None]]) -> None:
-        while True:
-            await self._sleep(period_s)
-            try:
-                await job()
-            except Exception:
-                log.exception("producer background job failed")
-
     async def _probe(self) -> None:
         """Lift the isolation of an unreachable broker as soon as it answers a heartbeat."""
         addrs = self.instance.broker_addrs()

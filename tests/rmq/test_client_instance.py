@@ -87,3 +87,26 @@ async def test_broker_requests_reach_the_consumer_of_the_named_group(cluster: De
     finally:
         await consumer.close()
         await instance.close()
+
+
+async def test_instance_producer_and_consumer_nest_as_async_with(cluster: DevCluster) -> None:
+    async with ClientInstance(cluster.namesrv_addr) as instance:
+        for broker in cluster.brokers.values():
+            await instance.api.create_topic(broker.addr, TOPIC)
+        recorder = Recorder()
+        consumer = PushConsumer(
+            ConsumerConfig("CG-with", consume_from=ConsumeFrom.FIRST_OFFSET),
+            cluster.namesrv_addr,
+            recorder,
+            instance=instance,
+        )
+        consumer.subscribe(TOPIC)
+        config = ProducerConfig(group="PG-with")
+        async with Producer(instance.namesrv, instance.api, config, instance=instance) as producer, consumer:
+            await producer.send(Message(TOPIC, b"nested"))
+            while not any(m.body == b"nested" for m in recorder.got):
+                recorder.changed.clear()
+                await recorder.changed.wait()
+        clients = cluster.brokers["broker-a"].clients
+        assert clients.consumer_ids("CG-with") == []  # the consumer left its group on exit
+    assert instance._heartbeat._task is None  # the instance's heartbeat stopped on exit

@@ -261,3 +261,14 @@ async def test_a_dropped_queues_late_results_never_move_the_offset() -> None:
     await service2.drain(5.0)
     await service2.stop()
     assert host2.updates == [(state2.mq, 1)]
+
+
+async def test_async_with_starts_the_consumer_and_leaves_the_group_on_exit(cluster: DevCluster) -> None:
+    await send_to_queues(cluster, TOPIC, 1, queues=1)
+    consumer = PushConsumer(config("GL-with"), cluster.namesrv_addr, Recorder())
+    consumer.subscribe(TOPIC)
+    clients = cluster.brokers["broker-a"].clients
+    async with consumer as running:
+        assert running is consumer and consumer.started
+        assert clients.consumer_ids("GL-with") == [consumer.client_id]
+    assert clients.consumer_ids("GL-with") == []  # close() unregistered: the group rebalances at once

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from rocksidecar.rmq.broker import BrokerApi
@@ -52,7 +52,7 @@ class Harness:
         self.offsets[key] = offset + 1
         return send_ok(cmd, offset)
 
-    def producer(self, **config: object) -> Producer:
+    def producer(self, sleep: Callable[[float], Awaitable[None]] | None = None, **config: object) -> Producer:
         ns = NameServerClient(self.invoker, "ns:9876")
         api = BrokerApi(self.invoker, producer_group="pg")
         cfg = ProducerConfig(**config)  # type: ignore[arg-type]
@@ -62,7 +62,7 @@ class Harness:
             cfg,
             clock=self.clock,
             timer=self.timer,
-            sleep=self.clock.sleep,
+            sleep=sleep or self.clock.sleep,
             rng=random.Random(7),
             client_id="127.0.0.1@test",
         )

@@ -3,11 +3,12 @@ budget, retryable vs final codes, unknown topics (P1-P6)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 import pytest
 
-from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.codes import RequestCode, ResponseCode
 from rocksidecar.rmq.errors import InvalidMessageError, MessageIllegal, SendFailed, TopicNotExist
 from rocksidecar.rmq.message import Message
 from rocksidecar.rmq.result import SendStatus
@@ -216,3 +217,20 @@ async def test_recovery_probe_brings_an_unreachable_broker_back() -> None:
     h.down.clear()
     await p._probe()
     assert p.fault.is_available("broker-a")
+
+
+async def test_async_with_starts_the_background_work_and_unregisters_on_exit() -> None:
+    h = Harness()
+    parked: list[float] = []
+
+    async def park(seconds: float) -> None:  # background rounds wait here until closed
+        parked.append(seconds)
+        await asyncio.Event().wait()
+
+    async with h.producer(sleep=park, recovery_probe_s=5.0) as p:
+        await p.send(MSG)
+        await asyncio.sleep(0)  # let the started loops reach their first sleep
+        assert 5.0 in parked  # the recovery probe runs, supervised
+    codes = [cmd.code for _, cmd, _ in h.invoker.calls]
+    assert codes[-1] == RequestCode.UNREGISTER_CLIENT  # close() ran: the group forgets this producer
+    assert all(t.done() for t in asyncio.all_tasks() if t.get_name().startswith("producer-"))
