@@ -15,6 +15,8 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from .grpc_intercept import HandlerInterceptor
+
 DETAIL = "the request is not a valid protobuf message of this method's type"
 
 
@@ -38,18 +40,13 @@ def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], A
     return parse
 
 
-class MalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio is untyped
+class MalformedRequests(HandlerInterceptor):
     def __init__(self, on_malformed: Callable[[str], None]) -> None:
         self._on_malformed = on_malformed  # counts the refusal, by method name
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
+    def handle(
+        self, handler: grpc.RpcMethodHandler, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
         method = str(handler_call_details.method).rpartition("/")[2]
         refuse = self._refuser(method)
         wrapped: dict[str, Any] = {"request_deserializer": _tolerant(handler.request_deserializer)}
