@@ -201,15 +201,10 @@ def pending_view(item: PendingItem) -> dict[str, Any]:
 
 def _record_view(record: RetryRecord) -> dict[str, Any]:
     return {
-        "topic": record.topic,
-        "type": record.type,
-        "tags": record.tags,
-        "keys": list(record.keys),
+        **_message_view(record),
         "attempts": record.retry_count,
         "lastError": record.last_error,
-        "createdMs": record.created_ms,
         "firstFailureMs": record.first_failure_ms or None,
-        "bodyBytes": len(record.body),
     }
 
 
@@ -229,7 +224,8 @@ def scheduled_view(item: ScheduledItem) -> dict[str, Any]:
     return _detailed(doc, item.message, item.corrupt, _message_view)
 
 
-def _message_view(msg: DelayedMessage) -> dict[str, Any]:
+def _message_view(msg: DelayedMessage | RetryRecord) -> dict[str, Any]:
+    """What a spooled record and a scheduled message both have."""
     return {
         "topic": msg.topic,
         "type": msg.type,
