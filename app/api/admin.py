@@ -269,15 +269,7 @@ def stats_view(ops: AdminOps) -> dict[str, Any]:
             "lastError": retry.last_error,
         },
         "scheduled": {"pending": scheduled.pending, "nextDueMs": scheduled.next_due_ms},
-        "brokers": [
-            {
-                "broker": b.broker,
-                "state": b.state,
-                "latencyMs": round(b.latency_ms, 3),
-                "notAvailableForS": round(b.not_available_for_s, 3),
-            }
-            for b in ops.brokers()
-        ],
+        "brokers": [b.to_json() for b in ops.brokers()],
         "recovery": {
             "running": ops.recovery.running,
             "lastRounds": [
