@@ -10,6 +10,14 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
+# grpc's four kinds of method, as the RpcMethodHandler fields that hold their behaviour.
+KINDS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+
+
+def kind_of(handler: grpc.RpcMethodHandler) -> str | None:
+    """Which of the KINDS ``handler`` is (grpc sets exactly one behaviour), or None."""
+    return next((kind for kind in KINDS if getattr(handler, kind) is not None), None)
+
 
 class HandlerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio is untyped
     async def intercept_service(

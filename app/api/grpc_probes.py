@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from .grpc_intercept import HandlerInterceptor
+from .grpc_intercept import HandlerInterceptor, kind_of
 from .guards import Guards
 
 # The services grpc adds (app.api.grpc.add_health_and_reflection), by method-name prefix.
@@ -53,10 +53,6 @@ class ProbeToken(HandlerInterceptor):
         if self._guards.authorized(metadata.get("authorization")):
             return handler
         # The same kind of handler (grpc checks it against the call), answering UNAUTHENTICATED.
-        if handler.unary_unary is not None:
-            return handler._replace(unary_unary=_refused_unary)
-        if handler.stream_unary is not None:
-            return handler._replace(stream_unary=_refused_unary)
-        if handler.unary_stream is not None:
-            return handler._replace(unary_stream=_refused_stream)
-        return handler._replace(stream_stream=_refused_stream)
+        kind = kind_of(handler) or "stream_stream"
+        refused = _refused_stream if kind.endswith("_stream") else _refused_unary  # by what it answers
+        return handler._replace(**{kind: refused})
