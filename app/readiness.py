@@ -113,15 +113,7 @@ class Readiness:
                 )
             elif not usable:
                 reasons.append(f"every broker is isolated after failed sends: {', '.join(sorted(known))}")
-        details["brokers"] = [
-            {
-                "broker": b.broker,
-                "state": b.state,
-                "latencyMs": round(b.latency_ms, 3),
-                "notAvailableForS": round(b.not_available_for_s, 3),
-            }
-            for b in states
-        ]
+        details["brokers"] = [b.to_json() for b in states]
         if reasons:
             details["reason"] = "; ".join(reasons)
         self._note(not reasons, details.get("reason", ""))

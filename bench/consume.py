@@ -36,6 +36,7 @@ import orjson
 import uvloop
 
 from bench.common import devbroker_process, environment
+from bench.http_wire import read_message
 from rocksidecar.app.subscriptions.runner import Subscriptions
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
 from rocksidecar.rmq import (
@@ -110,12 +111,7 @@ async def _serve_204(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
     envelope) 200 with SUCCESS for every entry."""
     try:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line[:15].lower() == b"content-length:":
-                    length = int(line[15:])
-            body = await reader.readexactly(length)
+            _, body = await read_message(reader)
             if body[:1] != b"{":
                 writer.write(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
                 continue

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import uvloop
 
+from bench.bulk import bulk_write
 from bench.common import bench_parser, devbroker_process, environment, percentile
 from rocksidecar.delay import COLUMN_FAMILIES, DelayedMessage, DelayScheduler, DelayStore
 from rocksidecar.delay.keys import DUE_CF, INDEX_CF, due_key, index_key
@@ -49,21 +50,16 @@ def msg(i: int, due_ms: int, body: bytes) -> DelayedMessage:
 def load_pending(path: Path, n: int) -> float:
     """n messages due a day from now, written as schedule writes them (message + index), in bulk."""
     started = time.perf_counter()
-    kv = RocksKV.open(path, COLUMN_FAMILIES)
     due = time.time_ns() // 1_000_000 + DAY_MS
-    try:
-        for start in range(0, n, 10_000):
-            ops: list[Put] = []
-            for i in range(start, min(n, start + 10_000)):
-                m = msg(i, due + i // 1000, os.urandom(BODY_BYTES))  # incompressible: real sizes
-                ops += [
-                    Put(DUE_CF, due_key(m.due_ms, m.id), encode_message(m)),
-                    Put(INDEX_CF, index_key(m.id, m.due_ms), b""),
-                ]
-            kv.write(ops, sync=False)
-        kv.sync_wal()
-    finally:
-        kv.close()
+
+    def puts(i: int) -> list[Put]:
+        m = msg(i, due + i // 1000, os.urandom(BODY_BYTES))  # incompressible: real sizes
+        return [
+            Put(DUE_CF, due_key(m.due_ms, m.id), encode_message(m)),
+            Put(INDEX_CF, index_key(m.id, m.due_ms), b""),
+        ]
+
+    bulk_write(path, COLUMN_FAMILIES, n, puts)
     return time.perf_counter() - started
 
 

@@ -62,18 +62,29 @@ async def master_of(namesrv: str, topic: str) -> tuple[str, str]:
     raise RuntimeError(f"no master broker serves {topic}")
 
 
-class _Broker(asyncio.Protocol):
-    """The relay's one broker connection; one request in flight at a time (one HTTP connection)."""
+class _Buffered(asyncio.Protocol):
+    """A connection that gathers what arrives in ``buf``; ``received`` takes whole messages off it."""
 
-    def __init__(self) -> None:
-        self.buf = b""
-        self.waiting: asyncio.Future[bool] | None = None
+    buf = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport: asyncio.Transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
+        self.received()
+
+    def received(self) -> None:
+        raise NotImplementedError
+
+
+class _Broker(_Buffered):
+    """The relay's one broker connection; one request in flight at a time (one HTTP connection)."""
+
+    def __init__(self) -> None:
+        self.waiting: asyncio.Future[bool] | None = None
+
+    def received(self) -> None:
         while len(self.buf) >= 4:
             size = 4 + int.from_bytes(self.buf[:4], "big")
             if len(self.buf) < size:
@@ -89,15 +100,11 @@ class _Broker(asyncio.Protocol):
         return await self.waiting
 
 
-class _Http(asyncio.Protocol):
+class _Http(_Buffered):
     def __init__(self, broker: _Broker, frame: bytes) -> None:
-        self.broker, self.frame, self.buf = broker, frame, b""
+        self.broker, self.frame = broker, frame
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        self.buf += data
+    def received(self) -> None:
         end = self.buf.find(b"\r\n\r\n")
         if end < 0:
             return

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import uvloop
 
+from bench.http_wire import read_message
+
 
 async def connection(
     host: str, port: int, request: bytes, until: float, latencies: list[float], statuses: dict[int, int]
@@ -23,13 +25,8 @@ async def connection(
         while time.perf_counter() < until:
             started = time.perf_counter()
             writer.write(request)
-            head = await reader.readuntil(b"\r\n\r\n")
+            head, _ = await read_message(reader)
             status = int(head[9:12])
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line[:15].lower() == b"content-length:":
-                    length = int(line[15:])
-            await reader.readexactly(length)
             latencies.append(time.perf_counter() - started)
             statuses[status] = statuses.get(status, 0) + 1
     finally:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from rocksidecar.rmq.codes import RequestCode, ResponseCode
 from rocksidecar.rmq.connection import Connection
 from rocksidecar.rmq.errors import FrameError
-from rocksidecar.rmq.message import DEFAULT_MAX_BODY_BYTES, PROPERTIES_MAX_BYTES
+from rocksidecar.rmq.message import DEFAULT_MAX_BODY_BYTES, NOT_ALLOWED_SEND_TOPICS, PROPERTIES_MAX_BYTES
 from rocksidecar.rmq.message_codec import decode_batch, pack_host
 from rocksidecar.rmq.protocol.frame import RemotingCommand
 
@@ -20,13 +20,7 @@ from .faults import Faults
 from .headers import Reject
 from .listener import ServerConnection
 from .store import MessageStore, NewMessage, tag_code
-from .topics import (
-    NOT_ALLOWED_SEND_TOPICS,
-    RETRY_PREFIX,
-    TopicConfig,
-    TopicTable,
-    topic_name_error,
-)
+from .topics import RETRY_PREFIX, TopicConfig, TopicTable, topic_name_error
 
 REGION = "DefaultRegion"
 _FIELDS = (

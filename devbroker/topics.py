@@ -11,27 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from rocksidecar.rmq.codes import DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
+from rocksidecar.rmq.message import NOT_ALLOWED_SEND_TOPICS, SYSTEM_TOPIC_PREFIX, TOPIC_MAX_LEN
 
 from .jsonfile import read_json, write_json
 
-TOPIC_MAX_LEN = 127
 _VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-# TopicValidator: names that are system topics, and those a client may not send to.
-SYSTEM_TOPICS = frozenset(
-    {
-        DEFAULT_TOPIC,
-        "SCHEDULE_TOPIC_XXXX",
-        "BenchmarkTest",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-    }
-)
-NOT_ALLOWED_SEND_TOPICS = SYSTEM_TOPICS - {DEFAULT_TOPIC, "BenchmarkTest", "RMQ_SYS_TRACE_TOPIC"}
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+# TopicValidator: names that are system topics; those a client may not send to are the client's list.
+SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {DEFAULT_TOPIC, "BenchmarkTest", "RMQ_SYS_TRACE_TOPIC"}
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 RW = PERM_READ | PERM_WRITE

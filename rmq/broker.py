@@ -111,6 +111,12 @@ def _int_field(resp: RemotingCommand, name: str, addr: str) -> int:
         raise FrameError(f"response from {addr} lacks a valid {name!r}", addr=addr) from exc
 
 
+def _queue_header(mq: MessageQueue, **fields: str) -> dict[str, str]:
+    """A request header naming ``mq`` (bname: the broker a static topic's logical queue lives on), plus
+    ``fields``: every queue-level request names its queue alike."""
+    return {"topic": mq.topic, "queueId": str(mq.queue_id), "bname": mq.broker_name, **fields}
+
+
 class BrokerApi:
     def __init__(
         self,
@@ -233,20 +239,18 @@ class BrokerApi:
         sys_flag = (PULL_SUBSCRIPTION if subscribe else 0) | (PULL_SUSPEND if suspend_s > 0 else 0)
         if commit_offset is not None:
             sys_flag |= 0x1
-        header = {
-            "consumerGroup": group,
-            "topic": mq.topic,
-            "queueId": str(mq.queue_id),
-            "queueOffset": str(offset),
-            "maxMsgNums": str(max_nums),
-            "sysFlag": str(sys_flag),
-            "commitOffset": str(commit_offset or 0),
-            "suspendTimeoutMillis": str(int(suspend_s * 1000)),
-            "subscription": expression or "*",
-            "subVersion": str(sub_version),
-            "expressionType": expression_type,
-            "bname": mq.broker_name,
-        }
+        header = _queue_header(
+            mq,
+            consumerGroup=group,
+            queueOffset=str(offset),
+            maxMsgNums=str(max_nums),
+            sysFlag=str(sys_flag),
+            commitOffset=str(commit_offset or 0),
+            suspendTimeoutMillis=str(int(suspend_s * 1000)),
+            subscription=expression or "*",
+            subVersion=str(sub_version),
+            expressionType=expression_type,
+        )
         timeout = timeout_s if timeout_s is not None else suspend_s + PULL_TIMEOUT_MARGIN_S
         resp = await self._invoker.invoke(addr, RemotingCommand(RequestCode.PULL_MESSAGE, header), timeout)
         status = PULL_STATUS_BY_CODE.get(resp.code)
@@ -272,34 +276,22 @@ class BrokerApi:
         return _int_field(resp, "offset", addr)
 
     async def get_max_offset(self, addr: str, mq: MessageQueue, timeout_s: float = 3.0) -> int:
-        header = {"topic": mq.topic, "queueId": str(mq.queue_id), "bname": mq.broker_name}
-        return await self._offset_call(addr, RequestCode.GET_MAX_OFFSET, header, timeout_s)
+        return await self._offset_call(addr, RequestCode.GET_MAX_OFFSET, _queue_header(mq), timeout_s)
 
     async def get_min_offset(self, addr: str, mq: MessageQueue, timeout_s: float = 3.0) -> int:
-        header = {"topic": mq.topic, "queueId": str(mq.queue_id), "bname": mq.broker_name}
-        return await self._offset_call(addr, RequestCode.GET_MIN_OFFSET, header, timeout_s)
+        return await self._offset_call(addr, RequestCode.GET_MIN_OFFSET, _queue_header(mq), timeout_s)
 
     async def search_offset(
         self, addr: str, mq: MessageQueue, timestamp_ms: int, timeout_s: float = 3.0
     ) -> int:
-        header = {
-            "topic": mq.topic,
-            "queueId": str(mq.queue_id),
-            "timestamp": str(timestamp_ms),
-            "bname": mq.broker_name,
-        }
+        header = _queue_header(mq, timestamp=str(timestamp_ms))
         return await self._offset_call(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header, timeout_s)
 
     async def query_consumer_offset(
         self, addr: str, group: str, mq: MessageQueue, timeout_s: float = 3.0
     ) -> int | None:
         """The group's committed offset, or None when the group never committed (QUERY_NOT_FOUND)."""
-        header = {
-            "consumerGroup": group,
-            "topic": mq.topic,
-            "queueId": str(mq.queue_id),
-            "bname": mq.broker_name,
-        }
+        header = _queue_header(mq, consumerGroup=group)
         resp = await self._invoker.invoke(
             addr, RemotingCommand(RequestCode.QUERY_CONSUMER_OFFSET, header), timeout_s
         )
@@ -318,13 +310,7 @@ class BrokerApi:
         oneway: bool = False,
         timeout_s: float = 3.0,
     ) -> None:
-        header = {
-            "consumerGroup": group,
-            "topic": mq.topic,
-            "queueId": str(mq.queue_id),
-            "commitOffset": str(offset),
-            "bname": mq.broker_name,
-        }
+        header = _queue_header(mq, consumerGroup=group, commitOffset=str(offset))
         cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, header)
         if oneway:
             await self._invoker.invoke_oneway(addr, cmd)

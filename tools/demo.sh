@@ -61,20 +61,16 @@ show "curl -s -X POST $API/v1/messages -H 'content-type: application/json' -d '{
 expect '"status":400' '"field":'
 
 step "A delayed message: 202 SCHEDULED, synced locally, published when due (any delay up to 90 days)"
-out=$(curl -s -X POST "$API/v1/messages" -H 'content-type: application/json' -d '{"topic":"Orders","body":"remind me in 2 s","delayMs":2000}')
-echo "$out"
-shown=$out; expect '"status":"SCHEDULED"'
-later=$(echo "$out" | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+send SCHEDULED '{"topic":"Orders","body":"remind me in 2 s","delayMs":2000}'
+later=$sent_id
 show "curl -s $API/v1/messages/$later"
 
 step "Both brokers down: the message is synced to the local store and answered 202 SPOOLED"
 mark=$(wc -l <"$RUN/sidecar.log")
 curl -s -X POST "$ADMIN/brokers/broker-a/stop" >/dev/null
 curl -s -X POST "$ADMIN/brokers/broker-b/stop" >/dev/null
-out=$(curl -s -X POST "$API/v1/messages" -H 'content-type: application/json' -d '{"topic":"Orders","body":"sent during the outage"}')
-echo "$out"
-shown=$out; expect '"status":"SPOOLED"'
-id=$(echo "$out" | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+send SPOOLED '{"topic":"Orders","body":"sent during the outage"}'
+id=$sent_id
 show "curl -s $API/v1/messages/$id"
 step "The store while the sidecar runs: rocksidecar store goes through its admin API (/v1/admin)"
 show "$BIN/rocksidecar store --data-dir $RUN/data stats"

@@ -32,6 +32,13 @@ expect() { # expect TEXT...: the last output shown (or $shown as set) has each T
   for want in "$@"; do grep -qF -- "$want" <<<"$shown" || die "expected $want, got: $shown"; done
 }
 
+send() { # send STATUS JSON: POST one message, print the answer, expect STATUS; its id is left in $sent_id
+  shown=$(curl -s -X POST "$API/v1/messages" -H 'content-type: application/json' -d "$2")
+  printf '%s\n' "$shown"
+  expect "\"status\":\"$1\""
+  sent_id=$("$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["id"])' <<<"$shown")
+}
+
 until_sent() { # until_sent ID: poll its status until SENT, 60 times at most (the step's expect tells)
   for _ in $(seq 1 60); do
     curl -s "$API/v1/messages/$1" | grep -qF '"status":"SENT"' && return 0; sleep "${POLL_S:-0.5}"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
 from fastapi import FastAPI, Request
@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rocksidecar.delay import DelayStore
 from rocksidecar.delay.admin import ScheduledItem, scheduled_page
+from rocksidecar.delay.message import DelayedMessage
 from rocksidecar.retry.admin import PendingItem, Redriven, dead_page, pending_page, purge, redrive
 from rocksidecar.retry.dead_letter import DeadLetter
 from rocksidecar.retry.record import CorruptRecordError, RetryRecord
@@ -38,6 +39,8 @@ from rocksidecar.storage.query import Filter
 from ..request import RequestError
 from . import problems
 from .schemas import Problem
+
+_V = TypeVar("_V")
 
 MAX_LIMIT = 1000
 MAX_DIGITS = 19  # an epoch millisecond has 13; int64 has 19
@@ -193,24 +196,15 @@ def _history(record: RetryRecord) -> list[dict[str, Any]]:
 def pending_view(item: PendingItem) -> dict[str, Any]:
     doc: dict[str, Any] = {"id": item.id, "state": "SPOOLED", "key": item.key.decode(errors="replace")}
     doc["nextAttemptAtMs"] = item.due_ms
-    record = item.record
-    if record is None:
-        doc["corrupt"] = item.corrupt
-        return doc
-    return {**doc, **_record_view(record)}
+    return _detailed(doc, item.record, item.corrupt, _record_view)
 
 
 def _record_view(record: RetryRecord) -> dict[str, Any]:
     return {
-        "topic": record.topic,
-        "type": record.type,
-        "tags": record.tags,
-        "keys": list(record.keys),
+        **_message_view(record),
         "attempts": record.retry_count,
         "lastError": record.last_error,
-        "createdMs": record.created_ms,
         "firstFailureMs": record.first_failure_ms or None,
-        "bodyBytes": len(record.body),
     }
 
 
@@ -222,27 +216,33 @@ def dead_view(letter: DeadLetter) -> dict[str, Any]:
         "reason": letter.reason,
         "deadAtMs": letter.dead_at_ms,
     }
-    if letter.record is None:
-        doc["corrupt"] = True
-        return doc
-    return {**doc, **_record_view(letter.record)}
+    return _detailed(doc, letter.record, True, _record_view)
 
 
 def scheduled_view(item: ScheduledItem) -> dict[str, Any]:
     doc: dict[str, Any] = {"id": item.id, "state": "SCHEDULED", "dueMs": item.due_ms}
-    msg = item.message
-    if msg is None:
-        doc["corrupt"] = item.corrupt
-        return doc
-    doc.update(
-        topic=msg.topic,
-        type=msg.type,
-        tags=msg.tags,
-        keys=list(msg.keys),
-        createdMs=msg.created_ms,
-        bodyBytes=len(msg.body),
-    )
-    return doc
+    return _detailed(doc, item.message, item.corrupt, _message_view)
+
+
+def _message_view(msg: DelayedMessage | RetryRecord) -> dict[str, Any]:
+    """What a spooled record and a scheduled message both have."""
+    return {
+        "topic": msg.topic,
+        "type": msg.type,
+        "tags": msg.tags,
+        "keys": list(msg.keys),
+        "createdMs": msg.created_ms,
+        "bodyBytes": len(msg.body),
+    }
+
+
+def _detailed(
+    doc: dict[str, Any], value: _V | None, corrupt: str | bool | None, view: Callable[[_V], dict[str, Any]]
+) -> dict[str, Any]:
+    """An item's listing: its ``view`` when its value decoded, else ``corrupt`` says why it has none."""
+    if value is None:
+        return {**doc, "corrupt": corrupt}
+    return {**doc, **view(value)}
 
 
 def _disk_view(draining: str | None) -> dict[str, Any]:
@@ -269,15 +269,7 @@ def stats_view(ops: AdminOps) -> dict[str, Any]:
             "lastError": retry.last_error,
         },
         "scheduled": {"pending": scheduled.pending, "nextDueMs": scheduled.next_due_ms},
-        "brokers": [
-            {
-                "broker": b.broker,
-                "state": b.state,
-                "latencyMs": round(b.latency_ms, 3),
-                "notAvailableForS": round(b.not_available_for_s, 3),
-            }
-            for b in ops.brokers()
-        ],
+        "brokers": [b.to_json() for b in ops.brokers()],
         "recovery": {
             "running": ops.recovery.running,
             "lastRounds": [

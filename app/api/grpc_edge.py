@@ -15,6 +15,8 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from .grpc_intercept import HandlerInterceptor, kind_of
+
 DETAIL = "the request is not a valid protobuf message of this method's type"
 
 
@@ -38,29 +40,19 @@ def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], A
     return parse
 
 
-class MalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio is untyped
+class MalformedRequests(HandlerInterceptor):
     def __init__(self, on_malformed: Callable[[str], None]) -> None:
         self._on_malformed = on_malformed  # counts the refusal, by method name
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
+    def handle(
+        self, handler: grpc.RpcMethodHandler, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
         method = str(handler_call_details.method).rpartition("/")[2]
         refuse = self._refuser(method)
         wrapped: dict[str, Any] = {"request_deserializer": _tolerant(handler.request_deserializer)}
-        if handler.unary_unary is not None:
-            wrapped["unary_unary"] = _unary(handler.unary_unary, refuse)
-        elif handler.unary_stream is not None:
-            wrapped["unary_stream"] = _unary_stream(handler.unary_stream, refuse)
-        elif handler.stream_unary is not None:
-            wrapped["stream_unary"] = _stream_unary(handler.stream_unary, refuse)
-        elif handler.stream_stream is not None:
-            wrapped["stream_stream"] = _stream_stream(handler.stream_stream, refuse)
+        kind = kind_of(handler)
+        if kind is not None:
+            wrapped[kind] = _WRAPPERS[kind](getattr(handler, kind), refuse)
         return handler._replace(**wrapped)
 
     def _refuser(self, method: str) -> Callable[[grpc.aio.ServicerContext], Awaitable[None]]:
@@ -148,3 +140,11 @@ def _stream_stream(behavior: Any, refuse: Refuse) -> Any:
             await refuse(context)
 
     return call
+
+
+_WRAPPERS: dict[str, Callable[[Any, Refuse], Any]] = {
+    "unary_unary": _unary,
+    "unary_stream": _unary_stream,
+    "stream_unary": _stream_unary,
+    "stream_stream": _stream_stream,
+}

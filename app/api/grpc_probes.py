@@ -7,11 +7,12 @@ the token as /readyz does; ``probes_without_token`` opens them for probes that c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
+from .grpc_intercept import HandlerInterceptor, kind_of
 from .guards import Guards
 
 # The services grpc adds (app.api.grpc.add_health_and_reflection), by method-name prefix.
@@ -37,28 +38,21 @@ async def _refused_stream(_request: Any, context: grpc.aio.ServicerContext) -> A
     yield  # pragma: no cover  # abort raises; this makes the function a generator
 
 
-class ProbeToken(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc.aio is untyped
+class ProbeToken(HandlerInterceptor):
     def __init__(self, auth_token: str, *, without_token: bool = False) -> None:
         self._guards = Guards.of(auth_token)
         self._open = without_token or not auth_token
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
+    def handle(
+        self, handler: grpc.RpcMethodHandler, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
         method = str(handler_call_details.method)
-        if handler is None or self._open or not method.startswith(PROBE_PREFIXES):
+        if self._open or not method.startswith(PROBE_PREFIXES):
             return handler
         metadata = dict(handler_call_details.invocation_metadata or ())
         if self._guards.authorized(metadata.get("authorization")):
             return handler
         # The same kind of handler (grpc checks it against the call), answering UNAUTHENTICATED.
-        if handler.unary_unary is not None:
-            return handler._replace(unary_unary=_refused_unary)
-        if handler.stream_unary is not None:
-            return handler._replace(stream_unary=_refused_unary)
-        if handler.unary_stream is not None:
-            return handler._replace(unary_stream=_refused_stream)
-        return handler._replace(stream_stream=_refused_stream)
+        kind = kind_of(handler) or "stream_stream"
+        refused = _refused_stream if kind.endswith("_stream") else _refused_unary  # by what it answers
+        return handler._replace(**{kind: refused})

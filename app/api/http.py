@@ -10,7 +10,7 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 from fastapi import FastAPI, Request
@@ -32,7 +32,7 @@ from ..idempotency import (
     fingerprint,
 )
 from ..metrics import Metrics
-from ..request import HTTP_FIELDS, Limits, RequestError
+from ..request import HTTP_FIELDS, Limits, RequestError, SpecLike
 from ..sidecar import Ack, Sidecar
 from . import json_count, problems
 from .access_log import AccessLogMiddleware
@@ -56,6 +56,7 @@ from .schemas import (
 from .ui import UiDeps, ui_routes
 from .views import batch_view, outcome_view, status_view
 
+_P = TypeVar("_P")  # what a route parses its body into
 REPLAYED_HEADER = "Idempotent-Replayed"  # "true" on an answer repeated for an Idempotency-Key
 VALUES_PER_MESSAGE = 256  # on average in a batch: fields, keys and properties, with room to spare
 Readiness = Callable[[], Awaitable[tuple[bool, dict[str, Any]]]]
@@ -392,14 +393,8 @@ async def _routed(handle: Callable[..., Awaitable[Reply]], api: Api, request: Re
 async def send_one(api: Api, path: str, body: bytes, raw_ack: str | None, key: str | None) -> Reply:
     """``POST /v1/messages`` from its parts: the FastAPI route and the edge's fast path both answer
     through here."""
-    try:
-        msg = parse_message(body)
-        ack = _ack(raw_ack)
-    except RequestError as exc:
-        api.count("rejected")
-        return api.problem_reply(exc)
 
-    async def compute() -> Answer:
+    async def compute(msg: SpecLike, ack: Ack) -> Answer:
         try:
             outcome = await api.ops.send(msg, ack)
         except Exception as exc:
@@ -407,23 +402,40 @@ async def send_one(api: Api, path: str, body: bytes, raw_ack: str | None, key: s
             return status, doc
         return send_status(outcome), outcome_view(outcome)
 
-    return await api.answer(key, path, body, ack, compute)
+    return await _parsed_then(api, path, body, raw_ack, key, parse_message, compute)
 
 
 async def send_many(api: Api, path: str, body: bytes, raw_ack: str | None, key: str | None) -> Reply:
     """``POST /v1/messages:batch`` from its parts (see send_one)."""
+
+    def parse(data: bytes) -> list[SpecLike | RequestError]:
+        _bound_batch(data, api.batch_limit)
+        return parse_batch(data, api.batch_limit)
+
+    async def compute(batch: list[SpecLike | RequestError], ack: Ack) -> Answer:
+        return 200, batch_view(await api.ops.send_batch(batch, ack))
+
+    return await _parsed_then(api, path, body, raw_ack, key, parse, compute)
+
+
+async def _parsed_then(
+    api: Api,
+    path: str,
+    body: bytes,
+    raw_ack: str | None,
+    key: str | None,
+    parse: Callable[[bytes], _P],
+    compute: Callable[[_P, Ack], Awaitable[Answer]],
+) -> Reply:
+    """Parse the body and the ack first: bad input is counted and answered 4xx before anything runs;
+    good input is answered once per idempotency key."""
     try:
-        _bound_batch(body, api.batch_limit)
-        batch = parse_batch(body, api.batch_limit)
+        parsed = parse(body)
         ack = _ack(raw_ack)
     except RequestError as exc:
         api.count("rejected")
         return api.problem_reply(exc)
-
-    async def compute() -> Answer:
-        return 200, batch_view(await api.ops.send_batch(batch, ack))
-
-    return await api.answer(key, path, body, ack, compute)
+    return await api.answer(key, path, body, ack, lambda: compute(parsed, ack))
 
 
 def _state_routes(app: FastAPI, api: Api) -> None:

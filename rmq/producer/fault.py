@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 # (broker, new state, reason, back-off in s) when a broker becomes isolated, slow (backoff) or available
 # again; the service logs these and replays what waited for the broker. Transitions only: a broker that
@@ -43,6 +44,15 @@ class BrokerState:
     latency_ms: float
     not_available_for_s: float  # 0 when available
     state: str  # "available" | "backoff" (slow) | "isolated" (failed)
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as the admin stats and /readyz show it."""
+        return {
+            "broker": self.broker,
+            "state": self.state,
+            "latencyMs": round(self.latency_ms, 3),
+            "notAvailableForS": round(self.not_available_for_s, 3),
+        }
 
 
 class LatencyFaultTolerance:

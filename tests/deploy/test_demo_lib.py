@@ -84,3 +84,14 @@ def test_a_step_checks_the_sidecar_is_the_one_started_here(tmp_path: Path) -> No
     dead = _bash('step "Send one message"', "http://127.0.0.1:1", _run_dir(tmp_path / "gone", alive.pid))
     assert dead.returncode == 1
     assert dead.stderr == f"make run: the sidecar exited: see {tmp_path / 'gone' / '.run'}/sidecar.log\n"
+
+
+def test_send_prints_the_answer_checks_its_status_and_keeps_its_id(tmp_path: Path) -> None:
+    run, gets = _run_dir(tmp_path, 1), []
+    with serve(_sidecar(run / "data" / "store", ["SPOOLED"], gets)) as api:
+        ok = _bash('send SPOOLED \'{"topic":"Orders","body":"b"}\'\necho "id=$sent_id"', api, run)
+        wrong = _bash('send SENT \'{"topic":"Orders","body":"b"}\'\necho after', api, run)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout == '{"id":"M","status":"SPOOLED"}\nid=M\n'
+    assert (wrong.returncode, wrong.stdout) == (1, '{"id":"M","status":"SPOOLED"}\n')
+    assert wrong.stderr == 'make run: expected "status":"SENT", got: {"id":"M","status":"SPOOLED"}\n'

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from rocksidecar.rmq.producer.fault import LatencyFaultTolerance
+from rocksidecar.rmq.producer.fault import BrokerState, LatencyFaultTolerance
 from tests.fakes import FakeClock
 
 
@@ -101,3 +101,13 @@ def test_snapshot_lists_known_brokers_even_before_any_send() -> None:
     rows = {r.broker: r for r in table.snapshot(["a", "b"])}
     assert rows["a"].state == "backoff" and rows["a"].latency_ms == pytest.approx(700)
     assert rows["b"].state == "available" and rows["b"].not_available_for_s == 0
+
+
+def test_a_broker_state_row_as_json_rounds_to_the_microsecond() -> None:
+    row = BrokerState("broker-a", latency_ms=12.34567, not_available_for_s=0.5004999, state="backoff")
+    assert row.to_json() == {
+        "broker": "broker-a",
+        "state": "backoff",
+        "latencyMs": 12.346,
+        "notAvailableForS": 0.5,
+    }
