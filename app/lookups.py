@@ -8,7 +8,7 @@ from typing import Generic, TypeVar
 from rocksidecar.delay import CancelOutcome, DelayState, DelayStatus, DelayStore
 from rocksidecar.retry import MessageStatus
 
-from .sidecar import MessageState, Status
+from .sidecar import MessageState
 
 T = TypeVar("T")
 
@@ -33,7 +33,7 @@ class RetryLookup(StoreLookup[MessageStatus]):
     def view(self, id: str, found: MessageStatus) -> MessageState:
         return MessageState(
             id=id,
-            status=Status(found.state.value),  # the stores' states are named as the API's
+            status=found.state,  # the stores report in the API's vocabulary (storage.status)
             topic=found.topic,
             attempts=found.attempts,
             next_attempt_at_ms=found.next_attempt_at_ms,
@@ -55,7 +55,7 @@ class DelayLookup(StoreLookup[DelayStatus]):
         to = found.sent_to
         return MessageState(
             id=id,
-            status=Status(found.state.value),
+            status=found.state,
             topic=found.topic,
             deliver_at_ms=found.due_ms,
             sent_at_ms=found.at_ms if found.state is DelayState.SENT else None,

@@ -173,6 +173,7 @@ class Service:
             self.forwarder = Forwarder(
                 self.producer, self.retry, self.kv, self.writer, policy_for=s.retry_policy,
                 now_ms=self.retry.now_ms, inner_topic=s.dmq_inner_topic, fallback=delay_lookup,
+                on_spooled=self.events.spooled,
             )  # fmt: skip
         # The API's single sends go through the coalescer; the replay and delay loops batch on their own.
         self.sender: Sender = self.producer

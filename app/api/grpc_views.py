@@ -7,10 +7,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..request import MessageSpec
-from ..sidecar import Ack, MessageState, Outcome
+from ..sidecar import Ack, MessageState, Outcome, Status
 from . import problems
 from .operations import BatchItem
 from .proto import rocksidecar_pb2 as pb
+
+# By identity, member by member: a state without its gRPC twin fails at import, not at an answer.
+PB_STATUS: dict[Status, int] = {
+    Status.SENT: pb.SENT,
+    Status.SPOOLED: pb.SPOOLED,
+    Status.SCHEDULED: pb.SCHEDULED,
+    Status.DEAD: pb.DEAD,
+    Status.CANCELLED: pb.CANCELLED,
+}
 
 
 def ack_from_proto(value: int) -> Ack:
@@ -40,7 +49,7 @@ def _common(o: Outcome | MessageState) -> dict[str, Any]:
     """The fields a send's answer and a status share, named as in both messages."""
     return {
         "id": o.id,
-        "status": pb.Status.Value(o.status.value),
+        "status": PB_STATUS[o.status],
         "broker": o.broker or "",
         "queue_id": o.queue_id or 0,
         "queue_offset": o.queue_offset or 0,

@@ -14,7 +14,7 @@ from rocksidecar.app.api import operations, schemas
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.metrics import Metrics
 from rocksidecar.app.sidecar import MessageState, Outcome, Status
-from rocksidecar.delay import CancelOutcome, DelayState, SentTo
+from rocksidecar.delay import CancelOutcome, DelayState, StoredAt
 from rocksidecar.retry import State
 from rocksidecar.rmq import SendResult
 
@@ -61,7 +61,7 @@ def test_message_id_and_offset_message_id_are_named_as_the_glossary() -> None:
     # SendResult: msg_id is the UNIQ_KEY as in Java; everywhere past the client, the broker's id is
     # offset_msg_id and the message id is id.
     assert {"msg_id", "offset_msg_id"} <= {f.name for f in dataclasses.fields(SendResult)}
-    for kind in (Outcome, MessageState, SentTo):
+    for kind in (Outcome, MessageState, StoredAt):
         names = {f.name for f in dataclasses.fields(kind)}
         assert "offset_msg_id" in names and "msg_id" not in names, kind
     assert "offset_msg_id" in schemas.SendOut.model_fields and "msg_id" not in schemas.SendOut.model_fields
