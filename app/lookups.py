@@ -52,7 +52,6 @@ class DelayLookup(StoreLookup[DelayStatus]):
         self._store = store
 
     def view(self, id: str, found: DelayStatus) -> MessageState:
-        to = found.sent_to
         return MessageState(
             id=id,
             status=found.state,
@@ -60,10 +59,7 @@ class DelayLookup(StoreLookup[DelayStatus]):
             deliver_at_ms=found.due_ms,
             sent_at_ms=found.at_ms if found.state is DelayState.SENT else None,
             cancelled_at_ms=found.at_ms if found.state is DelayState.CANCELLED else None,
-            broker=to.broker if to else None,
-            queue_id=to.queue_id if to else None,
-            queue_offset=to.queue_offset if to else None,
-            offset_msg_id=to.offset_msg_id if to else None,
+            stored_at=found.sent_to,
         )
 
     async def cancel(self, id: str) -> CancelOutcome:

@@ -19,7 +19,7 @@ from rocksidecar.retry.record import RetryRecord
 from rocksidecar.rmq import RocketMQError, Sender, SendResult
 from rocksidecar.storage.clock import wall_ms
 from rocksidecar.storage.message import StoredMessage
-from rocksidecar.storage.status import Status
+from rocksidecar.storage.status import Status, StoredAtLike
 
 from .delivery_policy import RetrySpool, failed_send, message_fault, spool_by_due
 from .request import Prepared, RequestError
@@ -38,24 +38,14 @@ class Ack(Enum):
 class Outcome:
     id: str
     status: Status
-    broker: str | None = None
-    queue_id: int | None = None
-    queue_offset: int | None = None
-    offset_msg_id: str | None = None  # the broker's id (the message id is ``id``, its UNIQ_KEY)
+    stored_at: StoredAtLike | None = None  # SENT: where the broker stored it (the SendResult itself)
     next_attempt_at_ms: int | None = None
     last_error: str | None = None
     deliver_at_ms: int | None = None
 
     @classmethod
     def sent(cls, result: SendResult) -> Outcome:
-        return cls(
-            result.msg_id,
-            Status.SENT,
-            result.queue.broker_name,
-            result.queue.queue_id,
-            result.queue_offset,
-            result.offset_msg_id,
-        )
+        return cls(result.msg_id, Status.SENT, result)
 
 
 class DelaySchedule(Protocol):
@@ -79,10 +69,7 @@ class MessageState:
     dead_at_ms: int | None = None  # DEAD
     sent_at_ms: int | None = None  # SENT from the store
     cancelled_at_ms: int | None = None  # CANCELLED
-    broker: str | None = None  # SENT, where it was stored (when recorded)
-    queue_id: int | None = None
-    queue_offset: int | None = None
-    offset_msg_id: str | None = None
+    stored_at: StoredAtLike | None = None  # SENT, where it was stored (when recorded)
 
 
 class StateLookup(Protocol):

@@ -7,6 +7,21 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class StoredAtLike(Protocol):
+    """What any "where a broker stored it" answers: a StoredAt, and rmq's SendResult as it is (read
+    where it is, not copied: one per message on the hot path)."""
+
+    @property
+    def broker(self) -> str: ...
+    @property
+    def queue_id(self) -> int: ...
+    @property
+    def queue_offset(self) -> int: ...
+    @property
+    def offset_msg_id(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
