@@ -125,6 +125,7 @@ class SidecarParts:
             self.forwarder = Forwarder(
                 self.producer, self.retry, self.kv, self.writer, policy_for=s.retry_policy,
                 now_ms=self.retry.now_ms, inner_topic=s.dmq_inner_topic, fallback=delay_lookup,
+                on_spooled=self.events.spooled,
             )  # fmt: skip
         self.sender = self._build_sender()
         self.sidecar = Sidecar(

@@ -8,13 +8,17 @@ retried on the message type's ladder.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+import asyncio
+from collections.abc import Hashable, Sequence
+from typing import Protocol, TypeVar
 
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.retry.record import RetryRecord
-from rocksidecar.rmq import RocketMQError, SendFailed
+from rocksidecar.rmq import SendFailed
 from rocksidecar.rmq.errors import is_final
+from rocksidecar.storage.message import StoredMessage
+
+K = TypeVar("K", bound=Hashable)
 
 
 class RetrySpool(Protocol):
@@ -30,7 +34,7 @@ def message_fault(exc: BaseException) -> bool:
     return is_final(exc)
 
 
-def last_error(exc: RocketMQError) -> str:
+def last_error(exc: BaseException) -> str:
     """What went wrong, as kept with a spooled message: the last attempt's error when there were any."""
     return str(exc.last if isinstance(exc, SendFailed) and exc.last else exc)
 
@@ -38,3 +42,37 @@ def last_error(exc: RocketMQError) -> str:
 def first_due_ms(policy: RetryPolicy, now_ms: int) -> int:
     """When a message that just failed is tried again: the first rung of its type's ladder."""
     return now_ms + int(policy.delay_s(0) * 1000)
+
+
+def failed_send(
+    msg: StoredMessage, exc: BaseException, now_ms: int, policy: RetryPolicy
+) -> tuple[RetryRecord, int]:
+    """The one conversion of a failed send into a stored retry: ``msg`` with its first failure now and
+    the send's last error, and when it is first due. Every path that spools a failure calls it (the
+    sidecar's sends, the delay store's publishes, the Rock-DMQ forwarder)."""
+    return RetryRecord.of(msg, error=last_error(exc), failed_at_ms=now_ms), first_due_ms(policy, now_ms)
+
+
+async def spool_by_due(
+    retry: RetrySpool, records: Sequence[tuple[K, RetryRecord, int]]
+) -> dict[K, Exception]:
+    """Spool (key, record, due) in one synced batch per due time, all or none per batch; the error of
+    each key whose batch failed (nothing stored for those: never answer them 2xx)."""
+    if not records:
+        return {}
+    by_due: dict[int, list[tuple[K, RetryRecord]]] = {}
+    for key, record, due in records:
+        by_due.setdefault(due, []).append((key, record))
+    failed: dict[K, Exception] = {}
+
+    async def spool(due: int, group: list[tuple[K, RetryRecord]]) -> None:
+        try:
+            await retry.spool_many([r for _, r in group], due)
+        except Exception as exc:
+            failed.update((key, exc) for key, _ in group)
+
+    if len(by_due) == 1:  # the usual case: no task of its own
+        await spool(*next(iter(by_due.items())))
+    else:
+        await asyncio.gather(*(spool(due, group) for due, group in by_due.items()))
+    return failed

@@ -8,7 +8,7 @@ from typing import Generic, TypeVar
 from rocksidecar.delay import CancelOutcome, DelayState, DelayStatus, DelayStore
 from rocksidecar.retry import MessageStatus
 
-from .sidecar import MessageState, Status
+from .sidecar import MessageState
 
 T = TypeVar("T")
 
@@ -33,7 +33,7 @@ class RetryLookup(StoreLookup[MessageStatus]):
     def view(self, id: str, found: MessageStatus) -> MessageState:
         return MessageState(
             id=id,
-            status=Status(found.state.value),  # the stores' states are named as the API's
+            status=found.state,  # the stores report in the API's vocabulary (storage.status)
             topic=found.topic,
             attempts=found.attempts,
             next_attempt_at_ms=found.next_attempt_at_ms,
@@ -52,18 +52,14 @@ class DelayLookup(StoreLookup[DelayStatus]):
         self._store = store
 
     def view(self, id: str, found: DelayStatus) -> MessageState:
-        to = found.sent_to
         return MessageState(
             id=id,
-            status=Status(found.state.value),
+            status=found.state,
             topic=found.topic,
             deliver_at_ms=found.due_ms,
             sent_at_ms=found.at_ms if found.state is DelayState.SENT else None,
             cancelled_at_ms=found.at_ms if found.state is DelayState.CANCELLED else None,
-            broker=to.broker if to else None,
-            queue_id=to.queue_id if to else None,
-            queue_offset=to.queue_offset if to else None,
-            offset_msg_id=to.offset_msg_id if to else None,
+            stored_at=found.sent_to,
         )
 
     async def cancel(self, id: str) -> CancelOutcome:

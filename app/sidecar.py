@@ -19,9 +19,14 @@ from rocksidecar.retry.record import RetryRecord
 from rocksidecar.rmq import RocketMQError, Sender, SendResult
 from rocksidecar.storage.clock import wall_ms
 from rocksidecar.storage.message import StoredMessage
+from rocksidecar.storage.status import Status, StoredAtLike
 
-from .delivery_policy import RetrySpool, first_due_ms, last_error, message_fault
+from .delivery_policy import RetrySpool, failed_send, message_fault, spool_by_due
 from .request import Prepared, RequestError
+from .wire import to_stored
+
+# Status is the stores' vocabulary (storage.status), re-exported: the APIs answer in it, unmapped.
+__all__ = ["Ack", "Canceller", "DelaySchedule", "MessageState", "Outcome", "Sidecar", "StateLookup", "Status"]
 
 
 class Ack(Enum):
@@ -29,40 +34,18 @@ class Ack(Enum):
     SPOOL = "spool"  # answer once synced locally; deliver in the background
 
 
-class Status(Enum):
-    """A message's state: the one vocabulary of the APIs (HTTP's status strings, gRPC's Status enum),
-    the stores (retry.State, delay.DelayState name theirs the same) and the rocksidecar_messages metric
-    (lower case). See README, Architecture, Glossary."""
-
-    SENT = "SENT"
-    SPOOLED = "SPOOLED"
-    SCHEDULED = "SCHEDULED"
-    DEAD = "DEAD"
-    CANCELLED = "CANCELLED"
-
-
 @dataclass(slots=True)  # not frozen: one per message on the hot path, and frozen init costs 2x
 class Outcome:
     id: str
     status: Status
-    broker: str | None = None
-    queue_id: int | None = None
-    queue_offset: int | None = None
-    offset_msg_id: str | None = None  # the broker's id (the message id is ``id``, its UNIQ_KEY)
+    stored_at: StoredAtLike | None = None  # SENT: where the broker stored it (the SendResult itself)
     next_attempt_at_ms: int | None = None
     last_error: str | None = None
     deliver_at_ms: int | None = None
 
     @classmethod
     def sent(cls, result: SendResult) -> Outcome:
-        return cls(
-            result.msg_id,
-            Status.SENT,
-            result.queue.broker_name,
-            result.queue.queue_id,
-            result.queue_offset,
-            result.offset_msg_id,
-        )
+        return cls(result.msg_id, Status.SENT, result)
 
 
 class DelaySchedule(Protocol):
@@ -86,10 +69,7 @@ class MessageState:
     dead_at_ms: int | None = None  # DEAD
     sent_at_ms: int | None = None  # SENT from the store
     cancelled_at_ms: int | None = None  # CANCELLED
-    broker: str | None = None  # SENT, where it was stored (when recorded)
-    queue_id: int | None = None
-    queue_offset: int | None = None
-    offset_msg_id: str | None = None
+    stored_at: StoredAtLike | None = None  # SENT, where it was stored (when recorded)
 
 
 class StateLookup(Protocol):
@@ -124,27 +104,7 @@ class Sidecar:
 
     def stored(self, p: Prepared) -> StoredMessage:
         """The one conversion of a prepared request message into the stores' message (created now)."""
-        m = p.message
-        assert m.id is not None
-        return StoredMessage(
-            id=m.id,
-            topic=m.topic,
-            body=m.body,
-            tags=m.tags,
-            keys=m.keys,
-            properties=dict(m.properties),
-            sharding_key=p.sharding_key,
-            type=p.type,
-            created_ms=self._now_ms(),
-        )
-
-    def record(self, p: Prepared, *, error: str = "", failed_at_ms: int | None = None) -> RetryRecord:
-        return RetryRecord(
-            **self.stored(p).message_fields(),
-            first_failure_ms=failed_at_ms or 0,
-            last_error=error,
-            history=((failed_at_ms, error),) if failed_at_ms else (),
-        )
+        return to_stored(p.message, sharding_key=p.sharding_key, type=p.type, created_ms=self._now_ms())
 
     def delayed(self, p: Prepared) -> DelayedMessage:
         assert p.deliver_at_ms is not None
@@ -158,7 +118,7 @@ class Sidecar:
             return await self._schedule(p)
         if ack is Ack.SPOOL:
             now = self._now_ms()
-            await self.retry.spool(self.record(p), now)
+            await self.retry.spool(RetryRecord.of(self.stored(p)), now)
             return Outcome(id, Status.SPOOLED, next_attempt_at_ms=now)
         try:
             result = await self.producer.send(p.message, sharding_key=p.sharding_key, validated=True)
@@ -200,15 +160,11 @@ class Sidecar:
             raise RequestError(
                 f"the broker refused the message: {exc}", field=None, status=422, title="Message refused"
             ) from exc
-        now = self._now_ms()
-        error = last_error(exc)
-        due = first_due_ms(self._policy_for(p.type), now)
-        record = self.record(p, error=error, failed_at_ms=now)
+        record, due = failed_send(self.stored(p), exc, self._now_ms(), self._policy_for(p.type))
         await self.retry.spool(record, due)
         if self.on_spooled is not None:
             self.on_spooled(record)
-        assert p.message.id is not None
-        return Outcome(p.message.id, Status.SPOOLED, next_attempt_at_ms=due, last_error=error)
+        return Outcome(record.id, Status.SPOOLED, next_attempt_at_ms=due, last_error=record.last_error)
 
     async def status(self, id: str) -> MessageState | None:
         for lookup in self._lookups:
@@ -241,7 +197,9 @@ class Sidecar:
         if delayed:
             jobs.append(self._schedule_group(out, [(i, items[i]) for i in delayed]))  # type: ignore[misc]
         if spooled:
-            jobs.append(self._spool_group(out, [(i, items[i], "") for i in spooled], self._now_ms()))  # type: ignore[misc]
+            now = self._now_ms()
+            group = [(i, RetryRecord.of(self.stored(items[i])), now) for i in spooled]  # type: ignore[arg-type]
+            jobs.append(self._spool_group(out, group))
         if direct:
             jobs.append(self._send_direct(direct, items, out))
         if len(jobs) == 1:
@@ -251,20 +209,17 @@ class Sidecar:
         return [o if o is not None else RuntimeError("no outcome") for o in out]
 
     async def _spool_group(
-        self, out: list[Outcome | Exception | None], group: list[tuple[int, Prepared, str]], due_ms: int
+        self, out: list[Outcome | Exception | None], group: list[tuple[int, RetryRecord, int]]
     ) -> None:
-        """Spool several items in one synced batch (all or none), each with its own last error."""
-        now = self._now_ms()
-        records = [self.record(p, error=err, failed_at_ms=now if err else None) for _, p, err in group]
-        try:
-            await self.retry.spool_many(records, due_ms)
-        except Exception as exc:
-            for i, _, _ in group:
-                out[i] = exc
-            return
-        for (i, _, err), record in zip(group, records, strict=True):
-            out[i] = Outcome(record.id, Status.SPOOLED, next_attempt_at_ms=due_ms, last_error=err or None)
-            if err and self.on_spooled is not None:
+        """Spool (index, record, due) in one synced batch per due time, and answer each index."""
+        failed = await spool_by_due(self.retry, group)
+        for i, record, due in group:
+            if i in failed:
+                out[i] = failed[i]
+                continue
+            error = record.last_error
+            out[i] = Outcome(record.id, Status.SPOOLED, next_attempt_at_ms=due, last_error=error or None)
+            if error and self.on_spooled is not None:
                 self.on_spooled(record)
 
     async def _send_direct(
@@ -274,7 +229,7 @@ class Sidecar:
         results = await self.producer.send_batch(
             [p.message for p in prepared], [p.sharding_key for p in prepared], validated=True
         )
-        failed_by_due: dict[int, list[tuple[int, Prepared, str]]] = {}
+        failed: list[tuple[int, RetryRecord, int]] = []
         now = self._now_ms()
         sent = Outcome.sent
         for i, p, result in zip(idx, prepared, results, strict=True):
@@ -288,10 +243,7 @@ class Sidecar:
                     title="Message refused",
                 )
             else:
-                error = last_error(result)
-                due = first_due_ms(self._policy_for(p.type), now)
-                failed_by_due.setdefault(due, []).append((i, p, error))
-        if failed_by_due:
-            await asyncio.gather(
-                *(self._spool_group(out, group, due) for due, group in failed_by_due.items())
-            )
+                record, due = failed_send(self.stored(p), result, now, self._policy_for(p.type))
+                failed.append((i, record, due))
+        if failed:
+            await self._spool_group(out, failed)

@@ -8,13 +8,14 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from rocksidecar.delay import DelayedMessage, DelayScheduler, DelayStore, SentTo
+from rocksidecar.delay import DelayedMessage, DelayScheduler, DelayStore, StoredAt
 from rocksidecar.retry import ReplayLoop, RetryStore
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.retry.record import RetryRecord
-from rocksidecar.rmq import Message, RocketMQError, Sender, SendResult
+from rocksidecar.rmq import RocketMQError, Sender, SendResult
 
-from .delivery_policy import RetrySpool, first_due_ms, last_error, message_fault
+from .delivery_policy import RetrySpool, failed_send, message_fault, spool_by_due
+from .wire import stored_at, to_wire
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +26,6 @@ class DeliveryFailed(Exception):
     def __init__(self, message: str, *, retriable: bool) -> None:
         super().__init__(message)
         self.retriable = retriable
-
-
-def _sent_to(r: SendResult) -> SentTo:
-    return SentTo(r.queue.broker_name, r.queue.queue_id, r.queue_offset, r.offset_msg_id)
-
-
-def stored_message(s: RetryRecord | DelayedMessage) -> Message:
-    """The message a stored record (retry or delay) is sent as, under its original id."""
-    return Message(s.topic, s.body, tags=s.tags, keys=tuple(s.keys), properties=dict(s.properties), id=s.id)
 
 
 @dataclass(eq=False, slots=True)
@@ -50,7 +42,7 @@ class StoreDelivery:
         """The retry store's ``deliver``: send a spooled message again, under its original id."""
         try:
             result = await self.producer.send(
-                stored_message(record), sharding_key=record.sharding_key, validated=True
+                to_wire(record), sharding_key=record.sharding_key, validated=True
             )
         except RocketMQError as exc:
             raise DeliveryFailed(str(exc), retriable=not message_fault(exc)) from exc
@@ -59,7 +51,7 @@ class StoreDelivery:
     async def redeliver_batch(self, records: Sequence[RetryRecord]) -> list[Exception | None]:
         """The retry store's ``deliver_batch``: one SEND_BATCH_MESSAGE per queue instead of one send
         per message; an outcome per record."""
-        messages = [stored_message(r) for r in records]
+        messages = [to_wire(r) for r in records]
         results = await self.producer.send_batch(messages, [r.sharding_key for r in records], validated=True)
         await self._note_sent(
             [(r.id, res) for r, res in zip(records, results, strict=True) if isinstance(res, SendResult)]
@@ -79,40 +71,29 @@ class StoreDelivery:
         try:
             await self.delay.record_sent(
                 [id_ for id_, _ in sent],
-                [_sent_to(r) for _, r in sent],
+                [stored_at(r) for _, r in sent],
             )
         except Exception as exc:
             log.warning("could not record %d delivered ids: %s", len(sent), exc)
 
-    async def publish_delayed(self, msgs: Sequence[DelayedMessage]) -> list[Exception | SentTo | None]:
+    async def publish_delayed(self, msgs: Sequence[DelayedMessage]) -> list[Exception | StoredAt | None]:
         """The delay scheduler's ``publish``: send due messages as batches; spool what fails into the retry
         store (which also dead-letters what the broker refuses). An exception per message means "stored
-        nowhere": the scheduler keeps it and tries again; a SentTo, where the broker stored it."""
+        nowhere": the scheduler keeps it and tries again; a StoredAt, where the broker stored it."""
         results = await self.producer.send_batch(
-            [stored_message(m) for m in msgs], [m.sharding_key for m in msgs], validated=True
+            [to_wire(m) for m in msgs], [m.sharding_key for m in msgs], validated=True
         )
-        out: list[Exception | SentTo | None] = [
-            _sent_to(r) if isinstance(r, SendResult) else None for r in results
+        out: list[Exception | StoredAt | None] = [
+            stored_at(r) if isinstance(r, SendResult) else None for r in results
         ]
         now = self.now_ms()
-        by_due: dict[int, list[tuple[int, RetryRecord]]] = {}
-        for i, (m, result) in enumerate(zip(msgs, results, strict=True)):
-            if isinstance(result, Exception):
-                error = last_error(result)
-                record = RetryRecord(
-                    **m.message_fields(),  # the same stored message, now waiting for a retry
-                    first_failure_ms=now,
-                    last_error=error,
-                    history=((now, error),),
-                )
-                due = first_due_ms(self.policy_for(m.type), now)
-                by_due.setdefault(due, []).append((i, record))
-        for due, group in by_due.items():
-            try:
-                await self.retry.spool_many([r for _, r in group], due)
-            except Exception as exc:
-                for i, _ in group:
-                    out[i] = exc
+        failed = [
+            (i, *failed_send(m, result, now, self.policy_for(m.type)))  # the same message, now a retry
+            for i, (m, result) in enumerate(zip(msgs, results, strict=True))
+            if isinstance(result, Exception)
+        ]
+        for i, exc in (await spool_by_due(self.retry, failed)).items():
+            out[i] = exc  # stored nowhere: the scheduler keeps it
         return out
 
 

@@ -1,10 +1,12 @@
 """Rock-DMQ local mode: messages with an arbitrary delivery delay, kept in the local store until due."""
 
+from rocksidecar.storage.status import StoredAt
+
 from .keys import COLUMN_FAMILIES
 from .message import DELAY_DUE_AT, DELAY_PUBLISHED_AT, CorruptMessageError, DelayedMessage
 from .publication import Publish
 from .scheduler import DelayScheduler
-from .status import CancelOutcome, DelayState, DelayStats, DelayStatus, SentTo
+from .status import CancelOutcome, DelayState, DelayStats, DelayStatus
 from .store import DelayStore
 
 __all__ = [
@@ -20,5 +22,5 @@ __all__ = [
     "DelayStore",
     "DelayedMessage",
     "Publish",
-    "SentTo",
+    "StoredAt",
 ]

@@ -10,6 +10,7 @@ import orjson
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.keys import clamp_due, due_bound
 from rocksidecar.storage.kv import KV, Delete, Op, Put
+from rocksidecar.storage.status import StoredAt
 
 from .keys import (
     CANCELLED,
@@ -22,7 +23,7 @@ from .keys import (
     split_done,
     split_due_key,
 )
-from .status import DelayState, SentTo
+from .status import DelayState
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class DoneMarkers:
         self._purged_to = b""  # every expiry key below this is gone
 
     @staticmethod
-    def ops(id_: str, kind: bytes, at_ms: int, sent_to: SentTo | None = None) -> tuple[Op, Op]:
+    def ops(id_: str, kind: bytes, at_ms: int, sent_to: StoredAt | None = None) -> tuple[Op, Op]:
         """The marker "``id_`` was SENT (to ``sent_to``) or CANCELLED at ``at_ms``" and its expiry entry."""
         at = clamp_due(at_ms)
         detail = (
@@ -47,7 +48,7 @@ class DoneMarkers:
         )
         return Put(DONE_CF, id_.encode(), done_value(kind, at, detail)), Put(EXPIRY_CF, due_key(at, id_), b"")
 
-    def get(self, id_: str) -> tuple[DelayState, int, SentTo | None] | None:
+    def get(self, id_: str) -> tuple[DelayState, int, StoredAt | None] | None:
         raw = self._kv.get(DONE_CF, id_.encode())
         if raw is None:
             return None
@@ -56,7 +57,7 @@ class DoneMarkers:
         except ValueError:
             log.error("unreadable done marker for %r: %r", id_, raw)
             return None
-        return STATES[kind], at_ms, _sent_to(done_detail(raw))
+        return STATES[kind], at_ms, _stored_at(done_detail(raw))
 
     async def purge(self, now_ms: int, limit: int) -> int:
         """Drop up to ``limit`` markers older than the retention; returns how many expired."""
@@ -78,12 +79,12 @@ class DoneMarkers:
         return len(rows)
 
 
-def _sent_to(detail: bytes) -> SentTo | None:
+def _stored_at(detail: bytes) -> StoredAt | None:
     if not detail:
         return None
     try:
         broker, queue_id, queue_offset, offset_msg_id = orjson.loads(detail)
-        return SentTo(str(broker), int(queue_id), int(queue_offset), str(offset_msg_id))
+        return StoredAt(str(broker), int(queue_id), int(queue_offset), str(offset_msg_id))
     except (ValueError, TypeError):
         log.error("unreadable detail in a done marker: %r", detail)
         return None

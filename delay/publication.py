@@ -8,18 +8,19 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from rocksidecar.storage.status import StoredAt
+
 from .message import DelayedMessage
-from .status import SentTo
 
 # One outcome per message, in order: an exception means "not stored anywhere" (it stays scheduled and is
-# tried again); anything else means stored by a broker (a SentTo says where) or spooled for retry.
+# tried again); anything else means stored by a broker (a StoredAt says where) or spooled for retry.
 Publish = Callable[[list[DelayedMessage]], Awaitable[Sequence[object]]]
 
 
 @dataclass(frozen=True, slots=True)
 class Published:
     sent: list[tuple[bytes, DelayedMessage]]  # (due key, message as stored)
-    sent_to: list[SentTo | None]  # where each of ``sent`` was stored, when publish said so
+    sent_to: list[StoredAt | None]  # where each of ``sent`` was stored, when publish said so
     failed: list[bytes]  # due keys
     first_error: BaseException | None
     done_at_ms: int  # when publish returned: "sent" time and lateness are measured to here
@@ -39,7 +40,7 @@ async def publish_batch(
     except Exception as exc:
         results = [exc] * len(msgs)
     sent: list[tuple[bytes, DelayedMessage]] = []
-    sent_to: list[SentTo | None] = []
+    sent_to: list[StoredAt | None] = []
     failed: list[bytes] = []
     first_error: BaseException | None = None
     for item, result in zip(batch, results, strict=True):
@@ -48,5 +49,5 @@ async def publish_batch(
             first_error = first_error or result
         else:
             sent.append(item)
-            sent_to.append(result if isinstance(result, SentTo) else None)
+            sent_to.append(result if isinstance(result, StoredAt) else None)
     return Published(sent, sent_to, failed, first_error, now_ms())

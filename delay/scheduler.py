@@ -15,12 +15,12 @@ from collections.abc import Callable
 
 from rocksidecar.storage.due_loop import DueLoop, Sleep
 from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.status import StoredAt
 
 from .holds import Holds
 from .keys import split_due_key
 from .message import CorruptMessageError, DelayedMessage, decode_message
 from .publication import Publish, publish_batch
-from .status import SentTo
 from .store import PURGE_LIMIT, DelayStore
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class DelayScheduler(DueLoop):
         self._on_published = on_published
         self._held = Holds()  # failed publishes waiting for their retry time
         # published, "sent" not stored yet: (keys, at_ms, where each went)
-        self._unrecorded: list[tuple[list[bytes], int, list[SentTo | None]]] = []
+        self._unrecorded: list[tuple[list[bytes], int, list[StoredAt | None]]] = []
         self._calls: set[asyncio.Task[None]] = set()
         self._slot = asyncio.Event()  # a publish call finished
         self._for_slot = False  # waiting for a publish call to finish, not for a due time

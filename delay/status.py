@@ -5,11 +5,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from rocksidecar.storage.status import Status, StoredAt
 
-class DelayState(enum.Enum):
-    SCHEDULED = "SCHEDULED"  # waiting in the store for its due time (or being published right now)
-    SENT = "SENT"  # published: stored by a broker, or handed to the retry store
-    CANCELLED = "CANCELLED"
+# The one vocabulary; this store reports SCHEDULED, SENT (published: stored by a broker, or handed to
+# the retry store) and CANCELLED.
+DelayState = Status
 
 
 class CancelOutcome(enum.Enum):
@@ -19,23 +19,13 @@ class CancelOutcome(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class SentTo:
-    """Where a broker stored a message: what the send answered."""
-
-    broker: str
-    queue_id: int
-    queue_offset: int
-    offset_msg_id: str  # the broker's id of the stored copy (the message id is the UNIQ_KEY)
-
-
-@dataclass(frozen=True, slots=True)
 class DelayStatus:
     id: str
-    state: DelayState
+    state: Status  # SCHEDULED, SENT or CANCELLED
     due_ms: int | None = None  # SCHEDULED: when it is due
     at_ms: int | None = None  # SENT: when it was published; CANCELLED: when it was cancelled
     topic: str | None = None  # SCHEDULED only
-    sent_to: SentTo | None = None  # SENT, when the path that sent it recorded where
+    sent_to: StoredAt | None = None  # SENT, when the path that sent it recorded where
 
 
 @dataclass(frozen=True, slots=True)

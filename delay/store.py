@@ -18,6 +18,7 @@ from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.key_count import KeyCount
 from rocksidecar.storage.keys import clamp_due, parse_due
 from rocksidecar.storage.kv import KV, Delete, Op, Put
+from rocksidecar.storage.status import StoredAt
 
 from .done import DoneMarkers
 from .keys import (
@@ -33,7 +34,7 @@ from .keys import (
     split_due_key,
 )
 from .message import CorruptMessageError, DelayedMessage, decode_message, encode_message
-from .status import CancelOutcome, DelayState, DelayStats, DelayStatus, SentTo
+from .status import CancelOutcome, DelayState, DelayStats, DelayStatus
 
 RETENTION_S = 24 * 3600.0  # how long "sent" / "cancelled" answers are kept after the fact
 PURGE_LIMIT = 500  # done markers dropped per purge batch (one synced write)
@@ -165,7 +166,7 @@ class DelayStore(QueueBacked):
     def first_due(self, start: bytes = b"") -> bytes | None:
         return self.queue.first(start)
 
-    async def mark_sent(self, keys: list[bytes], at_ms: int, sent_to: Sequence[SentTo | None] = ()) -> None:
+    async def mark_sent(self, keys: list[bytes], at_ms: int, sent_to: Sequence[StoredAt | None] = ()) -> None:
         """The claimed messages under ``keys`` were published (to ``sent_to``, when known): delete them and
         keep SENT markers, in one batch. Their claims are released once that is stored; until then cancel
         answers ALREADY_SENT.
@@ -188,7 +189,7 @@ class DelayStore(QueueBacked):
         """No live due key sorts below this (persisted: a restart starts seeking here)."""
         return self.queue.floor
 
-    async def record_sent(self, ids: Sequence[str], sent_to: Sequence[SentTo | None] = ()) -> None:
+    async def record_sent(self, ids: Sequence[str], sent_to: Sequence[StoredAt | None] = ()) -> None:
         """Mark messages delivered by another path (the retry store's replay) as SENT now, so their
         status and a late cancel answer as for a published delayed message, for the same retention.
         ``sent_to`` says where each was stored, when known.
@@ -238,7 +239,7 @@ class DelayStore(QueueBacked):
 
     @staticmethod
     def _finish_ops(
-        keys: list[bytes], kind: bytes, at_ms: int, sent_to: Sequence[SentTo | None] = ()
+        keys: list[bytes], kind: bytes, at_ms: int, sent_to: Sequence[StoredAt | None] = ()
     ) -> list[Op]:
         """Delete the due keys and their index entries; mark their ids done (``kind`` at ``at_ms``, sent
         to ``sent_to[i]`` when given)."""

@@ -26,6 +26,15 @@ class RetryRecord(StoredMessage):
     last_error: str = ""
     history: tuple[tuple[int, str], ...] = ()  # (at_ms, error), oldest first
 
+    @classmethod
+    def of(cls, msg: StoredMessage, *, error: str = "", failed_at_ms: int | None = None) -> RetryRecord:
+        """The one way a message becomes a stored retry: spooled after a send that failed at
+        ``failed_at_ms`` with ``error`` (its first failure, in the history), or without a failure (spooled
+        on purpose, to be sent in the background). Every field of ``msg`` is kept."""
+        history = ((failed_at_ms, error),) if failed_at_ms else ()
+        return cls(msg.id, msg.topic, msg.body, msg.tags, msg.keys, msg.properties, msg.sharding_key,
+                   msg.type, msg.created_ms, failed_at_ms or 0, 0, error, history)  # fmt: skip
+
     @property
     def failed_attempts(self) -> int:
         """Failed deliveries so far: the replays (retry_count) plus the send that failed before the

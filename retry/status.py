@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
+from rocksidecar.storage.status import Status
 
-class State(enum.Enum):
-    SPOOLED = "SPOOLED"  # waiting in the store for its next attempt
-    DEAD = "DEAD"  # left the ladder; see reason
+State = Status  # the one vocabulary; this store reports SPOOLED (waiting) and DEAD (see reason)
 
 
 @dataclass(frozen=True, slots=True)
 class MessageStatus:
     id: str
-    state: State
+    state: Status  # SPOOLED or DEAD
     key: bytes
     attempts: int  # failed deliveries so far, the send before spooling included (failed_attempts)
     last_error: str

@@ -6,11 +6,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rocksidecar.storage.status import StoredAtLike
+
 from ..request import MessageSpec
-from ..sidecar import Ack, MessageState, Outcome
+from ..sidecar import Ack, MessageState, Outcome, Status
 from . import problems
 from .operations import BatchItem
 from .proto import rocksidecar_pb2 as pb
+
+# By identity, member by member: a state without its gRPC twin fails at import, not at an answer.
+PB_STATUS: dict[Status, int] = {
+    Status.SENT: pb.SENT,
+    Status.SPOOLED: pb.SPOOLED,
+    Status.SCHEDULED: pb.SCHEDULED,
+    Status.DEAD: pb.DEAD,
+    Status.CANCELLED: pb.CANCELLED,
+}
 
 
 def ack_from_proto(value: int) -> Ack:
@@ -36,15 +47,24 @@ def spec_from_proto(m: pb.Message) -> MessageSpec:
     )
 
 
+def _where(to: StoredAtLike | None) -> dict[str, Any]:
+    """Where the broker stored it, named as in both messages (unknown: proto3's zero defaults)."""
+    if to is None:
+        return {}
+    return {
+        "broker": to.broker,
+        "queue_id": to.queue_id,
+        "queue_offset": to.queue_offset,
+        "msg_id": to.offset_msg_id,
+    }
+
+
 def _common(o: Outcome | MessageState) -> dict[str, Any]:
     """The fields a send's answer and a status share, named as in both messages."""
     return {
         "id": o.id,
-        "status": pb.Status.Value(o.status.value),
-        "broker": o.broker or "",
-        "queue_id": o.queue_id or 0,
-        "queue_offset": o.queue_offset or 0,
-        "msg_id": o.offset_msg_id or "",
+        "status": PB_STATUS[o.status],
+        **_where(o.stored_at),
         "next_attempt_at_ms": o.next_attempt_at_ms or 0,
         "last_error": o.last_error or "",
         "deliver_at_ms": o.deliver_at_ms or 0,

@@ -5,37 +5,48 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rocksidecar.storage.status import StoredAtLike
+
 from ..sidecar import MessageState, Outcome, Status
 from . import problems
 from .operations import BatchItem, item_label
 
 _OUTCOME_FIELDS = (
-    ("broker", "broker"),
-    ("queue_id", "queueId"),
-    ("queue_offset", "queueOffset"),
-    ("offset_msg_id", "msgId"),
     ("next_attempt_at_ms", "nextAttemptAt"),
     ("last_error", "lastError"),
     ("deliver_at_ms", "deliverAt"),
 )
 
 
+def where_view(to: StoredAtLike) -> dict[str, Any]:
+    """Where the broker stored it, as a send's answer and a status name it."""
+    return {
+        "broker": to.broker,
+        "queueId": to.queue_id,
+        "queueOffset": to.queue_offset,
+        "msgId": to.offset_msg_id,
+    }
+
+
 def outcome_view(o: Outcome, index: int | None = None) -> dict[str, Any]:
-    if o.status is Status.SENT:  # the common case, built directly: one per message of a batch
+    to = o.stored_at
+    if o.status is Status.SENT and to is not None:  # the common case, built directly: one per message
         sent = {
             "index": index,
             "id": o.id,
             "status": "SENT",
-            "broker": o.broker,
-            "queueId": o.queue_id,
-            "queueOffset": o.queue_offset,
-            "msgId": o.offset_msg_id,
+            "broker": to.broker,
+            "queueId": to.queue_id,
+            "queueOffset": to.queue_offset,
+            "msgId": to.offset_msg_id,
         }
         if index is None:
             del sent["index"]  # one dict either way: {"index": i, **sent} built two
         return sent
     out: dict[str, Any] = {} if index is None else {"index": index}
     out["id"], out["status"] = o.id, o.status.value
+    if to is not None:
+        out.update(where_view(to))
     for attr, key in _OUTCOME_FIELDS:
         value = getattr(o, attr)
         if value is not None and value != "":
@@ -48,16 +59,18 @@ def batch_view(results: Sequence[BatchItem]) -> dict[str, Any]:
     counts = {"sent": 0, "spooled": 0, "scheduled": 0, "rejected": 0, "failed": 0}
     sent = Status.SENT
     for i, r in enumerate(results):
-        if type(r) is Outcome and r.status is sent:  # the common case, inline: one per message
+        if (
+            type(r) is Outcome and r.status is sent and (to := r.stored_at) is not None
+        ):  # inline: one a message
             items.append(
                 {
                     "index": i,
                     "id": r.id,
                     "status": "SENT",
-                    "broker": r.broker,
-                    "queueId": r.queue_id,
-                    "queueOffset": r.queue_offset,
-                    "msgId": r.offset_msg_id,
+                    "broker": to.broker,
+                    "queueId": to.queue_id,
+                    "queueOffset": to.queue_offset,
+                    "msgId": to.offset_msg_id,
                 }
             )
             counts["sent"] += 1
@@ -84,12 +97,10 @@ def status_view(s: MessageState) -> dict[str, Any]:
         ("dead_at_ms", "deadAt"),
         ("sent_at_ms", "sentAt"),
         ("cancelled_at_ms", "cancelledAt"),
-        ("broker", "broker"),
-        ("queue_id", "queueId"),
-        ("queue_offset", "queueOffset"),
-        ("offset_msg_id", "msgId"),
     ):
         value = getattr(s, attr)
         if value is not None and value != "":
             out[key] = value
+    if s.stored_at is not None:
+        out.update(where_view(s.stored_at))
     return out

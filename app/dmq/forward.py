@@ -25,8 +25,9 @@ from rocksidecar.rmq.producer import Producer
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV, Delete, Op, Put
 
-from ..delivery_policy import RetrySpool, last_error
+from ..delivery_policy import RetrySpool, failed_send, spool_by_due
 from ..sidecar import Canceller, MessageState, Status
+from ..wire import to_stored, to_wire
 from .inner import DEFAULT_INNER_TOPIC, cancel_message, inner_message
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class Forwarder:
     now_ms: Callable[[], int]
     inner_topic: str = DEFAULT_INNER_TOPIC
     fallback: Canceller | None = None
+    on_spooled: Callable[[RetryRecord], None] | None = None  # as the sidecar's (the operator's log)
 
     # --- DelaySchedule -----------------------------------------------------------------------------
     async def schedule(self, msg: DelayedMessage) -> None:
@@ -61,9 +63,13 @@ class Forwarder:
         The forwarded record is written before the answer, so a status asked after it finds it."""
         wrapped = [self._wrap(m) for m in msgs]
         results = await self.producer.send_batch(wrapped, [m.id for m in msgs], validated=False)
-        failed = [(w, r) for w, r in zip(wrapped, results, strict=True) if isinstance(r, Exception)]
+        failed = [
+            (w, r, m.created_ms)
+            for w, r, m in zip(wrapped, results, msgs, strict=True)
+            if isinstance(r, Exception)
+        ]
         if failed:
-            await self._spool([w for w, _ in failed], failed[0][1])
+            await self._spool(failed)
         await self.writer.write(
             [
                 Put(FORWARDED_CF, m.id.encode(), orjson.dumps({"topic": m.topic, "due": m.due_ms}))
@@ -72,30 +78,25 @@ class Forwarder:
         )
 
     def _wrap(self, m: DelayedMessage) -> Message:
-        real = Message(m.topic, m.body, tags=m.tags, keys=m.keys, properties=dict(m.properties), id=m.id)
-        return inner_message(real, m.due_ms, inner_topic=self.inner_topic, sharding_key=m.sharding_key)
+        return inner_message(to_wire(m), m.due_ms, inner_topic=self.inner_topic, sharding_key=m.sharding_key)
 
-    async def _spool(self, wrapped: list[Message], exc: BaseException) -> None:
+    async def _spool(self, failed: Sequence[tuple[Message, BaseException, int]]) -> None:
+        """Spool inner messages whose send failed, as the sidecar spools its own: each (wrapped message,
+        its error, when it was created) becomes a retry by the one conversion, on the inner topic's
+        ladder, with its id as the sharding key (its inner queue, as a direct send). Raises when
+        nothing was stored (then nothing is answered 2xx)."""
         now = self.now_ms()
-        error = last_error(exc) if isinstance(exc, RocketMQError) else str(exc)
-        records = [
-            RetryRecord(
-                id=w.id or "",
-                topic=w.topic,
-                body=w.body,
-                tags=w.tags,
-                keys=tuple(w.keys),
-                properties=dict(w.properties),
-                sharding_key=w.id,  # the inner queue of its id, as a direct send
-                type=w.topic,
-                created_ms=now,
-                first_failure_ms=now,
-                last_error=error,
-                history=((now, error),),
-            )
-            for w in wrapped
+        policy = self.policy_for(self.inner_topic)
+        spooled = [
+            failed_send(to_stored(w, sharding_key=w.id, type=w.topic, created_ms=created), exc, now, policy)
+            for w, exc, created in failed
         ]
-        await self.retry.spool_many(records, now + int(self.policy_for(self.inner_topic).delay_s(0) * 1000))
+        errors = await spool_by_due(self.retry, [(i, record, due) for i, (record, due) in enumerate(spooled)])
+        if errors:
+            raise next(iter(errors.values()))
+        if self.on_spooled is not None:
+            for record, _ in spooled:
+                self.on_spooled(record)
 
     # --- StateLookup -------------------------------------------------------------------------------
     def _record(self, id: str) -> dict[str, object] | None:
@@ -139,7 +140,7 @@ class Forwarder:
         try:
             await self.producer.send(msg, sharding_key=id)
         except RocketMQError as exc:
-            await self._spool([msg], exc)
+            await self._spool([(msg, exc, now)])
         await self.writer.write([Put(FORWARDED_CF, id.encode(), orjson.dumps({**rec, "cancelled": now}))])
         return CancelOutcome.CANCELLED
 

@@ -73,7 +73,8 @@ async def test_the_sidecar_sends_through_any_sender() -> None:
     transport, spool = OtherTransport({"Busy": ResponseCode.NO_PERMISSION}), Spool()
     sidecar = _sidecar(transport, spool)
     sent = await sidecar.send(_prepared("T", "id-1"))
-    assert (sent.status, sent.broker, [m.id for m in transport.sent]) == (
+    assert sent.stored_at is not None
+    assert (sent.status, sent.stored_at.broker, [m.id for m in transport.sent]) == (
         Status.SENT,
         "grpc-broker",
         ["id-1"],

@@ -10,13 +10,25 @@ import typing
 from pathlib import Path
 
 import rocksidecar.app.sidecar
-from rocksidecar.app.api import operations, schemas
+from rocksidecar.app import wire
+from rocksidecar.app.api import grpc_views, operations, schemas
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.lookups import DelayLookup, RetryLookup
 from rocksidecar.app.metrics import Metrics
 from rocksidecar.app.sidecar import MessageState, Outcome, Status
-from rocksidecar.delay import CancelOutcome, DelayState, SentTo
-from rocksidecar.retry import State
-from rocksidecar.rmq import SendResult
+from rocksidecar.delay import CancelOutcome, DelayState, DelayStatus, StoredAt
+from rocksidecar.retry import MessageStatus, State
+from rocksidecar.rmq import MessageQueue, SendResult, SendStatus
+from rocksidecar.storage import status as storage_status
+
+
+class DelayStoreStub:
+    def __init__(self, found: DelayStatus) -> None:
+        self.found = found
+
+    def get(self, id: str) -> DelayStatus | None:
+        return self.found
+
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 STATES = {s.value for s in Status}
@@ -29,11 +41,19 @@ def test_the_states_are_one_enum_named_as_the_glossary() -> None:
     assert set(re.findall(r"`([A-Z]+)`", glossary)) == STATES
 
 
-def test_the_stores_name_their_states_from_the_enum() -> None:
-    assert {s.value for s in State} <= STATES
-    assert {s.value for s in DelayState} <= STATES
-    for state in (*State, *DelayState):
-        assert Status(state.value).name == state.name
+def test_the_stores_report_in_the_one_enum() -> None:
+    # Issue 26: one status vocabulary, not three enums mapped by their names
+    assert State is DelayState is Status is storage_status.Status
+    spooled = MessageStatus("a", State.SPOOLED, b"k", 1, "busy", topic="T", next_attempt_at_ms=5)
+    assert RetryLookup(lambda _id: spooled).view("a", spooled).status is Status.SPOOLED
+    cancelled = DelayStatus("b", DelayState.CANCELLED, at_ms=9)
+    assert DelayLookup(DelayStoreStub(cancelled))  # type: ignore[arg-type].view("b", cancelled).status is Status.CANCELLED
+
+
+def test_grpc_maps_each_state_by_identity() -> None:
+    assert set(grpc_views.PB_STATUS) == set(Status)
+    for state, number in grpc_views.PB_STATUS.items():
+        assert pb.Status.Name(number) == state.name
 
 
 def test_http_and_grpc_answer_with_the_enum_names() -> None:
@@ -61,10 +81,24 @@ def test_message_id_and_offset_message_id_are_named_as_the_glossary() -> None:
     # SendResult: msg_id is the UNIQ_KEY as in Java; everywhere past the client, the broker's id is
     # offset_msg_id and the message id is id.
     assert {"msg_id", "offset_msg_id"} <= {f.name for f in dataclasses.fields(SendResult)}
-    for kind in (Outcome, MessageState, SentTo):
-        names = {f.name for f in dataclasses.fields(kind)}
-        assert "offset_msg_id" in names and "msg_id" not in names, kind
+    names = {f.name for f in dataclasses.fields(StoredAt)}
+    assert "offset_msg_id" in names and "msg_id" not in names
     assert "offset_msg_id" in schemas.SendOut.model_fields and "msg_id" not in schemas.SendOut.model_fields
+
+
+def test_one_type_says_where_the_broker_stored_it() -> None:
+    # Issue 26: StoredAt (storage.status) is what the stores keep; a send's answer and a status hold a
+    # StoredAtLike (a StoredAt, or the SendResult itself) instead of four copied fields of their own.
+    assert StoredAt is storage_status.StoredAt
+    where = {"broker", "queue_id", "queue_offset", "offset_msg_id"}
+    assert {f.name for f in dataclasses.fields(StoredAt)} == where
+    for kind in (Outcome, MessageState):
+        names = {f.name for f in dataclasses.fields(kind)}
+        assert "stored_at" in names and not names & where, kind
+    result = SendResult(SendStatus.SEND_OK, "id-1", "OFFSET", MessageQueue("T", "broker-a", 3), 41)
+    assert Outcome.sent(result).stored_at is result  # not copied: one per message on the hot path
+    assert wire.stored_at(result) == StoredAt("broker-a", 3, 41, "OFFSET")
+    assert {name: getattr(result, name) for name in where} == dataclasses.asdict(wire.stored_at(result))
 
 
 def test_one_name_for_what_a_cancel_did() -> None:

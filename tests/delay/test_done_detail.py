@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from rocksidecar.delay import DelayState, SentTo
+from rocksidecar.delay import DelayState, StoredAt
 from rocksidecar.delay.keys import DONE_CF, SENT, done_value
 from rocksidecar.storage.kv import Put
 from tests.delay.conftest import Harness
 
 
 async def test_where_a_message_was_sent_is_kept_and_old_markers_still_read(h: Harness) -> None:
-    to = SentTo("broker-b", 3, 41, "7F00000100002A9F0000000000012345")
+    to = StoredAt("broker-b", 3, 41, "7F00000100002A9F0000000000012345")
     await h.store.record_sent(["W", "N"], [to, None])
     w, n = h.store.get("W"), h.store.get("N")
     assert w is not None and (w.state, w.sent_to, w.at_ms) == (DelayState.SENT, to, h.store.now_ms())

@@ -1,0 +1,142 @@
+"""Issue 26: one conversion of a failed send into a stored retry. A delayed message the Rock-DMQ
+forwarder cannot hand to a broker is spooled as the sidecar spools its own failed sends: every field the
+sidecar keeps (id, body, tags, keys, properties with the trace context, sharding key, type, creation
+time) and the same attempt bookkeeping, each message with its own error, and the operator is told."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rocksidecar.app.dmq import inner
+from rocksidecar.app.dmq.forward import COLUMN_FAMILIES, Forwarder
+from rocksidecar.app.request import Prepared
+from rocksidecar.app.sidecar import Sidecar, Status
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.rmq import Message, RocketMQError, SendResult
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.memory import MemoryKV
+from tests.app.test_sender_seam import OtherTransport
+
+INNER = "dmq_inner_test"
+ACCEPTED_MS = 1_000  # the sidecar takes the request
+FAILED_MS = 1_500  # every send attempt has failed
+TRACE = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tenant": "t1"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = ACCEPTED_MS
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+class Unreachable(OtherTransport):
+    """A Sender no broker answers: each message fails with its own error, and the attempts took time."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    async def send(
+        self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
+    ) -> SendResult:
+        self.clock.ms = FAILED_MS
+        raise RocketMQError(f"no broker for {msg.id}")
+
+
+class Spool:
+    def __init__(self) -> None:
+        self.records: list[tuple[RetryRecord, int | None]] = []
+
+    async def spool(self, record: RetryRecord, due_ms: int | None = None) -> object:
+        self.records.append((record, due_ms))
+        return None
+
+    async def spool_many(self, records: Sequence[RetryRecord], due_ms: int | None = None) -> object:
+        self.records.extend((r, due_ms) for r in records)
+        return None
+
+
+def prepared(id_: str, deliver_at_ms: int | None) -> Prepared:
+    msg = Message(
+        "Orders", b'{"n":1}', tags="paid", keys=("order-7", "cust-3"), properties=dict(TRACE), id=id_
+    )
+    return Prepared(msg, "cust-3", "orders", deliver_at_ms)
+
+
+def sidecar(
+    clock: Clock, spool: Spool, spooled: list[RetryRecord], forwarder: Forwarder | None = None
+) -> Sidecar:
+    return Sidecar(
+        Unreachable(clock),
+        spool,
+        policy_for=lambda _type: RetryPolicy((2.0,), 5),
+        delay=forwarder,
+        now_ms=clock,
+        on_spooled=spooled.append,
+    )
+
+
+def forwarder(clock: Clock, spool: Spool, spooled: list[RetryRecord]) -> Forwarder:
+    kv = MemoryKV(COLUMN_FAMILIES)
+    return Forwarder(
+        Unreachable(clock),  # type: ignore[arg-type]  # the Producer's two send calls are all it uses
+        spool,
+        kv,
+        GroupCommitWriter(kv),
+        policy_for=lambda _type: RetryPolicy((2.0,), 5),
+        now_ms=clock,
+        inner_topic=INNER,
+        on_spooled=spooled.append,
+    )
+
+
+async def test_a_message_spooled_by_the_forwarder_keeps_what_the_sidecar_keeps() -> None:
+    clock, spool, told = Clock(), Spool(), []
+    direct = await sidecar(clock, spool, told).send(prepared("id-direct", None))
+    assert direct.status is Status.SPOOLED
+    ((kept, kept_due),) = spool.records
+
+    clock.ms, fspool, ftold = ACCEPTED_MS, Spool(), []
+    via = sidecar(clock, fspool, ftold, forwarder(clock, fspool, ftold))
+    due_at = 60_000
+    scheduled = await via.send(prepared("id-delayed", due_at))
+    assert scheduled.status is Status.SCHEDULED  # 202: synced to the retry store
+    ((forwarded, forwarded_due),) = fspool.records
+
+    # The message: everything the sidecar keeps, wrapped as the inner format says.
+    assert (forwarded.id, forwarded.topic, forwarded.body) == ("id-delayed", INNER, kept.body)
+    assert (forwarded.tags, forwarded.keys) == (kept.tags, kept.keys) == ("paid", ("order-7", "cust-3"))
+    assert dict(kept.properties) == TRACE
+    assert {**forwarded.properties} == {
+        **TRACE,
+        inner.REAL_TOPIC: "Orders",
+        inner.DELIVER_MS: str(due_at),
+        inner.SHARDING_KEY: kept.sharding_key,
+    }
+    assert forwarded.sharding_key == "id-delayed"  # the inner queue of its id, as a direct send
+    assert forwarded.type == INNER  # the inner topic's ladder, whose topic it is
+    assert forwarded.created_ms == ACCEPTED_MS  # when the sidecar accepted it, not when it was spooled
+
+    # The attempts: the same bookkeeping, each counter as the sidecar's.
+    for record in (kept, forwarded):
+        assert record.first_failure_ms == FAILED_MS
+        assert (record.retry_count, record.failed_attempts) == (0, 1)
+        assert record.last_error == f"no broker for {record.id}"
+        assert record.history == ((FAILED_MS, record.last_error),)
+    assert kept_due == forwarded_due == FAILED_MS + 2_000
+    assert told == [kept] and ftold == [forwarded]  # the operator's log hears of both
+
+
+async def test_each_forwarded_message_is_spooled_with_its_own_error() -> None:
+    clock, spool, told = Clock(), Spool(), []
+    fwd = forwarder(clock, spool, told)
+    a, b = (sidecar(clock, spool, told).delayed(prepared(id_, 60_000)) for id_ in ("id-a", "id-b"))
+    await fwd.schedule_many([a, b])
+    assert [(r.id, r.last_error) for r, _ in spool.records] == [
+        ("id-a", "no broker for id-a"),
+        ("id-b", "no broker for id-b"),
+    ]
+    assert told == [r for r, _ in spool.records]
