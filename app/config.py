@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
@@ -521,3 +522,36 @@ def describe() -> str:
         shown = "*" if default is REQUIRED else f"default {default!r}"
         rows.append(f"{key:<22} {shown}\n    {SUBSCRIPTION_KEY_HELP.get(key, '')}")
     return "\n".join(rows)
+
+
+SECRETS = frozenset({"secret_key", "auth_token", "access_key"})
+
+
+def redacted(settings: Settings) -> dict[str, Any]:
+    """Settings as they may be logged: secrets replaced, credentials in URLs removed."""
+    out: dict[str, Any] = {}
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        if f.name in SECRETS:
+            value = "<redacted>" if value else ""
+        elif f.name == "dead_letter_webhook" and value:
+            value = _strip_credentials(value)
+        elif f.name == "retry_types":
+            value = {
+                k: {"ladder_s": list(v.ladder_s), "max_retries": v.max_retries} for k, v in value.items()
+            }
+        elif f.name == "retry_default":
+            value = {"ladder_s": list(value.ladder_s), "max_retries": value.max_retries}
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[f.name] = value
+    return out
+
+
+def _strip_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    if parts.username or parts.password:
+        netloc = "<redacted>@" + netloc
+    return urlunsplit((parts.scheme, netloc, parts.path, "<redacted>" if parts.query else "", ""))

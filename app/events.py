@@ -13,56 +13,22 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import fields
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from rocksidecar.retry.dead_letter import DeadLetter
 from rocksidecar.retry.record import RetryRecord
 
-from .config import Settings
 from .logs import Throttle
 
 log = logging.getLogger("rocksidecar.events")
 
 WINDOW_S = 10.0
-SECRETS = frozenset({"secret_key", "auth_token", "access_key"})
 _NUMBERS = re.compile(r"\d+")
 
 
 def cause(error: str) -> str:
     """An error text without its numbers (ports, latencies, counts), so one cause is one key."""
     return _NUMBERS.sub("#", error)[:160]
-
-
-def redacted(settings: Settings) -> dict[str, Any]:
-    """Settings as they may be logged: secrets replaced, credentials in URLs removed."""
-    out: dict[str, Any] = {}
-    for f in fields(settings):
-        value = getattr(settings, f.name)
-        if f.name in SECRETS:
-            value = "<redacted>" if value else ""
-        elif f.name == "dead_letter_webhook" and value:
-            value = _strip_credentials(value)
-        elif f.name == "retry_types":
-            value = {
-                k: {"ladder_s": list(v.ladder_s), "max_retries": v.max_retries} for k, v in value.items()
-            }
-        elif f.name == "retry_default":
-            value = {"ladder_s": list(value.ladder_s), "max_retries": value.max_retries}
-        elif isinstance(value, tuple):
-            value = list(value)
-        out[f.name] = value
-    return out
-
-
-def _strip_credentials(url: str) -> str:
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    if parts.username or parts.password:
-        netloc = "<redacted>@" + netloc
-    return urlunsplit((parts.scheme, netloc, parts.path, "<redacted>" if parts.query else "", ""))
 
 
 class OpsEvents:
@@ -87,8 +53,9 @@ class OpsEvents:
         self._keys: dict[tuple[object, ...], tuple[int, str, dict[str, Any]]] = {}
 
     # --- one line per cause ------------------------------------------------------------------------
-    def config(self, settings: Settings) -> None:
-        self._log.info("configuration", extra={"event": "config", "settings": redacted(settings)})
+    def config(self, settings: dict[str, Any]) -> None:
+        """The settings at start, as ``config.redacted`` gives them (no secrets)."""
+        self._log.info("configuration", extra={"event": "config", "settings": settings})
 
     def started(self, *, ready: bool, details: dict[str, Any], addresses: dict[str, str]) -> None:
         if ready:

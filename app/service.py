@@ -17,7 +17,7 @@ from rocksidecar.storage.kv import KV
 
 from . import logs
 from .assembly import COLUMN_FAMILIES, DRAIN_CFS, SidecarParts, disk_reserve, warn_if_open
-from .config import Settings
+from .config import Settings, redacted
 from .events import OpsEvents
 from .metrics import Metrics
 from .shutdown import close_delivery
@@ -50,7 +50,7 @@ class Service(SidecarParts):
         self._loops: list[Periodic] = self.background_loops()
 
     async def start(self) -> None:
-        self.events.config(self.settings)
+        self.events.config(redacted(self.settings))
         warn_if_open(self.settings)
         await self.producer.start()
         await self._warm_routes()

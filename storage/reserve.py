@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .errors import StorageError
 from .kv import Op, Put
-from .rocks import DB_WRITE_BUFFER_BYTES, MIN_FREE_BYTES
+from .limits import DB_WRITE_BUFFER_BYTES, MIN_FREE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ CHECK_EVERY_S = 1.0  # free space is looked at most this often (on writes and re
 MIB = 1024 * 1024
 # The smallest write buffer (memtables, WAL) the store runs with: smaller ones flush tiny SST files.
 MIN_WRITE_BUFFER_BYTES = 8 * MIB
-# The smallest reserve: a reopen's own files (MANIFEST, OPTIONS, new WAL: rocks.MIN_FREE_BYTES) and the
+# The smallest reserve: a reopen's own files (MANIFEST, OPTIONS, new WAL: limits.MIN_FREE_BYTES) and the
 # flush of the smallest write buffer.
 MIN_RESERVE_MB = (MIN_FREE_BYTES + MIN_WRITE_BUFFER_BYTES) // MIB
 
@@ -177,7 +177,7 @@ class DiskReserve:
     def enter(self, reason: str) -> None:
         """Refuse new work and give the store the reserve's room to record acks in. Without a reserve
         (no room for one at start) there is no room to drain in: the store writes again, new work
-        included, once space is freed (storage.rocks.MIN_FREE_BYTES), as without this class."""
+        included, once space is freed (storage.limits.MIN_FREE_BYTES), as without this class."""
         if not self.reserve.release():
             if not self._said_no_reserve:
                 self._said_no_reserve = True

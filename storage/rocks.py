@@ -35,6 +35,7 @@ from rocksdict import (
 
 from .errors import StorageError, StoreLockedError
 from .kv import Delete, DeleteRange, Op, Put
+from .limits import DB_WRITE_BUFFER_BYTES, MIN_FREE_BYTES
 
 # Tombstones of delivered keys must not pile up in SST files: an SST in which 5 000 of any 10 000
 # consecutive entries are deletions is marked for compaction by RocksDB's own background threads
@@ -46,17 +47,10 @@ COUNT_CHUNK = 256  # keys a background count reads (~0.1 ms) between two pauses
 COUNT_PAUSE_S = 0.001
 # Memory bounds (bench/RESULTS.md, peak RSS with 1M pending): all column families' memtables
 # together, and one block cache shared by every column family (RocksDB gives each its own 32 MiB).
-# The same bound caps each column family's memtable and the WAL (a rarely written column family pins old
-# WAL files until it is flushed): it bounds the data not yet in SST files, which a reopen flushes before
-# it deletes the WAL (storage.reserve sizes it to fit in the disk reserve).
-DB_WRITE_BUFFER_BYTES = 64 * 1024 * 1024
 BLOCK_CACHE_BYTES = 32 * 1024 * 1024
 BLOOM_BITS_PER_KEY = 10  # ~1% false positives
 
 
-# A store whose writes failed (RocksDB stays read-only after a failed WAL append, even once space is
-# freed) is reopened only when this much is free: opening writes a new MANIFEST and WAL.
-MIN_FREE_BYTES = 8 * 1024 * 1024
 RECOVER_EVERY_S = 1.0
 # SST files per column family above which an open compacts it (see RocksKV.merge_small_files).
 MAX_FILES_PER_CF = 8

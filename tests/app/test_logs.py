@@ -9,8 +9,8 @@ import logging
 import orjson
 import pytest
 
-from rocksidecar.app.config import Settings
-from rocksidecar.app.events import OpsEvents, cause, redacted
+from rocksidecar.app.config import Settings, redacted
+from rocksidecar.app.events import OpsEvents, cause
 from rocksidecar.app.logs import TextFormatter, Throttle, configure
 from rocksidecar.retry.dead_letter import DeadLetter
 from rocksidecar.retry.record import RetryRecord

@@ -31,8 +31,12 @@ def test_each_replica_has_its_own_retained_volume() -> None:
 def test_command_line_parses_with_the_real_cli_and_env_is_known() -> None:
     (container,) = dmq_set()["spec"]["template"]["spec"]["containers"]
     args = build_parser().parse_args(container["args"])
-    assert args.command == "dmq" and args.inner_topic == "dmq_inner_topic" and args.instance == "$(POD_NAME)"
-    port = int(args.http_addr.rpartition(":")[2])
+    assert args.command == "dmq" and args.dmq_inner_topic == "dmq_inner_topic"
+    assert args.dmq_instance == "$(POD_NAME)"
+    http_addr = (
+        args.dmq_http_addr or config.setting("dmq_http_addr").default
+    )  # flag, or the setting's default
+    port = int(str(http_addr).rpartition(":")[2])
     assert {p["containerPort"] for p in container["ports"]} == {port}
     known = {s.env for s in config.SETTINGS} | {config.CONFIG_ENV}
     assert {n for n in chart.env_of(container) if n.startswith("ROCKSIDECAR_")} <= known

@@ -19,6 +19,6 @@ def test_storage_does_not_import_rocksdict_eagerly() -> None:
     import subprocess
     import sys
 
-    code = "import sys, storage, retry; print('rocksdict' in sys.modules)"
+    code = "import sys, rocksidecar.storage, rocksidecar.retry; print('rocksdict' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"  # app/config imports retry.policy; RocksDB loads on open
