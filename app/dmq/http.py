@@ -1,15 +1,19 @@
 """The dmq process's HTTP port: liveness, readiness and Prometheus metrics (no message API). /readyz has
-serve's shape (``ready``, and ``reason`` when not ready) so one probe or dashboard reads both."""
+serve's shape (``ready``, ``store``, ``nameServer``, ``writableBrokers``, ``brokers``, and ``reason``
+when not ready: app.readiness builds both) so one probe or dashboard reads both."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 
-def create_app(registry: CollectorRegistry, ready: Callable[[], tuple[bool, str]]) -> FastAPI:
+def create_app(
+    registry: CollectorRegistry, ready: Callable[[], Awaitable[tuple[bool, dict[str, Any]]]]
+) -> FastAPI:
     app = FastAPI(title="rocksidecar dmq", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.get("/healthz")
@@ -17,10 +21,10 @@ def create_app(registry: CollectorRegistry, ready: Callable[[], tuple[bool, str]
         return {"status": "ok"}
 
     @app.get("/readyz")
-    def readyz(response: Response) -> dict[str, bool | str]:
-        ok, reason = ready()
+    async def readyz(response: Response) -> dict[str, Any]:
+        ok, details = await ready()
         response.status_code = 200 if ok else 503
-        return {"ready": True} if ok else {"ready": False, "reason": reason}
+        return {"ready": ok, **details}
 
     @app.get("/metrics")
     def metrics() -> Response:

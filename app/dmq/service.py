@@ -17,6 +17,7 @@ import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import uvloop
 from prometheus_client import Counter, Gauge
@@ -37,6 +38,7 @@ from ..api.servers import HttpServer, ListenError
 from ..config import Settings
 from ..events import OpsEvents
 from ..metrics import Metrics, StateCollector
+from ..readiness import Readiness
 from ..shutdown import close_delivery
 from ..store_delivery import delivery_loops
 from ..topic_allow import TopicAllowList
@@ -160,6 +162,7 @@ class DmqService:
         self.consumer.subscribe(o.inner_topic)
         self.owned_queues.set_function(lambda: sum(mq.topic == o.inner_topic for mq in self.consumer.queues))
         self.metrics.add_state(StateCollector(self.producer.fault_table, self._store_stats))
+        self._readiness = Readiness(self.producer, self.client.namesrv, _StoreHealth(self), ())
         self.http = HttpServer(
             create_app(self.metrics.registry, self.ready), o.http_addr, grace_s=s.shutdown_grace_s
         )
@@ -174,14 +177,18 @@ class DmqService:
             "delay_scheduled": self.delay.stats().pending,
         }
 
-    def ready(self) -> tuple[bool, str]:
-        if not self.delay.healthy:
-            return False, f"store unhealthy: {self.writer.last_error}"
+    async def ready(self) -> tuple[bool, dict[str, Any]]:
+        """serve's readiness (store, name server, brokers), and the service's own: its scheduler runs and
+        its inner consumer has started."""
+        ok, details = await self._readiness.check()
+        reasons = [details["reason"]] if not ok else []
         if self.scheduler.failure is not None:
-            return False, f"scheduler failed: {self.scheduler.failure}"
+            reasons.append(f"the scheduler failed: {self.scheduler.failure}")
         if not self.consumer.started:
-            return False, "consumer not started"
-        return True, "ok"
+            reasons.append("the inner topic's consumer has not started")
+        if reasons:
+            details["reason"] = "; ".join(reasons)
+        return not reasons, details
 
     async def start(self) -> None:
         self._summaries.start()
@@ -237,3 +244,18 @@ async def run(settings: Settings, options: DmqOptions) -> int:
 def serve(settings: Settings, options: DmqOptions) -> int:
     logs.configure(settings.log_level, settings.log_format)
     return uvloop.run(run(settings, options))  # as the sidecar: a faster loop, less time per due batch
+
+
+class _StoreHealth:
+    """/readyz's view of the service's store."""
+
+    def __init__(self, service: DmqService) -> None:
+        self._service = service
+
+    @property
+    def healthy(self) -> bool:
+        return self._service.delay.healthy
+
+    @property
+    def last_error(self) -> str | None:
+        return self._service.writer.last_error

@@ -138,8 +138,12 @@ async def test_health_ready_and_metrics(stack: DmqStack) -> None:
     base = f"http://{stack.service.http.host}:{stack.service.http.port}"
     async with httpx.AsyncClient(base_url=base) as client:
         assert (await client.get("/healthz")).status_code == 200
-        assert (await client.get("/readyz")).status_code == 200
+        ready = await client.get("/readyz")
         text = (await client.get("/metrics")).text
+    assert ready.status_code == 200, ready.text
+    body = ready.json()  # serve's shape, from the same readiness check
+    assert body["ready"] is True and body["store"] == "ok" and body["nameServer"] == "reachable"
+    assert body["writableBrokers"] and {b["broker"] for b in body["brokers"]} <= set(body["writableBrokers"])
     for name in (
         "rocksidecar_delay_scheduled",
         "rocksidecar_dmq_owned_queues ",
