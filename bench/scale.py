@@ -63,8 +63,8 @@ def store_path(root: Path) -> Path:
 class BulkKV(RocksKV):
     """The fill's KV: every write unsynced (a bulk load; the OS keeps the WAL across this process's exit)."""
 
-    def write(self, ops: Sequence[Op], *, sync: bool) -> None:
-        super().write(ops, sync=False)
+    def write(self, ops: Sequence[Op], *, sync: bool, no_slowdown: bool = False) -> None:
+        super().write(ops, sync=False, no_slowdown=no_slowdown)
 
     def sync_wal(self) -> None:
         pass

@@ -1,7 +1,8 @@
 """Storage errors: every failure of the local store surfaces as one of these.
 
 StorageError              the store failed (I/O error, disk full, corrupt file, closed handle)
-└── StoreLockedError      another process (or handle) holds the RocksDB LOCK of the directory
+├── StoreLockedError      another process (or handle) holds the RocksDB LOCK of the directory
+└── WriteStalledError     a write asked not to wait met a RocksDB write stall (nothing written)
 """
 
 from __future__ import annotations
@@ -13,3 +14,8 @@ class StorageError(Exception):
 
 class StoreLockedError(StorageError):
     """The store directory is open in another process (RocksDB allows one writer per directory)."""
+
+
+class WriteStalledError(StorageError):
+    """RocksDB stopped or slowed writes (memtables not yet flushed, too many L0 files) and the write,
+    made with ``no_slowdown``, was refused before reaching the WAL instead of waiting."""

@@ -144,13 +144,15 @@ class GroupCommitWriter:
             recover = getattr(self._kv, "recover", None)
             if not self.healthy and recover is not None:
                 recover()  # a store that failed writes must be reopened before it takes any again
+            # On a disk low on space a write stall may never end: fail it rather than freeze the loop.
+            no_slowdown = self.reserve is not None and self.reserve.low_on_space()
             if self._strategy is SyncStrategy.SPLIT:
-                self._kv.write(ops, sync=False)
+                self._kv.write(ops, sync=False, no_slowdown=no_slowdown)
                 await asyncio.to_thread(self._kv.sync_wal)
             elif self._strategy is SyncStrategy.INLINE:
-                self._kv.write(ops, sync=True)
+                self._kv.write(ops, sync=True, no_slowdown=no_slowdown)
             else:
-                await asyncio.to_thread(self._kv.write, ops, sync=True)
+                await asyncio.to_thread(self._kv.write, ops, sync=True, no_slowdown=no_slowdown)
         except Exception as exc:
             error = exc if isinstance(exc, StorageError) else StorageError(f"write failed: {exc}")
             if error is not exc:

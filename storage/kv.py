@@ -58,8 +58,10 @@ class KV(Protocol):
         """Like scan, streamed; for long reads (exports, counts) away from the event loop."""
         ...
 
-    def write(self, ops: Sequence[Op], *, sync: bool) -> None:
-        """Apply ``ops`` atomically, in order. ``sync`` waits for the WAL to reach the disk."""
+    def write(self, ops: Sequence[Op], *, sync: bool, no_slowdown: bool = False) -> None:
+        """Apply ``ops`` atomically, in order. ``sync`` waits for the WAL to reach the disk.
+        ``no_slowdown``: where the store would make the write wait (a RocksDB write stall), raise
+        storage.errors.WriteStalledError instead, having written nothing."""
         ...
 
     def sync_wal(self) -> None:

@@ -49,7 +49,7 @@ class MemoryKV:
         # A snapshot of the slice, as a RocksDB iterator reads a consistent view.
         return iter([(k, values[k]) for k in keys[start:stop]])
 
-    def write(self, ops: Sequence[Op], *, sync: bool) -> None:
+    def write(self, ops: Sequence[Op], *, sync: bool, no_slowdown: bool = False) -> None:
         for op in ops:
             self._cf(op.cf)
         for op in ops:

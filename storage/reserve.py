@@ -17,6 +17,17 @@ The reopen in the released reserve replays the WAL and flushes what it holds to 
 deletes it, so the reserve must hold everything not yet flushed: store_write_buffer_bytes() caps the
 store's memtables and WAL at the reserve less what the reopen's own files need (issue 27: a 54 MB WAL
 could not be flushed in an 8 MiB reserve, and nothing drained, across restarts too).
+
+A full disk does not always fail a write: when RocksDB's background flush fails for lack of space, the
+memtables it could not flush fill up and RocksDB *stops* writes ("Stopping writes because we have 2
+immutable memtables"), and a write already waiting in that stall waits until there is room, which on a
+full disk is never, as nothing released the reserve; the writer waits on the event loop, so the whole
+sidecar froze (issue 27). So while the disk is low on space (less than resume_bytes free), the writer
+asks RocksDB not to wait (no_slowdown: a stalled write fails at once with WriteStalledError, nothing
+written), and a stalled write with less free than the reserve (enough for any flush: the write buffer is
+smaller) counts as the disk being full. With more free space a stall is RocksDB pacing its flushes and
+compactions, and writes wait it out as they always did: failing them then would answer 503 under mere
+load.
 """
 
 from __future__ import annotations
@@ -28,13 +39,17 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-from .errors import StorageError
+from .errors import StorageError, WriteStalledError
 from .kv import Op, Put
 from .limits import DB_WRITE_BUFFER_BYTES, MIN_FREE_BYTES
 
 log = logging.getLogger(__name__)
 
 CHECK_EVERY_S = 1.0  # free space is looked at most this often (on writes and readiness checks)
+# Whether writes may wait out a stall is looked at most this often (statvfs costs ~2 µs, a batch's WAL
+# sync far more): filling the resume_bytes - reserve (a whole reserve) left when writes last waited takes
+# longer than this.
+LOW_SPACE_CHECK_S = 0.01
 MIB = 1024 * 1024
 # The smallest write buffer (memtables, WAL) the store runs with: smaller ones flush tiny SST files.
 MIN_WRITE_BUFFER_BYTES = 8 * MIB
@@ -141,6 +156,8 @@ class DiskReserve:
         # in the WAL and memtables until a flush, and only then do WAL files go and compactions free space.
         self._relieve = relieve
         self._checked_at: float | None = None
+        self._low_checked_at: float | None = None
+        self._low = False
         self.draining = False
         self.reason: str | None = None
         self._warned_no_room = False
@@ -170,9 +187,36 @@ class DiskReserve:
             f"the disk is full ({self.reason}); new work is refused while the store drains what it holds"
         )
 
+    def low_on_space(self) -> bool:
+        """Whether writes must not wait out a RocksDB write stall (see the module docstring): while
+        draining, or with less than resume_bytes free (unknown counts as low); looked at most every
+        LOW_SPACE_CHECK_S."""
+        now = self._clock()
+        if self._low_checked_at is None or now - self._low_checked_at >= LOW_SPACE_CHECK_S:
+            self._low_checked_at = now
+            free = self._free_or_none()
+            self._low = self.draining or free is None or free < self.resume_bytes
+        return self._low
+
     def on_write_failed(self, error: BaseException) -> None:
-        if no_space(error) and not self.draining:
+        if self.draining:
+            return
+        if no_space(error):
             self.enter(str(error))
+        elif isinstance(error, WriteStalledError):
+            # Less free than the reserve: the stall may be a flush that found no room, which only
+            # releasing the reserve ends; with more, a flush had room and the stall passes by itself.
+            free = self._free_or_none()
+            if free is not None and free < self.reserve.size:
+                self.enter(
+                    f"no room to flush the store: a write stalled with {free // MIB} MiB free ({error})"
+                )
+
+    def _free_or_none(self) -> int | None:
+        try:
+            return self._free()
+        except OSError:
+            return None
 
     def enter(self, reason: str) -> None:
         """Refuse new work and give the store the reserve's room to record acks in. Without a reserve

@@ -33,7 +33,7 @@ from rocksdict import (
     WriteOptions,
 )
 
-from .errors import StorageError, StoreLockedError
+from .errors import StorageError, StoreLockedError, WriteStalledError
 from .kv import Delete, DeleteRange, Op, Put
 from .limits import DB_WRITE_BUFFER_BYTES, MIN_FREE_BYTES
 
@@ -58,6 +58,10 @@ SMALL_CF_BYTES = 8 * 1024 * 1024  # a column family this small is merged wheneve
 TARGET_FILE_BYTES = 64 * 1024 * 1024  # SST file size compactions aim at (RocksDB's default, set explicitly)
 
 
+# How RocksDB's Status::Incomplete reads: a write with no_slowdown that met a write stall.
+STALLED = "Result incomplete"
+
+
 class Access(enum.Enum):
     READ_WRITE = "read_write"
     READ_ONLY = "read_only"  # a point-in-time view of a directory no process is writing
@@ -74,6 +78,8 @@ def _translate(what: str) -> Iterator[None]:
         text = str(exc) or type(exc).__name__
         if "/LOCK" in text or "lock hold" in text:
             raise StoreLockedError(f"{what}: {text}") from exc
+        if text.startswith(STALLED):
+            raise WriteStalledError(f"{what}: {text}") from exc
         raise StorageError(f"{what}: {text}") from exc
 
 
@@ -111,6 +117,13 @@ def _cf_options(cache: Cache, write_buffer_bytes: int) -> Options:
     # application's bytes, often incompressible).
     opts.set_compression_type(DBCompressionType.lz4())
     opts.set_target_file_size_base(TARGET_FILE_BYTES)
+    return opts
+
+
+def _write_options(sync: bool, no_slowdown: bool) -> WriteOptions:
+    opts = WriteOptions()
+    opts.sync = sync
+    opts.no_slowdown = no_slowdown
     return opts
 
 
@@ -179,10 +192,11 @@ class RocksKV:
         self.read_only_reason = read_only_reason
         self._write_failed = read_only_reason is not None
         self._recovered_at = -RECOVER_EVERY_S
-        self._sync = WriteOptions()
-        self._sync.sync = True
-        self._nosync = WriteOptions()
-        self._nosync.sync = False
+        self._write_options = {
+            (sync, no_slowdown): _write_options(sync, no_slowdown)
+            for sync in (False, True)
+            for no_slowdown in (False, True)
+        }
 
     def _attach(self, db: Rdict) -> None:
         self._db = db
@@ -324,11 +338,12 @@ class RocksKV:
             items = cast(Iterator[tuple[bytes, bytes]], handle.items(from_key=lower, read_opt=read))
         return _translated(items)
 
-    def write(self, ops: Sequence[Op], *, sync: bool) -> None:
+    def write(self, ops: Sequence[Op], *, sync: bool, no_slowdown: bool = False) -> None:
         if self._db is None:
             raise StorageError(f"store {self.path} is closed")
         handles = self._handles
-        with _translate("write"), self._failing():
+        # _failing outside _translate: it tells a stall (WriteStalledError) from a failure.
+        with self._failing(), _translate("write"):
             batch = WriteBatch(raw_mode=True)
             for op in ops:
                 if type(op) is Put:
@@ -339,7 +354,7 @@ class RocksKV:
                     batch.delete_range(op.begin, op.end, handles[op.cf])
                 else:
                     raise StorageError(f"not a write operation: {op!r}")
-            self._db.write(batch, self._sync if sync else self._nosync)
+            self._db.write(batch, self._write_options[sync, no_slowdown])
 
     def sync_wal(self) -> None:
         if self._db is None:
@@ -351,6 +366,8 @@ class RocksKV:
     def _failing(self) -> Iterator[None]:
         try:
             yield
+        except WriteStalledError:
+            raise  # refused before the WAL: the store is intact and needs no reopen
         except Exception:
             self._write_failed = True
             raise

@@ -128,10 +128,10 @@ class FaultyKV:
         self.writes = 0
         self.syncs = 0
 
-    def write(self, ops: Sequence[Op], *, sync: bool) -> None:
+    def write(self, ops: Sequence[Op], *, sync: bool, no_slowdown: bool = False) -> None:
         if self.write_fault is not None:
             raise StorageError(self.write_fault)
-        self.inner.write(ops, sync=sync)
+        self.inner.write(ops, sync=sync, no_slowdown=no_slowdown)
         self.writes += 1
         if sync:
             self.sync_wal()

@@ -30,9 +30,9 @@ class GatedKV(FaultyKV):
         self.gate = threading.Event()
         self.batch_sizes: list[int] = []
 
-    def write(self, ops: Sequence[Op], *, sync: bool) -> None:
+    def write(self, ops: Sequence[Op], *, sync: bool, no_slowdown: bool = False) -> None:
         self.batch_sizes.append(len(ops))
-        super().write(ops, sync=sync)
+        super().write(ops, sync=sync, no_slowdown=no_slowdown)
 
     def sync_wal(self) -> None:
         assert self.gate.wait(10), "test never opened the gate"

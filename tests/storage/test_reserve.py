@@ -14,7 +14,7 @@ import pytest
 
 from rocksidecar.storage import reserve as reserve_module
 from rocksidecar.storage import rocks
-from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.errors import StorageError, WriteStalledError
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import Delete, Op, Put
 from rocksidecar.storage.memory import MemoryKV
@@ -51,7 +51,7 @@ class FullDisk:
     def get(self, cf: str, key: bytes) -> bytes | None:
         return self.inner.get(cf, key)
 
-    def write(self, ops: Sequence[Op], *, sync: bool) -> None:
+    def write(self, ops: Sequence[Op], *, sync: bool, no_slowdown: bool = False) -> None:
         if self.full:
             raise StorageError("write: IO error: No space left on device: While appending to file")
         self.writes.append(ops)
@@ -60,6 +60,30 @@ class FullDisk:
     def sync_wal(self) -> None:
         if self.full:
             raise StorageError("sync: IO error: No space left on device")
+
+
+class StalledDisk(FullDisk):
+    """A KV like RocksDB once its flush failed for lack of space: its writes stop ("Stopping writes
+    because we have 2 immutable memtables") while ``stalled`` is set and the reserve still takes the
+    room the flush needs. A write that may wait waits on the event loop until space is freed, and nothing
+    frees any: this one fails the test at once instead of hanging it. ``no_slowdown`` of every write is
+    kept."""
+
+    def __init__(self, reserve: ReserveFile) -> None:
+        super().__init__(reserve)
+        self.stalled = False
+        self.no_slowdown: list[bool] = []
+
+    def write(self, ops: Sequence[Op], *, sync: bool, no_slowdown: bool = False) -> None:
+        self.no_slowdown.append(no_slowdown)
+        if self.stalled and self.full_of_reserve():
+            if not no_slowdown:
+                raise AssertionError("the write waits for space nothing frees: the sidecar would freeze")
+            raise WriteStalledError("write: Result incomplete: Write stall")
+        super().write(ops, sync=sync, no_slowdown=no_slowdown)
+
+    def full_of_reserve(self) -> bool:
+        return self._reserve is not None and self._reserve.path.exists()
 
 
 class Disk:
@@ -145,6 +169,59 @@ async def test_a_full_disk_releases_the_reserve_refuses_new_work_and_keeps_drain
     await writer.write(spool(b"new"))
     assert kv.get("pending", b"new") == b"body" and not disk.reserve.draining and disk.file.exists()
     assert caplog.text.count("accepting new work again") == 1
+    await writer.close()
+
+
+async def test_a_write_stalled_on_a_nearly_full_disk_fails_at_once_and_drains(
+    disk: Disk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 27: RocksDB's flush failed for lack of space and it stopped writes; a write waiting in that
+    stall froze the sidecar, and as no write failed with ENOSPC the reserve was never released."""
+    kv = StalledDisk(disk.file)
+    writer = GroupCommitWriter(kv, reserve=disk.reserve)  # type: ignore[arg-type]
+    disk.reserve.start(None)
+    await writer.write(spool(b"k0"))
+    assert kv.no_slowdown == [False]  # room on the disk: writes wait out stalls as they always did
+    disk.free = SIZE - 1  # less than the reserve: no room for the flush
+    disk.clock.advance(1)
+    kv.stalled = True
+    with pytest.raises(WriteStalledError, match="Write stall"):
+        await writer.write(spool(b"k1"))
+    assert kv.no_slowdown[-1] is True
+    assert disk.reserve.draining and not disk.file.path.exists()  # the room the flush waits for
+    assert "disk full: refusing new work" in caplog.text
+    with pytest.raises(DiskFullError, match="no room to flush the store: a write stalled with 1 MiB free"):
+        await writer.write(spool(b"new"))
+    await writer.write([Delete("pending", b"k0")])  # acks still write, without waiting
+    assert writer.healthy and kv.get("pending", b"k0") is None and kv.get("pending", b"k1") is None
+    assert kv.no_slowdown[-1] is True
+    await writer.close()
+
+
+async def test_writes_wait_out_stalls_while_the_disk_has_room(disk: Disk) -> None:
+    """no_slowdown only below twice the reserve free (looked at most every LOW_SPACE_CHECK_S), and a stall
+    with more free than the reserve fails that write only: under load RocksDB paces writes, with room."""
+    kv = StalledDisk(disk.file)
+    writer = GroupCommitWriter(kv, reserve=disk.reserve)  # type: ignore[arg-type]
+    disk.reserve.start(None)
+    disk.free = 2 * SIZE
+    await writer.write(spool(b"a"))
+    disk.free = 2 * SIZE - 1
+    await writer.write(spool(b"b"))  # not looked at again yet
+    disk.clock.advance(1)
+    await writer.write(spool(b"c"))
+    assert kv.no_slowdown == [False, False, True]
+    kv.stalled = True
+    with pytest.raises(WriteStalledError):
+        await writer.write(spool(b"d"))
+    assert not disk.reserve.draining and disk.file.exists()
+    kv.stalled = False
+    await writer.write(spool(b"e"))
+    assert writer.healthy and kv.get("pending", b"e") == b"body" and kv.get("pending", b"d") is None
+    disk.free = 10 * MIB
+    disk.clock.advance(1)
+    await writer.write(spool(b"f"))
+    assert kv.no_slowdown[-1] is False
     await writer.close()
 
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rocksdict import Rdict, WriteOptions
 
 from rocksidecar.storage import rocks
-from rocksidecar.storage.errors import StorageError, StoreLockedError
+from rocksidecar.storage.errors import StorageError, StoreLockedError, WriteStalledError
 from rocksidecar.storage.kv import Put
 from rocksidecar.storage.rocks import Access, RocksKV
+from rocksidecar.storage.rocks import _open_db as open_db
 
 
 def test_synced_data_survives_reopen_and_new_column_families_are_created(tmp_path: Path) -> None:
@@ -48,6 +51,49 @@ def test_secondary_reads_a_directory_held_by_a_writer(tmp_path: Path) -> None:
             assert [k for k, _ in view.scan("a")] == [b"k1", b"k2"]
         finally:
             view.close()
+    finally:
+        kv.close()
+
+
+class StoppedDB:
+    """In place of the Rdict of a RocksDB that stopped writes: what it answers a no_slowdown write
+    (Status::Incomplete, its text checked against RocksDB 8 with a write stall made by an L0 stop
+    trigger of 1); a write without no_slowdown would wait, which fails the test instead."""
+
+    def __init__(self) -> None:
+        self.options: list[tuple[bool, bool]] = []
+
+    def write(self, batch: object, options: WriteOptions) -> None:
+        self.options.append((options.sync, options.no_slowdown))
+        if not options.no_slowdown:
+            raise AssertionError("the write would wait for the stall to end")
+        raise Exception("Result incomplete: Write stall")
+
+
+def test_a_no_slowdown_write_in_a_stall_fails_at_once_and_needs_no_reopen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kv = RocksKV.open(tmp_path / "db", ["a"])
+    try:
+        kv.write([Put("a", b"k", b"v")], sync=True, no_slowdown=True)  # no stall: written
+        db, stopped = kv._db, StoppedDB()
+        monkeypatch.setattr(kv, "_db", stopped)
+        for sync in (False, True):
+            with pytest.raises(WriteStalledError, match=r"^write: Result incomplete: Write stall$"):
+                kv.write([Put("a", b"k2", b"v")], sync=sync, no_slowdown=True)
+        assert stopped.options == [(False, True), (True, True)]
+        monkeypatch.setattr(kv, "_db", db)
+        reopens: list[object] = []
+
+        def counted_open(*args: Any) -> Rdict:
+            reopens.append(args)
+            return open_db(*args)
+
+        monkeypatch.setattr(rocks, "_open_db", counted_open)
+        kv.recover()  # refused before the WAL: the store is intact, unlike after a failed write
+        assert reopens == []
+        kv.write([Put("a", b"k3", b"v")], sync=True)
+        assert kv.get("a", b"k") == b"v" and kv.get("a", b"k2") is None and kv.get("a", b"k3") == b"v"
     finally:
         kv.close()
 
