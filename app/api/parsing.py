@@ -2,7 +2,7 @@
 
 The fast path is msgspec, decoding the raw bytes into a struct with the fields, names and types of
 ``MessageIn`` (about four times faster than pydantic: 0.22 against 0.87 us per message of a batch). It
-accepts only what pydantic accepts (tests/app/test_parsing_agrees.py checks); what it refuses goes on
+accepts only what pydantic accepts (tests/app/api/test_parsing_agrees.py checks); what it refuses goes on
 to pydantic's ``validate_json``, which also takes what msgspec does not (6926.0 for an integer, a
 number too large for a float). Only when that fails too is the body parsed again, slowly, to say
 precisely what is wrong: JSON numbers are bounded before they are converted (a 5 000-digit number is

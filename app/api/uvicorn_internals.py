@@ -3,7 +3,7 @@
 The hot routes are answered by a subclass of uvicorn's httptools protocol (issue 18): it overrides the
 protocol's parser callbacks and reads its per-connection state. None of that is uvicorn's public API, so
 uvicorn is pinned exactly (pyproject.toml and tools/lock/), and ``missing()`` lists whatever the installed
-uvicorn lacks of it: tests/app/test_uvicorn_internals.py fails naming the part, and the HTTP server
+uvicorn lacks of it: tests/app/api/test_uvicorn_internals.py fails naming the part, and the HTTP server
 refuses to start with one line naming it, instead of failing on some later request.
 """
 

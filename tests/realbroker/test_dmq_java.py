@@ -19,7 +19,7 @@ from rocksidecar.app.dmq import inner
 from rocksidecar.delay.scheduler import BATCH_MAX, MAX_IN_FLIGHT
 from rocksidecar.rmq import BrokerApi, Message, NameServerClient, RemotingClient
 from rocksidecar.rmq.producer import Producer, ProducerConfig
-from tests.dmq.test_dmq_crash import free_port, start_dmq
+from tests.app.dmq.test_dmq_crash import free_port, start_dmq
 from tools.dmq_java import command
 
 DIST = Path(os.environ.get("ROCKSIDECAR_TEST_ROCKETMQ_DIST", "/tmp/rocketmq-dist"))

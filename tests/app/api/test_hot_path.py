@@ -13,8 +13,8 @@ import pytest
 
 from rocksidecar.app.api import http_protocol
 from rocksidecar.app.api.middleware import EdgeMiddleware
+from tests.app.api.test_http_fast_path import edge_of
 from tests.app.conftest import Stack
-from tests.app.test_http_fast_path import edge_of
 
 ONE = b'{"topic": "Hot", "body": "x"}'
 

@@ -15,8 +15,8 @@ from rocksidecar.app.subscriptions.http_client import Answer, HttpClient, PostEr
 from rocksidecar.app.subscriptions.spec import SpecError, SubscriptionSpec, parse_one
 from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt
+from tests.app.subscriptions.test_push import MQ, Recorded
 from tests.rmq.consumer.factory import stored
-from tests.subscriptions.test_push import MQ, Recorded
 
 SPEC = SubscriptionSpec(name="orders", topic="T", group="G", endpoint="http://127.0.0.1:9/in", bulk=True)
 OK, LATER, DEAD = ConsumeStatus.SUCCESS, ConsumeStatus.RECONSUME_LATER, ConsumeStatus.DEAD_LETTER

@@ -15,7 +15,7 @@ from rocksidecar.app.subscriptions.http_client import Answer, HttpClient, PostEr
 from rocksidecar.app.subscriptions.log import DeliveryLog
 from rocksidecar.app.subscriptions.push import HttpPush
 from rocksidecar.rmq.consumer.config import ConsumeStatus
-from tests.subscriptions.test_push import MQ, SPEC, Recorded, message
+from tests.app.subscriptions.test_push import MQ, SPEC, Recorded, message
 
 LOGGER = "rocksidecar.subscriptions"
 

@@ -14,7 +14,7 @@ from uvicorn.protocols.http import httptools_impl
 from rocksidecar.app.api import uvicorn_internals
 from rocksidecar.app.api.servers import HttpServer, ListenError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_the_installed_uvicorn_is_the_pinned_one() -> None:

@@ -11,7 +11,7 @@ from rocksidecar.app.dmq import inner
 from rocksidecar.delay import DELAY_DUE_AT, DELAY_PUBLISHED_AT, DelayState
 from rocksidecar.rmq.message import Message
 from rocksidecar.rmq.msgid import new_uniq_id
-from tests.dmq.conftest import INNER_TOPIC, REAL_TOPIC, DmqStack
+from tests.app.dmq.conftest import INNER_TOPIC, REAL_TOPIC, DmqStack
 
 BODY = bytes(range(256)) * 3  # every byte value, so any re-encoding would show
 

@@ -10,7 +10,7 @@ from rocksidecar.app.dmq.service import DmqOptions, DmqService
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq.acl import signature
 from rocksidecar.rmq.codes import RequestCode
-from tests.dmq.conftest import INNER_TOPIC, dmq_settings
+from tests.app.dmq.conftest import INNER_TOPIC, dmq_settings
 from tests.rmq.consumer.test_push_acl import record_requests
 
 

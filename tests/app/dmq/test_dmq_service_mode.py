@@ -15,7 +15,7 @@ from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.rmq.broker import BrokerApi
 from rocksidecar.rmq.pool import RemotingClient
 from tests.app.conftest import Stack
-from tests.dmq.conftest import dmq_settings
+from tests.app.dmq.conftest import dmq_settings
 
 INNER = "dmq_e2e_inner"
 TOPIC = "DmqE2E"

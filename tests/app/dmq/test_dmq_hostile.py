@@ -19,7 +19,7 @@ from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq.codes import ResponseCode
 from rocksidecar.rmq.message import Message
 from rocksidecar.rmq.msgid import new_uniq_id
-from tests.dmq.conftest import (
+from tests.app.dmq.conftest import (
     INNER_TOPIC,
     REAL_TOPIC,
     WAIT_S,

@@ -21,9 +21,9 @@ from rocksidecar.rmq import BrokerApi, NameServerClient, RemotingClient
 from rocksidecar.rmq.message import Message, MessageQueue
 from rocksidecar.rmq.msgid import new_uniq_id
 from rocksidecar.rmq.producer import Producer, ProducerConfig
-from tests.dmq.conftest import INNER_TOPIC, REAL_TOPIC, Received, real_consumer
+from tests.app.dmq.conftest import INNER_TOPIC, REAL_TOPIC, Received, real_consumer
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GROUP = "dmq_crash_group"
 POLL_S = 0.05  # the child's /metrics is the only view of its progress: read it this often
 
