@@ -9,9 +9,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from .throttle import Throttle
+
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
+
+MAX_TEXTS = 64  # distinct error texts held in one failing streak before the stale ones go
 REPEAT_LOG_EVERY_S = 60.0  # a failure that repeats every round is logged again at most this often
 
 
@@ -41,9 +45,9 @@ class Periodic:
         self._clock = clock
         self._log = logger
         self._task: asyncio.Task[None] | None = None
-        self._last_failure: str | None = None
-        self._last_logged_s = 0.0
-        self._unlogged = 0  # rounds failed the same way since the last log line
+        # one key per error text; a round that succeeds starts afresh (the next failure is news)
+        self._repeats = Throttle(REPEAT_LOG_EVERY_S, clock)
+        self._failing = False
         self.failures = 0  # every failed round, for tests and status
 
     def start(self) -> None:
@@ -66,17 +70,18 @@ class Periodic:
             self.failures += 1
             self._failed(exc)
         else:
-            self._last_failure = None
+            if self._failing:
+                self._repeats, self._failing = Throttle(REPEAT_LOG_EVERY_S, self._clock), False
 
     def _failed(self, exc: Exception) -> None:
-        what = f"{type(exc).__name__}: {exc}"
-        now = self._clock()
-        if what == self._last_failure and now - self._last_logged_s < REPEAT_LOG_EVERY_S:
-            self._unlogged += 1
+        self._failing = True
+        if len(self._repeats) > MAX_TEXTS:
+            self._repeats.expired()  # forget texts not seen for a window: bounded however many there are
+        unlogged = self._repeats.allow((type(exc).__name__, str(exc)))
+        if unlogged is None:
             return
-        since = f" ({self._unlogged} more failed rounds since the last report)" if self._unlogged else ""
+        since = f" ({unlogged} more failed rounds since the last report)" if unlogged else ""
         self._log.error("%s: round failed%s", self.name, since, exc_info=exc)
-        self._last_failure, self._last_logged_s, self._unlogged = what, now, 0
 
     async def close(self) -> None:
         if self._task is not None:
