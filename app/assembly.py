@@ -14,7 +14,7 @@ from typing import Any
 
 from rocksidecar.delay import DelayStore
 from rocksidecar.delay import keys as delay_keys
-from rocksidecar.retry import DeadLetterNotifier, RetryStore
+from rocksidecar.retry import RetryStore
 from rocksidecar.retry import keys as retry_keys
 from rocksidecar.retry.dead_letter import DeadLetter
 from rocksidecar.retry.recovery import RecoveryReplay, RoundResult
@@ -44,6 +44,7 @@ from .idempotency import IdempotencyStore
 from .localhost import is_loopback
 from .lookups import DelayLookup, RetryLookup
 from .metrics import CoalesceCollector, ConsumerCollector, Metrics, StateCollector
+from .notify import DeadLetterNotifier
 from .readiness import Readiness, disk_draining
 from .request import Limits
 from .sidecar import Sidecar

@@ -1,24 +1,29 @@
-"""The ``rocksidecar`` command. Each subcommand lives beside what it runs and registers itself here."""
+"""The ``rocksidecar`` command. Each subcommand lives beside what it runs, declared the same way (HELP,
+DESCRIPTION, optional EPILOG and SETTINGS, add_arguments and run), and is imported here plainly."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Sequence
 from importlib import metadata
 from types import ModuleType
 
-# subcommand -> module that declares it (HELP, DESCRIPTION, optional EPILOG and SETTINGS, add_arguments and
-# run), or one with subcommands of its own that registers itself (register(subparsers)); loaded on demand
-# so `rocksidecar store` does not import FastAPI and `rocksidecar spark-publish` does not import RocksDB.
-COMMANDS: dict[str, str] = {
-    "serve": "rocksidecar.app.serve_cli",
-    "devbroker": "rocksidecar.devbroker.cli",
-    "store": "rocksidecar.app.store_cli",
-    "spark-publish": "rocksidecar.pipeline.cli",
-    "dmq": "rocksidecar.app.dmq.cli",
+from rocksidecar.devbroker import cli as devbroker_cli
+from rocksidecar.pipeline import cli as pipeline_cli
+
+from . import serve_cli, store_cli
+from .dmq import cli as dmq_cli
+
+# subcommand -> the module that declares it. Declaring a command imports only what its arguments need:
+# each run() imports the heavy parts (FastAPI, RocksDB, Spark) of what it starts.
+COMMANDS: dict[str, ModuleType] = {
+    "serve": serve_cli,
+    "devbroker": devbroker_cli,
+    "store": store_cli,
+    "spark-publish": pipeline_cli,
+    "dmq": dmq_cli,
 }
 DESCRIPTION = (
     "A reliable-delivery sidecar for Apache RocketMQ: applications send messages over HTTP or gRPC on "
@@ -41,14 +46,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in COMMANDS.items():
         if only is None or name == only:  # only the command being run: its imports are all we pay for
-            _add_command(sub, name, importlib.import_module(module))
+            _add_command(sub, name, module)
     return parser
 
 
 def _add_command(sub: argparse._SubParsersAction, name: str, mod: ModuleType) -> None:  # type: ignore[type-arg]
-    if hasattr(mod, "register"):
-        mod.register(sub)
-        return
     p = sub.add_parser(name, help=mod.HELP, description=mod.DESCRIPTION, epilog=getattr(mod, "EPILOG", None))
     if getattr(mod, "SETTINGS", False):  # a command that reads the sidecar's settings
         from .config import CONFIG_ENV

@@ -21,11 +21,11 @@ log = logging.getLogger(__name__)
 
 
 class DeliveryFailed(Exception):
-    """A redelivery from the retry store failed; ``retriable`` False dead-letters it at once."""
+    """A redelivery from the retry store failed; ``redeliverable`` False dead-letters it at once."""
 
-    def __init__(self, message: str, *, retriable: bool) -> None:
+    def __init__(self, message: str, *, redeliverable: bool) -> None:
         super().__init__(message)
-        self.retriable = retriable
+        self.redeliverable = redeliverable
 
 
 @dataclass(eq=False, slots=True)
@@ -45,7 +45,7 @@ class StoreDelivery:
                 to_wire(record), sharding_key=record.sharding_key, validated=True
             )
         except RocketMQError as exc:
-            raise DeliveryFailed(str(exc), retriable=not message_fault(exc)) from exc
+            raise DeliveryFailed(str(exc), redeliverable=not message_fault(exc)) from exc
         await self._note_sent([(record.id, result)])
 
     async def redeliver_batch(self, records: Sequence[RetryRecord]) -> list[Exception | None]:
@@ -59,7 +59,7 @@ class StoreDelivery:
         return [
             None
             if isinstance(res, SendResult)
-            else DeliveryFailed(str(res), retriable=not message_fault(res))
+            else DeliveryFailed(str(res), redeliverable=not message_fault(res))
             for res in results
         ]
 

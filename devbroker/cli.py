@@ -13,8 +13,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from .cluster import BROKER_PORT_STEP, MAX_BROKERS, DevCluster
-from .listener import LOOPBACK
+from .listener import BROKER_PORT_STEP, LOOPBACK, MAX_BROKERS
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -99,6 +98,8 @@ def _run_loop(main: Coroutine[Any, Any, None]) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> None:
+    from .cluster import DevCluster  # the brokers themselves: not needed to declare the command
+
     cluster = DevCluster(
         brokers=args.brokers,
         queues=args.queues,

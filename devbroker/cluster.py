@@ -15,11 +15,8 @@ from typing import Unpack
 
 from .broker import BrokerOptions, DevBroker
 from .http_admin import AdminServer
-from .listener import LOOPBACK
+from .listener import BROKER_PORT_STEP, LOOPBACK, MAX_BROKERS
 from .namesrv import NameServer
-
-MAX_BROKERS = 26
-BROKER_PORT_STEP = 10  # broker i listens on base + 10 * i, as the CLI documents
 
 
 def broker_name(index: int) -> str:

@@ -9,6 +9,9 @@ from collections.abc import Callable
 from rocksidecar.rmq.connection import Connection, RequestHandler
 from rocksidecar.rmq.message_codec import pack_host
 
+MAX_BROKERS = 26  # broker-a .. broker-z
+BROKER_PORT_STEP = 10  # broker i listens on base + 10 * i, as the CLI documents
+
 LOOPBACK = "127.0.0.1"
 
 

@@ -4,18 +4,16 @@ retry topics for consumer groups, and topic-name validation as the Java broker d
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from rocksidecar.rmq.codes import DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE
-from rocksidecar.rmq.message import NOT_ALLOWED_SEND_TOPICS, SYSTEM_TOPIC_PREFIX, TOPIC_MAX_LEN
+from rocksidecar.rmq.message import NOT_ALLOWED_SEND_TOPICS, SYSTEM_TOPIC_PREFIX, TOPIC_MAX_LEN, TOPIC_PATTERN
 
 from .jsonfile import read_json, write_json
 
-_VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 # TopicValidator: names that are system topics; those a client may not send to are the client's list.
 SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {DEFAULT_TOPIC, "BenchmarkTest", "RMQ_SYS_TRACE_TOPIC"}
 RETRY_PREFIX = "%RETRY%"
@@ -28,7 +26,7 @@ def topic_name_error(topic: str) -> str | None:
     """Why the broker refuses this topic name (TopicValidator.validateTopic), or None."""
     if not topic.strip():
         return "The specified topic is blank."
-    if not _VALID_TOPIC.match(topic):
+    if not TOPIC_PATTERN.fullmatch(topic):
         return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     if len(topic) > TOPIC_MAX_LEN:
         return "The specified topic is longer than topic max length."

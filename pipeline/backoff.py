@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,12 +24,20 @@ class Backoff:
         return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """Retry-After as seconds; an HTTP date or garbage counts as absent."""
+def parse_retry_after(value: str | None, now_s: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header, RFC 9110's two forms: delta-seconds (ASCII digits) or an
+    HTTP date (needs ``now_s``, wall-clock seconds). Absent, malformed or (dates only) unparseable: None,
+    and the caller uses its own back-off. A date in the past is 0. The one parser of the project: the
+    sidecar reads the app's answers with it (app.subscriptions), the Spark sink the sidecar's."""
     if value is None:
         return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value[:12])  # more digits than that is "a very long time": the caller's cap decides
+    if now_s is None or not value:
         return None
-    return seconds if seconds >= 0 else None
+    try:
+        when = parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    return max(when - now_s, 0.0)

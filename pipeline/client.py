@@ -123,7 +123,7 @@ class SidecarClient:
                         resp.status_code,
                     )
                 reason = f"{resp.status_code} {_problem_text(resp)}"
-                retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                retry_after = parse_retry_after(resp.headers.get("Retry-After"), time.time())
             if attempt == self.max_retries:
                 break
             wait = self.backoff.delay(attempt, retry_after)

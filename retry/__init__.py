@@ -1,7 +1,6 @@
 """The local retry store: messages that could not be delivered yet, replayed on a back-off ladder."""
 
 from .dead_letter import DeadLetter
-from .notify import DeadLetterNotifier
 from .policy import RetryPolicy
 from .record import CorruptRecordError, RetryRecord
 from .replay import ReplayLoop
@@ -11,7 +10,6 @@ from .store import RetryStore
 __all__ = [
     "CorruptRecordError",
     "DeadLetter",
-    "DeadLetterNotifier",
     "MessageStatus",
     "ReplayLoop",
     "RetryPolicy",

@@ -1,7 +1,7 @@
 """Redelivery: one attempt at a handful of due messages and the store change that follows each outcome.
 
 Delivered messages are acknowledged together in one batch; a failed one moves to its next rung, or to
-the dead letters when it is not retriable or its type's retries are exhausted (R2, R4); a value that
+the dead letters when it is not redeliverable or its type's retries are exhausted (R2, R4); a value that
 does not decode is quarantined (R7). Store errors propagate to the caller (the replay loop).
 """
 
@@ -92,8 +92,8 @@ class Redelivery:
         now = self.store.now_ms()
         error = describe(exc)
         failed = record.failed(now, error)
-        if not getattr(exc, "retriable", True):
-            await self.store.bury(key, failed, f"not retriable: {error}")
+        if not getattr(exc, "redeliverable", True):
+            await self.store.bury(key, failed, f"not redeliverable: {error}")
             return DEAD
         if policy.exhausted(failed.retry_count):
             await self.store.bury(key, failed, f"retries exhausted after {failed.retry_count}: {error}")

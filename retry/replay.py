@@ -39,7 +39,7 @@ OUTCOMES = (DELIVERED, RESCHEDULED, DEAD, QUARANTINED, STORE_ERROR, ERROR)
 class ReplayLoop(DueLoop):
     """Redelivers due messages with ``workers`` concurrent calls to ``deliver``.
 
-    ``deliver`` raises to report failure; an exception whose ``retriable`` attribute is False
+    ``deliver`` raises to report failure; an exception whose ``redeliverable`` attribute is False
     dead-letters the message at once, any other climbs the ladder of ``policy_for(record.type)``.
     With ``deliver_batch`` each worker takes up to ``batch_max`` queued messages per call instead
     (e.g. the producer's send_batch). The queue holds ``queue_size`` handed-out keys (default: two

@@ -18,6 +18,7 @@ from rocksidecar.rmq.message import (
     RESERVED_PROPERTIES,
     SYSTEM_TOPIC_PREFIX,
     TOPIC_MAX_LEN,
+    TOPIC_PATTERN,
 )
 
 
@@ -39,7 +40,7 @@ _TOPIC_SCHEMA: dict[str, Any] = {
     "type": "string",
     "description": f"Topic: characters [%|a-zA-Z0-9_-], 1 to {TOPIC_MAX_LEN} of them; not a system topic "
     f"({DEFAULT_TOPIC}, {', '.join(sorted(NOT_ALLOWED_SEND_TOPICS))}, {SYSTEM_TOPIC_PREFIX}*).",
-    "pattern": "^[%|a-zA-Z0-9_-]+$",
+    "pattern": f"^{TOPIC_PATTERN.pattern}$",
     "minLength": 1,
     "maxLength": TOPIC_MAX_LEN,
     "not": {

@@ -25,7 +25,6 @@ from prometheus_client import Counter, Gauge
 from rocksidecar.delay import DelayStore
 from rocksidecar.retry import RetryStore
 from rocksidecar.retry.dead_letter import DeadLetter
-from rocksidecar.retry.notify import DeadLetterNotifier
 from rocksidecar.retry.record import RetryRecord
 from rocksidecar.retry.store import DeadLetterHook
 from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
@@ -38,6 +37,7 @@ from ..api.servers import HttpServer, ListenError
 from ..config import Settings
 from ..events import OpsEvents
 from ..metrics import Metrics, StateCollector
+from ..notify import DeadLetterNotifier
 from ..readiness import Readiness
 from ..shutdown import close_delivery
 from ..store_delivery import delivery_loops

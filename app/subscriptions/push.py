@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from email.utils import parsedate_to_datetime
 
+from rocksidecar.pipeline.backoff import parse_retry_after
 from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
@@ -32,17 +32,9 @@ DeliveryHook = Callable[[str, str, float], None]
 
 
 def retry_after_s(value: str | None, now_s: float) -> float:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
-    if not value:
-        return DEFAULT_LATER_S
-    value = value.strip()
-    if value.isdigit():
-        return min(float(value), MAX_LATER_S)
-    try:
-        when = parsedate_to_datetime(value).timestamp()
-    except (TypeError, ValueError):
-        return DEFAULT_LATER_S
-    return min(max(when - now_s, 0.0), MAX_LATER_S)
+    """Seconds to wait after a 429/503 from the app: its Retry-After, capped; the default without one."""
+    seconds = parse_retry_after(value, now_s)
+    return DEFAULT_LATER_S if seconds is None else min(seconds, MAX_LATER_S)
 
 
 class HttpPush:

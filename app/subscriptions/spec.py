@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from rocksidecar.rmq.message import TOPIC_MAX_LEN, TOPIC_PATTERN
+
 from ..localhost import local_url_error
 
 MODES = ("concurrent", "orderly")
@@ -19,7 +21,6 @@ CONSUME_FROM = ("last", "first", "timestamp")
 ALLOCATIONS = ("averagely", "bounded_hash", "sticky")
 EXPRESSION_TYPES = ("TAG", "SQL92")  # rmq.broker.EXPRESSION_TYPES
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_RESOURCE = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # RocketMQ's topic and group charset
 GRPC_ENDPOINT = "grpc"
 
 
@@ -148,7 +149,8 @@ def parse_one(raw: Any, where: str) -> SubscriptionSpec:
     if not _NAME.match(name):
         raise SpecError(f"{where}.name: 1-64 letters, digits, '_', '.' or '-', got {name!r}")
     for key in ("topic", "group"):
-        if not _RESOURCE.match(str(raw[key]).strip()):
+        value = str(raw[key]).strip()
+        if not (len(value) <= TOPIC_MAX_LEN and TOPIC_PATTERN.fullmatch(value)):  # groups: the same charset
             raise SpecError(f"{where}.{key}: 1-127 letters, digits, '_', '-', '%' or '|', got {raw[key]!r}")
     mode = _choice(raw, "mode", MODES, where)
     consume_from = _choice(raw, "consume_from", CONSUME_FROM, where)

@@ -22,7 +22,7 @@ from tests.fakes import FakeWallClock, FaultyKV
 
 
 class BrokerDown(Exception):
-    retriable = True
+    redeliverable = True
 
 
 @dataclass

@@ -18,12 +18,12 @@ from tests.fakes import FakeWallClock, FaultyKV
 SETTLE_S = 10.0  # a safety net against hangs, never a synchronisation point
 
 
-class Retriable(Exception):
-    retriable = True
+class Redeliverable(Exception):
+    redeliverable = True
 
 
 class Final(Exception):
-    retriable = False
+    redeliverable = False
 
 
 def record(id_: str, topic: str = "orders", **kw: object) -> RetryRecord:

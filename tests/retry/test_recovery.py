@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rocksidecar.retry.policy import DEFAULT_LADDER_S
 from rocksidecar.retry.recovery import RecoveryReplay
-from tests.retry.conftest import Harness, Retriable, record
+from tests.retry.conftest import Harness, Redeliverable, record
 
 FAR_S = 600  # every message waits ten minutes for its rung
 
@@ -61,7 +61,7 @@ async def test_a_topic_trigger_replays_only_that_topic(h: Harness) -> None:
 
 async def test_messages_that_fail_again_climb_the_ladder_once_per_round(h: Harness) -> None:
     await _spool(h, 3)
-    h.fail_always["M1"] = Retriable("SystemBusy")
+    h.fail_always["M1"] = Redeliverable("SystemBusy")
     await h.start_loop().start()
     recovery = _recovery(h)
     now = h.store.now_ms()

@@ -20,7 +20,7 @@ from rocksidecar.retry.store import RetryStore
 from rocksidecar.storage.errors import StorageError
 from rocksidecar.storage.kv import Put
 from rocksidecar.storage.progress import FLOOR_KEY
-from tests.retry.conftest import Final, Harness, Retriable, record
+from tests.retry.conftest import Final, Harness, Redeliverable, record
 
 
 async def test_due_now_spool_is_delivered_without_time_passing(h: Harness) -> None:
@@ -37,7 +37,7 @@ async def test_due_now_spool_is_delivered_without_time_passing(h: Harness) -> No
 async def test_ladder_timing_then_dead_letter(h: Harness) -> None:
     """Every retry happens exactly one rung after the previous attempt; after max_retries, R4."""
     t0 = h.store.now_ms()
-    h.fail_always["M1"] = Retriable("SystemBusy")
+    h.fail_always["M1"] = Redeliverable("SystemBusy")
     await h.store.spool(record("M1", first_failure_ms=t0), t0 + 3000)  # rung 0 after the failed send
     await h.start_loop().start()
     await h.settle()
@@ -55,7 +55,7 @@ async def test_ladder_timing_then_dead_letter(h: Harness) -> None:
     assert letter.record.retry_count == 10
     assert len(letter.record.history) == 10
     assert letter.record.first_failure_ms == t0
-    assert letter.reason.startswith("retries exhausted after 10: Retriable: SystemBusy")
+    assert letter.reason.startswith("retries exhausted after 10: Redeliverable: SystemBusy")
     status = h.store.get("M1")
     assert status is not None and status.state is State.DEAD
 
@@ -63,7 +63,7 @@ async def test_ladder_timing_then_dead_letter(h: Harness) -> None:
 async def test_per_type_ladders_and_limits(h: Harness) -> None:
     h.policies["fast"] = RetryPolicy(ladder_s=(1.0,), max_retries=2)
     h.policies["slow"] = RetryPolicy(ladder_s=(10.0, 20.0), max_retries=4)
-    h.fail_always = {"F": Retriable("x"), "S": Retriable("x")}
+    h.fail_always = {"F": Redeliverable("x"), "S": Redeliverable("x")}
     now = h.store.now_ms()
     await h.store.spool(record("F", topic="t1", type="fast"), now + 1_000)  # rung 0 after the send
     await h.store.spool(record("S", topic="t2", type="slow"), now + 10_000)
@@ -79,24 +79,24 @@ async def test_per_type_ladders_and_limits(h: Harness) -> None:
 
 async def test_topic_is_the_default_type(h: Harness) -> None:
     h.policies["orders"] = RetryPolicy(max_retries=0)
-    h.fail_always["M1"] = Retriable("x")
+    h.fail_always["M1"] = Redeliverable("x")
     await h.store.spool(record("M1", topic="orders"))
     await h.start_loop().start()
     await h.settle()
     assert [d.id for d in h.dead] == ["M1"]
 
 
-async def test_non_retriable_error_is_dead_lettered_at_once(h: Harness) -> None:
+async def test_non_redeliverable_error_is_dead_lettered_at_once(h: Harness) -> None:
     h.fail_always["M1"] = Final("MessageIllegal: body too large")
     await h.store.spool(record("M1"))
     await h.start_loop().start()
     await h.settle()
     assert len(h.attempts) == 1
-    assert h.dead[0].reason == "not retriable: Final: MessageIllegal: body too large"
+    assert h.dead[0].reason == "not redeliverable: Final: MessageIllegal: body too large"
 
 
 async def test_success_after_failures_acks(h: Harness) -> None:
-    h.script["M1"] = [Retriable("a"), Retriable("b")]
+    h.script["M1"] = [Redeliverable("a"), Redeliverable("b")]
     await h.store.spool(record("M1"))
     await h.start_loop().start()
     await h.settle()
@@ -146,7 +146,7 @@ async def test_restart_replays_keys_that_were_due_before_the_crash(h: Harness) -
 
 async def test_clock_rollback_neither_loses_nor_stalls_nor_collapses_the_ladder(h: Harness) -> None:
     now = h.store.now_ms()
-    h.script["R"] = [Retriable("x")]
+    h.script["R"] = [Redeliverable("x")]
     await h.store.spool(record("DUE"), now + 1_000)
     await h.store.spool(record("R"), now + 2_000)
     await h.start_loop().start()
@@ -411,7 +411,7 @@ async def test_an_unexpected_replay_error_hands_the_batch_out_again_after_a_paus
 
 
 async def test_deliver_batch_groups_due_messages_and_handles_each_outcome(h: Harness) -> None:
-    h.script = {"M3": [Retriable("busy")], "M7": [Final("illegal")]}
+    h.script = {"M3": [Redeliverable("busy")], "M7": [Final("illegal")]}
     await h.store.spool_many([record(f"M{i}") for i in range(40)])
     writes = h.kv.writes
     await h.start_loop(workers=2, queue_size=64, deliver_batch=h.deliver_batch, batch_max=16).start()
@@ -432,7 +432,7 @@ async def test_a_raising_or_miscounting_deliver_batch_fails_the_whole_batch(h: H
         nonlocal calls
         calls += 1
         if calls == 1:
-            raise Retriable("connection reset")
+            raise Redeliverable("connection reset")
         if calls == 2:
             return []  # a bug in the adapter: no outcome per record
         return [None] * len(records)  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import httpx
 
-from .dead_letter import DeadLetter
+from rocksidecar.retry.dead_letter import DeadLetter
 
 log = logging.getLogger(__name__)
 

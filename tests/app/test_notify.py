@@ -5,13 +5,21 @@ from __future__ import annotations
 import json
 import logging
 import socket
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
-from rocksidecar.retry.notify import DeadLetterNotifier
+from rocksidecar.app.notify import DeadLetterNotifier
 from rocksidecar.retry.store import RetryStore
-from tests.retry.conftest import Harness, record
+from tests.retry.conftest import Harness, make_harness, record
+
+
+@pytest.fixture
+async def h() -> AsyncIterator[Harness]:
+    harness = make_harness()  # the retry store's harness (tests/retry/conftest.py), without a replay loop
+    yield harness
+    await harness.store.close()
 
 
 async def bury_one(store: RetryStore) -> None:
@@ -32,7 +40,7 @@ async def test_posts_the_dead_letter_as_json_and_counts_by_type(
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     notifier = DeadLetterNotifier(count=counts.append, webhook_url="http://hooks.test/dl", client=client)
     store = RetryStore(h.kv, now_ms=h.clock.now_ms, clock=h.clock.monotonic, on_dead_letter=notifier)
-    with caplog.at_level(logging.ERROR, logger="rocksidecar.retry.notify"):
+    with caplog.at_level(logging.ERROR, logger="rocksidecar.app.notify"):
         await bury_one(store)
     await notifier.close()
     await client.aclose()
@@ -56,7 +64,7 @@ async def test_webhook_failures_are_logged_and_the_letter_stays(
         port = sock.getsockname()[1]
     notifier = DeadLetterNotifier(webhook_url=f"http://127.0.0.1:{port}/dl", timeout_s=2.0)
     store = RetryStore(h.kv, now_ms=h.clock.now_ms, clock=h.clock.monotonic, on_dead_letter=notifier)
-    with caplog.at_level(logging.WARNING, logger="rocksidecar.retry.notify"):
+    with caplog.at_level(logging.WARNING, logger="rocksidecar.app.notify"):
         await bury_one(store)
         await notifier.close()
     assert notifier.failed == 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import orjson
 
-from rocksidecar.retry.remote import Remote
+from rocksidecar.app.store_remote import Remote
 
 
 def test_redrive_all_continues_with_the_cursor() -> None:
