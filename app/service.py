@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import AsyncIterator, Callable
 
 from rocksidecar.rmq.periodic import Periodic
@@ -21,7 +20,7 @@ from .config import Settings, redacted
 from .events import OpsEvents
 from .metrics import Metrics
 from .shutdown import close_delivery
-from .wiring import StartupError, tune_gc
+from .wiring import StartupError, run_process, stop_on_signals, tune_gc
 
 __all__ = ["COLUMN_FAMILIES", "DRAIN_CFS", "Service", "StartupError", "disk_reserve", "serve", "warn_if_open"]
 log = logging.getLogger("rocksidecar")
@@ -104,10 +103,7 @@ async def _namesrv_for(
 
 
 async def run(settings: Settings, namesrv_override: NamesrvOverride | None = None) -> int:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     async with _namesrv_for(settings, namesrv_override) as namesrv:
         service = Service(settings, namesrv=namesrv)
         try:
@@ -123,9 +119,4 @@ async def run(settings: Settings, namesrv_override: NamesrvOverride | None = Non
 def serve(settings: Settings, namesrv_override: NamesrvOverride | None = None) -> int:
     """Run until SIGTERM/SIGINT; the exit code of `rocksidecar serve`."""
     logs.configure(settings.log_level, settings.log_format)
-    try:
-        import uvloop
-
-        return uvloop.run(run(settings, namesrv_override))
-    except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio still works
-        return asyncio.run(run(settings, namesrv_override))
+    return run_process(run(settings, namesrv_override))

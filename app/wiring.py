@@ -4,8 +4,10 @@ GC tuning, and the one error that stops a start."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
-from collections.abc import Sequence
+import signal
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,24 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event that SIGTERM or SIGINT sets: how the operator (or Kubernetes) asks a process to stop."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+def run_process(main: Coroutine[Any, Any, int]) -> int:
+    """Run a process's main coroutine on uvloop (a faster loop: less time per request and per due batch)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio still works
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 def producer_config(s: Settings) -> ProducerConfig:

@@ -13,6 +13,8 @@ import string
 from pathlib import Path
 from typing import Unpack
 
+from rocksidecar.rmq.lifecycle import Lifecycle
+
 from .broker import BrokerOptions, DevBroker
 from .http_admin import AdminServer
 from .listener import BROKER_PORT_STEP, LOOPBACK, MAX_BROKERS
@@ -23,7 +25,7 @@ def broker_name(index: int) -> str:
     return f"broker-{string.ascii_lowercase[index]}"
 
 
-class DevCluster:
+class DevCluster(Lifecycle):
     def __init__(
         self,
         brokers: int = 2,
@@ -90,10 +92,3 @@ class DevCluster:
         for broker in self.brokers.values():
             await broker.close()
         await self.namesrv.stop()
-
-    async def __aenter__(self) -> DevCluster:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()

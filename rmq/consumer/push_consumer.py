@@ -24,6 +24,7 @@ from ..clock import wall_ms
 from ..codes import RequestCode, ResponseCode
 from ..connection import Connection
 from ..errors import BrokerError, ClientError, RocketMQError
+from ..lifecycle import Lifecycle
 from ..message import MessageExt, MessageQueue
 from ..pool import RemotingClient
 from ..protocol.frame import RemotingCommand
@@ -60,7 +61,7 @@ PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 ORDERLY_UNLOCK_WAIT_S = 1.0  # Java's removeUnnecessaryMessageQueue tries the consume lock for 1 s
 
 
-class PushConsumer:
+class PushConsumer(Lifecycle):
     def __init__(
         self,
         config: ConsumerConfig,
@@ -237,13 +238,6 @@ class PushConsumer:
         await asyncio.gather(*leftover, return_exceptions=True)
         if self._own_instance:
             await self.instance.close()
-
-    async def __aenter__(self) -> PushConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def _drain(self, states: list[QueueState]) -> None:
         """Wait for in-flight listener calls; pulls are cancelled first so nothing new arrives."""

@@ -25,6 +25,7 @@ from ..errors import (
     SendFailed,
     failure_cause,
 )
+from ..lifecycle import Lifecycle
 from ..message import Message, MessageQueue
 from ..msgid import local_ip, new_uniq_id
 from ..namesrv import NameServerClient
@@ -45,7 +46,7 @@ def _client_id() -> str:
     return f"{ip}@{os.getpid()}#{time.monotonic_ns()}"
 
 
-class Producer:
+class Producer(Lifecycle):
     def __init__(
         self,
         namesrv: NameServerClient,
@@ -112,13 +113,6 @@ class Producer:
         await self.instance.unregister(producer_group=self.config.group)
         if self._own_instance:
             await self.instance.close()
-
-    async def __aenter__(self) -> Producer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     # sending ------------------------------------------------------------------------------------
     async def send(
