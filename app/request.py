@@ -29,6 +29,11 @@ class RequestError(Exception):
         self.status = status
         self.title = title
 
+    @classmethod
+    def not_found(cls, detail: str, *, field: str) -> RequestError:
+        """The 404 of a lookup by name or id (``field`` names what was looked up)."""
+        return cls(detail, field=field, status=404, title="Not found")
+
     def within(self, prefix: str) -> RequestError:
         """The same error for an item of a batch (``messages[3].topic``)."""
         path = f"{prefix}.{self.field}" if self.field else prefix

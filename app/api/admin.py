@@ -189,6 +189,29 @@ def _bad_cursor(exc: ValueError) -> RequestError:
     return RequestError(str(exc), field="cursor")
 
 
+# One page of a listing: its items as the API shows them, and the cursor of the next page.
+_Listed = tuple[list[dict[str, Any]], str | None]
+
+
+def _listing(
+    request: Request, fetch: Callable[[Filter, str | None, int], _Listed], *, state: bool
+) -> Response:
+    """The admin listings' one way to read the filter and paging, and to answer a bad one with a 400
+    naming the parameter (``state`` only where the listing has states; a cursor fetch rejects: cursor)."""
+    try:
+        where = _filter(request)
+        if not state and "state" in request.query_params:
+            raise RequestError("state: unknown query parameter here", field="state")
+        cursor, limit = _paging(request)
+        try:
+            items, next_cursor = fetch(where, cursor, limit)
+        except ValueError as exc:
+            raise _bad_cursor(exc) from None
+    except Exception as exc:
+        return problem_response(exc)
+    return _json({"items": items, "nextCursor": next_cursor})
+
+
 def _history(record: RetryRecord) -> list[dict[str, Any]]:
     return [{"atMs": at, "error": error} for at, error in record.history]
 
@@ -339,9 +362,7 @@ async def redrive_dead(ops: AdminOps, body: RedriveIn) -> dict[str, Any]:
             raise RequestError("a cursor continues an all or filter redrive, not one by id", field="cursor")
         moved = await ops.retry.dead.redrive_id(body.id)
         if not moved:
-            raise RequestError(
-                f"no dead letter for message {body.id!r}", field="id", status=404, title="Not found"
-            )
+            raise RequestError.not_found(f"no dead letter for message {body.id!r}", field="id")
         done = Redriven(moved, 0, None)
     else:
         try:
@@ -377,24 +398,17 @@ def _read_routes(app: FastAPI, ops: AdminOps) -> None:
         openapi_extra=_query("state", "topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
     )
     async def retries(request: Request) -> Response:
-        try:
-            where = _filter(request)
-            cursor, limit = _paging(request)
+        def fetch(where: Filter, cursor: str | None, limit: int) -> _Listed:
             state = request.query_params.get("state", "pending")
-            if state not in ("pending", "dead"):
-                raise RequestError(f"state must be pending or dead, got {state!r}", field="state")
-            try:
-                if state == "pending":
-                    found = pending_page(ops.retry, where, cursor=cursor, limit=limit)
-                    items = [pending_view(i) for i in found.items]
-                else:
-                    dead = dead_page(ops.retry, where, cursor=cursor, limit=limit)
-                    found, items = dead, [dead_view(d) for d in dead.items]  # type: ignore[assignment]
-            except ValueError as exc:
-                raise _bad_cursor(exc) from None
-        except Exception as exc:
-            return problem_response(exc)
-        return _json({"items": items, "nextCursor": found.cursor})
+            if state == "pending":
+                found = pending_page(ops.retry, where, cursor=cursor, limit=limit)
+                return [pending_view(i) for i in found.items], found.cursor
+            if state == "dead":
+                dead = dead_page(ops.retry, where, cursor=cursor, limit=limit)
+                return [dead_view(d) for d in dead.items], dead.cursor
+            raise RequestError(f"state must be pending or dead, got {state!r}", field="state")
+
+        return _listing(request, fetch, state=True)
 
     @app.get(
         f"{PREFIX}/scheduled",
@@ -403,18 +417,11 @@ def _read_routes(app: FastAPI, ops: AdminOps) -> None:
         openapi_extra=_query("topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
     )
     async def scheduled(request: Request) -> Response:
-        try:
-            where = _filter(request)
-            if "state" in request.query_params:
-                raise RequestError("state: unknown query parameter here", field="state")
-            cursor, limit = _paging(request)
-            try:
-                found = scheduled_page(ops.delay, where, cursor=cursor, limit=limit)
-            except ValueError as exc:
-                raise _bad_cursor(exc) from None
-        except Exception as exc:
-            return problem_response(exc)
-        return _json({"items": [scheduled_view(i) for i in found.items], "nextCursor": found.cursor})
+        def fetch(where: Filter, cursor: str | None, limit: int) -> _Listed:
+            found = scheduled_page(ops.delay, where, cursor=cursor, limit=limit)
+            return [scheduled_view(i) for i in found.items], found.cursor
+
+        return _listing(request, fetch, state=False)
 
     @app.get(
         f"{PREFIX}/messages/{{id}}",
@@ -425,9 +432,7 @@ def _read_routes(app: FastAPI, ops: AdminOps) -> None:
         found = message_view(ops, id)
         if found is None:
             return problem_response(
-                RequestError(
-                    f"no pending, dead or scheduled message {id!r}", field="id", status=404, title="Not found"
-                )
+                RequestError.not_found(f"no pending, dead or scheduled message {id!r}", field="id")
             )
         return _json(found)
 

@@ -15,11 +15,8 @@ def hub_for(hubs: Mapping[str, StreamHub], name: str) -> StreamHub:
     hub = hubs.get(name)
     if hub is None:
         known = ", ".join(sorted(hubs)) or "none"
-        raise RequestError(
-            f"no gRPC subscription {name!r} (endpoint: grpc); known: {known}",
-            field="subscription",
-            status=404,
-            title="Not found",
+        raise RequestError.not_found(
+            f"no gRPC subscription {name!r} (endpoint: grpc); known: {known}", field="subscription"
         )
     return hub
 
@@ -70,9 +67,7 @@ def ack(hubs: Mapping[str, StreamHub], request: pb.AckRequest) -> None:
             except UnknownDelivery:
                 break
             return
-    raise RequestError(
+    raise RequestError.not_found(
         f"no open delivery {request.delivery_id[:80]!r} (already answered, or timed out and sent back)",
         field="delivery_id",
-        status=404,
-        title="Not found",
     )

@@ -37,11 +37,8 @@ def send_status(outcome: Outcome) -> int:
 
 
 def not_found(id: str) -> RequestError:
-    return RequestError(
-        f"no spooled, scheduled or dead-lettered message {problems.clip(id)}",
-        field="id",
-        status=404,
-        title="Not found",
+    return RequestError.not_found(
+        f"no spooled, scheduled or dead-lettered message {problems.clip(id)}", field="id"
     )
 
 
@@ -104,9 +101,7 @@ class Operations:
         """Cancel a scheduled message; raises 404 when there is none, 409 when it was already sent."""
         result = await self.sidecar.cancel(id)
         if result is CancelOutcome.NOT_FOUND:
-            raise RequestError(
-                f"no scheduled message {problems.clip(id)}", field="id", status=404, title="Not found"
-            )
+            raise RequestError.not_found(f"no scheduled message {problems.clip(id)}", field="id")
         if result is CancelOutcome.ALREADY_SENT:
             raise RequestError(
                 f"message {problems.clip(id)} was already sent", field="id", status=409, title="Conflict"
