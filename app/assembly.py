@@ -16,7 +16,6 @@ from rocksidecar.delay import DelayStore
 from rocksidecar.delay import keys as delay_keys
 from rocksidecar.retry import RetryStore
 from rocksidecar.retry import keys as retry_keys
-from rocksidecar.retry.dead_letter import DeadLetter
 from rocksidecar.retry.recovery import RecoveryReplay, RoundResult
 from rocksidecar.rmq.periodic import Periodic, Sleep
 from rocksidecar.rmq.producer.coalesce import CoalescingSender
@@ -115,7 +114,12 @@ class SidecarParts:
             webhook_url=s.dead_letter_webhook,
             log_each=False,  # self.events logs them, throttled per cause
         )
-        self.retry = RetryStore(self.kv, writer=self.writer, now_ms=now_ms, on_dead_letter=self._dead_letter)
+        self.retry = RetryStore(
+            self.kv,
+            writer=self.writer,
+            now_ms=now_ms,
+            on_dead_letter=self.events.dead_letter_hook(self.notifier),
+        )
         self.delay = DelayStore(self.kv, self.writer, now_ms=now_ms)
         delay_lookup = DelayLookup(self.delay)
         self.idempotency = IdempotencyStore(
@@ -244,7 +248,7 @@ class SidecarParts:
         every = functools.partial(Periodic, sleep=sleep, logger=log)
         loops = [
             every("idempotency-purge", PURGE_EVERY_S, self._purge),
-            every("log-summaries", self.events.window_s, self._flush_events),
+            every("log-summaries", self.events.window_s, self.events.flush_round),
             every("status-history", SAMPLE_EVERY_S, self._sample_history, run_first=True),
         ]
         if self.subscriptions is not None:
@@ -295,9 +299,6 @@ class SidecarParts:
         if self.subscriptions is not None:
             self.lags = await self.subscriptions.lags()
 
-    async def _flush_events(self) -> None:
-        self.events.flush()
-
     async def _purge(self) -> None:
         await self.idempotency.purge()
         if self.forwarder is not None:
@@ -345,10 +346,6 @@ class SidecarParts:
     def _on_delay_published(self, lateness_s: float) -> None:
         self.metrics.delay_lateness.observe(lateness_s)
         self.events.delay_published(lateness_s)
-
-    def _dead_letter(self, letter: DeadLetter) -> None:
-        self.events.dead_lettered(letter)
-        self.notifier(letter)
 
     def _store_stats(self) -> dict[str, float]:
         st = self.retry.stats()

@@ -13,7 +13,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from rocksidecar.retry.dead_letter import DeadLetter
 from rocksidecar.retry.record import RetryRecord
@@ -35,17 +35,19 @@ class OpsEvents:
     """The sidecar's structured events. ``flush()`` writes the summaries of finished windows; the
     service calls it every ``window_s``."""
 
+    default_logger: ClassVar[logging.Logger] = log  # a subclass for other events names its own
+
     def __init__(
         self,
         *,
         window_s: float = WINDOW_S,
         clock: Callable[[], float] = time.monotonic,
         late_threshold_s: float = 1.0,
-        logger: logging.Logger = log,
+        logger: logging.Logger | None = None,
     ) -> None:
         self.window_s = window_s
         self.late_threshold_s = late_threshold_s
-        self._log = logger
+        self._log = logger if logger is not None else self.default_logger
         self._throttle = Throttle(window_s, clock)
         self._clock = clock
         self._replays: Counter[str] = Counter()
@@ -140,6 +142,16 @@ class OpsEvents:
             },
         )
 
+    def dead_letter_hook(self, notify: Callable[[DeadLetter], None]) -> Callable[[DeadLetter], None]:
+        """The retry store's dead-letter hook: logged here (throttled per cause), then ``notify`` (the
+        webhook; it does not log each itself). One for the sidecar and the dmq service."""
+
+        def dead_lettered(letter: DeadLetter) -> None:
+            self.dead_lettered(letter)
+            notify(letter)
+
+        return dead_lettered
+
     def delay_published(self, lateness_s: float) -> None:
         if lateness_s <= self.late_threshold_s:
             return
@@ -155,6 +167,10 @@ class OpsEvents:
     def replayed(self, outcome: str) -> None:
         """Counted; ``flush()`` writes one summary per window."""
         self._replays[outcome] += 1
+
+    async def flush_round(self) -> None:
+        """``flush()`` as a periodic round (rmq.periodic.Periodic runs coroutines)."""
+        self.flush()
 
     def flush(self) -> None:
         """Summaries: replays of the last window, and how many lines each throttled cause held back."""

@@ -22,7 +22,6 @@ from prometheus_client import Counter, Gauge
 
 from rocksidecar.delay import DelayStore
 from rocksidecar.retry import RetryStore
-from rocksidecar.retry.dead_letter import DeadLetter
 from rocksidecar.retry.record import RetryRecord
 from rocksidecar.retry.store import DeadLetterHook
 from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
@@ -131,14 +130,17 @@ class DmqService:
         # Spools and dead letters are logged, throttled per cause, and dead letters notified, as in the
         # sidecar (app.service).
         self.events = OpsEvents(late_threshold_s=s.delay_late_log_ms / 1000)
-        self._summaries = Periodic("log-summaries", self.events.window_s, self._flush_events, logger=log)
+        self._summaries = Periodic("log-summaries", self.events.window_s, self.events.flush_round, logger=log)
         self.notifier = DeadLetterNotifier(
             count=lambda _type: self.metrics.dead_letters.inc(),
             webhook_url=s.dead_letter_webhook,
             log_each=False,
         )
         self.retry = SpoolLoggingRetryStore(
-            self.kv, writer=self.writer, on_spooled=self.events.spooled, on_dead_letter=self._dead_letter
+            self.kv,
+            writer=self.writer,
+            on_spooled=self.events.spooled,
+            on_dead_letter=self.events.dead_letter_hook(self.notifier),
         )
         self.delay = DelayStore(self.kv, self.writer)
         self.scheduler, self.replay = delivery_loops(
@@ -172,10 +174,6 @@ class DmqService:
         self.http = HttpServer(
             create_app(self.metrics.registry, self.ready), o.http_addr, grace_s=s.shutdown_grace_s
         )
-
-    def _dead_letter(self, letter: DeadLetter) -> None:
-        self.events.dead_lettered(letter)
-        self.notifier(letter)
 
     def _store_stats(self) -> dict[str, float]:
         return {
@@ -213,9 +211,6 @@ class DmqService:
             self.http.host,
             self.http.port,
         )
-
-    async def _flush_events(self) -> None:
-        self.events.flush()
 
     async def stop(self) -> None:
         """Consumer first (it persists offsets of what was stored), then the publishing side."""

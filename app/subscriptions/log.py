@@ -7,10 +7,8 @@ while the app is down), so one line per cause, then one summary per window of ho
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 
-from ..events import WINDOW_S, OpsEvents, cause
+from ..events import OpsEvents, cause
 
 log = logging.getLogger("rocksidecar.subscriptions")
 
@@ -20,14 +18,7 @@ class DeliveryLog(OpsEvents):
     (one cause, one key); ``flush()`` writes the summaries of finished windows: the runner calls it
     every window."""
 
-    def __init__(
-        self,
-        *,
-        window_s: float = WINDOW_S,
-        clock: Callable[[], float] = time.monotonic,
-        logger: logging.Logger = log,
-    ) -> None:
-        super().__init__(window_s=window_s, clock=clock, logger=logger)
+    default_logger = log
 
     def answered(self, subscription: str, status: int, msg_id: str) -> None:
         """The app answered a status that is not 2xx: a failure, or 429/503 (later)."""
