@@ -20,6 +20,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 
 from rocksidecar.delay import DelayedMessage, DelayState, DelayStore
 from rocksidecar.rmq.consumer import ConsumeStatus
@@ -38,45 +39,42 @@ LOG_WINDOW_S = 10.0  # at most one line per rejection reason per window
 UNENCODABLE = (TypeError, ValueError, OverflowError)
 
 
+@dataclass(eq=False)
 class InnerListener:
     """``await listener(batch, queue)`` as the PushConsumer's MessageListener."""
 
-    def __init__(
-        self,
-        store: DelayStore,
-        rules: Rules,
-        *,
-        count: Count = lambda _o, _n: None,
-        rejected: Rejected = lambda _r: None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._store = store
-        self._rules = rules
-        self._count = count
-        self._rejected = rejected
+    store: DelayStore
+    rules: Rules
+    _: KW_ONLY
+    count: Count = lambda _o, _n: None
+    rejected: Rejected = lambda _r: None
+    clock: InitVar[Callable[[], float]] = time.monotonic
+    _throttle: Throttle = field(init=False)
+    # ids being stored now: a cancel for one waits for its store (concurrent listener calls may
+    # run the cancel's batch while the message's batch is still syncing).
+    _storing: dict[str, asyncio.Future[None]] = field(init=False, default_factory=dict)
+
+    def __post_init__(self, clock: Callable[[], float]) -> None:
         self._throttle = Throttle(LOG_WINDOW_S, clock)
-        # ids being stored now: a cancel for one waits for its store (concurrent listener calls may
-        # run the cancel's batch while the message's batch is still syncing).
-        self._storing: dict[str, asyncio.Future[None]] = {}
         # ids whose cancel is being stored now: a message for one is dropped, as after its tombstone.
         self._cancelling: set[str] = set()
 
     async def __call__(self, batch: Sequence[MessageExt], _mq: MessageQueue) -> ConsumeStatus:
-        now = self._store.now_ms()
+        now = self.store.now_ms()
         new: dict[str, DelayedMessage] = {}
         cancels: list[str] = []
         for ext in batch:
             try:
-                item = parse(ext, now, self._rules)
+                item = parse(ext, now, self.rules)
             except InnerFormatError as exc:
                 self._reject(ext.msg_id, exc)  # redelivering cannot fix it: let the offset pass it
                 continue
             if isinstance(item, CancelRequest):
                 cancels.append(item.id)
             elif item.id in self._cancelling or self._cancelled(item.id):
-                self._count("cancelled_before", 1)
-            elif item.id in new or item.id in self._storing or self._store.get(item.id) is not None:
-                self._count("duplicate", 1)
+                self.count("cancelled_before", 1)
+            elif item.id in new or item.id in self._storing or self.store.get(item.id) is not None:
+                self.count("duplicate", 1)
             else:
                 new[item.id] = item
         if new:
@@ -95,13 +93,13 @@ class InnerListener:
             for m in msgs:
                 self._storing.pop(m.id, None)
             done.set_result(None)
-        self._count("scheduled", stored)
+        self.count("scheduled", stored)
 
     async def _store_each(self, msgs: list[DelayedMessage]) -> int:
         """How many of ``msgs`` are stored, synced; one the store cannot encode is skipped, not its
         neighbours. Raises StorageError: the store failed (nothing stored; the batch is redelivered)."""
         try:
-            await self._store.schedule_many(msgs)
+            await self.store.schedule_many(msgs)
             return len(msgs)
         except UNENCODABLE as exc:
             if len(msgs) == 1:
@@ -110,8 +108,8 @@ class InnerListener:
         return sum([await self._store_each([m]) for m in msgs])  # find it: one by one (rare)
 
     def _reject(self, id_: str, exc: InnerFormatError) -> None:
-        self._count("malformed", 1)
-        self._rejected(exc.reason)
+        self.count("malformed", 1)
+        self.rejected(exc.reason)
         suppressed = self._throttle.allow((exc.reason,))
         if suppressed is not None:
             more = f" ({suppressed} more for this reason since the last such line)" if suppressed else ""
@@ -124,7 +122,7 @@ class InnerListener:
             )
 
     def _cancelled(self, id_: str) -> bool:
-        status = self._store.get(id_)
+        status = self.store.get(id_)
         return status is not None and status.state is DelayState.CANCELLED
 
     async def _cancel(self, id_: str) -> None:
@@ -133,7 +131,7 @@ class InnerListener:
             storing = self._storing.get(id_)
             if storing is not None:
                 await storing
-            outcome = await self._store.cancel(id_, remember_unknown=True)
+            outcome = await self.store.cancel(id_, remember_unknown=True)
         finally:
             self._cancelling.discard(id_)
-        self._count(f"cancel_{outcome.value.lower()}", 1)
+        self.count(f"cancel_{outcome.value.lower()}", 1)
