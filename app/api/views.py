@@ -17,6 +17,26 @@ _OUTCOME_FIELDS = (
     ("deliver_at_ms", "deliverAt"),
 )
 
+_STATUS_FIELDS = (
+    ("topic", "topic"),
+    ("attempts", "attempts"),
+    ("next_attempt_at_ms", "nextAttemptAt"),
+    ("deliver_at_ms", "deliverAt"),
+    ("last_error", "lastError"),
+    ("reason", "reason"),
+    ("dead_at_ms", "deadAt"),
+    ("sent_at_ms", "sentAt"),
+    ("cancelled_at_ms", "cancelledAt"),
+)
+
+
+def _put_set(out: dict[str, Any], obj: object, fields: Sequence[tuple[str, str]]) -> None:
+    """``obj``'s attributes that are set (not None, not empty) into ``out`` under their JSON names."""
+    for attr, key in fields:
+        value = getattr(obj, attr)
+        if value is not None and value != "":
+            out[key] = value
+
 
 def where_view(to: StoredAtLike) -> dict[str, Any]:
     """Where the broker stored it, as a send's answer and a status name it."""
@@ -47,10 +67,7 @@ def outcome_view(o: Outcome, index: int | None = None) -> dict[str, Any]:
     out["id"], out["status"] = o.id, o.status.value
     if to is not None:
         out.update(where_view(to))
-    for attr, key in _OUTCOME_FIELDS:
-        value = getattr(o, attr)
-        if value is not None and value != "":
-            out[key] = value
+    _put_set(out, o, _OUTCOME_FIELDS)
     return out
 
 
@@ -87,20 +104,7 @@ def batch_view(results: Sequence[BatchItem]) -> dict[str, Any]:
 
 def status_view(s: MessageState) -> dict[str, Any]:
     out: dict[str, Any] = {"id": s.id, "status": s.status.value}
-    for attr, key in (
-        ("topic", "topic"),
-        ("attempts", "attempts"),
-        ("next_attempt_at_ms", "nextAttemptAt"),
-        ("deliver_at_ms", "deliverAt"),
-        ("last_error", "lastError"),
-        ("reason", "reason"),
-        ("dead_at_ms", "deadAt"),
-        ("sent_at_ms", "sentAt"),
-        ("cancelled_at_ms", "cancelledAt"),
-    ):
-        value = getattr(s, attr)
-        if value is not None and value != "":
-            out[key] = value
+    _put_set(out, s, _STATUS_FIELDS)
     if s.stored_at is not None:
         out.update(where_view(s.stored_at))
     return out
