@@ -14,6 +14,7 @@ Bad input is a 400 problem naming the field, and changes nothing.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -189,27 +190,33 @@ def _bad_cursor(exc: ValueError) -> RequestError:
     return RequestError(str(exc), field="cursor")
 
 
-# One page of a listing: its items as the API shows them, and the cursor of the next page.
-_Listed = tuple[list[dict[str, Any]], str | None]
+# A listing's reader (the store's page function, bound to its store) and how it shows each item.
+_Source = tuple[Callable[..., Any], Callable[[Any], dict[str, Any]]]
 
 
-def _listing(
-    request: Request, fetch: Callable[[Filter, str | None, int], _Listed], *, state: bool
-) -> Response:
-    """The admin listings' one way to read the filter and paging, and to answer a bad one with a 400
-    naming the parameter (``state`` only where the listing has states; a cursor fetch rejects: cursor)."""
+def _listing(request: Request, sources: dict[str | None, _Source]) -> Response:
+    """The admin listings' one way to read the filter, the state (``sources`` by state; the key None:
+    the listing has no states) and the paging, and to answer a bad one with a 400 naming it."""
     try:
         where = _filter(request)
-        if not state and "state" in request.query_params:
+        stateless = None in sources
+        if stateless and "state" in request.query_params:
             raise RequestError("state: unknown query parameter here", field="state")
         cursor, limit = _paging(request)
+        state = None if stateless else request.query_params.get("state", next(iter(sources)))
+        if state not in sources:
+            raise RequestError(
+                f"state must be {' or '.join(map(str, sources))}, got {state!r}", field="state"
+            )
+        read, view = sources[state]
         try:
-            items, next_cursor = fetch(where, cursor, limit)
+            found = read(where, cursor=cursor, limit=limit)
+            items = [view(i) for i in found.items]
         except ValueError as exc:
             raise _bad_cursor(exc) from None
     except Exception as exc:
         return problem_response(exc)
-    return _json({"items": items, "nextCursor": next_cursor})
+    return _json({"items": items, "nextCursor": found.cursor})
 
 
 def _history(record: RetryRecord) -> list[dict[str, Any]]:
@@ -383,6 +390,11 @@ def admin_routes(app: FastAPI, ops: AdminOps) -> None:
 
 
 def _read_routes(app: FastAPI, ops: AdminOps) -> None:
+    retry_sources: dict[str | None, _Source] = {  # the first: the default state
+        "pending": (functools.partial(pending_page, ops.retry), pending_view),
+        "dead": (functools.partial(dead_page, ops.retry), dead_view),
+    }
+
     @app.get(
         f"{PREFIX}/stats",
         summary="Admin: store depths and ages, brokers, replay on recovery",
@@ -398,17 +410,7 @@ def _read_routes(app: FastAPI, ops: AdminOps) -> None:
         openapi_extra=_query("state", "topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
     )
     async def retries(request: Request) -> Response:
-        def fetch(where: Filter, cursor: str | None, limit: int) -> _Listed:
-            state = request.query_params.get("state", "pending")
-            if state == "pending":
-                found = pending_page(ops.retry, where, cursor=cursor, limit=limit)
-                return [pending_view(i) for i in found.items], found.cursor
-            if state == "dead":
-                dead = dead_page(ops.retry, where, cursor=cursor, limit=limit)
-                return [dead_view(d) for d in dead.items], dead.cursor
-            raise RequestError(f"state must be pending or dead, got {state!r}", field="state")
-
-        return _listing(request, fetch, state=True)
+        return _listing(request, retry_sources)
 
     @app.get(
         f"{PREFIX}/scheduled",
@@ -417,11 +419,7 @@ def _read_routes(app: FastAPI, ops: AdminOps) -> None:
         openapi_extra=_query("topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
     )
     async def scheduled(request: Request) -> Response:
-        def fetch(where: Filter, cursor: str | None, limit: int) -> _Listed:
-            found = scheduled_page(ops.delay, where, cursor=cursor, limit=limit)
-            return [scheduled_view(i) for i in found.items], found.cursor
-
-        return _listing(request, fetch, state=False)
+        return _listing(request, {None: (functools.partial(scheduled_page, ops.delay), scheduled_view)})
 
     @app.get(
         f"{PREFIX}/messages/{{id}}",
