@@ -22,6 +22,7 @@ from rocksidecar.storage.reserve import ReserveTooSmallError, store_write_buffer
 
 from . import topic_allow
 from .localhost import is_loopback
+from .setting_words import parse_bool, parse_int
 from .subscriptions.spec import (
     REQUIRED,
     SUBSCRIPTION_KEY_HELP,
@@ -41,17 +42,7 @@ class ConfigError(ValueError):
 
 # --- parsers: each takes the raw value (str from env, any from YAML) and the setting's name ----------
 def _int(lo: int, hi: int | None = None) -> Callable[[Any, str], int]:
-    def parse(raw: Any, name: str) -> int:
-        try:
-            value = int(str(raw).strip())
-        except ValueError:
-            raise ConfigError(f"{name}: expected an integer, got {raw!r}") from None
-        if value < lo or (hi is not None and value > hi):
-            bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
-            raise ConfigError(f"{name}: must be {bound}, got {value}")
-        return value
-
-    return parse
+    return lambda raw, name: parse_int(raw, name, ConfigError, lo, hi)
 
 
 def _reserve_mb(raw: Any, name: str) -> int:
@@ -81,12 +72,7 @@ def _text(raw: Any, name: str) -> str:
 
 
 def _bool(raw: Any, name: str) -> bool:
-    text = str(raw).strip().lower()
-    if text in {"1", "true", "yes", "on"}:
-        return True
-    if text in {"0", "false", "no", "off", ""}:
-        return False
-    raise ConfigError(f"{name}: expected true or false, got {raw!r}")
+    return parse_bool(raw, name, ConfigError, empty=False)  # an empty variable: off
 
 
 def _addr(raw: Any, name: str) -> str:

@@ -13,6 +13,7 @@ import yaml
 from rocksidecar.rmq.message import TOPIC_MAX_LEN, TOPIC_PATTERN
 
 from ..localhost import local_url_error
+from ..setting_words import parse_bool, parse_int
 
 MODES = ("concurrent", "orderly")
 CONSUME_FROM = ("last", "first", "timestamp")
@@ -93,15 +94,7 @@ def subscription_keys() -> list[tuple[str, Any]]:
 
 
 def _int(raw: Any, where: str, lo: int, hi: int) -> int:
-    if isinstance(raw, bool):
-        raise SpecError(f"{where}: expected an integer, got {raw!r}")
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise SpecError(f"{where}: expected an integer, got {raw!r}") from None
-    if not lo <= value <= hi:
-        raise SpecError(f"{where}: must be between {lo} and {hi}, got {value}")
-    return value
+    return parse_int(raw, where, SpecError, lo, hi)
 
 
 def _choice(raw: Mapping[str, Any], key: str, choices: tuple[str, ...], where: str) -> str:
@@ -114,14 +107,7 @@ def _choice(raw: Mapping[str, Any], key: str, choices: tuple[str, ...], where: s
 
 
 def _bool(raw: Any, where: str) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in ("true", "yes", "on", "1"):
-        return True
-    if text in ("false", "no", "off", "0"):
-        return False
-    raise SpecError(f"{where}: expected true or false, got {raw!r}")
+    return parse_bool(raw, where, SpecError)
 
 
 def _endpoint(raw: Any, where: str) -> str:
