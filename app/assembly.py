@@ -44,7 +44,7 @@ from .localhost import is_loopback
 from .lookups import DelayLookup, RetryLookup
 from .metrics import CoalesceCollector, ConsumerCollector, Metrics, StateCollector
 from .notify import DeadLetterNotifier
-from .readiness import Readiness, disk_draining
+from .readiness import Readiness, StoreProbe, disk_draining
 from .request import Limits
 from .sidecar import Sidecar
 from .store_delivery import delivery_loops
@@ -240,7 +240,12 @@ class SidecarParts:
         except ListenError as exc:
             self.kv.close()
             raise StartupError(f"{exc} (set ROCKSIDECAR_GRPC_ADDR)") from exc
-        self._readiness = Readiness(self.producer, self.namesrv, StoreHealth(self), s.preloaded_topics)
+        self._readiness = Readiness(
+            self.producer,
+            self.namesrv,
+            StoreProbe(self._store_healthy, self._store_error),
+            s.preloaded_topics,
+        )
 
     def background_loops(self, sleep: Sleep = asyncio.sleep) -> list[Periodic]:
         """The sidecar's background work, supervised (rmq.periodic): a failed round is logged (throttled
@@ -347,6 +352,17 @@ class SidecarParts:
         self.metrics.delay_lateness.observe(lateness_s)
         self.events.delay_published(lateness_s)
 
+    # /readyz's view of the store: in drain mode on a full disk writes succeed (acks) but new work gets
+    # 503, so the sidecar is not ready.
+    def _store_healthy(self) -> bool:
+        return disk_draining(self.disk_reserve) is None and self.retry.healthy
+
+    def _store_error(self) -> str | None:
+        reserve = self.disk_reserve
+        if reserve is not None and reserve.draining:
+            return str(reserve.refusal())
+        return self.retry.writer.last_error
+
     def _store_stats(self) -> dict[str, float]:
         st = self.retry.stats()
         since = st.oldest_first_failure_ms or st.oldest_due_ms  # spooled with ack=spool: never failed yet
@@ -391,22 +407,3 @@ def disk_reserve(s: Settings, kv: RocksKV | None = None) -> DiskReserve | None:
 def _flush_all(kv: RocksKV) -> None:
     for cf in kv.column_families:
         kv.flush(cf)
-
-
-class StoreHealth:
-    """/readyz's view of the store: in drain mode on a full disk writes succeed (acks) but new work
-    gets 503, so the sidecar is not ready."""
-
-    def __init__(self, parts: SidecarParts) -> None:
-        self._parts = parts
-
-    @property
-    def healthy(self) -> bool:
-        return disk_draining(self._parts.disk_reserve) is None and self._parts.retry.healthy
-
-    @property
-    def last_error(self) -> str | None:
-        reserve = self._parts.disk_reserve
-        if reserve is not None and reserve.draining:
-            return str(reserve.refusal())
-        return self._parts.retry.writer.last_error

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rocksidecar.rmq import NameServerClient, RocketMQError
@@ -24,6 +25,22 @@ class StoreHealth(Protocol):
     def healthy(self) -> bool: ...
     @property
     def last_error(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoreProbe:
+    """A StoreHealth read through two callables: each process root says how its store is read."""
+
+    is_healthy: Callable[[], bool]
+    error: Callable[[], str | None]
+
+    @property
+    def healthy(self) -> bool:
+        return self.is_healthy()
+
+    @property
+    def last_error(self) -> str | None:
+        return self.error()
 
 
 def disk_draining(reserve: DiskReserve | None) -> str | None:

@@ -35,7 +35,7 @@ from ..config import Settings
 from ..events import OpsEvents
 from ..metrics import Metrics, StateCollector
 from ..notify import DeadLetterNotifier
-from ..readiness import Readiness
+from ..readiness import Readiness, StoreProbe
 from ..shutdown import close_delivery
 from ..store_delivery import delivery_loops
 from ..topic_allow import TopicAllowList
@@ -170,7 +170,12 @@ class DmqService:
         self.consumer.subscribe(o.inner_topic)
         self.owned_queues.set_function(lambda: sum(mq.topic == o.inner_topic for mq in self.consumer.queues))
         self.metrics.add_state(StateCollector(self.producer.fault_table, self._store_stats))
-        self._readiness = Readiness(self.producer, self.client.namesrv, _StoreHealth(self), ())
+        self._readiness = Readiness(
+            self.producer,
+            self.client.namesrv,
+            StoreProbe(lambda: self.delay.healthy, lambda: self.writer.last_error),
+            (),
+        )
         self.http = HttpServer(
             create_app(self.metrics.registry, self.ready), o.http_addr, grace_s=s.shutdown_grace_s
         )
@@ -242,18 +247,3 @@ async def run(settings: Settings, options: DmqOptions) -> int:
 def serve(settings: Settings, options: DmqOptions) -> int:
     logs.configure(settings.log_level, settings.log_format)
     return run_process(run(settings, options))
-
-
-class _StoreHealth:
-    """/readyz's view of the service's store."""
-
-    def __init__(self, service: DmqService) -> None:
-        self._service = service
-
-    @property
-    def healthy(self) -> bool:
-        return self._service.delay.healthy
-
-    @property
-    def last_error(self) -> str | None:
-        return self._service.writer.last_error
