@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-import httpx
 import orjson
 
 from rocksidecar.delay import DelayStore
@@ -33,6 +32,7 @@ from rocksidecar.storage.errors import StorageError, StoreLockedError
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV
 
+from .http_client import PostError
 from .store_remote import Remote, RemoteError, default_url
 
 DATA_DIR_ENV = "ROCKSIDECAR_DATA_DIR"
@@ -106,40 +106,40 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _remote(args: argparse.Namespace, command: str, remote: Remote) -> int:
+async def _remote(args: argparse.Namespace, command: str, remote: Remote) -> int:
     if command == "stats":
-        print("\n".join(remote.stats()))
+        print("\n".join(await remote.stats()))
     elif command == "inspect":
-        _print_json(remote.inspect(args.key_or_id))
+        _print_json(await remote.inspect(args.key_or_id))
     elif command == "dead list":
-        _print_lines(remote.dead_list(args.limit, args.json), args.json)
+        _print_lines(await remote.dead_list(args.limit, args.json), args.json)
     elif command == "dead redrive":
-        print(remote.redrive(args.id, args.all))
+        print(await remote.redrive(args.id, args.all))
     elif command == "replay":
-        print(remote.replay(args.topic))
+        print(await remote.replay(args.topic))
     else:
         raise CliError(f"{command} cannot go through the API")
     return 0
 
 
-def _through_api(args: argparse.Namespace, command: str, path: Path) -> int | None:
+async def _through_api(args: argparse.Namespace, command: str, path: Path) -> int | None:
     """Run ``command`` through the sidecar that holds ``path``; None when none answers."""
     explicit = getattr(args, "url", None)
     remote = Remote(explicit or default_url())
     try:
         if not explicit:
             try:
-                if not remote.serves(path):
+                if not await remote.serves(path):
                     return None  # another sidecar (or something else) on that port: not ours to steer
-            except (httpx.HTTPError, RemoteError, ValueError, KeyError):
+            except (PostError, RemoteError, ValueError, KeyError):
                 if command == "replay":
                     raise
                 return None
-        return _remote(args, command, remote)
-    except httpx.TransportError as exc:
+        return await _remote(args, command, remote)
+    except PostError as exc:
         raise CliError(f"no sidecar answers at {remote.url}: {exc}") from None
     finally:
-        remote.close()
+        await remote.close()
 
 
 async def _dispatch(args: argparse.Namespace, path: Path) -> int:
@@ -147,13 +147,13 @@ async def _dispatch(args: argparse.Namespace, path: Path) -> int:
     if getattr(args, "url", None) or command == "replay":
         if command == "dead export":
             raise CliError("dead export reads the store itself; leave out --url")
-        done = _through_api(args, command, path)
+        done = await _through_api(args, command, path)
         assert done is not None
         return done
     if not (path / "CURRENT").exists():
         raise CliError(f"no store at {path} (set --data-dir or ${DATA_DIR_ENV})")
     if _locked(path) and command != "dead export":
-        done = _through_api(args, command, path)
+        done = await _through_api(args, command, path)
         if done is not None:
             return done
     with _opened(path, write=command == "dead redrive") as store:

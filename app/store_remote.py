@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
-import httpx
 import orjson
+
+from .http_client import HttpClient
 
 HTTP_ADDR_ENV = "ROCKSIDECAR_HTTP_ADDR"
 TOKEN_ENV = "ROCKSIDECAR_AUTH_TOKEN"
@@ -36,35 +39,46 @@ def iso(ms: int | None) -> str:
 
 
 class Remote:
-    """A few admin API calls. Raises httpx.TransportError when nothing answers at ``url``."""
+    """A few admin API calls over app's one HTTP client. Raises PostError when nothing answers at
+    ``url``, RemoteError when the sidecar answers an error."""
 
-    def __init__(self, url: str, token: str | None = None) -> None:
+    def __init__(self, url: str, token: str | None = None, client: HttpClient | None = None) -> None:
         token = os.environ.get(TOKEN_ENV, "") if token is None else token
-        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._headers["accept"] = "application/json"
         self.url = url.rstrip("/")
-        self._client = httpx.Client(base_url=self.url, headers=headers, timeout=TIMEOUT_S)
+        self._client = client or HttpClient()
 
-    def close(self) -> None:
-        self._client.close()
+    async def close(self) -> None:
+        await self._client.close()
 
-    def _call(self, method: str, path: str, **kw: Any) -> Any:
-        answer = self._client.request(method, path, **kw)
-        if answer.status_code >= 400:
+    async def _call(
+        self, method: str, path: str, *, json: object = None, params: Mapping[str, object] | None = None
+    ) -> Any:
+        url = self.url + path + (f"?{urlencode(params)}" if params else "")
+        headers = dict(self._headers)
+        body = b""
+        if json is not None:
+            body = orjson.dumps(json)
+            headers["content-type"] = "application/json"
+        answer = await self._client.request(url, body, headers, TIMEOUT_S, method)
+        if answer.status >= 400:
+            text = answer.body.decode("utf-8", "replace")
             try:
-                detail = answer.json().get("detail") or answer.text
-            except ValueError:
-                detail = answer.text[:300]
-            raise RemoteError(f"the sidecar at {self.url} answered {answer.status_code}: {detail}")
-        return answer.json()
+                detail = orjson.loads(answer.body).get("detail") or text
+            except (orjson.JSONDecodeError, AttributeError):
+                detail = text[:300]
+            raise RemoteError(f"the sidecar at {self.url} answered {answer.status}: {detail}")
+        return orjson.loads(answer.body)
 
-    def serves(self, store_path: Path) -> bool:
+    async def serves(self, store_path: Path) -> bool:
         """Whether this sidecar is the one holding ``store_path`` (not another one on that port)."""
-        stats = self._call("GET", "/v1/admin/stats")
+        stats = await self._call("GET", "/v1/admin/stats")
         theirs = stats.get("store")
-        return isinstance(theirs, str) and Path(theirs).resolve() == store_path.resolve()
+        return isinstance(theirs, str) and _same_path(Path(theirs), store_path)
 
-    def stats(self) -> list[str]:
-        doc = self._call("GET", "/v1/admin/stats")
+    async def stats(self) -> list[str]:
+        doc = await self._call("GET", "/v1/admin/stats")
         retry, scheduled = doc["retry"], doc["scheduled"]
         lines = [f"pending: {retry['pending']}", f"dead: {retry['dead']}"]
         if retry["oldestDueMs"] is not None:
@@ -84,12 +98,14 @@ class Remote:
         ]
         return lines
 
-    def inspect(self, id_: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", f"/v1/admin/messages/{id_}")
+    async def inspect(self, id_: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._call("GET", f"/v1/admin/messages/{quote(id_, safe='')}")
         return result
 
-    def dead_list(self, limit: int, as_json: bool) -> list[str]:
-        doc = self._call("GET", "/v1/admin/retries", params={"state": "dead", "limit": min(limit, 1000)})
+    async def dead_list(self, limit: int, as_json: bool) -> list[str]:
+        doc = await self._call(
+            "GET", "/v1/admin/retries", params={"state": "dead", "limit": min(limit, 1000)}
+        )
         lines = []
         for item in doc["items"]:
             if as_json:
@@ -103,11 +119,11 @@ class Remote:
             lines.append(f"{iso(item['deadAtMs'])}  {item['id']}  {what}  {item['reason']}")
         return lines
 
-    def redrive(self, id_: str | None, every: bool) -> str:
+    async def redrive(self, id_: str | None, every: bool) -> str:
         body: dict[str, object] = {"all": True} if every else {"id": id_}
         moved = skipped = 0
         for _ in range(MAX_REDRIVE_CALLS):  # each call answers within its deadline; the cursor goes on
-            doc = self._call("POST", "/v1/admin/dead-letters:redrive", json=body)
+            doc = await self._call("POST", "/v1/admin/dead-letters:redrive", json=body)
             moved, skipped = moved + doc["redriven"], skipped + doc["skipped"]
             if doc.get("nextCursor") is None:
                 break
@@ -117,8 +133,13 @@ class Remote:
         text = f"re-drove {moved} dead letter(s)" + (f"; skipped {skipped} corrupt" if skipped else "")
         return text + (f"; {doc['stillDead']} still dead" if doc.get("stillDead") else "")
 
-    def replay(self, topic: str | None) -> str:
-        doc = self._call("POST", "/v1/admin/retries:replay", json={"topic": topic} if topic else {})
+    async def replay(self, topic: str | None) -> str:
+        doc = await self._call("POST", "/v1/admin/retries:replay", json={"topic": topic} if topic else {})
         if not doc["pending"]:
             return "nothing is pending"
         return f"replaying {doc['pending']} pending message(s) now" + (f" of topic {topic}" if topic else "")
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    # a CLI's one-off stat calls: blocking the loop for them is harmless (nothing else runs on it)
+    return a.resolve() == b.resolve()

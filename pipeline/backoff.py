@@ -7,6 +7,10 @@ import random
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
+# The most delta-seconds a Retry-After is read as (~31 700 years): a longer run of digits means "a very
+# long time", and each caller caps it anyway; bounding it keeps float() away from 10 000-digit numbers.
+MAX_DELTA_S = 999_999_999_999.0
+
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
@@ -33,7 +37,8 @@ def parse_retry_after(value: str | None, now_s: float | None = None) -> float | 
         return None
     value = value.strip()
     if value.isascii() and value.isdigit():
-        return float(value[:12])  # more digits than that is "a very long time": the caller's cap decides
+        digits = value.lstrip("0")  # leading zeros do not count toward the bound: "0005" is 5 s
+        return float(digits or 0) if len(digits) <= 12 else MAX_DELTA_S
     if now_s is None or not value:
         return None
     try:

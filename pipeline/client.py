@@ -10,6 +10,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+# httpx, not app's hand-written client (app/http_client.py): this package runs in Spark executors and
+# imports nothing of app/; it is synchronous, off the sidecar's hot path, and an executor's network may
+# need a proxy (httpx honours HTTP(S)_PROXY).
 import httpx
 import orjson
 

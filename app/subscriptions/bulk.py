@@ -21,8 +21,8 @@ import orjson
 from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
+from ..http_client import PostError
 from .cloudevents import structured_event
-from .http_client import PostError
 from .push import LATER_STATUSES, HttpPush, retry_after_s
 from .spec import SubscriptionSpec
 

@@ -17,8 +17,8 @@ from rocksidecar.pipeline.backoff import parse_retry_after
 from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
+from ..http_client import HttpClient, PostError
 from .cloudevents import headers_for
-from .http_client import HttpClient, PostError
 from .log import DeliveryLog
 from .spec import SubscriptionSpec
 

@@ -15,8 +15,8 @@ from rocksidecar.rmq.consumer.bounded_hash import BoundedHash
 from rocksidecar.rmq.consumer.offset_store import ReadType
 from rocksidecar.rmq.consumer.sticky import AllocateSticky
 
+from ..http_client import HttpClient
 from .bulk import BulkPush
-from .http_client import HttpClient
 from .log import DeliveryLog
 from .push import DeliveryHook, HttpPush
 from .spec import SubscriptionSpec

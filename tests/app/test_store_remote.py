@@ -3,29 +3,57 @@ redrive answers within its deadline), with the same snapshot, and sums what each
 
 from __future__ import annotations
 
-import httpx
+from collections.abc import Mapping
+
 import orjson
+import pytest
 
-from rocksidecar.app.store_remote import Remote
+from rocksidecar.app.http_client import Answer, HttpClient
+from rocksidecar.app.store_remote import Remote, RemoteError
 
 
-def test_redrive_all_continues_with_the_cursor() -> None:
-    bodies: list[dict[str, object]] = []
-    answers = [
-        {"redriven": 3, "skipped": 1, "stillDead": 9, "nextCursor": "c1"},
-        {"redriven": 2, "skipped": 0, "stillDead": 5, "nextCursor": None},
-    ]
+class FakeSidecar(HttpClient):
+    """Answers from a list, in order, and records each request."""
 
-    def handle(request: httpx.Request) -> httpx.Response:
-        assert request.url.path == "/v1/admin/dead-letters:redrive"
-        bodies.append(orjson.loads(request.content))
-        return httpx.Response(200, json=answers[len(bodies) - 1])
+    def __init__(self, *answers: tuple[int, object]) -> None:
+        super().__init__()
+        self.answers = list(answers)
+        self.requests: list[tuple[str, str, object, Mapping[str, str]]] = []
 
-    remote = Remote("http://sidecar", token="")
-    remote._client = httpx.Client(base_url="http://sidecar", transport=httpx.MockTransport(handle))
+    async def request(  # type: ignore[override]
+        self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float, method: str = "POST"
+    ) -> Answer:
+        self.requests.append((method, url, orjson.loads(body) if body else None, headers))
+        status, doc = self.answers.pop(0)
+        return Answer(status, {}, orjson.dumps(doc))
+
+
+async def test_redrive_all_continues_with_the_cursor() -> None:
+    sidecar = FakeSidecar(
+        (200, {"redriven": 3, "skipped": 1, "stillDead": 9, "nextCursor": "c1"}),
+        (200, {"redriven": 2, "skipped": 0, "stillDead": 5, "nextCursor": None}),
+    )
+    remote = Remote("http://sidecar/", token="t0k", client=sidecar)
     try:
-        text = remote.redrive(None, True)
+        text = await remote.redrive(None, True)
     finally:
-        remote.close()
-    assert bodies == [{"all": True}, {"all": True, "cursor": "c1"}]
+        await remote.close()
+    assert [(m, u, b) for m, u, b, _ in sidecar.requests] == [
+        ("POST", "http://sidecar/v1/admin/dead-letters:redrive", {"all": True}),
+        ("POST", "http://sidecar/v1/admin/dead-letters:redrive", {"all": True, "cursor": "c1"}),
+    ]
+    assert sidecar.requests[0][3]["authorization"] == "Bearer t0k"
     assert text == "re-drove 5 dead letter(s); skipped 1 corrupt; 5 still dead"
+
+
+async def test_a_query_and_an_id_are_encoded_and_a_problem_names_its_detail() -> None:
+    sidecar = FakeSidecar((200, {"items": [], "nextCursor": None}), (404, {"detail": "no message a/b?c"}))
+    remote = Remote("http://sidecar", token="", client=sidecar)
+    assert await remote.dead_list(5000, as_json=True) == []
+    with pytest.raises(RemoteError, match="answered 404: no message a/b\\?c"):
+        await remote.inspect("a/b?c")
+    await remote.close()
+    assert [(m, u) for m, u, _, _ in sidecar.requests] == [
+        ("GET", "http://sidecar/v1/admin/retries?state=dead&limit=1000"),  # the limit is capped
+        ("GET", "http://sidecar/v1/admin/messages/a%2Fb%3Fc"),
+    ]

@@ -9,7 +9,7 @@ from email.utils import format_datetime
 import pytest
 
 from rocksidecar.app.subscriptions.push import DEFAULT_LATER_S, MAX_LATER_S, retry_after_s
-from rocksidecar.pipeline.backoff import parse_retry_after
+from rocksidecar.pipeline.backoff import MAX_DELTA_S, parse_retry_after
 
 NOW = 1_800_000_000.0
 
@@ -24,6 +24,8 @@ def http_date(seconds: float) -> str:
         ("120", 120.0),
         (" 5 ", 5.0),
         ("0", 0.0),
+        ("0000000000000000005", 5.0),  # leading zeros are not "endless digits"
+        ("000", 0.0),
         (None, None),
         ("", None),
         ("1.5", None),  # delta-seconds are whole seconds
@@ -44,7 +46,8 @@ def test_both_forms_and_nothing_else(value: str | None, expected: float | None) 
 
 def test_a_date_needs_a_clock_and_endless_digits_are_bounded() -> None:
     assert parse_retry_after(http_date(NOW + 30)) is None
-    assert parse_retry_after("9" * 10_000, NOW) == float("9" * 12)
+    assert parse_retry_after("9" * 10_000, NOW) == MAX_DELTA_S
+    assert parse_retry_after("1" + "0" * 12, NOW) == MAX_DELTA_S  # 13 digits: past the bound, not truncated
 
 
 def test_the_subscriptions_apply_their_default_and_cap_to_it() -> None:

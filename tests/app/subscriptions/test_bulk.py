@@ -10,8 +10,8 @@ from typing import cast
 import orjson
 import pytest
 
+from rocksidecar.app.http_client import Answer, HttpClient, PostError
 from rocksidecar.app.subscriptions.bulk import BULK_EVENT_TYPE, BulkPush, statuses_from
-from rocksidecar.app.subscriptions.http_client import Answer, HttpClient, PostError
 from rocksidecar.app.subscriptions.spec import SpecError, SubscriptionSpec, parse_one
 from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt

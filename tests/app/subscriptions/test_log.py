@@ -10,8 +10,8 @@ from typing import cast
 import orjson
 import pytest
 
+from rocksidecar.app.http_client import Answer, HttpClient, PostError
 from rocksidecar.app.subscriptions.bulk import BulkPush
-from rocksidecar.app.subscriptions.http_client import Answer, HttpClient, PostError
 from rocksidecar.app.subscriptions.log import DeliveryLog
 from rocksidecar.app.subscriptions.push import HttpPush
 from rocksidecar.rmq.consumer.config import ConsumeStatus

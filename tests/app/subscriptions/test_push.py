@@ -12,7 +12,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from rocksidecar.app.subscriptions.http_client import Answer, HttpClient, PostError
+from rocksidecar.app.http_client import Answer, HttpClient, PostError
 from rocksidecar.app.subscriptions.push import DEFAULT_LATER_S, MAX_LATER_S, HttpPush, retry_after_s
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
 from rocksidecar.rmq.consumer.config import ConsumeStatus

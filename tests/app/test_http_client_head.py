@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 
-from rocksidecar.app.subscriptions.http_client import MAX_HEAD_BYTES, MAX_HEADERS, HttpClient, PostError
+from rocksidecar.app.http_client import MAX_HEAD_BYTES, MAX_HEADERS, HttpClient, PostError
 
 Answerer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -113,7 +113,7 @@ async def _retained(posts: Callable[[], Awaitable[None]]) -> tuple[int, int]:
         last = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
-    client = [tracemalloc.Filter(True, "*subscriptions/http_client.py")]
+    client = [tracemalloc.Filter(True, "*app/http_client.py")]
     grown = last.filter_traces(client).compare_to(first.filter_traces(client), "filename")
     return sum(stat.size_diff for stat in grown), peak - before
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from rocksidecar.app.subscriptions.http_client import HttpClient, PostError
+from rocksidecar.app.http_client import HttpClient, PostError
 
 Handler = Callable[[bytes, bytes], bytes | None]  # (head, body) -> raw answer, None: close at once
 
@@ -166,3 +166,23 @@ async def test_header_with_a_line_break_is_refused_before_sending(app_factory: A
         await client.post(url, b"x", {"content-type": "a\r\nx-evil: 1"}, 5.0)
     assert app.connections == 0
     await client.close()
+
+
+async def test_a_get_changes_only_the_request_line_and_other_methods_and_schemes_are_refused(
+    app_factory: AppFactory,
+) -> None:
+    app, url = await app_factory(lambda _h, _b: b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+    client = HttpClient()
+    try:
+        answer = await client.request(url, b"", {"accept": "application/json"}, 5.0, "GET")
+        await client.post(url, b"x", {}, 5.0)  # the same target: its POST head is untouched
+        with pytest.raises(ValueError, match="HEAD"):
+            await client.request(url, b"", {}, 5.0, "HEAD")  # the parser would wait for a body
+        with pytest.raises(PostError, match="not an http or https URL"):
+            await client.post("ftp://127.0.0.1/x", b"", {}, 5.0)
+    finally:
+        await client.close()
+    assert answer.body == b"{}"
+    assert app.requests[0][0].startswith(b"GET /in?x=1 HTTP/1.1\r\nHost: 127.0.0.1:")
+    assert b"accept: application/json\r\ncontent-length: 0\r\n\r\n" in app.requests[0][0]
+    assert app.requests[1][0].startswith(b"POST /in?x=1 HTTP/1.1\r\n")

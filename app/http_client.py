@@ -1,10 +1,13 @@
-"""A minimal keep-alive HTTP/1.1 client for pushing to the app on localhost: one POST at a time per
-connection, idle connections pooled per host, answers parsed by httptools (uvicorn's parser).
+"""A minimal keep-alive HTTP/1.1 client, the one HTTP client of app/: the subscriptions' POSTs to the
+app on localhost (the hot path), the dead-letter webhook (app.notify) and ``rocksidecar store`` against
+a sidecar's admin API (app.store_remote). One request at a time per connection, idle connections pooled
+per host, answers parsed by httptools (uvicorn's parser), the answer's head and body bounded.
 
 Why not httpx: with 20 concurrent POSTs to a local app it spent most of the push path's CPU in its own
 layers (about 600 req/s, issue 13); a POST here is one write of pre-built bytes and one parser feed.
 The push contract needs the status and the headers (Retry-After); a bulk delivery also reads the
-answer's body (the statuses per entry), kept up to MAX_ANSWER_BYTES.
+answer's body (the statuses per entry), kept up to MAX_ANSWER_BYTES. No proxies, no redirects, no
+cookies: none of its callers needs them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ import httptools
 
 class PostError(Exception):
     """No usable answer: connection refused or dropped, timeout, or a malformed response."""
+
+
+# What the callers need. Not HEAD: the parser would wait for the body its Content-Length announces.
+METHODS = frozenset({"GET", "POST"})
 
 
 MAX_ANSWER_BYTES = 4 * 1024 * 1024  # an app's answer body beyond this is refused (PostError)
@@ -177,11 +184,14 @@ class HttpClient:
         target = self._targets.get(url)
         if target is None:
             parts = urlsplit(url)
+            if parts.scheme not in ("http", "https"):
+                raise PostError(f"not an http or https URL: {url!r}")
             tls = parts.scheme == "https"
             host = parts.hostname or "localhost"
             port = parts.port or (443 if tls else 80)
             path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            head = f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n".encode("latin-1")
+            # user:password@ never goes into Host (a caller turns it into Authorization)
+            head = f"POST {path} HTTP/1.1\r\nHost: {parts.netloc.rpartition('@')[2]}\r\n".encode("latin-1")
             target = self._targets[url] = _Target(host, port, tls, head)
         return target
 
@@ -193,16 +203,24 @@ class HttpClient:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return _Conn(reader, writer)
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> Answer:
-        """POST ``body``; raises PostError when there is no answer within ``timeout_s``."""
+    async def request(
+        self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float, method: str = "POST"
+    ) -> Answer:
+        """Send ``body`` (a POST unless ``method`` says GET); ``url`` may carry a query. Raises PostError
+        when there is no answer within ``timeout_s``."""
         if self._closed:
             raise PostError("client closed")
         t = self._target(url)
+        head = t.head  # built for POST, the hot path's method: another one changes the request line only
+        if method != "POST":
+            if method not in METHODS:
+                raise ValueError(f"method {method!r} is not one of {', '.join(sorted(METHODS))}")
+            head = method.encode("ascii") + head[4:]
         lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         if lines.count("\n") != len(headers) or lines.count("\r") != len(headers):
             raise PostError("a header carries a line break")  # no header injection into the request
         request = b"".join(
-            (t.head, lines.encode("latin-1", "replace"), b"content-length: %d\r\n\r\n" % len(body), body)
+            (head, lines.encode("latin-1", "replace"), b"content-length: %d\r\n\r\n" % len(body), body)
         )
         key = (t.host, t.port, t.tls)
         idle = self._idle.setdefault(key, [])
@@ -240,6 +258,8 @@ class HttpClient:
             # the raised error's traceback keeps this frame: without this, frame -> slot -> task -> error
             # is a cycle holding the half-read answer until a cyclic collection
             del slot
+
+    post = request  # the subscriptions' name for it; an alias, so the hot path pays no extra call
 
     async def close(self) -> None:
         self._closed = True
