@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from rocksidecar.rmq.tasks import stop_task
 from rocksidecar.storage.due_loop import DueLoop, Sleep
 from rocksidecar.storage.errors import StorageError
 from rocksidecar.storage.status import StoredAt
@@ -76,10 +77,7 @@ class DelayScheduler(DueLoop):
         """Stop; give publish calls in progress ``grace_s`` to finish, then cancel them. A message whose
         publish was cut short stays scheduled (it is published again after the next start)."""
         await self._stop_seek()
-        for task in (self._purge,):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        await stop_task(self._purge)
         if self._calls and grace_s > 0:
             await asyncio.wait(self._calls, timeout=grace_s)
         for call in self._calls:

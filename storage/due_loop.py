@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, Self
 
+from rocksidecar.rmq.tasks import stop_task
+
 from .due_queue import DueQueue
 from .keys import parse_due
 
@@ -74,9 +76,7 @@ class DueLoop:
 
     async def _stop_seek(self) -> None:
         self._due_queue.remove_listener(self._on_new_key)
-        if self._seek_task is not None:
-            self._seek_task.cancel()
-            await asyncio.gather(self._seek_task, return_exceptions=True)
+        await stop_task(self._seek_task)
 
     def _on_seek_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
