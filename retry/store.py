@@ -307,22 +307,12 @@ class RetryStore(QueueBacked):
         try:
             record = decode_record(raw)
         except CorruptRecordError as exc:
-            return MessageStatus(
-                id_,
-                State.SPOOLED,
-                key,
-                parsed.retry_count,
-                f"corrupt value: {exc}",
-                next_attempt_at_ms=parsed.due_ms,
-            )
+            # what the key alone tells: the count and due time live there, the topic does not
+            attempts, last_error, topic = parsed.retry_count, f"corrupt value: {exc}", None
+        else:
+            attempts, last_error, topic = record.failed_attempts, record.last_error, record.topic
         return MessageStatus(
-            id_,
-            State.SPOOLED,
-            key,
-            record.failed_attempts,
-            record.last_error,
-            topic=record.topic,
-            next_attempt_at_ms=parsed.due_ms,
+            id_, State.SPOOLED, key, attempts, last_error, topic=topic, next_attempt_at_ms=parsed.due_ms
         )
 
     def pending_record(self, key: bytes) -> RetryRecord | None:
