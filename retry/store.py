@@ -262,10 +262,6 @@ class RetryStore(QueueBacked):
             log.exception("on_dead_letter hook failed for %s (the dead letter is stored)", letter.id)
 
     # --- reads --------------------------------------------------------------------------------
-    def due(self, start: bytes, now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
-        """Pending (key, value) pairs with start <= key and due at or before ``now_ms``."""
-        return self.queue.due(start, now_ms, limit)
-
     def first_pending(self, start: bytes = b"") -> bytes | None:
         return self.queue.first(start)
 
