@@ -13,10 +13,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from rocksidecar.rmq.tasks import stop_task
 from rocksidecar.storage.due_loop import DueLoop, Sleep
 from rocksidecar.storage.errors import StorageError
 from rocksidecar.storage.status import StoredAt
+from rocksidecar.storage.tasks import stop_task
 
 from .holds import Holds
 from .keys import split_due_key

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from rocksidecar.rmq.tasks import stop_task
+from rocksidecar.storage.tasks import stop_task
 
 from .keys import PENDING_CF, id_of
 from .record import CorruptRecordError, decode_record

@@ -9,7 +9,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from .tasks import stop_task
 from .throttle import Throttle
 
 log = logging.getLogger(__name__)
@@ -85,5 +84,7 @@ class Periodic:
         self._log.error("%s: round failed%s", self.name, since, exc_info=exc)
 
     async def close(self) -> None:
-        await stop_task(self._task)
-        self._task = None
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None

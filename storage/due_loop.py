@@ -16,10 +16,9 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, Self
 
-from rocksidecar.rmq.tasks import stop_task
-
 from .due_queue import DueQueue
 from .keys import parse_due
+from .tasks import stop_task
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Stopping a background task: the one way the client's and the stores' loops end on close."""
+"""Stopping a background task: the one way the stores' and the retry and delay loops end on close."""
 
 from __future__ import annotations
 
