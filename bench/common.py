@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -213,6 +214,18 @@ def wait_for_http(url: str, proc: subprocess.Popen[Any], timeout_s: float) -> bo
 
 
 _HALT_POLL = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+
+
+@contextlib.contextmanager
+def scratch_dir(given: Path | None, prefix: str, *, keep_given: bool = False) -> Iterator[Path]:
+    """The benchmark's scratch directory: ``given``, or a new temporary one; removed at the end (a given
+    one too unless ``keep_given``)."""
+    root = given or Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield root
+    finally:
+        if given is None or not keep_given:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def environment() -> str:

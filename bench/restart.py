@@ -23,13 +23,20 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-from bench.common import REPO, add_options, devbroker_process, environment, free_port, wait_for_http
+from bench.common import (
+    REPO,
+    add_options,
+    devbroker_process,
+    environment,
+    free_port,
+    scratch_dir,
+    wait_for_http,
+)
 from bench.pending import fill_pending
 from bench.sidecar_process import sidecar_process
 from rocksidecar.retry.keys import COLUMN_FAMILIES, PENDING_CF
@@ -140,13 +147,9 @@ def main() -> int:
     p.add_argument("--baseline", type=Path, default=None, help="another checkout to compare restarts with")
     args = p.parse_args()
     print(environment())
-    root = args.dir or Path(tempfile.mkdtemp(prefix="restart-bench-"))
-    try:
+    with scratch_dir(args.dir, "restart-bench-", keep_given=True) as root:
         restarts(root / "restart", args.pending, args.restarts, args.baseline)
         drain(root / "drain", args.pending)
-    finally:
-        if args.dir is None:
-            shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

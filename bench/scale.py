@@ -25,17 +25,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 
-from bench.common import environment, percentile
+from bench.common import environment, percentile, scratch_dir
 from bench.restart import proc_status
 from bench.sidecar_process import sidecar_process
 from rocksidecar.app.service import COLUMN_FAMILIES
@@ -293,11 +291,8 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="fewer tick and spool samples")
     p.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
     args = p.parse_args()
-    root = args.dir or Path(tempfile.mkdtemp(prefix="scale-bench-"))
-    try:
+    with scratch_dir(args.dir, "scale-bench-") as root:
         asyncio.run(run(root, args.pending, args.quick))
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from rocksidecar.storage.due_loop import DueLoop, Sleep
 from rocksidecar.storage.errors import StorageError
 from rocksidecar.storage.status import StoredAt
+from rocksidecar.storage.tasks import stop_task
 
 from .holds import Holds
 from .keys import split_due_key
@@ -76,10 +77,7 @@ class DelayScheduler(DueLoop):
         """Stop; give publish calls in progress ``grace_s`` to finish, then cancel them. A message whose
         publish was cut short stays scheduled (it is published again after the next start)."""
         await self._stop_seek()
-        for task in (self._purge,):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        await stop_task(self._purge)
         if self._calls and grace_s > 0:
             await asyncio.wait(self._calls, timeout=grace_s)
         for call in self._calls:

@@ -159,10 +159,6 @@ class DelayStore(QueueBacked):
         await asyncio.shield(self.queue.commit(ops, now=now, then=written))
 
     # --- the scheduler's side ---------------------------------------------------------------------
-    def due(self, start: bytes, now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
-        """Due (key, value) pairs with start <= key and due at or before ``now_ms``, claimed or not."""
-        return self.queue.due(start, now_ms, limit)
-
     def first_due(self, start: bytes = b"") -> bytes | None:
         return self.queue.first(start)
 

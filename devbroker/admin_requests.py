@@ -10,15 +10,11 @@ from rocksidecar.rmq.protocol.frame import RemotingCommand
 
 from . import headers
 from .headers import Reject
-from .store import MessageStore
-from .topics import TopicConfig, TopicTable, is_system_topic, topic_name_error
+from .processor import StoreProcessor
+from .topics import TopicConfig, is_system_topic, topic_name_error
 
 
-class AdminProcessor:
-    def __init__(self, store: MessageStore, topics: TopicTable) -> None:
-        self._store = store
-        self._topics = topics
-
+class AdminProcessor(StoreProcessor):
     async def create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """Raises:
         Reject: SYSTEM_ERROR for an invalid or system topic name or a topic without queues.

@@ -13,8 +13,9 @@ from rocksidecar.rmq.protocol.frame import RemotingCommand
 
 from . import headers
 from .headers import Reject
-from .store import MessageStore, NewMessage, tag_code
-from .topics import DLQ_PREFIX, RETRY_PREFIX, TopicTable
+from .processor import StoreProcessor
+from .store import NewMessage, tag_code
+from .topics import DLQ_PREFIX, RETRY_PREFIX
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
 
@@ -24,11 +25,7 @@ def _packed(host: str) -> bytes:
     return pack_host(ip.strip("[]"), int(port))
 
 
-class SendBackProcessor:
-    def __init__(self, store: MessageStore, topics: TopicTable) -> None:
-        self._store = store
-        self._topics = topics
-
+class SendBackProcessor(StoreProcessor):
     async def send_back(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """Raises:
         Reject: SYSTEM_ERROR when no message is stored at the offset.

@@ -16,6 +16,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from rocksidecar.storage.tasks import stop_task
+
 from .keys import PENDING_CF, id_of
 from .record import CorruptRecordError, decode_record
 from .replay import ReplayLoop
@@ -103,10 +105,8 @@ class RecoveryReplay:
     async def close(self) -> None:
         self._closed = True  # a send that succeeds while the service stops must not start a round
         self._next = None
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await stop_task(self._task)
+        self._task = None
         self._done.set()
 
     async def _run(self) -> None:

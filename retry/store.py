@@ -262,10 +262,6 @@ class RetryStore(QueueBacked):
             log.exception("on_dead_letter hook failed for %s (the dead letter is stored)", letter.id)
 
     # --- reads --------------------------------------------------------------------------------
-    def due(self, start: bytes, now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
-        """Pending (key, value) pairs with start <= key and due at or before ``now_ms``."""
-        return self.queue.due(start, now_ms, limit)
-
     def first_pending(self, start: bytes = b"") -> bytes | None:
         return self.queue.first(start)
 
@@ -307,22 +303,12 @@ class RetryStore(QueueBacked):
         try:
             record = decode_record(raw)
         except CorruptRecordError as exc:
-            return MessageStatus(
-                id_,
-                State.SPOOLED,
-                key,
-                parsed.retry_count,
-                f"corrupt value: {exc}",
-                next_attempt_at_ms=parsed.due_ms,
-            )
+            # what the key alone tells: the count and due time live there, the topic does not
+            attempts, last_error, topic = parsed.retry_count, f"corrupt value: {exc}", None
+        else:
+            attempts, last_error, topic = record.failed_attempts, record.last_error, record.topic
         return MessageStatus(
-            id_,
-            State.SPOOLED,
-            key,
-            record.failed_attempts,
-            record.last_error,
-            topic=record.topic,
-            next_attempt_at_ms=parsed.due_ms,
+            id_, State.SPOOLED, key, attempts, last_error, topic=topic, next_attempt_at_ms=parsed.due_ms
         )
 
     def pending_record(self, key: bytes) -> RetryRecord | None:

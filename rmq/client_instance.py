@@ -23,7 +23,7 @@ from .namesrv import NameServerClient
 from .periodic import Periodic
 from .pool import Invoker, RemotingClient
 from .protocol.frame import RemotingCommand
-from .route import TopicRouteData
+from .route import TopicRouteData, master_addrs
 from .throttle import RepeatLog
 
 log = logging.getLogger(__name__)
@@ -117,12 +117,7 @@ class ClientInstance:
 
     def broker_addrs(self) -> dict[str, str]:
         """Master address of every broker in the route table, by broker name."""
-        out = dict(self._extra_addrs)
-        for route in self._routes.values():
-            for b in route.broker_datas:
-                if b.master_addr:
-                    out[b.broker_name] = b.master_addr
-        return out
+        return master_addrs(self._routes.values(), dict(self._extra_addrs))
 
     # heartbeat ---------------------------------------------------------------------------------
     async def heartbeat_to(self, addr: str, timeout_s: float = 3.0) -> None:

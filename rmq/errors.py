@@ -88,74 +88,45 @@ class BrokerError(RocketMQError):
     """A broker or name server answered with a non-success code."""
 
 
-class BrokerSystemError(BrokerError):
-    retriable = True
+_BY_CODE: dict[int, type[BrokerError]] = {}
 
 
-class SystemBusy(BrokerError):
-    # The Java client does not retry SYSTEM_BUSY; another broker usually is not busy, so we do (P6).
-    retriable = True
+def _code_error(
+    name: str, *codes: int, retriable: bool = False, final: bool = False, refresh_route: bool = False
+) -> type[BrokerError]:
+    """A BrokerError subclass for ``codes`` with its flags; the one table the failure rule reads."""
+    cls = type(
+        name,
+        (BrokerError,),
+        {"retriable": retriable, "final": final, "refresh_route": refresh_route, "__module__": __name__},
+    )
+    for code in codes:
+        _BY_CODE[code] = cls
+    return cls
 
 
-class RequestCodeNotSupported(BrokerError):
-    pass
-
-
-class MessageIllegal(BrokerError):
-    final = True
-
-
-class ServiceNotAvailable(BrokerError):
-    retriable = True
-
-
-class NoPermission(BrokerError):
-    # Java retries it on another broker: a broker made read-only for maintenance answers it.
-    retriable = True
-
-
-class TopicNotExist(BrokerError):
-    retriable = True  # after one route refresh, on another broker (Java's retryResponseCodes)
-    refresh_route = True
-
-
-class NoBuyerId(BrokerError):
-    retriable = True
-
-
-class NotInCurrentUnit(BrokerError):
-    retriable = True
-
-
-class PullOffsetMoved(BrokerError):
-    pass
-
-
-class QueryNotFound(BrokerError):
-    pass
-
-
-class SubscriptionError(BrokerError):
-    pass
-
-
-_BY_CODE: dict[int, type[BrokerError]] = {
-    ResponseCode.SYSTEM_ERROR: BrokerSystemError,
-    ResponseCode.SYSTEM_BUSY: SystemBusy,
-    ResponseCode.REQUEST_CODE_NOT_SUPPORTED: RequestCodeNotSupported,
-    ResponseCode.MESSAGE_ILLEGAL: MessageIllegal,
-    ResponseCode.SERVICE_NOT_AVAILABLE: ServiceNotAvailable,
-    ResponseCode.NO_PERMISSION: NoPermission,
-    ResponseCode.TOPIC_NOT_EXIST: TopicNotExist,
-    ResponseCode.NO_BUYER_ID: NoBuyerId,
-    ResponseCode.NOT_IN_CURRENT_UNIT: NotInCurrentUnit,
-    ResponseCode.PULL_OFFSET_MOVED: PullOffsetMoved,
-    ResponseCode.QUERY_NOT_FOUND: QueryNotFound,
-    ResponseCode.SUBSCRIPTION_PARSE_FAILED: SubscriptionError,
-    ResponseCode.SUBSCRIPTION_NOT_EXIST: SubscriptionError,
-    ResponseCode.SUBSCRIPTION_NOT_LATEST: SubscriptionError,
-    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: SubscriptionError,
-}
+# One row per known response code (several codes may share a class).
+BrokerSystemError = _code_error("BrokerSystemError", ResponseCode.SYSTEM_ERROR, retriable=True)
+# The Java client does not retry SYSTEM_BUSY; another broker usually is not busy, so we do (P6).
+SystemBusy = _code_error("SystemBusy", ResponseCode.SYSTEM_BUSY, retriable=True)
+RequestCodeNotSupported = _code_error("RequestCodeNotSupported", ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+MessageIllegal = _code_error("MessageIllegal", ResponseCode.MESSAGE_ILLEGAL, final=True)
+ServiceNotAvailable = _code_error("ServiceNotAvailable", ResponseCode.SERVICE_NOT_AVAILABLE, retriable=True)
+# Java retries it on another broker: a broker made read-only for maintenance answers it.
+NoPermission = _code_error("NoPermission", ResponseCode.NO_PERMISSION, retriable=True)
+# After one route refresh, on another broker (Java's retryResponseCodes).
+TopicNotExist = _code_error("TopicNotExist", ResponseCode.TOPIC_NOT_EXIST, retriable=True, refresh_route=True)
+NoBuyerId = _code_error("NoBuyerId", ResponseCode.NO_BUYER_ID, retriable=True)
+NotInCurrentUnit = _code_error("NotInCurrentUnit", ResponseCode.NOT_IN_CURRENT_UNIT, retriable=True)
+PullOffsetMoved = _code_error("PullOffsetMoved", ResponseCode.PULL_OFFSET_MOVED)
+QueryNotFound = _code_error("QueryNotFound", ResponseCode.QUERY_NOT_FOUND)
+SubscriptionError = _code_error(
+    "SubscriptionError",
+    ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+    ResponseCode.SUBSCRIPTION_NOT_LATEST,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+)
 
 
 def code_name(code: int) -> str:

@@ -7,6 +7,7 @@ unquoted, ``{0:"10.0.0.9:10911"}``; ``parse_lenient_json`` quotes them outside s
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,3 +178,14 @@ class TopicRouteData:
             for q in self.queue_datas
         )
         return TopicRouteData(queues, self.broker_datas, self.order_topic_conf)
+
+
+def master_addrs(routes: Iterable[TopicRouteData], into: dict[str, str] | None = None) -> dict[str, str]:
+    """The master address of every broker in ``routes``, by broker name, added to ``into`` (a new dict
+    when None); the last route naming a broker wins."""
+    out = {} if into is None else into
+    for route in routes:
+        for b in route.broker_datas:
+            if b.master_addr:
+                out[b.broker_name] = b.master_addr
+    return out

@@ -18,6 +18,7 @@ from typing import Any, Self
 
 from .due_queue import DueQueue
 from .keys import parse_due
+from .tasks import stop_task
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +75,7 @@ class DueLoop:
 
     async def _stop_seek(self) -> None:
         self._due_queue.remove_listener(self._on_new_key)
-        if self._seek_task is not None:
-            self._seek_task.cancel()
-            await asyncio.gather(self._seek_task, return_exceptions=True)
+        await stop_task(self._seek_task)
 
     def _on_seek_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:

@@ -137,7 +137,7 @@ class DueQueue:
 
 class QueueBacked:
     """What a store built on a DueQueue answers from it: whether it takes writes (its writer's health;
-    ``writer.last_error`` says why not) and its clock."""
+    ``writer.last_error`` says why not), its clock and its due keys."""
 
     writer: GroupCommitWriter
     queue: DueQueue
@@ -149,3 +149,7 @@ class QueueBacked:
     def now_ms(self) -> int:
         """Wall-clock ms that never run backwards (use it for due times)."""
         return self.queue.now_ms()
+
+    def due(self, start: bytes, now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
+        """Due (key, value) pairs with start <= key and due at or before ``now_ms``, claimed or not."""
+        return self.queue.due(start, now_ms, limit)

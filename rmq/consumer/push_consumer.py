@@ -29,7 +29,7 @@ from ..message import MessageExt, MessageQueue
 from ..pool import RemotingClient
 from ..protocol.frame import RemotingCommand
 from ..result import PullStatus
-from ..route import TopicRouteData
+from ..route import TopicRouteData, master_addrs
 from .broker_calls import (
     QueueLocker,
     check_client_config,
@@ -364,12 +364,7 @@ class PushConsumer(Lifecycle):
         return self._broker_addrs()
 
     def _broker_addrs(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for route in self._routes.values():
-            for b in route.broker_datas:
-                if b.master_addr:
-                    out[b.broker_name] = b.master_addr
-        return out
+        return master_addrs(self._routes.values())
 
     async def _broker_addr(self, broker_name: str) -> str | None:
         addr = self._broker_addrs().get(broker_name)
