@@ -100,12 +100,14 @@ class TransactionProducer:
     """Half sends, decisions and check answers for one producer group, over a started Producer (whose
     client instance carries the group in its heartbeats)."""
 
-    def __init__(self, producer: Producer, group: str, checker: Checker) -> None:
+    def __init__(self, producer: Producer, group: str, checker: Checker | None = None) -> None:
+        """``checker``: decides the brokers' checks (settable later, e.g. by whoever keeps the
+        record); without one every check is answered UNKNOWN."""
         if not group:
             raise ValueError("a transaction producer group must be non-empty")
         self.producer = producer
         self.group = group
-        self._checker = checker
+        self.checker = checker
         self.checks_answered = 0
 
     def start(self) -> None:
@@ -182,7 +184,7 @@ class TransactionProducer:
             log.warning("transaction check from %s ignored: %s", conn.addr, exc)
             return
         try:
-            state = await self._checker(request)
+            state = await self.checker(request) if self.checker else TransactionState.UNKNOWN
         except Exception:  # the app's trouble: the broker asks again later, as after Java's UNKNOW
             log.exception("transaction check of %s failed; answering UNKNOWN", request.msg_id)
             state = TransactionState.UNKNOWN

@@ -23,23 +23,16 @@ from rocksidecar.rmq.producer.transaction import (
     TransactionState,
     commit_log_offset,
 )
+from tests.fakes import FakeWallClock
 
 GROUP = "tx_pg"
 TOPIC = "TxTopic"
 
 
 @dataclass
-class Clock:
-    now: int = 1_700_000_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-
-@dataclass
 class Env:
     cluster: DevCluster
-    clock: Clock
+    clock: FakeWallClock
     instance: ClientInstance
     tx: TransactionProducer
     answers: dict[str, TransactionState] = field(default_factory=dict)
@@ -56,8 +49,10 @@ class Env:
 
 @pytest.fixture
 async def env() -> AsyncIterator[Env]:
-    clock = Clock()
-    async with DevCluster(brokers=2, queues=4, now_ms=clock, transaction_check_interval_s=0) as cluster:
+    clock = FakeWallClock()
+    async with DevCluster(
+        brokers=2, queues=4, now_ms=clock.now_ms, transaction_check_interval_s=0
+    ) as cluster:
         instance = ClientInstance(cluster.namesrv_addr)
         producer = Producer(instance.namesrv, instance.api, ProducerConfig(group=GROUP), instance=instance)
         env = Env(cluster, clock, instance, None)  # type: ignore[arg-type]
@@ -137,7 +132,7 @@ async def test_check_back_asks_only_old_halves_and_the_answer_decides(env: Env) 
     await env.instance.heartbeat()  # announces the group, as the periodic heartbeat would
     assert broker.transactions.check_round() == 0  # younger than transactionTimeOut: not asked yet
     env.answers = {commit.msg_id: TransactionState.COMMIT, rollback.msg_id: TransactionState.ROLLBACK}
-    env.clock.now += 6_000
+    env.clock.wall_ms += 6_000
     decisions = [env.watch(commit), env.watch(rollback)]
     assert broker.transactions.check_round() == 3
     assert await asyncio.wait_for(asyncio.gather(*decisions), 5.0) == [
@@ -163,7 +158,7 @@ async def test_undecided_half_is_dropped_after_the_check_limit(env: Env) -> None
     broker = env.cluster.brokers[r.broker_name]
     broker.transactions.max_checks = 2
     await env.instance.heartbeat()
-    env.clock.now += 6_000
+    env.clock.wall_ms += 6_000
     assert [broker.transactions.check_round() for _ in range(3)] == [1, 1, 0]
     assert broker.transactions.undecided() == 0
     assert env.real_messages() == []
@@ -172,6 +167,6 @@ async def test_undecided_half_is_dropped_after_the_check_limit(env: Env) -> None
 async def test_no_producer_of_the_group_online_means_no_check(env: Env) -> None:
     r = await env.tx.send_half(Message(TOPIC, b"x"))
     broker = env.cluster.brokers[r.broker_name]
-    env.clock.now += 6_000  # no heartbeat has named the group yet
+    env.clock.wall_ms += 6_000  # no heartbeat has named the group yet
     assert broker.transactions.check_round() == 0
     assert broker.transactions.undecided() == 1
