@@ -52,9 +52,11 @@ class TransactionCoordinator:
         self._now_ms = now_ms
         producer.checker = self.check  # the brokers' checks are answered from the records
 
-    async def begin(self, msg: Message, *, transaction_key: str | None = None) -> Record:
+    async def begin(
+        self, msg: Message, *, transaction_key: str | None = None, sharding_key: str | None = None
+    ) -> Record:
         """Store the half (SendFailed when no broker did) and sync its record."""
-        receipt = await self.producer.send_half(msg)
+        receipt = await self.producer.send_half(msg, sharding_key=sharding_key)
         record = Record(receipt.msg_id, receipt, self._now_ms(), transaction_key)
         self.records.put(record)
         return record

@@ -6,7 +6,6 @@ also by a coordinator started afresh over the same records (a restarted sidecar)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -76,21 +75,17 @@ class Env:
 
 
 @pytest.fixture
-async def env() -> AsyncIterator[Env]:
-    clock = FakeWallClock()
-    async with DevCluster(
-        brokers=1, queues=2, now_ms=clock.now_ms, transaction_check_interval_s=0
-    ) as cluster:
-        env = Env(cluster, clock, TransactionRecords(MemoryKV([CF])))
+def env(cluster: DevCluster, clock: FakeWallClock) -> Env:
+    env = Env(cluster, clock, TransactionRecords(MemoryKV([CF])))
 
-        def on_decided(offset: int, kind: int) -> None:
-            fut = env.decided.get(offset)
-            if fut is not None and not fut.done():
-                fut.set_result(kind)
+    def on_decided(offset: int, kind: int) -> None:
+        fut = env.decided.get(offset)
+        if fut is not None and not fut.done():
+            fut.set_result(kind)
 
-        for broker in cluster.brokers.values():
-            broker.transactions.on_decided = on_decided
-        yield env
+    for broker in cluster.brokers.values():
+        broker.transactions.on_decided = on_decided
+    return env
 
 
 async def test_commit_rollback_repeat_conflict_and_unknown(env: Env) -> None:
