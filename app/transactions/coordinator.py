@@ -21,8 +21,9 @@ from .records import Decision, Record, TransactionRecords
 
 log = logging.getLogger(__name__)
 
-# The app's answer for an undecided transaction: its id, its transactionKey (None if unknown here).
-AskApp = Callable[[str, str | None], Awaitable[TransactionState]]
+# The app's answer for an undecided transaction: its id, its transactionKey (None if unknown here) and
+# its topic (app_check.AppCheck asks the app's check endpoint).
+AskApp = Callable[[str, str | None, str], Awaitable[TransactionState]]
 
 
 class TransactionNotFound(LookupError):
@@ -104,7 +105,7 @@ class TransactionCoordinator:
         if self._ask_app is None:
             return TransactionState.UNKNOWN
         key = record.transaction_key if record is not None else None
-        state = await self._ask_app(request.msg_id, key)
+        state = await self._ask_app(request.msg_id, key, request.message.topic)
         if record is not None and state is not TransactionState.UNKNOWN:
             decision = Decision.COMMIT if state is TransactionState.COMMIT else Decision.ROLLBACK
             # acknowledged: the broker acts on the answer to its own check

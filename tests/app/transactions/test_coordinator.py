@@ -56,7 +56,8 @@ class Env:
         instance = ClientInstance(self.cluster.namesrv_addr)
         producer = Producer(instance.namesrv, instance.api, ProducerConfig(group=GROUP), instance=instance)
 
-        async def ask_app(tx_id: str, key: str | None) -> TransactionState:
+        async def ask_app(tx_id: str, key: str | None, topic: str) -> TransactionState:
+            assert topic == TOPIC
             self.app_asked.append((tx_id, key))
             return self.app_answers.get(tx_id, TransactionState.UNKNOWN)
 
