@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 import os
 
+from rocksidecar.app.transactions.coordinator import TransactionCoordinator
+from rocksidecar.app.transactions.records import CF, Decision, TransactionRecords
 from rocksidecar.rmq import ClientInstance, Message
 from rocksidecar.rmq.producer import Producer, ProducerConfig
 from rocksidecar.rmq.producer.transaction import CheckRequest, TransactionProducer, TransactionState
+from rocksidecar.storage.memory import MemoryKV
 from tests.realbroker.conftest import create_topic_everywhere, pull_all, unique_topic
 
 CHECK_WAIT_S = 90.0  # first check after >= 6 s, every 5 s; a loaded machine is slower
@@ -62,3 +65,66 @@ async def test_commit_rollback_and_check_back(namesrv_addr: str) -> None:
         await tx.close()
         await producer.close()
         await instance.close()
+
+
+async def test_restarted_coordinator_answers_the_real_broker(namesrv_addr: str) -> None:
+    """A sidecar stops between begin and commit (its connection closes, as after a SIGKILL); one
+    started afresh over the same records is asked by the broker: the synced decision and, for the
+    undecided ones, the app's answer decide."""
+    topic = unique_topic("tx_restart")
+    group = f"tx_restart_pg_{os.getpid()}"
+    records = TransactionRecords(MemoryKV([CF]))
+    app_answers: dict[str, TransactionState] = {}
+    asked: dict[str, asyncio.Event] = {}
+
+    async def ask_app(tx_id: str, key: str | None, topic_: str) -> TransactionState:
+        if tx_id in asked:
+            asked[tx_id].set()
+        return app_answers.get(tx_id, TransactionState.UNKNOWN)
+
+    async def sidecar() -> tuple[ClientInstance, Producer, TransactionProducer, TransactionCoordinator]:
+        instance = ClientInstance(namesrv_addr)
+        producer = Producer(instance.namesrv, instance.api, ProducerConfig(group=group), instance=instance)
+        tx = TransactionProducer(producer, group)
+        coordinator = TransactionCoordinator(records, tx, ask_app)
+        await producer.start()
+        tx.start()
+        return instance, producer, tx, coordinator
+
+    async def close(instance: ClientInstance, producer: Producer, tx: TransactionProducer) -> None:
+        await tx.close()
+        await producer.close()
+        await instance.close()
+
+    instance, producer, tx, first = await sidecar()
+    route = await create_topic_everywhere(instance.namesrv, instance.api, topic)
+    synced = await first.begin(Message(topic, b"synced"))
+    commit_by_app = await first.begin(Message(topic, b"app-commit"), transaction_key="k-commit")
+    rollback_by_app = await first.begin(Message(topic, b"app-rollback"), transaction_key="k-rollback")
+    # the decision reaches the record, then the process dies before END_TRANSACTION leaves it
+    stored = records.get(synced.id)
+    assert stored is not None
+    records.put(stored.decided(Decision.COMMIT, stored.created_ms))
+    await close(instance, producer, tx)
+
+    app_answers[commit_by_app.id] = TransactionState.COMMIT
+    app_answers[rollback_by_app.id] = TransactionState.ROLLBACK
+    asked.update({commit_by_app.id: asyncio.Event(), rollback_by_app.id: asyncio.Event()})
+    instance, producer, tx, _second = await sidecar()  # answers the checks
+    try:
+        await instance.get_route(topic)
+        await instance.heartbeat()
+        async with asyncio.timeout(CHECK_WAIT_S):
+            for event in asked.values():
+                await event.wait()
+        expected = {synced.id, commit_by_app.id}
+        async with asyncio.timeout(30.0):
+            while True:
+                got = [m.uniq_key for m in await pull_all(instance.api, route, topic, f"{group}_check")]
+                if len(got) >= len(expected):
+                    break
+                await asyncio.sleep(0.2)
+        assert sorted(got) == sorted(expected)  # type: ignore[type-var]
+        assert records.get(rollback_by_app.id).decision is Decision.ROLLBACK  # type: ignore[union-attr]
+    finally:
+        await close(instance, producer, tx)
