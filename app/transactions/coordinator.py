@@ -59,7 +59,7 @@ class TransactionCoordinator:
         """Store the half (SendFailed when no broker did) and sync its record."""
         receipt = await self.producer.send_half(msg, sharding_key=sharding_key)
         record = Record(receipt.msg_id, receipt, self._now_ms(), transaction_key)
-        self.records.put(record)
+        await self.records.put(record)
         return record
 
     async def decide(self, tx_id: str, decision: Decision) -> Record:
@@ -74,7 +74,7 @@ class TransactionCoordinator:
             raise TransactionConflict(f"transaction {tx_id} is already {record.decision.value}")
         if record.decision is Decision.NONE:
             record = record.decided(decision, self._now_ms())
-            self.records.put(record)  # synced before anyone hears of the decision
+            await self.records.put(record)  # synced before anyone hears of the decision
         if not record.acknowledged:
             record = await self._send(record)
         return record
@@ -86,7 +86,7 @@ class TransactionCoordinator:
             log.warning("END_TRANSACTION of %s not acknowledged: %s", record.id, exc)
             return record
         acked = replace(record, acknowledged=True)
-        self.records.put(acked, sync=False)  # losing it costs one more END, which the broker tolerates
+        await self.records.put(acked, sync=False)  # losing it costs one more END, which the broker tolerates
         return acked
 
     async def resend(self) -> int:
@@ -109,5 +109,5 @@ class TransactionCoordinator:
         if record is not None and state is not TransactionState.UNKNOWN:
             decision = Decision.COMMIT if state is TransactionState.COMMIT else Decision.ROLLBACK
             # acknowledged: the broker acts on the answer to its own check
-            self.records.put(replace(record.decided(decision, self._now_ms()), acknowledged=True))
+            await self.records.put(replace(record.decided(decision, self._now_ms()), acknowledged=True))
         return state

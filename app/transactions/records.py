@@ -13,6 +13,7 @@ import orjson
 
 from rocksidecar.rmq.message import MessageQueue
 from rocksidecar.rmq.producer.transaction import HalfReceipt, TransactionState
+from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV, Delete, Put
 
 CF = "transactions"
@@ -93,12 +94,14 @@ def _key(tx_id: str) -> bytes:
 
 
 class TransactionRecords:
-    """Records over a KV holding the ``transactions`` column family."""
+    """Records over a KV holding the ``transactions`` column family. With ``writer`` (the sidecar's
+    group commit), synced writes of concurrent transactions share one sync, off the event loop."""
 
-    def __init__(self, kv: KV) -> None:
+    def __init__(self, kv: KV, writer: GroupCommitWriter | None = None) -> None:
         if CF not in kv.column_families:
             raise ValueError(f"the store lacks the {CF!r} column family")
         self._kv = kv
+        self._writer = writer
 
     def get(self, tx_id: str) -> Record | None:
         try:
@@ -107,8 +110,12 @@ class TransactionRecords:
             return None  # an id no transaction could have
         return Record.from_json(orjson.loads(raw)) if raw is not None else None
 
-    def put(self, record: Record, *, sync: bool = True) -> None:
-        self._kv.write([Put(CF, _key(record.id), orjson.dumps(record.to_json()))], sync=sync)
+    async def put(self, record: Record, *, sync: bool = True) -> None:
+        ops = [Put(CF, _key(record.id), orjson.dumps(record.to_json()))]
+        if sync and self._writer is not None:
+            await self._writer.write(ops)
+        else:
+            self._kv.write(ops, sync=sync)
 
     def forget(self, tx_id: str) -> None:
         self._kv.write([Delete(CF, _key(tx_id))], sync=False)

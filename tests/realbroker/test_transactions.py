@@ -104,7 +104,7 @@ async def test_restarted_coordinator_answers_the_real_broker(namesrv_addr: str) 
     # the decision reaches the record, then the process dies before END_TRANSACTION leaves it
     stored = records.get(synced.id)
     assert stored is not None
-    records.put(stored.decided(Decision.COMMIT, stored.created_ms))
+    await records.put(stored.decided(Decision.COMMIT, stored.created_ms))
     await close(instance, producer, tx)
 
     app_answers[commit_by_app.id] = TransactionState.COMMIT

@@ -136,7 +136,7 @@ async def test_restarted_sidecar_answers_checks_from_records_and_app(env: Env) -
     undecided = await first.coordinator.begin(Message(TOPIC, b"u"), transaction_key="order-9")
     unknown = await first.coordinator.begin(Message(TOPIC, b"n"))
     # the decision is synced but the process dies before END_TRANSACTION leaves it
-    env.records.put(env.records.get(decided.id).decided(Decision.COMMIT, env.clock.now_ms()))  # type: ignore[union-attr]
+    await env.records.put(env.records.get(decided.id).decided(Decision.COMMIT, env.clock.now_ms()))  # type: ignore[union-attr]
     await first.close()  # as after a SIGKILL: the broker forgets the client's connection
 
     second = await env.sidecar()
