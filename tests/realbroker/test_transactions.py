@@ -6,6 +6,7 @@ halves older than transactionTimeOut (6 s)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 
 from rocksidecar.app.transactions.coordinator import TransactionCoordinator
@@ -14,6 +15,7 @@ from rocksidecar.rmq import ClientInstance, Message
 from rocksidecar.rmq.producer import Producer, ProducerConfig
 from rocksidecar.rmq.producer.transaction import CheckRequest, TransactionProducer, TransactionState
 from rocksidecar.storage.memory import MemoryKV
+from tests.realbroker import java_probe
 from tests.realbroker.conftest import create_topic_everywhere, pull_all, unique_topic
 
 CHECK_WAIT_S = 90.0  # first check after >= 6 s, every 5 s; a loaded machine is slower
@@ -128,3 +130,47 @@ async def test_restarted_coordinator_answers_the_real_broker(namesrv_addr: str) 
         assert records.get(rollback_by_app.id).decision is Decision.ROLLBACK  # type: ignore[union-attr]
     finally:
         await close(instance, producer, tx)
+
+
+async def test_java_push_consumer_receives_exactly_the_committed(namesrv_addr: str) -> None:
+    """20 begun through the coordinator, 10 committed, 10 rolled back: a Java DefaultMQPushConsumer
+    receives the 10 committed and the brokers hold nothing else in the topic."""
+    topic = unique_topic("tx_java")
+    group = f"tx_java_pg_{os.getpid()}"
+    instance = ClientInstance(namesrv_addr)
+    route = await create_topic_everywhere(instance.namesrv, instance.api, topic)
+    producer = Producer(instance.namesrv, instance.api, ProducerConfig(group=group), instance=instance)
+    tx = TransactionProducer(producer, group)
+    coordinator = TransactionCoordinator(TransactionRecords(MemoryKV([CF])), tx, None)
+    java = await java_probe.start("consume", namesrv_addr, topic, f"{topic}_cg")
+    try:
+        await producer.start()
+        tx.start()
+        begun = [await coordinator.begin(Message(topic, f"m{i}".encode())) for i in range(20)]
+        committed = {r.id for r in begun[:10]}
+        for r in begun[:10]:
+            assert (await coordinator.decide(r.id, Decision.COMMIT)).acknowledged
+        for r in begun[10:]:
+            assert (await coordinator.decide(r.id, Decision.ROLLBACK)).acknowledged
+        received: set[str] = set()
+        assert java.stdout is not None
+        async with asyncio.timeout(120.0):
+            while not committed <= received:
+                line = (await java.stdout.readline()).decode().strip()
+                assert line, "the Java consumer exited"
+                if line.startswith("MSG "):
+                    received.add(line.split(" ")[1])
+        assert received == committed
+        stored = [m.uniq_key for m in await pull_all(instance.api, route, topic, f"{group}_check")]
+        assert sorted(stored) == sorted(committed)  # type: ignore[type-var]
+    finally:
+        if java.stdin is not None:
+            java.stdin.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(java.wait(), 20)
+        if java.returncode is None:
+            java.kill()
+            await java.wait()
+        await tx.close()
+        await producer.close()
+        await instance.close()
