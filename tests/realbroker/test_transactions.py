@@ -6,7 +6,6 @@ halves older than transactionTimeOut (6 s)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 
 from rocksidecar.app.transactions.coordinator import TransactionCoordinator
@@ -164,13 +163,7 @@ async def test_java_push_consumer_receives_exactly_the_committed(namesrv_addr: s
         stored = [m.uniq_key for m in await pull_all(instance.api, route, topic, f"{group}_check")]
         assert sorted(stored) == sorted(committed)  # type: ignore[type-var]
     finally:
-        if java.stdin is not None:
-            java.stdin.close()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(java.wait(), 20)
-        if java.returncode is None:
-            java.kill()
-            await java.wait()
+        await java_probe.stop(java)
         await tx.close()
         await producer.close()
         await instance.close()
