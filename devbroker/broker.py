@@ -18,6 +18,7 @@ from rocksidecar.rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from rocksidecar.rmq.connection import Connection
 from rocksidecar.rmq.message import MessageExt
 from rocksidecar.rmq.message_codec import pack_host
+from rocksidecar.rmq.periodic import Periodic
 from rocksidecar.rmq.protocol.frame import RemotingCommand
 
 from .admin_requests import AdminProcessor
@@ -39,6 +40,7 @@ from .send_back import SendBackProcessor
 from .state import BrokerState
 from .store import MessageStore
 from .topics import TopicTable
+from .transactions import DEFAULT_CHECK_INTERVAL_S, DEFAULT_TIMEOUT_MS, Transactions
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,8 @@ class BrokerOptions(TypedDict, total=False):
     segment_bytes: int
     max_log_bytes: int | None
     enable_property_filter: bool
+    transaction_check_interval_s: float  # transactionCheckInterval; <= 0: check only when asked
+    transaction_timeout_ms: int  # transactionTimeOut: how old an undecided half gets before a check
 
 
 class DevBroker:
@@ -99,6 +103,16 @@ class DevBroker:
         self.offsets = ConsumerOffsets(home / "consumerOffset.json" if home else None)
         self.clients = ClientRegistry(self._notify_ids_changed, clock=clock)
         self.locks = QueueLocks(clock)
+        self.transactions = Transactions(
+            self.store,
+            self.clients,
+            now_ms=now_ms,
+            timeout_ms=options.get("transaction_timeout_ms", DEFAULT_TIMEOUT_MS),
+        )
+        self._tx_check_interval_s = options.get("transaction_check_interval_s", DEFAULT_CHECK_INTERVAL_S)
+        self._tx_checks = Periodic(
+            f"{name}-transaction-check", max(self._tx_check_interval_s, 0.001), self._check_transactions
+        )
         host = options.get("host", LOOPBACK)
         self.listener = Listener(self._handle, port=port, host=host, on_close=self.clients.connection_closed)
         self._handlers = self._build_handlers(cluster)
@@ -110,7 +124,9 @@ class DevBroker:
         return self.listener.addr
 
     def _build_handlers(self, cluster: str) -> dict[int, Handler]:
-        send = SendProcessor(self.store, self.topics, self.faults, cluster=cluster)
+        send = SendProcessor(
+            self.store, self.topics, self.faults, cluster=cluster, transactions=self.transactions
+        )
         state = BrokerState(self.store, self.topics, self.clients, self.offsets, self.property_filter)
         pull = PullProcessor(state, self.holds)
         manage = ClientManageProcessor(state)
@@ -137,6 +153,7 @@ class DevBroker:
             RequestCode.LOCK_BATCH_MQ: locks.lock,
             RequestCode.UNLOCK_BATCH_MQ: locks.unlock,
             RequestCode.GET_CONSUMER_RUNNING_INFO: ConsumerCaller(self.clients).call,
+            RequestCode.END_TRANSACTION: self.transactions.end,
         }
 
     @property
@@ -152,10 +169,13 @@ class DevBroker:
         self._namesrv.register(Registration(self.name, self.addr, self.cluster, self.topics))
         self._housekeeping = asyncio.get_running_loop().create_task(self._housekeep_loop())
         self._housekeeping.add_done_callback(self._housekeeping_done)
+        if self._tx_check_interval_s > 0:
+            self._tx_checks.start()
 
     async def stop(self) -> None:
         """Leave the routes, drop every connection and refuse new ones; state is kept for start()."""
         self._namesrv.unregister(self.name)
+        await self._tx_checks.close()
         await self.listener.stop()
         task, self._housekeeping = self._housekeeping, None
         if task is not None:
@@ -204,6 +224,9 @@ class DevBroker:
                 resp = cmd.response(exc.code, exc.remark)
         resp.version = BROKER_VERSION
         return resp
+
+    async def _check_transactions(self) -> None:
+        self.transactions.check_round()
 
     def _notify_ids_changed(self, conn: Connection, group: str) -> None:
         cmd = RemotingCommand(

@@ -49,6 +49,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--enable-property-filter", action="store_true", help="SQL92 subscriptions (enablePropertyFilter)"
     )
     p.add_argument(
+        "--transaction-check-interval",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="ask producers about undecided half messages every S seconds (transactionCheckInterval, "
+        "default 60)",
+    )
+    p.add_argument(
         "--max-log-mb", type=int, default=None, metavar="MB", help="drop the oldest messages beyond this"
     )
 
@@ -58,6 +66,8 @@ def _check(args: argparse.Namespace) -> str | None:
         return f"--brokers must be between 1 and {MAX_BROKERS}"
     if args.queues < 1:
         return "--queues must be at least 1"
+    if not 0.1 <= args.transaction_check_interval <= 86400:
+        return "--transaction-check-interval must be between 0.1 and 86400 seconds"
     last_port = args.broker_base_port + BROKER_PORT_STEP * (args.brokers - 1)
     ports = (args.namesrv_port, args.admin_port, args.broker_base_port, last_port)
     if any(not 0 <= p <= 65535 for p in ports):
@@ -111,6 +121,7 @@ async def _serve(args: argparse.Namespace) -> None:
         host=args.host,
         max_log_bytes=args.max_log_mb * 1024 * 1024 if args.max_log_mb else None,
         enable_property_filter=args.enable_property_filter,
+        transaction_check_interval_s=args.transaction_check_interval,
     )
     async with cluster:
         print(f"devbroker name server {cluster.namesrv_addr}", flush=True)

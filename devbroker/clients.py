@@ -125,6 +125,12 @@ class ClientRegistry:
         g = self._consumers.get(group)
         return next((c for c, m in g.members.items() if m.client_id == client_id), None) if g else None
 
+    def producer_connection(self, group: str) -> Connection | None:
+        """A connection of a producer of ``group`` (ProducerManager.getAvailableChannel): the newest
+        registered, which is the one most likely still alive."""
+        g = self._producers.get(group)
+        return next(reversed(g.members), None) if g else None
+
     def producer_ids(self, group: str) -> list[str]:
         g = self._producers.get(group)
         return list(dict.fromkeys(m.client_id for m in g.members.values())) if g else []

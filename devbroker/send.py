@@ -21,6 +21,7 @@ from .headers import Reject
 from .listener import ServerConnection
 from .store import MessageStore, NewMessage, tag_code
 from .topics import RETRY_PREFIX, TopicConfig, TopicTable, topic_name_error
+from .transactions import HALF_TOPIC, Transactions
 
 REGION = "DefaultRegion"
 _FIELDS = (
@@ -118,8 +119,10 @@ class SendProcessor:
         cluster: str,
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        transactions: Transactions | None = None,
     ) -> None:
         self._store = store
+        self._transactions = transactions
         self._topics = topics
         self._faults = faults
         self._cluster_item = f"CLUSTER\x01{cluster}"
@@ -143,7 +146,15 @@ class SendProcessor:
                 messages = [self._single(header, cmd.body, born_host)]
         except Reject as exc:
             return cmd.response(exc.code, exc.remark, ext)
-        appended = self._store.put(header.topic, queue_id, messages)
+        if (
+            self._transactions is not None
+            and len(messages) == 1
+            and self._transactions.is_half(messages[0].properties)
+        ):
+            half = self._transactions.half(header.topic, queue_id, messages[0])
+            appended = self._store.put(HALF_TOPIC, 0, [half])  # the answer still names the real queue
+        else:
+            appended = self._store.put(header.topic, queue_id, messages)
         ext["msgId"] = ",".join(a.msg_id for a in appended)
         ext["queueId"] = str(queue_id)
         ext["queueOffset"] = str(appended[0].queue_offset)

@@ -21,11 +21,19 @@ from .codes import (
     PULL_SUSPEND,
     SYSFLAG_COMPRESSED,
     SYSFLAG_COMPRESSION_ZLIB,
+    SYSFLAG_TRANSACTION_PREPARED,
     RequestCode,
     ResponseCode,
 )
 from .errors import FrameError, InvalidMessageError, for_code
-from .message import Message, MessageQueue
+from .message import (
+    NAME_VALUE_SEP,
+    PROPERTY_PGROUP,
+    PROPERTY_SEP,
+    PROPERTY_TRAN_MSG,
+    Message,
+    MessageQueue,
+)
 from .message_codec import decode_stored_all, encode_batch
 from .pool import Invoker
 from .protocol.frame import RemotingCommand
@@ -99,6 +107,13 @@ class ConsumerData:
         }
 
 
+def half_properties(group: str) -> str:
+    """What makes a message the half of a transaction: TRAN_MSG and the producer group (PGROUP) whose
+    clients the broker asks when the transaction stays undecided."""
+    sep, eq = PROPERTY_SEP, NAME_VALUE_SEP
+    return f"{sep}{PROPERTY_TRAN_MSG}{eq}true{sep}{PROPERTY_PGROUP}{eq}{group}"
+
+
 def _check(resp: RemotingCommand, addr: str, ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> None:
     if resp.code not in ok:
         raise for_code(resp.code, resp.remark, addr)
@@ -115,6 +130,37 @@ def _queue_header(mq: MessageQueue, **fields: str) -> dict[str, str]:
     """A request header naming ``mq`` (bname: the broker a static topic's logical queue lives on), plus
     ``fields``: every queue-level request names its queue alike."""
     return {"topic": mq.topic, "queueId": str(mq.queue_id), "bname": mq.broker_name, **fields}
+
+
+# MessageSysFlag's transaction types: the commitOrRollback of END_TRANSACTION.
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+
+
+@dataclass(frozen=True, slots=True)
+class EndTransaction:
+    """EndTransactionRequestHeader: which half (group, its queue offset in the half topic, its commit-log
+    offset) and the decision (one of the TRANSACTION_*_TYPE values)."""
+
+    producer_group: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    state: int
+    msg_id: str
+    transaction_id: str
+    from_transaction_check: bool = False
+
+    def header(self) -> dict[str, str]:
+        return {
+            "producerGroup": self.producer_group,
+            "tranStateTableOffset": str(self.tran_state_table_offset),
+            "commitLogOffset": str(self.commit_log_offset),
+            "commitOrRollback": str(self.state),
+            "fromTransactionCheck": "true" if self.from_transaction_check else "false",
+            "msgId": self.msg_id,
+            "transactionId": self.transaction_id,
+        }
 
 
 class BrokerApi:
@@ -158,14 +204,24 @@ class BrokerApi:
         uniq_key: str,
         timeout_s: float,
         default_topic: str = DEFAULT_TOPIC,
+        *,
+        half_of_group: str | None = None,
     ) -> SendResult:
-        """SEND_MESSAGE_V2 of one message to an explicit queue."""
+        """SEND_MESSAGE_V2 of one message to an explicit queue. ``half_of_group``: send it as the half
+        (prepared) message of a transaction of that producer group, as TransactionMQProducer does; the
+        broker keeps it invisible until END_TRANSACTION or its check-back decides."""
         body, sys_flag = msg.body, 0
         if self._compress_over and len(body) > self._compress_over:
             body, sys_flag = zlib.compress(body, 5), SYSFLAG_COMPRESSED | SYSFLAG_COMPRESSION_ZLIB
+        properties = msg.wire_properties(uniq_key)
+        if half_of_group is not None:
+            sys_flag |= SYSFLAG_TRANSACTION_PREPARED
+            properties += half_properties(half_of_group)
         header = self._send_header(
-            mq, sys_flag, msg.flag, msg.wire_properties(uniq_key), batch=False, default_topic=default_topic
+            mq, sys_flag, msg.flag, properties, batch=False, default_topic=default_topic
         )
+        if half_of_group is not None:
+            header["a"] = half_of_group
         cmd = RemotingCommand(RequestCode.SEND_MESSAGE_V2, header, body)
         resp = await self._invoker.invoke(addr, cmd, timeout_s)
         return self._send_result(resp, addr, mq, uniq_key)
@@ -337,6 +393,23 @@ class BrokerApi:
         resp = await self._invoker.invoke(addr, RemotingCommand(RequestCode.HEART_BEAT, {}, body), timeout_s)
         _check(resp, addr)
         return resp.version
+
+    async def end_transaction(
+        self,
+        addr: str,
+        end: EndTransaction,
+        *,
+        oneway: bool = False,
+        timeout_s: float = 3.0,
+    ) -> None:
+        """END_TRANSACTION: commit or roll back the half message ``end`` names. Java sends it one-way;
+        with ``oneway`` False the broker's answer says whether it took the decision (it answers a
+        commit or rollback, never an UNKNOWN one, which is therefore always sent one-way)."""
+        cmd = RemotingCommand(RequestCode.END_TRANSACTION, end.header())
+        if oneway or end.state == TRANSACTION_NOT_TYPE:
+            await self._invoker.invoke_oneway(addr, cmd)
+            return
+        _check(await self._invoker.invoke(addr, cmd, timeout_s), addr)
 
     async def unregister_client(
         self,

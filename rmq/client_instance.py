@@ -19,6 +19,8 @@ from .client_id import build_client_id, default_instance_name, default_ip
 from .codes import RequestCode, ResponseCode
 from .connection import Connection
 from .errors import RocketMQError
+from .message import PROPERTY_PGROUP, MessageExt
+from .message_codec import decode_stored
 from .namesrv import NameServerClient
 from .periodic import Periodic
 from .pool import Invoker, RemotingClient
@@ -32,6 +34,8 @@ HEARTBEAT_S = 30.0  # Java's heartbeatBrokerInterval
 
 # A broker's request to a client: answered (or None for one-way) by the consumer of its group.
 RequestHandler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+# A broker's CHECK_TRANSACTION_STATE (one-way), with the half message it names decoded from its body.
+CheckHandler = Callable[[Connection, RemotingCommand, MessageExt], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,7 @@ class ClientInstance:
         self.api = api or BrokerApi(self.invoker)
         self._producers: set[str] = set()
         self._consumers: dict[str, _ConsumerEntry] = {}
+        self._checkers: dict[str, CheckHandler] = {}
         self._routes: dict[str, TopicRouteData] = {}
         self._extra_addrs: dict[str, str] = {}
         self._heartbeat = Periodic("client-heartbeat", heartbeat_s, self.heartbeat, sleep)
@@ -84,6 +89,18 @@ class ClientInstance:
 
     def unregister_producer(self, group: str) -> None:
         self._producers.discard(group)
+
+    def register_transaction_checker(self, group: str, on_check: CheckHandler) -> None:
+        """Route the brokers' CHECK_TRANSACTION_STATE for half messages of producer ``group`` (their
+        PGROUP) to ``on_check``; the group is announced in every heartbeat from now on, which is how a
+        broker knows it may ask this client."""
+        if group in self._checkers:
+            raise ValueError(f"producer group {group!r} already has a transaction checker")
+        self._checkers[group] = on_check
+        self._producers.add(group)
+
+    def unregister_transaction_checker(self, group: str) -> None:
+        self._checkers.pop(group, None)
 
     def register_consumer(
         self, group: str, data: Callable[[], ConsumerData], on_request: RequestHandler
@@ -165,6 +182,9 @@ class ClientInstance:
                 log.debug("client %s: unregister at %s failed: %s", self.client_id, addr, exc)
 
     async def on_broker_request(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
+            await self._check_transaction(conn, cmd)
+            return None  # one-way: the answer is an END_TRANSACTION of its own
         entry = self._consumers.get(cmd.ext_fields.get("consumerGroup", ""))
         if entry is not None:
             return await entry.on_request(conn, cmd)
@@ -178,6 +198,27 @@ class ClientInstance:
         return cmd.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
         )
+
+    async def _check_transaction(self, conn: Connection, cmd: RemotingCommand) -> None:
+        # As ClientRemotingProcessor.checkTransactionState: the group is the half message's PGROUP.
+        try:
+            msg, _ = decode_stored(cmd.body)
+        except (RocketMQError, ValueError) as exc:
+            log.warning(
+                "client %s: undecodable CHECK_TRANSACTION_STATE from %s: %s", self.client_id, conn.addr, exc
+            )
+            return
+        group = msg.properties.get(PROPERTY_PGROUP, "")
+        checker = self._checkers.get(group)
+        if checker is None:
+            log.warning(
+                "client %s: CHECK_TRANSACTION_STATE from %s for group %r, which has no checker here",
+                self.client_id,
+                conn.addr,
+                group,
+            )
+            return
+        await checker(conn, cmd, msg)
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:

@@ -22,6 +22,8 @@ from rocksidecar.rmq.pool import RemotingClient
         (["--broker-base-port", "65530", "--brokers", "2"], "ports"),
         (["--max-log-mb", "1"], "--max-log-mb"),
         (["--host", "no-such-host.invalid"], "--host"),
+        (["--transaction-check-interval", "0"], "--transaction-check-interval"),
+        (["--transaction-check-interval", "nan"], "--transaction-check-interval"),
     ],
 )
 def test_bad_arguments_exit_2(args: list[str], words: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,6 +5,7 @@ stand in for jars a snapshot may lack)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import shutil
@@ -58,6 +59,17 @@ async def start(*args: str) -> asyncio.subprocess.Process:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )
+
+
+async def stop(proc: asyncio.subprocess.Process) -> None:
+    """End a ``consume`` probe: closing its stdin asks it to shut down; killed after 20 s."""
+    if proc.stdin is not None:
+        proc.stdin.close()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), 20)
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()
 
 
 async def produce(namesrv: str, topic: str, n: int) -> dict[str, bytes]:

@@ -129,13 +129,7 @@ async def test_sidecar_and_java_consumer_split_the_queues_with_no_overlap_and_no
                             java_queues = set(filter(None, line.removeprefix("ALLOC").strip().split(",")))
                 assert len(java_queues) == len(ours()) == 4  # AVG over two members: half each
     finally:
-        if java.stdin is not None:
-            java.stdin.close()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(java.wait(), 20)
-        if java.returncode is None:
-            java.kill()
-            await java.wait()
+        await java_probe.stop(java)
 
 
 WINDOW = 8

@@ -1,0 +1,105 @@
+"""HTTP routes of transactions (broker mode): begin, commit, rollback, status.
+
+``POST /v1/transactions`` takes what ``POST /v1/messages`` takes, checked by the same rules (so a message
+that could never be sent is refused 4xx before anything is stored), plus an optional ``transactionKey``
+the app's check endpoint is told; delays are refused, as Java's TransactionMQProducer drops them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request, Response
+
+from ..api import problems
+from ..api.parsing import parse_message
+from ..request import Limits, RequestError, prepare
+from .coordinator import TransactionConflict, TransactionCoordinator, TransactionNotFound
+from .records import Decision, Record
+
+MAX_KEY_CHARS = 256
+MAX_BEGIN_BYTES = 8 * 1024 * 1024  # a message's JSON; the edge middleware bounds the request first
+STATES = {Decision.NONE: "PREPARED", Decision.COMMIT: "COMMITTED", Decision.ROLLBACK: "ROLLED_BACK"}
+
+
+def view(record: Record) -> dict[str, Any]:
+    doc = record.to_json()
+    doc["state"] = STATES[record.decision]
+    return doc
+
+
+def _json(doc: dict[str, Any], status: int = 200) -> Response:
+    return Response(orjson.dumps(doc), status_code=status, media_type="application/json")
+
+
+def _problem(exc: BaseException) -> Response:
+    if isinstance(exc, TransactionNotFound):
+        status, doc = 404, problems.problem(404, "Not found", f"no transaction {exc} here")
+    elif isinstance(exc, TransactionConflict):
+        status, doc = 409, problems.problem(409, "Conflict", str(exc))
+    else:
+        status, doc, headers = problems.from_exception(exc)
+        return Response(
+            orjson.dumps(doc), status_code=status, media_type=problems.PROBLEM_JSON, headers=headers
+        )
+    return Response(orjson.dumps(doc), status_code=status, media_type=problems.PROBLEM_JSON)
+
+
+def _split_key(raw: bytes) -> tuple[bytes, str | None]:
+    """The message part of the body and the transactionKey beside it (RequestError when bad)."""
+    if len(raw) > MAX_BEGIN_BYTES:
+        raise RequestError(f"the request body exceeds {MAX_BEGIN_BYTES} bytes", field=None, status=413)
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(f"the request body is not valid JSON: {exc}", field=None) from None
+    if not isinstance(doc, dict) or "transactionKey" not in doc:
+        return raw, None
+    key = doc.pop("transactionKey")
+    if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_CHARS):
+        raise RequestError(
+            f"transactionKey must be a string of 1 to {MAX_KEY_CHARS} characters", field="transactionKey"
+        )
+    return orjson.dumps(doc), key
+
+
+def transaction_routes(
+    app: FastAPI, coordinator: TransactionCoordinator, limits: Limits, now_ms: Callable[[], int]
+) -> None:
+    @app.post("/v1/transactions", summary="Begin: store the message as a half message")
+    async def begin(request: Request) -> Response:
+        try:
+            raw, key = _split_key(await request.body())
+            prepared = prepare(parse_message(raw), limits, now_ms())
+            if prepared.deliver_at_ms is not None:
+                raise RequestError("a transactional message cannot be delayed", field="delayMs")
+            record = await coordinator.begin(
+                prepared.message, transaction_key=key, sharding_key=prepared.sharding_key
+            )
+        except Exception as exc:
+            return _problem(exc)
+        return _json(view(record), 201)
+
+    async def decide(tx_id: str, decision: Decision) -> Response:
+        try:
+            record = await coordinator.decide(tx_id, decision)
+        except Exception as exc:
+            return _problem(exc)
+        return _json(view(record))
+
+    @app.post("/v1/transactions/{tx_id}:commit", summary="Commit: the message is delivered")
+    async def commit(tx_id: str) -> Response:
+        return await decide(tx_id, Decision.COMMIT)
+
+    @app.post("/v1/transactions/{tx_id}:rollback", summary="Roll back: the message is never delivered")
+    async def rollback(tx_id: str) -> Response:
+        return await decide(tx_id, Decision.ROLLBACK)
+
+    @app.get("/v1/transactions/{tx_id}", summary="Where a transaction stands")
+    async def status(tx_id: str) -> Response:
+        record = coordinator.records.get(tx_id)
+        if record is None:
+            return _problem(TransactionNotFound(tx_id))
+        return _json(view(record))

@@ -1,0 +1,261 @@
+"""Transactional messages as the 4.9.4 broker keeps them (TransactionalMessageBridge,
+EndTransactionProcessor, TransactionalMessageCheckService).
+
+A half message is stored in RMQ_SYS_TRANS_HALF_TOPIC queue 0 with its real topic and queue in REAL_TOPIC
+and REAL_QID, out of every consumer's sight. END_TRANSACTION with the half's commit-log offset commits
+(the message is stored again in its real queue) or rolls back; either way an op message whose body is
+the half's queue offset goes to RMQ_SYS_TRANS_OP_HALF_TOPIC, which is how a restarted broker knows
+which halves are decided. Every ``check_interval_s`` the undecided halves older than ``timeout_ms`` are
+asked about (CHECK_TRANSACTION_STATE, one-way) on a connection of their producer group (PGROUP), at
+most ``max_checks`` times each; then they are dropped, as Java's broker does.
+
+As Java's, a repeated commit of the same half stores the message again: the broker does not look at
+the op topic when it ends a transaction. The check counts live in memory (Java re-appends the half
+with TRANSACTION_CHECK_TIMES); a restarted devbroker counts from zero.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Callable
+
+from rocksidecar.rmq.broker import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE
+from rocksidecar.rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from rocksidecar.rmq.connection import Connection
+from rocksidecar.rmq.message import MessageExt, encode_properties
+from rocksidecar.rmq.message_codec import (
+    StoredFields,
+    decode_stored,
+    decode_stored_all,
+    encode_stored,
+    pack_host,
+)
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+
+from .clients import ClientRegistry
+from .headers import Reject, boolean, integer, text
+from .store import MessageStore, NewMessage, tag_code
+
+log = logging.getLogger(__name__)
+
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QID = "REAL_QID"
+OP_TAG = "d"  # TransactionalMessageUtil.REMOVETAG
+TRANSACTION_BITS = 0xC
+DEFAULT_CHECK_INTERVAL_S = 60.0  # transactionCheckInterval
+DEFAULT_TIMEOUT_MS = 6000  # transactionTimeOut
+DEFAULT_MAX_CHECKS = 15  # transactionCheckMax
+_SCAN = 32
+
+
+def _packed(host: str) -> bytes:
+    """'ip:port' or '[ipv6]:port', as the codec prints a host, back to its wire form."""
+    addr, _, port = host.rpartition(":")
+    return pack_host(str(ipaddress.ip_address(addr.strip("[]"))), int(port))
+
+
+def _reset_transaction(sys_flag: int, kind: int) -> int:
+    return (sys_flag & ~TRANSACTION_BITS) | kind
+
+
+class Transactions:
+    def __init__(
+        self,
+        store: MessageStore,
+        clients: ClientRegistry,
+        *,
+        now_ms: Callable[[], int],
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        max_checks: int = DEFAULT_MAX_CHECKS,
+    ) -> None:
+        self._store = store
+        self._clients = clients
+        self._now_ms = now_ms
+        self.timeout_ms = timeout_ms
+        self.max_checks = max_checks
+        self._checks: dict[int, int] = {}  # half queue offset -> checks sent
+        self._done: set[int] = set()  # decided (or dropped) half queue offsets
+        self._scan_from = 0  # every half before it is decided
+        self._opaque = 0
+        self.on_decided: Callable[[int, int], None] | None = None  # (half offset, kind): for tests
+        self._rebuild()
+
+    # sending a half -------------------------------------------------------------------------------
+    @staticmethod
+    def is_half(properties: str) -> bool:
+        """SendMessageProcessor looks at TRAN_MSG, not at the system flag."""
+        return "TRAN_MSG\x01true" in properties.split("\x02")
+
+    @staticmethod
+    def half(topic: str, queue_id: int, message: NewMessage) -> NewMessage:
+        """parseHalfMessageInner: the real topic and queue become properties, the transaction bits of
+        the system flag are cleared, and the message goes to the half topic's queue 0."""
+        props = f"{message.properties}\x02{REAL_TOPIC}\x01{topic}\x02{REAL_QID}\x01{queue_id}"
+        return NewMessage(
+            message.body,
+            message.flag,
+            _reset_transaction(message.sys_flag, TRANSACTION_NOT_TYPE),
+            message.born_timestamp_ms,
+            message.born_host,
+            props,
+            message.tag_code,
+            message.reconsume_times,
+        )
+
+    # END_TRANSACTION ------------------------------------------------------------------------------
+    async def end(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        ext = cmd.ext_fields
+        kind = integer(ext, "commitOrRollback")
+        group = text(ext, "producerGroup")
+        table_offset = integer(ext, "tranStateTableOffset")
+        log_offset = integer(ext, "commitLogOffset")
+        if kind not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            # Java answers nothing; an answer here only spares a two-way caller its timeout
+            log.info(
+                "END_TRANSACTION %s (from check: %s) left undecided",
+                log_offset,
+                boolean(ext, "fromTransactionCheck"),
+            )
+            return cmd.response(ResponseCode.SUCCESS, None)
+        half = self._half_at(log_offset)
+        if half is None:
+            raise Reject(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed")
+        if half.properties.get("PGROUP") != group:
+            raise Reject(ResponseCode.SYSTEM_ERROR, "The producer group wrong")
+        if half.queue_offset != table_offset:
+            raise Reject(ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong")
+        if kind == TRANSACTION_COMMIT_TYPE:
+            self._store_final(half)
+        self._decided(half.queue_offset)
+        if self.on_decided is not None:
+            self.on_decided(half.queue_offset, kind)
+        return cmd.response(ResponseCode.SUCCESS, None)
+
+    def _half_at(self, commit_log_offset: int) -> MessageExt | None:
+        record = self._store.record_at(commit_log_offset)
+        if record is None:
+            return None
+        msg, _ = decode_stored(record, inflate=False)
+        return msg if msg.topic == HALF_TOPIC else None
+
+    def _store_final(self, half: MessageExt) -> None:
+        """endMessageTransaction + sendFinalMessage: the half, back in its real queue."""
+        props = dict(half.properties)
+        topic, queue_id = props.pop(REAL_TOPIC), int(props.pop(REAL_QID))
+        props.pop("TRAN_MSG", None)
+        message = NewMessage(
+            half.body,
+            half.flag,
+            _reset_transaction(half.sys_flag, TRANSACTION_COMMIT_TYPE),
+            half.born_timestamp_ms,
+            _packed(half.born_host),
+            encode_properties(props),
+            tag_code(half.tags),
+            half.reconsume_times,
+        )
+        self._store.put(topic, queue_id, [message])
+
+    def _decided(self, half_offset: int) -> None:
+        op = NewMessage(
+            str(half_offset).encode(),
+            0,
+            0,
+            self._now_ms(),
+            _packed("127.0.0.1:0"),
+            f"TAGS\x01{OP_TAG}",
+            tag_code(OP_TAG),
+        )
+        self._store.put(OP_TOPIC, 0, [op])
+        self._done.add(half_offset)
+        self._checks.pop(half_offset, None)
+
+    # check-back -------------------------------------------------------------------------------------
+    def check_round(self) -> int:
+        """One round of TransactionalMessageCheckService: ask about every undecided half older than
+        the timeout whose group has a producer connected; returns how many checks were sent."""
+        sent = 0
+        now = self._now_ms()
+        offset = self._scan_from
+        end = self._store.max_offset(HALF_TOPIC, 0)
+        while offset < end:
+            result = self._store.get(HALF_TOPIC, 0, offset, _SCAN, None)
+            if not result.body:
+                offset = result.next_begin_offset if result.next_begin_offset > offset else end
+                continue
+            for half in decode_stored_all(result.body):
+                offset = half.queue_offset + 1
+                if half.queue_offset in self._done:
+                    continue
+                if now - half.store_timestamp_ms < self.timeout_ms:
+                    return sent  # younger halves follow: their turn comes in a later round
+                if self._checks.get(half.queue_offset, 0) >= self.max_checks:
+                    log.warning("half %s checked %d times; dropped", half.uniq_key, self.max_checks)
+                    self._decided(half.queue_offset)
+                    continue
+                if self._ask(half):
+                    sent += 1
+            self._advance()
+        return sent
+
+    def _advance(self) -> None:
+        while self._scan_from in self._done:
+            self._done.discard(self._scan_from)
+            self._scan_from += 1
+
+    def _ask(self, half: MessageExt) -> bool:
+        conn = self._clients.producer_connection(half.properties.get("PGROUP", ""))
+        if conn is None:
+            return False  # Java logs "producer group has no producer online" and tries next round
+        self._checks[half.queue_offset] = self._checks.get(half.queue_offset, 0) + 1
+        props = dict(half.properties)
+        topic, queue_id = props.get(REAL_TOPIC, half.topic), int(props.get(REAL_QID, half.queue_id))
+        props["TRANSACTION_CHECK_TIMES"] = str(self._checks[half.queue_offset])
+        body = encode_stored(
+            StoredFields(
+                topic=topic,
+                body=half.body,
+                queue_id=queue_id,
+                flag=half.flag,
+                queue_offset=half.queue_offset,
+                commit_log_offset=half.commit_log_offset,
+                sys_flag=half.sys_flag,
+                born_timestamp_ms=half.born_timestamp_ms,
+                born_host=_packed(half.born_host),
+                store_timestamp_ms=half.store_timestamp_ms,
+                store_host=_packed(half.store_host),
+                reconsume_times=half.reconsume_times,
+                properties=encode_properties(props),
+            )
+        )
+        uniq = half.uniq_key or half.offset_msg_id
+        header = {
+            "tranStateTableOffset": str(half.queue_offset),
+            "commitLogOffset": str(half.commit_log_offset),
+            "msgId": uniq,
+            "transactionId": uniq,
+            "offsetMsgId": half.offset_msg_id,
+        }
+        self._opaque += 1
+        conn.send(
+            RemotingCommand(
+                RequestCode.CHECK_TRANSACTION_STATE, header, body, opaque=self._opaque, flag=FLAG_ONEWAY
+            )
+        )
+        return True
+
+    def undecided(self) -> int:
+        """How many halves wait for a decision (for the admin endpoint and tests)."""
+        end = self._store.max_offset(HALF_TOPIC, 0)
+        return sum(1 for o in range(self._scan_from, end) if o not in self._done)
+
+    def _rebuild(self) -> None:
+        for op in self._store.messages(OP_TOPIC, 0):
+            try:
+                self._done.add(int(op.body))
+            except ValueError:
+                continue
+        self._scan_from = self._store.min_offset(HALF_TOPIC, 0)
+        self._advance()

@@ -1,0 +1,205 @@
+"""Transactions on RocketMQ's own protocol, as Java's TransactionMQProducer runs them.
+
+A half message (TRAN_MSG, PGROUP) is stored by a broker but kept from consumers; END_TRANSACTION to that
+broker commits or rolls it back. A half left undecided is asked about by the broker
+(CHECK_TRANSACTION_STATE) on a connection of a client whose heartbeat announced the group; the answer
+is an END_TRANSACTION with fromTransactionCheck. Unlike Java, the decision and the check answer are the
+caller's (the sidecar keeps its own record): this module only speaks the protocol.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from ..broker import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    EndTransaction,
+)
+from ..codes import RequestCode
+from ..connection import Connection
+from ..errors import RocketMQError, RouteNotFound, SendFailed
+from ..message import Message, MessageExt, MessageQueue
+from ..msgid import new_uniq_id
+from ..protocol.frame import RemotingCommand
+from ..result import SendResult, SendStatus
+from .producer import Producer
+from .publish_info import TopicPublishInfo
+
+log = logging.getLogger(__name__)
+
+
+class TransactionState(enum.Enum):
+    """Java's LocalTransactionState, valued by the commitOrRollback it sends."""
+
+    COMMIT = TRANSACTION_COMMIT_TYPE
+    ROLLBACK = TRANSACTION_ROLLBACK_TYPE
+    UNKNOWN = TRANSACTION_NOT_TYPE
+
+
+def commit_log_offset(offset_msg_id: str) -> int:
+    """MessageDecoder.decodeMessageId: the commit-log offset is the last 8 bytes of the offset id."""
+    if len(offset_msg_id) not in (32, 56):  # IPv4 or IPv6 store host
+        raise ValueError(f"not an offset message id: {offset_msg_id!r}")
+    return int(offset_msg_id[-16:], 16)
+
+
+@dataclass(frozen=True, slots=True)
+class HalfReceipt:
+    """Where a broker stored a half message: all END_TRANSACTION needs, for as long as the caller keeps
+    it (the sidecar syncs it so that a decision survives a restart)."""
+
+    group: str
+    msg_id: str  # UNIQ_KEY, which Java also uses as the transaction id
+    broker_name: str
+    queue: MessageQueue  # the real topic's queue the broker chose
+    queue_offset: int  # the half's offset in RMQ_SYS_TRANS_HALF_TOPIC: tranStateTableOffset
+    commit_log_offset: int
+    offset_msg_id: str
+
+    def end(self, state: TransactionState, *, from_check: bool = False) -> EndTransaction:
+        return EndTransaction(
+            producer_group=self.group,
+            tran_state_table_offset=self.queue_offset,
+            commit_log_offset=self.commit_log_offset,
+            state=state.value,
+            msg_id=self.msg_id,
+            transaction_id=self.msg_id,
+            from_transaction_check=from_check,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRequest:
+    """A broker's CHECK_TRANSACTION_STATE: the half it asks about (``message``) and whom to answer."""
+
+    broker_addr: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str  # the half's UNIQ_KEY (or its offset id when it has none)
+    transaction_id: str
+    message: MessageExt
+
+
+# Decides a check: the caller's record, or its app. Raising counts as UNKNOWN (the broker asks again).
+Checker = Callable[[CheckRequest], Awaitable[TransactionState]]
+
+
+def _header_int(cmd: RemotingCommand, name: str) -> int:
+    try:
+        return int(cmd.ext_fields[name])
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"CHECK_TRANSACTION_STATE lacks a valid {name!r}") from exc
+
+
+class TransactionProducer:
+    """Half sends, decisions and check answers for one producer group, over a started Producer (whose
+    client instance carries the group in its heartbeats)."""
+
+    def __init__(self, producer: Producer, group: str, checker: Checker | None = None) -> None:
+        """``checker``: decides the brokers' checks (settable later, e.g. by whoever keeps the
+        record); without one every check is answered UNKNOWN."""
+        if not group:
+            raise ValueError("a transaction producer group must be non-empty")
+        self.producer = producer
+        self.group = group
+        self.checker = checker
+        self.checks_answered = 0
+
+    def start(self) -> None:
+        self.producer.instance.register_transaction_checker(self.group, self._on_check)
+
+    async def close(self) -> None:
+        self.producer.instance.unregister_transaction_checker(self.group)
+        await self.producer.instance.unregister(producer_group=self.group)
+
+    async def send_half(self, msg: Message, *, sharding_key: str | None = None) -> HalfReceipt:
+        """Store ``msg`` as a half message (retried on other brokers like a plain send); raises
+        SendFailed when no broker stored it. A degraded store (e.g. FLUSH_DISK_TIMEOUT) is a failure
+        here, as Java rolls those back: the half may not survive to be committed."""
+        msg.validate(self.producer.config.max_body_bytes)
+        uniq = msg.id or new_uniq_id()
+        group = self.group
+
+        async def attempt(
+            mq: MessageQueue, addr: str, remaining: float, info: TopicPublishInfo
+        ) -> SendResult:
+            return await self.producer.api.send(
+                addr, mq, msg, uniq, remaining, self.producer.config.default_topic, half_of_group=group
+            )
+
+        result = await self.producer.with_retries(
+            msg.topic, self.producer.selector_for(sharding_key), attempt, uniq
+        )
+        if result.status is not SendStatus.SEND_OK:
+            raise SendFailed(f"half message {uniq} stored only as {result.status.value}", [], None)
+        return HalfReceipt(
+            group=group,
+            msg_id=uniq,
+            broker_name=result.queue.broker_name,
+            queue=result.queue,
+            queue_offset=result.queue_offset,
+            commit_log_offset=commit_log_offset(result.offset_msg_id),
+            offset_msg_id=result.offset_msg_id,
+        )
+
+    def broker_addr(self, receipt: HalfReceipt) -> str:
+        """The master address of the broker that holds the half: END_TRANSACTION goes only there."""
+        addr = self.producer.instance.broker_addrs().get(receipt.broker_name)
+        if addr is None:
+            raise RouteNotFound(f"broker {receipt.broker_name} of transaction {receipt.msg_id} is not known")
+        return addr
+
+    async def resolve(self, receipt: HalfReceipt) -> str:
+        """broker_addr, fetching the topic's route first when the broker is not known yet (a restart)."""
+        try:
+            return self.broker_addr(receipt)
+        except RouteNotFound:
+            await self.producer.instance.get_route(receipt.queue.topic)
+            return self.broker_addr(receipt)
+
+    async def end(self, receipt: HalfReceipt, state: TransactionState, *, timeout_s: float = 3.0) -> None:
+        """Send the decision and wait for the broker's answer (Java sends it one-way and never learns
+        whether it arrived). Raises RocketMQError when it may not have reached the broker."""
+        if state is TransactionState.UNKNOWN:
+            raise ValueError("only COMMIT or ROLLBACK end a transaction")
+        addr = await self.resolve(receipt)
+        await self.producer.api.end_transaction(addr, receipt.end(state), timeout_s=timeout_s)
+
+    async def _on_check(self, conn: Connection, cmd: RemotingCommand, msg: MessageExt) -> None:
+        try:
+            request = CheckRequest(
+                broker_addr=conn.addr,
+                tran_state_table_offset=_header_int(cmd, "tranStateTableOffset"),
+                commit_log_offset=_header_int(cmd, "commitLogOffset"),
+                msg_id=msg.uniq_key or cmd.ext_fields.get("msgId", "") or msg.offset_msg_id,
+                transaction_id=cmd.ext_fields.get("transactionId", "") or (msg.uniq_key or ""),
+                message=msg,
+            )
+        except ValueError as exc:
+            log.warning("transaction check from %s ignored: %s", conn.addr, exc)
+            return
+        try:
+            state = await self.checker(request) if self.checker else TransactionState.UNKNOWN
+        except Exception:  # the app's trouble: the broker asks again later, as after Java's UNKNOW
+            log.exception("transaction check of %s failed; answering UNKNOWN", request.msg_id)
+            state = TransactionState.UNKNOWN
+        end = EndTransaction(
+            producer_group=self.group,
+            tran_state_table_offset=request.tran_state_table_offset,
+            commit_log_offset=request.commit_log_offset,
+            state=state.value,
+            msg_id=request.msg_id,
+            transaction_id=request.transaction_id,
+            from_transaction_check=True,
+        )
+        try:  # on the connection the broker asked on, one-way, as Java's endTransactionOneway
+            await conn.invoke_oneway(RemotingCommand(RequestCode.END_TRANSACTION, end.header()))
+        except RocketMQError as exc:
+            log.warning("answer to the transaction check of %s not sent: %s", request.msg_id, exc)
+            return
+        self.checks_answered += 1
