@@ -16,6 +16,7 @@ from rocksidecar.delay import CancelOutcome
 from ..metrics import Metrics
 from ..request import FieldNames, Limits, Prepared, RequestError, SpecLike, prepare
 from ..sidecar import Ack, MessageState, Outcome, Sidecar, Status
+from ..tracing.context import TraceContext, inherit
 from . import problems
 from .parsing import check_batch_size
 
@@ -61,17 +62,23 @@ class Operations:
     def prepare(self, spec: SpecLike, now_ms: int | None = None) -> Prepared:
         return prepare(spec, self.limits, self.now_ms() if now_ms is None else now_ms, self.names)
 
-    async def send(self, spec: SpecLike, ack: Ack) -> Outcome:
-        """Validate and send one message, counted by its outcome; raises what refused it."""
+    async def send(self, spec: SpecLike, ack: Ack, trace: TraceContext | None = None) -> Outcome:
+        """Validate and send one message (with the request's ``trace`` context unless it has its own),
+        counted by its outcome; raises what refused it."""
         try:
-            outcome = await self.sidecar.send(self.prepare(spec), ack)
+            prepared = self.prepare(spec)
+            if trace is not None:
+                prepared.message = inherit(prepared.message, trace)
+            outcome = await self.sidecar.send(prepared, ack)
         except Exception as exc:
             self.count(item_label(exc))
             raise
         self.count(outcome.status.value)
         return outcome
 
-    async def send_batch(self, specs: Sequence[SpecLike | RequestError], ack: Ack) -> list[BatchItem]:
+    async def send_batch(
+        self, specs: Sequence[SpecLike | RequestError], ack: Ack, trace: TraceContext | None = None
+    ) -> list[BatchItem]:
         """One result per message, in order: an item that is already an error (the edge could not parse
         it) or fails validation fails only itself, named ``messages[i]...``."""
         check_batch_size(len(specs), self.batch_limit)
@@ -82,9 +89,13 @@ class Operations:
                 items.append(spec)  # already names messages[i]
                 continue
             try:
-                items.append(self.prepare(spec, now))
+                prepared = self.prepare(spec, now)
             except RequestError as exc:
                 items.append(exc.within(f"messages[{i}]"))
+                continue
+            if trace is not None:
+                prepared.message = inherit(prepared.message, trace)
+            items.append(prepared)
         results = await self.sidecar.send_batch(items, ack)
         sent = Status.SENT
         counts = Counter(
