@@ -51,6 +51,7 @@ from .sidecar import Sidecar
 from .store_delivery import delivery_loops
 from .subscriptions.runner import QueueLag, Subscriptions
 from .topic_allow import TopicAllowList
+from .tracing import spans
 from .wiring import COLUMN_FAMILIES as SHARED_CFS
 from .wiring import REPLAY_BATCH, StartupError, build_client, open_store
 
@@ -129,11 +130,14 @@ class SidecarParts:
                 on_spooled=self.events.spooled,
             )  # fmt: skip
         self.sender = self._build_sender()
+        traced = spans.ON  # spans of the send path (app.tracing.spans): wrappers only when on
         self.sidecar = Sidecar(
-            self.sender,
-            self.retry,
+            spans.TracedSender(self.sender, background=False) if traced else self.sender,
+            spans.TracedSpool(self.retry) if traced else self.retry,
             policy_for=s.retry_policy,
-            delay=self.forwarder or self.delay,
+            delay=spans.TracedSchedule(self.forwarder or self.delay)
+            if traced
+            else self.forwarder or self.delay,
             lookups=[
                 RetryLookup(self.retry.get),
                 *([self.forwarder] if self.forwarder else []),
@@ -143,8 +147,9 @@ class SidecarParts:
             now_ms=self.retry.now_ms,  # never runs backwards: a clock step cannot make a rung fire early
             on_spooled=self.events.spooled,
         )
+        loops_sender = spans.TracedSender(self.producer, background=True) if traced else self.producer
         self.delay_scheduler, self.replay = delivery_loops(
-            self.producer, self.retry, self.delay, policy_for=s.retry_policy, workers=s.replay_workers,
+            loops_sender, self.retry, self.delay, policy_for=s.retry_policy, workers=s.replay_workers,
             batch_max=REPLAY_BATCH, on_published=self._on_delay_published, on_replayed=self._on_replayed,
         )  # fmt: skip
         self.recovery = RecoveryReplay(

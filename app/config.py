@@ -259,6 +259,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("access_log", _bool, False, "Log one line per HTTP request (method, path, status, duration)."),
     Setting(
+        "otel",
+        _bool,
+        False,
+        "Export OpenTelemetry spans of the send path over OTLP, configured by the standard OTEL_* "
+        "variables (needs the otel extra: pip install 'rocksidecar[otel]').",
+    ),
+    Setting(
         "delay_late_log_ms",
         _int(0),
         1000,
@@ -358,6 +365,7 @@ class Settings:
     log_level: str = "info"
     log_format: str = "text"
     access_log: bool = False
+    otel: bool = False
     delay_late_log_ms: int = 1000
     recovery_replay_rate: int = 50_000
     subscriptions: tuple[SubscriptionSpec, ...] = ()

@@ -12,10 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rocksidecar.delay import CancelOutcome
+from rocksidecar.rmq import Message
 
 from ..metrics import Metrics
 from ..request import FieldNames, Limits, Prepared, RequestError, SpecLike, prepare
 from ..sidecar import Ack, MessageState, Outcome, Sidecar, Status
+from ..tracing import spans
 from ..tracing.context import TraceContext, inherit
 from . import problems
 from .parsing import check_batch_size
@@ -69,7 +71,10 @@ class Operations:
             prepared = self.prepare(spec)
             if trace is not None:
                 prepared.message = inherit(prepared.message, trace)
-            outcome = await self.sidecar.send(prepared, ack)
+            if spans.ON:
+                outcome = await spans.receive(prepared.message, lambda m: self._send(prepared, m, ack))
+            else:
+                outcome = await self.sidecar.send(prepared, ack)
         except Exception as exc:
             self.count(item_label(exc))
             raise
@@ -96,7 +101,10 @@ class Operations:
             if trace is not None:
                 prepared.message = inherit(prepared.message, trace)
             items.append(prepared)
-        results = await self.sidecar.send_batch(items, ack)
+        if spans.ON:
+            results = await self._traced_batch(items, ack)
+        else:
+            results = await self.sidecar.send_batch(items, ack)
         sent = Status.SENT
         counts = Counter(
             "SENT" if type(r) is Outcome and r.status is sent else item_label(r) for r in results
@@ -104,6 +112,20 @@ class Operations:
         for label, n in counts.items():
             self.count(label, n)
         return results
+
+    async def _send(self, prepared: Prepared, message: Message, ack: Ack) -> Outcome:
+        prepared.message = message  # with the receive span's trace context
+        return await self.sidecar.send(prepared, ack)
+
+    async def _traced_batch(self, items: list[Prepared | RequestError], ack: Ack) -> list[BatchItem]:
+        good = [p for p in items if isinstance(p, Prepared)]
+
+        async def send(messages: list[Message]) -> list[BatchItem]:
+            for p, m in zip(good, messages, strict=True):
+                p.message = m
+            return await self.sidecar.send_batch(items, ack)
+
+        return await spans.receive_batch([p.message for p in good], send)
 
     async def status(self, id: str) -> MessageState:
         found = await self.sidecar.status(id)
