@@ -27,6 +27,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanK
 
 from rocksidecar.rmq import Message, RocketMQError, SendResult
 from rocksidecar.rmq.errors import SendFailed
+from rocksidecar.rmq.message import MessageExt
 
 from .context import TRACEPARENT_PROPERTY, TraceContext, of_properties
 
@@ -269,3 +270,30 @@ class TracedSchedule:
     async def schedule_many(self, msgs: Sequence[Any]) -> None:
         topic = msgs[0].topic if msgs else ""
         await internal("schedule", topic, len(msgs), self._inner.schedule_many(msgs))
+
+
+async def process(msg: MessageExt, group: str, endpoint: str, deliver: Awaitable[bool]) -> bool:
+    """A consumed message handed to the app: a ``process {topic}`` (CONSUMER) span, child of the trace
+    context the message carries (the sender's), around a ``deliver {topic}`` (CLIENT) span for the
+    POSTs to the app; ``deliver`` answers whether the app took it."""
+    own = of_properties(dict(msg.user_properties))
+    parent = trace.set_span_in_context(NonRecordingSpan(span_context(own))) if own else None
+    attrs: dict[str, Any] = {
+        "messaging.system": "rocketmq",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": msg.topic,
+        "messaging.consumer.group.name": group,
+        "messaging.message.id": msg.msg_id,
+        "messaging.rocketmq.message.reconsume_times": msg.reconsume_times,
+    }
+    span = _tracer.start_span(f"process {msg.topic}", parent, SpanKind.CONSUMER, attrs)
+    with trace.use_span(span, end_on_exit=True, record_exception=True):
+        deliver_attrs = {"messaging.system": "rocketmq", "url.full": endpoint}
+        with _tracer.start_as_current_span(
+            f"deliver {msg.topic}", kind=SpanKind.CLIENT, attributes=deliver_attrs
+        ) as d:
+            ok = await deliver
+            d.set_attribute("rocksidecar.delivered", ok)
+        if not ok:
+            span.set_attribute("error.type", "not_delivered")
+        return ok

@@ -13,9 +13,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from rocksidecar.app.subscriptions.http_client import Answer
 from rocksidecar.app.tracing import spans
 from rocksidecar.app.tracing.context import TRACEPARENT_PROPERTY
+from rocksidecar.rmq.consumer.config import ConsumeStatus
 from tests.app.conftest import Stack
+from tests.app.subscriptions.test_push import MQ, Recorded, message
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 TP = f"00-{TRACE_ID}-b7ad6b7169203331-01"
@@ -153,3 +156,29 @@ def test_on_it_exports_over_otlp_with_a_batching_processor() -> None:
         spans.configure(None)
         assert flush is not None
         flush()
+
+
+async def test_a_consumed_delivery_is_process_then_deliver_in_the_sender_s_trace(
+    exporter: InMemorySpanExporter,
+) -> None:
+    rec = Recorded([Answer(200)])
+    sender_span = "b7ad6b7169203331"
+    assert await rec.push()([message(**{TRACEPARENT_PROPERTY: TP})], MQ) is ConsumeStatus.SUCCESS
+    got = by_name(exporter)
+    process, deliver = got["process T"], got["deliver T"]
+    assert process.kind is SpanKind.CONSUMER and deliver.kind is SpanKind.CLIENT
+    assert hex_trace(process) == TRACE_ID and f"{process.parent.span_id:016x}" == sender_span  # type: ignore[union-attr]
+    assert deliver.parent is not None and process.context is not None
+    assert deliver.parent.span_id == process.context.span_id
+    assert process.attributes and process.attributes["messaging.consumer.group.name"] == "G"
+    assert deliver.attributes and deliver.attributes["rocksidecar.delivered"] is True
+    assert rec.requests[0].headers["ce-traceparent"] == TP  # the app continues the sender's trace
+
+
+async def test_an_undelivered_message_marks_its_process_span(exporter: InMemorySpanExporter) -> None:
+    rec = Recorded([Answer(500)])
+    assert await rec.push()([message()], MQ) is not ConsumeStatus.SUCCESS
+    process = by_name(exporter)["process T"]
+    assert (
+        process.parent is None and process.attributes and process.attributes["error.type"] == "not_delivered"
+    )
