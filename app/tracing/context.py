@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
 from rocksidecar.rmq import Message
@@ -121,3 +121,9 @@ def inherit(msg: Message, ctx: TraceContext) -> Message:
     properties = dict(msg.properties)
     put(properties, ctx)
     return dataclasses.replace(msg, properties=properties)
+
+
+def trace_fields(properties: Mapping[str, str]) -> dict[str, str]:
+    """``{"trace_id": ...}`` for a log line about a message that carries a trace context, else ``{}``."""
+    parent = parse_traceparent(properties.get(TRACEPARENT_PROPERTY))
+    return {} if parent is None else {"trace_id": parent[3:35]}

@@ -74,6 +74,12 @@ def setup_from_env(on: bool, env: Mapping[str, str] = os.environ) -> Callable[[]
     return provider.shutdown
 
 
+def current_trace_fields() -> dict[str, str]:
+    """``{"trace_id": ...}`` of the span current where a log line is written, else ``{}``."""
+    sc = trace.get_current_span().get_span_context()
+    return {"trace_id": f"{sc.trace_id:032x}"} if sc.is_valid else {}
+
+
 def span_context(ctx: TraceContext) -> SpanContext:
     state = TraceState.from_header([ctx.tracestate]) if ctx.tracestate else None
     return SpanContext(

@@ -80,3 +80,10 @@ def test_a_message_keeps_its_own_trace_context_over_the_requests() -> None:
     got = inherit(plain, TraceContext(TP, "a=b"))
     assert got.properties == {"k": "v", TRACEPARENT_PROPERTY: TP, TRACESTATE_PROPERTY: "a=b"}
     assert plain.properties == {"k": "v"}  # the original is not changed
+
+
+def test_log_fields_name_the_message_s_trace_id() -> None:
+    from rocksidecar.app.tracing.context import trace_fields
+
+    assert trace_fields({TRACEPARENT_PROPERTY: TP}) == {"trace_id": "0af7651916cd43dd8448eb211c80319c"}
+    assert trace_fields({TRACEPARENT_PROPERTY: "junk"}) == {} and trace_fields({}) == {}

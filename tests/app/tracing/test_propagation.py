@@ -5,6 +5,7 @@ ignored (the message is sent without one), never refused."""
 from __future__ import annotations
 
 import grpc
+import pytest
 
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
@@ -58,11 +59,15 @@ async def test_a_batch_gives_the_header_to_items_without_their_own(stack: Stack)
     assert got == {b"a": TP, b"b": own}
 
 
-async def test_a_spooled_then_replayed_send_keeps_the_trace_context(stack: Stack) -> None:
+async def test_a_spooled_then_replayed_send_keeps_the_trace_context(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
     await stack.http.post("/v1/messages", json={"topic": "TrSpool", "body": "warm"})
     await stack.stop_brokers()
     r = await stack.http.post("/v1/messages", json={"topic": "TrSpool", "body": "x"}, headers=HEADERS)
     assert r.status_code == 202 and r.json()["status"] == "SPOOLED"
+    (spooled,) = [rec for rec in caplog.records if getattr(rec, "event", None) == "message_spooled"]
+    assert getattr(spooled, "trace_id", None) == TP[3:35]  # the log line names the request's trace
     await stack.start_brokers()
     await stack.drain()
     got = {m.body: m.properties.get(TRACEPARENT_PROPERTY) for m in stack.stored("TrSpool")}

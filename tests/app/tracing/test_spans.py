@@ -182,3 +182,27 @@ async def test_an_undelivered_message_marks_its_process_span(exporter: InMemoryS
     assert (
         process.parent is None and process.attributes and process.attributes["error.type"] == "not_delivered"
     )
+
+
+def test_json_logs_carry_the_current_span_s_trace_id(exporter: InMemorySpanExporter) -> None:
+    import io
+    import json
+    import logging
+
+    from rocksidecar.app.logs import JsonFormatter
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    log = logging.getLogger("tests.tracing.json")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("outside")
+        with spans._tracer.start_as_current_span("x") as span:
+            log.warning("inside")
+    finally:
+        log.removeHandler(handler)
+    outside, inside = (json.loads(line) for line in out.getvalue().splitlines())
+    assert "trace_id" not in outside
+    assert inside["trace_id"] == f"{span.get_span_context().trace_id:032x}"
