@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rocksidecar.delay import DelayStore
 from rocksidecar.delay import keys as delay_keys
@@ -50,6 +50,7 @@ from .sidecar import Sidecar
 from .store_delivery import delivery_loops
 from .subscriptions.runner import QueueLag, Subscriptions
 from .topic_allow import TopicAllowList
+from .tracing import msgtrace, spans
 from .wiring import COLUMN_FAMILIES as SHARED_CFS
 from .wiring import REPLAY_BATCH, StartupError, build_client, open_store
 
@@ -133,11 +134,24 @@ class SidecarParts:
                 on_spooled=self.events.spooled,
             )  # fmt: skip
         self.sender = self._build_sender()
+        loops_sender: Sender = self.producer
+        self.msg_trace: msgtrace.Dispatcher | None = None
+        msgtrace.DISPATCHER = None
+        if s.msg_trace:  # RocketMQ's message trace (app.tracing.msgtrace): Pub records of every send
+            trace = msgtrace.DISPATCHER = msgtrace.Dispatcher(
+                self.producer, topic=s.msg_trace_topic, group=s.producer_group
+            )
+            self.msg_trace = trace
+            self.sender = cast(Sender, msgtrace.MsgTraceSender(self.sender, trace))
+            loops_sender = cast(Sender, msgtrace.MsgTraceSender(self.producer, trace))
+        traced = spans.ON  # spans of the send path (app.tracing.spans): wrappers only when on
         self.sidecar = Sidecar(
-            self.sender,
-            self.retry,
+            spans.TracedSender(self.sender, background=False) if traced else self.sender,
+            spans.TracedSpool(self.retry) if traced else self.retry,
             policy_for=s.retry_policy,
-            delay=self.forwarder or self.delay,
+            delay=spans.TracedSchedule(self.forwarder or self.delay)
+            if traced
+            else self.forwarder or self.delay,
             lookups=[
                 RetryLookup(self.retry.get),
                 *([self.forwarder] if self.forwarder else []),
@@ -147,8 +161,9 @@ class SidecarParts:
             now_ms=self.retry.now_ms,  # never runs backwards: a clock step cannot make a rung fire early
             on_spooled=self.events.spooled,
         )
+        loops_sender = spans.TracedSender(loops_sender, background=True) if traced else loops_sender
         self.delay_scheduler, self.replay = delivery_loops(
-            self.producer, self.retry, self.delay, policy_for=s.retry_policy, workers=s.replay_workers,
+            loops_sender, self.retry, self.delay, policy_for=s.retry_policy, workers=s.replay_workers,
             batch_max=REPLAY_BATCH, on_published=self._on_delay_published, on_replayed=self._on_replayed,
         )  # fmt: skip
         self.recovery = RecoveryReplay(

@@ -245,6 +245,23 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("access_log", _bool, False, "Log one line per HTTP request (method, path, status, duration)."),
     Setting(
+        "otel",
+        _bool,
+        False,
+        "Export OpenTelemetry spans of the send path over OTLP, configured by the standard OTEL_* "
+        "variables (needs the otel extra: pip install 'rocksidecar[otel]').",
+    ),
+    Setting(
+        "msg_trace",
+        _bool,
+        False,
+        "Write RocketMQ message trace records (the Java client's enableMsgTrace format) of sends and "
+        "push deliveries to msg_trace_topic, batched in the background; never slows or fails a send.",
+    ),
+    Setting(
+        "msg_trace_topic", _text, "RMQ_SYS_TRACE_TOPIC", "The message trace topic (the brokers' default)."
+    ),
+    Setting(
         "delay_late_log_ms",
         _int(0),
         1000,
@@ -344,6 +361,9 @@ class Settings:
     log_level: str = "info"
     log_format: str = "text"
     access_log: bool = False
+    otel: bool = False
+    msg_trace: bool = False
+    msg_trace_topic: str = "RMQ_SYS_TRACE_TOPIC"
     delay_late_log_ms: int = 1000
     recovery_replay_rate: int = 50_000
     subscriptions: tuple[SubscriptionSpec, ...] = ()

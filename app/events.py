@@ -19,6 +19,7 @@ from rocksidecar.retry.dead_letter import DeadLetter
 from rocksidecar.retry.record import RetryRecord
 
 from .logs import Throttle
+from .tracing.context import trace_fields
 
 log = logging.getLogger("rocksidecar.events")
 
@@ -122,7 +123,7 @@ class OpsEvents:
             {"topic": record.topic, "error_kind": cause(record.last_error)},
             "message %s to %s spooled for retry: %s",
             (record.id, record.topic, record.last_error),
-            {"id": record.id, "error": record.last_error},
+            {"id": record.id, "error": record.last_error, **trace_fields(record.properties)},
         )
 
     def dead_lettered(self, letter: DeadLetter) -> None:
@@ -139,6 +140,7 @@ class OpsEvents:
                 "type": record.type if record is not None else None,
                 "attempts": record.retry_count if record is not None else None,
                 "reason": letter.reason,
+                **(trace_fields(record.properties) if record is not None else {}),
             },
         )
 

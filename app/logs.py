@@ -18,6 +18,8 @@ from rocksidecar.rmq.throttle import (
     Throttle,  # generic; it lives in the client, which imports nothing of ours
 )
 
+from .tracing import spans
+
 __all__ = ["FORMATS", "JsonFormatter", "TextFormatter", "Throttle", "configure", "event_fields"]
 
 # Attributes every LogRecord has; anything else on a record is an event field.
@@ -50,6 +52,8 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             **fields,
         }
+        if spans.ON and "trace_id" not in doc:  # logged inside a span of ours: its trace
+            doc.update(spans.current_trace_fields())
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(doc, default=str, option=orjson.OPT_NON_STR_KEYS).decode()

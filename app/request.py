@@ -15,6 +15,7 @@ from rocksidecar.rmq import InvalidMessageError, Message, new_uniq_id
 from rocksidecar.rmq.message import validate_topic
 
 from .topic_allow import TopicAllowList
+from .tracing.context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, clean
 
 
 class RequestError(Exception):
@@ -260,6 +261,8 @@ def prepare(spec: SpecLike, limits: Limits, now_ms: int, names: FieldNames = HTT
     if spec.type is not None and (not spec.type or len(spec.type) > 128 or ":" in spec.type):
         raise RequestError("type must be 1-128 characters without ':'", field="type")
     properties = dict(spec.properties)
+    if properties and (TRACEPARENT_PROPERTY in properties or TRACESTATE_PROPERTY in properties):
+        clean(properties)  # a trace context given as properties (a Spark row's) is kept only when valid
     if spec.body is not None and not isinstance(spec.body, str):
         properties.setdefault(CONTENT_TYPE_PROPERTY, JSON_CONTENT_TYPE)
     # positional: topic, body, tags, keys, properties, flag, id (one per message of a batch)

@@ -48,13 +48,22 @@ def run(args: argparse.Namespace) -> int:
         StartupError,
         serve,
     )
+    from .tracing import spans
 
+    try:
+        flush_spans = spans.setup_from_env(settings.otel)  # spans over OTLP (the otel extra)
+    except RuntimeError as exc:
+        print(f"rocksidecar serve: cannot start: {exc}", file=sys.stderr)
+        return 1
     override = functools.partial(_embedded_devbroker, args.devbroker_brokers) if args.devbroker else None
     try:
         return serve(settings, namesrv_override=override)
     except StartupError as exc:
         print(f"rocksidecar serve: cannot start: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if flush_spans is not None:
+            flush_spans()
 
 
 @contextlib.asynccontextmanager

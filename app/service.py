@@ -75,6 +75,8 @@ class Service(SidecarParts):
         await self.recovery.close()
         await self.replay.close(grace_s=min(grace, 5.0))
         await self.notifier.close()
+        if self.msg_trace is not None:  # the last trace records, while the producer still runs
+            await self.msg_trace.close()
         await close_delivery(
             self.producer, self.client, self.remoting, self.retry, self.delay, self.writer, self.kv
         )

@@ -46,6 +46,8 @@ _MPS = re.compile(r"Send MPS: (\d+)")
 _WRK_LUA = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
+local tp = os.getenv("TRACEPARENT")  -- bench.tracing: a W3C trace context on every request
+if tp then wrk.headers["traceparent"] = tp end
 local f = assert(io.open(os.getenv("BODY_FILE"), "rb"))
 wrk.body = f:read("*a")
 f:close()

@@ -41,6 +41,9 @@ def row_json(row: Mapping[str, Any]) -> str:
     return orjson.dumps(row, default=_json_default, option=orjson.OPT_NON_STR_KEYS).decode("utf-8")
 
 
+TRACEPARENT_PROPERTY = "TRACE_CONTEXT"
+
+
 class MessageBuilder:
     def __init__(self, opts: WriteOptions) -> None:
         self._topic = opts.topic
@@ -50,6 +53,7 @@ class MessageBuilder:
         self._sharding = opts.sharding_key_column
         self._properties = opts.properties_column
         self._row_id = opts.row_id_column
+        self._traceparent = opts.traceparent_column
 
     def build(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """The message for ``row``.
@@ -82,6 +86,10 @@ class MessageBuilder:
             msg["shardingKey"] = as_text(row[self._sharding])
         if self._properties is not None and row[self._properties]:
             msg["properties"] = {k: v for k, v in row[self._properties].items() if v is not None}
+        if self._traceparent is not None and row[self._traceparent]:
+            # the property the sidecar keeps a W3C traceparent in (app.tracing.context); it checks the
+            # value and drops one that does not parse, so a bad row still goes out, untraced
+            msg.setdefault("properties", {})[TRACEPARENT_PROPERTY] = row[self._traceparent]
         return msg
 
     def row_id(self, row: Mapping[str, Any], index: int) -> str | int:

@@ -24,6 +24,7 @@ COLUMN_TYPES: dict[str, tuple[str, ...]] = {
     "shardingKeyColumn": ("string",),
     "propertiesColumn": ("map<string,string>",),
     "rowIdColumn": ("string", "tinyint", "smallint", "int", "bigint"),
+    "traceparentColumn": ("string",),
 }
 KNOWN = {
     "topic",
@@ -72,6 +73,7 @@ class WriteOptions:
     sharding_key_column: str | None = None
     properties_column: str | None = None
     row_id_column: str | None = None
+    traceparent_column: str | None = None
 
     def backoff(self) -> Backoff:
         return Backoff(initial_s=self.retry_backoff_s, max_s=self.retry_backoff_max_s)
@@ -85,6 +87,7 @@ class WriteOptions:
             "shardingKeyColumn": self.sharding_key_column,
             "propertiesColumn": self.properties_column,
             "rowIdColumn": self.row_id_column,
+            "traceparentColumn": self.traceparent_column,
         }
         return {name: col for name, col in given.items() if col is not None}
 
@@ -172,6 +175,7 @@ def parse(options: Mapping[str, str]) -> WriteOptions:
         sharding_key_column=opts.get("shardingKeyColumn"),
         properties_column=opts.get("propertiesColumn"),
         row_id_column=opts.get("rowIdColumn"),
+        traceparent_column=opts.get("traceparentColumn"),
     )
 
 

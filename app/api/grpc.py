@@ -22,6 +22,7 @@ from ..metrics import Metrics
 from ..request import GRPC_FIELDS, Limits, RequestError
 from ..sidecar import Sidecar
 from ..subscriptions.stream import StreamHub
+from ..tracing.context import TraceContext, from_headers
 from . import grpc_subscribe, problems
 from .grpc_views import (
     ack_from_proto,
@@ -50,6 +51,18 @@ _CODES = {
     503: grpc.StatusCode.UNAVAILABLE,
 }
 REPLAYED_METADATA = "idempotent-replayed"  # "true" on an answer repeated for an idempotency_key
+
+
+def trace_of(context: grpc.aio.ServicerContext) -> TraceContext | None:
+    """The call's W3C trace context from its ``traceparent``/``tracestate`` metadata (the first of each,
+    as HTTP takes the first header); an invalid one is ignored."""
+    parent = state = None
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent" and parent is None and isinstance(value, str):
+            parent = value
+        elif key == "tracestate" and state is None and isinstance(value, str):
+            state = value
+    return None if parent is None else from_headers(parent, state)
 
 
 def _kept(response: ProtoMessage, failed: int = 0) -> dict[str, Any]:
@@ -146,7 +159,9 @@ class SidecarServicer(pb_grpc.SidecarServicer):
     async def Send(self, request: pb.SendRequest, context: grpc.aio.ServicerContext) -> pb.SendResponse:
         async def compute() -> pb.SendResponse:
             return send_response(
-                await self._ops.send(spec_from_proto(request.message), ack_from_proto(request.ack))
+                await self._ops.send(
+                    spec_from_proto(request.message), ack_from_proto(request.ack), trace_of(context)
+                )
             )
 
         return await self._answered(
@@ -158,7 +173,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
     ) -> pb.SendBatchResponse:
         async def compute() -> tuple[pb.SendBatchResponse, int]:
             results = await self._ops.send_batch(
-                [spec_from_proto(m) for m in request.messages], ack_from_proto(request.ack)
+                [spec_from_proto(m) for m in request.messages], ack_from_proto(request.ack), trace_of(context)
             )
             failed = sum(item_label(r) == "FAILED" for r in results)
             return batch_response(results), failed
@@ -174,11 +189,14 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         acks: asyncio.Queue[pb.PublishAck | None] = asyncio.Queue()
         slots = asyncio.Semaphore(PUBLISH_IN_FLIGHT)
         tasks: set[asyncio.Task[None]] = set()
+        trace = trace_of(context)  # the stream's: every message published on it
 
         async def handle(req: pb.PublishRequest) -> None:
             try:
                 try:
-                    outcome = await self._ops.send(spec_from_proto(req.message), ack_from_proto(req.ack))
+                    outcome = await self._ops.send(
+                        spec_from_proto(req.message), ack_from_proto(req.ack), trace
+                    )
                 except Exception as exc:
                     await acks.put(pb.PublishAck(sequence=req.sequence, error=error(exc)))
                 else:

@@ -34,6 +34,7 @@ from ..idempotency import (
 from ..metrics import Metrics
 from ..request import HTTP_FIELDS, Limits, RequestError, SpecLike
 from ..sidecar import Ack, Sidecar
+from ..tracing.context import TraceContext, from_headers
 from . import json_count, problems
 from .access_log import AccessLogMiddleware
 from .admin import AdminOps, admin_routes
@@ -316,13 +317,20 @@ def _fast_routes(api: Api) -> dict[str, FastRoute]:
             query = scope["query_string"]
             raw_ack = QueryParams(query).get("ack") if query else None
             key = headers.get(b"idempotency-key")
+            parent = headers.get(b"traceparent")  # the one check a request without a trace pays
+            trace = None if parent is None else _trace(parent, headers.get(b"tracestate"))
             return await handle(
-                api, scope["path"], body, raw_ack, None if key is None else key.decode("latin-1")
+                api, scope["path"], body, raw_ack, None if key is None else key.decode("latin-1"), trace
             )
 
         return fast
 
     return {"/v1/messages": route(send_one), "/v1/messages:batch": route(send_many)}
+
+
+def _trace(parent: bytes, state: bytes | None) -> TraceContext | None:
+    """The request's W3C trace context; an invalid one is ignored (see app.tracing.context)."""
+    return from_headers(parent.decode("latin-1"), None if state is None else state.decode("latin-1"))
 
 
 def _response(reply: Reply) -> Response:
@@ -387,16 +395,19 @@ def _message_routes(app: FastAPI, api: Api) -> None:
 async def _routed(handle: Callable[..., Awaitable[Reply]], api: Api, request: Request) -> Response:
     """A hot route through FastAPI's router (the edge's fast path normally answers first)."""
     ack, key = request.query_params.get("ack"), request.headers.get("idempotency-key")
-    return _response(await handle(api, request.url.path, await request.body(), ack, key))
+    trace = from_headers(request.headers.get("traceparent"), request.headers.get("tracestate"))
+    return _response(await handle(api, request.url.path, await request.body(), ack, key, trace))
 
 
-async def send_one(api: Api, path: str, body: bytes, raw_ack: str | None, key: str | None) -> Reply:
+async def send_one(
+    api: Api, path: str, body: bytes, raw_ack: str | None, key: str | None, trace: TraceContext | None = None
+) -> Reply:
     """``POST /v1/messages`` from its parts: the FastAPI route and the edge's fast path both answer
     through here."""
 
     async def compute(msg: SpecLike, ack: Ack) -> Answer:
         try:
-            outcome = await api.ops.send(msg, ack)
+            outcome = await api.ops.send(msg, ack, trace)
         except Exception as exc:
             status, doc, _ = problems.from_exception(exc)
             return status, doc
@@ -405,7 +416,9 @@ async def send_one(api: Api, path: str, body: bytes, raw_ack: str | None, key: s
     return await _parsed_then(api, path, body, raw_ack, key, parse_message, compute)
 
 
-async def send_many(api: Api, path: str, body: bytes, raw_ack: str | None, key: str | None) -> Reply:
+async def send_many(
+    api: Api, path: str, body: bytes, raw_ack: str | None, key: str | None, trace: TraceContext | None = None
+) -> Reply:
     """``POST /v1/messages:batch`` from its parts (see send_one)."""
 
     def parse(data: bytes) -> list[SpecLike | RequestError]:
@@ -413,7 +426,7 @@ async def send_many(api: Api, path: str, body: bytes, raw_ack: str | None, key: 
         return parse_batch(data, api.batch_limit)
 
     async def compute(batch: list[SpecLike | RequestError], ack: Ack) -> Answer:
-        return 200, batch_view(await api.ops.send_batch(batch, ack))
+        return 200, batch_view(await api.ops.send_batch(batch, ack, trace))
 
     return await _parsed_then(api, path, body, raw_ack, key, parse, compute)
 

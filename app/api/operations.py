@@ -12,10 +12,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rocksidecar.delay import CancelOutcome
+from rocksidecar.rmq import Message
 
 from ..metrics import Metrics
 from ..request import FieldNames, Limits, Prepared, RequestError, SpecLike, prepare
 from ..sidecar import Ack, MessageState, Outcome, Sidecar, Status
+from ..tracing import spans
+from ..tracing.context import TraceContext, inherit
 from . import problems
 from .parsing import check_batch_size
 
@@ -58,17 +61,26 @@ class Operations:
     def prepare(self, spec: SpecLike, now_ms: int | None = None) -> Prepared:
         return prepare(spec, self.limits, self.now_ms() if now_ms is None else now_ms, self.names)
 
-    async def send(self, spec: SpecLike, ack: Ack) -> Outcome:
-        """Validate and send one message, counted by its outcome; raises what refused it."""
+    async def send(self, spec: SpecLike, ack: Ack, trace: TraceContext | None = None) -> Outcome:
+        """Validate and send one message (with the request's ``trace`` context unless it has its own),
+        counted by its outcome; raises what refused it."""
         try:
-            outcome = await self.sidecar.send(self.prepare(spec), ack)
+            prepared = self.prepare(spec)
+            if trace is not None:
+                prepared.message = inherit(prepared.message, trace)
+            if spans.ON:
+                outcome = await spans.receive(prepared.message, lambda m: self._send(prepared, m, ack))
+            else:
+                outcome = await self.sidecar.send(prepared, ack)
         except Exception as exc:
             self.count(item_label(exc))
             raise
         self.count(outcome.status.value)
         return outcome
 
-    async def send_batch(self, specs: Sequence[SpecLike | RequestError], ack: Ack) -> list[BatchItem]:
+    async def send_batch(
+        self, specs: Sequence[SpecLike | RequestError], ack: Ack, trace: TraceContext | None = None
+    ) -> list[BatchItem]:
         """One result per message, in order: an item that is already an error (the edge could not parse
         it) or fails validation fails only itself, named ``messages[i]...``."""
         check_batch_size(len(specs), self.batch_limit)
@@ -79,10 +91,17 @@ class Operations:
                 items.append(spec)  # already names messages[i]
                 continue
             try:
-                items.append(self.prepare(spec, now))
+                prepared = self.prepare(spec, now)
             except RequestError as exc:
                 items.append(exc.within(f"messages[{i}]"))
-        results = await self.sidecar.send_batch(items, ack)
+                continue
+            if trace is not None:
+                prepared.message = inherit(prepared.message, trace)
+            items.append(prepared)
+        if spans.ON:
+            results = await self._traced_batch(items, ack)
+        else:
+            results = await self.sidecar.send_batch(items, ack)
         sent = Status.SENT
         counts = Counter(
             "SENT" if type(r) is Outcome and r.status is sent else item_label(r) for r in results
@@ -90,6 +109,20 @@ class Operations:
         for label, n in counts.items():
             self.count(label, n)
         return results
+
+    async def _send(self, prepared: Prepared, message: Message, ack: Ack) -> Outcome:
+        prepared.message = message  # with the receive span's trace context
+        return await self.sidecar.send(prepared, ack)
+
+    async def _traced_batch(self, items: list[Prepared | RequestError], ack: Ack) -> list[BatchItem]:
+        good = [p for p in items if isinstance(p, Prepared)]
+
+        async def send(messages: list[Message]) -> list[BatchItem]:
+            for p, m in zip(good, messages, strict=True):
+                p.message = m
+            return await self.sidecar.send_batch(items, ack)
+
+        return await spans.receive_batch([p.message for p in good], send)
 
     async def status(self, id: str) -> MessageState:
         found = await self.sidecar.status(id)

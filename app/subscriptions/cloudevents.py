@@ -18,6 +18,8 @@ import orjson
 
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
+from ..tracing.context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, from_headers
+
 SPEC_VERSION = "1.0"
 EVENT_TYPE = "org.apache.rocketmq.message"
 CONTENT_TYPE_PROPERTY = "content-type"  # what the sidecar's send API stores (app.request)
@@ -35,7 +37,9 @@ _RESERVED = {
     "data",
 }
 _OURS = ("tags", "keys", "topic", "broker", "queue", "offset", "reconsumetimes", "group", "properties")
-RESERVED = _RESERVED | {"rocketmq" + x for x in _OURS}
+# The distributed-tracing extension: only the message's own trace context (valid) may take these names.
+_TRACING = {"traceparent", "tracestate"}
+RESERVED = _RESERVED | _TRACING | {"rocketmq" + x for x in _OURS}
 
 
 def _header_value(text: str) -> str:
@@ -68,6 +72,7 @@ _PLAIN = {
     "rocketmqoffset",
     "rocketmqreconsumetimes",
     "rocketmqgroup",
+    "traceparent",
 }
 
 
@@ -92,7 +97,12 @@ def attributes_for(msg: MessageExt, mq: MessageQueue, group: str) -> tuple[dict[
         attrs["rocketmqkeys"] = " ".join(msg.keys)
     other: dict[str, str] = {}
     content_type = None
-    for name, value in sorted(msg.user_properties.items()):
+    properties = msg.user_properties
+    if TRACEPARENT_PROPERTY in properties:
+        _trace_attributes(attrs, properties)
+    for name, value in sorted(properties.items()):
+        if name in (TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY) and "traceparent" in attrs:
+            continue  # carried as the tracing extension
         if name.lower() == CONTENT_TYPE_PROPERTY:
             content_type = value
         elif _EXTENSION.match(name) and name not in RESERVED:
@@ -102,6 +112,16 @@ def attributes_for(msg: MessageExt, mq: MessageQueue, group: str) -> tuple[dict[
     if other:
         attrs["rocketmqproperties"] = json.dumps(other, separators=(",", ":"))
     return attrs, content_type or "application/octet-stream"
+
+
+def _trace_attributes(attrs: dict[str, str], properties: dict[str, str]) -> None:
+    """The CloudEvents distributed-tracing extension (``traceparent``, ``tracestate``) from the trace
+    context the message carries (app.tracing.context); one that does not parse stays a plain property."""
+    ctx = from_headers(properties.get(TRACEPARENT_PROPERTY), properties.get(TRACESTATE_PROPERTY))
+    if ctx is not None:
+        attrs["traceparent"] = ctx.traceparent
+        if ctx.tracestate is not None:
+            attrs["tracestate"] = ctx.tracestate
 
 
 def headers_for(msg: MessageExt, mq: MessageQueue, group: str) -> dict[str, str]:

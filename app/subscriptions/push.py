@@ -18,6 +18,7 @@ from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from ..http_client import HttpClient, PostError
+from ..tracing import msgtrace, spans
 from .cloudevents import headers_for
 from .log import DeliveryLog
 from .spec import SubscriptionSpec
@@ -60,7 +61,14 @@ class HttpPush:
 
     async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
         for msg in msgs:  # consume_batch_size is 1: one CloudEvent per POST
-            if not await self.deliver(msg, mq):
+            started = msgtrace.now_ms()
+            if spans.ON:
+                ok = await spans.process(msg, self.spec.group, self.spec.endpoint, self.deliver(msg, mq))
+            else:
+                ok = await self.deliver(msg, mq)
+            if msgtrace.DISPATCHER is not None:
+                msgtrace.consumed(msg, self.spec.group, started, ok)
+            if not ok:
                 self.log_if_dead(msg, "failed")
                 return self._failed
         return ConsumeStatus.SUCCESS

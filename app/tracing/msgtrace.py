@@ -1,0 +1,190 @@
+"""RocketMQ's own message trace (what the Java client's ``enableMsgTrace`` writes): send (``Pub``) and
+consume (``SubBefore``/``SubAfter``) records in ``TraceDataEncoder``'s format, batched into messages on
+the trace topic (``RMQ_SYS_TRACE_TOPIC``) keyed by message id and keys, as ``AsyncTraceDispatcher``
+does, so that ``mqadmin queryMsgTraceById`` and the RocketMQ Dashboard show the sidecar's sends and
+deliveries beside those of Java clients.
+
+Off unless ``ROCKSIDECAR_MSG_TRACE=true``. Recording never waits and never fails a send: records go to a
+bounded buffer (the oldest are dropped when it is full, and counted), a background task writes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rocksidecar.rmq import Message, RocketMQError, SendResult
+from rocksidecar.rmq.message import MessageExt
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+CONTENT = "\x01"  # TraceConstants.CONTENT_SPLITOR
+FIELD = "\x02"  # TraceConstants.FIELD_SPLITOR
+MAX_BATCH_BYTES = 128_000  # AsyncTraceDispatcher's maxMsgSize
+MAX_BUFFERED = 20_000  # records waiting; beyond, the oldest go (a trace must never hold memory hostage)
+FLUSH_S = 0.05
+MSG_TYPE_NORMAL, MSG_TYPE_DELAY = 0, 3  # TraceDataEncoder's MessageType ordinals
+SUCCESS, FAILED = 0, 4  # ConsumeReturnType ordinals (contextCode)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    data: str  # one or more encoded records, each ending with FIELD
+    keys: tuple[str, ...]  # the message id, then its keys: what the trace message is found by
+
+
+def _store_host(offset_msg_id: str) -> str:
+    """``ip:port`` of the broker, read from the offset message id (its first 16 hex digits)."""
+    try:
+        ip = ".".join(str(int(offset_msg_id[i : i + 2], 16)) for i in range(0, 8, 2))
+        return f"{ip}:{int(offset_msg_id[8:16], 16)}"
+    except ValueError:
+        return ""
+
+
+def pub(msg: Message, result: SendResult, *, group: str, started_ms: int, cost_ms: int) -> Record:
+    """A ``Pub`` record of a message a broker stored (TraceDataEncoder.encoderFromContextBean)."""
+    keys = " ".join(msg.keys)
+    msg_type = MSG_TYPE_DELAY if "DELAY_DUE_AT" in msg.properties else MSG_TYPE_NORMAL
+    fields = ("Pub", str(started_ms), result.region_id, group, msg.topic, result.msg_id, msg.tags or "",
+              keys, _store_host(result.offset_msg_id), str(len(msg.body)), str(cost_ms), str(msg_type),
+              result.offset_msg_id, "true")  # fmt: skip
+    return Record(CONTENT.join(fields) + FIELD, (result.msg_id, *msg.keys))
+
+
+def sub(msg: MessageExt, *, group: str, region: str, started_ms: int, cost_ms: int, ok: bool) -> Record:
+    """The ``SubBefore`` and ``SubAfter`` records of one consumed message, under one request id."""
+    request_id = uuid.uuid4().hex.upper()
+    keys = " ".join(msg.keys)
+    before = ("SubBefore", str(started_ms), region, group, request_id, msg.msg_id, str(msg.reconsume_times),
+              keys)  # fmt: skip
+    after = ("SubAfter", request_id, msg.msg_id, str(cost_ms), "true" if ok else "false", keys,
+             str(SUCCESS if ok else FAILED), str(started_ms + cost_ms), group)  # fmt: skip
+    data = CONTENT.join(before) + FIELD + CONTENT.join(after) + FIELD
+    return Record(data, (msg.msg_id, *msg.keys))
+
+
+class Dispatcher:
+    """Buffers records and writes them to the trace topic in batches from a task of its own."""
+
+    def __init__(self, producer: Any, *, topic: str = DEFAULT_TOPIC, group: str) -> None:
+        self._producer = producer
+        self.topic = topic
+        self.group = group
+        self._buffer: deque[Record] = deque(maxlen=MAX_BUFFERED)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.written = self.dropped = self.failed = 0
+
+    def add(self, record: Record) -> None:
+        """Never waits: a full buffer drops its oldest record."""
+        if len(self._buffer) == MAX_BUFFERED:
+            self.dropped += 1
+        self._buffer.append(record)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await asyncio.sleep(FLUSH_S)  # gather what arrives meanwhile into the same trace message
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write everything buffered: one trace message per MAX_BATCH_BYTES, as Java's dispatcher."""
+        while self._buffer:
+            data: list[str] = []
+            keys: dict[str, None] = {}
+            size = 0
+            while self._buffer and (size < MAX_BATCH_BYTES or not data):
+                record = self._buffer.popleft()
+                data.append(record.data)
+                keys.update(dict.fromkeys(record.keys))
+                size += len(record.data)
+            await self._write("".join(data), tuple(keys))
+
+    async def _write(self, data: str, keys: Sequence[str]) -> None:
+        msg = Message(self.topic, data.encode("utf-8"), keys=tuple(k for k in keys if k and " " not in k))
+        try:
+            # validated: the trace topic is a system topic, which validation refuses for the app's sends
+            await self._producer.send(msg, validated=True)
+        except Exception as exc:  # whatever it is, a trace record is not worth more than a count
+            self.failed += 1
+            log.debug("message trace not written: %s", exc)
+        else:
+            self.written += 1
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        try:
+            await asyncio.wait_for(self.flush(), 2.0)
+        except TimeoutError:
+            pass
+
+
+DISPATCHER: Dispatcher | None = None  # set at start when ROCKSIDECAR_MSG_TRACE=true
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def consumed(msg: MessageExt, group: str, started_ms: int, ok: bool) -> None:
+    """The SubBefore/SubAfter records of a message a subscription delivered (or failed to)."""
+    d = DISPATCHER
+    if d is not None:
+        region = msg.properties.get("MSG_REGION", "DefaultRegion")
+        d.add(
+            sub(msg, group=group, region=region, started_ms=started_ms, cost_ms=now_ms() - started_ms, ok=ok)
+        )
+
+
+class MsgTraceSender:
+    """A Sender that adds a ``Pub`` record for every message a broker stored (no waiting, no failing)."""
+
+    def __init__(self, inner: Any, dispatcher: Dispatcher) -> None:
+        self._inner = inner
+        self._dispatcher = dispatcher
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def send(
+        self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
+    ) -> SendResult:
+        started = now_ms()
+        result: SendResult = await self._inner.send(msg, sharding_key=sharding_key, validated=validated)
+        d = self._dispatcher
+        d.add(pub(msg, result, group=d.group, started_ms=started, cost_ms=now_ms() - started))
+        return result
+
+    async def send_batch(
+        self,
+        messages: Sequence[Message],
+        sharding_keys: Sequence[str | None] | None = None,
+        *,
+        validated: bool = False,
+    ) -> list[SendResult | RocketMQError]:
+        started = now_ms()
+        results: list[SendResult | RocketMQError] = await self._inner.send_batch(
+            messages, sharding_keys, validated=validated
+        )
+        d, cost = self._dispatcher, now_ms() - started
+        for msg, result in zip(messages, results, strict=True):
+            if isinstance(result, SendResult):
+                d.add(pub(msg, result, group=d.group, started_ms=started, cost_ms=cost))
+        return results

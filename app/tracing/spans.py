@@ -1,0 +1,305 @@
+"""OpenTelemetry spans of the send path, named after OpenTelemetry's messaging semantic conventions
+(``{operation} {destination}``, ``messaging.system=rocketmq``, ``messaging.operation.type``, ...).
+
+Off unless ``configure`` was given a tracer provider (``setup_from_env`` builds one from the ``otel``
+extra); while off, ``ON`` is False and the hooks in the send path are that one check. The spans:
+
+- ``receive {topic}`` (SERVER): the sidecar accepting a message, child of the request's traceparent. Its
+  context replaces the message's ``TRACE_CONTEXT``, so everything later (a replay an hour on, the
+  consumer's process span) can point back to the request that accepted it.
+- ``send {topic}`` (PRODUCER): one per producer call, child of ``receive``; in-producer retries on another
+  broker are events on it (``send attempt failed``).
+- ``spool {topic}`` / ``schedule {topic}`` (INTERNAL): the local store taking a message.
+- a replay's ``send {topic}`` and a due delayed message's ``publish {topic}`` (PRODUCER) start a trace
+  of their own and *link* to the accepting ``receive`` span (OpenTelemetry's rule for work that outlives
+  its request).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from opentelemetry import trace
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags, TraceState
+
+from rocksidecar.rmq import Message, RocketMQError, SendResult
+from rocksidecar.rmq.errors import SendFailed
+from rocksidecar.rmq.message import MessageExt
+
+from .context import TRACEPARENT_PROPERTY, TraceContext, of_properties
+
+ON = False  # the one check of the hot paths
+_tracer: trace.Tracer = trace.NoOpTracer()
+MAX_LINKS = 128  # a replayed batch links to each message's request, up to this many
+DELAY_DUE_AT = "DELAY_DUE_AT"  # delay.DELAY_DUE_AT: a delayed message being published carries it
+_T = TypeVar("_T")
+
+
+def configure(provider: trace.TracerProvider | None) -> None:
+    """Spans from ``provider`` (None: off). Not the global provider: tests give their own."""
+    global ON, _tracer
+    ON = provider is not None
+    _tracer = trace.NoOpTracer() if provider is None else provider.get_tracer("rocksidecar")
+
+
+def setup_from_env(on: bool, env: Mapping[str, str] = os.environ) -> Callable[[], None] | None:
+    """``on`` (``ROCKSIDECAR_OTEL=true``): the SDK with a batching OTLP exporter, both configured by the
+    standard ``OTEL_*`` variables (endpoint, protocol, headers, service name, sampler). Returns the
+    provider's shutdown (flushes what is queued), or None when off.
+
+    Raises:
+        RuntimeError: asked for, but the ``otel`` extra is not installed (one line saying so).
+    """
+    if not on:
+        return None
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        raise RuntimeError(
+            "ROCKSIDECAR_OTEL=true needs the otel extra: pip install 'rocksidecar[otel]'"
+        ) from None
+    if env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc").startswith("http"):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[assignment]
+            OTLPSpanExporter,
+        )
+    provider = TracerProvider()  # resource and sampler from OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, ...
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    configure(provider)
+    return provider.shutdown
+
+
+def current_trace_fields() -> dict[str, str]:
+    """``{"trace_id": ...}`` of the span current where a log line is written, else ``{}``."""
+    sc = trace.get_current_span().get_span_context()
+    return {"trace_id": f"{sc.trace_id:032x}"} if sc.is_valid else {}
+
+
+def span_context(ctx: TraceContext) -> SpanContext:
+    state = TraceState.from_header([ctx.tracestate]) if ctx.tracestate else None
+    return SpanContext(
+        int(ctx.trace_id, 16),
+        int(ctx.span_id, 16),
+        is_remote=True,
+        trace_flags=TraceFlags(int(ctx.traceparent[53:55], 16)),
+        trace_state=state,
+    )
+
+
+def traceparent(span: Span) -> str | None:
+    sc = span.get_span_context()
+    if not sc.is_valid:
+        return None
+    return f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags):02x}"
+
+
+def _message_attributes(msg: Message, operation: str) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "messaging.system": "rocketmq",
+        "messaging.operation.type": operation,
+        "messaging.operation.name": operation,
+        "messaging.destination.name": msg.topic,
+    }
+    if msg.id is not None:
+        attrs["messaging.message.id"] = msg.id
+    if msg.tags:
+        attrs["messaging.rocketmq.message.tag"] = msg.tags
+    if msg.keys:
+        attrs["messaging.rocketmq.message.keys"] = list(msg.keys)
+    attrs["messaging.message.body.size"] = len(msg.body)
+    return attrs
+
+
+def _with_span_context(msg: Message, span: Span) -> Message:
+    parent = traceparent(span)
+    if parent is None:
+        return msg
+    return dataclasses.replace(msg, properties={**msg.properties, TRACEPARENT_PROPERTY: parent})
+
+
+async def receive(msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _T:
+    """``handle(msg)`` inside a ``receive {topic}`` span, ``msg`` carrying the span's context."""
+    own = of_properties(dict(msg.properties))
+    parent = trace.set_span_in_context(NonRecordingSpan(span_context(own))) if own else None
+    span = _tracer.start_span(
+        f"receive {msg.topic}", parent, SpanKind.SERVER, _message_attributes(msg, "receive")
+    )
+    with trace.use_span(span, end_on_exit=True):
+        result = await handle(_with_span_context(msg, span))
+        status = getattr(result, "status", None)
+        if status is not None:
+            span.set_attribute("rocksidecar.outcome", str(getattr(status, "value", status)))
+        return result
+
+
+async def receive_batch(msgs: Sequence[Message], handle: Callable[[list[Message]], Awaitable[_T]]) -> _T:
+    """``handle`` inside one ``receive`` span for a batch: its messages without a trace context of their
+    own carry the span's; those with one keep it and are the span's links."""
+    links: list[Link] = []
+    for m in msgs:
+        own = of_properties(dict(m.properties))
+        if own is not None and len(links) < MAX_LINKS:
+            links.append(Link(span_context(own)))
+    attrs: dict[str, Any] = {"messaging.system": "rocketmq", "messaging.operation.type": "receive",
+             "messaging.batch.message_count": len(msgs)}  # fmt: skip
+    span = _tracer.start_span("receive", None, SpanKind.SERVER, attrs, links)
+    with trace.use_span(span, end_on_exit=True):
+        out = [m if TRACEPARENT_PROPERTY in m.properties else _with_span_context(m, span) for m in msgs]
+        return await handle(out)
+
+
+def _links(msgs: Sequence[Message]) -> list[Link]:
+    links = []
+    for m in msgs[:MAX_LINKS]:
+        own = of_properties(dict(m.properties))
+        if own is not None:
+            links.append(Link(span_context(own)))
+    return links
+
+
+def _send_span(msgs: Sequence[Message], background: bool) -> Span:
+    first = msgs[0]
+    operation = "publish" if background and DELAY_DUE_AT in first.properties else "send"
+    attrs = _message_attributes(first, "send")
+    if len(msgs) > 1:
+        attrs["messaging.batch.message_count"] = len(msgs)
+        attrs.pop("messaging.message.id", None)
+    if not background:  # a child of the request's receive span (the current one)
+        return _tracer.start_span(f"{operation} {first.topic}", kind=SpanKind.PRODUCER, attributes=attrs)
+    attrs["rocksidecar.replay"] = operation == "send"
+    root = trace.set_span_in_context(trace.INVALID_SPAN)  # a trace of its own, linked to the request's
+    return _tracer.start_span(f"{operation} {first.topic}", root, SpanKind.PRODUCER, attrs, _links(msgs))
+
+
+def _record_attempts(span: Span, exc: BaseException) -> None:
+    if isinstance(exc, SendFailed):
+        for attempt in exc.attempts:
+            span.add_event("send attempt failed", {"rocksidecar.attempt": str(attempt)[:200]})
+    span.set_attribute("error.type", type(exc).__name__)
+
+
+def _record_result(span: Span, result: SendResult) -> None:
+    span.set_attribute("messaging.destination.partition.id", str(result.queue.queue_id))
+    span.set_attribute("messaging.rocketmq.broker", result.queue.broker_name)
+    span.set_attribute("rocksidecar.attempts", result.attempts)
+
+
+class TracedSender:
+    """A Sender whose every call is a ``send``/``publish`` span (see the module's doc); ``background``:
+    the replay and delay loops' sender, whose spans link to the accepting request instead of nesting."""
+
+    def __init__(self, inner: Any, *, background: bool) -> None:
+        self._inner = inner
+        self._background = background
+
+    def __getattr__(self, name: str) -> Any:  # fault tables, routes, ...: the wrapped sender's
+        return getattr(self._inner, name)
+
+    async def send(
+        self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
+    ) -> SendResult:
+        span = _send_span([msg], self._background)
+        with trace.use_span(span, end_on_exit=True, record_exception=True):
+            try:
+                result: SendResult = await self._inner.send(
+                    msg, sharding_key=sharding_key, validated=validated
+                )
+            except RocketMQError as exc:
+                _record_attempts(span, exc)
+                raise
+            _record_result(span, result)
+            return result
+
+    async def send_batch(
+        self,
+        messages: Sequence[Message],
+        sharding_keys: Sequence[str | None] | None = None,
+        *,
+        validated: bool = False,
+    ) -> list[SendResult | RocketMQError]:
+        if not messages:
+            return list(await self._inner.send_batch(messages, sharding_keys, validated=validated))
+        span = _send_span(messages, self._background)
+        with trace.use_span(span, end_on_exit=True, record_exception=True):
+            results: list[SendResult | RocketMQError] = await self._inner.send_batch(
+                messages, sharding_keys, validated=validated
+            )
+            failed = [r for r in results if isinstance(r, RocketMQError)]
+            if failed:
+                span.set_attribute("rocksidecar.failed", len(failed))
+                _record_attempts(span, failed[0])
+            return results
+
+
+async def internal(name: str, topic: str, count: int, work: Awaitable[_T]) -> _T:
+    """``work`` inside an INTERNAL ``{name} {topic}`` span (spool, schedule)."""
+    attrs: dict[str, Any] = {"messaging.system": "rocketmq", "messaging.destination.name": topic,
+             "messaging.batch.message_count": count}  # fmt: skip
+    with _tracer.start_as_current_span(f"{name} {topic}", kind=SpanKind.INTERNAL, attributes=attrs):
+        return await work
+
+
+class TracedSpool:
+    """The retry store as the send path spools into it, each spool a ``spool {topic}`` span."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def spool(self, record: Any, due_ms: int | None = None) -> object:
+        return await internal("spool", record.topic, 1, self._inner.spool(record, due_ms))
+
+    async def spool_many(self, records: Sequence[Any], due_ms: int | None = None) -> object:
+        topic = records[0].topic if records else ""
+        return await internal("spool", topic, len(records), self._inner.spool_many(records, due_ms))
+
+
+class TracedSchedule:
+    """The delay store (or the Rock-DMQ forwarder) as the send path schedules into it."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def schedule(self, msg: Any) -> None:
+        await internal("schedule", msg.topic, 1, self._inner.schedule(msg))
+
+    async def schedule_many(self, msgs: Sequence[Any]) -> None:
+        topic = msgs[0].topic if msgs else ""
+        await internal("schedule", topic, len(msgs), self._inner.schedule_many(msgs))
+
+
+async def process(msg: MessageExt, group: str, endpoint: str, deliver: Awaitable[bool]) -> bool:
+    """A consumed message handed to the app: a ``process {topic}`` (CONSUMER) span, child of the trace
+    context the message carries (the sender's), around a ``deliver {topic}`` (CLIENT) span for the
+    POSTs to the app; ``deliver`` answers whether the app took it."""
+    own = of_properties(dict(msg.user_properties))
+    parent = trace.set_span_in_context(NonRecordingSpan(span_context(own))) if own else None
+    attrs: dict[str, Any] = {
+        "messaging.system": "rocketmq",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": msg.topic,
+        "messaging.consumer.group.name": group,
+        "messaging.message.id": msg.msg_id,
+        "messaging.rocketmq.message.reconsume_times": msg.reconsume_times,
+    }
+    span = _tracer.start_span(f"process {msg.topic}", parent, SpanKind.CONSUMER, attrs)
+    with trace.use_span(span, end_on_exit=True, record_exception=True):
+        deliver_attrs = {"messaging.system": "rocketmq", "url.full": endpoint}
+        with _tracer.start_as_current_span(
+            f"deliver {msg.topic}", kind=SpanKind.CLIENT, attributes=deliver_attrs
+        ) as d:
+            ok = await deliver
+            d.set_attribute("rocksidecar.delivered", ok)
+        if not ok:
+            span.set_attribute("error.type", "not_delivered")
+        return ok

@@ -1,0 +1,75 @@
+"""RocketMQ message trace: Pub and SubBefore/SubAfter records in TraceDataEncoder's format, written in
+batches to the trace topic keyed by message id and keys; off by default; a trace topic that cannot be
+written never fails a send."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rocksidecar.app.tracing import msgtrace
+from rocksidecar.rmq import Message
+from rocksidecar.rmq.message import MessageQueue
+from rocksidecar.rmq.result import SendResult, SendStatus
+from tests.app.conftest import Stack
+from tests.rmq.consumer.factory import stored
+
+OFFSET_ID = "7F00000100002A9F0000000000000ABC"  # 127.0.0.1:10911
+
+
+def result(msg_id: str) -> SendResult:
+    return SendResult(SendStatus.SEND_OK, msg_id, OFFSET_ID, MessageQueue("T", "broker-a", 1), 7)
+
+
+def test_a_pub_record_is_trace_data_encoder_s() -> None:
+    msg = Message("T", b"hello", tags="TagA", keys=("k1", "k2"), id="ID1")
+    rec = msgtrace.pub(msg, result("ID1"), group="pg", started_ms=1000, cost_ms=3)
+    assert rec.data.split("\x01") == [
+        "Pub", "1000", "DefaultRegion", "pg", "T", "ID1", "TagA", "k1 k2", "127.0.0.1:10911", "5", "3", "0",
+        OFFSET_ID, "true\x02",
+    ]  # fmt: skip
+    assert rec.keys == ("ID1", "k1", "k2")
+
+
+def test_sub_records_share_a_request_id() -> None:
+    msg = stored(5, b"x", reconsume_times=2)
+    rec = msgtrace.sub(msg, group="cg", region="DefaultRegion", started_ms=2000, cost_ms=4, ok=False)
+    before, after, tail = rec.data.split("\x02")
+    b, a = before.split("\x01"), after.split("\x01")
+    assert tail == "" and b[0] == "SubBefore" and a[0] == "SubAfter"
+    assert b[1:4] == ["2000", "DefaultRegion", "cg"] and b[4] == a[1] and b[5] == a[2] == msg.msg_id
+    assert b[6] == "2" and a[3:5] == ["4", "false"] and a[6:] == ["4", "2004", "cg"]
+
+
+async def test_sends_are_written_to_the_trace_topic_in_batches(make_stack: Callable[..., Any]) -> None:
+    async with make_stack(msg_trace=True) as stack:
+        stack_: Stack = stack
+        ids = []
+        for i in range(3):
+            r = await stack_.http.post(
+                "/v1/messages", json={"topic": "MtSend", "body": str(i), "keys": [f"k{i}"]}
+            )
+            ids.append(r.json()["id"])
+        assert stack_.service.msg_trace is not None
+        await stack_.service.msg_trace.flush()
+        traces = stack_.stored(msgtrace.DEFAULT_TOPIC)
+        assert (traces and len(traces) < 3) or sum(1 for _ in traces) <= 3
+        records = [r for m in traces for r in m.body.decode().split("\x02") if r]
+        pubs = {r.split("\x01")[5]: r.split("\x01") for r in records if r.startswith("Pub")}
+        assert set(pubs) == set(ids)
+        keys = {k for m in traces for k in m.keys}
+        assert set(ids) <= keys and {"k0", "k1", "k2"} <= keys
+
+
+async def test_off_by_default(stack: Stack) -> None:
+    await stack.http.post("/v1/messages", json={"topic": "MtOff", "body": "x"})
+    assert stack.service.msg_trace is None and not stack.stored(msgtrace.DEFAULT_TOPIC)
+
+
+async def test_a_trace_topic_that_fails_never_fails_a_send(make_stack: Callable[..., Any]) -> None:
+    async with make_stack(msg_trace=True, msg_trace_topic="bad topic name") as stack:
+        r = await stack.http.post("/v1/messages", json={"topic": "MtFail", "body": "x"})
+        assert r.status_code == 200
+        await stack.service.msg_trace.flush()
+        assert stack.service.msg_trace.written == 0
+        assert stack.service.msg_trace.failed + stack.service.msg_trace.dropped >= 1

@@ -1,0 +1,208 @@
+"""OpenTelemetry spans of the send path, read from the SDK's in-memory exporter: the span tree of a
+send, of a spooled-then-replayed send, of a delayed send; the links back to the accepting request; and
+nothing at all while tracing is off."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from rocksidecar.app.subscriptions.http_client import Answer
+from rocksidecar.app.tracing import spans
+from rocksidecar.app.tracing.context import TRACEPARENT_PROPERTY
+from rocksidecar.rmq.consumer.config import ConsumeStatus
+from tests.app.conftest import Stack
+from tests.app.subscriptions.test_push import MQ, Recorded, message
+
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+TP = f"00-{TRACE_ID}-b7ad6b7169203331-01"
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    spans.configure(provider)
+    try:
+        yield memory
+    finally:
+        spans.configure(None)
+
+
+@pytest.fixture
+async def traced(exporter: InMemorySpanExporter, make_stack: Callable[..., Any]) -> AsyncIterator[Stack]:
+    async with make_stack() as s:  # built while spans are on: the send path gets its wrappers
+        yield s
+
+
+def by_name(exporter: InMemorySpanExporter) -> dict[str, ReadableSpan]:
+    return {s.name: s for s in exporter.get_finished_spans()}
+
+
+def hex_trace(span: ReadableSpan) -> str:
+    assert span.context is not None
+    return f"{span.context.trace_id:032x}"
+
+
+async def test_a_send_is_receive_then_send_in_the_request_s_trace(
+    traced: Stack, exporter: InMemorySpanExporter
+) -> None:
+    r = await traced.http.post(
+        "/v1/messages", json={"topic": "SpSend", "body": "x"}, headers={"traceparent": TP}
+    )
+    assert r.status_code == 200
+    got = by_name(exporter)
+    receive, send = got["receive SpSend"], got["send SpSend"]
+    assert receive.kind is SpanKind.SERVER and send.kind is SpanKind.PRODUCER
+    assert hex_trace(receive) == TRACE_ID and f"{receive.parent.span_id:016x}" == "b7ad6b7169203331"  # type: ignore[union-attr]
+    assert send.parent is not None and receive.context is not None
+    assert send.parent.span_id == receive.context.span_id
+    assert send.attributes is not None and send.attributes["messaging.system"] == "rocketmq"
+    assert send.attributes["messaging.destination.name"] == "SpSend"
+    assert send.attributes["messaging.message.id"] == r.json()["id"]
+    # the stored message points at the receive span: the consumer's trace continues from it
+    (msg,) = traced.stored("SpSend")
+    assert msg.properties[TRACEPARENT_PROPERTY] == f"00-{TRACE_ID}-{receive.context.span_id:016x}-01"
+
+
+async def test_a_spooled_then_replayed_send_links_to_the_request(
+    traced: Stack, exporter: InMemorySpanExporter
+) -> None:
+    await traced.http.post("/v1/messages", json={"topic": "SpSpool", "body": "warm"})
+    await traced.stop_brokers()
+    exporter.clear()
+    r = await traced.http.post(
+        "/v1/messages", json={"topic": "SpSpool", "body": "x"}, headers={"traceparent": TP}
+    )
+    assert r.json()["status"] == "SPOOLED"
+    accepted = by_name(exporter)
+    receive = accepted["receive SpSpool"]
+    assert receive.context is not None
+    failed, spool = accepted["send SpSpool"], accepted["spool SpSpool"]
+    for child in (failed, spool):
+        assert child.parent is not None and child.parent.span_id == receive.context.span_id
+    assert not failed.status.is_ok and failed.attributes and "error.type" in failed.attributes
+    exporter.clear()
+    await traced.start_brokers()
+    await traced.drain()
+    replays = [s for s in exporter.get_finished_spans() if s.name == "send SpSpool"]
+    assert replays and replays[-1].status.is_unset  # the last one went out
+    for replay in replays:
+        assert replay.parent is None and replay.attributes and replay.attributes["rocksidecar.replay"] is True
+        assert [link.context.span_id for link in replay.links] == [receive.context.span_id]
+        assert hex_trace(replay) != TRACE_ID  # a trace of its own, linked
+
+
+async def test_a_delayed_send_is_scheduled_then_published_with_a_link(
+    traced: Stack, exporter: InMemorySpanExporter
+) -> None:
+    r = await traced.http.post(
+        "/v1/messages", json={"topic": "SpLater", "body": "x", "delayMs": 100}, headers={"traceparent": TP}
+    )
+    assert r.json()["status"] == "SCHEDULED"
+    got = by_name(exporter)
+    receive, schedule = got["receive SpLater"], got["schedule SpLater"]
+    assert receive.context is not None and schedule.parent is not None
+    assert schedule.parent.span_id == receive.context.span_id and "send SpLater" not in got
+    await traced.until_published(r.json()["deliverAt"])
+    publish = by_name(exporter)["publish SpLater"]
+    assert publish.kind is SpanKind.PRODUCER and publish.parent is None
+    assert [link.context.span_id for link in publish.links] == [receive.context.span_id]
+
+
+async def test_a_batch_is_one_receive_span_over_one_send(
+    traced: Stack, exporter: InMemorySpanExporter
+) -> None:
+    msgs = [{"topic": "SpBatch", "body": str(i)} for i in range(3)]
+    await traced.http.post("/v1/messages:batch", json={"messages": msgs}, headers={"traceparent": TP})
+    got = by_name(exporter)
+    receive, send = got["receive"], got["send SpBatch"]
+    assert receive.attributes and receive.attributes["messaging.batch.message_count"] == 3
+    assert send.parent is not None and receive.context is not None
+    assert send.parent.span_id == receive.context.span_id
+
+
+async def test_nothing_is_recorded_while_tracing_is_off(make_stack: Callable[..., Any]) -> None:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))  # an SDK present, but not given to us
+    assert not spans.ON
+    async with make_stack() as stack:
+        r = await stack.http.post(
+            "/v1/messages", json={"topic": "SpOff", "body": "x"}, headers={"traceparent": TP}
+        )
+        assert r.status_code == 200
+        (msg,) = stack.stored("SpOff")
+        assert msg.properties[TRACEPARENT_PROPERTY] == TP  # propagated as given, no span of ours
+    assert memory.get_finished_spans() == ()
+
+
+def test_the_extra_is_off_unless_asked_for() -> None:
+    assert spans.setup_from_env(False) is None and not spans.ON
+
+
+def test_on_it_exports_over_otlp_with_a_batching_processor() -> None:
+    flush = spans.setup_from_env(True, {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"})
+    try:
+        assert flush is not None and spans.ON
+    finally:
+        spans.configure(None)
+        assert flush is not None
+        flush()
+
+
+async def test_a_consumed_delivery_is_process_then_deliver_in_the_sender_s_trace(
+    exporter: InMemorySpanExporter,
+) -> None:
+    rec = Recorded([Answer(200)])
+    sender_span = "b7ad6b7169203331"
+    assert await rec.push()([message(**{TRACEPARENT_PROPERTY: TP})], MQ) is ConsumeStatus.SUCCESS
+    got = by_name(exporter)
+    process, deliver = got["process T"], got["deliver T"]
+    assert process.kind is SpanKind.CONSUMER and deliver.kind is SpanKind.CLIENT
+    assert hex_trace(process) == TRACE_ID and f"{process.parent.span_id:016x}" == sender_span  # type: ignore[union-attr]
+    assert deliver.parent is not None and process.context is not None
+    assert deliver.parent.span_id == process.context.span_id
+    assert process.attributes and process.attributes["messaging.consumer.group.name"] == "G"
+    assert deliver.attributes and deliver.attributes["rocksidecar.delivered"] is True
+    assert rec.requests[0].headers["ce-traceparent"] == TP  # the app continues the sender's trace
+
+
+async def test_an_undelivered_message_marks_its_process_span(exporter: InMemorySpanExporter) -> None:
+    rec = Recorded([Answer(500)])
+    assert await rec.push()([message()], MQ) is not ConsumeStatus.SUCCESS
+    process = by_name(exporter)["process T"]
+    assert (
+        process.parent is None and process.attributes and process.attributes["error.type"] == "not_delivered"
+    )
+
+
+def test_json_logs_carry_the_current_span_s_trace_id(exporter: InMemorySpanExporter) -> None:
+    import io
+    import json
+    import logging
+
+    from rocksidecar.app.logs import JsonFormatter
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    log = logging.getLogger("tests.tracing.json")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("outside")
+        with spans._tracer.start_as_current_span("x") as span:
+            log.warning("inside")
+    finally:
+        log.removeHandler(handler)
+    outside, inside = (json.loads(line) for line in out.getvalue().splitlines())
+    assert "trace_id" not in outside
+    assert inside["trace_id"] == f"{span.get_span_context().trace_id:032x}"
