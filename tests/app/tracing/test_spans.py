@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from rocksidecar.app.subscriptions.http_client import Answer
+from rocksidecar.app.http_client import Answer
 from rocksidecar.app.tracing import spans
 from rocksidecar.app.tracing.context import TRACEPARENT_PROPERTY
 from rocksidecar.rmq.consumer.config import ConsumeStatus
