@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
-from rocksidecar.delay import DelayedMessage, DelayState, DelayStore
+from rocksidecar.delay import CancelOutcome, DelayedMessage, DelayState, DelayStore
 from rocksidecar.rmq.consumer import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
@@ -49,8 +49,12 @@ class InnerListener:
         count: Count = lambda _o, _n: None,
         rejected: Rejected = lambda _r: None,
         clock: Callable[[], float] = time.monotonic,
+        holds: Callable[[str], bool] = lambda _id: True,
     ) -> None:
+        """``holds``: whether this replica keeps a copy of an id (app.dmq.replicas); others are skipped
+        (``outcome="not_held"``), their cancels too."""
         self._store = store
+        self._holds = holds
         self._rules = rules
         self._count = count
         self._rejected = rejected
@@ -71,7 +75,9 @@ class InnerListener:
             except InnerFormatError as exc:
                 self._reject(ext.msg_id, exc)  # redelivering cannot fix it: let the offset pass it
                 continue
-            if isinstance(item, CancelRequest):
+            if not self._holds(item.id):
+                self._count("not_held", 1)
+            elif isinstance(item, CancelRequest):
                 cancels.append(item.id)
             elif item.id in self._cancelling or self._cancelled(item.id):
                 self._count("cancelled_before", 1)
@@ -128,12 +134,20 @@ class InnerListener:
         return status is not None and status.state is DelayState.CANCELLED
 
     async def _cancel(self, id_: str) -> None:
+        outcome = await self._settle(id_, lambda: self._store.cancel(id_, remember_unknown=True))
+        self._count(f"cancel_{outcome.value.lower()}", 1)
+
+    async def drop_published(self, id_: str) -> CancelOutcome:
+        """Another replica published ``id_`` (a mark, app.dmq.replication): drop this copy, in step
+        with a batch storing it now, as a cancel is."""
+        return await self._settle(id_, lambda: self._store.drop_published(id_))
+
+    async def _settle(self, id_: str, settle: Callable[[], Awaitable[CancelOutcome]]) -> CancelOutcome:
         self._cancelling.add(id_)  # before any await: a message batch running meanwhile must see it
         try:
             storing = self._storing.get(id_)
             if storing is not None:
                 await storing
-            outcome = await self._store.cancel(id_, remember_unknown=True)
+            return await settle()
         finally:
             self._cancelling.discard(id_)
-        self._count(f"cancel_{outcome.value.lower()}", 1)
