@@ -26,7 +26,7 @@ from rocksidecar.rmq.consumer import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from ..logs import Throttle
-from .inner import CancelRequest, InnerFormatError, Reject, Rules, parse
+from .inner import CANCEL_ID, OP, OP_CANCEL, CancelRequest, InnerFormatError, Reject, Rules, parse
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +70,15 @@ class InnerListener:
         new: dict[str, DelayedMessage] = {}
         cancels: list[str] = []
         for ext in batch:
+            if not self._holds(_claimed_id(ext)):  # before parsing: every replica reads every message
+                self._count("not_held", 1)
+                continue
             try:
                 item = parse(ext, now, self._rules)
             except InnerFormatError as exc:
                 self._reject(ext.msg_id, exc)  # redelivering cannot fix it: let the offset pass it
                 continue
-            if not self._holds(item.id):
-                self._count("not_held", 1)
-            elif isinstance(item, CancelRequest):
+            if isinstance(item, CancelRequest):
                 cancels.append(item.id)
             elif item.id in self._cancelling or self._cancelled(item.id):
                 self._count("cancelled_before", 1)
@@ -151,3 +152,12 @@ class InnerListener:
             return await settle()
         finally:
             self._cancelling.discard(id_)
+
+
+def _claimed_id(ext: MessageExt) -> str:
+    """The id an inner message is about (its UNIQ_KEY, or a cancel's target), unchecked: only for
+    placement; parse checks it."""
+    props = ext.properties
+    if props.get(OP) == OP_CANCEL:
+        return props.get(CANCEL_ID) or ""
+    return ext.uniq_key or ""
