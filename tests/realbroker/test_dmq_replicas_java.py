@@ -100,7 +100,12 @@ async def produce_and_read(run: Run) -> tuple[int, list[list[str]], list[list[st
     sent: list[list[str]] = []
     producer = await java_proc("produce", run.namesrv, run.inner, run.real, str(COUNT), str(first_due),
                                str(SPREAD_MS))  # fmt: skip
-    await lines(producer, b"sent ", sent)
+    try:
+        async with asyncio.timeout(180):  # ~10 s for 20 000 on an idle machine
+            await lines(producer, b"sent ", sent)
+    except TimeoutError:
+        producer.kill()
+        raise AssertionError(f"the Java producer sent {len(sent)} of {COUNT} in 180 s") from None
     assert await producer.wait() == 0 and len(sent) == COUNT
     done = asyncio.ensure_future(asyncio.gather(reading, consumer.wait()))
     return first_due, sent, got, done  # type: ignore[return-value]
