@@ -318,6 +318,26 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "rocksidecar dmq: this replica's instance name, e.g. the pod name (--instance); empty: pid-based.",
     ),
+    Setting(
+        "dmq_replicas",
+        _text,
+        "",
+        "rocksidecar dmq: every replica's instance name, comma-separated (--replicas); set: replicated "
+        "mode (README 'Rock-DMQ replicas'). Empty: each replica owns what it consumed.",
+    ),
+    Setting(
+        "dmq_copies",
+        _int(0, 64),
+        0,
+        "rocksidecar dmq: replicas holding each message in replicated mode (--copies); 0: 2, or 1 with "
+        "a single replica.",
+    ),
+    Setting(
+        "dmq_marks_topic",
+        _text,
+        "dmq_marks_topic",
+        "rocksidecar dmq: the topic of published marks in replicated mode (--marks-topic).",
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -377,6 +397,9 @@ class Settings:
     dmq_group: str = "dmq_service_group"
     dmq_http_addr: str = "127.0.0.1:9890"
     dmq_instance: str = ""
+    dmq_replicas: str = ""
+    dmq_copies: int = 0
+    dmq_marks_topic: str = "dmq_marks_topic"
 
     @property
     def preloaded_topics(self) -> tuple[str, ...]:

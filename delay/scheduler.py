@@ -31,6 +31,11 @@ MAX_IN_FLIGHT = 4  # publish calls at once
 RETRY_S = 1.0  # a message whose publish failed is tried again after this
 STORE_RETRY_S = 1.0  # while "sent" cannot be recorded, try again this often
 PURGE_EVERY_S = 60.0  # done markers past the retention are dropped this often
+GATE_RETRY_S = 0.25  # a due message the gate turned away is asked about again after this
+
+# Whether this process publishes a due message now (Rock-DMQ replicas: only the one whose turn it is);
+# one it turns away stays scheduled and is asked about again GATE_RETRY_S later.
+Gate = Callable[[DelayedMessage], bool]
 
 
 class DelayScheduler(DueLoop):
@@ -49,7 +54,12 @@ class DelayScheduler(DueLoop):
         purge_every_s: float = PURGE_EVERY_S,
         sleep: Sleep = asyncio.sleep,
         on_published: Callable[[float], None] | None = None,
+        gate: Gate | None = None,
+        gate_retry_s: float = GATE_RETRY_S,
+        on_sent: Callable[[list[DelayedMessage]], None] | None = None,
     ) -> None:
+        """``gate``: see Gate. ``on_sent``: the messages of each publish call that a broker (or the
+        retry store) took, called as soon as the call returns, before they are recorded as sent."""
         if batch_max < 1 or max_in_flight < 1:
             raise ValueError("batch_max and max_in_flight must be >= 1")
         super().__init__(store.queue, "delay", sleep)
@@ -61,6 +71,9 @@ class DelayScheduler(DueLoop):
         self._store_retry_ms = int(store_retry_s * 1000)
         self._purge_every_ms = int(purge_every_s * 1000)
         self._on_published = on_published
+        self.gate = gate
+        self._gate_retry_ms = max(1, int(gate_retry_s * 1000))
+        self.on_sent = on_sent
         self._held = Holds()  # failed publishes waiting for their retry time
         # published, "sent" not stored yet: (keys, at_ms, where each went)
         self._unrecorded: list[tuple[list[bytes], int, list[StoredAt | None]]] = []
@@ -111,6 +124,16 @@ class DelayScheduler(DueLoop):
     def _take_due(self, now: int) -> tuple[list[tuple[bytes, DelayedMessage]], bool]:
         """Claim up to batch_max due messages from the cursor on; also whether more may be due."""
         batch: list[tuple[bytes, DelayedMessage]] = []
+        turned_away: list[bytes] = []
+        try:
+            return self._take_due_gated(now, batch, turned_away)
+        finally:
+            if turned_away:
+                self._hold(turned_away, now + self._gate_retry_ms)
+
+    def _take_due_gated(
+        self, now: int, batch: list[tuple[bytes, DelayedMessage]], turned_away: list[bytes]
+    ) -> tuple[list[tuple[bytes, DelayedMessage]], bool]:
         queue = self._store.queue
         while len(batch) < self._batch_max:
             want = self._batch_max - len(batch)
@@ -120,7 +143,11 @@ class DelayScheduler(DueLoop):
                     continue  # waiting for its retry, or a cancel owns it
                 try:
                     split_due_key(key)
-                    batch.append((key, decode_message(raw)))
+                    msg = decode_message(raw)
+                    if self.gate is not None and not self.gate(msg):
+                        turned_away.append(key)  # held below, so the claim is given back there
+                        continue
+                    batch.append((key, msg))
                 except (ValueError, CorruptMessageError) as exc:
                     queue.release([key])
                     log.error("delayed message under %r cannot be read, left in the store: %s", key, exc)
@@ -179,6 +206,11 @@ class DelayScheduler(DueLoop):
         out = await publish_batch(self._publish, batch, self._store.now_ms)
         for _, msg in out.sent:
             self._report(out.done_at_ms - msg.due_ms)
+        if out.sent and self.on_sent is not None:
+            try:
+                self.on_sent([msg for _, msg in out.sent])
+            except Exception:
+                log.exception("on_sent hook failed")
         if out.failed:
             self._hold(out.failed, out.done_at_ms + self._retry_ms)
             log.warning("%d delayed messages not published, retrying in %d ms: %s", len(out.failed),

@@ -118,6 +118,21 @@ class DelayStore(QueueBacked):
         Raises:
             StorageError: the cancel was not stored; the message is still scheduled.
         """
+        return await self._settle(id_, CANCELLED, remember_unknown)
+
+    async def drop_published(self, id_: str) -> CancelOutcome:
+        """Another replica published ``id_`` (Rock-DMQ's marks topic): drop this copy and remember it as
+        SENT (with no ``sent_to``: not by us), also when unknown so a copy arriving later is a duplicate.
+        CANCELLED: a copy was dropped; ALREADY_SENT: this store published it too (or knew it was);
+        NOT_FOUND: unknown (the marker is left).
+
+        Raises:
+            StorageError: not stored; the copy is still scheduled.
+        """
+        return await self._settle(id_, SENT, True)
+
+    async def _settle(self, id_: str, kind: bytes, remember_unknown: bool) -> CancelOutcome:
+        """Finish ``id_`` as ``kind`` (cancel and drop_published), as cancel says."""
         sent = False
         while True:
             keys = [due_key(due, id_) for due in self._scheduled_dues(id_)]
@@ -131,7 +146,7 @@ class DelayStore(QueueBacked):
                 continue  # look again: it is gone (published) or back (the publish failed)
             free = [key for key in keys if key not in self.queue.claims]
             if free:
-                await self._cancel_keys(free)
+                await self._cancel_keys(free, kind)
                 return CancelOutcome.ALREADY_SENT if sent else CancelOutcome.CANCELLED
             if sent:
                 return CancelOutcome.ALREADY_SENT
@@ -139,15 +154,15 @@ class DelayStore(QueueBacked):
             if done is None:
                 if remember_unknown:
                     now = self.now_ms()
-                    await self.writer.write(list(DoneMarkers.ops(id_, CANCELLED, now)))
+                    await self.writer.write(list(DoneMarkers.ops(id_, kind, now)))
                 return CancelOutcome.NOT_FOUND
             return CancelOutcome.ALREADY_SENT if done[0] is DelayState.SENT else CancelOutcome.CANCELLED
 
-    async def _cancel_keys(self, keys: list[bytes]) -> None:
+    async def _cancel_keys(self, keys: list[bytes], kind: bytes = CANCELLED) -> None:
         for key in keys:
             self.queue.claims.take(key)
         now = self.now_ms()
-        ops = self._finish_ops(keys, CANCELLED, now)
+        ops = self._finish_ops(keys, kind, now)
 
         def written(ok: bool) -> None:
             self.queue.claims.release(keys)

@@ -13,6 +13,9 @@ FLAGS = (
     ("--group", "dmq_group", "consumer group of the replicas"),
     ("--http-addr", "dmq_http_addr", "/healthz, /readyz, /metrics"),
     ("--instance", "dmq_instance", "this replica's instance name, e.g. the pod name"),
+    ("--replicas", "dmq_replicas", "every replica's instance name, comma-separated (replicated mode)"),
+    ("--copies", "dmq_copies", "replicas holding each message (replicated mode; 0: 2)"),
+    ("--marks-topic", "dmq_marks_topic", "topic of published marks (replicated mode)"),
 )
 
 
@@ -31,6 +34,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help_ = f"{what} (env {setting.env}; default {setting.default or 'none'})"
         p.add_argument(flag, dest=name, default=None, help=help_)
     p.add_argument(
+        "--presence-interval-s",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="replicated mode: read the live publishers every S s (default 1): a crashed replica's share "
+        "is taken over within about this",
+    )
+    p.add_argument(
         "--offset-persist-s",
         type=float,
         default=5.0,
@@ -44,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from rocksidecar.rmq.message import validate_topic
 
     from ..api.servers import split_addr
+    from .replicas import ReplicaSet
 
     given = {name: getattr(args, name) for _, name, _ in FLAGS if getattr(args, name) is not None}
 
@@ -55,6 +67,19 @@ def run(args: argparse.Namespace) -> int:
         validate_topic(settings.dmq_inner_topic)
         if args.offset_persist_s <= 0:
             raise config.ConfigError("--offset-persist-s: must be positive")
+        if not 0 < args.presence_interval_s <= 60:
+            raise config.ConfigError("--presence-interval-s: must be above 0 and at most 60")
+        if settings.dmq_replicas:
+            validate_topic(settings.dmq_marks_topic, "marks topic")
+            if not settings.dmq_instance:
+                raise config.ConfigError(
+                    f"{where('--replicas', 'dmq_replicas')}: needs this replica's name "
+                    f"({where('--instance', 'dmq_instance')})"
+                )
+            try:
+                ReplicaSet.parse(settings.dmq_replicas, settings.dmq_instance, settings.dmq_copies or None)
+            except ValueError as exc:
+                raise config.ConfigError(f"{where('--replicas', 'dmq_replicas')}: {exc}") from None
         if not settings.dmq_group.strip():
             raise config.ConfigError(f"{where('--group', 'dmq_group')}: must not be empty")
         try:
@@ -80,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
         settings.dmq_http_addr,
         settings.dmq_instance or None,
         persist_interval_s=args.offset_persist_s,
+        replicas=settings.dmq_replicas or None,
+        copies=settings.dmq_copies or None,
+        marks_topic=settings.dmq_marks_topic,
+        presence_interval_s=args.presence_interval_s,
     )
     try:
         return serve(settings, options)

@@ -19,15 +19,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 
-from rocksidecar.delay import DelayedMessage, DelayState, DelayStore
+from rocksidecar.delay import CancelOutcome, DelayedMessage, DelayState, DelayStore
 from rocksidecar.rmq.consumer import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from ..logs import Throttle
-from .inner import CancelRequest, InnerFormatError, Reject, Rules, parse
+from .inner import CANCEL_ID, OP, OP_CANCEL, CancelRequest, InnerFormatError, Reject, Rules, parse
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,9 @@ class InnerListener:
     count: Count = lambda _o, _n: None
     rejected: Rejected = lambda _r: None
     clock: InitVar[Callable[[], float]] = time.monotonic
+    # whether this replica keeps a copy of an id (app.dmq.replicas); others are skipped
+    # (outcome "not_held"), their cancels too
+    holds: Callable[[str], bool] = lambda _id: True
     _throttle: Throttle = field(init=False)
     # ids being stored now: a cancel for one waits for its store (concurrent listener calls may
     # run the cancel's batch while the message's batch is still syncing).
@@ -64,6 +67,9 @@ class InnerListener:
         new: dict[str, DelayedMessage] = {}
         cancels: list[str] = []
         for ext in batch:
+            if not self.holds(_claimed_id(ext)):  # before parsing: every replica reads every message
+                self.count("not_held", 1)
+                continue
             try:
                 item = parse(ext, now, self.rules)
             except InnerFormatError as exc:
@@ -126,12 +132,29 @@ class InnerListener:
         return status is not None and status.state is DelayState.CANCELLED
 
     async def _cancel(self, id_: str) -> None:
+        outcome = await self._settle(id_, lambda: self.store.cancel(id_, remember_unknown=True))
+        self.count(f"cancel_{outcome.value.lower()}", 1)
+
+    async def drop_published(self, id_: str) -> CancelOutcome:
+        """Another replica published ``id_`` (a mark, app.dmq.replication): drop this copy, in step
+        with a batch storing it now, as a cancel is."""
+        return await self._settle(id_, lambda: self.store.drop_published(id_))
+
+    async def _settle(self, id_: str, settle: Callable[[], Awaitable[CancelOutcome]]) -> CancelOutcome:
         self._cancelling.add(id_)  # before any await: a message batch running meanwhile must see it
         try:
             storing = self._storing.get(id_)
             if storing is not None:
                 await storing
-            outcome = await self.store.cancel(id_, remember_unknown=True)
+            return await settle()
         finally:
             self._cancelling.discard(id_)
-        self.count(f"cancel_{outcome.value.lower()}", 1)
+
+
+def _claimed_id(ext: MessageExt) -> str:
+    """The id an inner message is about (its UNIQ_KEY, or a cancel's target), unchecked: only for
+    placement; parse checks it."""
+    props = ext.properties
+    if props.get(OP) == OP_CANCEL:
+        return props.get(CANCEL_ID) or ""
+    return ext.uniq_key or ""

@@ -24,7 +24,7 @@ from rocksidecar.delay import DelayStore
 from rocksidecar.retry import RetryStore
 from rocksidecar.retry.record import RetryRecord
 from rocksidecar.retry.store import DeadLetterHook
-from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
+from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, MessageModel, PushConsumer
 from rocksidecar.rmq.periodic import Periodic
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV
@@ -51,6 +51,9 @@ from ..wiring import (
 from .consume import InnerListener
 from .http import create_app
 from .inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC, Reject, Rules
+from .marks import DEFAULT_MARKS_TOPIC
+from .replicas import ReplicaSet
+from .replication import Replication, offsets_store
 
 log = logging.getLogger("rocksidecar.dmq")
 
@@ -64,6 +67,12 @@ class DmqOptions:
     consume_concurrency: int = 20
     consume_batch_size: int = 32  # one synced batch per listener call
     persist_interval_s: float = 5.0  # how often inner offsets are committed (Java's default)
+    # Replicated mode (README "Rock-DMQ replicas"): every replica's instance name, comma-separated;
+    # None: each replica owns what it consumed (the mode before replication).
+    replicas: str | None = None
+    copies: int | None = None  # replicas holding each message; None: 2 (1 with a single replica)
+    marks_topic: str = DEFAULT_MARKS_TOPIC
+    presence_interval_s: float = 1.0  # how often the live publishers are read (and at each change)
 
 
 class SpoolLoggingRetryStore(RetryStore):
@@ -148,15 +157,39 @@ class DmqService:
             batch_max=REPLAY_BATCH, on_published=self.metrics.delay_lateness.observe,
             on_replayed=lambda outcome: self.metrics.replays.labels(outcome).inc(),
         )  # fmt: skip
+        replicas = (
+            ReplicaSet.parse(o.replicas, o.instance_name or "", o.copies) if o.replicas is not None else None
+        )
         self.listener = InnerListener(
             self.delay,
             Rules(s.max_delay_ms, TopicAllowList.of(s.dmq_topics)),
             count=lambda outcome, n: self.inner.labels(outcome).inc(n),
             rejected=lambda reason: self.rejected.labels(reason.value).inc(),
+            holds=replicas.holds if replicas is not None else lambda _id: True,
         )
+        offsets = offsets_store(Path(s.data_dir))
+        self.replication = (
+            Replication(
+                replicas,
+                instance=self.client,
+                producer=self.producer,
+                delay=self.delay,
+                group=o.group,
+                marks_topic=o.marks_topic,
+                offsets=offsets,
+                registry=r,
+                presence_interval_s=o.presence_interval_s,
+            )
+            if replicas is not None
+            else None
+        )
+        if self.replication is not None:
+            self.replication.attach(self.scheduler)
         self.consumer = PushConsumer(
             ConsumerConfig(
                 group=o.group,
+                # Replicated: every replica reads every queue, from its own offsets (on its volume).
+                message_model=MessageModel.BROADCASTING if replicas else MessageModel.CLUSTERING,
                 consume_from=ConsumeFrom.FIRST_OFFSET,  # a new group must not skip what was sent before
                 instance_name=o.instance_name,
                 consume_concurrency=o.consume_concurrency,
@@ -164,9 +197,12 @@ class DmqService:
                 persist_interval_s=o.persist_interval_s,
             ),
             ";".join(addresses),
-            self.listener,
+            self.listener if self.replication is None else self.replication.listener(self.listener),
             instance=self.client,  # signed like the producer's: the instance's connections carry the ACL
         )
+        if self.replication is not None:
+            self.consumer.offsets = offsets
+            self.consumer.subscribe(o.marks_topic)
         self.consumer.subscribe(o.inner_topic)
         self.owned_queues.set_function(lambda: sum(mq.topic == o.inner_topic for mq in self.consumer.queues))
         self.metrics.add_state(StateCollector(self.producer.fault_table, self._store_stats))
@@ -195,6 +231,17 @@ class DmqService:
             reasons.append(f"the scheduler failed: {self.scheduler.failure}")
         if not self.consumer.started:
             reasons.append("the inner topic's consumer has not started")
+        rep = self.replication
+        if rep is not None:
+            details["replica"] = {
+                "converged": rep.converged,
+                "backlog": rep.convergence.backlog,
+                "publishers": sorted(rep.presence.live),
+            }
+            if not rep.converged:
+                reasons.append(
+                    f"converging: up to {rep.convergence.backlog} inner and marks messages to read"
+                )
         if reasons:
             details["reason"] = "; ".join(reasons)
         return not reasons, details
@@ -209,6 +256,8 @@ class DmqService:
         except ListenError as exc:
             raise StartupError(f"{exc} (set ROCKSIDECAR_DMQ_HTTP_ADDR)") from exc
         await self.consumer.start()
+        if self.replication is not None:
+            await self.replication.start((self.options.inner_topic, self.options.marks_topic))
         log.info(
             "dmq started: inner topic %s, group %s, http %s:%d",
             self.options.inner_topic,
@@ -223,6 +272,8 @@ class DmqService:
         await self.consumer.close()
         await self.http.stop()
         await self.scheduler.close(grace_s=grace)
+        if self.replication is not None:
+            await self.replication.stop()
         await self.replay.close(grace_s=grace)
         await self._summaries.close()
         self.events.flush()

@@ -7,7 +7,7 @@ import asyncio
 
 from rocksidecar.delay.keys import DUE_CF, due_key
 from rocksidecar.delay.message import DELAY_DUE_AT, DELAY_PUBLISHED_AT
-from rocksidecar.delay.status import DelayState
+from rocksidecar.delay.status import CancelOutcome, DelayState
 from rocksidecar.storage.kv import Put
 from tests.delay.conftest import Harness, message
 
@@ -226,3 +226,40 @@ async def test_an_unreadable_value_is_left_in_place_and_the_rest_goes_out(h: Har
     assert h.ids() == ["A", "B"]
     assert h.kv.get(DUE_CF, due_key(now + 5, "JUNK")) is not None  # kept for an operator to look at
     assert h.scheduler is not None and h.scheduler.failure is None
+
+
+async def test_a_gate_holds_back_a_message_until_it_lets_it_through(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule_many([message("MINE", now + 10), message("THEIRS", now + 10)])
+    allowed = {"MINE"}
+    sent: list[str] = []
+    await h.start(
+        gate=lambda m: m.id in allowed, gate_retry_s=0.5, on_sent=lambda ms: sent.extend(m.id for m in ms)
+    ).start()
+    await h.advance(0.01)
+    assert h.ids() == ["MINE"] and sent == ["MINE"]
+    await h.advance(0.5)  # asked again: still not its turn
+    assert h.ids() == ["MINE"]
+    allowed.add("THEIRS")  # a take-over
+    await h.advance(0.499)
+    assert h.ids() == ["MINE"]
+    await h.advance(0.001)
+    assert h.ids() == ["MINE", "THEIRS"] and sent == ["MINE", "THEIRS"]
+    assert h.lateness_s == [0.0, 1.0]
+
+
+async def test_a_held_back_copy_dropped_meanwhile_is_never_published(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule(message("COPY", now + 10))
+    await h.start(gate=lambda _m: False, gate_retry_s=0.5).start()
+    await h.advance(0.01)
+    assert await h.store.drop_published("COPY") is CancelOutcome.CANCELLED  # another replica's mark
+    assert h.scheduler is not None
+    h.scheduler.gate = None
+    await h.advance(1.0)
+    assert h.ids() == []
+    status = h.store.get("COPY")
+    assert status is not None and status.state is DelayState.SENT and status.sent_to is None
+    assert await h.store.drop_published("UNKNOWN") is CancelOutcome.NOT_FOUND  # remembered as sent
+    later = h.store.get("UNKNOWN")
+    assert later is not None and later.state is DelayState.SENT

@@ -57,3 +57,17 @@ def test_disruption_budget_and_monitor_select_the_dmq_pods() -> None:
 
 def test_disabled_by_default() -> None:
     assert not [d for d in chart.render("default") if chart.is_dmq(d)]
+
+
+def test_replicated_mode_names_every_pod_and_spreads_them() -> None:
+    spec = dmq_set()["spec"]
+    (container,) = spec["template"]["spec"]["containers"]
+    args = build_parser().parse_args(container["args"])
+    pods = [f"{dmq_set()['metadata']['name']}-{i}" for i in range(spec["replicas"])]
+    assert args.dmq_replicas == ",".join(pods)  # the StatefulSet's pod names: what --instance says
+    assert args.dmq_copies == "2" and args.dmq_marks_topic == "dmq_marks_topic"
+    anti = spec["template"]["spec"]["affinity"]["podAntiAffinity"]
+    (term,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    selector = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+    assert selector.items() <= spec["template"]["metadata"]["labels"].items()
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"

@@ -68,7 +68,9 @@ def until(condition: str, check: Callable[[], bool], timeout_s: float) -> None:
         time.sleep(0.5)  # another process: polling is all we have
 
 
-@pytest.mark.parametrize("reserve_mb", [0, 16], ids=["no-reserve", "reserve"])  # 16 MiB: the least a reserve may be
+@pytest.mark.parametrize(
+    "reserve_mb", [0, 16], ids=["no-reserve", "reserve"]
+)  # 16 MiB: the least a reserve may be
 def test_disk_full_answers_503_pauses_replay_recovers_and_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], reserve_mb: int
 ) -> None:

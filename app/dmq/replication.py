@@ -1,0 +1,197 @@
+"""Replicated Rock-DMQ (``--replicas``): every replica reads the whole inner topic and the marks topic in
+one broadcasting consumer (offsets in a file on its own volume), keeps the messages it holds, publishes
+those whose turn is its own, marks what it published and drops what others marked. README "Rock-DMQ
+replicas" has the design and its failure table; this module wires the parts:
+
+- app.dmq.replicas: who holds and who publishes an id (rendezvous hashing over the listed names);
+- app.dmq.presence: who is live (the broker's member list of the publishers' group);
+- app.dmq.marks: the marks topic;
+- app.dmq.converge: when this replica has read what was there when it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from rocksidecar.delay import CancelOutcome, DelayedMessage, DelayScheduler, DelayState, DelayStore
+from rocksidecar.rmq.client_instance import ClientInstance
+from rocksidecar.rmq.consumer import ConsumeStatus, MessageListener
+from rocksidecar.rmq.consumer.offset_store import LocalFileOffsetStore
+from rocksidecar.rmq.message import MessageExt, MessageQueue
+from rocksidecar.rmq.producer import Producer
+
+from . import marks
+from .consume import InnerListener
+from .converge import Convergence
+from .presence import Presence
+from .replicas import ReplicaSet
+
+log = logging.getLogger(__name__)
+
+OFFSETS_FILE = "dmq-offsets.json"  # the broadcast consumer's offsets, beside the delay store
+PUBLISHERS_SUFFIX = "_publishers"
+
+
+def offsets_store(data_dir: Path) -> LocalFileOffsetStore:
+    """On the replica's volume, named by nothing that changes across restarts (Java's default path
+    has the client id, whose IP changes with a pod's): a lost volume loses it with the store."""
+    return LocalFileOffsetStore(data_dir / OFFSETS_FILE)
+
+
+class Replication:
+    def __init__(
+        self,
+        replicas: ReplicaSet,
+        *,
+        instance: ClientInstance,
+        producer: Producer,
+        delay: DelayStore,
+        group: str,
+        marks_topic: str,
+        offsets: LocalFileOffsetStore,
+        registry: CollectorRegistry,
+        presence_interval_s: float = 1.0,
+    ) -> None:
+        self.replicas = replicas
+        self._delay = delay
+        self.marks_topic = marks_topic
+        self.convergence = Convergence(offsets)
+        self.presence = Presence(
+            instance, group + PUBLISHERS_SUFFIX, marks_topic, replicas.me, interval_s=presence_interval_s
+        )
+        self.marks = marks.MarkSender(
+            producer,
+            marks_topic,
+            marks.new_incarnation(),
+            on_dropped=lambda n: self.marks_out.labels("dropped").inc(n),
+        )
+        self._instance = instance
+        self._task: asyncio.Task[None] | None = None
+        r = registry
+        self.marks_in = Counter(
+            "rocksidecar_dmq_marks",
+            "Published marks read from other replicas, by outcome: dropped (a "
+            "copy), duplicate (this replica published it too), unknown (no copy yet), malformed.",
+            ["outcome"],
+            registry=r,
+        )
+        self.marks_out = Counter(
+            "rocksidecar_dmq_marks_sent",
+            "Ids marked as published by this replica, by outcome (sent, dropped).",
+            ["outcome"],
+            registry=r,
+        )
+        self.takeover = Counter(
+            "rocksidecar_dmq_takeover_published",
+            "Messages this replica published in place of a holder ranked before it that was not live.",
+            registry=r,
+        )
+        for outcome in ("dropped", "duplicate", "unknown", "malformed"):
+            self.marks_in.labels(outcome)
+        for outcome in ("sent", "dropped"):
+            self.marks_out.labels(outcome)
+        Gauge(
+            "rocksidecar_dmq_converged",
+            "1 once this replica read the inner and marks topics up to where they stood at its start.",
+            registry=r,
+        ).set_function(lambda: self.converged)
+        Gauge(
+            "rocksidecar_dmq_converge_backlog",
+            "Messages left to read before this replica has converged.",
+            registry=r,
+        ).set_function(lambda: self.convergence.backlog)
+        Gauge(
+            "rocksidecar_dmq_publishers", "Live publishing replicas, as this replica sees them.", registry=r
+        ).set_function(lambda: len(self.presence.live))
+
+    @property
+    def converged(self) -> bool:
+        return self.convergence.done.is_set()
+
+    # --- the scheduler's hooks -------------------------------------------------------------------------
+    def may_publish(self, msg: DelayedMessage) -> bool:
+        """The gate: this replica's turn, by the live publishers, once converged."""
+        if not self.presence.joined:
+            return False
+        holders = self.replicas.holders(msg.id)
+        publisher = next((n for n in holders if n in self.presence.live), None)
+        if publisher != self.replicas.me:
+            return False
+        if holders[0] != self.replicas.me:
+            self.takeover.inc()
+        return True
+
+    def published(self, msgs: list[DelayedMessage]) -> None:
+        self.marks.add([m.id for m in msgs])
+        self.marks_out.labels("sent").inc(len(msgs))
+
+    def attach(self, scheduler: DelayScheduler) -> None:
+        scheduler.gate = self.may_publish
+        scheduler.on_sent = self.published
+
+    # --- the consumer's side ---------------------------------------------------------------------------
+    def listener(self, inner: InnerListener) -> MessageListener:
+        """``inner`` for the inner topic's messages; marks applied for the marks topic's."""
+
+        async def listen(batch: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+            if mq.topic != self.marks_topic:
+                return await inner(batch, mq)
+            await self._apply(batch, inner)
+            return ConsumeStatus.SUCCESS
+
+        return listen
+
+    async def _apply(self, batch: Sequence[MessageExt], inner: InnerListener) -> None:
+        """Drop the copies of marked ids. Raises StorageError (the batch is redelivered)."""
+        ids: list[str] = []
+        for ext in batch:
+            try:
+                mark = marks.parse(ext.body, ext.properties)
+            except marks.MarkFormatError as exc:
+                self.marks_in.labels("malformed").inc()
+                log.warning("mark %s skipped: %s", ext.msg_id, exc)
+                continue
+            if mark.by != self.marks.by:  # our own marks of this run: those ids are ours, SENT
+                ids += (i for i in mark.ids if self.replicas.holds(i))
+        unique = list(dict.fromkeys(ids))
+        # One drop per id, concurrently: the group-commit writer syncs them together.
+        outcomes = await asyncio.gather(*(inner.drop_published(i) for i in unique))
+        for id_, outcome in zip(unique, outcomes, strict=True):
+            if outcome is CancelOutcome.CANCELLED:
+                self.marks_in.labels("dropped").inc()
+            elif outcome is CancelOutcome.NOT_FOUND:
+                self.marks_in.labels("unknown").inc()
+            elif self._published_here(id_):  # ALREADY_SENT, by this replica: both published it
+                self.marks_in.labels("duplicate").inc()
+
+    def _published_here(self, id_: str) -> bool:
+        status = self._delay.get(id_)
+        return status is not None and status.state is DelayState.SENT and status.sent_to is not None
+
+    # --- lifecycle -------------------------------------------------------------------------------------
+    async def start(self, topics: Sequence[str]) -> None:
+        """After the consumer started: note where the topics end, start presence and marks, and join
+        the publishers once converged (in the background)."""
+        self.presence.start()
+        self.marks.start()
+        await self.convergence.note(self._instance, topics)
+        self._task = asyncio.create_task(self._converge(), name="dmq-converge")
+
+    async def _converge(self) -> None:
+        await self.convergence.wait()
+        log.info("dmq replica %s converged: joining the publishers", self.replicas.me)
+        await self.presence.join()  # a heartbeat that fails is logged; the next one carries the group
+
+    async def stop(self) -> None:
+        """After the scheduler stopped: send the marks left, then leave the publishers (the others take
+        over at once, and have the marks of what this replica published)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.marks.close()
+        await self.presence.close()

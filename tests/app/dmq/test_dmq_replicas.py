@@ -1,0 +1,249 @@
+"""Replicated Rock-DMQ on devbroker, one test per row of the README's failure table ("Rock-DMQ
+replicas"): three `rocksidecar dmq` processes with --replicas; replicas are SIGKILLed, stopped, restarted
+on a wiped data dir; a broker and the name server are stopped. Each test checks what the table promises:
+every message published (none lost), none before its due time, and, where a replica is gone, its share
+published by the others."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from rocksidecar.app.dmq import inner, marks
+from rocksidecar.delay import DELAY_DUE_AT
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq import BrokerApi, NameServerClient, RemotingClient
+from rocksidecar.rmq.message import Message
+from rocksidecar.rmq.msgid import new_uniq_id
+from rocksidecar.rmq.producer import Producer, ProducerConfig
+from tests.app.dmq.conftest import INNER_TOPIC, REAL_TOPIC, Received, create_topics, real_consumer
+from tests.app.dmq.test_dmq_crash import ROOT, free_port, inner_count, metric
+
+MARKS_TOPIC = "dmq_test_marks"
+GROUP = "dmq_replicas_group"
+NAMES = ("r0", "r1", "r2")
+WAIT_S = 60.0
+
+
+@dataclass
+class Replica:
+    name: str
+    namesrv: str
+    data_dir: Path
+    copies: int
+    group: str = GROUP
+    port: int = field(default_factory=free_port)
+    proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "ROCKSIDECAR_NAMESRV": self.namesrv,
+            "ROCKSIDECAR_DATA_DIR": str(self.data_dir),
+            "ROCKSIDECAR_DMQ_REPLICAS": ",".join(NAMES),
+            "ROCKSIDECAR_DMQ_COPIES": str(self.copies),
+            "ROCKSIDECAR_DMQ_MARKS_TOPIC": MARKS_TOPIC,
+            "ROCKSIDECAR_SEND_TIMEOUT_MS": "1000",
+        }
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "rocksidecar.app.cli", "dmq", "--inner-topic", INNER_TOPIC,
+            "--group", self.group, "--instance", self.name, "--http-addr", f"127.0.0.1:{self.port}",
+            "--offset-persist-s", "1", "--presence-interval-s", "0.2",
+            cwd=ROOT, env=env, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        async with asyncio.timeout(60):
+            while b"dmq started" not in (line := await proc.stderr.readline()):
+                assert line, f"dmq {self.name} exited before it started"
+        asyncio.get_running_loop().create_task(proc.stderr.read())  # keep draining
+        self.proc = proc
+
+    async def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        await self.proc.wait()
+        self.proc = None
+
+    async def until(self, line_start: str, done: Callable[[float], bool]) -> None:
+        value = None
+        try:
+            async with asyncio.timeout(WAIT_S):
+                while not done(value := await metric(self.port, line_start)):  # noqa: ASYNC110 - another process
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            raise AssertionError(f"{self.name}: {line_start} stayed at {value}") from None
+
+
+@dataclass
+class Setup:
+    cluster: DevCluster
+    producer: Producer
+    received: Received
+    replicas: list[Replica]
+    tmp: Path
+
+    def replica(self, name: str, copies: int) -> Replica:
+        r = Replica(name, self.cluster.namesrv_addr, self.tmp / name, copies)
+        self.replicas.append(r)
+        return r
+
+    async def start_all(self, copies: int) -> list[Replica]:
+        rs = [self.replica(n, copies) for n in NAMES]
+        await asyncio.gather(*(r.start() for r in rs))
+        for r in rs:  # every replica sees every other as a publisher: no take-over in progress
+            await r.until("rocksidecar_dmq_publishers", lambda v: v == len(NAMES))
+        return rs
+
+    async def send(self, n: int, due_in_ms: int, spread_ms: int = 0) -> dict[str, int]:
+        now = time.time_ns() // 1_000_000
+        due = {new_uniq_id(): now + due_in_ms + (spread_ms * i // max(1, n)) for i in range(n)}
+        for id_, at in due.items():
+            msg = inner.inner_message(Message(REAL_TOPIC, id_.encode(), id=id_), at, inner_topic=INNER_TOPIC)
+            await self.producer.send(msg, sharding_key=id_)
+        return due
+
+    async def stored(self, rs: list[Replica], total: int) -> None:
+        """Until the replicas ``rs`` together scheduled ``total`` copies."""
+        async with asyncio.timeout(WAIT_S):
+            while sum([await metric(r.port, inner_count("scheduled")) for r in rs]) < total:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)  # other processes: their /metrics is the only view
+
+    def check(self, due: dict[str, int]) -> list[float]:
+        """Every id arrived, none before its due time; returns each first arrival's lateness (s)."""
+        first: dict[str, int] = {}
+        for m in self.received.got:
+            id_ = m.uniq_key or ""
+            if id_ in due:
+                assert m.store_timestamp_ms >= due[id_], f"{id_} published early"
+                assert int(m.properties[DELAY_DUE_AT]) == due[id_]
+                first[id_] = min(first.get(id_, m.store_timestamp_ms), m.store_timestamp_ms)
+        assert set(first) == set(due), f"{len(set(due) - set(first))} lost"
+        return [(first[i] - due[i]) / 1000 for i in due]
+
+
+@pytest.fixture
+async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
+    async with DevCluster(brokers=2, queues=4) as cluster:
+        await create_topics(cluster, REAL_TOPIC, INNER_TOPIC)
+        client = RemotingClient()
+        producer = Producer(
+            NameServerClient(client, cluster.namesrv_addr), BrokerApi(client), ProducerConfig()
+        )
+        await producer.start()
+        await producer.send(
+            Message(MARKS_TOPIC, marks.encode("test", []), properties={inner.OP: marks.OP_MARK})
+        )
+        received = Received()
+        reader = await real_consumer(cluster, received, "dmq_replicas_reader")
+        s = Setup(cluster, producer, received, [], tmp_path)
+        try:
+            yield s
+        finally:
+            for r in s.replicas:
+                if r.proc is not None:
+                    await r.signal(signal.SIGKILL)
+            await reader.close()
+            await producer.close()
+            await client.close()
+
+
+async def until_received(s: Setup, due: dict[str, int]) -> None:
+    await s.received.until(lambda got: set(due) <= {m.uniq_key for m in got}, WAIT_S)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["crash", "down"])
+async def test_a_replica_gone_its_share_is_published_by_the_others(setup: Setup, sig: int) -> None:
+    r0, r1, r2 = await setup.start_all(copies=2)
+    due = await setup.send(60, due_in_ms=4000, spread_ms=2000)
+    await setup.stored([r0, r1, r2], 60 * 2)  # two copies of each
+    await r0.signal(sig)  # a third of the messages had r0 first in turn
+    await until_received(setup, due)
+    lateness = setup.check(due)
+    # Before replication r0's share waited for r0 to come back (never, here). The bound is loose on
+    # purpose (a shared CI machine): the measured p99 is the realbroker test's and bench's business.
+    assert max(lateness) < 10.0
+    took_over = sum([await metric(r.port, "rocksidecar_dmq_takeover_published_total") for r in (r1, r2)])
+    assert took_over > 0  # r0 ranked first for some ids: someone published them in its place
+
+
+async def test_a_lost_volume_is_rebuilt_from_the_topics(setup: Setup) -> None:
+    r0, r1, r2 = await setup.start_all(copies=3)
+    early = await setup.send(10, due_in_ms=300)  # published (and marked) before r0 loses its volume
+    await until_received(setup, early)
+    # Due well after r0's restart and convergence (seconds on a busy machine): r0 must hold them first.
+    due = await setup.send(40, due_in_ms=30_000)
+    await setup.stored([r0, r1, r2], 3 * 50)
+    await r0.signal(signal.SIGKILL)
+    shutil.rmtree(r0.data_dir)
+    await r0.start()
+    await r0.until("rocksidecar_dmq_converged", lambda v: v == 1)
+    await r0.until("rocksidecar_delay_scheduled", lambda v: v == 40)  # the copies, not only new messages
+    # The others gone: r0's rebuilt store alone publishes everything, and nothing of ``early`` again.
+    await r1.signal(signal.SIGKILL)
+    await r2.signal(signal.SIGKILL)
+    await until_received(setup, due)
+    setup.check({**early, **due})
+    ids = setup.received.ids()
+    assert all(ids.count(i) == 1 for i in early)  # r0 applied their marks while it converged
+
+
+async def test_a_broker_down_the_stored_copies_are_still_published(setup: Setup) -> None:
+    r0, r1, r2 = await setup.start_all(copies=2)
+    due = await setup.send(40, due_in_ms=3000)
+    await setup.stored([r0, r1, r2], 40 * 2)
+    await setup.cluster.brokers["broker-b"].close()  # half of the inner queues, and their marks
+    await until_received(setup, due)
+    setup.check(due)
+
+
+async def test_the_name_server_down_changes_nothing(setup: Setup) -> None:
+    r0, r1, r2 = await setup.start_all(copies=2)
+    # A replica learns a real topic's route at its first publish there: as any RocketMQ client, it
+    # cannot learn one while the name server is down. These give every replica the route first.
+    warm = await setup.send(30, due_in_ms=200)
+    await until_received(setup, warm)
+    for r in (r0, r1, r2):
+        await r.until('rocksidecar_dmq_marks_sent_total{outcome="sent"}', lambda v: v > 0)
+    due = await setup.send(40, due_in_ms=3000)
+    await setup.stored([r0, r1, r2], 70 * 2)
+    await setup.cluster.namesrv.stop()  # routes are cached; presence asks the brokers
+    await r2.signal(signal.SIGKILL)  # and a take-over still works
+    await until_received(setup, due)
+    setup.check(due)
+
+
+async def test_a_split_member_view_duplicates_but_loses_nothing(setup: Setup) -> None:
+    """The worst split: each replica sees only itself as a publisher (here: each asks its own group, as
+    if each reached a broker the other does not). Both publish what they hold; none is lost, none goes
+    out more than twice, and each duplicate is counted by the marks."""
+    r0, r1 = setup.replica("r0", 3), setup.replica("r1", 3)
+    r0.group, r1.group = f"{GROUP}_a", f"{GROUP}_b"
+    await asyncio.gather(r0.start(), r1.start())
+    for r in (r0, r1):
+        await r.until("rocksidecar_dmq_publishers", lambda v: v == 1)
+    due = await setup.send(20, due_in_ms=2000)
+    await setup.stored([r0, r1], 2 * 20)
+    await until_received(setup, due)
+    setup.check(due)
+    ids = setup.received.ids()
+    doubled = sum(ids.count(i) - 1 for i in due)
+    assert all(ids.count(i) <= 2 for i in due)
+    seen = 0.0
+    async with asyncio.timeout(WAIT_S):
+        while seen < doubled:
+            seen = sum(
+                [await metric(r.port, 'rocksidecar_dmq_marks_total{outcome="duplicate"}') for r in (r0, r1)]
+            )
+            await asyncio.sleep(0.05)
+    # Each double publish was counted (whether one happens depends on whose mark arrives first).
+    assert seen >= doubled
