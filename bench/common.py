@@ -153,7 +153,7 @@ class DevbrokerProcess:
 
 @contextlib.contextmanager
 def devbroker_process(
-    brokers: int = 2, queues: int = 4, max_log_mb: int = 2048
+    brokers: int = 2, queues: int = 4, max_log_mb: int = 2048, *, property_filter: bool = False
 ) -> Iterator[DevbrokerProcess]:
     """`rocksidecar devbroker` in its own process (so it has its own core)."""
     ns_port, admin_port = free_port(), free_port()
@@ -174,6 +174,7 @@ def devbroker_process(
             str(admin_port),
             "--max-log-mb",
             str(max_log_mb),
+            *(["--enable-property-filter"] if property_filter else []),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

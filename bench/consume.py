@@ -53,23 +53,23 @@ from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus,
 TOPIC = f"BenchConsume{time.time_ns() % 10**6}"  # fresh each run: a real broker keeps old ones
 
 
-async def fill(namesrv: str, total: int, size: int) -> int:
+async def fill(namesrv: str, total: int, size: int, topic: str = TOPIC) -> int:
     """Create the topic with 4 queues on every broker and fill it; returns the number of queues."""
     client = RemotingClient()
     api = BrokerApi(client)
     ns = NameServerClient(client, namesrv)
     template = await ns.get_route("TBW102")
     for b in template.broker_datas:
-        await api.create_topic(b.master_addr or "", TOPIC, read_queue_nums=4, write_queue_nums=4)
-    route = await ns.get_route(TOPIC)
-    queues = route.publish_queues(TOPIC)
+        await api.create_topic(b.master_addr or "", topic, read_queue_nums=4, write_queue_nums=4)
+    route = await ns.get_route(topic)
+    queues = route.publish_queues(topic)
     body = b"b" * size
     per_batch = 100
     sem = asyncio.Semaphore(8)
 
     async def one(i: int) -> None:
         mq = queues[i % len(queues)]
-        msgs = [Message(TOPIC, body) for _ in range(per_batch)]
+        msgs = [Message(topic, body) for _ in range(per_batch)]
         keys = [new_uniq_id() for _ in msgs]
         async with sem:
             await api.send_batch(route.master_addr(mq.broker_name) or "", mq, msgs, keys, 10.0)
@@ -169,7 +169,7 @@ JAVA_CONSUMER = "org.apache.rocketmq.example.benchmark.Consumer"
 _TPS = re.compile(r"\bTPS: (\d+)")
 
 
-async def java_rate(namesrv: str, total: int, ctl: str) -> float:
+async def java_rate(namesrv: str, total: int, ctl: str, topic: str = TOPIC) -> float:
     """The anchor: RocketMQ's own benchmark Consumer (4.9.4, 20 threads, no-op listener) on the same
     topic, a new group (a new group on a topic still in memory starts at offset 0).
 
@@ -185,7 +185,7 @@ async def java_rate(namesrv: str, total: int, ctl: str) -> float:
         "-n",
         namesrv,
         "-t",
-        TOPIC,
+        topic,
         "-g",
         group,
         "-p",

@@ -154,6 +154,16 @@ def build_app(brokers: Mapping[str, DevBroker]) -> Starlette:
             }
         )
 
+    async def expire(request: Request) -> JSONResponse:
+        """Retention for tests: drop a queue's offsets below ``before`` (a reader then sees them gone)."""
+        broker = find(request)
+        queue = request.path_params["queue"]
+        if not queue.isdigit() or len(queue) > 6:
+            raise _BadRequest(400, "the queue id must be an integer")
+        before = _query_int(request, "before", 0, 0, 1 << 62)
+        low = broker.store.expire(request.path_params["topic"], int(queue), before)
+        return JSONResponse({"minOffset": low})
+
     async def bad_request(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, _BadRequest)
         return JSONResponse({"error": str(exc)}, status_code=exc.status)
@@ -166,6 +176,7 @@ def build_app(brokers: Mapping[str, DevBroker]) -> Starlette:
             Route("/brokers/{name}/faults", clear_faults, methods=["DELETE"]),
             Route("/brokers/{name}/{action}", act, methods=["POST"]),
             Route("/topics/{topic}/messages", topic_messages, methods=["GET"]),
+            Route("/brokers/{name}/topics/{topic}/queues/{queue}/expire", expire, methods=["POST"]),
         ],
         exception_handlers={_BadRequest: bad_request},
     )

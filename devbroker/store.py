@@ -205,6 +205,20 @@ class MessageStore:
         status = GetStatus.FOUND if parts else GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, lo + i, lo, hi, b"".join(parts))
 
+    def expire(self, topic: str, queue_id: int, before: int) -> int:
+        """Forget a queue's entries below offset ``before``, as retention deleting old commit-log files
+        would (the records stay in the log; pulls and GET_MIN_OFFSET no longer reach them). Returns the
+        queue's min offset after."""
+        q = self._queues.get((topic, queue_id))
+        if q is None:
+            return 0
+        n = max(0, min(before, q.max_offset) - q.base)
+        if n:
+            for arr in (q.phys, q.sizes, q.times, q.tags):
+                del arr[:n]
+            q.base += n
+        return q.base
+
     def min_offset(self, topic: str, queue_id: int) -> int:
         q = self._queues.get((topic, queue_id))
         return q.base if q else 0

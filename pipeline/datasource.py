@@ -1,6 +1,7 @@
 """The ``rocksidecar`` PySpark data source: ``df.write.format("rocksidecar")`` and
 ``writeStream.format("rocksidecar")`` publish each row as a message through the sidecar's HTTP API.
-Options are checked on the driver; each task publishes its partition; commit fails on rejected rows."""
+Options are checked on the driver; each task publishes its partition; commit fails on rejected rows.
+``spark.read``/``readStream.format("rocksidecar")`` read topics from the brokers (pipeline.source)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,18 @@ from dataclasses import dataclass
 
 from pyspark import TaskContext
 from pyspark.sql import Row, SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import StructType
 
 from . import options as options_mod
+from . import read_options
 from .client import SidecarClient
 from .message import MessageBuilder
 from .options import OptionError, WriteOptions
@@ -130,6 +139,23 @@ class RocksidecarDataSource(DataSource):
             raise OptionError(f"{NAME} can only append to a topic: use .mode('append')")
         opts = options_mod.parse(dict(self.options))
         return options_mod.check_schema(opts, {f.name: f.dataType.simpleString() for f in schema.fields})
+
+    def schema(self) -> str:
+        """The rows a read gives (README "Reading a topic"), as DDL: parsed by Spark on the JVM side
+        (this runs in a Python worker without a session); writes take the DataFrame's own schema."""
+        from .source import SCHEMA
+
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from .source import BatchReader  # pyarrow and the RocketMQ client only when reading
+
+        return BatchReader(read_options.parse(dict(self.options), streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .source import StreamReader
+
+        return StreamReader(read_options.parse(dict(self.options), streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         opts = self._checked(schema, overwrite)

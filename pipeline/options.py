@@ -44,7 +44,6 @@ KNOWN = {
 # options whose column may also have a type with one obvious text form; the value is sent as that text
 AS_TEXT = {"keyColumn", "tagsColumn", "shardingKeyColumn"}
 TEXT_FORMS = ("tinyint", "smallint", "int", "bigint", "boolean", "date")
-_CANONICAL = {name.lower(): name for name in KNOWN}
 # Spark adds these itself; they are not ours to reject
 _SPARK_OWN = {"path", "checkpointlocation", "queryname"}
 
@@ -119,26 +118,28 @@ def _endpoint(raw: str) -> str:
     return raw.rstrip("/")
 
 
-def _canonical(options: Mapping[str, str]) -> dict[str, str]:
-    """Spark hands options over case-insensitively (often lower-cased): map them to our spelling."""
+def canonical(options: Mapping[str, str], known: set[str], what: str = "option") -> dict[str, str]:
+    """Spark hands options over case-insensitively (often lower-cased): map them to our spelling, and
+    refuse an unknown one naming it (and the closest known name)."""
+    spelling = {name.lower(): name for name in known}
     out: dict[str, str] = {}
     for key, value in options.items():
-        name = _CANONICAL.get(key.lower())
+        name = spelling.get(key.lower())
         if name is None:
             if key.lower() in _SPARK_OWN:
                 continue
-            close = difflib.get_close_matches(key.lower(), _CANONICAL, n=1, cutoff=0.75)
-            hint = f"did you mean {_CANONICAL[close[0]]!r}? " if close else ""
+            close = difflib.get_close_matches(key.lower(), spelling, n=1, cutoff=0.75)
+            hint = f"did you mean {spelling[close[0]]!r}? " if close else ""
             # Spark hands names over lower-cased: say so, or the user looks for a name they did not type
             lowered = " (Spark passes option names lower-cased)" if key == key.lower() != key.upper() else ""
-            raise OptionError(f"unknown option {key!r}{lowered}; {hint}known: {', '.join(sorted(KNOWN))}")
+            raise OptionError(f"unknown {what} {key!r}{lowered}; {hint}known: {', '.join(sorted(known))}")
         out[name] = value
     return out
 
 
 def parse(options: Mapping[str, str]) -> WriteOptions:
     """Raises OptionError."""
-    opts = _canonical(options)
+    opts = canonical(options, KNOWN)
     topic = opts.get("topic", "")
     if not _TOPIC.match(topic):
         raise OptionError(

@@ -107,6 +107,35 @@ async def test_lists_what_the_brokers_store_for_a_topic(http: httpx.AsyncClient,
         assert resp.status_code == 400 and next(iter(bad)) in resp.json()["error"]
 
 
+async def test_expire_drops_a_queues_old_offsets_as_retention_would(
+    http: httpx.AsyncClient, cluster: DevCluster
+) -> None:
+    broker = cluster.brokers["broker-a"]
+    client = RemotingClient()
+    api = BrokerApi(client, producer_group="admin-test")
+    mq = MessageQueue("Expiring", "broker-a", 0)
+    try:
+        await api.create_topic(broker.addr, "Expiring")
+        for i in range(5):
+            await api.send(broker.addr, mq, Message(topic="Expiring", body=b"m%d" % i), f"e{i}", 5.0)
+        resp = await http.post("/brokers/broker-a/topics/Expiring/queues/0/expire", params={"before": 3})
+        assert resp.status_code == 200 and resp.json() == {"minOffset": 3}
+        assert await api.get_min_offset(broker.addr, mq) == 3
+        assert await api.get_max_offset(broker.addr, mq) == 5
+        gone = await api.pull(broker.addr, "g", mq, 1)
+        assert gone.status.name == "OFFSET_ILLEGAL" and gone.next_begin_offset == 3
+        kept = await api.pull(broker.addr, "g", mq, 3)
+        assert [m.body for m in kept.messages] == [b"m3", b"m4"]
+        # never past the end; a bad queue id is refused and changes nothing
+        assert (await http.post("/brokers/broker-a/topics/Expiring/queues/0/expire?before=99")).json() == {
+            "minOffset": 5
+        }
+        bad = await http.post("/brokers/broker-a/topics/Expiring/queues/x/expire?before=1")
+        assert bad.status_code == 400 and "queue id" in bad.json()["error"]
+    finally:
+        await client.close()
+
+
 async def test_served_on_a_loopback_port() -> None:
     async with DevCluster(brokers=1, admin_port=0) as cluster:
         assert cluster.admin_url is not None and cluster.admin_url.startswith("http://127.0.0.1:")

@@ -66,7 +66,7 @@ def spark() -> Iterator[SparkSession]:
 
 @pytest.fixture(scope="session")
 def devbroker() -> Iterator[DevbrokerProcess]:
-    with devbroker_process(brokers=2, queues=4, max_log_mb=512) as d:
+    with devbroker_process(brokers=2, queues=4, max_log_mb=512, property_filter=True) as d:  # sql option
         yield d
 
 

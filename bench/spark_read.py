@@ -1,0 +1,66 @@
+"""Rows per second of a batch read with the rocksidecar Spark source (local[2]) against RocketMQ's own
+benchmark Consumer on the same topic, in the same run:
+
+    .venv/bin/python -m bench.spark_read --namesrv 127.0.0.1:9876   # real RocketMQ 4.9.4 (Java anchor)
+
+The topic (4 queues a broker, fresh each run) is filled with --messages bodies of --size bytes. The Spark
+rate is messages / wall time of one query that reads every body (sum of lengths), timed after a warm-up
+query on the same session (the JVM and the Python workers started); the anchor is bench.consume's
+java_rate (best 10 s window of the 20-thread Java Consumer): the ratio errs low. Target >= 0.5x."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+from bench.common import bench_parser, environment
+from bench.consume import fill, java_rate
+
+
+def spark_rate(namesrv: str, topic: str, total: int) -> float:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from rocksidecar.pipeline import register
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    try:
+        df = spark.read.format("rocksidecar").option("namesrv", namesrv).option("topic", topic).load()
+        df.limit(10).collect()  # warm-up: workers started, connections made
+        start = time.perf_counter()
+        [row] = df.select(F.count("*").alias("n"), F.sum(F.length("body")).alias("bytes")).collect()
+        took = time.perf_counter() - start
+    finally:
+        spark.stop()
+    if row.n != total:
+        raise RuntimeError(f"read {row.n} messages, the topic has {total}")
+    return total / took
+
+
+def main() -> None:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--namesrv", required=True)
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument(
+        "--java",
+        default=os.environ.get("ROCKSIDECAR_TEST_BROKER_CTL", "/work/shared/rocketmq/real-broker.sh"),
+    )
+    args = parser.parse_args()
+    topic = f"spark_bench_read_{time.time_ns() % 10**9}"
+    print(f"# spark read benchmark: {environment()}, broker at {args.namesrv}, topic {topic}")
+    asyncio.run(fill(args.namesrv, args.messages, args.size, topic))
+    ours = spark_rate(args.namesrv, topic, args.messages)
+    print(f"rocksidecar Spark source, batch read, local[2]: {ours:,.0f} msg/s")
+    anchor = asyncio.run(java_rate(args.namesrv, args.messages, args.java, topic))
+    print(f"Java benchmark Consumer (4.9.4, 20 threads), best 10 s window: {anchor:,.0f} msg/s")
+    print(f"ratio: {ours / anchor:.2f}x (target >= 0.5x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""The read source's calls to RocketMQ with the project's asyncio client: the queues of the topics, their
+min and max offsets (a broker that does not answer in time is left out, so only its queues stall), offsets
+by time, and a queue's messages from one offset to another as pulls. Driver and executors each run these
+in an event loop of their own (Spark calls a data source from plain threads that have none)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+
+from rocksidecar.rmq import (
+    BrokerApi,
+    Credentials,
+    MessageExt,
+    MessageQueue,
+    NameServerClient,
+    PullStatus,
+    RemotingClient,
+    RemotingError,
+    RocketMQError,
+    TopicNotExist,
+)
+from rocksidecar.rmq.broker import EXPRESSION_SQL92, EXPRESSION_TAG
+from rocksidecar.rmq.errors import ServiceNotAvailable, SystemBusy
+
+from .queue_ranges import QueueRef
+from .read_options import ReadOptions
+
+log = logging.getLogger(__name__)
+
+
+# a broker that cannot answer now (down, unreachable, overloaded): waited for up to brokerTimeoutMs
+UNAVAILABLE = (RemotingError, OSError, TimeoutError, SystemBusy, ServiceNotAvailable)
+
+
+PREFETCH = 4  # pulls in flight per partition
+
+
+class DataLossError(RuntimeError):
+    """Offsets to be read are gone (deleted by retention, or the queue was reset) and failOnDataLoss."""
+
+
+class BrokerDownError(RuntimeError):
+    """A broker did not answer within brokerTimeoutMs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    low: int  # the queue's min offset (what retention kept)
+    high: int  # its max offset (the next one to be written)
+
+
+@dataclass(slots=True)
+class DownBrokers:
+    """Brokers that did not answer the last offset lookup, and why: the driver logs them once each."""
+
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+class Cluster:
+    """One RemotingClient (with ACL credentials if given) for the name server and the brokers."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        creds = None
+        if opts.access_key and opts.secret_key:
+            creds = Credentials(opts.access_key, opts.secret_key, opts.security_token)
+        self.opts = opts
+        self._client = RemotingClient(connect_timeout_s=opts.broker_timeout_s, credentials=creds)
+        self._namesrv = NameServerClient(self._client, opts.namesrv, timeout_s=opts.broker_timeout_s)
+        self._api = BrokerApi(self._client)
+        self._addrs: dict[str, str] = {}
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def queues(self) -> dict[QueueRef, str]:
+        """Every readable queue of the topics -> its master's address (queues without a master are left
+        out: nothing can be read there now). A topic that does not exist yet has no queues."""
+        out: dict[QueueRef, str] = {}
+        for topic in self.opts.topics:
+            try:
+                route = await self._namesrv.get_route(topic)
+            except TopicNotExist:
+                log.warning("topic %r does not exist (yet): it has no queues to read", topic)
+                continue
+            for mq in route.subscribe_queues(topic):
+                addr = route.master_addr(mq.broker_name)
+                if addr is not None:
+                    out[QueueRef(topic, mq.broker_name, mq.queue_id)] = addr
+                    self._addrs[mq.broker_name] = addr
+        return out
+
+    async def bounds(self, queues: dict[QueueRef, str], down: DownBrokers) -> dict[QueueRef, Bounds]:
+        """Min and max offset of each queue, asked concurrently; the queues of a broker that fails or
+        does not answer within brokerTimeoutMs are left out, and the broker is named in ``down``."""
+
+        async def one(ref: QueueRef, addr: str) -> tuple[QueueRef, Bounds | BaseException]:
+            mq, t = MessageQueue(ref.topic, ref.broker, ref.queue_id), self.opts.broker_timeout_s
+            try:
+                low = await self._api.get_min_offset(addr, mq, timeout_s=t)
+                high = await self._api.get_max_offset(addr, mq, timeout_s=t)
+            except (RocketMQError, OSError, TimeoutError) as exc:
+                return ref, exc
+            return ref, Bounds(low, high)
+
+        out: dict[QueueRef, Bounds] = {}
+        down.errors.clear()
+        for ref, got in await asyncio.gather(*(one(r, a) for r, a in queues.items())):
+            if isinstance(got, Bounds):
+                out[ref] = got
+            else:
+                down.errors.setdefault(ref.broker, f"{type(got).__name__}: {got}")
+        return out
+
+    async def offset_at(self, ref: QueueRef, addr: str, timestamp_ms: int) -> int:
+        mq = MessageQueue(ref.topic, ref.broker, ref.queue_id)
+        return await self._api.search_offset(addr, mq, timestamp_ms, timeout_s=self.opts.broker_timeout_s)
+
+    async def commit(self, positions: dict[QueueRef, int], group: str) -> None:
+        """Store each queue's next offset under ``group`` (so mqadmin consumerProgress shows the lag);
+        best effort: a broker that fails is logged, the next commit repeats it."""
+        for ref, offset in positions.items():
+            addr = self._addrs.get(ref.broker)
+            if addr is None:
+                continue
+            mq = MessageQueue(ref.topic, ref.broker, ref.queue_id)
+            try:
+                await self._api.update_consumer_offset(
+                    addr, group, mq, offset, timeout_s=self.opts.broker_timeout_s
+                )
+            except (RocketMQError, OSError, TimeoutError) as exc:
+                log.warning("could not commit %s offset %d for group %s: %s", ref, offset, group, exc)
+
+    async def _address(self, ref: QueueRef) -> str:
+        if ref.broker not in self._addrs:
+            await self.queues()
+        addr = self._addrs.get(ref.broker)
+        if addr is None:
+            raise BrokerDownError(f"queue {ref}: broker {ref.broker!r} has no master in the route now")
+        return addr
+
+    async def read(self, ref: QueueRef, start: int, end: int) -> AsyncGenerator[list[MessageExt], None]:
+        """The messages of offsets [start, end) that pass the filter, a pull at a time. Offsets that are
+        gone raise DataLossError (failOnDataLoss) or are skipped with a warning; a broker that does not
+        answer for brokerTimeoutMs raises BrokerDownError naming it (Spark then retries the task)."""
+        opts = self.opts
+        mq = MessageQueue(ref.topic, ref.broker, ref.queue_id)
+        expression, kind = (opts.sql, EXPRESSION_SQL92) if opts.sql else (opts.tags or "*", EXPRESSION_TAG)
+        offset = start
+        loop = asyncio.get_running_loop()
+        failing_since: float | None = None
+        # without a filter a queue's offsets are consecutive: pull the next few windows at once, so a
+        # partition waits one round trip per PREFETCH pulls (with a filter, pulls skip ahead: one at a time)
+        depth = PREFETCH if expression == "*" else 1
+        while offset < end:
+            n = opts.pull_batch_size
+            starts = [offset + i * n for i in range(depth) if offset + i * n < end]
+            try:
+                addr = await self._address(ref)
+                results = await asyncio.gather(
+                    *(
+                        self._api.pull(
+                            addr,
+                            opts.group,
+                            mq,
+                            at,
+                            max_nums=n,
+                            expression=expression,
+                            expression_type=kind,
+                            timeout_s=opts.broker_timeout_s,
+                        )
+                        for at in starts
+                    )
+                )
+            except (RocketMQError, OSError, TimeoutError) as exc:
+                if not isinstance(exc, UNAVAILABLE):  # refused (a bad filter, no permission): say so now
+                    raise RuntimeError(f"queue {ref}: broker {ref.broker!r} refused a pull: {exc}") from exc
+                now = loop.time()
+                failing_since = now if failing_since is None else failing_since
+                if now - failing_since >= opts.broker_timeout_s:
+                    raise BrokerDownError(
+                        f"queue {ref}: broker {ref.broker!r} did not answer a pull at offset {offset} for "
+                        f"{opts.broker_timeout_s:g} s (brokerTimeoutMs): {exc}"
+                    ) from exc
+                self._addrs.pop(ref.broker, None)  # look the route up again: it may have moved
+                await asyncio.sleep(min(1.0, opts.broker_timeout_s / 10))
+                continue
+            failing_since = None
+            for at, result in zip(starts, results, strict=True):
+                if at != offset:
+                    break  # a pull came back short (a byte limit): plan again from where it ended
+                if result.status is PullStatus.OFFSET_ILLEGAL or offset < result.min_offset:
+                    offset = self._lost(ref, offset, end, result.min_offset, result.max_offset)
+                    break
+                if result.status is PullStatus.NO_NEW_MSG:
+                    if result.max_offset < end:  # the queue ends before what the driver saw: it was reset
+                        self._lost(ref, result.max_offset, end, result.min_offset, result.max_offset)
+                    return
+                if result.next_begin_offset <= offset:
+                    raise RuntimeError(
+                        f"queue {ref}: a pull at offset {offset} made no progress ({result.status})"
+                    )
+                page = [m for m in result.messages if offset <= m.queue_offset < end]
+                if page:
+                    yield page
+                offset = result.next_begin_offset
+
+    def _lost(self, ref: QueueRef, offset: int, end: int, low: int, high: int) -> int:
+        """Offset ``offset`` of ``ref`` is gone: raise, or say so and go on from the first offset kept."""
+        resume = max(offset + 1, min(low, end)) if low > offset else end
+        what = (
+            f"queue {ref}: offsets {offset} to {resume - 1} are gone (the queue now holds {low} to {high}; "
+            "retention deleted them or the queue was reset)"
+        )
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{what}. Set failOnDataLoss=false to skip them and go on")
+        log.warning("%s: skipped (failOnDataLoss=false)", what)
+        return resume

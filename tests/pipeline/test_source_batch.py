@@ -1,0 +1,156 @@
+"""spark.read.format("rocksidecar") against devbroker: the documented row schema, start and end offsets
+(earliest, latest, per-queue JSON, a timestamp), minPartitions, tag and SQL92 filters, bad options."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from bench.common import DevbrokerProcess
+from rocksidecar.pipeline.options import OptionError
+from tests.pipeline.source_topics import Put, create, put
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def read(spark: SparkSession, devbroker: DevbrokerProcess, topic: str, **options: str) -> DataFrame:
+    r = spark.read.format("rocksidecar").option("namesrv", devbroker.namesrv).option("topic", topic)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def fill(devbroker: DevbrokerProcess, topic: str, per_queue: int) -> list[str]:
+    """``per_queue`` messages in each of 2 queues of each broker, body "<broker>/<queue>/<i>"."""
+    create(devbroker, topic, 2)
+    puts = [
+        Put(b, q, f"{b}/{q}/{i}".encode(), tags="even" if i % 2 == 0 else "odd", keys=(f"k{i}", "x"))
+        for b in ("broker-a", "broker-b")
+        for q in (0, 1)
+        for i in range(per_queue)
+    ]
+    return put(devbroker, topic, puts)
+
+
+def test_rows_have_the_documented_schema_and_every_message_once(
+    spark: SparkSession, devbroker: DevbrokerProcess, topic: str
+) -> None:
+    create(devbroker, topic, 2)
+    body = bytes(range(256))  # binary, every byte value
+    [uniq] = put(
+        devbroker, topic, [Put("broker-b", 1, body, tags="T", keys=("a", "b"), properties=(("p", "v"),))]
+    )
+    df = read(spark, devbroker, topic)
+    assert [f.name for f in df.schema.fields] == [
+        "topic", "broker", "queueId", "queueOffset", "msgId", "uniqKey", "body", "tags", "keys",
+        "properties", "bornTimestamp", "storeTimestamp", "reconsumeTimes",
+    ]  # fmt: skip
+    [row] = df.collect()
+    assert (row.topic, row.broker, row.queueId, row.queueOffset) == (topic, "broker-b", 1, 0)
+    assert (row.msgId, row.uniqKey, bytes(row.body), row.tags) == (uniq, uniq, body, "T")
+    assert (row.keys, row.properties, row.reconsumeTimes) == (["a", "b"], {"p": "v"}, 0)
+    assert row.bornTimestamp <= row.storeTimestamp
+
+
+def test_starting_and_ending_offsets_select_the_range(
+    spark: SparkSession, devbroker: DevbrokerProcess, topic: str
+) -> None:
+    fill(devbroker, topic, 10)
+    everything = read(spark, devbroker, topic)
+    assert everything.count() == 40
+    assert everything.rdd.getNumPartitions() == 4  # one a queue
+    start = {topic: {"broker-a:0": 3, "broker-b:1": -1}}  # unnamed queues start at the earliest
+    end = {topic: {"broker-a:0": 5, "broker-a:1": 2, "broker-b:0": -1}}  # unnamed ones end at the latest
+    rows = read(
+        spark, devbroker, topic, startingOffsets=json.dumps(start), endingOffsets=json.dumps(end)
+    ).collect()
+    got = sorted((r.broker, r.queueId, r.queueOffset, bytes(r.body).decode()) for r in rows)
+    want = (
+        [("broker-a", 0, i, f"broker-a/0/{i}") for i in (3, 4)]
+        + [("broker-a", 1, i, f"broker-a/1/{i}") for i in (0, 1)]
+        + [("broker-b", 0, i, f"broker-b/0/{i}") for i in range(10)]
+    )
+    assert got == want
+
+
+def test_a_timestamp_starts_where_the_store_time_is(
+    spark: SparkSession, devbroker: DevbrokerProcess, topic: str
+) -> None:
+    fill(devbroker, topic, 3)
+    late = max(r.storeTimestamp for r in read(spark, devbroker, topic).collect())
+    after = int(late.timestamp() * 1000) + 60_000
+    assert read(spark, devbroker, topic, startingOffsets=str(after)).count() == 4 * 1  # last of each queue
+    assert read(spark, devbroker, topic, startingOffsets="0").count() == 12
+
+
+def test_min_partitions_splits_queues_without_losing_or_repeating(
+    spark: SparkSession, devbroker: DevbrokerProcess, topic: str
+) -> None:
+    fill(devbroker, topic, 25)
+    df = read(spark, devbroker, topic, minPartitions="10")
+    assert df.rdd.getNumPartitions() >= 10
+    rows = df.collect()
+    assert sorted((r.broker, r.queueId, r.queueOffset) for r in rows) == sorted(
+        (b, q, i) for b in ("broker-a", "broker-b") for q in (0, 1) for i in range(25)
+    )
+
+
+def test_a_tag_filter_and_an_sql92_filter(
+    spark: SparkSession, devbroker: DevbrokerProcess, topic: str
+) -> None:
+    create(devbroker, topic, 1)
+    put(
+        devbroker,
+        topic,
+        [
+            Put("broker-a", 0, f"m{i}".encode(), tags=f"t{i % 3}", properties=(("n", str(i)),))
+            for i in range(30)
+        ],
+    )
+    tagged = read(spark, devbroker, topic, tags="t1 || t2").collect()
+    assert sorted(bytes(r.body).decode() for r in tagged) == sorted(f"m{i}" for i in range(30) if i % 3)
+    by_sql = read(spark, devbroker, topic, sql="n >= 25").collect()
+    assert sorted(bytes(r.body).decode() for r in by_sql) == [f"m{i}" for i in range(25, 30)]
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"topic": ""}, "option topic is required"),
+        ({"startingOffsets": "latest"}, "startingOffsets=latest makes no sense"),
+        ({"startingOffsets": '{"Other": {"broker-a:0": 1}}'}, "names topic 'Other'"),
+        ({"endingOffsets": '{"T": {"broker-a": 1}}'}, "must be 'broker:queueId'"),
+        ({"tags": "a", "sql": "b > 1"}, "exclude each other"),
+        ({"maxOffsetsPerTrigger": "10"}, "for streaming queries only"),
+        ({"failOnDataLos": "false"}, "did you mean 'failOnDataLoss'"),
+        ({"accessKey": "ak"}, "accessKey and secretKey go together"),
+    ],
+)
+def test_bad_options_fail_on_the_driver_naming_the_option(
+    spark: SparkSession, devbroker: DevbrokerProcess, options: dict[str, str], error: str
+) -> None:
+    with pytest.raises(Exception, match=error) as info:
+        read(spark, devbroker, options.pop("topic", "T"), **options).collect()
+    assert OptionError.__name__ in str(info.value)
+
+
+def expire(devbroker: DevbrokerProcess, broker: str, topic: str, queue_id: int, before: int) -> None:
+    url = f"{devbroker.admin_url}/brokers/{broker}/topics/{topic}/queues/{queue_id}/expire"
+    httpx.post(url, params={"before": before}, timeout=10).raise_for_status()
+
+
+def test_offsets_deleted_by_retention_fail_naming_the_queue_or_are_skipped(
+    spark: SparkSession, devbroker: DevbrokerProcess, topic: str
+) -> None:
+    create(devbroker, topic, 1)
+    put(devbroker, topic, [Put("broker-a", 0, f"m{i}".encode()) for i in range(5)])
+    expire(devbroker, "broker-a", topic, 0, 3)
+    start = json.dumps({topic: {"broker-a:0": 0}})
+    with pytest.raises(Exception, match=rf"queue {topic}@broker-a:0: offsets 0 to 2 are gone") as info:
+        read(spark, devbroker, topic, startingOffsets=start).collect()
+    assert "failOnDataLoss=false" in str(info.value)
+    rows = read(spark, devbroker, topic, startingOffsets=start, failOnDataLoss="false").collect()
+    assert sorted(bytes(r.body) for r in rows) == [b"m3", b"m4"]
