@@ -32,6 +32,7 @@ from .api.grpc_edge import MalformedRequests
 from .api.grpc_probes import ProbeToken
 from .api.guards import Guards
 from .api.http import create_app
+from .api.operations import EdgeDeps
 from .api.servers import GrpcServer, HttpServer, ListenError, split_addr
 from .api.ui import UiDeps, counters
 from .config import Settings
@@ -147,6 +148,10 @@ class SidecarParts:
             now_ms=self.retry.now_ms,  # never runs backwards: a clock step cannot make a rung fire early
             on_spooled=self.events.spooled,
         )
+        # Both API edges: delayMs due times by the delay store's clock (a step back must not make them early)
+        self.edge_deps = EdgeDeps(
+            self.sidecar, limits(s), s.batch_limit, self.metrics, self.idempotency, self.delay.now_ms
+        )
         self.delay_scheduler, self.replay = delivery_loops(
             self.producer, self.retry, self.delay, policy_for=s.retry_policy, workers=s.replay_workers,
             batch_max=REPLAY_BATCH, on_published=self._on_delay_published, on_replayed=self._on_replayed,
@@ -193,15 +198,10 @@ class SidecarParts:
         )  # fmt: skip
         self.history = History()
         app = create_app(
-            self.sidecar,
-            limits=limits(s),
-            batch_limit=s.batch_limit,
-            metrics=self.metrics,
+            self.edge_deps,
             readiness=self.readiness,
-            idempotency=self.idempotency,
             max_request_bytes=s.max_request_bytes,
             edge=Guards.of(s.auth_token, s.allowed_hosts + bound_hosts(s), s.allowed_origins),
-            now_ms=self.delay.now_ms,  # due times of delayMs: a clock step back must not make them early
             access_log=s.access_log,
             admin=admin,
             ui=UiDeps(
@@ -214,13 +214,8 @@ class SidecarParts:
     def _build_grpc(self) -> None:
         s = self.settings
         servicer = SidecarServicer(
-            self.sidecar,
+            self.edge_deps,
             auth_token=s.auth_token,
-            now_ms=self.delay.now_ms,
-            limits=limits(s),
-            batch_limit=s.batch_limit,
-            metrics=self.metrics,
-            idempotency=self.idempotency,
             hubs=self.subscriptions.hubs if self.subscriptions is not None else {},
         )
         try:
