@@ -110,15 +110,18 @@ class Prepared:
     deliver_at_ms: int | None  # None: send now
 
 
+def _not_utf8(names: FieldNames) -> RequestError:
+    """A text body that UTF-8 cannot encode (a lone surrogate such as JSON's "\\ud800")."""
+    return RequestError(f"the body is not valid UTF-8 text (use {names.body_base64})", field="body")
+
+
 def _json_body(value: dict[str, Any] | list[Any], names: FieldNames) -> bytes:
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
     except (ValueError, TypeError):  # inf from a float such as 1e400; an integer too long to parse
         raise RequestError("the body holds a number out of range", field="body") from None
     except UnicodeEncodeError:
-        raise RequestError(
-            f"the body is not valid UTF-8 text (use {names.body_base64})", field="body"
-        ) from None
+        raise _not_utf8(names) from None
 
 
 def _body(spec: MessageFields, limits: Limits, names: FieldNames) -> bytes:
@@ -127,9 +130,7 @@ def _body(spec: MessageFields, limits: Limits, names: FieldNames) -> bytes:
         try:
             data = text.encode("utf-8")
         except UnicodeEncodeError:
-            raise RequestError(
-                f"the body is not valid UTF-8 text (use {names.body_base64})", field="body"
-            ) from None
+            raise _not_utf8(names) from None
         if data and len(data) <= limits.max_body_bytes:
             return data
     return _any_body(spec, limits, names)
@@ -143,9 +144,7 @@ def _any_body(spec: MessageFields, limits: Limits, names: FieldNames) -> bytes:
         try:
             data = spec.body.encode("utf-8")
         except UnicodeEncodeError:
-            raise RequestError(
-                f"the body is not valid UTF-8 text (use {names.body_base64})", field="body"
-            ) from None
+            raise _not_utf8(names) from None
         name = "body"
     elif spec.body is not None:
         data, name = _json_body(spec.body, names), "body"
