@@ -52,7 +52,7 @@ from .store_delivery import delivery_loops
 from .subscriptions.runner import QueueLag, Subscriptions
 from .topic_allow import TopicAllowList
 from .wiring import COLUMN_FAMILIES as SHARED_CFS
-from .wiring import REPLAY_BATCH, StartupError, build_client, open_store
+from .wiring import REPLAY_BATCH, StartupError, build_client, open_store, start_http
 
 log = logging.getLogger("rocksidecar")
 COLUMN_FAMILIES = (*SHARED_CFS, *FORWARDED_CFS)
@@ -262,10 +262,7 @@ class SidecarParts:
                 await self.producer.routes.get(topic)
 
     async def _start_http(self) -> None:
-        try:
-            await self.http.start()
-        except ListenError as exc:
-            raise StartupError(f"{exc} (set ROCKSIDECAR_HTTP_ADDR)") from exc
+        await start_http(self.http, "ROCKSIDECAR_HTTP_ADDR")
 
     async def _start_subscriptions(self) -> None:
         if self.subscriptions is not None:
