@@ -32,6 +32,7 @@ from .api.grpc_edge import MalformedRequests
 from .api.grpc_probes import ProbeToken
 from .api.guards import Guards
 from .api.http import create_app
+from .api.operations import EdgeDeps
 from .api.servers import GrpcServer, HttpServer, ListenError, split_addr
 from .api.ui import UiDeps, counters
 from .config import Settings
@@ -52,7 +53,7 @@ from .subscriptions.runner import QueueLag, Subscriptions
 from .topic_allow import TopicAllowList
 from .tracing import msgtrace, spans
 from .wiring import COLUMN_FAMILIES as SHARED_CFS
-from .wiring import REPLAY_BATCH, StartupError, build_client, open_store
+from .wiring import REPLAY_BATCH, StartupError, build_client, open_store, start_http
 
 log = logging.getLogger("rocksidecar")
 COLUMN_FAMILIES = (*SHARED_CFS, *FORWARDED_CFS)
@@ -162,6 +163,10 @@ class SidecarParts:
             on_spooled=self.events.spooled,
         )
         loops_sender = spans.TracedSender(loops_sender, background=True) if traced else loops_sender
+        # Both API edges: delayMs due times by the delay store's clock (a step back must not make them early)
+        self.edge_deps = EdgeDeps(
+            self.sidecar, limits(s), s.batch_limit, self.metrics, self.idempotency, self.delay.now_ms
+        )
         self.delay_scheduler, self.replay = delivery_loops(
             loops_sender, self.retry, self.delay, policy_for=s.retry_policy, workers=s.replay_workers,
             batch_max=REPLAY_BATCH, on_published=self._on_delay_published, on_replayed=self._on_replayed,
@@ -208,15 +213,10 @@ class SidecarParts:
         )  # fmt: skip
         self.history = History()
         app = create_app(
-            self.sidecar,
-            limits=limits(s),
-            batch_limit=s.batch_limit,
-            metrics=self.metrics,
+            self.edge_deps,
             readiness=self.readiness,
-            idempotency=self.idempotency,
             max_request_bytes=s.max_request_bytes,
             edge=Guards.of(s.auth_token, s.allowed_hosts + bound_hosts(s), s.allowed_origins),
-            now_ms=self.delay.now_ms,  # due times of delayMs: a clock step back must not make them early
             access_log=s.access_log,
             admin=admin,
             ui=UiDeps(
@@ -229,13 +229,8 @@ class SidecarParts:
     def _build_grpc(self) -> None:
         s = self.settings
         servicer = SidecarServicer(
-            self.sidecar,
+            self.edge_deps,
             auth_token=s.auth_token,
-            now_ms=self.delay.now_ms,
-            limits=limits(s),
-            batch_limit=s.batch_limit,
-            metrics=self.metrics,
-            idempotency=self.idempotency,
             hubs=self.subscriptions.hubs if self.subscriptions is not None else {},
         )
         try:
@@ -282,10 +277,7 @@ class SidecarParts:
                 await self.producer.routes.get(topic)
 
     async def _start_http(self) -> None:
-        try:
-            await self.http.start()
-        except ListenError as exc:
-            raise StartupError(f"{exc} (set ROCKSIDECAR_HTTP_ADDR)") from exc
+        await start_http(self.http, "ROCKSIDECAR_HTTP_ADDR")
 
     async def _start_subscriptions(self) -> None:
         if self.subscriptions is not None:

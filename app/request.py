@@ -7,9 +7,10 @@ import base64
 import binascii
 import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
 
 from rocksidecar.rmq import InvalidMessageError, Message, new_uniq_id
 from rocksidecar.rmq.message import validate_topic
@@ -67,33 +68,6 @@ HTTP_FIELDS = FieldNames("bodyBase64", "shardingKey", "delayMs", "deliverAt", "I
 GRPC_FIELDS = FieldNames("body_bytes", "sharding_key", "delay_ms", "deliver_at", "idempotency_key")
 
 
-class SpecLike(Protocol):
-    """What prepare() reads: MessageSpec, or the HTTP API's pydantic model as it is (no copy)."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def body(self) -> str | dict[str, Any] | list[Any] | None: ...
-    @property
-    def body_base64(self) -> str | None: ...
-    @property
-    def body_bytes(self) -> bytes | None: ...
-    @property
-    def tags(self) -> str | None: ...
-    @property
-    def keys(self) -> Sequence[str]: ...
-    @property
-    def properties(self) -> Mapping[str, str]: ...
-    @property
-    def sharding_key(self) -> str | None: ...
-    @property
-    def type(self) -> str | None: ...
-    @property
-    def delay_ms(self) -> int | None: ...
-    @property
-    def deliver_at(self) -> int | str | None: ...
-
-
 # The property a JSON body (an object or an array, not text) is marked with.
 CONTENT_TYPE_PROPERTY = "content-type"
 JSON_CONTENT_TYPE = "application/json"
@@ -101,22 +75,32 @@ JSON_CONTENT_TYPE = "application/json"
 MAX_TIME_CHARS = 64
 
 
-@dataclass(frozen=True, slots=True)
-class MessageSpec:
-    """An API message before validation; exactly one of ``body`` (text), ``body_base64`` (HTTP) and
-    ``body_bytes`` (gRPC)."""
+class MessageFields(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    """An API message before validation, and the one declaration of its fields: the HTTP fast path
+    decodes JSON straight into it (camelCase names, unknown fields refused: app.api.parsing), the other
+    HTTP paths and gRPC (``MessageSpec``) build one. Exactly one of ``body`` (text, or a JSON object or
+    array), ``body_base64`` (HTTP) and ``body_bytes`` (gRPC)."""
 
     topic: str
-    body: str | None = None
+    body: str | dict[str, Any] | list[Any] | None = None
     body_base64: str | None = None
-    body_bytes: bytes | None = None
     tags: str | None = None
-    keys: tuple[str, ...] = ()
-    properties: dict[str, str] = field(default_factory=dict)
+    keys: list[str] = []
+    properties: dict[str, str] = {}
     sharding_key: str | None = None
     type: str | None = None
     delay_ms: int | None = None
     deliver_at: int | str | None = None
+
+    @property
+    def body_bytes(self) -> bytes | None:
+        return None  # over HTTP binary bodies come as bodyBase64
+
+
+class MessageSpec(MessageFields):
+    """A message from gRPC, the one API that carries raw bytes."""
+
+    body_bytes: bytes | None = None
 
 
 @dataclass(slots=True)  # not frozen: built per message on the hot path, and frozen init costs 2x
@@ -127,32 +111,33 @@ class Prepared:
     deliver_at_ms: int | None  # None: send now
 
 
+def _not_utf8(names: FieldNames) -> RequestError:
+    """A text body that UTF-8 cannot encode (a lone surrogate such as JSON's "\\ud800")."""
+    return RequestError(f"the body is not valid UTF-8 text (use {names.body_base64})", field="body")
+
+
 def _json_body(value: dict[str, Any] | list[Any], names: FieldNames) -> bytes:
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
     except (ValueError, TypeError):  # inf from a float such as 1e400; an integer too long to parse
         raise RequestError("the body holds a number out of range", field="body") from None
     except UnicodeEncodeError:
-        raise RequestError(
-            f"the body is not valid UTF-8 text (use {names.body_base64})", field="body"
-        ) from None
+        raise _not_utf8(names) from None
 
 
-def _body(spec: SpecLike, limits: Limits, names: FieldNames) -> bytes:
+def _body(spec: MessageFields, limits: Limits, names: FieldNames) -> bytes:
     text = spec.body
     if type(text) is str and spec.body_base64 is None and spec.body_bytes is None:  # the usual message
         try:
             data = text.encode("utf-8")
         except UnicodeEncodeError:
-            raise RequestError(
-                f"the body is not valid UTF-8 text (use {names.body_base64})", field="body"
-            ) from None
+            raise _not_utf8(names) from None
         if data and len(data) <= limits.max_body_bytes:
             return data
     return _any_body(spec, limits, names)
 
 
-def _any_body(spec: SpecLike, limits: Limits, names: FieldNames) -> bytes:
+def _any_body(spec: MessageFields, limits: Limits, names: FieldNames) -> bytes:
     given = [x for x in (spec.body, spec.body_base64, spec.body_bytes) if x is not None]
     if len(given) != 1:
         raise RequestError(f"give exactly one of body (text or JSON) and {names.body_base64}", field="body")
@@ -160,9 +145,7 @@ def _any_body(spec: SpecLike, limits: Limits, names: FieldNames) -> bytes:
         try:
             data = spec.body.encode("utf-8")
         except UnicodeEncodeError:
-            raise RequestError(
-                f"the body is not valid UTF-8 text (use {names.body_base64})", field="body"
-            ) from None
+            raise _not_utf8(names) from None
         name = "body"
     elif spec.body is not None:
         data, name = _json_body(spec.body, names), "body"
@@ -213,7 +196,7 @@ def parse_time_ms(value: int | str, name: str) -> int:
         raise RequestError(f"{value!r} is out of range", field=name) from None
 
 
-def _due(spec: SpecLike, limits: Limits, now_ms: int, names: FieldNames) -> int | None:
+def _due(spec: MessageFields, limits: Limits, now_ms: int, names: FieldNames) -> int | None:
     delay, deliver_at = names.delay_ms, names.deliver_at
     if spec.delay_ms is not None and spec.deliver_at is not None:
         raise RequestError(f"give at most one of {delay} and {deliver_at}", field=delay)
@@ -244,7 +227,7 @@ def _due(spec: SpecLike, limits: Limits, now_ms: int, names: FieldNames) -> int 
     return due
 
 
-def prepare(spec: SpecLike, limits: Limits, now_ms: int, names: FieldNames = HTTP_FIELDS) -> Prepared:
+def prepare(spec: MessageFields, limits: Limits, now_ms: int, names: FieldNames = HTTP_FIELDS) -> Prepared:
     """Validate everything about one message, the same for both APIs; RequestError names the first bad
     field as the caller's API spells it (``names``)."""
     try:

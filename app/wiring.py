@@ -22,6 +22,7 @@ from rocksidecar.storage.reserve import ReserveTooSmallError, store_write_buffer
 from rocksidecar.storage.rocks import RocksKV
 
 from . import idempotency
+from .api.servers import HttpServer, ListenError
 from .clients import client_instance
 from .config import Settings
 
@@ -35,6 +36,14 @@ COLUMN_FAMILIES = (*RETRY_CFS, *idempotency.COLUMN_FAMILIES, *delay.COLUMN_FAMIL
 class StartupError(Exception):
     """The process cannot start: an API address is in use, or the store cannot be opened (another
     process holds it). The message is one line for the operator; whatever had started is stopped."""
+
+
+async def start_http(server: HttpServer, setting: str) -> None:
+    """Start an HTTP server; an address it cannot listen on stops startup, naming the setting to change."""
+    try:
+        await server.start()
+    except ListenError as exc:
+        raise StartupError(f"{exc} (set {setting})") from exc
 
 
 def tune_gc() -> None:

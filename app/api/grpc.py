@@ -17,10 +17,8 @@ from google.protobuf.message import Message as ProtoMessage
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ..idempotency import Answer, IdempotencyStore, answer_once, fingerprint
-from ..metrics import Metrics
-from ..request import GRPC_FIELDS, Limits, RequestError
-from ..sidecar import Sidecar
+from ..idempotency import Answer, answer_once, fingerprint
+from ..request import GRPC_FIELDS, RequestError
 from ..subscriptions.stream import StreamHub
 from ..tracing.context import TraceContext, from_headers
 from . import grpc_subscribe, problems
@@ -33,7 +31,7 @@ from .grpc_views import (
     spec_from_proto,
 )
 from .guards import Guards
-from .operations import Operations, item_label
+from .operations import EdgeDeps, Operations, item_label
 from .proto import rocksidecar_pb2 as pb
 from .proto import rocksidecar_pb2_grpc as pb_grpc
 
@@ -73,21 +71,12 @@ def _kept(response: ProtoMessage, failed: int = 0) -> dict[str, Any]:
 
 class SidecarServicer(pb_grpc.SidecarServicer):
     def __init__(
-        self,
-        sidecar: Sidecar,
-        *,
-        limits: Limits,
-        batch_limit: int,
-        metrics: Metrics,
-        idempotency: IdempotencyStore | None,
-        now_ms: Callable[[], int],
-        auth_token: str = "",
-        hubs: Mapping[str, StreamHub] | None = None,
+        self, deps: EdgeDeps, *, auth_token: str = "", hubs: Mapping[str, StreamHub] | None = None
     ) -> None:
         self._hubs = dict(hubs or {})  # gRPC subscriptions by name (Subscribe, Ack)
-        self._ops = Operations(sidecar, limits, batch_limit, metrics, now_ms, GRPC_FIELDS)
-        self._metrics = metrics
-        self._idempotency = idempotency
+        self._ops = Operations.of(deps, GRPC_FIELDS)
+        self._metrics = deps.metrics
+        self._idempotency = deps.idempotency
         self._guards = Guards.of(auth_token)
 
     # plumbing -----------------------------------------------------------------------------------

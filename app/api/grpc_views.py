@@ -36,7 +36,7 @@ def spec_from_proto(m: pb.Message) -> MessageSpec:
         body=m.body if payload == "body" else None,
         body_bytes=m.body_bytes if payload == "body_bytes" else None,
         tags=m.tags if m.HasField("tags") else None,
-        keys=tuple(m.keys),
+        keys=list(m.keys),
         properties=dict(m.properties),
         sharding_key=m.sharding_key if m.HasField("sharding_key") else None,
         type=m.type if m.HasField("type") else None,

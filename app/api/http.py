@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, TypeVar, cast
 
@@ -26,14 +25,12 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from ..idempotency import (
     MAX_KEY_CHARS,
     Answer,
-    IdempotencyStore,
     answer_once,
     canonical_json,
     fingerprint,
 )
-from ..metrics import Metrics
-from ..request import HTTP_FIELDS, Limits, RequestError, SpecLike
-from ..sidecar import Ack, Sidecar
+from ..request import HTTP_FIELDS, Limits, MessageFields, RequestError
+from ..sidecar import Ack
 from ..tracing.context import TraceContext, from_headers
 from . import json_count, problems
 from .access_log import AccessLogMiddleware
@@ -41,7 +38,7 @@ from .admin import AdminOps, admin_routes
 from .docs import offline_docs
 from .guards import Guards
 from .middleware import ASGIApp, EdgeMiddleware, FastRoute, Receive, Scope, Send
-from .operations import Operations, send_status
+from .operations import EdgeDeps, Operations, send_status
 from .parsing import parse_batch, parse_message
 from .schemas import (
     BatchIn,
@@ -90,18 +87,15 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: _ERRORS[code] for code in codes}
 
 
-@dataclass(frozen=True, slots=True)
 class Api:
-    """What the routes need."""
+    """What the routes need: the HTTP edge's operations and readiness probe. What a request reads is
+    resolved here once, not through ``ops`` per request."""
 
-    sidecar: Sidecar
-    limits: Limits
-    batch_limit: int
-    metrics: Metrics
-    readiness: Readiness
-    idempotency: IdempotencyStore | None
-    now_ms: Callable[[], int]
-    ops: Operations
+    __slots__ = ("batch_limit", "idempotency", "metrics", "ops", "readiness")
+
+    def __init__(self, ops: Operations, readiness: Readiness) -> None:
+        self.ops, self.readiness = ops, readiness
+        self.batch_limit, self.metrics, self.idempotency = ops.batch_limit, ops.metrics, ops.idempotency
 
     def problem(self, exc: BaseException) -> Response:
         return _response(self.problem_reply(exc))
@@ -149,16 +143,11 @@ class SidecarApp(FastAPI):
 
 
 def create_app(
-    sidecar: Sidecar,
+    deps: EdgeDeps,
     *,
-    limits: Limits,
-    batch_limit: int,
-    metrics: Metrics,
     readiness: Readiness,
-    idempotency: IdempotencyStore | None = None,
     auth_token: str = "",
     max_request_bytes: int = 64 * 1024 * 1024,
-    now_ms: Callable[[], int],
     access_log: bool = False,
     admin: AdminOps | None = None,
     ui: UiDeps | None = None,
@@ -173,9 +162,9 @@ def create_app(
         redoc_url=None,
         docs_url=None,  # offline_docs serves it without a CDN
     )
+    limits, batch_limit, metrics = deps.limits, deps.batch_limit, deps.metrics
     single = limits.max_body_bytes * 4 // 3 + 1024 * 1024  # base64 plus room for the JSON around it
-    ops = Operations(sidecar, limits, batch_limit, metrics, now_ms, HTTP_FIELDS)
-    api = Api(sidecar, limits, batch_limit, metrics, readiness, idempotency, now_ms, ops)
+    api = Api(Operations.of(deps, HTTP_FIELDS), readiness)
     # X-Forwarded-For from a trusted proxy, as uvicorn would apply it (the server leaves it to us, so
     # that the hot routes, which never read the client address, skip it); uvicorn's own setting.
     trusted = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
@@ -405,7 +394,7 @@ async def send_one(
     """``POST /v1/messages`` from its parts: the FastAPI route and the edge's fast path both answer
     through here."""
 
-    async def compute(msg: SpecLike, ack: Ack) -> Answer:
+    async def compute(msg: MessageFields, ack: Ack) -> Answer:
         try:
             outcome = await api.ops.send(msg, ack, trace)
         except Exception as exc:
@@ -421,11 +410,11 @@ async def send_many(
 ) -> Reply:
     """``POST /v1/messages:batch`` from its parts (see send_one)."""
 
-    def parse(data: bytes) -> list[SpecLike | RequestError]:
+    def parse(data: bytes) -> list[MessageFields | RequestError]:
         _bound_batch(data, api.batch_limit)
         return parse_batch(data, api.batch_limit)
 
-    async def compute(batch: list[SpecLike | RequestError], ack: Ack) -> Answer:
+    async def compute(batch: list[MessageFields | RequestError], ack: Ack) -> Answer:
         return 200, batch_view(await api.ops.send_batch(batch, ack, trace))
 
     return await _parsed_then(api, path, body, raw_ack, key, parse, compute)

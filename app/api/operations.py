@@ -1,6 +1,6 @@
 """The sidecar's operations as both API edges call them, on domain values.
 
-Each edge turns its input into a ``SpecLike`` (the HTTP model as it is, or ``spec_from_proto``), calls
+Each edge turns its input into a ``MessageFields`` (the HTTP model as it is, or ``spec_from_proto``), calls
 these, and maps the domain result (``Outcome``, ``MessageState``) or the error into its own answer with
 its own field names. Validation, limits, outcome metrics and the not-found/conflict rules live here once.
 """
@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from rocksidecar.delay import CancelOutcome
 from rocksidecar.rmq import Message
 
+from ..idempotency import IdempotencyStore
 from ..metrics import Metrics
-from ..request import FieldNames, Limits, Prepared, RequestError, SpecLike, prepare
+from ..request import FieldNames, Limits, MessageFields, Prepared, RequestError, prepare
 from ..sidecar import Ack, MessageState, Outcome, Sidecar, Status
 from ..tracing import spans
 from ..tracing.context import TraceContext, inherit
@@ -46,22 +48,36 @@ def not_found(id: str) -> RequestError:
 
 
 @dataclass(frozen=True, slots=True)
-class Operations:
+class EdgeDeps:
+    """What both API edges (HTTP and gRPC) are built from; assembly builds it once for both."""
+
     sidecar: Sidecar
     limits: Limits
     batch_limit: int
     metrics: Metrics
+    idempotency: IdempotencyStore | None
     now_ms: Callable[[], int]
+
+
+@dataclass(frozen=True, slots=True)
+class Operations(EdgeDeps):
+    """The operations of one edge: its deps as flat fields (one attribute read each on the hot path)."""
+
     names: FieldNames  # the edge's spelling of the fields in its errors
+
+    @classmethod
+    def of(cls, deps: EdgeDeps, names: FieldNames) -> Operations:
+        shared: dict[str, Any] = {f.name: getattr(deps, f.name) for f in fields(EdgeDeps)}
+        return cls(**shared, names=names)
 
     def count(self, label: str, n: int = 1) -> None:
         if n:
             self.metrics.count_messages(label.lower(), n)
 
-    def prepare(self, spec: SpecLike, now_ms: int | None = None) -> Prepared:
+    def prepare(self, spec: MessageFields, now_ms: int | None = None) -> Prepared:
         return prepare(spec, self.limits, self.now_ms() if now_ms is None else now_ms, self.names)
 
-    async def send(self, spec: SpecLike, ack: Ack, trace: TraceContext | None = None) -> Outcome:
+    async def send(self, spec: MessageFields, ack: Ack, trace: TraceContext | None = None) -> Outcome:
         """Validate and send one message (with the request's ``trace`` context unless it has its own),
         counted by its outcome; raises what refused it."""
         try:
@@ -79,7 +95,7 @@ class Operations:
         return outcome
 
     async def send_batch(
-        self, specs: Sequence[SpecLike | RequestError], ack: Ack, trace: TraceContext | None = None
+        self, specs: Sequence[MessageFields | RequestError], ack: Ack, trace: TraceContext | None = None
     ) -> list[BatchItem]:
         """One result per message, in order: an item that is already an error (the edge could not parse
         it) or fails validation fails only itself, named ``messages[i]...``."""

@@ -1,13 +1,14 @@
 """Request bodies of the hot routes, parsed into the schema models.
 
-The fast path is msgspec, decoding the raw bytes into a struct with the fields, names and types of
-``MessageIn`` (about four times faster than pydantic: 0.22 against 0.87 us per message of a batch). It
-accepts only what pydantic accepts (tests/app/api/test_parsing_agrees.py checks); what it refuses goes on
-to pydantic's ``validate_json``, which also takes what msgspec does not (6926.0 for an integer, a
-number too large for a float). Only when that fails too is the body parsed again, slowly, to say
-precisely what is wrong: JSON numbers are bounded before they are converted (a 5 000-digit number is
-"out of range" for its field, not a malformed request nor a 500), and each message of a batch is
-validated on its own, so that a bad one fails only itself (``messages[3].topic``).
+The fast path is msgspec, decoding the raw bytes into ``MessageFields`` (app.request), which has the
+fields, names and types of ``MessageIn`` (about four times faster than pydantic: 0.22 against 0.87 us
+per message of a batch). It accepts only what pydantic accepts (tests/app/api/test_parsing_agrees.py
+checks); what it refuses goes on to pydantic's ``validate_json``, which also takes what msgspec does not
+(6926.0 for an integer, a number too large for a float), its result copied into ``MessageFields``. Only
+when that fails too is the body parsed again, slowly, to say precisely what is wrong: JSON numbers are
+bounded before they are converted (a 5 000-digit number is "out of range" for its field, not a
+malformed request nor a 500), and each message of a batch is validated on its own, so that a bad one
+fails only itself (``messages[3].topic``).
 """
 
 from __future__ import annotations
@@ -18,35 +19,16 @@ from typing import Any
 import msgspec
 from pydantic import ValidationError
 
-from ..request import RequestError, SpecLike
+from ..request import MessageFields, RequestError
 from . import problems
 from .schemas import BatchIn, MessageIn
 
 
-class FastMessage(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    """MessageIn as msgspec decodes it (same fields, JSON names and types; no defaults shared)."""
-
-    topic: str
-    body: str | dict[str, Any] | list[Any] | None = None
-    body_base64: str | None = None
-    tags: str | None = None
-    keys: list[str] = []
-    properties: dict[str, str] = {}
-    sharding_key: str | None = None
-    type: str | None = None
-    delay_ms: int | None = None
-    deliver_at: int | str | None = None
-
-    @property
-    def body_bytes(self) -> bytes | None:
-        return None  # gRPC's raw bytes; over HTTP binary bodies come as bodyBase64
-
-
 class _FastBatch(msgspec.Struct, forbid_unknown_fields=True):
-    messages: list[FastMessage]
+    messages: list[MessageFields]
 
 
-_decode_message = msgspec.json.Decoder(FastMessage).decode
+_decode_message = msgspec.json.Decoder(MessageFields).decode
 _decode_batch = msgspec.json.Decoder(_FastBatch).decode
 
 MAX_NUMBER_CHARS = 4000  # below Python's int() limit of 4300 digits; checked before converting
@@ -103,7 +85,12 @@ def _error(exc: ValidationError, prefix: str = "") -> RequestError:
     return RequestError(detail, field=fld, title=doc["title"])
 
 
-def _validate(doc: Any, prefix: str = "") -> MessageIn:
+def _fields(model: MessageIn) -> MessageFields:
+    """What pydantic validated, as the type every path hands on (only when msgspec refused the body)."""
+    return MessageFields(**model.__dict__)  # not dict(model): the field `keys` shadows a mapping's keys()
+
+
+def _validate(doc: Any, prefix: str = "") -> MessageFields:
     if not isinstance(doc, dict):
         what = f"{prefix} must be" if prefix else "the request body must be"
         raise RequestError(f"{what} a JSON object (a message)", field=prefix or None)
@@ -112,35 +99,35 @@ def _validate(doc: Any, prefix: str = "") -> MessageIn:
             path = f"{prefix}.{name}" if prefix else name
             raise RequestError(f"{path}: number out of range", field=path)
     try:
-        return MessageIn.model_validate(doc)
+        return _fields(MessageIn.model_validate(doc))
     except ValidationError as exc:
         raise _error(exc, prefix) from None
 
 
-def parse_message(raw: bytes) -> SpecLike:
+def parse_message(raw: bytes) -> MessageFields:
     """One message. Raises RequestError naming the bad field."""
     try:
         return _decode_message(raw)
     except msgspec.DecodeError:
         pass
     try:
-        return MessageIn.model_validate_json(raw)
+        return _fields(MessageIn.model_validate_json(raw))
     except ValidationError:
         pass
     return _validate(_loads(raw))
 
 
-def parse_batch(raw: bytes, limit: int) -> list[SpecLike | RequestError]:
+def parse_batch(raw: bytes, limit: int) -> list[MessageFields | RequestError]:
     """The messages of a batch, each parsed or the error that rejects it alone. Raises RequestError when
     the request as a whole is wrong (not a {"messages": [...]} object, or not 1 to ``limit`` messages)."""
     try:
-        items: list[SpecLike | RequestError] = list(_decode_batch(raw).messages)
+        items: list[MessageFields | RequestError] = list(_decode_batch(raw).messages)
         check_batch_size(len(items), limit)
         return items
     except msgspec.DecodeError:
         pass
     try:
-        items = list(BatchIn.model_validate_json(raw).messages)
+        items = [_fields(m) for m in BatchIn.model_validate_json(raw).messages]
     except ValidationError:
         items = []
         doc = _loads(raw)

@@ -178,10 +178,6 @@ class MessageIn(BaseModel):
         WithJsonSchema(_DELIVER_AT_SCHEMA),
     ] = None
 
-    @property
-    def body_bytes(self) -> bytes | None:
-        return None  # gRPC's raw bytes; over HTTP binary bodies come as bodyBase64
-
 
 class BatchIn(BaseModel):
     model_config = ConfigDict(

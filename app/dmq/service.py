@@ -30,7 +30,7 @@ from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV
 
 from .. import logs
-from ..api.servers import HttpServer, ListenError
+from ..api.servers import HttpServer
 from ..config import Settings
 from ..events import OpsEvents
 from ..metrics import Metrics, StateCollector
@@ -41,10 +41,10 @@ from ..store_delivery import delivery_loops
 from ..topic_allow import TopicAllowList
 from ..wiring import (
     REPLAY_BATCH,
-    StartupError,
     build_client,
     open_store,
     run_process,
+    start_http,
     stop_on_signals,
     tune_gc,
 )
@@ -251,10 +251,7 @@ class DmqService:
         await self.producer.start()
         await self.replay.start()
         await self.scheduler.start()  # overdue messages of this replica's store first
-        try:
-            await self.http.start()
-        except ListenError as exc:
-            raise StartupError(f"{exc} (set ROCKSIDECAR_DMQ_HTTP_ADDR)") from exc
+        await start_http(self.http, "ROCKSIDECAR_DMQ_HTTP_ADDR")
         await self.consumer.start()
         if self.replication is not None:
             await self.replication.start((self.options.inner_topic, self.options.marks_topic))

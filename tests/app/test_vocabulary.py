@@ -69,7 +69,7 @@ def test_http_and_grpc_answer_with_the_enum_names() -> None:
 
 def test_the_messages_metric_counts_by_the_enum_names() -> None:
     metrics = Metrics()
-    ops = operations.Operations(None, None, 1, metrics, lambda: 0, None)  # type: ignore[arg-type]
+    ops = operations.Operations(None, None, 1, metrics, None, lambda: 0, None)  # type: ignore[arg-type]
     for label in (*STATES, *ITEM_LABELS):
         ops.count(label)
     (family,) = [m for m in metrics.registry.collect() if m.name == "rocksidecar_messages"]
