@@ -158,7 +158,7 @@ async def test_one_replica_killed_and_its_volume_lost(
 @pytest.mark.timeout(600)
 # Issue 28 is open on this: 0 lost, 0 early, 0 duplicates, but lateness p99 51 s (target 2 s) on the
 # loaded 2-core machine; the replicas do not keep up with reading all 20 000 inner messages each.
-@pytest.mark.xfail(reason="issue 28 open: lateness p99 with one replica down is ~51 s, target 2 s", strict=False)
+@pytest.mark.xfail(reason="issue 28 open: lateness p99 with one replica down ~51 s, target 2 s")
 async def test_one_replica_down_the_others_publish_on_time(
     namesrv_addr: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
