@@ -20,6 +20,7 @@ import orjson
 
 from rocksidecar.rmq import Message, RocketMQError
 from rocksidecar.rmq.producer import Producer
+from rocksidecar.storage.tasks import stop_task
 
 from .inner import MAX_ID_CHARS, OP
 
@@ -128,8 +129,7 @@ class MarkSender:
                     pass
         except TimeoutError:
             log.warning("%d marks not sent at stop", len(self._ids))
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
+        await stop_task(self._task)
 
     async def _run(self) -> None:
         while True:
@@ -137,7 +137,12 @@ class MarkSender:
             await asyncio.sleep(self._flush_s)  # let the ids of concurrent publish calls join
             self._wake.clear()
             while self._ids:
-                if not await self._send_some():
+                try:
+                    sent = await self._send_some()
+                except Exception:  # an unexpected failure must not end the loop: the marks would stop
+                    log.exception("marks not sent (%d waiting)", len(self._ids))
+                    sent = False
+                if not sent:
                     await asyncio.sleep(self._retry_s)
 
     async def _send_some(self) -> bool:

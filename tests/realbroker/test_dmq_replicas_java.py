@@ -156,9 +156,8 @@ async def test_one_replica_killed_and_its_volume_lost(
 
 @pytest.mark.usefixtures("java")
 @pytest.mark.timeout(600)
-# Issue 28 is open on this: 0 lost, 0 early, 0 duplicates, but lateness p99 51 s (target 2 s) on the
+# Issue 28 is open on the lateness: 0 lost, 0 early, 0 duplicates, but p99 51 s (target 2 s) on the
 # loaded 2-core machine; the replicas do not keep up with reading all 20 000 inner messages each.
-@pytest.mark.xfail(reason="issue 28 open: lateness p99 with one replica down ~51 s, target 2 s")
 async def test_one_replica_down_the_others_publish_on_time(
     namesrv_addr: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -176,4 +175,6 @@ async def test_one_replica_down_the_others_publish_on_time(
             first[row[0]] = min(first.get(row[0], int(row[2])), int(row[2]))
     lateness = sorted(first[i] - due[i] for i in due)
     p99 = lateness[len(lateness) * 99 // 100]
+    if p99 > 2000:  # loss and early publishes are checked strictly above (report); only lateness is open
+        pytest.xfail(f"issue 28 open: lateness p99 {p99} ms with one replica down, target 2 000 ms")
     assert p99 <= 2000, f"lateness p99 {p99} ms with one replica down"
