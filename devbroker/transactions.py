@@ -16,26 +16,22 @@ with TRANSACTION_CHECK_TIMES); a restarted devbroker counts from zero.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Callable
 
 from rocksidecar.rmq.broker import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE
 from rocksidecar.rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from rocksidecar.rmq.connection import Connection
-from rocksidecar.rmq.message import MessageExt, encode_properties
+from rocksidecar.rmq.message import MessageExt
 from rocksidecar.rmq.message_codec import (
-    StoredFields,
     decode_stored,
     decode_stored_all,
-    encode_stored,
-    pack_host,
 )
 from rocksidecar.rmq.protocol.frame import RemotingCommand
 
 from .clients import ClientRegistry
 from .headers import Reject, boolean, integer, text
-from .store import MessageStore, NewMessage, tag_code
+from .store import MessageStore, NewMessage, packed_host, tag_code
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +45,6 @@ DEFAULT_CHECK_INTERVAL_S = 60.0  # transactionCheckInterval
 DEFAULT_TIMEOUT_MS = 6000  # transactionTimeOut
 DEFAULT_MAX_CHECKS = 15  # transactionCheckMax
 _SCAN = 32
-
-
-def _packed(host: str) -> bytes:
-    """'ip:port' or '[ipv6]:port', as the codec prints a host, back to its wire form."""
-    addr, _, port = host.rpartition(":")
-    return pack_host(str(ipaddress.ip_address(addr.strip("[]"))), int(port))
 
 
 def _reset_transaction(sys_flag: int, kind: int) -> int:
@@ -146,17 +136,8 @@ class Transactions:
         props = dict(half.properties)
         topic, queue_id = props.pop(REAL_TOPIC), int(props.pop(REAL_QID))
         props.pop("TRAN_MSG", None)
-        message = NewMessage(
-            half.body,
-            half.flag,
-            _reset_transaction(half.sys_flag, TRANSACTION_COMMIT_TYPE),
-            half.born_timestamp_ms,
-            _packed(half.born_host),
-            encode_properties(props),
-            tag_code(half.tags),
-            half.reconsume_times,
-        )
-        self._store.put(topic, queue_id, [message])
+        sys_flag = _reset_transaction(half.sys_flag, TRANSACTION_COMMIT_TYPE)
+        self._store.put(topic, queue_id, [NewMessage.again(half, props, sys_flag=sys_flag)])
 
     def _decided(self, half_offset: int) -> None:
         op = NewMessage(
@@ -164,7 +145,7 @@ class Transactions:
             0,
             0,
             self._now_ms(),
-            _packed("127.0.0.1:0"),
+            packed_host("127.0.0.1:0"),
             f"TAGS\x01{OP_TAG}",
             tag_code(OP_TAG),
         )
@@ -213,22 +194,13 @@ class Transactions:
         props = dict(half.properties)
         topic, queue_id = props.get(REAL_TOPIC, half.topic), int(props.get(REAL_QID, half.queue_id))
         props["TRANSACTION_CHECK_TIMES"] = str(self._checks[half.queue_offset])
-        body = encode_stored(
-            StoredFields(
-                topic=topic,
-                body=half.body,
-                queue_id=queue_id,
-                flag=half.flag,
-                queue_offset=half.queue_offset,
-                commit_log_offset=half.commit_log_offset,
-                sys_flag=half.sys_flag,
-                born_timestamp_ms=half.born_timestamp_ms,
-                born_host=_packed(half.born_host),
-                store_timestamp_ms=half.store_timestamp_ms,
-                store_host=_packed(half.store_host),
-                reconsume_times=half.reconsume_times,
-                properties=encode_properties(props),
-            )
+        body = NewMessage.again(half, props).record(
+            topic,
+            queue_id,
+            half.queue_offset,
+            half.commit_log_offset,
+            half.store_timestamp_ms,
+            packed_host(half.store_host),
         )
         uniq = half.uniq_key or half.offset_msg_id
         header = {
