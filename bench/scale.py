@@ -37,6 +37,7 @@ from bench.common import environment, percentile, scratch_dir
 from bench.restart import proc_status
 from bench.sidecar_process import sidecar_process
 from rocksidecar.app.service import COLUMN_FAMILIES
+from rocksidecar.app.shutdown import close_stores
 from rocksidecar.delay.message import DelayedMessage
 from rocksidecar.delay.store import DelayStore
 from rocksidecar.retry.record import RetryRecord
@@ -98,10 +99,7 @@ async def fill(root: Path, n: int, base_ms: int) -> tuple[float, float]:
             await delay.schedule_many(msgs)  # due from a day after base_ms on
         rates.append(n / (time.perf_counter() - started))
     finally:
-        await retry.close()
-        await delay.close()
-        await writer.close()
-        kv.close()
+        await close_stores(retry, delay, writer, kv)
     return rates[0], rates[1]
 
 
