@@ -105,26 +105,20 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[k]
 
 
+def java_benchmark(ctl: Path | str, cls: str, namesrv: str, topic: str, *args: str) -> list[str]:
+    """The command that runs RocketMQ's benchmark class ``cls`` (Producer, Consumer, BatchProducer...)
+    of the distribution behind ``ctl`` (real-broker.sh) against ``namesrv`` and ``topic``."""
+    main_class = f"org.apache.rocketmq.example.benchmark.{cls}"
+    return ["bash", str(ctl), "java", main_class, "-n", namesrv, "-t", topic, *args]
+
+
 def java_producer_tps(
     namesrv: str, ctl: Path, *, topic: str, threads: int = 8, size: int = 256, quantity: int = 300_000
 ) -> float:
     """Run RocketMQ's own benchmark Producer (sync sends) and return its overall TPS."""
-    cmd = [
-        "bash",
-        str(ctl),
-        "java",
-        "org.apache.rocketmq.example.benchmark.Producer",
-        "-n",
-        namesrv,
-        "-t",
-        topic,
-        "-w",
-        str(threads),
-        "-s",
-        str(size),
-        "-q",
-        str(quantity),
-    ]
+    cmd = java_benchmark(
+        ctl, "Producer", namesrv, topic, "-w", str(threads), "-s", str(size), "-q", str(quantity)
+    )
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False).stdout
     match = re.search(r"\[Complete\] Send Total: (\d+) Send TPS: (\d+)", out)
     if not match:

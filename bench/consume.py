@@ -35,7 +35,7 @@ from multiprocessing.connection import Connection
 import orjson
 import uvloop
 
-from bench.common import devbroker_process, environment
+from bench.common import devbroker_process, environment, java_benchmark
 from bench.http_wire import read_message
 from rocksidecar.app.subscriptions.runner import Subscriptions
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
@@ -165,7 +165,6 @@ async def http_rate(namesrv: str, total: int, bulk: int = 0) -> float:
     return delivered / took
 
 
-JAVA_CONSUMER = "org.apache.rocketmq.example.benchmark.Consumer"
 _TPS = re.compile(r"\bTPS: (\d+)")
 
 
@@ -179,17 +178,7 @@ async def java_rate(namesrv: str, total: int, ctl: str, topic: str = TOPIC) -> f
     """
     group = f"bench_java_{time.time_ns()}"
     proc = await asyncio.create_subprocess_exec(
-        ctl,
-        "java",
-        JAVA_CONSUMER,
-        "-n",
-        namesrv,
-        "-t",
-        topic,
-        "-g",
-        group,
-        "-p",
-        "false",
+        *java_benchmark(ctl, "Consumer", namesrv, topic, "-g", group, "-p", "false"),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,  # its own process group: the script's java child is stopped with it
