@@ -21,7 +21,6 @@ comparison with RocketMQ's benchmark Consumer needs a real broker (not run in th
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import multiprocessing
@@ -35,7 +34,7 @@ from multiprocessing.connection import Connection
 import orjson
 import uvloop
 
-from bench.common import devbroker_process, environment, java_benchmark
+from bench.common import bench_parser, devbroker_process, environment, java_benchmark
 from bench.http_wire import read_message
 from rocksidecar.app.subscriptions.runner import Subscriptions
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
@@ -258,10 +257,7 @@ async def main_async(namesrv: str, total: int, size: int, rounds: int, java: str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--size", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = bench_parser(__doc__, messages=100_000, size=256, rounds=3)
     parser.add_argument("--namesrv", default="", help="a real name server; default: start devbroker")
     parser.add_argument(
         "--java",

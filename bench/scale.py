@@ -22,7 +22,6 @@ Results: bench/RESULTS.md ("Ten million pending").
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
@@ -33,7 +32,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import environment, percentile, scratch_dir
+from bench.common import bench_parser, environment, percentile, scratch_dir
 from bench.restart import proc_status
 from bench.sidecar_process import sidecar_process
 from rocksidecar.app.service import COLUMN_FAMILIES
@@ -284,7 +283,7 @@ async def run(root: Path, n: int, quick: bool) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = bench_parser(__doc__)
     p.add_argument("--pending", type=int, default=10_000_000, help="retries, and as many delays")
     p.add_argument("--quick", action="store_true", help="fewer tick and spool samples")
     p.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
