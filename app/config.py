@@ -1,8 +1,9 @@
 """Settings: environment variables over an optional YAML file over defaults, validated at start.
 
-This is the only module that reads the environment. Every setting is declared once in ``SETTINGS``
-(name, environment variable, parser, default, help), which also documents them (`rocksidecar serve
---help-settings`) and lets tests check the Helm chart against what the code accepts.
+This is the only module that reads the environment. Every setting is declared once: its type and
+default as a field of ``Settings``, its name (and so its environment variable), parser and help in
+``SETTINGS``, which also documents them (`rocksidecar serve --help-settings`) and lets tests check the
+Helm chart against what the code accepts.
 """
 
 from __future__ import annotations
@@ -123,161 +124,129 @@ def _subscriptions(raw: Any, name: str) -> tuple[SubscriptionSpec, ...]:
 class Setting:
     name: str  # attribute of Settings and key in the YAML file
     parse: Callable[[Any, str], Any]
-    default: Any
     help: str
 
     @property
     def env(self) -> str:
         return ENV_PREFIX + self.name.upper()
 
+    @property
+    def default(self) -> Any:
+        """Settings' default: declared there once, with the type."""
+        return _DEFAULTS[self.name]
+
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "namesrv",
         _addr_list,
-        (),
         "Name server addresses, comma-separated host:port (required "
         "unless --devbroker starts an embedded one).",
     ),
-    Setting("http_addr", _addr, "127.0.0.1:9880", "HTTP API listen address."),
-    Setting("grpc_addr", _addr, "127.0.0.1:9881", "gRPC API listen address."),
-    Setting("data_dir", _text, "./data", "Directory of the local RocksDB store (retry, delay, idempotency)."),
+    Setting("http_addr", _addr, "HTTP API listen address."),
+    Setting("grpc_addr", _addr, "gRPC API listen address."),
+    Setting("data_dir", _text, "Directory of the local RocksDB store (retry, delay, idempotency)."),
     Setting(
         "disk_reserve_mb",
         _reserve_mb,
-        64,
         "Space set aside in data_dir (a reserve file) so that on a full disk the store can keep "
         "draining while new work gets 503; accepted again once twice this is free. At least 16 (the "
         "store's unflushed data is capped at this less 8, up to 64); 0 disables it.",
     ),
-    Setting("producer_group", _text, "rocksidecar", "Producer group announced to the brokers."),
-    Setting("access_key", _text, "", "RocketMQ ACL access key (with secret_key)."),
-    Setting("secret_key", _text, "", "RocketMQ ACL secret key (with access_key)."),
+    Setting("producer_group", _text, "Producer group announced to the brokers."),
+    Setting("access_key", _text, "RocketMQ ACL access key (with secret_key)."),
+    Setting("secret_key", _text, "RocketMQ ACL secret key (with access_key)."),
     Setting(
         "auth_token",
         _text,
-        "",
         "When set, every API call but /healthz and the API docs needs 'Authorization: Bearer <token>'.",
     ),
     Setting(
         "allow_remote_without_token",
         _bool,
-        False,
         "Allow a non-loopback http_addr/grpc_addr without auth_token (anyone who can reach it may send; "
         "logged as a warning at start). Without it such a configuration is refused.",
     ),
     Setting(
         "probes_without_token",
         _bool,
-        False,
         "Let gRPC health checks and server reflection answer without auth_token, like /healthz; "
         "by default they need it, as /readyz does.",
     ),
     Setting(
         "allowed_hosts",
         _name_list,
-        (),
         "Host header names the HTTP API answers besides loopback ones (DNS-rebinding guard); * for any.",
     ),
     Setting(
         "allowed_origins",
         _name_list,
-        (),
         "Browser origins (scheme://host:port) allowed to call the HTTP API besides loopback ones; "
         "requests from other origins get 403 (CSRF guard).",
     ),
     Setting(
         "read_timeout_s",
         _float(0.001),
-        30.0,
         "Longest a client may take to send one HTTP request (headers and body); slower ones are cut.",
     ),
-    Setting("send_timeout_ms", _int(1, 600_000), 3000, "Budget for one send including its retries."),
-    Setting("retry_times", _int(0, 16), 2, "Extra attempts of a send, each on another broker."),
-    Setting(
-        "fault_tolerance", _bool, True, "Back off from slow or failing brokers (latency fault tolerance)."
-    ),
+    Setting("send_timeout_ms", _int(1, 600_000), "Budget for one send including its retries."),
+    Setting("retry_times", _int(0, 16), "Extra attempts of a send, each on another broker."),
+    Setting("fault_tolerance", _bool, "Back off from slow or failing brokers (latency fault tolerance)."),
     Setting(
         "coalesce_sends",
         _bool,
-        True,
         "Single messages that arrive while others are on their way to a broker go together, one broker "
         "batch per event-loop turn; each still gets its own answer, and a message finding nothing in "
         "flight goes at once. Off: one broker request per message.",
     ),
-    Setting(
-        "queue_selector",
-        _choice(*SelectorName),
-        "round_robin",
-        "Queue choice for messages without a sharding key.",
-    ),
-    Setting(
-        "environment_index", _int(0), 0, "With queue_selector=environment: environment N uses queue N-1."
-    ),
-    Setting("zone", _text, "", "With queue_selector=zone: prefer brokers whose name contains this tag."),
+    Setting("queue_selector", _choice(*SelectorName), "Queue choice for messages without a sharding key."),
+    Setting("environment_index", _int(0), "With queue_selector=environment: environment N uses queue N-1."),
+    Setting("zone", _text, "With queue_selector=zone: prefer brokers whose name contains this tag."),
     Setting(
         "topics",
         _topic_list,
-        (),
         "Allow-list of topics, comma-separated names or * patterns (orders-*): a send to any other topic "
         "is refused (400 naming `topic`) before anything is stored, so a mistyped topic is not "
         "auto-created. Routes of the plain names are loaded at start and /readyz waits for them. "
         "Unset: any valid topic.",
     ),
-    Setting("max_body_bytes", _int(1, 64 * 1024 * 1024), 4 * 1024 * 1024, "Largest accepted message body."),
-    Setting("batch_limit", _int(1, 100_000), 1000, "Most messages in one batch request."),
-    Setting("max_request_bytes", _int(1024, 1024**3), 64 * 1024 * 1024, "Largest accepted batch request."),
-    Setting("max_delay_ms", _int(1), 90 * 24 * 3600 * 1000, "Longest accepted delivery delay."),
-    Setting("idempotency_window_s", _int(1), 24 * 3600, "How long an Idempotency-Key answer is kept."),
-    Setting("shutdown_grace_s", _float(0.0), 20.0, "On SIGTERM, how long in-flight work may take."),
+    Setting("max_body_bytes", _int(1, 64 * 1024 * 1024), "Largest accepted message body."),
+    Setting("batch_limit", _int(1, 100_000), "Most messages in one batch request."),
+    Setting("max_request_bytes", _int(1024, 1024**3), "Largest accepted batch request."),
+    Setting("max_delay_ms", _int(1), "Longest accepted delivery delay."),
+    Setting("idempotency_window_s", _int(1), "How long an Idempotency-Key answer is kept."),
+    Setting("shutdown_grace_s", _float(0.0), "On SIGTERM, how long in-flight work may take."),
     Setting(
         "replay_workers",
         _int(1, 1024),
-        16,
         "Concurrent redelivery calls from the retry store (each sends up to 32 due messages as one batch).",
     ),
-    Setting("log_level", _choice("debug", "info", "warning", "error"), "info", "Logging level."),
-    Setting(
-        "log_format",
-        _choice("text", "json"),
-        "text",
-        "Log lines as text, or JSON lines (stable field names).",
-    ),
-    Setting("access_log", _bool, False, "Log one line per HTTP request (method, path, status, duration)."),
+    Setting("log_level", _choice("debug", "info", "warning", "error"), "Logging level."),
+    Setting("log_format", _choice("text", "json"), "Log lines as text, or JSON lines (stable field names)."),
+    Setting("access_log", _bool, "Log one line per HTTP request (method, path, status, duration)."),
     Setting(
         "otel",
         _bool,
-        False,
         "Export OpenTelemetry spans of the send path over OTLP, configured by the standard OTEL_* "
         "variables (needs the otel extra: pip install 'rocksidecar[otel]').",
     ),
     Setting(
         "msg_trace",
         _bool,
-        False,
         "Write RocketMQ message trace records (the Java client's enableMsgTrace format) of sends and "
         "push deliveries to msg_trace_topic, batched in the background; never slows or fails a send.",
     ),
+    Setting("msg_trace_topic", _text, "The message trace topic (the brokers' default)."),
     Setting(
-        "msg_trace_topic", _text, "RMQ_SYS_TRACE_TOPIC", "The message trace topic (the brokers' default)."
+        "delay_late_log_ms", _int(0), "Log delayed messages published later than this after their due time."
     ),
     Setting(
-        "delay_late_log_ms",
-        _int(0),
-        1000,
-        "Log delayed messages published later than this after their due time.",
-    ),
-    Setting(
-        "recovery_replay_rate",
-        _int(1),
-        50_000,
-        "Messages per second replayed early when a broker or route recovers.",
+        "recovery_replay_rate", _int(1), "Messages per second replayed early when a broker or route recovers."
     ),
     # --- subscriptions (issue 13): the sidecar consumes and pushes to the app ---
     Setting(
         "subscriptions",
         _subscriptions,
-        (),
         "Topics the sidecar consumes for the app, pushed to it as CloudEvents over HTTP: a list of "
         "mappings whose keys are listed below (YAML list in the file; YAML/JSON text in the environment).",
     ),
@@ -285,57 +254,41 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "delay_mode",
         _choice("local", "service"),
-        "local",
         "Where delayed messages wait: 'local' (this sidecar's store) or 'service' (forwarded to the "
         "Rock-DMQ service through its inner topic).",
     ),
     Setting(
-        "dmq_inner_topic",
-        _text,
-        "dmq_inner_topic",
-        "Rock-DMQ inner topic (service mode; `rocksidecar dmq --inner-topic`).",
+        "dmq_inner_topic", _text, "Rock-DMQ inner topic (service mode; `rocksidecar dmq --inner-topic`)."
     ),
     # read by `rocksidecar dmq` only, declared here so that one environment can run both commands
     Setting(
         "dmq_topics",
         _topic_list,
-        (),
         "rocksidecar dmq: the real topics it may publish to, comma-separated patterns ('*' matches any "
         "run of characters); other inner messages are skipped and counted. Empty: every valid topic.",
     ),
-    Setting(
-        "dmq_group", _text, "dmq_service_group", "rocksidecar dmq: consumer group of the replicas (--group)."
-    ),
-    Setting(
-        "dmq_http_addr",
-        _addr,
-        "127.0.0.1:9890",
-        "rocksidecar dmq: /healthz, /readyz, /metrics (--http-addr).",
-    ),
+    Setting("dmq_group", _text, "rocksidecar dmq: consumer group of the replicas (--group)."),
+    Setting("dmq_http_addr", _addr, "rocksidecar dmq: /healthz, /readyz, /metrics (--http-addr)."),
     Setting(
         "dmq_instance",
         _text,
-        "",
         "rocksidecar dmq: this replica's instance name, e.g. the pod name (--instance); empty: pid-based.",
     ),
     Setting(
         "dmq_replicas",
         _text,
-        "",
         "rocksidecar dmq: every replica's instance name, comma-separated (--replicas); set: replicated "
         "mode (README 'Rock-DMQ replicas'). Empty: each replica owns what it consumed.",
     ),
     Setting(
         "dmq_copies",
         _int(0, 64),
-        0,
         "rocksidecar dmq: replicas holding each message in replicated mode (--copies); 0: 2, or 1 with "
         "a single replica.",
     ),
     Setting(
         "dmq_marks_topic",
         _text,
-        "dmq_marks_topic",
         "rocksidecar dmq: the topic of published marks in replicated mode (--marks-topic).",
     ),
 )
@@ -408,6 +361,9 @@ class Settings:
 
     def retry_policy(self, message_type: str) -> RetryPolicy:
         return self.retry_types.get(message_type, self.retry_default)
+
+
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Settings) if f.name in _BY_NAME}
 
 
 RETRY_KEYS = ("default", "types", "dead_letter_webhook")  # of the YAML file's retry: section

@@ -23,11 +23,16 @@ async def close_delivery(
     writer: _Closes,
     kv: _ClosesNow,
 ) -> None:
-    """The producer before the client instance and the connections it sends over; the stores before
-    the group-commit writer that writes their batches; RocksDB last, once nothing writes to it."""
+    """The producer before the client instance and the connections it sends over; then the stores."""
     await producer.close()
     await client.close()
     await remoting.close()
+    await close_stores(retry, delay, writer, kv)
+
+
+async def close_stores(retry: _Closes, delay: _Closes, writer: _Closes, kv: _ClosesNow) -> None:
+    """The stores before the group-commit writer that writes their batches; RocksDB last, once nothing
+    writes to it."""
     await retry.close()
     await delay.close()
     await writer.close()

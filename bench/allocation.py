@@ -12,13 +12,12 @@ the same ones. Prints the mean and worst number of moved queues and how often th
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 from collections import Counter
 from collections.abc import Sequence
 
-from bench.common import add_options
+from bench.common import bench_parser
 from rocksidecar.rmq.consumer.allocate import (
     AllocateStrategy,
     Averagely,
@@ -112,8 +111,7 @@ def run(trials: int, seed: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_options(parser, trials=300, seed=2026)
+    parser = bench_parser(__doc__, trials=300, seed=2026)
     parser.add_argument("--quick", action="store_true", help="30 groups per scenario")
     args = parser.parse_args()
     run(30 if args.quick else args.trials, args.seed)

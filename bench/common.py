@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import re
@@ -13,7 +14,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,11 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CTL = REPO.parent / "shared" / "rocketmq" / "real-broker.sh"
 
 
-def bench_parser(doc: str | None) -> argparse.ArgumentParser:
-    """An argument parser that shows a benchmark's module docstring as its help, line breaks kept."""
-    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+def bench_parser(doc: str | None, **defaults: object) -> argparse.ArgumentParser:
+    """An argument parser that shows a benchmark's module docstring as its help, line breaks kept, with
+    an option for each keyword (as ``add_options``)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return add_options(parser, **defaults)
 
 
 def add_options(parser: argparse.ArgumentParser, **defaults: object) -> argparse.ArgumentParser:
@@ -75,6 +78,19 @@ class Row:
         return f"  {self.name:<66} {self.value:>12,.{digits}f} {self.unit:<6} {ratio}"
 
 
+async def rate(count: int, inflight: int, one: Callable[[int], Awaitable[object]]) -> float:
+    """Operations per second of ``count`` calls of ``one`` (given its index), ``inflight`` at a time."""
+    sem = asyncio.Semaphore(inflight)
+
+    async def bounded(i: int) -> None:
+        async with sem:
+            await one(i)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(bounded(i) for i in range(count)))
+    return count / (time.perf_counter() - started)
+
+
 def print_rows(title: str, rows: Sequence[Row]) -> None:
     print(f"\n{title}")
     for row in rows:
@@ -89,26 +105,20 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[k]
 
 
+def java_benchmark(ctl: Path | str, cls: str, namesrv: str, topic: str, *args: str) -> list[str]:
+    """The command that runs RocketMQ's benchmark class ``cls`` (Producer, Consumer, BatchProducer...)
+    of the distribution behind ``ctl`` (real-broker.sh) against ``namesrv`` and ``topic``."""
+    main_class = f"org.apache.rocketmq.example.benchmark.{cls}"
+    return ["bash", str(ctl), "java", main_class, "-n", namesrv, "-t", topic, *args]
+
+
 def java_producer_tps(
     namesrv: str, ctl: Path, *, topic: str, threads: int = 8, size: int = 256, quantity: int = 300_000
 ) -> float:
     """Run RocketMQ's own benchmark Producer (sync sends) and return its overall TPS."""
-    cmd = [
-        "bash",
-        str(ctl),
-        "java",
-        "org.apache.rocketmq.example.benchmark.Producer",
-        "-n",
-        namesrv,
-        "-t",
-        topic,
-        "-w",
-        str(threads),
-        "-s",
-        str(size),
-        "-q",
-        str(quantity),
-    ]
+    cmd = java_benchmark(
+        ctl, "Producer", namesrv, topic, "-w", str(threads), "-s", str(size), "-q", str(quantity)
+    )
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False).stdout
     match = re.search(r"\[Complete\] Send Total: (\d+) Send TPS: (\d+)", out)
     if not match:
@@ -190,6 +200,26 @@ def devbroker_process(
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@contextlib.contextmanager
+def namesrv_or_devbroker(namesrv: str | None) -> Iterator[str]:
+    """The given (real) name server, or else a devbroker of the benchmark's own for the block."""
+    if namesrv:
+        yield namesrv
+        return
+    with devbroker_process() as dev:
+        yield dev.namesrv
+
+
+def targets(namesrv: str | None, devbroker: bool) -> Iterator[tuple[str, str]]:
+    """(label, name server) of each broker a benchmark measures: a real RocketMQ when ``namesrv`` is
+    given, then a devbroker of its own (running while the loop's body runs) when ``devbroker``."""
+    if namesrv:
+        yield "real RocketMQ 4.9.4", namesrv
+    if devbroker:
+        with devbroker_process() as dev:
+            yield "devbroker", dev.namesrv
 
 
 def stop_process(proc: subprocess.Popen[Any], grace_s: float) -> None:

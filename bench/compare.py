@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import DEFAULT_CTL, Row, environment, free_port, print_rows
+from bench.common import DEFAULT_CTL, Row, environment, free_port, java_benchmark, print_rows
 from bench.floor import floor_relay, master_of
 from bench.sidecar_process import sidecar_process
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
@@ -107,10 +107,10 @@ class Measured:
     note: str = ""
 
 
-def java_anchor(ctl: Path, cls: str, args: list[str], pattern: re.Pattern[str], windows: int) -> Measured:
-    """Run a Java benchmark class until it has printed ``windows`` lines after the first (warm-up) one;
-    the rate is the mean of those windows, the CPU that of the java process between the lines."""
-    cmd = ["bash", str(ctl), "java", f"org.apache.rocketmq.example.benchmark.{cls}", *args]
+def java_anchor(cmd: list[str], pattern: re.Pattern[str], windows: int) -> Measured:
+    """Run a Java benchmark (``cmd`` from java_benchmark) until it has printed ``windows`` lines after the
+    first (warm-up) one; the rate is the mean of those windows, the CPU that of the java process between
+    the lines."""
     # Its own process group: real-broker.sh runs java as a child, which must end with it.
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
@@ -136,7 +136,7 @@ def java_anchor(ctl: Path, cls: str, args: list[str], pattern: re.Pattern[str], 
     finally:
         stop_group(proc)
     if start is None or not rates:
-        raise RuntimeError(f"{cls} printed no rate; is the broker up? ({' '.join(cmd)})")
+        raise RuntimeError(f"{cmd[3]} printed no rate; is the broker up? ({' '.join(cmd)})")
     rate = sum(rates) / len(rates)
     messages = rate * (end[0] - start[0])
     return Measured(rate, (end[1] - start[1]) * 100_000 / messages)
@@ -337,12 +337,14 @@ def main() -> None:
         sys.exit(f"bench.compare: no {args.ctl}: pass --ctl or set ROCKSIDECAR_TEST_BROKER_CTL")
     topic = f"RsCmp{int(time.time())}"
     print(f"bench.compare: topic {topic}; {environment()}", flush=True)
-    common = ["-n", args.namesrv, "-t", topic, "-w", "8", "-s", "256"]
+    sizes = ["-w", "8", "-s", "256"]
     if args.sidecar_only:
         java = java_batch = Measured(float("nan"), float("nan"))
     else:
-        java = java_anchor(args.ctl, "Producer", common, _TPS, args.windows)
-        java_batch = java_anchor(args.ctl, "BatchProducer", [*common, "-b", "32"], _MPS, args.windows)
+        single_cmd = java_benchmark(args.ctl, "Producer", args.namesrv, topic, *sizes)
+        batch_cmd = java_benchmark(args.ctl, "BatchProducer", args.namesrv, topic, *sizes, "-b", "32")
+        java = java_anchor(single_cmd, _TPS, args.windows)
+        java_batch = java_anchor(batch_cmd, _MPS, args.windows)
     single = json.dumps({"topic": topic, "body": BODY}).encode()
     batch = json.dumps({"messages": [{"topic": topic, "body": BODY}] * 100}).encode()
     grpc_addr = f"127.0.0.1:{free_port()}"

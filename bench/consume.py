@@ -21,7 +21,6 @@ comparison with RocketMQ's benchmark Consumer needs a real broker (not run in th
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import multiprocessing
@@ -35,7 +34,7 @@ from multiprocessing.connection import Connection
 import orjson
 import uvloop
 
-from bench.common import devbroker_process, environment
+from bench.common import bench_parser, devbroker_process, environment, java_benchmark
 from bench.http_wire import read_message
 from rocksidecar.app.subscriptions.runner import Subscriptions
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
@@ -165,7 +164,6 @@ async def http_rate(namesrv: str, total: int, bulk: int = 0) -> float:
     return delivered / took
 
 
-JAVA_CONSUMER = "org.apache.rocketmq.example.benchmark.Consumer"
 _TPS = re.compile(r"\bTPS: (\d+)")
 
 
@@ -179,17 +177,7 @@ async def java_rate(namesrv: str, total: int, ctl: str, topic: str = TOPIC) -> f
     """
     group = f"bench_java_{time.time_ns()}"
     proc = await asyncio.create_subprocess_exec(
-        ctl,
-        "java",
-        JAVA_CONSUMER,
-        "-n",
-        namesrv,
-        "-t",
-        topic,
-        "-g",
-        group,
-        "-p",
-        "false",
+        *java_benchmark(ctl, "Consumer", namesrv, topic, "-g", group, "-p", "false"),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,  # its own process group: the script's java child is stopped with it
@@ -269,10 +257,7 @@ async def main_async(namesrv: str, total: int, size: int, rounds: int, java: str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--size", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = bench_parser(__doc__, messages=100_000, size=256, rounds=3)
     parser.add_argument("--namesrv", default="", help="a real name server; default: start devbroker")
     parser.add_argument(
         "--java",

@@ -86,9 +86,7 @@ async def stream_chunked(host: str, port: int, path: str, total_mib: int) -> tup
 
 
 def main() -> None:
-    parser = bench_parser(__doc__)
-    parser.add_argument("--items", type=int, default=1_000_000)
-    parser.add_argument("--chunked-mib", type=int, default=1024)
+    parser = bench_parser(__doc__, items=1_000_000, chunked_mib=1024)
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory() as tmp,

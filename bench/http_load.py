@@ -18,7 +18,7 @@ from pathlib import Path
 
 import uvloop
 
-from bench.common import REPO, Row, add_options, bench_parser, devbroker_process, environment, print_rows
+from bench.common import REPO, Row, bench_parser, environment, print_rows, targets
 from bench.send_throughput import measure
 from bench.sidecar_process import sidecar_process
 
@@ -85,17 +85,13 @@ def run(label: str, namesrv: str, args: argparse.Namespace) -> list[Row]:
 
 
 def main() -> None:
-    parser = bench_parser(__doc__)
+    parser = bench_parser(__doc__, seconds=10.0, connections=32, batch_connections=8, no_devbroker=False)
     parser.add_argument("--namesrv", help="also against this real RocketMQ name server")
-    add_options(parser, seconds=10.0, connections=32, batch_connections=8, no_devbroker=False)
     args = parser.parse_args()
     print(f"HTTP load, 256 B bodies; {environment()}")
     rows: list[Row] = []
-    if not args.no_devbroker:
-        with devbroker_process() as dev:
-            rows += run("devbroker", dev.namesrv, args)
-    if args.namesrv:
-        rows += run("real RocketMQ 4.9.4", args.namesrv, args)
+    for label, namesrv in targets(args.namesrv, not args.no_devbroker):
+        rows += run(label, namesrv, args)
     print_rows("HTTP API vs the direct client in the same run", rows)
 
 

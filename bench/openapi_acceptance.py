@@ -10,7 +10,6 @@ inherits it).
 
 from __future__ import annotations
 
-import argparse
 import collections
 import tempfile
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
+from bench.common import bench_parser
 from bench.sidecar_process import sidecar_process
 
 REFUSALS: list[str] = []  # a sample of what the sidecar said about "valid" requests it refused
@@ -69,7 +69,7 @@ def _run(op: Any, examples: int) -> collections.Counter[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--examples", type=int, default=300, help="generated requests per operation")
     parser.add_argument("--show-refusals", action="store_true", help="print a sample of the 400 details")
     args = parser.parse_args()

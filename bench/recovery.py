@@ -94,10 +94,7 @@ def run(messages: int, outage_s: float, batch: int, verbose: bool = False) -> li
 
 
 def main() -> None:
-    parser = bench_parser(__doc__)
-    parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--outage-s", type=float, default=20.0)
-    parser.add_argument("--batch", type=int, default=1000)
+    parser = bench_parser(__doc__, messages=100_000, outage_s=20.0, batch=1000)
     parser.add_argument("--verbose", action="store_true", help="print the sidecar's log at the end")
     args = parser.parse_args()
     rows = run(args.messages, args.outage_s, args.batch, args.verbose)

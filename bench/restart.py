@@ -15,7 +15,6 @@ Results: bench/RESULTS.md ("Restart with 1 000 000 pending").
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -30,7 +29,7 @@ import httpx
 
 from bench.common import (
     REPO,
-    add_options,
+    bench_parser,
     devbroker_process,
     environment,
     free_port,
@@ -141,8 +140,7 @@ def drain(root: Path, n: int) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_options(p, pending=1_000_000, restarts=10)
+    p = bench_parser(__doc__, pending=1_000_000, restarts=10)
     p.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
     p.add_argument("--baseline", type=Path, default=None, help="another checkout to compare restarts with")
     args = p.parse_args()

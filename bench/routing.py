@@ -133,11 +133,7 @@ def throughput(messages: int, concurrency: int, rounds: int) -> list[Row]:
 
 
 def main() -> None:
-    parser = bench_parser(__doc__)
-    parser.add_argument("--selections", type=int, default=1_000_000)
-    parser.add_argument("--messages", type=int, default=40_000)
-    parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = bench_parser(__doc__, selections=1_000_000, messages=40_000, concurrency=64, rounds=3)
     args = parser.parse_args()
     print(f"routing; {environment()}")
     print_rows("queue selection per send (ratio to plain round robin)", selection_overhead(args.selections))

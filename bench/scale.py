@@ -22,7 +22,6 @@ Results: bench/RESULTS.md ("Ten million pending").
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
@@ -33,10 +32,11 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import environment, percentile, scratch_dir
+from bench.common import bench_parser, environment, percentile, scratch_dir
 from bench.restart import proc_status
 from bench.sidecar_process import sidecar_process
 from rocksidecar.app.service import COLUMN_FAMILIES
+from rocksidecar.app.shutdown import close_stores
 from rocksidecar.delay.message import DelayedMessage
 from rocksidecar.delay.store import DelayStore
 from rocksidecar.retry.record import RetryRecord
@@ -98,10 +98,7 @@ async def fill(root: Path, n: int, base_ms: int) -> tuple[float, float]:
             await delay.schedule_many(msgs)  # due from a day after base_ms on
         rates.append(n / (time.perf_counter() - started))
     finally:
-        await retry.close()
-        await delay.close()
-        await writer.close()
-        kv.close()
+        await close_stores(retry, delay, writer, kv)
     return rates[0], rates[1]
 
 
@@ -286,7 +283,7 @@ async def run(root: Path, n: int, quick: bool) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = bench_parser(__doc__)
     p.add_argument("--pending", type=int, default=10_000_000, help="retries, and as many delays")
     p.add_argument("--quick", action="store_true", help="fewer tick and spool samples")
     p.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temporary one)")

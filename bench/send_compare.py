@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.common import REPO, bench_parser, devbroker_process, environment
+from bench.common import REPO, bench_parser, environment, namesrv_or_devbroker
 
 # "  devbroker: single, 64 in flight      3,141.1 msg/s   0.51x" as bench.send_throughput prints it
 _ROW = re.compile(r"^\s+\S+(?: \S+)*?: (?P<name>.+?)\s+(?P<value>[\d,]+\.\d) msg/s")
@@ -70,11 +70,8 @@ def main() -> None:
     sizes = ["--singles", "5000", "--batches", "100"] if args.quick else []
     rounds = 3 if args.quick else args.rounds
     print(f"send throughput, this checkout vs {args.baseline}; {environment()}")
-    if args.namesrv:
-        compare(args.baseline, args.namesrv, rounds, sizes)
-    else:
-        with devbroker_process() as dev:
-            compare(args.baseline, dev.namesrv, rounds, sizes)
+    with namesrv_or_devbroker(args.namesrv) as namesrv:
+        compare(args.baseline, namesrv, rounds, sizes)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ threads, 256 B) measured in the same run. Targets (issue 2): batch >= 1.5x, conc
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 from pathlib import Path
 
@@ -17,13 +16,13 @@ import uvloop
 from bench.common import (
     DEFAULT_CTL,
     Row,
-    add_options,
     bench_parser,
     bench_producer,
-    devbroker_process,
     environment,
     java_producer_tps,
     print_rows,
+    rate,
+    targets,
 )
 from rocksidecar.rmq import Message
 
@@ -31,39 +30,22 @@ from rocksidecar.rmq import Message
 async def measure(
     namesrv: str, topic: str, *, size: int, singles: int, concurrency: int, batches: int, batch_size: int
 ) -> dict[str, float]:
-    client, producer = await bench_producer(namesrv)
     body = b"x" * size
+    client, producer = await bench_producer(namesrv, warm_topic=topic, warm_body=body)
+    batch = [Message(topic, body) for _ in range(batch_size)]
+
+    async def one(_i: int) -> None:
+        await producer.send(Message(topic, body))
+
+    async def many(_i: int) -> None:
+        results = await producer.send_batch(batch)
+        assert all(not isinstance(r, Exception) for r in results), results[:1]
+
     out: dict[str, float] = {}
     try:
-        for _ in range(200):  # warm up: routes, connections, topic auto-creation on every broker
-            await producer.send(Message(topic, body))
-        n = max(singles // 10, 500)
-        started = time.perf_counter()
-        for _ in range(n):
-            await producer.send(Message(topic, body))
-        out["single, 1 in flight"] = n / (time.perf_counter() - started)
-
-        sem = asyncio.Semaphore(concurrency)
-
-        async def one() -> None:
-            async with sem:
-                await producer.send(Message(topic, body))
-
-        started = time.perf_counter()
-        await asyncio.gather(*(one() for _ in range(singles)))
-        out[f"single, {concurrency} in flight"] = singles / (time.perf_counter() - started)
-
-        batch = [Message(topic, body) for _ in range(batch_size)]
-        bsem = asyncio.Semaphore(8)
-
-        async def many() -> None:
-            async with bsem:
-                results = await producer.send_batch(batch)
-                assert all(not isinstance(r, Exception) for r in results), results[:1]
-
-        started = time.perf_counter()
-        await asyncio.gather(*(many() for _ in range(batches)))
-        out[f"batch of {batch_size}, 8 in flight"] = batches * batch_size / (time.perf_counter() - started)
+        out["single, 1 in flight"] = await rate(max(singles // 10, 500), 1, one)
+        out[f"single, {concurrency} in flight"] = await rate(singles, concurrency, one)
+        out[f"batch of {batch_size}, 8 in flight"] = batch_size * await rate(batches, 8, many)
     finally:
         await producer.close()
         await client.close()
@@ -89,39 +71,34 @@ def run_against(label: str, namesrv: str, java: float | None, args: argparse.Nam
 
 
 def main() -> None:
-    parser = bench_parser(__doc__)
+    parser = bench_parser(
+        __doc__,
+        java_quantity=300_000,
+        size=256,
+        singles=60_000,
+        concurrency=64,
+        batches=2000,
+        batch_size=100,
+        no_devbroker=False,
+    )
     parser.add_argument("--namesrv", help="a real RocketMQ name server (also measured with Java)")
     parser.add_argument(
         "--java-ctl", type=Path, default=DEFAULT_CTL, help="real-broker.sh, for the Java anchor"
     )
-    add_options(parser, java_quantity=300_000, size=256, singles=60_000, concurrency=64)
-    add_options(parser, batches=2000, batch_size=100, no_devbroker=False)
     args = parser.parse_args()
     print(f"send throughput, {args.size} B bodies; {environment()}")
     rows: list[Row] = []
-    if args.namesrv:
+    for label, namesrv in targets(args.namesrv, not args.no_devbroker):
         java = None
-        if args.java_ctl.is_file():
+        if args.java_ctl.is_file():  # the Java producer runs against devbroker too: same protocol
             java = java_producer_tps(
-                args.namesrv,
+                namesrv,
                 args.java_ctl,
                 topic=f"RsBenchJava_{int(time.time())}",
                 size=args.size,
                 quantity=args.java_quantity,
             )
-        rows += run_against("real RocketMQ 4.9.4", args.namesrv, java, args)
-    if not args.no_devbroker:
-        with devbroker_process() as dev:
-            java = None
-            if args.java_ctl.is_file():  # the Java producer runs against devbroker too: same protocol
-                java = java_producer_tps(
-                    dev.namesrv,
-                    args.java_ctl,
-                    topic="RsBenchJava",
-                    size=args.size,
-                    quantity=args.java_quantity,
-                )
-            rows += run_against("devbroker", dev.namesrv, java, args)
+        rows += run_against(label, namesrv, java, args)
     print_rows("msg/s (ratio to the Java producer in the same run)", rows)
 
 

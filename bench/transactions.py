@@ -12,16 +12,15 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 
 from bench.common import (
     Row,
-    add_options,
     bench_parser,
     bench_producer,
-    devbroker_process,
     environment,
+    namesrv_or_devbroker,
     print_rows,
+    rate,
 )
 from rocksidecar.app.transactions.coordinator import TransactionCoordinator
 from rocksidecar.app.transactions.records import CF, Decision, TransactionRecords
@@ -29,19 +28,6 @@ from rocksidecar.rmq import Message
 from rocksidecar.rmq.producer.transaction import TransactionProducer
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.rocks import RocksKV
-
-
-async def rate(count: int, inflight: int, one: Callable[[int], Awaitable[object]]) -> float:
-    """Operations per second of ``count`` calls of ``one``, ``inflight`` at a time."""
-    sem = asyncio.Semaphore(inflight)
-
-    async def bounded(i: int) -> None:
-        async with sem:
-            await one(i)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(bounded(i) for i in range(count)))
-    return count / (time.perf_counter() - started)
 
 
 async def run(namesrv: str, count: int, inflight: int) -> list[Row]:
@@ -82,14 +68,11 @@ async def run(namesrv: str, count: int, inflight: int) -> list[Row]:
 
 
 def main() -> None:
-    parser = add_options(bench_parser(__doc__), count=3000, inflight=64, namesrv=None)
+    parser = bench_parser(__doc__, count=3000, inflight=64, namesrv=None)
     args = parser.parse_args()
     print(f"transactions vs plain sends; {environment()}")
-    if args.namesrv:
-        rows = asyncio.run(run(args.namesrv, args.count, args.inflight))
-    else:
-        with devbroker_process() as dev:
-            rows = asyncio.run(run(dev.namesrv, args.count, args.inflight))
+    with namesrv_or_devbroker(args.namesrv) as namesrv:
+        rows = asyncio.run(run(namesrv, args.count, args.inflight))
     print_rows(f"best of 2 interleaved runs of {args.count} each", rows)
 
 

@@ -7,22 +7,16 @@ from __future__ import annotations
 
 from rocksidecar.rmq.codes import ResponseCode
 from rocksidecar.rmq.connection import Connection
-from rocksidecar.rmq.message import encode_properties
-from rocksidecar.rmq.message_codec import decode_stored, pack_host
+from rocksidecar.rmq.message_codec import decode_stored
 from rocksidecar.rmq.protocol.frame import RemotingCommand
 
 from . import headers
 from .headers import Reject
 from .processor import StoreProcessor
-from .store import NewMessage, tag_code
+from .store import NewMessage
 from .topics import DLQ_PREFIX, RETRY_PREFIX
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
-
-
-def _packed(host: str) -> bytes:
-    ip, _, port = host.rpartition(":")
-    return pack_host(ip.strip("[]"), int(port))
 
 
 class SendBackProcessor(StoreProcessor):
@@ -45,15 +39,5 @@ class SendBackProcessor(StoreProcessor):
         dead = msg.reconsume_times >= max_times or delay_level < 0
         target = (DLQ_PREFIX if dead else RETRY_PREFIX) + group
         self._topics.ensure(target)
-        copy = NewMessage(
-            body=msg.body,
-            flag=msg.flag,
-            sys_flag=msg.sys_flag,
-            born_timestamp_ms=msg.born_timestamp_ms,
-            born_host=_packed(msg.born_host),
-            properties=encode_properties(props),
-            tag_code=tag_code(msg.tags),
-            reconsume_times=msg.reconsume_times + 1,
-        )
-        self._store.put(target, 0, [copy])
+        self._store.put(target, 0, [NewMessage.again(msg, props, reconsumed=1)])
         return cmd.response(ResponseCode.SUCCESS)

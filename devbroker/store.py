@@ -10,11 +10,11 @@ import functools
 import struct
 import time
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from rocksidecar.rmq.broker import java_string_hash
-from rocksidecar.rmq.message import MessageExt
+from rocksidecar.rmq.message import MessageExt, encode_properties
 from rocksidecar.rmq.message_codec import (
     MAGIC_V1,
     MAGIC_V2,
@@ -77,6 +77,52 @@ class NewMessage:
     tag_code: int
     reconsume_times: int = 0
 
+    @classmethod
+    def again(
+        cls, msg: MessageExt, props: Mapping[str, str], *, sys_flag: int | None = None, reconsumed: int = 0
+    ) -> NewMessage:
+        """A message read back from the store, to store again (a committed half, a consumer's send-back,
+        a half shown to its producer) with ``props``, ``sys_flag`` when given and ``reconsumed``
+        more reconsume times."""
+        return cls(
+            msg.body,
+            msg.flag,
+            msg.sys_flag if sys_flag is None else sys_flag,
+            msg.born_timestamp_ms,
+            packed_host(msg.born_host),
+            encode_properties(props),
+            tag_code(msg.tags),
+            msg.reconsume_times + reconsumed,
+        )
+
+    def record(
+        self, topic: str, queue_id: int, queue_offset: int, phys: int, stored_ms: int, host: bytes
+    ) -> bytes:
+        """The commit-log record of this message stored at ``queue_offset``, commit-log offset ``phys``."""
+        return encode_stored(
+            StoredFields(
+                topic=topic,
+                body=self.body,
+                queue_id=queue_id,
+                flag=self.flag,
+                queue_offset=queue_offset,
+                commit_log_offset=phys,
+                sys_flag=self.sys_flag,
+                born_timestamp_ms=self.born_timestamp_ms,
+                born_host=self.born_host,
+                store_timestamp_ms=stored_ms,
+                store_host=host,
+                reconsume_times=self.reconsume_times,
+                properties=self.properties,
+            )
+        )
+
+
+def packed_host(host: str) -> bytes:
+    """'ip:port' or '[ipv6]:port', as the codec prints a host, back to its wire form."""
+    addr, _, port = host.rpartition(":")
+    return pack_host(addr.strip("[]"), int(port))
+
 
 @dataclass(frozen=True, slots=True)
 class Appended:
@@ -135,23 +181,7 @@ class MessageStore:
         log, host, out = self._log, self.store_host, []
         for m in messages:
             queue_offset, phys = q.max_offset, log.end
-            record = encode_stored(
-                StoredFields(
-                    topic=topic,
-                    body=m.body,
-                    queue_id=queue_id,
-                    flag=m.flag,
-                    queue_offset=queue_offset,
-                    commit_log_offset=phys,
-                    sys_flag=m.sys_flag,
-                    born_timestamp_ms=m.born_timestamp_ms,
-                    born_host=m.born_host,
-                    store_timestamp_ms=now,
-                    store_host=host,
-                    reconsume_times=m.reconsume_times,
-                    properties=m.properties,
-                )
-            )
+            record = m.record(topic, queue_id, queue_offset, phys, now, host)
             # Index first: appending may drop old segments, and the trim must see this entry too.
             q.phys.append(phys)
             q.sizes.append(len(record))

@@ -16,26 +16,23 @@ with TRANSACTION_CHECK_TIMES); a restarted devbroker counts from zero.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 from rocksidecar.rmq.broker import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE
 from rocksidecar.rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from rocksidecar.rmq.connection import Connection
-from rocksidecar.rmq.message import MessageExt, encode_properties
+from rocksidecar.rmq.message import MessageExt
 from rocksidecar.rmq.message_codec import (
-    StoredFields,
     decode_stored,
     decode_stored_all,
-    encode_stored,
-    pack_host,
 )
 from rocksidecar.rmq.protocol.frame import RemotingCommand
 
 from .clients import ClientRegistry
 from .headers import Reject, boolean, integer, text
-from .store import MessageStore, NewMessage, tag_code
+from .store import MessageStore, NewMessage, packed_host, tag_code
 
 log = logging.getLogger(__name__)
 
@@ -51,36 +48,25 @@ DEFAULT_MAX_CHECKS = 15  # transactionCheckMax
 _SCAN = 32
 
 
-def _packed(host: str) -> bytes:
-    """'ip:port' or '[ipv6]:port', as the codec prints a host, back to its wire form."""
-    addr, _, port = host.rpartition(":")
-    return pack_host(str(ipaddress.ip_address(addr.strip("[]"))), int(port))
-
-
 def _reset_transaction(sys_flag: int, kind: int) -> int:
     return (sys_flag & ~TRANSACTION_BITS) | kind
 
 
+@dataclass(eq=False)
 class Transactions:
-    def __init__(
-        self,
-        store: MessageStore,
-        clients: ClientRegistry,
-        *,
-        now_ms: Callable[[], int],
-        timeout_ms: int = DEFAULT_TIMEOUT_MS,
-        max_checks: int = DEFAULT_MAX_CHECKS,
-    ) -> None:
-        self._store = store
-        self._clients = clients
-        self._now_ms = now_ms
-        self.timeout_ms = timeout_ms
-        self.max_checks = max_checks
-        self._checks: dict[int, int] = {}  # half queue offset -> checks sent
-        self._done: set[int] = set()  # decided (or dropped) half queue offsets
-        self._scan_from = 0  # every half before it is decided
-        self._opaque = 0
-        self.on_decided: Callable[[int, int], None] | None = None  # (half offset, kind): for tests
+    store: MessageStore
+    clients: ClientRegistry
+    _: KW_ONLY
+    now_ms: Callable[[], int]
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+    max_checks: int = DEFAULT_MAX_CHECKS
+    on_decided: Callable[[int, int], None] | None = field(default=None, init=False)  # (half, kind): tests
+    _checks: dict[int, int] = field(default_factory=dict, init=False)  # half queue offset -> checks sent
+    _done: set[int] = field(default_factory=set, init=False)  # decided (or dropped) half queue offsets
+    _scan_from: int = field(default=0, init=False)  # every half before it is decided
+    _opaque: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
         self._rebuild()
 
     # sending a half -------------------------------------------------------------------------------
@@ -135,7 +121,7 @@ class Transactions:
         return cmd.response(ResponseCode.SUCCESS, None)
 
     def _half_at(self, commit_log_offset: int) -> MessageExt | None:
-        record = self._store.record_at(commit_log_offset)
+        record = self.store.record_at(commit_log_offset)
         if record is None:
             return None
         msg, _ = decode_stored(record, inflate=False)
@@ -146,29 +132,20 @@ class Transactions:
         props = dict(half.properties)
         topic, queue_id = props.pop(REAL_TOPIC), int(props.pop(REAL_QID))
         props.pop("TRAN_MSG", None)
-        message = NewMessage(
-            half.body,
-            half.flag,
-            _reset_transaction(half.sys_flag, TRANSACTION_COMMIT_TYPE),
-            half.born_timestamp_ms,
-            _packed(half.born_host),
-            encode_properties(props),
-            tag_code(half.tags),
-            half.reconsume_times,
-        )
-        self._store.put(topic, queue_id, [message])
+        sys_flag = _reset_transaction(half.sys_flag, TRANSACTION_COMMIT_TYPE)
+        self.store.put(topic, queue_id, [NewMessage.again(half, props, sys_flag=sys_flag)])
 
     def _decided(self, half_offset: int) -> None:
         op = NewMessage(
             str(half_offset).encode(),
             0,
             0,
-            self._now_ms(),
-            _packed("127.0.0.1:0"),
+            self.now_ms(),
+            packed_host("127.0.0.1:0"),
             f"TAGS\x01{OP_TAG}",
             tag_code(OP_TAG),
         )
-        self._store.put(OP_TOPIC, 0, [op])
+        self.store.put(OP_TOPIC, 0, [op])
         self._done.add(half_offset)
         self._checks.pop(half_offset, None)
 
@@ -177,11 +154,11 @@ class Transactions:
         """One round of TransactionalMessageCheckService: ask about every undecided half older than
         the timeout whose group has a producer connected; returns how many checks were sent."""
         sent = 0
-        now = self._now_ms()
+        now = self.now_ms()
         offset = self._scan_from
-        end = self._store.max_offset(HALF_TOPIC, 0)
+        end = self.store.max_offset(HALF_TOPIC, 0)
         while offset < end:
-            result = self._store.get(HALF_TOPIC, 0, offset, _SCAN, None)
+            result = self.store.get(HALF_TOPIC, 0, offset, _SCAN, None)
             if not result.body:
                 offset = result.next_begin_offset if result.next_begin_offset > offset else end
                 continue
@@ -206,29 +183,20 @@ class Transactions:
             self._scan_from += 1
 
     def _ask(self, half: MessageExt) -> bool:
-        conn = self._clients.producer_connection(half.properties.get("PGROUP", ""))
+        conn = self.clients.producer_connection(half.properties.get("PGROUP", ""))
         if conn is None:
             return False  # Java logs "producer group has no producer online" and tries next round
         self._checks[half.queue_offset] = self._checks.get(half.queue_offset, 0) + 1
         props = dict(half.properties)
         topic, queue_id = props.get(REAL_TOPIC, half.topic), int(props.get(REAL_QID, half.queue_id))
         props["TRANSACTION_CHECK_TIMES"] = str(self._checks[half.queue_offset])
-        body = encode_stored(
-            StoredFields(
-                topic=topic,
-                body=half.body,
-                queue_id=queue_id,
-                flag=half.flag,
-                queue_offset=half.queue_offset,
-                commit_log_offset=half.commit_log_offset,
-                sys_flag=half.sys_flag,
-                born_timestamp_ms=half.born_timestamp_ms,
-                born_host=_packed(half.born_host),
-                store_timestamp_ms=half.store_timestamp_ms,
-                store_host=_packed(half.store_host),
-                reconsume_times=half.reconsume_times,
-                properties=encode_properties(props),
-            )
+        body = NewMessage.again(half, props).record(
+            topic,
+            queue_id,
+            half.queue_offset,
+            half.commit_log_offset,
+            half.store_timestamp_ms,
+            packed_host(half.store_host),
         )
         uniq = half.uniq_key or half.offset_msg_id
         header = {
@@ -248,14 +216,14 @@ class Transactions:
 
     def undecided(self) -> int:
         """How many halves wait for a decision (for the admin endpoint and tests)."""
-        end = self._store.max_offset(HALF_TOPIC, 0)
+        end = self.store.max_offset(HALF_TOPIC, 0)
         return sum(1 for o in range(self._scan_from, end) if o not in self._done)
 
     def _rebuild(self) -> None:
-        for op in self._store.messages(OP_TOPIC, 0):
+        for op in self.store.messages(OP_TOPIC, 0):
             try:
                 self._done.add(int(op.body))
             except ValueError:
                 continue
-        self._scan_from = self._store.min_offset(HALF_TOPIC, 0)
+        self._scan_from = self.store.min_offset(HALF_TOPIC, 0)
         self._advance()

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from rocksidecar.storage.tasks import stop_task
 
@@ -53,33 +53,26 @@ class RoundResult:
     reasons: tuple[str, ...]
 
 
+@dataclass(eq=False)
 class RecoveryReplay:
-    def __init__(
-        self,
-        store: RetryStore,
-        loop: ReplayLoop,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        rate_per_s: float = RATE_PER_S,
-        chunk: int = CHUNK,
-        on_round: Callable[[RoundResult], None] | None = None,
-    ) -> None:
-        if rate_per_s <= 0 or chunk < 1:
+    store: RetryStore
+    loop: ReplayLoop
+    _: KW_ONLY
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    rate_per_s: float = RATE_PER_S
+    chunk: int = CHUNK
+    on_round: Callable[[RoundResult], None] | None = None
+    rounds: list[RoundResult] = field(default_factory=list, init=False)  # the last few, newest last
+    _next: _Request | None = field(default=None, init=False, repr=False)
+    _closed: bool = field(default=False, init=False, repr=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    _done: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.rate_per_s <= 0 or self.chunk < 1:
             raise ValueError("rate_per_s must be > 0 and chunk >= 1")
-        self._store = store
-        self._loop = loop
-        self._rate = rate_per_s
-        self._chunk = chunk
-        self._clock = clock
-        self._sleep = sleep
-        self._on_round = on_round
-        self._next: _Request | None = None
-        self._closed = False
-        self._task: asyncio.Task[None] | None = None
-        self._done = asyncio.Event()
         self._done.set()
-        self.rounds: list[RoundResult] = []  # the last few, newest last (admin, tests)
 
     @property
     def running(self) -> bool:
@@ -89,7 +82,7 @@ class RecoveryReplay:
         self, topic: str | None = None, *, reason: str = "", healthy: Callable[[], bool] | None = None
     ) -> None:
         """Replay the pending messages of ``topic`` (None: all) now. ``healthy()`` False stops the round."""
-        if self._closed or self._store.pending_count <= 0:
+        if self._closed or self.store.pending_count <= 0:
             return  # closing, or nothing waits (the common case when a route appears for a new topic)
         if self._next is None:
             self._next = _Request()
@@ -121,35 +114,35 @@ class RecoveryReplay:
                     log.exception("replay on recovery failed; the ladder still replays the messages")
                     continue
                 self.rounds = [*self.rounds[-9:], result]
-                if self._on_round is not None:
-                    self._on_round(result)
+                if self.on_round is not None:
+                    self.on_round(result)
         finally:
             self._done.set()
 
     async def _round(self, request: _Request) -> RoundResult:
         seen: set[str] = set()  # ids handed out in this round: a rescheduled one is not taken again
-        cursor = self._store.floor
+        cursor = self.store.floor
         handed = scanned = 0
-        budget_at = self._clock()  # token bucket: time at which the next message may go
+        budget_at = self.clock()  # token bucket: time at which the next message may go
         while True:
             if not all(check() for check in request.checks):
                 return RoundResult(handed, scanned, True, tuple(request.reasons))
-            rows = self._store.kv.scan(PENDING_CF, lower=cursor, limit=self._chunk)
+            rows = self.store.kv.scan(PENDING_CF, lower=cursor, limit=self.chunk)
             if not rows:
                 return RoundResult(handed, scanned, False, tuple(request.reasons))
             cursor = rows[-1][0] + b"\x00"
             scanned += len(rows)
             picked = [(key, raw) for key, raw in rows if _wanted(key, raw, request.topics, seen)]
             if picked:
-                handed += await self._loop.offer(picked)  # no await between the scan and this claim
-            if len(rows) < self._chunk:  # that was the end of the store
+                handed += await self.loop.offer(picked)  # no await between the scan and this claim
+            if len(rows) < self.chunk:  # that was the end of the store
                 return RoundResult(handed, scanned, False, tuple(request.reasons))
             if not picked:
                 continue
-            budget_at = max(budget_at, self._clock()) + len(picked) / self._rate
-            wait = budget_at - self._clock()
+            budget_at = max(budget_at, self.clock()) + len(picked) / self.rate_per_s
+            wait = budget_at - self.clock()
             if wait > 0:
-                await self._sleep(wait)
+                await self.sleep(wait)
 
 
 def _wanted(key: bytes, raw: bytes, topics: set[str] | None, seen: set[str]) -> bool:

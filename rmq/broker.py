@@ -175,6 +175,19 @@ class BrokerApi:
         self.producer_group = producer_group
         self._compress_over = compress_over_bytes
 
+    async def _checked(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """The broker's answer to ``cmd``; its error raised when the answer is not SUCCESS."""
+        resp = await self._invoker.invoke(addr, cmd, timeout_s)
+        _check(resp, addr)
+        return resp
+
+    async def _command(self, addr: str, cmd: RemotingCommand, timeout_s: float, *, oneway: bool) -> None:
+        """``cmd`` one-way (no answer awaited, as Java sends offsets and decisions), or checked."""
+        if oneway:
+            await self._invoker.invoke_oneway(addr, cmd)
+        else:
+            await self._checked(addr, cmd, timeout_s)
+
     # sending ------------------------------------------------------------------------------------
     def _send_header(
         self, mq: MessageQueue, sys_flag: int, flag: int, properties: str, *, batch: bool, default_topic: str
@@ -327,8 +340,7 @@ class BrokerApi:
 
     # offsets ------------------------------------------------------------------------------------
     async def _offset_call(self, addr: str, code: int, header: dict[str, str], timeout_s: float) -> int:
-        resp = await self._invoker.invoke(addr, RemotingCommand(code, header), timeout_s)
-        _check(resp, addr)
+        resp = await self._checked(addr, RemotingCommand(code, header), timeout_s)
         return _int_field(resp, "offset", addr)
 
     async def get_max_offset(self, addr: str, mq: MessageQueue, timeout_s: float = 3.0) -> int:
@@ -368,10 +380,7 @@ class BrokerApi:
     ) -> None:
         header = _queue_header(mq, consumerGroup=group, commitOffset=str(offset))
         cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, header)
-        if oneway:
-            await self._invoker.invoke_oneway(addr, cmd)
-            return
-        _check(await self._invoker.invoke(addr, cmd, timeout_s), addr)
+        await self._command(addr, cmd, timeout_s, oneway=oneway)
 
     # clients and groups -------------------------------------------------------------------------
     async def heartbeat(
@@ -390,8 +399,7 @@ class BrokerApi:
                 "consumerDataSet": [c.to_json() for c in consumers],
             }
         )
-        resp = await self._invoker.invoke(addr, RemotingCommand(RequestCode.HEART_BEAT, {}, body), timeout_s)
-        _check(resp, addr)
+        resp = await self._checked(addr, RemotingCommand(RequestCode.HEART_BEAT, {}, body), timeout_s)
         return resp.version
 
     async def end_transaction(
@@ -406,10 +414,7 @@ class BrokerApi:
         with ``oneway`` False the broker's answer says whether it took the decision (it answers a
         commit or rollback, never an UNKNOWN one, which is therefore always sent one-way)."""
         cmd = RemotingCommand(RequestCode.END_TRANSACTION, end.header())
-        if oneway or end.state == TRANSACTION_NOT_TYPE:
-            await self._invoker.invoke_oneway(addr, cmd)
-            return
-        _check(await self._invoker.invoke(addr, cmd, timeout_s), addr)
+        await self._command(addr, cmd, timeout_s, oneway=oneway or end.state == TRANSACTION_NOT_TYPE)
 
     async def unregister_client(
         self,
@@ -425,10 +430,7 @@ class BrokerApi:
             header["producerGroup"] = producer_group
         if consumer_group:
             header["consumerGroup"] = consumer_group
-        resp = await self._invoker.invoke(
-            addr, RemotingCommand(RequestCode.UNREGISTER_CLIENT, header), timeout_s
-        )
-        _check(resp, addr)
+        await self._checked(addr, RemotingCommand(RequestCode.UNREGISTER_CLIENT, header), timeout_s)
 
     async def get_consumer_list(self, addr: str, group: str, timeout_s: float = 3.0) -> list[str]:
         """Client ids in a consumer group; an empty list when the broker knows no member."""
@@ -446,10 +448,9 @@ class BrokerApi:
         """GET_CONSUMER_RUNNING_INFO through the broker, which asks the client over its connection
         (as ``mqadmin consumerStatus``); the client's ConsumerRunningInfo JSON."""
         header = {"consumerGroup": group, "clientId": client_id, "jstackEnable": "false"}
-        resp = await self._invoker.invoke(
+        resp = await self._checked(
             addr, RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, header), timeout_s
         )
-        _check(resp, addr)
         return resp.body
 
     async def create_topic(
@@ -473,7 +474,4 @@ class BrokerApi:
             "topicSysFlag": "0",
             "order": "true" if order else "false",
         }
-        resp = await self._invoker.invoke(
-            addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, header), timeout_s
-        )
-        _check(resp, addr)
+        await self._checked(addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, header), timeout_s)

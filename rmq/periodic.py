@@ -8,6 +8,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 from .throttle import Throttle
 
@@ -19,6 +20,7 @@ MAX_TEXTS = 64  # distinct error texts held in one failing streak before the sta
 REPEAT_LOG_EVERY_S = 60.0  # a failure that repeats every round is logged again at most this often
 
 
+@dataclass(eq=False)
 class Periodic:
     """Runs ``job`` every ``interval_s`` from ``start`` until ``close``; the first run after one interval,
     or at once with ``run_first=True``. A round that raises is logged (with its traceback) and the next
@@ -26,29 +28,22 @@ class Periodic:
     then again at most every ``REPEAT_LOG_EVERY_S`` with how many rounds failed since, so a broken
     dependency does not flood the log."""
 
-    def __init__(
-        self,
-        name: str,
-        interval_s: float,
-        job: Callable[[], Awaitable[None]],
-        sleep: Sleep = asyncio.sleep,
-        *,
-        run_first: bool = False,
-        clock: Callable[[], float] = time.monotonic,
-        logger: logging.Logger = log,
-    ) -> None:
-        self.name = name
-        self._interval_s = interval_s
-        self._job = job
-        self._sleep = sleep
-        self._run_first = run_first
-        self._clock = clock
-        self._log = logger
-        self._task: asyncio.Task[None] | None = None
+    name: str
+    interval_s: float
+    job: Callable[[], Awaitable[None]]
+    sleep: Sleep = asyncio.sleep
+    _: KW_ONLY
+    run_first: bool = False
+    clock: Callable[[], float] = time.monotonic
+    logger: logging.Logger = log
+    failures: int = field(default=0, init=False)  # every failed round, for tests and status
+    _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    _failing: bool = field(default=False, init=False, repr=False)
+    _repeats: Throttle = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
         # one key per error text; a round that succeeds starts afresh (the next failure is news)
-        self._repeats = Throttle(REPEAT_LOG_EVERY_S, clock)
-        self._failing = False
-        self.failures = 0  # every failed round, for tests and status
+        self._repeats = Throttle(REPEAT_LOG_EVERY_S, self.clock)
 
     def start(self) -> None:
         """Idempotent: every owner sharing the job may call it."""
@@ -56,22 +51,22 @@ class Periodic:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
     async def _run(self) -> None:
-        if not self._run_first:
-            await self._sleep(self._interval_s)
+        if not self.run_first:
+            await self.sleep(self.interval_s)
         while True:
             await self.run_once()
-            await self._sleep(self._interval_s)
+            await self.sleep(self.interval_s)
 
     async def run_once(self) -> None:
         """One round, supervised: an exception is logged (throttled), never raised."""
         try:
-            await self._job()
+            await self.job()
         except Exception as exc:
             self.failures += 1
             self._failed(exc)
         else:
             if self._failing:
-                self._repeats, self._failing = Throttle(REPEAT_LOG_EVERY_S, self._clock), False
+                self._repeats, self._failing = Throttle(REPEAT_LOG_EVERY_S, self.clock), False
 
     def _failed(self, exc: Exception) -> None:
         self._failing = True
@@ -81,7 +76,7 @@ class Periodic:
         if unlogged is None:
             return
         since = f" ({unlogged} more failed rounds since the last report)" if unlogged else ""
-        self._log.error("%s: round failed%s", self.name, since, exc_info=exc)
+        self.logger.error("%s: round failed%s", self.name, since, exc_info=exc)
 
     async def close(self) -> None:
         if self._task is not None:

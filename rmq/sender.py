@@ -13,6 +13,10 @@ from .errors import RocketMQError
 from .message import Message
 from .result import SendResult
 
+ShardingKeys = Sequence[str | None] | None  # one per message (None: the selector's choice), or none at all
+Outcome = SendResult | RocketMQError  # of one message of a batch: stored, or why not
+BatchResults = list[Outcome]  # one per message, in order
+
 
 class Sender(Protocol):
     async def send(
@@ -22,11 +26,7 @@ class Sender(Protocol):
         ...
 
     async def send_batch(
-        self,
-        messages: Sequence[Message],
-        sharding_keys: Sequence[str | None] | None = None,
-        *,
-        validated: bool = False,
-    ) -> list[SendResult | RocketMQError]:
+        self, messages: Sequence[Message], sharding_keys: ShardingKeys = None, *, validated: bool = False
+    ) -> BatchResults:
         """One outcome per message, in order; a failing message fails only itself."""
         ...

@@ -238,10 +238,14 @@ class RocksKV:
             kv.merge_small_files()
         return kv
 
-    def sst_files(self, cf: str) -> int:
+    def _int_property(self, cf: str, name: str) -> int:
+        """A numeric RocksDB property of ``cf`` (0 when RocksDB has none)."""
         handle = self._cf(cf)
-        with _translate("file count"):
-            return sum(int(handle.property_value(f"rocksdb.num-files-at-level{n}") or 0) for n in range(7))
+        with _translate(name):
+            return int(handle.property_value(name) or 0)
+
+    def sst_files(self, cf: str) -> int:
+        return sum(self._int_property(cf, f"rocksdb.num-files-at-level{n}") for n in range(7))
 
     def merge_small_files(self) -> None:
         """Every open flushes what the WAL held into one new SST per written column family, and
@@ -262,9 +266,7 @@ class RocksKV:
                 self.compact(cf)
 
     def _sst_bytes(self, cf: str) -> int:
-        handle = self._cf(cf)
-        with _translate("file sizes"):
-            return int(handle.property_value("rocksdb.total-sst-files-size") or 0)
+        return self._int_property(cf, "rocksdb.total-sst-files-size")
 
     def recover(self) -> None:
         """After failed writes (or a read-only open on a full disk), reopen the store read-write if
@@ -404,9 +406,7 @@ class RocksKV:
             return counted
 
     def approximate_count(self, cf: str) -> int:
-        handle = self._cf(cf)
-        with _translate("approximate count"):
-            return handle.property_int_value("rocksdb.estimate-num-keys") or 0
+        return self._int_property(cf, "rocksdb.estimate-num-keys")
 
     def catch_up(self) -> None:
         """Secondary instances only: replay the primary's newest writes."""

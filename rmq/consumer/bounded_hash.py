@@ -34,36 +34,50 @@ def rendezvous_score(queue_key: str, cid: str) -> int:
     return int.from_bytes(hashlib.md5(f"{queue_key}|{cid}".encode()).digest()[:8], "big")
 
 
+def deal(
+    free: Sequence[MessageQueue],
+    cids: Sequence[str],
+    owner: dict[MessageQueue, str],
+    quota: dict[str, int],
+    floor: int,
+    spare: int,
+) -> dict[MessageQueue, str]:
+    """Hands the ``free`` queues to ``cids`` (sorted by Java string key), pairs best score first, each
+    member up to its ``quota``; ``spare`` members still at ``floor`` may take one more, the first to get
+    there first. ``owner`` holds the queues already placed; it is completed and returned."""
+    load = dict.fromkeys(cids, 0)
+    for cid in owner.values():
+        load[cid] += 1
+    keys = [java_queue_string(mq) for mq in free]
+    pairs = sorted(
+        (
+            (rendezvous_score(key, cid), java_string_key(cid), i, cid)
+            for i, key in enumerate(keys)
+            for cid in cids
+        ),
+        reverse=True,
+    )
+    for _, _, i, cid in pairs:
+        mq = free[i]
+        if mq in owner:
+            continue
+        if load[cid] >= quota[cid]:
+            if spare == 0 or load[cid] > floor:
+                continue
+            quota[cid] += 1
+            spare -= 1
+        owner[mq] = cid
+        load[cid] += 1
+    return owner
+
+
 def bounded_assignment(mq_all: Sequence[MessageQueue], cid_all: Sequence[str]) -> dict[MessageQueue, str]:
     """The whole group's assignment: every queue to exactly one client, loads differing by at most one."""
     cids = sorted(set(cid_all), key=java_string_key)
     if not cids:
         return {}
     floor, extra = divmod(len(mq_all), len(cids))
-    load = dict.fromkeys(cids, 0)
-    pairs = sorted(
-        (
-            (rendezvous_score(java_queue_string(mq), cid), java_string_key(cid), i, cid)
-            for i, mq in enumerate(mq_all)
-            for cid in cids
-        ),
-        reverse=True,
-    )
-    owner: dict[MessageQueue, str] = {}
-    at_ceiling = 0
-    for _, _, i, cid in pairs:
-        mq = mq_all[i]
-        if mq in owner:
-            continue
-        if load[cid] < floor:
-            load[cid] += 1
-        elif load[cid] == floor and at_ceiling < extra:
-            load[cid] += 1
-            at_ceiling += 1
-        else:
-            continue
-        owner[mq] = cid
-    return owner
+    return deal(mq_all, cids, {}, dict.fromkeys(cids, floor), floor, extra)
 
 
 class BoundedHash(CheckedStrategy):

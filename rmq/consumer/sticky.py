@@ -34,6 +34,7 @@ from .allocate import (
     java_queue_string,
     java_string_key,
 )
+from .bounded_hash import deal
 from .bounded_hash import rendezvous_score as _score
 
 Holdings = Mapping[str, Set[MessageQueue]]
@@ -72,35 +73,15 @@ def sticky_assignment(
             held[claimed[mq]].append(mq)
     floor, extra = divmod(len(keys), len(cids))
     # The +1 quotas go first to members already holding quota+1 (by client id when too many do); any
-    # left are taken in the dealing below by the first members to reach the floor, as BoundedHash does.
+    # left are taken in the dealing by the first members to reach the floor, as BoundedHash does.
     full = sorted((c for c in cids if len(held[c]) > floor), key=java_string_key)[:extra]
     quota = {cid: floor + (1 if cid in full else 0) for cid in cids}
-    spare = extra - len(full)
     owner: dict[MessageQueue, str] = {}
     for cid in cids:
         best = sorted(held[cid], key=lambda mq: _score(keys[mq], cid), reverse=True)
         for mq in best[: quota[cid]]:
             owner[mq] = cid
-    load = dict.fromkeys(cids, 0)
-    for cid in owner.values():
-        load[cid] += 1
-    free = [mq for mq in keys if mq not in owner]
-    pairs = sorted(
-        ((_score(keys[mq], cid), java_string_key(cid), i, cid) for i, mq in enumerate(free) for cid in cids),
-        reverse=True,
-    )
-    for _, _, i, cid in pairs:
-        mq = free[i]
-        if mq in owner:
-            continue
-        if load[cid] >= quota[cid]:
-            if spare == 0 or load[cid] > floor:
-                continue
-            quota[cid] += 1
-            spare -= 1
-        owner[mq] = cid
-        load[cid] += 1
-    return owner
+    return deal([mq for mq in keys if mq not in owner], cids, owner, quota, floor, extra - len(full))
 
 
 class AllocateSticky(CheckedStrategy):

@@ -13,6 +13,7 @@ from ..errors import RocketMQError, RouteNotFound, SendFailed
 from ..message import Message, MessageQueue
 from ..msgid import new_uniq_id
 from ..result import SendResult
+from ..sender import BatchResults, Outcome, ShardingKeys
 from .config import ProducerConfig
 from .publish_info import AttemptFn, TopicPublishInfo
 from .routes import TopicRoutes
@@ -34,7 +35,6 @@ class BatchHost(Protocol):
     ) -> SendResult: ...
 
 
-Outcome = SendResult | RocketMQError
 # A record's header (20) and its properties' length (2), and room for a property string whose non-ASCII
 # characters take more bytes than the characters counted.
 _RECORD_OVERHEAD = 22 + 64
@@ -56,8 +56,8 @@ class BatchSender:
         self._producer = producer
 
     async def send(
-        self, messages: Sequence[Message], sharding_keys: Sequence[str | None] | None, *, validated: bool
-    ) -> list[Outcome]:
+        self, messages: Sequence[Message], sharding_keys: ShardingKeys, *, validated: bool
+    ) -> BatchResults:
         keys: list[str | None] = list(sharding_keys) if sharding_keys is not None else [None] * len(messages)
         if len(keys) != len(messages):
             raise ValueError("sharding_keys must have one entry per message")
