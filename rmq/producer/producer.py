@@ -224,8 +224,11 @@ class Producer(Lifecycle):
         info = self.routes.cached(topic)
         if info is not None:
             return info
-        async with asyncio.timeout(max(deadline - self._timer(), 0.001)):
-            return await self.routes.get(topic)
+        try:
+            async with asyncio.timeout(max(deadline - self._timer(), 0.001)):
+                return await self.routes.get(topic)
+        except TimeoutError as exc:  # the budget ran out looking up the route: a RocketMQ error to callers
+            raise RequestTimeout(f"route of {topic} not found within the send budget") from exc
 
     async def _refreshed(self, topic: str, info: TopicPublishInfo, deadline: float) -> TopicPublishInfo:
         try:

@@ -9,7 +9,13 @@ import itertools
 import pytest
 
 from rocksidecar.rmq.codes import RequestCode, ResponseCode
-from rocksidecar.rmq.errors import InvalidMessageError, MessageIllegal, SendFailed, TopicNotExist
+from rocksidecar.rmq.errors import (
+    InvalidMessageError,
+    MessageIllegal,
+    RequestTimeout,
+    SendFailed,
+    TopicNotExist,
+)
 from rocksidecar.rmq.message import Message
 from rocksidecar.rmq.result import SendStatus
 from tests.fakes import route, send_ok
@@ -169,6 +175,23 @@ async def test_unknown_topic_without_auto_create_names_the_topic() -> None:
         await h.producer().send(Message("Nope", b"x"))
     assert isinstance(info.value.last, TopicNotExist) and "Nope" in str(info.value)
     assert not info.value.attempts
+
+
+async def test_a_route_lookup_that_outlasts_the_budget_is_a_send_failure_not_a_timeout() -> None:
+    """A name server that never answers: the budget's TimeoutError escaped as a non-RocketMQ error and
+    the sidecar answered 500 instead of spooling (seen under load in tests/app/test_e2e.py)."""
+    h = Harness(routes={})
+    p = h.producer(send_timeout_s=0.02)
+    never = asyncio.Event()
+
+    async def hang(topic: str) -> object:
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    p.routes.get = hang  # type: ignore[method-assign, assignment]
+    with pytest.raises(SendFailed) as info:
+        await p.send(Message("Slow", b"x"))
+    assert isinstance(info.value.last, RequestTimeout) and "no route" in str(info.value)
 
 
 async def test_invalid_message_is_refused_before_any_request() -> None:
