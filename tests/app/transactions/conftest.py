@@ -33,6 +33,7 @@ class Started:
     """A started transaction producer on ``cluster`` and a coordinator over in-memory records."""
 
     producer: Producer
+    tx: TransactionProducer
     records: TransactionRecords
     coordinator: TransactionCoordinator
 
@@ -46,7 +47,7 @@ async def started(cluster: DevCluster, clock: FakeWallClock) -> AsyncIterator[St
     await producer.start()
     tx.start()
     try:
-        yield Started(producer, records, TransactionCoordinator(records, tx, None, now_ms=clock.now_ms))
+        yield Started(producer, tx, records, TransactionCoordinator(records, tx, None, now_ms=clock.now_ms))
     finally:
         await tx.close()
         await producer.close()
