@@ -36,7 +36,7 @@ async def _read_java(
             checks.append((key, rest[0]))
 
 
-@pytest.mark.timeout(300)  # two JVMs start and the brokers check twice; the shared machine is busy
+@pytest.mark.timeout(480)  # two JVMs start and the brokers check twice; the shared machine is busy
 async def test_java_transaction_producer_and_the_sidecar_behave_alike(namesrv_addr: str) -> None:
     topic, instance, route, producer = await producer_on_new_topic(namesrv_addr, "txedge_alike")
     group = producer.config.group
