@@ -401,6 +401,17 @@ def admin_routes(app: FastAPI, ops: AdminOps) -> None:
     _write_routes(app, ops)
 
 
+def _listing_route(
+    app: FastAPI, name: str, sources: dict[str | None, _Source], summary: str, query: dict[str, Any]
+) -> None:
+    """GET /v1/admin/<name>: a listing read by ``_listing``."""
+
+    async def listing(request: Request) -> Response:
+        return _listing(request, sources)
+
+    app.get(f"{PREFIX}/{name}", summary=summary, responses=_errors(), openapi_extra=query, name=name)(listing)
+
+
 def _read_routes(app: FastAPI, ops: AdminOps) -> None:
     retry_sources: dict[str | None, _Source] = {  # the first: the default state
         "pending": (functools.partial(pending_page, ops.retry), pending_view),
@@ -415,35 +426,22 @@ def _read_routes(app: FastAPI, ops: AdminOps) -> None:
     async def stats() -> Response:
         return _json(stats_view(ops))
 
-    @app.get(
-        f"{PREFIX}/retries",
-        summary="Admin: pending messages (state=pending, by next attempt) or dead letters (state=dead)",
-        responses=_errors(),
-        openapi_extra=_query("state", "topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
-    )
-    async def retries(request: Request) -> Response:
-        return _listing(request, retry_sources)
-
-    @app.get(
-        f"{PREFIX}/scheduled",
-        summary="Admin: scheduled (delayed) messages by due time",
-        responses=_errors(),
-        openapi_extra=_query("topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
-    )
-    async def scheduled(request: Request) -> Response:
-        return _listing(request, {None: (functools.partial(scheduled_page, ops.delay), scheduled_view)})
-
+    _listing_route(
+        app, "retries", retry_sources,
+        "Admin: pending messages (state=pending, by next attempt) or dead letters (state=dead)",
+        _query("state", "topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
+    )  # fmt: skip
+    _listing_route(
+        app, "scheduled", {None: (functools.partial(scheduled_page, ops.delay), scheduled_view)},
+        "Admin: scheduled (delayed) messages by due time",
+        _query("topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
+    )  # fmt: skip
     if ops.transactions is not None:
-        transaction_sources = ops.transactions.sources
-
-        @app.get(
-            f"{PREFIX}/transactions",
-            summary="Admin: open transactions (state=open: undecided or not acknowledged) or all, by id",
-            responses=_errors(),
-            openapi_extra=_query("state", "topic", "limit", "cursor", states=("open", "all")),
-        )
-        async def transactions(request: Request) -> Response:
-            return _listing(request, transaction_sources)
+        _listing_route(
+            app, "transactions", ops.transactions.sources,
+            "Admin: open transactions (state=open: undecided or not acknowledged) or all, by id",
+            _query("state", "topic", "limit", "cursor", states=("open", "all")),
+        )  # fmt: skip
 
     @app.get(
         f"{PREFIX}/messages/{{id}}",
