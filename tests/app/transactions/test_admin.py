@@ -4,6 +4,7 @@ when a broker asks, UNKNOWN answers) and the undecided ones' count and oldest ag
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from rocksidecar.app.transactions.observed import OUTCOMES, ObservedCoordinator
 from rocksidecar.app.transactions.records import Decision, Record
 from rocksidecar.delay import DelayStore
 from rocksidecar.delay.keys import COLUMN_FAMILIES as DELAY_CFS
+from rocksidecar.devbroker import DevCluster
 from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.retry.record import RetryRecord
@@ -162,3 +164,22 @@ async def test_bad_listing_input_is_400_naming_the_field(env: Env, query: dict[s
     resp = await env.http.get("/v1/admin/transactions", params=query)
     assert resp.status_code == 400 and resp.headers["content-type"] == "application/problem+json"
     assert resp.json()["field"] == field
+
+
+async def test_a_broker_check_back_is_counted(
+    env: Env, started: Started, cluster: DevCluster, clock: FakeWallClock
+) -> None:
+    """Through devbroker's own check round and the client's CHECK_TRANSACTION_STATE handler."""
+    broker = next(iter(cluster.brokers.values()))
+    decided: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    r = await env.coordinator.begin(Message(TOPIC, b"x"))
+    broker.transactions.on_decided = lambda offset, kind: (
+        decided.set_result(kind) if offset == r.receipt.queue_offset and not decided.done() else None
+    )
+    env.answers[r.id] = TransactionState.COMMIT
+    await started.producer.instance.heartbeat_to(broker.addr)
+    clock.wall_ms += 6_000
+    assert broker.transactions.check_round() == 1
+    await asyncio.wait_for(decided, 5.0)
+    assert env.coordinator.stats.outcomes["checked_commit"] == 1
+    assert env.sample("rocksidecar_transactions_undecided") == 0
