@@ -184,6 +184,38 @@ class CoalesceCollector(Collector):
         )
 
 
+class TransactionCollector(Collector):
+    """Transactions (issue 29), read at scrape time: decisions by outcome since start, and how many are
+    undecided and for how long the oldest has been (app.transactions.observed.TransactionStats)."""
+
+    def __init__(
+        self, outcomes: Callable[[], dict[str, int]], undecided: Callable[[], tuple[int, float | None]]
+    ) -> None:
+        self._outcomes = outcomes
+        self._undecided = undecided
+
+    def collect(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:
+        by_outcome = CounterMetricFamily(
+            "rocksidecar_transactions",
+            "Transactions decided since start by outcome: committed, rolled_back (by the app through the "
+            "API), checked_commit, checked_rollback (by the app's check endpoint when a broker asked), "
+            "unknown (a broker's check answered UNKNOWN; it asks again).",
+            labels=["outcome"],
+        )
+        for outcome, count in self._outcomes().items():
+            by_outcome.add_metric([outcome], count)
+        yield by_outcome
+        count, age_s = self._undecided()
+        yield GaugeMetricFamily(
+            "rocksidecar_transactions_undecided", "Transactions begun and not decided yet.", value=count
+        )
+        yield GaugeMetricFamily(
+            "rocksidecar_transaction_oldest_undecided_age_seconds",
+            "Seconds since the oldest undecided transaction began (0: none).",
+            value=age_s or 0.0,
+        )
+
+
 # (subscription, topic, broker, queue id, lag, in flight) of each owned queue; and rebalances done.
 QueueRows = Callable[[], Iterable[tuple[str, str, str, int, int, int]]]
 

@@ -80,15 +80,24 @@ class Row:
 
 async def rate(count: int, inflight: int, one: Callable[[int], Awaitable[object]]) -> float:
     """Operations per second of ``count`` calls of ``one`` (given its index), ``inflight`` at a time."""
+    per_second, _ = await rate_and_cpu(count, inflight, one)
+    return per_second
+
+
+async def rate_and_cpu(
+    count: int, inflight: int, one: Callable[[int], Awaitable[object]]
+) -> tuple[float, float]:
+    """As ``rate``, and this process's CPU microseconds (user + system, every thread) per call."""
     sem = asyncio.Semaphore(inflight)
 
     async def bounded(i: int) -> None:
         async with sem:
             await one(i)
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(bounded(i) for i in range(count)))
-    return count / (time.perf_counter() - started)
+    cpu_us = (time.process_time() - cpu) * 1e6 / count
+    return count / (time.perf_counter() - started), cpu_us
 
 
 def print_rows(title: str, rows: Sequence[Row]) -> None:

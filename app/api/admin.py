@@ -5,6 +5,7 @@ retry and delay stores of the running sidecar.
 - GET  /v1/admin/retries                   pending (or dead: state=dead) messages; filters and paging
 - GET  /v1/admin/scheduled                 scheduled (delayed) messages by due time; filters and paging
 - GET  /v1/admin/messages/{id}             one message with its attempt history
+- GET  /v1/admin/transactions              open transactions (state=open) or all (state=all); topic, paging
 - POST /v1/admin/dead-letters:redrive      {"all": true} | {"id": ...} | {"topic": ..., "type": ...}
 - POST /v1/admin/retries:replay            replay pending messages now: {} (all) or {"topic": ...}
 - POST /v1/admin/retries:purge?confirm=yes delete pending or dead messages for good
@@ -60,12 +61,12 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {**_PROBLEM, "description": _WHY[code]} for code in (400, 401, *codes)}
 
 
-def _query(*names: str) -> dict[str, Any]:
+def _query(*names: str, states: tuple[str, ...] = ("pending", "dead")) -> dict[str, Any]:
     """OpenAPI for the query parameters a listing reads itself."""
     schemas: dict[str, dict[str, Any]] = {
         "topic": {"type": "string"},
         "type": {"type": "string"},
-        "state": {"type": "string", "enum": ["pending", "dead"], "default": "pending"},
+        "state": {"type": "string", "enum": list(states), "default": states[0]},
         "dueAfter": {"type": "integer", "minimum": 0, "description": "epoch ms, inclusive"},
         "dueBefore": {"type": "integer", "minimum": 0, "description": "epoch ms, exclusive"},
         "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 100},
@@ -87,6 +88,19 @@ def _json_body(model: type[BaseModel], **extra: Any) -> dict[str, Any]:
     }
 
 
+# A listing's reader (the store's page function, bound to its store) and how it shows each item.
+_Source = tuple[Callable[..., Any], Callable[[Any], dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionsView:
+    """What the admin API and /ui show of transactions (app.transactions.admin.transactions_view builds
+    it over the coordinator): the listings by state, the first the default, and a summary for stats."""
+
+    sources: dict[str | None, _Source]
+    summary: Callable[[], dict[str, Any]]
+
+
 @dataclass(frozen=True, slots=True)
 class AdminOps:
     """What the admin routes steer."""
@@ -100,6 +114,7 @@ class AdminOps:
     store_path: str = ""  # the CLI checks it talks to the sidecar that holds its store
     # Why the disk reserve was given up (drain mode on a full disk), or None: app.readiness.disk_draining
     disk_draining: Callable[[], str | None] = lambda: None
+    transactions: TransactionsView | None = None  # None: the sidecar runs without transactions
 
 
 class _Body(BaseModel):
@@ -188,10 +203,6 @@ def _paging(request: Request) -> tuple[str | None, int]:
 
 def _bad_cursor(exc: ValueError) -> RequestError:
     return RequestError(str(exc), field="cursor")
-
-
-# A listing's reader (the store's page function, bound to its store) and how it shows each item.
-_Source = tuple[Callable[..., Any], Callable[[Any], dict[str, Any]]]
 
 
 def _listing(request: Request, sources: dict[str | None, _Source]) -> Response:
@@ -300,6 +311,7 @@ def stats_view(ops: AdminOps) -> dict[str, Any]:
         },
         "scheduled": {"pending": scheduled.pending, "nextDueMs": scheduled.next_due_ms},
         "brokers": [b.to_json() for b in ops.brokers()],
+        **({"transactions": ops.transactions.summary()} if ops.transactions is not None else {}),
         "recovery": {
             "running": ops.recovery.running,
             "lastRounds": [
@@ -389,6 +401,17 @@ def admin_routes(app: FastAPI, ops: AdminOps) -> None:
     _write_routes(app, ops)
 
 
+def _listing_route(
+    app: FastAPI, name: str, sources: dict[str | None, _Source], summary: str, query: dict[str, Any]
+) -> None:
+    """GET /v1/admin/<name>: a listing read by ``_listing``."""
+
+    async def listing(request: Request) -> Response:
+        return _listing(request, sources)
+
+    app.get(f"{PREFIX}/{name}", summary=summary, responses=_errors(), openapi_extra=query, name=name)(listing)
+
+
 def _read_routes(app: FastAPI, ops: AdminOps) -> None:
     retry_sources: dict[str | None, _Source] = {  # the first: the default state
         "pending": (functools.partial(pending_page, ops.retry), pending_view),
@@ -403,23 +426,22 @@ def _read_routes(app: FastAPI, ops: AdminOps) -> None:
     async def stats() -> Response:
         return _json(stats_view(ops))
 
-    @app.get(
-        f"{PREFIX}/retries",
-        summary="Admin: pending messages (state=pending, by next attempt) or dead letters (state=dead)",
-        responses=_errors(),
-        openapi_extra=_query("state", "topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
-    )
-    async def retries(request: Request) -> Response:
-        return _listing(request, retry_sources)
-
-    @app.get(
-        f"{PREFIX}/scheduled",
-        summary="Admin: scheduled (delayed) messages by due time",
-        responses=_errors(),
-        openapi_extra=_query("topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
-    )
-    async def scheduled(request: Request) -> Response:
-        return _listing(request, {None: (functools.partial(scheduled_page, ops.delay), scheduled_view)})
+    _listing_route(
+        app, "retries", retry_sources,
+        "Admin: pending messages (state=pending, by next attempt) or dead letters (state=dead)",
+        _query("state", "topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
+    )  # fmt: skip
+    _listing_route(
+        app, "scheduled", {None: (functools.partial(scheduled_page, ops.delay), scheduled_view)},
+        "Admin: scheduled (delayed) messages by due time",
+        _query("topic", "type", "dueAfter", "dueBefore", "limit", "cursor"),
+    )  # fmt: skip
+    if ops.transactions is not None:
+        _listing_route(
+            app, "transactions", ops.transactions.sources,
+            "Admin: open transactions (state=open: undecided or not acknowledged) or all, by id",
+            _query("state", "topic", "limit", "cursor", states=("open", "all")),
+        )  # fmt: skip
 
     @app.get(
         f"{PREFIX}/messages/{{id}}",

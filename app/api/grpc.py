@@ -22,6 +22,7 @@ from ..request import GRPC_FIELDS, RequestError
 from ..subscriptions.stream import StreamHub
 from ..tracing.context import TraceContext, from_headers
 from . import grpc_subscribe, problems
+from .grpc_transactions import TransactionRpcs, enabled
 from .grpc_views import (
     ack_from_proto,
     batch_response,
@@ -71,9 +72,15 @@ def _kept(response: ProtoMessage, failed: int = 0) -> dict[str, Any]:
 
 class SidecarServicer(pb_grpc.SidecarServicer):
     def __init__(
-        self, deps: EdgeDeps, *, auth_token: str = "", hubs: Mapping[str, StreamHub] | None = None
+        self,
+        deps: EdgeDeps,
+        *,
+        auth_token: str = "",
+        hubs: Mapping[str, StreamHub] | None = None,
+        transactions: TransactionRpcs | None = None,
     ) -> None:
         self._hubs = dict(hubs or {})  # gRPC subscriptions by name (Subscribe, Ack)
+        self._transactions = transactions  # None: the transaction RPCs answer UNIMPLEMENTED
         self._ops = Operations.of(deps, GRPC_FIELDS)
         self._metrics = deps.metrics
         self._idempotency = deps.idempotency
@@ -247,6 +254,41 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             return pb.CancelResponse(id=request.id, status=pb.CANCELLED)
 
         return await self._answered(context, "Cancel", None, "", compute, pb.CancelResponse)
+
+    async def BeginTransaction(
+        self, request: pb.BeginTransactionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Transaction:
+        async def compute() -> pb.Transaction:
+            return await enabled(self._transactions).begin(request)
+
+        return await self._answered(
+            context, "BeginTransaction", request, request.idempotency_key, compute, pb.Transaction
+        )
+
+    async def _decide(self, context: grpc.aio.ServicerContext, tx_id: str, commit: bool) -> pb.Transaction:
+        async def compute() -> pb.Transaction:
+            return await enabled(self._transactions).decide(tx_id, commit)
+
+        method = "CommitTransaction" if commit else "RollbackTransaction"
+        return await self._answered(context, method, None, "", compute, pb.Transaction)
+
+    async def CommitTransaction(
+        self, request: pb.TransactionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Transaction:
+        return await self._decide(context, request.id, True)
+
+    async def RollbackTransaction(
+        self, request: pb.TransactionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Transaction:
+        return await self._decide(context, request.id, False)
+
+    async def GetTransaction(
+        self, request: pb.TransactionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Transaction:
+        async def compute() -> pb.Transaction:
+            return await enabled(self._transactions).get(request.id)
+
+        return await self._answered(context, "GetTransaction", None, "", compute, pb.Transaction)
 
 
 async def add_health_and_reflection(server: grpc.aio.Server) -> health.aio.HealthServicer:

@@ -1,6 +1,7 @@
 """/ui: a status page rendered on the server, with no script or style from elsewhere (works offline):
 brokers and their back-off, retry-store depth and age, dead letters with re-drive buttons, scheduled
-messages by due time, message and replay counters, and charts of the last minutes (inline SVG).
+messages by due time, message and replay counters, charts of the last minutes (inline SVG), and
+transactions (undecided, oldest age, outcomes, the open ones) when the sidecar runs them.
 
 Same auth as the API: with ROCKSIDECAR_AUTH_TOKEN set, the page needs ``Authorization: Bearer <token>``
 or the cookie that ``/ui?token=<token>`` sets once (a browser cannot send the header by itself). The
@@ -31,6 +32,7 @@ from ..subscriptions.runner import QueueLag
 from .admin import (
     AdminOps,
     RedriveIn,
+    TransactionsView,
     dead_view,
     parse_body,
     problem_response,
@@ -181,6 +183,7 @@ def render(deps: UiDeps) -> str:
         *([_lag(deps.consumer_lag())] if deps.consumer_lag is not None else []),
         _dead(dead, retry["dead"], now),
         _scheduled(due, scheduled["pending"], now),
+        *([_transactions(ops.transactions, now)] if ops.transactions is not None else []),
     ]
     return _PAGE.format(now=_e(_when(now, now).split(" (")[0]), body="\n".join(sections))
 
@@ -291,6 +294,38 @@ def _scheduled(due: list[dict[str, Any]], total: int, now: int) -> str:
     shown = f" (the next {len(due)} of {total})" if total > len(due) else ""
     table = _table(["id", "topic", "due"], rows, "No scheduled messages.")
     return f"<section><h2>Scheduled messages by due time{_e(shown)}</h2>{table}</section>"
+
+
+def _transactions(tx: TransactionsView, now: int) -> str:
+    summary = tx.summary()
+    read, view = tx.sources["open"]
+    open_ = [view(r) for r in read(Filter(), limit=SHOWN).items]
+    outcomes = " ".join(
+        f"<li>{_e(o)} {_num(f'transactions-{o}', n)}</li>" for o, n in summary["outcomes"].items()
+    )
+    rows = [
+        [
+            _e(t["id"]),
+            _e(t["state"]),
+            _e(t["topic"]),
+            _e(t["transactionKey"] or "-"),
+            _e(_when(t["createdMs"], now)),
+            _e("yes" if t["acknowledged"] else "no"),
+        ]
+        for t in open_
+    ]
+    table = _table(
+        ["id", "state", "topic", "transactionKey", "begun", "acknowledged"], rows, "No open transactions."
+    )
+    return (
+        "<section><h2>Transactions</h2><dl>"
+        f"<dt>undecided</dt><dd>{_num('transactions-undecided', summary['undecided'])}</dd>"
+        f"<dt>oldest undecided age (s)</dt>"
+        f"<dd>{_num('transactions-oldest-age', summary['oldestUndecidedAgeS'] or 0)}</dd>"
+        f'</dl><p>decided since start:</p><ul class="inline">{outcomes}</ul>'
+        f"<p>open (undecided, or the broker has not acknowledged the decision; the first {SHOWN} by id):</p>"
+        f"{table}</section>"
+    )
 
 
 def _unauthorized() -> str:

@@ -103,6 +103,11 @@ class TransactionRecords:
         self._kv = kv
         self._writer = writer
 
+    @property
+    def kv(self) -> KV:
+        """The store holding the column family (the admin listing pages through it)."""
+        return self._kv
+
     def get(self, tx_id: str) -> Record | None:
         try:
             raw = self._kv.get(CF, _key(tx_id))

@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from rocksidecar.rmq import BrokerApi, MessageExt, MessageQueue, NameServerClient, TopicRouteData
+from rocksidecar.rmq import (
+    BrokerApi,
+    ClientInstance,
+    MessageExt,
+    MessageQueue,
+    NameServerClient,
+    TopicRouteData,
+)
+from rocksidecar.rmq.producer import Producer, ProducerConfig
 
 pytestmark = pytest.mark.realbroker
 NAMESRV_ENV = "ROCKSIDECAR_TEST_NAMESRV"
@@ -83,6 +91,18 @@ async def create_topic_everywhere(
             pass
         await asyncio.sleep(0.1)
     raise AssertionError(f"route of {topic} never listed all of {sorted(addrs)}")
+
+
+async def producer_on_new_topic(
+    namesrv_addr: str, prefix: str
+) -> tuple[str, ClientInstance, TopicRouteData, Producer]:
+    """A new topic (``prefix``, made unique) on both brokers and an unstarted producer of the group named
+    after it, on a client instance of its own: what each transaction test starts from."""
+    topic = unique_topic(prefix)
+    instance = ClientInstance(namesrv_addr)
+    route = await create_topic_everywhere(instance.namesrv, instance.api, topic)
+    config = ProducerConfig(group=f"{topic}_pg")
+    return topic, instance, route, Producer(instance.namesrv, instance.api, config, instance=instance)
 
 
 async def pull_all(

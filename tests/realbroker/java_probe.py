@@ -1,6 +1,6 @@
-"""Compile and run tools/java/ConsumeProbe.java (a Java producer / DefaultMQPushConsumer) against the
-RocketMQ 4.9.4 distribution, with the class path real-broker.sh uses (Debian's netty, bcprov and zstd-jni
-stand in for jars a snapshot may lack)."""
+"""Compile and run the probes of tools/java/ (ConsumeProbe.java: a Java producer / DefaultMQPushConsumer;
+TxProbe.java: a TransactionMQProducer) against the RocketMQ 4.9.4 distribution, with the class path
+real-broker.sh uses (Debian's netty, bcprov and zstd-jni stand in for jars a snapshot may lack)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-SOURCE = Path(__file__).resolve().parents[2] / "tools" / "java" / "ConsumeProbe.java"
+SOURCES = Path(__file__).resolve().parents[2] / "tools" / "java"
 DIST = Path(os.environ.get("ROCKETMQ_DIST", "/tmp/rocketmq-dist"))
 OPENS = [
     "--add-opens=java.base/java.nio=ALL-UNNAMED",
@@ -37,23 +37,26 @@ def classpath() -> str:
 
 
 @functools.cache
-def compiled() -> str:
+def compiled(main: str = "ConsumeProbe") -> str:
     if not shutil.which("javac") or not (DIST / "lib").is_dir():
         pytest.skip(f"needs javac and the RocketMQ distribution at {DIST}")
     out = tempfile.mkdtemp(prefix="rs-probe-")
-    subprocess.run(["javac", "-encoding", "UTF-8", "-cp", classpath(), "-d", out, str(SOURCE)], check=True)
+    subprocess.run(
+        ["javac", "-encoding", "UTF-8", "-cp", classpath(), "-d", out, str(SOURCES / f"{main}.java")],
+        check=True,
+    )
     return f"{out}:{classpath()}"
 
 
-async def start(*args: str) -> asyncio.subprocess.Process:
+async def start(*args: str, main: str = "ConsumeProbe") -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         "java",
         "-Xmx256m",
         *OPENS,
         f"-Duser.home={tempfile.gettempdir()}/rs-probe-home",
         "-cp",
-        compiled(),
-        "ConsumeProbe",
+        compiled(main),
+        main,
         *args,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
@@ -62,7 +65,8 @@ async def start(*args: str) -> asyncio.subprocess.Process:
 
 
 async def stop(proc: asyncio.subprocess.Process) -> None:
-    """End a ``consume`` probe: closing its stdin asks it to shut down; killed after 20 s."""
+    """End a probe that runs until stdin closes (``consume``, TxProbe): closing its stdin asks it to shut
+    down; killed after 20 s."""
     if proc.stdin is not None:
         proc.stdin.close()
     with contextlib.suppress(TimeoutError):

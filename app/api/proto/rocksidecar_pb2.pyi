@@ -28,6 +28,12 @@ class AckOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACK_OK: _ClassVar[AckOutcome]
     ACK_LATER: _ClassVar[AckOutcome]
     ACK_FAILED: _ClassVar[AckOutcome]
+
+class TransactionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TX_PREPARED: _ClassVar[TransactionState]
+    TX_COMMITTED: _ClassVar[TransactionState]
+    TX_ROLLED_BACK: _ClassVar[TransactionState]
 ACK_BROKER: Ack
 ACK_SPOOL: Ack
 STATUS_UNSPECIFIED: Status
@@ -41,6 +47,9 @@ CANCELLED: Status
 ACK_OK: AckOutcome
 ACK_LATER: AckOutcome
 ACK_FAILED: AckOutcome
+TX_PREPARED: TransactionState
+TX_COMMITTED: TransactionState
+TX_ROLLED_BACK: TransactionState
 
 class Message(_message.Message):
     __slots__ = ("topic", "body", "body_bytes", "tags", "keys", "properties", "sharding_key", "type", "delay_ms", "deliver_at_ms", "deliver_at")
@@ -273,3 +282,45 @@ class AckRequest(_message.Message):
 class AckResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class BeginTransactionRequest(_message.Message):
+    __slots__ = ("message", "transaction_key", "idempotency_key")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_KEY_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    transaction_key: str
+    idempotency_key: str
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., transaction_key: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class TransactionRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class Transaction(_message.Message):
+    __slots__ = ("id", "state", "transaction_key", "topic", "broker", "queue_id", "half_offset", "msg_id", "created_ms", "decided_ms", "acknowledged")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_KEY_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    HALF_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_MS_FIELD_NUMBER: _ClassVar[int]
+    ACKNOWLEDGED_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    state: TransactionState
+    transaction_key: str
+    topic: str
+    broker: str
+    queue_id: int
+    half_offset: int
+    msg_id: str
+    created_ms: int
+    decided_ms: int
+    acknowledged: bool
+    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[TransactionState, str]] = ..., transaction_key: _Optional[str] = ..., topic: _Optional[str] = ..., broker: _Optional[str] = ..., queue_id: _Optional[int] = ..., half_offset: _Optional[int] = ..., msg_id: _Optional[str] = ..., created_ms: _Optional[int] = ..., decided_ms: _Optional[int] = ..., acknowledged: _Optional[bool] = ...) -> None: ...

@@ -69,6 +69,26 @@ class SidecarStub:
                 request_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.AckRequest.SerializeToString,
                 response_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.AckResponse.FromString,
                 _registered_method=True)
+        self.BeginTransaction = channel.unary_unary(
+                '/rocksidecar.v1.Sidecar/BeginTransaction',
+                request_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.BeginTransactionRequest.SerializeToString,
+                response_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.Transaction.FromString,
+                _registered_method=True)
+        self.CommitTransaction = channel.unary_unary(
+                '/rocksidecar.v1.Sidecar/CommitTransaction',
+                request_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.TransactionRequest.SerializeToString,
+                response_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.Transaction.FromString,
+                _registered_method=True)
+        self.RollbackTransaction = channel.unary_unary(
+                '/rocksidecar.v1.Sidecar/RollbackTransaction',
+                request_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.TransactionRequest.SerializeToString,
+                response_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.Transaction.FromString,
+                _registered_method=True)
+        self.GetTransaction = channel.unary_unary(
+                '/rocksidecar.v1.Sidecar/GetTransaction',
+                request_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.TransactionRequest.SerializeToString,
+                response_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.Transaction.FromString,
+                _registered_method=True)
 
 
 class SidecarServicer:
@@ -127,6 +147,37 @@ class SidecarServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BeginTransaction(self, request, context):
+        """Transactional messages (RocketMQ half messages), as POST /v1/transactions and its :commit and
+        :rollback. Begin answers once a broker stored the half (invisible to consumers until committed);
+        a message that could never be sent is INVALID_ARGUMENT before anything is stored, and a delayed one
+        too. UNIMPLEMENTED when the sidecar runs without transactions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitTransaction(self, request, context):
+        """Commit or roll back: NOT_FOUND for an unknown id, FAILED_PRECONDITION when it was decided the
+        other way; deciding the same way again answers the same Transaction.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RollbackTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTransaction(self, request, context):
+        """Where a transaction stands (NOT_FOUND for an unknown id).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SidecarServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -164,6 +215,26 @@ def add_SidecarServicer_to_server(servicer, server):
                     servicer.Ack,
                     request_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.AckRequest.FromString,
                     response_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.AckResponse.SerializeToString,
+            ),
+            'BeginTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginTransaction,
+                    request_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.BeginTransactionRequest.FromString,
+                    response_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.Transaction.SerializeToString,
+            ),
+            'CommitTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitTransaction,
+                    request_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.TransactionRequest.FromString,
+                    response_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.Transaction.SerializeToString,
+            ),
+            'RollbackTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.RollbackTransaction,
+                    request_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.TransactionRequest.FromString,
+                    response_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.Transaction.SerializeToString,
+            ),
+            'GetTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTransaction,
+                    request_deserializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.TransactionRequest.FromString,
+                    response_serializer=rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.Transaction.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -355,6 +426,114 @@ class Sidecar:
             '/rocksidecar.v1.Sidecar/Ack',
             rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.AckRequest.SerializeToString,
             rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.AckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BeginTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocksidecar.v1.Sidecar/BeginTransaction',
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.BeginTransactionRequest.SerializeToString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.Transaction.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocksidecar.v1.Sidecar/CommitTransaction',
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.TransactionRequest.SerializeToString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.Transaction.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RollbackTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocksidecar.v1.Sidecar/RollbackTransaction',
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.TransactionRequest.SerializeToString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.Transaction.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rocksidecar.v1.Sidecar/GetTransaction',
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.TransactionRequest.SerializeToString,
+            rocksidecar_dot_app_dot_api_dot_proto_dot_rocksidecar__pb2.Transaction.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,15 +12,11 @@ import pytest
 from fastapi import FastAPI
 
 from rocksidecar.app.request import Limits
-from rocksidecar.app.transactions.coordinator import TransactionCoordinator
 from rocksidecar.app.transactions.http import transaction_routes
-from rocksidecar.app.transactions.records import CF, TransactionRecords
+from rocksidecar.app.transactions.records import TransactionRecords
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.devbroker.transactions import HALF_TOPIC
-from rocksidecar.rmq import ClientInstance
-from rocksidecar.rmq.producer import Producer, ProducerConfig
-from rocksidecar.rmq.producer.transaction import TransactionProducer
-from rocksidecar.storage.memory import MemoryKV
+from tests.app.transactions.conftest import Started
 from tests.fakes import FakeWallClock
 
 TOPIC = "TxHttp"
@@ -40,28 +36,14 @@ class Env:
 
 
 @pytest.fixture
-async def env(cluster: DevCluster, clock: FakeWallClock) -> AsyncIterator[Env]:
-    instance = ClientInstance(cluster.namesrv_addr)
-    producer = Producer(instance.namesrv, instance.api, ProducerConfig(group="tx_http"), instance=instance)
-    tx = TransactionProducer(producer, "tx_http")
-    records = TransactionRecords(MemoryKV([CF]))
+async def env(cluster: DevCluster, clock: FakeWallClock, started: Started) -> AsyncIterator[Env]:
     app = FastAPI()
     transaction_routes(
-        app,
-        TransactionCoordinator(records, tx, None, now_ms=clock.now_ms),
-        Limits(max_body_bytes=1024, max_delay_ms=60_000),
-        clock.now_ms,
+        app, started.coordinator, Limits(max_body_bytes=1024, max_delay_ms=60_000), clock.now_ms
     )
-    await producer.start()
-    tx.start()
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as http:
-        try:
-            yield Env(cluster, http, records)
-        finally:
-            await tx.close()
-            await producer.close()
-            await instance.close()
+        yield Env(cluster, http, started.records)
 
 
 async def test_begin_commit_repeat_conflict(env: Env) -> None:

@@ -1,0 +1,89 @@
+"""What metrics, the admin API and /ui tell of transactions: decisions by outcome since start and the
+undecided ones (how many, since when), kept by a coordinator that reports each decision as it takes it.
+
+Outcomes: ``committed`` and ``rolled_back`` (the app decided through the API), ``checked_commit`` and
+``checked_rollback`` (a broker's check-back of an undecided one, the app's check endpoint decided),
+``unknown`` (a check-back of an undecided one answered UNKNOWN: the broker asks again later)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rocksidecar.rmq.message import Message
+from rocksidecar.rmq.producer.transaction import CheckRequest, TransactionState
+
+from .coordinator import TransactionCoordinator
+from .records import Decision, Record, TransactionRecords
+
+OUTCOMES = ("committed", "rolled_back", "checked_commit", "checked_rollback", "unknown")
+MAX_TRACKED = 100_000  # undecided ones tracked for the oldest age; the rest are counted, not timed
+_DECIDED = {Decision.COMMIT: "committed", Decision.ROLLBACK: "rolled_back"}
+_CHECKED = {TransactionState.COMMIT: "checked_commit", TransactionState.ROLLBACK: "checked_rollback"}
+
+
+class TransactionStats:
+    """Outcome counts since start and the begin time of each undecided transaction (read from the
+    records once at start, then kept as transactions begin and are decided)."""
+
+    def __init__(self, records: TransactionRecords, now_ms: Callable[[], int]) -> None:
+        self.outcomes = dict.fromkeys(OUTCOMES, 0)
+        self._now_ms = now_ms
+        self._undecided = {
+            r.id: r.created_ms for r in records.open(limit=MAX_TRACKED) if r.decision is Decision.NONE
+        }
+
+    def begun(self, record: Record) -> None:
+        if len(self._undecided) < MAX_TRACKED:
+            self._undecided[record.id] = record.created_ms
+
+    def decided(self, tx_id: str, outcome: str) -> bool:
+        """Count ``outcome`` if ``tx_id`` was undecided here (a repeat decides nothing)."""
+        if self._undecided.pop(tx_id, None) is None:
+            return False
+        self.outcomes[outcome] += 1
+        return True
+
+    def checked(self, tx_id: str, state: TransactionState) -> None:
+        """A broker's check-back was answered ``state``: an undecided one is decided, or asked again."""
+        outcome = _CHECKED.get(state)
+        if outcome is not None:
+            self.decided(tx_id, outcome)
+        elif tx_id in self._undecided:
+            self.outcomes["unknown"] += 1
+
+    def undecided(self) -> tuple[int, float | None]:
+        """How many are undecided, and the oldest one's age in seconds (None: none)."""
+        if not self._undecided:
+            return 0, None
+        return len(self._undecided), max(self._now_ms() - min(self._undecided.values()), 0) / 1000
+
+    def to_json(self) -> dict[str, Any]:
+        count, age = self.undecided()
+        return {"undecided": count, "oldestUndecidedAgeS": age, "outcomes": dict(self.outcomes)}
+
+
+class ObservedCoordinator(TransactionCoordinator):
+    """The coordinator, reporting to ``stats`` what it begins and decides (its constructor's arguments
+    as TransactionCoordinator's)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stats = TransactionStats(self.records, self._now_ms)
+
+    async def begin(
+        self, msg: Message, *, transaction_key: str | None = None, sharding_key: str | None = None
+    ) -> Record:
+        record = await super().begin(msg, transaction_key=transaction_key, sharding_key=sharding_key)
+        self.stats.begun(record)
+        return record
+
+    async def decide(self, tx_id: str, decision: Decision) -> Record:
+        record = await super().decide(tx_id, decision)
+        self.stats.decided(tx_id, _DECIDED[record.decision])
+        return record
+
+    async def check(self, request: CheckRequest) -> TransactionState:
+        state = await super().check(request)
+        self.stats.checked(request.msg_id, state)
+        return state
