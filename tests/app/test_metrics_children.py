@@ -3,6 +3,8 @@ per-message tally scrapes as the Counter it replaced."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
@@ -46,3 +48,20 @@ def test_the_message_tally_scrapes_as_the_counter_it_replaces() -> None:
     with pytest.raises(ValueError, match="only goes up"):
         tally.inc("sent", -1)
     assert tally_registry.get_sample_value("rocksidecar_messages_total", {"outcome": "sent"}) == 5
+
+
+def test_the_tally_counts_exactly_from_several_threads() -> None:
+    tally = metrics.Tally("rocksidecar_messages", "Messages.", "outcome")
+
+    def count() -> None:
+        for _ in range(20_000):
+            tally.inc("sent")
+
+    threads = [threading.Thread(target=count) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    registry = CollectorRegistry()
+    registry.register(tally)
+    assert registry.get_sample_value("rocksidecar_messages_total", {"outcome": "sent"}) == 80_000
