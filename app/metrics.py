@@ -6,6 +6,7 @@ describe state (back-off, store depth) are read when Prometheus scrapes, through
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
@@ -27,20 +28,20 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         # labels() takes a lock and builds a tuple on every call (0.6 us); the hot path's counters keep
         # their children: 2.7 -> 1.4 us of metrics per message sent (issue 18).
-        self._message_children: dict[str, Counter] = {}
         self._attempt_children: dict[tuple[str, bool], Counter] = {}
         self.requests = self._counter(
             "requests",
             "API requests answered, by API (http or grpc), route and status code.",
             ["api", "route", "code"],
         )
-        self.messages = self._counter(
-            "messages",
+        self.messages = Tally(
+            "rocksidecar_messages",
             "Messages accepted or refused, by outcome: sent (stored "
             "by a broker), spooled (synced to the local retry store), scheduled (delayed), "
             "rejected (bad input), failed (could not be stored anywhere).",
-            ["outcome"],
+            "outcome",
         )
+        self.registry.register(self.messages)
         self.send_latency = self._histogram(
             "send_latency_seconds",
             "Time to send one message or batch to RocketMQ, retries included.",
@@ -101,12 +102,7 @@ class Metrics:
 
     def count_messages(self, outcome: str, n: int = 1) -> None:
         """``n`` messages more with ``outcome`` (sent, spooled, scheduled, rejected, failed)."""
-        child = self._message_children.get(outcome)
-        if child is None:
-            child = self.messages.labels(outcome)
-            if len(self._message_children) < MAX_CACHED_CHILDREN:
-                self._message_children[outcome] = child
-        child.inc(n)
+        self.messages.inc(outcome, n)
 
     def observe_attempt(self, broker: str, ok: bool) -> None:
         child = self._attempt_children.get((broker, ok))
@@ -121,6 +117,33 @@ class Metrics:
 
     def add_state(self, collector: Collector) -> None:
         self.registry.register(collector)
+
+
+class Tally(Collector):
+    """A counter by one label, kept as plain numbers and read when Prometheus scrapes: for a count made
+    once per message. prometheus_client's Counter (labels child, two checks, its value's lock) cost
+    0.73 us per count_messages; this, a lock and a dict update. The lock keeps counts exact should an
+    edge ever count from other threads; the label's values are the code's own (outcomes), never the
+    client's."""
+
+    def __init__(self, name: str, doc: str, label: str) -> None:
+        self._name, self._doc, self._label = name, doc, label
+        self._counts: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def inc(self, value: str, n: float = 1) -> None:
+        if n < 0:
+            raise ValueError("a counter only goes up")
+        with self._lock:
+            self._counts[value] = self._counts.get(value, 0) + n
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        family = CounterMetricFamily(self._name, self._doc, labels=[self._label])
+        with self._lock:
+            counts = list(self._counts.items())
+        for value, n in counts:
+            family.add_metric([value], n)
+        yield family
 
 
 class StateCollector(Collector):

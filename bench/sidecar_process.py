@@ -24,11 +24,17 @@ class SidecarProcess(NamedTuple):
 
 @contextlib.contextmanager
 def sidecar_process(
-    namesrv: str | None, data_dir: Path, *, ready_path: str = "/readyz", **settings: str
+    namesrv: str | None,
+    data_dir: Path,
+    *,
+    ready_path: str = "/readyz",
+    tree: Path | None = None,
+    **settings: str,
 ) -> Iterator[SidecarProcess]:
     """The running sidecar once ``ready_path`` answers 200; ``namesrv`` None starts it with ``--devbroker``.
     ``settings``: extra ROCKSIDECAR_* variables without the prefix, e.g. BATCH_LIMIT="2000". Its
-    output goes to data_dir/sidecar.log."""
+    output goes to data_dir/sidecar.log. ``tree``: another checkout whose .venv runs it (this one's
+    when None)."""
     http_addr = f"127.0.0.1:{free_port()}"
     env = {
         **os.environ,
@@ -42,11 +48,12 @@ def sidecar_process(
         env["ROCKSIDECAR_NAMESRV"] = namesrv
     else:
         env.pop("ROCKSIDECAR_NAMESRV", None)
-    exe = shutil.which("rocksidecar", path=str(Path(sys.executable).parent)) or "rocksidecar"
+    bin_dir = tree / ".venv" / "bin" if tree is not None else Path(sys.executable).parent
+    exe = shutil.which("rocksidecar", path=str(bin_dir)) or "rocksidecar"
     log = data_dir / "sidecar.log"
     with open(log, "wb") as out:
         args = [exe, "serve"] if namesrv is not None else [exe, "serve", "--devbroker"]
-        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tree)
     url = f"http://{http_addr}"
     try:
         if not wait_for_http(f"{url}{ready_path}", proc, START_TIMEOUT_S):

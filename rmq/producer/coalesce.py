@@ -41,6 +41,9 @@ class CoalescingSender:
         self._pending: list[_Waiter] = []
         self._tasks: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references
         self._in_flight = 0  # sends and batches on their way to a broker
+        # The loop, kept from the first coalesced send: asyncio.get_running_loop() makes a getpid() system
+        # call on Python 3.11, once per message under load (as rmq.connection keeps its loop too).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.batches = 0  # coalesced batches sent (two or more messages), for tests and metrics
         self.coalesced = 0  # messages that went in them
 
@@ -57,7 +60,9 @@ class CoalescingSender:
                 return await self.inner.send(msg, sharding_key=sharding_key, validated=True)
             finally:
                 self._in_flight -= 1
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         future: asyncio.Future[SendResult] = loop.create_future()
         if not self._pending:
             loop.call_soon(self._flush)
@@ -67,7 +72,7 @@ class CoalescingSender:
     def _flush(self) -> None:
         waiters, self._pending = self._pending, []
         job = self._one(waiters[0]) if len(waiters) == 1 else self._many(waiters)
-        task = asyncio.get_running_loop().create_task(job)
+        task = (self._loop or asyncio.get_running_loop()).create_task(job)
         self._tasks.add(task)
         self._in_flight += 1
         task.add_done_callback(self._done)

@@ -1,6 +1,12 @@
-"""The hot path's counters keep their label children (app.metrics): counts stay exact, past the bound too."""
+"""The hot path's counters (app.metrics): cached label children count exactly, past the bound too; the
+per-message tally scrapes as the Counter it replaced."""
 
 from __future__ import annotations
+
+import threading
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from rocksidecar.app import metrics
 from rocksidecar.app.metrics import Metrics
@@ -27,3 +33,35 @@ def test_cached_children_count_exactly_within_and_beyond_the_bound() -> None:
             m.observe_attempt(b, True)
     assert len(m._attempt_children) == metrics.MAX_CACHED_CHILDREN
     assert all(sample(m, "send_attempts_total", broker=b, result="ok") == 2 for b in brokers)
+
+
+def test_the_message_tally_scrapes_as_the_counter_it_replaces() -> None:
+    counter_registry = CollectorRegistry()
+    counter = Counter("rocksidecar_messages", "Messages.", ["outcome"], registry=counter_registry)
+    tally_registry = CollectorRegistry()
+    tally = metrics.Tally("rocksidecar_messages", "Messages.", "outcome")
+    tally_registry.register(tally)
+    for outcome, n in (("sent", 3), ("rejected", 1), ("sent", 2), ("spooled", 0)):
+        counter.labels(outcome).inc(n)
+        tally.inc(outcome, n)
+    assert generate_latest(tally_registry) == generate_latest(counter_registry)
+    with pytest.raises(ValueError, match="only goes up"):
+        tally.inc("sent", -1)
+    assert tally_registry.get_sample_value("rocksidecar_messages_total", {"outcome": "sent"}) == 5
+
+
+def test_the_tally_counts_exactly_from_several_threads() -> None:
+    tally = metrics.Tally("rocksidecar_messages", "Messages.", "outcome")
+
+    def count() -> None:
+        for _ in range(20_000):
+            tally.inc("sent")
+
+    threads = [threading.Thread(target=count) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    registry = CollectorRegistry()
+    registry.register(tally)
+    assert registry.get_sample_value("rocksidecar_messages_total", {"outcome": "sent"}) == 80_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rocksidecar.app.api.guards import Guards, host_name, is_json
+from rocksidecar.app.api.guards import MAX_CACHED_HOSTS, Guards, host_name, is_json
 
 
 @pytest.mark.parametrize(
@@ -43,6 +43,19 @@ def test_host_name(host: str, name: str) -> None:
 )
 def test_host_ok(host: bytes | None, ok: bool) -> None:
     assert Guards.of("", allowed_hosts=("Sidecar.Internal",)).host_ok(host) is ok
+
+
+def test_host_verdicts_are_kept_per_header_value_and_bounded() -> None:
+    guards = Guards.of("", ("api.example",))
+    for _ in range(2):  # the second round answers from what the first kept, the same
+        assert guards.host_ok(b"127.0.0.1:9880") and guards.host_ok(b"API.example.:443")
+        assert not guards.host_ok(b"evil.example")
+    # Hostile clients choose Host values: past the bound each is still checked, none is kept.
+    for i in range(MAX_CACHED_HOSTS + 50):
+        assert not guards.host_ok(b"evil%d.example" % i)
+    assert guards.host_ok(b"[::1]:80") and not guards.host_ok(b"evil-late.example")
+    assert len(guards._hosts) == MAX_CACHED_HOSTS
+    assert Guards.of("", ("api.example",)) == guards  # the kept verdicts are no part of its value
 
 
 @pytest.mark.parametrize(
