@@ -9,8 +9,8 @@ sidecar's rate against it.
 
 Kinds of server (to choose the edge's with numbers):
 - ``aio``: grpc.aio on uvloop, as the sidecar runs it;
-- ``aio+edge``: the same with the sidecar's two interceptors (app.api.grpc_probes, app.api.grpc_edge),
-  to see what they cost per call;
+- ``aio+edge``: the same with the sidecar's two method wrappers (app.api.grpc_intercept), to see what
+  they cost per call;
 - ``sync``: grpc's thread-pool server (``grpc.server`` with a ThreadPoolExecutor of ``--threads``);
 - ``grpclib``: grpclib (pure-Python gRPC on h2) on uvloop. Not a dependency of the project: it is
   measured from a directory of its own on PYTHONPATH (``pip install --target DIR grpclib``).
@@ -33,6 +33,7 @@ import uvloop
 
 from bench.common import ready_module
 from rocksidecar.app.api.grpc_edge import MalformedRequests
+from rocksidecar.app.api.grpc_intercept import MethodWrapper, WrappingServer
 from rocksidecar.app.api.grpc_probes import ProbeToken
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
@@ -67,9 +68,10 @@ class SyncFloor(pb_grpc.SidecarServicer):
             yield pb.PublishAck(sequence=req.sequence, result=SENT)
 
 
-async def _serve_aio(port: int, interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> None:
-    server = grpc.aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
-    pb_grpc.add_SidecarServicer_to_server(AioFloor(), server)  # type: ignore[no-untyped-call]
+async def _serve_aio(port: int, wrappers: Sequence[MethodWrapper] = ()) -> None:
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    services = WrappingServer(server, wrappers)
+    pb_grpc.add_SidecarServicer_to_server(AioFloor(), services)  # type: ignore[no-untyped-call]
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     print("ready", flush=True)
