@@ -240,7 +240,7 @@ class SidecarParts:
                 grace_s=s.shutdown_grace_s,
                 # the HTTP API's limits: one message with its envelope, or a whole batch request
                 max_receive_bytes=max(s.max_body_bytes + ENVELOPE_BYTES, s.max_request_bytes),
-                interceptors=[
+                wrappers=[
                     ProbeToken(s.auth_token, without_token=s.probes_without_token),
                     MalformedRequests(
                         lambda method: self.metrics.requests.labels("grpc", method, "400").inc()

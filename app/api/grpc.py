@@ -15,13 +15,15 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 from google.protobuf.message import Message as ProtoMessage
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
+from prometheus_client import Counter
 
 from ..idempotency import Answer, answer_once, fingerprint
 from ..request import GRPC_FIELDS, RequestError
 from ..subscriptions.stream import StreamHub
 from ..tracing.context import TraceContext, from_headers
 from . import grpc_subscribe, problems
+from .grpc_intercept import WrappingServer
 from .grpc_transactions import TransactionRpcs, enabled
 from .grpc_views import (
     ack_from_proto,
@@ -85,8 +87,17 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self._metrics = deps.metrics
         self._idempotency = deps.idempotency
         self._guards = Guards.of(auth_token)
+        self._ok: dict[str, Counter] = {}  # by method: only the service's own names
 
     # plumbing -----------------------------------------------------------------------------------
+    def _answered_ok(self, method: str) -> Counter:
+        """The request counter's child for ``method`` answered OK, made once (labels() takes a lock and
+        builds a tuple on every call)."""
+        child = self._ok.get(method)
+        if child is None:
+            child = self._ok[method] = self._metrics.requests.labels("grpc", method, "200")
+        return child
+
     async def _abort(
         self, context: grpc.aio.ServicerContext, status: int, body: dict[str, Any], method: str
     ) -> NoReturn:
@@ -96,6 +107,8 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         raise AssertionError("abort returns only by raising")  # pragma: no cover
 
     async def _check_auth(self, context: grpc.aio.ServicerContext, method: str) -> None:
+        if not self._guards.auth_token:
+            return  # no token set: the call's metadata need not be read
         given = dict(context.invocation_metadata() or ()).get("authorization")
         if not self._guards.authorized(given):
             await self._abort(
@@ -122,6 +135,15 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         """The response ``compute`` builds (through the idempotency store when a key is given, ""
         meaning none: proto3 has no absence); abort with the mapped code on an error."""
         await self._check_auth(context, method)
+        if not key or self._idempotency is None:  # nothing to keep: the response as it was built
+            try:
+                built = await compute()
+            except Exception as exc:
+                status, problem, _ = problems.from_exception(exc)
+                await self._abort(context, status, problem, method)
+            self._answered_ok(method).inc()
+            response: _R = built[0] if isinstance(built, tuple) else built
+            return response
 
         async def kept() -> Answer:
             try:
@@ -147,9 +169,9 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             await self._abort(context, status, body, method)
         if replayed:
             await context.send_initial_metadata(((REPLAYED_METADATA, "true"),))
-        self._metrics.requests.labels("grpc", method, str(status)).inc()
-        response: _R = response_type.FromString(base64.b64decode(body["proto"]))  # the stubs say Any
-        return response
+        self._answered_ok(method).inc()
+        kept_response: _R = response_type.FromString(base64.b64decode(body["proto"]))  # the stubs say Any
+        return kept_response
 
     # RPCs ---------------------------------------------------------------------------------------
     async def Send(self, request: pb.SendRequest, context: grpc.aio.ServicerContext) -> pb.SendResponse:
@@ -189,14 +211,15 @@ class SidecarServicer(pb_grpc.SidecarServicer):
 
         async def handle(req: pb.PublishRequest) -> None:
             try:
+                # put_nowait: the queue is unbounded, and holds at most PUBLISH_IN_FLIGHT answers
                 try:
                     outcome = await self._ops.send(
                         spec_from_proto(req.message), ack_from_proto(req.ack), trace
                     )
                 except Exception as exc:
-                    await acks.put(pb.PublishAck(sequence=req.sequence, error=error(exc)))
+                    acks.put_nowait(pb.PublishAck(sequence=req.sequence, error=error(exc)))
                 else:
-                    await acks.put(pb.PublishAck(sequence=req.sequence, result=send_response(outcome)))
+                    acks.put_nowait(pb.PublishAck(sequence=req.sequence, result=send_response(outcome)))
             finally:
                 slots.release()
 
@@ -218,7 +241,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
-        self._metrics.requests.labels("grpc", "Publish", "200").inc()
+        self._answered_ok("Publish").inc()
 
     async def Subscribe(
         self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext
@@ -229,7 +252,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         except RequestError as exc:
             status, body, _ = problems.from_exception(exc)
             await self._abort(context, status, body, "Subscribe")
-        self._metrics.requests.labels("grpc", "Subscribe", "200").inc()
+        self._answered_ok("Subscribe").inc()
         async for delivery in grpc_subscribe.stream(hub):
             yield delivery
 
@@ -291,7 +314,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         return await self._answered(context, "GetTransaction", None, "", compute, pb.Transaction)
 
 
-async def add_health_and_reflection(server: grpc.aio.Server) -> health.aio.HealthServicer:
+async def add_health_and_reflection(server: WrappingServer) -> health.aio.HealthServicer:
     """The standard grpc.health.v1 service (the whole server and rocksidecar.v1.Sidecar SERVING) and
     server reflection, so that grpcurl and grpc_health_probe work without the .proto file."""
     checker = health.aio.HealthServicer()
@@ -299,7 +322,9 @@ async def add_health_and_reflection(server: grpc.aio.Server) -> health.aio.Healt
     sidecar = pb.DESCRIPTOR.services_by_name["Sidecar"].full_name
     for name in ("", sidecar):
         await checker.set(name, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection(
-        (sidecar, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    names = (sidecar, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
+    # grpc.aio's reflection servicer by name: enable_server_reflection picks it only for a grpc.aio.Server
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+        reflection.aio.ReflectionServicer(names), server
     )
     return checker

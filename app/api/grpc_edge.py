@@ -1,4 +1,4 @@
-"""A gRPC server interceptor that answers a request that is not valid protobuf with INVALID_ARGUMENT.
+"""A gRPC method wrapper that answers a request that is not valid protobuf with INVALID_ARGUMENT.
 
 grpc deserializes before the servicer runs, and a DecodeError there ends the call as UNKNOWN with a
 traceback in the log. Here every method's deserializer returns a marker instead of raising, and the
@@ -8,14 +8,13 @@ messages before it are handled and acknowledged as usual).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
 
-from .grpc_intercept import HandlerInterceptor, kind_of
+from .grpc_intercept import checked_first, each_of, kind_of, result_of
 
 DETAIL = "the request is not a valid protobuf message of this method's type"
 
@@ -40,19 +39,18 @@ def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], A
     return parse
 
 
-class MalformedRequests(HandlerInterceptor):
+class MalformedRequests:
+    """A MethodWrapper (app.api.grpc_intercept)."""
+
     def __init__(self, on_malformed: Callable[[str], None]) -> None:
         self._on_malformed = on_malformed  # counts the refusal, by method name
 
-    def handle(
-        self, handler: grpc.RpcMethodHandler, handler_call_details: grpc.HandlerCallDetails
-    ) -> grpc.RpcMethodHandler:
-        method = str(handler_call_details.method).rpartition("/")[2]
-        refuse = self._refuser(method)
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        refuse = self._refuser(method.rpartition("/")[2])
         wrapped: dict[str, Any] = {"request_deserializer": _tolerant(handler.request_deserializer)}
         kind = kind_of(handler)
         if kind is not None:
-            wrapped[kind] = _WRAPPERS[kind](getattr(handler, kind), refuse)
+            wrapped[kind] = _WRAPPERS[kind](getattr(handler, kind), refuse, kind)
         return handler._replace(**wrapped)
 
     def _refuser(self, method: str) -> Callable[[grpc.aio.ServicerContext], Awaitable[None]]:
@@ -82,48 +80,18 @@ class _Requests:
             yield request
 
 
-# The behaviours below may be plain functions (sync servicers, such as some of grpc's own): their
-# results are awaited or iterated only when they need it.
-async def _result(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
-
-
-async def _each(responses: Any) -> AsyncIterator[Any]:
-    if inspect.isawaitable(responses):  # a coroutine that writes its answers (health's Watch)
-        responses = await responses
-        if responses is None:
-            return
-    if hasattr(responses, "__aiter__"):
-        async for response in responses:
-            yield response
-    else:
-        for response in responses:
-            yield response
-
-
-def _unary(behavior: Any, refuse: Refuse) -> Any:
-    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+def _unary(behavior: Any, refuse: Refuse, kind: str) -> Any:
+    async def check(request: Any, context: grpc.aio.ServicerContext) -> None:
         if request is MALFORMED:
             await refuse(context)
-        return await _result(behavior(request, context))
 
-    return call
-
-
-def _unary_stream(behavior: Any, refuse: Refuse) -> Any:
-    async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        if request is MALFORMED:
-            await refuse(context)
-        async for response in _each(behavior(request, context)):
-            yield response
-
-    return call
+    return checked_first(kind, behavior, check)
 
 
-def _stream_unary(behavior: Any, refuse: Refuse) -> Any:
+def _stream_unary(behavior: Any, refuse: Refuse, kind: str) -> Any:
     async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
         checked = _Requests(requests)
-        response = await _result(behavior(checked.__aiter__(), context))
+        response = await result_of(behavior(checked.__aiter__(), context))
         if checked.malformed:
             await refuse(context)
         return response
@@ -131,10 +99,10 @@ def _stream_unary(behavior: Any, refuse: Refuse) -> Any:
     return call
 
 
-def _stream_stream(behavior: Any, refuse: Refuse) -> Any:
+def _stream_stream(behavior: Any, refuse: Refuse, kind: str) -> Any:
     async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         checked = _Requests(requests)
-        async for response in _each(behavior(checked.__aiter__(), context)):
+        async for response in each_of(behavior(checked.__aiter__(), context)):
             yield response
         if checked.malformed:
             await refuse(context)
@@ -142,9 +110,9 @@ def _stream_stream(behavior: Any, refuse: Refuse) -> Any:
     return call
 
 
-_WRAPPERS: dict[str, Callable[[Any, Refuse], Any]] = {
+_WRAPPERS: dict[str, Callable[[Any, Refuse, str], Any]] = {
     "unary_unary": _unary,
-    "unary_stream": _unary_stream,
+    "unary_stream": _unary,
     "stream_unary": _stream_unary,
     "stream_stream": _stream_stream,
 }

@@ -1,4 +1,4 @@
-"""A gRPC server interceptor that asks the standard health and reflection services for the token.
+"""A gRPC method wrapper that asks the standard health and reflection services for the token.
 
 The Sidecar service checks the token itself (app.api.grpc); grpc's own services do not. They say
 whether the sidecar serves and describe its API, like /readyz does over HTTP, so by default they need
@@ -7,12 +7,11 @@ the token as /readyz does; ``probes_without_token`` opens them for probes that c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
-from .grpc_intercept import HandlerInterceptor, kind_of
+from .grpc_intercept import checked_first, kind_of
 from .guards import Guards
 
 # The services grpc adds (app.api.grpc.add_health_and_reflection), by method-name prefix.
@@ -29,30 +28,20 @@ async def _refuse(context: grpc.aio.ServicerContext) -> None:
     await context.abort(grpc.StatusCode.UNAUTHENTICATED, DETAIL)
 
 
-async def _refused_unary(_request: Any, context: grpc.aio.ServicerContext) -> Any:
-    await _refuse(context)
+class ProbeToken:
+    """A MethodWrapper (app.api.grpc_intercept): the probe methods check the call's metadata first."""
 
-
-async def _refused_stream(_request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-    await _refuse(context)
-    yield  # pragma: no cover  # abort raises; this makes the function a generator
-
-
-class ProbeToken(HandlerInterceptor):
     def __init__(self, auth_token: str, *, without_token: bool = False) -> None:
         self._guards = Guards.of(auth_token)
         self._open = without_token or not auth_token
 
-    def handle(
-        self, handler: grpc.RpcMethodHandler, handler_call_details: grpc.HandlerCallDetails
-    ) -> grpc.RpcMethodHandler:
-        method = str(handler_call_details.method)
-        if self._open or not method.startswith(PROBE_PREFIXES):
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        kind = kind_of(handler)
+        if self._open or kind is None or not method.startswith(PROBE_PREFIXES):
             return handler
-        metadata = dict(handler_call_details.invocation_metadata or ())
-        if self._guards.authorized(metadata.get("authorization")):
-            return handler
-        # The same kind of handler (grpc checks it against the call), answering UNAUTHENTICATED.
-        kind = kind_of(handler) or "stream_stream"
-        refused = _refused_stream if kind.endswith("_stream") else _refused_unary  # by what it answers
-        return handler._replace(**{kind: refused})
+        # The same kind of behaviour (grpc checks it against the call), refusing before it runs.
+        return handler._replace(**{kind: checked_first(kind, getattr(handler, kind), self._check)})
+
+    async def _check(self, _request: Any, context: grpc.aio.ServicerContext) -> None:
+        if not self._guards.authorized(dict(context.invocation_metadata() or ()).get("authorization")):
+            await _refuse(context)

@@ -15,6 +15,7 @@ from grpc_health.v1 import health
 
 from . import uvicorn_internals
 from .grpc import add_health_and_reflection
+from .grpc_intercept import MethodWrapper, WrappingServer
 from .hot_path import HotPathHttp
 from .middleware import EdgeMiddleware
 from .proto import rocksidecar_pb2_grpc as pb_grpc
@@ -121,24 +122,25 @@ class GrpcServer:
         *,
         grace_s: float,
         max_receive_bytes: int = 4 * 1024 * 1024,
-        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+        wrappers: Sequence[MethodWrapper] = (),
     ) -> None:
         host, port = split_addr(addr)
         _check_free(host, port, "gRPC")
         self._server: grpc.aio.Server | None = grpc.aio.server(
-            interceptors=interceptors,
             options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", max_receive_bytes)],
         )
-        pb_grpc.add_SidecarServicer_to_server(servicer, self._server)  # type: ignore[no-untyped-call]
+        # Every service adds itself through this, its handlers wrapped once (not interceptors: per call).
+        self._services: WrappingServer | None = WrappingServer(self._server, wrappers)
+        pb_grpc.add_SidecarServicer_to_server(servicer, self._services)  # type: ignore[no-untyped-call]
         self.port = self._server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         self.host = host
         self._grace_s = grace_s
         self._health: health.aio.HealthServicer | None = None
 
     async def start(self) -> None:
-        if self._server is None:
+        if self._server is None or self._services is None:
             raise RuntimeError("the gRPC server was stopped; build a new one")
-        self._health = await add_health_and_reflection(self._server)
+        self._health = await add_health_and_reflection(self._services)
         await self._server.start()
 
     async def stop(self) -> None:
@@ -147,5 +149,6 @@ class GrpcServer:
         if self._health is not None:
             await self._health.enter_graceful_shutdown()  # health checks answer NOT_SERVING from here on
         server, self._server = self._server, None
+        self._services = None  # it holds the server too
         if server is not None:
             await server.stop(self._grace_s)

@@ -1,0 +1,54 @@
+"""bench.grpc_floor, the gRPC paths' anchor: each kind of server answers the sidecar's own messages as the
+sidecar would (a SENT answer, one acknowledgement per streamed message), and bench.compare's h2load
+bodies are the framed messages the sidecar is sent."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import grpc
+import pytest
+
+from bench.common import free_port
+from bench.compare import grpc_loads
+from bench.grpc_floor import KINDS, grpc_floor
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+
+
+def _available(kind: str) -> bool:
+    return kind != "grpclib" or importlib.util.find_spec("grpclib") is not None
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if _available(k)])
+def test_floor_answers_send_and_every_published_message(kind: str) -> None:
+    port = free_port()
+    with grpc_floor(port, kind, threads=4), grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.SidecarStub(channel)
+        message = pb.Message(topic="Floor", body="x" * 256)
+        sent = stub.Send(pb.SendRequest(message=message), timeout=10)
+        acks = list(
+            stub.Publish(
+                iter([pb.PublishRequest(sequence=i, message=message) for i in (7, 8, 9)]), timeout=10
+            )
+        )
+    assert sent.status == pb.SENT and sent.id
+    assert [a.sequence for a in acks] == [7, 8, 9]
+    assert all(a.HasField("result") and a.result.status == pb.SENT for a in acks)
+
+
+def test_h2load_bodies_are_framed_sidecar_messages() -> None:
+    unary, stream = grpc_loads("Floor")
+    assert (unary.method, unary.per_call, stream.method, stream.per_call) == ("Send", 1, "Publish", 100)
+    frames = []
+    body = stream.body
+    while body:
+        assert body[0] == 0  # not compressed
+        size = int.from_bytes(body[1:5], "big")
+        frames.append(pb.PublishRequest.FromString(body[5 : 5 + size]))
+        body = body[5 + size :]
+    assert [f.sequence for f in frames] == list(range(100))
+    assert {f.message.topic for f in frames} == {"Floor"}
+    single = pb.SendRequest.FromString(unary.body[5:])
+    assert int.from_bytes(unary.body[1:5], "big") == len(unary.body) - 5
+    assert single.message.topic == "Floor" and len(single.message.body) == 256
