@@ -13,6 +13,9 @@ from .errors import RocketMQError
 from .message import Message
 from .result import SendResult
 
+ShardingKeys = Sequence[str | None] | None  # one per message of a batch, or None: no ordering asked
+Outcomes = list[SendResult | RocketMQError]  # one per message of a batch, in order
+
 
 class Sender(Protocol):
     async def send(
@@ -22,11 +25,7 @@ class Sender(Protocol):
         ...
 
     async def send_batch(
-        self,
-        messages: Sequence[Message],
-        sharding_keys: Sequence[str | None] | None = None,
-        *,
-        validated: bool = False,
-    ) -> list[SendResult | RocketMQError]:
+        self, messages: Sequence[Message], sharding_keys: ShardingKeys = None, *, validated: bool = False
+    ) -> Outcomes:
         """One outcome per message, in order; a failing message fails only itself."""
         ...

@@ -31,6 +31,7 @@ from ..msgid import local_ip, new_uniq_id
 from ..namesrv import NameServerClient
 from ..periodic import Periodic
 from ..result import SendResult, SendStatus
+from ..sender import Outcomes, ShardingKeys
 from .batch import BatchSender
 from .config import ProducerConfig
 from .fault import BrokerState, LatencyFaultTolerance, StateListener
@@ -133,12 +134,8 @@ class Producer(Lifecycle):
         return await self.with_retries(msg.topic, selector, attempt, uniq)
 
     async def send_batch(
-        self,
-        messages: Sequence[Message],
-        sharding_keys: Sequence[str | None] | None = None,
-        *,
-        validated: bool = False,
-    ) -> list[SendResult | RocketMQError]:
+        self, messages: Sequence[Message], sharding_keys: ShardingKeys = None, *, validated: bool = False
+    ) -> Outcomes:
         """Send many messages grouped by queue with SEND_BATCH_MESSAGE; one outcome per message, in
         order (P8). A bad message fails only itself. ``validated`` as for send()."""
         return await self._batches.send(messages, sharding_keys, validated=validated)
