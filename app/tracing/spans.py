@@ -27,6 +27,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanK
 from opentelemetry.trace.status import Status, StatusCode
 
 from rocksidecar.rmq import Message, RocketMQError, SendResult
+from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.errors import SendFailed
 from rocksidecar.rmq.message import MessageExt
 from rocksidecar.rmq.sender import Outcomes
@@ -39,6 +40,7 @@ _tracer: trace.Tracer = trace.NoOpTracer()
 MAX_LINKS = 128  # a replayed batch links to each message's request, up to this many
 DELAY_DUE_AT = "DELAY_DUE_AT"  # delay.DELAY_DUE_AT: a delayed message being published carries it
 _T = TypeVar("_T")
+_D = TypeVar("_D", bool, Sequence[ConsumeStatus])  # a delivery's answer: taken, or a batch's statuses
 
 
 def configure(provider: trace.TracerProvider | None) -> None:
@@ -312,28 +314,56 @@ class TracedSchedule:
         await internal("schedule", topic, len(msgs), self._inner.schedule_many(msgs))
 
 
+def _consumer_attributes(topic: str, group: str) -> dict[str, Any]:
+    attrs = _named("process", topic)
+    attrs["messaging.consumer.group.name"] = group
+    return attrs
+
+
+async def _delivered(topic: str, endpoint: str, deliver: Awaitable[_D]) -> _D:
+    """``deliver`` inside a ``deliver {topic}`` (CLIENT) span: the handing over to the app."""
+    attrs = {"messaging.system": "rocketmq", "url.full": endpoint}
+    with _Current(_tracer.start_span(f"deliver {topic}", kind=SpanKind.CLIENT, attributes=attrs)) as d:
+        result = await deliver
+        if d.is_recording():  # taken or not; of a batch, how many the app took
+            taken = result if isinstance(result, bool) else sum(s is ConsumeStatus.SUCCESS for s in result)
+            d.set_attribute("rocksidecar.delivered", taken)
+        return result
+
+
 async def process(msg: MessageExt, group: str, endpoint: str, deliver: Awaitable[bool]) -> bool:
     """A consumed message handed to the app: a ``process {topic}`` (CONSUMER) span, child of the trace
     context the message carries (the sender's), around a ``deliver {topic}`` (CLIENT) span for the
-    POSTs to the app; ``deliver`` answers whether the app took it."""
+    POSTs to the app (``endpoint``: its URL, or ``grpc`` for a Subscribe stream); ``deliver`` answers
+    whether the app took it."""
     own = of_properties(msg.user_properties)  # from the broker: checked
     parent = trace.set_span_in_context(NonRecordingSpan(span_context(own))) if own else None
-    attrs: dict[str, Any] = {
-        "messaging.system": "rocketmq",
-        "messaging.operation.type": "process",
-        "messaging.destination.name": msg.topic,
-        "messaging.consumer.group.name": group,
-        "messaging.message.id": msg.msg_id,
-        "messaging.rocketmq.message.reconsume_times": msg.reconsume_times,
-    }
+    attrs = _consumer_attributes(msg.topic, group)
+    attrs["messaging.message.id"] = msg.msg_id
+    attrs["messaging.rocketmq.message.reconsume_times"] = msg.reconsume_times
     span = _tracer.start_span(f"process {msg.topic}", parent, SpanKind.CONSUMER, attrs)
     with _Current(span):
-        deliver_attrs = {"messaging.system": "rocketmq", "url.full": endpoint}
-        with _tracer.start_as_current_span(
-            f"deliver {msg.topic}", kind=SpanKind.CLIENT, attributes=deliver_attrs
-        ) as d:
-            ok = await deliver
-            d.set_attribute("rocksidecar.delivered", ok)
+        ok = await _delivered(msg.topic, endpoint, deliver)
         if not ok:
             span.set_attribute("error.type", "not_delivered")
         return ok
+
+
+async def process_batch(
+    msgs: Sequence[MessageExt], group: str, endpoint: str, deliver: Awaitable[Sequence[ConsumeStatus]]
+) -> Sequence[ConsumeStatus]:
+    """A bulk delivery: one ``process {topic}`` (CONSUMER) span for the batch, a trace of its own that
+    links to each message's trace context (OpenTelemetry's rule for batches), around one ``deliver``
+    span for the POST; ``deliver`` answers a status per message."""
+    links = []
+    for m in msgs[:MAX_LINKS]:
+        own = of_properties(m.user_properties)  # from the broker: checked
+        if own is not None:
+            links.append(Link(span_context(own)))
+    topic = msgs[0].topic if msgs else ""
+    attrs = _consumer_attributes(topic, group)
+    attrs["messaging.batch.message_count"] = len(msgs)
+    root = trace.set_span_in_context(trace.INVALID_SPAN)
+    span = _tracer.start_span(f"process {topic}", root, SpanKind.CONSUMER, attrs, links)
+    with _Current(span):
+        return await _delivered(topic, endpoint, deliver)
