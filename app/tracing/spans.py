@@ -33,7 +33,7 @@ from rocksidecar.rmq.message import MessageExt
 from rocksidecar.rmq.sender import Outcomes
 
 from .context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, TraceContext, of_properties
-from .watched import WatchedSender
+from .watched import Delegating, WatchedSender
 
 ON = False  # the one check of the hot paths
 _tracer: trace.Tracer = trace.NoOpTracer()
@@ -280,14 +280,8 @@ async def internal(name: str, topic: str, count: int, work: Awaitable[_T]) -> _T
         return await work
 
 
-class TracedSpool:
+class TracedSpool(Delegating):
     """The retry store as the send path spools into it, each spool a ``spool {topic}`` span."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     async def spool(self, record: Any, due_ms: int | None = None) -> object:
         return await internal("spool", record.topic, 1, self._inner.spool(record, due_ms))
@@ -297,14 +291,8 @@ class TracedSpool:
         return await internal("spool", topic, len(records), self._inner.spool_many(records, due_ms))
 
 
-class TracedSchedule:
+class TracedSchedule(Delegating):
     """The delay store (or the Rock-DMQ forwarder) as the send path schedules into it."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     async def schedule(self, msg: Any) -> None:
         await internal("schedule", msg.topic, 1, self._inner.schedule(msg))

@@ -1,6 +1,6 @@
-"""A Sender around another that watches its sends without changing them: the one place the Sender
+"""Wrappers that watch what they wrap without changing it. WatchedSender is the one place the Sender
 signatures are restated for the tracing wrappers (spans.TracedSender, msgtrace.MsgTraceSender), which
-override only the two hooks."""
+override only its two hooks; the spool and schedule wrappers are plain Delegating ones."""
 
 from __future__ import annotations
 
@@ -11,14 +11,18 @@ from rocksidecar.rmq import Message, SendResult
 from rocksidecar.rmq.sender import Outcomes, ShardingKeys
 
 
-class WatchedSender:
-    """Delegates to ``inner``; ``_one`` and ``_many`` run around each call (the defaults just call)."""
+class Delegating:
+    """A wrapper whose every attribute it does not define is ``inner``'s (fault tables, routes, ...)."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
 
-    def __getattr__(self, name: str) -> Any:  # fault tables, routes, ...: the wrapped sender's
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+class WatchedSender(Delegating):
+    """Delegates to ``inner``; ``_one`` and ``_many`` run around each call (the defaults just call)."""
 
     async def send(
         self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
