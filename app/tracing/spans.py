@@ -36,6 +36,7 @@ from .context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, TraceContext, of
 from .watched import Delegating, WatchedSender
 
 ON = False  # the one check of the hot paths
+_SKIP_UNSAMPLED = False  # the sampler drops whatever an unsampled parent starts: do not start it
 _tracer: trace.Tracer = trace.NoOpTracer()
 MAX_LINKS = 128  # a replayed batch links to each message's request, up to this many
 DELAY_DUE_AT = "DELAY_DUE_AT"  # delay.DELAY_DUE_AT: a delayed message being published carries it
@@ -45,9 +46,30 @@ _D = TypeVar("_D", bool, Sequence[ConsumeStatus])  # a delivery's answer: taken,
 
 def configure(provider: trace.TracerProvider | None) -> None:
     """Spans from ``provider`` (None: off). Not the global provider: tests give their own."""
-    global ON, _tracer
+    global ON, _tracer, _SKIP_UNSAMPLED
     ON = provider is not None
     _tracer = trace.NoOpTracer() if provider is None else provider.get_tracer("rocksidecar")
+    _SKIP_UNSAMPLED = provider is not None and _drops_unsampled_parents(provider)
+
+
+def _drops_unsampled_parents(provider: trace.TracerProvider) -> bool:
+    """Whether ``provider``'s sampler drops every span under an unsampled remote parent (the default,
+    ParentBased, does). Asked once, with the trace id a ratio sampler would always keep, so a sampler
+    that does not follow the parent answers no. When yes, a request whose traceparent is unsampled
+    takes the sample-free fast path: no span objects at all, its trace context passed on unchanged."""
+    sampler = getattr(provider, "sampler", None)
+    if sampler is None:
+        return False
+    unsampled = SpanContext(1, 1, is_remote=True, trace_flags=TraceFlags(0))
+    parent = trace.set_span_in_context(NonRecordingSpan(unsampled))
+    result = sampler.should_sample(parent, 1, "probe", SpanKind.SERVER)
+    return not result.decision.is_sampled() and not result.decision.is_recording()
+
+
+def _unsampled_now() -> bool:
+    """Under the fast path: the current context is a request's unsampled trace (see above)."""
+    sc = trace.get_current_span().get_span_context()
+    return _SKIP_UNSAMPLED and sc.is_valid and not sc.trace_flags.sampled
 
 
 def setup_from_env(on: bool, env: Mapping[str, str] = os.environ) -> Callable[[], None] | None:
@@ -173,9 +195,18 @@ def _carrying(msg: Message, span: Span) -> Message:
 async def receive(msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _T:
     """``handle(msg)`` inside a ``receive {topic}`` span, ``msg`` carrying the span's context. The
     message's own attributes go on the send span, which every accepted message has or spools from."""
-    span = _tracer.start_span(
-        f"receive {msg.topic}", _parent_of(msg.properties), SpanKind.SERVER, _named("receive", msg.topic)
-    )
+    parent = _parent_of(msg.properties)
+    if (
+        _SKIP_UNSAMPLED
+        and parent is not None
+        and not int(msg.properties[TRACEPARENT_PROPERTY][53:55], 16) & 1
+    ):
+        token = context.attach(parent)  # the sample-free fast path: the request's context is current
+        try:
+            return await handle(msg)
+        finally:
+            context.detach(token)
+    span = _tracer.start_span(f"receive {msg.topic}", parent, SpanKind.SERVER, _named("receive", msg.topic))
     with _Current(span):
         result = await handle(_carrying(msg, span))
         status = getattr(result, "status", None)
@@ -244,6 +275,8 @@ class TracedSender(WatchedSender):
         self._background = background
 
     async def _one(self, msg: Message, call: Callable[[], Awaitable[SendResult]]) -> SendResult:
+        if not self._background and _unsampled_now():
+            return await call()
         span = _send_span([msg], self._background)
         with _Current(span):
             try:
@@ -262,6 +295,8 @@ class TracedSender(WatchedSender):
             return result
 
     async def _many(self, messages: Sequence[Message], call: Callable[[], Awaitable[Outcomes]]) -> Outcomes:
+        if not self._background and _unsampled_now():
+            return await call()
         span = _send_span(messages, self._background)
         with _Current(span):
             results = await call()
@@ -274,6 +309,8 @@ class TracedSender(WatchedSender):
 
 async def internal(name: str, topic: str, count: int, work: Awaitable[_T]) -> _T:
     """``work`` inside an INTERNAL ``{name} {topic}`` span (spool, schedule)."""
+    if _unsampled_now():
+        return await work
     attrs: dict[str, Any] = {"messaging.system": "rocketmq", "messaging.destination.name": topic,
              "messaging.batch.message_count": count}  # fmt: skip
     with _tracer.start_as_current_span(f"{name} {topic}", kind=SpanKind.INTERNAL, attributes=attrs):

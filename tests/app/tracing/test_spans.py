@@ -11,6 +11,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanKind
 
 from rocksidecar.app.http_client import Answer
@@ -204,3 +205,33 @@ def test_json_logs_carry_the_current_span_s_trace_id(exporter: InMemorySpanExpor
     outside, inside = (json.loads(line) for line in out.getvalue().splitlines())
     assert "trace_id" not in outside
     assert inside["trace_id"] == f"{span.get_span_context().trace_id:032x}"
+
+
+async def test_an_unsampled_request_takes_the_sample_free_path(
+    traced: Stack, exporter: InMemorySpanExporter
+) -> None:
+    unsampled = f"00-{TRACE_ID}-b7ad6b7169203331-00"
+    r = await traced.http.post(
+        "/v1/messages", json={"topic": "SpUnsampled", "body": "x"}, headers={"traceparent": unsampled}
+    )
+    assert r.status_code == 200
+    assert exporter.get_finished_spans() == ()
+    (msg,) = traced.stored("SpUnsampled")
+    assert msg.properties[TRACEPARENT_PROPERTY] == unsampled  # passed on as it came, no span of ours
+
+
+async def test_a_sampler_that_ignores_the_parent_still_gets_its_spans(make_stack: Callable[..., Any]) -> None:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_ON)  # samples even under an unsampled parent
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    spans.configure(provider)
+    try:
+        async with make_stack() as stack:
+            await stack.http.post(
+                "/v1/messages",
+                json={"topic": "SpAlways", "body": "x"},
+                headers={"traceparent": f"00-{TRACE_ID}-b7ad6b7169203331-00"},
+            )
+    finally:
+        spans.configure(None)
+    assert {"receive SpAlways", "send SpAlways"} <= {s.name for s in memory.get_finished_spans()}
