@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Mapping
 
 from ..request import RequestError
 from ..subscriptions.stream import Answer, Delivery, StreamHub, UnknownDelivery
+from ..tracing.context import TRACEPARENT_PROPERTY, of_properties
 from .proto import rocksidecar_pb2 as pb
 
 _ANSWERS = {pb.ACK_OK: Answer.OK, pb.ACK_LATER: Answer.LATER, pb.ACK_FAILED: Answer.FAILED}
@@ -23,6 +24,7 @@ def hub_for(hubs: Mapping[str, StreamHub], name: str) -> StreamHub:
 
 def delivery_proto(d: Delivery) -> pb.Delivery:
     m = d.msg
+    trace = of_properties(m.user_properties) if TRACEPARENT_PROPERTY in m.user_properties else None
     return pb.Delivery(
         delivery_id=d.delivery_id,
         id=m.msg_id,
@@ -36,6 +38,8 @@ def delivery_proto(d: Delivery) -> pb.Delivery:
         queue_offset=m.queue_offset,
         reconsume_times=m.reconsume_times,
         born_timestamp_ms=m.born_timestamp_ms,
+        traceparent=trace.traceparent if trace else "",
+        tracestate=trace.tracestate or "" if trace else "",
     )
 
 

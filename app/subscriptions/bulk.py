@@ -22,6 +22,7 @@ from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from ..http_client import PostError
+from ..tracing import spans
 from .cloudevents import structured_event
 from .push import LATER_STATUSES, HttpPush, retry_after_s
 from .spec import SubscriptionSpec
@@ -89,6 +90,13 @@ class BulkPush(HttpPush):
     async def __call__(  # type: ignore[override]  # per message, which the consumer accepts
         self, msgs: Sequence[MessageExt], mq: MessageQueue
     ) -> list[ConsumeStatus]:
+        if spans.ON:  # tracing off: this one check per batch
+            return list(
+                await spans.process_batch(msgs, self.spec.group, self.spec.endpoint, self._post(msgs, mq))
+            )
+        return await self._post(msgs, mq)
+
+    async def _post(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> list[ConsumeStatus]:
         body = envelope(self.spec, msgs, mq)
         failed = [ConsumeStatus.RECONSUME_LATER] * len(msgs)
         while True:

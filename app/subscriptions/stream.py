@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
+from ..tracing import spans
 from .push import DEFAULT_LATER_S, MAX_LATER_S, DeliveryHook
 from .spec import SubscriptionSpec
 
@@ -63,7 +64,11 @@ class StreamHub:
 
     async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
         for msg in msgs:
-            if not await self.deliver(msg, mq):
+            if spans.ON:  # tracing off: this one check per message
+                ok = await spans.process(msg, self.spec.group, "grpc", self.deliver(msg, mq))
+            else:
+                ok = await self.deliver(msg, mq)
+            if not ok:
                 return self._failed
         return ConsumeStatus.SUCCESS
 

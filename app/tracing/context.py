@@ -93,7 +93,7 @@ def from_headers(traceparent: str | None, tracestate: str | None) -> TraceContex
     return TraceContext(parent, parse_tracestate(tracestate))
 
 
-def of_properties(properties: MutableMapping[str, str]) -> TraceContext | None:
+def of_properties(properties: Mapping[str, str]) -> TraceContext | None:
     """The trace context a message carries in its properties, if a valid one."""
     return from_headers(properties.get(TRACEPARENT_PROPERTY), properties.get(TRACESTATE_PROPERTY))
 

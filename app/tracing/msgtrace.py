@@ -15,12 +15,15 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rocksidecar.rmq import Message, RocketMQError, SendResult
+from rocksidecar.rmq import Message, SendResult
 from rocksidecar.rmq.message import MessageExt
+from rocksidecar.rmq.sender import BatchResults
+
+from .watched import WatchedSender
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +43,22 @@ class Record:
     keys: tuple[str, ...]  # the message id, then its keys: what the trace message is found by
 
 
+_hosts: dict[str, str] = {}  # the first 16 hex digits of an offset id -> ip:port; a few brokers
+
+
 def _store_host(offset_msg_id: str) -> str:
     """``ip:port`` of the broker, read from the offset message id (its first 16 hex digits)."""
-    try:
-        ip = ".".join(str(int(offset_msg_id[i : i + 2], 16)) for i in range(0, 8, 2))
-        return f"{ip}:{int(offset_msg_id[8:16], 16)}"
-    except ValueError:
-        return ""
+    head = offset_msg_id[:16]
+    host = _hosts.get(head)
+    if host is None:
+        try:
+            ip = ".".join(str(int(head[i : i + 2], 16)) for i in range(0, 8, 2))
+            host = f"{ip}:{int(head[8:16], 16)}"
+        except ValueError:
+            host = ""
+        if len(_hosts) < 1024:  # bounded: the ids come from brokers, not from us
+            _hosts[head] = host
+    return host
 
 
 def pub(msg: Message, result: SendResult, *, group: str, started_ms: int, cost_ms: int) -> Record:
@@ -71,26 +83,45 @@ def sub(msg: MessageExt, *, group: str, region: str, started_ms: int, cost_ms: i
     return Record(data, (msg.msg_id, *msg.keys))
 
 
+# What a send or a delivery leaves in the buffer: the message, its SendResult (a send) or whether the
+# app took it (a delivery), when it started, what it cost (ms), and the group. Encoded when written,
+# by the dispatcher's task, not by the send that recorded it.
+_Pending = tuple[Any, SendResult | bool, int, int, str]  # Message with a SendResult, else MessageExt
+
+
+def _encoded(pending: _Pending) -> Record:
+    msg, outcome, started, cost, group = pending
+    if isinstance(outcome, SendResult):
+        return pub(msg, outcome, group=group, started_ms=started, cost_ms=cost)
+    assert isinstance(msg, MessageExt)
+    region = msg.properties.get("MSG_REGION", "DefaultRegion")
+    return sub(msg, group=group, region=region, started_ms=started, cost_ms=cost, ok=outcome)
+
+
 class Dispatcher:
-    """Buffers records and writes them to the trace topic in batches from a task of its own."""
+    """Buffers what happened and writes its records to the trace topic in batches from a task of its
+    own."""
 
     def __init__(self, producer: Any, *, topic: str = DEFAULT_TOPIC, group: str) -> None:
         self._producer = producer
         self.topic = topic
         self.group = group
-        self._buffer: deque[Record] = deque(maxlen=MAX_BUFFERED)
+        self._buffer: deque[_Pending] = deque(maxlen=MAX_BUFFERED)
         self._wake = asyncio.Event()
+        self._writing = asyncio.Lock()  # one flush at a time: a flush returns once all before it is written
         self._task: asyncio.Task[None] | None = None
         self.written = self.dropped = self.failed = 0
 
-    def add(self, record: Record) -> None:
+    def add(self, pending: _Pending) -> None:
         """Never waits: a full buffer drops its oldest record."""
-        if len(self._buffer) == MAX_BUFFERED:
+        buffer = self._buffer
+        if len(buffer) == MAX_BUFFERED:
             self.dropped += 1
-        self._buffer.append(record)
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-        self._wake.set()
+        buffer.append(pending)
+        if len(buffer) == 1:  # the first since the last flush wakes the writer; the others ride along
+            if self._task is None:
+                self._task = asyncio.get_running_loop().create_task(self._run())
+            self._wake.set()
 
     async def _run(self) -> None:
         while True:
@@ -101,12 +132,16 @@ class Dispatcher:
 
     async def flush(self) -> None:
         """Write everything buffered: one trace message per MAX_BATCH_BYTES, as Java's dispatcher."""
+        async with self._writing:
+            await self._flush()
+
+    async def _flush(self) -> None:
         while self._buffer:
             data: list[str] = []
             keys: dict[str, None] = {}
             size = 0
             while self._buffer and (size < MAX_BATCH_BYTES or not data):
-                record = self._buffer.popleft()
+                record = _encoded(self._buffer.popleft())
                 data.append(record.data)
                 keys.update(dict.fromkeys(record.keys))
                 size += len(record.data)
@@ -147,44 +182,30 @@ def consumed(msg: MessageExt, group: str, started_ms: int, ok: bool) -> None:
     """The SubBefore/SubAfter records of a message a subscription delivered (or failed to)."""
     d = DISPATCHER
     if d is not None:
-        region = msg.properties.get("MSG_REGION", "DefaultRegion")
-        d.add(
-            sub(msg, group=group, region=region, started_ms=started_ms, cost_ms=now_ms() - started_ms, ok=ok)
-        )
+        d.add((msg, ok, started_ms, now_ms() - started_ms, group))
 
 
-class MsgTraceSender:
-    """A Sender that adds a ``Pub`` record for every message a broker stored (no waiting, no failing)."""
+class MsgTraceSender(WatchedSender):
+    """A Sender that records a ``Pub`` for every message a broker stored (no waiting, no failing)."""
 
     def __init__(self, inner: Any, dispatcher: Dispatcher) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._dispatcher = dispatcher
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def send(
-        self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
-    ) -> SendResult:
+    async def _one(self, msg: Message, call: Callable[[], Awaitable[SendResult]]) -> SendResult:
         started = now_ms()
-        result: SendResult = await self._inner.send(msg, sharding_key=sharding_key, validated=validated)
+        result = await call()
         d = self._dispatcher
-        d.add(pub(msg, result, group=d.group, started_ms=started, cost_ms=now_ms() - started))
+        d.add((msg, result, started, now_ms() - started, d.group))
         return result
 
-    async def send_batch(
-        self,
-        messages: Sequence[Message],
-        sharding_keys: Sequence[str | None] | None = None,
-        *,
-        validated: bool = False,
-    ) -> list[SendResult | RocketMQError]:
+    async def _many(
+        self, messages: Sequence[Message], call: Callable[[], Awaitable[BatchResults]]
+    ) -> BatchResults:
         started = now_ms()
-        results: list[SendResult | RocketMQError] = await self._inner.send_batch(
-            messages, sharding_keys, validated=validated
-        )
+        results = await call()
         d, cost = self._dispatcher, now_ms() - started
         for msg, result in zip(messages, results, strict=True):
             if isinstance(result, SendResult):
-                d.add(pub(msg, result, group=d.group, started_ms=started, cost_ms=cost))
+                d.add((msg, result, started, cost, d.group))
         return results

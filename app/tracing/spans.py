@@ -17,32 +17,59 @@ extra); while off, ``ON`` is False and the hooks in the send path are that one c
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from opentelemetry import trace
+from opentelemetry import context, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.trace.status import Status, StatusCode
 
 from rocksidecar.rmq import Message, RocketMQError, SendResult
+from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.errors import SendFailed
 from rocksidecar.rmq.message import MessageExt
+from rocksidecar.rmq.sender import BatchResults
 
-from .context import TRACEPARENT_PROPERTY, TraceContext, of_properties
+from .context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, TraceContext, of_properties
+from .watched import Delegating, WatchedSender
 
 ON = False  # the one check of the hot paths
+_SKIP_UNSAMPLED = False  # the sampler drops whatever an unsampled parent starts: do not start it
 _tracer: trace.Tracer = trace.NoOpTracer()
 MAX_LINKS = 128  # a replayed batch links to each message's request, up to this many
 DELAY_DUE_AT = "DELAY_DUE_AT"  # delay.DELAY_DUE_AT: a delayed message being published carries it
 _T = TypeVar("_T")
+_D = TypeVar("_D", bool, Sequence[ConsumeStatus])  # a delivery's answer: taken, or a batch's statuses
 
 
 def configure(provider: trace.TracerProvider | None) -> None:
     """Spans from ``provider`` (None: off). Not the global provider: tests give their own."""
-    global ON, _tracer
+    global ON, _tracer, _SKIP_UNSAMPLED
     ON = provider is not None
     _tracer = trace.NoOpTracer() if provider is None else provider.get_tracer("rocksidecar")
+    _SKIP_UNSAMPLED = provider is not None and _drops_unsampled_parents(provider)
+
+
+def _drops_unsampled_parents(provider: trace.TracerProvider) -> bool:
+    """Whether ``provider``'s sampler drops every span under an unsampled remote parent (the default,
+    ParentBased, does). Asked once, with the trace id a ratio sampler would always keep, so a sampler
+    that does not follow the parent answers no. When yes, a request whose traceparent is unsampled
+    takes the sample-free fast path: no span objects at all, its trace context passed on unchanged."""
+    sampler = getattr(provider, "sampler", None)
+    if sampler is None:
+        return False
+    unsampled = SpanContext(1, 1, is_remote=True, trace_flags=TraceFlags(0))
+    parent = trace.set_span_in_context(NonRecordingSpan(unsampled))
+    result = sampler.should_sample(parent, 1, "probe", SpanKind.SERVER)
+    return not result.decision.is_sampled() and not result.decision.is_recording()
+
+
+def _unsampled_now() -> bool:
+    """Under the fast path: the current context is a request's unsampled trace (see above)."""
+    sc = trace.get_current_span().get_span_context()
+    return _SKIP_UNSAMPLED and sc.is_valid and not sc.trace_flags.sampled
 
 
 def setup_from_env(on: bool, env: Mapping[str, str] = os.environ) -> Callable[[], None] | None:
@@ -81,14 +108,27 @@ def current_trace_fields() -> dict[str, str]:
 
 
 def span_context(ctx: TraceContext) -> SpanContext:
-    state = TraceState.from_header([ctx.tracestate]) if ctx.tracestate else None
+    return _remote(ctx.traceparent, ctx.tracestate)
+
+
+def _remote(parent: str, state: str | None) -> SpanContext:
+    """The SpanContext of a traceparent already checked (app.tracing.context): read by position."""
     return SpanContext(
-        int(ctx.trace_id, 16),
-        int(ctx.span_id, 16),
+        int(parent[3:35], 16),
+        int(parent[36:52], 16),
         is_remote=True,
-        trace_flags=TraceFlags(int(ctx.traceparent[53:55], 16)),
-        trace_state=state,
+        trace_flags=TraceFlags(int(parent[53:55], 16)),
+        trace_state=TraceState.from_header([state]) if state else None,
     )
+
+
+def _parent_of(properties: Mapping[str, str]) -> Context | None:
+    """The parent context of a message the sidecar accepted: its TRACE_CONTEXT, checked by prepare()
+    (clean) or given by the request (inherit), so valid; None without one."""
+    parent = properties.get(TRACEPARENT_PROPERTY)
+    if parent is None:
+        return None
+    return trace.set_span_in_context(NonRecordingSpan(_remote(parent, properties.get(TRACESTATE_PROPERTY))))
 
 
 def traceparent(span: Span) -> str | None:
@@ -98,13 +138,41 @@ def traceparent(span: Span) -> str | None:
     return f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags):02x}"
 
 
-def _message_attributes(msg: Message, operation: str) -> dict[str, Any]:
-    attrs: dict[str, Any] = {
+class _Current:
+    """``span`` current for a ``with`` block, ended after it, an exception recorded on it: what
+    ``trace.use_span(span, end_on_exit=True)`` does, without a generator per span."""
+
+    __slots__ = ("span", "token")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+
+    def __enter__(self) -> Span:
+        self.token = context.attach(trace.set_span_in_context(self.span))
+        return self.span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        span = self.span
+        if exc is not None and span.is_recording():
+            span.record_exception(exc)
+            if isinstance(exc, Exception):
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        context.detach(self.token)
+        span.end()
+
+
+def _named(operation: str, topic: str) -> dict[str, Any]:
+    """The attributes every messaging span must have (the semantic conventions' required ones)."""
+    return {
         "messaging.system": "rocketmq",
         "messaging.operation.type": operation,
         "messaging.operation.name": operation,
-        "messaging.destination.name": msg.topic,
+        "messaging.destination.name": topic,
     }
+
+
+def _message_attributes(msg: Message, operation: str) -> dict[str, Any]:
+    attrs = _named(operation, msg.topic)
     if msg.id is not None:
         attrs["messaging.message.id"] = msg.id
     if msg.tags:
@@ -115,24 +183,34 @@ def _message_attributes(msg: Message, operation: str) -> dict[str, Any]:
     return attrs
 
 
-def _with_span_context(msg: Message, span: Span) -> Message:
+def _carrying(msg: Message, span: Span) -> Message:
+    """``msg`` carrying ``span``'s context (a new Message, positional: a tenth of replace()'s cost)."""
     parent = traceparent(span)
     if parent is None:
         return msg
-    return dataclasses.replace(msg, properties={**msg.properties, TRACEPARENT_PROPERTY: parent})
+    properties = {**msg.properties, TRACEPARENT_PROPERTY: parent}
+    return Message(msg.topic, msg.body, msg.tags, msg.keys, properties, msg.flag, msg.id)
 
 
 async def receive(msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _T:
-    """``handle(msg)`` inside a ``receive {topic}`` span, ``msg`` carrying the span's context."""
-    own = of_properties(dict(msg.properties))
-    parent = trace.set_span_in_context(NonRecordingSpan(span_context(own))) if own else None
-    span = _tracer.start_span(
-        f"receive {msg.topic}", parent, SpanKind.SERVER, _message_attributes(msg, "receive")
-    )
-    with trace.use_span(span, end_on_exit=True):
-        result = await handle(_with_span_context(msg, span))
+    """``handle(msg)`` inside a ``receive {topic}`` span, ``msg`` carrying the span's context. The
+    message's own attributes go on the send span, which every accepted message has or spools from."""
+    parent = _parent_of(msg.properties)
+    if (
+        _SKIP_UNSAMPLED
+        and parent is not None
+        and not int(msg.properties[TRACEPARENT_PROPERTY][53:55], 16) & 1
+    ):
+        token = context.attach(parent)  # the sample-free fast path: the request's context is current
+        try:
+            return await handle(msg)
+        finally:
+            context.detach(token)
+    span = _tracer.start_span(f"receive {msg.topic}", parent, SpanKind.SERVER, _named("receive", msg.topic))
+    with _Current(span):
+        result = await handle(_carrying(msg, span))
         status = getattr(result, "status", None)
-        if status is not None:
+        if status is not None and span.is_recording():
             span.set_attribute("rocksidecar.outcome", str(getattr(status, "value", status)))
         return result
 
@@ -141,22 +219,27 @@ async def receive_batch(msgs: Sequence[Message], handle: Callable[[list[Message]
     """``handle`` inside one ``receive`` span for a batch: its messages without a trace context of their
     own carry the span's; those with one keep it and are the span's links."""
     links: list[Link] = []
+    own: list[bool] = []
     for m in msgs:
-        own = of_properties(dict(m.properties))
-        if own is not None and len(links) < MAX_LINKS:
-            links.append(Link(span_context(own)))
+        parent = m.properties.get(TRACEPARENT_PROPERTY)
+        own.append(parent is not None)
+        if parent is not None and len(links) < MAX_LINKS:
+            links.append(Link(_remote(parent, m.properties.get(TRACESTATE_PROPERTY))))
     attrs: dict[str, Any] = {"messaging.system": "rocketmq", "messaging.operation.type": "receive",
              "messaging.batch.message_count": len(msgs)}  # fmt: skip
     span = _tracer.start_span("receive", None, SpanKind.SERVER, attrs, links)
-    with trace.use_span(span, end_on_exit=True):
-        out = [m if TRACEPARENT_PROPERTY in m.properties else _with_span_context(m, span) for m in msgs]
-        return await handle(out)
+    with _Current(span):
+        return await handle(
+            [m if has_own else _carrying(m, span) for m, has_own in zip(msgs, own, strict=True)]
+        )
 
 
 def _links(msgs: Sequence[Message]) -> list[Link]:
+    """Links to the requests that accepted ``msgs`` (stored messages: their TRACE_CONTEXT was written
+    by the sidecar, or by an older one, so it is checked again)."""
     links = []
     for m in msgs[:MAX_LINKS]:
-        own = of_properties(dict(m.properties))
+        own = of_properties(m.properties)
         if own is not None:
             links.append(Link(span_context(own)))
     return links
@@ -183,52 +266,42 @@ def _record_attempts(span: Span, exc: BaseException) -> None:
     span.set_attribute("error.type", type(exc).__name__)
 
 
-def _record_result(span: Span, result: SendResult) -> None:
-    span.set_attribute("messaging.destination.partition.id", str(result.queue.queue_id))
-    span.set_attribute("messaging.rocketmq.broker", result.queue.broker_name)
-    span.set_attribute("rocksidecar.attempts", result.attempts)
-
-
-class TracedSender:
+class TracedSender(WatchedSender):
     """A Sender whose every call is a ``send``/``publish`` span (see the module's doc); ``background``:
     the replay and delay loops' sender, whose spans link to the accepting request instead of nesting."""
 
     def __init__(self, inner: Any, *, background: bool) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._background = background
 
-    def __getattr__(self, name: str) -> Any:  # fault tables, routes, ...: the wrapped sender's
-        return getattr(self._inner, name)
-
-    async def send(
-        self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
-    ) -> SendResult:
+    async def _one(self, msg: Message, call: Callable[[], Awaitable[SendResult]]) -> SendResult:
+        if not self._background and _unsampled_now():
+            return await call()
         span = _send_span([msg], self._background)
-        with trace.use_span(span, end_on_exit=True, record_exception=True):
+        with _Current(span):
             try:
-                result: SendResult = await self._inner.send(
-                    msg, sharding_key=sharding_key, validated=validated
-                )
+                result = await call()
             except RocketMQError as exc:
                 _record_attempts(span, exc)
                 raise
-            _record_result(span, result)
+            if span.is_recording():  # one call, one lock: the result's attributes together
+                span.set_attributes(
+                    {
+                        "messaging.destination.partition.id": str(result.queue.queue_id),
+                        "messaging.rocketmq.broker": result.queue.broker_name,
+                        "rocksidecar.attempts": result.attempts,
+                    }
+                )
             return result
 
-    async def send_batch(
-        self,
-        messages: Sequence[Message],
-        sharding_keys: Sequence[str | None] | None = None,
-        *,
-        validated: bool = False,
-    ) -> list[SendResult | RocketMQError]:
-        if not messages:
-            return list(await self._inner.send_batch(messages, sharding_keys, validated=validated))
+    async def _many(
+        self, messages: Sequence[Message], call: Callable[[], Awaitable[BatchResults]]
+    ) -> BatchResults:
+        if not self._background and _unsampled_now():
+            return await call()
         span = _send_span(messages, self._background)
-        with trace.use_span(span, end_on_exit=True, record_exception=True):
-            results: list[SendResult | RocketMQError] = await self._inner.send_batch(
-                messages, sharding_keys, validated=validated
-            )
+        with _Current(span):
+            results = await call()
             failed = [r for r in results if isinstance(r, RocketMQError)]
             if failed:
                 span.set_attribute("rocksidecar.failed", len(failed))
@@ -238,20 +311,16 @@ class TracedSender:
 
 async def internal(name: str, topic: str, count: int, work: Awaitable[_T]) -> _T:
     """``work`` inside an INTERNAL ``{name} {topic}`` span (spool, schedule)."""
+    if _unsampled_now():
+        return await work
     attrs: dict[str, Any] = {"messaging.system": "rocketmq", "messaging.destination.name": topic,
              "messaging.batch.message_count": count}  # fmt: skip
     with _tracer.start_as_current_span(f"{name} {topic}", kind=SpanKind.INTERNAL, attributes=attrs):
         return await work
 
 
-class TracedSpool:
+class TracedSpool(Delegating):
     """The retry store as the send path spools into it, each spool a ``spool {topic}`` span."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     async def spool(self, record: Any, due_ms: int | None = None) -> object:
         return await internal("spool", record.topic, 1, self._inner.spool(record, due_ms))
@@ -261,14 +330,8 @@ class TracedSpool:
         return await internal("spool", topic, len(records), self._inner.spool_many(records, due_ms))
 
 
-class TracedSchedule:
+class TracedSchedule(Delegating):
     """The delay store (or the Rock-DMQ forwarder) as the send path schedules into it."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     async def schedule(self, msg: Any) -> None:
         await internal("schedule", msg.topic, 1, self._inner.schedule(msg))
@@ -278,28 +341,56 @@ class TracedSchedule:
         await internal("schedule", topic, len(msgs), self._inner.schedule_many(msgs))
 
 
+def _consumer_attributes(topic: str, group: str) -> dict[str, Any]:
+    attrs = _named("process", topic)
+    attrs["messaging.consumer.group.name"] = group
+    return attrs
+
+
+async def _delivered(topic: str, endpoint: str, deliver: Awaitable[_D]) -> _D:
+    """``deliver`` inside a ``deliver {topic}`` (CLIENT) span: the handing over to the app."""
+    attrs = {"messaging.system": "rocketmq", "url.full": endpoint}
+    with _Current(_tracer.start_span(f"deliver {topic}", kind=SpanKind.CLIENT, attributes=attrs)) as d:
+        result = await deliver
+        if d.is_recording():  # taken or not; of a batch, how many the app took
+            taken = result if isinstance(result, bool) else sum(s is ConsumeStatus.SUCCESS for s in result)
+            d.set_attribute("rocksidecar.delivered", taken)
+        return result
+
+
 async def process(msg: MessageExt, group: str, endpoint: str, deliver: Awaitable[bool]) -> bool:
     """A consumed message handed to the app: a ``process {topic}`` (CONSUMER) span, child of the trace
     context the message carries (the sender's), around a ``deliver {topic}`` (CLIENT) span for the
-    POSTs to the app; ``deliver`` answers whether the app took it."""
-    own = of_properties(dict(msg.user_properties))
+    POSTs to the app (``endpoint``: its URL, or ``grpc`` for a Subscribe stream); ``deliver`` answers
+    whether the app took it."""
+    own = of_properties(msg.user_properties)  # from the broker: checked
     parent = trace.set_span_in_context(NonRecordingSpan(span_context(own))) if own else None
-    attrs: dict[str, Any] = {
-        "messaging.system": "rocketmq",
-        "messaging.operation.type": "process",
-        "messaging.destination.name": msg.topic,
-        "messaging.consumer.group.name": group,
-        "messaging.message.id": msg.msg_id,
-        "messaging.rocketmq.message.reconsume_times": msg.reconsume_times,
-    }
+    attrs = _consumer_attributes(msg.topic, group)
+    attrs["messaging.message.id"] = msg.msg_id
+    attrs["messaging.rocketmq.message.reconsume_times"] = msg.reconsume_times
     span = _tracer.start_span(f"process {msg.topic}", parent, SpanKind.CONSUMER, attrs)
-    with trace.use_span(span, end_on_exit=True, record_exception=True):
-        deliver_attrs = {"messaging.system": "rocketmq", "url.full": endpoint}
-        with _tracer.start_as_current_span(
-            f"deliver {msg.topic}", kind=SpanKind.CLIENT, attributes=deliver_attrs
-        ) as d:
-            ok = await deliver
-            d.set_attribute("rocksidecar.delivered", ok)
+    with _Current(span):
+        ok = await _delivered(msg.topic, endpoint, deliver)
         if not ok:
             span.set_attribute("error.type", "not_delivered")
         return ok
+
+
+async def process_batch(
+    msgs: Sequence[MessageExt], group: str, endpoint: str, deliver: Awaitable[Sequence[ConsumeStatus]]
+) -> Sequence[ConsumeStatus]:
+    """A bulk delivery: one ``process {topic}`` (CONSUMER) span for the batch, a trace of its own that
+    links to each message's trace context (OpenTelemetry's rule for batches), around one ``deliver``
+    span for the POST; ``deliver`` answers a status per message."""
+    links = []
+    for m in msgs[:MAX_LINKS]:
+        own = of_properties(m.user_properties)  # from the broker: checked
+        if own is not None:
+            links.append(Link(span_context(own)))
+    topic = msgs[0].topic if msgs else ""
+    attrs = _consumer_attributes(topic, group)
+    attrs["messaging.batch.message_count"] = len(msgs)
+    root = trace.set_span_in_context(trace.INVALID_SPAN)
+    span = _tracer.start_span(f"process {topic}", root, SpanKind.CONSUMER, attrs, links)
+    with _Current(span):
+        return await _delivered(topic, endpoint, deliver)

@@ -1,21 +1,28 @@
 """RocketMQ message trace on real RocketMQ 4.9.4 (brokers with traceTopicEnable=true): a message sent
 through the sidecar and delivered by its subscription shows its Pub record and its SubBefore/SubAfter
-records (one Sub row) in `mqadmin queryMsgTraceById`. Skipped unless ROCKSIDECAR_TEST_NAMESRV is set."""
+records (one Sub row) in `mqadmin queryMsgTraceById`; a Java DefaultMQPushConsumer with enableMsgTrace on
+reads a sidecar-sent message and its Sub record lands in the same trace as the sidecar's Pub. Skipped
+unless ROCKSIDECAR_TEST_NAMESRV is set."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
+from rocksidecar.app.config import Settings
 from rocksidecar.app.service import Service
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
 from tests.app.conftest import settings_for
 from tests.app.push_app import push_app
+from tests.realbroker import java_probe
 from tests.realbroker.test_subscriptions import _topic
 
 WAIT_S = 90.0
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
 
 async def _query_trace(broker_ctl: Path, namesrv: str, msg_id: str) -> str:
@@ -29,12 +36,44 @@ async def _query_trace(broker_ctl: Path, namesrv: str, msg_id: str) -> str:
     return out.decode(errors="replace")
 
 
+async def _send_one(
+    settings: Settings, topic: str, then: Callable[[str], Awaitable[None]] | None = None
+) -> str:
+    """The id of one message sent through a sidecar; ``then(id)`` runs before the sidecar stops (its
+    stop flushes the last trace records)."""
+    service = Service(settings)
+    await service.start()
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http.port}") as http:
+            r = await http.post("/v1/messages", json={"topic": topic, "body": "traced", "keys": ["tk1"]})
+        assert r.status_code == 200, r.text
+        msg_id: str = r.json()["id"]
+        if then is not None:
+            await then(msg_id)
+    finally:
+        await service.stop()
+    return msg_id
+
+
+async def _trace_until(broker_ctl: Path, namesrv: str, msg_id: str, *kinds: str) -> str:
+    """queryMsgTraceById's output once it shows rows of every kind (the trace messages are indexed by
+    key asynchronously on the broker), or the last output after 30 tries."""
+    text = ""
+    for _ in range(30):
+        text = await _query_trace(broker_ctl, namesrv, msg_id)
+        if all(_rows(text, kind) for kind in kinds):
+            break
+        await asyncio.sleep(1)
+    return text
+
+
 def _rows(text: str, kind: str) -> list[list[str]]:
     """The distinct rows of one kind (Pub, Sub) that queryMsgTraceById printed."""
     rows = {tuple(line.split()) for line in text.splitlines() if line.split()[:1] == [kind]}
     return [list(r) for r in sorted(rows)]
 
 
+@pytest.mark.timeout(360)  # up to 90 s for the delivery, then mqadmin (a JVM per try) until indexed
 async def test_mqadmin_shows_the_sidecar_s_send_and_consume_records(
     namesrv_addr: str, broker_ctl: Path, tmp_path: Path
 ) -> None:
@@ -44,23 +83,44 @@ async def test_mqadmin_shows_the_sidecar_s_send_and_consume_records(
         sub = SubscriptionSpec("traced", topic, group, app.url, consume_from="first")
         settings = settings_for(tmp_path, namesrv=(namesrv_addr,), subscriptions=(sub,), msg_trace=True,
                                 producer_group="traceProducer")  # fmt: skip
-        service = Service(settings)
-        await service.start()
-        try:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http.port}") as http:
-                r = await http.post("/v1/messages", json={"topic": topic, "body": "traced", "keys": ["tk1"]})
-            assert r.status_code == 200, r.text
-            msg_id = r.json()["id"]
+
+        async def delivered(msg_id: str) -> None:
             await app.until(lambda got: any(g.headers["ce-id"] == msg_id for g in got), WAIT_S)
-        finally:
-            await service.stop()  # flushes the last trace records
-    text = ""
-    for _ in range(30):  # the trace messages are indexed by key asynchronously on the broker
-        text = await _query_trace(broker_ctl, namesrv_addr, msg_id)
-        if _rows(text, "Pub") and _rows(text, "Sub"):
-            break
-        await asyncio.sleep(1)
+
+        msg_id = await _send_one(settings, topic, delivered)
+    text = await _trace_until(broker_ctl, namesrv_addr, msg_id, "Pub", "Sub")
     # mqadmin merges a SubBefore/SubAfter pair into one Sub row
     assert [r[:2] for r in _rows(text, "Pub")] == [["Pub", "traceProducer"]], text[-3000:]
+    assert [(r[1], r[-1]) for r in _rows(text, "Sub")] == [(group, "success")], text[-3000:]
+    print(text)
+
+
+async def _consumed_by_java(proc: asyncio.subprocess.Process, msg_id: str) -> None:
+    """Wait for the Java probe's ``MSG <msgId> ...`` line for ``msg_id``."""
+    assert proc.stdout is not None
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            line = (await proc.stdout.readline()).decode()
+            assert line, "the Java consumer ended before it consumed the message"
+            if line.startswith(f"MSG {msg_id} "):
+                return
+
+
+@pytest.mark.timeout(420)  # as above, plus the Java consumer's start-up and shutdown
+async def test_a_java_consumer_with_msg_trace_joins_the_sidecar_s_trace(
+    namesrv_addr: str, broker_ctl: Path, tmp_path: Path
+) -> None:
+    topic = await _topic(namesrv_addr, "traceJavaSub")
+    group = f"{topic}_jg"
+    java = await java_probe.start("traced", namesrv_addr, topic, group, TRACE_TOPIC)
+    try:
+        settings = settings_for(tmp_path, namesrv=(namesrv_addr,), msg_trace=True,
+                                producer_group="traceJavaProducer")  # fmt: skip
+        msg_id = await _send_one(settings, topic)
+        await _consumed_by_java(java, msg_id)
+    finally:
+        await java_probe.stop(java)  # the Java client's trace dispatcher flushes on shutdown
+    text = await _trace_until(broker_ctl, namesrv_addr, msg_id, "Pub", "Sub")
+    assert [r[:2] for r in _rows(text, "Pub")] == [["Pub", "traceJavaProducer"]], text[-3000:]
     assert [(r[1], r[-1]) for r in _rows(text, "Sub")] == [(group, "success")], text[-3000:]
     print(text)

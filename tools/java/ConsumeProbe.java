@@ -3,6 +3,8 @@
 //   consume NAMESRV TOPIC GROUP   a DefaultMQPushConsumer (clustering, AVG); print "ALLOC q1,q2,..." every
 //       250 ms (q = broker:queueId, its queues of TOPIC now) and "MSG <msgId> <broker:queueId>" per message;
 //       runs until stdin closes.
+//   traced NAMESRV TOPIC GROUP TRACE_TOPIC   as consume, with the client's message trace on
+//       (enableMsgTrace: SubBefore/SubAfter records to TRACE_TOPIC, flushed when it shuts down).
 //   rate NAMESRV TOPIC GROUP N   a DefaultMQPushConsumer (defaults, no-op listener) from the first offset;
 //       prints "RATE <msg/s>" once N messages were consumed (clock from start()), then exits.
 import java.util.List;
@@ -26,7 +28,16 @@ public class ConsumeProbe {
 
   // A push consumer of GROUP on TOPIC from the first offset; the caller registers its listener.
   static DefaultMQPushConsumer consumer(String namesrv, String group, String topic) throws Exception {
-    DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
+    return consumer(namesrv, group, topic, null);
+  }
+
+  // traceTopic null: no message trace; else Java's enableMsgTrace writing to that topic.
+  static DefaultMQPushConsumer consumer(String namesrv, String group, String topic, String traceTopic)
+      throws Exception {
+    DefaultMQPushConsumer c =
+        traceTopic == null
+            ? new DefaultMQPushConsumer(group)
+            : new DefaultMQPushConsumer(group, true, traceTopic);
     c.setNamesrvAddr(namesrv);
     c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
     c.subscribe(topic, "*");
@@ -71,7 +82,7 @@ public class ConsumeProbe {
       r.shutdown();
       return;
     }
-    DefaultMQPushConsumer c = consumer(args[1], args[3], topic);
+    DefaultMQPushConsumer c = consumer(args[1], args[3], topic, args[0].equals("traced") ? args[4] : null);
     c.registerMessageListener(
         (MessageListenerConcurrently)
             (List<MessageExt> msgs, org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyContext ctx) -> {

@@ -235,7 +235,7 @@ class SubscribeRequest(_message.Message):
     def __init__(self, subscription: _Optional[str] = ...) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ("delivery_id", "id", "topic", "body", "tags", "keys", "properties", "broker", "queue_id", "queue_offset", "reconsume_times", "born_timestamp_ms")
+    __slots__ = ("delivery_id", "id", "topic", "body", "tags", "keys", "properties", "broker", "queue_id", "queue_offset", "reconsume_times", "born_timestamp_ms", "traceparent", "tracestate")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -255,6 +255,8 @@ class Delivery(_message.Message):
     QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
     BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
     delivery_id: str
     id: str
     topic: str
@@ -267,7 +269,9 @@ class Delivery(_message.Message):
     queue_offset: int
     reconsume_times: int
     born_timestamp_ms: int
-    def __init__(self, delivery_id: _Optional[str] = ..., id: _Optional[str] = ..., topic: _Optional[str] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., broker: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., reconsume_times: _Optional[int] = ..., born_timestamp_ms: _Optional[int] = ...) -> None: ...
+    traceparent: str
+    tracestate: str
+    def __init__(self, delivery_id: _Optional[str] = ..., id: _Optional[str] = ..., topic: _Optional[str] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., broker: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., reconsume_times: _Optional[int] = ..., born_timestamp_ms: _Optional[int] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...
 
 class AckRequest(_message.Message):
     __slots__ = ("delivery_id", "outcome", "retry_after_ms")

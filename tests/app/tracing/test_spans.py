@@ -4,13 +4,14 @@ nothing at all while tracing is off."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanKind
 
 from rocksidecar.app.http_client import Answer
@@ -25,18 +26,6 @@ TP = f"00-{TRACE_ID}-b7ad6b7169203331-01"
 
 
 @pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    spans.configure(provider)
-    try:
-        yield memory
-    finally:
-        spans.configure(None)
-
-
-@pytest.fixture
 async def traced(exporter: InMemorySpanExporter, make_stack: Callable[..., Any]) -> AsyncIterator[Stack]:
     async with make_stack() as s:  # built while spans are on: the send path gets its wrappers
         yield s
@@ -44,6 +33,21 @@ async def traced(exporter: InMemorySpanExporter, make_stack: Callable[..., Any])
 
 def by_name(exporter: InMemorySpanExporter) -> dict[str, ReadableSpan]:
     return {s.name: s for s in exporter.get_finished_spans()}
+
+
+def process_then_deliver(
+    exporter: InMemorySpanExporter, trace_id: str, parent_span: str
+) -> tuple[ReadableSpan, ReadableSpan]:
+    """The process (CONSUMER) span of a delivery, child of the sender's ``parent_span`` in its trace,
+    and its deliver (CLIENT) child."""
+    got = by_name(exporter)
+    process, deliver = got["process T"], got["deliver T"]
+    assert process.kind is SpanKind.CONSUMER and deliver.kind is SpanKind.CLIENT
+    assert hex_trace(process) == trace_id and process.parent is not None
+    assert f"{process.parent.span_id:016x}" == parent_span
+    assert deliver.parent is not None and process.context is not None
+    assert deliver.parent.span_id == process.context.span_id
+    return process, deliver
 
 
 def hex_trace(span: ReadableSpan) -> str:
@@ -164,12 +168,7 @@ async def test_a_consumed_delivery_is_process_then_deliver_in_the_sender_s_trace
     rec = Recorded([Answer(200)])
     sender_span = "b7ad6b7169203331"
     assert await rec.push()([message(**{TRACEPARENT_PROPERTY: TP})], MQ) is ConsumeStatus.SUCCESS
-    got = by_name(exporter)
-    process, deliver = got["process T"], got["deliver T"]
-    assert process.kind is SpanKind.CONSUMER and deliver.kind is SpanKind.CLIENT
-    assert hex_trace(process) == TRACE_ID and f"{process.parent.span_id:016x}" == sender_span  # type: ignore[union-attr]
-    assert deliver.parent is not None and process.context is not None
-    assert deliver.parent.span_id == process.context.span_id
+    process, deliver = process_then_deliver(exporter, TRACE_ID, sender_span)
     assert process.attributes and process.attributes["messaging.consumer.group.name"] == "G"
     assert deliver.attributes and deliver.attributes["rocksidecar.delivered"] is True
     assert rec.requests[0].headers["ce-traceparent"] == TP  # the app continues the sender's trace
@@ -206,3 +205,33 @@ def test_json_logs_carry_the_current_span_s_trace_id(exporter: InMemorySpanExpor
     outside, inside = (json.loads(line) for line in out.getvalue().splitlines())
     assert "trace_id" not in outside
     assert inside["trace_id"] == f"{span.get_span_context().trace_id:032x}"
+
+
+async def test_an_unsampled_request_takes_the_sample_free_path(
+    traced: Stack, exporter: InMemorySpanExporter
+) -> None:
+    unsampled = f"00-{TRACE_ID}-b7ad6b7169203331-00"
+    r = await traced.http.post(
+        "/v1/messages", json={"topic": "SpUnsampled", "body": "x"}, headers={"traceparent": unsampled}
+    )
+    assert r.status_code == 200
+    assert exporter.get_finished_spans() == ()
+    (msg,) = traced.stored("SpUnsampled")
+    assert msg.properties[TRACEPARENT_PROPERTY] == unsampled  # passed on as it came, no span of ours
+
+
+async def test_a_sampler_that_ignores_the_parent_still_gets_its_spans(make_stack: Callable[..., Any]) -> None:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_ON)  # samples even under an unsampled parent
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    spans.configure(provider)
+    try:
+        async with make_stack() as stack:
+            await stack.http.post(
+                "/v1/messages",
+                json={"topic": "SpAlways", "body": "x"},
+                headers={"traceparent": f"00-{TRACE_ID}-b7ad6b7169203331-00"},
+            )
+    finally:
+        spans.configure(None)
+    assert {"receive SpAlways", "send SpAlways"} <= {s.name for s in memory.get_finished_spans()}

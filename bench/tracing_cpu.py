@@ -1,0 +1,134 @@
+"""What the tracing layer itself costs per message, in CPU, in one process (issue 31): the send path's
+tracing hooks around a sender that answers at once, so that nothing but tracing is measured. Rows:
+tracing off (the anchor: the request's trace context inherited, the one check), OpenTelemetry spans on
+(receive + send spans through the SDK's BatchSpanProcessor into an exporter that encodes OTLP protobuf
+as the real one does and drops it), RocketMQ message trace on (Pub records encoded and batched by the
+dispatcher). CPU is user + system of this process (the exporter's thread included), per message;
+modes alternate over the rounds and each row is its median. Add the differences to the sidecar's own
+CPU per message (bench.compare, bench.tracing) to see what a traced send costs.
+
+    .venv/bin/python -m bench.tracing_cpu [--messages 20000] [--rounds 3]
+
+Needs the otel extra (make install has it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from bench.common import Row, environment, print_rows
+from rocksidecar.app.tracing import msgtrace, spans
+from rocksidecar.app.tracing.context import TraceContext, inherit
+from rocksidecar.rmq import Message, SendResult
+from rocksidecar.rmq.message import MessageQueue
+from rocksidecar.rmq.result import SendStatus
+
+TRACE = TraceContext("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+RESULT = SendResult(
+    SendStatus.SEND_OK, "AC11000100002A9F0000000000000001", "7F00000100002A9F0000000000000001",
+    MessageQueue("BenchTrace", "broker-a", 1), 5,
+)  # fmt: skip
+BODY = b"x" * 256
+
+
+class EncodingExporter(SpanExporter):
+    """Encodes each batch as the OTLP exporters do (protobuf), then drops it: no network in the figure."""
+
+    encoded = 0
+
+    def export(self, batch: Sequence[ReadableSpan]) -> SpanExportResult:
+        EncodingExporter.encoded += len(encode_spans(batch).SerializeToString())
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+class Instant:
+    """A sender that stored every message already."""
+
+    async def send(self, msg: Message, *args: Any, **kwargs: Any) -> SendResult:
+        return RESULT
+
+    async def send_batch(self, messages: Sequence[Message], *args: Any, **kwargs: Any) -> list[SendResult]:
+        return [RESULT] * len(messages)
+
+
+def cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+async def per_message_us(mode: str, n: int) -> float:
+    """CPU microseconds per message of ``n`` sends in ``mode`` (off, otel, msgtrace)."""
+    sender: Any = Instant()
+    provider = dispatcher = None
+    if mode == "otel":
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(EncodingExporter()))
+        spans.configure(provider)
+        sender = spans.TracedSender(sender, background=False)
+    elif mode == "msgtrace":
+        dispatcher = msgtrace.Dispatcher(Instant(), group="bench")
+        sender = msgtrace.MsgTraceSender(sender, dispatcher)
+    started = cpu_s()
+    try:
+        for i in range(n):
+            msg = inherit(Message("BenchTrace", BODY, None, (), {}, 0, f"{i:032X}"), TRACE)
+            if spans.ON:
+                await spans.receive(msg, lambda m: sender.send(m, validated=True))
+            else:
+                await sender.send(msg, validated=True)
+        if provider is not None:
+            provider.force_flush()  # the export of these spans belongs to the figure
+        if dispatcher is not None:
+            await dispatcher.close()
+    finally:
+        spans.configure(None)
+        if provider is not None:
+            provider.shutdown()
+    return (cpu_s() - started) / n * 1e6
+
+
+async def measure(n: int, rounds: int) -> dict[str, float]:
+    runs: dict[str, list[float]] = {"off": [], "otel": [], "msgtrace": []}
+    await per_message_us("otel", n // 10)  # warm up the SDK's imports and caches
+    for r in range(rounds):
+        modes = list(runs) if r % 2 == 0 else list(runs)[::-1]
+        for mode in modes:
+            runs[mode].append(await per_message_us(mode, n))
+    return {mode: statistics.median(v) for mode, v in runs.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    print(f"bench.tracing_cpu: {args.messages} messages x {args.rounds} rounds; {environment()}", flush=True)
+    got = asyncio.run(measure(args.messages, args.rounds))
+    off = got["off"]
+    rows = [
+        Row("tracing off: inherit + send (anchor)", off, "us", off),
+        Row("OTel spans on: receive + send spans, batching OTLP encode", got["otel"], "us", off),
+        Row("RocketMQ message trace on: Pub record, batched", got["msgtrace"], "us", off),
+        Row("added by OTel spans", got["otel"] - off, "us"),
+        Row("added by message trace", got["msgtrace"] - off, "us"),
+    ]
+    print_rows("CPU per message (median of the rounds; ratio to tracing off)", rows)
+    print(f"load average after: {environment()}")
+
+
+if __name__ == "__main__":
+    main()
