@@ -13,8 +13,11 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request, Response
 
+from rocksidecar.rmq.errors import RocketMQError
+
 from ..api import problems
 from ..api.parsing import parse_message
+from ..delivery_policy import message_fault
 from ..request import Limits, RequestError, prepare
 from .coordinator import TransactionConflict, TransactionCoordinator, TransactionNotFound
 from .records import Decision, Record
@@ -39,6 +42,8 @@ def _problem(exc: BaseException) -> Response:
         status, doc = 404, problems.problem(404, "Not found", f"no transaction {exc} here")
     elif isinstance(exc, TransactionConflict):
         status, doc = 409, problems.problem(409, "Conflict", str(exc))
+    elif isinstance(exc, RocketMQError) and message_fault(exc):  # never stored, as POST /v1/messages
+        status, doc = 422, problems.problem(422, "Message refused", f"the broker refused the message: {exc}")
     else:
         status, doc, headers = problems.from_exception(exc)
         return Response(
@@ -76,8 +81,9 @@ def transaction_routes(
             if prepared.deliver_at_ms is not None:
                 raise RequestError("a transactional message cannot be delayed", field="delayMs")
             record = await coordinator.begin(
-                prepared.message, transaction_key=key, sharding_key=prepared.sharding_key
-            )
+                prepared.message, transaction_key=key, sharding_key=prepared.sharding_key,
+                message_type=prepared.type,
+            )  # fmt: skip
         except Exception as exc:
             return _problem(exc)
         return _json(view(record), 201)
