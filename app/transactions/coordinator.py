@@ -82,12 +82,8 @@ class TransactionCoordinator:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if mode != "broker" and outbox is None:
             raise ValueError(f"mode {mode} needs the local outbox (the retry store)")
-        self.records = records
-        self.producer = producer
-        self.mode = mode
-        self._outbox = outbox
-        self._ask_app = ask_app
-        self._now_ms = now_ms
+        self.records, self.producer, self.mode = records, producer, mode
+        self._outbox, self._ask_app, self._now_ms = outbox, ask_app, now_ms
         producer.checker = self.check  # the brokers' checks are answered from the records
 
     async def begin(

@@ -10,7 +10,6 @@ import json
 import os
 from pathlib import Path
 
-import httpx
 import pytest
 
 from rocksidecar.app.transactions.coordinator import TransactionCoordinator
@@ -20,7 +19,7 @@ from rocksidecar.rmq.producer import Producer, ProducerConfig
 from rocksidecar.rmq.producer.transaction import CheckRequest, TransactionProducer, TransactionState
 from rocksidecar.storage.memory import MemoryKV
 from tests.app.push_app import push_app
-from tests.app.transactions.serve import Serve, begin, check_endpoint, decide, running, until
+from tests.app.transactions.serve import Serve, begin, check_endpoint, decide, http_client, running, until
 from tests.realbroker import java_probe
 from tests.realbroker.conftest import create_topic_everywhere, pull_all, unique_topic
 
@@ -201,7 +200,7 @@ async def test_serve_sigkilled_between_begin_and_commit_is_asked_after_restart(
                 namesrv_addr, tmp_path / "data",
                 TRANSACTIONS_CHECK_ENDPOINT=app.url, TRANSACTIONS_GROUP=group, PRODUCER_GROUP=group,
             )  # fmt: skip
-            async with httpx.AsyncClient(timeout=30.0) as http:
+            async with http_client() as http:
                 async with running(serve, http):
                     ids = [await begin(http, serve.url, topic, key) for key in ("c", "r", "app-c", "app-r")]
                     committed, rolled_back, by_app_commit, by_app_rollback = ids

@@ -23,6 +23,12 @@ START_S = 120.0
 EXE = str(Path(sys.executable).with_name("rocksidecar"))
 
 
+def http_client() -> httpx.AsyncClient:
+    """Idle connections are dropped after 1 s, before the server's keep-alive timeout (uvicorn's 5 s)
+    closes them: a request sent on a connection the server is closing fails with ReadError."""
+    return httpx.AsyncClient(timeout=30.0, limits=httpx.Limits(max_connections=40, keepalive_expiry=1.0))
+
+
 class Serve:
     """`rocksidecar serve` as a child process on free ports, over one data dir across restarts."""
 

@@ -12,12 +12,20 @@ import asyncio
 import json
 from pathlib import Path
 
-import httpx
 import pytest
 
 from rocksidecar.devbroker import DevCluster
 from tests.app.push_app import push_app
-from tests.app.transactions.serve import WAIT_S, Serve, begin, check_endpoint, decide, running, until
+from tests.app.transactions.serve import (
+    WAIT_S,
+    Serve,
+    begin,
+    check_endpoint,
+    decide,
+    http_client,
+    running,
+    until,
+)
 
 pytestmark = pytest.mark.timeout(480)  # two or three serve start-ups each
 
@@ -32,7 +40,7 @@ async def test_broker_mode_through_serve_and_a_restart(tmp_path: Path) -> None:
     options = {"transaction_check_interval_s": 0.5, "transaction_timeout_ms": 500}
     async with (
         DevCluster(brokers=2, queues=2, **options) as cluster,  # type: ignore[arg-type]
-        httpx.AsyncClient(timeout=30.0) as http,
+        http_client() as http,
     ):
         with push_app(lambda n: (200, {"content-type": "application/json"}, 0.0)) as app:
             app.respond = check_endpoint(answers)
@@ -76,7 +84,7 @@ async def test_local_outbox_brokers_down_sigkill_exactly_the_committed_arrive(tm
     n = 1000
     async with (
         DevCluster(brokers=2, queues=2) as cluster,
-        httpx.AsyncClient(timeout=30.0, limits=httpx.Limits(max_connections=40)) as http,
+        http_client() as http,
     ):
         serve = Serve(cluster.namesrv_addr, tmp_path / "data", TRANSACTIONS_MODE="auto")
         await serve.start(http)
