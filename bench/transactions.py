@@ -1,8 +1,11 @@
 """Transactions (begin + commit) per second against plain sends, same run (issue 29).
 
-Both go through one producer to the same brokers with the same number in flight. A transaction is what
-the sidecar does for POST /v1/transactions and :commit: a half send, a synced record (RocksDB, group
-commit), a synced decision and an awaited END_TRANSACTION. The anchor is plain sends of the same messages.
+All go through one producer to the same brokers with the same number in flight. A broker-mode
+transaction is what the sidecar does for POST /v1/transactions and :commit: a half send, a synced record
+(RocksDB, group commit), a synced decision and an awaited END_TRANSACTION. A local-outbox one (mode
+local) is a synced record with the message, a synced decision and a synced spool into the retry store
+(delivered later by the replay loop, not measured here). The anchor is plain sends of the same messages.
+Beside each rate, this process's CPU (user + system) per operation: the steadier figure on a busy machine.
 
     .venv/bin/python -m bench.transactions [--count 3000] [--inflight 64] [--namesrv 127.0.0.1:9876]
 """
@@ -23,25 +26,29 @@ from bench.common import (
     environment,
     print_rows,
 )
-from rocksidecar.app.transactions.coordinator import TransactionCoordinator
+from rocksidecar.app.transactions.coordinator import LocalOutbox, TransactionCoordinator
 from rocksidecar.app.transactions.records import CF, Decision, TransactionRecords
+from rocksidecar.retry import RetryStore
+from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
+from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.rmq import Message
 from rocksidecar.rmq.producer.transaction import TransactionProducer
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.rocks import RocksKV
 
 
-async def rate(count: int, inflight: int, one: Callable[[int], Awaitable[object]]) -> float:
-    """Operations per second of ``count`` calls of ``one``, ``inflight`` at a time."""
+async def rate(count: int, inflight: int, one: Callable[[int], Awaitable[object]]) -> tuple[float, float]:
+    """(operations per second, CPU microseconds of this process per operation) of ``count`` calls of
+    ``one``, ``inflight`` at a time."""
     sem = asyncio.Semaphore(inflight)
 
     async def bounded(i: int) -> None:
         async with sem:
             await one(i)
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(bounded(i) for i in range(count)))
-    return count / (time.perf_counter() - started)
+    return count / (time.perf_counter() - started), (time.process_time() - cpu) / count * 1e6
 
 
 async def run(namesrv: str, count: int, inflight: int) -> list[Row]:
@@ -51,33 +58,48 @@ async def run(namesrv: str, count: int, inflight: int) -> list[Row]:
     tx = TransactionProducer(producer, "bench_tx")
     tx.start()
     with tempfile.TemporaryDirectory(prefix="bench-tx-") as tmp:
-        kv = RocksKV.open(tmp, [CF])
+        kv = RocksKV.open(tmp, [CF, *RETRY_CFS])
         writer = GroupCommitWriter(kv)
-        coordinator = TransactionCoordinator(TransactionRecords(kv, writer), tx, None)
+        records = TransactionRecords(kv, writer)
+        broker_mode = TransactionCoordinator(records, tx, None)
+        outbox = LocalOutbox(RetryStore(kv, writer=writer), lambda _type: RetryPolicy())
+        local_mode = TransactionCoordinator(records, tx, None, mode="local", outbox=outbox)
 
         async def plain(i: int) -> object:
             return await producer.send(Message(topic, body))
 
-        async def transaction(i: int) -> object:
-            record = await coordinator.begin(Message(topic, body))
-            return await coordinator.decide(record.id, Decision.COMMIT)
+        def transaction(coordinator: TransactionCoordinator) -> Callable[[int], Awaitable[object]]:
+            async def one(i: int) -> object:
+                record = await coordinator.begin(Message(topic, body))
+                return await coordinator.decide(record.id, Decision.COMMIT)
 
+            return one
+
+        kinds = {"plain": plain, "broker": transaction(broker_mode), "local": transaction(local_mode)}
+        runs: dict[str, list[tuple[float, float]]] = {kind: [] for kind in kinds}
         try:
-            # alternate, so that load drifting during the run hits both alike
-            sends = [await rate(count, inflight, plain) for _ in range(1)]
-            txs = [await rate(count, inflight, transaction) for _ in range(1)]
-            sends.append(await rate(count, inflight, plain))
-            txs.append(await rate(count, inflight, transaction))
+            for _round in range(2):  # interleaved, so that load drifting during the run hits all alike
+                for kind, one in kinds.items():
+                    runs[kind].append(await rate(count, inflight, one))
         finally:
             await tx.close()
             await producer.close()
             await client.close()
             await writer.close()
             kv.close()
-    anchor = max(sends)
+    best = {kind: max(r) for kind, r in runs.items()}  # the faster run, with its CPU
+    (anchor, anchor_cpu), (broker, broker_cpu), (local, local_cpu) = (
+        best["plain"],
+        best["broker"],
+        best["local"],
+    )
     return [
         Row(f"plain send, {inflight} in flight (anchor)", anchor, "msg/s", anchor),
-        Row(f"begin + commit, {inflight} in flight", max(txs), "tx/s", anchor),
+        Row(f"begin + commit, broker mode, {inflight} in flight", broker, "tx/s", anchor),
+        Row(f"begin + commit, local outbox, {inflight} in flight", local, "tx/s", anchor),
+        Row("CPU per plain send (anchor)", anchor_cpu, "us", anchor_cpu),
+        Row("CPU per transaction, broker mode", broker_cpu, "us", anchor_cpu),
+        Row("CPU per transaction, local outbox", local_cpu, "us", anchor_cpu),
     ]
 
 

@@ -10,8 +10,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import httpx
-
 from rocksidecar.rmq.errors import RocketMQError
 from rocksidecar.rmq.producer import Producer
 from rocksidecar.rmq.producer.transaction import TransactionProducer
@@ -20,6 +18,7 @@ from rocksidecar.storage.kv import KV
 
 from ..config import Settings
 from ..delivery_policy import RetrySpool
+from ..http_client import HttpClient
 from ..readiness import master_addrs
 from .app_check import AppCheck
 from .coordinator import LocalOutbox, TransactionCoordinator
@@ -33,7 +32,7 @@ ROUND_S = 5.0  # re-send unacknowledged decisions, ask about stale local ones
 class Transactions:
     coordinator: TransactionCoordinator
     producer: TransactionProducer
-    http: httpx.AsyncClient | None
+    http: HttpClient | None
     announced: bool = False
 
     @classmethod
@@ -53,7 +52,7 @@ class Transactions:
         tx = TransactionProducer(producer, s.transaction_group)
         http = ask = None
         if s.transactions_check_endpoint:
-            http = httpx.AsyncClient(trust_env=False)  # the app on this machine: never through a proxy
+            http = HttpClient()
             ask = AppCheck(s.transactions_check_endpoint, http)
         outbox = LocalOutbox(retry, s.retry_policy, s.transactions_undecided_timeout_s * 1000)
         coordinator = TransactionCoordinator(
@@ -89,4 +88,4 @@ class Transactions:
     async def close(self) -> None:
         await self.producer.close()
         if self.http is not None:
-            await self.http.aclose()
+            await self.http.close()
