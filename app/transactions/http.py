@@ -70,10 +70,39 @@ def _split_key(raw: bytes) -> tuple[bytes, str | None]:
     return orjson.dumps(doc), key
 
 
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI of the problem+json answers a route may give (with the edge's 400 and 401)."""
+    why = {
+        400: "Invalid input; `field` names it.",
+        401: "Missing or wrong bearer token (when one is configured).",
+        404: "No transaction has this id here.", 409: "Decided the other way already.",
+        413: "The request is too large.", 422: "The broker refused the message itself; nothing was kept.",
+        503: "No broker stored the half (mode broker), or the local store cannot take writes.",
+    }  # fmt: skip
+    return {c: {"description": why[c], "content": {problems.PROBLEM_JSON: {}}} for c in (400, 401, *codes)}
+
+
+_RECORD = {"content": {"application/json": {"schema": {"type": "object"}}}}
+_BEGIN_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "What POST /v1/messages takes (no delay), plus an optional transactionKey "
+        f"(1 to {MAX_KEY_CHARS} characters) the app's check endpoint is told.",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/MessageIn"}}},
+    }
+}
+
+
 def transaction_routes(
     app: FastAPI, coordinator: TransactionCoordinator, limits: Limits, now_ms: Callable[[], int]
 ) -> None:
-    @app.post("/v1/transactions", summary="Begin: store the message as a half message")
+    @app.post(
+        "/v1/transactions",
+        summary="Begin: keep the message (a half message, or the local outbox) until it is decided",
+        status_code=201,
+        openapi_extra=_BEGIN_BODY,
+        responses={201: {"description": "Begun: PREPARED.", **_RECORD}, **_errors(413, 422, 503)},
+    )
     async def begin(request: Request) -> Response:
         try:
             raw, key = _split_key(await request.body())
@@ -95,15 +124,33 @@ def transaction_routes(
             return _problem(exc)
         return _json(view(record))
 
-    @app.post("/v1/transactions/{tx_id}:commit", summary="Commit: the message is delivered")
+    @app.post(
+        "/v1/transactions/{tx_id}:commit",
+        summary="Commit: the message is delivered",
+        responses={
+            200: {"description": "COMMITTED (also when repeated).", **_RECORD},
+            **_errors(404, 409, 503),
+        },
+    )
     async def commit(tx_id: str) -> Response:
         return await decide(tx_id, Decision.COMMIT)
 
-    @app.post("/v1/transactions/{tx_id}:rollback", summary="Roll back: the message is never delivered")
+    @app.post(
+        "/v1/transactions/{tx_id}:rollback",
+        summary="Roll back: the message is never delivered",
+        responses={
+            200: {"description": "ROLLED_BACK (also when repeated).", **_RECORD},
+            **_errors(404, 409, 503),
+        },
+    )
     async def rollback(tx_id: str) -> Response:
         return await decide(tx_id, Decision.ROLLBACK)
 
-    @app.get("/v1/transactions/{tx_id}", summary="Where a transaction stands")
+    @app.get(
+        "/v1/transactions/{tx_id}",
+        summary="Where a transaction stands",
+        responses={200: {"description": "PREPARED, COMMITTED or ROLLED_BACK.", **_RECORD}, **_errors(404)},
+    )
     async def status(tx_id: str) -> Response:
         record = coordinator.records.get(tx_id)
         if record is None:

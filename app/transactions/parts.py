@@ -26,6 +26,8 @@ from .records import CF, TransactionRecords
 
 log = logging.getLogger(__name__)
 ROUND_S = 5.0  # re-send unacknowledged decisions, ask about stale local ones
+# Brokers forget a channel without a heartbeat for 120 s: announce every 30 s, as the client's heartbeat.
+ANNOUNCE_EVERY = 6
 
 
 @dataclass(eq=False)
@@ -33,7 +35,7 @@ class Transactions:
     coordinator: TransactionCoordinator
     producer: TransactionProducer
     http: HttpClient | None
-    announced: bool = False
+    rounds: int = 0
 
     @classmethod
     def build(
@@ -65,25 +67,28 @@ class Transactions:
         self.producer.start()
 
     async def round(self) -> None:
-        """The background round: the first announces the group to every broker, then decisions not
-        carried out are re-sent and stale local transactions checked with the app."""
-        if not self.announced:
-            self.announced = await self._announce()
+        """The background round: announce the group to every broker (the first round, then every
+        ANNOUNCE_EVERY rounds), re-send decisions not carried out, ask about stale local ones."""
+        if self.rounds % ANNOUNCE_EVERY == 0:
+            await self._announce()
+        self.rounds += 1
         await self.coordinator.maintain()
 
-    async def _announce(self) -> bool:
+    async def _announce(self) -> None:
         """Heartbeat to every master of the cluster, not only the brokers of routes used so far: a
-        restarted sidecar that sends nothing is still asked about the halves it stored before."""
+        restarted sidecar that sends nothing is still asked about the halves it stored before. (Not
+        added to the client's broker table: that lists the brokers the producer uses.)"""
         instance = self.producer.producer.instance
         try:
             addrs = master_addrs(await instance.namesrv.get_cluster_info())
         except RocketMQError as exc:
-            log.info("transactions: cluster info unavailable (%s); announcing next round", exc)
-            return False
-        for name, addr in addrs.items():
-            instance.note_broker(name, addr)
-        await instance.heartbeat()
-        return bool(addrs)
+            log.info("transactions: cluster info unavailable (%s); announcing later", exc)
+            return
+        for addr in sorted(set(addrs.values()) - set(instance.broker_addrs().values())):
+            try:  # the ones the client's own heartbeat reaches need no second one
+                await instance.heartbeat_to(addr)
+            except RocketMQError as exc:
+                log.info("transactions: heartbeat to %s failed: %s", addr, exc)
 
     async def close(self) -> None:
         await self.producer.close()
