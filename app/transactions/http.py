@@ -117,34 +117,24 @@ def transaction_routes(
             return _problem(exc)
         return _json(view(record), 201)
 
-    async def decide(tx_id: str, decision: Decision) -> Response:
-        try:
-            record = await coordinator.decide(tx_id, decision)
-        except Exception as exc:
-            return _problem(exc)
-        return _json(view(record))
+    def decision_route(decision: Decision, summary: str) -> None:
+        async def decide(tx_id: str) -> Response:
+            try:
+                record = await coordinator.decide(tx_id, decision)
+            except Exception as exc:
+                return _problem(exc)
+            return _json(view(record))
 
-    @app.post(
-        "/v1/transactions/{tx_id}:commit",
-        summary="Commit: the message is delivered",
-        responses={
-            200: {"description": "COMMITTED (also when repeated).", **_RECORD},
-            **_errors(404, 409, 503),
-        },
-    )
-    async def commit(tx_id: str) -> Response:
-        return await decide(tx_id, Decision.COMMIT)
+        app.add_api_route(
+            f"/v1/transactions/{{tx_id}}:{decision.value}", decide, methods=["POST"], summary=summary,
+            name=decision.value, responses={
+                200: {"description": f"{STATES[decision]} (also when repeated).", **_RECORD},
+                **_errors(404, 409, 503),
+            },
+        )  # fmt: skip
 
-    @app.post(
-        "/v1/transactions/{tx_id}:rollback",
-        summary="Roll back: the message is never delivered",
-        responses={
-            200: {"description": "ROLLED_BACK (also when repeated).", **_RECORD},
-            **_errors(404, 409, 503),
-        },
-    )
-    async def rollback(tx_id: str) -> Response:
-        return await decide(tx_id, Decision.ROLLBACK)
+    decision_route(Decision.COMMIT, "Commit: the message is delivered")
+    decision_route(Decision.ROLLBACK, "Roll back: the message is never delivered")
 
     @app.get(
         "/v1/transactions/{tx_id}",
