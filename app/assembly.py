@@ -43,7 +43,7 @@ from .history import SAMPLE_EVERY_S, History
 from .idempotency import IdempotencyStore
 from .localhost import is_loopback
 from .lookups import DelayLookup, RetryLookup
-from .metrics import CoalesceCollector, ConsumerCollector, Metrics, StateCollector
+from .metrics import CoalesceCollector, ConsumerCollector, Metrics, StateCollector, TransactionCollector
 from .notify import DeadLetterNotifier
 from .readiness import Readiness, StoreProbe, disk_draining
 from .request import Limits
@@ -52,11 +52,17 @@ from .store_delivery import delivery_loops
 from .subscriptions.runner import QueueLag, Subscriptions
 from .topic_allow import TopicAllowList
 from .tracing import msgtrace, spans
+from .transactions import records as tx_records
+from .transactions.admin import transactions_view
+from .transactions.grpc import GrpcTransactions
+from .transactions.http import transaction_routes
+from .transactions.parts import ROUND_S as TX_ROUND_S
+from .transactions.parts import Transactions
 from .wiring import COLUMN_FAMILIES as SHARED_CFS
 from .wiring import REPLAY_BATCH, StartupError, build_client, open_store, start_http
 
 log = logging.getLogger("rocksidecar")
-COLUMN_FAMILIES = (*SHARED_CFS, *FORWARDED_CFS)
+COLUMN_FAMILIES = (*SHARED_CFS, *FORWARDED_CFS, tx_records.CF)
 PURGE_EVERY_S = 3600.0
 ENVELOPE_BYTES = 1024 * 1024  # a message's topic, keys and properties around its body
 # Batches that only add but still belong to a drain: the stores' progress (floor, clock) and the delay
@@ -78,6 +84,7 @@ class SidecarParts:
     events: OpsEvents
     history: History
     lags: list[QueueLag]  # the last sample, read by /metrics and the status page
+    transactions: Transactions | None
 
     # --- the parts ------------------------------------------------------------------------------
     def _build_client(self, namesrv: tuple[str, ...]) -> None:
@@ -176,6 +183,16 @@ class SidecarParts:
         )
         self.metrics.add_state(StateCollector(self.producer.fault_table, self._store_stats))
 
+    def _build_transactions(self) -> None:
+        """Transactions (issue 29): half messages on the sidecar's client instance, or the local outbox
+        into the retry store (settings transactions_*)."""
+        self.transactions = Transactions.build(
+            self.settings, self.producer, self.kv, self.writer, self.retry, self.retry.now_ms
+        )
+        if self.transactions is not None:
+            stats = self.transactions.coordinator.stats
+            self.metrics.add_state(TransactionCollector(lambda: stats.outcomes, stats.undecided))
+
     def _build_sender(self) -> Sender:
         """The API's single sends go through the coalescer; the replay and delay loops batch on their own."""
         if not self.settings.coalesce_sends:
@@ -210,6 +227,7 @@ class SidecarParts:
         admin = AdminOps(
             self.retry, self.delay, self.replay, self.recovery, self.producer.fault_table, self.retry.now_ms,
             str((Path(s.data_dir) / "store").resolve()), lambda: disk_draining(self.disk_reserve),
+            transactions=transactions_view(tx.coordinator) if (tx := self.transactions) else None,
         )  # fmt: skip
         self.history = History()
         app = create_app(
@@ -224,7 +242,14 @@ class SidecarParts:
                 consumer_lag=(lambda: self.lags) if s.subscriptions else None,
             ),
         )  # fmt: skip
+        if self.transactions is not None:  # POST /v1/transactions, /{id}:commit, /{id}:rollback
+            transaction_routes(app, self.transactions.coordinator, limits(s), self.delay.now_ms)
         self.http = HttpServer(app, s.http_addr, grace_s=s.shutdown_grace_s, read_timeout_s=s.read_timeout_s)
+
+    def _grpc_transactions(self) -> GrpcTransactions | None:
+        if self.transactions is None:
+            return None
+        return GrpcTransactions(self.transactions.coordinator, limits(self.settings), self.delay.now_ms)
 
     def _build_grpc(self) -> None:
         s = self.settings
@@ -232,6 +257,11 @@ class SidecarParts:
             self.edge_deps,
             auth_token=s.auth_token,
             hubs=self.subscriptions.hubs if self.subscriptions is not None else {},
+            transactions=(
+                GrpcTransactions(tx.coordinator, limits(s), self.delay.now_ms)
+                if (tx := self.transactions)
+                else None
+            ),
         )
         try:
             self.grpc = GrpcServer(
@@ -268,6 +298,8 @@ class SidecarParts:
         ]
         if self.subscriptions is not None:
             loops.append(every("consumer-lag", SAMPLE_EVERY_S, self.sample_lag, run_first=True))
+        if self.transactions is not None:  # at start too: decisions a restart must carry out
+            loops.append(every("transactions", TX_ROUND_S, self.transactions.round, run_first=True))
         return loops
 
     # --- starting -----------------------------------------------------------------------------------

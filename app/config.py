@@ -22,7 +22,7 @@ from rocksidecar.rmq.producer.selector import SelectorName
 from rocksidecar.storage.reserve import ReserveTooSmallError, store_write_buffer_bytes
 
 from . import topic_allow
-from .localhost import is_loopback
+from .localhost import is_loopback, local_url_error
 from .setting_words import parse_bool, parse_int
 from .subscriptions.spec import (
     REQUIRED,
@@ -111,6 +111,14 @@ def _choice(*options: str) -> Callable[[Any, str], str]:
         return text
 
     return parse
+
+
+def _local_url(raw: Any, name: str) -> str:
+    text = str(raw).strip()
+    error = local_url_error(text) if text else None
+    if error is not None:
+        raise ConfigError(f"{name}: {error}")
+    return text
 
 
 def _subscriptions(raw: Any, name: str) -> tuple[SubscriptionSpec, ...]:
@@ -250,6 +258,34 @@ SETTINGS: tuple[Setting, ...] = (
         "Topics the sidecar consumes for the app, pushed to it as CloudEvents over HTTP: a list of "
         "mappings whose keys are listed below (YAML list in the file; YAML/JSON text in the environment).",
     ),
+    # transactional messages (issue 29): README "Transactions"
+    Setting(
+        "transactions_mode",
+        _choice("broker", "local", "auto"),
+        "Where POST /v1/transactions keeps a begun message: 'broker' (a RocketMQ half message; no broker: "
+        "503), 'local' (the local outbox: synced here, spooled for delivery on commit) or 'auto' (a half "
+        "message when a broker stores it, else the local outbox).",
+    ),
+    Setting(
+        "transactions_check_endpoint",
+        _local_url,
+        "http:// URL on this machine the sidecar POSTs {id, transactionKey, topic} to when a transaction "
+        "is undecided (a broker's check-back, or a local one past transactions_undecided_timeout_s); it "
+        'answers {"state": "COMMIT" | "ROLLBACK" | "UNKNOWN"}. Empty: always UNKNOWN.',
+    ),
+    Setting(
+        "transactions_undecided_timeout_s",
+        _int(1, 30 * 24 * 3600),
+        "A local-outbox transaction neither committed nor rolled back for this long is checked with "
+        "transactions_check_endpoint (as a broker checks its halves), and again on each round after.",
+    ),
+    Setting(
+        "transactions_group",
+        _text,
+        "Producer group of the half messages, which brokers ask about undecided ones; empty: "
+        "producer_group. Give each sidecar its own unless every app's check endpoint can answer for "
+        "every transaction: a broker asks any one member of the group.",
+    ),
     # Rock-DMQ service mode (issue 14)
     Setting(
         "delay_mode",
@@ -343,6 +379,10 @@ class Settings:
     retry_default: RetryPolicy = field(default_factory=RetryPolicy)
     retry_types: Mapping[str, RetryPolicy] = field(default_factory=dict)
     dead_letter_webhook: str = ""
+    transactions_mode: str = "broker"
+    transactions_check_endpoint: str = ""
+    transactions_undecided_timeout_s: int = 60
+    transactions_group: str = ""
     # Rock-DMQ service mode (issue 14)
     delay_mode: str = "local"
     dmq_inner_topic: str = "dmq_inner_topic"
@@ -353,6 +393,10 @@ class Settings:
     dmq_replicas: str = ""
     dmq_copies: int = 0
     dmq_marks_topic: str = "dmq_marks_topic"
+
+    @property
+    def transaction_group(self) -> str:
+        return self.transactions_group or self.producer_group
 
     @property
     def preloaded_topics(self) -> tuple[str, ...]:
@@ -420,6 +464,27 @@ def load_file(path: str | Path) -> dict[str, Any]:
     return doc
 
 
+SECTIONS = ("transactions",)  # the file's `transactions: {mode: ...}` is transactions_mode, and so on
+
+
+def _flat_sections(doc: Mapping[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, raw in doc.items():
+        if key not in SECTIONS:
+            flat[key] = raw
+            continue
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"--config: {key}: expected a mapping")
+        for inner, value in raw.items():
+            name = f"{key}_{inner}"
+            if name not in _BY_NAME:
+                raise ConfigError(f"--config: unknown setting {key}.{inner}")
+            if name in flat or name in doc:
+                raise ConfigError(f"--config: {key}.{inner} is set twice")
+            flat[name] = value
+    return flat
+
+
 def load(
     env: Mapping[str, str] | None = None,
     file: str | Path | None = None,
@@ -431,7 +496,7 @@ def load(
     env = os.environ if env is None else env
     doc = load_file(file) if file else {}
     values: dict[str, Any] = {}
-    for key, raw in doc.items():
+    for key, raw in _flat_sections(doc).items():
         if key == "retry":
             continue
         setting = _BY_NAME.get(key)

@@ -54,13 +54,19 @@ def disk_draining(reserve: DiskReserve | None) -> str | None:
 
 def masters(cluster_info: dict[str, object]) -> set[str]:
     """Brokers with a master (brokerId 0) in GET_BROKER_CLUSTER_INFO's brokerAddrTable."""
+    return set(master_addrs(cluster_info))
+
+
+def master_addrs(cluster_info: dict[str, object]) -> dict[str, str]:
+    """The master address (brokerId 0) of each broker in GET_BROKER_CLUSTER_INFO's brokerAddrTable."""
     table = cluster_info.get("brokerAddrTable")
-    out: set[str] = set()
+    out: dict[str, str] = {}
     if isinstance(table, dict):
         for name, data in table.items():
             addrs = data.get("brokerAddrs") if isinstance(data, dict) else None
-            if isinstance(addrs, dict) and any(str(k) == "0" for k in addrs):
-                out.add(str(name))
+            for broker_id, addr in addrs.items() if isinstance(addrs, dict) else ():
+                if str(broker_id) == "0":
+                    out[str(name)] = str(addr)
     return out
 
 

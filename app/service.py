@@ -43,6 +43,7 @@ class Service(SidecarParts):
         self._build_client(namesrv or settings.namesrv)
         self._build_store(kv)
         self._build_delivery(now_ms)
+        self._build_transactions()
         self._build_http()
         self._build_subscriptions(namesrv or settings.namesrv)
         self._build_grpc()
@@ -51,6 +52,8 @@ class Service(SidecarParts):
     async def start(self) -> None:
         self.events.config(redacted(self.settings))
         warn_if_open(self.settings)
+        if self.transactions is not None:
+            self.transactions.start()  # the producer's first heartbeat announces its group
         await self.producer.start()
         await self._warm_routes()
         await self.replay.start()  # replays whatever the store holds from before (R6)
@@ -70,6 +73,8 @@ class Service(SidecarParts):
         if self.subscriptions is not None:  # first: persist offsets and leave the group at once
             await self.subscriptions.close()
         await asyncio.gather(self.http.stop(), self.grpc.stop())
+        if self.transactions is not None:  # no more checks answered; the records stay for a restart
+            await self.transactions.close()
         # The scheduler publishes through the producer and spools into the retry store: stop it first.
         await self.delay_scheduler.close(grace_s=min(grace, 5.0))
         await self.recovery.close()

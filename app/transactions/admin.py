@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import orjson
-
 from rocksidecar.storage.query import Filter, Page, page
 
 from ..api.admin import TransactionsView
@@ -36,10 +34,10 @@ def _reader(records: TransactionRecords, only_open: bool) -> Callable[..., Page[
         _unfiltered(where)
 
         def decode(_key: bytes, raw: bytes) -> Record | None:
-            record = Record.from_json(orjson.loads(raw))
+            record = Record.from_value(raw)
             if only_open and record.decision is not Decision.NONE and record.acknowledged:
                 return None
-            return record if where.matches(record.receipt.queue.topic, None) else None
+            return record if where.matches(record.topic, None) else None
 
         # Ids are broker message ids (hex, 32 characters), all above the listing's lowest due-time key.
         return page(records.kv, CF, Filter(), decode, cursor=cursor, limit=limit)

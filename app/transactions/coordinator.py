@@ -1,9 +1,17 @@
-"""Begin, decide and check transactions in broker mode (RocketMQ half messages).
+"""Begin, decide and check transactions, in broker mode (RocketMQ half messages) or in the local outbox.
 
-begin: the half is stored by a broker, then its receipt is synced; commit/rollback: the decision is
-synced, then END_TRANSACTION goes to the broker that holds the half. A decision the broker did not
-acknowledge is re-sent by ``resend`` (at start and periodically). A broker's check-back is answered from
-the record when it holds a decision, else by the app (``ask_app``), as Java's checkLocalTransaction.
+Broker mode: begin stores the half with a broker, then syncs its receipt; commit/rollback syncs the
+decision, then sends END_TRANSACTION to the broker that holds the half. A broker's check-back is
+answered from the record when it holds a decision, else by the app (``ask_app``), as Java's
+checkLocalTransaction.
+
+Local outbox (mode ``local``, or ``auto`` when no broker stored the half): begin syncs the message in the
+record; commit syncs the decision, then turns the message into an ordinary retry record (app.
+delivery_policy.failed_send: delivered on the type's ladder, never lost); rollback drops the message.
+An undecided one older than ``undecided_timeout_ms`` is checked with the app, as a broker would.
+
+A decision not yet carried out (the broker did not acknowledge it, or the process died before the
+spool) is carried out again by ``resend``, at start and periodically (``maintain``).
 """
 
 from __future__ import annotations
@@ -11,12 +19,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.rmq.errors import RocketMQError
 from rocksidecar.rmq.message import Message
+from rocksidecar.rmq.msgid import new_uniq_id
 from rocksidecar.rmq.producer.transaction import CheckRequest, TransactionProducer, TransactionState
 
+from ..delivery_policy import RetrySpool, failed_send, message_fault
+from ..wire import to_stored
 from .records import Decision, Record, TransactionRecords
 
 log = logging.getLogger(__name__)
@@ -34,6 +46,23 @@ class TransactionConflict(Exception):
     """The transaction was decided the other way already (HTTP 409)."""
 
 
+class LocalCommit(Exception):
+    """Why a committed outbox message is in the retry store: the last error its retry record shows."""
+
+
+MODES = ("broker", "local", "auto")
+KEEP_DECIDED_MS = 24 * 3600 * 1000  # a carried-out transaction answers status and repeats this long
+
+
+@dataclass(frozen=True)
+class LocalOutbox:
+    """What the local outbox needs: the retry store a committed message goes to, and its type's policy."""
+
+    retry: RetrySpool
+    policy_for: Callable[[str], RetryPolicy]
+    undecided_timeout_ms: int = 60_000
+
+
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -46,19 +75,49 @@ class TransactionCoordinator:
         ask_app: AskApp | None,
         *,
         now_ms: Callable[[], int] = _wall_ms,
+        mode: str = "broker",
+        outbox: LocalOutbox | None = None,
     ) -> None:
-        self.records = records
-        self.producer = producer
-        self._ask_app = ask_app
-        self._now_ms = now_ms
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode != "broker" and outbox is None:
+            raise ValueError(f"mode {mode} needs the local outbox (the retry store)")
+        self.records, self.producer, self.mode = records, producer, mode
+        self._outbox, self._ask_app, self._now_ms = outbox, ask_app, now_ms
         producer.checker = self.check  # the brokers' checks are answered from the records
 
     async def begin(
-        self, msg: Message, *, transaction_key: str | None = None, sharding_key: str | None = None
+        self,
+        msg: Message,
+        *,
+        transaction_key: str | None = None,
+        sharding_key: str | None = None,
+        message_type: str = "",
     ) -> Record:
-        """Store the half (SendFailed when no broker did) and sync its record."""
-        receipt = await self.producer.send_half(msg, sharding_key=sharding_key)
+        """Store the half and sync its record; in the local outbox (mode local, or auto when no broker
+        stored the half) sync the message itself. Raises SendFailed (mode broker: no broker stored the
+        half) or a final error (the broker refused the message: never kept locally either)."""
+        if self.mode == "local":
+            return await self._begin_local(msg, transaction_key, sharding_key, message_type)
+        try:
+            receipt = await self.producer.send_half(msg, sharding_key=sharding_key)
+        except RocketMQError as exc:
+            if self.mode == "broker" or message_fault(exc):
+                raise
+            log.info("transaction %s begun in the local outbox: no broker stored the half (%s)", msg.id, exc)
+            return await self._begin_local(msg, transaction_key, sharding_key, message_type)
         record = Record(receipt.msg_id, receipt, self._now_ms(), transaction_key)
+        await self.records.put(record)
+        return record
+
+    async def _begin_local(
+        self, msg: Message, key: str | None, sharding_key: str | None, message_type: str
+    ) -> Record:
+        if msg.id is None:
+            msg.id = new_uniq_id()
+        now = self._now_ms()
+        stored = to_stored(msg, sharding_key=sharding_key, type=message_type or msg.topic, created_ms=now)
+        record = Record(msg.id, None, now, key, message=stored)
         await self.records.put(record)
         return record
 
@@ -76,10 +135,27 @@ class TransactionCoordinator:
             record = record.decided(decision, self._now_ms())
             await self.records.put(record)  # synced before anyone hears of the decision
         if not record.acknowledged:
-            record = await self._send(record)
+            record = await self._carry_out(record)
         return record
 
+    async def _carry_out(self, record: Record) -> Record:
+        return await (self._settle_local(record) if record.receipt is None else self._send(record))
+
+    async def _settle_local(self, record: Record) -> Record:
+        """A committed outbox message becomes a retry record; a rolled-back one is dropped. The retry
+        record is due by the synced decision's time, so doing it again (a restart) writes the same key."""
+        if record.decision is Decision.COMMIT and record.message is not None:
+            assert self._outbox is not None and record.decided_ms is not None
+            why = LocalCommit(f"committed in the local outbox (transactions mode {self.mode})")
+            policy = self._outbox.policy_for(record.message.type)
+            retry, due = failed_send(record.message, why, record.decided_ms, policy)
+            await self._outbox.retry.spool(retry, due)
+        done = record.carried_out()
+        await self.records.put(done, sync=record.decision is Decision.ROLLBACK)  # the drop: synced
+        return done
+
     async def _send(self, record: Record) -> Record:
+        assert record.receipt is not None
         try:
             await self.producer.end(record.receipt, record.decision.state)
         except RocketMQError as exc:  # the record holds the decision: resend or a check delivers it
@@ -90,12 +166,35 @@ class TransactionCoordinator:
         return acked
 
     async def resend(self) -> int:
-        """Re-send every decision the brokers did not acknowledge; returns how many they now did."""
+        """Carry out again every decision not yet carried out (the broker did not acknowledge it, or the
+        process died before the spool); returns how many now are."""
         done = 0
         for record in self.records.open():
-            if record.decision is not Decision.NONE and (await self._send(record)).acknowledged:
+            if record.decision is not Decision.NONE and (await self._carry_out(record)).acknowledged:
                 done += 1
         return done
+
+    async def check_undecided(self) -> int:
+        """Ask the app about local transactions undecided for longer than the timeout (no broker asks
+        about those) and carry out its answer; returns how many it decided."""
+        if self._outbox is None or self._ask_app is None:
+            return 0
+        cutoff = self._now_ms() - self._outbox.undecided_timeout_ms
+        decided = 0
+        for record in self.records.open():
+            if record.local and record.decision is Decision.NONE and record.created_ms <= cutoff:
+                topic = record.message.topic if record.message is not None else ""
+                state = await self._ask_app(record.id, record.transaction_key, topic)
+                if state is not TransactionState.UNKNOWN:
+                    await self.decide(record.id, Decision.of(state))
+                    decided += 1
+        return decided
+
+    async def maintain(self) -> None:
+        """One round of the background loop: re-send, ask about stale local ones, forget old decided ones."""
+        await self.resend()
+        await self.check_undecided()
+        self.records.purge(self._now_ms() - KEEP_DECIDED_MS)
 
     async def check(self, request: CheckRequest) -> TransactionState:
         """A broker asks: the record's decision, else the app's answer (UNKNOWN without an app)."""
@@ -107,7 +206,7 @@ class TransactionCoordinator:
         key = record.transaction_key if record is not None else None
         state = await self._ask_app(request.msg_id, key, request.message.topic)
         if record is not None and state is not TransactionState.UNKNOWN:
-            decision = Decision.COMMIT if state is TransactionState.COMMIT else Decision.ROLLBACK
             # acknowledged: the broker acts on the answer to its own check
-            await self.records.put(replace(record.decided(decision, self._now_ms()), acknowledged=True))
+            decided = record.decided(Decision.of(state), self._now_ms())
+            await self.records.put(replace(decided, acknowledged=True))
         return state

@@ -24,20 +24,20 @@ _STATES = {
 
 
 def transaction_proto(record: Record) -> pb.Transaction:
-    r = record.receipt
-    return pb.Transaction(
+    answer = pb.Transaction(
         id=record.id,
         state=_STATES[record.decision],
         transaction_key=record.transaction_key,
-        topic=r.queue.topic,
-        broker=r.broker_name,
-        queue_id=r.queue.queue_id,
-        half_offset=r.queue_offset,
-        msg_id=r.offset_msg_id,
+        topic=record.topic,
         created_ms=record.created_ms,
         decided_ms=record.decided_ms or 0,
         acknowledged=record.acknowledged,
     )
+    r = record.receipt
+    if r is not None:  # broker mode: where the half is (a local-outbox record has no half)
+        answer.broker, answer.queue_id = r.broker_name, r.queue.queue_id
+        answer.half_offset, answer.msg_id = r.queue_offset, r.offset_msg_id
+    return answer
 
 
 def _not_found(tx_id: str) -> RequestError:

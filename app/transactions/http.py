@@ -13,8 +13,11 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request, Response
 
+from rocksidecar.rmq.errors import RocketMQError
+
 from ..api import problems
 from ..api.parsing import parse_message
+from ..delivery_policy import message_fault
 from ..request import Limits, RequestError, prepare
 from .coordinator import TransactionConflict, TransactionCoordinator, TransactionNotFound
 from .records import Decision, Record
@@ -39,6 +42,8 @@ def _problem(exc: BaseException) -> Response:
         status, doc = 404, problems.problem(404, "Not found", f"no transaction {exc} here")
     elif isinstance(exc, TransactionConflict):
         status, doc = 409, problems.problem(409, "Conflict", str(exc))
+    elif isinstance(exc, RocketMQError) and message_fault(exc):  # never stored, as POST /v1/messages
+        status, doc = 422, problems.problem(422, "Message refused", f"the broker refused the message: {exc}")
     else:
         status, doc, headers = problems.from_exception(exc)
         return Response(
@@ -65,10 +70,39 @@ def _split_key(raw: bytes) -> tuple[bytes, str | None]:
     return orjson.dumps(doc), key
 
 
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI of the problem+json answers a route may give (with the edge's 400 and 401)."""
+    why = {
+        400: "Invalid input; `field` names it.",
+        401: "Missing or wrong bearer token (when one is configured).",
+        404: "No transaction has this id here.", 409: "Decided the other way already.",
+        413: "The request is too large.", 422: "The broker refused the message itself; nothing was kept.",
+        503: "No broker stored the half (mode broker), or the local store cannot take writes.",
+    }  # fmt: skip
+    return {c: {"description": why[c], "content": {problems.PROBLEM_JSON: {}}} for c in (400, 401, *codes)}
+
+
+_RECORD = {"content": {"application/json": {"schema": {"type": "object"}}}}
+_BEGIN_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "What POST /v1/messages takes (no delay), plus an optional transactionKey "
+        f"(1 to {MAX_KEY_CHARS} characters) the app's check endpoint is told.",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/MessageIn"}}},
+    }
+}
+
+
 def transaction_routes(
     app: FastAPI, coordinator: TransactionCoordinator, limits: Limits, now_ms: Callable[[], int]
 ) -> None:
-    @app.post("/v1/transactions", summary="Begin: store the message as a half message")
+    @app.post(
+        "/v1/transactions",
+        summary="Begin: keep the message (a half message, or the local outbox) until it is decided",
+        status_code=201,
+        openapi_extra=_BEGIN_BODY,
+        responses={201: {"description": "Begun: PREPARED.", **_RECORD}, **_errors(413, 422, 503)},
+    )
     async def begin(request: Request) -> Response:
         try:
             raw, key = _split_key(await request.body())
@@ -76,28 +110,37 @@ def transaction_routes(
             if prepared.deliver_at_ms is not None:
                 raise RequestError("a transactional message cannot be delayed", field="delayMs")
             record = await coordinator.begin(
-                prepared.message, transaction_key=key, sharding_key=prepared.sharding_key
-            )
+                prepared.message, transaction_key=key, sharding_key=prepared.sharding_key,
+                message_type=prepared.type,
+            )  # fmt: skip
         except Exception as exc:
             return _problem(exc)
         return _json(view(record), 201)
 
-    async def decide(tx_id: str, decision: Decision) -> Response:
-        try:
-            record = await coordinator.decide(tx_id, decision)
-        except Exception as exc:
-            return _problem(exc)
-        return _json(view(record))
+    def decision_route(decision: Decision, summary: str) -> None:
+        async def decide(tx_id: str) -> Response:
+            try:
+                record = await coordinator.decide(tx_id, decision)
+            except Exception as exc:
+                return _problem(exc)
+            return _json(view(record))
 
-    @app.post("/v1/transactions/{tx_id}:commit", summary="Commit: the message is delivered")
-    async def commit(tx_id: str) -> Response:
-        return await decide(tx_id, Decision.COMMIT)
+        app.add_api_route(
+            f"/v1/transactions/{{tx_id}}:{decision.value}", decide, methods=["POST"], summary=summary,
+            name=decision.value, responses={
+                200: {"description": f"{STATES[decision]} (also when repeated).", **_RECORD},
+                **_errors(404, 409, 503),
+            },
+        )  # fmt: skip
 
-    @app.post("/v1/transactions/{tx_id}:rollback", summary="Roll back: the message is never delivered")
-    async def rollback(tx_id: str) -> Response:
-        return await decide(tx_id, Decision.ROLLBACK)
+    decision_route(Decision.COMMIT, "Commit: the message is delivered")
+    decision_route(Decision.ROLLBACK, "Roll back: the message is never delivered")
 
-    @app.get("/v1/transactions/{tx_id}", summary="Where a transaction stands")
+    @app.get(
+        "/v1/transactions/{tx_id}",
+        summary="Where a transaction stands",
+        responses={200: {"description": "PREPARED, COMMITTED or ROLLED_BACK.", **_RECORD}, **_errors(404)},
+    )
     async def status(tx_id: str) -> Response:
         record = coordinator.records.get(tx_id)
         if record is None:

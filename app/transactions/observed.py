@@ -72,9 +72,16 @@ class ObservedCoordinator(TransactionCoordinator):
         self.stats = TransactionStats(self.records, self._now_ms)
 
     async def begin(
-        self, msg: Message, *, transaction_key: str | None = None, sharding_key: str | None = None
+        self,
+        msg: Message,
+        *,
+        transaction_key: str | None = None,
+        sharding_key: str | None = None,
+        message_type: str = "",
     ) -> Record:
-        record = await super().begin(msg, transaction_key=transaction_key, sharding_key=sharding_key)
+        record = await super().begin(
+            msg, transaction_key=transaction_key, sharding_key=sharding_key, message_type=message_type
+        )
         self.stats.begun(record)
         return record
 

@@ -62,15 +62,8 @@ class HalfReceipt:
     offset_msg_id: str
 
     def end(self, state: TransactionState, *, from_check: bool = False) -> EndTransaction:
-        return EndTransaction(
-            producer_group=self.group,
-            tran_state_table_offset=self.queue_offset,
-            commit_log_offset=self.commit_log_offset,
-            state=state.value,
-            msg_id=self.msg_id,
-            transaction_id=self.msg_id,
-            from_transaction_check=from_check,
-        )
+        ids = (self.msg_id, self.msg_id)  # the transaction id is the UNIQ_KEY, as Java's
+        return _end(self.group, (self.queue_offset, self.commit_log_offset), ids, state, from_check)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +76,26 @@ class CheckRequest:
     msg_id: str  # the half's UNIQ_KEY (or its offset id when it has none)
     transaction_id: str
     message: MessageExt
+
+    def answer(self, group: str, state: TransactionState) -> EndTransaction:
+        offsets = (self.tran_state_table_offset, self.commit_log_offset)
+        return _end(group, offsets, (self.msg_id, self.transaction_id), state, True)
+
+
+def _end(
+    group: str, offsets: tuple[int, int], ids: tuple[str, str], state: TransactionState, from_check: bool
+) -> EndTransaction:
+    """END_TRANSACTION of the half at ``offsets`` (its half-topic offset, its commit-log offset) with
+    ``ids`` (msgId, transactionId): a decision, or the answer to a check."""
+    return EndTransaction(
+        producer_group=group,
+        tran_state_table_offset=offsets[0],
+        commit_log_offset=offsets[1],
+        state=state.value,
+        msg_id=ids[0],
+        transaction_id=ids[1],
+        from_transaction_check=from_check,
+    )
 
 
 # Decides a check: the caller's record, or its app. Raising counts as UNKNOWN (the broker asks again).
@@ -188,15 +201,7 @@ class TransactionProducer:
         except Exception:  # the app's trouble: the broker asks again later, as after Java's UNKNOW
             log.exception("transaction check of %s failed; answering UNKNOWN", request.msg_id)
             state = TransactionState.UNKNOWN
-        end = EndTransaction(
-            producer_group=self.group,
-            tran_state_table_offset=request.tran_state_table_offset,
-            commit_log_offset=request.commit_log_offset,
-            state=state.value,
-            msg_id=request.msg_id,
-            transaction_id=request.transaction_id,
-            from_transaction_check=True,
-        )
+        end = request.answer(self.group, state)
         try:  # on the connection the broker asked on, one-way, as Java's endTransactionOneway
             await conn.invoke_oneway(RemotingCommand(RequestCode.END_TRANSACTION, end.header()))
         except RocketMQError as exc:

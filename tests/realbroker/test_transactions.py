@@ -6,7 +6,11 @@ halves older than transactionTimeOut (6 s)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+from pathlib import Path
+
+import pytest
 
 from rocksidecar.app.transactions.coordinator import TransactionCoordinator
 from rocksidecar.app.transactions.records import CF, Decision, TransactionRecords
@@ -14,10 +18,25 @@ from rocksidecar.rmq import ClientInstance, Message
 from rocksidecar.rmq.producer import Producer, ProducerConfig
 from rocksidecar.rmq.producer.transaction import CheckRequest, TransactionProducer, TransactionState
 from rocksidecar.storage.memory import MemoryKV
+from tests.app.push_app import push_app
+from tests.app.transactions.serve import Serve, begin, check_endpoint, decide, http_client, running, until
 from tests.realbroker import java_probe
 from tests.realbroker.conftest import create_topic_everywhere, pull_all, unique_topic
 
 CHECK_WAIT_S = 90.0  # first check after >= 6 s, every 5 s; a loaded machine is slower
+
+
+async def java_received(java: asyncio.subprocess.Process, expected: set[str]) -> set[str]:
+    """The ids the Java DefaultMQPushConsumer printed, read until ``expected`` are among them."""
+    received: set[str] = set()
+    assert java.stdout is not None
+    async with asyncio.timeout(120.0):
+        while not expected <= received:
+            line = (await java.stdout.readline()).decode().strip()
+            assert line, "the Java consumer exited"
+            if line.startswith("MSG "):
+                received.add(line.split(" ")[1])
+    return received
 
 
 async def test_commit_rollback_and_check_back(namesrv_addr: str) -> None:
@@ -151,19 +170,56 @@ async def test_java_push_consumer_receives_exactly_the_committed(namesrv_addr: s
             assert (await coordinator.decide(r.id, Decision.COMMIT)).acknowledged
         for r in begun[10:]:
             assert (await coordinator.decide(r.id, Decision.ROLLBACK)).acknowledged
-        received: set[str] = set()
-        assert java.stdout is not None
-        async with asyncio.timeout(120.0):
-            while not committed <= received:
-                line = (await java.stdout.readline()).decode().strip()
-                assert line, "the Java consumer exited"
-                if line.startswith("MSG "):
-                    received.add(line.split(" ")[1])
-        assert received == committed
+        assert await java_received(java, committed) == committed
         stored = [m.uniq_key for m in await pull_all(instance.api, route, topic, f"{group}_check")]
         assert sorted(stored) == sorted(committed)  # type: ignore[type-var]
     finally:
         await java_probe.stop(java)
         await tx.close()
         await producer.close()
+        await instance.close()
+
+
+@pytest.mark.timeout(480)  # Java start-up, two serve start-ups and checks every 5 s on a loaded machine
+async def test_serve_sigkilled_between_begin_and_commit_is_asked_after_restart(
+    namesrv_addr: str, tmp_path: Path
+) -> None:
+    """A real `rocksidecar serve`: one transaction committed, one rolled back, two left undecided when
+    the process is SIGKILLed; the restarted one is asked by the broker (transactionCheckInterval=5000)
+    and the app's check endpoint decides. A Java DefaultMQPushConsumer receives exactly the committed."""
+    topic = unique_topic("tx_serve")
+    group = f"tx_serve_pg_{os.getpid()}"
+    instance = ClientInstance(namesrv_addr)
+    route = await create_topic_everywhere(instance.namesrv, instance.api, topic)
+    answers: dict[str, str] = {}
+    java = await java_probe.start("consume", namesrv_addr, topic, f"{topic}_cg")
+    try:
+        with push_app(lambda n: (200, {"content-type": "application/json"}, 0.0)) as app:
+            app.respond = check_endpoint(answers)
+            serve = Serve(
+                namesrv_addr, tmp_path / "data",
+                TRANSACTIONS_CHECK_ENDPOINT=app.url, TRANSACTIONS_GROUP=group, PRODUCER_GROUP=group,
+            )  # fmt: skip
+            async with http_client() as http:
+                async with running(serve, http):
+                    ids = [await begin(http, serve.url, topic, key) for key in ("c", "r", "app-c", "app-r")]
+                    committed, rolled_back, by_app_commit, by_app_rollback = ids
+                    assert (await decide(http, serve.url, committed, "commit"))["acknowledged"] is True
+                    assert (await decide(http, serve.url, rolled_back, "rollback"))["acknowledged"] is True
+                    await serve.kill()
+                answers.update({by_app_commit: "COMMIT", by_app_rollback: "ROLLBACK"})
+                app.got.clear()  # checks the first process answered UNKNOWN do not count
+                async with running(serve, http):
+                    asked = lambda: {json.loads(g.body)["id"] for g in app.got}  # noqa: E731
+                    await until(
+                        lambda: {by_app_commit, by_app_rollback} <= asked(), "the checks", CHECK_WAIT_S
+                    )
+                    expected = {committed, by_app_commit}
+                    assert await java_received(java, expected) == expected
+                    state = (await http.get(f"{serve.url}/v1/transactions/{by_app_rollback}")).json()
+                    assert state["state"] == "ROLLED_BACK"
+        stored = [m.uniq_key for m in await pull_all(instance.api, route, topic, f"{group}_check")]
+        assert sorted(stored) == sorted(expected)  # type: ignore[type-var]
+    finally:
+        await java_probe.stop(java)
         await instance.close()

@@ -3,56 +3,76 @@ UNKNOWN (never a decision), and only endpoints on this machine are accepted."""
 
 from __future__ import annotations
 
-import httpx
 import orjson
 import pytest
 
+from rocksidecar.app.http_client import Answer, HttpClient, PostError
 from rocksidecar.app.transactions.app_check import AppCheck
 from rocksidecar.rmq.producer.transaction import TransactionState
+from tests.app.push_app import push_app
 
 URL = "http://127.0.0.1:8080/tx-check"
 
 
-def check(reply: httpx.Response, seen: list[dict[str, object]] | None = None) -> AppCheck:
-    def handler(request: httpx.Request) -> httpx.Response:
-        if seen is not None:
-            seen.append(orjson.loads(request.content))
-        return reply
+class FakeClient(HttpClient):
+    """Answers every request with ``reply`` (or raises it), recording the bodies."""
 
-    return AppCheck(URL, httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+    def __init__(self, reply: Answer | PostError) -> None:
+        super().__init__()
+        self.reply = reply
+        self.seen: list[dict[str, object]] = []
+
+    async def request(  # type: ignore[override]
+        self, url: str, body: bytes, headers: dict[str, str], timeout_s: float, method: str = "POST"
+    ) -> Answer:
+        assert url == URL and method == "POST" and headers["content-type"] == "application/json"
+        self.seen.append(orjson.loads(body))
+        if isinstance(self.reply, PostError):
+            raise self.reply
+        return self.reply
+
+
+def json_answer(status: int, doc: object) -> Answer:
+    return Answer(status, {"content-type": "application/json"}, orjson.dumps(doc))
 
 
 @pytest.mark.parametrize("state", list(TransactionState))
 async def test_answers_are_taken(state: TransactionState) -> None:
-    seen: list[dict[str, object]] = []
-    answer = await check(httpx.Response(200, json={"state": state.name}), seen)("id1", "order-1", "T")
-    assert answer is state
-    assert seen == [{"id": "id1", "transactionKey": "order-1", "topic": "T"}]
+    client = FakeClient(json_answer(200, {"state": state.name}))
+    assert await AppCheck(URL, client)("id1", "order-1", "T") is state
+    assert client.seen == [{"id": "id1", "transactionKey": "order-1", "topic": "T"}]
 
 
 @pytest.mark.parametrize(
     "reply",
     [
-        httpx.Response(500, json={"state": "COMMIT"}),
-        httpx.Response(200, json={"state": "commit please"}),
-        httpx.Response(200, json=["COMMIT"]),
-        httpx.Response(200, content=b"not json"),
-        httpx.Response(200, content=b'{"state": "COMMIT", "pad": "' + b"x" * 5000 + b'"}'),
+        json_answer(500, {"state": "COMMIT"}),
+        json_answer(200, {"state": "commit please"}),
+        json_answer(200, ["COMMIT"]),
+        Answer(200, {}, b"not json"),
+        Answer(200, {}, b'{"state": "COMMIT", "pad": "' + b"x" * 5000 + b'"}'),
+        PostError("connection refused"),  # the app is down
     ],
 )
-async def test_anything_else_is_unknown(reply: httpx.Response) -> None:
-    assert await check(reply)("id1", None) is TransactionState.UNKNOWN
+async def test_anything_else_is_unknown(reply: Answer | PostError) -> None:
+    assert await AppCheck(URL, FakeClient(reply))("id1", None) is TransactionState.UNKNOWN
 
 
-async def test_unreachable_app_is_unknown() -> None:
-    def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("refused", request=request)
-
-    client = httpx.AsyncClient(transport=httpx.MockTransport(refuse))
-    assert await AppCheck(URL, client)("id1", None) is TransactionState.UNKNOWN
+async def test_a_real_app_over_the_http_client() -> None:
+    """The real client against a real socket: each answer is read (over one kept connection)."""
+    states = {"a": "COMMIT", "b": "ROLLBACK"}
+    with push_app(lambda n: (200, {"content-type": "application/json"}, 0.0)) as app:
+        app.respond = lambda body: orjson.dumps({"state": states[orjson.loads(body)["id"]]})
+        client = HttpClient()
+        try:
+            check = AppCheck(app.url, client)
+            answers = [await check(tx_id, None, "T") for tx_id in states]
+        finally:
+            await client.close()
+    assert answers == [TransactionState.COMMIT, TransactionState.ROLLBACK]
 
 
 @pytest.mark.parametrize("url", ["http://example.com/check", "ftp://127.0.0.1/x", "http://127.0.0.1.nip.io/"])
 def test_only_local_endpoints(url: str) -> None:
     with pytest.raises(ValueError, match="check_endpoint"):
-        AppCheck(url, httpx.AsyncClient())
+        AppCheck(url, HttpClient())

@@ -1,0 +1,143 @@
+"""The local outbox (issue 29), with no broker at all: begin syncs the message in the record, commit turns
+it into an ordinary retry record (the same key when a restart does it again), rollback drops it, an
+undecided one past its timeout is checked with the app; and auto mode falls back to it only when no
+broker stored the half, never for a message a broker refused."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from rocksidecar.app.transactions.coordinator import LocalOutbox, TransactionCoordinator
+from rocksidecar.app.transactions.records import CF, Decision, TransactionRecords
+from rocksidecar.retry import RetryStore
+from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
+from rocksidecar.retry.keys import PENDING_CF
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.rmq import Message, SendFailed
+from rocksidecar.rmq.codes import ResponseCode
+from rocksidecar.rmq.errors import RocketMQError, for_code
+from rocksidecar.rmq.producer.transaction import HalfReceipt, TransactionState
+from rocksidecar.storage.memory import MemoryKV
+from tests.fakes import FakeWallClock
+
+POLICY = RetryPolicy((2.0, 10.0), 5)
+
+
+class NoBroker:
+    """A TransactionProducer whose half sends fail with ``error`` (none reaches a broker)."""
+
+    def __init__(self, error: RocketMQError) -> None:
+        self.error = error
+        self.checker = None
+        self.halves = 0
+
+    async def send_half(self, msg: Message, *, sharding_key: str | None = None) -> HalfReceipt:
+        self.halves += 1
+        raise self.error
+
+
+@dataclass
+class Env:
+    clock: FakeWallClock
+    kv: MemoryKV
+    retry: RetryStore
+    asked: list[str]
+    answers: dict[str, TransactionState]
+
+    def coordinator(self, mode: str, producer: object | None = None) -> TransactionCoordinator:
+        async def ask_app(tx_id: str, key: str | None, topic: str) -> TransactionState:
+            self.asked.append(tx_id)
+            return self.answers.get(tx_id, TransactionState.UNKNOWN)
+
+        outbox = LocalOutbox(self.retry, lambda _type: POLICY, undecided_timeout_ms=60_000)
+        tx = producer or NoBroker(SendFailed("no broker", [], None))
+        return TransactionCoordinator(
+            TransactionRecords(self.kv), tx,  # type: ignore[arg-type]
+            ask_app, now_ms=self.clock.now_ms, mode=mode, outbox=outbox,
+        )  # fmt: skip
+
+
+@pytest.fixture
+def env() -> Env:
+    clock = FakeWallClock()
+    kv = MemoryKV([CF, *RETRY_CFS])
+    return Env(clock, kv, RetryStore(kv, now_ms=clock.now_ms), [], {})
+
+
+async def test_commit_spools_rollback_drops(env: Env) -> None:
+    c = env.coordinator("local")
+    keep = await c.begin(Message("Orders", b"keep", keys=("k1",)), transaction_key="o-1", message_type="pay")
+    drop = await c.begin(Message("Orders", b"drop"))
+    assert keep.local and keep.message is not None and keep.message.body == b"keep"
+    assert env.retry.stats().pending == 0  # nothing to deliver before the commit
+    env.clock.wall_ms += 500
+    committed = await c.decide(keep.id, Decision.COMMIT)
+    assert committed.acknowledged and committed.message is None  # spooled: the record drops its copy
+    rolled = await c.decide(drop.id, Decision.ROLLBACK)
+    assert rolled.acknowledged and rolled.message is None
+    assert env.retry.stats().pending == 1
+    status = env.retry.get(keep.id)
+    assert status is not None and status.next_attempt_at_ms == env.clock.wall_ms + 2000  # the ladder's rung
+    assert env.retry.get(drop.id) is None
+    [(_key, value)] = list(env.kv.scan(PENDING_CF, limit=10))
+    assert b"keep" in value and b"pay" in value  # the message and its type went into the retry record
+    assert (await c.decide(keep.id, Decision.COMMIT)) == committed  # a repeat: same answer, no new spool
+    assert env.retry.stats().pending == 1
+
+
+async def test_a_redone_commit_writes_the_same_retry_key(env: Env) -> None:
+    """The process died after the decision was synced, before the spool (or before the spool was
+    recorded as done): the restarted coordinator spools it, under the same key however often."""
+    begun = await env.coordinator("local").begin(Message("Orders", b"x"))
+    decided = begun.decided(Decision.COMMIT, env.clock.now_ms())
+    await env.coordinator("local").records.put(decided)  # synced; then the process died
+    for _restart in range(2):
+        env.clock.wall_ms += 10_000
+        restarted = env.coordinator("local")
+        assert await restarted.resend() == 1
+        assert len(list(env.kv.scan(PENDING_CF, limit=10))) == 1  # one retry record
+        await restarted.records.put(decided)  # the "carried out" mark lost with the process
+
+
+async def test_undecided_past_the_timeout_is_checked_with_the_app(env: Env) -> None:
+    c = env.coordinator("local")
+    yes = await c.begin(Message("Orders", b"yes"))
+    no = await c.begin(Message("Orders", b"no"))
+    unsure = await c.begin(Message("Orders", b"unsure"))
+    env.answers.update({yes.id: TransactionState.COMMIT, no.id: TransactionState.ROLLBACK})
+    env.clock.wall_ms += 59_999
+    assert await c.check_undecided() == 0 and env.asked == []  # not yet past the timeout
+    env.clock.wall_ms += 1
+    assert await c.check_undecided() == 2
+    assert sorted(env.asked) == sorted([yes.id, no.id, unsure.id])
+    states = {r.id: r.decision for r in c.records.all()}
+    assert states == {yes.id: Decision.COMMIT, no.id: Decision.ROLLBACK, unsure.id: Decision.NONE}
+    assert env.retry.stats().pending == 1 and env.retry.get(yes.id) is not None
+    env.asked.clear()
+    await c.maintain()  # asked again every round while the app does not know
+    assert env.asked == [unsure.id]
+
+
+async def test_auto_falls_back_only_when_no_broker_stored_the_half(env: Env) -> None:
+    down = NoBroker(SendFailed("no broker", [], None))
+    record = await env.coordinator("auto", down).begin(Message("Orders", b"x"))
+    assert down.halves == 1 and record.local
+    refused = NoBroker(
+        for_code(ResponseCode.MESSAGE_ILLEGAL, "illegal")
+    )  # the broker refused the message itself
+    with pytest.raises(RocketMQError):
+        await env.coordinator("auto", refused).begin(Message("Orders", b"x"))
+    broker_only = NoBroker(SendFailed("no broker", [], None))
+    with pytest.raises(SendFailed):
+        await env.coordinator("broker", broker_only).begin(Message("Orders", b"x"))
+    assert len(env.coordinator("local").records.all()) == 1  # only the auto one was kept
+
+
+def test_a_mode_needs_its_outbox() -> None:
+    with pytest.raises(ValueError, match="local outbox"):
+        TransactionCoordinator(
+            TransactionRecords(MemoryKV([CF])), NoBroker(SendFailed("x", [], None)),  # type: ignore[arg-type]
+            None, mode="auto",
+        )  # fmt: skip
