@@ -22,6 +22,7 @@ from rocksidecar.rmq import Message, RocketMQError
 from rocksidecar.rmq.producer import Producer
 from rocksidecar.storage.tasks import stop_task
 
+from . import envelope
 from .inner import MAX_ID_CHARS, OP
 
 log = logging.getLogger(__name__)
@@ -55,16 +56,7 @@ def encode(by: str, ids: Sequence[str]) -> bytes:
 
 def parse(body: bytes, props: Mapping[str, str]) -> Mark:
     """The mark a message of the marks topic carries. Raises MarkFormatError."""
-    if props.get(OP) != OP_MARK:
-        raise MarkFormatError(f"not a mark ({OP}={props.get(OP)!r})")
-    if len(body) > MAX_BODY:
-        raise MarkFormatError(f"mark body of {len(body)} bytes")
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise MarkFormatError(f"mark body is not JSON: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("v") != 1:
-        raise MarkFormatError("mark body is not a version 1 mark")
+    doc = envelope.load(body, props, OP_MARK, MAX_BODY, MarkFormatError)
     by, ids = doc.get("by"), doc.get("ids")
     if not isinstance(by, str) or not isinstance(ids, list) or len(ids) > MAX_IDS:
         raise MarkFormatError(f"mark body needs 'by' and at most {MAX_IDS} 'ids'")

@@ -49,11 +49,12 @@ from ..wiring import (
     tune_gc,
 )
 from .consume import InnerListener
+from .defaults import INTERVAL_S, REFRESH_AFTER_S
 from .http import create_app
 from .inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC, Reject, Rules
 from .marks import DEFAULT_MARKS_TOPIC
 from .replicas import ReplicaSet
-from .replication import Replication, offsets_store
+from .replication import PRESENCE_OFFSETS_FILE, Replication, offsets_store
 
 log = logging.getLogger("rocksidecar.dmq")
 
@@ -72,7 +73,10 @@ class DmqOptions:
     replicas: str | None = None
     copies: int | None = None  # replicas holding each message; None: 2 (1 with a single replica)
     marks_topic: str = DEFAULT_MARKS_TOPIC
-    presence_interval_s: float = 1.0  # how often the live publishers are read (and at each change)
+    presence_interval_s: float = INTERVAL_S  # beats and member-list reads this often (app.dmq.beats)
+    # Held messages go to the inner topic again at this age (app.dmq.refresh); keep it below the inner
+    # topic's retention (72 h by default). 0: never (a lost volume then relies on the inner topic alone).
+    refresh_after_s: float = REFRESH_AFTER_S
 
 
 class SpoolLoggingRetryStore(RetryStore):
@@ -179,6 +183,10 @@ class DmqService:
                 offsets=offsets,
                 registry=r,
                 presence_interval_s=o.presence_interval_s,
+                namesrv=";".join(addresses),
+                presence_offsets=offsets_store(Path(s.data_dir), PRESENCE_OFFSETS_FILE),
+                inner_topic=o.inner_topic,
+                refresh_after_s=o.refresh_after_s,
             )
             if replicas is not None
             else None

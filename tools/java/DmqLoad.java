@@ -3,7 +3,7 @@
 //   DmqLoad produce NAMESRV INNER_TOPIC REAL_TOPIC COUNT FIRST_DUE_MS SPREAD_MS
 //     sends COUNT delayed messages to the inner topic in the inner format (DMQ_REAL_TOPIC, DMQ_DELIVER_MS),
 //     due evenly over [FIRST_DUE_MS, FIRST_DUE_MS + SPREAD_MS), each with its UNIQ_KEY as the sharding
-//     key; prints "sent UNIQ_KEY DUE_MS" per message.
+//     key, from SENDERS threads; prints "sent UNIQ_KEY DUE_MS" per message.
 //   DmqLoad levels NAMESRV TOPIC COUNT LEVEL
 //     sends COUNT messages with RocketMQ's own delay level LEVEL (1 = 1 s) to TOPIC; prints
 //     "sent UNIQ_KEY DUE_MS" (born time + the level's delay).
@@ -11,10 +11,14 @@
 //     consumes TOPIC from the first offset until EXPECTED distinct ids arrived (or the timeout);
 //     prints "got UNIQ_KEY DUE_MS RECEIVED_MS STORE_MS" per delivery (duplicates included), then "done".
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
@@ -49,6 +53,8 @@ public class DmqLoad {
         return p;
     }
 
+    static final int SENDERS = 8; // sync sends in parallel: ~10 ms a send on a busy shared machine
+
     static void produce(String[] a) throws Exception {
         String namesrv = a[1], inner = a[2], real = a[3];
         int count = Integer.parseInt(a[4]);
@@ -57,21 +63,35 @@ public class DmqLoad {
         // The UNIQ_KEY as the sharding key, with the client's own hash selector (the sidecar's
         // ByShardingKey is the same): a cancel sent the same way lands on the same inner queue.
         MessageQueueSelector byKey = new SelectMessageQueueByHash();
-        StringBuilder out = new StringBuilder();
-        for (int i = 0; i < count; i++) {
-            long due = first + spread * i / count;
-            Message m = new Message(inner, "dmq", ("body-" + i).getBytes(StandardCharsets.UTF_8));
-            m.putUserProperty("DMQ_REAL_TOPIC", real);
-            m.putUserProperty("DMQ_DELIVER_MS", Long.toString(due));
-            MessageClientIDSetter.setUniqID(m);
-            String id = MessageClientIDSetter.getUniqID(m);
-            p.send(m, byKey, id);
-            out.append("sent ").append(id).append(' ').append(due).append('\n');
-            if (out.length() > 1 << 16) { System.out.print(out); out.setLength(0); }
+        ExecutorService pool = Executors.newFixedThreadPool(SENDERS);
+        List<Future<?>> parts = new ArrayList<>();
+        for (int t = 0; t < SENDERS; t++) {
+            final int from = t;
+            parts.add(pool.submit(() -> {
+                StringBuilder out = new StringBuilder();
+                for (int i = from; i < count; i += SENDERS) {
+                    long due = first + spread * i / count;
+                    Message m = new Message(inner, "dmq", ("body-" + i).getBytes(StandardCharsets.UTF_8));
+                    m.putUserProperty("DMQ_REAL_TOPIC", real);
+                    m.putUserProperty("DMQ_DELIVER_MS", Long.toString(due));
+                    MessageClientIDSetter.setUniqID(m);
+                    String id = MessageClientIDSetter.getUniqID(m);
+                    p.send(m, byKey, id);
+                    out.append("sent ").append(id).append(' ').append(due).append('\n');
+                    if (out.length() > 1 << 14) { print(out); }
+                }
+                print(out);
+                return null;
+            }));
         }
-        System.out.print(out);
-        System.out.flush();
+        for (Future<?> f : parts) f.get(); // a failed send fails the run
+        pool.shutdown();
         p.shutdown();
+    }
+
+    static void print(StringBuilder out) {
+        synchronized (System.out) { System.out.print(out); System.out.flush(); }
+        out.setLength(0);
     }
 
     static void levels(String[] a) throws Exception {
