@@ -114,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"rocksidecar dmq: configuration error: {exc}", file=sys.stderr)
         return 2
     from ..wiring import StartupError
-    from .service import DmqOptions, serve
+    from .options import DmqOptions
+    from .service import serve
 
     options = DmqOptions(
         settings.dmq_inner_topic,

@@ -37,7 +37,8 @@ from rocksidecar.rmq.producer import Producer
 from . import beats, envelope, inner, marks
 from .consume import InnerListener
 from .converge import Convergence
-from .defaults import INTERVAL_S, TIMEOUT_BEATS, presence_topic
+from .defaults import TIMEOUT_BEATS, presence_topic
+from .options import DmqOptions
 from .presence import Presence
 from .refresh import Refresher
 from .replicas import ReplicaSet
@@ -60,58 +61,53 @@ class Replication:
     def __init__(
         self,
         replicas: ReplicaSet,
+        options: DmqOptions,
         *,
         instance: ClientInstance,
         producer: Producer,
         delay: DelayStore,
-        group: str,
-        marks_topic: str,
-        offsets: LocalFileOffsetStore,
         registry: CollectorRegistry,
-        presence_interval_s: float = INTERVAL_S,
-        namesrv: str = "",
-        presence_offsets: LocalFileOffsetStore | None = None,
-        inner_topic: str = "",
-        refresh_after_s: float = 0.0,
+        namesrv: str,
+        data_dir: Path,
     ) -> None:
-        """``namesrv`` and ``presence_offsets``: the beats' reader (app.dmq.beats); without offsets,
-        liveness is the member list alone (a frozen replica's share waits for the broker's expiry).
-        ``refresh_after_s`` > 0: held messages are written to ``inner_topic`` again at that age
-        (app.dmq.refresh)."""
+        """``data_dir``: the volume holding the consumers' offsets (``self.offsets`` for the inner and
+        marks topics' consumer). ``options.refresh_after_s`` > 0: held messages are written to the inner
+        topic again at that age (app.dmq.refresh)."""
+        group, marks_topic = options.group, options.marks_topic
+        presence_interval_s, refresh_after_s = options.presence_interval_s, options.refresh_after_s
+        self.offsets = offsets_store(data_dir)
         self.replicas = replicas
         self._delay = delay
         self.marks_topic = marks_topic
-        self.convergence = Convergence(offsets)
+        self.convergence = Convergence(self.offsets)
         self.beats = beats.Beats(replicas.names, int(presence_interval_s * TIMEOUT_BEATS * 1000))
         self.presence_topic = presence_topic(marks_topic)
         self.presence = Presence(
             instance, group + PUBLISHERS_SUFFIX, marks_topic, replicas.me, interval_s=presence_interval_s,
-            beats=self.beats if presence_offsets is not None else None,
+            beats=self.beats,
         )  # fmt: skip
         self._beating = Periodic("dmq-beats", presence_interval_s, self._beat, run_first=True, logger=log)
-        self._beat_reader: PushConsumer | None = None
-        if presence_offsets is not None:
-            self._beat_reader = PushConsumer(
-                ConsumerConfig(
-                    group=group + BEATS_SUFFIX,
-                    message_model=MessageModel.BROADCASTING,
-                    consume_from=ConsumeFrom.LAST_OFFSET,  # only what is said from now on matters
-                    instance_name=replicas.me,
-                    consume_batch_size=32,
-                    consume_concurrency=1,
-                    persist_interval_s=60.0,
-                ),
-                namesrv,
-                self._heard,
-                instance=instance,
-            )
-            self._beat_reader.offsets = presence_offsets
-            self._beat_reader.subscribe(self.presence_topic)
+        self._beat_reader = PushConsumer(
+            ConsumerConfig(
+                group=group + BEATS_SUFFIX,
+                message_model=MessageModel.BROADCASTING,
+                consume_from=ConsumeFrom.LAST_OFFSET,  # only what is said from now on matters
+                instance_name=replicas.me,
+                consume_batch_size=32,
+                consume_concurrency=1,
+                persist_interval_s=60.0,
+            ),
+            namesrv,
+            self._heard,
+            instance=instance,
+        )
+        self._beat_reader.offsets = offsets_store(data_dir, PRESENCE_OFFSETS_FILE)
+        self._beat_reader.subscribe(self.presence_topic)
         self._producer = producer
         self._refreshing: Periodic | None = None
         if refresh_after_s > 0:
             self.refresher = Refresher(
-                delay, producer, inner_topic, int(refresh_after_s * 1000), self._mine,
+                delay, producer, options.inner_topic, int(refresh_after_s * 1000), self._mine,
                 on_refreshed=lambda n: self.refreshed.inc(n),  # noqa: PLW0108 - defined below
             )  # fmt: skip
             self._refreshing = Periodic("dmq-refresh", self.refresher.interval_s, self._refresh, logger=log)
@@ -261,9 +257,8 @@ class Replication:
     async def start(self, topics: Sequence[str]) -> None:
         """After the consumer started: note where the topics end, start presence, beats and marks, and
         join the publishers once converged (in the background)."""
-        if self._beat_reader is not None:
-            await self._beat_reader.start()
-            self._beating.start()
+        await self._beat_reader.start()
+        self._beating.start()
         self.presence.start()
         self.marks.start()
         if self._refreshing is not None:
@@ -287,5 +282,4 @@ class Replication:
         await self.marks.close()
         await self.presence.close()
         await self._beating.close()
-        if self._beat_reader is not None:
-            await self._beat_reader.close()
+        await self._beat_reader.close()

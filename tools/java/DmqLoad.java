@@ -23,6 +23,7 @@ import java.util.concurrent.TimeUnit;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.MessageQueueSelector;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -37,6 +38,15 @@ public class DmqLoad {
     static final long[] LEVEL_MS = {1000, 5000, 10000, 30000, 60000};
 
     public static void main(String[] args) throws Exception {
+        try {
+            run(args);
+        } catch (Exception e) {
+            e.printStackTrace();
+            System.exit(1); // the client's threads would keep a failed run alive
+        }
+    }
+
+    static void run(String[] args) throws Exception {
         switch (args[0]) {
             case "produce": produce(args); break;
             case "levels": levels(args); break;
@@ -63,6 +73,12 @@ public class DmqLoad {
         // The UNIQ_KEY as the sharding key, with the client's own hash selector (the sidecar's
         // ByShardingKey is the same): a cancel sent the same way lands on the same inner queue.
         MessageQueueSelector byKey = new SelectMessageQueueByHash();
+        // The route first, once: senders that all ask the name server at their first send queue on the
+        // client's name-server lock, and one that waits 3 s for it fails with "No route info".
+        for (int tries = 1; ; tries++) {
+            try { p.fetchPublishMessageQueues(inner); break; }
+            catch (MQClientException e) { if (tries == 20) throw e; Thread.sleep(500); }
+        }
         ExecutorService pool = Executors.newFixedThreadPool(SENDERS);
         List<Future<?>> parts = new ArrayList<>();
         for (int t = 0; t < SENDERS; t++) {

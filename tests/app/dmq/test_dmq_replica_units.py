@@ -8,6 +8,7 @@ from rocksidecar.app.dmq import beats, inner, marks
 from rocksidecar.app.dmq.refresh import Refresher
 from rocksidecar.app.dmq.replicas import ReplicaSet
 from rocksidecar.delay import DelayedMessage
+from rocksidecar.rmq import Message, RocketMQError
 
 NAMES = ("dmq-0", "dmq-1", "dmq-2")
 
@@ -114,3 +115,36 @@ def test_a_copy_is_refreshed_once_each_time_its_age_passes_a_multiple_of_refresh
     assert r.interval_s == 1000 / 8 / 1000
     with pytest.raises(ValueError):
         Refresher(None, None, "inner", 0, lambda _m: True)  # type: ignore[arg-type]
+
+
+class FlakyProducer:
+    """Refuses the first ``refuse`` sends, then keeps what it is given."""
+
+    def __init__(self, refuse: int) -> None:
+        self.refuse = refuse
+        self.sent: list[Message] = []
+
+    async def send(self, msg: Message) -> None:
+        if self.refuse:
+            self.refuse -= 1
+            raise RocketMQError("no broker")
+        self.sent.append(msg)
+
+
+async def test_marks_wait_for_their_retry_after_a_refused_send_then_go_in_order() -> None:
+    now = [0.0]
+    producer = FlakyProducer(refuse=1)
+    sender = marks.MarkSender(producer, "m", "me", retry_s=1.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    sender.add([f"id{i}" for i in range(marks.MAX_IDS + 1)])
+    with pytest.raises(RocketMQError):
+        await sender._flush()  # the Periodic logs it (throttled) and runs the next round
+    await sender._flush()  # before the retry time: nothing
+    assert producer.sent == [] and sender.buffered == marks.MAX_IDS + 1
+    now[0] = 1.0
+    await sender._flush()
+    got = [marks.parse(m.body, m.properties) for m in producer.sent]
+    assert [len(m.ids) for m in got] == [marks.MAX_IDS, 1] and got[0].ids[0] == "id0"
+    assert sender.buffered == 0 and sender.sent == marks.MAX_IDS + 1
+    sender.add(["late"])
+    await sender.close()  # what is buffered goes out at close
+    assert marks.parse(producer.sent[-1].body, producer.sent[-1].properties).ids == ("late",)
