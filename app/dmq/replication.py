@@ -104,6 +104,7 @@ class Replication:
         self._beat_reader.offsets = offsets_store(data_dir, PRESENCE_OFFSETS_FILE)
         self._beat_reader.subscribe(self.presence_topic)
         self._producer = producer
+        self._catching_up: asyncio.Task[None] | None = None  # see _catch_up
         self._refreshing: Periodic | None = None
         if refresh_after_s > 0:
             self.refresher = Refresher(
@@ -178,15 +179,36 @@ class Replication:
     # --- the scheduler's hooks -------------------------------------------------------------------------
     def may_publish(self, msg: DelayedMessage) -> bool:
         """The gate: this replica's turn, by the live publishers, once converged."""
-        if not self.presence.joined:
+        if not self.presence.joined or self._catching_up is not None:
+            return False
+        live = self.presence.live
+        if self.replicas.me not in live:  # its own beats silent: frozen, or cut off from the brokers
+            self._catch_up()
             return False
         holders = self.replicas.holders(msg.id)
-        publisher = next((n for n in holders if n in self.presence.live), None)
+        publisher = next((n for n in holders if n in live), None)
         if publisher != self.replicas.me:
             return False
         if holders[0] != self.replicas.me:
             self.takeover.inc()
         return True
+
+    def _catch_up(self) -> None:
+        """Publish nothing until the marks topic is read up to where it ends now: the marks of what
+        the others published in this replica's place while it was silent (a replica resumed after a
+        freeze would publish that share again)."""
+        if self._catching_up is None:
+            self._catching_up = asyncio.create_task(self._read_marks_to_end(), name="dmq-catch-up")
+
+    async def _read_marks_to_end(self) -> None:
+        try:
+            marks_read = Convergence(self.offsets)
+            await marks_read.note(self._instance, (self.marks_topic,))
+            await marks_read.wait()
+        except Exception:
+            log.exception("catching up with the marks failed; publishing again")
+        finally:
+            self._catching_up = None
 
     def _mine(self, msg: DelayedMessage) -> bool:
         """Whether this replica publishes ``msg`` now (without counting a take-over)."""
@@ -274,9 +296,10 @@ class Replication:
     async def stop(self) -> None:
         """After the scheduler stopped: send the marks left, then leave the publishers (the others take
         over at once, and have the marks of what this replica published)."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._catching_up):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._refreshing is not None:
             await self._refreshing.close()
         await self.marks.close()
