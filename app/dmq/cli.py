@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from .. import config
+from .defaults import INTERVAL_S, MAX_REFRESH_AFTER_S, REFRESH_AFTER_S, TIMEOUT_BEATS, presence_topic
 
 # flag -> the setting it overrides (declared in app.config, which also reads its environment variable)
 FLAGS = (
@@ -36,10 +37,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--presence-interval-s",
         type=float,
-        default=1.0,
+        default=INTERVAL_S,
         metavar="S",
-        help="replicated mode: read the live publishers every S s (default 1): a crashed replica's share "
-        "is taken over within about this",
+        help=f"replicated mode: send a beat to the presence topic and read the live publishers every S s "
+        f"(default {INTERVAL_S}): a crashed replica's share is taken over within about S, a frozen "
+        f"one's within {TIMEOUT_BEATS} S",
+    )
+    p.add_argument(
+        "--refresh-after-s",
+        type=float,
+        default=REFRESH_AFTER_S,
+        metavar="S",
+        help=f"replicated mode: write a held message to the inner topic again each S s of its age "
+        f"(default {REFRESH_AFTER_S:.0f}, 24 h; 0: never), so a replica rebuilding a lost volume finds "
+        "it there after the inner topic's retention (72 h by default) deleted the first copy: keep S "
+        "below that retention",
     )
     p.add_argument(
         "--offset-persist-s",
@@ -67,10 +79,15 @@ def run(args: argparse.Namespace) -> int:
         validate_topic(settings.dmq_inner_topic)
         if args.offset_persist_s <= 0:
             raise config.ConfigError("--offset-persist-s: must be positive")
+        if not (args.refresh_after_s == 0 or 1 <= args.refresh_after_s <= MAX_REFRESH_AFTER_S):
+            raise config.ConfigError(
+                f"--refresh-after-s: must be 0 (never) or 1 to {MAX_REFRESH_AFTER_S:.0f}"
+            )
         if not 0 < args.presence_interval_s <= 60:
             raise config.ConfigError("--presence-interval-s: must be above 0 and at most 60")
         if settings.dmq_replicas:
             validate_topic(settings.dmq_marks_topic, "marks topic")
+            validate_topic(presence_topic(settings.dmq_marks_topic), "presence topic (marks topic_presence)")
             if not settings.dmq_instance:
                 raise config.ConfigError(
                     f"{where('--replicas', 'dmq_replicas')}: needs this replica's name "
@@ -97,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"rocksidecar dmq: configuration error: {exc}", file=sys.stderr)
         return 2
     from ..wiring import StartupError
-    from .service import DmqOptions, serve
+    from .options import DmqOptions
+    from .service import serve
 
     options = DmqOptions(
         settings.dmq_inner_topic,
@@ -109,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         copies=settings.dmq_copies or None,
         marks_topic=settings.dmq_marks_topic,
         presence_interval_s=args.presence_interval_s,
+        refresh_after_s=args.refresh_after_s,
     )
     try:
         return serve(settings, options)

@@ -13,15 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 import orjson
 
 from rocksidecar.rmq import Message, RocketMQError
+from rocksidecar.rmq.periodic import Periodic
 from rocksidecar.rmq.producer import Producer
-from rocksidecar.storage.tasks import stop_task
 
+from . import envelope
 from .inner import MAX_ID_CHARS, OP
 
 log = logging.getLogger(__name__)
@@ -31,7 +33,7 @@ OP_MARK = "MARK"
 MAX_IDS = 500  # ids per mark message (~20 KB)
 MAX_BODY = 128 * 1024
 MAX_BUFFERED = 200_000  # ids waiting while no broker takes marks; beyond, the oldest are dropped
-FLUSH_S = 0.02  # marks wait this long for company: one message per publish batch, about
+FLUSH_S = 0.02  # marks are sent this often: one message per publish batch, about
 RETRY_S = 1.0
 
 
@@ -55,16 +57,7 @@ def encode(by: str, ids: Sequence[str]) -> bytes:
 
 def parse(body: bytes, props: Mapping[str, str]) -> Mark:
     """The mark a message of the marks topic carries. Raises MarkFormatError."""
-    if props.get(OP) != OP_MARK:
-        raise MarkFormatError(f"not a mark ({OP}={props.get(OP)!r})")
-    if len(body) > MAX_BODY:
-        raise MarkFormatError(f"mark body of {len(body)} bytes")
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise MarkFormatError(f"mark body is not JSON: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("v") != 1:
-        raise MarkFormatError("mark body is not a version 1 mark")
+    doc = envelope.load(body, props, OP_MARK, MAX_BODY, MarkFormatError)
     by, ids = doc.get("by"), doc.get("ids")
     if not isinstance(by, str) or not isinstance(ids, list) or len(ids) > MAX_IDS:
         raise MarkFormatError(f"mark body needs 'by' and at most {MAX_IDS} 'ids'")
@@ -76,83 +69,67 @@ def parse(body: bytes, props: Mapping[str, str]) -> Mark:
     return Mark(by, tuple(ids))
 
 
+@dataclass(eq=False)
 class MarkSender:
-    """Buffers the ids this replica published and sends them as marks, in order, MAX_IDS a message. A
-    mark that no broker takes is tried again every RETRY_S: until it goes out, the other holders keep
-    their copies (and would publish them again only if this replica stopped publishing meanwhile)."""
+    """Buffers the ids this replica published and sends them as marks, in order, MAX_IDS a message, each
+    ``flush_s`` (the ids of concurrent publish calls share a message). A mark that no broker takes is
+    tried again after ``retry_s``: until it goes out, the other holders keep their copies (and would
+    publish them again only if this replica stopped publishing meanwhile)."""
 
-    def __init__(
-        self,
-        producer: Producer,
-        topic: str,
-        by: str,
-        *,
-        flush_s: float = FLUSH_S,
-        retry_s: float = RETRY_S,
-        on_dropped: Callable[[int], None] = lambda _n: None,
-    ) -> None:
-        self._producer = producer
-        self._topic = topic
-        self.by = by
-        self._flush_s = flush_s
-        self._retry_s = retry_s
-        self._on_dropped = on_dropped
-        self._ids: list[str] = []
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self.sent = 0
+    producer: Producer
+    topic: str
+    by: str
+    _: KW_ONLY
+    flush_s: float = FLUSH_S
+    retry_s: float = RETRY_S
+    on_dropped: Callable[[int], None] = lambda _n: None
+    clock: Callable[[], float] = time.monotonic
+    sent: int = field(init=False, default=0)
+    _ids: list[str] = field(init=False, default_factory=list)
+    _retry_at: float = field(init=False, default=0.0)  # after a failed send, nothing before this
+    _flushing: Periodic = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._flushing = Periodic("dmq-marks", self.flush_s, self._flush, logger=log)
 
     def add(self, ids: Sequence[str]) -> None:
         self._ids.extend(ids)
         over = len(self._ids) - MAX_BUFFERED
         if over > 0:
             del self._ids[:over]
-            self._on_dropped(over)
+            self.on_dropped(over)
             log.warning("%d marks dropped: no broker took marks for a while", over)
-        self._wake.set()
 
     @property
     def buffered(self) -> int:
         return len(self._ids)
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="dmq-marks")
+        self._flushing.start()
 
     async def close(self, grace_s: float = 2.0) -> None:
         """Send what is buffered (within ``grace_s``), then stop."""
-        if self._task is None:
-            return
+        await self._flushing.close()
+        self._retry_at = 0.0
         try:
             async with asyncio.timeout(grace_s):
-                while self._ids and await self._send_some():
-                    pass
-        except TimeoutError:
+                await self._flush()
+        except (TimeoutError, RocketMQError):
             log.warning("%d marks not sent at stop", len(self._ids))
-        await stop_task(self._task)
 
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            await asyncio.sleep(self._flush_s)  # let the ids of concurrent publish calls join
-            self._wake.clear()
-            while self._ids:
-                try:
-                    sent = await self._send_some()
-                except Exception:  # an unexpected failure must not end the loop: the marks would stop
-                    log.exception("marks not sent (%d waiting)", len(self._ids))
-                    sent = False
-                if not sent:
-                    await asyncio.sleep(self._retry_s)
-
-    async def _send_some(self) -> bool:
-        chunk = self._ids[:MAX_IDS]
-        msg = Message(self._topic, encode(self.by, chunk), properties={OP: OP_MARK})
-        try:
-            await self._producer.send(msg)
-        except RocketMQError as exc:
-            log.warning("marks not sent (%d waiting): %s", len(self._ids), exc)
-            return False
-        del self._ids[: len(chunk)]
-        self.sent += len(chunk)
-        return True
+    async def _flush(self) -> None:
+        """Send every buffered id. Raises RocketMQError (Periodic logs it, throttled): the rest waits
+        for ``retry_s``."""
+        if self.clock() < self._retry_at:
+            return
+        while self._ids:
+            chunk = self._ids[:MAX_IDS]
+            try:
+                await self.producer.send(
+                    Message(self.topic, encode(self.by, chunk), properties={OP: OP_MARK})
+                )
+            except RocketMQError:
+                self._retry_at = self.clock() + self.retry_s
+                raise
+            del self._ids[: len(chunk)]
+            self.sent += len(chunk)

@@ -4,9 +4,11 @@ A replica joins the publishers' group (``<group>_publishers``) once it has conve
 by adding that group to its client instance's heartbeat; it consumes nothing in it. Every replica reads
 the group's member list (GET_CONSUMER_LIST_BY_GROUP) every ``interval_s`` and at once when a broker
 says the list changed (NOTIFY_CONSUMER_IDS_CHANGED). A replica that stops leaves with UNREGISTER_CLIENT;
-one that crashes leaves when the broker sees its connection close (at once for a killed process; 120 s
-without a heartbeat for a frozen one, the broker's channel expiry). No lock to lapse: that is why a
-crashed replica's share is taken over in about ``interval_s``, not the 60 s of a broker queue lock.
+one that crashes leaves when the broker sees its connection close (at once for a killed process). No
+lock to lapse: that is why a crashed replica's share is taken over in about ``interval_s``, not the 60 s
+of a broker queue lock. A frozen replica keeps its connections and stays listed for the broker's channel
+expiry (120 s without a heartbeat): with ``beats`` (app.dmq.beats), a listed replica is live only while
+its beats on the presence topic are fresh, which takes a frozen one out within ``beats.timeout_ms``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from rocksidecar.rmq.codes import RequestCode, ResponseCode
 from rocksidecar.rmq.connection import Connection
 from rocksidecar.rmq.errors import RocketMQError
 from rocksidecar.rmq.protocol.frame import RemotingCommand
+
+from .beats import Beats
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,7 @@ class Presence:
         *,
         interval_s: float = 1.0,
         on_change: Callable[[frozenset[str]], None] = lambda _live: None,
+        beats: Beats | None = None,
     ) -> None:
         self._instance = instance
         self.group = group
@@ -51,15 +56,25 @@ class Presence:
         self._interval_s = interval_s
         self._on_change = on_change
         self._others: frozenset[str] = frozenset()
+        self.beats = beats
+        self._reported: frozenset[str] = frozenset()  # the live set last logged
         self.joined = False
         self.known = False  # a member list was read at least once
         self._poke = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     @property
-    def live(self) -> frozenset[str]:
-        """The replicas that publish now, by the broker's last answer (and this one once joined)."""
+    def listed(self) -> frozenset[str]:
+        """The replicas in the broker's last member list (and this one once joined)."""
         return self._others | {self._me} if self.joined else self._others
+
+    @property
+    def live(self) -> frozenset[str]:
+        """The replicas that publish now: listed, and with a fresh beat when beats are read."""
+        listed = self.listed
+        if self.beats is None:
+            return listed
+        return frozenset(n for n in listed if self.beats.fresh(n))
 
     def start(self) -> None:
         if self._task is None:
@@ -71,7 +86,7 @@ class Presence:
             return
         self._instance.register_consumer(self.group, self._data, self._on_request)
         self.joined = True
-        self._on_change(self.live)
+        self._report()
         await self._instance.heartbeat()
 
     async def leave(self) -> None:
@@ -107,6 +122,7 @@ class Presence:
         while True:
             self._poke.clear()
             await self.refresh()
+            self._report()
             try:
                 await asyncio.wait_for(self._poke.wait(), self._interval_s)
             except TimeoutError:
@@ -131,6 +147,16 @@ class Presence:
             self.known = True
             if others != self._others:
                 self._others = others
-                log.info("dmq publishers now: %s", ", ".join(sorted(self.live)) or "none")
-                self._on_change(self.live)
+                self._report()
             return
+
+    def _report(self) -> None:
+        """Log and tell ``on_change`` when the live set changed (a member list, or a beat gone stale
+        or fresh again: those are seen at each round)."""
+        live = self.live
+        if live != self._reported:
+            self._reported = live
+            stale = sorted(self.listed - live)
+            log.info("dmq publishers now: %s%s", ", ".join(sorted(live)) or "none",
+                     f" (listed but silent: {', '.join(stale)})" if stale else "")  # fmt: skip
+            self._on_change(live)

@@ -4,7 +4,8 @@ those whose turn is its own, marks what it published and drops what others marke
 replicas" has the design and its failure table; this module wires the parts:
 
 - app.dmq.replicas: who holds and who publishes an id (rendezvous hashing over the listed names);
-- app.dmq.presence: who is live (the broker's member list of the publishers' group);
+- app.dmq.presence: who is live (the broker's member list of the publishers' group, and fresh beats on
+  the presence topic, app.dmq.beats);
 - app.dmq.marks: the marks topic;
 - app.dmq.converge: when this replica has read what was there when it started.
 """
@@ -20,50 +21,97 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rocksidecar.delay import CancelOutcome, DelayedMessage, DelayScheduler, DelayState, DelayStore
 from rocksidecar.rmq.client_instance import ClientInstance
-from rocksidecar.rmq.consumer import ConsumeStatus, MessageListener
+from rocksidecar.rmq.consumer import (
+    ConsumeFrom,
+    ConsumerConfig,
+    ConsumeStatus,
+    MessageListener,
+    MessageModel,
+    PushConsumer,
+)
 from rocksidecar.rmq.consumer.offset_store import LocalFileOffsetStore
-from rocksidecar.rmq.message import MessageExt, MessageQueue
+from rocksidecar.rmq.message import Message, MessageExt, MessageQueue
+from rocksidecar.rmq.periodic import Periodic
 from rocksidecar.rmq.producer import Producer
 
-from . import marks
+from . import beats, envelope, inner, marks
 from .consume import InnerListener
 from .converge import Convergence
+from .defaults import TIMEOUT_BEATS, presence_topic
+from .options import DmqOptions
 from .presence import Presence
+from .refresh import Refresher
 from .replicas import ReplicaSet
 
 log = logging.getLogger(__name__)
 
 OFFSETS_FILE = "dmq-offsets.json"  # the broadcast consumer's offsets, beside the delay store
+PRESENCE_OFFSETS_FILE = "dmq-presence-offsets.json"  # the beats' reader (only to start near the end)
 PUBLISHERS_SUFFIX = "_publishers"
+BEATS_SUFFIX = "_presence"  # the beats' reader group
 
 
-def offsets_store(data_dir: Path) -> LocalFileOffsetStore:
+def offsets_store(data_dir: Path, name: str = OFFSETS_FILE) -> LocalFileOffsetStore:
     """On the replica's volume, named by nothing that changes across restarts (Java's default path
     has the client id, whose IP changes with a pod's): a lost volume loses it with the store."""
-    return LocalFileOffsetStore(data_dir / OFFSETS_FILE)
+    return LocalFileOffsetStore(data_dir / name)
 
 
 class Replication:
     def __init__(
         self,
         replicas: ReplicaSet,
+        options: DmqOptions,
         *,
         instance: ClientInstance,
         producer: Producer,
         delay: DelayStore,
-        group: str,
-        marks_topic: str,
-        offsets: LocalFileOffsetStore,
         registry: CollectorRegistry,
-        presence_interval_s: float = 1.0,
+        namesrv: str,
+        data_dir: Path,
     ) -> None:
+        """``data_dir``: the volume holding the consumers' offsets (``self.offsets`` for the inner and
+        marks topics' consumer). ``options.refresh_after_s`` > 0: held messages are written to the inner
+        topic again at that age (app.dmq.refresh)."""
+        group, marks_topic = options.group, options.marks_topic
+        presence_interval_s, refresh_after_s = options.presence_interval_s, options.refresh_after_s
+        self.offsets = offsets_store(data_dir)
         self.replicas = replicas
         self._delay = delay
         self.marks_topic = marks_topic
-        self.convergence = Convergence(offsets)
+        self.convergence = Convergence(self.offsets)
+        self.beats = beats.Beats(replicas.names, int(presence_interval_s * TIMEOUT_BEATS * 1000))
+        self.presence_topic = presence_topic(marks_topic)
         self.presence = Presence(
-            instance, group + PUBLISHERS_SUFFIX, marks_topic, replicas.me, interval_s=presence_interval_s
+            instance, group + PUBLISHERS_SUFFIX, marks_topic, replicas.me, interval_s=presence_interval_s,
+            beats=self.beats,
+        )  # fmt: skip
+        self._beating = Periodic("dmq-beats", presence_interval_s, self._beat, run_first=True, logger=log)
+        self._beat_reader = PushConsumer(
+            ConsumerConfig(
+                group=group + BEATS_SUFFIX,
+                message_model=MessageModel.BROADCASTING,
+                consume_from=ConsumeFrom.LAST_OFFSET,  # only what is said from now on matters
+                instance_name=replicas.me,
+                consume_batch_size=32,
+                consume_concurrency=1,
+                persist_interval_s=60.0,
+            ),
+            namesrv,
+            self._heard,
+            instance=instance,
         )
+        self._beat_reader.offsets = offsets_store(data_dir, PRESENCE_OFFSETS_FILE)
+        self._beat_reader.subscribe(self.presence_topic)
+        self._producer = producer
+        self._catching_up: asyncio.Task[None] | None = None  # see _catch_up
+        self._refreshing: Periodic | None = None
+        if refresh_after_s > 0:
+            self.refresher = Refresher(
+                delay, producer, options.inner_topic, int(refresh_after_s * 1000), self._mine,
+                on_refreshed=lambda n: self.refreshed.inc(n),  # noqa: PLW0108 - defined below
+            )  # fmt: skip
+            self._refreshing = Periodic("dmq-refresh", self.refresher.interval_s, self._refresh, logger=log)
         self.marks = marks.MarkSender(
             producer,
             marks_topic,
@@ -91,6 +139,21 @@ class Replication:
             "Messages this replica published in place of a holder ranked before it that was not live.",
             registry=r,
         )
+        self.beats_in = Counter(
+            "rocksidecar_dmq_beats",
+            "Beats read from the presence topic, by outcome: heard, unknown (a replica not listed), "
+            "malformed.",
+            ["outcome"],
+            registry=r,
+        )
+        self.refreshed = Counter(
+            "rocksidecar_dmq_refreshed",
+            "Held messages this replica wrote to the inner topic again before retention deletes their "
+            "copy there.",
+            registry=r,
+        )
+        for outcome in ("heard", "unknown", "malformed"):
+            self.beats_in.labels(outcome)
         for outcome in ("dropped", "duplicate", "unknown", "malformed"):
             self.marks_in.labels(outcome)
         for outcome in ("sent", "dropped"):
@@ -116,15 +179,46 @@ class Replication:
     # --- the scheduler's hooks -------------------------------------------------------------------------
     def may_publish(self, msg: DelayedMessage) -> bool:
         """The gate: this replica's turn, by the live publishers, once converged."""
-        if not self.presence.joined:
+        if not self.presence.joined or self._catching_up is not None:
+            return False
+        live = self.presence.live
+        if self.replicas.me not in live:  # its own beats silent: frozen, or cut off from the brokers
+            self._catch_up()
             return False
         holders = self.replicas.holders(msg.id)
-        publisher = next((n for n in holders if n in self.presence.live), None)
+        publisher = next((n for n in holders if n in live), None)
         if publisher != self.replicas.me:
             return False
         if holders[0] != self.replicas.me:
             self.takeover.inc()
         return True
+
+    def _catch_up(self) -> None:
+        """Publish nothing until the marks topic is read up to where it ends now: the marks of what
+        the others published in this replica's place while it was silent (a replica resumed after a
+        freeze would publish that share again)."""
+        if self._catching_up is None:
+            self._catching_up = asyncio.create_task(self._read_marks_to_end(), name="dmq-catch-up")
+
+    async def _read_marks_to_end(self) -> None:
+        try:
+            marks_read = Convergence(self.offsets)
+            await marks_read.note(self._instance, (self.marks_topic,))
+            await marks_read.wait()
+        except Exception:
+            log.exception("catching up with the marks failed; publishing again")
+        finally:
+            self._catching_up = None
+
+    def _mine(self, msg: DelayedMessage) -> bool:
+        """Whether this replica publishes ``msg`` now (without counting a take-over)."""
+        return (
+            self.presence.joined and self.replicas.publisher(msg.id, self.presence.live) == self.replicas.me
+        )
+
+    async def _refresh(self) -> None:
+        if self.converged:  # before, this replica's view of what it holds is not complete
+            await self.refresher.round()
 
     def published(self, msgs: list[DelayedMessage]) -> None:
         self.marks.add([m.id for m in msgs])
@@ -149,13 +243,9 @@ class Replication:
     async def _apply(self, batch: Sequence[MessageExt], inner: InnerListener) -> None:
         """Drop the copies of marked ids. Raises StorageError (the batch is redelivered)."""
         ids: list[str] = []
-        for ext in batch:
-            try:
-                mark = marks.parse(ext.body, ext.properties)
-            except marks.MarkFormatError as exc:
-                self.marks_in.labels("malformed").inc()
-                log.warning("mark %s skipped: %s", ext.msg_id, exc)
-                continue
+        for mark in envelope.each(
+            batch, marks.parse, marks.MarkFormatError, self.marks_in.labels("malformed").inc, log
+        ):
             if mark.by != self.marks.by:  # our own marks of this run: those ids are ours, SENT
                 ids += (i for i in mark.ids if self.replicas.holds(i))
         unique = list(dict.fromkeys(ids))
@@ -173,12 +263,28 @@ class Replication:
         status = self._delay.get(id_)
         return status is not None and status.state is DelayState.SENT and status.sent_to is not None
 
+    # --- presence --------------------------------------------------------------------------------------
+    async def _beat(self) -> None:
+        msg = Message(self.presence_topic, beats.encode(self.replicas.me, self.beats.now_ms()),
+                      properties={inner.OP: beats.OP_BEAT})  # fmt: skip
+        await self._producer.send(msg)
+
+    async def _heard(self, batch: Sequence[MessageExt], _mq: MessageQueue) -> ConsumeStatus:
+        malformed = self.beats_in.labels("malformed").inc
+        for beat in envelope.each(batch, beats.parse, beats.BeatFormatError, malformed, log, logging.DEBUG):
+            self.beats_in.labels("heard" if self.beats.heard(beat) else "unknown").inc()
+        return ConsumeStatus.SUCCESS
+
     # --- lifecycle -------------------------------------------------------------------------------------
     async def start(self, topics: Sequence[str]) -> None:
-        """After the consumer started: note where the topics end, start presence and marks, and join
-        the publishers once converged (in the background)."""
+        """After the consumer started: note where the topics end, start presence, beats and marks, and
+        join the publishers once converged (in the background)."""
+        await self._beat_reader.start()
+        self._beating.start()
         self.presence.start()
         self.marks.start()
+        if self._refreshing is not None:
+            self._refreshing.start()
         await self.convergence.note(self._instance, topics)
         self._task = asyncio.create_task(self._converge(), name="dmq-converge")
 
@@ -190,8 +296,13 @@ class Replication:
     async def stop(self) -> None:
         """After the scheduler stopped: send the marks left, then leave the publishers (the others take
         over at once, and have the marks of what this replica published)."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._catching_up):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if self._refreshing is not None:
+            await self._refreshing.close()
         await self.marks.close()
         await self.presence.close()
+        await self._beating.close()
+        await self._beat_reader.close()

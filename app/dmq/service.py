@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,29 +49,12 @@ from ..wiring import (
 )
 from .consume import InnerListener
 from .http import create_app
-from .inner import DEFAULT_GROUP, DEFAULT_INNER_TOPIC, Reject, Rules
-from .marks import DEFAULT_MARKS_TOPIC
+from .inner import Reject, Rules
+from .options import DmqOptions
 from .replicas import ReplicaSet
-from .replication import Replication, offsets_store
+from .replication import Replication
 
 log = logging.getLogger("rocksidecar.dmq")
-
-
-@dataclass(frozen=True)
-class DmqOptions:
-    inner_topic: str = DEFAULT_INNER_TOPIC
-    group: str = DEFAULT_GROUP
-    http_addr: str = "127.0.0.1:9890"
-    instance_name: str | None = None  # None: pid-based, as Java; set it per replica (the pod name)
-    consume_concurrency: int = 20
-    consume_batch_size: int = 32  # one synced batch per listener call
-    persist_interval_s: float = 5.0  # how often inner offsets are committed (Java's default)
-    # Replicated mode (README "Rock-DMQ replicas"): every replica's instance name, comma-separated;
-    # None: each replica owns what it consumed (the mode before replication).
-    replicas: str | None = None
-    copies: int | None = None  # replicas holding each message; None: 2 (1 with a single replica)
-    marks_topic: str = DEFAULT_MARKS_TOPIC
-    presence_interval_s: float = 1.0  # how often the live publishers are read (and at each change)
 
 
 class SpoolLoggingRetryStore(RetryStore):
@@ -167,18 +149,16 @@ class DmqService:
             rejected=lambda reason: self.rejected.labels(reason.value).inc(),
             holds=replicas.holds if replicas is not None else lambda _id: True,
         )
-        offsets = offsets_store(Path(s.data_dir))
         self.replication = (
             Replication(
                 replicas,
+                o,
                 instance=self.client,
                 producer=self.producer,
                 delay=self.delay,
-                group=o.group,
-                marks_topic=o.marks_topic,
-                offsets=offsets,
                 registry=r,
-                presence_interval_s=o.presence_interval_s,
+                namesrv=";".join(addresses),
+                data_dir=Path(s.data_dir),
             )
             if replicas is not None
             else None
@@ -201,7 +181,7 @@ class DmqService:
             instance=self.client,  # signed like the producer's: the instance's connections carry the ACL
         )
         if self.replication is not None:
-            self.consumer.offsets = offsets
+            self.consumer.offsets = self.replication.offsets
             self.consumer.subscribe(o.marks_topic)
         self.consumer.subscribe(o.inner_topic)
         self.owned_queues.set_function(lambda: sum(mq.topic == o.inner_topic for mq in self.consumer.queues))

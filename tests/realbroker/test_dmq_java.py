@@ -49,10 +49,12 @@ async def warm_topics(namesrv: str, inner_topic: str, real_topic: str) -> None:
         await client.close()
 
 
-async def java_proc(*args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        *command(DIST, *args), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
-    )
+async def java_proc(*args: str, log_to: Path | None = None) -> asyncio.subprocess.Process:
+    """DmqLoad ``args``; its stderr (the client's exceptions) into ``log_to`` when given."""
+    with open(log_to or os.devnull, "ab") as err:  # noqa: ASYNC230 - a local file, opened once
+        return await asyncio.create_subprocess_exec(
+            *command(DIST, *args), stdout=asyncio.subprocess.PIPE, stderr=err
+        )
 
 
 async def lines(proc: asyncio.subprocess.Process, prefix: bytes, out: list[list[str]]) -> None:

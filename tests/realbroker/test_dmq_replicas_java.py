@@ -10,6 +10,7 @@ DefaultMQProducer sends COUNT inner messages due across 60 s, a Java consumer re
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import shutil
 import signal
@@ -21,15 +22,20 @@ from pathlib import Path
 import pytest
 
 from rocksidecar.app.dmq import inner, marks
+from rocksidecar.app.dmq.defaults import presence_topic
+from rocksidecar.app.dmq.replicas import ReplicaSet
 from rocksidecar.delay.scheduler import BATCH_MAX, MAX_IN_FLIGHT
 from rocksidecar.rmq import BrokerApi, Message, NameServerClient, RemotingClient
 from rocksidecar.rmq.producer import Producer, ProducerConfig
 from tests.app.dmq.test_dmq_crash import free_port, start_dmq
+from tests.realbroker.conftest import create_topic_everywhere
 from tests.realbroker.test_dmq_java import COUNT, java, java_proc, lines, warm_topics  # noqa: F401
 
 SPREAD_MS = 60_000
-LEAD_MS = 25_000  # the producer is done (~10 s for 20 000) before the first is due
-NAMES = ("dmqrep-0", "dmqrep-1", "dmqrep-2")
+# The producer is done before the first is due: ~10 s for 20 000 on an idle machine, 100 s+ on a busy one.
+LEAD_MS = int(os.environ.get("ROCKSIDECAR_TEST_DMQ_LEAD_MS", "40000"))
+OUTAGE_MS = 60_000
+NAMES = ("dmq6rep-0", "dmq6rep-1", "dmq6rep-2")
 
 
 async def warm_marks(namesrv: str, topic: str) -> None:
@@ -47,22 +53,33 @@ class Run:
     def __init__(self, namesrv: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         tag = secrets.token_hex(3)
         self.namesrv, self.tmp, self.mp = namesrv, tmp, monkeypatch
-        self.inner, self.real, self.group = f"dmqrep_in_{tag}", f"dmqrep_real_{tag}", f"dmqrep_{tag}"
+        self.inner, self.real, self.group = f"dmq6rep_in_{tag}", f"dmq6rep_real_{tag}", f"dmq6rep_{tag}"
         self.ports = [free_port() for _ in NAMES]
         self.procs: list[asyncio.subprocess.Process | None] = [None] * len(NAMES)
         monkeypatch.setenv("ROCKSIDECAR_DMQ_REPLICAS", ",".join(NAMES))
         monkeypatch.setenv("ROCKSIDECAR_DMQ_COPIES", "2")
-        self.marks = f"dmqrep_marks_{tag}"
+        self.marks = f"dmq6rep_marks_{tag}"
         monkeypatch.setenv("ROCKSIDECAR_DMQ_MARKS_TOPIC", self.marks)
 
     async def warm(self) -> None:
+        """Every topic on both brokers before anyone reads: a topic the brokers auto-create on its first
+        send lives on one broker until a send reaches the other, and readers find those queues only at
+        their next route refresh (30 s), which made up most of the lateness this test once measured."""
+        client = RemotingClient()
+        try:
+            ns, api = NameServerClient(client, self.namesrv), BrokerApi(client)
+            for topic in (self.inner, self.real, self.marks, presence_topic(self.marks)):
+                await create_topic_everywhere(ns, api, topic)
+        finally:
+            await client.close()
         await warm_topics(self.namesrv, self.inner, self.real)
         await warm_marks(self.namesrv, self.marks)
 
     async def start(self, i: int) -> None:
         self.mp.setenv("ROCKSIDECAR_DMQ_INSTANCE", NAMES[i])
         self.procs[i] = await start_dmq(self.namesrv, self.tmp / NAMES[i], self.ports[i],
-                                        inner_topic=self.inner, group=self.group, persist_s="5")  # fmt: skip
+                                        inner_topic=self.inner, group=self.group, persist_s="5",
+                                        log_to=self.tmp / f"{NAMES[i]}.log")  # fmt: skip
 
     async def signal(self, i: int, sig: int) -> None:
         proc = self.procs[i]
@@ -92,6 +109,28 @@ def report(sent: list[list[str]], got: list[list[str]], name: str) -> tuple[dict
     return due, deliveries
 
 
+def breakdown(got: list[list[str]], due: dict[str, int], down: str) -> None:
+    """Print publish lateness (the broker's store time minus the due time) of the messages the replica
+    ``down`` ranked first for, against the others', and by 10 s of due time: where lateness comes from."""
+    ranks = ReplicaSet(NAMES, NAMES[0], 2)
+    t0 = min(due.values())
+    late: dict[str, list[int]] = {"its share": [], "the others'": []}
+    by_due: dict[int, list[int]] = {}
+    for row in got:
+        if row[0] in due:
+            stored = int(row[3]) - due[row[0]]
+            late["its share" if ranks.holders(row[0])[0] == down else "the others'"].append(stored)
+            by_due.setdefault((due[row[0]] - t0) // 10_000, []).append(stored)
+    for label, xs in late.items():
+        xs.sort()
+        if xs:
+            print(f"  {label}: {len(xs)} publishes, store lateness p50 {xs[len(xs) // 2]} ms "
+                  f"p99 {xs[len(xs) * 99 // 100]} ms max {xs[-1]} ms")  # fmt: skip
+    for bucket, xs in sorted(by_due.items()):
+        xs.sort()
+        print(f"  due +{bucket * 10} s: p99 {xs[len(xs) * 99 // 100]} ms")
+
+
 async def produce_and_read(run: Run) -> tuple[int, list[list[str]], list[list[str]], asyncio.Future[None]]:
     got: list[list[str]] = []
     consumer = await java_proc("consume", run.namesrv, run.real, f"{run.group}_reader", str(COUNT), "400")
@@ -99,13 +138,13 @@ async def produce_and_read(run: Run) -> tuple[int, list[list[str]], list[list[st
     first_due = time.time_ns() // 1_000_000 + LEAD_MS
     sent: list[list[str]] = []
     producer = await java_proc("produce", run.namesrv, run.inner, run.real, str(COUNT), str(first_due),
-                               str(SPREAD_MS))  # fmt: skip
+                               str(SPREAD_MS), log_to=run.tmp / "producer.log")  # fmt: skip
     try:
-        async with asyncio.timeout(180):  # ~10 s for 20 000 on an idle machine
+        async with asyncio.timeout(300):  # ~10 s for 20 000 on an idle machine
             await lines(producer, b"sent ", sent)
     except TimeoutError:
         producer.kill()
-        raise AssertionError(f"the Java producer sent {len(sent)} of {COUNT} in 180 s") from None
+        raise AssertionError(f"the Java producer sent {len(sent)} of {COUNT} in 300 s") from None
     assert await producer.wait() == 0 and len(sent) == COUNT
     done = asyncio.ensure_future(asyncio.gather(reading, consumer.wait()))
     return first_due, sent, got, done  # type: ignore[return-value]
@@ -120,9 +159,9 @@ async def scenario(
 ) -> tuple[list[list[str]], list[list[str]]]:
     """Three replicas, COUNT messages produced and read; ``disrupt(first_due_ms)`` in between."""
     await run.warm()
-    for i in range(len(NAMES)):
-        await run.start(i)
     try:
+        for i in range(len(NAMES)):
+            await run.start(i)
         first_due, sent, got, done = await produce_and_read(run)
         await disrupt(first_due)
         async with asyncio.timeout(SPREAD_MS / 1000 + 300):
@@ -155,26 +194,47 @@ async def test_one_replica_killed_and_its_volume_lost(
 
 
 @pytest.mark.usefixtures("java")
-@pytest.mark.timeout(600)
-# Issue 28 is open on the lateness: 0 lost, 0 early, 0 duplicates, but p99 51 s (target 2 s) on the
-# loaded 2-core machine; the replicas do not keep up with reading all 20 000 inner messages each.
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("how", ["stopped", "frozen"])
 async def test_one_replica_down_the_others_publish_on_time(
-    namesrv_addr: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    namesrv_addr: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
+    """``stopped``: SIGTERM, it leaves the publishers' member list at once. ``frozen``: SIGSTOP, its
+    connections stay open, so the brokers keep it listed for their 120 s channel expiry: only its
+    silence on the presence topic tells the others (app.dmq.presence)."""
     run = Run(namesrv_addr, tmp_path, monkeypatch)
+    outage: list[int] = []
 
     async def stop_one(first_due: int) -> None:
+        # On a loaded machine the producer may still be sending at first_due: the outage starts when it
+        # is done, and only what falls due during it is measured.
         await sleep_until(first_due - 1000)
-        await run.signal(1, signal.SIGTERM)  # down for the whole spread: 60 s
+        outage.append(time.time_ns() // 1_000_000)
+        if how == "stopped":
+            await run.signal(1, signal.SIGTERM)  # no restart
+            return
+        proc = run.procs[1]
+        assert proc is not None
+        proc.send_signal(signal.SIGSTOP)
+        await asyncio.sleep(OUTAGE_MS / 1000)
+        proc.send_signal(signal.SIGCONT)  # back after the outage: what it then publishes again is counted
 
     sent, got = await scenario(run, stop_one)
-    due, _ = report(sent, got, "one down")
+    due, deliveries = report(sent, got, f"one {how}")
+    start = outage[0]
+    during = {i for i, d in due.items() if start <= d < start + OUTAGE_MS}
+    assert len(during) >= len(due) // 3, f"only {len(during)} due during the outage: the producer was late"
     first: dict[str, int] = {}
     for row in got:
-        if row[0] in due:
+        if row[0] in during:
             first[row[0]] = min(first.get(row[0], int(row[2])), int(row[2]))
-    lateness = sorted(first[i] - due[i] for i in due)
+    lateness = sorted(first[i] - due[i] for i in during)
     p99 = lateness[len(lateness) * 99 // 100]
-    if p99 > 2000:  # loss and early publishes are checked strictly above (report); only lateness is open
-        pytest.xfail(f"issue 28 open: lateness p99 {p99} ms with one replica down, target 2 000 ms")
-    assert p99 <= 2000, f"lateness p99 {p99} ms with one replica down"
+    duplicates = sum(deliveries.values()) - len(deliveries)
+    print(
+        f"  {len(during)} due during the {OUTAGE_MS} ms outage: lateness p50 {lateness[len(lateness) // 2]}"
+        f" ms p99 {p99} ms max {lateness[-1]} ms; {duplicates} duplicates"
+    )
+    breakdown(got, due, NAMES[1])
+    assert p99 <= 2000, f"lateness p99 {p99} ms with one replica {how}"
+    assert duplicates <= 2 * BATCH_MAX * MAX_IN_FLIGHT

@@ -3,7 +3,7 @@
 //   DmqLoad produce NAMESRV INNER_TOPIC REAL_TOPIC COUNT FIRST_DUE_MS SPREAD_MS
 //     sends COUNT delayed messages to the inner topic in the inner format (DMQ_REAL_TOPIC, DMQ_DELIVER_MS),
 //     due evenly over [FIRST_DUE_MS, FIRST_DUE_MS + SPREAD_MS), each with its UNIQ_KEY as the sharding
-//     key; prints "sent UNIQ_KEY DUE_MS" per message.
+//     key, from SENDERS threads; prints "sent UNIQ_KEY DUE_MS" per message.
 //   DmqLoad levels NAMESRV TOPIC COUNT LEVEL
 //     sends COUNT messages with RocketMQ's own delay level LEVEL (1 = 1 s) to TOPIC; prints
 //     "sent UNIQ_KEY DUE_MS" (born time + the level's delay).
@@ -11,14 +11,19 @@
 //     consumes TOPIC from the first offset until EXPECTED distinct ids arrived (or the timeout);
 //     prints "got UNIQ_KEY DUE_MS RECEIVED_MS STORE_MS" per delivery (duplicates included), then "done".
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.MessageQueueSelector;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -33,6 +38,15 @@ public class DmqLoad {
     static final long[] LEVEL_MS = {1000, 5000, 10000, 30000, 60000};
 
     public static void main(String[] args) throws Exception {
+        try {
+            run(args);
+        } catch (Exception e) {
+            e.printStackTrace();
+            System.exit(1); // the client's threads would keep a failed run alive
+        }
+    }
+
+    static void run(String[] args) throws Exception {
         switch (args[0]) {
             case "produce": produce(args); break;
             case "levels": levels(args); break;
@@ -49,6 +63,8 @@ public class DmqLoad {
         return p;
     }
 
+    static final int SENDERS = 8; // sync sends in parallel: ~10 ms a send on a busy shared machine
+
     static void produce(String[] a) throws Exception {
         String namesrv = a[1], inner = a[2], real = a[3];
         int count = Integer.parseInt(a[4]);
@@ -57,21 +73,41 @@ public class DmqLoad {
         // The UNIQ_KEY as the sharding key, with the client's own hash selector (the sidecar's
         // ByShardingKey is the same): a cancel sent the same way lands on the same inner queue.
         MessageQueueSelector byKey = new SelectMessageQueueByHash();
-        StringBuilder out = new StringBuilder();
-        for (int i = 0; i < count; i++) {
-            long due = first + spread * i / count;
-            Message m = new Message(inner, "dmq", ("body-" + i).getBytes(StandardCharsets.UTF_8));
-            m.putUserProperty("DMQ_REAL_TOPIC", real);
-            m.putUserProperty("DMQ_DELIVER_MS", Long.toString(due));
-            MessageClientIDSetter.setUniqID(m);
-            String id = MessageClientIDSetter.getUniqID(m);
-            p.send(m, byKey, id);
-            out.append("sent ").append(id).append(' ').append(due).append('\n');
-            if (out.length() > 1 << 16) { System.out.print(out); out.setLength(0); }
+        // The route first, once: senders that all ask the name server at their first send queue on the
+        // client's name-server lock, and one that waits 3 s for it fails with "No route info".
+        for (int tries = 1; ; tries++) {
+            try { p.fetchPublishMessageQueues(inner); break; }
+            catch (MQClientException e) { if (tries == 20) throw e; Thread.sleep(500); }
         }
-        System.out.print(out);
-        System.out.flush();
+        ExecutorService pool = Executors.newFixedThreadPool(SENDERS);
+        List<Future<?>> parts = new ArrayList<>();
+        for (int t = 0; t < SENDERS; t++) {
+            final int from = t;
+            parts.add(pool.submit(() -> {
+                StringBuilder out = new StringBuilder();
+                for (int i = from; i < count; i += SENDERS) {
+                    long due = first + spread * i / count;
+                    Message m = new Message(inner, "dmq", ("body-" + i).getBytes(StandardCharsets.UTF_8));
+                    m.putUserProperty("DMQ_REAL_TOPIC", real);
+                    m.putUserProperty("DMQ_DELIVER_MS", Long.toString(due));
+                    MessageClientIDSetter.setUniqID(m);
+                    String id = MessageClientIDSetter.getUniqID(m);
+                    p.send(m, byKey, id);
+                    out.append("sent ").append(id).append(' ').append(due).append('\n');
+                    if (out.length() > 1 << 14) { print(out); }
+                }
+                print(out);
+                return null;
+            }));
+        }
+        for (Future<?> f : parts) f.get(); // a failed send fails the run
+        pool.shutdown();
         p.shutdown();
+    }
+
+    static void print(StringBuilder out) {
+        synchronized (System.out) { System.out.print(out); System.out.flush(); }
+        out.setLength(0);
     }
 
     static void levels(String[] a) throws Exception {

@@ -11,7 +11,8 @@ import pytest
 
 from rocksidecar.app.config import Settings
 from rocksidecar.app.dmq import inner
-from rocksidecar.app.dmq.service import DmqOptions, DmqService
+from rocksidecar.app.dmq.options import DmqOptions
+from rocksidecar.app.dmq.service import DmqService
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.rmq import BrokerApi, NameServerClient, RemotingClient

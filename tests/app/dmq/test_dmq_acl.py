@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from rocksidecar.app.dmq.service import DmqOptions, DmqService
+from rocksidecar.app.dmq.options import DmqOptions
+from rocksidecar.app.dmq.service import DmqService
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq.acl import signature
 from rocksidecar.rmq.codes import RequestCode

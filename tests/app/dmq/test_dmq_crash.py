@@ -25,6 +25,7 @@ from tests.app.dmq.conftest import INNER_TOPIC, REAL_TOPIC, Received, real_consu
 
 ROOT = Path(__file__).resolve().parents[3]
 GROUP = "dmq_crash_group"
+START_S = 180  # a process start: ~20 s under load on a shared 2-core machine, several at once
 POLL_S = 0.05  # the child's /metrics is the only view of its progress: read it this often
 
 
@@ -42,6 +43,7 @@ async def start_dmq(
     inner_topic: str = INNER_TOPIC,
     group: str = GROUP,
     persist_s: str = "600",  # by default no commit within a test
+    log_to: Path | None = None,
 ) -> asyncio.subprocess.Process:
     """`rocksidecar dmq` in a child process, once it has started."""
     env = {
@@ -57,11 +59,24 @@ async def start_dmq(
         cwd=ROOT, env=env, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stderr is not None
-    async with asyncio.timeout(60):
+    seen: list[bytes] = []
+    async with asyncio.timeout(START_S):
         while b"dmq started" not in (line := await proc.stderr.readline()):
-            assert line, "dmq exited before it started"
-    asyncio.get_running_loop().create_task(proc.stderr.read())  # keep draining: never block the child
+            assert line, "dmq exited before it started: " + b"".join(seen[-20:]).decode(errors="replace")
+            seen.append(line)
+    # keep draining: never block the child (into ``log_to`` when given, for a failing run's story)
+    asyncio.get_running_loop().create_task(_drain(proc.stderr, log_to))
     return proc
+
+
+async def _drain(stream: asyncio.StreamReader, log_to: Path | None) -> None:
+    if log_to is None:
+        await stream.read()
+        return
+    with log_to.open("ab") as out:
+        while chunk := await stream.read(65536):
+            out.write(chunk)
+            out.flush()
 
 
 async def metric(port: int, line_start: str) -> float:

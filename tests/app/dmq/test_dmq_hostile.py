@@ -14,7 +14,8 @@ import pytest
 
 from rocksidecar.app.dmq import inner
 from rocksidecar.app.dmq.inner import Reject
-from rocksidecar.app.dmq.service import DmqOptions, DmqService
+from rocksidecar.app.dmq.options import DmqOptions
+from rocksidecar.app.dmq.service import DmqService
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq.codes import ResponseCode
 from rocksidecar.rmq.message import Message

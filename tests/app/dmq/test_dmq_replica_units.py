@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from rocksidecar.app.dmq import inner, marks
+from rocksidecar.app.dmq import beats, inner, marks
+from rocksidecar.app.dmq.refresh import Refresher
 from rocksidecar.app.dmq.replicas import ReplicaSet
+from rocksidecar.delay import DelayedMessage
+from rocksidecar.rmq import Message, RocketMQError
 
 NAMES = ("dmq-0", "dmq-1", "dmq-2")
 
@@ -64,3 +67,84 @@ def test_a_mark_round_trips() -> None:
 def test_hostile_marks_are_refused_whole(body: bytes, props: dict[str, str]) -> None:
     with pytest.raises(marks.MarkFormatError):
         marks.parse(body, props)
+
+
+def test_beats_fresh_until_the_timeout_and_hostile_beats_are_refused() -> None:
+    now = [10_000]
+    b = beats.Beats(NAMES, 2000, clock_ms=lambda: now[0])
+    assert not b.fresh("dmq-0")  # never heard
+    assert b.heard(beats.parse(beats.encode("dmq-0", 9_500), {inner.OP: beats.OP_BEAT}))
+    assert not b.heard(beats.Beat("stranger", 9_900))  # not listed: ignored
+    assert b.fresh("dmq-0") and not b.fresh("stranger")
+    now[0] = 11_500
+    assert b.fresh("dmq-0")
+    now[0] = 11_501
+    assert not b.fresh("dmq-0")  # 2 001 ms of silence: a frozen replica
+    b.heard(beats.Beat("dmq-0", 8_000))  # an old beat read late changes nothing
+    assert not b.fresh("dmq-0")
+    b.heard(beats.Beat("dmq-0", 99_999))  # a clock ahead of ours: counted as sent now
+    now[0] = 13_501
+    assert b.fresh("dmq-0")
+    now[0] = 13_502
+    assert not b.fresh("dmq-0")
+    for body, props in (
+        (beats.encode("dmq-0", 1), {}),  # not a beat
+        (b"{", {inner.OP: beats.OP_BEAT}),
+        (b'{"v": 2, "name": "dmq-0", "at": 1}', {inner.OP: beats.OP_BEAT}),
+        (b'{"v": 1, "name": "", "at": 1}', {inner.OP: beats.OP_BEAT}),
+        (b'{"v": 1, "name": "dmq-0", "at": 1.5}', {inner.OP: beats.OP_BEAT}),
+        (b'{"v": 1, "name": "dmq-0", "at": -1}', {inner.OP: beats.OP_BEAT}),
+        (b" " * (beats.MAX_BODY + 1), {inner.OP: beats.OP_BEAT}),
+    ):
+        with pytest.raises(beats.BeatFormatError):
+            beats.parse(body, props)
+
+
+def test_a_copy_is_refreshed_once_each_time_its_age_passes_a_multiple_of_refresh_after() -> None:
+    r = Refresher(None, None, "inner", 1000, lambda _m: True)  # type: ignore[arg-type]
+    msg = DelayedMessage("id", "real", b"", created_ms=5_000, due_ms=10**9)
+
+    def refreshed(since: int, now: int) -> bool:
+        return r.due_for_refresh(msg, since, now)
+
+    assert not refreshed(4_000, 5_999)  # younger than 1 s
+    assert refreshed(5_900, 6_000) and refreshed(4_000, 6_100)  # crossed 1 s (also when it is new)
+    assert not refreshed(6_000, 6_999)  # already done at 6 000
+    assert refreshed(6_999, 7_000)  # crossed 2 s
+    assert refreshed(6_500, 9_000)  # crossed several since: once
+    assert r.interval_s == 1000 / 8 / 1000
+    with pytest.raises(ValueError):
+        Refresher(None, None, "inner", 0, lambda _m: True)  # type: ignore[arg-type]
+
+
+class FlakyProducer:
+    """Refuses the first ``refuse`` sends, then keeps what it is given."""
+
+    def __init__(self, refuse: int) -> None:
+        self.refuse = refuse
+        self.sent: list[Message] = []
+
+    async def send(self, msg: Message) -> None:
+        if self.refuse:
+            self.refuse -= 1
+            raise RocketMQError("no broker")
+        self.sent.append(msg)
+
+
+async def test_marks_wait_for_their_retry_after_a_refused_send_then_go_in_order() -> None:
+    now = [0.0]
+    producer = FlakyProducer(refuse=1)
+    sender = marks.MarkSender(producer, "m", "me", retry_s=1.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    sender.add([f"id{i}" for i in range(marks.MAX_IDS + 1)])
+    with pytest.raises(RocketMQError):
+        await sender._flush()  # the Periodic logs it (throttled) and runs the next round
+    await sender._flush()  # before the retry time: nothing
+    assert producer.sent == [] and sender.buffered == marks.MAX_IDS + 1
+    now[0] = 1.0
+    await sender._flush()
+    got = [marks.parse(m.body, m.properties) for m in producer.sent]
+    assert [len(m.ids) for m in got] == [marks.MAX_IDS, 1] and got[0].ids[0] == "id0"
+    assert sender.buffered == 0 and sender.sent == marks.MAX_IDS + 1
+    sender.add(["late"])
+    await sender.close()  # what is buffered goes out at close
+    assert marks.parse(producer.sent[-1].body, producer.sent[-1].properties).ids == ("late",)

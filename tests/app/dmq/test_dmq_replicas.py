@@ -16,17 +16,19 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 
 from rocksidecar.app.dmq import inner, marks
 from rocksidecar.delay import DELAY_DUE_AT
 from rocksidecar.devbroker import DevCluster
+from rocksidecar.devbroker.http_admin import build_app
 from rocksidecar.rmq import BrokerApi, NameServerClient, RemotingClient
 from rocksidecar.rmq.message import Message
 from rocksidecar.rmq.msgid import new_uniq_id
 from rocksidecar.rmq.producer import Producer, ProducerConfig
 from tests.app.dmq.conftest import INNER_TOPIC, REAL_TOPIC, Received, create_topics, real_consumer
-from tests.app.dmq.test_dmq_crash import ROOT, free_port, inner_count, metric
+from tests.app.dmq.test_dmq_crash import ROOT, START_S, free_port, inner_count, metric
 
 MARKS_TOPIC = "dmq_test_marks"
 GROUP = "dmq_replicas_group"
@@ -42,6 +44,7 @@ class Replica:
     copies: int
     group: str = GROUP
     port: int = field(default_factory=free_port)
+    args: tuple[str, ...] = ()
     proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
@@ -58,11 +61,11 @@ class Replica:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "rocksidecar.app.cli", "dmq", "--inner-topic", INNER_TOPIC,
             "--group", self.group, "--instance", self.name, "--http-addr", f"127.0.0.1:{self.port}",
-            "--offset-persist-s", "1", "--presence-interval-s", "0.2",
+            "--offset-persist-s", "1", "--presence-interval-s", "0.2", *self.args,
             cwd=ROOT, env=env, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         assert proc.stderr is not None
-        async with asyncio.timeout(60):
+        async with asyncio.timeout(START_S):
             while b"dmq started" not in (line := await proc.stderr.readline()):
                 assert line, f"dmq {self.name} exited before it started"
         asyncio.get_running_loop().create_task(proc.stderr.read())  # keep draining
@@ -161,12 +164,21 @@ async def until_received(s: Setup, due: dict[str, int]) -> None:
     await s.received.until(lambda got: set(due) <= {m.uniq_key for m in got}, WAIT_S)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["crash", "down"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP], ids=["crash", "down", "frozen"]
+)
 async def test_a_replica_gone_its_share_is_published_by_the_others(setup: Setup, sig: int) -> None:
+    """Frozen: its connections stay open, so the brokers list it until their 120 s channel expiry; the
+    others see its beats stop (app.dmq.beats). Before the beats, its share waited for that expiry."""
     r0, r1, r2 = await setup.start_all(copies=2)
-    due = await setup.send(60, due_in_ms=4000, spread_ms=2000)
+    due = await setup.send(60, due_in_ms=15_000, spread_ms=2000)  # due after r0 is gone, however busy
     await setup.stored([r0, r1, r2], 60 * 2)  # two copies of each
-    await r0.signal(sig)  # a third of the messages had r0 first in turn
+    assert await metric(r0.port, "rocksidecar_delay_lateness_seconds_count") == 0, "r0 published already"
+    if sig == signal.SIGSTOP:
+        assert r0.proc is not None
+        r0.proc.send_signal(sig)  # the fixture's SIGKILL ends it
+    else:
+        await r0.signal(sig)  # a third of the messages had r0 first in turn
     await until_received(setup, due)
     lateness = setup.check(due)
     # Before replication r0's share waited for r0 to come back (never, here). The bound is loose on
@@ -195,6 +207,40 @@ async def test_a_lost_volume_is_rebuilt_from_the_topics(setup: Setup) -> None:
     setup.check({**early, **due})
     ids = setup.received.ids()
     assert all(ids.count(i) == 1 for i in early)  # r0 applied their marks while it converged
+
+
+async def test_a_lost_volume_past_the_inner_topics_retention_is_rebuilt_from_refreshed_copies(
+    setup: Setup,
+) -> None:
+    """Retention deleted every inner message the replicas stored (devbroker's expire endpoint, as a
+    broker deleting old commit-log files), then r0 loses its volume: it finds its copies on the inner
+    topic again because their publisher writes them there each --refresh-after-s (app.dmq.refresh).
+    Before the refresh, r0 came back empty and the messages were left in the other replicas only."""
+    rs = [setup.replica(n, 3) for n in NAMES]
+    for r in rs:
+        r.args = ("--refresh-after-s", "1")
+    r0, r1, r2 = rs
+    await asyncio.gather(*(r.start() for r in rs))
+    for r in rs:
+        await r.until("rocksidecar_dmq_publishers", lambda v: v == len(NAMES))
+    due = await setup.send(30, due_in_ms=45_000)  # after r0's restart, however busy the machine
+    await setup.stored(rs, 3 * 30)
+    await r0.signal(signal.SIGKILL)
+    shutil.rmtree(r0.data_dir)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=build_app(setup.cluster.brokers)), base_url="http://admin"
+    ) as admin:
+        for broker in setup.cluster.brokers:
+            for queue in range(4):
+                url = f"/brokers/{broker}/topics/{INNER_TOPIC}/queues/{queue}/expire"
+                assert (await admin.post(url, params={"before": 10**11})).status_code == 200
+    await r0.start()
+    await r0.until("rocksidecar_dmq_converged", lambda v: v == 1)
+    await r0.until("rocksidecar_delay_scheduled", lambda v: v == 30)  # its copies, back
+    await r1.signal(signal.SIGKILL)  # the others gone: r0's copies alone publish everything
+    await r2.signal(signal.SIGKILL)
+    await until_received(setup, due)
+    setup.check(due)
 
 
 async def test_a_broker_down_the_stored_copies_are_still_published(setup: Setup) -> None:

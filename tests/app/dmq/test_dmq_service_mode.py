@@ -9,7 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rocksidecar.app.dmq.service import DmqOptions, DmqService
+from rocksidecar.app.dmq.options import DmqOptions
+from rocksidecar.app.dmq.service import DmqService
 from rocksidecar.delay import DelayState
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.rmq.broker import BrokerApi

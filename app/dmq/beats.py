@@ -1,0 +1,104 @@
+"""Heartbeats on the presence topic: how the replicas tell a frozen replica from a live one.
+
+The brokers' member list of the publishers' group (app.dmq.presence) drops a replica at once when its
+connection closes, but a frozen one (SIGSTOP, a stalled node, a long GC pause) keeps its connections
+open and stays listed until the broker's channel expiry, 120 s without a heartbeat. So every replica also
+sends a beat to the presence topic every ``interval_s`` and reads everyone's beats (a broadcasting
+consumer that starts at the topic's end): a replica whose last beat is older than ``timeout_ms`` is not
+live. A replica also needs its own beat read back to count itself live, so one that was frozen does not
+publish its share again before it has heard about the present (README "Rock-DMQ replicas").
+
+A beat is ``{"v": 1, "name": <instance>, "at": <epoch ms>}`` with ``DMQ_OP=BEAT``. Freshness compares the
+sender's clock with the reader's (the replicas' clocks must agree to well within ``timeout_ms``, as NTP
+keeps them); a beat from the future counts as sent now. Anyone who may write the topic is hostile: a beat
+that does not parse, or names a replica not listed, is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+
+import orjson
+
+from . import envelope
+from .defaults import INTERVAL_S, TIMEOUT_BEATS, presence_topic
+from .inner import MAX_ID_CHARS
+
+__all__ = [
+    "INTERVAL_S",
+    "TIMEOUT_BEATS",
+    "Beat",
+    "BeatFormatError",
+    "Beats",
+    "encode",
+    "parse",
+    "presence_topic",
+]
+
+OP_BEAT = "BEAT"
+MAX_BODY = 1024
+MAX_AT_MS = 1 << 53
+
+
+class BeatFormatError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    name: str
+    at_ms: int
+
+
+def encode(name: str, at_ms: int) -> bytes:
+    return orjson.dumps({"v": 1, "name": name, "at": at_ms})
+
+
+def parse(body: bytes, props: Mapping[str, str]) -> Beat:
+    """The beat a message of the presence topic carries. Raises BeatFormatError."""
+    doc = envelope.load(body, props, OP_BEAT, MAX_BODY, BeatFormatError)
+    name, at = doc.get("name"), doc.get("at")
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_ID_CHARS:
+        raise BeatFormatError("beat needs a 'name'")
+    if type(at) is not int or not 0 <= at < MAX_AT_MS:
+        raise BeatFormatError("beat needs an integer 'at' (epoch ms)")
+    return Beat(name, at)
+
+
+class Beats:
+    """The last beat heard from each listed replica, and which of them are fresh now."""
+
+    def __init__(
+        self,
+        names: Collection[str],
+        timeout_ms: int,
+        *,
+        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self._names = frozenset(names)
+        self.timeout_ms = timeout_ms
+        self._clock_ms = clock_ms
+        self._last: dict[str, int] = {}
+
+    def heard(self, beat: Beat) -> bool:
+        """Note ``beat``; False (ignored) when it names a replica that is not listed."""
+        if beat.name not in self._names:
+            return False
+        now = self._clock_ms()
+        at = min(beat.at_ms, now)  # a clock ahead of ours: sent now, not later
+        if at > self._last.get(beat.name, -1):
+            self._last[beat.name] = at
+        return True
+
+    def now_ms(self) -> int:
+        return self._clock_ms()
+
+    def fresh(self, name: str) -> bool:
+        last = self._last.get(name)
+        return last is not None and self._clock_ms() - last <= self.timeout_ms
+
+    def age_ms(self, name: str) -> int | None:
+        last = self._last.get(name)
+        return None if last is None else self._clock_ms() - last

@@ -1,0 +1,116 @@
+"""Refresh: held messages written to the inner topic again before retention deletes their first copy.
+
+A replica that starts on an empty volume rebuilds its copies by reading the inner topic from its first
+offset (app.dmq.converge). The brokers delete a commit-log file after its retention (``fileReservedTime``,
+72 h by default), while the sidecar accepts delays of up to 90 days: a message due after the retention
+would then have no inner copy left to rebuild from, and a lost volume would leave it in one replica
+only (or none, with ``--copies 1``). So the replica that would publish a message (its first live holder)
+writes it to the inner topic again each time ``refresh_after_ms`` has passed since the copy it holds was
+written; every replica reads it as a duplicate, except one that lost its copy, which stores it. Recovery
+then never reaches back further than ``refresh_after_ms`` plus one round: keep that below the inner
+topic's retention (README "Rock-DMQ replicas").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
+
+from rocksidecar.delay import DelayedMessage, DelayStore
+from rocksidecar.delay.message import CorruptMessageError, decode_message
+from rocksidecar.rmq import Message, RocketMQError
+from rocksidecar.rmq.producer import Producer
+from rocksidecar.storage.keys import MAX_DUE_MS
+
+from .inner import inner_message
+
+log = logging.getLogger(__name__)
+
+SCAN_CHUNK = 1000  # scheduled messages read per step; the loop yields between steps
+ROUNDS_PER_REFRESH = 8  # a round every refresh_after / 8: a copy is refreshed at most that late
+MAX_SENDS = 16  # refresh sends in flight
+
+
+@dataclass(eq=False)
+class Refresher:
+    """One ``round()`` re-sends the held messages whose copy crossed a multiple of ``refresh_after_ms``
+    in age since the previous round, and that this replica would publish (``mine``)."""
+
+    store: DelayStore
+    producer: Producer
+    inner_topic: str
+    refresh_after_ms: int
+    mine: Callable[[DelayedMessage], bool]
+    _: KW_ONLY
+    on_refreshed: Callable[[int], None] = lambda _n: None
+    _last_round_ms: int | None = field(init=False, default=None)
+    _failed: set[str] = field(init=False, default_factory=set)  # failed refreshes: again next round
+
+    def __post_init__(self) -> None:
+        if self.refresh_after_ms <= 0:
+            raise ValueError("refresh_after_ms must be positive")
+
+    @property
+    def interval_s(self) -> float:
+        return self.refresh_after_ms / ROUNDS_PER_REFRESH / 1000
+
+    def due_for_refresh(self, msg: DelayedMessage, since_ms: int, now_ms: int) -> bool:
+        """Whether the age of ``msg``'s copy passed a multiple of refresh_after between the rounds."""
+        step = self.refresh_after_ms
+        marks_now = (now_ms - msg.created_ms) // step
+        marks_before = max(since_ms - msg.created_ms, 0) // step
+        return marks_now > marks_before
+
+    async def round(self) -> int:
+        """Scan the scheduled messages once; returns how many were written again."""
+        now = self.store.now_ms()
+        # After a start: as if the last round were one interval ago (a copy that crossed its mark
+        # while this replica was down is refreshed by whoever published then, or late by this one).
+        since = self._last_round_ms if self._last_round_ms is not None else now - int(self.interval_s * 1000)
+        cursor = b""
+        sent = 0
+        failed, self._failed = self._failed, set()
+        while True:
+            rows = self.store.due(cursor, MAX_DUE_MS, SCAN_CHUNK)
+            batch: list[DelayedMessage] = []
+            for _key, raw in rows:
+                try:
+                    msg = decode_message(raw)
+                except CorruptMessageError:
+                    continue  # the scheduler logs it when it falls due
+                if (msg.id in failed or self.due_for_refresh(msg, since, now)) and self.mine(msg):
+                    batch.append(msg)
+            sent += await self._send(batch)
+            if len(rows) < SCAN_CHUNK:
+                break
+            cursor = rows[-1][0] + b"\x00"
+            await asyncio.sleep(0)  # a large store: let due messages and intake through between chunks
+        self._last_round_ms = now
+        if sent:
+            log.info("refreshed %d held messages on the inner topic", sent)
+            self.on_refreshed(sent)
+        return sent
+
+    async def _send(self, msgs: list[DelayedMessage]) -> int:
+        """Send ``msgs`` (MAX_SENDS at once); one that fails is tried again in the next round."""
+        sem = asyncio.Semaphore(MAX_SENDS)
+
+        async def one(msg: DelayedMessage) -> bool:
+            real = Message(msg.topic, msg.body, tags=msg.tags, keys=msg.keys, properties=msg.properties,
+                           id=msg.id)  # fmt: skip
+            async with sem:
+                try:
+                    await self.producer.send(
+                        inner_message(real, msg.due_ms, inner_topic=self.inner_topic,
+                                      sharding_key=msg.sharding_key),
+                        sharding_key=msg.id,
+                    )  # fmt: skip
+                except RocketMQError as exc:
+                    log.warning("message %s not refreshed on the inner topic: %s", msg.id, exc)
+                    self._failed.add(msg.id)
+                    return False
+            return True
+
+        return sum(await asyncio.gather(*(one(m) for m in msgs)))
