@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from rocksidecar.rmq import BrokerApi, MessageExt, MessageQueue, NameServerClient, TopicRouteData
+from rocksidecar.rmq import (
+    BrokerApi,
+    MessageExt,
+    MessageQueue,
+    NameServerClient,
+    RemotingClient,
+    TopicRouteData,
+)
 
 pytestmark = pytest.mark.realbroker
 NAMESRV_ENV = "ROCKSIDECAR_TEST_NAMESRV"
@@ -83,6 +90,17 @@ async def create_topic_everywhere(
             pass
         await asyncio.sleep(0.1)
     raise AssertionError(f"route of {topic} never listed all of {sorted(addrs)}")
+
+
+async def new_topic(namesrv: str, prefix: str) -> str:
+    """A new topic (``unique_topic(prefix)``) with 4 queues on each broker, once its route lists them."""
+    client = RemotingClient()
+    try:
+        topic = unique_topic(prefix)
+        await create_topic_everywhere(NameServerClient(client, namesrv), BrokerApi(client), topic)
+        return topic
+    finally:
+        await client.close()
 
 
 async def pull_all(

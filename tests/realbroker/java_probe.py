@@ -1,6 +1,6 @@
-"""Compile and run tools/java/ConsumeProbe.java (a Java producer / DefaultMQPushConsumer) against the
-RocketMQ 4.9.4 distribution, with the class path real-broker.sh uses (Debian's netty, bcprov and zstd-jni
-stand in for jars a snapshot may lack)."""
+"""Compile and run tools/java/ConsumeProbe.java (a Java producer / DefaultMQPushConsumer), or another
+probe of tools/java, against the RocketMQ 4.9.4 distribution, with the class path real-broker.sh uses
+(Debian's netty, bcprov and zstd-jni stand in for jars a snapshot may lack)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-SOURCE = Path(__file__).resolve().parents[2] / "tools" / "java" / "ConsumeProbe.java"
+PROBES = Path(__file__).resolve().parents[2] / "tools" / "java"
 DIST = Path(os.environ.get("ROCKETMQ_DIST", "/tmp/rocketmq-dist"))
 OPENS = [
     "--add-opens=java.base/java.nio=ALL-UNNAMED",
@@ -37,23 +37,25 @@ def classpath() -> str:
 
 
 @functools.cache
-def compiled() -> str:
+def compiled(probe: str = "ConsumeProbe") -> str:
+    """The class path that runs ``probe`` (tools/java/<probe>.java, compiled once a session)."""
     if not shutil.which("javac") or not (DIST / "lib").is_dir():
         pytest.skip(f"needs javac and the RocketMQ distribution at {DIST}")
     out = tempfile.mkdtemp(prefix="rs-probe-")
-    subprocess.run(["javac", "-encoding", "UTF-8", "-cp", classpath(), "-d", out, str(SOURCE)], check=True)
+    source = PROBES / f"{probe}.java"
+    subprocess.run(["javac", "-encoding", "UTF-8", "-cp", classpath(), "-d", out, str(source)], check=True)
     return f"{out}:{classpath()}"
 
 
-async def start(*args: str) -> asyncio.subprocess.Process:
+async def start(*args: str, probe: str = "ConsumeProbe") -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         "java",
         "-Xmx256m",
         *OPENS,
         f"-Duser.home={tempfile.gettempdir()}/rs-probe-home",
         "-cp",
-        compiled(),
-        "ConsumeProbe",
+        compiled(probe),
+        probe,
         *args,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
@@ -72,13 +74,18 @@ async def stop(proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
 
+async def output(*args: str, probe: str = "ConsumeProbe", timeout_s: float = 120) -> list[str]:
+    """Run a probe to its end (it must exit 0 within ``timeout_s``); the lines it printed."""
+    proc = await start(*args, probe=probe)
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    assert proc.returncode == 0, out[-2000:]
+    return out.decode().splitlines()
+
+
 async def produce(namesrv: str, topic: str, n: int) -> dict[str, bytes]:
     """Send ``n`` messages from a Java DefaultMQProducer; their bodies by message id."""
-    proc = await start("produce", namesrv, topic, str(n))
-    out, _ = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode == 0, out[-2000:]
     sent = {}
-    for line in out.decode().splitlines():
+    for line in await output("produce", namesrv, topic, str(n)):
         if line.startswith("SENT "):
             _, msg_id, body = line.split(" ")
             sent[msg_id] = bytes.fromhex(body)
