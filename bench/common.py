@@ -291,3 +291,25 @@ def environment() -> str:
     with contextlib.suppress(OSError):
         text += f", guest_halt_poll_ns {_HALT_POLL.read_text().strip()}"
     return text
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and every process under it, those that ended and were
+    waited for included (/proc/PID/stat utime, stime, cutime, cstime): a JVM's Python workers, a
+    launcher's java. A process that ends between two reads is missed."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()  # the command name may hold spaces
+            total += sum(int(f) for f in fields[11:15])
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue  # gone meanwhile
+    return total / ticks

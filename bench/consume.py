@@ -39,7 +39,7 @@ from multiprocessing.connection import Connection
 import orjson
 import uvloop
 
-from bench.common import bench_parser, devbroker_process, environment, java_benchmark
+from bench.common import bench_parser, devbroker_process, environment, java_benchmark, tree_cpu_seconds
 from bench.http_wire import read_message
 from rocksidecar.app.subscriptions.runner import Subscriptions, consumer_config
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
@@ -228,13 +228,16 @@ async def relay_rate(namesrv: str, total: int, port: int) -> Rate:
 _TPS = re.compile(r"\bTPS: (\d+)")
 
 
-async def java_rate(namesrv: str, total: int, ctl: str, topic: str = TOPIC) -> float:
+async def java_rate(
+    namesrv: str, total: int, ctl: str, topic: str = TOPIC, cpu_s: list[float] | None = None
+) -> float:
     """The anchor: RocketMQ's own benchmark Consumer (4.9.4, 20 threads, no-op listener) on the same
     topic, a new group (a new group on a topic still in memory starts at offset 0).
 
     It prints "TPS: n" every 10 s, the rate over its last 10 one-second snapshots; the anchor is the
     best such window, read until the windows have covered the topic (or 3 windows are empty after
     consuming began). A peak window favours Java over our whole-run averages: the ratios err low.
+    ``cpu_s`` gets the CPU seconds its processes used (bench.common.tree_cpu_seconds), start-up included.
     """
     group = f"bench_java_{time.time_ns()}"
     proc = await asyncio.create_subprocess_exec(
@@ -254,6 +257,8 @@ async def java_rate(namesrv: str, total: int, ctl: str, topic: str = TOPIC) -> f
                 windows.append(int(m.group(1)))
                 print(f"  java: {line.strip()}")
     finally:
+        if cpu_s is not None:
+            cpu_s.append(tree_cpu_seconds(proc.pid))
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         await proc.wait()

@@ -11,6 +11,7 @@ if _typing.TYPE_CHECKING:
     from .client import GaveUpError, ItemResult, SidecarClient, SidecarError
     from .datasource import RocksidecarDataSource, register
     from .options import OptionError, WriteOptions
+    from .origin import origin_column, origin_id
     from .report import PartitionReport, RejectedRowsError, WriteSummary
 
 __all__ = [
@@ -24,11 +25,14 @@ __all__ = [
     "SidecarError",
     "WriteOptions",
     "WriteSummary",
+    "origin_column",
+    "origin_id",
     "register",
 ]
 _HOME = dict.fromkeys(("GaveUpError", "ItemResult", "SidecarClient", "SidecarError"), "client")
 _HOME |= dict.fromkeys(("RocksidecarDataSource", "register"), "datasource")
 _HOME |= dict.fromkeys(("OptionError", "WriteOptions"), "options")
+_HOME |= dict.fromkeys(("origin_column", "origin_id"), "origin")
 _HOME |= dict.fromkeys(("PartitionReport", "RejectedRowsError", "WriteSummary"), "report")
 
 

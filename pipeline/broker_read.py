@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 
 from rocksidecar.rmq import (
@@ -24,6 +24,7 @@ from rocksidecar.rmq import (
 )
 from rocksidecar.rmq.broker import EXPRESSION_SQL92, EXPRESSION_TAG
 from rocksidecar.rmq.errors import ServiceNotAvailable, SystemBusy
+from rocksidecar.rmq.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, RESERVED_PROPERTIES
 
 from .queue_ranges import QueueRef
 from .read_options import ReadOptions
@@ -218,3 +219,41 @@ class Cluster:
             raise DataLossError(f"{what}. Set failOnDataLoss=false to skip them and go on")
         log.warning("%s: skipped (failOnDataLoss=false)", what)
         return resume
+
+
+@dataclass(slots=True)
+class Columns:
+    """The read source's per-message columns of a run of messages, as plain lists (source._arrow makes
+    them Arrow arrays); timestamps in microseconds since the epoch."""
+
+    offsets: list[int] = field(default_factory=list)
+    msg_ids: list[str] = field(default_factory=list)
+    uniq_keys: list[str | None] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)
+    tags: list[str | None] = field(default_factory=list)
+    keys: list[list[str]] = field(default_factory=list)
+    properties: list[list[tuple[str, str]]] = field(default_factory=list)
+    born_us: list[int] = field(default_factory=list)
+    stored_us: list[int] = field(default_factory=list)
+    reconsume_times: list[int] = field(default_factory=list)
+
+
+def columns(messages: Sequence[MessageExt]) -> Columns:
+    """One pass over the messages (the executor's CPU per row is here): what MessageExt's properties
+    (msg_id, keys, user_properties...) compute, each property looked up once."""
+    c = Columns()
+    for m in messages:
+        p = m.properties
+        uniq = p.get(PROPERTY_UNIQ_KEY)
+        raw_keys = p.get(PROPERTY_KEYS)
+        c.offsets.append(m.queue_offset)
+        c.msg_ids.append(uniq or m.offset_msg_id)
+        c.uniq_keys.append(uniq)
+        c.bodies.append(m.body)
+        c.tags.append(p.get(PROPERTY_TAGS))
+        c.keys.append([k for k in raw_keys.split(" ") if k] if raw_keys else [])
+        c.properties.append([(k, v) for k, v in p.items() if k not in RESERVED_PROPERTIES])
+        c.born_us.append(m.born_timestamp_ms * 1000)
+        c.stored_us.append(m.store_timestamp_ms * 1000)
+        c.reconsume_times.append(m.reconsume_times)
+    return c

@@ -97,7 +97,9 @@ class BatchWriter(DataSourceWriter):
         self.job_id = job_id
 
     def write(self, iterator: Iterator[Row]) -> PartitionCommit:
-        return _publish(self.opts, f"{self.job_id}:p{_task().partitionId()}", iterator)
+        # with an idColumn the keys name the rows themselves: the partition is not part of them
+        prefix = self.job_id if self.opts.id_column else f"{self.job_id}:p{_task().partitionId()}"
+        return _publish(self.opts, prefix, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _finish(self.opts, messages, aborted=False, batch_id=None)
@@ -107,8 +109,9 @@ class BatchWriter(DataSourceWriter):
 
 
 class StreamWriter(DataSourceStreamWriter):
-    """Keys are ``<jobId or query id>:e<batch id>:p<partition>:b<n>``: a micro-batch replayed after a
-    failure or a restart from the checkpoint repeats them, so the sidecar does not send twice."""
+    """Keys are ``<jobId or query id>:e<batch id>:p<partition>:b<n>``, or with an idColumn
+    ``<jobId or query id>:i<digest of the batch's ids>``: a micro-batch replayed after a failure or a
+    restart from the checkpoint repeats them, so the sidecar does not send twice."""
 
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
@@ -120,7 +123,10 @@ class StreamWriter(DataSourceStreamWriter):
         if batch is None or (query is None and self.opts.job_id is None):
             raise RuntimeError(f"{NAME}: this task has no streaming query id or micro-batch id")
         job = self.opts.job_id or query
-        return _publish(self.opts, f"{job}:e{batch}:p{ctx.partitionId()}", iterator)
+        assert job is not None  # checked above
+        # with an idColumn the keys name the rows (ids_key), whichever micro-batch and partition hold them
+        prefix = job if self.opts.id_column else f"{job}:e{batch}:p{ctx.partitionId()}"
+        return _publish(self.opts, prefix, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _finish(self.opts, messages, aborted=False, batch_id=batchId)

@@ -14,8 +14,16 @@ import orjson
 from .options import WriteOptions
 
 
-class EmptyBodyError(ValueError):
-    """The row's body column is null or empty: the row cannot be a message, and is not sent."""
+class UnsendableRowError(ValueError):
+    """The row cannot be a message (said before sending, naming the column), and is not sent."""
+
+
+class EmptyBodyError(UnsendableRowError):
+    """The row's body column is null or empty."""
+
+
+class EmptyIdError(UnsendableRowError):
+    """The row's idColumn is null or empty: its request's Idempotency-Key could not name it."""
 
 
 def _json_default(value: Any) -> Any:
@@ -42,6 +50,10 @@ def row_json(row: Mapping[str, Any]) -> str:
 
 
 TRACEPARENT_PROPERTY = "TRACE_CONTEXT"
+# the user property that carries a row's idColumn value, so a consumer sees which source message (for
+# ids from pipeline.origin) the output message is, and can deduplicate beyond the sidecar's window
+ID_PROPERTY = "rocksidecarId"
+MAX_ID_CHARS = 1024
 
 
 class MessageBuilder:
@@ -54,6 +66,21 @@ class MessageBuilder:
         self._properties = opts.properties_column
         self._row_id = opts.row_id_column
         self._traceparent = opts.traceparent_column
+        self._id = opts.id_column
+
+    @property
+    def has_ids(self) -> bool:
+        return self._id is not None
+
+    def id_of(self, row: Mapping[str, Any]) -> str:
+        """The row's idColumn value. Raises EmptyIdError (null, empty) or UnsendableRowError (too long)."""
+        assert self._id is not None
+        value = row[self._id]
+        if not value:
+            raise EmptyIdError(f"the id is empty (column {self._id!r})")
+        if len(value) > MAX_ID_CHARS:
+            raise UnsendableRowError(f"the id is longer than {MAX_ID_CHARS} characters (column {self._id!r})")
+        return str(value)
 
     def build(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """The message for ``row``.
@@ -61,6 +88,7 @@ class MessageBuilder:
         Raises:
             EmptyBodyError: the body column is null (an empty CSV field reads as null) or empty; said
                 here, naming the column, since the sidecar could only name its own field for it.
+            UnsendableRowError: the idColumn value is null, empty or too long.
         """
         msg: dict[str, Any] = {"topic": self._topic}
         if self._body is None:
@@ -90,6 +118,8 @@ class MessageBuilder:
             # the property the sidecar keeps a W3C traceparent in (app.tracing.context); it checks the
             # value and drops one that does not parse, so a bad row still goes out, untraced
             msg.setdefault("properties", {})[TRACEPARENT_PROPERTY] = row[self._traceparent]
+        if self._id is not None:
+            msg.setdefault("properties", {})[ID_PROPERTY] = self.id_of(row)
         return msg
 
     def row_id(self, row: Mapping[str, Any], index: int) -> str | int:

@@ -14,7 +14,7 @@ from .backoff import Backoff
 DEFAULT_ENDPOINT = "http://127.0.0.1:9880"
 DEFAULT_BATCH_SIZE = 500
 DEFAULT_BATCH_BYTES = 8 * 1024 * 1024  # well under the sidecar's default 64 MiB request limit
-_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
+TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # RocketMQ's topic rule, for the read options too
 _JOB_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")  # the Idempotency-Key is built from it (<= 255 chars)
 # option -> the Spark types its column may have (DataType.simpleString())
 COLUMN_TYPES: dict[str, tuple[str, ...]] = {
@@ -25,6 +25,7 @@ COLUMN_TYPES: dict[str, tuple[str, ...]] = {
     "propertiesColumn": ("map<string,string>",),
     "rowIdColumn": ("string", "tinyint", "smallint", "int", "bigint"),
     "traceparentColumn": ("string",),
+    "idColumn": ("string",),
 }
 KNOWN = {
     "topic",
@@ -73,6 +74,7 @@ class WriteOptions:
     properties_column: str | None = None
     row_id_column: str | None = None
     traceparent_column: str | None = None
+    id_column: str | None = None  # each row's own id (e.g. pipeline.origin.origin_id): keys name the rows
 
     def backoff(self) -> Backoff:
         return Backoff(initial_s=self.retry_backoff_s, max_s=self.retry_backoff_max_s)
@@ -87,6 +89,7 @@ class WriteOptions:
             "propertiesColumn": self.properties_column,
             "rowIdColumn": self.row_id_column,
             "traceparentColumn": self.traceparent_column,
+            "idColumn": self.id_column,
         }
         return {name: col for name, col in given.items() if col is not None}
 
@@ -104,11 +107,30 @@ def _number(opts: Mapping[str, str], name: str, default: float, low: float, high
     return value
 
 
+def integer(opts: Mapping[str, str], name: str, default: int | None, low: int, high: int) -> int | None:
+    """The whole number option ``name`` (digits, exactly: offsets go past a float's precision) within
+    [low, high], or ``default`` when it is not given. Raises OptionError naming it. Shared by the read
+    and the write options."""
+    raw = opts.get(name)
+    if raw is None:
+        return default
+    text = raw.strip()
+    if not re.fullmatch(r"-?[0-9]{1,19}", text):
+        try:
+            float(text)
+        except ValueError:
+            raise OptionError(f"option {name}={raw!r} is not a number") from None
+        raise OptionError(f"option {name}={raw!r} must be a whole number")
+    value = int(text)
+    if not low <= value <= high:
+        raise OptionError(f"option {name}={raw!r} must be between {low} and {high}")
+    return value
+
+
 def _integer(opts: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
-    value = _number(opts, name, default, low, high)
-    if value != int(value):
-        raise OptionError(f"option {name}={opts[name]!r} must be a whole number")
-    return int(value)
+    value = integer(opts, name, default, low, high)
+    assert value is not None
+    return value
 
 
 def _endpoint(raw: str) -> str:
@@ -141,7 +163,7 @@ def parse(options: Mapping[str, str]) -> WriteOptions:
     """Raises OptionError."""
     opts = canonical(options, KNOWN)
     topic = opts.get("topic", "")
-    if not _TOPIC.match(topic):
+    if not TOPIC.match(topic):
         raise OptionError(
             f"option topic={topic!r}: give the topic, 1-127 characters of [%|a-zA-Z0-9_-]"
             if topic
@@ -177,6 +199,7 @@ def parse(options: Mapping[str, str]) -> WriteOptions:
         properties_column=opts.get("propertiesColumn"),
         row_id_column=opts.get("rowIdColumn"),
         traceparent_column=opts.get("traceparentColumn"),
+        id_column=opts.get("idColumn"),
     )
 
 

@@ -1,6 +1,7 @@
-"""Publish one partition's rows in batches: batch n goes out under Idempotency-Key ``<prefix>:b<n>``, and
-items answered FAILED go out again under a key naming exactly which of the batch's items they are, so a
-re-run of the task repeats every request byte for byte and the sidecar answers instead of sending."""
+"""Publish one partition's rows in batches: batch n goes out under Idempotency-Key ``<prefix>:b<n>`` (with
+an idColumn: ``<prefix>:i<digest of the batch's ids>``), and items answered FAILED go out again under a key
+naming exactly which of the batch's items they are, so a re-run of the task repeats every request byte for
+byte and the sidecar answers instead of sending."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from .client import GaveUpError, ItemResult, SidecarClient, SidecarError
-from .message import EmptyBodyError, MessageBuilder
+from .message import MessageBuilder, UnsendableRowError
 from .options import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE
 from .report import MAX_NAMED, PartitionReport, Rejection
 
@@ -28,10 +29,18 @@ def subset_key(key: str, indexes: Iterable[int]) -> str:
     return f"{key}:r{digest}"
 
 
+def ids_key(prefix: str, ids: Iterable[str]) -> str:
+    """The key of a batch of rows with ids: it names the rows (by their ids, in order), not the batch's
+    place, so it is the same whichever micro-batch, partition or attempt posts these rows."""
+    digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:32]
+    return f"{prefix}:i{digest}"
+
+
 class Encoded(NamedTuple):
     position: int  # the row's index within the partition
     row: Mapping[str, Any]
     message: bytes  # the message's JSON
+    id: str | None  # the idColumn value, if the write has one
 
 
 # told a row that is not sent (its position, the row, why)
@@ -53,13 +62,14 @@ def batches(
     for position, row in enumerate(rows):
         try:
             encoded = orjson.dumps(builder.build(row))
-        except EmptyBodyError as exc:
+            row_id = builder.id_of(row) if builder.has_ids else None
+        except UnsendableRowError as exc:
             refuse(position, row, str(exc))
             continue
         if chunk and (len(chunk) == max_messages or size + len(encoded) > max_bytes):
             yield chunk
             chunk, size = [], 0
-        chunk.append(Encoded(position, row, encoded))
+        chunk.append(Encoded(position, row, encoded, row_id))
         size += len(encoded) + 1
     if chunk:
         yield chunk
@@ -67,7 +77,8 @@ def batches(
 
 @dataclass(eq=False, slots=True)
 class PartitionPublisher:
-    """Publishes one Spark partition's rows in batches, keyed ``<key_prefix>:b<n>`` for idempotent re-runs."""
+    """Publishes one Spark partition's rows in batches, keyed ``<key_prefix>:b<n>`` (or by their ids) for
+    idempotent re-runs."""
 
     client: SidecarClient
     builder: MessageBuilder
@@ -88,7 +99,11 @@ class PartitionPublisher:
 
         chunks = batches(rows, self.builder, self.batch_size, self.batch_bytes, reject)
         for batch_no, chunk in enumerate(chunks):
-            results = self._post(chunk, f"{self.key_prefix}:b{batch_no}", counts)
+            if self.builder.has_ids:
+                key = ids_key(self.key_prefix, (item.id or "" for item in chunk))
+            else:
+                key = f"{self.key_prefix}:b{batch_no}"
+            results = self._post(chunk, key, counts)
             for item, result in zip(chunk, results, strict=True):
                 if result.status == "REJECTED":
                     reject(item.position, item.row, result.error or "")

@@ -1,6 +1,6 @@
 """Offsets of the read source, pure: a queue's name in offset JSON, the per-queue offsets Spark keeps in
-its checkpoint, ``maxOffsetsPerTrigger`` spread over the queues, and offset ranges cut into partitions
-(``minPartitions``)."""
+its checkpoint, ``maxOffsetsPerTrigger`` spread over the queues, an availableNow run's end, and offset
+ranges cut into partitions (``minPartitions``)."""
 
 from __future__ import annotations
 
@@ -70,6 +70,20 @@ def cap(start: dict[QueueRef, int], latest: dict[QueueRef, int], max_rows: int) 
             share[ref] += 1
             left -= 1
     return {ref: start.get(ref, latest[ref]) + share[ref] for ref in latest}
+
+
+def hold_at(
+    begin: dict[QueueRef, int], latest: dict[QueueRef, int], target: dict[QueueRef, int]
+) -> dict[QueueRef, int]:
+    """``latest`` held at an availableNow run's ``target``: no queue goes past it (nor back before where
+    it is), and a queue the target does not know does not enter, so the run comes to an end."""
+    out = {}
+    for ref, n in latest.items():
+        if ref in target:
+            out[ref] = max(begin[ref], min(n, target[ref])) if ref in begin else n
+        elif ref in begin:
+            out[ref] = begin[ref]
+    return out
 
 
 def split(ranges: list[QueueRange], min_partitions: int | None) -> list[QueueRange]:

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from .options import OptionError, canonical
+from .options import TOPIC, OptionError, canonical, integer
 
-_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 _GROUP = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
 _HOSTPORT = re.compile(r"^[A-Za-z0-9.\-]{1,253}:[0-9]{1,5}$")
 MAX_TOPICS = 100
@@ -67,15 +66,6 @@ def _canonical(options: Mapping[str, str]) -> dict[str, str]:
         if len(value) > MAX_OPTION_CHARS:
             raise OptionError(f"option {name} is longer than {MAX_OPTION_CHARS} characters")
     return out
-
-
-def _int(opts: Mapping[str, str], name: str, low: int, high: int) -> int | None:
-    raw = opts.get(name)
-    if raw is None:
-        return None
-    if not re.fullmatch(r"[0-9]{1,19}", raw.strip()) or not low <= int(raw) <= high:
-        raise OptionError(f"option {name}={raw!r} must be a whole number between {low} and {high}")
-    return int(raw)
 
 
 def parse_position(name: str, raw: str, topics: tuple[str, ...], *, allow_earliest: bool = True) -> Start:
@@ -134,7 +124,7 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     if len(topics) > MAX_TOPICS or len(set(topics)) != len(topics):
         raise OptionError(f"option topic: at most {MAX_TOPICS} topics, each once")
     for t in topics:
-        if not _TOPIC.match(t):
+        if not TOPIC.match(t):
             raise OptionError(
                 f"option topic: {t!r} is not a topic name (1-127 characters of [%|a-zA-Z0-9_-])"
             )
@@ -164,14 +154,14 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     ending: Start = "latest"
     if "endingOffsets" in opts:
         ending = parse_position("endingOffsets", opts["endingOffsets"], topics, allow_earliest=False)
-    timeout_ms = _int(opts, "brokerTimeoutMs", 100, 3_600_000)
+    timeout_ms = integer(opts, "brokerTimeoutMs", 10_000, 100, 3_600_000)
     return ReadOptions(
         namesrv=";".join(addrs),
         topics=topics,
         starting=starting,
         ending=ending,
-        max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", 1, 1 << 62),
-        min_partitions=_int(opts, "minPartitions", 1, 100_000),
+        max_offsets_per_trigger=integer(opts, "maxOffsetsPerTrigger", None, 1, 1 << 62),
+        min_partitions=integer(opts, "minPartitions", None, 1, 100_000),
         tags=opts.get("tags"),
         sql=opts.get("sql"),
         access_key=opts.get("accessKey"),
@@ -180,6 +170,6 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         fail_on_data_loss=fail == "true",
         group=opts.get("group", DEFAULT_GROUP),
         commit_group=opts.get("commitGroup"),
-        broker_timeout_s=10.0 if timeout_ms is None else timeout_ms / 1000,
-        pull_batch_size=_int(opts, "pullBatchSize", 1, 1024) or 32,
+        broker_timeout_s=(timeout_ms or 10_000) / 1000,
+        pull_batch_size=integer(opts, "pullBatchSize", 32, 1, 1024) or 32,
     )

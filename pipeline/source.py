@@ -9,7 +9,6 @@ kill, so no loop is running there, and a loop per call leaves no connection or t
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -17,10 +16,15 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
-from .broker_read import Bounds, Cluster, DownBrokers
-from .queue_ranges import Offsets, QueueRange, QueueRef, cap, from_offsets, split, to_offsets
+from .broker_read import Bounds, Cluster, DownBrokers, columns
+from .queue_ranges import Offsets, QueueRange, QueueRef, cap, from_offsets, hold_at, split, to_offsets
 from .read_options import ReadOptions, Start
 
 log = logging.getLogger(__name__)
@@ -48,6 +52,7 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 ROWS_PER_BATCH = 4096  # rows per Arrow record batch handed to Spark
+_MICROS = pa.timestamp("us", tz="UTC")
 
 
 @dataclass(frozen=True)
@@ -96,22 +101,22 @@ def _warn_down(down: DownBrokers, queues: dict[QueueRef, str]) -> None:
 
 
 def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
-    """The messages of one range as Arrow record batches, pulled in an event loop of this call's own."""
+    """The messages of one range as Arrow record batches, pulled in an event loop of this call's own;
+    the loop runs until a batch's worth of rows is in (not once a pull: each entry costs)."""
     loop = asyncio.new_event_loop()
     cluster = Cluster(opts)
     pages = cluster.read(qr.queue, qr.start, qr.end)
-    rows: list[Any] = []
-    try:
-        while True:
-            try:
-                page = loop.run_until_complete(pages.__anext__())
-            except StopAsyncIteration:
-                break
+
+    async def next_rows() -> list[Any]:
+        rows: list[Any] = []
+        async for page in pages:
             rows.extend(page)
             if len(rows) >= ROWS_PER_BATCH:
-                yield _arrow(qr.queue, rows)
-                rows = []
-        if rows:
+                break
+        return rows
+
+    try:
+        while rows := loop.run_until_complete(next_rows()):
             yield _arrow(qr.queue, rows)
     finally:
         loop.run_until_complete(pages.aclose())
@@ -120,25 +125,26 @@ def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
 
 
 def _arrow(ref: QueueRef, messages: list[Any]) -> pa.RecordBatch:
+    """One Arrow array a column, from plain lists (broker_read.columns: one pass over the messages);
+    the queue's own columns repeated, timestamps as integers (no datetime objects)."""
     n = len(messages)
-    ms = datetime.timedelta(milliseconds=1)
-    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-    columns = [
-        pa.array([ref.topic] * n, pa.string()),
-        pa.array([ref.broker] * n, pa.string()),
-        pa.array([ref.queue_id] * n, pa.int32()),
-        pa.array([m.queue_offset for m in messages], pa.int64()),
-        pa.array([m.msg_id for m in messages], pa.string()),
-        pa.array([m.uniq_key for m in messages], pa.string()),
-        pa.array([m.body for m in messages], pa.binary()),
-        pa.array([m.tags for m in messages], pa.string()),
-        pa.array([list(m.keys) for m in messages], pa.list_(pa.string())),
-        pa.array([list(m.user_properties.items()) for m in messages], pa.map_(pa.string(), pa.string())),
-        pa.array([epoch + m.born_timestamp_ms * ms for m in messages], pa.timestamp("us", tz="UTC")),
-        pa.array([epoch + m.store_timestamp_ms * ms for m in messages], pa.timestamp("us", tz="UTC")),
-        pa.array([m.reconsume_times for m in messages], pa.int32()),
+    c = columns(messages)
+    arrays = [
+        pa.repeat(pa.scalar(ref.topic, pa.string()), n),
+        pa.repeat(pa.scalar(ref.broker, pa.string()), n),
+        pa.repeat(pa.scalar(ref.queue_id, pa.int32()), n),
+        pa.array(c.offsets, pa.int64()),
+        pa.array(c.msg_ids, pa.string()),
+        pa.array(c.uniq_keys, pa.string()),
+        pa.array(c.bodies, pa.binary()),
+        pa.array(c.tags, pa.string()),
+        pa.array(c.keys, pa.list_(pa.string())),
+        pa.array(c.properties, pa.map_(pa.string(), pa.string())),
+        pa.array(c.born_us, _MICROS),
+        pa.array(c.stored_us, _MICROS),
+        pa.array(c.reconsume_times, pa.int32()),
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 class BatchReader(DataSourceReader):
@@ -171,13 +177,27 @@ class BatchReader(DataSourceReader):
         return read_range(self.opts, partition.range)
 
 
-class StreamReader(DataSourceStreamReader):
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are each queue's next offset to read. A queue seen for the first time enters at its
     earliest offset with nothing to read in that micro-batch (so a replayed batch plans alike); a queue
-    whose broker does not answer keeps its offset (it stalls, the others go on)."""
+    whose broker does not answer keeps its offset (it stalls, the others go on).
+
+    ``trigger(availableNow=True)``: what the queues hold when the query starts is read (in micro-batches
+    of maxOffsetsPerTrigger), then the query ends; queues that appear later wait for the next run."""
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
+        self._target: dict[QueueRef, int] | None = None  # availableNow: where the run ends
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        async def work(cluster: Cluster) -> dict[QueueRef, int]:
+            queues = await cluster.queues()
+            down = DownBrokers()
+            bounds = await cluster.bounds(queues, down)
+            _warn_down(down, queues)
+            return {ref: b.high for ref, b in bounds.items()}
+
+        self._target = asyncio.run(_with_cluster(self.opts, work))
 
     def initialOffset(self) -> Offsets:
         async def work(cluster: Cluster) -> Offsets:
@@ -205,6 +225,8 @@ class StreamReader(DataSourceStreamReader):
             latest = dict(begin)  # a queue that was not answered for stays where it is
             for ref, b in bounds.items():
                 latest[ref] = max(b.high, begin[ref]) if ref in begin else b.low
+            if self._target is not None:
+                latest = hold_at(begin, latest, self._target)
             if isinstance(limit, ReadMaxRows):
                 latest = cap({r: begin.get(r, latest[r]) for r in latest}, latest, limit.max_rows)
             return to_offsets(latest)

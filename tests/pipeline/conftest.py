@@ -5,7 +5,6 @@ the real sidecar as subprocesses, and a fault proxy in front of the sidecar."""
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -14,11 +13,11 @@ from pyspark.sql import SparkSession
 from bench.common import DevbrokerProcess, devbroker_process
 from rocksidecar.pipeline.backoff import Backoff
 from rocksidecar.pipeline.client import SidecarClient
-from rocksidecar.pipeline.datasource import register
 from tests.pipeline.fake_sidecar import FakeSidecar
 from tests.pipeline.fault_proxy import FaultProxy
 from tests.pipeline.http_double import serve
 from tests.pipeline.sidecar_process import Sidecar, sidecar_process
+from tests.pipeline.spark_local import local_spark
 
 
 @pytest.fixture
@@ -48,18 +47,15 @@ def client(fake_url: str, sleeps: list[float]) -> Iterator[SidecarClient]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One local Spark for the whole run: 2 cores, a failed task is tried up to 3 times, no UI."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers need this venv (pyarrow, pipeline)
-    session = (
-        SparkSession.builder.master("local[2,3]")
-        .appName("rocksidecar-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .getOrCreate()
+    session = local_spark(
+        "local[2,3]",
+        "rocksidecar-tests",
+        **{
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        },
     )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
     yield session
     session.stop()
 

@@ -10,8 +10,15 @@ import decimal
 import orjson
 import pytest
 
-from rocksidecar.pipeline.message import EmptyBodyError, MessageBuilder, row_json
+from rocksidecar.pipeline.message import (
+    ID_PROPERTY,
+    EmptyBodyError,
+    MessageBuilder,
+    UnsendableRowError,
+    row_json,
+)
 from rocksidecar.pipeline.options import WriteOptions
+from rocksidecar.pipeline.origin import origin_id
 
 
 def test_text_and_binary_bodies() -> None:
@@ -95,3 +102,17 @@ def test_keys_tags_and_sharding_keys_that_are_not_strings_go_as_spark_casts_them
     assert (msg["keys"], msg["tags"], msg["shardingKey"]) == (["42"], "true", "10.10")
     assert builder.build({"b": "x", "k": dt.date(2024, 6, 1), "t": None, "s": 0})["keys"] == ["2024-06-01"]
     assert builder.build({"b": "x", "k": 0, "t": False, "s": None})["keys"] == ["0"]  # zero is a key
+
+
+def test_an_id_column_becomes_the_id_property_and_must_be_there() -> None:
+    builder = MessageBuilder(WriteOptions(topic="T", body_column="b", id_column="i"))
+    assert builder.build({"b": "x", "i": origin_id("S", "broker-a", 1, 7)}) == {
+        "topic": "T",
+        "body": "x",
+        "properties": {ID_PROPERTY: "S/broker-a/1/7"},
+    }
+    for empty in (None, ""):
+        with pytest.raises(UnsendableRowError, match=r"^the id is empty \(column 'i'\)$"):
+            builder.build({"b": "x", "i": empty})
+    with pytest.raises(UnsendableRowError, match="longer than"):
+        builder.build({"b": "x", "i": "x" * 2000})

@@ -11,7 +11,8 @@ import pytest
 from rocksidecar.pipeline.client import GaveUpError, SidecarClient, SidecarError
 from rocksidecar.pipeline.message import MessageBuilder
 from rocksidecar.pipeline.options import WriteOptions
-from rocksidecar.pipeline.publisher import PartitionPublisher, subset_key
+from rocksidecar.pipeline.origin import origin_id
+from rocksidecar.pipeline.publisher import PartitionPublisher, ids_key, subset_key
 from tests.pipeline.fake_sidecar import FakeSidecar
 
 
@@ -144,3 +145,37 @@ def test_batches_are_also_cut_by_bytes(client: SidecarClient, fake: FakeSidecar)
     # {"topic":"T","body":"..."} is 1025 bytes for a 1000-byte body; the 5000-byte one goes alone
     assert [s.size for s in fake.requests] == [2, 1, 1]
     assert report.sent == 4 and fake.bodies() == [d["body"] for d in data]
+
+
+def id_rows(offsets: range) -> list[dict[str, Any]]:
+    return [{"id": origin_id("Src", "broker-a", 0, i), "body": f"row {i}"} for i in offsets]
+
+
+def test_with_an_id_column_keys_name_the_rows_not_their_place(
+    client: SidecarClient, fake: FakeSidecar
+) -> None:
+    """The same rows posted by another partition, micro-batch or job attempt (another prefix of
+    positional keys) map to the same keys; each message carries its id."""
+    builder = MessageBuilder(WriteOptions(topic="T", body_column="body", id_column="id"))
+    first = PartitionPublisher(client, builder, "q1", 3, batch_size=10).publish(id_rows(range(25)))
+    again = PartitionPublisher(client, builder, "q1", 7, batch_size=10).publish(id_rows(range(25)))
+    ids = [origin_id("Src", "broker-a", 0, i) for i in range(25)]
+    assert [s.key for s in fake.requests[:3]] == [
+        ids_key("q1", ids[:10]),
+        ids_key("q1", ids[10:20]),
+        ids_key("q1", ids[20:]),
+    ]
+    assert [s.key for s in fake.requests[3:]] == [s.key for s in fake.requests[:3]]
+    assert (first.sent, again.sent, again.deduplicated) == (25, 0, 25)
+    assert len(fake.stored) == 25
+    assert ids_key("q1", ids[:10]) != ids_key("q1", ids[1:11])
+    assert ids_key("q1", ids[:10]).startswith("q1:i") and len(ids_key("q1", ids[:10])) == len("q1:i") + 32
+
+
+def test_a_row_without_an_id_is_refused_naming_the_column(client: SidecarClient, fake: FakeSidecar) -> None:
+    builder = MessageBuilder(WriteOptions(topic="T", body_column="body", id_column="id"))
+    data = [*id_rows(range(2)), {"id": None, "body": "x"}, {"id": "", "body": "y"}]
+    report = PartitionPublisher(client, builder, "q2", 0).publish(data)
+    assert (report.sent, report.rejected) == (2, 2)
+    assert {x.error for x in report.rejections} == {"the id is empty (column 'id')"}
+    assert fake.bodies() == ["row 0", "row 1"]

@@ -1,5 +1,6 @@
 """The read source's offset arithmetic and option parsing, without Spark: maxOffsetsPerTrigger shared
-over the queues, ranges cut for minPartitions, offsets JSON round trips, bad options named."""
+over the queues, an availableNow run's end, ranges cut for minPartitions, offsets JSON round trips, bad
+options named (test_source_batch checks once that such an error fails a query on the driver)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rocksidecar.pipeline.options import OptionError
-from rocksidecar.pipeline.queue_ranges import QueueRange, QueueRef, cap, from_offsets, split, to_offsets
+from rocksidecar.pipeline.queue_ranges import (
+    QueueRange,
+    QueueRef,
+    cap,
+    from_offsets,
+    hold_at,
+    split,
+    to_offsets,
+)
 from rocksidecar.pipeline.read_options import parse
 
 A0, A1, B0 = QueueRef("T", "broker-a", 0), QueueRef("T", "broker-a", 1), QueueRef("T", "broker-b", 0)
@@ -64,3 +73,35 @@ def test_options_parse_and_name_what_is_wrong() -> None:
         parse({"namesrv": "h:1", "topic": "A", "startingOffsets": '{"A": {"b:0": "x"}}'}, streaming=True)
     with pytest.raises(OptionError, match="brokerTimeoutMs"):
         parse({"namesrv": "h:1", "topic": "A", "brokerTimeoutMs": "-5"}, streaming=True)
+
+
+def test_an_available_now_run_stops_at_its_target() -> None:
+    new = QueueRef("T", "broker-b", 1)
+    later = QueueRef("T", "broker-c", 0)  # appeared after the run started: not in the target
+    target = {A0: 10, A1: 5, new: 4}
+    begin = {A0: 2, A1: 5, B0: 7}  # B0's broker did not answer when the run started
+    latest = {A0: 30, A1: 9, B0: 12, new: 0, later: 0}
+    assert hold_at(begin, latest, target) == {A0: 10, A1: 5, B0: 7, new: 0}
+    # the next call: the new queue was entered, it reads up to the target; then nothing moves: the end
+    step = {A0: 10, A1: 5, B0: 7, new: 0}
+    assert hold_at(step, {**latest, new: 6}, target) == {A0: 10, A1: 5, B0: 7, new: 4}
+    end = {A0: 10, A1: 5, B0: 7, new: 4}
+    assert hold_at(end, {**latest, new: 6}, target) == end
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"topic": ""}, "option topic is required"),
+        ({"startingOffsets": "latest"}, "startingOffsets=latest makes no sense"),
+        ({"startingOffsets": '{"Other": {"broker-a:0": 1}}'}, "names topic 'Other'"),
+        ({"endingOffsets": '{"T": {"broker-a": 1}}'}, "must be 'broker:queueId'"),
+        ({"tags": "a", "sql": "b > 1"}, "exclude each other"),
+        ({"maxOffsetsPerTrigger": "10"}, "for streaming queries only"),
+        ({"failOnDataLos": "false"}, "did you mean 'failOnDataLoss'"),
+        ({"accessKey": "ak"}, "accessKey and secretKey go together"),
+    ],
+)
+def test_bad_batch_options_name_the_option(options: dict[str, str], error: str) -> None:
+    with pytest.raises(OptionError, match=error):
+        parse({"namesrv": "h:1", "topic": "T", **options}, streaming=False)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -80,8 +81,8 @@ def test_a_timestamp_starts_where_the_store_time_is(
     spark: SparkSession, devbroker: DevbrokerProcess, topic: str
 ) -> None:
     fill(devbroker, topic, 3)
-    late = max(r.storeTimestamp for r in read(spark, devbroker, topic).collect())
-    after = int(late.timestamp() * 1000) + 60_000
+    # devbroker runs on this machine's clock: a minute from now is after every store time
+    after = time.time_ns() // 1_000_000 + 60_000
     assert read(spark, devbroker, topic, startingOffsets=str(after)).count() == 4 * 1  # last of each queue
     assert read(spark, devbroker, topic, startingOffsets="0").count() == 12
 
@@ -116,24 +117,12 @@ def test_a_tag_filter_and_an_sql92_filter(
     assert sorted(bytes(r.body).decode() for r in by_sql) == [f"m{i}" for i in range(25, 30)]
 
 
-@pytest.mark.parametrize(
-    ("options", "error"),
-    [
-        ({"topic": ""}, "option topic is required"),
-        ({"startingOffsets": "latest"}, "startingOffsets=latest makes no sense"),
-        ({"startingOffsets": '{"Other": {"broker-a:0": 1}}'}, "names topic 'Other'"),
-        ({"endingOffsets": '{"T": {"broker-a": 1}}'}, "must be 'broker:queueId'"),
-        ({"tags": "a", "sql": "b > 1"}, "exclude each other"),
-        ({"maxOffsetsPerTrigger": "10"}, "for streaming queries only"),
-        ({"failOnDataLos": "false"}, "did you mean 'failOnDataLoss'"),
-        ({"accessKey": "ak"}, "accessKey and secretKey go together"),
-    ],
-)
-def test_bad_options_fail_on_the_driver_naming_the_option(
-    spark: SparkSession, devbroker: DevbrokerProcess, options: dict[str, str], error: str
+def test_a_bad_option_fails_the_query_on_the_driver_naming_it(
+    spark: SparkSession, devbroker: DevbrokerProcess
 ) -> None:
-    with pytest.raises(Exception, match=error) as info:
-        read(spark, devbroker, options.pop("topic", "T"), **options).collect()
+    """One case through Spark (test_queue_ranges checks every rule of the parser without it)."""
+    with pytest.raises(Exception, match="did you mean 'failOnDataLoss'") as info:
+        read(spark, devbroker, "T", failOnDataLos="false").collect()
     assert OptionError.__name__ in str(info.value)
 
 

@@ -1,7 +1,8 @@
 """RocketMQ -> Spark -> sidecar -> RocketMQ exactly once: a stream reads a topic with the rocksidecar
-source and writes it through the sidecar sink; a micro-batch's task is killed until the query fails, and
-the query restarted from its checkpoint replays that micro-batch from the same offsets (so the same rows
-in the same order, so the same Idempotency-Keys): the target topic holds each source message once.
+source and writes it through the sidecar sink with each row's origin (topic/broker/queueId/queueOffset)
+as its idColumn; a micro-batch's task is killed until the query fails, and the query restarted from its
+checkpoint replays that micro-batch from the same offsets, so its requests carry the same ids and so the
+same Idempotency-Keys: the target topic holds each source message once, and says which one it is.
 Also: a broker that is down stalls only its own queues."""
 
 from __future__ import annotations
@@ -14,12 +15,16 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from bench.common import DevbrokerProcess
+from rocksidecar.pipeline import origin_column, origin_id
+from rocksidecar.pipeline.message import ID_PROPERTY
+from rocksidecar.pipeline.publisher import ids_key
 from tests.pipeline.fault_proxy import FaultProxy
 from tests.pipeline.sidecar_process import Sidecar
 from tests.pipeline.source_topics import Put, create, put
 from tests.pipeline.test_source_stream import run
 
 pytestmark = pytest.mark.timeout(300)
+PER_QUEUE, PER_TRIGGER, BATCH = 30, 20, 5  # 2 queues: micro-batch 0 reads 0-20 of each, batch 1 20-30
 
 
 def copy(
@@ -30,19 +35,16 @@ def copy(
         .option("namesrv", namesrv)
         .option("topic", source)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "200")
+        .option("maxOffsetsPerTrigger", str(2 * PER_TRIGGER))
         .load()
-        .select(
-            "body",
-            F.concat_ws("/", "topic", "broker", "queueId", "queueOffset").alias("origin"),
-        )
+        .select(F.upper("body").alias("body"), origin_column().alias("origin"))
     )
     query = (
         rows.writeStream.format("rocksidecar")
         .option("topic", target)
         .option("endpoint", endpoint)
-        .option("keyColumn", "origin")
-        .option("batchSize", "20")
+        .option("idColumn", "origin")
+        .option("batchSize", str(BATCH))
         .option("retryBackoffMax", "0.05")
         .option("checkpointLocation", str(checkpoint))
         .start()
@@ -64,20 +66,25 @@ def test_round_trip_exactly_once_through_task_kills_and_a_restart(
     fault, url = proxy
     source, target = f"{topic}_src", f"{topic}_dst"
     create(devbroker, source, 1)
-    puts = [Put(b, 0, f"{b}-{i}".encode()) for b in ("broker-a", "broker-b") for i in range(150)]
+    puts = [Put(b, 0, f"{b}-{i}".encode()) for b in ("broker-a", "broker-b") for i in range(PER_QUEUE)]
     put(devbroker, source, puts)
-    # micro-batch 1 (offsets 100-150 of each queue): partition 0's second request is stored, then its
-    # worker is killed, three times: Spark gives up and the query fails after micro-batch 0 committed
-    fault.kill_on[":e1:p0:b1"] = 3
+    # micro-batch 1, partition 0 (broker-a's offsets 20-30): its second request (offsets 25-30) is
+    # stored, then its worker is killed, three times: Spark gives up, the query fails after micro-batch 0
+    second = [origin_id(source, "broker-a", 0, i) for i in range(PER_TRIGGER + BATCH, PER_QUEUE)]
+    fault.kill_on[ids_key("", second)] = 3
     with pytest.raises(StreamingQueryException):
         copy(spark, devbroker.namesrv, source, target, url, tmp_path / "ckpt")
     assert len(fault.killed) == 3
     copy(spark, devbroker.namesrv, source, target, url, tmp_path / "ckpt")
-    assert any(n > 1 for k, n in fault.keys.items() if ":e1:p0:" in k)  # replayed under the same keys
+    replayed = [k for k, n in fault.keys.items() if k.endswith(ids_key("", second))]
+    assert [fault.keys[k] for k in replayed] == [4]  # the same key on every attempt and after the restart
     stored = sidecar.pull(target)
-    assert sorted(m.body for m in stored) == sorted(p.body for p in puts)  # each exactly once
-    origins = {m.body.decode(): m.keys for m in stored}
-    assert origins["broker-b-149"] == (f"{source}/broker-b/0/149",)
+    assert sorted(m.body for m in stored) == sorted(p.body.upper() for p in puts)  # each exactly once
+    ids = {m.body.decode(): m.user_properties[ID_PROPERTY] for m in stored}
+    assert ids["BROKER-B-29"] == origin_id(source, "broker-b", 0, 29)
+    assert sorted(ids.values()) == sorted(
+        origin_id(source, b, 0, i) for b in ("broker-a", "broker-b") for i in range(PER_QUEUE)
+    )
 
 
 def test_a_down_broker_stalls_only_its_queues(

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.timeout(300)
 def run(
     spark: SparkSession, devbroker: DevbrokerProcess, topic: str, checkpoint: Path, **options: str
 ) -> list[list[tuple[str, int, int, bytes]]]:
-    """Start the query from ``checkpoint``, process everything there is, stop; each micro-batch's rows."""
+    """Run the query from ``checkpoint`` with trigger(availableNow=True): it reads what the queues hold
+    when it starts, in micro-batches, and ends by itself. Each micro-batch's rows."""
     batches: list[list[tuple[str, int, int, bytes]]] = []
 
     def collect(df: DataFrame, batch_id: int) -> None:
@@ -31,9 +32,15 @@ def run(
     r = spark.readStream.format("rocksidecar").option("namesrv", devbroker.namesrv).option("topic", topic)
     for k, v in options.items():
         r = r.option(k, v)
-    query = r.load().writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint)).start()
+    query = (
+        r.load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
-        query.processAllAvailable()
+        query.awaitTermination()
     finally:
         query.stop()
     return batches

@@ -20,6 +20,7 @@ from rocksidecar.rmq import (
     MessageExt,
     MessageQueue,
     NameServerClient,
+    RemotingClient,
     TopicRouteData,
 )
 from rocksidecar.rmq.producer import Producer, ProducerConfig
@@ -103,6 +104,17 @@ async def producer_on_new_topic(
     route = await create_topic_everywhere(instance.namesrv, instance.api, topic)
     config = ProducerConfig(group=f"{topic}_pg")
     return topic, instance, route, Producer(instance.namesrv, instance.api, config, instance=instance)
+
+
+async def new_topic(namesrv: str, prefix: str) -> str:
+    """A new topic (``unique_topic(prefix)``) with 4 queues on each broker, once its route lists them."""
+    client = RemotingClient()
+    try:
+        topic = unique_topic(prefix)
+        await create_topic_everywhere(NameServerClient(client, namesrv), BrokerApi(client), topic)
+        return topic
+    finally:
+        await client.close()
 
 
 async def pull_all(

@@ -76,13 +76,18 @@ async def stop(proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
 
+async def output(*args: str, main: str = "ConsumeProbe", timeout_s: float = 120) -> list[str]:
+    """Run a probe to its end (it must exit 0 within ``timeout_s``); the lines it printed."""
+    proc = await start(*args, main=main)
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    assert proc.returncode == 0, out[-2000:]
+    return out.decode().splitlines()
+
+
 async def produce(namesrv: str, topic: str, n: int) -> dict[str, bytes]:
     """Send ``n`` messages from a Java DefaultMQProducer; their bodies by message id."""
-    proc = await start("produce", namesrv, topic, str(n))
-    out, _ = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode == 0, out[-2000:]
     sent = {}
-    for line in out.decode().splitlines():
+    for line in await output("produce", namesrv, topic, str(n)):
         if line.startswith("SENT "):
             _, msg_id, body = line.split(" ")
             sent[msg_id] = bytes.fromhex(body)

@@ -22,19 +22,9 @@ from rocksidecar.rmq import BrokerApi, Message, NameServerClient, RemotingClient
 from tests.app.conftest import settings_for
 from tests.app.push_app import PushApp, push_app
 from tests.realbroker import java_probe
-from tests.realbroker.conftest import create_topic_everywhere, unique_topic
+from tests.realbroker.conftest import create_topic_everywhere, new_topic, unique_topic
 
 WAIT_S = 90.0
-
-
-async def _topic(namesrv: str, prefix: str) -> str:
-    client = RemotingClient()
-    try:
-        topic = unique_topic(prefix)
-        await create_topic_everywhere(NameServerClient(client, namesrv), BrokerApi(client), topic)
-        return topic
-    finally:
-        await client.close()
 
 
 async def _committed(namesrv: str, topic: str, group: str) -> int:
@@ -68,7 +58,7 @@ async def sidecar(
 async def test_java_producer_to_the_app_through_a_subscription_byte_exact(
     namesrv_addr: str, tmp_path: Path
 ) -> None:
-    topic = await _topic(namesrv_addr, "RsSubJava")
+    topic = await new_topic(namesrv_addr, "RsSubJava")
     sent = await java_probe.produce(namesrv_addr, topic, 40)
     with push_app() as app:
         async with sidecar(tmp_path, namesrv_addr, topic, f"{topic}_g", app):
@@ -79,7 +69,7 @@ async def test_java_producer_to_the_app_through_a_subscription_byte_exact(
 
 
 async def test_java_producer_to_a_bulk_subscription_byte_exact(namesrv_addr: str, tmp_path: Path) -> None:
-    topic = await _topic(namesrv_addr, "RsSubBulk")
+    topic = await new_topic(namesrv_addr, "RsSubBulk")
     sent = await java_probe.produce(namesrv_addr, topic, 200)
     with push_app(lambda _n: (200, {}, 0.0)) as app:
 
@@ -104,7 +94,7 @@ async def test_java_producer_to_a_bulk_subscription_byte_exact(namesrv_addr: str
 async def test_sidecar_and_java_consumer_split_the_queues_with_no_overlap_and_no_gap(
     namesrv_addr: str, tmp_path: Path
 ) -> None:
-    topic = await _topic(namesrv_addr, "RsSubSplit")
+    topic = await new_topic(namesrv_addr, "RsSubSplit")
     group = f"{topic}_g"
     java = await java_probe.start("consume", namesrv_addr, topic, group)
     try:
@@ -138,7 +128,7 @@ WINDOW = 8
 async def test_sigkill_mid_stream_every_message_at_least_once_after_restart(
     namesrv_addr: str, tmp_path: Path
 ) -> None:
-    topic = await _topic(namesrv_addr, "RsSubKill")
+    topic = await new_topic(namesrv_addr, "RsSubKill")
     sent = await java_probe.produce(namesrv_addr, topic, 400)
     # The app takes 5 ms per message, 4 at a time: the kill lands while most are still to come.
     with push_app(lambda n: (200, {}, 0.005)) as app:
