@@ -19,7 +19,7 @@ from rocksidecar.app.subscriptions.spec import SubscriptionSpec
 from tests.app.conftest import settings_for
 from tests.app.push_app import push_app
 from tests.realbroker import java_probe
-from tests.realbroker.test_subscriptions import _topic
+from tests.realbroker.conftest import new_topic
 
 WAIT_S = 90.0
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
@@ -77,7 +77,7 @@ def _rows(text: str, kind: str) -> list[list[str]]:
 async def test_mqadmin_shows_the_sidecar_s_send_and_consume_records(
     namesrv_addr: str, broker_ctl: Path, tmp_path: Path
 ) -> None:
-    topic = await _topic(namesrv_addr, "traceMsgTrace")
+    topic = await new_topic(namesrv_addr, "traceMsgTrace")
     group = f"{topic}_g"
     with push_app() as app:
         sub = SubscriptionSpec("traced", topic, group, app.url, consume_from="first")
@@ -110,7 +110,7 @@ async def _consumed_by_java(proc: asyncio.subprocess.Process, msg_id: str) -> No
 async def test_a_java_consumer_with_msg_trace_joins_the_sidecar_s_trace(
     namesrv_addr: str, broker_ctl: Path, tmp_path: Path
 ) -> None:
-    topic = await _topic(namesrv_addr, "traceJavaSub")
+    topic = await new_topic(namesrv_addr, "traceJavaSub")
     group = f"{topic}_jg"
     java = await java_probe.start("traced", namesrv_addr, topic, group, TRACE_TOPIC)
     try:
