@@ -3,7 +3,7 @@ the broker yet) or all of them, by id, filtered by topic and paged like the othe
 page reads a bounded number of records, so a filter that matches little never reads the whole store),
 and the summary of TransactionStats.
 
-Wired by passing ``transactions=transactions_view(coordinator)`` (an ObservedCoordinator) to AdminOps."""
+Wired by passing ``transactions=transactions_view(coordinator)``  to AdminOps."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from rocksidecar.storage.query import Filter, Page, page
 
 from ..api.admin import TransactionsView
 from ..request import RequestError
+from .coordinator import TransactionCoordinator
 from .http import view
-from .observed import ObservedCoordinator
 from .records import CF, Decision, Record, TransactionRecords
 
 
@@ -45,7 +45,7 @@ def _reader(records: TransactionRecords, only_open: bool) -> Callable[..., Page[
     return read
 
 
-def transactions_view(coordinator: ObservedCoordinator) -> TransactionsView:
+def transactions_view(coordinator: TransactionCoordinator) -> TransactionsView:
     records = coordinator.records
     return TransactionsView(
         sources={"open": (_reader(records, True), view), "all": (_reader(records, False), view)},

@@ -29,6 +29,7 @@ from rocksidecar.rmq.producer.transaction import CheckRequest, TransactionProduc
 
 from ..delivery_policy import RetrySpool, failed_send, message_fault
 from ..wire import to_stored
+from .observed import DECIDED_OUTCOME, TransactionStats
 from .records import Decision, Record, TransactionRecords
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ class TransactionCoordinator:
             raise ValueError(f"mode {mode} needs the local outbox (the retry store)")
         self.records, self.producer, self.mode = records, producer, mode
         self._outbox, self._ask_app, self._now_ms = outbox, ask_app, now_ms
+        self.stats = TransactionStats(records, now_ms)  # what /metrics, the admin API and /ui tell
         producer.checker = self.check  # the brokers' checks are answered from the records
 
     async def begin(
@@ -97,6 +99,13 @@ class TransactionCoordinator:
         """Store the half and sync its record; in the local outbox (mode local, or auto when no broker
         stored the half) sync the message itself. Raises SendFailed (mode broker: no broker stored the
         half) or a final error (the broker refused the message: never kept locally either)."""
+        record = await self._begin(msg, transaction_key, sharding_key, message_type)
+        self.stats.begun(record)
+        return record
+
+    async def _begin(
+        self, msg: Message, transaction_key: str | None, sharding_key: str | None, message_type: str
+    ) -> Record:
         if self.mode == "local":
             return await self._begin_local(msg, transaction_key, sharding_key, message_type)
         try:
@@ -134,6 +143,7 @@ class TransactionCoordinator:
         if record.decision is Decision.NONE:
             record = record.decided(decision, self._now_ms())
             await self.records.put(record)  # synced before anyone hears of the decision
+            self.stats.decided(tx_id, DECIDED_OUTCOME[decision])
         if not record.acknowledged:
             record = await self._carry_out(record)
         return record
@@ -183,8 +193,7 @@ class TransactionCoordinator:
         decided = 0
         for record in self.records.open():
             if record.local and record.decision is Decision.NONE and record.created_ms <= cutoff:
-                topic = record.message.topic if record.message is not None else ""
-                state = await self._ask_app(record.id, record.transaction_key, topic)
+                state = await self._ask_app(record.id, record.transaction_key, record.topic)
                 if state is not TransactionState.UNKNOWN:
                     await self.decide(record.id, Decision.of(state))
                     decided += 1
@@ -198,6 +207,11 @@ class TransactionCoordinator:
 
     async def check(self, request: CheckRequest) -> TransactionState:
         """A broker asks: the record's decision, else the app's answer (UNKNOWN without an app)."""
+        state = await self._answer(request)
+        self.stats.checked(request.msg_id, state)
+        return state
+
+    async def _answer(self, request: CheckRequest) -> TransactionState:
         record = self.records.get(request.msg_id)
         if record is not None and record.decision is not Decision.NONE:
             return record.decision.state

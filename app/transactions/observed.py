@@ -1,5 +1,5 @@
 """What metrics, the admin API and /ui tell of transactions: decisions by outcome since start and the
-undecided ones (how many, since when), kept by a coordinator that reports each decision as it takes it.
+undecided ones (how many, since when), kept by the coordinator (its ``stats``) as it begins and decides.
 
 Outcomes: ``committed`` and ``rolled_back`` (the app decided through the API), ``checked_commit`` and
 ``checked_rollback`` (a broker's check-back of an undecided one, the app's check endpoint decided),
@@ -10,15 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rocksidecar.rmq.message import Message
-from rocksidecar.rmq.producer.transaction import CheckRequest, TransactionState
+from rocksidecar.rmq.producer.transaction import TransactionState
 
-from .coordinator import TransactionCoordinator
 from .records import Decision, Record, TransactionRecords
 
 OUTCOMES = ("committed", "rolled_back", "checked_commit", "checked_rollback", "unknown")
 MAX_TRACKED = 100_000  # undecided ones tracked for the oldest age; the rest are counted, not timed
-_DECIDED = {Decision.COMMIT: "committed", Decision.ROLLBACK: "rolled_back"}
+DECIDED_OUTCOME = {Decision.COMMIT: "committed", Decision.ROLLBACK: "rolled_back"}
 _CHECKED = {TransactionState.COMMIT: "checked_commit", TransactionState.ROLLBACK: "checked_rollback"}
 
 
@@ -61,36 +59,3 @@ class TransactionStats:
     def to_json(self) -> dict[str, Any]:
         count, age = self.undecided()
         return {"undecided": count, "oldestUndecidedAgeS": age, "outcomes": dict(self.outcomes)}
-
-
-class ObservedCoordinator(TransactionCoordinator):
-    """The coordinator, reporting to ``stats`` what it begins and decides (its constructor's arguments
-    as TransactionCoordinator's)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.stats = TransactionStats(self.records, self._now_ms)
-
-    async def begin(
-        self,
-        msg: Message,
-        *,
-        transaction_key: str | None = None,
-        sharding_key: str | None = None,
-        message_type: str = "",
-    ) -> Record:
-        record = await super().begin(
-            msg, transaction_key=transaction_key, sharding_key=sharding_key, message_type=message_type
-        )
-        self.stats.begun(record)
-        return record
-
-    async def decide(self, tx_id: str, decision: Decision) -> Record:
-        record = await super().decide(tx_id, decision)
-        self.stats.decided(tx_id, _DECIDED[record.decision])
-        return record
-
-    async def check(self, request: CheckRequest) -> TransactionState:
-        state = await super().check(request)
-        self.stats.checked(request.msg_id, state)
-        return state

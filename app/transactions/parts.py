@@ -21,8 +21,7 @@ from ..delivery_policy import RetrySpool
 from ..http_client import HttpClient
 from ..readiness import master_addrs
 from .app_check import AppCheck
-from .coordinator import LocalOutbox
-from .observed import ObservedCoordinator
+from .coordinator import LocalOutbox, TransactionCoordinator
 from .records import CF, TransactionRecords
 
 log = logging.getLogger(__name__)
@@ -33,7 +32,7 @@ ANNOUNCE_EVERY = 6
 
 @dataclass(eq=False)
 class Transactions:
-    coordinator: ObservedCoordinator  # counts outcomes and undecided ones for /metrics, admin, /ui
+    coordinator: TransactionCoordinator  # counts outcomes and undecided ones for /metrics, admin, /ui
     producer: TransactionProducer
     http: HttpClient | None
     rounds: int = 0
@@ -58,7 +57,7 @@ class Transactions:
             http = HttpClient()
             ask = AppCheck(s.transactions_check_endpoint, http)
         outbox = LocalOutbox(retry, s.retry_policy, s.transactions_undecided_timeout_s * 1000)
-        coordinator = ObservedCoordinator(
+        coordinator = TransactionCoordinator(
             TransactionRecords(kv, writer), tx, ask, now_ms=now_ms, mode=s.transactions_mode, outbox=outbox
         )
         return cls(coordinator, tx, http)

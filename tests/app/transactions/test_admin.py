@@ -17,7 +17,8 @@ from rocksidecar.app.api.ui import UiDeps, ui_routes
 from rocksidecar.app.history import History
 from rocksidecar.app.metrics import Metrics, TransactionCollector
 from rocksidecar.app.transactions.admin import transactions_view
-from rocksidecar.app.transactions.observed import OUTCOMES, ObservedCoordinator
+from rocksidecar.app.transactions.coordinator import TransactionCoordinator
+from rocksidecar.app.transactions.observed import OUTCOMES
 from rocksidecar.app.transactions.records import Decision, Record
 from rocksidecar.delay import DelayStore
 from rocksidecar.delay.keys import COLUMN_FAMILIES as DELAY_CFS
@@ -40,7 +41,7 @@ TOPIC = "TxAdmin"
 
 @dataclass
 class Env:
-    coordinator: ObservedCoordinator
+    coordinator: TransactionCoordinator
     http: httpx.AsyncClient
     metrics: Metrics
     clock: FakeWallClock
@@ -59,7 +60,7 @@ class Env:
         return self.metrics.registry.get_sample_value(name, labels)
 
 
-def _admin_ops(coordinator: ObservedCoordinator, clock: FakeWallClock) -> AdminOps:
+def _admin_ops(coordinator: TransactionCoordinator, clock: FakeWallClock) -> AdminOps:
     retry = RetryStore(MemoryKV(list(RETRY_CFS)), now_ms=clock.now_ms)
     delay_kv = MemoryKV(list(DELAY_CFS))
 
@@ -80,7 +81,7 @@ async def env(started: Started, clock: FakeWallClock) -> AsyncIterator[Env]:
     async def ask_app(tx_id: str, key: str | None, topic: str) -> TransactionState:
         return answers.get(tx_id, TransactionState.UNKNOWN)
 
-    coordinator = ObservedCoordinator(started.records, started.tx, ask_app, now_ms=clock.now_ms)
+    coordinator = TransactionCoordinator(started.records, started.tx, ask_app, now_ms=clock.now_ms)
     metrics = Metrics()
     metrics.add_state(TransactionCollector(lambda: coordinator.stats.outcomes, coordinator.stats.undecided))
     ops = _admin_ops(coordinator, clock)
@@ -142,7 +143,7 @@ async def test_a_restarted_coordinator_counts_the_undecided_from_the_records(
 ) -> None:
     r = await env.coordinator.begin(Message(TOPIC, b"x"))
     env.clock.wall_ms += 2_000
-    again = ObservedCoordinator(started.records, started.tx, None, now_ms=env.clock.now_ms)
+    again = TransactionCoordinator(started.records, started.tx, None, now_ms=env.clock.now_ms)
     assert again.stats.undecided() == (1, 2.0)
     await again.decide(r.id, Decision.ROLLBACK)
     assert again.stats.undecided() == (0, None) and again.stats.outcomes["rolled_back"] == 1
