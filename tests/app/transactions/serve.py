@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -88,10 +89,11 @@ def check_endpoint(answers: dict[str, str]) -> Callable[[bytes], bytes]:
     return lambda body: json.dumps({"state": answers.get(json.loads(body)["id"], "UNKNOWN")}).encode()
 
 
-async def until(done: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    """Poll a broker's state (it has no event for "a message was stored") until ``done``."""
+async def until(done: Callable[[], bool | Awaitable[bool]], what: str, timeout_s: float = WAIT_S) -> None:
+    """Poll a broker's or another process's state (neither has an event for it) until ``done``."""
     for _ in range(int(timeout_s / 0.05)):
-        if done():
+        answer = done()
+        if await answer if inspect.isawaitable(answer) else answer:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")

@@ -63,13 +63,15 @@ async def test_broker_mode_through_serve_and_a_restart(tmp_path: Path) -> None:
                     lambda: sorted(delivered(cluster, topic)) == sorted([committed, by_app_commit]),
                     "the app's answers to the broker's checks",
                 )
+
                 # The app's ROLLBACK is recorded too; the broker asks about each half on its own, so the
                 # commits arriving says nothing about when the rollback's check was answered.
-                for _ in range(int(WAIT_S / 0.05)):
-                    state = (await http.get(f"{url}/v1/transactions/{by_app_rollback}")).json()["state"]
-                    if state != "PREPARED":
-                        break
-                    await asyncio.sleep(0.05)  # another process: polling is all there is
+                async def rollback_recorded() -> bool:
+                    r = await http.get(f"{url}/v1/transactions/{by_app_rollback}")
+                    return bool(r.json()["state"] != "PREPARED")
+
+                await until(rollback_recorded, "the app's ROLLBACK recorded")
+                state = (await http.get(f"{url}/v1/transactions/{by_app_rollback}")).json()["state"]
                 assert state == "ROLLED_BACK"
                 asked = {json.loads(g.body)["id"] for g in app.got}
                 assert {by_app_commit, by_app_rollback} <= asked and committed not in asked
