@@ -32,11 +32,6 @@ log = logging.getLogger(__name__)
 
 STORE_RETRY_S = 1.0  # while the store fails writes, the first probe after this, then twice as long
 BATCH_MAX = 32  # records per deliver_batch call
-# After the store failed a write, replay resumes with this many keys in flight and doubles the window per
-# batch whose acks were written: a probe write can succeed on a disk that is still full (a WAL page's
-# slack), and every key sent then is sent again once its ack fails, so a false resume costs this many
-# duplicates, not a whole queue.
-RESUME_WINDOW = 8
 STORE_ERROR, ERROR = "store_error", "error"
 OUTCOMES = (DELIVERED, RESCHEDULED, DEAD, QUARANTINED, STORE_ERROR, ERROR)
 
@@ -81,9 +76,7 @@ class ReplayLoop(DueLoop):
         self._settled = asyncio.Event()
         self._closing = False
         self._paused = False  # the store failed writes and the seek loop hands nothing out
-        self._pause_s = store_retry_s  # doubles per failed probe or resume, up to MAX_IDLE_S
-        self._resume_at_ms = 0  # store time before which a paused replay does not probe
-        self._window = self._queue_size  # keys in flight at most: RESUME_WINDOW after a pause, then grows
+        self._pause_s = store_retry_s  # doubles per failed probe, up to MAX_IDLE_S
         self._worker_tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -143,18 +136,14 @@ class ReplayLoop(DueLoop):
 
     async def _run(self) -> None:
         while True:
-            if self._paused or not self._store.healthy:
+            if not self._store.healthy and not await self._probe():
                 # Delivering now would send messages whose acks cannot be written, again and again
-                # (a duplicate storm on a full disk): hand nothing out until the pause is over and a
-                # probe write succeeds. The pause doubles per failed probe and per failed resume, and
-                # is reset only by written acks: a probe alone can succeed on a disk still full.
+                # (a duplicate storm on a full disk): hand nothing out until a probe write succeeds.
                 now = self._store.now_ms()
-                if now < self._resume_at_ms:
-                    await self._wait_until(self._resume_at_ms, now)
-                    continue
-                if not await self._probe():
-                    continue
-            free = min(self._queue_size - self._queue.qsize(), self._window - len(self._inflight))
+                await self._wait_until(now + round(self._pause_s * 1000), now)
+                self._pause_s = min(self._pause_s * 2, MAX_IDLE_S)
+                continue
+            free = self._queue_size - self._queue.qsize()
             if free <= 0:
                 self._space.clear()
                 await self._space.wait()
@@ -179,24 +168,15 @@ class ReplayLoop(DueLoop):
             self._pause(exc)
             return False
         if self._paused:
-            log.warning("retry store writes again, replay resumed with %d in flight", self._window)
+            log.warning("retry store writes again, replay resumed")
         self._paused = False
+        self._pause_s = self._store_retry_s
         return True
 
     def _pause(self, exc: StorageError) -> None:
-        self._window = min(self._window, RESUME_WINDOW)
-        now = self._store.now_ms()
-        if self._resume_at_ms <= now:  # once per failed probe or resume, however many batches fail
-            self._resume_at_ms = now + round(self._pause_s * 1000)
-            self._pause_s = min(self._pause_s * 2, MAX_IDLE_S)
-        if not self._paused:
+        if not self._paused:  # once per outage, however many batches and probes fail
             self._paused = True
             log.error("retry store cannot write, replay paused until it can: %s", exc)
-
-    def _acked(self) -> None:
-        """A batch's acks were written: the store writes, widen the window, forget the back-off."""
-        self._window = min(self._window * 2, self._queue_size)
-        self._pause_s = self._store_retry_s
 
     # --- delivering ---------------------------------------------------------------------------
     async def _worker(self) -> None:
@@ -212,7 +192,6 @@ class ReplayLoop(DueLoop):
                 continue
             try:
                 outcomes = await self._redelivery.run(batch)
-                self._acked()
             except StorageError as exc:
                 self._pause(exc)  # the seek loop probes the store before handing them out again
                 outcomes = [STORE_ERROR] * len(batch)
@@ -226,7 +205,6 @@ class ReplayLoop(DueLoop):
                 self._on_new_key(min(key for key, _ in batch))
             finally:
                 self._inflight.release(key for key, _ in batch)
-                self._space.set()  # the window may have room again
                 if not self._inflight:
                     self._settled.set()
                     if not self._closing:  # everything handed out is done

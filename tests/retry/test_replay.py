@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Sequence
 from itertools import accumulate
 
 import pytest
@@ -15,11 +14,11 @@ from rocksidecar.retry.keys import META_CF, PENDING_CF, pending_key
 from rocksidecar.retry.policy import DEFAULT_LADDER_S, RetryPolicy
 from rocksidecar.retry.record import RetryRecord
 from rocksidecar.retry.redelivery import DEAD, DELIVERED, QUARANTINED, RESCHEDULED
-from rocksidecar.retry.replay import ERROR, RESUME_WINDOW, STORE_ERROR
+from rocksidecar.retry.replay import ERROR, STORE_ERROR
 from rocksidecar.retry.status import State
 from rocksidecar.retry.store import RetryStore
 from rocksidecar.storage.errors import StorageError
-from rocksidecar.storage.kv import Op, Put
+from rocksidecar.storage.kv import Put
 from rocksidecar.storage.progress import FLOOR_KEY
 from tests.retry.conftest import Final, Harness, Redeliverable, record
 
@@ -249,35 +248,6 @@ async def test_a_store_that_cannot_write_acks_pauses_replay_instead_of_a_duplica
     assert set(h.delivered) == set(ids)
     assert max(Counter(h.delivered).values()) == 2  # at least once: those whose ack failed, once more
     assert caplog.text.count("replay paused") == 1 and caplog.text.count("replay resumed") == 1
-
-
-async def test_a_false_resume_on_a_full_disk_sends_a_small_window_not_the_whole_queue(h: Harness) -> None:
-    """A probe write can succeed on a disk that is still full (soak under load: 1 024 duplicates, the
-    whole hand-out queue sent while no ack could be written). After a pause, replay resumes with
-    RESUME_WINDOW keys in flight and widens only as acks are written."""
-    ids = [f"M{i:03d}" for i in range(200)]
-    await h.store.spool_many([record(i) for i in ids])
-    write = h.kv.write
-    acks_fail = True
-
-    def only_the_probe_writes(ops: Sequence[Op], *, sync: bool, no_slowdown: bool = False) -> None:
-        if acks_fail and any(op.cf != META_CF for op in ops):  # the probe writes only the floor
-            raise StorageError("IO error: No space left on device")
-        write(ops, sync=sync, no_slowdown=no_slowdown)
-
-    h.kv.write = only_the_probe_writes  # type: ignore[method-assign]
-    await h.start_loop(workers=4, queue_size=128, store_retry_s=1.0).start()
-    await h.until(lambda: STORE_ERROR in h.outcomes)
-    await h.settle()
-    for _ in range(10):  # each probe succeeds, each resume fails its acks and pauses again
-        await h.advance(1.0)
-    failed_resumes = Counter(at for _, at in h.attempts)  # attempts grouped by the instant they ran
-    assert len(failed_resumes) == 4, failed_resumes  # at 0 s, then after pauses of 1, 2 and 4 s
-    # Before: each probe's success resumed at once with the whole queue (128), in a loop with no pause.
-    assert max(failed_resumes.values()) <= RESUME_WINDOW
-    acks_fail = False
-    await h.advance(60.0)
-    assert h.store.stats().pending == 0 and set(h.delivered) == set(ids)
 
 
 async def test_close_with_grace_lets_deliveries_finish(h: Harness) -> None:
