@@ -197,6 +197,7 @@ async def test_a_lost_volume_is_rebuilt_from_the_topics(setup: Setup) -> None:
     await setup.stored([r0, r1, r2], 3 * 50)
     await r0.signal(signal.SIGKILL)
     shutil.rmtree(r0.data_dir)
+    lost_ms = int(time.time() * 1000)  # devbroker stamps stored messages with this process's clock
     await r0.start()
     await r0.until("rocksidecar_dmq_converged", lambda v: v == 1)
     await r0.until("rocksidecar_delay_scheduled", lambda v: v == 40)  # the copies, not only new messages
@@ -205,8 +206,13 @@ async def test_a_lost_volume_is_rebuilt_from_the_topics(setup: Setup) -> None:
     await r2.signal(signal.SIGKILL)
     await until_received(setup, due)
     setup.check({**early, **due})
-    ids = setup.received.ids()
-    assert all(ids.count(i) == 1 for i in early)  # r0 applied their marks while it converged
+    # r0 applied their marks while it converged: nothing of ``early`` is stored after its volume was
+    # lost. Copies stored before that are take-over duplicates of the running replicas (on a machine
+    # loaded past the 2 s beat timeout, seen publishing 7 of the 10 twice), the bounded window the
+    # README states, not r0's doing.
+    got = setup.received.got
+    again = [m.uniq_key for m in got if m.uniq_key in early and m.store_timestamp_ms >= lost_ms]
+    assert not again, f"published again after r0's volume was lost: {again}"
 
 
 async def test_a_lost_volume_past_the_inner_topics_retention_is_rebuilt_from_refreshed_copies(
