@@ -63,10 +63,6 @@ class DelayStore(QueueBacked):
         # No full key count at open of a large store (seconds with 10 M scheduled): storage.key_count.
         self._pending = KeyCount(kv, DUE_CF)
 
-    @property
-    def pending_count(self) -> int:
-        return self._pending.value
-
     def wait_counted(self, timeout_s: float | None = None) -> bool:
         """Wait for the exact count behind pending_count (tests); whether it is done."""
         return self._pending.wait(timeout_s)

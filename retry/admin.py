@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from rocksidecar.storage.keys import DUE_WIDTH, due_prefix
-from rocksidecar.storage.query import Filter, Page, decode_cursor, encode_cursor, page
+from rocksidecar.storage.query import Filter, Page, decode_cursor, due_messages, encode_cursor, page
 
 from .dead_letter import DeadLetter, decode_dead
 from .keys import DEAD_CF, PENDING_CF, parse_pending_key, pending_of_dead
@@ -30,31 +30,16 @@ class PendingItem:
 PURGE_CHUNK = 1000
 
 
-def _pending(where: Filter) -> Callable[[bytes, bytes], PendingItem | None]:
-    def decode(key: bytes, raw: bytes) -> PendingItem | None:
-        try:
-            parsed = parse_pending_key(key)
-        except ValueError:
-            return None
-        try:
-            record: RetryRecord | None = decode_record(raw)
-        except CorruptRecordError as exc:
-            if where.topic is None and where.type is None:
-                return PendingItem(key, parsed.id, parsed.due_ms, None, str(exc))
-            return None
-        assert record is not None
-        if not where.matches(record.topic, record.type):
-            return None
-        return PendingItem(key, record.id, parsed.due_ms, record)
-
-    return decode
+def _pending_key(key: bytes) -> tuple[int, str]:
+    parsed = parse_pending_key(key)
+    return parsed.due_ms, parsed.id
 
 
 def _dead(where: Filter) -> Callable[[bytes, bytes], DeadLetter | None]:
     def decode(key: bytes, raw: bytes) -> DeadLetter | None:
         letter = decode_dead(key, raw)
         record = letter.record
-        if (where.topic is not None or where.type is not None) and record is None:
+        if where.on_message and record is None:
             return None
         if record is not None and not where.matches(record.topic, record.type):
             return None
@@ -67,7 +52,8 @@ def pending_page(
     store: RetryStore, where: Filter, *, cursor: str | None = None, limit: int = 100
 ) -> Page[PendingItem]:
     """Pending messages in due-time order (``due_*`` filter the next attempt time)."""
-    return page(store.kv, PENDING_CF, where, _pending(where), cursor=cursor, limit=limit)
+    listed = due_messages(where, _pending_key, decode_record, PendingItem)
+    return page(store.kv, PENDING_CF, where, listed, cursor=cursor, limit=limit)
 
 
 def dead_page(

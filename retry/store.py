@@ -82,10 +82,6 @@ class RetryStore(QueueBacked):
         self._dead = KeyCount(kv, DEAD_CF)
 
     @property
-    def pending_count(self) -> int:
-        return self._pending.value
-
-    @property
     def dead_count(self) -> int:
         return self._dead.value
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from .claims import Claims
 from .clock import SteadyClock, wall_ms
 from .group_commit import GroupCommitWriter
+from .key_count import KeyCount
 from .keys import due_bound
 from .kv import KV, Op
 from .progress import Progress
@@ -137,10 +138,16 @@ class DueQueue:
 
 class QueueBacked:
     """What a store built on a DueQueue answers from it: whether it takes writes (its writer's health;
-    ``writer.last_error`` says why not), its clock and its due keys."""
+    ``writer.last_error`` says why not), its clock, its due keys and how many there are (``_pending``,
+    the store's count of the due column family, kept by the store as it adds and removes keys)."""
 
     writer: GroupCommitWriter
     queue: DueQueue
+    _pending: KeyCount
+
+    @property
+    def pending_count(self) -> int:
+        return self._pending.value
 
     @property
     def healthy(self) -> bool:

@@ -18,10 +18,12 @@ from typing import Generic, TypeVar
 
 from .keys import MAX_DUE_MS, due_bound, due_prefix
 from .kv import KV
+from .message import CorruptValueError, StoredMessage
 
 SCAN_BUDGET = 10_000
 _CURSOR = re.compile(r"[A-Za-z0-9_-]{2,2048}")
 T = TypeVar("T")
+M = TypeVar("M", bound=StoredMessage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,11 @@ class Filter:
     type: str | None = None
     due_after_ms: int | None = None  # inclusive
     due_before_ms: int | None = None  # exclusive
+
+    @property
+    def on_message(self) -> bool:
+        """Whether it filters on what only the decoded value says (topic, type)."""
+        return self.topic is not None or self.type is not None
 
     def matches(self, topic: str | None, type_: str | None) -> bool:
         return (self.topic is None or topic == self.topic) and (self.type is None or type_ == self.type)
@@ -87,3 +94,28 @@ def page(
                     break
     more = kv.scan(cf, lower=lower, upper=upper, limit=1)
     return Page(items, encode_cursor(lower[:-1]) if more else None)
+
+
+def due_messages(
+    where: Filter,
+    split_key: Callable[[bytes], tuple[int, str]],
+    decode: Callable[[bytes], M],
+    item: Callable[[bytes, str, int, M | None, str | None], T],
+) -> Callable[[bytes, bytes], T | None]:
+    """A ``page`` decoder for a column family of messages under due keys: ``item(key, id, due_ms,
+    message, why_corrupt)`` for each one ``where`` matches. A key ``split_key`` rejects (ValueError) is
+    skipped; a value that does not decode is listed, with why and no message, only when ``where`` does
+    not filter on the message (its topic and type are unknown)."""
+
+    def listed(key: bytes, raw: bytes) -> T | None:
+        try:
+            due_ms, id_ = split_key(key)
+        except ValueError:
+            return None
+        try:
+            msg = decode(raw)
+        except CorruptValueError as exc:
+            return None if where.on_message else item(key, id_, due_ms, None, str(exc))
+        return item(key, id_, due_ms, msg, None) if where.matches(msg.topic, msg.type) else None
+
+    return listed

@@ -297,13 +297,20 @@ class RocksKV:
             raise
         self._write_failed, self.read_only_reason = False, None
 
-    def _close_db(self) -> None:
+    def _close_db(self, *, quiet: bool = True) -> None:
+        """Drop the DB; ``quiet``: ignore its close failing (a store whose writes failed fails its close
+        too), else raise it as a StorageError."""
         db, self._db = self._db, None
         # rocksdict keeps the DB (and its LOCK) alive while any column-family object is referenced.
         self._cfs.clear()
         self._handles.clear()
-        if db is not None:
-            with contextlib.suppress(Exception):  # a store whose writes failed fails its close too
+        if db is None:
+            return
+        if quiet:
+            with contextlib.suppress(Exception):
+                db.close()
+        else:
+            with _translate("close"):
                 db.close()
 
     def _cf(self, cf: str) -> Rdict:
@@ -415,16 +422,7 @@ class RocksKV:
                 self._db.try_catch_up_with_primary()
 
     def close(self) -> None:
-        if self._write_failed:
-            self._close_db()  # its close would fail like its writes did
-            return
-        db, self._db = self._db, None
-        # rocksdict keeps the DB (and its LOCK) alive while any column-family object is referenced.
-        self._cfs.clear()
-        self._handles.clear()
-        if db is not None:
-            with _translate("close"):
-                db.close()
+        self._close_db(quiet=self._write_failed)  # its close would fail like its writes did
 
 
 def _translated(items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:

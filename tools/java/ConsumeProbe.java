@@ -7,6 +7,7 @@
 //       (enableMsgTrace: SubBefore/SubAfter records to TRACE_TOPIC, flushed when it shuts down).
 //   rate NAMESRV TOPIC GROUP N   a DefaultMQPushConsumer (defaults, no-op listener) from the first offset;
 //       prints "RATE <msg/s>" once N messages were consumed (clock from start()), then exits.
+import java.util.HexFormat;
 import java.util.List;
 import java.util.TreeSet;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
@@ -20,12 +21,6 @@ import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 
 public class ConsumeProbe {
-  static String hex(byte[] b) {
-    StringBuilder sb = new StringBuilder();
-    for (byte x : b) sb.append(String.format("%02x", x & 0xff));
-    return sb.toString();
-  }
-
   // A push consumer of GROUP on TOPIC from the first offset; the caller registers its listener.
   static DefaultMQPushConsumer consumer(String namesrv, String group, String topic) throws Exception {
     return consumer(namesrv, group, topic, null);
@@ -55,7 +50,7 @@ public class ConsumeProbe {
         for (int j = 0; j < body.length; j++) body[j] = (byte) ((i * 31 + j * 7) & 0xff);
         Message m = new Message(args[2], "java", body);
         SendResult r = p.send(m);
-        System.out.println("SENT " + r.getMsgId() + " " + hex(body));
+        System.out.println("SENT " + r.getMsgId() + " " + HexFormat.of().formatHex(body));
       }
       System.out.flush();
       p.shutdown();

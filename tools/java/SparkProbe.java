@@ -7,6 +7,7 @@
 //       per message, then "END <n>".
 import java.security.MessageDigest;
 import java.util.ArrayList;
+import java.util.HexFormat;
 import java.util.List;
 import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
 import org.apache.rocketmq.client.consumer.PullResult;
@@ -24,12 +25,6 @@ public class SparkProbe {
     byte[] b = new byte[n];
     for (int j = 0; j < n; j++) b[j] = (byte) ((i * 131 + j * 17 + (j >> 3)) & 0xff);
     return b;
-  }
-
-  static String hex(byte[] b) {
-    StringBuilder sb = new StringBuilder();
-    for (byte x : b) sb.append(String.format("%02x", x & 0xff));
-    return sb.toString();
   }
 
   public static void main(String[] args) throws Exception {
@@ -71,7 +66,8 @@ public class SparkProbe {
         if (r.getPullStatus() != PullStatus.FOUND) break;
         for (MessageExt m : r.getMsgFoundList()) {
           String id = m.getUserProperty("rocksidecarId");
-          out.append("MSG ").append(id == null ? "-" : id).append(' ').append(hex(sha.digest(m.getBody())));
+          String digest = HexFormat.of().formatHex(sha.digest(m.getBody()));
+          out.append("MSG ").append(id == null ? "-" : id).append(' ').append(digest);
           out.append(' ').append(mq.getBrokerName()).append(':').append(mq.getQueueId()).append(':');
           out.append(m.getQueueOffset()).append('\n');
           count++;
