@@ -81,3 +81,17 @@ async def test_relay_floor_sends_each_call_to_the_broker(cluster: DevCluster, cl
     assert [a.status for a in answers] == [pb.SENT] * 20
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     assert [m.body for m in broker.messages("Floor", 0)] == [b"x" * 256] * 20
+
+
+def test_strace_summary_is_read_per_system_call() -> None:
+    from bench.grpc_syscalls import table
+
+    text = """% time     seconds  usecs/call     calls    errors syscall
+------ ----------- ----------- --------- --------- ----------------
+ 41.20    0.120000          12     10000           write
+ 20.00    0.060000           6     10000      2000 epoll_wait
+  0.10    0.000300           3       100           getpid
+------ ----------- ----------- --------- --------- ----------------
+100.00    0.180300                 20100      2000 total
+"""
+    assert table(text) == {"write": 10000, "epoll_wait": 10000, "getpid": 100}
