@@ -110,14 +110,22 @@ def _stream_unary(behavior: Any, refuse: Refuse, kind: str) -> Any:
 
 
 def _stream_stream(behavior: Any, refuse: Refuse, kind: str) -> Any:
+    # An async generator (the sidecar's Publish) is iterated as it is: each_of would add a generator
+    # step to every answer of the stream.
+    answers = _as_is if inspect.isasyncgenfunction(behavior) else each_of
+
     async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         checked = _Requests(requests)
-        async for response in each_of(behavior(checked.__aiter__(), context)):
+        async for response in answers(behavior(checked.__aiter__(), context)):
             yield response
         if checked.malformed:
             await refuse(context)
 
     return call
+
+
+def _as_is(responses: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    return responses
 
 
 _WRAPPERS: dict[str, Callable[[Any, Refuse, str], Any]] = {
