@@ -6,7 +6,8 @@ Send, and the Publish stream with 100 messages per stream). Each rate is printed
 anchor, and CPU seconds per 100 000 messages (utime + stime from /proc/PID/stat) of the sidecar process
 against the Java producer process. Each gRPC path is also run, right before the sidecar's, against
 bench.grpc_floor (a no-op server of the same service answering at once; ``--grpc-floors`` picks which
-kinds: grpc.aio, grpc's thread-pool server, grpclib), and printed against it, in rate and in CPU.
+kinds: grpc.aio, grpc's thread-pool server, grpclib, and ``relay``: grpc.aio plus one broker round
+trip per unary call), and printed against it, in rate and in CPU.
 
     make bench-tools                                     # apt-get install wrk nghttp2-client
     .venv/bin/python -m bench.compare [--namesrv 127.0.0.1:9876] [--quick]
@@ -267,11 +268,12 @@ def grpc_sidecar(grpc_addr: str, pid: int, url: str, load: GrpcLoad, seconds: fl
     return Measured(sent / box["seconds"], box["cpu"] * 100_000 / max(sent, 1), note=note)
 
 
-def grpc_floor_path(kind: str, load: GrpcLoad, seconds: float) -> Measured:
+def grpc_floor_path(kind: str, load: GrpcLoad, seconds: float, relay: Sequence[str] = ()) -> Measured:
     """The same h2load command against bench.grpc_floor's server of ``kind`` (a server of its own for
-    each measurement, started before the clock and CPU are read)."""
+    each measurement, started before the clock and CPU are read). ``relay``: (broker address, broker
+    name, topic) for the ``relay`` kind."""
     port = free_port()
-    with grpc_floor(port, kind) as proc:
+    with grpc_floor(port, kind, relay=relay if kind == "relay" else ()) as proc:
         cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
         calls = h2load(f"127.0.0.1:{port}", load.method, load.body, load.clients, load.streams, seconds)
         cpu, took = cpu_seconds(proc.pid) - cpu0, time.monotonic() - t0
@@ -280,16 +282,27 @@ def grpc_floor_path(kind: str, load: GrpcLoad, seconds: float) -> Measured:
 
 
 def grpc_paths(
-    grpc_addr: str, pid: int, url: str, topic: str, seconds: float, floors: Sequence[str] = ("aio",)
+    grpc_addr: str,
+    pid: int,
+    url: str,
+    topic: str,
+    seconds: float,
+    floors: Sequence[str] = ("aio",),
+    relay: Sequence[str] = (),
 ) -> dict[str, Measured]:
     """Each gRPC path of the sidecar with each floor's server right before it (the same minutes):
-    ``unary``, ``stream``, ``unary floor aio``, ..."""
+    ``unary``, ``stream``, ``unary floor aio``, ... The ``relay`` floor relays unary calls only."""
     out: dict[str, Measured] = {}
     for load in grpc_loads(topic):
-        for kind in floors:
-            out[f"{load.label} floor {kind}"] = grpc_floor_path(kind, load, seconds)
+        for kind in floors_of(load.label, floors):
+            out[f"{load.label} floor {kind}"] = grpc_floor_path(kind, load, seconds, relay)
         out[load.label] = grpc_sidecar(grpc_addr, pid, url, load, seconds)
     return out
+
+
+def floors_of(load: str, floors: Sequence[str]) -> list[str]:
+    """The floors measured for ``load``: the relay's Publish is a no-op, so not a floor of streams."""
+    return [k for k in floors if k != "relay" or load == "unary"]
 
 
 def need_tools() -> None:
@@ -369,7 +382,7 @@ def main() -> None:
     parser.add_argument(
         "--grpc-floors",
         default="aio",
-        help="comma-separated bench.grpc_floor kinds measured beside the gRPC paths (aio, sync, grpclib)",
+        help="comma-separated bench.grpc_floor kinds beside the gRPC paths (aio, sync, grpclib, relay)",
     )
     parser.add_argument(
         "--sidecar-only", action="store_true", help="skip the Java anchors (while profiling: no ratios)"
@@ -398,6 +411,7 @@ def main() -> None:
     batch = json.dumps({"messages": [{"topic": topic, "body": BODY}] * 100}).encode()
     grpc_addr = f"127.0.0.1:{free_port()}"
     http: dict[str, Measured] = {}
+    grpc: dict[str, Measured] = {}
     with (
         tempfile.TemporaryDirectory() as data,
         sidecar_process(args.namesrv, Path(data), GRPC_ADDR=grpc_addr) as (url, proc),
@@ -410,7 +424,10 @@ def main() -> None:
             http["floor"] = floor(args.namesrv, topic, single, args.seconds)
             with profiled(proc.pid, args.profile, "batch-x8", args.seconds):
                 http["batch"] = wrk(url, proc.pid, "/v1/messages:batch", batch, 8, args.seconds, 100)
-        grpc = {} if args.no_grpc else grpc_paths(grpc_addr, proc.pid, url, topic, args.seconds, floors)
+        # the relay floor sends to the broker the warm-up's sends went to
+        relay = (*asyncio.run(master_of(args.namesrv, topic)), topic) if "relay" in floors else ()
+        if not args.no_grpc:
+            grpc = grpc_paths(grpc_addr, proc.pid, url, topic, args.seconds, floors, relay)
     rates = [Row("Java Producer, sync, 8 threads (anchor)", java.rate, "msg/s", java.rate)]
     cpu = [Row("Java Producer process (anchor)", java.cpu_per_100k, "cpu-s", java.cpu_per_100k)]
     if http:
@@ -471,23 +488,24 @@ def _grpc_rows(
         rates.append(
             Row(f"gRPC {load} (h2load, 8 connections; ratio to Java sync)", m.rate, "msg/s", java.rate)
         )
-        for kind in floors:
+        kinds = floors_of(load, floors)
+        for kind in kinds:
             f = grpc[f"{load} floor {kind}"]
             rates.append(
                 Row(
-                    f"  floor: no-op {kind} server, same h2load (ratio to Java sync)",
+                    f"  floor: {kind} server, same h2load (ratio to Java sync)",
                     f.rate,
                     "msg/s",
                     java.rate,
                 )
             )
             rates.append(Row(f"  the sidecar's ratio to the {kind} floor", m.rate, "msg/s", f.rate))
-        first = grpc[f"{load} floor {floors[0]}"] if floors else None
+        first = grpc[f"{load} floor {kinds[0]}"] if kinds else None
         anchor = first.cpu_per_100k if first else None
         cpu.append(Row(f"sidecar, gRPC {load}", m.cpu_per_100k, "cpu-s", anchor))
         cpu += [
             Row(f"  floor {kind}", grpc[f"{load} floor {kind}"].cpu_per_100k, "cpu-s", anchor)
-            for kind in floors
+            for kind in kinds
         ]
     return rates, cpu
 

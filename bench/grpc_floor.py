@@ -13,7 +13,11 @@ Kinds of server (to choose the edge's with numbers):
   they cost per call;
 - ``sync``: grpc's thread-pool server (``grpc.server`` with a ThreadPoolExecutor of ``--threads``);
 - ``grpclib``: grpclib (pure-Python gRPC on h2) on uvloop. Not a dependency of the project: it is
-  measured from a directory of its own on PYTHONPATH (``pip install --target DIR grpclib``).
+  measured from a directory of its own on PYTHONPATH (``pip install --target DIR grpclib``);
+- ``relay``: the aio floor whose ``Send`` also makes the one broker round trip a send needs (a prebuilt
+  SEND_MESSAGE_V2 frame written to the broker, its answer awaited, as bench.floor does for HTTP): the
+  chain's own cost per call (grpc.aio, one broker write and one read per call) without any of the
+  sidecar's work. Needs ``--broker``/``--broker-name``/``--topic``; ``Publish`` stays a no-op.
 
     python -m bench.grpc_floor --port 18081 [--kind aio|sync]    # prints "ready", serves
 """
@@ -21,8 +25,9 @@ Kinds of server (to choose the edge's with numbers):
 from __future__ import annotations
 
 import argparse
+import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
 from concurrent import futures
 from contextlib import AbstractContextManager
 from subprocess import Popen
@@ -37,8 +42,14 @@ from rocksidecar.app.api.grpc_intercept import MethodWrapper, WrappingServer
 from rocksidecar.app.api.grpc_probes import ProbeToken
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from rocksidecar.rmq import Message
+from rocksidecar.rmq.broker import BrokerApi
+from rocksidecar.rmq.codes import RequestCode, ResponseCode
+from rocksidecar.rmq.message import MessageQueue
+from rocksidecar.rmq.protocol.frame import RemotingCommand, decode, encode
 
-KINDS = ("aio", "aio+edge", "sync", "grpclib")
+KINDS = ("aio", "aio+edge", "sync", "grpclib", "relay")
+RELAY_FRAMES = 4096  # prebuilt frames, one per opaque in a ring (far more than the calls in flight)
 # What a SENT answer carries (the sizes matter, not the values).
 SENT = pb.SendResponse(
     id="7F0000010000000000000000000000AB",
@@ -68,12 +79,80 @@ class SyncFloor(pb_grpc.SidecarServicer):
             yield pb.PublishAck(sequence=req.sequence, result=SENT)
 
 
-async def _serve_aio(port: int, wrappers: Sequence[MethodWrapper] = ()) -> None:
+class _Broker(asyncio.Protocol):
+    """One broker connection with many requests in flight, matched to their answers by opaque; it
+    parses only each answer's length prefix and header (no project code on the way)."""
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.waiting: dict[int, asyncio.Future[bool]] = {}
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while len(self.buf) >= 4:
+            size = 4 + int.from_bytes(self.buf[:4], "big")
+            if len(self.buf) < size:
+                return
+            frame, self.buf = self.buf[4:size], self.buf[size:]
+            answer = decode(frame)
+            fut = self.waiting.pop(answer.opaque, None)
+            if fut is not None and not fut.done():
+                fut.set_result(answer.code == ResponseCode.SUCCESS)
+
+
+class RelayFloor(AioFloor):
+    def __init__(self, broker: _Broker, frames: Sequence[bytes]) -> None:
+        self._broker, self._frames, self._next = broker, frames, 0
+
+    async def Send(self, request: pb.SendRequest, context: Any) -> pb.SendResponse:
+        opaque = self._next = (self._next + 1) % len(self._frames)
+        fut = self._broker.waiting[opaque] = asyncio.get_running_loop().create_future()
+        self._broker.transport.write(self._frames[opaque])
+        if not await fut:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the broker refused the message")
+        return SENT
+
+
+def relay_frames(topic: str, broker_name: str, body: bytes) -> list[bytes]:
+    """bench.floor's SEND_MESSAGE_V2 frame, once per opaque of the ring."""
+    api = BrokerApi(invoker=None)  # type: ignore[arg-type]  # only its header builder is used
+    header = api._send_header(
+        MessageQueue(topic, broker_name, 0),
+        0,
+        0,
+        Message(topic, body).wire_properties("0A0A0A0A000000000000000000000001"),
+        batch=False,
+        default_topic="TBW102",
+    )
+    return [
+        encode(RemotingCommand(RequestCode.SEND_MESSAGE_V2, header, body, opaque=i))
+        for i in range(RELAY_FRAMES)
+    ]
+
+
+async def start_relay(port: int, broker_addr: str, frames: Sequence[bytes]) -> grpc.aio.Server:
+    """The relay floor serving on 127.0.0.1:``port`` with its broker connection open."""
+    host, broker_port = broker_addr.rsplit(":", 1)
+    _, broker = await asyncio.get_running_loop().create_connection(_Broker, host, int(broker_port))
+    return await _start_aio(port, servicer=RelayFloor(broker, frames))
+
+
+async def _start_aio(
+    port: int, wrappers: Sequence[MethodWrapper] = (), servicer: pb_grpc.SidecarServicer | None = None
+) -> grpc.aio.Server:
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     services = WrappingServer(server, wrappers)
-    pb_grpc.add_SidecarServicer_to_server(AioFloor(), services)  # type: ignore[no-untyped-call]
+    pb_grpc.add_SidecarServicer_to_server(servicer or AioFloor(), services)  # type: ignore[no-untyped-call]
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
+    return server
+
+
+async def _serve(started: Awaitable[grpc.aio.Server]) -> None:
+    server = await started
     print("ready", flush=True)
     await server.wait_for_termination()
 
@@ -119,9 +198,16 @@ async def _serve_grpclib(port: int) -> None:
     await server.wait_closed()
 
 
-def grpc_floor(port: int, kind: str = "aio", threads: int = 16) -> AbstractContextManager[Popen[str]]:
-    """The floor server as a subprocess of its own (as the sidecar is), serving once it printed ready."""
-    return ready_module("bench.grpc_floor", "--port", str(port), "--kind", kind, "--threads", str(threads))
+def grpc_floor(
+    port: int, kind: str = "aio", threads: int = 16, relay: Sequence[str] = ()
+) -> AbstractContextManager[Popen[str]]:
+    """The floor server as a subprocess of its own (as the sidecar is), serving once it printed ready.
+    ``relay``: (broker address, broker name, topic) for the ``relay`` kind."""
+    args = ["--port", str(port), "--kind", kind, "--threads", str(threads)]
+    if relay:
+        broker, name, topic = relay
+        args += ["--broker", broker, "--broker-name", name, "--topic", topic]
+    return ready_module("bench.grpc_floor", *args)
 
 
 def main() -> None:
@@ -131,11 +217,20 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True, help="the gRPC port on 127.0.0.1")
     parser.add_argument("--kind", choices=KINDS, default="aio")
     parser.add_argument("--threads", type=int, default=16, help="the sync server's thread pool")
+    parser.add_argument("--broker", help="relay: the broker's address, host:port")
+    parser.add_argument("--broker-name", default="broker-a", help="relay: the broker's name")
+    parser.add_argument("--topic", help="relay: a topic the broker serves")
+    parser.add_argument("--body-bytes", type=int, default=256, help="relay: the relayed body's size")
     args = parser.parse_args()
+    if args.kind == "relay" and not (args.broker and args.topic):
+        parser.error("--kind relay needs --broker and --topic")
     if args.kind == "aio":
-        uvloop.run(_serve_aio(args.port))
+        uvloop.run(_serve(_start_aio(args.port)))
     elif args.kind == "aio+edge":
-        uvloop.run(_serve_aio(args.port, [ProbeToken(""), MalformedRequests(lambda method: None)]))
+        uvloop.run(_serve(_start_aio(args.port, [ProbeToken(""), MalformedRequests(lambda method: None)])))
+    elif args.kind == "relay":
+        frames = relay_frames(args.topic, args.broker_name, b"x" * args.body_bytes)
+        uvloop.run(_serve(start_relay(args.port, args.broker, frames)))
     elif args.kind == "grpclib":
         uvloop.run(_serve_grpclib(args.port))
     else:

@@ -98,6 +98,11 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             child = self._ok[method] = self._metrics.requests.labels("grpc", method, "200")
         return child
 
+    async def _refuse(self, context: grpc.aio.ServicerContext, exc: Exception, method: str) -> NoReturn:
+        """End the call with the code mapped from what ``exc`` means at an API edge."""
+        status, problem, _ = problems.from_exception(exc)
+        await self._abort(context, status, problem, method)
+
     async def _abort(
         self, context: grpc.aio.ServicerContext, status: int, body: dict[str, Any], method: str
     ) -> NoReturn:
@@ -139,8 +144,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             try:
                 built = await compute()
             except Exception as exc:
-                status, problem, _ = problems.from_exception(exc)
-                await self._abort(context, status, problem, method)
+                await self._refuse(context, exc, method)
             self._answered_ok(method).inc()
             response: _R = built[0] if isinstance(built, tuple) else built
             return response
@@ -182,9 +186,19 @@ class SidecarServicer(pb_grpc.SidecarServicer):
                 )
             )
 
-        return await self._answered(
-            context, "Send", request, request.idempotency_key, compute, pb.SendResponse
-        )
+        if request.idempotency_key and self._idempotency is not None:
+            return await self._answered(
+                context, "Send", request, request.idempotency_key, compute, pb.SendResponse
+            )
+        # The hot path (no answer to keep): _answered's no-key branch without its extra coroutines.
+        if self._guards.auth_token:
+            await self._check_auth(context, "Send")
+        try:
+            response = await compute()
+        except Exception as exc:
+            await self._refuse(context, exc, "Send")
+        self._answered_ok("Send").inc()
+        return response
 
     async def SendBatch(
         self, request: pb.SendBatchRequest, context: grpc.aio.ServicerContext

@@ -8,6 +8,7 @@ messages before it are handled and acknowledged as usual).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -81,6 +82,15 @@ class _Requests:
 
 
 def _unary(behavior: Any, refuse: Refuse, kind: str) -> Any:
+    if kind == "unary_unary" and inspect.iscoroutinefunction(behavior):
+        # The sidecar's own unary methods: one coroutine per call (checked_first would add two more).
+        async def answer(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if request is MALFORMED:
+                await refuse(context)
+            return await behavior(request, context)
+
+        return answer
+
     async def check(request: Any, context: grpc.aio.ServicerContext) -> None:
         if request is MALFORMED:
             await refuse(context)
@@ -100,14 +110,22 @@ def _stream_unary(behavior: Any, refuse: Refuse, kind: str) -> Any:
 
 
 def _stream_stream(behavior: Any, refuse: Refuse, kind: str) -> Any:
+    # An async generator (the sidecar's Publish) is iterated as it is: each_of would add a generator
+    # step to every answer of the stream.
+    answers = _as_is if inspect.isasyncgenfunction(behavior) else each_of
+
     async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         checked = _Requests(requests)
-        async for response in each_of(behavior(checked.__aiter__(), context)):
+        async for response in answers(behavior(checked.__aiter__(), context)):
             yield response
         if checked.malformed:
             await refuse(context)
 
     return call
+
+
+def _as_is(responses: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    return responses
 
 
 _WRAPPERS: dict[str, Callable[[Any, Refuse, str], Any]] = {

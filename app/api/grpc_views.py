@@ -29,22 +29,31 @@ def ack_from_proto(value: int) -> Ack:
 
 
 def spec_from_proto(m: pb.Message) -> MessageSpec:
+    """The spec with only the fields the message has set: upb makes a container for every repeated or
+    map field read and copying an empty one costs as much as a short one, so the usual message (a
+    topic and a body) reads neither, and the spec keeps its defaults."""
+    spec = MessageSpec(topic=m.topic)
     payload = m.WhichOneof("payload")
+    if payload == "body":
+        spec.body = m.body
+    elif payload == "body_bytes":
+        spec.body_bytes = m.body_bytes
+    if m.HasField("tags"):
+        spec.tags = m.tags
+    if len(m.keys):
+        spec.keys = list(m.keys)
+    if len(m.properties):
+        spec.properties = dict(m.properties)
+    if m.HasField("sharding_key"):
+        spec.sharding_key = m.sharding_key
+    if m.HasField("type"):
+        spec.type = m.type
     when = m.WhichOneof("when")
-    return MessageSpec(
-        topic=m.topic,
-        body=m.body if payload == "body" else None,
-        body_bytes=m.body_bytes if payload == "body_bytes" else None,
-        tags=m.tags if m.HasField("tags") else None,
-        keys=list(m.keys),
-        properties=dict(m.properties),
-        sharding_key=m.sharding_key if m.HasField("sharding_key") else None,
-        type=m.type if m.HasField("type") else None,
-        delay_ms=m.delay_ms if when == "delay_ms" else None,
-        deliver_at=(
-            m.deliver_at_ms if when == "deliver_at_ms" else m.deliver_at if when == "deliver_at" else None
-        ),
-    )
+    if when == "delay_ms":
+        spec.delay_ms = m.delay_ms
+    elif when is not None:
+        spec.deliver_at = m.deliver_at_ms if when == "deliver_at_ms" else m.deliver_at
+    return spec
 
 
 def _where(to: StoredAtLike | None) -> dict[str, Any]:
