@@ -8,7 +8,11 @@ on for requests the sampler leaves out (an unsampled traceparent; no traceparent
 rotate their order each round, and each figure is the median over the rounds of its ratio to (1) in the
 same round (the raw figures are printed too).
 
-    .venv/bin/python -m bench.tracing [--namesrv 127.0.0.1:9876] [--seconds 8] [--rounds 3]
+    .venv/bin/python -m bench.tracing [--namesrv 127.0.0.1:9876] [--seconds 8] [--rounds 3] [--together]
+
+``--together``: off, spans on and msg trace on (all three with the sampled traceparent) run at the same
+time, each sidecar under its own wrk, so that a busy machine loads them alike; the other rows are left
+out (their wrk would need another header). The lead's quiet-machine run is the sequential one.
 
 Needs the otel extra in .venv (make install has it) and wrk.
 """
@@ -24,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -81,14 +86,58 @@ def measure(
             wrk(url, proc.pid, "/v1/messages", single, 8, 2, 1)  # warm up
             return wrk(url, proc.pid, "/v1/messages", single, 32, seconds, 1)
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _restore(saved)
 
 
 ANCHOR = "x32, traceparent, tracing off (anchor)"
+OTEL_ON = "x32, traceparent, OTel spans on (OTLP batching)"
+MSG_TRACE_ON = "x32, traceparent, RocketMQ msg trace on"
+TOGETHER = (ANCHOR, OTEL_ON, MSG_TRACE_ON)  # same traceparent: one wrk environment serves all three
+
+
+def measure_together(
+    namesrv: str,
+    topic: str,
+    seconds: float,
+    rows: dict[str, tuple[str | None, dict[str, str], dict[str, str]]],
+) -> dict[str, Measured]:
+    """The TOGETHER rows' sidecars running at once, each under its own wrk started at the same moment:
+    they share the machine's load moment by moment (a busy machine swings sequential rows by 2-5x)."""
+    single = json.dumps({"topic": topic, "body": BODY}).encode()
+    saved = os.environ.get("TRACEPARENT")
+    os.environ["TRACEPARENT"] = TRACEPARENT
+    try:
+        with contextlib.ExitStack() as stack, ThreadPoolExecutor(len(TOGETHER)) as pool:
+            running = []
+            for name in TOGETHER:
+                _, env, settings = rows[name]
+                data = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+                before = {k: os.environ.get(k) for k in env}
+                os.environ.update(env)  # the process takes its environment when it starts
+                try:
+                    running.append(stack.enter_context(sidecar_process(namesrv, data, **settings)))
+                finally:
+                    _restore(before)
+
+            def each(connections: int, secs: float) -> list[Measured]:
+                jobs = [
+                    pool.submit(wrk, url, proc.pid, "/v1/messages", single, connections, secs, 1)
+                    for url, proc in running
+                ]
+                return [j.result() for j in jobs]
+
+            each(8, 2)  # warm up
+            return dict(zip(TOGETHER, each(32, seconds), strict=True))
+    finally:
+        _restore({"TRACEPARENT": saved})
+
+
+def _restore(saved: dict[str, str | None]) -> None:
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def modes(sink: str) -> dict[str, tuple[str | None, dict[str, str], dict[str, str]]]:
@@ -98,10 +147,10 @@ def modes(sink: str) -> dict[str, tuple[str | None, dict[str, str], dict[str, st
     return {
         ANCHOR: (TRACEPARENT, {}, {}),
         "x32, no traceparent, tracing off": (None, {}, {}),
-        "x32, traceparent, OTel spans on (OTLP batching)": (TRACEPARENT, otel, {"OTEL": "true"}),
+        OTEL_ON: (TRACEPARENT, otel, {"OTEL": "true"}),
         "x32, unsampled traceparent, OTel spans on": (UNSAMPLED, otel, {"OTEL": "true"}),
         "x32, no traceparent, OTel on, parentbased_traceidratio 0.01": (None, ratio, {"OTEL": "true"}),
-        "x32, traceparent, RocketMQ msg trace on": (TRACEPARENT, {}, {"MSG_TRACE": "true"}),
+        MSG_TRACE_ON: (TRACEPARENT, {}, {"MSG_TRACE": "true"}),
     }
 
 
@@ -112,19 +161,29 @@ def main() -> None:
     parser.add_argument("--namesrv", default="127.0.0.1:9876")
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="tracing off, spans on and msg trace on run at once (same load), the other rows left out",
+    )
     args = parser.parse_args()
     topic = f"traceBench{int(time.time())}"
     print(f"bench.tracing: topic {topic}; {environment()}", flush=True)
     got: dict[str, list[Measured]] = {}
     with otlp_sink() as sink:
         rows = modes(sink)
-        names = list(rows)
+        names = list(TOGETHER) if args.together else list(rows)
         measure(args.namesrv, topic, 2, None, {})  # creates the topic: no row pays for it
         for r in range(args.rounds):
             shift = r % len(names)
-            for name in names[shift:] + names[:shift]:
-                traceparent, env, settings = rows[name]
-                m = measure(args.namesrv, topic, args.seconds, traceparent, env, **settings)
+            if args.together:
+                measured = measure_together(args.namesrv, topic, args.seconds, rows)
+            else:
+                measured = {}
+                for name in names[shift:] + names[:shift]:
+                    traceparent, env, settings = rows[name]
+                    measured[name] = measure(args.namesrv, topic, args.seconds, traceparent, env, **settings)
+            for name, m in measured.items():
                 got.setdefault(name, []).append(m)
                 print(f"round {r + 1}: {name}: {m.rate:,.0f} msg/s, {m.cpu_per_100k:.1f} cpu-s/100k"
                       f"{'; ' + m.note if m.note else ''}", flush=True)  # fmt: skip
