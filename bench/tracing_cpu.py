@@ -3,7 +3,8 @@ tracing hooks around a sender that answers at once, so that nothing but tracing 
 tracing off (the anchor: the request's trace context inherited, the one check), OpenTelemetry spans on
 (receive + send spans through the SDK's BatchSpanProcessor into an exporter that encodes OTLP protobuf
 as the real one does and drops it; the same exported unencoded; the same through the SDK's own tracer
-instead of app.tracing.lite), RocketMQ message trace on (Pub records encoded and batched by the
+instead of app.tracing.lite; requests the sampler leaves out: an unsampled traceparent, and none
+under parentbased_traceidratio 0.01), RocketMQ message trace on (Pub records encoded and batched by the
 dispatcher). Then one span alone: the SDK's start + end against app.tracing.lite's, and the OTLP
 encoding of one span. CPU is user + system of this process (the exporter's thread included), per message;
 modes alternate over the rounds and each row is its median. Add the differences to the sidecar's own
@@ -33,6 +34,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 from opentelemetry.trace import SpanKind
 
 from bench.common import Row, environment, print_rows
@@ -44,6 +46,7 @@ from rocksidecar.rmq.message import MessageQueue
 from rocksidecar.rmq.result import SendStatus
 
 TRACE = TraceContext("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+UNSAMPLED = TraceContext(TRACE.traceparent[:-2] + "00")
 RESULT = SendResult(
     SendStatus.SEND_OK, "AC11000100002A9F0000000000000001", "7F00000100002A9F0000000000000001",
     MessageQueue("BenchTrace", "broker-a", 1), 5,
@@ -84,11 +87,17 @@ def cpu_s() -> float:
 
 
 async def per_message_us(mode: str, n: int) -> float:
-    """CPU microseconds per message of ``n`` sends in ``mode`` (off, otel, msgtrace)."""
+    """CPU microseconds per message of ``n`` sends in ``mode`` (off, otel..., msgtrace)."""
     sender: Any = Instant()
     provider = dispatcher = None
+    trace_context: TraceContext | None = TRACE
+    if mode == "otel-unsampled":
+        trace_context = UNSAMPLED
+    elif mode == "otel-ratio":
+        trace_context = None  # a root: the sampler's ratio decides
     if mode.startswith("otel"):
-        provider = TracerProvider()
+        ratio = ParentBasedTraceIdRatio(0.01) if mode == "otel-ratio" else None
+        provider = TracerProvider(sampler=ratio)
         exporter = EncodingExporter(encode=mode != "otel-noencode")
         provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=2 * n))
         spans.configure(provider, lite=mode != "otel-sdk")
@@ -99,7 +108,9 @@ async def per_message_us(mode: str, n: int) -> float:
     started = cpu_s()
     try:
         for i in range(n):
-            msg = inherit(Message("BenchTrace", BODY, None, (), {}, 0, f"{i:032X}"), TRACE)
+            msg = Message("BenchTrace", BODY, None, (), {}, 0, f"{i:032X}")
+            if trace_context is not None:
+                msg = inherit(msg, trace_context)
             if spans.ON:
                 await spans.receive(msg, lambda m: sender.send(m, validated=True))
             else:
@@ -160,6 +171,8 @@ async def measure(n: int, rounds: int) -> dict[str, float]:
         "otel": [],
         "otel-noencode": [],
         "otel-sdk": [],
+        "otel-unsampled": [],
+        "otel-ratio": [],
         "msgtrace": [],
     }
     await per_message_us("otel", n // 10)  # warm up the SDK's imports and caches
@@ -187,6 +200,8 @@ def main() -> None:
         Row("OTel spans on: receive + send spans, batching OTLP encode", got["otel"], "us", off),
         Row("  the same, exported unencoded (the spans' own cost)", got["otel-noencode"], "us", off),
         Row("  the same with the SDK's own tracer (before app.tracing.lite)", got["otel-sdk"], "us", off),
+        Row("OTel on, unsampled traceparent (the sample-free path)", got["otel-unsampled"], "us", off),
+        Row("OTel on, no traceparent, parentbased_traceidratio 0.01", got["otel-ratio"], "us", off),
         Row("RocketMQ message trace on: Pub record, batched", got["msgtrace"], "us", off),
         Row("added by OTel spans", got["otel"] - off, "us"),
         Row("added by OTel spans, the SDK's own tracer", got["otel-sdk"] - off, "us"),
