@@ -17,6 +17,9 @@ drops the rest:
   made it), which the batching processor queues for its export thread.
 
 Spans from other code (the SDK tracer itself) keep working beside these: both feed the same processors.
+The processors' ``on_start`` is not called (the sidecar's one processor, the batching one, does nothing
+there), and no span limits apply: the sidecar's spans carry at most a dozen attributes, a few events (a
+failed call's attempts, bounded by the producer's retries) and at most spans.MAX_LINKS links.
 """
 
 from __future__ import annotations
