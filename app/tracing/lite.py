@@ -42,6 +42,8 @@ from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 _UNSET = Status(StatusCode.UNSET)
+# W3C trace context level 2's random-trace-id flag, set as the SDK sets it (APIs before 1.39 lack it)
+_RANDOM: int = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
 
 
 class _Resource(Resource):
@@ -218,8 +220,8 @@ class LiteTracer(trace.Tracer):
         sampled = self.sampler.should_sample(context, trace_id, name, kind, attributes, links)
         decision = sampled.decision
         flags = TraceFlags.SAMPLED if decision is Decision.RECORD_AND_SAMPLE else TraceFlags.DEFAULT
-        if self.ids.is_trace_id_random() if parent is None else parent.trace_flags.random_trace_id:
-            flags |= TraceFlags.RANDOM_TRACE_ID
+        if _RANDOM and (self.ids.is_trace_id_random() if parent is None else parent.trace_flags & _RANDOM):
+            flags |= _RANDOM
         own = SpanContext(
             trace_id, self.ids.generate_span_id(), False, TraceFlags(flags), sampled.trace_state
         )

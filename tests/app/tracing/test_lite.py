@@ -93,10 +93,12 @@ def test_the_sampler_is_asked_where_its_answer_is_not_known() -> None:
     unsampled = SpanContext(PARENT.trace_id, PARENT.span_id, is_remote=True, trace_flags=TraceFlags(0))
     assert not tracer.start_span("send T", under(unsampled)).is_recording()
     assert memory.get_finished_spans() == ()
-    tracer, _, memory = lite(ALWAYS_ON)  # not followed: asked, and it samples a root
+    tracer, provider, memory = lite(ALWAYS_ON)  # not followed: asked, and it samples a root
     tracer.start_span("receive T", None, SpanKind.SERVER).end()
-    (got,) = memory.get_finished_spans()
+    provider.get_tracer("rocksidecar").start_span("sdk root").end()
+    got, sdk = memory.get_finished_spans()
     assert got.parent is None and got.context is not None and got.context.trace_flags.sampled
+    assert sdk.context is not None and got.context.trace_flags == sdk.context.trace_flags  # random id too
 
 
 def test_errors_status_and_events_are_recorded_as_the_sdk_does() -> None:
