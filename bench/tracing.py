@@ -1,10 +1,18 @@
 """What tracing costs (issue 31), in one run on the real broker: the sidecar's x32 single-message HTTP
-rate with every request carrying a W3C traceparent, (1) tracing off (the anchor), (2) OpenTelemetry spans
-on, exported by the SDK's batching processor over OTLP/HTTP to a local sink that accepts everything, (3)
-RocketMQ message trace on (Pub records to RMQ_SYS_TRACE_TOPIC). Also (0) off without the header, to show
-that carrying a trace context costs nothing measurable. Each process is fresh; ratios are to (1).
+rate and its CPU seconds per 100 000 messages, with every request carrying a sampled W3C traceparent:
+(1) tracing off (the anchor), (2) OpenTelemetry spans on, exported by the SDK's batching processor over
+OTLP/HTTP to a local sink that accepts everything, (3) RocketMQ message trace on (Pub records to
+RMQ_SYS_TRACE_TOPIC). Also: off without the header (carrying a trace context costs nothing), and spans
+on for requests the sampler leaves out (an unsampled traceparent; no traceparent under
+``parentbased_traceidratio`` at 1 %), which must cost ~nothing. Each row is a fresh sidecar; the rows
+rotate their order each round, and each figure is the median over the rounds of its ratio to (1) in the
+same round (the raw figures are printed too).
 
-    .venv/bin/python -m bench.tracing [--namesrv 127.0.0.1:9876] [--seconds 10]
+    .venv/bin/python -m bench.tracing [--namesrv 127.0.0.1:9876] [--seconds 8] [--rounds 3] [--together]
+
+``--together``: off, spans on and msg trace on (all three with the sampled traceparent) run at the same
+time, each sidecar under its own wrk, so that a busy machine loads them alike; the other rows are left
+out (their wrk would need another header). The lead's quiet-machine run is the sequential one.
 
 Needs the otel extra in .venv (make install has it) and wrk.
 """
@@ -15,10 +23,12 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -27,6 +37,7 @@ from bench.compare import BODY, Measured, wrk
 from bench.sidecar_process import sidecar_process
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+UNSAMPLED = TRACEPARENT[:-2] + "00"
 
 
 class _Sink(BaseHTTPRequestHandler):
@@ -58,13 +69,13 @@ def otlp_sink() -> Iterator[str]:
 
 
 def measure(
-    namesrv: str, topic: str, seconds: float, header: bool, env: dict[str, str], **settings: str
+    namesrv: str, topic: str, seconds: float, traceparent: str | None, env: dict[str, str], **settings: str
 ) -> Measured:
     single = json.dumps({"topic": topic, "body": BODY}).encode()
     saved = {k: os.environ.get(k) for k in ("TRACEPARENT", *env)}
     os.environ.update(env)
-    if header:
-        os.environ["TRACEPARENT"] = TRACEPARENT
+    if traceparent is not None:
+        os.environ["TRACEPARENT"] = traceparent  # bench.compare's wrk script sends it as a header
     else:
         os.environ.pop("TRACEPARENT", None)
     try:
@@ -75,11 +86,72 @@ def measure(
             wrk(url, proc.pid, "/v1/messages", single, 8, 2, 1)  # warm up
             return wrk(url, proc.pid, "/v1/messages", single, 32, seconds, 1)
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _restore(saved)
+
+
+ANCHOR = "x32, traceparent, tracing off (anchor)"
+OTEL_ON = "x32, traceparent, OTel spans on (OTLP batching)"
+MSG_TRACE_ON = "x32, traceparent, RocketMQ msg trace on"
+TOGETHER = (ANCHOR, OTEL_ON, MSG_TRACE_ON)  # same traceparent: one wrk environment serves all three
+
+
+def measure_together(
+    namesrv: str,
+    topic: str,
+    seconds: float,
+    rows: dict[str, tuple[str | None, dict[str, str], dict[str, str]]],
+) -> dict[str, Measured]:
+    """The TOGETHER rows' sidecars running at once, each under its own wrk started at the same moment:
+    they share the machine's load moment by moment (a busy machine swings sequential rows by 2-5x)."""
+    single = json.dumps({"topic": topic, "body": BODY}).encode()
+    saved = os.environ.get("TRACEPARENT")
+    os.environ["TRACEPARENT"] = TRACEPARENT
+    try:
+        with contextlib.ExitStack() as stack, ThreadPoolExecutor(len(TOGETHER)) as pool:
+            running = []
+            for name in TOGETHER:
+                _, env, settings = rows[name]
+                data = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+                before = {k: os.environ.get(k) for k in env}
+                os.environ.update(env)  # the process takes its environment when it starts
+                try:
+                    running.append(stack.enter_context(sidecar_process(namesrv, data, **settings)))
+                finally:
+                    _restore(before)
+
+            def each(connections: int, secs: float) -> list[Measured]:
+                jobs = [
+                    pool.submit(wrk, url, proc.pid, "/v1/messages", single, connections, secs, 1)
+                    for url, proc in running
+                ]
+                return [j.result() for j in jobs]
+
+            each(8, 2)  # warm up
+            return dict(zip(TOGETHER, each(32, seconds), strict=True))
+    finally:
+        _restore({"TRACEPARENT": saved})
+
+
+def _restore(saved: dict[str, str | None]) -> None:
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def modes(sink: str) -> dict[str, tuple[str | None, dict[str, str], dict[str, str]]]:
+    """Each row: the traceparent every request carries, the environment, the sidecar's settings."""
+    otel = {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT": sink}
+    ratio = {**otel, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"}
+    return {
+        ANCHOR: (TRACEPARENT, {}, {}),
+        "x32, no traceparent, tracing off": (None, {}, {}),
+        OTEL_ON: (TRACEPARENT, otel, {"OTEL": "true"}),
+        "x32, unsampled traceparent, OTel spans on": (UNSAMPLED, otel, {"OTEL": "true"}),
+        "x32, no traceparent, OTel on, parentbased_traceidratio 0.01": (None, ratio, {"OTEL": "true"}),
+        MSG_TRACE_ON: (TRACEPARENT, {}, {"MSG_TRACE": "true"}),
+    }
 
 
 def main() -> None:
@@ -87,30 +159,48 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--namesrv", default="127.0.0.1:9876")
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="tracing off, spans on and msg trace on run at once (same load), the other rows left out",
+    )
     args = parser.parse_args()
     topic = f"traceBench{int(time.time())}"
     print(f"bench.tracing: topic {topic}; {environment()}", flush=True)
+    got: dict[str, list[Measured]] = {}
     with otlp_sink() as sink:
-        otel_env = {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT": sink}
-        bare = measure(args.namesrv, topic, args.seconds, False, {})  # first: it also creates the topic
-        off = measure(args.namesrv, topic, args.seconds, True, {})
-        otel = measure(args.namesrv, topic, args.seconds, True, otel_env, OTEL="true")
-        msg = measure(args.namesrv, topic, args.seconds, True, {}, MSG_TRACE="true")
-    rows = [
-        Row("x32 single, traceparent, tracing off (anchor)", off.rate, "msg/s", off.rate),
-        Row("x32 single, no traceparent, tracing off", bare.rate, "msg/s", off.rate),
-        Row("x32 single, traceparent, OTel spans on (OTLP batching)", otel.rate, "msg/s", off.rate),
-        Row("x32 single, traceparent, RocketMQ msg trace on", msg.rate, "msg/s", off.rate),
-        Row("CPU per 100k, tracing off", off.cpu_per_100k, "s", off.cpu_per_100k),
-        Row("CPU per 100k, OTel spans on", otel.cpu_per_100k, "s", off.cpu_per_100k),
-        Row("CPU per 100k, msg trace on", msg.cpu_per_100k, "s", off.cpu_per_100k),
-    ]
-    print_rows("tracing cost (ratios to tracing off)", rows)
-    print(f"OTLP sink received {_Sink.spans_bytes} bytes")
-    for name, m in (("off", off), ("bare", bare), ("otel", otel), ("msgtrace", msg)):
-        if m.note:
-            print(f"note {name}: {m.note}")
+        rows = modes(sink)
+        names = list(TOGETHER) if args.together else list(rows)
+        measure(args.namesrv, topic, 2, None, {})  # creates the topic: no row pays for it
+        for r in range(args.rounds):
+            shift = r % len(names)
+            if args.together:
+                measured = measure_together(args.namesrv, topic, args.seconds, rows)
+            else:
+                measured = {}
+                for name in names[shift:] + names[:shift]:
+                    traceparent, env, settings = rows[name]
+                    measured[name] = measure(args.namesrv, topic, args.seconds, traceparent, env, **settings)
+            for name, m in measured.items():
+                got.setdefault(name, []).append(m)
+                print(f"round {r + 1}: {name}: {m.rate:,.0f} msg/s, {m.cpu_per_100k:.1f} cpu-s/100k"
+                      f"{'; ' + m.note if m.note else ''}", flush=True)  # fmt: skip
+    anchor = got[ANCHOR]
+    rate_rows, cpu_rows = [], []
+    for name in names:
+        rates = [m.rate / a.rate for m, a in zip(got[name], anchor, strict=True)]
+        cpus = [m.cpu_per_100k / a.cpu_per_100k for m, a in zip(got[name], anchor, strict=True)]
+        rate = statistics.median(m.rate for m in got[name])
+        cpu = statistics.median(m.cpu_per_100k for m in got[name])
+        rate_rows.append(Row(name, 100 * statistics.median(rates), "%"))
+        cpu_rows.append(Row(name, 100 * statistics.median(cpus), "%"))
+        print(f"raw {name}: rates {[round(m.rate) for m in got[name]]} (median {rate:,.0f} msg/s), "
+              f"cpu-s/100k {[round(m.cpu_per_100k, 1) for m in got[name]]} (median {cpu:.1f})")  # fmt: skip
+    print_rows("x32 rate, % of the anchor's (median of the same-round ratios)", rate_rows)
+    print_rows("sidecar CPU per message, % of the anchor's (median of the same-round ratios)", cpu_rows)
+    print(f"OTLP sink received {_Sink.spans_bytes} bytes; {environment()}")
 
 
 if __name__ == "__main__":

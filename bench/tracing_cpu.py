@@ -2,8 +2,11 @@
 tracing hooks around a sender that answers at once, so that nothing but tracing is measured. Rows:
 tracing off (the anchor: the request's trace context inherited, the one check), OpenTelemetry spans on
 (receive + send spans through the SDK's BatchSpanProcessor into an exporter that encodes OTLP protobuf
-as the real one does and drops it), RocketMQ message trace on (Pub records encoded and batched by the
-dispatcher). CPU is user + system of this process (the exporter's thread included), per message;
+as the real one does and drops it; the same exported unencoded; the same through the SDK's own tracer
+instead of app.tracing.lite; requests the sampler leaves out: an unsampled traceparent, and none
+under parentbased_traceidratio 0.01), RocketMQ message trace on (Pub records encoded and batched by the
+dispatcher). Then one span alone: the SDK's start + end against app.tracing.lite's, and the OTLP
+encoding of one span. CPU is user + system of this process (the exporter's thread included), per message;
 modes alternate over the rounds and each row is its median. Add the differences to the sidecar's own
 CPU per message (bench.compare, bench.tracing) to see what a traced send costs.
 
@@ -21,18 +24,29 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
+from opentelemetry.trace import SpanKind
 
 from bench.common import Row, environment, print_rows
 from rocksidecar.app.tracing import msgtrace, spans
 from rocksidecar.app.tracing.context import TraceContext, inherit
+from rocksidecar.app.tracing.lite import LiteTracer
 from rocksidecar.rmq import Message, SendResult
 from rocksidecar.rmq.message import MessageQueue
 from rocksidecar.rmq.result import SendStatus
 
 TRACE = TraceContext("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+UNSAMPLED = TraceContext(TRACE.traceparent[:-2] + "00")
 RESULT = SendResult(
     SendStatus.SEND_OK, "AC11000100002A9F0000000000000001", "7F00000100002A9F0000000000000001",
     MessageQueue("BenchTrace", "broker-a", 1), 5,
@@ -45,8 +59,12 @@ class EncodingExporter(SpanExporter):
 
     encoded = 0
 
+    def __init__(self, encode: bool = True) -> None:
+        self.encode = encode  # False: dropped unencoded, to tell the spans' cost from the encoding's
+
     def export(self, batch: Sequence[ReadableSpan]) -> SpanExportResult:
-        EncodingExporter.encoded += len(encode_spans(batch).SerializeToString())
+        if self.encode:
+            EncodingExporter.encoded += len(encode_spans(batch).SerializeToString())
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
@@ -69,13 +87,20 @@ def cpu_s() -> float:
 
 
 async def per_message_us(mode: str, n: int) -> float:
-    """CPU microseconds per message of ``n`` sends in ``mode`` (off, otel, msgtrace)."""
+    """CPU microseconds per message of ``n`` sends in ``mode`` (off, otel..., msgtrace)."""
     sender: Any = Instant()
     provider = dispatcher = None
-    if mode == "otel":
-        provider = TracerProvider()
-        provider.add_span_processor(BatchSpanProcessor(EncodingExporter()))
-        spans.configure(provider)
+    trace_context: TraceContext | None = TRACE
+    if mode == "otel-unsampled":
+        trace_context = UNSAMPLED
+    elif mode == "otel-ratio":
+        trace_context = None  # a root: the sampler's ratio decides
+    if mode.startswith("otel"):
+        ratio = ParentBasedTraceIdRatio(0.01) if mode == "otel-ratio" else None
+        provider = TracerProvider(sampler=ratio)
+        exporter = EncodingExporter(encode=mode != "otel-noencode")
+        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=2 * n))
+        spans.configure(provider, lite=mode != "otel-sdk")
         sender = spans.TracedSender(sender, background=False)
     elif mode == "msgtrace":
         dispatcher = msgtrace.Dispatcher(Instant(), group="bench")
@@ -83,7 +108,9 @@ async def per_message_us(mode: str, n: int) -> float:
     started = cpu_s()
     try:
         for i in range(n):
-            msg = inherit(Message("BenchTrace", BODY, None, (), {}, 0, f"{i:032X}"), TRACE)
+            msg = Message("BenchTrace", BODY, None, (), {}, 0, f"{i:032X}")
+            if trace_context is not None:
+                msg = inherit(msg, trace_context)
             if spans.ON:
                 await spans.receive(msg, lambda m: sender.send(m, validated=True))
             else:
@@ -99,8 +126,55 @@ async def per_message_us(mode: str, n: int) -> float:
     return (cpu_s() - started) / n * 1e6
 
 
+SEND_ATTRIBUTES = {"messaging.system": "rocketmq", "messaging.operation.type": "send",
+    "messaging.operation.name": "send", "messaging.destination.name": "BenchTrace",
+    "messaging.message.id": "0" * 32, "messaging.message.body.size": 256,
+    "messaging.destination.partition.id": "1", "messaging.rocketmq.broker": "broker-a",
+    "rocksidecar.attempts": 1,
+}  # fmt: skip
+
+
+def per_span_us(n: int) -> dict[str, float]:
+    """One span with the send span's 9 attributes, under a sampled parent: CPU microseconds of the SDK's
+    start + end, of app.tracing.lite's, both into a batching processor whose exporter drops the spans,
+    and of the OTLP encoding of such a span (encode_spans, in batches of 512, as the exporter does)."""
+    parent = trace.set_span_in_context(trace.NonRecordingSpan(spans.span_context(TRACE)))
+    got: dict[str, float] = {}
+    for name in ("sdk", "lite"):
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(EncodingExporter(encode=False), max_queue_size=2 * n))
+        sdk = provider.get_tracer("bench")
+        tracer = LiteTracer(sdk) if name == "lite" else sdk  # type: ignore[arg-type]
+        started = cpu_s()
+        for _ in range(n):
+            tracer.start_span("send BenchTrace", parent, SpanKind.PRODUCER, dict(SEND_ATTRIBUTES)).end()
+        provider.force_flush()
+        got[name] = (cpu_s() - started) / n * 1e6
+        provider.shutdown()
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    lite = LiteTracer(provider.get_tracer("bench"))  # type: ignore[arg-type]
+    for _ in range(512):
+        lite.start_span("send BenchTrace", parent, SpanKind.PRODUCER, dict(SEND_ATTRIBUTES)).end()
+    batch = memory.get_finished_spans()
+    started = cpu_s()
+    for _ in range(max(1, n // 512)):
+        encode_spans(batch).SerializeToString()
+    got["encode"] = (cpu_s() - started) / (max(1, n // 512) * 512) * 1e6
+    return got
+
+
 async def measure(n: int, rounds: int) -> dict[str, float]:
-    runs: dict[str, list[float]] = {"off": [], "otel": [], "msgtrace": []}
+    runs: dict[str, list[float]] = {
+        "off": [],
+        "otel": [],
+        "otel-noencode": [],
+        "otel-sdk": [],
+        "otel-unsampled": [],
+        "otel-ratio": [],
+        "msgtrace": [],
+    }
     await per_message_us("otel", n // 10)  # warm up the SDK's imports and caches
     for r in range(rounds):
         modes = list(runs) if r % 2 == 0 else list(runs)[::-1]
@@ -118,15 +192,28 @@ def main() -> None:
     args = parser.parse_args()
     print(f"bench.tracing_cpu: {args.messages} messages x {args.rounds} rounds; {environment()}", flush=True)
     got = asyncio.run(measure(args.messages, args.rounds))
+    span_runs = [per_span_us(args.messages) for _ in range(args.rounds)]
+    one = {k: statistics.median(r[k] for r in span_runs) for k in span_runs[0]}
     off = got["off"]
     rows = [
         Row("tracing off: inherit + send (anchor)", off, "us", off),
         Row("OTel spans on: receive + send spans, batching OTLP encode", got["otel"], "us", off),
+        Row("  the same, exported unencoded (the spans' own cost)", got["otel-noencode"], "us", off),
+        Row("  the same with the SDK's own tracer (before app.tracing.lite)", got["otel-sdk"], "us", off),
+        Row("OTel on, unsampled traceparent (the sample-free path)", got["otel-unsampled"], "us", off),
+        Row("OTel on, no traceparent, parentbased_traceidratio 0.01", got["otel-ratio"], "us", off),
         Row("RocketMQ message trace on: Pub record, batched", got["msgtrace"], "us", off),
         Row("added by OTel spans", got["otel"] - off, "us"),
+        Row("added by OTel spans, the SDK's own tracer", got["otel-sdk"] - off, "us"),
         Row("added by message trace", got["msgtrace"] - off, "us"),
     ]
     print_rows("CPU per message (median of the rounds; ratio to tracing off)", rows)
+    span_rows = [
+        Row("the SDK's start_span + end, batching processor, no export", one["sdk"], "us", one["sdk"]),
+        Row("app.tracing.lite's start_span + end, the same", one["lite"], "us", one["sdk"]),
+        Row("OTLP encoding of the span (encode_spans + SerializeToString)", one["encode"], "us", one["sdk"]),
+    ]
+    print_rows("CPU per span, 9 attributes (median of the rounds; ratio to the SDK's)", span_rows)
     print(f"load average after: {environment()}")
 
 

@@ -44,12 +44,30 @@ _T = TypeVar("_T")
 _D = TypeVar("_D", bool, Sequence[ConsumeStatus])  # a delivery's answer: taken, or a batch's statuses
 
 
-def configure(provider: trace.TracerProvider | None) -> None:
-    """Spans from ``provider`` (None: off). Not the global provider: tests give their own."""
+def configure(provider: trace.TracerProvider | None, *, lite: bool = True) -> None:
+    """Spans from ``provider`` (None: off). Not the global provider: tests give their own. ``lite``:
+    the SDK's spans made by app.tracing.lite (False: by the SDK's own tracer, which bench.tracing_cpu
+    measures beside it)."""
     global ON, _tracer, _SKIP_UNSAMPLED
     ON = provider is not None
-    _tracer = trace.NoOpTracer() if provider is None else provider.get_tracer("rocksidecar")
+    if provider is None:
+        _tracer = trace.NoOpTracer()
+    else:
+        tracer = provider.get_tracer("rocksidecar")
+        _tracer = _lite(tracer) if lite else tracer
     _SKIP_UNSAMPLED = provider is not None and _drops_unsampled_parents(provider)
+
+
+def _lite(tracer: trace.Tracer) -> trace.Tracer:
+    """The SDK's tracer as a LiteTracer (app.tracing.lite: its spans at a fraction of the cost); a
+    tracer of another implementation as it is."""
+    try:
+        from opentelemetry.sdk.trace import Tracer as SdkTracer
+
+        from .lite import LiteTracer
+    except ImportError:  # the otel extra is not installed: the provider is someone else's
+        return tracer
+    return LiteTracer(tracer) if isinstance(tracer, SdkTracer) else tracer
 
 
 def _drops_unsampled_parents(provider: trace.TracerProvider) -> bool:
@@ -315,7 +333,7 @@ async def internal(name: str, topic: str, count: int, work: Awaitable[_T]) -> _T
         return await work
     attrs: dict[str, Any] = {"messaging.system": "rocketmq", "messaging.destination.name": topic,
              "messaging.batch.message_count": count}  # fmt: skip
-    with _tracer.start_as_current_span(f"{name} {topic}", kind=SpanKind.INTERNAL, attributes=attrs):
+    with _Current(_tracer.start_span(f"{name} {topic}", kind=SpanKind.INTERNAL, attributes=attrs)):
         return await work
 
 

@@ -1,0 +1,122 @@
+"""app.tracing.lite: the SDK's spans made cheaply must be the spans the SDK would have made (sampler,
+ids, resource, scope, parent, status, events), read back from the SDK's in-memory exporter."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    DEFAULT_OFF,
+    DEFAULT_ON,
+    ParentBased,
+    ParentBasedTraceIdRatio,
+    Sampler,
+    TraceIdRatioBased,
+)
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.trace.status import Status, StatusCode
+
+from rocksidecar.app.tracing.lite import LiteSpan, LiteTracer, follows_sampled_parents
+
+PARENT = SpanContext(
+    0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, is_remote=True,
+    trace_flags=TraceFlags(TraceFlags.SAMPLED), trace_state=TraceState([("vendor", "v1")]),
+)  # fmt: skip
+
+
+def lite(sampler: Sampler = DEFAULT_ON) -> tuple[LiteTracer, TracerProvider, InMemorySpanExporter]:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(sampler=sampler, resource=Resource.create({"service.name": "lite-test"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    sdk = provider.get_tracer("rocksidecar")
+    assert isinstance(sdk, trace.Tracer)
+    return LiteTracer(sdk), provider, memory  # type: ignore[arg-type]
+
+
+def under(parent: SpanContext) -> trace.Context:
+    return trace.set_span_in_context(NonRecordingSpan(parent))
+
+
+@pytest.mark.parametrize(
+    ("sampler", "follows"),
+    [
+        (DEFAULT_ON, True),
+        (DEFAULT_OFF, True),  # the root is off; a sampled parent is still followed
+        (ParentBasedTraceIdRatio(0.01), True),
+        (ALWAYS_ON, False),
+        (TraceIdRatioBased(0.5), False),
+        (ParentBased(ALWAYS_ON, remote_parent_sampled=ALWAYS_OFF), False),
+        (ParentBased(ALWAYS_ON, local_parent_sampled=TraceIdRatioBased(0.5)), False),
+        # a nested ParentBased's own cases must not answer for the outer one
+        (ParentBased(ParentBased(ALWAYS_ON), remote_parent_sampled=ALWAYS_OFF), False),
+    ],
+)
+def test_only_a_parent_based_sampler_always_on_under_sampled_parents_is_skipped(
+    sampler: Sampler, follows: bool
+) -> None:
+    assert follows_sampled_parents(sampler) is follows
+
+
+def test_a_span_under_a_sampled_parent_is_the_sdk_s_span() -> None:
+    tracer, provider, memory = lite()
+    span = tracer.start_span("send T", under(PARENT), SpanKind.PRODUCER, {"messaging.system": "rocketmq"})
+    assert isinstance(span, LiteSpan) and span.is_recording()
+    span.set_attribute("messaging.destination.name", "T")
+    span.end()
+    span.set_attribute("late", 1)  # after the end: ignored, as the SDK does
+    (got,) = memory.get_finished_spans()
+    assert got.name == "send T" and got.kind is SpanKind.PRODUCER
+    assert got.context is not None and got.parent == PARENT
+    assert got.context.trace_id == PARENT.trace_id and got.context.span_id != PARENT.span_id
+    assert got.context.trace_flags.sampled and got.context.trace_state == PARENT.trace_state
+    assert dict(got.attributes or {}) == {"messaging.system": "rocketmq", "messaging.destination.name": "T"}
+    assert got.start_time is not None and got.end_time is not None and got.start_time <= got.end_time
+    # what the SDK's own span of the same tracer carries
+    with provider.get_tracer("rocksidecar").start_as_current_span("sdk"):
+        pass
+    sdk = memory.get_finished_spans()[-1]
+    assert got.resource == sdk.resource and got.resource.attributes["service.name"] == "lite-test"
+    assert got.instrumentation_scope == sdk.instrumentation_scope
+
+
+def test_the_sampler_is_asked_where_its_answer_is_not_known() -> None:
+    tracer, _, memory = lite(DEFAULT_OFF)  # roots are dropped
+    root = tracer.start_span("receive T", None, SpanKind.SERVER)
+    assert not root.is_recording() and not root.get_span_context().trace_flags.sampled
+    root.end()
+    unsampled = SpanContext(PARENT.trace_id, PARENT.span_id, is_remote=True, trace_flags=TraceFlags(0))
+    assert not tracer.start_span("send T", under(unsampled)).is_recording()
+    assert memory.get_finished_spans() == ()
+    tracer, provider, memory = lite(ALWAYS_ON)  # not followed: asked, and it samples a root
+    tracer.start_span("receive T", None, SpanKind.SERVER).end()
+    provider.get_tracer("rocksidecar").start_span("sdk root").end()
+    got, sdk = memory.get_finished_spans()
+    assert got.parent is None and got.context is not None and got.context.trace_flags.sampled
+    assert sdk.context is not None and got.context.trace_flags == sdk.context.trace_flags  # random id too
+
+
+def test_errors_status_and_events_are_recorded_as_the_sdk_does() -> None:
+    tracer, _, memory = lite()
+    span = tracer.start_span("send T", under(PARENT))
+    span.add_event("send attempt failed", {"rocksidecar.attempt": "broker-a: timeout"})
+    span.record_exception(TimeoutError("no answer"))
+    span.set_status(Status(StatusCode.ERROR, "TimeoutError: no answer"))
+    span.end()
+    ok = tracer.start_span("send T", under(PARENT))
+    ok.set_status(StatusCode.OK)
+    ok.set_status(StatusCode.ERROR)  # OK is final
+    ok.end()
+    failed, fine = memory.get_finished_spans()
+    assert [e.name for e in failed.events] == ["send attempt failed", "exception"]
+    exception = failed.events[1].attributes or {}
+    assert exception["exception.type"] == "TimeoutError" and exception["exception.message"] == "no answer"
+    assert "TimeoutError: no answer" in str(exception["exception.stacktrace"])
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.status.description == "TimeoutError: no answer"
+    assert fine.status.status_code is StatusCode.OK
