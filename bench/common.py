@@ -65,6 +65,17 @@ async def bench_producer(
     return client, producer
 
 
+async def create_topics(api: BrokerApi, ns: NameServerClient, topics: Sequence[str], queues: int = 4) -> None:
+    """Each topic with ``queues`` queues on every broker (the ones auto-creating TBW102 lists), so no
+    reader waits for a route refresh to find a second broker's queues."""
+    template = await ns.get_route("TBW102")
+    for topic in topics:
+        for b in template.broker_datas:
+            await api.create_topic(
+                b.master_addr or "", topic, read_queue_nums=queues, write_queue_nums=queues
+            )
+
+
 @dataclass
 class Row:
     name: str

@@ -39,7 +39,14 @@ from multiprocessing.connection import Connection
 import orjson
 import uvloop
 
-from bench.common import bench_parser, devbroker_process, environment, java_benchmark, tree_cpu_seconds
+from bench.common import (
+    bench_parser,
+    create_topics,
+    devbroker_process,
+    environment,
+    java_benchmark,
+    tree_cpu_seconds,
+)
 from bench.http_wire import read_message
 from rocksidecar.app.subscriptions.runner import Subscriptions, consumer_config
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
@@ -62,9 +69,7 @@ async def fill(namesrv: str, total: int, size: int, topic: str = TOPIC) -> int:
     client = RemotingClient()
     api = BrokerApi(client)
     ns = NameServerClient(client, namesrv)
-    template = await ns.get_route("TBW102")
-    for b in template.broker_datas:
-        await api.create_topic(b.master_addr or "", topic, read_queue_nums=4, write_queue_nums=4)
+    await create_topics(api, ns, [topic])
     route = await ns.get_route(topic)
     queues = route.publish_queues(topic)
     body = b"b" * size

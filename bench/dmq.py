@@ -46,27 +46,28 @@ BODY = b"x" * 256
 CHUNK = 10_000
 
 
-async def preload(store_dir: Path, count: int, due_ms: int) -> None:
-    """``count`` messages due at ``due_ms`` in the replica's store, through the store's public API."""
+async def preload(store_dir: Path, ids: Sequence[str], due_ms: int) -> None:
+    """A message per id, due at ``due_ms``, in the replica's store, through the store's public API."""
     kv = RocksKV.open(store_dir / "store", COLUMN_FAMILIES)
     writer = GroupCommitWriter(kv)
     store = DelayStore(kv, writer)
-    for start in range(0, count, CHUNK):
-        n = min(CHUNK, count - start)
-        await store.schedule_many(
-            [DelayedMessage(new_uniq_id(), "bench_dmq_never", BODY, due_ms=due_ms) for _ in range(n)]
-        )
+    for start in range(0, len(ids), CHUNK):
+        part = ids[start : start + CHUNK]
+        await store.schedule_many([DelayedMessage(i, "bench_dmq_never", BODY, due_ms=due_ms) for i in part])
     await store.close()
     await writer.close()
     kv.close()
 
 
-def start_replica(namesrv: str, data_dir: Path, inner_topic: str, group: str) -> subprocess.Popen[bytes]:
+def start_replica(
+    namesrv: str, data_dir: Path, inner_topic: str, group: str, http_addr: str = "127.0.0.1:0", **env: str
+) -> subprocess.Popen[bytes]:
+    """A `rocksidecar dmq` process; ``env``: more ROCKSIDECAR_* settings (the replicated mode's)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ROCKSIDECAR_NAMESRV": namesrv,
-           "ROCKSIDECAR_DATA_DIR": str(data_dir), "ROCKSIDECAR_LOG_LEVEL": "warning"}  # fmt: skip
+           "ROCKSIDECAR_DATA_DIR": str(data_dir), "ROCKSIDECAR_LOG_LEVEL": "warning", **env}  # fmt: skip
     return subprocess.Popen(
         [sys.executable, "-m", "rocksidecar.app.cli", "dmq", "--inner-topic", inner_topic, "--group", group,
-         "--http-addr", "127.0.0.1:0"], cwd=ROOT, env=env,
+         "--http-addr", http_addr], cwd=ROOT, env=env,
     )  # fmt: skip
 
 
@@ -114,6 +115,18 @@ class Lateness:
         return ConsumeStatus.SUCCESS
 
 
+async def read_lateness(namesrv: str, group: str, topic: str) -> tuple[Lateness, PushConsumer]:
+    """A started push consumer of ``topic`` (close it) noting each message's lateness."""
+    lateness = Lateness()
+    consumer = PushConsumer(
+        ConsumerConfig(group=group, consume_from=ConsumeFrom.FIRST_OFFSET, consume_batch_size=32),
+        namesrv, lateness,
+    )  # fmt: skip
+    consumer.subscribe(topic)
+    await consumer.start()
+    return lateness, consumer
+
+
 def summary(name: str, lateness: list[int]) -> str:
     lateness = sorted(lateness)
     return (f"{name}: n={len(lateness)} p50={percentile(lateness, 50):.0f} ms "
@@ -130,7 +143,7 @@ async def main(args: argparse.Namespace) -> None:
     per = args.pending // args.replicas
     for i in range(args.replicas):
         (root / f"r{i}").mkdir()
-        await preload(root / f"r{i}", per, tomorrow)
+        await preload(root / f"r{i}", [new_uniq_id() for _ in range(per)], tomorrow)
     print(f"preloaded {per * args.replicas} pending in {time.monotonic() - t:.1f} s", flush=True)
 
     client = RemotingClient()
@@ -138,13 +151,7 @@ async def main(args: argparse.Namespace) -> None:
     await producer.start()
     await producer.send(inner.cancel_message("nothing", inner_topic=inner_topic))  # creates the topic
     await producer.send(Message(real_topic, b"warm"))
-    lateness = Lateness()
-    consumer = PushConsumer(
-        ConsumerConfig(group=f"{group}_reader", consume_from=ConsumeFrom.FIRST_OFFSET, consume_batch_size=32),
-        args.namesrv, lateness,
-    )  # fmt: skip
-    consumer.subscribe(real_topic)
-    await consumer.start()
+    lateness, consumer = await read_lateness(args.namesrv, f"{group}_reader", real_topic)
     replicas = [start_replica(args.namesrv, root / f"r{i}", inner_topic, group) for i in range(args.replicas)]
     try:
         steady_n = args.rate * args.steady_s

@@ -127,6 +127,42 @@ class DelayStore(QueueBacked):
         """
         return await self._settle(id_, SENT, True)
 
+    async def drop_published_many(self, ids: Sequence[str]) -> list[CancelOutcome]:
+        """``drop_published`` of each id (one outcome each, in order), with one synced batch for the
+        copies no publish holds now and one for the unknown ids' markers: a mark message carries up to
+        500 ids, and a synced write per id cost about 3x what storing the copy did (bench.dmq_copies).
+        An id whose copy a publish holds now waits for it alone, as in ``drop_published``.
+
+        Raises:
+            StorageError: not stored; the copies are still scheduled.
+        """
+        outcomes: dict[str, CancelOutcome] = {}
+        free: list[bytes] = []
+        unknown: list[str] = []
+        busy: list[str] = []
+        # No await until _cancel_keys has taken the claims of ``free``: nothing can claim them between.
+        for id_ in dict.fromkeys(ids):
+            keys = [due_key(due, id_) for due in self._scheduled_dues(id_)]
+            if any(key in self.queue.claims for key in keys):
+                busy.append(id_)
+            elif keys:
+                free += keys
+                outcomes[id_] = CancelOutcome.CANCELLED
+            elif (done := self._done.get(id_)) is not None:
+                sent = done[0] is DelayState.SENT
+                outcomes[id_] = CancelOutcome.ALREADY_SENT if sent else CancelOutcome.CANCELLED
+            else:
+                unknown.append(id_)
+                outcomes[id_] = CancelOutcome.NOT_FOUND
+        if free:
+            await self._cancel_keys(free, SENT)
+        if unknown:
+            now = self.now_ms()
+            await self.writer.write([op for id_ in unknown for op in DoneMarkers.ops(id_, SENT, now)])
+        for id_ in busy:
+            outcomes[id_] = await self._settle(id_, SENT, True)
+        return [outcomes[id_] for id_ in ids]
+
     async def _settle(self, id_: str, kind: bytes, remember_unknown: bool) -> CancelOutcome:
         """Finish ``id_`` as ``kind`` (cancel and drop_published), as cancel says."""
         sent = False

@@ -249,8 +249,7 @@ class Replication:
             if mark.by != self.marks.by:  # our own marks of this run: those ids are ours, SENT
                 ids += (i for i in mark.ids if self.replicas.holds(i))
         unique = list(dict.fromkeys(ids))
-        # One drop per id, concurrently: the group-commit writer syncs them together.
-        outcomes = await asyncio.gather(*(inner.drop_published(i) for i in unique))
+        outcomes = await inner.drop_published(unique)  # one synced write for the batch
         for id_, outcome in zip(unique, outcomes, strict=True):
             if outcome is CancelOutcome.CANCELLED:
                 self.marks_in.labels("dropped").inc()

@@ -70,6 +70,36 @@ async def test_cancel_before_due_and_the_answers_after(h: Harness) -> None:
     assert h.store.stats().pending == 0
 
 
+async def test_drop_published_many_answers_each_id_as_drop_published_and_writes_once(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule_many([message(i, now + 1000 * (1 + (i == "B"))) for i in ("A", "B", "C")])
+    assert await h.store.drop_published("C") is CancelOutcome.CANCELLED
+    await h.start().start()
+    writes = h.kv.writes
+    got = await h.store.drop_published_many(["A", "NEW", "C", "B", "A"])
+    assert got == [CancelOutcome.CANCELLED, CancelOutcome.NOT_FOUND, CancelOutcome.ALREADY_SENT,
+                   CancelOutcome.CANCELLED, CancelOutcome.CANCELLED]  # fmt: skip
+    assert h.kv.writes - writes <= 2  # the copies' batch and the markers' batch, not one per id
+    for id_ in ("A", "B", "NEW"):  # dropped, or remembered as sent so a late copy is a duplicate
+        status = h.store.get(id_)
+        assert status is not None and status.state is DelayState.SENT and status.sent_to is None
+    assert h.store.stats().pending == 0
+    await h.advance(3.0)
+    assert h.ids() == []  # none of them published
+
+
+async def test_drop_published_many_waits_for_a_publish_in_progress(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule_many([message("A", now), message("B", now + 1000)])
+    h.gate = asyncio.Event()
+    await h.start().start()
+    await asyncio.wait_for(h.entered.wait(), SETTLE_S)  # A is being published
+    drop = asyncio.create_task(h.store.drop_published_many(["B", "A"]))
+    h.gate.set()
+    assert await asyncio.wait_for(drop, SETTLE_S) == [CancelOutcome.CANCELLED, CancelOutcome.ALREADY_SENT]
+    assert h.ids() == ["A"]
+
+
 async def test_cancel_of_an_unknown_id_can_leave_a_tombstone(h: Harness) -> None:
     now = h.store.now_ms()
     assert await h.store.cancel("EARLY", remember_unknown=True) is CancelOutcome.NOT_FOUND
