@@ -177,15 +177,15 @@ class Replication:
         return self.convergence.done.is_set()
 
     # --- the scheduler's hooks -------------------------------------------------------------------------
-    def may_publish(self, msg: DelayedMessage) -> bool:
-        """The gate: this replica's turn, by the live publishers, once converged."""
+    def may_publish(self, id_: str) -> bool:
+        """The gate: this replica's turn for message ``id_``, by the live publishers, once converged."""
         if not self.presence.joined or self._catching_up is not None:
             return False
         live = self.presence.live
         if self.replicas.me not in live:  # its own beats silent: frozen, or cut off from the brokers
             self._catch_up()
             return False
-        holders = self.replicas.holders(msg.id)
+        holders = self.replicas.holders(id_)
         publisher = next((n for n in holders if n in live), None)
         if publisher != self.replicas.me:
             return False

@@ -234,7 +234,7 @@ async def test_a_gate_holds_back_a_message_until_it_lets_it_through(h: Harness) 
     allowed = {"MINE"}
     sent: list[str] = []
     await h.start(
-        gate=lambda m: m.id in allowed, gate_retry_s=0.5, on_sent=lambda ms: sent.extend(m.id for m in ms)
+        gate=lambda id_: id_ in allowed, gate_retry_s=0.5, on_sent=lambda ms: sent.extend(m.id for m in ms)
     ).start()
     await h.advance(0.01)
     assert h.ids() == ["MINE"] and sent == ["MINE"]
@@ -251,7 +251,7 @@ async def test_a_gate_holds_back_a_message_until_it_lets_it_through(h: Harness) 
 async def test_a_held_back_copy_dropped_meanwhile_is_never_published(h: Harness) -> None:
     now = h.store.now_ms()
     await h.store.schedule(message("COPY", now + 10))
-    await h.start(gate=lambda _m: False, gate_retry_s=0.5).start()
+    await h.start(gate=lambda _id: False, gate_retry_s=0.5).start()
     await h.advance(0.01)
     assert await h.store.drop_published("COPY") is CancelOutcome.CANCELLED  # another replica's mark
     assert h.scheduler is not None
