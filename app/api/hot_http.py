@@ -38,6 +38,20 @@ _HEAD_END = b"\r\n\r\n"
 log = logging.getLogger("uvicorn.error")  # where uvicorn logs an application's exception
 
 
+_default: tuple[object, bytes] = (None, b"")
+
+
+def _default_head(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """uvicorn's default headers (date, server) as a head's lines, built again only when uvicorn replaces
+    the list (once a second, for the date) rather than per answer."""
+    global _default
+    source, head = _default
+    if source is not headers:
+        head = b"".join(b"%s: %s\r\n" % pair for pair in headers)
+        _default = (headers, head)
+    return head
+
+
 class HotRoutes(Protocol):
     def admit(self, method: str, path: str, headers: dict[bytes, bytes]) -> FastRoute | None: ...
 
@@ -250,9 +264,7 @@ class HotHttp(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        out = [_STATUS_LINE[status]]
-        for name, value in self.server_state.default_headers:
-            out += [name, b": ", value, b"\r\n"]
+        out = [_STATUS_LINE[status], _default_head(self.server_state.default_headers)]
         for key, text in extra.items():
             out += [key.lower().encode("latin-1"), b": ", text.encode("latin-1"), b"\r\n"]
         out.append(b"content-length: %d\r\ncontent-type: " % len(payload))
