@@ -122,19 +122,20 @@ class EdgeMiddleware:
         finally:
             self.count_as(scope["path"], status)
 
-    def admit(self, method: str, path: str, headers: dict[bytes, bytes]) -> FastRoute | None:
+    def admit(self, method: str, path: str, headers: dict[bytes, bytes]) -> tuple[FastRoute, int] | None:
         """For the HTTP protocol's own hot path (app.api.hot_http): the hot route of a request that
-        passes every guard (``headers`` by lower-case name, the first of repeated ones). None sends the
-        request the ASGI way: not a hot route, refused (this edge answers the refusal there), or a body of
-        unknown length, which the ASGI way bounds while it streams in."""
+        passes every guard (``headers`` by lower-case name, the first of repeated ones), and the route's
+        body limit. None sends the request the ASGI way: not a hot route, refused (this edge answers the
+        refusal there), or a body of unknown length, which the ASGI way bounds while it streams in."""
         route = self.fast.get(path) if method == "POST" else None
         if route is None or b"transfer-encoding" in headers or b"content-length" not in headers:
             return None
+        limit = self.limits.get(path, self.default_limit)
         try:
-            self._check({"method": method, "path": path}, headers, self.limits.get(path, self.default_limit))
+            self._check({"method": method, "path": path}, headers, limit)
         except _Refusal:
             return None
-        return route
+        return route, limit
 
     def _check(self, scope: Scope, headers: dict[bytes, bytes], limit: int) -> None:
         """Refuse before routing: checked in this order so that a page on another origin learns nothing."""

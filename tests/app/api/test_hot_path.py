@@ -261,3 +261,30 @@ async def test_a_bad_request_after_a_hot_one_is_answered_by_uvicorn_after_the_ho
     assert first[0] == 200 and orjson.loads(first[2])["status"] == "SENT"
     assert (await reader.readline()).startswith(b"HTTP/1.1 400")
     writer.close()
+
+
+_TOO_LONG = b"content-length: %d" % (64 * 1024 * 1024)  # past the limit: refused on the header alone
+
+
+@pytest.mark.parametrize(
+    ("changed", "status", "field"),
+    [
+        ((b"application/json", b"text/plain"), 415, "Content-Type"),
+        ((b"host: 127.0.0.1", b"host: evil.example"), 403, "Host"),
+        ((b"content-length: %d" % len(ONE), _TOO_LONG), 413, "body"),
+    ],
+)
+async def test_the_kept_verdict_of_a_connection_still_refuses_what_the_guards_refuse(
+    stack: Stack, changed: tuple[bytes, bytes], status: int, field: str
+) -> None:
+    """The protocol keeps the edge's last verdict per connection (same URL and guarded headers): another
+    Content-Type, another Host or a body over the limit on the same connection is still refused."""
+    reader, writer = await connect(stack)
+    writer.write(post("/v1/messages", ONE))
+    assert (await read_answer(reader))[0] == 200
+    request = post("/v1/messages", ONE).replace(*changed)
+    writer.write(request[: request.index(b"\r\n\r\n") + 4] if status == 413 else request)
+    answer, _, body = await read_answer(reader)
+    writer.close()
+    assert answer == status and orjson.loads(body)["field"] == field
+    assert [m.body for m in stack.stored("Hot")] == [b"x"]
