@@ -35,6 +35,7 @@ from .problems import PROBLEM_JSON
 _PROBLEM_JSON = PROBLEM_JSON.encode("latin-1")
 _STATUS_LINE = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode("latin-1")) for s in HTTPStatus}
 _HEAD_END = b"\r\n\r\n"
+MAX_HEAD = 64 * 1024  # bytes of a head not yet complete that this protocol holds before handing over
 log = logging.getLogger("uvicorn.error")  # where uvicorn logs an application's exception
 
 
@@ -128,11 +129,14 @@ class HotHttp(asyncio.Protocol):
         except httptools.HttpParserError:
             if self._handover_at is None:  # uvicorn answers it, as it answered it before
                 self._handover_at = self._start
+        if self._handover_at is None and self._reading is None:
+            if self._start:
+                del self._buf[: self._start]  # what completed messages took
+                self._start = 0
+            if len(self._buf) > MAX_HEAD:  # a head this long is no hot request's: uvicorn's, as before
+                self._handover_at = 0
         if self._handover_at is not None:
             self._hand_over()
-        elif self._reading is None and self._start:
-            del self._buf[: self._start]  # what completed messages took
-            self._start = 0
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
