@@ -33,7 +33,9 @@ FastRoute = Callable[[Scope, dict[bytes, bytes], bytes], Awaitable[tuple[int, by
 log = logging.getLogger(__name__)
 CLIENT_CLOSED = 499
 UNMATCHED = "(unmatched)"
-_CLOSE = {"connection": "close"}  # a body over the limit is not read on (see app.api.http_protocol)
+_CLOSE = {
+    "connection": "close"
+}  # a body over the limit is not read on (see app.api.http_protocol, app.api.hot_http)
 
 
 class _Refusal(Exception):
@@ -120,27 +122,20 @@ class EdgeMiddleware:
         finally:
             self.count_as(scope["path"], status)
 
-    def admit(
-        self, method: str, path: str, raw_headers: list[tuple[bytes, bytes]]
-    ) -> tuple[FastRoute, dict[bytes, bytes]] | None:
-        """For the HTTP protocol's own hot path (app.api.hot_path): the hot route of a request that
-        passes every guard, with its headers by name. None sends the request the ASGI way: not a hot
-        route, refused (this edge answers the refusal there), or a body of unknown length, which the ASGI
-        way bounds while it streams in."""
+    def admit(self, method: str, path: str, headers: dict[bytes, bytes]) -> tuple[FastRoute, int] | None:
+        """For the HTTP protocol's own hot path (app.api.hot_http): the hot route of a request that
+        passes every guard (``headers`` by lower-case name, the first of repeated ones), and the route's
+        body limit. None sends the request the ASGI way: not a hot route, refused (this edge answers the
+        refusal there), or a body of unknown length, which the ASGI way bounds while it streams in."""
         route = self.fast.get(path) if method == "POST" else None
-        if route is None:
+        if route is None or b"transfer-encoding" in headers or b"content-length" not in headers:
             return None
-        scope = {"method": method, "path": path}
-        headers: dict[bytes, bytes] = {}
-        for name, value in raw_headers:
-            headers.setdefault(name, value)
-        if b"transfer-encoding" in headers or b"content-length" not in headers:
-            return None
+        limit = self.limits.get(path, self.default_limit)
         try:
-            self._check(scope, headers, self.limits.get(path, self.default_limit))
+            self._check({"method": method, "path": path}, headers, limit)
         except _Refusal:
             return None
-        return route, headers
+        return route, limit
 
     def _check(self, scope: Scope, headers: dict[bytes, bytes], limit: int) -> None:
         """Refuse before routing: checked in this order so that a page on another origin learns nothing."""

@@ -16,7 +16,8 @@ from grpc_health.v1 import health
 from . import uvicorn_internals
 from .grpc import add_health_and_reflection
 from .grpc_intercept import MethodWrapper, WrappingServer
-from .hot_path import HotPathHttp
+from .hot_http import HotHttp
+from .http_protocol import GuardedHttpTools
 from .middleware import EdgeMiddleware
 from .proto import rocksidecar_pb2_grpc as pb_grpc
 
@@ -71,11 +72,7 @@ class HttpServer:
             access_log=False,
             timeout_graceful_shutdown=max(int(self._grace_s), 1),
             backlog=1024,
-            http=type(
-                "SidecarHttp",
-                (HotPathHttp,),
-                {"read_timeout_s": self._read_timeout_s, "hot": _hot(self._app)},
-            ),
+            http=_protocol(self._app, self._read_timeout_s),
         )
         self._server = _Uvicorn(config)
         self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
@@ -94,11 +91,16 @@ class HttpServer:
             await task
 
 
-def _hot(app: Any) -> EdgeMiddleware | None:
-    """The edge that the protocol answers the hot routes for (app.api.hot_path), unless something wraps
-    it (the access log must see every request)."""
+def _protocol(app: Any, read_timeout_s: float) -> type[Any]:
+    """The connection protocol: ours for the hot routes (app.api.hot_http), handing everything else to
+    uvicorn's, unless something wraps the edge (the access log must see every request)."""
+    guarded = type("SidecarHttp", (GuardedHttpTools,), {"read_timeout_s": read_timeout_s})
     edge = getattr(app, "edge", None)
-    return edge if isinstance(edge, EdgeMiddleware) else None
+    if not isinstance(edge, EdgeMiddleware):
+        return guarded
+    return type(
+        "SidecarHotHttp", (HotHttp,), {"read_timeout_s": read_timeout_s, "hot": edge, "fallback": guarded}
+    )
 
 
 def _check_free(host: str, port: int, api: str) -> None:

@@ -1,10 +1,14 @@
-"""The private parts of uvicorn that app.api.http_protocol and app.api.hot_path build on, named in one place.
+"""The private parts of uvicorn that app.api.http_protocol builds on, named in one place.
 
-The hot routes are answered by a subclass of uvicorn's httptools protocol (issue 18): it overrides the
-protocol's parser callbacks and reads its per-connection state. None of that is uvicorn's public API, so
-uvicorn is pinned exactly (pyproject.toml and tools/lock/), and ``missing()`` lists whatever the installed
-uvicorn lacks of it: tests/app/api/test_uvicorn_internals.py fails naming the part, and the HTTP server
-refuses to start with one line naming it, instead of failing on some later request.
+The hot routes are served by a protocol of our own (app.api.hot_http), which hands every other request's
+connection to uvicorn's httptools protocol through what any ``uvicorn.Config(http=...)`` class is given.
+What remains private is under the rest of the routes: app.api.http_protocol's subclass adds a read
+timeout and a lingering close to uvicorn's protocol, overriding its parser callbacks and reading its
+request cycle's ``more_body``; and both protocols register with the server state's connection and task
+sets, which uvicorn's graceful stop reads. uvicorn is pinned exactly (pyproject.toml and tools/lock/),
+and ``missing()`` lists whatever the installed uvicorn lacks of it: tests/app/api/test_uvicorn_internals.py
+fails naming the part, and the HTTP server refuses to start with one line naming it, instead of failing
+on some later request.
 """
 
 from __future__ import annotations
@@ -16,38 +20,21 @@ from typing import Any
 
 PINNED_VERSION = "0.54.0"  # pyproject.toml pins uvicorn[standard] to this; a test holds the two together
 MODULE = "uvicorn.protocols.http.httptools_impl"
-MODULE_NAMES = ("HttpToolsProtocol", "RequestResponseCycle", "STATUS_LINE")
-# Overridden or called by our subclasses, with the signatures they assume.
+MODULE_NAMES = ("HttpToolsProtocol", "RequestResponseCycle")
+# Overridden or called by app.api.http_protocol's subclass, with the signatures it assumes.
 PROTOCOL_METHODS = (
     "connection_made",
     "data_received",
     "connection_lost",
     "on_message_begin",
-    "on_headers_complete",
-    "on_body",
     "on_message_complete",
-    "on_response_complete",
-    "_start_asgi_task",
     "shutdown",
 )
-# Per-connection state read or changed by our subclasses, present once a request's head is parsed.
-PROTOCOL_ATTRIBUTES = (
-    "cycle",
-    "expect_100_continue",
-    "root_path",
-    "parser",
-    "url",
-    "headers",
-    "loop",
-    "tasks",
-    "flow",
-    "pipeline",
-    "transport",
-    "logger",
-    "server_state",
-)
-CYCLE_ATTRIBUTES = ("response_complete", "more_body")
-SERVER_STATE_ATTRIBUTES = ("default_headers", "tasks")
+# Per-connection state read by that subclass, present once a request's head is parsed.
+PROTOCOL_ATTRIBUTES = ("cycle", "loop", "transport")
+CYCLE_ATTRIBUTES = ("more_body",)
+# What app.api.hot_http registers with and writes: uvicorn's graceful stop reads the two sets.
+SERVER_STATE_ATTRIBUTES = ("connections", "tasks", "default_headers")
 
 
 class _Transport(asyncio.Transport):
@@ -86,8 +73,6 @@ def missing() -> list[str]:
         for name in PROTOCOL_METHODS
         if not callable(getattr(protocol_class, name, None))
     ]
-    if not isinstance(module.STATUS_LINE, dict) or not isinstance(module.STATUS_LINE.get(200), bytes):
-        gone.append(f"{MODULE}.STATUS_LINE[200] (bytes)")
     return gone or _missing_state(module)
 
 
@@ -100,11 +85,15 @@ def _missing_state(module: Any) -> list[str]:
         def _start_asgi_task(self, cycle: Any, app: Any) -> None:
             pass  # the head is parsed; no application needed
 
+    state = ServerState()
+    gone = [f"ServerState().{name}" for name in SERVER_STATE_ATTRIBUTES if not hasattr(state, name)]
+    if gone:
+        return gone  # the probe below needs them
     loop = asyncio.new_event_loop()
     try:
         config = uvicorn.Config(app=_no_app, lifespan="off", log_config=None)
         config.load()
-        protocol = Probe(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+        protocol = Probe(config=config, server_state=state, app_state={}, _loop=loop)
         protocol.connection_made(_Transport())
         protocol.data_received(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n")
         gone = [f"HttpToolsProtocol().{name}" for name in PROTOCOL_ATTRIBUTES if not hasattr(protocol, name)]
@@ -115,8 +104,6 @@ def _missing_state(module: Any) -> list[str]:
             gone += [
                 f"RequestResponseCycle().{name}" for name in CYCLE_ATTRIBUTES if not hasattr(cycle, name)
             ]
-        state = getattr(protocol, "server_state", None)
-        gone += [f"ServerState().{name}" for name in SERVER_STATE_ATTRIBUTES if not hasattr(state, name)]
         return gone
     finally:
         loop.close()

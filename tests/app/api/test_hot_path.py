@@ -1,6 +1,7 @@
-"""The hot routes answered by the HTTP protocol itself (app.api.hot_path, issue 18): no ASGI cycle for an
-admitted hot request, and everything HTTP/1.1 promises still holds on a raw socket: pipelined answers
-in order, ``Connection: close``, a client gone mid-body, a failing route, a graceful stop."""
+"""The hot routes answered by our own HTTP protocol (app.api.hot_http, issues 18 and 26): no ASGI cycle for
+an admitted hot request, the rest handed to uvicorn, and everything HTTP/1.1 promises still holds on a
+raw socket: pipelined answers in order, ``Connection: close``, a client gone mid-body, a failing route,
+a graceful stop."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from rocksidecar.app.api import http_protocol
+from rocksidecar.app.api import hot_http
 from rocksidecar.app.api.middleware import EdgeMiddleware
 from tests.app.api.test_http_fast_path import edge_of
 from tests.app.conftest import Stack
@@ -118,7 +119,11 @@ async def test_a_client_gone_mid_body_is_counted_499_and_nothing_is_sent(stack: 
     writer.write(post("/v1/messages", ONE)[:-5])
     await writer.drain()
     await stack.http.get("/healthz")  # the server has read the partial request by now
-    (reading,) = [c for c in stack.service.http._server.server_state.connections if c._reading is not None]
+    (reading,) = [
+        c
+        for c in stack.service.http._server.server_state.connections
+        if getattr(c, "_reading", None) is not None
+    ]
     lost, connection_lost = asyncio.Event(), reading.connection_lost
     reading.connection_lost = lambda exc: (connection_lost(exc), lost.set())
     writer.transport.abort()
@@ -179,7 +184,7 @@ async def test_the_protocol_answers_hot_routes_only_when_nothing_wraps_the_edge(
 ) -> None:
     async with make_stack(access_log=access_log) as stack:  # type: ignore[attr-defined]
         server = stack.service.http._server
-        hot = server.config.http_protocol_class.hot
+        hot = getattr(server.config.http_protocol_class, "hot", None)
         assert (hot is None) if access_log else isinstance(hot, EdgeMiddleware)
         r = await stack.http.post("/v1/messages", content=ONE, headers={"content-type": "application/json"})
         assert r.status_code == 200
@@ -195,7 +200,7 @@ async def test_a_hot_request_still_arriving_at_a_graceful_stop_is_read_and_answe
         await writer.drain()
         await stack.http.get("/healthz")  # the server has read the partial request by now
         server = stack.service.http._server
-        (reading,) = [c for c in server.server_state.connections if c._reading is not None]
+        (reading,) = [c for c in server.server_state.connections if getattr(c, "_reading", None) is not None]
         told, shutdown = asyncio.Event(), reading.shutdown
         reading.shutdown = lambda: (shutdown(), told.set())
         stopping = asyncio.create_task(stack.service.http.stop())
@@ -212,10 +217,7 @@ async def test_a_lone_answer_is_written_at_once_and_answers_in_flight_together_w
     stack: Stack,
 ) -> None:
     writes: list[str] = []
-    real_now, real_write = (
-        http_protocol._LingeringTransport.write_now,
-        http_protocol._LingeringTransport.write,
-    )
+    real_now, real_write = hot_http.HotHttp._write_now, hot_http.HotHttp._hold
 
     def write_now(self: Any, data: bytes) -> None:
         writes.append("now")
@@ -226,8 +228,8 @@ async def test_a_lone_answer_is_written_at_once_and_answers_in_flight_together_w
         real_write(self, data)
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(http_protocol._LingeringTransport, "write_now", write_now)
-    patch.setattr(http_protocol._LingeringTransport, "write", write)
+    patch.setattr(hot_http.HotHttp, "_write_now", write_now)
+    patch.setattr(hot_http.HotHttp, "_hold", write)
     try:
         reader, writer = await connect(stack)
         writer.write(post("/v1/messages", ONE))
@@ -246,3 +248,59 @@ async def test_a_lone_answer_is_written_at_once_and_answers_in_flight_together_w
             w.close()
     finally:
         patch.undo()
+
+
+async def test_a_bad_request_after_a_hot_one_is_answered_by_uvicorn_after_the_hot_answer(
+    stack: Stack,
+) -> None:
+    """The connection is handed to uvicorn from the bad request's first byte, once the answer before it
+    is out: uvicorn answers it 400 as it always did, in order."""
+    reader, writer = await connect(stack)
+    writer.write(post("/v1/messages", ONE) + b"NOT HTTP AT ALL\r\n\r\n")
+    first = await read_answer(reader)
+    assert first[0] == 200 and orjson.loads(first[2])["status"] == "SENT"
+    assert (await reader.readline()).startswith(b"HTTP/1.1 400")
+    writer.close()
+
+
+_TOO_LONG = b"content-length: %d" % (64 * 1024 * 1024)  # past the limit: refused on the header alone
+
+
+@pytest.mark.parametrize(
+    ("changed", "status", "field"),
+    [
+        ((b"application/json", b"text/plain"), 415, "Content-Type"),
+        ((b"host: 127.0.0.1", b"host: evil.example"), 403, "Host"),
+        ((b"content-length: %d" % len(ONE), _TOO_LONG), 413, "body"),
+    ],
+)
+async def test_the_kept_verdict_of_a_connection_still_refuses_what_the_guards_refuse(
+    stack: Stack, changed: tuple[bytes, bytes], status: int, field: str
+) -> None:
+    """The protocol keeps the edge's last verdict per connection (same URL and guarded headers): another
+    Content-Type, another Host or a body over the limit on the same connection is still refused."""
+    reader, writer = await connect(stack)
+    writer.write(post("/v1/messages", ONE))
+    assert (await read_answer(reader))[0] == 200
+    request = post("/v1/messages", ONE).replace(*changed)
+    writer.write(request[: request.index(b"\r\n\r\n") + 4] if status == 413 else request)
+    answer, _, body = await read_answer(reader)
+    writer.close()
+    assert answer == status and orjson.loads(body)["field"] == field
+    assert [m.body for m in stack.stored("Hot")] == [b"x"]
+
+
+async def test_a_head_longer_than_the_protocol_holds_is_handed_to_uvicorn_and_answered(stack: Stack) -> None:
+    reader, writer = await connect(stack)
+    request = post("/v1/messages", ONE, "x-pad: " + "a" * (hot_http.MAX_HEAD + 1024))
+    cut = hot_http.MAX_HEAD + 512  # inside the padding: the head is not complete
+    writer.write(request[:cut])
+    await writer.drain()
+    await stack.http.get("/healthz")  # the server has read the partial head by now
+    writer.write(request[cut:])
+    status, _, body = await read_answer(reader)
+    connections = stack.service.http._server.server_state.connections
+    writer.close()
+    assert status == 200 and orjson.loads(body)["status"] == "SENT"
+    assert [m.body for m in stack.stored("Hot")] == [b"x"]
+    assert not [c for c in connections if isinstance(c, hot_http.HotHttp)]  # both are uvicorn's now

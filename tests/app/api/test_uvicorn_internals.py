@@ -1,5 +1,5 @@
-"""uvicorn's private parts under the hot path (issue 26): pinned exactly, and a change to any of them is
-caught by name, here and at the HTTP server's start."""
+"""uvicorn's private parts under the HTTP routes that are not hot (issue 26): pinned exactly, and a
+change to any of them is caught by name, here and at the HTTP server's start."""
 
 from __future__ import annotations
 
@@ -29,25 +29,25 @@ def test_nothing_the_hot_path_relies_on_is_missing() -> None:
 
 
 def test_a_name_gone_from_the_module_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(httptools_impl, "STATUS_LINE")
-    assert uvicorn_internals.missing() == [f"{uvicorn_internals.MODULE}.STATUS_LINE"]
+    monkeypatch.delattr(httptools_impl, "RequestResponseCycle")
+    assert uvicorn_internals.missing() == [f"{uvicorn_internals.MODULE}.RequestResponseCycle"]
 
 
 def test_a_renamed_method_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(httptools_impl.HttpToolsProtocol, "_start_asgi_task")
-    assert uvicorn_internals.missing() == ["HttpToolsProtocol._start_asgi_task"]
+    monkeypatch.delattr(httptools_impl.HttpToolsProtocol, "on_message_begin")
+    assert uvicorn_internals.missing() == ["HttpToolsProtocol.on_message_begin"]
 
 
 def test_a_renamed_connection_attribute_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As if a release renamed the protocol's ``pipeline`` deque: only a live protocol shows it."""
+    """As if a release renamed the protocol's ``loop``: only a live protocol shows it."""
     init = httptools_impl.HttpToolsProtocol.__init__
 
     def renamed(self: Any, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
-        self.queued = self.__dict__.pop("pipeline")
+        self.event_loop = self.__dict__.pop("loop")
 
     monkeypatch.setattr(httptools_impl.HttpToolsProtocol, "__init__", renamed)
-    assert uvicorn_internals.missing() == ["HttpToolsProtocol().pipeline"]
+    assert uvicorn_internals.missing() == ["HttpToolsProtocol().loop"]
 
 
 def test_a_cycle_attribute_gone_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,7 +62,21 @@ def test_a_cycle_attribute_gone_is_named(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 async def test_the_http_server_refuses_to_start_naming_the_part(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(httptools_impl.HttpToolsProtocol, "on_response_complete")
+    monkeypatch.delattr(httptools_impl.HttpToolsProtocol, "on_message_complete")
     server = HttpServer(app=None, addr="127.0.0.1:0", grace_s=1.0)
-    with pytest.raises(ListenError, match=r"lacks HttpToolsProtocol\.on_response_complete.*tools/lock"):
+    with pytest.raises(ListenError, match=r"lacks HttpToolsProtocol\.on_message_complete.*tools/lock"):
         await server.start()
+
+
+def test_a_server_state_set_gone_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our hot protocol registers in ``connections`` so that uvicorn's graceful stop waits for it."""
+    from uvicorn.server import ServerState
+
+    init = ServerState.__init__
+
+    def renamed(self: Any) -> None:
+        init(self)
+        del self.connections
+
+    monkeypatch.setattr(ServerState, "__init__", renamed)
+    assert uvicorn_internals.missing() == ["ServerState().connections"]
