@@ -13,11 +13,11 @@ cookies: none of its callers needs them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import httptools
@@ -38,10 +38,12 @@ MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 100
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(NamedTuple):
+    """The app's answer. A tuple: made once per POST on the hot path, where a frozen dataclass's
+    ``__init__`` cost more than the rest of the answer's handling."""
+
     status: int
-    headers: Mapping[str, str] = field(default_factory=dict)  # names lower-cased
+    headers: Mapping[str, str] = MappingProxyType({})  # names lower-cased
     body: bytes = b""
 
 
@@ -53,97 +55,152 @@ class _Target:
     head: bytes  # request line and Host header
 
 
-class _Parsed:
-    """httptools callbacks for one answer."""
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection: a protocol fed straight into its own httptools parser (one per
+    connection, reset by llhttp between answers), no StreamReader in between. It also carries the
+    timeout watch of the request it serves (``deadline``, ``task``): the client sweeps its connections,
+    no object per POST."""
 
     def __init__(self) -> None:
-        self.headers: dict[str, str] = {}
-        self.header_count = 0
-        self.head_done = False
-        self.body: list[bytes] = []
-        self.body_size = 0
-        self.done = False
-        self.keep_alive = False
-        # parser -> self -> parser is a cycle: ``release`` breaks it, so what an answer held is freed at
-        # once and not at the next (rare: service.py raises the thresholds) cyclic collection
-        self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.used = False  # a reused connection may have been closed by the app while idle
+        self.lost = False
+        self.deadline = 0.0  # loop time; meaningful while ``task`` is set
+        self.task: asyncio.Task[Any] | None = None  # the request waiting on this connection
+        self.expired = False  # the sweep cancelled that request
+        self._waiter: asyncio.Future[None] | None = None
+        self._failed = False
+        # the answer being read
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._head_done = False
+        self._head_read = 0
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._done = False
+        self._keep_alive = False
+        # parser -> self -> parser is a cycle: ``release`` breaks it when the connection closes, so what
+        # it held is freed at once and not at the next (rare: service.py raises the thresholds) collection
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
 
+    # asyncio.Protocol -------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        parser = self._parser
+        if self._waiter is None or parser is None or self._failed or self._done:
+            # idle, failed, or a whole answer already read: nobody asked for these bytes
+            self._fail(ConnectionResetError("the app sent bytes nobody asked for"))
+            return
+        try:
+            parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            # a bound a callback enforced comes through the parser as its __context__; a fresh error
+            # either way: the raised one's traceback holds this frame, the data and the connection
+            bound = exc.__context__
+            error = PostError(str(bound) if isinstance(bound, PostError) else f"{type(exc).__name__}: {exc}")
+            del bound
+            self._fail(error)
+            return
+        if not self._head_done:
+            # llhttp keeps a header it has not finished in its own buffer: count what was fed
+            self._head_read += len(data)
+            if self._head_read > MAX_HEAD_BYTES:
+                self._fail(PostError(f"the app's answer head is larger than {MAX_HEAD_BYTES} bytes"))
+                return
+        if self._done and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def eof_received(self) -> bool:
+        return False  # close: an answer is never completed by EOF (we always read framed answers)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if not self._done:
+            self._fail(ConnectionResetError("the app closed the connection before answering"))
+        if self._waiter is None:  # else an answer may be complete and not yet read: exchange releases
+            self.release()
+
+    # httptools callbacks ----------------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.header_count += 1
-        if self.header_count > MAX_HEADERS:
+        headers = self._headers
+        if len(headers) >= MAX_HEADERS:
             raise PostError(f"the app's answer has more than {MAX_HEADERS} headers")
-        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        self.head_done = True
+        self._head_done = True
 
     def on_body(self, chunk: bytes) -> None:
-        self.body_size += len(chunk)
-        if self.body_size > MAX_ANSWER_BYTES:
+        self._body_size += len(chunk)
+        if self._body_size > MAX_ANSWER_BYTES:
             raise PostError(f"the app's answer is larger than {MAX_ANSWER_BYTES} bytes")
-        self.body.append(chunk)
+        self._body.append(chunk)
 
     def on_message_complete(self) -> None:
-        self.done = True
+        if self._done:  # two answers to one request in one read: the app is not speaking HTTP/1.1
+            raise PostError("the app answered more than once")
+        self._done = True
         # asked here: once feed_data returns, llhttp has reset and answers False for a body
-        self.keep_alive = self.parser is not None and self.parser.should_keep_alive()
+        self._keep_alive = self._parser is not None and self._parser.should_keep_alive()
 
-    def release(self) -> None:
-        """Drop everything the answer held, also when a timeout or an error left it half read."""
-        self.parser = None
-        self.headers = {}
-        self.body = []
+    # the client's side ------------------------------------------------------------------------
+    @property
+    def open(self) -> bool:
+        return not (self.lost or self._failed)
 
-
-class _Conn:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.used = False  # a reused connection may have been closed by the app while idle
+    def _fail(self, exc: BaseException) -> None:
+        # the error is not kept here: raised, its traceback holds the frames that hold this connection
+        self._failed = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(exc)
+        if self.transport is not None:
+            self.transport.abort()  # nothing more is read: a failed answer's bytes are not kept
 
     async def exchange(self, request: bytes) -> tuple[Answer, bool]:
         """Send one request, read its whole answer; returns it and whether the connection stays open."""
+        if not self.open or self.transport is None:
+            raise ConnectionResetError("the app closed the connection")
         self.used = True
-        self.writer.write(request)
-        parsed = _Parsed()
-        parser = parsed.parser
+        parser = self._parser
         assert parser is not None
-        head_read = 0
-        chunk = b""
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
         try:
-            while not parsed.done:
-                chunk = await self.reader.read(65536)
-                if not chunk:
-                    raise ConnectionResetError("the app closed the connection before answering")
-                parser.feed_data(chunk)
-                if not parsed.head_done:
-                    # llhttp keeps a header it has not finished in its own buffer: count what was fed
-                    head_read += len(chunk)
-                    if head_read > MAX_HEAD_BYTES:
-                        raise PostError(f"the app's answer head is larger than {MAX_HEAD_BYTES} bytes")
-            body = b"".join(parsed.body)
-            return Answer(parser.get_status_code(), parsed.headers, body), parsed.keep_alive
+            await waiter
+            headers = {n.decode("latin-1").lower(): v.decode("latin-1") for n, v in self._headers}
+            body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+            answer = Answer(parser.get_status_code(), headers, body)
+            keep = self._keep_alive
         finally:
             # a raised error's traceback keeps this frame (through a timeout's CancelledError, for as
             # long as the caller keeps the error): it must not keep the answer's bytes with it
-            parsed.release()
-            del parser
-            chunk = b""
+            self._waiter = None
+            self._headers = []
+            self._body = []
+            self._body_size = self._head_read = 0
+            self._head_done = self._done = False
+            if not self.open:
+                self.release()
+            del parser, waiter
+        return answer, keep
+
+    def release(self) -> None:
+        """Drop everything the connection held, also when a timeout or an error left an answer half
+        read."""
+        self._parser = None
+        self._headers = []
+        self._body = []
 
     def close(self) -> None:
-        self.writer.close()
-
-
-@dataclass(eq=False)
-class _InFlight:
-    deadline: float  # loop time
-    task: asyncio.Task[Any]
-    expired: bool = False  # the sweep cancelled the POST
+        if self.transport is not None:
+            self.transport.close()
+        self.release()
 
 
 class HttpClient:
-    """POSTs time out by a sweep over the ones in flight (a quarter of the shortest timeout apart, at
-    most SWEEP_MAX_S), not a timer per POST: that timer was a sixth of the push path's CPU."""
+    """POSTs time out by a sweep over the connections (a quarter of the shortest timeout apart, at most
+    SWEEP_MAX_S), not a timer per POST: that timer was a sixth of the push path's CPU."""
 
     SWEEP_MAX_S = 0.25
 
@@ -151,34 +208,29 @@ class HttpClient:
         self._idle: dict[tuple[str, int, bool], list[_Conn]] = {}
         self._targets: dict[str, _Target] = {}
         self._closed = False
-        self._in_flight: set[_InFlight] = set()
+        self._conns: set[_Conn] = set()  # every open connection, idle or busy: what the sweep reads
         self._sweep_s = self.SWEEP_MAX_S
         self._sweeper: asyncio.Task[None] | None = None
 
-    def _watch(self, timeout_s: float) -> _InFlight:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        slot = _InFlight(loop.time() + timeout_s, task)
-        self._in_flight.add(slot)
+    def _watch(self, timeout_s: float) -> None:
         if timeout_s / 4 < self._sweep_s:
             self._sweep_s = max(timeout_s / 4, 0.001)
             if self._sweeper is not None:
                 self._sweeper.cancel()  # restart at the shorter interval
                 self._sweeper = None
         if self._sweeper is None:
-            self._sweeper = loop.create_task(self._sweep_loop())
-        return slot
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
 
     async def _sweep_loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self._sweep_s)
             now = loop.time()
-            for slot in self._in_flight:
-                if slot.deadline <= now and not slot.expired:
-                    slot.expired = True
-                    slot.task.cancel()
+            for conn in self._conns:
+                task = conn.task
+                if task is not None and conn.deadline <= now and not conn.expired:
+                    conn.expired = True
+                    task.cancel()
 
     def _target(self, url: str) -> _Target:
         target = self._targets.get(url)
@@ -195,69 +247,104 @@ class HttpClient:
             target = self._targets[url] = _Target(host, port, tls, head)
         return target
 
-    async def _connect(self, t: _Target) -> _Conn:
-        reader, writer = await asyncio.open_connection(t.host, t.port, ssl=t.tls or None)
-        sock = writer.get_extra_info("socket")
+    async def _connect(self, t: _Target, deadline: float) -> _Conn:
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout_at(deadline):
+            _, conn = await loop.create_connection(_Conn, t.host, t.port, ssl=t.tls or None)
+        assert conn.transport is not None
+        sock = conn.transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # one write per request already; NODELAY so a small POST never waits for a delayed ACK
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return _Conn(reader, writer)
+        self._conns.add(conn)
+        return conn
 
-    async def request(
-        self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float, method: str = "POST"
-    ) -> Answer:
-        """Send ``body`` (a POST unless ``method`` says GET); ``url`` may carry a query. Raises PostError
-        when there is no answer within ``timeout_s``."""
-        if self._closed:
-            raise PostError("client closed")
+    def _request(self, url: str, lines: bytes, body: bytes, method: str) -> tuple[_Target, bytes]:
+        """The request's bytes, after checking that ``lines`` are header lines and nothing more."""
+        breaks = lines.count(b"\r\n")
+        if (
+            lines.count(b"\n") != breaks
+            or lines.count(b"\r") != breaks
+            or lines[-2:] not in (b"\r\n", b"")
+            or lines[:2] == b"\r\n"
+            or b"\r\n\r\n" in lines
+        ):
+            raise PostError("a header carries a line break")  # no header injection into the request
         t = self._target(url)
         head = t.head  # built for POST, the hot path's method: another one changes the request line only
         if method != "POST":
             if method not in METHODS:
                 raise ValueError(f"method {method!r} is not one of {', '.join(sorted(METHODS))}")
             head = method.encode("ascii") + head[4:]
+        return t, b"%s%scontent-length: %d\r\n\r\n%s" % (head, lines, len(body), body)
+
+    def _drop(self, conn: _Conn) -> None:
+        conn.close()
+        self._conns.discard(conn)
+
+    async def request(
+        self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float, method: str = "POST"
+    ) -> Answer:
+        """Send ``body`` (a POST unless ``method`` says GET); ``url`` may carry a query. Raises PostError
+        when there is no answer within ``timeout_s``."""
         lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         if lines.count("\n") != len(headers) or lines.count("\r") != len(headers):
             raise PostError("a header carries a line break")  # no header injection into the request
-        request = b"".join(
-            (head, lines.encode("latin-1", "replace"), b"content-length: %d\r\n\r\n" % len(body), body)
-        )
-        key = (t.host, t.port, t.tls)
-        idle = self._idle.setdefault(key, [])
-        slot = self._watch(timeout_s)
+        return await self.post_lines(url, lines.encode("latin-1", "replace"), body, timeout_s, method)
+
+    async def post_lines(
+        self, url: str, lines: bytes, body: bytes, timeout_s: float, method: str = "POST"
+    ) -> Answer:
+        """``request`` with the headers already encoded as ``name: value\\r\\n`` lines (the hot path
+        builds them once per message, not a mapping). Lines that are not exactly that are refused."""
+        if self._closed:
+            raise PostError("client closed")
+        t, request = self._request(url, lines, body, method)
+        idle = self._idle.get((t.host, t.port, t.tls))
+        if idle is None:
+            idle = self._idle[(t.host, t.port, t.tls)] = []
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        self._watch(timeout_s)
+        task = asyncio.current_task()
+        conn: _Conn | None = None
         try:
             while True:
-                conn = idle.pop() if idle else await self._connect(t)
+                conn = idle.pop() if idle else await self._connect(t, deadline)
+                if not conn.open:  # the app closed it while idle
+                    self._drop(conn)
+                    continue
                 reused = conn.used
+                conn.deadline, conn.task, conn.expired = deadline, task, False
                 try:
                     answer, keep = await conn.exchange(request)
-                except (OSError, httptools.HttpParserError) as exc:
-                    conn.close()
+                except OSError as exc:
+                    self._drop(conn)
                     if reused and isinstance(exc, ConnectionError):
                         continue  # the app dropped an idle connection: take another one
-                    if isinstance(exc.__context__, PostError):  # a bound a parser callback enforced
-                        raise PostError(str(exc.__context__)) from None
                     raise PostError(f"{type(exc).__name__}: {exc}") from exc
-                except BaseException:  # timeout or cancel mid-answer: the connection is unusable
-                    conn.close()
+                except BaseException:  # a bound, a timeout or a cancel mid-answer: the connection is unusable
+                    self._drop(conn)
                     raise
+                finally:
+                    conn.task = None
                 if keep and not self._closed:
                     idle.append(conn)
                 else:
-                    conn.close()
+                    self._drop(conn)
                 return answer
         except asyncio.CancelledError:
-            if not slot.expired:
+            if conn is None or not conn.expired or task is None:
                 raise
-            slot.task.uncancel()  # the sweep's cancel was for this POST, not for its caller
+            task.uncancel()  # the sweep's cancel was for this POST, not for its caller
+            raise PostError(f"no answer within {timeout_s} s") from None
+        except TimeoutError:  # the connect ran past the deadline
             raise PostError(f"no answer within {timeout_s} s") from None
         except OSError as exc:  # connect failed
             raise PostError(f"{type(exc).__name__}: {exc}") from exc
         finally:
-            self._in_flight.discard(slot)
-            # the raised error's traceback keeps this frame: without this, frame -> slot -> task -> error
-            # is a cycle holding the half-read answer until a cyclic collection
-            del slot
+            # the raised error's traceback keeps this frame: without this, frame -> conn -> task ->
+            # error is a cycle holding the connection until a cyclic collection
+            del conn, task
 
     post = request  # the subscriptions' name for it; an alias, so the hot path pays no extra call
 
@@ -266,9 +353,6 @@ class HttpClient:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        for conns in self._idle.values():
-            for conn in conns:
-                conn.close()
-                with contextlib.suppress(Exception):
-                    await conn.writer.wait_closed()
+        for conn in list(self._conns):
+            self._drop(conn)
         self._idle.clear()

@@ -6,12 +6,15 @@ describe state (back-off, store depth) are read when Prometheus scrapes, through
 
 from __future__ import annotations
 
+import itertools
 import threading
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from rocksidecar.rmq.consumer.config import RETRY_PREFIX
 from rocksidecar.rmq.producer import BrokerState
@@ -69,19 +72,16 @@ class Metrics:
             "Messages moved to the dead-letter area after their last retry (or refused by the broker).",
         )
 
-        self.deliveries = self._counter(
-            "subscription_deliveries",
+        self.deliveries = DeliveryTally(
+            "rocksidecar_subscription_deliveries",
             "Consumed messages delivered to the app, by subscription and outcome: ok (2xx; bulk: "
             "SUCCESS), later (429/503, offered again), failed (other status, bulk RETRY: sent back), "
             "dropped (bulk DROP: to the group's DLQ), error (no answer or timeout).",
-            ["subscription", "outcome"],
-        )
-        self.delivery_latency = self._histogram(
-            "subscription_delivery_seconds",
+            "rocksidecar_subscription_delivery_seconds",
             "Time the app took to answer one pushed message, by subscription.",
-            ["subscription"],
-            buckets=LATENCY_BUCKETS,
+            LATENCY_BUCKETS,
         )
+        self.registry.register(self.deliveries)
         self.delay_lateness = self._histogram(
             "delay_lateness_seconds",
             "How late delayed messages were published after their due time.",
@@ -97,8 +97,7 @@ class Metrics:
         return Histogram(f"rocksidecar_{name}", doc, list(labels), buckets=buckets, registry=self.registry)
 
     def observe_delivery(self, subscription: str, outcome: str, seconds: float) -> None:
-        self.deliveries.labels(subscription, outcome).inc()
-        self.delivery_latency.labels(subscription).observe(seconds)
+        self.deliveries.observe(subscription, outcome, seconds)
 
     def count_messages(self, outcome: str, n: int = 1) -> None:
         """``n`` messages more with ``outcome`` (sent, spooled, scheduled, rejected, failed)."""
@@ -144,6 +143,52 @@ class Tally(Collector):
         for value, n in counts:
             family.add_metric([value], n)
         yield family
+
+
+class DeliveryTally(Collector):
+    """Pushed deliveries by subscription and outcome, and their latency by subscription: the Counter and
+    Histogram these replace, kept as plain numbers and read when Prometheus scrapes. Once per consumed
+    message, the two labels() lookups, Histogram.observe's bucket loop and three value locks were most of
+    the push's bookkeeping (issue 32); this is a bisect and a few dict updates under one lock. Label
+    values are subscription names from the configuration and the code's own outcomes."""
+
+    def __init__(
+        self, name: str, doc: str, latency_name: str, latency_doc: str, buckets: Sequence[float]
+    ) -> None:
+        self._name, self._doc = name, doc
+        self._latency_name, self._latency_doc = latency_name, latency_doc
+        self._bounds = tuple(float(b) for b in buckets)
+        self._les = [floatToGoString(b) for b in self._bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
+        self._counts: dict[tuple[str, str], int] = {}
+        self._buckets: dict[str, list[int]] = {}  # per subscription, one count per bucket (not cumulative)
+        self._sums: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, subscription: str, outcome: str, seconds: float) -> None:
+        i = bisect_left(self._bounds, seconds)  # the first bucket whose bound is >= seconds, as observe()
+        key = (subscription, outcome)
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + 1
+            buckets = self._buckets.get(subscription)
+            if buckets is None:
+                buckets = self._buckets[subscription] = [0] * len(self._les)
+                self._sums[subscription] = 0.0
+            buckets[i] += 1
+            self._sums[subscription] += seconds
+
+    def collect(self) -> Iterable[CounterMetricFamily | HistogramMetricFamily]:
+        with self._lock:
+            counts = list(self._counts.items())
+            histograms = [(sub, list(b), self._sums[sub]) for sub, b in self._buckets.items()]
+        family = CounterMetricFamily(self._name, self._doc, labels=["subscription", "outcome"])
+        for labels, n in counts:
+            family.add_metric(list(labels), n)
+        yield family
+        latency = HistogramMetricFamily(self._latency_name, self._latency_doc, labels=["subscription"])
+        for sub, buckets, total in histograms:
+            cumulative = list(itertools.accumulate(buckets))
+            latency.add_metric([sub], list(zip(self._les, cumulative, strict=True)), total)
+        yield latency
 
 
 class StateCollector(Collector):

@@ -16,7 +16,14 @@ from urllib.parse import quote
 
 import orjson
 
-from rocksidecar.rmq.message import MessageExt, MessageQueue
+from rocksidecar.rmq.message import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    RESERVED_PROPERTIES,
+    MessageExt,
+    MessageQueue,
+)
 
 from ..tracing.context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, from_headers
 
@@ -130,6 +137,81 @@ def headers_for(msg: MessageExt, mq: MessageQueue, group: str) -> dict[str, str]
     headers = {"ce-" + k: v if k in _PLAIN else _header_value(v) for k, v in attrs.items()}
     headers["content-type"] = content_type
     return headers
+
+
+def encode_headers(headers: dict[str, str]) -> bytes:
+    """Headers as the request carries them: ``name: value`` lines, latin-1 (what cannot be is ``?``)."""
+    return "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1", "replace")
+
+
+def _escaped(text: str) -> bytes:
+    """``_header_value`` as bytes, without calling it when it would change nothing (printable ASCII
+    without ``%``, what tags and keys nearly always are)."""
+    if text.isascii() and text.isprintable() and "%" not in text:
+        return text.encode("ascii")
+    return _header_value(text).encode("ascii")
+
+
+_CONTENT_TYPE_ONLY = {CONTENT_TYPE_PROPERTY}
+_OCTET_STREAM = b"application/octet-stream"
+# group lines, queue lines, id, time, offset, reconsume count, tags and keys lines, content type
+_MESSAGE_LINES = (
+    b"%s%sce-id: %s\r\nce-time: %s\r\nce-rocketmqoffset: %d\r\nce-rocketmqreconsumetimes: %d\r\n"
+    b"%scontent-type: %s\r\n"
+)
+MAX_CACHED_QUEUES = 4096  # per subscription; a subscription reads few topics' queues, bounded all the same
+
+
+class HeaderLines:
+    """``encode_headers(headers_for(msg, mq, group))`` for one subscription's group, built straight as
+    bytes: what is the same for every message of the group, and of a queue, is encoded once; a message
+    adds its id, time, offset, reconsume count, tags, keys and content type. Messages with other user
+    properties (extensions, ``rocketmqproperties``, trace context) take headers_for itself. On the push
+    path the dict of headers_for and its encoding were a tenth of a delivery's CPU (issue 32)."""
+
+    def __init__(self, group: str) -> None:
+        self.group = group
+        self._group_lines = (
+            f"ce-specversion: {SPEC_VERSION}\r\nce-type: {EVENT_TYPE}\r\nce-rocketmqgroup: {group}\r\n"
+        ).encode("latin-1", "replace")
+        self._queues: dict[tuple[str, str, int], bytes] = {}
+
+    def _queue_lines(self, topic: str, broker: str, queue_id: int) -> bytes:
+        key = (topic, broker, queue_id)
+        lines = self._queues.get(key)
+        if lines is None:
+            if len(self._queues) >= MAX_CACHED_QUEUES:
+                self._queues.clear()
+            lines = self._queues[key] = (
+                f"ce-source: rocketmq://{broker}/{topic}\r\nce-rocketmqtopic: {topic}\r\n"
+                f"ce-rocketmqbroker: {broker}\r\nce-rocketmqqueue: {queue_id}\r\n"
+            ).encode("latin-1", "replace")
+        return lines
+
+    def __call__(self, msg: MessageExt, mq: MessageQueue) -> bytes:
+        props = msg.properties
+        user = props.keys() - RESERVED_PROPERTIES
+        if user and user != _CONTENT_TYPE_ONLY:
+            return encode_headers(headers_for(msg, mq, self.group))
+        optional = b""
+        tags = props.get(PROPERTY_TAGS)
+        if tags:
+            optional = b"ce-rocketmqtags: %s\r\n" % _escaped(tags)
+        if props.get(PROPERTY_KEYS):
+            keys = " ".join(msg.keys)
+            if keys:
+                optional += b"ce-rocketmqkeys: %s\r\n" % _escaped(keys)
+        content_type = props.get(CONTENT_TYPE_PROPERTY) if user else None
+        return _MESSAGE_LINES % (
+            self._group_lines,
+            self._queue_lines(msg.topic, mq.broker_name, msg.queue_id),
+            (props.get(PROPERTY_UNIQ_KEY) or msg.offset_msg_id).encode("latin-1", "replace"),
+            ce_time(msg.born_timestamp_ms).encode("ascii"),
+            msg.queue_offset,
+            msg.reconsume_times,
+            optional,
+            content_type.encode("latin-1", "replace") if content_type else _OCTET_STREAM,
+        )
 
 
 def structured_event(msg: MessageExt, mq: MessageQueue, group: str) -> dict[str, object]:

@@ -19,7 +19,7 @@ from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from ..http_client import HttpClient, PostError
 from ..tracing import msgtrace, spans
-from .cloudevents import headers_for
+from .cloudevents import HeaderLines
 from .log import DeliveryLog
 from .spec import SubscriptionSpec
 
@@ -58,6 +58,7 @@ class HttpPush:
         self._sleep = sleep
         self._wall_s = wall_s
         self._failed = ConsumeStatus.SUSPEND if spec.orderly else ConsumeStatus.RECONSUME_LATER
+        self._header_lines = HeaderLines(spec.group)
 
     async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
         for msg in msgs:  # consume_batch_size is 1: one CloudEvent per POST
@@ -89,23 +90,24 @@ class HttpPush:
 
     async def deliver(self, msg: MessageExt, mq: MessageQueue) -> bool:
         """POST until the app takes it (True) or fails it (False); 429/503 wait and try again."""
-        headers = headers_for(msg, mq, self.spec.group)
+        lines = self._header_lines(msg, mq)
+        spec, on_delivery = self.spec, self._on_delivery
         while True:
             started = time.perf_counter()
             try:
-                resp = await self._client.post(self.spec.endpoint, msg.body, headers, self.spec.timeout_s)
+                resp = await self._client.post_lines(spec.endpoint, lines, msg.body, spec.timeout_s)
             except PostError as exc:
-                self._on_delivery(self.spec.name, "error", time.perf_counter() - started)
-                self._log.no_answer(self.spec.name, str(exc), msg.msg_id)
+                on_delivery(spec.name, "error", time.perf_counter() - started)
+                self._log.no_answer(spec.name, str(exc), msg.msg_id)
                 return False
             elapsed = time.perf_counter() - started
             if 200 <= resp.status < 300:
-                self._on_delivery(self.spec.name, "ok", elapsed)
+                on_delivery(spec.name, "ok", elapsed)
                 return True
-            self._log.answered(self.spec.name, resp.status, msg.msg_id)
+            self._log.answered(spec.name, resp.status, msg.msg_id)
             if resp.status in LATER_STATUSES:
-                self._on_delivery(self.spec.name, "later", elapsed)
+                on_delivery(spec.name, "later", elapsed)
                 await self._sleep(retry_after_s(resp.headers.get("retry-after"), self._wall_s()))
                 continue
-            self._on_delivery(self.spec.name, "failed", elapsed)
+            on_delivery(spec.name, "failed", elapsed)
             return False

@@ -186,3 +186,19 @@ async def test_a_get_changes_only_the_request_line_and_other_methods_and_schemes
     assert app.requests[0][0].startswith(b"GET /in?x=1 HTTP/1.1\r\nHost: 127.0.0.1:")
     assert b"accept: application/json\r\ncontent-length: 0\r\n\r\n" in app.requests[0][0]
     assert app.requests[1][0].startswith(b"POST /in?x=1 HTTP/1.1\r\n")
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [b"a: 1\r\n\r\nGET /evil HTTP/1.1\r\n", b"\r\na: 1\r\n", b"a: 1\nb: 2\r\n", b"a: 1\rb: 2\r\n", b"a: 1"],
+)
+async def test_header_lines_that_are_not_just_header_lines_are_refused(
+    app_factory: AppFactory, lines: bytes
+) -> None:
+    app, url = await app_factory(lambda _h, _b: NO_CONTENT)
+    client = HttpClient()
+    with pytest.raises(PostError, match="line break"):
+        await client.post_lines(url, lines, b"x", 5.0)
+    assert (await client.post_lines(url, b"a: 1\r\nb: 2\r\n", b"x", 5.0)).status == 204
+    assert app.connections == 1 and app.requests[0][0].endswith(b"a: 1\r\nb: 2\r\ncontent-length: 1\r\n\r\n")
+    await client.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from rocksidecar.app import metrics
 from rocksidecar.app.metrics import Metrics
@@ -65,3 +65,36 @@ def test_the_tally_counts_exactly_from_several_threads() -> None:
     registry = CollectorRegistry()
     registry.register(tally)
     assert registry.get_sample_value("rocksidecar_messages_total", {"outcome": "sent"}) == 80_000
+
+
+def test_the_delivery_tally_scrapes_as_the_counter_and_histogram_it_replaces() -> None:
+    old = CollectorRegistry()
+    counter = Counter("rocksidecar_subscription_deliveries", "D.", ["subscription", "outcome"], registry=old)
+    histogram = Histogram(
+        "rocksidecar_subscription_delivery_seconds",
+        "L.",
+        ["subscription"],
+        buckets=metrics.LATENCY_BUCKETS,
+        registry=old,
+    )
+    new = CollectorRegistry()
+    tally = metrics.DeliveryTally(
+        "rocksidecar_subscription_deliveries",
+        "D.",
+        "rocksidecar_subscription_delivery_seconds",
+        "L.",
+        metrics.LATENCY_BUCKETS,
+    )
+    new.register(tally)
+    # on a bound, between bounds, below the first, past the last, zero
+    seconds = [0.0005, 0.0007, 0.0001, 0.001, 0.3, 10.0, 11.5, 0.0, 2.5, 0.02]
+    for i, s in enumerate(seconds):
+        sub, outcome = ("orders", "ok") if i % 3 else ("audit", ("later", "failed", "error")[i % 4 % 3])
+        counter.labels(sub, outcome).inc()
+        histogram.labels(sub).observe(s)
+        tally.observe(sub, outcome, s)
+    assert generate_latest(new) == generate_latest(old)
+    assert (
+        new.get_sample_value("rocksidecar_subscription_delivery_seconds_count", {"subscription": "orders"})
+        == 6
+    )

@@ -29,6 +29,19 @@ def message(**props: str) -> MessageExt:
     return dataclasses.replace(msg, properties=base, born_timestamp_ms=1_700_000_000_123)
 
 
+def parse_lines(lines: bytes) -> dict[str, str]:
+    """The header lines HttpPush hands the client, as the app would read them; strict: each line is
+    ``name: value`` ending in CRLF, and no name comes twice."""
+    assert lines.endswith(b"\r\n"), lines
+    out: dict[str, str] = {}
+    for line in lines[:-2].split(b"\r\n"):
+        name, sep, value = line.partition(b": ")
+        assert sep and name and b"\r" not in line and b"\n" not in line, line
+        assert name.decode() not in out, name
+        out[name.decode("latin-1")] = value.decode("latin-1")
+    return out
+
+
 @dataclasses.dataclass
 class Request:
     url: str
@@ -38,13 +51,17 @@ class Request:
 
 
 class Recorded:
-    """Stands in for HttpClient: records each POST and answers from a script."""
+    """Stands in for HttpClient: records each POST (HttpPush's header lines parsed back, BulkPush's
+    headers as they are) and answers from a script."""
 
     def __init__(self, statuses: list[Answer | Exception]) -> None:
         self.statuses = statuses
         self.requests: list[Request] = []
         self.sleeps: list[float] = []
         self.outcomes: list[str] = []
+
+    async def post_lines(self, url: str, lines: bytes, body: bytes, timeout_s: float) -> Answer:
+        return await self.post(url, body, parse_lines(lines), timeout_s)
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> Answer:
         self.requests.append(Request(url, body, headers, timeout_s))

@@ -1,0 +1,61 @@
+"""HeaderLines, the push path's header bytes, against headers_for (the CloudEvents mapping it shortcuts):
+the same headers for any message, whichever path a message takes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from rocksidecar.app.subscriptions.cloudevents import HeaderLines, encode_headers, headers_for
+from rocksidecar.rmq.message import MessageQueue
+from tests.rmq.consumer.factory import stored
+
+MQ = MessageQueue("T", "broker-a", 3)
+
+# printable ASCII with the one character the encoding escapes among it (%) and spaces (keys split on
+# them), or any characters at all (non-ASCII, control characters, CR and LF)
+texts = st.text(st.sampled_from("ab %:;/"), max_size=8) | st.text(max_size=12)
+NAMES = ["UNIQ_KEY", "TAGS", "KEYS", "WAIT", "content-type", "region", "Weird-Name", "TRACE_CONTEXT"]
+properties = st.dictionaries(st.sampled_from(NAMES) | texts, texts, max_size=5)
+
+
+def lines_of(encoded: bytes) -> list[bytes]:
+    return sorted(encoded.split(b"\r\n"))  # the same headers in any order
+
+
+@settings(max_examples=400, deadline=None)
+@example({"TAGS": "a%b", "KEYS": " k1  k%2 ", "UNIQ_KEY": "U1"}, "T", "broker-a", 1, 0, 0, "G")
+@example({"content-type": "text/plain; charset=\u00e9", "WAIT": "true"}, "T", "broker-a", 1, 0, 0, "G")
+@given(
+    properties,
+    st.sampled_from(["T", "Tö", "%RETRY%G"]),
+    st.sampled_from(["broker-a", "b\u00e9"]),
+    st.integers(0, 2**40),
+    st.integers(0, 16),
+    st.integers(0, 253_402_300_799_999),
+    st.sampled_from(["G", "gr\u00fcppe"]),
+)
+def test_the_same_headers_as_headers_for(
+    props: dict[str, str], topic: str, broker: str, offset: int, reconsumes: int, born: int, group: str
+) -> None:
+    mq = MessageQueue(topic, broker, 5)
+    msg = dataclasses.replace(
+        stored(offset, topic=topic, queue_id=5, reconsume_times=reconsumes),
+        properties=props,
+        born_timestamp_ms=born,
+    )
+    lines = HeaderLines(group)
+    for _ in range(2):  # the second time from the queue's cached lines
+        assert lines_of(lines(msg, mq)) == lines_of(encode_headers(headers_for(msg, mq, group)))
+
+
+def test_a_plain_message_takes_the_short_path_and_a_json_one_keeps_its_type() -> None:
+    msg = stored(7, tags="TagA")
+    lines = HeaderLines("G")
+    plain = lines(msg, MQ)
+    assert b"content-type: application/octet-stream\r\n" in plain and b"ce-rocketmqtags: TagA\r\n" in plain
+    json_msg = dataclasses.replace(msg, properties={**msg.properties, "content-type": "application/json"})
+    assert b"content-type: application/json\r\n" in lines(json_msg, MQ)
+    assert len(lines._queues) == 1  # one queue, encoded once
