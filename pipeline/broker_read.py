@@ -13,18 +13,25 @@ from dataclasses import dataclass, field
 from rocksidecar.rmq import (
     BrokerApi,
     Credentials,
-    MessageExt,
     MessageQueue,
     NameServerClient,
     PullStatus,
     RemotingClient,
     RemotingError,
     RocketMQError,
+    StoredRecord,
     TopicNotExist,
+    offset_msg_id,
 )
 from rocksidecar.rmq.broker import EXPRESSION_SQL92, EXPRESSION_TAG
 from rocksidecar.rmq.errors import ServiceNotAvailable, SystemBusy
-from rocksidecar.rmq.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, RESERVED_PROPERTIES
+from rocksidecar.rmq.message import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    RESERVED_PROPERTIES,
+    decode_properties,
+)
 
 from .queue_ranges import QueueRef
 from .read_options import ReadOptions
@@ -37,6 +44,8 @@ UNAVAILABLE = (RemotingError, OSError, TimeoutError, SystemBusy, ServiceNotAvail
 
 
 PREFETCH = 4  # pulls in flight per partition
+
+Page = list[StoredRecord]  # a pull's records (rmq.message_codec.stored_records) within a read's range
 
 
 class DataLossError(RuntimeError):
@@ -142,8 +151,9 @@ class Cluster:
             raise BrokerDownError(f"queue {ref}: broker {ref.broker!r} has no master in the route now")
         return addr
 
-    async def read(self, ref: QueueRef, start: int, end: int) -> AsyncGenerator[list[MessageExt], None]:
-        """The messages of offsets [start, end) that pass the filter, a pull at a time. Offsets that are
+    async def read(self, ref: QueueRef, start: int, end: int) -> AsyncGenerator[Page, None]:
+        """The records (rmq.message_codec.stored_records) of offsets [start, end) that pass the filter, a
+        pull at a time. Offsets that are
         gone raise DataLossError (failOnDataLoss) or are skipped with a warning; a broker that does not
         answer for brokerTimeoutMs raises BrokerDownError naming it (Spark then retries the task)."""
         opts = self.opts
@@ -171,6 +181,7 @@ class Cluster:
                             expression=expression,
                             expression_type=kind,
                             timeout_s=opts.broker_timeout_s,
+                            as_records=True,
                         )
                         for at in starts
                     )
@@ -203,7 +214,9 @@ class Cluster:
                     raise RuntimeError(
                         f"queue {ref}: a pull at offset {offset} made no progress ({result.status})"
                     )
-                page = [m for m in result.messages if offset <= m.queue_offset < end]
+                page = result.records
+                if page and not (offset <= page[0][0] and page[-1][0] < end):  # offsets ascend in a pull
+                    page = [r for r in page if offset <= r[0] < end]
                 if page:
                     yield page
                 offset = result.next_begin_offset
@@ -223,37 +236,48 @@ class Cluster:
 
 @dataclass(slots=True)
 class Columns:
-    """The read source's per-message columns of a run of messages, as plain lists (source._arrow makes
-    them Arrow arrays); timestamps in microseconds since the epoch."""
+    """The read source's per-message columns of a run of records, as plain lists (source._arrow makes
+    them Arrow arrays); timestamps in milliseconds since the epoch."""
 
-    offsets: list[int] = field(default_factory=list)
-    msg_ids: list[str] = field(default_factory=list)
-    uniq_keys: list[str | None] = field(default_factory=list)
-    bodies: list[bytes] = field(default_factory=list)
-    tags: list[str | None] = field(default_factory=list)
-    keys: list[list[str]] = field(default_factory=list)
-    properties: list[list[tuple[str, str]]] = field(default_factory=list)
-    born_us: list[int] = field(default_factory=list)
-    stored_us: list[int] = field(default_factory=list)
-    reconsume_times: list[int] = field(default_factory=list)
+    offsets: list[int]
+    msg_ids: list[str]
+    uniq_keys: list[str | None]
+    bodies: list[bytes]
+    tags: list[str | None]
+    keys: list[list[str]]
+    properties: list[list[tuple[str, str]]]
+    born_ms: list[int]
+    stored_ms: list[int]
+    reconsume_times: list[int]
 
 
-def columns(messages: Sequence[MessageExt]) -> Columns:
-    """One pass over the messages (the executor's CPU per row is here): what MessageExt's properties
-    (msg_id, keys, user_properties...) compute, each property looked up once."""
-    c = Columns()
-    for m in messages:
-        p = m.properties
+def columns(records: Sequence[StoredRecord]) -> Columns:
+    """The columns of the records (the executor's CPU per row is here): the fixed fields a list each,
+    then one pass over the properties, each looked up once (what MessageExt's msg_id, keys,
+    user_properties compute), the offset id only for a message without UNIQ_KEY."""
+    msg_ids: list[str] = []
+    uniq_keys: list[str | None] = []
+    tags: list[str | None] = []
+    keys: list[list[str]] = []
+    properties: list[list[tuple[str, str]]] = []
+    for _, _, text, _, _, _, host, phys in records:
+        p = decode_properties(text)
         uniq = p.get(PROPERTY_UNIQ_KEY)
         raw_keys = p.get(PROPERTY_KEYS)
-        c.offsets.append(m.queue_offset)
-        c.msg_ids.append(uniq or m.offset_msg_id)
-        c.uniq_keys.append(uniq)
-        c.bodies.append(m.body)
-        c.tags.append(p.get(PROPERTY_TAGS))
-        c.keys.append([k for k in raw_keys.split(" ") if k] if raw_keys else [])
-        c.properties.append([(k, v) for k, v in p.items() if k not in RESERVED_PROPERTIES])
-        c.born_us.append(m.born_timestamp_ms * 1000)
-        c.stored_us.append(m.store_timestamp_ms * 1000)
-        c.reconsume_times.append(m.reconsume_times)
-    return c
+        msg_ids.append(uniq or offset_msg_id(host, phys))
+        uniq_keys.append(uniq)
+        tags.append(p.get(PROPERTY_TAGS))
+        keys.append([k for k in raw_keys.split(" ") if k] if raw_keys else [])
+        properties.append([(k, v) for k, v in p.items() if k not in RESERVED_PROPERTIES])
+    return Columns(
+        offsets=[r[0] for r in records],
+        msg_ids=msg_ids,
+        uniq_keys=uniq_keys,
+        bodies=[r[1] for r in records],
+        tags=tags,
+        keys=keys,
+        properties=properties,
+        born_ms=[r[3] for r in records],
+        stored_ms=[r[4] for r in records],
+        reconsume_times=[r[5] for r in records],
+    )

@@ -23,7 +23,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .broker_read import Bounds, Cluster, DownBrokers, columns
+from .broker_read import Bounds, Cluster, DownBrokers, Page, columns
 from .queue_ranges import Offsets, QueueRange, QueueRef, cap, from_offsets, hold_at, split, to_offsets
 from .read_options import ReadOptions, Start
 
@@ -52,7 +52,8 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 ROWS_PER_BATCH = 4096  # rows per Arrow record batch handed to Spark
-_MICROS = pa.timestamp("us", tz="UTC")
+_MICROS = pa.timestamp("us", tz="UTC")  # Spark's TIMESTAMP
+_MILLIS = pa.timestamp("ms", tz="UTC")  # RocketMQ's
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,8 @@ def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
     cluster = Cluster(opts)
     pages = cluster.read(qr.queue, qr.start, qr.end)
 
-    async def next_rows() -> list[Any]:
-        rows: list[Any] = []
+    async def next_rows() -> Page:
+        rows: Page = []
         async for page in pages:
             rows.extend(page)
             if len(rows) >= ROWS_PER_BATCH:
@@ -124,11 +125,11 @@ def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
         loop.close()
 
 
-def _arrow(ref: QueueRef, messages: list[Any]) -> pa.RecordBatch:
-    """One Arrow array a column, from plain lists (broker_read.columns: one pass over the messages);
-    the queue's own columns repeated, timestamps as integers (no datetime objects)."""
-    n = len(messages)
-    c = columns(messages)
+def _arrow(ref: QueueRef, records: Page) -> pa.RecordBatch:
+    """One Arrow array a column, from plain lists (broker_read.columns); the queue's own columns
+    repeated, timestamps as integer milliseconds cast by Arrow (no datetime objects)."""
+    n = len(records)
+    c = columns(records)
     arrays = [
         pa.repeat(pa.scalar(ref.topic, pa.string()), n),
         pa.repeat(pa.scalar(ref.broker, pa.string()), n),
@@ -140,8 +141,8 @@ def _arrow(ref: QueueRef, messages: list[Any]) -> pa.RecordBatch:
         pa.array(c.tags, pa.string()),
         pa.array(c.keys, pa.list_(pa.string())),
         pa.array(c.properties, pa.map_(pa.string(), pa.string())),
-        pa.array(c.born_us, _MICROS),
-        pa.array(c.stored_us, _MICROS),
+        pa.array(c.born_ms, _MILLIS).cast(_MICROS),
+        pa.array(c.stored_ms, _MILLIS).cast(_MICROS),
         pa.array(c.reconsume_times, pa.int32()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)

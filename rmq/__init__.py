@@ -19,6 +19,7 @@ from .errors import (
     TopicNotExist,
 )
 from .message import Message, MessageExt, MessageQueue
+from .message_codec import StoredRecord, offset_msg_id
 from .msgid import new_uniq_id
 from .namesrv import NameServerClient
 from .pool import Invoker, RemotingClient
@@ -54,8 +55,10 @@ __all__ = [
     "SendResult",
     "SendStatus",
     "Sender",
+    "StoredRecord",
     "Subscription",
     "TopicNotExist",
     "TopicRouteData",
     "new_uniq_id",
+    "offset_msg_id",
 ]

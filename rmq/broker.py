@@ -30,11 +30,14 @@ from .message import (
     NAME_VALUE_SEP,
     PROPERTY_PGROUP,
     PROPERTY_SEP,
+    PROPERTY_TAGS,
     PROPERTY_TRAN_MSG,
     Message,
+    MessageExt,
     MessageQueue,
+    decode_properties,
 )
-from .message_codec import decode_stored_all, encode_batch
+from .message_codec import StoredRecord, decode_stored_all, encode_batch, stored_records
 from .pool import Invoker
 from .protocol.frame import RemotingCommand
 from .result import PULL_STATUS_BY_CODE, STATUS_BY_CODE, PullResult, SendResult
@@ -300,11 +303,14 @@ class BrokerApi:
         subscribe: bool = True,
         sub_version: int = 0,
         expression_type: str = EXPRESSION_TAG,
+        as_records: bool = False,
     ) -> PullResult:
         """PULL_MESSAGE; with ``suspend_s`` > 0 the broker holds the request until a message arrives.
 
         With ``subscribe`` False the broker filters by the subscription of the group's heartbeat (as
-        Java's push consumer pulls); ``expression`` still re-filters the exact tags here."""
+        Java's push consumer pulls); ``expression`` still re-filters the exact tags here.
+        ``as_records``: the result holds ``records`` (message_codec.stored_records, for bulk readers)
+        instead of ``messages``."""
         sys_flag = (PULL_SUBSCRIPTION if subscribe else 0) | (PULL_SUSPEND if suspend_s > 0 else 0)
         if commit_offset is not None:
             sys_flag |= 0x1
@@ -325,10 +331,17 @@ class BrokerApi:
         status = PULL_STATUS_BY_CODE.get(resp.code)
         if status is None:
             raise for_code(resp.code, resp.remark, addr)
-        messages = decode_stored_all(resp.body) if resp.body else []
         tags = set(parse_tags(expression)) if expression_type == EXPRESSION_TAG else set()
-        if tags:  # the broker filters by tag hash only; re-filter by the exact tag, as Java does
-            messages = [m for m in messages if m.tags in tags]
+        messages: list[MessageExt] = []
+        records: list[StoredRecord] = []
+        if as_records:
+            records = stored_records(resp.body) if resp.body else []
+            if tags:  # the broker filters by tag hash only; re-filter by the exact tag, as Java does
+                records = [r for r in records if decode_properties(r[2]).get(PROPERTY_TAGS) in tags]
+        else:
+            messages = decode_stored_all(resp.body) if resp.body else []
+            if tags:
+                messages = [m for m in messages if m.tags in tags]
         return PullResult(
             status=status,
             next_begin_offset=_int_field(resp, "nextBeginOffset", addr),
@@ -336,6 +349,7 @@ class BrokerApi:
             max_offset=_int_field(resp, "maxOffset", addr),
             suggest_which_broker_id=int(resp.ext_fields.get("suggestWhichBrokerId", 0)),
             messages=messages,
+            records=records,
         )
 
     # offsets ------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from operator import attrgetter
 
 from .codes import ResponseCode
 from .message import MessageExt, MessageQueue
+from .message_codec import StoredRecord
 
 
 class SendStatus(Enum):
@@ -62,3 +63,4 @@ class PullResult:
     max_offset: int
     suggest_which_broker_id: int = 0
     messages: list[MessageExt] = field(default_factory=list)
+    records: list[StoredRecord] = field(default_factory=list)  # instead of messages: BrokerApi.pull

@@ -16,7 +16,7 @@ from rocksidecar.rmq.broker import BrokerApi, ConsumerData, Subscription
 from rocksidecar.rmq.codes import SYSFLAG_COMPRESSED, RequestCode, ResponseCode
 from rocksidecar.rmq.connection import Connection
 from rocksidecar.rmq.errors import BrokerError, ConnectError, ConnectionClosed, TopicNotExist
-from rocksidecar.rmq.message import Message, MessageQueue
+from rocksidecar.rmq.message import Message, MessageQueue, decode_properties
 from rocksidecar.rmq.msgid import new_uniq_id
 from rocksidecar.rmq.namesrv import NameServerClient
 from rocksidecar.rmq.pool import RemotingClient
@@ -130,6 +130,23 @@ async def test_pull_decodes_every_field(env: Env) -> None:
     assert got.born_host == f"{local_host}:{local_port}" and got.store_host == addr
     assert got.properties["CLUSTER"] == "DefaultCluster" and "WAIT" not in got.properties
     assert got.store_timestamp_ms >= got.born_timestamp_ms - 1000
+
+
+async def test_pull_as_records_gives_the_same_messages(env: Env) -> None:
+    """as_records: the bulk readers' tuples of the same pull, the tag filter applied alike."""
+    addr = env.addr("broker-a")
+    mq = MessageQueue("Records", "broker-a", 1)
+    for i, tag in enumerate(["TagA", "TagB", "TagA"]):
+        await env.api.send(addr, mq, Message("Records", f"m{i}".encode(), tags=tag), new_uniq_id(), 3.0)
+    for expression in ("*", "TagA"):
+        full = await env.api.pull(addr, "cg", mq, 0, expression=expression)
+        raw = await env.api.pull(addr, "cg", mq, 0, expression=expression, as_records=True)
+        assert raw.messages == [] and full.records == []
+        assert [(r[0], r[1], decode_properties(r[2])) for r in raw.records] == [
+            (m.queue_offset, m.body, m.properties) for m in full.messages
+        ]
+        assert raw.next_begin_offset == full.next_begin_offset == 3
+    assert [r[1] for r in raw.records] == [b"m0", b"m2"]
 
 
 async def test_compressed_bodies_round_trip(env: Env) -> None:

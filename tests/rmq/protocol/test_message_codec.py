@@ -22,6 +22,7 @@ from rocksidecar.rmq.message_codec import (
     encode_stored,
     offset_msg_id,
     pack_host,
+    stored_records,
 )
 
 JAVA_STORED = (
@@ -270,3 +271,42 @@ def test_wire_properties_are_the_encoded_map_with_the_id_and_wait(
         expected["KEYS"] = " ".join(keys)
     assert decode_properties(msg.wire_properties("ID1")) == {**expected, "UNIQ_KEY": "ID1", "WAIT": "true"}
     assert Message("Topic", b"x").wire_properties("ID1") == "UNIQ_KEY\x01ID1\x02WAIT\x01true"
+
+
+def test_stored_records_agree_with_decode_stored_all() -> None:
+    """The bulk readers' tuples carry what decode_stored_all reads: Java's bytes, IPv6 hosts, an inflated
+    body, one record after another."""
+    v6 = StoredFields(
+        topic="T",
+        body=zlib.compress(b"inflated " * 50),
+        queue_id=0,
+        flag=0,
+        queue_offset=7,
+        commit_log_offset=9,
+        sys_flag=0x1,
+        born_timestamp_ms=11,
+        born_host=pack_host("::1", 5),
+        store_timestamp_ms=12,
+        store_host=pack_host("fd00::9", 10911),
+        reconsume_times=3,
+        properties="UNIQ_KEY\x01ABC\x02a\x01b",
+    )
+    data = JAVA_STORED + encode_stored(v6) + JAVA_STORED
+    records = stored_records(data)
+    messages = decode_stored_all(data)
+    assert len(records) == len(messages) == 3
+    for (offset, body, props, born, stored, reconsume, host, phys), m in zip(records, messages, strict=True):
+        assert (offset, body, decode_properties(props)) == (m.queue_offset, m.body, m.properties)
+        assert (born, stored, reconsume) == (m.born_timestamp_ms, m.store_timestamp_ms, m.reconsume_times)
+        assert offset_msg_id(host, phys) == m.offset_msg_id
+    assert records[1][1] == b"inflated " * 50
+
+
+def test_stored_records_refuse_what_decode_stored_refuses() -> None:
+    for bad in (JAVA_STORED[:-3], JAVA_STORED[:4] + b"\x00\x00\x00\x00" + JAVA_STORED[8:]):
+        with pytest.raises(FrameError):
+            stored_records(JAVA_STORED + bad)
+    negative_body = bytearray(JAVA_STORED)
+    negative_body[84:88] = (-1).to_bytes(4, "big", signed=True)  # the body length
+    with pytest.raises(FrameError, match="negative body length"):
+        stored_records(bytes(negative_body))
