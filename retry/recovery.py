@@ -33,7 +33,9 @@ RATE_PER_S = 50_000.0
 class _Request:
     topics: set[str] | None = field(default_factory=set)  # None: every topic
     reasons: list[str] = field(default_factory=list)
-    checks: list[Callable[[], bool]] = field(default_factory=list)
+    # The round stops when one of these is False; None once a trigger without a check (an operator's
+    # "replay now", a route that appeared) joined: another trigger's check must not stop that one's round.
+    checks: list[Callable[[], bool]] | None = field(default_factory=list)
 
     def merge(self, topic: str | None, reason: str, healthy: Callable[[], bool] | None) -> None:
         if topic is None or self.topics is None:
@@ -41,8 +43,13 @@ class _Request:
         else:
             self.topics.add(topic)
         self.reasons.append(reason)
-        if healthy is not None:
+        if healthy is None:
+            self.checks = None
+        elif self.checks is not None:
             self.checks.append(healthy)
+
+    def stopped(self) -> bool:
+        return self.checks is not None and not all(check() for check in self.checks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +132,7 @@ class RecoveryReplay:
         handed = scanned = 0
         budget_at = self.clock()  # token bucket: time at which the next message may go
         while True:
-            if not all(check() for check in request.checks):
+            if request.stopped():
                 return RoundResult(handed, scanned, True, tuple(request.reasons))
             rows = self.store.kv.scan(PENDING_CF, lower=cursor, limit=self.chunk)
             if not rows:

@@ -86,6 +86,20 @@ async def test_a_round_stops_once_the_cause_is_back(h: Harness) -> None:
     assert recovery.rounds[-1].stopped_early
 
 
+async def test_a_replay_now_is_not_stopped_by_another_triggers_check(h: Harness) -> None:
+    """An operator's replay (no check) joins a broker's recovery whose broker is isolated again: the
+    round is the operator's too, so it replays everything (the admin API's retries:replay)."""
+    await _spool(h, 10)
+    await h.start_loop().start()
+    recovery = _recovery(h)
+    recovery.trigger(reason="broker-a recovered", healthy=lambda: False)
+    recovery.trigger(reason="replay requested")  # before the round ran: one request for both
+    await recovery.wait()
+    await h.settle()
+    assert sorted(h.delivered) == sorted(f"M{i}" for i in range(10))
+    assert not recovery.rounds[-1].stopped_early
+
+
 async def test_an_empty_store_starts_no_round(h: Harness) -> None:
     await h.start_loop().start()
     recovery = _recovery(h)
