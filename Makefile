@@ -7,7 +7,7 @@ RUNTIME := $(VENV)/.runtime-stamp
 HELM   := $(BIN)/helm
 RUN    := .run
 
-.PHONY: install lock test lint typecheck run stop bench clean realbroker proto soak chromium bench-tools compare spark
+.PHONY: install lock test lint typecheck run stop bench clean realbroker proto soak slow chromium bench-tools compare spark
 
 LOCK   := tools/lock
 # Every install takes exact versions and hashes from the lock files (tools/lock/: build.txt is pip and the
@@ -102,6 +102,10 @@ compare: $(STAMP) bench-tools
 # set, against a real RocketMQ 4.9.4 (killing brokers with ../shared/rocketmq/real-broker.sh).
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak tests/soak
+
+# The failure-table suites that take a minute each (kept out of make test's 10-minute budget; CI runs them).
+slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
 
 # The container image (tools/image.sh: docker when its daemon answers, else podman; the official Python
 # base, or a Debian one built here when no registry is reachable). CA_BUNDLE=<file> for TLS-intercepting

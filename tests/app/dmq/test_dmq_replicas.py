@@ -164,6 +164,7 @@ async def until_received(s: Setup, due: dict[str, int]) -> None:
     await s.received.until(lambda got: set(due) <= {m.uniq_key for m in got}, WAIT_S)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP], ids=["crash", "down", "frozen"]
 )
@@ -188,6 +189,7 @@ async def test_a_replica_gone_its_share_is_published_by_the_others(setup: Setup,
     assert took_over > 0  # r0 ranked first for some ids: someone published them in its place
 
 
+@pytest.mark.slow
 async def test_a_lost_volume_is_rebuilt_from_the_topics(setup: Setup) -> None:
     r0, r1, r2 = await setup.start_all(copies=3)
     early = await setup.send(10, due_in_ms=300)  # published (and marked) before r0 loses its volume
@@ -215,6 +217,7 @@ async def test_a_lost_volume_is_rebuilt_from_the_topics(setup: Setup) -> None:
     assert not again, f"published again after r0's volume was lost: {again}"
 
 
+@pytest.mark.slow
 async def test_a_lost_volume_past_the_inner_topics_retention_is_rebuilt_from_refreshed_copies(
     setup: Setup,
 ) -> None:
@@ -249,6 +252,7 @@ async def test_a_lost_volume_past_the_inner_topics_retention_is_rebuilt_from_ref
     setup.check(due)
 
 
+@pytest.mark.slow
 async def test_a_broker_down_the_stored_copies_are_still_published(setup: Setup) -> None:
     r0, r1, r2 = await setup.start_all(copies=2)
     due = await setup.send(40, due_in_ms=3000)
