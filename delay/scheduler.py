@@ -28,10 +28,6 @@ log = logging.getLogger(__name__)
 
 BATCH_MAX = 500  # messages per publish call
 MAX_IN_FLIGHT = 4  # publish calls at once
-# Calls whose messages a broker took and whose "sent" record is being synced, per publish slot: the
-# record (a synced write, queued behind the drops of other replicas' copies in Rock-DMQ) does not hold
-# a publish slot, but the claimed keys waiting on it stay bounded.
-RECORDING_PER_SLOT = 4
 RETRY_S = 1.0  # a message whose publish failed is tried again after this
 STORE_RETRY_S = 1.0  # while "sent" cannot be recorded, try again this often
 PURGE_EVERY_S = 60.0  # done markers past the retention are dropped this often
@@ -74,7 +70,6 @@ class DelayScheduler(DueLoop):
         self._publish = publish
         self._batch_max = batch_max
         self._max_in_flight = max_in_flight
-        self._max_calls = max_in_flight * (1 + RECORDING_PER_SLOT)
         self._retry_ms = int(retry_s * 1000)
         self._store_retry_ms = int(store_retry_s * 1000)
         self._purge_every_ms = int(purge_every_s * 1000)
@@ -86,8 +81,7 @@ class DelayScheduler(DueLoop):
         # published, "sent" not stored yet: (keys, at_ms, where each went)
         self._unrecorded: list[tuple[list[bytes], int, list[StoredAt | None]]] = []
         self._calls: set[asyncio.Task[None]] = set()
-        self._publishing: set[asyncio.Task[None]] = set()  # calls of _calls still waiting for the broker
-        self._slot = asyncio.Event()  # a publish call finished, or its broker answered
+        self._slot = asyncio.Event()  # a publish call finished
         self._for_slot = False  # waiting for a publish call to finish, not for a due time
         self._purged_ms = 0
         self._purge: asyncio.Task[None] | None = None
@@ -113,7 +107,7 @@ class DelayScheduler(DueLoop):
                 now = self._store.now_ms()
                 await self._wait_until(now + self._store_retry_ms, now)  # publish nothing more until recorded
                 continue
-            if len(self._publishing) >= self._max_in_flight or len(self._calls) >= self._max_calls:
+            if len(self._calls) >= self._max_in_flight:
                 await self._wait_for_slot()
                 continue
             now = self._store.now_ms()
@@ -124,7 +118,6 @@ class DelayScheduler(DueLoop):
             if batch:
                 call = asyncio.create_task(self._publish_batch(batch), name="delay-publish")
                 self._calls.add(call)
-                self._publishing.add(call)  # until its broker answered
                 call.add_done_callback(self._on_call_done)
             if batch or more:
                 continue
@@ -203,7 +196,6 @@ class DelayScheduler(DueLoop):
     # --- publishing -----------------------------------------------------------------------------------
     def _on_call_done(self, call: asyncio.Task[None]) -> None:
         self._calls.discard(call)
-        self._publishing.discard(call)  # cancelled before it ran
         if not call.cancelled() and call.exception() is not None:
             log.error("delay publish call failed unexpectedly", exc_info=call.exception())
         if self._for_slot:
@@ -213,12 +205,7 @@ class DelayScheduler(DueLoop):
         self._maybe_idle()
 
     async def _publish_batch(self, batch: list[tuple[bytes, DelayedMessage]]) -> None:
-        try:
-            out = await publish_batch(self._publish, batch, self._store.now_ms)
-        finally:
-            self._publishing.discard(asyncio.current_task())
-            if self._for_slot:
-                self._slot.set()  # the slot is free while "sent" is recorded below
+        out = await publish_batch(self._publish, batch, self._store.now_ms)
         for _, msg in out.sent:
             self._report(out.done_at_ms - msg.due_ms)
         if out.sent and self.on_sent is not None:
