@@ -19,7 +19,6 @@ spooled instead of sending, or failed, shows up rather than inflating the rate.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -37,7 +36,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import DEFAULT_CTL, Row, environment, free_port, java_benchmark, print_rows
+from bench.common import DEFAULT_CTL, Row, bench_parser, environment, free_port, java_benchmark, print_rows
 from bench.floor import floor_relay, master_of
 from bench.grpc_floor import KINDS as FLOOR_KINDS
 from bench.grpc_floor import grpc_floor
@@ -362,9 +361,7 @@ def summarise(raw: Path, top: int = 14) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--namesrv", default="127.0.0.1:9876", help="the real RocketMQ name server")
     parser.add_argument(
         "--ctl",

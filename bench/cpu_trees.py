@@ -13,7 +13,6 @@ moment by moment rather than one after the other.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -23,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.common import environment
+from bench.common import bench_parser, environment
 from bench.compare import BODY, Measured, wrk
 from bench.sidecar_process import sidecar_process
 
@@ -74,9 +73,7 @@ def measure_together(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("trees", nargs="+", type=Path, help="checkouts with a .venv; the first is the anchor")
     parser.add_argument("--namesrv", default="127.0.0.1:9876")
     parser.add_argument("--rounds", type=int, default=3)

@@ -13,14 +13,13 @@ printed against it by ``bench.compare``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from contextlib import AbstractContextManager
 from subprocess import Popen
 
 import uvloop
 
-from bench.common import ready_module
+from bench.common import bench_parser, ready_module
 from rocksidecar.rmq import Message, NameServerClient, RemotingClient
 from rocksidecar.rmq.broker import BrokerApi
 from rocksidecar.rmq.codes import RequestCode, ResponseCode
@@ -144,9 +143,7 @@ def floor_relay(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--broker", required=True, help="the broker's address, host:port")
     parser.add_argument("--broker-name", default="broker-a")
     parser.add_argument("--topic", required=True, help="a topic the broker serves")

@@ -24,7 +24,6 @@ Kinds of server (to choose the edge's with numbers):
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
@@ -36,7 +35,7 @@ from typing import Any
 import grpc
 import uvloop
 
-from bench.common import ready_module
+from bench.common import bench_parser, ready_module
 from rocksidecar.app.api.grpc_edge import MalformedRequests
 from rocksidecar.app.api.grpc_intercept import MethodWrapper, WrappingServer
 from rocksidecar.app.api.grpc_probes import ProbeToken
@@ -211,9 +210,7 @@ def grpc_floor(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--port", type=int, required=True, help="the gRPC port on 127.0.0.1")
     parser.add_argument("--kind", choices=KINDS, default="aio")
     parser.add_argument("--threads", type=int, default=16, help="the sync server's thread pool")

@@ -11,7 +11,6 @@ rates or times are printed: only counts per call, the total and the most frequen
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import shutil
 import signal
@@ -21,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import free_port
+from bench.common import bench_parser, free_port
 from bench.compare import GrpcLoad, _outcomes, grpc_loads, h2load
 from bench.floor import master_of
 from bench.grpc_floor import grpc_floor
@@ -60,9 +59,7 @@ def line(name: str, calls: float, rows: dict[str, int]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--namesrv", default="127.0.0.1:9876", help="the real RocketMQ name server")
     parser.add_argument("--seconds", type=float, default=6.0, help="h2load's duration per server")
     args = parser.parse_args()

@@ -19,7 +19,6 @@ Needs the otel extra in .venv (make install has it) and wrk.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -32,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from bench.common import Row, environment, print_rows
+from bench.common import Row, bench_parser, environment, print_rows
 from bench.compare import BODY, Measured, wrk
 from bench.sidecar_process import sidecar_process
 
@@ -155,9 +154,7 @@ def modes(sink: str) -> dict[str, tuple[str | None, dict[str, str], dict[str, st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--namesrv", default="127.0.0.1:9876")
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=3)

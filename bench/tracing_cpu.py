@@ -17,7 +17,6 @@ Needs the otel extra (make install has it).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import resource
 import statistics
@@ -37,7 +36,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 from opentelemetry.trace import SpanKind
 
-from bench.common import Row, environment, print_rows
+from bench.common import Row, bench_parser, environment, print_rows
 from rocksidecar.app.tracing import msgtrace, spans
 from rocksidecar.app.tracing.context import TraceContext, inherit
 from rocksidecar.app.tracing.lite import LiteTracer
@@ -184,9 +183,7 @@ async def measure(n: int, rounds: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()

@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import REPO, environment
+from bench.common import REPO, bench_parser, environment
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 # The figure of a line: the first number with a unit after it ("12,911.0 msg/s", "27.1 us"), or the
@@ -93,8 +93,7 @@ def report(baseline: Path, rounds: int, module_args: list[str], figs: list[Figur
 
 
 def main() -> None:
-    formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser = bench_parser(__doc__)
     parser.add_argument("--baseline", type=Path, required=True, help="the other checkout, with its .venv")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("module", nargs=argparse.REMAINDER, help="-- bench.MODULE [its arguments]")
