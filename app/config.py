@@ -414,12 +414,18 @@ RETRY_KEYS = ("default", "types", "dead_letter_webhook")  # of the YAML file's r
 POLICY_KEYS = ("ladder_s", "max_retries")  # of retry.default and each retry.types.<type>
 
 
-def _retry_policy(raw: Any, where: str, base: RetryPolicy) -> RetryPolicy:
+def _keyed(raw: Any, where: str, keys: tuple[str, ...], expected: str) -> Mapping[str, Any]:
+    """``raw`` as a mapping that holds none but ``keys``; otherwise a ConfigError naming ``where``."""
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}: expected a mapping with ladder_s and/or max_retries")
-    unknown = set(raw) - set(POLICY_KEYS)
+        raise ConfigError(f"{where}: expected {expected}")
+    unknown = set(raw) - set(keys)
     if unknown:
         raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+    return raw
+
+
+def _retry_policy(raw: Any, where: str, base: RetryPolicy) -> RetryPolicy:
+    raw = _keyed(raw, where, POLICY_KEYS, "a mapping with ladder_s and/or max_retries")
     ladder = base.ladder_s
     if "ladder_s" in raw:
         items = raw["ladder_s"]
@@ -433,11 +439,7 @@ def _retry_policy(raw: Any, where: str, base: RetryPolicy) -> RetryPolicy:
 def _retry_section(raw: Any) -> dict[str, Any]:
     if raw is None:
         return {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError("retry: expected a mapping")
-    unknown = set(raw) - set(RETRY_KEYS)
-    if unknown:
-        raise ConfigError(f"retry: unknown keys {sorted(unknown)}")
+    raw = _keyed(raw, "retry", RETRY_KEYS, "a mapping")
     default = _retry_policy(raw.get("default", {}), "retry.default", RetryPolicy())
     types_raw = raw.get("types") or {}
     if not isinstance(types_raw, Mapping):

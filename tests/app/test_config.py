@@ -71,7 +71,10 @@ def test_namesrv_optional_with_embedded_devbroker() -> None:
         ("- a\n", "mapping"),
         ("retry: {default: {ladder_s: []}}\n", "retry.default.ladder_s"),
         ("retry: {types: {t: {max_retries: -1}}}\n", "retry.types.t.max_retries"),
-        ("retry: {bogus: 1}\n", "bogus"),
+        ("retry: {bogus: 1}\n", r"retry: unknown keys \['bogus'\]"),
+        ("retry: [1]\n", "retry: expected a mapping"),
+        ("retry: {default: 3}\n", "retry.default: expected a mapping with ladder_s and/or max_retries"),
+        ("retry: {types: {t: {ladder: [1]}}}\n", r"retry.types.t: unknown keys \['ladder'\]"),
         ("a: [\n", "not valid YAML"),
     ],
 )
