@@ -90,6 +90,16 @@ async def _resolve(
     return out
 
 
+async def _stream_bounds(cluster: Cluster) -> tuple[dict[QueueRef, str], dict[QueueRef, Bounds]]:
+    """The queues and the bounds of those whose broker answered; a stream goes on without the others
+    (warned: their queues stall until the broker is back)."""
+    queues = await cluster.queues()
+    down = DownBrokers()
+    bounds = await cluster.bounds(queues, down)
+    _warn_down(down, queues)
+    return queues, bounds
+
+
 def _warn_down(down: DownBrokers, queues: dict[QueueRef, str]) -> None:
     for broker, error in sorted(down.errors.items()):
         stalled = [str(r) for r in sorted(queues) if r.broker == broker]
@@ -192,20 +202,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         async def work(cluster: Cluster) -> dict[QueueRef, int]:
-            queues = await cluster.queues()
-            down = DownBrokers()
-            bounds = await cluster.bounds(queues, down)
-            _warn_down(down, queues)
+            _, bounds = await _stream_bounds(cluster)
             return {ref: b.high for ref, b in bounds.items()}
 
         self._target = asyncio.run(_with_cluster(self.opts, work))
 
     def initialOffset(self) -> Offsets:
         async def work(cluster: Cluster) -> Offsets:
-            queues = await cluster.queues()
-            down = DownBrokers()
-            bounds = await cluster.bounds(queues, down)
-            _warn_down(down, queues)
+            queues, bounds = await _stream_bounds(cluster)
             return to_offsets(await _resolve(cluster, self.opts.starting, queues, bounds, latest=False))
 
         result: Offsets = asyncio.run(_with_cluster(self.opts, work))
@@ -219,10 +223,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = from_offsets(start)
 
         async def work(cluster: Cluster) -> Offsets:
-            queues = await cluster.queues()
-            down = DownBrokers()
-            bounds = await cluster.bounds(queues, down)
-            _warn_down(down, queues)
+            _, bounds = await _stream_bounds(cluster)
             latest = dict(begin)  # a queue that was not answered for stays where it is
             for ref, b in bounds.items():
                 latest[ref] = max(b.high, begin[ref]) if ref in begin else b.low
