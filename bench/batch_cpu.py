@@ -5,10 +5,14 @@ and frame encoding the server runs, against a broker that answers every SEND_BAT
 with the rate each run gets; this part does not, so two versions of the path can be compared here.
 
 Process CPU time (user + system) per message, the median of ``--rounds``; ``--profile FILE`` runs one
-more round under cProfile and prints where it went. Run it in each checkout (each tree's own .venv; the
-file copied into an older one that lacks it):
+more round under cProfile and prints where it went. On a machine too busy for CPU time to compare,
+``--instructions`` counts instead the instructions a message costs (valgrind's cachegrind, two runs of
+different lengths subtracted, so start-up and imports cancel out; about a minute): the load does not move
+that count. Run it in each checkout (each tree's own .venv; the file copied into an older one that lacks
+it):
 
     .venv/bin/python -m bench.batch_cpu [--batch 100] [--requests 2000] [--rounds 7]
+    .venv/bin/python -m bench.batch_cpu --instructions        # needs valgrind
 """
 
 from __future__ import annotations
@@ -17,17 +21,20 @@ import argparse
 import asyncio
 import cProfile
 import json
+import os
 import pstats
+import re
 import statistics
+import subprocess
+import sys
 import time
 from typing import cast
 
 import orjson
 
-from rocksidecar.app.api.http import Api, send_many
+from rocksidecar.app.api.http import Api, Readiness, send_many
 from rocksidecar.app.api.operations import EdgeDeps, Operations
 from rocksidecar.app.metrics import Metrics
-from rocksidecar.app.readiness import Readiness
 from rocksidecar.app.request import HTTP_FIELDS, Limits
 from rocksidecar.app.sidecar import Sidecar
 from rocksidecar.retry.policy import RetryPolicy
@@ -133,6 +140,24 @@ async def run(batch: int, requests: int, rounds: int, profile: str | None) -> No
         pstats.Stats(profile).sort_stats("tottime").print_stats(30)
 
 
+def instructions(batch: int, low: int = 10, high: int = 110) -> float:
+    """Instructions per message: this benchmark under cachegrind at ``high`` and ``low`` requests, the
+    difference over the messages between them."""
+
+    def run(requests: int) -> int:
+        cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+        cmd += [sys.executable, "-m", "bench.batch_cpu", "--batch", str(batch)]
+        cmd += ["--requests", str(requests), "--rounds", "1"]
+        env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same hashes, the same work, run after run
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stderr
+        found = re.search(r"I\s+refs:\s+([\d,]+)", out)
+        if found is None:
+            raise SystemExit(f"cachegrind printed no count:\n{out[-2000:]}")
+        return int(found.group(1).replace(",", ""))
+
+    return (run(high) - run(low)) / ((high - low) * batch)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -141,7 +166,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="per round")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--profile", help="cProfile one more round into FILE and print the top")
+    parser.add_argument("--instructions", action="store_true", help="count instructions per message instead")
     args = parser.parse_args()
+    if args.instructions:
+        print(f"batch of {args.batch}: {instructions(args.batch):,.0f} instructions per message")
+        return
     asyncio.run(run(args.batch, args.requests, args.rounds, args.profile))
 
 
