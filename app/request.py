@@ -227,9 +227,12 @@ def _due(spec: MessageFields, limits: Limits, now_ms: int, names: FieldNames) ->
     return due
 
 
-def prepare(spec: MessageFields, limits: Limits, now_ms: int, names: FieldNames = HTTP_FIELDS) -> Prepared:
+def prepare(
+    spec: MessageFields, limits: Limits, now_ms: int, names: FieldNames = HTTP_FIELDS, id: str | None = None
+) -> Prepared:
     """Validate everything about one message, the same for both APIs; RequestError names the first bad
-    field as the caller's API spells it (``names``)."""
+    field as the caller's API spells it (``names``). ``id``: its UNIQ_KEY, when the caller drew the ids
+    of a batch at once (a fresh one otherwise)."""
     try:
         validate_topic(spec.topic)
     except InvalidMessageError as exc:
@@ -243,13 +246,14 @@ def prepare(spec: MessageFields, limits: Limits, now_ms: int, names: FieldNames 
         raise RequestError(f"{names.sharding_key} must not be empty", field=names.sharding_key)
     if spec.type is not None and (not spec.type or len(spec.type) > 128 or ":" in spec.type):
         raise RequestError("type must be 1-128 characters without ':'", field="type")
-    properties = dict(spec.properties)
+    properties = dict(spec.properties) if spec.properties else {}
     if properties and (TRACEPARENT_PROPERTY in properties or TRACESTATE_PROPERTY in properties):
         clean(properties)  # a trace context given as properties (a Spark row's) is kept only when valid
     if spec.body is not None and not isinstance(spec.body, str):
         properties.setdefault(CONTENT_TYPE_PROPERTY, JSON_CONTENT_TYPE)
     # positional: topic, body, tags, keys, properties, flag, id (one per message of a batch)
-    message = Message(spec.topic, body, spec.tags or None, tuple(spec.keys), properties, 0, new_uniq_id())
+    keys = tuple(spec.keys) if spec.keys else ()
+    message = Message(spec.topic, body, spec.tags or None, keys, properties, 0, id or new_uniq_id())
     # Without tags, keys and properties, all a message has is its topic and body, checked above, and the
     # id made here: validate() would check them again (a quarter of prepare's time in a batch).
     if properties or message.tags is not None or message.keys:
@@ -258,4 +262,6 @@ def prepare(spec: MessageFields, limits: Limits, now_ms: int, names: FieldNames 
         except InvalidMessageError as exc:
             field = names.body_base64 if exc.field == "body" else exc.field
             raise RequestError(str(exc), field=field) from None
-    return Prepared(message, spec.sharding_key, spec.type or spec.topic, _due(spec, limits, now_ms, names))
+    # Most messages are for now: no call to find that out.
+    due = None if spec.delay_ms is None and spec.deliver_at is None else _due(spec, limits, now_ms, names)
+    return Prepared(message, spec.sharding_key, spec.type or spec.topic, due)

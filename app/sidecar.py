@@ -11,7 +11,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from operator import attrgetter
+from typing import Protocol, cast
 
 from rocksidecar.delay import CancelOutcome, DelayedMessage
 from rocksidecar.retry.policy import RetryPolicy
@@ -26,12 +27,31 @@ from .request import Prepared, RequestError
 from .wire import to_stored
 
 # Status is the stores' vocabulary (storage.status), re-exported: the APIs answer in it, unmapped.
-__all__ = ["Ack", "Canceller", "DelaySchedule", "MessageState", "Outcome", "Sidecar", "StateLookup", "Status"]
+__all__ = [
+    "BROKER",
+    "SENT",
+    "SPOOL",
+    "Ack",
+    "Canceller",
+    "DelaySchedule",
+    "MessageState",
+    "Outcome",
+    "Sidecar",
+    "StateLookup",
+    "Status",
+]
 
 
 class Ack(Enum):
     BROKER = "broker"  # send now; spool durably only if every attempt fails
     SPOOL = "spool"  # answer once synced locally; deliver in the background
+
+
+# On Python 3.11 reading a member off its Enum class (Status.SENT) goes through a descriptor written in
+# Python: 0.1-0.2 us a read, several a message on the hot paths (issue 32). They compare against these.
+SENT = Status.SENT
+BROKER, SPOOL = Ack.BROKER, Ack.SPOOL
+_MESSAGE, _SHARDING_KEY = attrgetter("message"), attrgetter("sharding_key")  # read in C over a batch
 
 
 @dataclass(slots=True)  # not frozen: one per message on the hot path, and frozen init costs 2x
@@ -45,7 +65,7 @@ class Outcome:
 
     @classmethod
     def sent(cls, result: SendResult) -> Outcome:
-        return cls(result.msg_id, Status.SENT, result)
+        return cls(result.msg_id, SENT, result)
 
 
 class DelaySchedule(Protocol):
@@ -116,7 +136,7 @@ class Sidecar:
         assert id is not None
         if p.deliver_at_ms is not None:
             return await self._schedule(p)
-        if ack is Ack.SPOOL:
+        if ack is SPOOL:
             now = self._now_ms()
             await self.retry.spool(RetryRecord.of(self.stored(p)), now)
             return Outcome(id, Status.SPOOLED, next_attempt_at_ms=now)
@@ -186,13 +206,14 @@ class Sidecar:
         delayed: list[int] = []
         spooled: list[int] = []
         direct: list[int] = []
+        now_or_spooled = spooled if ack is SPOOL else direct
         for i, item in enumerate(items):
             if isinstance(item, RequestError):
                 out[i] = item
             elif item.deliver_at_ms is not None:
                 delayed.append(i)
             else:
-                (spooled if ack is Ack.SPOOL else direct).append(i)
+                now_or_spooled.append(i)
         jobs: list[Awaitable[None]] = []
         if delayed:
             jobs.append(self._schedule_group(out, [(i, items[i]) for i in delayed]))  # type: ignore[misc]
@@ -225,16 +246,22 @@ class Sidecar:
     async def _send_direct(
         self, idx: list[int], items: Sequence[Prepared | RequestError], out: list[Outcome | Exception | None]
     ) -> None:
-        prepared: list[Prepared] = [items[i] for i in idx]  # type: ignore[misc]
+        # Every item (the usual batch): the items as they are, no copy.
+        every = len(idx) == len(items)
+        prepared: Sequence[Prepared] = items if every else [items[i] for i in idx]  # type: ignore[assignment,misc]
         results = await self.producer.send_batch(
-            [p.message for p in prepared], [p.sharding_key for p in prepared], validated=True
+            list(map(_MESSAGE, prepared)), list(map(_SHARDING_KEY, prepared)), validated=True
         )
+        sent = SENT
+        if every and [type(r) is SendResult for r in results].count(False) == 0:
+            stored = cast(list[SendResult], results)
+            out[:] = [Outcome(r.msg_id, sent, r) for r in stored]  # all stored: one comprehension
+            return
         failed: list[tuple[int, RetryRecord, int]] = []
         now = self._now_ms()
-        sent = Outcome.sent
         for i, p, result in zip(idx, prepared, results, strict=True):
             if isinstance(result, SendResult):
-                out[i] = sent(result)
+                out[i] = Outcome(result.msg_id, sent, result)  # Outcome.sent inline: a call less a message
             elif message_fault(result):
                 out[i] = RequestError(
                     f"the broker refused the message: {result}",

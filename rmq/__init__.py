@@ -20,7 +20,7 @@ from .errors import (
 )
 from .message import Message, MessageExt, MessageQueue
 from .message_codec import StoredRecord, offset_msg_id
-from .msgid import new_uniq_id
+from .msgid import new_uniq_id, new_uniq_ids
 from .namesrv import NameServerClient
 from .pool import Invoker, RemotingClient
 from .result import PullResult, PullStatus, SendResult, SendStatus
@@ -60,5 +60,6 @@ __all__ = [
     "TopicNotExist",
     "TopicRouteData",
     "new_uniq_id",
+    "new_uniq_ids",
     "offset_msg_id",
 ]

@@ -39,13 +39,16 @@ def body_crc(body: bytes) -> int:
 def encode_batch(messages: Iterable[tuple[bytes, int, str]]) -> bytes:
     """Concatenate (body, flag, properties) records as MessageDecoder.encodeMessage does."""
     parts: list[bytes] = []
+    head, plen = _BATCH_HEAD.pack, _I16.pack
     for body, flag, props in messages:
         props_b = props.encode()
-        total = 20 + len(body) + 2 + len(props_b)
-        parts.append(_BATCH_HEAD.pack(total, 0, 0, flag, len(body)))
-        parts.append(body)
-        parts.append(_I16.pack(len(props_b)))
-        parts.append(props_b)
+        # total size: a 20-byte head, the body, the properties' 2-byte length and the properties
+        parts += (
+            head(22 + len(body) + len(props_b), 0, 0, flag, len(body)),
+            body,
+            plen(len(props_b)),
+            props_b,
+        )
     return b"".join(parts)
 
 

@@ -58,18 +58,31 @@ class UniqIdGenerator:
     def next_id(self) -> str:
         now = self._now_ms()
         if now != self._stamp_ms:
-            if now >= self._month_end or now < self._month_start - 1000:
-                self._month_start, self._month_end = _month_bounds_ms(now)
-            diff = max(now - self._month_start, 0)  # a small backwards step (NTP) reads as 0, as in Java
-            self._stamp_ms, self._stamp = now, self._prefix + f"{diff & 0xFFFFFFFF:08X}"
+            self._restamp(now)
         n = next(self._counter) & 0xFFFF
         return self._stamp + _HEX2[n >> 8] + _HEX2[n & 0xFF]  # half the time of f"{n:04X}"
+
+    def next_ids(self, count: int) -> list[str]:
+        """``count`` fresh ids at once (a batch's), as ``count`` calls of next_id in the same
+        millisecond would make them: the clock read once, no call per id."""
+        now = self._now_ms()
+        if now != self._stamp_ms:
+            self._restamp(now)
+        stamp, hex2 = self._stamp, _HEX2
+        return [
+            stamp + hex2[(n >> 8) & 0xFF] + hex2[n & 0xFF] for n in itertools.islice(self._counter, count)
+        ]
+
+    def _restamp(self, now: int) -> None:
+        if now >= self._month_end or now < self._month_start - 1000:
+            self._month_start, self._month_end = _month_bounds_ms(now)
+        diff = max(now - self._month_start, 0)  # a small backwards step (NTP) reads as 0, as in Java
+        self._stamp_ms, self._stamp = now, self._prefix + f"{diff & 0xFFFFFFFF:08X}"
 
 
 _HEX2 = [f"{i:02X}" for i in range(256)]
 _default = UniqIdGenerator()
-
-
-def new_uniq_id() -> str:
-    """A fresh UNIQ_KEY from this process's generator."""
-    return _default.next_id()
+# A fresh UNIQ_KEY from this process's generator: its bound method itself, not a function calling it (a
+# call less per id, one a message on the send paths).
+new_uniq_id: Callable[[], str] = _default.next_id
+new_uniq_ids: Callable[[int], list[str]] = _default.next_ids  # as many at once (a batch's)

@@ -30,7 +30,7 @@ from ..idempotency import (
     fingerprint,
 )
 from ..request import HTTP_FIELDS, Limits, MessageFields, RequestError
-from ..sidecar import Ack
+from ..sidecar import BROKER, Ack
 from ..tracing.context import TraceContext, from_headers
 from . import json_count, problems
 from .access_log import AccessLogMiddleware
@@ -290,7 +290,7 @@ def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
 def _ack(raw_ack: str | None) -> Ack:
     """The ack parameter of a hot route. Raises RequestError naming it."""
     if raw_ack is None:
-        return Ack.BROKER
+        return BROKER
     try:
         return Ack(raw_ack)
     except ValueError:

@@ -13,12 +13,12 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from rocksidecar.delay import CancelOutcome
-from rocksidecar.rmq import Message
+from rocksidecar.rmq import Message, new_uniq_ids
 
 from ..idempotency import IdempotencyStore
 from ..metrics import Metrics
 from ..request import FieldNames, Limits, MessageFields, Prepared, RequestError, prepare
-from ..sidecar import Ack, MessageState, Outcome, Sidecar, Status
+from ..sidecar import SENT, Ack, MessageState, Outcome, Sidecar
 from ..tracing import spans
 from ..tracing.context import TraceContext, inherit
 from . import problems
@@ -32,13 +32,13 @@ def item_label(item: BatchItem) -> str:
     input, 4xx) or FAILED (could not be stored, 5xx)."""
     if isinstance(item, Outcome):
         status = item.status
-        return "SENT" if status is Status.SENT else status.value  # Enum.value is a slow property
+        return "SENT" if status is SENT else status.value  # Enum.value is a slow property
     return "REJECTED" if problems.status_of(item) < 500 else "FAILED"
 
 
 def send_status(outcome: Outcome) -> int:
     """The HTTP status of a stored message: 200 when a broker has it, 202 when the local store does."""
-    return 200 if outcome.status is Status.SENT else 202
+    return 200 if outcome.status is SENT else 202
 
 
 def not_found(id: str) -> RequestError:
@@ -91,7 +91,7 @@ class Operations(EdgeDeps):
         except Exception as exc:
             self.count(item_label(exc))
             raise
-        self.count(outcome.status.value)
+        self.count(item_label(outcome))
         return outcome
 
     async def send_batch(
@@ -101,13 +101,15 @@ class Operations(EdgeDeps):
         it) or fails validation fails only itself, named ``messages[i]...``."""
         check_batch_size(len(specs), self.batch_limit)
         now = self.now_ms()
+        limits, names = self.limits, self.names
+        ids = new_uniq_ids(len(specs))  # at once: a call less a message
         items: list[Prepared | RequestError] = []
         for i, spec in enumerate(specs):
             if isinstance(spec, RequestError):
                 items.append(spec)  # already names messages[i]
                 continue
             try:
-                prepared = self.prepare(spec, now)
+                prepared = prepare(spec, limits, now, names, ids[i])  # not self.prepare: a call less
             except RequestError as exc:
                 items.append(exc.within(f"messages[{i}]"))
                 continue
@@ -118,12 +120,13 @@ class Operations(EdgeDeps):
             results = await self._traced_batch(items, ack)
         else:
             results = await self.sidecar.send_batch(items, ack)
-        sent = Status.SENT
-        counts = Counter(
-            "SENT" if type(r) is Outcome and r.status is sent else item_label(r) for r in results
-        )
-        for label, n in counts.items():
-            self.count(label, n)
+        sent = SENT
+        n_sent = [type(r) is Outcome and r.status is sent for r in results].count(True)
+        self.count("SENT", n_sent)
+        if n_sent < len(results):
+            others = (item_label(r) for r in results if not (type(r) is Outcome and r.status is sent))
+            for label, n in Counter(others).items():
+                self.count(label, n)
         return results
 
     async def _send(self, prepared: Prepared, message: Message, ack: Ack) -> Outcome:

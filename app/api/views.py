@@ -7,7 +7,7 @@ from typing import Any
 
 from rocksidecar.storage.status import StoredAtLike
 
-from ..sidecar import MessageState, Outcome, Status
+from ..sidecar import SENT, MessageState, Outcome
 from . import problems
 from .operations import BatchItem, item_label
 
@@ -50,7 +50,7 @@ def where_view(to: StoredAtLike) -> dict[str, Any]:
 
 def outcome_view(o: Outcome, index: int | None = None) -> dict[str, Any]:
     to = o.stored_at
-    if o.status is Status.SENT and to is not None:  # the common case, built directly: one per message
+    if o.status is SENT and to is not None:  # the common case, built directly: one per message
         sent = {
             "index": index,
             "id": o.id,
@@ -72,33 +72,32 @@ def outcome_view(o: Outcome, index: int | None = None) -> dict[str, Any]:
 
 
 def batch_view(results: Sequence[BatchItem]) -> dict[str, Any]:
-    items: list[dict[str, Any]] = []
     counts = {"sent": 0, "spooled": 0, "scheduled": 0, "rejected": 0, "failed": 0}
-    sent = Status.SENT
-    for i, r in enumerate(results):
-        if (
-            type(r) is Outcome and r.status is sent and (to := r.stored_at) is not None
-        ):  # inline: one a message
-            items.append(
-                {
-                    "index": i,
-                    "id": r.id,
-                    "status": "SENT",
-                    "broker": to.broker,
-                    "queueId": to.queue_id,
-                    "queueOffset": to.queue_offset,
-                    "msgId": to.offset_msg_id,
-                }
-            )
-            counts["sent"] += 1
-            continue
+
+    def other(i: int, r: BatchItem) -> dict[str, Any]:
         label = item_label(r)
-        if isinstance(r, Outcome):
-            item = outcome_view(r, i)
-        else:
-            item = {"index": i, "status": label, "error": problems.from_exception(r)[1]}
         counts[label.lower()] += 1
-        items.append(item)
+        if isinstance(r, Outcome):
+            return outcome_view(r, i)
+        return {"index": i, "status": label, "error": problems.from_exception(r)[1]}
+
+    sent = SENT
+    # A SENT item as one dict literal, in a comprehension: the usual batch is all of them (issue 32).
+    items = [
+        {
+            "index": i,
+            "id": r.id,
+            "status": "SENT",
+            "broker": to.broker,
+            "queueId": to.queue_id,
+            "queueOffset": to.queue_offset,
+            "msgId": to.offset_msg_id,
+        }
+        if type(r) is Outcome and r.status is sent and (to := r.stored_at) is not None
+        else other(i, r)
+        for i, r in enumerate(results)
+    ]
+    counts["sent"] += len(items) - sum(counts.values())  # those the literal made
     return {"results": items, **counts}
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Protocol
 
 from ..broker import BrokerApi
 from ..errors import RocketMQError, RouteNotFound, SendFailed
-from ..message import Message, MessageQueue
+from ..message import Message, MessageQueue, wire_properties_of
 from ..msgid import new_uniq_id
 from ..result import SendResult
 from ..sender import BatchResults, Outcome, ShardingKeys
@@ -35,6 +36,7 @@ class BatchHost(Protocol):
     ) -> SendResult: ...
 
 
+_TOPIC, _BODY = attrgetter("topic"), attrgetter("body")  # read in C over a batch, not a message at a time
 # A record's header (20) and its properties' length (2), and room for a property string whose non-ASCII
 # characters take more bytes than the characters counted.
 _RECORD_OVERHEAD = 22 + 64
@@ -58,13 +60,30 @@ class BatchSender:
     async def send(
         self, messages: Sequence[Message], sharding_keys: ShardingKeys, *, validated: bool
     ) -> BatchResults:
-        keys: list[str | None] = list(sharding_keys) if sharding_keys is not None else [None] * len(messages)
-        if len(keys) != len(messages):
+        n = len(messages)
+        keys: list[str | None] = list(sharding_keys) if sharding_keys is not None else [None] * n
+        if len(keys) != n:
             raise ValueError("sharding_keys must have one entry per message")
-        outcomes: list[Outcome | None] = [None] * len(messages)
+        outcomes: list[Outcome | None] = [None] * n
         ids = [msg.id or new_uniq_id() for msg in messages]
         # Each message's property string, built once: it sizes the chunks and is what goes on the wire.
-        wires = [msg.wire_properties(id) for msg, id in zip(messages, ids, strict=True)]
+        wires = wire_properties_of(messages, ids)
+        batch = _Batch(messages, ids, wires, outcomes, keys.count(None) == n)
+        by_topic = None
+        if validated:
+            topics = set(map(_TOPIC, messages))
+            if len(topics) == 1:  # the usual batch, one topic: every index, in order, without a loop of ours
+                by_topic = {topics.pop(): list(range(n))}
+        if by_topic is None:
+            by_topic = self._by_topic(messages, outcomes, validated)
+        await _all([self._topic(topic, idx, keys, batch) for topic, idx in by_topic.items()])
+        assert all(o is not None for o in outcomes)
+        return outcomes  # type: ignore[return-value]
+
+    def _by_topic(
+        self, messages: Sequence[Message], outcomes: list[Outcome | None], validated: bool
+    ) -> dict[str, list[int]]:
+        """Each topic's indexes, in order; a message that fails validation gets its outcome instead."""
         by_topic: dict[str, list[int]] = {}
         cfg = self._producer.config
         for i, msg in enumerate(messages):
@@ -75,22 +94,14 @@ class BatchSender:
                     outcomes[i] = exc
                     continue
             by_topic.setdefault(msg.topic, []).append(i)
-        batch = _Batch(messages, ids, wires, outcomes)
-        await _all([self._topic(topic, idx, keys, batch) for topic, idx in by_topic.items()])
-        assert all(o is not None for o in outcomes)
-        return outcomes  # type: ignore[return-value]
+        return by_topic
 
     async def _topic(self, topic: str, indexes: list[int], keys: list[str | None], batch: _Batch) -> None:
         producer = self._producer
         try:
             info = await producer.routes.get(topic)
-            groups: dict[int | None, list[int]] = {}
-            for i in indexes:
-                key = keys[i]
-                if key is not None and not info.queues:
-                    raise RouteNotFound(f"topic {topic!r} has no writable queue")
-                slot = None if key is None else ByShardingKey(key).index(len(info.queues))
-                groups.setdefault(slot, []).append(i)
+            # No sharding key in the batch: one group, the selector's choice.
+            groups = {None: indexes} if batch.unkeyed else _by_slot(topic, indexes, keys, info)
         except RocketMQError as exc:
             failed = SendFailed(f"batch to {topic}: no route: {exc}", [], exc)
             for i in indexes:
@@ -107,6 +118,12 @@ class BatchSender:
     def _chunks(self, members: list[int], batch: _Batch) -> list[list[int]]:
         cfg = self._producer.config
         messages, wires = batch.messages, batch.wires
+        if len(members) == len(wires) and len(members) <= cfg.max_batch_messages:
+            # The whole batch (every index, in order): one chunk when all of it fits, which the cut
+            # below would find message by message.
+            size = sum(map(len, wires)) + sum(map(len, map(_BODY, messages))) + _RECORD_OVERHEAD * len(wires)
+            if size <= cfg.max_batch_bytes:
+                return [members]
         out: list[list[int]] = [[]]
         size = 0
         for i in members:
@@ -121,9 +138,13 @@ class BatchSender:
     async def _chunk(self, topic: str, slot: int | None, chunk: list[int], batch: _Batch) -> None:
         producer = self._producer
         ids, outcomes = batch.ids, batch.outcomes
-        messages = [batch.messages[i] for i in chunk]
-        chunk_ids = [ids[i] for i in chunk]
-        wires = [batch.wires[i] for i in chunk]
+        messages: Sequence[Message]
+        if len(chunk) == len(ids):  # the whole batch, in order: its own lists
+            messages, chunk_ids, wires = batch.messages, ids, batch.wires
+        else:
+            messages = [batch.messages[i] for i in chunk]
+            chunk_ids = [ids[i] for i in chunk]
+            wires = [batch.wires[i] for i in chunk]
         selector: QueueSelector = producer.selector_for(None) if slot is None else _QueueAt(slot)
 
         async def attempt(
@@ -151,8 +172,28 @@ class BatchSender:
             result.trace_on,
             result.attempts,
         )
+        if len(chunk) == len(ids):  # the whole batch: its outcomes in one comprehension
+            outcomes[:] = [
+                SendResult(status, id, offset_ids[n], queue, first + n, region, trace, attempts)
+                for n, id in enumerate(ids)
+            ]
+            return
         for n, i in enumerate(chunk):
             outcomes[i] = SendResult(status, ids[i], offset_ids[n], queue, first + n, region, trace, attempts)
+
+
+def _by_slot(
+    topic: str, indexes: list[int], keys: list[str | None], info: TopicPublishInfo
+) -> dict[int | None, list[int]]:
+    """The indexes by the queue their sharding key hashes to (None: no key, the selector's choice)."""
+    groups: dict[int | None, list[int]] = {}
+    for i in indexes:
+        key = keys[i]
+        if key is not None and not info.queues:
+            raise RouteNotFound(f"topic {topic!r} has no writable queue")
+        slot = None if key is None else ByShardingKey(key).index(len(info.queues))
+        groups.setdefault(slot, []).append(i)
+    return groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +204,7 @@ class _Batch:
     ids: list[str]
     wires: list[str]
     outcomes: list[Outcome | None]
+    unkeyed: bool  # no message has a sharding key
 
 
 async def _all(jobs: list[Coroutine[Any, Any, None]]) -> None:

@@ -40,6 +40,8 @@ from .routes import RouteListener, TopicRoutes
 from .selector import ByShardingKey, QueueSelector, make_selector
 
 log = logging.getLogger(__name__)
+# Read once: an Enum member read off its class is a Python-level descriptor on 3.11 (0.1-0.2 us).
+_SEND_OK = SendStatus.SEND_OK
 
 
 def _client_id() -> str:
@@ -195,7 +197,7 @@ class Producer(Lifecycle):
             latency = timer() - started
             self._record(mq.broker_name, latency, failed=False)
             if (
-                result.status is not SendStatus.SEND_OK
+                result.status is not _SEND_OK
                 and cfg.retry_another_broker_when_not_store_ok
                 and n < cfg.retry_times
             ):

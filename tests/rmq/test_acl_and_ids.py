@@ -1,11 +1,14 @@
-"""ACL signing (protocol reference §7's verified example), Java String.hashCode, UNIQ_KEY layout."""
+"""ACL signing (protocol reference §7's verified example), Java String.hashCode, UNIQ_KEY layout, a
+batch's ids and property strings."""
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 from rocksidecar.rmq.acl import Credentials, sign
 from rocksidecar.rmq.broker import java_string_hash
+from rocksidecar.rmq.message import Message, wire_properties_of
 from rocksidecar.rmq.msgid import UniqIdGenerator
 from rocksidecar.rmq.protocol.frame import RemotingCommand
 
@@ -56,3 +59,31 @@ def test_uniq_key_layout() -> None:
     assert gen.next_id()[20:28] == "00000006"
     now[0] -= 2  # a small step back (NTP) within the month: its own, smaller time part
     assert gen.next_id()[20:28] == "00000004"
+
+
+def test_ids_drawn_at_once_are_those_drawn_one_by_one() -> None:
+    start = int(dt.datetime(2026, 11, 1).astimezone().timestamp() * 1000)
+    now = [start + 1234]
+
+    def generator() -> UniqIdGenerator:
+        gen = UniqIdGenerator(ip=bytes([10, 0, 0, 5]), pid=0xC35B, magic=0x18B4AAC2, now_ms=lambda: now[0])
+        gen._counter = itertools.count(0xFFF0)  # near the wrap of the 16-bit counter part
+        return gen
+
+    one_by_one, at_once = generator(), generator()
+    expected = [one_by_one.next_id() for _ in range(40)]
+    assert at_once.next_ids(40) == expected and len(set(expected)) == 40
+    assert expected[16][28:] == "0000"  # wrapped
+    now[0] += 1  # a new millisecond shows in both
+    assert at_once.next_ids(1) == [one_by_one.next_id()] and expected[-1][20:28] != at_once.next_id()[20:28]
+
+
+def test_wire_properties_of_a_batch_are_each_messages_own() -> None:
+    msgs = [
+        Message("T", b"a"),
+        Message("T", b"b", tags="t"),
+        Message("T", b"c", keys=("k1", "k2")),
+        Message("T", b"d", properties={"p": "v"}),
+    ]
+    ids = [f"ID{i:030d}" for i in range(len(msgs))]
+    assert wire_properties_of(msgs, ids) == [m.wire_properties(i) for m, i in zip(msgs, ids, strict=True)]

@@ -1,11 +1,12 @@
 """Connection and RemotingClient against a small server built from Connection on 127.0.0.1:0:
 opaque matching, timeouts, one-way requests, requests in both directions, prompt failure of every
-waiter when the connection goes, corrupt frames, reconnecting, and running on uvloop."""
+waiter when the connection goes, corrupt frames, reconnecting, corked writes, and running on uvloop."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import uvloop
@@ -94,6 +95,71 @@ async def test_out_of_order_responses_are_matched_by_opaque(server: Server) -> N
     fast = asyncio.create_task(call(PING, "fast"))
     assert (await slow, await fast) == ("slow", "fast")
     assert done == ["fast", "slow"]
+    conn.close()
+
+
+class CountingTransport:
+    """The client's transport, keeping what each write() call was given (each one a send() system
+    call on a real socket)."""
+
+    def __init__(self, inner: asyncio.Transport) -> None:
+        self.inner = inner
+        self.writes: list[bytes] = []
+        self.wrote = asyncio.Event()
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+        self.wrote.set()
+        self.inner.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def counted(server: Server, seen: list[str]) -> tuple[Connection, CountingTransport]:
+    """A client whose writes are counted, to a server that notes each request's ``n`` as it comes."""
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        seen.append(cmd.ext_fields["n"])
+        return cmd.response(ResponseCode.SUCCESS, f"pong {cmd.ext_fields['n']}")
+
+    server.handler = handler
+    conn = await connect(server.addr, 1.0)
+    assert conn._transport is not None
+    counting = CountingTransport(conn._transport)
+    conn._transport = counting  # type: ignore[assignment]
+    return conn, counting
+
+
+async def test_requests_of_one_loop_turn_go_out_in_one_write_in_order_each_answered(server: Server) -> None:
+    seen: list[str] = []
+    conn, counting = await counted(server, seen)
+    n = 50
+    answers = await asyncio.gather(
+        *(conn.invoke(RemotingCommand(PING, {"n": str(i)}), LONG_TIMEOUT_S) for i in range(n))
+    )
+    assert [a.remark for a in answers] == [f"pong {i}" for i in range(n)]  # each its own answer
+    assert len(counting.writes) == 1  # not 50 send() calls
+    frames = FrameDecoder().feed(counting.writes[0])
+    assert [f.ext_fields["n"] for f in frames] == [str(i) for i in range(n)]  # in the order asked
+    assert seen == [str(i) for i in range(n)]
+    # Requests of different turns are not held for one another: one write each, nothing waits.
+    for i in range(3):
+        answer = await conn.invoke(RemotingCommand(PING, {"n": f"s{i}"}), LONG_TIMEOUT_S)
+        assert answer.remark == f"pong s{i}"
+    assert len(counting.writes) == 4
+    conn.close()
+
+
+async def test_a_request_written_while_writes_are_paused_waits_for_them_to_resume(server: Server) -> None:
+    seen: list[str] = []
+    conn, counting = await counted(server, seen)
+    conn.pause_writing()  # the transport's buffer is over its high-water mark
+    pending = asyncio.create_task(conn.invoke(RemotingCommand(PING, {"n": "p"}), LONG_TIMEOUT_S))
+    await counting.wrote.wait()  # the frame goes to the transport's buffer all the same
+    assert not pending.done()
+    conn.resume_writing()
+    assert (await pending).remark == "pong p"
     conn.close()
 
 

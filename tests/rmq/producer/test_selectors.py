@@ -10,6 +10,7 @@ from rocksidecar.rmq.broker import java_string_hash
 from rocksidecar.rmq.codes import ResponseCode
 from rocksidecar.rmq.errors import ClientError, InvalidMessageError, SendFailed
 from rocksidecar.rmq.message import Message, MessageQueue
+from rocksidecar.rmq.message_codec import decode_batch
 from rocksidecar.rmq.producer import EnvironmentQueue, PreferZone, RandomQueue, RoundRobin
 from rocksidecar.rmq.producer.fault import LatencyFaultTolerance
 from rocksidecar.rmq.producer.publish_info import SendIndex, TopicPublishInfo
@@ -125,6 +126,47 @@ async def test_batch_is_split_by_size_and_count() -> None:
     assert all(isinstance(o, SendResult) for o in out)
     sizes = sorted(len(cmd.body) // 3000 for _, cmd, _ in h.invoker.sends())
     assert sizes == [1, 3, 3]
+
+
+def _batch_case(topics: str, keys: list[str | None], body: int) -> tuple[list[Message], list[str | None]]:
+    """One message per key, with fixed 32-character ids, topics taken in turn from ``topics``."""
+    msgs = [Message(topics[i % len(topics)], b"%d" % i * body, id=f"ID{i:030d}") for i in range(len(keys))]
+    return msgs, keys
+
+
+@pytest.mark.parametrize(
+    ("topics", "keys", "body", "config"),
+    [
+        ("T", [None] * 5, 1, {}),  # one topic, no keys, one chunk
+        ("T", [None] * 7, 3000, {"max_batch_messages": 3, "max_batch_bytes": 10_000}),
+        ("T", [None] * 4, 100, {"max_batch_bytes": 947}),  # 4 x 237 bytes: one byte short
+        ("T", [None] * 4, 100, {"max_batch_bytes": 948}),  # exactly enough
+        ("T", [None] * 4, 100, {"max_batch_messages": 4}),
+        ("T", [None] * 5, 100, {"max_batch_messages": 4}),
+        ("T", [None, "k1", None, "k2", "k1"], 10, {}),
+        ("T", ["k1", "k1", "k1"], 10, {}),  # one key: one group, the whole batch
+        ("TU", [None] * 6, 10, {}),
+        ("TU", [None, "k1", None, "k1"], 10, {}),
+    ],
+)
+async def test_a_validated_batch_goes_out_as_the_same_requests_as_an_unvalidated_one(
+    topics: str, keys: list[str | None], body: int, config: dict[str, int]
+) -> None:
+    # validated=True takes the shortcuts of the usual batch (one topic, no keys, one chunk); what goes
+    # to which queue, in which requests, and what each message is told must not change.
+    seen = []
+    for validated in (False, True):
+        h = Harness(routes={"T": route({"broker-a": 4, "broker-b": 4}), "U": route({"broker-a": 2})})
+        msgs, ks = _batch_case(topics, keys, body)
+        out = await h.producer(**config).send_batch(msgs, ks, validated=validated)
+        requests = [
+            (addr, cmd.ext_fields["b"], cmd.ext_fields["e"], [r.body for r in decode_batch(cmd.body)])
+            for addr, cmd, _ in h.invoker.sends()
+        ]
+        results = [(r.msg_id, r.queue, r.queue_offset) for r in out if isinstance(r, SendResult)]
+        assert len(results) == len(msgs)
+        seen.append((requests, results))
+    assert seen[0] == seen[1]
 
 
 async def test_batch_retries_on_another_broker_and_reports_failures() -> None:

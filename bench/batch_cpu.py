@@ -1,0 +1,178 @@
+"""CPU per message of the batch route's own work, in one process (issue 32): ``POST /v1/messages:batch``
+from its body bytes to its answer bytes, through the same route function, operations, sidecar, producer
+and frame encoding the server runs, against a broker that answers every SEND_BATCH_MESSAGE at once
+(no network, no HTTP connection, no broker). End to end, CPU per message on the shared machine moves
+with the rate each run gets; this part does not, so two versions of the path can be compared here.
+
+Process CPU time (user + system) per message, the median of ``--rounds``; ``--profile FILE`` runs one
+more round under cProfile and prints where it went. On a machine too busy for CPU time to compare,
+``--instructions`` counts instead the instructions a message costs (valgrind's cachegrind, two runs of
+different lengths subtracted, so start-up and imports cancel out; about a minute): the load does not move
+that count. Run it in each checkout (each tree's own .venv; the file copied into an older one that lacks
+it):
+
+    .venv/bin/python -m bench.batch_cpu [--batch 100] [--requests 2000] [--rounds 7]
+    .venv/bin/python -m bench.batch_cpu --instructions        # needs valgrind
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import re
+import statistics
+import subprocess
+import sys
+import time
+from typing import cast
+
+import orjson
+
+from rocksidecar.app.api.http import Api, Readiness, send_many
+from rocksidecar.app.api.operations import EdgeDeps, Operations
+from rocksidecar.app.metrics import Metrics
+from rocksidecar.app.request import HTTP_FIELDS, Limits
+from rocksidecar.app.sidecar import Sidecar
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.rmq.broker import BrokerApi
+from rocksidecar.rmq.codes import RequestCode, ResponseCode
+from rocksidecar.rmq.namesrv import NameServerClient
+from rocksidecar.rmq.producer import Producer
+from rocksidecar.rmq.protocol.frame import RemotingCommand, encode
+from rocksidecar.rmq.route import BrokerData, QueueData, TopicRouteData
+from rocksidecar.storage.clock import wall_ms
+
+TOPIC = "BenchBatchCpu"
+BODY = "x" * 256  # as bench.compare posts
+PATH = "/v1/messages:batch"
+
+
+class InstantBroker:
+    """An Invoker whose brokers store every batch at once: the route of TOPIC (two brokers of four
+    queues), heart beats, and SEND_BATCH_MESSAGE answered with one offset id per message. The request
+    frame is encoded, as a connection would."""
+
+    def __init__(self) -> None:
+        route = TopicRouteData(
+            tuple(QueueData(b, 4, 4, 6) for b in ("broker-a", "broker-b")),
+            tuple(BrokerData("c", b, {0: f"{b}:10911"}) for b in ("broker-a", "broker-b")),
+        )
+        self._route = route.to_json()
+        self._offsets: dict[str, int] = {}
+        self._ids: dict[int, str] = {}
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        encode(cmd)
+        if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+            return cmd.response(ResponseCode.SUCCESS, body=self._route)
+        if cmd.code != RequestCode.SEND_BATCH_MESSAGE:
+            return cmd.response(ResponseCode.SUCCESS)
+        n = cmd.body.count(b"UNIQ_KEY")  # one per record
+        ids = self._ids.get(n)
+        if ids is None:
+            ids = self._ids[n] = ",".join(f"7F00000100002A9F{i:016X}" for i in range(n))
+        key = addr + cmd.ext_fields["e"]
+        offset = self._offsets.get(key, 0)
+        self._offsets[key] = offset + n
+        fields = {"msgId": ids, "queueId": cmd.ext_fields["e"], "queueOffset": str(offset)}
+        return cmd.response(ResponseCode.SUCCESS, ext_fields=fields)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        encode(cmd)
+
+
+class NoSpool:
+    """The retry store: never reached while every message is SENT (the run checks it)."""
+
+    async def spool(self, record: RetryRecord, due_ms: int | None = None) -> object:
+        raise AssertionError("a message was spooled: the benchmark measures the all-SENT path")
+
+    async def spool_many(self, records: object, due_ms: int | None = None) -> object:
+        raise AssertionError("messages were spooled: the benchmark measures the all-SENT path")
+
+
+def build_api() -> Api:
+    invoker = InstantBroker()
+    producer = Producer(NameServerClient(invoker, "ns:9876"), BrokerApi(invoker), client_id="bench@1")
+    sidecar = Sidecar(producer, NoSpool(), policy_for=lambda _type: RetryPolicy())
+    limits = Limits(max_body_bytes=4 * 1024 * 1024, max_delay_ms=40 * 24 * 3600 * 1000)
+    deps = EdgeDeps(sidecar, limits, 1000, Metrics(), None, wall_ms)
+    return Api(Operations.of(deps, HTTP_FIELDS), cast(Readiness, None))  # the route never reads it
+
+
+async def _round(api: Api, body: bytes, requests: int) -> float:
+    start = time.process_time()
+    for _ in range(requests):
+        await send_many(api, PATH, body, None, None)
+    return time.process_time() - start
+
+
+async def _check(api: Api, body: bytes, batch: int) -> None:
+    status, payload, _, _ = await send_many(api, PATH, body, None, None)
+    doc = orjson.loads(payload)
+    if status != 200 or doc["sent"] != batch:
+        raise SystemExit(f"the route answered {status} {payload[:300]!r}, not {batch} SENT")
+
+
+async def run(batch: int, requests: int, rounds: int, profile: str | None) -> None:
+    api = build_api()
+    body = json.dumps({"messages": [{"topic": TOPIC, "body": BODY}] * batch}).encode()
+    await _check(api, body, batch)  # and warm: the route is cached from here on
+    per_message = []
+    for _ in range(rounds):
+        per_message.append(await _round(api, body, requests) * 1e6 / (requests * batch))
+    print(
+        f"batch of {batch}, {requests} requests a round: "
+        f"{statistics.median(per_message):.2f} us CPU per message (median of {rounds}; "
+        f"rounds {' '.join(f'{x:.2f}' for x in per_message)})"
+    )
+    if profile:
+        prof = cProfile.Profile()
+        prof.enable()
+        await _round(api, body, requests)
+        prof.disable()
+        prof.dump_stats(profile)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(30)
+
+
+def instructions(batch: int, low: int = 10, high: int = 110) -> float:
+    """Instructions per message: this benchmark under cachegrind at ``high`` and ``low`` requests, the
+    difference over the messages between them."""
+
+    def run(requests: int) -> int:
+        cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+        cmd += [sys.executable, "-m", "bench.batch_cpu", "--batch", str(batch)]
+        cmd += ["--requests", str(requests), "--rounds", "1"]
+        env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same hashes, the same work, run after run
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stderr
+        found = re.search(r"I\s+refs:\s+([\d,]+)", out)
+        if found is None:
+            raise SystemExit(f"cachegrind printed no count:\n{out[-2000:]}")
+        return int(found.group(1).replace(",", ""))
+
+    return (run(high) - run(low)) / ((high - low) * batch)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--batch", type=int, default=100, help="messages per request")
+    parser.add_argument("--requests", type=int, default=2000, help="per round")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--profile", help="cProfile one more round into FILE and print the top")
+    parser.add_argument("--instructions", action="store_true", help="count instructions per message instead")
+    args = parser.parse_args()
+    if args.instructions:
+        print(f"batch of {args.batch}: {instructions(args.batch):,.0f} instructions per message")
+        return
+    asyncio.run(run(args.batch, args.requests, args.rounds, args.profile))
+
+
+if __name__ == "__main__":
+    main()
