@@ -158,8 +158,8 @@ def modes(sink: str, r: float) -> dict[str, tuple[str | None, dict[str, str], di
         "x32, no traceparent, tracing off": (None, {}, {}),
         OTEL_ON: (TRACEPARENT, otel, {"OTEL": "true"}),
         "x32, unsampled traceparent, OTel spans on": (UNSAMPLED, otel, {"OTEL": "true"}),
-        "x32, no traceparent, OTel on, parentbased_traceidratio 0.01": (None, ratio(0.01), {"OTEL": "true"}),
-        f"x32, no traceparent, OTel on, parentbased_traceidratio {r} (production)": (None, ratio(r), on),
+        "x32, no traceparent, OTel on, parentbased_traceidratio 0.01": (None, ratio(0.01), on),
+        f"x32, no traceparent, OTel on, parentbased_traceidratio {r}": (None, ratio(r), on),  # production
         MSG_TRACE_ON: (TRACEPARENT, {}, {"MSG_TRACE": "true"}),
     }
 
