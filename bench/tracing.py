@@ -4,11 +4,14 @@ rate and its CPU seconds per 100 000 messages, with every request carrying a sam
 OTLP/HTTP to a local sink that accepts everything, (3) RocketMQ message trace on (Pub records to
 RMQ_SYS_TRACE_TOPIC). Also: off without the header (carrying a trace context costs nothing), and spans
 on for requests the sampler leaves out (an unsampled traceparent; no traceparent under
-``parentbased_traceidratio`` at 1 %), which must cost ~nothing. Each row is a fresh sidecar; the rows
+``parentbased_traceidratio`` at 1 %), which must cost ~nothing, and the documented production setting:
+no traceparent under ``parentbased_traceidratio`` at ``--ratio`` (default 0.05: that share of the
+requests sampled, the rest on the sample-free path). Each row is a fresh sidecar; the rows
 rotate their order each round, and each figure is the median over the rounds of its ratio to (1) in the
 same round (the raw figures are printed too).
 
-    .venv/bin/python -m bench.tracing [--namesrv 127.0.0.1:9876] [--seconds 8] [--rounds 3] [--together]
+    .venv/bin/python -m bench.tracing [--namesrv 127.0.0.1:9876] [--seconds 8] [--rounds 3] [--ratio 0.05]
+                                      [--together]
 
 ``--together``: off, spans on and msg trace on (all three with the sampled traceparent) run at the same
 time, each sidecar under its own wrk, so that a busy machine loads them alike; the other rows are left
@@ -139,16 +142,23 @@ def _restore(saved: dict[str, str | None]) -> None:
             os.environ[k] = v
 
 
-def modes(sink: str) -> dict[str, tuple[str | None, dict[str, str], dict[str, str]]]:
+def modes(sink: str, r: float) -> dict[str, tuple[str | None, dict[str, str], dict[str, str]]]:
     """Each row: the traceparent every request carries, the environment, the sidecar's settings."""
     otel = {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT": sink}
-    ratio = {**otel, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"}
+
+    on = {"OTEL": "true"}
+
+    def ratio(arg: float) -> dict[str, str]:
+        sampler = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": f"{arg}"}
+        return {**otel, **sampler}
+
     return {
         ANCHOR: (TRACEPARENT, {}, {}),
         "x32, no traceparent, tracing off": (None, {}, {}),
         OTEL_ON: (TRACEPARENT, otel, {"OTEL": "true"}),
         "x32, unsampled traceparent, OTel spans on": (UNSAMPLED, otel, {"OTEL": "true"}),
-        "x32, no traceparent, OTel on, parentbased_traceidratio 0.01": (None, ratio, {"OTEL": "true"}),
+        "x32, no traceparent, OTel on, parentbased_traceidratio 0.01": (None, ratio(0.01), on),
+        f"x32, no traceparent, OTel on, parentbased_traceidratio {r}": (None, ratio(r), on),  # production
         MSG_TRACE_ON: (TRACEPARENT, {}, {"MSG_TRACE": "true"}),
     }
 
@@ -159,16 +169,24 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
+        "--ratio",
+        type=float,
+        default=0.05,
+        help="the sampling ratio of the production row (parentbased_traceidratio, no traceparent)",
+    )
+    parser.add_argument(
         "--together",
         action="store_true",
         help="tracing off, spans on and msg trace on run at once (same load), the other rows left out",
     )
     args = parser.parse_args()
+    if not 0.0 < args.ratio <= 1.0:
+        parser.error("--ratio must be in (0, 1]")
     topic = f"traceBench{int(time.time())}"
-    print(f"bench.tracing: topic {topic}; {environment()}", flush=True)
+    print(f"bench.tracing: topic {topic}; production row's ratio {args.ratio}; {environment()}", flush=True)
     got: dict[str, list[Measured]] = {}
     with otlp_sink() as sink:
-        rows = modes(sink)
+        rows = modes(sink, args.ratio)
         names = list(TOGETHER) if args.together else list(rows)
         measure(args.namesrv, topic, 2, None, {})  # creates the topic: no row pays for it
         for r in range(args.rounds):

@@ -4,13 +4,15 @@ tracing off (the anchor: the request's trace context inherited, the one check), 
 (receive + send spans through the SDK's BatchSpanProcessor into an exporter that encodes OTLP protobuf
 as the real one does and drops it; the same exported unencoded; the same through the SDK's own tracer
 instead of app.tracing.lite; requests the sampler leaves out: an unsampled traceparent, and none
-under parentbased_traceidratio 0.01), RocketMQ message trace on (Pub records encoded and batched by the
-dispatcher). Then one span alone: the SDK's start + end against app.tracing.lite's, and the OTLP
-encoding of one span. CPU is user + system of this process (the exporter's thread included), per message;
-modes alternate over the rounds and each row is its median. Add the differences to the sidecar's own
-CPU per message (bench.compare, bench.tracing) to see what a traced send costs.
+under parentbased_traceidratio 0.01; and the production setting, no traceparent under
+parentbased_traceidratio ``--ratio``: that share sampled), RocketMQ message trace on (Pub records
+encoded and batched by the dispatcher). Then one span alone: the SDK's start + end against
+app.tracing.lite's, and the OTLP encoding of one span. CPU is user + system of this process (the
+exporter's thread included), per message; modes alternate over the rounds and each row is its median.
+Add the differences to the sidecar's own CPU per message (bench.compare, bench.tracing) to see what a
+traced send costs.
 
-    .venv/bin/python -m bench.tracing_cpu [--messages 20000] [--rounds 3]
+    .venv/bin/python -m bench.tracing_cpu [--messages 20000] [--rounds 3] [--ratio 0.05]
 
 Needs the otel extra (make install has it).
 """
@@ -92,10 +94,10 @@ async def per_message_us(mode: str, n: int) -> float:
     trace_context: TraceContext | None = TRACE
     if mode == "otel-unsampled":
         trace_context = UNSAMPLED
-    elif mode == "otel-ratio":
+    elif mode.startswith("otel-ratio:"):
         trace_context = None  # a root: the sampler's ratio decides
     if mode.startswith("otel"):
-        ratio = ParentBasedTraceIdRatio(0.01) if mode == "otel-ratio" else None
+        ratio = ParentBasedTraceIdRatio(float(mode[11:])) if mode.startswith("otel-ratio:") else None
         provider = TracerProvider(sampler=ratio)
         exporter = EncodingExporter(encode=mode != "otel-noencode")
         provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=2 * n))
@@ -164,14 +166,15 @@ def per_span_us(n: int) -> dict[str, float]:
     return got
 
 
-async def measure(n: int, rounds: int) -> dict[str, float]:
+async def measure(n: int, rounds: int, ratio: float) -> dict[str, float]:
     runs: dict[str, list[float]] = {
         "off": [],
         "otel": [],
         "otel-noencode": [],
         "otel-sdk": [],
         "otel-unsampled": [],
-        "otel-ratio": [],
+        "otel-ratio:0.01": [],
+        f"otel-ratio:{ratio}": [],
         "msgtrace": [],
     }
     await per_message_us("otel", n // 10)  # warm up the SDK's imports and caches
@@ -186,23 +189,35 @@ def main() -> None:
     parser = bench_parser(__doc__)
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ratio", type=float, default=0.05, help="the production row's sampling ratio")
     args = parser.parse_args()
+    if not 0.0 < args.ratio <= 1.0:
+        parser.error("--ratio must be in (0, 1]")
     print(f"bench.tracing_cpu: {args.messages} messages x {args.rounds} rounds; {environment()}", flush=True)
-    got = asyncio.run(measure(args.messages, args.rounds))
+    got = asyncio.run(measure(args.messages, args.rounds, args.ratio))
     span_runs = [per_span_us(args.messages) for _ in range(args.rounds)]
     one = {k: statistics.median(r[k] for r in span_runs) for k in span_runs[0]}
-    off = got["off"]
+    off, production = got["off"], got[f"otel-ratio:{args.ratio}"]
     rows = [
         Row("tracing off: inherit + send (anchor)", off, "us", off),
         Row("OTel spans on: receive + send spans, batching OTLP encode", got["otel"], "us", off),
         Row("  the same, exported unencoded (the spans' own cost)", got["otel-noencode"], "us", off),
         Row("  the same with the SDK's own tracer (before app.tracing.lite)", got["otel-sdk"], "us", off),
         Row("OTel on, unsampled traceparent (the sample-free path)", got["otel-unsampled"], "us", off),
-        Row("OTel on, no traceparent, parentbased_traceidratio 0.01", got["otel-ratio"], "us", off),
+        Row("OTel on, no traceparent, parentbased_traceidratio 0.01", got["otel-ratio:0.01"], "us", off),
+        Row(
+            f"OTel on, no traceparent, parentbased_traceidratio {args.ratio} (production)",
+            production,
+            "us",
+            off,
+        ),
         Row("RocketMQ message trace on: Pub record, batched", got["msgtrace"], "us", off),
         Row("added by OTel spans", got["otel"] - off, "us"),
         Row("added by OTel spans, the SDK's own tracer", got["otel-sdk"] - off, "us"),
         Row("added by message trace", got["msgtrace"] - off, "us"),
+        Row("added by OTel on, unsampled traceparent", got["otel-unsampled"] - off, "us"),
+        Row("added by OTel on, no traceparent, ratio 0.01", got["otel-ratio:0.01"] - off, "us"),
+        Row(f"added by OTel on, no traceparent, ratio {args.ratio}", production - off, "us"),
     ]
     print_rows("CPU per message (median of the rounds; ratio to tracing off)", rows)
     span_rows = [

@@ -12,7 +12,6 @@ traceparent") and the sidecar's promise agree that a broken header must not lose
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
@@ -120,7 +119,8 @@ def inherit(msg: Message, ctx: TraceContext) -> Message:
         return msg
     properties = dict(msg.properties)
     put(properties, ctx)
-    return dataclasses.replace(msg, properties=properties)
+    # positional, not dataclasses.replace (a tenth of its cost): every request with a traceparent pays it
+    return Message(msg.topic, msg.body, msg.tags, msg.keys, properties, msg.flag, msg.id)
 
 
 def trace_fields(properties: Mapping[str, str]) -> dict[str, str]:

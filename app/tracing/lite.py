@@ -10,8 +10,11 @@ drops the rest:
 - the SDK's sampler, id generator, resource, instrumentation scope and span processors, taken from the
   SDK tracer (so ``OTEL_TRACES_SAMPLER``, ``OTEL_SERVICE_NAME``, ... apply as before); an unsampled span
   is a ``NonRecordingSpan`` that costs one sampler call;
-- under a sampled parent, a ParentBased sampler whose sampled-parent cases are always on (the default)
-  is not asked each time: its answer is known (``follows_sampled_parents``);
+- where the SDK's own samplers' answer follows from their fields, they are not asked (``Decisions``): a
+  ``TraceIdRatioBased`` samples a trace id below its bound, a ``StaticSampler`` always or never, and a
+  ``ParentBased`` (the default, every ``parentbased_*``) hands each parent case to one of those; asking
+  builds a ``SamplingResult`` and reads the parent again, ~a third of a LiteSpan's cost, and is the whole
+  cost of a span the sampler drops;
 - a ``LiteSpan`` is a plain object with a dict of attributes; its ``end()`` hands one ``ReadableSpan``
   to the processors (what ``_Span.end`` does, without the lock: a span is only touched by the task that
   made it), which the batching processor queues for its export thread.
@@ -25,7 +28,6 @@ failed call's attempts, bounded by the producer's retries) and at most spans.MAX
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
@@ -36,7 +38,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace import Tracer as SdkTracer
-from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler
+from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler, StaticSampler, TraceIdRatioBased
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
@@ -61,22 +63,50 @@ class _Resource(Resource):
         return self is other or super().__eq__(other)
 
 
-# the end of a ParentBased description: anchored, so that a nested sampler's own cases cannot match
-_SAMPLED_PARENTS_ON = re.compile(
-    r",remoteParentSampled:AlwaysOnSampler,remoteParentNotSampled:[^,{}]*"
-    r",localParentSampled:AlwaysOnSampler,localParentNotSampled:[^,{}]*\}$"
-)
+_LIMIT: int = TraceIdRatioBased.TRACE_ID_LIMIT  # the ratio sampler reads the low 64 bits of a trace id
+_ALL = _LIMIT + 1  # a bound no trace id reaches: always sampled
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_DEFAULT = TraceFlags(TraceFlags.DEFAULT)
+ROOT, REMOTE_SAMPLED, REMOTE_NOT_SAMPLED, LOCAL_SAMPLED, LOCAL_NOT_SAMPLED = range(5)  # parent cases
+
+
+def _bound(sampler: Sampler) -> int | None:
+    """The bound ``b`` such that ``sampler`` samples exactly the trace ids with ``id & 2**64-1 < b``,
+    whatever the parent, with the attributes given and the parent's trace state: TraceIdRatioBased's
+    rule, its ``bound``; a StaticSampler's 0 (off) or 2**64 (on). None for any other sampler (a subclass
+    that decides otherwise, RECORD_ONLY, someone else's): it is asked."""
+    if isinstance(sampler, TraceIdRatioBased):
+        kind = type(sampler)
+        known = (
+            kind.should_sample is TraceIdRatioBased.should_sample and kind.bound is TraceIdRatioBased.bound
+        )
+        return sampler.bound if known and sampler.TRACE_ID_LIMIT == _LIMIT else None
+    if isinstance(sampler, StaticSampler) and type(sampler).should_sample is StaticSampler.should_sample:
+        decision = sampler._decision
+        return _ALL if decision is Decision.RECORD_AND_SAMPLE else 0 if decision is Decision.DROP else None
+    return None
+
+
+def decisions(sampler: Sampler) -> tuple[int | None, ...]:
+    """``sampler``'s decision per parent case (ROOT, REMOTE_SAMPLED, ... LOCAL_NOT_SAMPLED) as a bound
+    (see ``_bound``), or None where it must be asked. A ParentBased (not overriding should_sample) hands
+    each case to its delegate, which is known when it is a ratio or static sampler (not a nested
+    ParentBased); a ratio or static sampler answers every case alike."""
+    own = _bound(sampler)
+    if own is not None:
+        return (own,) * 5
+    if isinstance(sampler, ParentBased) and type(sampler).should_sample is ParentBased.should_sample:
+        cases = (sampler._root, sampler._remote_parent_sampled, sampler._remote_parent_not_sampled,
+                 sampler._local_parent_sampled, sampler._local_parent_not_sampled)  # fmt: skip
+        return tuple(_bound(s) for s in cases)
+    return (None,) * 5
 
 
 def follows_sampled_parents(sampler: Sampler) -> bool:
-    """Whether ``sampler`` is the SDK's ParentBased with both sampled-parent cases always on (the
-    default, and every ``parentbased_*`` of OTEL_TRACES_SAMPLER): then a span under a sampled parent is
-    sampled, with the parent's trace state and the attributes given, and asking costs ~a third of a
-    LiteSpan (bench.tracing_cpu). Read from its description, which names each case's sampler."""
-    if not isinstance(sampler, ParentBased) or type(sampler).should_sample is not ParentBased.should_sample:
-        return False
-    described: str = sampler.get_description()  # type: ignore[no-untyped-call]
-    return _SAMPLED_PARENTS_ON.search(described) is not None
+    """Whether a span under a sampled parent is always sampled by ``sampler`` (the default, every
+    ``parentbased_*``, always_on), read from its fields."""
+    known = decisions(sampler)
+    return known[REMOTE_SAMPLED] == _ALL and known[LOCAL_SAMPLED] == _ALL
 
 
 class LiteSpan(trace.Span):
@@ -192,7 +222,32 @@ class LiteTracer(trace.Tracer):
         self.resource = _Resource(sdk.resource)
         self.processor = sdk.span_processor
         self.scope = sdk._instrumentation_scope  # what the SDK's own spans carry: the same scope
-        self.follows_sampled_parents = follows_sampled_parents(sdk.sampler)
+        self.decisions = decisions(sdk.sampler)
+        # a root's flags, sampled or not (the random-trace-id bit is the id generator's, asked once)
+        random = _RANDOM if _RANDOM and self.ids.is_trace_id_random() else 0
+        self._root_sampled = TraceFlags(TraceFlags.SAMPLED | random)
+        self._root_unsampled = f"{TraceFlags.DEFAULT | random:02x}"
+
+    @property
+    def knows_roots(self) -> bool:
+        """Whether the sampler's answer for a root span is known from its fields (see ``decisions``)."""
+        return self.decisions[ROOT] is not None
+
+    def dropped_root(self, trace_id: int) -> str | None:
+        """The traceparent of the root span ``start_span`` would drop for ``trace_id`` (a span id drawn
+        as it would), or None when it would sample it (then: ``start_root``). Only if ``knows_roots``:
+        the sample-free path of app.tracing.spans, without a span object for what is dropped."""
+        bound = self.decisions[ROOT]
+        assert bound is not None
+        if trace_id & _LIMIT < bound:
+            return None
+        return f"00-{trace_id:032x}-{self.ids.generate_span_id():016x}-{self._root_unsampled}"
+
+    def start_root(self, name: str, trace_id: int, kind: SpanKind, attributes: dict[str, Any]) -> LiteSpan:
+        """The root span ``start_span`` makes for ``trace_id`` when its sampler samples it (``dropped_root``
+        said None); ``attributes`` become the span's own."""
+        own = SpanContext(trace_id, self.ids.generate_span_id(), False, self._root_sampled)
+        return LiteSpan(self, name, own, None, kind, attributes, ())
 
     def start_span(
         self,
@@ -210,13 +265,35 @@ class LiteTracer(trace.Tracer):
         if parent is None or not parent.is_valid:
             parent = None
             trace_id = self.ids.generate_trace_id()
+            bound = self.decisions[ROOT]
         else:
             trace_id = parent.trace_id
-            if self.follows_sampled_parents and parent.trace_flags.sampled:  # the sampler's answer, known
-                own = SpanContext(trace_id, self.ids.generate_span_id(), False, parent.trace_flags,
-                                  parent.trace_state)  # fmt: skip
-                attrs = attributes if type(attributes) is dict else dict(attributes or {})
-                return LiteSpan(self, name, own, parent, kind, attrs, links, start_time)
+            case = (REMOTE_SAMPLED if parent.is_remote else LOCAL_SAMPLED) + (not parent.trace_flags & 1)
+            bound = self.decisions[case]
+        if bound is None:  # the sampler's answer is not known from its fields: ask it
+            return self._asked(name, context, parent, trace_id, kind, attributes, links, start_time)
+        sampled = trace_id & _LIMIT < bound
+        flags = _SAMPLED if sampled else _DEFAULT
+        if _RANDOM and (self.ids.is_trace_id_random() if parent is None else parent.trace_flags & _RANDOM):
+            flags = TraceFlags(flags | _RANDOM)
+        own = SpanContext(trace_id, self.ids.generate_span_id(), False, flags,
+                          None if parent is None else parent.trace_state)  # fmt: skip
+        if not sampled:
+            return NonRecordingSpan(own)
+        attrs = attributes if type(attributes) is dict else dict(attributes or {})
+        return LiteSpan(self, name, own, parent, kind, attrs, links, start_time)
+
+    def _asked(
+        self,
+        name: str,
+        context: Context | None,
+        parent: SpanContext | None,
+        trace_id: int,
+        kind: SpanKind,
+        attributes: Any,
+        links: Sequence[Link],
+        start_time: int | None,
+    ) -> trace.Span:
         sampled = self.sampler.should_sample(context, trace_id, name, kind, attributes, links)
         decision = sampled.decision
         flags = TraceFlags.SAMPLED if decision is Decision.RECORD_AND_SAMPLE else TraceFlags.DEFAULT

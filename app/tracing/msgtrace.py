@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from time import time_ns
 from typing import Any
 
 from rocksidecar.rmq import Message, SendResult
@@ -63,12 +63,19 @@ def _store_host(offset_msg_id: str) -> str:
 
 def pub(msg: Message, result: SendResult, *, group: str, started_ms: int, cost_ms: int) -> Record:
     """A ``Pub`` record of a message a broker stored (TraceDataEncoder.encoderFromContextBean)."""
-    keys = " ".join(msg.keys)
+    return Record(_pub_data(msg, result, group, started_ms, cost_ms), (result.msg_id, *msg.keys))
+
+
+def _pub_data(msg: Message, result: SendResult, group: str, started_ms: int, cost_ms: int) -> str:
+    """The Pub record's text: its fields in TraceDataEncoder's order, CONTENT between them, FIELD after
+    (one f-string: a third of the cost of a tuple of str() joined)."""
     msg_type = MSG_TYPE_DELAY if "DELAY_DUE_AT" in msg.properties else MSG_TYPE_NORMAL
-    fields = ("Pub", str(started_ms), result.region_id, group, msg.topic, result.msg_id, msg.tags or "",
-              keys, _store_host(result.offset_msg_id), str(len(msg.body)), str(cost_ms), str(msg_type),
-              result.offset_msg_id, "true")  # fmt: skip
-    return Record(CONTENT.join(fields) + FIELD, (result.msg_id, *msg.keys))
+    offset_id = result.offset_msg_id
+    return (
+        f"Pub\x01{started_ms}\x01{result.region_id}\x01{group}\x01{msg.topic}\x01{result.msg_id}\x01"
+        f"{msg.tags or ''}\x01{' '.join(msg.keys)}\x01{_store_host(offset_id)}\x01{len(msg.body)}\x01"
+        f"{cost_ms}\x01{msg_type}\x01{offset_id}\x01true\x02"
+    )
 
 
 def sub(msg: MessageExt, *, group: str, region: str, started_ms: int, cost_ms: int, ok: bool) -> Record:
@@ -89,13 +96,18 @@ def sub(msg: MessageExt, *, group: str, region: str, started_ms: int, cost_ms: i
 _Pending = tuple[Any, SendResult | bool, int, int, str]  # Message with a SendResult, else MessageExt
 
 
-def _encoded(pending: _Pending) -> Record:
+def _encoded(pending: _Pending, keys: list[str]) -> str:
+    """``pending``'s record text; its keys (the message id, then the message's keys) added to ``keys``."""
     msg, outcome, started, cost, group = pending
     if isinstance(outcome, SendResult):
-        return pub(msg, outcome, group=group, started_ms=started, cost_ms=cost)
-    assert isinstance(msg, MessageExt)
+        keys.append(outcome.msg_id)
+        keys += msg.keys
+        return _pub_data(msg, outcome, group, started, cost)
+    assert isinstance(msg, MessageExt) and isinstance(outcome, bool)
     region = msg.properties.get("MSG_REGION", "DefaultRegion")
-    return sub(msg, group=group, region=region, started_ms=started, cost_ms=cost, ok=outcome)
+    record = sub(msg, group=group, region=region, started_ms=started, cost_ms=cost, ok=outcome)
+    keys += record.keys
+    return record.data
 
 
 class Dispatcher:
@@ -136,16 +148,16 @@ class Dispatcher:
             await self._flush()
 
     async def _flush(self) -> None:
-        while self._buffer:
+        buffer = self._buffer
+        while buffer:
             data: list[str] = []
-            keys: dict[str, None] = {}
+            keys: list[str] = []
             size = 0
-            while self._buffer and (size < MAX_BATCH_BYTES or not data):
-                record = _encoded(self._buffer.popleft())
-                data.append(record.data)
-                keys.update(dict.fromkeys(record.keys))
-                size += len(record.data)
-            await self._write("".join(data), tuple(keys))
+            while buffer and (size < MAX_BATCH_BYTES or not data):
+                text = _encoded(buffer.popleft(), keys)
+                data.append(text)
+                size += len(text)
+            await self._write("".join(data), tuple(dict.fromkeys(keys)))  # each key once, in order
 
     async def _write(self, data: str, keys: Sequence[str]) -> None:
         msg = Message(self.topic, data.encode("utf-8"), keys=tuple(k for k in keys if k and " " not in k))
@@ -175,7 +187,7 @@ DISPATCHER: Dispatcher | None = None  # set at start when ROCKSIDECAR_MSG_TRACE=
 
 
 def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return time_ns() // 1_000_000
 
 
 def consumed(msg: MessageExt, group: str, started_ms: int, ok: bool) -> None:
@@ -193,10 +205,10 @@ class MsgTraceSender(WatchedSender):
         self._dispatcher = dispatcher
 
     async def _one(self, msg: Message, call: Callable[[], Awaitable[SendResult]]) -> SendResult:
-        started = now_ms()
+        started = time_ns() // 1_000_000  # now_ms() without its frame: the one hot path here
         result = await call()
         d = self._dispatcher
-        d.add((msg, result, started, now_ms() - started, d.group))
+        d.add((msg, result, started, time_ns() // 1_000_000 - started, d.group))
         return result
 
     async def _many(

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from opentelemetry import context, trace
-from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
@@ -35,8 +35,18 @@ from rocksidecar.rmq.sender import BatchResults
 from .context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, TraceContext, of_properties
 from .watched import Delegating, WatchedSender
 
+if TYPE_CHECKING:  # the otel extra's: imported only when spans are on (_lite)
+    from .lite import LiteTracer
+
 ON = False  # the one check of the hot paths
-_SKIP_UNSAMPLED = False  # the sampler drops whatever an unsampled parent starts: do not start it
+_SKIP_UNSAMPLED = False  # the sampler drops whatever an unsampled remote parent starts: do not start it
+_SKIP_DROPPED_ROOTS = False  # the same for an unsampled local parent: a root span the sampler dropped
+# The traceparent of the request whose work is under way on the sample-free path (receive), else None.
+# It stands in for making the request's context current in OpenTelemetry (a Context copy, a SpanContext
+# and a token each way: ~10x the cost): the hooks below skip their spans while it is set, and log lines
+# take their trace id from it. A span of ours made current clears it for its block (_Current).
+_FREE: ContextVar[str | None] = ContextVar("rocksidecar_sample_free", default=None)
+_ROOTS: LiteTracer | None = None  # the tracer, when a root's sampling is known from its sampler's fields
 _tracer: trace.Tracer = trace.NoOpTracer()
 MAX_LINKS = 128  # a replayed batch links to each message's request, up to this many
 DELAY_DUE_AT = "DELAY_DUE_AT"  # delay.DELAY_DUE_AT: a delayed message being published carries it
@@ -48,14 +58,17 @@ def configure(provider: trace.TracerProvider | None, *, lite: bool = True) -> No
     """Spans from ``provider`` (None: off). Not the global provider: tests give their own. ``lite``:
     the SDK's spans made by app.tracing.lite (False: by the SDK's own tracer, which bench.tracing_cpu
     measures beside it)."""
-    global ON, _tracer, _SKIP_UNSAMPLED
+    global ON, _tracer, _SKIP_UNSAMPLED, _SKIP_DROPPED_ROOTS, _ROOTS
     ON = provider is not None
     if provider is None:
         _tracer = trace.NoOpTracer()
     else:
         tracer = provider.get_tracer("rocksidecar")
         _tracer = _lite(tracer) if lite else tracer
-    _SKIP_UNSAMPLED = provider is not None and _drops_unsampled_parents(provider)
+    _SKIP_UNSAMPLED = provider is not None and _drops_unsampled_parents(provider, remote=True)
+    _SKIP_DROPPED_ROOTS = provider is not None and _drops_unsampled_parents(provider, remote=False)
+    knows_roots = _SKIP_DROPPED_ROOTS and getattr(_tracer, "knows_roots", False)
+    _ROOTS = cast("LiteTracer", _tracer) if knows_roots else None
 
 
 def _lite(tracer: trace.Tracer) -> trace.Tracer:
@@ -70,24 +83,19 @@ def _lite(tracer: trace.Tracer) -> trace.Tracer:
     return LiteTracer(tracer) if isinstance(tracer, SdkTracer) else tracer
 
 
-def _drops_unsampled_parents(provider: trace.TracerProvider) -> bool:
-    """Whether ``provider``'s sampler drops every span under an unsampled remote parent (the default,
-    ParentBased, does). Asked once, with the trace id a ratio sampler would always keep, so a sampler
-    that does not follow the parent answers no. When yes, a request whose traceparent is unsampled
-    takes the sample-free fast path: no span objects at all, its trace context passed on unchanged."""
+def _drops_unsampled_parents(provider: trace.TracerProvider, *, remote: bool) -> bool:
+    """Whether ``provider``'s sampler drops every span under an unsampled remote (or local) parent (the
+    default, ParentBased, does). Asked once, with the trace id a ratio sampler would always keep, so a
+    sampler that does not follow the parent answers no. When yes, a request whose traceparent is
+    unsampled (remote), or whose root span the sampler dropped (local), takes the sample-free path: no
+    span objects below it (see receive)."""
     sampler = getattr(provider, "sampler", None)
     if sampler is None:
         return False
-    unsampled = SpanContext(1, 1, is_remote=True, trace_flags=TraceFlags(0))
+    unsampled = SpanContext(1, 1, is_remote=remote, trace_flags=TraceFlags(0))
     parent = trace.set_span_in_context(NonRecordingSpan(unsampled))
     result = sampler.should_sample(parent, 1, "probe", SpanKind.SERVER)
     return not result.decision.is_sampled() and not result.decision.is_recording()
-
-
-def _unsampled_now() -> bool:
-    """Under the fast path: the current context is a request's unsampled trace (see above)."""
-    sc = trace.get_current_span().get_span_context()
-    return _SKIP_UNSAMPLED and sc.is_valid and not sc.trace_flags.sampled
 
 
 def setup_from_env(on: bool, env: Mapping[str, str] = os.environ) -> Callable[[], None] | None:
@@ -120,7 +128,11 @@ def setup_from_env(on: bool, env: Mapping[str, str] = os.environ) -> Callable[[]
 
 
 def current_trace_fields() -> dict[str, str]:
-    """``{"trace_id": ...}`` of the span current where a log line is written, else ``{}``."""
+    """``{"trace_id": ...}`` of the span current where a log line is written (or of the request on the
+    sample-free path), else ``{}``."""
+    free = _FREE.get()
+    if free is not None:
+        return {"trace_id": free[3:35]}
     sc = trace.get_current_span().get_span_context()
     return {"trace_id": f"{sc.trace_id:032x}"} if sc.is_valid else {}
 
@@ -140,15 +152,6 @@ def _remote(parent: str, state: str | None) -> SpanContext:
     )
 
 
-def _parent_of(properties: Mapping[str, str]) -> Context | None:
-    """The parent context of a message the sidecar accepted: its TRACE_CONTEXT, checked by prepare()
-    (clean) or given by the request (inherit), so valid; None without one."""
-    parent = properties.get(TRACEPARENT_PROPERTY)
-    if parent is None:
-        return None
-    return trace.set_span_in_context(NonRecordingSpan(_remote(parent, properties.get(TRACESTATE_PROPERTY))))
-
-
 def traceparent(span: Span) -> str | None:
     sc = span.get_span_context()
     if not sc.is_valid:
@@ -158,15 +161,17 @@ def traceparent(span: Span) -> str | None:
 
 class _Current:
     """``span`` current for a ``with`` block, ended after it, an exception recorded on it: what
-    ``trace.use_span(span, end_on_exit=True)`` does, without a generator per span."""
+    ``trace.use_span(span, end_on_exit=True)`` does, without a generator per span. The sample-free
+    path's mark is cleared inside (a span of ours started there is current, not the request)."""
 
-    __slots__ = ("span", "token")
+    __slots__ = ("free", "span", "token")
 
     def __init__(self, span: Span) -> None:
         self.span = span
 
     def __enter__(self) -> Span:
         self.token = context.attach(trace.set_span_in_context(self.span))
+        self.free = _FREE.set(None)
         return self.span
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
@@ -175,6 +180,7 @@ class _Current:
             span.record_exception(exc)
             if isinstance(exc, Exception):
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        _FREE.reset(self.free)
         context.detach(self.token)
         span.end()
 
@@ -212,25 +218,76 @@ def _carrying(msg: Message, span: Span) -> Message:
 
 async def receive(msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _T:
     """``handle(msg)`` inside a ``receive {topic}`` span, ``msg`` carrying the span's context. The
-    message's own attributes go on the send span, which every accepted message has or spools from."""
-    parent = _parent_of(msg.properties)
-    if (
-        _SKIP_UNSAMPLED
-        and parent is not None
-        and not int(msg.properties[TRACEPARENT_PROPERTY][53:55], 16) & 1
-    ):
-        token = context.attach(parent)  # the sample-free fast path: the request's context is current
+    message's own attributes go on the send span, which every accepted message has or spools from.
+
+    The sample-free path: a request the sampler leaves out (an unsampled traceparent, or a root span it
+    dropped) when it drops everything under such a parent too (the default, every ``parentbased_*``)
+    makes no span objects below ``receive``: its traceparent (as it came, or the dropped root's) is
+    carried on and marked in ``_FREE``, where logs read the trace id and the hooks see they have no
+    span to make."""
+    properties = msg.properties
+    parent = properties.get(TRACEPARENT_PROPERTY)  # checked by prepare() (clean) or inherit(): valid
+    free: Message | None = None  # the message to hand on along the sample-free path
+    if parent is None:
+        root = _root(msg)
+        if isinstance(root, Message):
+            free = root
+        else:
+            span = root
+    elif _SKIP_UNSAMPLED and parent[54] in _UNSAMPLED_FLAG_DIGITS:
+        free = msg  # carried on as it came
+    else:
+        remote = NonRecordingSpan(_remote(parent, properties.get(TRACESTATE_PROPERTY)))
+        under = trace.set_span_in_context(remote)
+        span = _tracer.start_span(
+            f"receive {msg.topic}", under, SpanKind.SERVER, _named("receive", msg.topic)
+        )
+    if free is not None:
+        token = _FREE.set(free.properties[TRACEPARENT_PROPERTY])
         try:
-            return await handle(msg)
+            return await handle(free)
         finally:
-            context.detach(token)
-    span = _tracer.start_span(f"receive {msg.topic}", parent, SpanKind.SERVER, _named("receive", msg.topic))
+            _FREE.reset(token)
     with _Current(span):
         result = await handle(_carrying(msg, span))
         status = getattr(result, "status", None)
         if status is not None and span.is_recording():
             span.set_attribute("rocksidecar.outcome", str(getattr(status, "value", status)))
         return result
+
+
+_UNSAMPLED_FLAG_DIGITS = frozenset("02468ace")  # a traceparent's last hex digit without the sampled bit
+
+
+def _root(msg: Message) -> Span | Message:
+    """The receive span of a request without a traceparent; or, when the sampler drops it and all
+    under it (the sample-free path), ``msg`` carrying the dropped root's traceparent. A LiteTracer whose
+    root decision is known (_ROOTS) makes no span object for a dropped root (~4x cheaper); it is used
+    only where nothing else is current, as start_span would then find no parent either."""
+    roots = _ROOTS
+    if roots is not None and not context.get_current():
+        trace_id = roots.ids.generate_trace_id()
+        dropped = roots.dropped_root(trace_id)
+        if dropped is not None:
+            properties = {**msg.properties, TRACEPARENT_PROPERTY: dropped}
+            return Message(msg.topic, msg.body, msg.tags, msg.keys, properties, msg.flag, msg.id)
+        return roots.start_root(
+            f"receive {msg.topic}", trace_id, SpanKind.SERVER, _named("receive", msg.topic)
+        )
+    span = _tracer.start_span(f"receive {msg.topic}", None, SpanKind.SERVER, _named("receive", msg.topic))
+    if _SKIP_DROPPED_ROOTS and not span.is_recording():
+        carried = _carrying(msg, span)
+        if carried is not msg:  # the dropped root's context is valid: carry it, nothing below
+            return carried
+    return span
+
+
+async def _sample_free(msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _T:
+    token = _FREE.set(msg.properties[TRACEPARENT_PROPERTY])
+    try:
+        return await handle(msg)
+    finally:
+        _FREE.reset(token)
 
 
 async def receive_batch(msgs: Sequence[Message], handle: Callable[[list[Message]], Awaitable[_T]]) -> _T:
@@ -293,7 +350,7 @@ class TracedSender(WatchedSender):
         self._background = background
 
     async def _one(self, msg: Message, call: Callable[[], Awaitable[SendResult]]) -> SendResult:
-        if not self._background and _unsampled_now():
+        if not self._background and _FREE.get() is not None:  # the sample-free path: no span below
             return await call()
         span = _send_span([msg], self._background)
         with _Current(span):
@@ -315,7 +372,7 @@ class TracedSender(WatchedSender):
     async def _many(
         self, messages: Sequence[Message], call: Callable[[], Awaitable[BatchResults]]
     ) -> BatchResults:
-        if not self._background and _unsampled_now():
+        if not self._background and _FREE.get() is not None:  # the sample-free path: no span below
             return await call()
         span = _send_span(messages, self._background)
         with _Current(span):
@@ -329,7 +386,7 @@ class TracedSender(WatchedSender):
 
 async def internal(name: str, topic: str, count: int, work: Awaitable[_T]) -> _T:
     """``work`` inside an INTERNAL ``{name} {topic}`` span (spool, schedule)."""
-    if _unsampled_now():
+    if _FREE.get() is not None:  # the sample-free path: no span below
         return await work
     attrs: dict[str, Any] = {"messaging.system": "rocketmq", "messaging.destination.name": topic,
              "messaging.batch.message_count": count}  # fmt: skip

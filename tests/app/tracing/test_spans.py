@@ -11,18 +11,23 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBasedTraceIdRatio, TraceIdRatioBased
 from opentelemetry.trace import SpanKind
 
 from rocksidecar.app.http_client import Answer
 from rocksidecar.app.tracing import spans
 from rocksidecar.app.tracing.context import TRACEPARENT_PROPERTY
+from rocksidecar.rmq import Message, SendResult
 from rocksidecar.rmq.consumer.config import ConsumeStatus
+from rocksidecar.rmq.message import MessageQueue
+from rocksidecar.rmq.result import SendStatus
 from tests.app.conftest import Stack
 from tests.app.subscriptions.test_push import MQ, Recorded, message
+from tests.app.tracing.test_lite import FixedIds
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 TP = f"00-{TRACE_ID}-b7ad6b7169203331-01"
+RATIO = TraceIdRatioBased(0.5)
 
 
 @pytest.fixture
@@ -235,3 +240,72 @@ async def test_a_sampler_that_ignores_the_parent_still_gets_its_spans(make_stack
     finally:
         spans.configure(None)
     assert {"receive SpAlways", "send SpAlways"} <= {s.name for s in memory.get_finished_spans()}
+
+
+@pytest.mark.parametrize(("low", "recorded"), [(RATIO.bound, False), (RATIO.bound - 1, True)])
+async def test_a_root_the_ratio_sampler_drops_takes_the_sample_free_path(
+    make_stack: Callable[..., Any], low: int, recorded: bool
+) -> None:
+    """No traceparent under parentbased_traceidratio: a root the ratio drops makes no span below it but
+    its trace context is carried on (flags 00: unsampled); one it keeps is the usual span tree."""
+    trace_id = (9 << 64) | low
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ParentBasedTraceIdRatio(0.5), id_generator=FixedIds(trace_id, False))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    spans.configure(provider)
+    try:
+        async with make_stack() as stack:
+            r = await stack.http.post("/v1/messages", json={"topic": "SpRatio", "body": "x"})
+            assert r.status_code == 200
+            (msg,) = stack.stored("SpRatio")
+    finally:
+        spans.configure(None)
+    carried = msg.properties[TRACEPARENT_PROPERTY]
+    assert carried.startswith(f"00-{trace_id:032x}-") and carried.endswith("-01" if recorded else "-00")
+    got = by_name(memory)
+    if not recorded:
+        assert got == {}
+        return
+    receive, send = got["receive SpRatio"], got["send SpRatio"]
+    assert receive.parent is None and receive.context is not None and hex_trace(receive) == f"{trace_id:032x}"
+    assert send.parent is not None and send.parent.span_id == receive.context.span_id
+    assert carried == f"00-{trace_id:032x}-{receive.context.span_id:016x}-01"
+
+
+MQ_T = MessageQueue("T", "broker-a", 1)
+
+
+class _Stored:
+    """A sender that stores at once and notes the trace id a log line would carry there."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, str]] = []
+
+    async def send(self, msg: Message, **kwargs: Any) -> SendResult:
+        self.seen.append(spans.current_trace_fields())
+        return SendResult(SendStatus.SEND_OK, "ID", "7F00000100002A9F0000000000000001", MQ_T, 1)
+
+
+async def test_logs_on_the_sample_free_path_carry_the_request_s_trace_id(
+    exporter: InMemorySpanExporter,
+) -> None:
+    """Under an unsampled request, log lines carry its trace id and the request's sends make no span; a
+    span of ours started below it (a background send) is current in its block, with its own trace."""
+    inner = _Stored()
+    request = spans.TracedSender(inner, background=False)
+    background = spans.TracedSender(inner, background=True)
+    unsampled = f"00-{TRACE_ID}-b7ad6b7169203331-00"
+
+    async def handle(m: Message) -> list[dict[str, str]]:
+        await request.send(m)
+        await background.send(m)
+        await request.send(m)  # the request's again after the background span's block
+        return inner.seen
+
+    msg = Message("T", b"x", properties={TRACEPARENT_PROPERTY: unsampled})
+    in_request, in_background, again = await spans.receive(msg, handle)
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "send T" and span.attributes and span.attributes["rocksidecar.replay"] is True
+    assert in_request == again == {"trace_id": TRACE_ID}
+    assert in_background == {"trace_id": hex_trace(span)} != in_request
+    assert spans.current_trace_fields() == {}  # after the request: nothing
