@@ -102,3 +102,7 @@ class Beats:
     def age_ms(self, name: str) -> int | None:
         last = self._last.get(name)
         return None if last is None else self._clock_ms() - last
+
+    def last_ms(self, name: str) -> int | None:
+        """The send time of the last beat heard from ``name`` (None: none yet)."""
+        return self._last.get(name)

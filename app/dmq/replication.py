@@ -17,7 +17,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from rocksidecar.delay import CancelOutcome, DelayedMessage, DelayScheduler, DelayState, DelayStore
 from rocksidecar.rmq.client_instance import ClientInstance
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 OFFSETS_FILE = "dmq-offsets.json"  # the broadcast consumer's offsets, beside the delay store
 PRESENCE_OFFSETS_FILE = "dmq-presence-offsets.json"  # the beats' reader (only to start near the end)
 PUBLISHERS_SUFFIX = "_publishers"
+BEAT_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 0.6, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 BEATS_SUFFIX = "_presence"  # the beats' reader group
 
 
@@ -84,8 +85,9 @@ class Replication:
         self.presence_topic = presence_topic(marks_topic)
         self.presence = Presence(
             instance, group + PUBLISHERS_SUFFIX, marks_topic, replicas.me, interval_s=presence_interval_s,
-            beats=self.beats,
+            beats=self.beats, on_change=self._live_changed,
         )  # fmt: skip
+        self._live: frozenset[str] = frozenset()  # the live set last reported by presence
         self._beating = Periodic("dmq-beats", presence_interval_s, self._beat, run_first=True, logger=log)
         self._beat_reader = PushConsumer(
             ConsumerConfig(
@@ -152,6 +154,30 @@ class Replication:
             "copy there.",
             registry=r,
         )
+        self.silences = Counter(
+            "rocksidecar_dmq_silences",
+            "Times a listed replica stopped counting as live because its beats went silent: who=self "
+            "(this replica's own beats; it publishes nothing until it has caught up with the marks) or "
+            "peer (another replica; its share is taken over).",
+            ["who"],
+            registry=r,
+        )
+        for who in ("self", "peer"):
+            self.silences.labels(who)
+        # Why a replica went silent (bench.dmq_copies): the sender's side (beats sent late: a busy loop,
+        # a slow send) or the way back (the broker, this replica's reading).
+        self.beat_interval = Histogram(
+            "rocksidecar_dmq_beat_interval_seconds",
+            "Time between two consecutive beats of a replica, by their send times (the sender's side).",
+            buckets=BEAT_BUCKETS_S,
+            registry=r,
+        )
+        self.beat_delay = Histogram(
+            "rocksidecar_dmq_beat_delay_seconds",
+            "Time from a beat's send to this replica reading it.",
+            buckets=BEAT_BUCKETS_S,
+            registry=r,
+        )
         for outcome in ("heard", "unknown", "malformed"):
             self.beats_in.labels(outcome)
         for outcome in ("dropped", "duplicate", "unknown", "malformed"):
@@ -198,6 +224,7 @@ class Replication:
         the others published in this replica's place while it was silent (a replica resumed after a
         freeze would publish that share again)."""
         if self._catching_up is None:
+            self.silences.labels("self").inc()
             self._catching_up = asyncio.create_task(self._read_marks_to_end(), name="dmq-catch-up")
 
     async def _read_marks_to_end(self) -> None:
@@ -271,8 +298,22 @@ class Replication:
     async def _heard(self, batch: Sequence[MessageExt], _mq: MessageQueue) -> ConsumeStatus:
         malformed = self.beats_in.labels("malformed").inc
         for beat in envelope.each(batch, beats.parse, beats.BeatFormatError, malformed, log, logging.DEBUG):
-            self.beats_in.labels("heard" if self.beats.heard(beat) else "unknown").inc()
+            before = self.beats.last_ms(beat.name)
+            if not self.beats.heard(beat):
+                self.beats_in.labels("unknown").inc()
+                continue
+            self.beats_in.labels("heard").inc()
+            self.beat_delay.observe(max(self.beats.now_ms() - beat.at_ms, 0) / 1000)
+            if before is not None and beat.at_ms > before:
+                self.beat_interval.observe((beat.at_ms - before) / 1000)
         return ConsumeStatus.SUCCESS
+
+    def _live_changed(self, live: frozenset[str]) -> None:
+        """Presence saw the live publishers change: count the listed replicas that went silent."""
+        silent = (self._live - live) & self.presence.listed - {self.replicas.me}
+        if silent:
+            self.silences.labels("peer").inc(len(silent))
+        self._live = live
 
     # --- lifecycle -------------------------------------------------------------------------------------
     async def start(self, topics: Sequence[str]) -> None:
