@@ -42,6 +42,7 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from bench.common import (
     add_options,
@@ -153,31 +154,15 @@ class Replicas:
         bucket bounds (and how many beats of either were over 1 s)."""
         lines = []
         for name, port in zip(self.names, self.ports, strict=True):
-            samples = [
-                s
-                for f in text_string_to_metric_families((await http.get(f"http://127.0.0.1:{port}/metrics")).text)
-                for s in f.samples
-            ]
-
-            def value(metric: str, **labels: str) -> float:
-                return sum(s.value for s in samples if s.name == metric and labels.items() <= s.labels.items())
-
-            def over(hist: str) -> str:
-                buckets = sorted(
-                    (float(s.labels["le"]), s.value) for s in samples if s.name == f"{hist}_bucket"
-                )
-                total = buckets[-1][1] if buckets else 0
-                top = next((le for le, n in buckets if n >= total), 0.0)
-                late = total - next((n for le, n in buckets if le == 1.0), total)
-                return f"max <= {top:g} s, {late:.0f} of {total:.0f} over 1 s"
-
+            text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+            m = [s for f in text_string_to_metric_families(text) for s in f.samples]
             lines.append(
-                f"{name}: take-overs {value('rocksidecar_dmq_takeover_published_total'):.0f}, "
-                f"duplicate marks {value('rocksidecar_dmq_marks_total', outcome='duplicate'):.0f}, "
-                f"silences self {value('rocksidecar_dmq_silences_total', who='self'):.0f} / peer "
-                f"{value('rocksidecar_dmq_silences_total', who='peer'):.0f}; beat interval "
-                f"{over('rocksidecar_dmq_beat_interval_seconds')}; beat delay "
-                f"{over('rocksidecar_dmq_beat_delay_seconds')}"
+                f"{name}: take-overs {_value(m, 'rocksidecar_dmq_takeover_published_total'):.0f}, "
+                f"duplicate marks {_value(m, 'rocksidecar_dmq_marks_total', outcome='duplicate'):.0f}, "
+                f"silences self {_value(m, 'rocksidecar_dmq_silences_total', who='self'):.0f} / peer "
+                f"{_value(m, 'rocksidecar_dmq_silences_total', who='peer'):.0f}; beat interval "
+                f"{_over(m, 'rocksidecar_dmq_beat_interval_seconds')}; beat delay "
+                f"{_over(m, 'rocksidecar_dmq_beat_delay_seconds')}"
             )
         return lines
 
@@ -213,6 +198,19 @@ class Replicas:
             p.send_signal(signal.SIGTERM)
         for p in self.procs:
             p.wait()
+
+
+def _value(samples: list[Sample], metric: str, **labels: str) -> float:
+    return sum(s.value for s in samples if s.name == metric and labels.items() <= s.labels.items())
+
+
+def _over(samples: list[Sample], hist: str) -> str:
+    """A histogram's largest bucket bound reached, and how many observations were over 1 s."""
+    buckets = sorted((float(s.labels["le"]), s.value) for s in samples if s.name == f"{hist}_bucket")
+    total = buckets[-1][1] if buckets else 0
+    top = next((le for le, n in buckets if n >= total), 0.0)
+    late = total - next((n for le, n in buckets if le == 1.0), total)
+    return f"max <= {top:g} s, {late:.0f} of {total:.0f} over 1 s"
 
 
 def link_sst(src: str, dst: str) -> None:
