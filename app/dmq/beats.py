@@ -103,6 +103,12 @@ class Beats:
         last = self._last.get(name)
         return None if last is None else self._clock_ms() - last
 
+    def next_stale_ms(self) -> int | None:
+        """When the first beat that is fresh now goes stale (None: none is fresh)."""
+        now = self._clock_ms()
+        ends = [last + self.timeout_ms + 1 for last in self._last.values() if now - last <= self.timeout_ms]
+        return min(ends, default=None)
+
     def last_ms(self, name: str) -> int | None:
         """The send time of the last beat heard from ``name`` (None: none yet)."""
         return self._last.get(name)

@@ -107,6 +107,7 @@ class Replication:
         self._beat_reader.subscribe(self.presence_topic)
         self._producer = producer
         self._catching_up: asyncio.Task[None] | None = None  # see _catch_up
+        self._scheduler: DelayScheduler | None = None  # attach(): told when the gate's answers change
         self._refreshing: Periodic | None = None
         if refresh_after_s > 0:
             self.refresher = Refresher(
@@ -236,6 +237,7 @@ class Replication:
             log.exception("catching up with the marks failed; publishing again")
         finally:
             self._catching_up = None
+            self._regate()
 
     def _mine(self, msg: DelayedMessage) -> bool:
         """Whether this replica publishes ``msg`` now (without counting a take-over)."""
@@ -254,6 +256,12 @@ class Replication:
     def attach(self, scheduler: DelayScheduler) -> None:
         scheduler.gate = self.may_publish
         scheduler.on_sent = self.published
+        self._scheduler = scheduler
+
+    def _regate(self) -> None:
+        """The gate's answers may have changed: the scheduler asks again about what it turned away."""
+        if self._scheduler is not None:
+            self._scheduler.regate()
 
     # --- the consumer's side ---------------------------------------------------------------------------
     def listener(self, inner: InnerListener) -> MessageListener:
@@ -309,11 +317,13 @@ class Replication:
         return ConsumeStatus.SUCCESS
 
     def _live_changed(self, live: frozenset[str]) -> None:
-        """Presence saw the live publishers change: count the listed replicas that went silent."""
+        """Presence saw the live publishers change: count the listed replicas that went silent, and have
+        the scheduler ask its gate again (a take-over, or a turn given back)."""
         silent = (self._live - live) & self.presence.listed - {self.replicas.me}
         if silent:
             self.silences.labels("peer").inc(len(silent))
         self._live = live
+        self._regate()
 
     # --- lifecycle -------------------------------------------------------------------------------------
     async def start(self, topics: Sequence[str]) -> None:
