@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -89,6 +89,7 @@ class Replication:
         )  # fmt: skip
         self._live: frozenset[str] = frozenset()  # the live set last reported by presence
         self._beating = Periodic("dmq-beats", presence_interval_s, self._beat, run_first=True, logger=log)
+        self._beat_sender = beats.BeatSender(self._send_beat)
         self._beat_reader = PushConsumer(
             ConsumerConfig(
                 group=group + BEATS_SUFFIX,
@@ -299,9 +300,12 @@ class Replication:
 
     # --- presence --------------------------------------------------------------------------------------
     async def _beat(self) -> None:
+        self._beat_sender.beat()
+
+    def _send_beat(self) -> Awaitable[object]:
         msg = Message(self.presence_topic, beats.encode(self.replicas.me, self.beats.now_ms()),
                       properties={inner.OP: beats.OP_BEAT})  # fmt: skip
-        await self._producer.send(msg)
+        return self._producer.send(msg)
 
     async def _heard(self, batch: Sequence[MessageExt], _mq: MessageQueue) -> ConsumeStatus:
         malformed = self.beats_in.labels("malformed").inc
@@ -355,4 +359,5 @@ class Replication:
         await self.marks.close()
         await self.presence.close()
         await self._beating.close()
+        await self._beat_sender.close()
         await self._beat_reader.close()

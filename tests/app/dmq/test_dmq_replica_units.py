@@ -205,3 +205,20 @@ async def test_a_beat_going_stale_changes_the_live_set_when_it_does_not_at_the_n
         assert changes == [frozenset({"dmq-1"}), frozenset()]
     finally:
         await presence.close()
+
+
+async def test_a_slow_send_does_not_delay_the_next_beat_and_outstanding_sends_are_bounded() -> None:
+    answers: list[asyncio.Future[object]] = []
+
+    def send() -> asyncio.Future[object]:  # a broker that has not answered yet
+        answers.append(asyncio.get_running_loop().create_future())
+        return answers[-1]
+
+    sender = beats.BeatSender(send, max_in_flight=2)
+    assert sender.beat() and sender.beat()  # the second leaves while the first is unanswered
+    assert not sender.beat() and sender.skipped == 1  # at most 2 unanswered: this replica goes silent
+    answers[0].set_exception(RocketMQError("no answer"))  # a failed send frees its place, raises nothing
+    await asyncio.sleep(0)
+    assert sender.beat() and len(answers) == 3
+    await sender.close()
+    assert all(a.cancelled() for a in answers[1:])
