@@ -42,6 +42,7 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from bench.common import (
     add_options,
@@ -77,6 +78,7 @@ class Outcome:
     burst_drain_s: float  # the last burst message stored, after its due time
     duplicates: int
     settle_s: float  # the last message stored -> every other copy dropped
+    replicas: list[str]  # per replica: take-overs, silences, beats (see Replicas.health)
 
     @property
     def cpu_us(self) -> float:
@@ -145,6 +147,25 @@ class Replicas:
         except TimeoutError:
             raise RuntimeError(f"{name} of the replicas still {values} after {timeout_s:.0f} s") from None
 
+    async def health(self, http: httpx.AsyncClient) -> list[str]:
+        """Per replica, what decided who publishes: publishes in place of a silent first holder, marks of
+        ids it published too, silences (its own beats, a peer's), and its beats' timing: the longest
+        interval between two beats of one sender and the longest delay from send to read, as histogram
+        bucket bounds (and how many beats of either were over 1 s)."""
+        lines = []
+        for name, port in zip(self.names, self.ports, strict=True):
+            text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+            m = [s for f in text_string_to_metric_families(text) for s in f.samples]
+            lines.append(
+                f"{name}: take-overs {_value(m, 'rocksidecar_dmq_takeover_published_total'):.0f}, "
+                f"duplicate marks {_value(m, 'rocksidecar_dmq_marks_total', outcome='duplicate'):.0f}, "
+                f"silences self {_value(m, 'rocksidecar_dmq_silences_total', who='self'):.0f} / peer "
+                f"{_value(m, 'rocksidecar_dmq_silences_total', who='peer'):.0f}; beat interval "
+                f"{_over(m, 'rocksidecar_dmq_beat_interval_seconds')}; beat delay "
+                f"{_over(m, 'rocksidecar_dmq_beat_delay_seconds')}"
+            )
+        return lines
+
     def profile(self, into: Path | None) -> list[subprocess.Popen[bytes]]:
         """py-spy sampling each replica (--profile DIR): raw stacks into DIR, one file per replica."""
         if into is None:
@@ -177,6 +198,19 @@ class Replicas:
             p.send_signal(signal.SIGTERM)
         for p in self.procs:
             p.wait()
+
+
+def _value(samples: list[Sample], metric: str, **labels: str) -> float:
+    return sum(s.value for s in samples if s.name == metric and labels.items() <= s.labels.items())
+
+
+def _over(samples: list[Sample], hist: str) -> str:
+    """A histogram's largest bucket bound reached, and how many observations were over 1 s."""
+    buckets = sorted((float(s.labels["le"]), s.value) for s in samples if s.name == f"{hist}_bucket")
+    total = buckets[-1][1] if buckets else 0
+    top = next((le for le, n in buckets if n >= total), 0.0)
+    late = total - next((n for le, n in buckets if le == 1.0), total)
+    return f"max <= {top:g} s, {late:.0f} of {total:.0f} over 1 s"
 
 
 def link_sst(src: str, dst: str) -> None:
@@ -237,6 +271,7 @@ async def run_one(args: argparse.Namespace, copies: int, template: Path) -> Outc
         await replicas.until(http, "rocksidecar_delay_scheduled", lambda v: sum(v) <= stored, 60)
         settle = time.monotonic() - t
         cpu, window = replicas.cpu_s() - cpu0, time.monotonic() - t0
+        health = await replicas.health(http)
         for spy in spies:
             spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled and exits
             spy.wait()
@@ -252,7 +287,7 @@ async def run_one(args: argparse.Namespace, copies: int, template: Path) -> Outc
         copies, sent, cpu, intake_cpu, idle, window, margin,
         [x for d, v in lateness.by_due.items() if d != burst_due for x in v],
         [x for d, v in lateness.picked.items() if d != burst_due for x in v],
-        max(burst, default=0) / 1000, lateness.count - len(lateness.ids), settle,
+        max(burst, default=0) / 1000, lateness.count - len(lateness.ids), settle, health,
     )  # fmt: skip
 
 
@@ -280,6 +315,8 @@ def show(args: argparse.Namespace, o: Outcome) -> None:
     print("    " + summary("steady", o.steady))
     print("      " + summary("due -> picked", o.picked))
     print(f"    burst of {args.burst}: all stored {o.burst_drain_s:.2f} s after their due time")
+    for line in o.replicas:
+        print("    " + line)
 
 
 def ratios(outcomes: list[Outcome]) -> None:

@@ -31,13 +31,16 @@ MAX_IN_FLIGHT = 4  # publish calls at once
 RETRY_S = 1.0  # a message whose publish failed is tried again after this
 STORE_RETRY_S = 1.0  # while "sent" cannot be recorded, try again this often
 PURGE_EVERY_S = 60.0  # done markers past the retention are dropped this often
-GATE_RETRY_S = 0.25  # a due message the gate turned away is asked about again after this
+GATE_RETRY_S = 2.0  # a due message the gate turned away is asked about again after this, at the latest
+MAX_SCAN = 4  # reads of up to batch_max due keys per pass; then the loop gets a turn (turned-away copies)
 
 # Whether this process publishes the due message of this id now (Rock-DMQ replicas: only the one whose
-# turn it is); one it turns away stays scheduled and is asked about again GATE_RETRY_S later. It is asked
+# turn it is); one it turns away stays scheduled and is asked about again when the gate's owner says its
+# answers may have changed (``regate``: the live replicas changed), or GATE_RETRY_S later. It is asked
 # with the id from the due key, before the message is decoded: with two copies, half of what a replica
-# reads is turned away again every GATE_RETRY_S until its mark arrives, and decoding those cost a fifth
-# of the replica's CPU (bench.dmq_copies).
+# reads is turned away until its mark drops it. Re-asking every 250 ms instead cost a rescan of every
+# copy waiting for its mark, in one synchronous pass: with a burst of 100 000 copies, a stall of the
+# event loop several times a second, which delayed the replica's beats and marks (bench.dmq_copies).
 Gate = Callable[[str], bool]
 
 
@@ -78,6 +81,7 @@ class DelayScheduler(DueLoop):
         self._gate_retry_ms = max(1, int(gate_retry_s * 1000))
         self.on_sent = on_sent
         self._held = Holds()  # failed publishes waiting for their retry time
+        self._gated = Holds()  # due messages the gate turned away, until regate() or their re-ask time
         # published, "sent" not stored yet: (keys, at_ms, where each went)
         self._unrecorded: list[tuple[list[bytes], int, list[StoredAt | None]]] = []
         self._calls: set[asyncio.Task[None]] = set()
@@ -111,15 +115,16 @@ class DelayScheduler(DueLoop):
                 await self._wait_for_slot()
                 continue
             now = self._store.now_ms()
-            released = self._held.release_due(now)
-            if released is not None:
-                self._cursor = min(self._cursor, released)  # scan them again
+            for released in (self._held.release_due(now), self._gated.release_due(now)):
+                if released is not None:
+                    self._cursor = min(self._cursor, released)  # scan them again
             batch, more = self._take_due(now)
             if batch:
                 call = asyncio.create_task(self._publish_batch(batch), name="delay-publish")
                 self._calls.add(call)
                 call.add_done_callback(self._on_call_done)
             if batch or more:
+                await asyncio.sleep(0)  # a burst is many passes: let beats, marks and answers in between
                 continue
             self._housekeeping(now)
             await self._wait_until(self._next_wake_ms(), now)
@@ -132,17 +137,19 @@ class DelayScheduler(DueLoop):
             return self._take_due_gated(now, batch, turned_away)
         finally:
             if turned_away:
-                self._hold(turned_away, now + self._gate_retry_ms)
+                self._gated.hold(turned_away, now + self._gate_retry_ms)
+                self._store.queue.release(turned_away)  # a waiting cancel or mark may take them now
+                self._wake_for(now + self._gate_retry_ms)
 
     def _take_due_gated(
         self, now: int, batch: list[tuple[bytes, DelayedMessage]], turned_away: list[bytes]
     ) -> tuple[list[tuple[bytes, DelayedMessage]], bool]:
         queue = self._store.queue
-        while len(batch) < self._batch_max:
+        for _ in range(MAX_SCAN):
             want = self._batch_max - len(batch)
             rows = self._store.due(self._cursor, now, want)
             for key, raw in rows:
-                if key in self._held or not queue.claim(key):
+                if key in self._held or key in self._gated or not queue.claim(key):
                     continue  # waiting for its retry, or a cancel owns it
                 try:
                     _due, id_ = split_due_key(key)
@@ -157,11 +164,13 @@ class DelayScheduler(DueLoop):
                 self._cursor = rows[-1][0] + b"\x00"
             if len(rows) < want:
                 return batch, False
+            if len(batch) >= self._batch_max:
+                break
         return batch, True
 
     def _next_wake_ms(self) -> int | None:
         """The earlier of the next due key and the next held retry."""
-        candidates = [self._held.next_ms(), self._next_due_ms()]
+        candidates = [self._held.next_ms(), self._gated.next_ms(), self._next_due_ms()]
         return min((ms for ms in candidates if ms is not None), default=None)
 
     async def _wait_for_slot(self) -> None:
@@ -190,7 +199,7 @@ class DelayScheduler(DueLoop):
     def _advance_floor(self) -> None:
         """Promise the store that no live key sorts below the cursor (the queue keeps the floor below
         claimed keys)."""
-        if not self._held:  # while publishes fail, the floor stays where it is (always safe)
+        if not self._held and not self._gated:  # keys held below the cursor: the floor stays (safe)
             self._store.queue.advance_floor(self._cursor)
 
     # --- publishing -----------------------------------------------------------------------------------
@@ -225,6 +234,14 @@ class DelayScheduler(DueLoop):
                 log.error("%d published messages not recorded as sent yet: %s", len(keys), exc)
                 self._unrecorded.append((keys, out.done_at_ms, out.sent_to))
                 self._wake_for(None)  # the seek loop retries the record before it publishes anything else
+
+    def regate(self) -> None:
+        """The gate's answers may have changed (Rock-DMQ: the live replicas changed): ask it again now
+        about every due message it turned away."""
+        lowest = self._gated.release_all()
+        if lowest is not None:
+            self._cursor = min(self._cursor, lowest)
+            self._wake_for(None)
 
     def _hold(self, keys: list[bytes], retry_at_ms: int) -> None:
         self._held.hold(keys, retry_at_ms)

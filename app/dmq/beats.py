@@ -16,8 +16,10 @@ that does not parse, or names a replica not listed, is skipped and counted.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 
 import orjson
@@ -26,11 +28,14 @@ from . import envelope
 from .defaults import INTERVAL_S, TIMEOUT_BEATS, presence_topic
 from .inner import MAX_ID_CHARS
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "INTERVAL_S",
     "TIMEOUT_BEATS",
     "Beat",
     "BeatFormatError",
+    "BeatSender",
     "Beats",
     "encode",
     "parse",
@@ -102,3 +107,46 @@ class Beats:
     def age_ms(self, name: str) -> int | None:
         last = self._last.get(name)
         return None if last is None else self._clock_ms() - last
+
+    def next_stale_ms(self) -> int | None:
+        """When the first beat that is fresh now goes stale (None: none is fresh)."""
+        now = self._clock_ms()
+        ends = [last + self.timeout_ms + 1 for last in self._last.values() if now - last <= self.timeout_ms]
+        return min(ends, default=None)
+
+    def last_ms(self, name: str) -> int | None:
+        """The send time of the last beat heard from ``name`` (None: none yet)."""
+        return self._last.get(name)
+
+
+class BeatSender:
+    """Starts each beat's send without waiting for the broker's answer, so beats leave one interval
+    apart, not one interval after a slow send returned: in bursts the beats were up to 3 s apart and
+    the others took the sender for frozen (bench.dmq_copies). At most ``max_in_flight`` sends at once:
+    a replica whose brokers stopped answering goes silent, as it should."""
+
+    def __init__(self, send: Callable[[], Awaitable[object]], max_in_flight: int = TIMEOUT_BEATS) -> None:
+        self._send = send
+        self._max = max_in_flight
+        self._sends: set[asyncio.Future[object]] = set()
+        self.skipped = 0  # beats not sent: max_in_flight sends were outstanding
+
+    def beat(self) -> bool:
+        """Start a send; False (skipped) while max_in_flight are outstanding."""
+        if len(self._sends) >= self._max:
+            self.skipped += 1
+            return False
+        send = asyncio.ensure_future(self._send())
+        self._sends.add(send)
+        send.add_done_callback(self._sent)
+        return True
+
+    def _sent(self, send: asyncio.Future[object]) -> None:
+        self._sends.discard(send)
+        if not send.cancelled() and (exc := send.exception()) is not None:
+            log.debug("beat not sent: %s", exc)  # the others see the silence; nothing else to do
+
+    async def close(self) -> None:
+        for send in list(self._sends):
+            send.cancel()
+        await asyncio.gather(*self._sends, return_exceptions=True)

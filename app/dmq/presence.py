@@ -119,14 +119,27 @@ class Presence:
         )
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             self._poke.clear()
             await self.refresh()
             self._report()
-            try:
-                await asyncio.wait_for(self._poke.wait(), self._interval_s)
-            except TimeoutError:
-                pass
+            until = loop.time() + self._interval_s
+            while (left := until - loop.time()) > 0 and not self._poke.is_set():
+                # A beat going stale is a change of the live set at that instant, not at the next round:
+                # the scheduler asks its gate again on each change (take-overs wait for nothing else).
+                stale_in = self._stale_in_s()
+                wait = left if stale_in is None else min(left, stale_in)
+                try:
+                    await asyncio.wait_for(self._poke.wait(), max(wait, 0.001))
+                except TimeoutError:
+                    self._report()
+
+    def _stale_in_s(self) -> float | None:
+        if self.beats is None:
+            return None
+        stale = self.beats.next_stale_ms()
+        return None if stale is None else (stale - self.beats.now_ms()) / 1000
 
     async def refresh(self) -> None:
         """Ask one broker after another for the member list; keep the last answer when none answers
@@ -152,7 +165,7 @@ class Presence:
 
     def _report(self) -> None:
         """Log and tell ``on_change`` when the live set changed (a member list, or a beat gone stale
-        or fresh again: those are seen at each round)."""
+        or fresh again: a beat going stale is seen when it does, one fresh again at the next round)."""
         live = self.live
         if live != self._reported:
             self._reported = live

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from rocksidecar.delay import CancelOutcome, DelayedMessage, DelayScheduler, DelayState, DelayStore
 from rocksidecar.rmq.client_instance import ClientInstance
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 OFFSETS_FILE = "dmq-offsets.json"  # the broadcast consumer's offsets, beside the delay store
 PRESENCE_OFFSETS_FILE = "dmq-presence-offsets.json"  # the beats' reader (only to start near the end)
 PUBLISHERS_SUFFIX = "_publishers"
+BEAT_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 0.6, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 BEATS_SUFFIX = "_presence"  # the beats' reader group
 
 
@@ -84,9 +85,11 @@ class Replication:
         self.presence_topic = presence_topic(marks_topic)
         self.presence = Presence(
             instance, group + PUBLISHERS_SUFFIX, marks_topic, replicas.me, interval_s=presence_interval_s,
-            beats=self.beats,
+            beats=self.beats, on_change=self._live_changed,
         )  # fmt: skip
+        self._live: frozenset[str] = frozenset()  # the live set last reported by presence
         self._beating = Periodic("dmq-beats", presence_interval_s, self._beat, run_first=True, logger=log)
+        self._beat_sender = beats.BeatSender(self._send_beat)
         self._beat_reader = PushConsumer(
             ConsumerConfig(
                 group=group + BEATS_SUFFIX,
@@ -105,6 +108,7 @@ class Replication:
         self._beat_reader.subscribe(self.presence_topic)
         self._producer = producer
         self._catching_up: asyncio.Task[None] | None = None  # see _catch_up
+        self._scheduler: DelayScheduler | None = None  # attach(): told when the gate's answers change
         self._refreshing: Periodic | None = None
         if refresh_after_s > 0:
             self.refresher = Refresher(
@@ -150,6 +154,30 @@ class Replication:
             "rocksidecar_dmq_refreshed",
             "Held messages this replica wrote to the inner topic again before retention deletes their "
             "copy there.",
+            registry=r,
+        )
+        self.silences = Counter(
+            "rocksidecar_dmq_silences",
+            "Times a listed replica stopped counting as live because its beats went silent: who=self "
+            "(this replica's own beats; it publishes nothing until it has caught up with the marks) or "
+            "peer (another replica; its share is taken over).",
+            ["who"],
+            registry=r,
+        )
+        for who in ("self", "peer"):
+            self.silences.labels(who)
+        # Why a replica went silent (bench.dmq_copies): the sender's side (beats sent late: a busy loop,
+        # a slow send) or the way back (the broker, this replica's reading).
+        self.beat_interval = Histogram(
+            "rocksidecar_dmq_beat_interval_seconds",
+            "Time between two consecutive beats of a replica, by their send times (the sender's side).",
+            buckets=BEAT_BUCKETS_S,
+            registry=r,
+        )
+        self.beat_delay = Histogram(
+            "rocksidecar_dmq_beat_delay_seconds",
+            "Time from a beat's send to this replica reading it.",
+            buckets=BEAT_BUCKETS_S,
             registry=r,
         )
         for outcome in ("heard", "unknown", "malformed"):
@@ -198,6 +226,7 @@ class Replication:
         the others published in this replica's place while it was silent (a replica resumed after a
         freeze would publish that share again)."""
         if self._catching_up is None:
+            self.silences.labels("self").inc()
             self._catching_up = asyncio.create_task(self._read_marks_to_end(), name="dmq-catch-up")
 
     async def _read_marks_to_end(self) -> None:
@@ -209,6 +238,7 @@ class Replication:
             log.exception("catching up with the marks failed; publishing again")
         finally:
             self._catching_up = None
+            self._regate()
 
     def _mine(self, msg: DelayedMessage) -> bool:
         """Whether this replica publishes ``msg`` now (without counting a take-over)."""
@@ -227,6 +257,12 @@ class Replication:
     def attach(self, scheduler: DelayScheduler) -> None:
         scheduler.gate = self.may_publish
         scheduler.on_sent = self.published
+        self._scheduler = scheduler
+
+    def _regate(self) -> None:
+        """The gate's answers may have changed: the scheduler asks again about what it turned away."""
+        if self._scheduler is not None:
+            self._scheduler.regate()
 
     # --- the consumer's side ---------------------------------------------------------------------------
     def listener(self, inner: InnerListener) -> MessageListener:
@@ -264,15 +300,34 @@ class Replication:
 
     # --- presence --------------------------------------------------------------------------------------
     async def _beat(self) -> None:
+        self._beat_sender.beat()
+
+    def _send_beat(self) -> Awaitable[object]:
         msg = Message(self.presence_topic, beats.encode(self.replicas.me, self.beats.now_ms()),
                       properties={inner.OP: beats.OP_BEAT})  # fmt: skip
-        await self._producer.send(msg)
+        return self._producer.send(msg)
 
     async def _heard(self, batch: Sequence[MessageExt], _mq: MessageQueue) -> ConsumeStatus:
         malformed = self.beats_in.labels("malformed").inc
         for beat in envelope.each(batch, beats.parse, beats.BeatFormatError, malformed, log, logging.DEBUG):
-            self.beats_in.labels("heard" if self.beats.heard(beat) else "unknown").inc()
+            before = self.beats.last_ms(beat.name)
+            if not self.beats.heard(beat):
+                self.beats_in.labels("unknown").inc()
+                continue
+            self.beats_in.labels("heard").inc()
+            self.beat_delay.observe(max(self.beats.now_ms() - beat.at_ms, 0) / 1000)
+            if before is not None and beat.at_ms > before:
+                self.beat_interval.observe((beat.at_ms - before) / 1000)
         return ConsumeStatus.SUCCESS
+
+    def _live_changed(self, live: frozenset[str]) -> None:
+        """Presence saw the live publishers change: count the listed replicas that went silent, and have
+        the scheduler ask its gate again (a take-over, or a turn given back)."""
+        silent = (self._live - live) & self.presence.listed - {self.replicas.me}
+        if silent:
+            self.silences.labels("peer").inc(len(silent))
+        self._live = live
+        self._regate()
 
     # --- lifecycle -------------------------------------------------------------------------------------
     async def start(self, topics: Sequence[str]) -> None:
@@ -304,4 +359,5 @@ class Replication:
         await self.marks.close()
         await self.presence.close()
         await self._beating.close()
+        await self._beat_sender.close()
         await self._beat_reader.close()

@@ -263,3 +263,69 @@ async def test_a_held_back_copy_dropped_meanwhile_is_never_published(h: Harness)
     assert await h.store.drop_published("UNKNOWN") is CancelOutcome.NOT_FOUND  # remembered as sent
     later = h.store.get("UNKNOWN")
     assert later is not None and later.state is DelayState.SENT
+
+
+async def test_a_turned_away_message_is_asked_about_again_on_regate_not_on_a_short_tick(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule_many([message("MINE", now + 10), message("THEIRS", now + 10)])
+    allowed = {"MINE"}
+    asked: list[str] = []
+
+    def gate(id_: str) -> bool:
+        asked.append(id_)
+        return id_ in allowed
+
+    scheduler = h.start(gate=gate, gate_retry_s=2.0)
+    await scheduler.start()
+    await h.advance(0.01)
+    assert h.ids() == ["MINE"] and asked == ["MINE", "THEIRS"]
+    await h.advance(1.0)  # no re-ask every 250 ms: nothing about the gate changed
+    assert asked == ["MINE", "THEIRS"]
+    allowed.add("THEIRS")  # a take-over: the live replicas changed
+    scheduler.regate()
+    await h.settle()
+    assert h.ids() == ["MINE", "THEIRS"] and asked == ["MINE", "THEIRS", "THEIRS"]
+    assert h.lateness_s == [0.0, 1.0]
+
+
+async def test_a_turned_away_message_is_asked_again_after_the_gate_retry_at_the_latest(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule(message("THEIRS", now + 10))
+    allowed: set[str] = set()
+    scheduler = h.start(gate=lambda id_: id_ in allowed, gate_retry_s=2.0)
+    await scheduler.start()
+    await h.advance(0.01)
+    allowed.add("THEIRS")  # changed without a regate (a missed signal): the retry still finds it
+    await h.advance(1.999)
+    assert h.ids() == []
+    await h.advance(0.001)
+    assert h.ids() == ["THEIRS"]
+
+
+async def test_a_pass_over_many_turned_away_messages_gives_the_loop_back(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule_many([message(f"T{i:04d}", now + 10) for i in range(3000)])
+    await h.store.schedule(message("ZMINE", now + 10))  # sorts after every turned-away copy
+    asked = 0
+    most_between_ticks = 0
+
+    def gate(id_: str) -> bool:
+        nonlocal asked, most_between_ticks
+        asked += 1
+        most_between_ticks = max(most_between_ticks, asked)
+        return id_ == "ZMINE"
+
+    async def ticker() -> None:  # another task of the loop (beats, marks): it runs between passes
+        nonlocal asked
+        while True:
+            await asyncio.sleep(0)
+            asked = 0
+
+    beside = asyncio.create_task(ticker())
+    try:
+        await h.start(gate=gate, batch_max=100).start()
+        await h.advance(0.01)
+        assert h.ids() == ["ZMINE"]
+        assert most_between_ticks <= 4 * 100  # not the 3 001 of one pass over every due key
+    finally:
+        beside.cancel()

@@ -1,10 +1,13 @@
-"""Placement, marks parsing and the scheduler's gate, without brokers."""
+"""Placement, marks parsing, beats, presence and the scheduler's gate, without brokers."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
 from rocksidecar.app.dmq import beats, inner, marks
+from rocksidecar.app.dmq.presence import Presence
 from rocksidecar.app.dmq.refresh import Refresher
 from rocksidecar.app.dmq.replicas import ReplicaSet
 from rocksidecar.delay import DelayedMessage
@@ -100,6 +103,19 @@ def test_beats_fresh_until_the_timeout_and_hostile_beats_are_refused() -> None:
             beats.parse(body, props)
 
 
+def test_beats_say_when_the_first_fresh_one_goes_stale() -> None:
+    now = [10_000]
+    b = beats.Beats(NAMES, 2000, clock_ms=lambda: now[0])
+    assert b.next_stale_ms() is None  # nothing heard
+    b.heard(beats.Beat("dmq-0", 9_000))
+    b.heard(beats.Beat("dmq-1", 9_500))
+    assert b.next_stale_ms() == 11_001 and b.last_ms("dmq-1") == 9_500
+    now[0] = 11_001
+    assert not b.fresh("dmq-0") and b.next_stale_ms() == 11_501  # the stale one no longer counts
+    now[0] = 11_501
+    assert b.next_stale_ms() is None
+
+
 def test_a_copy_is_refreshed_once_each_time_its_age_passes_a_multiple_of_refresh_after() -> None:
     r = Refresher(None, None, "inner", 1000, lambda _m: True)  # type: ignore[arg-type]
     msg = DelayedMessage("id", "real", b"", created_ms=5_000, due_ms=10**9)
@@ -148,3 +164,61 @@ async def test_marks_wait_for_their_retry_after_a_refused_send_then_go_in_order(
     sender.add(["late"])
     await sender.close()  # what is buffered goes out at close
     assert marks.parse(producer.sent[-1].body, producer.sent[-1].properties).ids == ("late",)
+
+
+class _OneBroker:
+    """The part of a ClientInstance that Presence reads: one broker listing ``members``."""
+
+    def __init__(self, members: list[str]) -> None:
+        self.members = members
+        self.api = self
+
+    def broker_addrs(self) -> dict[str, str]:
+        return {"broker-a": "127.0.0.1:1"}
+
+    async def get_consumer_list(self, _addr: str, _group: str, timeout_s: float) -> list[str]:
+        return self.members
+
+
+async def test_a_beat_going_stale_changes_the_live_set_when_it_does_not_at_the_next_round() -> None:
+    now = [10_000]
+    b = beats.Beats(NAMES, 200, clock_ms=lambda: now[0])
+    b.heard(beats.Beat("dmq-1", 10_000))
+    changes: list[frozenset[str]] = []
+    changed = asyncio.Event()
+
+    def on_change(live: frozenset[str]) -> None:
+        changes.append(live)
+        changed.set()
+
+    presence = Presence(
+        _OneBroker(["10.0.0.2@dmq-1"]),  # type: ignore[arg-type]
+        "g_publishers", "marks", "dmq-0", interval_s=3600.0, on_change=on_change, beats=b,
+    )  # fmt: skip
+    presence.start()
+    try:
+        await asyncio.wait_for(changed.wait(), 5.0)
+        assert changes == [frozenset({"dmq-1"})]
+        changed.clear()
+        now[0] = 10_201  # dmq-1's beat is stale now; the next member-list round is an hour away
+        await asyncio.wait_for(changed.wait(), 5.0)
+        assert changes == [frozenset({"dmq-1"}), frozenset()]
+    finally:
+        await presence.close()
+
+
+async def test_a_slow_send_does_not_delay_the_next_beat_and_outstanding_sends_are_bounded() -> None:
+    answers: list[asyncio.Future[object]] = []
+
+    def send() -> asyncio.Future[object]:  # a broker that has not answered yet
+        answers.append(asyncio.get_running_loop().create_future())
+        return answers[-1]
+
+    sender = beats.BeatSender(send, max_in_flight=2)
+    assert sender.beat() and sender.beat()  # the second leaves while the first is unanswered
+    assert not sender.beat() and sender.skipped == 1  # at most 2 unanswered: this replica goes silent
+    answers[0].set_exception(RocketMQError("no answer"))  # a failed send frees its place, raises nothing
+    await asyncio.sleep(0)
+    assert sender.beat() and len(answers) == 3
+    await sender.close()
+    assert all(a.cancelled() for a in answers[1:])
