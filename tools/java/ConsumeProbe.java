@@ -4,7 +4,7 @@
 //       250 ms (q = broker:queueId, its queues of TOPIC now) and "MSG <msgId> <broker:queueId>" per message;
 //       runs until stdin closes.
 //   traced NAMESRV TOPIC GROUP TRACE_TOPIC   as consume, with the client's message trace on
-//       (enableMsgTrace: SubBefore/SubAfter records to TRACE_TOPIC, flushed when it shuts down).
+//       (enableMsgTrace: SubBefore/SubAfter records to TRACE_TOPIC, sent by its dispatcher shortly after).
 //   rate NAMESRV TOPIC GROUP N   a DefaultMQPushConsumer (defaults, no-op listener) from the first offset;
 //       prints "RATE <msg/s>" once N messages were consumed (clock from start()), then exits.
 import java.util.HexFormat;
