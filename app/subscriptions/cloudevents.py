@@ -25,6 +25,7 @@ from rocksidecar.rmq.message import (
     MessageQueue,
 )
 
+from ..http_client import CheckedLines
 from ..tracing.context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, from_headers
 
 SPEC_VERSION = "1.0"
@@ -152,6 +153,10 @@ def _escaped(text: str) -> bytes:
     return _header_value(text).encode("ascii")
 
 
+def _has_line_break(text: str) -> bool:
+    return "\r" in text or "\n" in text
+
+
 _CONTENT_TYPE_ONLY = {CONTENT_TYPE_PROPERTY}
 _OCTET_STREAM = b"application/octet-stream"
 # group and queue lines, id, time (second and milliseconds), offset, reconsume count, tags and keys
@@ -177,22 +182,27 @@ class HeaderLines:
         self._group_lines = (
             f"ce-specversion: {SPEC_VERSION}\r\nce-type: {EVENT_TYPE}\r\nce-rocketmqgroup: {group}\r\n"
         ).encode("latin-1", "replace")
-        self._queues: dict[tuple[str, str, int], bytes] = {}
+        # the lines, and whether the names in them are free of CR and LF (see __call__)
+        self._queues: dict[tuple[str, str, int], tuple[bytes, bool]] = {}
         self._tags: dict[str, bytes] = {}
         self._second = -1  # the last second formatted (a pull's messages share a few) and its bytes
         self._second_text = b""
 
-    def _queue_lines(self, topic: str, broker: str, queue_id: int) -> bytes:
-        """The group's lines and the queue's."""
+    def _queue_lines(self, topic: str, broker: str, queue_id: int) -> tuple[bytes, bool]:
+        """The group's lines and the queue's, and whether no name in them carries a CR or LF."""
         key = (topic, broker, queue_id)
         lines = self._queues.get(key)
         if lines is None:
             if len(self._queues) >= MAX_CACHED_QUEUES:
                 self._queues.clear()
-            lines = self._queues[key] = self._group_lines + (
-                f"ce-source: rocketmq://{broker}/{topic}\r\nce-rocketmqtopic: {topic}\r\n"
-                f"ce-rocketmqbroker: {broker}\r\nce-rocketmqqueue: {queue_id}\r\n"
-            ).encode("latin-1", "replace")
+            lines = self._queues[key] = (
+                self._group_lines
+                + (
+                    f"ce-source: rocketmq://{broker}/{topic}\r\nce-rocketmqtopic: {topic}\r\n"
+                    f"ce-rocketmqbroker: {broker}\r\nce-rocketmqqueue: {queue_id}\r\n"
+                ).encode("latin-1", "replace"),
+                not any(_has_line_break(x) for x in (self.group, topic, broker)),
+            )
         return lines
 
     def _tag_line(self, tags: str) -> bytes:
@@ -221,9 +231,11 @@ class HeaderLines:
         if sec != self._second:
             self._second_text = ce_time(sec * 1000)[:-5].encode("ascii")  # without ".mmmZ"
             self._second = sec
-        return _MESSAGE_LINES % (
-            self._queue_lines(msg.topic, mq.broker_name, msg.queue_id),
-            (props.get(PROPERTY_UNIQ_KEY) or msg.offset_msg_id).encode("latin-1", "replace"),
+        prefix, clean = self._queue_lines(msg.topic, mq.broker_name, msg.queue_id)
+        msg_id = props.get(PROPERTY_UNIQ_KEY) or msg.offset_msg_id
+        lines = _MESSAGE_LINES % (
+            prefix,
+            msg_id.encode("latin-1", "replace"),
             self._second_text,
             milli,
             msg.queue_offset,
@@ -231,6 +243,12 @@ class HeaderLines:
             optional,
             content_type.encode("latin-1", "replace") if content_type else _OCTET_STREAM,
         )
+        # Every line is ours and ends once; the numbers, the time and the escaped tags and keys cannot
+        # break a line: the names and the id and content type from the producer could (a hostile one
+        # is refused by the HTTP client's check, as before).
+        if clean and not _has_line_break(msg_id) and not (content_type and _has_line_break(content_type)):
+            return CheckedLines(lines)
+        return lines
 
 
 def structured_event(msg: MessageExt, mq: MessageQueue, group: str) -> dict[str, object]:
