@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import httptools
@@ -36,6 +36,59 @@ MAX_ANSWER_BYTES = 4 * 1024 * 1024  # an app's answer body beyond this is refuse
 # (issue 27: 0.55 -> 4.1 GB in 15 s). A longer head fails the delivery and closes the connection.
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 100
+
+
+def are_header_lines(lines: bytes) -> bool:
+    """Whether ``lines`` are ``name: value\\r\\n`` lines and nothing more: every CR and LF paired as
+    one line end, no empty line (it would end the head early: header injection)."""
+    breaks = lines.count(b"\r\n")
+    return (
+        lines.count(b"\n") == breaks
+        and lines.count(b"\r") == breaks
+        and lines[-2:] in (b"\r\n", b"")
+        and lines[:2] != b"\r\n"
+        and b"\r\n\r\n" not in lines
+    )
+
+
+class CheckedLines(bytes):
+    """Header lines whose maker vouches for what ``are_header_lines`` checks, so ``post_lines`` does not
+    scan them again (five scans of a push's ~400 bytes were ~2.5 us of a POST, issue 32). Only for a
+    maker that builds every line itself and checks each value it did not make for CR and LF
+    (subscriptions.cloudevents.HeaderLines); anything else passes plain bytes and is checked."""
+
+    __slots__ = ()
+
+
+class _Headers(Mapping[str, str]):
+    """The answer's headers, names lower-cased, decoded on first use: the push reads none of them on a
+    2xx (only Retry-After on a 429/503), and decoding every header of every answer into a dict was ~3 us
+    of a POST (issue 32)."""
+
+    __slots__ = ("_dict", "_raw")
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self._raw = raw
+        self._dict: dict[str, str] | None = None
+
+    def _decoded(self) -> dict[str, str]:
+        d = self._dict
+        if d is None:
+            d = self._dict = {n.decode("latin-1").lower(): v.decode("latin-1") for n, v in self._raw}
+            self._raw = []
+        return d
+
+    def __getitem__(self, name: str) -> str:
+        return self._decoded()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+    def __repr__(self) -> str:
+        return repr(self._decoded())
 
 
 class Answer(NamedTuple):
@@ -58,16 +111,18 @@ class _Target:
 class _Conn(asyncio.Protocol):
     """One keep-alive connection: a protocol fed straight into its own httptools parser (one per
     connection, reset by llhttp between answers), no StreamReader in between. It also carries the
-    timeout watch of the request it serves (``deadline``, ``task``): the client sweeps its connections,
-    no object per POST."""
+    timeout watch of the request it serves (``deadline``, ``timeout_s``): the client sweeps its
+    connections, no object per POST."""
 
     def __init__(self) -> None:
+        # made by loop.create_connection, so on the loop it serves. Kept: Python 3.11's
+        # get_running_loop() makes a getpid system call every time, once per POST here (issue 32)
+        self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.used = False  # a reused connection may have been closed by the app while idle
         self.lost = False
-        self.deadline = 0.0  # loop time; meaningful while ``task`` is set
-        self.task: asyncio.Task[Any] | None = None  # the request waiting on this connection
-        self.expired = False  # the sweep cancelled that request
+        self.deadline = 0.0  # loop time; meaningful while a request waits (``waiting``)
+        self.timeout_s = 0.0  # that request's timeout, for the error
         self._waiter: asyncio.Future[None] | None = None
         self._failed = False
         # the answer being read
@@ -149,6 +204,17 @@ class _Conn(asyncio.Protocol):
     def open(self) -> bool:
         return not (self.lost or self._failed)
 
+    @property
+    def waiting(self) -> bool:
+        """A request is waiting for its answer on this connection."""
+        return self._waiter is not None and not self._waiter.done()
+
+    def expire(self) -> None:
+        """The waiting request ran past its deadline: it fails with PostError and the connection closes.
+        Failing its waiter, not cancelling its task: no current_task() per POST, and an answer that is
+        already complete is still returned."""
+        self._fail(PostError(f"no answer within {self.timeout_s} s"))
+
     def _fail(self, exc: BaseException) -> None:
         # the error is not kept here: raised, its traceback holds the frames that hold this connection
         self._failed = True
@@ -164,17 +230,16 @@ class _Conn(asyncio.Protocol):
         self.used = True
         parser = self._parser
         assert parser is not None
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        waiter = self._waiter = self.loop.create_future()
         self.transport.write(request)
         try:
             await waiter
-            headers = {n.decode("latin-1").lower(): v.decode("latin-1") for n, v in self._headers}
             body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-            answer = Answer(parser.get_status_code(), headers, body)
+            answer = Answer(parser.get_status_code(), _Headers(self._headers), body)
             keep = self._keep_alive
         finally:
-            # a raised error's traceback keeps this frame (through a timeout's CancelledError, for as
-            # long as the caller keeps the error): it must not keep the answer's bytes with it
+            # a raised error's traceback keeps this frame (through a timeout's PostError or a cancel, for
+            # as long as the caller keeps the error): it must not keep the answer's bytes with it
             self._waiter = None
             self._headers = []
             self._body = []
@@ -205,6 +270,9 @@ class HttpClient:
     SWEEP_MAX_S = 0.25
 
     def __init__(self) -> None:
+        # the loop the client's connections live on, taken at its first request (a client serves one
+        # loop, as its connections do): asking asyncio per POST cost a getpid system call (issue 32)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: dict[tuple[str, int, bool], list[_Conn]] = {}
         self._targets: dict[str, _Target] = {}
         self._closed = False
@@ -226,11 +294,9 @@ class HttpClient:
         while True:
             await asyncio.sleep(self._sweep_s)
             now = loop.time()
-            for conn in self._conns:
-                task = conn.task
-                if task is not None and conn.deadline <= now and not conn.expired:
-                    conn.expired = True
-                    task.cancel()
+            for conn in list(self._conns):  # expiring a connection may drop it from the set
+                if conn.deadline <= now and conn.waiting:
+                    conn.expire()
 
     def _target(self, url: str) -> _Target:
         target = self._targets.get(url)
@@ -261,14 +327,7 @@ class HttpClient:
 
     def _request(self, url: str, lines: bytes, body: bytes, method: str) -> tuple[_Target, bytes]:
         """The request's bytes, after checking that ``lines`` are header lines and nothing more."""
-        breaks = lines.count(b"\r\n")
-        if (
-            lines.count(b"\n") != breaks
-            or lines.count(b"\r") != breaks
-            or lines[-2:] not in (b"\r\n", b"")
-            or lines[:2] == b"\r\n"
-            or b"\r\n\r\n" in lines
-        ):
+        if type(lines) is not CheckedLines and not are_header_lines(lines):
             raise PostError("a header carries a line break")  # no header injection into the request
         t = self._target(url)
         head = t.head  # built for POST, the hot path's method: another one changes the request line only
@@ -303,9 +362,11 @@ class HttpClient:
         idle = self._idle.get((t.host, t.port, t.tls))
         if idle is None:
             idle = self._idle[(t.host, t.port, t.tls)] = []
-        deadline = asyncio.get_running_loop().time() + timeout_s
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         self._watch(timeout_s)
-        task = asyncio.current_task()
         conn: _Conn | None = None
         try:
             while True:
@@ -314,7 +375,7 @@ class HttpClient:
                     self._drop(conn)
                     continue
                 reused = conn.used
-                conn.deadline, conn.task, conn.expired = deadline, task, False
+                conn.deadline, conn.timeout_s = deadline, timeout_s
                 try:
                     answer, keep = await conn.exchange(request)
                 except OSError as exc:
@@ -325,26 +386,19 @@ class HttpClient:
                 except BaseException:  # a bound, a timeout or a cancel mid-answer: the connection is unusable
                     self._drop(conn)
                     raise
-                finally:
-                    conn.task = None
                 if keep and not self._closed:
                     idle.append(conn)
                 else:
                     self._drop(conn)
                 return answer
-        except asyncio.CancelledError:
-            if conn is None or not conn.expired or task is None:
-                raise
-            task.uncancel()  # the sweep's cancel was for this POST, not for its caller
-            raise PostError(f"no answer within {timeout_s} s") from None
         except TimeoutError:  # the connect ran past the deadline
             raise PostError(f"no answer within {timeout_s} s") from None
         except OSError as exc:  # connect failed
             raise PostError(f"{type(exc).__name__}: {exc}") from exc
         finally:
-            # the raised error's traceback keeps this frame: without this, frame -> conn -> task ->
+            # the raised error's traceback keeps this frame: without this, frame -> conn -> waiter ->
             # error is a cycle holding the connection until a cyclic collection
-            del conn, task
+            del conn
 
     post = request  # the subscriptions' name for it; an alias, so the hot path pays no extra call
 
@@ -356,3 +410,4 @@ class HttpClient:
         for conn in list(self._conns):
             self._drop(conn)
         self._idle.clear()
+        self._loop = None

@@ -25,6 +25,7 @@ from rocksidecar.rmq.message import (
     MessageQueue,
 )
 
+from ..http_client import CheckedLines
 from ..tracing.context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, from_headers
 
 SPEC_VERSION = "1.0"
@@ -152,66 +153,102 @@ def _escaped(text: str) -> bytes:
     return _header_value(text).encode("ascii")
 
 
+def _has_line_break(text: str) -> bool:
+    return "\r" in text or "\n" in text
+
+
 _CONTENT_TYPE_ONLY = {CONTENT_TYPE_PROPERTY}
 _OCTET_STREAM = b"application/octet-stream"
-# group lines, queue lines, id, time, offset, reconsume count, tags and keys lines, content type
+# group and queue lines, id, time (second and milliseconds), offset, reconsume count, tags and keys
+# lines, content type
 _MESSAGE_LINES = (
-    b"%s%sce-id: %s\r\nce-time: %s\r\nce-rocketmqoffset: %d\r\nce-rocketmqreconsumetimes: %d\r\n"
+    b"%sce-id: %s\r\nce-time: %s.%03dZ\r\nce-rocketmqoffset: %d\r\nce-rocketmqreconsumetimes: %d\r\n"
     b"%scontent-type: %s\r\n"
 )
 MAX_CACHED_QUEUES = 4096  # per subscription; a subscription reads few topics' queues, bounded all the same
+MAX_CACHED_TAGS = 1024  # per subscription: a topic's tags are few; a storm of distinct ones only clears it
 
 
 class HeaderLines:
     """``encode_headers(headers_for(msg, mq, group))`` for one subscription's group, built straight as
-    bytes: what is the same for every message of the group, and of a queue, is encoded once; a message
-    adds its id, time, offset, reconsume count, tags, keys and content type. Messages with other user
-    properties (extensions, ``rocketmqproperties``, trace context) take headers_for itself. On the push
-    path the dict of headers_for and its encoding were a tenth of a delivery's CPU (issue 32)."""
+    bytes: what is the same for every message of the group and queue (and of a tag, a second) is
+    encoded once; a message adds its id, time, offset, reconsume count, tags, keys and content type.
+    Messages with other user properties (extensions, ``rocketmqproperties``, trace context) take
+    headers_for itself. On the push path the dict of headers_for and its encoding were a tenth of a
+    delivery's CPU (issue 32); this method was still its largest piece (session 8)."""
 
     def __init__(self, group: str) -> None:
         self.group = group
         self._group_lines = (
             f"ce-specversion: {SPEC_VERSION}\r\nce-type: {EVENT_TYPE}\r\nce-rocketmqgroup: {group}\r\n"
         ).encode("latin-1", "replace")
-        self._queues: dict[tuple[str, str, int], bytes] = {}
+        # the lines, and whether the names in them are free of CR and LF (see __call__)
+        self._queues: dict[tuple[str, str, int], tuple[bytes, bool]] = {}
+        self._tags: dict[str, bytes] = {}
+        self._second = -1  # the last second formatted (a pull's messages share a few) and its bytes
+        self._second_text = b""
 
-    def _queue_lines(self, topic: str, broker: str, queue_id: int) -> bytes:
+    def _queue_lines(self, topic: str, broker: str, queue_id: int) -> tuple[bytes, bool]:
+        """The group's lines and the queue's, and whether no name in them carries a CR or LF."""
         key = (topic, broker, queue_id)
         lines = self._queues.get(key)
         if lines is None:
             if len(self._queues) >= MAX_CACHED_QUEUES:
                 self._queues.clear()
             lines = self._queues[key] = (
-                f"ce-source: rocketmq://{broker}/{topic}\r\nce-rocketmqtopic: {topic}\r\n"
-                f"ce-rocketmqbroker: {broker}\r\nce-rocketmqqueue: {queue_id}\r\n"
-            ).encode("latin-1", "replace")
+                self._group_lines
+                + (
+                    f"ce-source: rocketmq://{broker}/{topic}\r\nce-rocketmqtopic: {topic}\r\n"
+                    f"ce-rocketmqbroker: {broker}\r\nce-rocketmqqueue: {queue_id}\r\n"
+                ).encode("latin-1", "replace"),
+                not any(_has_line_break(x) for x in (self.group, topic, broker)),
+            )
         return lines
+
+    def _tag_line(self, tags: str) -> bytes:
+        line = self._tags.get(tags)
+        if line is None:
+            if len(self._tags) >= MAX_CACHED_TAGS:
+                self._tags.clear()
+            line = self._tags[tags] = b"ce-rocketmqtags: %s\r\n" % _escaped(tags)
+        return line
 
     def __call__(self, msg: MessageExt, mq: MessageQueue) -> bytes:
         props = msg.properties
-        user = props.keys() - RESERVED_PROPERTIES
-        if user and user != _CONTENT_TYPE_ONLY:
-            return encode_headers(headers_for(msg, mq, self.group))
-        optional = b""
+        content_type: str | None = None
+        if not RESERVED_PROPERTIES.issuperset(props):  # user properties: rare on the push path
+            user = props.keys() - RESERVED_PROPERTIES
+            if user != _CONTENT_TYPE_ONLY:
+                return encode_headers(headers_for(msg, mq, self.group))
+            content_type = props[CONTENT_TYPE_PROPERTY]
         tags = props.get(PROPERTY_TAGS)
-        if tags:
-            optional = b"ce-rocketmqtags: %s\r\n" % _escaped(tags)
+        optional = self._tag_line(tags) if tags else b""
         if props.get(PROPERTY_KEYS):
             keys = " ".join(msg.keys)
             if keys:
                 optional += b"ce-rocketmqkeys: %s\r\n" % _escaped(keys)
-        content_type = props.get(CONTENT_TYPE_PROPERTY) if user else None
-        return _MESSAGE_LINES % (
-            self._group_lines,
-            self._queue_lines(msg.topic, mq.broker_name, msg.queue_id),
-            (props.get(PROPERTY_UNIQ_KEY) or msg.offset_msg_id).encode("latin-1", "replace"),
-            ce_time(msg.born_timestamp_ms).encode("ascii"),
+        sec, milli = divmod(msg.born_timestamp_ms, 1000)
+        if sec != self._second:
+            self._second_text = ce_time(sec * 1000)[:-5].encode("ascii")  # without ".mmmZ"
+            self._second = sec
+        prefix, clean = self._queue_lines(msg.topic, mq.broker_name, msg.queue_id)
+        msg_id = props.get(PROPERTY_UNIQ_KEY) or msg.offset_msg_id
+        lines = _MESSAGE_LINES % (
+            prefix,
+            msg_id.encode("latin-1", "replace"),
+            self._second_text,
+            milli,
             msg.queue_offset,
             msg.reconsume_times,
             optional,
             content_type.encode("latin-1", "replace") if content_type else _OCTET_STREAM,
         )
+        # Every line is ours and ends once; the numbers, the time and the escaped tags and keys cannot
+        # break a line: the names and the id and content type from the producer could (a hostile one
+        # is refused by the HTTP client's check, as before).
+        if clean and not _has_line_break(msg_id) and not (content_type and _has_line_break(content_type)):
+            return CheckedLines(lines)
+        return lines
 
 
 def structured_event(msg: MessageExt, mq: MessageQueue, group: str) -> dict[str, object]:

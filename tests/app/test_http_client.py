@@ -99,6 +99,10 @@ async def test_chunked_and_sized_bodies_are_read_and_headers_kept(app_factory: A
     assert (await client.post(url, b"a", {}, 5.0)).status == 200
     later = await client.post(url, b"b", {}, 5.0)
     assert later.status == 429 and later.headers["retry-after"] == "7"
+    # decoded on first use (issue 32), then a plain mapping: names lower-cased, in the answer's order
+    assert dict(later.headers) == {"retry-after": "7", "content-length": "3"}
+    assert list(later.headers) == ["retry-after", "content-length"] and len(later.headers) == 2
+    assert later.headers.get("content-type") is None and "Retry-After" not in later.headers
     assert (await client.post(url, b"c", {}, 5.0)).status == 204
     assert app.connections == 1
     await client.close()
@@ -138,6 +142,20 @@ async def test_no_answer_within_the_timeout_is_an_error(app_factory: AppFactory)
     client = HttpClient()
     with pytest.raises(PostError, match=r"no answer within 0\.05 s"):
         await client.post(url, b"x", {}, 0.05)
+    await client.close()
+
+
+async def test_a_timeout_fails_its_post_and_leaves_the_caller_uncancelled(app_factory: AppFactory) -> None:
+    answers = [b"", NO_CONTENT]  # the first POST is read and never answered
+    app, url = await app_factory(lambda _h, _b: answers.pop(0))
+    client = HttpClient()
+    with pytest.raises(PostError, match=r"no answer within 0\.05 s"):
+        await client.post(url, b"x", {}, 0.05)
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0  # the timeout was not a cancel of the caller
+    assert (await client.post(url, b"y", {}, 5.0)).status == 204  # on a new connection: the late one closed
+    assert app.connections == 2
+    await asyncio.sleep(0)  # the caller can still await: nothing cancels it later
     await client.close()
 
 

@@ -8,6 +8,7 @@ import dataclasses
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from rocksidecar.app.http_client import CheckedLines, are_header_lines
 from rocksidecar.app.subscriptions.cloudevents import HeaderLines, encode_headers, headers_for
 from rocksidecar.rmq.message import MessageQueue
 from tests.rmq.consumer.factory import stored
@@ -30,12 +31,12 @@ def lines_of(encoded: bytes) -> list[bytes]:
 @example({"content-type": "text/plain; charset=\u00e9", "WAIT": "true"}, "T", "broker-a", 1, 0, 0, "G")
 @given(
     properties,
-    st.sampled_from(["T", "Tö", "%RETRY%G"]),
-    st.sampled_from(["broker-a", "b\u00e9"]),
+    st.sampled_from(["T", "Tö", "%RETRY%G", "T\r\nx-evil: 1"]),
+    st.sampled_from(["broker-a", "b\u00e9", "b\n"]),
     st.integers(0, 2**40),
     st.integers(0, 16),
     st.integers(0, 253_402_300_799_999),
-    st.sampled_from(["G", "gr\u00fcppe"]),
+    st.sampled_from(["G", "gr\u00fcppe", "G\r"]),
 )
 def test_the_same_headers_as_headers_for(
     props: dict[str, str], topic: str, broker: str, offset: int, reconsumes: int, born: int, group: str
@@ -48,7 +49,23 @@ def test_the_same_headers_as_headers_for(
     )
     lines = HeaderLines(group)
     for _ in range(2):  # the second time from the queue's cached lines
-        assert lines_of(lines(msg, mq)) == lines_of(encode_headers(headers_for(msg, mq, group)))
+        out = lines(msg, mq)
+        assert lines_of(out) == lines_of(encode_headers(headers_for(msg, mq, group)))
+        # what it vouches for (the HTTP client then skips its check) always passes that check
+        assert type(out) is not CheckedLines or are_header_lines(out)
+
+
+def test_a_line_break_from_the_producer_is_not_vouched_for_and_fails_the_check() -> None:
+    lines = HeaderLines("G")
+    plain = stored(7, tags="TagA")
+    assert type(lines(plain, MQ)) is CheckedLines
+    for props in (
+        {"UNIQ_KEY": "U1\nx-evil: 1"},
+        {"UNIQ_KEY": "U1", "content-type": "text/plain\r\n\r\nbody"},
+    ):
+        msg = dataclasses.replace(plain, properties={**plain.properties, **props})
+        out = lines(msg, MQ)
+        assert type(out) is bytes and not are_header_lines(out)  # the HTTP client refuses it
 
 
 def test_a_plain_message_takes_the_short_path_and_a_json_one_keeps_its_type() -> None:
