@@ -70,7 +70,6 @@ def ce_time(ms: int) -> str:
 # Attributes that are always plain ASCII (our names and numbers); the others may carry anything.
 _PLAIN = {
     "specversion",
-    "id",
     "source",
     "type",
     "time",
@@ -119,7 +118,15 @@ def attributes_for(msg: MessageExt, mq: MessageQueue, group: str) -> tuple[dict[
             other[name] = value
     if other:
         attrs["rocketmqproperties"] = json.dumps(other, separators=(",", ":"))
-    return attrs, content_type or "application/octet-stream"
+    return attrs, _media_type(content_type)
+
+
+def _media_type(value: str | None) -> str:
+    """The producer's content type if it can be a header value as it is (printable ASCII); anything
+    else, a line break above all, would let a producer write headers of its own into the POST."""
+    if value and value.isascii() and value.isprintable():
+        return value
+    return "application/octet-stream"
 
 
 def _trace_attributes(attrs: dict[str, str], properties: dict[str, str]) -> None:
@@ -220,7 +227,7 @@ class HeaderLines:
             user = props.keys() - RESERVED_PROPERTIES
             if user != _CONTENT_TYPE_ONLY:
                 return encode_headers(headers_for(msg, mq, self.group))
-            content_type = props[CONTENT_TYPE_PROPERTY]
+            content_type = _media_type(props[CONTENT_TYPE_PROPERTY])
         tags = props.get(PROPERTY_TAGS)
         optional = self._tag_line(tags) if tags else b""
         if props.get(PROPERTY_KEYS):
@@ -235,20 +242,18 @@ class HeaderLines:
         msg_id = props.get(PROPERTY_UNIQ_KEY) or msg.offset_msg_id
         lines = _MESSAGE_LINES % (
             prefix,
-            msg_id.encode("latin-1", "replace"),
+            _escaped(msg_id),  # the producer's UNIQ_KEY: percent-encoded as the binding says
             self._second_text,
             milli,
             msg.queue_offset,
             msg.reconsume_times,
             optional,
-            content_type.encode("latin-1", "replace") if content_type else _OCTET_STREAM,
+            content_type.encode("ascii") if content_type else _OCTET_STREAM,
         )
-        # Every line is ours and ends once; the numbers, the time and the escaped tags and keys cannot
-        # break a line: the names and the id and content type from the producer could (a hostile one
-        # is refused by the HTTP client's check, as before).
-        if clean and not _has_line_break(msg_id) and not (content_type and _has_line_break(content_type)):
-            return CheckedLines(lines)
-        return lines
+        # Every line is ours and ends once: the numbers, the time, the escaped id, tags and keys and a
+        # printable content type cannot break a line; the queue's names could (then the HTTP client's
+        # check decides, as before).
+        return CheckedLines(lines) if clean else lines
 
 
 def structured_event(msg: MessageExt, mq: MessageQueue, group: str) -> dict[str, object]:

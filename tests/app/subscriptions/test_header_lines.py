@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -55,17 +56,28 @@ def test_the_same_headers_as_headers_for(
         assert type(out) is not CheckedLines or are_header_lines(out)
 
 
-def test_a_line_break_from_the_producer_is_not_vouched_for_and_fails_the_check() -> None:
-    lines = HeaderLines("G")
-    plain = stored(7, tags="TagA")
-    assert type(lines(plain, MQ)) is CheckedLines
-    for props in (
+@pytest.mark.parametrize(
+    "props",
+    [
         {"UNIQ_KEY": "U1\nx-evil: 1"},
+        {"UNIQ_KEY": "U1\r\nx-evil: 1"},  # well-formed lines: the HTTP client's check would pass them
+        {"UNIQ_KEY": "U1", "content-type": "text/plain\r\nx-evil: 1"},
         {"UNIQ_KEY": "U1", "content-type": "text/plain\r\n\r\nbody"},
-    ):
-        msg = dataclasses.replace(plain, properties={**plain.properties, **props})
-        out = lines(msg, MQ)
-        assert type(out) is bytes and not are_header_lines(out)  # the HTTP client refuses it
+        {"UNIQ_KEY": "U1", "content-type": "text/plain\r\nx-evil: 1", "region": "eu"},  # headers_for's path
+    ],
+)
+def test_a_producer_s_line_break_never_becomes_a_header(props: dict[str, str]) -> None:
+    plain = stored(7, tags="TagA")
+    msg = dataclasses.replace(plain, properties={**plain.properties, **props})
+    out = HeaderLines("G")(msg, MQ)
+    assert are_header_lines(out)  # delivered, not refused by the HTTP client
+    names = [line.split(b":", 1)[0] for line in out.split(b"\r\n") if line]
+    assert b"x-evil" not in names and b"body" not in names, out
+    assert names.count(b"content-type") == 1 and names.count(b"ce-id") == 1
+    if "content-type" in props:
+        assert b"content-type: application/octet-stream\r\n" in out
+    else:
+        assert b"ce-id: U1%0D%0Ax-evil: 1\r\n" in out or b"ce-id: U1%0Ax-evil: 1\r\n" in out
 
 
 def test_a_plain_message_takes_the_short_path_and_a_json_one_keeps_its_type() -> None:
