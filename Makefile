@@ -90,7 +90,7 @@ realbroker: $(STAMP)
 # bench/compare.py's C load generators (Debian wrk and h2load from nghttp2-client), installed when missing
 # and we are root.
 bench-tools:
-	@for t in wrk:wrk h2load:nghttp2-client; do command -v $${t%%:*} >/dev/null 2>&1 || \
+	@for t in wrk:wrk h2load:nghttp2-client strace:strace; do command -v $${t%%:*} >/dev/null 2>&1 || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $${t#*:}) >/dev/null; done
 
 # The sidecar against the Java Producer/BatchProducer on the real RocketMQ 4.9.4 (issue 18; QUICK=1: ~2 min).

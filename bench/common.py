@@ -35,6 +35,14 @@ def bench_parser(doc: str | None, **defaults: object) -> argparse.ArgumentParser
     return add_options(parser, **defaults)
 
 
+def tools_or_exit(bench: str, tools: dict[str, str]) -> None:
+    """Exit with one line naming what is missing: ``tools`` maps each command to its Debian package."""
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        packages = ", ".join(dict.fromkeys(tools[t] for t in missing))
+        sys.exit(f"{bench} needs {' and '.join(missing)}: run `make bench-tools` (Debian: {packages})")
+
+
 def add_options(parser: argparse.ArgumentParser, **defaults: object) -> argparse.ArgumentParser:
     """``--name-with-dashes`` for each keyword, typed by its default: False is a flag, None a string."""
     for name, default in defaults.items():

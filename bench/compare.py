@@ -36,7 +36,16 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import DEFAULT_CTL, Row, bench_parser, environment, free_port, java_benchmark, print_rows
+from bench.common import (
+    DEFAULT_CTL,
+    Row,
+    bench_parser,
+    environment,
+    free_port,
+    java_benchmark,
+    print_rows,
+    tools_or_exit,
+)
 from bench.floor import floor_relay, master_of
 from bench.grpc_floor import KINDS as FLOOR_KINDS
 from bench.grpc_floor import grpc_floor
@@ -304,15 +313,6 @@ def floors_of(load: str, floors: Sequence[str]) -> list[str]:
     return [k for k in floors if k != "relay" or load == "unary"]
 
 
-def need_tools() -> None:
-    missing = [t for t in ("wrk", "h2load") if shutil.which(t) is None]
-    if missing:
-        sys.exit(
-            f"bench.compare needs {' and '.join(missing)}: "
-            "run `make bench-tools` (Debian: wrk, nghttp2-client)"
-        )
-
-
 @contextlib.contextmanager
 def profiled(pid: int, out: Path | None, name: str, seconds: float) -> Iterator[None]:
     """py-spy (sampling, non-blocking) on the sidecar over the block: ``out/name.raw`` (collapsed stacks,
@@ -391,7 +391,7 @@ def main() -> None:
     floors = [k for k in args.grpc_floors.split(",") if k]
     if unknown := set(floors) - set(FLOOR_KINDS):
         parser.error(f"--grpc-floors: unknown {sorted(unknown)}; known: {', '.join(FLOOR_KINDS)}")
-    need_tools()
+    tools_or_exit("bench.compare", {"wrk": "wrk", "h2load": "nghttp2-client"})
     if not args.sidecar_only and not args.ctl.is_file():
         sys.exit(f"bench.compare: no {args.ctl}: pass --ctl or set ROCKSIDECAR_TEST_BROKER_CTL")
     topic = f"RsCmp{int(time.time())}"

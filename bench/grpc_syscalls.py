@@ -12,15 +12,13 @@ rates or times are printed: only counts per call, the total and the most frequen
 from __future__ import annotations
 
 import asyncio
-import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import bench_parser, free_port
+from bench.common import bench_parser, free_port, tools_or_exit
 from bench.compare import GrpcLoad, _outcomes, grpc_loads, h2load
 from bench.floor import master_of
 from bench.grpc_floor import grpc_floor
@@ -63,8 +61,7 @@ def main() -> None:
     parser.add_argument("--namesrv", default="127.0.0.1:9876", help="the real RocketMQ name server")
     parser.add_argument("--seconds", type=float, default=6.0, help="h2load's duration per server")
     args = parser.parse_args()
-    if shutil.which("strace") is None or shutil.which("h2load") is None:
-        sys.exit("bench.grpc_syscalls needs strace and h2load (Debian: strace, nghttp2-client)")
+    tools_or_exit("bench.grpc_syscalls", {"strace": "strace", "h2load": "nghttp2-client"})
     topic = f"RsSys{int(time.time())}"
     unary = grpc_loads(topic)[0]
     with tempfile.TemporaryDirectory() as data:

@@ -14,12 +14,10 @@ only counts from the same run compare: run the trees side by side.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +28,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.common import bench_parser, tools_or_exit
 from bench.compare import BODY, run_wrk
 from bench.sidecar_process import sidecar_process
 
@@ -145,15 +144,12 @@ def counted(url: str, pid: int, path: str, body: bytes, connections: int, second
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = bench_parser(__doc__)
     parser.add_argument("trees", nargs="*", type=Path, help="checkouts with a .venv (default: this one)")
     parser.add_argument("--namesrv", default="127.0.0.1:9876", help="the real RocketMQ name server")
     parser.add_argument("--seconds", type=float, default=6.0, help="wrk's duration per path")
     args = parser.parse_args()
-    if shutil.which("strace") is None or shutil.which("wrk") is None:
-        sys.exit("bench.http_syscalls needs strace and wrk (Debian: strace, wrk)")
+    tools_or_exit("bench.http_syscalls", {"strace": "strace", "wrk": "wrk"})
     topic = f"RsHttpSys{int(time.time())}"
     single = json.dumps({"topic": topic, "body": BODY}).encode()
     batch = json.dumps({"messages": [{"topic": topic, "body": BODY}] * 100}).encode()
