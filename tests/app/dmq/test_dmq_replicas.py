@@ -115,11 +115,21 @@ class Setup:
             await self.producer.send(msg, sharding_key=id_)
         return due
 
-    async def stored(self, rs: list[Replica], total: int) -> None:
-        """Until the replicas ``rs`` together scheduled ``total`` copies."""
-        async with asyncio.timeout(WAIT_S):
-            while sum([await metric(r.port, inner_count("scheduled")) for r in rs]) < total:  # noqa: ASYNC110
-                await asyncio.sleep(0.05)  # other processes: their /metrics is the only view
+    async def stored(self, rs: list[Replica], total: int, outcomes: tuple[str, ...] = ("scheduled",)) -> None:
+        """Until the replicas ``rs`` together counted ``total`` copies under ``outcomes``."""
+
+        async def counts() -> dict[str, dict[str, float]]:
+            names = ("scheduled", "duplicate", "not_held", "cancelled_before", "malformed")
+            return {r.name: {o: await metric(r.port, inner_count(o)) for o in names} for r in rs}
+
+        seen = await counts()
+        try:
+            async with asyncio.timeout(WAIT_S):
+                while sum(c[o] for c in seen.values() for o in outcomes) < total:
+                    await asyncio.sleep(0.05)  # other processes: their /metrics is the only view
+                    seen = await counts()
+        except TimeoutError:
+            raise AssertionError(f"not {total} copies {outcomes}: {seen}") from None
 
     def check(self, due: dict[str, int]) -> list[float]:
         """Every id arrived, none before its due time; returns each first arrival's lateness (s)."""
@@ -262,6 +272,7 @@ async def test_a_broker_down_the_stored_copies_are_still_published(setup: Setup)
     setup.check(due)
 
 
+@pytest.mark.slow
 async def test_the_name_server_down_changes_nothing(setup: Setup) -> None:
     r0, r1, r2 = await setup.start_all(copies=2)
     # A replica learns a real topic's route at its first publish there: as any RocketMQ client, it
@@ -271,7 +282,9 @@ async def test_the_name_server_down_changes_nothing(setup: Setup) -> None:
     for r in (r0, r1, r2):
         await r.until('rocksidecar_dmq_marks_sent_total{outcome="sent"}', lambda v: v > 0)
     due = await setup.send(40, due_in_ms=3000)
-    await setup.stored([r0, r1, r2], 70 * 2)
+    # A replica slow to read the inner topic (a busy machine) can read a warm copy's published mark
+    # first: it keeps a marker and counts the copy a duplicate when it comes, never "scheduled".
+    await setup.stored([r0, r1, r2], 70 * 2, outcomes=("scheduled", "duplicate"))
     await setup.cluster.namesrv.stop()  # routes are cached; presence asks the brokers
     await r2.signal(signal.SIGKILL)  # and a take-over still works
     await until_received(setup, due)
