@@ -31,6 +31,7 @@ import httpx
 from bench.common import bench_parser, tools_or_exit
 from bench.compare import BODY, run_wrk
 from bench.sidecar_process import sidecar_process
+from tools.check_ports import tcp_sockets
 
 WRITES = frozenset({"write", "writev", "send", "sendto", "sendmsg"})
 READS = frozenset({"read", "readv", "recv", "recvfrom", "recvmsg"})
@@ -69,16 +70,7 @@ def _metrics(url: str) -> dict[str, float]:
 
 def _inode_ports() -> dict[str, int]:
     """Socket inode -> local port, for every TCP socket of the host."""
-    out: dict[str, int] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in lines:
-            f = row.split()
-            out[f[9]] = int(f[1].rsplit(":", 1)[1], 16)
-    return out
+    return {inode: port for inode, port, _state in tcp_sockets()}
 
 
 def peers(pid: int, http_port: int) -> dict[int, str]:
