@@ -8,6 +8,7 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -26,6 +27,7 @@ from rocksidecar.rmq.producer import Producer, ProducerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CTL = REPO.parent / "shared" / "rocketmq" / "real-broker.sh"
+T = TypeVar("T")
 
 
 def bench_parser(doc: str | None, **defaults: object) -> argparse.ArgumentParser:
@@ -332,3 +334,20 @@ def tree_cpu_seconds(pid: int) -> float:
         except OSError:
             continue  # gone meanwhile
     return total / ticks
+
+
+def straced(pid: int, options: Sequence[str], load: Callable[[], T]) -> tuple[T, str]:
+    """Run ``load`` while ``strace -f`` with ``options`` is attached to ``pid`` (all its threads):
+    ``load``'s result and the text strace wrote once it detached. Needs strace (tools_or_exit)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "strace.txt"
+        tracer = subprocess.Popen(
+            ["strace", "-f", *options, "-o", str(out), "-p", str(pid)], stderr=subprocess.DEVNULL
+        )
+        try:
+            time.sleep(1.0)  # attached to every thread before the load starts
+            result = load()
+        finally:
+            tracer.send_signal(signal.SIGINT)  # strace detaches (with -c: prints its table first)
+            tracer.wait(timeout=120)
+        return result, out.read_text()

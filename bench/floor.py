@@ -60,7 +60,7 @@ async def master_of(namesrv: str, topic: str) -> tuple[str, str]:
     raise RuntimeError(f"no master broker serves {topic}")
 
 
-class _Buffered(asyncio.Protocol):
+class Buffered(asyncio.Protocol):
     """A connection that gathers what arrives in ``buf``; ``received`` takes whole messages off it."""
 
     buf = b""
@@ -76,11 +76,9 @@ class _Buffered(asyncio.Protocol):
         raise NotImplementedError
 
 
-class _Broker(_Buffered):
-    """The relay's one broker connection; one request in flight at a time (one HTTP connection)."""
-
-    def __init__(self) -> None:
-        self.waiting: asyncio.Future[bool] | None = None
+class BrokerAnswers(Buffered):
+    """A broker connection: each whole answer frame is decoded and handed to ``answered`` (the HTTP and
+    the gRPC floor's relays both read their broker this way)."""
 
     def received(self) -> None:
         while len(self.buf) >= 4:
@@ -88,8 +86,21 @@ class _Broker(_Buffered):
             if len(self.buf) < size:
                 return
             frame, self.buf = self.buf[4:size], self.buf[size:]
-            if self.waiting is not None and not self.waiting.done():
-                self.waiting.set_result(decode(frame).code == ResponseCode.SUCCESS)
+            self.answered(decode(frame))
+
+    def answered(self, answer: RemotingCommand) -> None:
+        raise NotImplementedError
+
+
+class _Broker(BrokerAnswers):
+    """The relay's one broker connection; one request in flight at a time (one HTTP connection)."""
+
+    def __init__(self) -> None:
+        self.waiting: asyncio.Future[bool] | None = None
+
+    def answered(self, answer: RemotingCommand) -> None:
+        if self.waiting is not None and not self.waiting.done():
+            self.waiting.set_result(answer.code == ResponseCode.SUCCESS)
 
     async def call(self, frame: bytes) -> bool:
         """Whether the broker stored the message."""
@@ -98,7 +109,7 @@ class _Broker(_Buffered):
         return await self.waiting
 
 
-class _Http(_Buffered):
+class _Http(Buffered):
     def __init__(self, broker: _Broker, frame: bytes) -> None:
         self.broker, self.frame = broker, frame
 

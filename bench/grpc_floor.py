@@ -36,6 +36,7 @@ import grpc
 import uvloop
 
 from bench.common import bench_parser, ready_module
+from bench.floor import BrokerAnswers
 from rocksidecar.app.api.grpc_edge import MalformedRequests
 from rocksidecar.app.api.grpc_intercept import MethodWrapper, WrappingServer
 from rocksidecar.app.api.grpc_probes import ProbeToken
@@ -45,7 +46,7 @@ from rocksidecar.rmq import Message
 from rocksidecar.rmq.broker import BrokerApi
 from rocksidecar.rmq.codes import RequestCode, ResponseCode
 from rocksidecar.rmq.message import MessageQueue
-from rocksidecar.rmq.protocol.frame import RemotingCommand, decode, encode
+from rocksidecar.rmq.protocol.frame import RemotingCommand, encode
 
 KINDS = ("aio", "aio+edge", "sync", "grpclib", "relay")
 RELAY_FRAMES = 4096  # prebuilt frames, one per opaque in a ring (far more than the calls in flight)
@@ -78,28 +79,17 @@ class SyncFloor(pb_grpc.SidecarServicer):
             yield pb.PublishAck(sequence=req.sequence, result=SENT)
 
 
-class _Broker(asyncio.Protocol):
+class _Broker(BrokerAnswers):
     """One broker connection with many requests in flight, matched to their answers by opaque; it
     parses only each answer's length prefix and header (no project code on the way)."""
 
     def __init__(self) -> None:
-        self.buf = b""
         self.waiting: dict[int, asyncio.Future[bool]] = {}
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        self.buf += data
-        while len(self.buf) >= 4:
-            size = 4 + int.from_bytes(self.buf[:4], "big")
-            if len(self.buf) < size:
-                return
-            frame, self.buf = self.buf[4:size], self.buf[size:]
-            answer = decode(frame)
-            fut = self.waiting.pop(answer.opaque, None)
-            if fut is not None and not fut.done():
-                fut.set_result(answer.code == ResponseCode.SUCCESS)
+    def answered(self, answer: RemotingCommand) -> None:
+        fut = self.waiting.pop(answer.opaque, None)
+        if fut is not None and not fut.done():
+            fut.set_result(answer.code == ResponseCode.SUCCESS)
 
 
 class RelayFloor(AioFloor):

@@ -12,13 +12,11 @@ rates or times are printed: only counts per call, the total and the most frequen
 from __future__ import annotations
 
 import asyncio
-import signal
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import bench_parser, free_port, tools_or_exit
+from bench.common import bench_parser, free_port, straced, tools_or_exit
 from bench.compare import GrpcLoad, _outcomes, grpc_loads, h2load
 from bench.floor import master_of
 from bench.grpc_floor import grpc_floor
@@ -27,16 +25,10 @@ from bench.sidecar_process import sidecar_process
 
 def counted(pid: int, addr: str, load: GrpcLoad, seconds: float) -> tuple[float, dict[str, int]]:
     """(calls h2load completed, {system call: count}) while ``load`` runs against ``addr``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "strace.txt"
-        tracer = subprocess.Popen(
-            ["strace", "-c", "-f", "-o", str(out), "-p", str(pid)], stderr=subprocess.DEVNULL
-        )
-        time.sleep(1.0)  # attached to every thread before the load starts
-        calls = h2load(addr, load.method, load.body, load.clients, load.streams, seconds)
-        tracer.send_signal(signal.SIGINT)  # strace prints its table and detaches
-        tracer.wait(timeout=60)
-        return calls, table(out.read_text())
+    calls, text = straced(
+        pid, ["-c"], lambda: h2load(addr, load.method, load.body, load.clients, load.streams, seconds)
+    )
+    return calls, table(text)
 
 
 def table(text: str) -> dict[str, int]:

@@ -18,8 +18,6 @@ import collections
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,9 +26,10 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import bench_parser, tools_or_exit
+from bench.common import bench_parser, straced, tools_or_exit
 from bench.compare import BODY, run_wrk
 from bench.sidecar_process import sidecar_process
+from tools.check_ports import tcp_sockets
 
 WRITES = frozenset({"write", "writev", "send", "sendto", "sendmsg"})
 READS = frozenset({"read", "readv", "recv", "recvfrom", "recvmsg"})
@@ -69,16 +68,7 @@ def _metrics(url: str) -> dict[str, float]:
 
 def _inode_ports() -> dict[str, int]:
     """Socket inode -> local port, for every TCP socket of the host."""
-    out: dict[str, int] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in lines:
-            f = row.split()
-            out[f[9]] = int(f[1].rsplit(":", 1)[1], 16)
-    return out
+    return {inode: port for inode, port, _state in tcp_sockets()}
 
 
 def peers(pid: int, http_port: int) -> dict[int, str]:
@@ -116,19 +106,14 @@ def parse(text: str, fds: dict[int, str]) -> tuple[collections.Counter[str], ...
 
 def counted(url: str, pid: int, path: str, body: bytes, connections: int, seconds: float) -> Counted:
     http_port = int(url.rsplit(":", 1)[1])
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "strace.txt"
-        tracer = subprocess.Popen(
-            ["strace", "-f", "-qq", "-o", str(out), "-p", str(pid)], stderr=subprocess.DEVNULL
-        )
-        time.sleep(1.0)  # attached to every thread before the load starts
+
+    def load() -> tuple[dict[str, float], dict[str, float], dict[int, str]]:
         before = _metrics(url)
         run_wrk(f"{url}{path}", body, connections, seconds)
-        after = _metrics(url)
-        fds = peers(pid, http_port)
-        tracer.send_signal(signal.SIGINT)  # strace detaches
-        tracer.wait(timeout=120)
-        calls, writes, reads = parse(out.read_text(), fds)
+        return before, _metrics(url), peers(pid, http_port)
+
+    (before, after, fds), text = straced(pid, ["-qq"], load)
+    calls, writes, reads = parse(text, fds)
 
     def delta(name: str) -> float:
         return after.get(name, 0.0) - before.get(name, 0.0)

@@ -4,7 +4,7 @@ the sidecar rejected. Plain picklable values: they travel from executors to the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import orjson
@@ -18,51 +18,47 @@ class Rejection:
     error: str
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionReport:
-    partition: int
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowCounts:
+    """What became of the rows: counted per partition, and summed field by field over a whole write."""
+
     rows: int = 0
     sent: int = 0
     spooled: int = 0
     scheduled: int = 0
     deduplicated: int = 0  # stored by an earlier attempt or run with the same keys; not sent again
     rejected: int = 0
-    requests: int = 0  # POSTs, counting retries of FAILED items but not transport-level repeats
     failed_retried: int = 0  # re-posts of items answered FAILED (the sidecar could not store them yet)
-    rejections: tuple[Rejection, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class WriteSummary:
-    """The counts of a whole write (or one streaming micro-batch)."""
-
-    partitions: int = 0
-    rows: int = 0
-    sent: int = 0
-    spooled: int = 0
-    scheduled: int = 0
-    deduplicated: int = 0
-    rejected: int = 0
-    failed_retried: int = 0
-    missing_partitions: int = 0  # tasks that did not report (the write is being aborted)
-    rejections: tuple[tuple[int, Rejection], ...] = field(default=())  # (partition, rejection)
 
     @property
     def accepted(self) -> int:
         return self.sent + self.spooled + self.scheduled + self.deduplicated
+
+
+_COUNTS = tuple(f.name for f in fields(RowCounts))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReport(RowCounts):
+    partition: int
+    requests: int = 0  # POSTs, counting retries of FAILED items but not transport-level repeats
+    rejections: tuple[Rejection, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WriteSummary(RowCounts):
+    """The counts of a whole write (or one streaming micro-batch)."""
+
+    partitions: int = 0
+    missing_partitions: int = 0  # tasks that did not report (the write is being aborted)
+    rejections: tuple[tuple[int, Rejection], ...] = field(default=())  # (partition, rejection)
 
     @classmethod
     def of(cls, reports: Sequence[PartitionReport | None]) -> WriteSummary:
         done = [r for r in reports if r is not None]
         return cls(
             partitions=len(done),
-            rows=sum(r.rows for r in done),
-            sent=sum(r.sent for r in done),
-            spooled=sum(r.spooled for r in done),
-            scheduled=sum(r.scheduled for r in done),
-            deduplicated=sum(r.deduplicated for r in done),
-            rejected=sum(r.rejected for r in done),
-            failed_retried=sum(r.failed_retried for r in done),
+            **{name: sum(getattr(r, name) for r in done) for name in _COUNTS},
             missing_partitions=len(reports) - len(done),
             rejections=tuple(
                 (r.partition, x) for r in sorted(done, key=lambda r: r.partition) for x in r.rejections

@@ -16,7 +16,7 @@ from rocksidecar.pipeline.report import PartitionReport, RejectedRowsError, Reje
 def report(partition: int, sent: int, rejected: tuple[int, ...] = ()) -> PartitionReport:
     rejections = tuple(Rejection(i, "messages[0].body: the body is empty") for i in rejected)
     return PartitionReport(
-        partition, sent + len(rejected), sent=sent, rejected=len(rejected), rejections=rejections
+        partition, rows=sent + len(rejected), sent=sent, rejected=len(rejected), rejections=rejections
     )
 
 
@@ -32,7 +32,7 @@ def test_summary_adds_up_and_sorts_rejections_by_partition() -> None:
 
 
 def test_deduplicated_rows_count_as_accepted_and_are_shown() -> None:
-    s = WriteSummary.of([PartitionReport(0, 7, sent=2, deduplicated=5)])
+    s = WriteSummary.of([PartitionReport(0, rows=7, sent=2, deduplicated=5)])
     assert (s.rows, s.sent, s.deduplicated, s.accepted) == (7, 2, 5, 7)
     assert "7 rows: 2 sent, 0 spooled, 0 scheduled, 0 rejected, 5 deduplicated" in s.counts()
     assert s.to_json()["deduplicated"] == 5
