@@ -17,6 +17,12 @@ same round (the raw figures are printed too).
 time, each sidecar under its own wrk, so that a busy machine loads them alike; the other rows are left
 out (their wrk would need another header). The lead's quiet-machine run is the sequential one.
 
+``--baseline TREE``: every row also on another checkout (its own .venv runs the sidecar), right after
+this tree's in the same round; printed: each row's CPU per message on this tree as % of the baseline's
+(the median of the same-round ratios): a before/after of a change in one run.
+
+    .venv/bin/python -m bench.tracing --rounds 3 --baseline /path/to/main-checkout [--rows unsampled,0.01]
+
 Needs the otel extra in .venv (make install has it) and wrk.
 """
 
@@ -71,7 +77,13 @@ def otlp_sink() -> Iterator[str]:
 
 
 def measure(
-    namesrv: str, topic: str, seconds: float, traceparent: str | None, env: dict[str, str], **settings: str
+    namesrv: str,
+    topic: str,
+    seconds: float,
+    traceparent: str | None,
+    env: dict[str, str],
+    tree: Path | None = None,
+    **settings: str,
 ) -> Measured:
     single = json.dumps({"topic": topic, "body": BODY}).encode()
     saved = {k: os.environ.get(k) for k in ("TRACEPARENT", *env)}
@@ -83,7 +95,7 @@ def measure(
     try:
         with (
             tempfile.TemporaryDirectory() as data,
-            sidecar_process(namesrv, Path(data), **settings) as (url, proc),
+            sidecar_process(namesrv, Path(data), tree=tree, **settings) as (url, proc),
         ):
             wrk(url, proc.pid, "/v1/messages", single, 8, 2, 1)  # warm up
             return wrk(url, proc.pid, "/v1/messages", single, 32, seconds, 1)
@@ -179,25 +191,48 @@ def main() -> None:
         action="store_true",
         help="tracing off, spans on and msg trace on run at once (same load), the other rows left out",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (with its .venv): every row measured there too, in the same round",
+    )
+    parser.add_argument(
+        "--rows",
+        help="only the rows whose names contain one of these comma-separated words (the anchor always)",
+    )
     args = parser.parse_args()
     if not 0.0 < args.ratio <= 1.0:
         parser.error("--ratio must be in (0, 1]")
+    if args.baseline is not None and (args.together or not (args.baseline / ".venv" / "bin").is_dir()):
+        parser.error("--baseline needs a checkout with a .venv, and not --together")
     topic = f"traceBench{int(time.time())}"
     print(f"bench.tracing: topic {topic}; production row's ratio {args.ratio}; {environment()}", flush=True)
     got: dict[str, list[Measured]] = {}
+    base: dict[str, list[Measured]] = {}
     with otlp_sink() as sink:
         rows = modes(sink, args.ratio)
         names = list(TOGETHER) if args.together else list(rows)
+        if args.rows:
+            words = [w.strip() for w in args.rows.split(",") if w.strip()]
+            names = [n for n in names if n == ANCHOR or any(w in n for w in words)]
         measure(args.namesrv, topic, 2, None, {})  # creates the topic: no row pays for it
         for r in range(args.rounds):
             shift = r % len(names)
+            base_round: dict[str, Measured] = {}
             if args.together:
                 measured = measure_together(args.namesrv, topic, args.seconds, rows)
             else:
                 measured = {}
                 for name in names[shift:] + names[:shift]:
                     traceparent, env, settings = rows[name]
-                    measured[name] = measure(args.namesrv, topic, args.seconds, traceparent, env, **settings)
+                    trees = [None] if args.baseline is None else [None, args.baseline][:: 1 - 2 * (r % 2)]
+                    for tree in trees:  # with a baseline, which tree goes first alternates by round
+                        m = measure(args.namesrv, topic, args.seconds, traceparent, env, tree, **settings)
+                        (measured if tree is None else base_round)[name] = m
+            for name, m in base_round.items():
+                base.setdefault(name, []).append(m)
+                print(f"round {r + 1}: baseline {name}: {m.rate:,.0f} msg/s, {m.cpu_per_100k:.1f} cpu-s/100k"
+                      f"{'; ' + m.note if m.note else ''}", flush=True)  # fmt: skip
             for name, m in measured.items():
                 got.setdefault(name, []).append(m)
                 print(f"round {r + 1}: {name}: {m.rate:,.0f} msg/s, {m.cpu_per_100k:.1f} cpu-s/100k"
@@ -215,6 +250,15 @@ def main() -> None:
               f"cpu-s/100k {[round(m.cpu_per_100k, 1) for m in got[name]]} (median {cpu:.1f})")  # fmt: skip
     print_rows("x32 rate, % of the anchor's (median of the same-round ratios)", rate_rows)
     print_rows("sidecar CPU per message, % of the anchor's (median of the same-round ratios)", cpu_rows)
+    if base:
+        against = []
+        for name in names:
+            ratios = [m.cpu_per_100k / b.cpu_per_100k for m, b in zip(got[name], base[name], strict=True)]
+            print(f"raw baseline {name}: cpu-s/100k {[round(b.cpu_per_100k, 1) for b in base[name]]}")
+            against.append(Row(name, 100 * statistics.median(ratios), "%"))
+        print_rows(
+            f"this tree's CPU per message, % of {args.baseline}'s (median of the same-round ratios)", against
+        )
     print(f"OTLP sink received {_Sink.spans_bytes} bytes; {environment()}")
 
 

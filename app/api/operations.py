@@ -84,8 +84,19 @@ class Operations(EdgeDeps):
             prepared = self.prepare(spec)
             if trace is not None:
                 prepared.message = inherit(prepared.message, trace)
-            if spans.ON:
-                outcome = await spans.receive(prepared.message, lambda m: self._send(prepared, m, ack))
+            if spans.ON:  # spans.receive's two steps taken here: the sample-free path is a plain send
+                started = spans.begin(prepared.message)
+                if isinstance(started, Message):
+                    prepared.message = started
+                    token = spans.free(started)
+                    try:
+                        outcome = await self.sidecar.send(prepared, ack)
+                    finally:
+                        spans.unfree(token)
+                else:
+                    outcome = await spans.within(
+                        started, prepared.message, lambda m: self._send(prepared, m, ack)
+                    )
             else:
                 outcome = await self.sidecar.send(prepared, ack)
         except Exception as exc:

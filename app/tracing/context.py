@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from rocksidecar.rmq import Message
 
@@ -25,12 +25,17 @@ MAX_TRACESTATE_MEMBERS = 32
 
 # version 00 exactly; a later version may append fields after a '-' (the spec's forward compatibility)
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+# What nearly every valid header is: version 00, already normalised. Taken as it is, without the groups and
+# the rebuilt string of the general parse (every request with a traceparent pays this, tracing on or off).
+_NORMAL = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}").fullmatch
+_ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
 _KEY = re.compile(r"([a-z0-9][_0-9a-z\-*/]{0,255}|[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13})")
 _VALUE = re.compile(r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
 
 
-@dataclass(frozen=True, slots=True)
-class TraceContext:
+class TraceContext(NamedTuple):
+    """Immutable; a NamedTuple rather than a frozen dataclass: built per request, at a third of the cost."""
+
     traceparent: str  # valid, as version 00
     tracestate: str | None = None
 
@@ -51,12 +56,14 @@ def parse_traceparent(value: str | None) -> str | None:
     """``value`` as a version-00 traceparent, or None when it is not a valid one."""
     if value is None or len(value) > 256:
         return None
+    if len(value) == 55 and _NORMAL(value) is not None:
+        return value if value[3:35] != _ZERO_TRACE and value[36:52] != _ZERO_SPAN else None
     text = value.strip(" \t")
     m = _TRACEPARENT.fullmatch(text)
     if m is None:
         return None
     version, trace_id, span_id, flags, rest = m.groups()
-    if version == "ff" or trace_id == "0" * 32 or span_id == "0" * 16:
+    if version == "ff" or trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
         return None
     if version == "00" and rest is not None:
         return None  # version 00 has exactly four fields

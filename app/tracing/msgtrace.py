@@ -204,9 +204,13 @@ class MsgTraceSender(WatchedSender):
         super().__init__(inner)
         self._dispatcher = dispatcher
 
-    async def _one(self, msg: Message, call: Callable[[], Awaitable[SendResult]]) -> SendResult:
-        started = time_ns() // 1_000_000  # now_ms() without its frame: the one hot path here
-        result = await call()
+    async def send(
+        self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
+    ) -> SendResult:
+        """The one hot path here: the inner send itself, not through WatchedSender's hook (a lambda and a
+        coroutine less per message), and now_ms() without its frame."""
+        started = time_ns() // 1_000_000
+        result: SendResult = await self._inner.send(msg, sharding_key=sharding_key, validated=validated)
         d = self._dispatcher
         d.add((msg, result, started, time_ns() // 1_000_000 - started, d.group))
         return result

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from opentelemetry import context, trace
@@ -224,30 +224,43 @@ async def receive(msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _
     dropped) when it drops everything under such a parent too (the default, every ``parentbased_*``)
     makes no span objects below ``receive``: its traceparent (as it came, or the dropped root's) is
     carried on and marked in ``_FREE``, where logs read the trace id and the hooks see they have no
-    span to make."""
+    span to make. (app.api.operations takes the same two steps itself, ``begin`` then ``free`` or
+    ``within``: a coroutine and a lambda less per message on the sample-free path.)"""
+    started = begin(msg)
+    if isinstance(started, Message):
+        token = free(started)
+        try:
+            return await handle(started)
+        finally:
+            unfree(token)
+    return await within(started, msg, handle)
+
+
+def begin(msg: Message) -> Message | Span:
+    """A request's first step: its ``receive`` span, or (the sample-free path, see ``receive``) the
+    message to hand on, which carries the traceparent to mark with ``free``."""
     properties = msg.properties
     parent = properties.get(TRACEPARENT_PROPERTY)  # checked by prepare() (clean) or inherit(): valid
-    free: Message | None = None  # the message to hand on along the sample-free path
     if parent is None:
-        root = _root(msg)
-        if isinstance(root, Message):
-            free = root
-        else:
-            span = root
-    elif _SKIP_UNSAMPLED and parent[54] in _UNSAMPLED_FLAG_DIGITS:
-        free = msg  # carried on as it came
-    else:
-        remote = NonRecordingSpan(_remote(parent, properties.get(TRACESTATE_PROPERTY)))
-        under = trace.set_span_in_context(remote)
-        span = _tracer.start_span(
-            f"receive {msg.topic}", under, SpanKind.SERVER, _named("receive", msg.topic)
-        )
-    if free is not None:
-        token = _FREE.set(free.properties[TRACEPARENT_PROPERTY])
-        try:
-            return await handle(free)
-        finally:
-            _FREE.reset(token)
+        return _root(msg)
+    if _SKIP_UNSAMPLED and parent[54] in _UNSAMPLED_FLAG_DIGITS:
+        return msg  # carried on as it came
+    remote = NonRecordingSpan(_remote(parent, properties.get(TRACESTATE_PROPERTY)))
+    under = trace.set_span_in_context(remote)
+    return _tracer.start_span(f"receive {msg.topic}", under, SpanKind.SERVER, _named("receive", msg.topic))
+
+
+def free(msg: Message) -> Token[str | None]:
+    """Mark the sample-free path for the work of ``msg`` (what ``begin`` handed on); ``unfree`` after."""
+    return _FREE.set(msg.properties[TRACEPARENT_PROPERTY])
+
+
+def unfree(token: Token[str | None]) -> None:
+    _FREE.reset(token)
+
+
+async def within(span: Span, msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _T:
+    """``handle`` inside the receive ``span`` that ``begin`` started for ``msg``."""
     with _Current(span):
         result = await handle(_carrying(msg, span))
         status = getattr(result, "status", None)
@@ -280,14 +293,6 @@ def _root(msg: Message) -> Span | Message:
         if carried is not msg:  # the dropped root's context is valid: carry it, nothing below
             return carried
     return span
-
-
-async def _sample_free(msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _T:
-    token = _FREE.set(msg.properties[TRACEPARENT_PROPERTY])
-    try:
-        return await handle(msg)
-    finally:
-        _FREE.reset(token)
 
 
 async def receive_batch(msgs: Sequence[Message], handle: Callable[[list[Message]], Awaitable[_T]]) -> _T:
@@ -349,9 +354,17 @@ class TracedSender(WatchedSender):
         super().__init__(inner)
         self._background = background
 
+    async def send(
+        self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
+    ) -> SendResult:
+        """On the sample-free path the inner send at once: no span, and not the lambda and coroutine of
+        WatchedSender's hook either (bench/RESULTS.md, tracecost: what the sample-free path costs)."""
+        if not self._background and _FREE.get() is not None:
+            sent: SendResult = await self._inner.send(msg, sharding_key=sharding_key, validated=validated)
+            return sent
+        return await super().send(msg, sharding_key=sharding_key, validated=validated)
+
     async def _one(self, msg: Message, call: Callable[[], Awaitable[SendResult]]) -> SendResult:
-        if not self._background and _FREE.get() is not None:  # the sample-free path: no span below
-            return await call()
         span = _send_span([msg], self._background)
         with _Current(span):
             try:

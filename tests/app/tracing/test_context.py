@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from rocksidecar.app.tracing.context import (
     TRACEPARENT_PROPERTY,
@@ -87,3 +89,32 @@ def test_log_fields_name_the_message_s_trace_id() -> None:
 
     assert trace_fields({TRACEPARENT_PROPERTY: TP}) == {"trace_id": "0af7651916cd43dd8448eb211c80319c"}
     assert trace_fields({TRACEPARENT_PROPERTY: "junk"}) == {} and trace_fields({}) == {}
+
+
+def _general_parse(text: str) -> str | None:
+    """The general parse alone (the regex with groups), which the 55-character fast path must agree with."""
+    import re
+
+    m = re.fullmatch(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?", text.strip(" \t"))
+    if m is None:
+        return None
+    version, trace_id, span_id, flags, rest = m.groups()
+    if version == "ff" or trace_id == "0" * 32 or span_id == "0" * 16 or (version == "00" and rest):
+        return None
+    return f"00-{trace_id}-{span_id}-{flags}"
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet="0123456789abcdefABF- \t", min_size=53, max_size=57))
+@example("00-00000000000000000000000000000000-b7ad6b7169203331-01")
+@example("00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01")
+@example("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+@example("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0A")
+def test_the_fast_path_agrees_with_the_general_parse(text: str) -> None:
+    assert parse_traceparent(text) == _general_parse(text)
+
+
+@given(st.integers(1, 2**128 - 1), st.integers(1, 2**64 - 1), st.integers(0, 255))
+def test_every_valid_version_00_traceparent_is_kept_as_it_is(trace_id: int, span_id: int, flags: int) -> None:
+    tp = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
+    assert parse_traceparent(tp) == tp
