@@ -62,6 +62,7 @@ from rocksidecar.rmq.producer import Producer, ProducerConfig
 PREFIX = "dmqbench"
 CPU_TARGET, P99_TARGET_MS, BURST_TARGET_S = 1.6, 50.0, 10.0
 IDLE_S = 3.0  # CPU of the ready replicas with nothing to do (beats, member lists), per second
+PICK_KINDS = ("scanned", "rescanned", "reasked", "gated_max")  # rocksidecar_dmq_pick_keys
 
 
 @dataclass
@@ -162,7 +163,8 @@ class Replicas:
                 f"silences self {_value(m, 'rocksidecar_dmq_silences_total', who='self'):.0f} / peer "
                 f"{_value(m, 'rocksidecar_dmq_silences_total', who='peer'):.0f}; beat interval "
                 f"{_over(m, 'rocksidecar_dmq_beat_interval_seconds')}; beat delay "
-                f"{_over(m, 'rocksidecar_dmq_beat_delay_seconds')}"
+                f"{_over(m, 'rocksidecar_dmq_beat_delay_seconds')}; pick keys "
+                + " / ".join(f"{k} {_value(m, 'rocksidecar_dmq_pick_keys', kind=k):.0f}" for k in PICK_KINDS)
             )
         return lines
 

@@ -17,6 +17,9 @@ class Holds:
     def __bool__(self) -> bool:
         return bool(self._held)
 
+    def __len__(self) -> int:
+        return len(self._held)
+
     def hold(self, keys: list[bytes], until_ms: int) -> None:
         for key in keys:
             self._held.add(key)

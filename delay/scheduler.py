@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rocksidecar.storage.due_loop import DueLoop, Sleep
 from rocksidecar.storage.errors import StorageError
@@ -42,6 +43,19 @@ MAX_SCAN = 4  # reads of up to batch_max due keys per pass; then the loop gets a
 # copy waiting for its mark, in one synchronous pass: with a burst of 100 000 copies, a stall of the
 # event loop several times a second, which delayed the replica's beats and marks (bench.dmq_copies).
 Gate = Callable[[str], bool]
+
+
+@dataclass
+class PickCounts:
+    """What the seek loop read to pick due messages (bench.dmq_copies: where the 2-copy picking goes).
+    ``scanned``: due keys read by range scans; ``rescanned``: those of them read again (below the
+    furthest the cursor had reached: a rewind); ``reasked``: turned-away keys asked about again by key;
+    ``gated_max``: the most turned-away keys held at once."""
+
+    scanned: int = 0
+    rescanned: int = 0
+    reasked: int = 0
+    gated_max: int = 0
 
 
 class DelayScheduler(DueLoop):
@@ -82,6 +96,8 @@ class DelayScheduler(DueLoop):
         self.on_sent = on_sent
         self._held = Holds()  # failed publishes waiting for their retry time
         self._gated = Holds()  # due messages the gate turned away, until regate() or their re-ask time
+        self.counts = PickCounts()
+        self._reached = b""  # the furthest the cursor got (PickCounts.rescanned)
         # published, "sent" not stored yet: (keys, at_ms, where each went)
         self._unrecorded: list[tuple[list[bytes], int, list[StoredAt | None]]] = []
         self._calls: set[asyncio.Task[None]] = set()
@@ -138,6 +154,7 @@ class DelayScheduler(DueLoop):
         finally:
             if turned_away:
                 self._gated.hold(turned_away, now + self._gate_retry_ms)
+                self.counts.gated_max = max(self.counts.gated_max, len(self._gated))
                 self._store.queue.release(turned_away)  # a waiting cancel or mark may take them now
                 self._wake_for(now + self._gate_retry_ms)
 
@@ -148,6 +165,7 @@ class DelayScheduler(DueLoop):
         for _ in range(MAX_SCAN):
             want = self._batch_max - len(batch)
             rows = self._store.due(self._cursor, now, want)
+            self._count_scan(rows)
             for key, raw in rows:
                 if key in self._held or key in self._gated or not queue.claim(key):
                     continue  # waiting for its retry, or a cancel owns it
@@ -167,6 +185,14 @@ class DelayScheduler(DueLoop):
             if len(batch) >= self._batch_max:
                 break
         return batch, True
+
+    def _count_scan(self, rows: list[tuple[bytes, bytes]]) -> None:
+        counts = self.counts
+        counts.scanned += len(rows)
+        if rows and rows[0][0] < self._reached:
+            counts.rescanned += sum(1 for key, _ in rows if key < self._reached)
+        if rows and rows[-1][0] > self._reached:
+            self._reached = rows[-1][0]
 
     def _next_wake_ms(self) -> int | None:
         """The earlier of the next due key and the next held retry."""
