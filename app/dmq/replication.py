@@ -13,6 +13,7 @@ replicas" has the design and its failure table; this module wires the parts:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Sequence
 from pathlib import Path
@@ -208,7 +209,7 @@ class Replication:
             registry=r,
         )
         for kind in ("scanned", "rescanned", "reasked", "gated_max"):
-            picking.labels(kind).set_function(lambda k=kind: self._pick_count(k))
+            picking.labels(kind).set_function(functools.partial(self._pick_count, kind))
 
     def _pick_count(self, kind: str) -> float:
         return 0.0 if self._scheduler is None else float(getattr(self._scheduler.counts, kind))
