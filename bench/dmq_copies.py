@@ -132,10 +132,21 @@ class Replicas:
         """Each replica's sum of the samples of ``name``."""
         sums = []
         for port in self.ports:
-            text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+            text = await self._scrape(http, port)
             sums.append(sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
                             if s.name == name))  # fmt: skip
         return sums
+
+    @staticmethod
+    async def _scrape(http: httpx.AsyncClient, port: int) -> str:
+        """One replica's /metrics. Asked again once on a connection error: on a busy machine a pooled
+        connection that the replica's server closed while idle (the intake takes minutes) fails the next
+        request with a ReadError (it failed two runs, 2026-11-27 13:40 and 13:47, load 10-16)."""
+        url = f"http://127.0.0.1:{port}/metrics"
+        try:
+            return (await http.get(url)).text
+        except httpx.TransportError:
+            return (await http.get(url)).text
 
     async def until(self, http: httpx.AsyncClient, name: str, done: Callable[[list[float]], bool],
                     timeout_s: float) -> None:  # fmt: skip
@@ -155,7 +166,7 @@ class Replicas:
         bucket bounds (and how many beats of either were over 1 s)."""
         lines = []
         for name, port in zip(self.names, self.ports, strict=True):
-            text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+            text = await self._scrape(http, port)
             m = [s for f in text_string_to_metric_families(text) for s in f.samples]
             lines.append(
                 f"{name}: take-overs {_value(m, 'rocksidecar_dmq_takeover_published_total'):.0f}, "
