@@ -35,7 +35,7 @@ STORE_RETRY_S = 1.0  # while "sent" cannot be recorded, try again this often
 PURGE_EVERY_S = 60.0  # done markers past the retention are dropped this often
 GATE_RETRY_S = 2.0  # a due message the gate turned away is asked about again after this, at the latest
 MAX_SCAN = 4  # reads of up to batch_max due keys per pass; then the loop gets a turn (turned-away copies)
-GATE_HELD_MAX = 50_000  # turned-away keys kept to be asked about again by key (delay.gated), ~250 B each
+GATE_HELD_MAX = 50_000  # turned-away keys kept to be asked about again by key (delay.gated), ~220 B each
 
 # Whether this process publishes the due message of this id now (Rock-DMQ replicas: only the one whose
 # turn it is); one it turns away stays scheduled and is asked about again when the gate's owner says its
