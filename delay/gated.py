@@ -31,9 +31,6 @@ class Gated:
     def __contains__(self, key: bytes) -> bool:
         return key in self._until
 
-    def __len__(self) -> int:
-        return len(self._until)
-
     def hold(self, keys: list[bytes], until_ms: int) -> None:
         """Keep ``keys`` until ``until_ms``; past the cap, only remember the lowest of the rest."""
         for key in keys:
@@ -84,6 +81,10 @@ class Gated:
     @property
     def has_ready(self) -> bool:
         return bool(self._ready)
+
+    def __len__(self) -> int:
+        """Keys kept (waiting or ready): the cap counts both."""
+        return len(self._until)
 
     def next_ms(self) -> int | None:
         """The earliest re-ask time (kept keys or the overflow), ignoring ready keys."""
