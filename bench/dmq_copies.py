@@ -62,6 +62,7 @@ from rocksidecar.rmq.producer import Producer, ProducerConfig
 PREFIX = "dmqbench"
 CPU_TARGET, P99_TARGET_MS, BURST_TARGET_S = 1.6, 50.0, 10.0
 IDLE_S = 3.0  # CPU of the ready replicas with nothing to do (beats, member lists), per second
+PICK_KINDS = ("scanned", "rescanned", "reasked", "gated_max")  # rocksidecar_dmq_pick_keys
 
 
 @dataclass
@@ -131,10 +132,21 @@ class Replicas:
         """Each replica's sum of the samples of ``name``."""
         sums = []
         for port in self.ports:
-            text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+            text = await self._scrape(http, port)
             sums.append(sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
                             if s.name == name))  # fmt: skip
         return sums
+
+    @staticmethod
+    async def _scrape(http: httpx.AsyncClient, port: int) -> str:
+        """One replica's /metrics. Asked again once on a connection error: on a busy machine a pooled
+        connection that the replica's server closed while idle (the intake takes minutes) fails the next
+        request with a ReadError (it failed two runs, 2026-11-27 13:40 and 13:47, load 10-16)."""
+        url = f"http://127.0.0.1:{port}/metrics"
+        try:
+            return (await http.get(url)).text
+        except httpx.TransportError:
+            return (await http.get(url)).text
 
     async def until(self, http: httpx.AsyncClient, name: str, done: Callable[[list[float]], bool],
                     timeout_s: float) -> None:  # fmt: skip
@@ -154,7 +166,7 @@ class Replicas:
         bucket bounds (and how many beats of either were over 1 s)."""
         lines = []
         for name, port in zip(self.names, self.ports, strict=True):
-            text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+            text = await self._scrape(http, port)
             m = [s for f in text_string_to_metric_families(text) for s in f.samples]
             lines.append(
                 f"{name}: take-overs {_value(m, 'rocksidecar_dmq_takeover_published_total'):.0f}, "
@@ -162,7 +174,8 @@ class Replicas:
                 f"silences self {_value(m, 'rocksidecar_dmq_silences_total', who='self'):.0f} / peer "
                 f"{_value(m, 'rocksidecar_dmq_silences_total', who='peer'):.0f}; beat interval "
                 f"{_over(m, 'rocksidecar_dmq_beat_interval_seconds')}; beat delay "
-                f"{_over(m, 'rocksidecar_dmq_beat_delay_seconds')}"
+                f"{_over(m, 'rocksidecar_dmq_beat_delay_seconds')}; pick keys "
+                + " / ".join(f"{k} {_value(m, 'rocksidecar_dmq_pick_keys', kind=k):.0f}" for k in PICK_KINDS)
             )
         return lines
 

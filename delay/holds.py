@@ -33,10 +33,3 @@ class Holds:
 
     def next_ms(self) -> int | None:
         return self._heap[0][0] if self._heap else None
-
-    def release_all(self) -> bytes | None:
-        """Let go of every key now; returns the smallest of them."""
-        lowest = min(self._held, default=None)
-        self._held.clear()
-        self._heap.clear()
-        return lowest

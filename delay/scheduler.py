@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rocksidecar.storage.due_loop import DueLoop, Sleep
 from rocksidecar.storage.errors import StorageError
 from rocksidecar.storage.status import StoredAt
 from rocksidecar.storage.tasks import stop_task
 
+from .gated import Gated
 from .holds import Holds
 from .keys import split_due_key
 from .message import CorruptMessageError, DelayedMessage, decode_message
@@ -33,15 +35,32 @@ STORE_RETRY_S = 1.0  # while "sent" cannot be recorded, try again this often
 PURGE_EVERY_S = 60.0  # done markers past the retention are dropped this often
 GATE_RETRY_S = 2.0  # a due message the gate turned away is asked about again after this, at the latest
 MAX_SCAN = 4  # reads of up to batch_max due keys per pass; then the loop gets a turn (turned-away copies)
+GATE_HELD_MAX = 50_000  # turned-away keys kept to be asked about again by key (delay.gated), ~220 B each
 
 # Whether this process publishes the due message of this id now (Rock-DMQ replicas: only the one whose
 # turn it is); one it turns away stays scheduled and is asked about again when the gate's owner says its
 # answers may have changed (``regate``: the live replicas changed), or GATE_RETRY_S later. It is asked
 # with the id from the due key, before the message is decoded: with two copies, half of what a replica
-# reads is turned away until its mark drops it. Re-asking every 250 ms instead cost a rescan of every
-# copy waiting for its mark, in one synchronous pass: with a burst of 100 000 copies, a stall of the
-# event loop several times a second, which delayed the replica's beats and marks (bench.dmq_copies).
+# reads is turned away until its mark drops it. A turned-away key is asked about again by key (a point
+# read: gone once its mark dropped it), and the cursor and the floor move on past it: moving the cursor
+# back to it instead re-read the whole due range from there, copies waiting for their marks and the
+# tombstones of everything published since, ahead of the newly due keys, every GATE_RETRY_S
+# (bench.dmq_copies counted 50-95 % of the keys a replica read as re-reads). Only past GATE_HELD_MAX
+# keys held at once does the scheduler fall back to that rescan, for the keys it could not keep.
 Gate = Callable[[str], bool]
+
+
+@dataclass
+class PickCounts:
+    """What the seek loop read to pick due messages (bench.dmq_copies: where the 2-copy picking goes).
+    ``scanned``: due keys read by range scans; ``rescanned``: those of them read again (below the
+    furthest the cursor had reached: a rewind); ``reasked``: turned-away keys asked about again by key;
+    ``gated_max``: the most turned-away keys held at once."""
+
+    scanned: int = 0
+    rescanned: int = 0
+    reasked: int = 0
+    gated_max: int = 0
 
 
 class DelayScheduler(DueLoop):
@@ -62,10 +81,12 @@ class DelayScheduler(DueLoop):
         on_published: Callable[[float], None] | None = None,
         gate: Gate | None = None,
         gate_retry_s: float = GATE_RETRY_S,
+        gate_held_max: int = GATE_HELD_MAX,
         on_sent: Callable[[list[DelayedMessage]], None] | None = None,
     ) -> None:
-        """``gate``: see Gate. ``on_sent``: the messages of each publish call that a broker (or the
-        retry store) took, called as soon as the call returns, before they are recorded as sent."""
+        """``gate``, ``gate_held_max``: see Gate. ``on_sent``: the messages of each publish call that a
+        broker (or the retry store) took, called as soon as the call returns, before they are recorded as
+        sent."""
         if batch_max < 1 or max_in_flight < 1:
             raise ValueError("batch_max and max_in_flight must be >= 1")
         super().__init__(store.queue, "delay", sleep)
@@ -81,7 +102,9 @@ class DelayScheduler(DueLoop):
         self._gate_retry_ms = max(1, int(gate_retry_s * 1000))
         self.on_sent = on_sent
         self._held = Holds()  # failed publishes waiting for their retry time
-        self._gated = Holds()  # due messages the gate turned away, until regate() or their re-ask time
+        self._gated = Gated(gate_held_max)  # turned away: asked again by key at regate() or re-ask time
+        self.counts = PickCounts()
+        self._reached = b""  # the furthest the cursor got (PickCounts.rescanned)
         # published, "sent" not stored yet: (keys, at_ms, where each went)
         self._unrecorded: list[tuple[list[bytes], int, list[StoredAt | None]]] = []
         self._calls: set[asyncio.Task[None]] = set()
@@ -115,9 +138,10 @@ class DelayScheduler(DueLoop):
                 await self._wait_for_slot()
                 continue
             now = self._store.now_ms()
-            for released in (self._held.release_due(now), self._gated.release_due(now)):
+            # Failed publishes (rare) and turned-away keys the cap did not let us keep: scan them again.
+            for released in (self._held.release_due(now), self._gated.expire(now)):
                 if released is not None:
-                    self._cursor = min(self._cursor, released)  # scan them again
+                    self._cursor = min(self._cursor, released)
             batch, more = self._take_due(now)
             if batch:
                 call = asyncio.create_task(self._publish_batch(batch), name="delay-publish")
@@ -134,12 +158,45 @@ class DelayScheduler(DueLoop):
         batch: list[tuple[bytes, DelayedMessage]] = []
         turned_away: list[bytes] = []
         try:
-            return self._take_due_gated(now, batch, turned_away)
+            self._reask(batch, turned_away)
+            if len(batch) >= self._batch_max:
+                return batch, True
+            batch, more = self._take_due_gated(now, batch, turned_away)
+            return batch, more or self._gated.has_ready
         finally:
             if turned_away:
                 self._gated.hold(turned_away, now + self._gate_retry_ms)
+                self.counts.gated_max = max(self.counts.gated_max, len(self._gated))
                 self._store.queue.release(turned_away)  # a waiting cancel or mark may take them now
                 self._wake_for(now + self._gate_retry_ms)
+
+    def _reask(self, batch: list[tuple[bytes, DelayedMessage]], turned_away: list[bytes]) -> None:
+        """Ask the gate again about turned-away keys whose time came, by key (oldest due first)."""
+        queue = self._store.queue
+        keys = self._gated.take_ready(self._batch_max - len(batch))
+        self.counts.reasked += len(keys)
+        for key in keys:
+            if key in self._held or not queue.claim(key):
+                continue  # a cancel or a mark owns it: it deletes it, or gives it back (a rescan then)
+            raw = self._store.due_value(key)
+            if raw is None:
+                queue.release([key])  # its mark dropped it meanwhile (or a cancel): nothing to ask
+                continue
+            self._admit(key, raw, batch, turned_away)
+
+    def _admit(
+        self, key: bytes, raw: bytes, batch: list[tuple[bytes, DelayedMessage]], turned_away: list[bytes]
+    ) -> None:
+        """Claimed ``key``: into the batch if the gate lets it through, else turned away."""
+        try:
+            _due, id_ = split_due_key(key)
+            if self.gate is not None and not self.gate(id_):
+                turned_away.append(key)  # held by the caller, so the claim is given back there
+                return
+            batch.append((key, decode_message(raw)))
+        except (ValueError, CorruptMessageError) as exc:
+            self._store.queue.release([key])
+            log.error("delayed message under %r cannot be read, left in the store: %s", key, exc)
 
     def _take_due_gated(
         self, now: int, batch: list[tuple[bytes, DelayedMessage]], turned_away: list[bytes]
@@ -148,18 +205,11 @@ class DelayScheduler(DueLoop):
         for _ in range(MAX_SCAN):
             want = self._batch_max - len(batch)
             rows = self._store.due(self._cursor, now, want)
+            self._count_scan(rows)
             for key, raw in rows:
                 if key in self._held or key in self._gated or not queue.claim(key):
-                    continue  # waiting for its retry, or a cancel owns it
-                try:
-                    _due, id_ = split_due_key(key)
-                    if self.gate is not None and not self.gate(id_):
-                        turned_away.append(key)  # held below, so the claim is given back there
-                        continue
-                    batch.append((key, decode_message(raw)))
-                except (ValueError, CorruptMessageError) as exc:
-                    queue.release([key])
-                    log.error("delayed message under %r cannot be read, left in the store: %s", key, exc)
+                    continue  # waiting for its retry or its re-ask, or a cancel owns it
+                self._admit(key, raw, batch, turned_away)
             if rows:
                 self._cursor = rows[-1][0] + b"\x00"
             if len(rows) < want:
@@ -167,6 +217,14 @@ class DelayScheduler(DueLoop):
             if len(batch) >= self._batch_max:
                 break
         return batch, True
+
+    def _count_scan(self, rows: list[tuple[bytes, bytes]]) -> None:
+        counts = self.counts
+        counts.scanned += len(rows)
+        if rows and rows[0][0] < self._reached:
+            counts.rescanned += sum(1 for key, _ in rows if key < self._reached)
+        if rows and rows[-1][0] > self._reached:
+            self._reached = rows[-1][0]
 
     def _next_wake_ms(self) -> int | None:
         """The earlier of the next due key and the next held retry."""
@@ -197,10 +255,12 @@ class DelayScheduler(DueLoop):
             log.warning("purging delay done markers failed: %s", exc)
 
     def _advance_floor(self) -> None:
-        """Promise the store that no live key sorts below the cursor (the queue keeps the floor below
-        claimed keys)."""
-        if not self._held and not self._gated:  # keys held below the cursor: the floor stays (safe)
-            self._store.queue.advance_floor(self._cursor)
+        """Promise the store that no live key sorts below the cursor, nor below the lowest turned-away
+        key held (the queue keeps the floor below claimed keys)."""
+        if self._held:  # failed publishes below the cursor (rare): the floor stays (safe)
+            return
+        lowest = self._gated.lowest()
+        self._store.queue.advance_floor(self._cursor if lowest is None else min(self._cursor, lowest))
 
     # --- publishing -----------------------------------------------------------------------------------
     def _on_call_done(self, call: asyncio.Task[None]) -> None:
@@ -238,9 +298,10 @@ class DelayScheduler(DueLoop):
     def regate(self) -> None:
         """The gate's answers may have changed (Rock-DMQ: the live replicas changed): ask it again now
         about every due message it turned away."""
-        lowest = self._gated.release_all()
-        if lowest is not None:
-            self._cursor = min(self._cursor, lowest)
+        rescan = self._gated.release_all()  # asked again by key in the next passes
+        if rescan is not None:  # turned away past the cap: not kept, so scanned again
+            self._cursor = min(self._cursor, rescan)
+        if rescan is not None or self._gated.has_ready:
             self._wake_for(None)
 
     def _hold(self, keys: list[bytes], retry_at_ms: int) -> None:

@@ -227,6 +227,10 @@ class DelayStore(QueueBacked):
 
         await asyncio.shield(self.queue.commit(ops, now=at_ms, then=written))
 
+    def due_value(self, key: bytes) -> bytes | None:
+        """The message stored under due key ``key``; None once it was published, cancelled or dropped."""
+        return self.kv.get(DUE_CF, key)
+
     @property
     def floor(self) -> bytes:
         """No live due key sorts below this (persisted: a restart starts seeking here)."""

@@ -13,6 +13,7 @@ replicas" has the design and its failure table; this module wires the parts:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Sequence
 from pathlib import Path
@@ -199,6 +200,19 @@ class Replication:
         Gauge(
             "rocksidecar_dmq_publishers", "Live publishing replicas, as this replica sees them.", registry=r
         ).set_function(lambda: len(self.presence.live))
+        picking = Gauge(
+            "rocksidecar_dmq_pick_keys",
+            "What the scheduler read to pick due copies since start (bench.dmq_copies), by kind: scanned "
+            "(due keys read by range scans), rescanned (of those, read again after a rewind), reasked "
+            "(turned-away copies asked about again by key), gated_max (most turned-away copies held).",
+            ["kind"],
+            registry=r,
+        )
+        for kind in ("scanned", "rescanned", "reasked", "gated_max"):
+            picking.labels(kind).set_function(functools.partial(self._pick_count, kind))
+
+    def _pick_count(self, kind: str) -> float:
+        return 0.0 if self._scheduler is None else float(getattr(self._scheduler.counts, kind))
 
     @property
     def converged(self) -> bool:

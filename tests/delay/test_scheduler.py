@@ -329,3 +329,68 @@ async def test_a_pass_over_many_turned_away_messages_gives_the_loop_back(h: Harn
         assert most_between_ticks <= 4 * 100  # not the 3 001 of one pass over every due key
     finally:
         beside.cancel()
+
+
+async def test_held_copies_asked_again_do_not_delay_a_newly_due_message(h: Harness) -> None:
+    """Re-asking turned-away copies at their hold's end is a point read each, bounded per pass: the
+    cursor is not moved back over them, so a message falling due at that moment is asked about after at
+    most one batch of re-asks, not after every copy waiting for its mark (issue 28: 2-copy picking)."""
+    now = h.store.now_ms()
+    await h.store.schedule_many([message(f"T{i:04d}", now + 10) for i in range(1000)])
+    asked: list[str] = []
+
+    def gate(id_: str) -> bool:
+        asked.append(id_)
+        return id_ == "MINE"
+
+    scheduler = h.start(gate=gate, gate_retry_s=2.0, batch_max=100)
+    await scheduler.start()
+    await h.advance(0.01)
+    assert len(asked) == 1000 and h.ids() == []
+    await h.store.schedule(message("MINE", now + 2010))  # due as the copies' holds end
+    asked.clear()
+    await h.advance(2.0)
+    assert h.ids() == ["MINE"]
+    assert asked.index("MINE") <= 100  # at most one batch of re-asks ahead of it
+    assert scheduler.counts.rescanned == 0 and scheduler.counts.reasked == 1000
+
+
+async def test_the_floor_advances_up_to_a_held_copy_and_past_it_once_its_mark_dropped_it(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.schedule_many([message("COPY", now + 10), message("MINE", now + 20)])
+    scheduler = h.start(gate=lambda id_: id_ == "MINE", gate_retry_s=2.0)
+    await scheduler.start()
+    await h.advance(0.02)
+    assert h.ids() == ["MINE"]
+    held = due_key(now + 10, "COPY")
+    assert h.store.floor == held  # not left where it was while a copy is held; never past a live key
+    assert await h.store.drop_published("COPY") is CancelOutcome.CANCELLED  # its publisher's mark
+    await h.advance(2.0)  # asked again by key: gone
+    assert h.store.floor > due_key(now + 20, "MINE") and h.ids() == ["MINE"]
+
+
+async def test_copies_turned_away_past_the_cap_are_still_asked_again_and_the_floor_stays_below_them(
+    h: Harness,
+) -> None:
+    """Past ``gate_held_max`` a turned-away key is not kept: the scheduler scans again from the lowest
+    of those, as a correct fallback, and the floor never passes one of them."""
+    now = h.store.now_ms()
+    ids = [f"T{i}" for i in range(5)]
+    await h.store.schedule_many([message(id_, now + 10) for id_ in ids])
+    await h.store.schedule(message("MINE", now + 20))
+    allowed = {"MINE"}
+    scheduler = h.start(gate=lambda id_: id_ in allowed, gate_retry_s=2.0, gate_held_max=2)
+    await scheduler.start()
+    await h.advance(0.02)
+    assert h.ids() == ["MINE"]
+    assert h.store.floor <= due_key(now + 10, "T0")
+    allowed.update(["T1", "T3"])  # a take-over of some, without a regate: the retry finds them
+    await h.advance(2.0)
+    assert sorted(h.ids()) == ["MINE", "T1", "T3"]
+    assert h.store.floor <= due_key(now + 10, "T0")
+    allowed.update(ids)
+    scheduler.regate()
+    await h.settle()
+    assert sorted(h.ids()) == ["MINE", *ids]
+    assert len(h.ids()) == len(set(h.ids()))  # none twice
+    assert h.store.floor > due_key(now + 10, "T4")  # nothing held any more
