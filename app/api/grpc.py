@@ -2,12 +2,11 @@
 
 Errors end the call with a gRPC code mapped from the HTTP status, the problem's detail as the message,
 and trailing metadata ``field`` and ``http-status``. Publish acknowledges each streamed message once it
-is stored, by the sequence number the client gave it.
+is stored, by the sequence number the client gave it (app.api.grpc_publish).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, NoReturn, TypeVar
@@ -24,15 +23,9 @@ from ..subscriptions.stream import StreamHub
 from ..tracing.context import TraceContext, from_headers
 from . import grpc_subscribe, problems
 from .grpc_intercept import WrappingServer
+from .grpc_publish import StreamPublisher
 from .grpc_transactions import TransactionRpcs, enabled
-from .grpc_views import (
-    ack_from_proto,
-    batch_response,
-    error,
-    message_status,
-    send_response,
-    spec_from_proto,
-)
+from .grpc_views import ack_from_proto, batch_response, message_status, send_response, spec_from_proto
 from .guards import Guards
 from .operations import EdgeDeps, Operations, item_label
 from .proto import rocksidecar_pb2 as pb
@@ -218,43 +211,10 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self, request_iterator: AsyncIterator[pb.PublishRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.PublishAck]:
         await self._check_auth(context, "Publish")
-        acks: asyncio.Queue[pb.PublishAck | None] = asyncio.Queue()
-        slots = asyncio.Semaphore(PUBLISH_IN_FLIGHT)
-        tasks: set[asyncio.Task[None]] = set()
-        trace = trace_of(context)  # the stream's: every message published on it
-
-        async def handle(req: pb.PublishRequest) -> None:
-            try:
-                # put_nowait: the queue is unbounded, and holds at most PUBLISH_IN_FLIGHT answers
-                try:
-                    outcome = await self._ops.send(
-                        spec_from_proto(req.message), ack_from_proto(req.ack), trace
-                    )
-                except Exception as exc:
-                    acks.put_nowait(pb.PublishAck(sequence=req.sequence, error=error(exc)))
-                else:
-                    acks.put_nowait(pb.PublishAck(sequence=req.sequence, result=send_response(outcome)))
-            finally:
-                slots.release()
-
-        async def read() -> None:
-            try:
-                async for req in request_iterator:
-                    await slots.acquire()
-                    task = asyncio.create_task(handle(req))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                await asyncio.gather(*tasks)
-            finally:
-                await acks.put(None)
-
-        reader = asyncio.create_task(read())
-        try:
-            while (ack := await acks.get()) is not None:
-                yield ack
-        finally:
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
+        async for ack in StreamPublisher(self._ops, trace_of(context), PUBLISH_IN_FLIGHT).run(
+            request_iterator
+        ):
+            yield ack
         self._answered_ok("Publish").inc()
 
     async def Subscribe(
