@@ -81,6 +81,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self._idempotency = deps.idempotency
         self._guards = Guards.of(auth_token)
         self._ok: dict[str, Counter] = {}  # by method: only the service's own names
+        self._send_ok = self._answered_ok("Send")  # the hot path's, read once per call
 
     # plumbing -----------------------------------------------------------------------------------
     def _answered_ok(self, method: str) -> Counter:
@@ -172,26 +173,29 @@ class SidecarServicer(pb_grpc.SidecarServicer):
 
     # RPCs ---------------------------------------------------------------------------------------
     async def Send(self, request: pb.SendRequest, context: grpc.aio.ServicerContext) -> pb.SendResponse:
-        async def compute() -> pb.SendResponse:
-            return send_response(
-                await self._ops.send(
-                    spec_from_proto(request.message), ack_from_proto(request.ack), trace_of(context)
-                )
-            )
-
         if request.idempotency_key and self._idempotency is not None:
+
+            async def compute() -> pb.SendResponse:
+                return send_response(
+                    await self._ops.send(
+                        spec_from_proto(request.message), ack_from_proto(request.ack), trace_of(context)
+                    )
+                )
+
             return await self._answered(
                 context, "Send", request, request.idempotency_key, compute, pb.SendResponse
             )
-        # The hot path (no answer to keep): _answered's no-key branch without its extra coroutines.
+        # The hot path (no answer to keep): _answered's no-key branch without its closure and coroutines.
         if self._guards.auth_token:
             await self._check_auth(context, "Send")
         try:
-            response = await compute()
+            outcome = await self._ops.send(
+                spec_from_proto(request.message), ack_from_proto(request.ack), trace_of(context)
+            )
         except Exception as exc:
             await self._refuse(context, exc, "Send")
-        self._answered_ok("Send").inc()
-        return response
+        self._send_ok.inc()
+        return send_response(outcome)
 
     async def SendBatch(
         self, request: pb.SendBatchRequest, context: grpc.aio.ServicerContext

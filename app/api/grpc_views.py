@@ -15,7 +15,7 @@ from .operations import BatchItem
 from .proto import rocksidecar_pb2 as pb
 
 # By identity, member by member: a state without its gRPC twin fails at import, not at an answer.
-PB_STATUS: dict[Status, int] = {
+PB_STATUS: dict[Status, pb.Status] = {
     Status.SENT: pb.SENT,
     Status.SPOOLED: pb.SPOOLED,
     Status.SCHEDULED: pb.SCHEDULED,
