@@ -10,6 +10,9 @@ from typing import Any, cast
 
 import grpc
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rocksidecar.app.api.grpc_publish import StreamPublisher
 from rocksidecar.app.api.operations import BatchItem, Operations
@@ -17,6 +20,7 @@ from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 from rocksidecar.app.request import MessageFields
 from rocksidecar.app.sidecar import Ack, Outcome, Status
+from rocksidecar.app.tracing import spans
 from tests.app.conftest import Stack
 
 
@@ -127,3 +131,22 @@ async def test_a_failing_batch_answers_each_message_with_the_error() -> None:
     assert [a.sequence for a in acks] == [0, 1, 2]
     assert all(a.error.http_status == 500 for a in acks)
     assert sum(n for label, n in ops.counted if label == "FAILED") == 3
+
+
+async def test_traced_each_message_has_its_receive_span(stack: Stack, stub: pb_grpc.SidecarStub) -> None:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    spans.configure(provider)
+    try:
+
+        async def requests() -> AsyncIterator[pb.PublishRequest]:
+            for i in range(3):
+                yield pb.PublishRequest(sequence=i, message=pb.Message(topic="GT", body=f"m{i}"))
+
+        acks = [a async for a in stub.Publish(requests())]
+    finally:
+        spans.configure(None)
+    assert sorted(a.sequence for a in acks) == [0, 1, 2] and all(a.result.status == pb.SENT for a in acks)
+    # as Send makes for one message: a receive span each, not one for a batch
+    assert [s.name for s in memory.get_finished_spans()].count("receive GT") == 3
