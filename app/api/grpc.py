@@ -23,7 +23,7 @@ from ..subscriptions.stream import StreamHub
 from ..tracing.context import TraceContext, from_headers
 from . import grpc_subscribe, problems
 from .grpc_intercept import WrappingServer
-from .grpc_publish import StreamPublisher
+from .grpc_publish import BatchCombiner, StreamPublisher
 from .grpc_transactions import TransactionRpcs, enabled
 from .grpc_views import ack_from_proto, batch_response, message_status, send_response, spec_from_proto
 from .guards import Guards
@@ -82,6 +82,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self._guards = Guards.of(auth_token)
         self._ok: dict[str, Counter] = {}  # by method: only the service's own names
         self._send_ok = self._answered_ok("Send")  # the hot path's, read once per call
+        self._combiner = BatchCombiner(self._ops)  # the Publish streams' batches, sent together
 
     # plumbing -----------------------------------------------------------------------------------
     def _answered_ok(self, method: str) -> Counter:

@@ -4,7 +4,8 @@ Why batches: a message sent on its own costs a task, a future, a semaphore turn,
 broker request (or a seat in the coalescer's). A stream's messages arrive one read at a time, and while a
 batch is on its way to the broker the reader takes in those that follow; the next batch takes all of
 them at once (one SEND_BATCH_MESSAGE per queue, the batch path's validation and ids), so batches grow
-with the broker's round trip and the client's pace, without a timer.
+with the broker's round trip and the client's pace, without a timer. The streams' batches meet in a
+``BatchCombiner``, so several streams' batches go out as one.
 
 What a client still gets: one acknowledgement per message by its sequence number, sent once the message
 is stored (SENT, or SPOOLED in the local store, as for Send); a message that fails fails only itself.
@@ -18,20 +19,74 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+from ..request import MessageFields
 from ..sidecar import Ack, Outcome
 from ..tracing.context import TraceContext
 from .grpc_views import ack_from_proto, error, publish_ack, spec_from_proto
-from .operations import Operations, item_label
+from .operations import BatchItem, Operations, item_label
 from .proto import rocksidecar_pb2 as pb
 
 _Answers = list[pb.PublishAck] | None  # one batch's acknowledgements; None: the stream is done
 
 
+_Job = tuple[list[MessageFields], "asyncio.Future[list[BatchItem]]"]
+
+
+class BatchCombiner:
+    """The batches of all Publish streams, combined: one send in flight per ack mode and trace context,
+    and what the streams hand in meanwhile goes out together when it returns (group commit: no timer,
+    the broker's round trip sets the pace). Without it each stream's batch is a broker request of its
+    own: under 8 streams, 2-3 messages each, more than twice the requests the coalescer made of the
+    same messages sent one by one. A stream hands in one batch at a time, so its order holds."""
+
+    def __init__(self, ops: Operations) -> None:
+        self._ops = ops
+        self._waiting: dict[tuple[Ack, TraceContext | None], list[_Job]] = {}
+        self._running: dict[tuple[Ack, TraceContext | None], asyncio.Task[None]] = {}
+
+    async def send(
+        self, specs: list[MessageFields], mode: Ack, trace: TraceContext | None
+    ) -> list[BatchItem]:
+        key = (mode, trace)
+        done: asyncio.Future[list[BatchItem]] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(key, []).append((specs, done))
+        if key not in self._running:
+            self._running[key] = asyncio.create_task(self._send_all(key))
+        return await done
+
+    async def _send_all(self, key: tuple[Ack, TraceContext | None]) -> None:
+        try:
+            while jobs := self._waiting.pop(key, None):
+                await self._send(jobs, key)
+        finally:
+            del self._running[key]
+            for _, done in self._waiting.pop(key, ()):  # only when cancelled (the server stopping)
+                done.cancel()
+
+    async def _send(self, jobs: list[_Job], key: tuple[Ack, TraceContext | None]) -> None:
+        specs = [spec for job, _ in jobs for spec in job] if len(jobs) > 1 else jobs[0][0]
+        try:
+            results = await self._ops.send_each(specs, *key)
+        except Exception as exc:
+            for _, done in jobs:
+                if not done.done():
+                    done.set_exception(exc)
+            return
+        at = 0
+        for job, done in jobs:
+            if not done.done():  # a stream that went away is not answered
+                done.set_result(results[at : at + len(job)])
+            at += len(job)
+
+
 class StreamPublisher:
     """One Publish call's state: what was read and not yet sent, the batch on its way, the answers."""
 
-    def __init__(self, ops: Operations, trace: TraceContext | None, window: int) -> None:
+    def __init__(
+        self, ops: Operations, trace: TraceContext | None, window: int, combiner: BatchCombiner | None = None
+    ) -> None:
         self._ops = ops
+        self._combiner = combiner  # None: the stream's batches are sent as they are
         self._trace = trace  # the stream's: every message published on it
         self._window = window
         self._batch_limit = max(1, min(window, ops.batch_limit))
@@ -109,10 +164,13 @@ class StreamPublisher:
             for req, r in zip(batch, results, strict=True)
         ]
 
-    async def _results(self, batch: list[pb.PublishRequest], mode: Ack) -> list[Outcome | Exception]:
+    async def _results(self, batch: list[pb.PublishRequest], mode: Ack) -> list[BatchItem]:
         ops = self._ops
+        specs: list[MessageFields] = [spec_from_proto(req.message) for req in batch]
         try:
-            return await ops.send_each([spec_from_proto(req.message) for req in batch], mode, self._trace)
+            if self._combiner is not None:
+                return await self._combiner.send(specs, mode, self._trace)
+            return await ops.send_each(specs, mode, self._trace)
         except Exception as exc:  # what a send of each would have raised (a store that cannot spool)
             ops.count(item_label(exc), len(batch))
             return [exc] * len(batch)

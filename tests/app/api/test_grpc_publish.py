@@ -14,11 +14,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from rocksidecar.app.api.grpc_publish import StreamPublisher
+from rocksidecar.app.api.grpc_publish import BatchCombiner, StreamPublisher
 from rocksidecar.app.api.operations import BatchItem, Operations
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
-from rocksidecar.app.request import MessageFields
+from rocksidecar.app.request import MessageFields, MessageSpec
 from rocksidecar.app.sidecar import Ack, Outcome, Status
 from rocksidecar.app.tracing import spans
 from tests.app.conftest import Stack
@@ -150,3 +150,26 @@ async def test_traced_each_message_has_its_receive_span(stack: Stack, stub: pb_g
     assert sorted(a.sequence for a in acks) == [0, 1, 2] and all(a.result.status == pb.SENT for a in acks)
     # as Send makes for one message: a receive span each, not one for a batch
     assert [s.name for s in memory.get_finished_spans()].count("receive GT") == 3
+
+
+async def test_batches_handed_in_while_one_is_in_flight_go_out_together() -> None:
+    ops = _HeldOps()
+    combiner = BatchCombiner(cast(Operations, ops))
+
+    def specs(*bodies: str) -> list[MessageFields]:
+        return [MessageSpec(topic="T", body=b) for b in bodies]
+
+    first = asyncio.ensure_future(combiner.send(specs("a"), Ack.BROKER, None))
+    await asyncio.wait_for(ops.started.wait(), 5)
+    second = asyncio.ensure_future(combiner.send(specs("b", "c"), Ack.BROKER, None))
+    third = asyncio.ensure_future(combiner.send(specs("d"), Ack.BROKER, None))
+    spooled = asyncio.ensure_future(combiner.send(specs("e"), Ack.SPOOL, None))  # another mode: its own
+    ops.release.set()
+    answers = await asyncio.gather(first, second, third, spooled)
+    assert [[o.id for o in a if isinstance(o, Outcome)] for a in answers] == [
+        ["id-a"],
+        ["id-b", "id-c"],
+        ["id-d"],
+        ["id-e"],
+    ]
+    assert sorted(ops.batches) == [1, 1, 3]  # a; e alone (its mode); b, c and d as one batch
