@@ -216,9 +216,8 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self, request_iterator: AsyncIterator[pb.PublishRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.PublishAck]:
         await self._check_auth(context, "Publish")
-        async for ack in StreamPublisher(self._ops, trace_of(context), PUBLISH_IN_FLIGHT).run(
-            request_iterator
-        ):
+        publisher = StreamPublisher(self._ops, trace_of(context), PUBLISH_IN_FLIGHT, self._combiner)
+        async for ack in publisher.run(request_iterator):
             yield ack
         self._answered_ok("Publish").inc()
 
