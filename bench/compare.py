@@ -297,14 +297,17 @@ def grpc_paths(
     seconds: float,
     floors: Sequence[str] = ("aio",),
     relay: Sequence[str] = (),
+    profile: Path | None = None,
 ) -> dict[str, Measured]:
     """Each gRPC path of the sidecar with each floor's server right before it (the same minutes):
-    ``unary``, ``stream``, ``unary floor aio``, ... The ``relay`` floor relays unary calls only."""
+    ``unary``, ``stream``, ``unary floor aio``, ... The ``relay`` floor relays unary calls only.
+    ``profile``: py-spy the sidecar under each path into that folder (``grpc-unary``, ``grpc-stream``)."""
     out: dict[str, Measured] = {}
     for load in grpc_loads(topic):
         for kind in floors_of(load.label, floors):
             out[f"{load.label} floor {kind}"] = grpc_floor_path(kind, load, seconds, relay)
-        out[load.label] = grpc_sidecar(grpc_addr, pid, url, load, seconds)
+        with profiled(pid, profile, f"grpc-{load.label}", seconds):
+            out[load.label] = grpc_sidecar(grpc_addr, pid, url, load, seconds)
     return out
 
 
@@ -316,14 +319,16 @@ def floors_of(load: str, floors: Sequence[str]) -> list[str]:
 @contextlib.contextmanager
 def profiled(pid: int, out: Path | None, name: str, seconds: float) -> Iterator[None]:
     """py-spy (sampling, non-blocking) on the sidecar over the block: ``out/name.raw`` (collapsed stacks,
-    for flame graphs) and its summary printed. Nothing when ``out`` is None."""
+    for flame graphs) and its summary printed. Nothing when ``out`` is None. With BENCH_PROFILE_NATIVE=1
+    py-spy samples native frames too (grpc's Cython, uvloop), pausing the process for each sample."""
     if out is None:
         yield
         return
     out.mkdir(parents=True, exist_ok=True)
     raw = out / f"{name}.raw"
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"  # the dev extra's
-    cmd = [spy, "record", "--nonblocking", "-r", "200", "-f", "raw", "-p", str(pid), "-o", str(raw)]
+    how = ["--native"] if os.environ.get("BENCH_PROFILE_NATIVE") == "1" else ["--nonblocking"]
+    cmd = [spy, "record", *how, "-r", "200", "-f", "raw", "-p", str(pid), "-o", str(raw)]
     proc = subprocess.Popen(
         [*cmd, "-d", str(round(seconds))], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
@@ -384,7 +389,9 @@ def main() -> None:
     parser.add_argument(
         "--sidecar-only", action="store_true", help="skip the Java anchors (while profiling: no ratios)"
     )
-    parser.add_argument("--profile", type=Path, help="py-spy the sidecar under x32 and batch load into DIR")
+    parser.add_argument(
+        "--profile", type=Path, help="py-spy the sidecar under x32, batch and gRPC load into DIR"
+    )
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.windows = 5.0, 1
@@ -424,7 +431,7 @@ def main() -> None:
         # the relay floor sends to the broker the warm-up's sends went to
         relay = (*asyncio.run(master_of(args.namesrv, topic)), topic) if "relay" in floors else ()
         if not args.no_grpc:
-            grpc = grpc_paths(grpc_addr, proc.pid, url, topic, args.seconds, floors, relay)
+            grpc = grpc_paths(grpc_addr, proc.pid, url, topic, args.seconds, floors, relay, args.profile)
     rates = [Row("Java Producer, sync, 8 threads (anchor)", java.rate, "msg/s", java.rate)]
     cpu = [Row("Java Producer process (anchor)", java.cpu_per_100k, "cpu-s", java.cpu_per_100k)]
     if http:

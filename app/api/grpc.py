@@ -2,12 +2,11 @@
 
 Errors end the call with a gRPC code mapped from the HTTP status, the problem's detail as the message,
 and trailing metadata ``field`` and ``http-status``. Publish acknowledges each streamed message once it
-is stored, by the sequence number the client gave it.
+is stored, by the sequence number the client gave it (app.api.grpc_publish).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, NoReturn, TypeVar
@@ -24,15 +23,9 @@ from ..subscriptions.stream import StreamHub
 from ..tracing.context import TraceContext, from_headers
 from . import grpc_subscribe, problems
 from .grpc_intercept import WrappingServer
+from .grpc_publish import BatchCombiner, StreamPublisher
 from .grpc_transactions import TransactionRpcs, enabled
-from .grpc_views import (
-    ack_from_proto,
-    batch_response,
-    error,
-    message_status,
-    send_response,
-    spec_from_proto,
-)
+from .grpc_views import ack_from_proto, batch_response, message_status, send_response, spec_from_proto
 from .guards import Guards
 from .operations import EdgeDeps, Operations, item_label
 from .proto import rocksidecar_pb2 as pb
@@ -88,6 +81,8 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self._idempotency = deps.idempotency
         self._guards = Guards.of(auth_token)
         self._ok: dict[str, Counter] = {}  # by method: only the service's own names
+        self._send_ok = self._answered_ok("Send")  # the hot path's, read once per call
+        self._combiner = BatchCombiner(self._ops)  # the Publish streams' batches, sent together
 
     # plumbing -----------------------------------------------------------------------------------
     def _answered_ok(self, method: str) -> Counter:
@@ -179,26 +174,29 @@ class SidecarServicer(pb_grpc.SidecarServicer):
 
     # RPCs ---------------------------------------------------------------------------------------
     async def Send(self, request: pb.SendRequest, context: grpc.aio.ServicerContext) -> pb.SendResponse:
-        async def compute() -> pb.SendResponse:
-            return send_response(
-                await self._ops.send(
-                    spec_from_proto(request.message), ack_from_proto(request.ack), trace_of(context)
-                )
-            )
-
         if request.idempotency_key and self._idempotency is not None:
+
+            async def compute() -> pb.SendResponse:
+                return send_response(
+                    await self._ops.send(
+                        spec_from_proto(request.message), ack_from_proto(request.ack), trace_of(context)
+                    )
+                )
+
             return await self._answered(
                 context, "Send", request, request.idempotency_key, compute, pb.SendResponse
             )
-        # The hot path (no answer to keep): _answered's no-key branch without its extra coroutines.
+        # The hot path (no answer to keep): _answered's no-key branch without its closure and coroutines.
         if self._guards.auth_token:
             await self._check_auth(context, "Send")
         try:
-            response = await compute()
+            outcome = await self._ops.send(
+                spec_from_proto(request.message), ack_from_proto(request.ack), trace_of(context)
+            )
         except Exception as exc:
             await self._refuse(context, exc, "Send")
-        self._answered_ok("Send").inc()
-        return response
+        self._send_ok.inc()
+        return send_response(outcome)
 
     async def SendBatch(
         self, request: pb.SendBatchRequest, context: grpc.aio.ServicerContext
@@ -218,43 +216,9 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self, request_iterator: AsyncIterator[pb.PublishRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.PublishAck]:
         await self._check_auth(context, "Publish")
-        acks: asyncio.Queue[pb.PublishAck | None] = asyncio.Queue()
-        slots = asyncio.Semaphore(PUBLISH_IN_FLIGHT)
-        tasks: set[asyncio.Task[None]] = set()
-        trace = trace_of(context)  # the stream's: every message published on it
-
-        async def handle(req: pb.PublishRequest) -> None:
-            try:
-                # put_nowait: the queue is unbounded, and holds at most PUBLISH_IN_FLIGHT answers
-                try:
-                    outcome = await self._ops.send(
-                        spec_from_proto(req.message), ack_from_proto(req.ack), trace
-                    )
-                except Exception as exc:
-                    acks.put_nowait(pb.PublishAck(sequence=req.sequence, error=error(exc)))
-                else:
-                    acks.put_nowait(pb.PublishAck(sequence=req.sequence, result=send_response(outcome)))
-            finally:
-                slots.release()
-
-        async def read() -> None:
-            try:
-                async for req in request_iterator:
-                    await slots.acquire()
-                    task = asyncio.create_task(handle(req))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                await asyncio.gather(*tasks)
-            finally:
-                await acks.put(None)
-
-        reader = asyncio.create_task(read())
-        try:
-            while (ack := await acks.get()) is not None:
-                yield ack
-        finally:
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
+        publisher = StreamPublisher(self._ops, trace_of(context), PUBLISH_IN_FLIGHT, self._combiner)
+        async for ack in publisher.run(request_iterator):
+            yield ack
         self._answered_ok("Publish").inc()
 
     async def Subscribe(

@@ -15,7 +15,7 @@ from .operations import BatchItem
 from .proto import rocksidecar_pb2 as pb
 
 # By identity, member by member: a state without its gRPC twin fails at import, not at an answer.
-PB_STATUS: dict[Status, int] = {
+PB_STATUS: dict[Status, pb.Status] = {
     Status.SENT: pb.SENT,
     Status.SPOOLED: pb.SPOOLED,
     Status.SCHEDULED: pb.SCHEDULED,
@@ -80,8 +80,35 @@ def _common(o: Outcome | MessageState) -> dict[str, Any]:
     }
 
 
+def fill_send_response(r: pb.SendResponse, o: Outcome) -> None:
+    """``o`` written into ``r`` field by field, only the fields it has: on the hot path (an answer per
+    message) that is half the time of building the keyword arguments and passing them."""
+    r.id = o.id
+    r.status = PB_STATUS[o.status]
+    to = o.stored_at
+    if to is not None:
+        r.broker = to.broker
+        r.queue_id = to.queue_id
+        r.queue_offset = to.queue_offset
+        r.msg_id = to.offset_msg_id
+    if o.next_attempt_at_ms:
+        r.next_attempt_at_ms = o.next_attempt_at_ms
+    if o.last_error:
+        r.last_error = o.last_error
+    if o.deliver_at_ms:
+        r.deliver_at_ms = o.deliver_at_ms
+
+
 def send_response(o: Outcome) -> pb.SendResponse:
-    return pb.SendResponse(**_common(o))
+    r = pb.SendResponse()
+    fill_send_response(r, o)
+    return r
+
+
+def publish_ack(sequence: int, o: Outcome) -> pb.PublishAck:
+    ack = pb.PublishAck(sequence=sequence)
+    fill_send_response(ack.result, o)  # writing into it marks result as set
+    return ack
 
 
 def error(exc: BaseException) -> pb.Error:

@@ -7,6 +7,7 @@ its own field names. Validation, limits, outcome metrics and the not-found/confl
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
@@ -111,6 +112,31 @@ class Operations(EdgeDeps):
         """One result per message, in order: an item that is already an error (the edge could not parse
         it) or fails validation fails only itself, named ``messages[i]...``."""
         check_batch_size(len(specs), self.batch_limit)
+        return await self._send_many(specs, ack, trace, within=True)
+
+    async def send_each(
+        self, specs: Sequence[MessageFields], ack: Ack, trace: TraceContext | None = None
+    ) -> list[BatchItem]:
+        """What ``send`` answers for each message, sent together as one batch would be (a stream's
+        messages: their errors name the field as ``send``'s do). The caller bounds ``specs``."""
+        if spans.ON:  # a receive span per message, as each has when sent alone
+            return list(await asyncio.gather(*(self._one(s, ack, trace) for s in specs)))
+        return await self._send_many(specs, ack, trace, within=False)
+
+    async def _one(self, spec: MessageFields, ack: Ack, trace: TraceContext | None) -> BatchItem:
+        try:
+            return await self.send(spec, ack, trace)
+        except Exception as exc:
+            return exc
+
+    async def _send_many(
+        self,
+        specs: Sequence[MessageFields | RequestError],
+        ack: Ack,
+        trace: TraceContext | None,
+        *,
+        within: bool,
+    ) -> list[BatchItem]:
         now = self.now_ms()
         limits, names = self.limits, self.names
         ids = new_uniq_ids(len(specs))  # at once: a call less a message
@@ -122,7 +148,7 @@ class Operations(EdgeDeps):
             try:
                 prepared = prepare(spec, limits, now, names, ids[i])  # not self.prepare: a call less
             except RequestError as exc:
-                items.append(exc.within(f"messages[{i}]"))
+                items.append(exc.within(f"messages[{i}]") if within else exc)
                 continue
             if trace is not None:
                 prepared.message = inherit(prepared.message, trace)

@@ -1,0 +1,175 @@
+"""The Publish stream sends its messages in batches, one batch in flight per stream: the stream's order
+reaches the broker, every message is answered once by its sequence, the reader stops at the window,
+and a failing batch answers each of its messages with the error."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, cast
+
+import grpc
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from rocksidecar.app.api.grpc_publish import BatchCombiner, StreamPublisher
+from rocksidecar.app.api.operations import BatchItem, Operations
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from rocksidecar.app.request import MessageFields, MessageSpec
+from rocksidecar.app.sidecar import Ack, Outcome, Status
+from rocksidecar.app.tracing import spans
+from tests.app.conftest import Stack
+
+
+@pytest.fixture
+async def stub(stack: Stack) -> AsyncIterator[pb_grpc.SidecarStub]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{stack.service.grpc.port}") as channel:
+        yield pb_grpc.SidecarStub(channel)
+
+
+async def test_a_stream_goes_out_in_batches_in_its_order(stack: Stack, stub: pb_grpc.SidecarStub) -> None:
+    for broker in stack.cluster.brokers.values():
+        broker.faults.latency_s = 0.05  # messages arrive while a batch is on its way
+    sidecar = stack.service.sidecar
+    batches: list[int] = []
+    send_batch = sidecar.send_batch
+
+    async def counted(items: Sequence[Any], ack: Ack = Ack.BROKER) -> list[Outcome | Exception]:
+        batches.append(len(items))
+        return await send_batch(items, ack)
+
+    sidecar.send_batch = counted  # type: ignore[method-assign]
+
+    async def requests() -> AsyncIterator[pb.PublishRequest]:
+        for i in range(300):
+            yield pb.PublishRequest(
+                sequence=i, message=pb.Message(topic="GO", body=f"m{i}", sharding_key="k")
+            )
+
+    acks = [ack async for ack in stub.Publish(requests())]
+    assert sorted(a.sequence for a in acks) == list(range(300))
+    assert all(a.result.status == pb.SENT for a in acks)
+    stored = sorted(stack.stored("GO"), key=lambda m: m.queue_offset)
+    assert [m.body for m in stored] == [f"m{i}".encode() for i in range(300)]  # one queue, the stream's order
+    assert sum(batches) == 300 and len(batches) < 300 and max(batches) > 1
+
+
+async def test_mixed_ack_modes_are_each_answered(stack: Stack, stub: pb_grpc.SidecarStub) -> None:
+    async def requests() -> AsyncIterator[pb.PublishRequest]:
+        for i in range(40):
+            ack = pb.ACK_SPOOL if i % 3 == 0 else pb.ACK_BROKER
+            yield pb.PublishRequest(sequence=i, ack=ack, message=pb.Message(topic="GM", body=f"m{i}"))
+
+    acks = {a.sequence: a for a in [ack async for ack in stub.Publish(requests())]}
+    assert sorted(acks) == list(range(40))
+    assert [i for i, a in sorted(acks.items()) if a.result.status == pb.SPOOLED] == list(range(0, 40, 3))
+    assert all(a.result.status == pb.SENT for i, a in acks.items() if i % 3)
+    await stack.drain()
+    assert {m.uniq_key for m in stack.stored("GM")} == {a.result.id for a in acks.values()}
+
+
+class _HeldOps:
+    """Operations' send_each held until released; records what each batch had."""
+
+    batch_limit = 1000
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.release = asyncio.Event()
+        self.started = asyncio.Event()  # a batch is on its way
+        self.batches: list[int] = []
+        self.counted: list[tuple[str, int]] = []
+        self._fail = fail
+
+    async def send_each(self, specs: Sequence[MessageFields], ack: Ack, trace: Any) -> list[BatchItem]:
+        self.batches.append(len(specs))
+        self.started.set()
+        await self.release.wait()
+        if self._fail is not None:
+            raise self._fail
+        return [Outcome(f"id-{s.body}", Status.SENT) for s in specs]
+
+    def count(self, label: str, n: int = 1) -> None:
+        self.counted.append((label, n))
+
+
+async def test_the_reader_stops_at_the_window() -> None:
+    ops = _HeldOps()
+    read: list[int] = []
+    window_full = asyncio.Event()
+
+    async def requests() -> AsyncIterator[pb.PublishRequest]:
+        for i in range(20):
+            read.append(i)
+            if len(read) == 5:
+                window_full.set()
+            yield pb.PublishRequest(sequence=i, message=pb.Message(topic="T", body=str(i)))
+
+    publisher = StreamPublisher(cast(Operations, ops), None, window=4)
+    answers = publisher.run(requests())
+    first = asyncio.ensure_future(anext(answers))
+    await asyncio.wait_for(ops.started.wait(), 5)
+    # 4 read and unanswered: the reader waits for room, and the fifth is not asked for
+    assert ops.batches == [4] and len(read) == 4 and not window_full.is_set()
+    ops.release.set()
+    got = [(await first).sequence] + [a.sequence async for a in answers]
+    assert got == list(range(20))
+    assert sum(ops.batches) == 20 and max(ops.batches) <= 4
+
+
+async def test_a_failing_batch_answers_each_message_with_the_error() -> None:
+    ops = _HeldOps(fail=RuntimeError("store down"))
+    ops.release.set()
+
+    async def requests() -> AsyncIterator[pb.PublishRequest]:
+        for i in range(3):
+            yield pb.PublishRequest(sequence=i, message=pb.Message(topic="T", body=str(i)))
+
+    acks = [a async for a in StreamPublisher(cast(Operations, ops), None, window=8).run(requests())]
+    assert [a.sequence for a in acks] == [0, 1, 2]
+    assert all(a.error.http_status == 500 for a in acks)
+    assert sum(n for label, n in ops.counted if label == "FAILED") == 3
+
+
+async def test_traced_each_message_has_its_receive_span(stack: Stack, stub: pb_grpc.SidecarStub) -> None:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    spans.configure(provider)
+    try:
+
+        async def requests() -> AsyncIterator[pb.PublishRequest]:
+            for i in range(3):
+                yield pb.PublishRequest(sequence=i, message=pb.Message(topic="GT", body=f"m{i}"))
+
+        acks = [a async for a in stub.Publish(requests())]
+    finally:
+        spans.configure(None)
+    assert sorted(a.sequence for a in acks) == [0, 1, 2] and all(a.result.status == pb.SENT for a in acks)
+    # as Send makes for one message: a receive span each, not one for a batch
+    assert [s.name for s in memory.get_finished_spans()].count("receive GT") == 3
+
+
+async def test_batches_handed_in_while_one_is_in_flight_go_out_together() -> None:
+    ops = _HeldOps()
+    combiner = BatchCombiner(cast(Operations, ops))
+
+    def specs(*bodies: str) -> list[MessageFields]:
+        return [MessageSpec(topic="T", body=b) for b in bodies]
+
+    first = asyncio.ensure_future(combiner.send(specs("a"), Ack.BROKER, None))
+    await asyncio.wait_for(ops.started.wait(), 5)
+    second = asyncio.ensure_future(combiner.send(specs("b", "c"), Ack.BROKER, None))
+    third = asyncio.ensure_future(combiner.send(specs("d"), Ack.BROKER, None))
+    spooled = asyncio.ensure_future(combiner.send(specs("e"), Ack.SPOOL, None))  # another mode: its own
+    ops.release.set()
+    answers = await asyncio.gather(first, second, third, spooled)
+    assert [[o.id for o in a if isinstance(o, Outcome)] for a in answers] == [
+        ["id-a"],
+        ["id-b", "id-c"],
+        ["id-d"],
+        ["id-e"],
+    ]
+    assert sorted(ops.batches) == [1, 1, 3]  # a; e alone (its mode); b, c and d as one batch
