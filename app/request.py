@@ -127,7 +127,13 @@ def _json_body(value: dict[str, Any] | list[Any], names: FieldNames) -> bytes:
 
 def _body(spec: MessageFields, limits: Limits, names: FieldNames) -> bytes:
     text = spec.body
-    if type(text) is str and spec.body_base64 is None and spec.body_bytes is None:  # the usual message
+    # The usual message: text, no other body. body_bytes is a def property of MessageFields (always None)
+    # and a field of MessageSpec: its type says so without the call.
+    if (
+        type(text) is str
+        and spec.body_base64 is None
+        and (type(spec) is MessageFields or spec.body_bytes is None)
+    ):
         try:
             data = text.encode("utf-8")
         except UnicodeEncodeError:
