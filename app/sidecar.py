@@ -14,6 +14,8 @@ from enum import Enum
 from operator import attrgetter
 from typing import Protocol, cast
 
+import msgspec
+
 from rocksidecar.delay import CancelOutcome, DelayedMessage
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.retry.record import RetryRecord
@@ -56,8 +58,11 @@ BROKER, SPOOL = Ack.BROKER, Ack.SPOOL
 _MESSAGE, _SHARDING_KEY, _DUE = attrgetter("message"), attrgetter("sharding_key"), attrgetter("deliver_at_ms")
 
 
-@dataclass(slots=True)  # not frozen: one per message on the hot path, and frozen init costs 2x
-class Outcome:
+class Outcome(msgspec.Struct, gc=False):
+    """What became of one message. A Struct, not a dataclass: one per message on the hot path, its
+    __init__ in C (half a slots dataclass's instructions, issue 32). Holds a SendResult and plain values:
+    no cycle passes through it, so the cyclic GC need not track it."""
+
     id: str
     status: Status
     stored_at: StoredAtLike | None = None  # SENT: where the broker stored it (the SendResult itself)
