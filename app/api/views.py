@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any
 
 from rocksidecar.storage.status import StoredAtLike
 
-from ..sidecar import SENT, MessageState, Outcome
+from ..sidecar import SENT, AllSent, MessageState, Outcome
 from . import problems
 from .operations import BatchItem, item_label
 
@@ -28,6 +29,10 @@ _STATUS_FIELDS = (
     ("sent_at_ms", "sentAt"),
     ("cancelled_at_ms", "cancelledAt"),
 )
+
+
+_ID_AND_STORED_AT = attrgetter("id", "stored_at")  # of an AllSent's Outcome: never None there
+_NONE_OTHER = {"spooled": 0, "scheduled": 0, "rejected": 0, "failed": 0}
 
 
 def _put_set(out: dict[str, Any], obj: object, fields: Sequence[tuple[str, str]]) -> None:
@@ -72,6 +77,20 @@ def outcome_view(o: Outcome, index: int | None = None) -> dict[str, Any]:
 
 
 def batch_view(results: Sequence[BatchItem]) -> dict[str, Any]:
+    if type(results) is AllSent:  # the usual batch: every item SENT, stored where its SendResult says
+        sent_items = [
+            {
+                "index": i,
+                "id": id,
+                "status": "SENT",
+                "broker": to.broker,
+                "queueId": to.queue_id,
+                "queueOffset": to.queue_offset,
+                "msgId": to.offset_msg_id,
+            }
+            for i, (id, to) in enumerate(map(_ID_AND_STORED_AT, results))
+        ]
+        return {"results": sent_items, "sent": len(sent_items), **_NONE_OTHER}
     counts = {"sent": 0, "spooled": 0, "scheduled": 0, "rejected": 0, "failed": 0}
 
     def other(i: int, r: BatchItem) -> dict[str, Any]:
