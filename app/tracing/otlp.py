@@ -31,10 +31,9 @@ from opentelemetry.exporter.otlp.proto.common._internal.trace_encoder import (
     _encode_links,
     _encode_status,
     _encode_trace_state,
-    _span_flags,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, SpanFlags
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -45,6 +44,11 @@ _CACHEABLE = (str, bool, int, float)  # hashable scalars; a list (message keys) 
 _cache: dict[tuple[str, type, Any], bytes] = {}
 _Span: Any = PbSpan  # its stubs want every field set; encode_spans passes None for the unset ones
 _statuses: dict[tuple[StatusCode, str | None], bytes] = {}
+# _span_flags's and _SPAN_KIND_MAP's answers read once: the protobuf enum wrapper's attribute access and
+# an Enum's hash are Python calls, per span
+_LOCAL: int = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+_REMOTE: int = _LOCAL | SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+_KINDS: dict[int, int] = {id(kind): value for kind, value in _SPAN_KIND_MAP.items()}
 
 
 def _attribute(key: str, value: Any) -> bytes:
@@ -77,15 +81,15 @@ def _span(span: ReadableSpan) -> bytes:
         trace_state=_encode_trace_state(sc.trace_state),
         parent_span_id=parent.span_id.to_bytes(8, "big") if parent else None,
         name=span.name,
-        kind=_SPAN_KIND_MAP[span.kind],
+        kind=_KINDS[id(span.kind)],
         start_time_unix_nano=span.start_time,
         end_time_unix_nano=span.end_time,
-        events=_encode_events(span.events),
-        links=_encode_links(span.links),
+        events=_encode_events(events) if (events := span.events) else None,
+        links=_encode_links(links) if (links := span.links) else None,
         dropped_attributes_count=span.dropped_attributes,
         dropped_events_count=span.dropped_events,
         dropped_links_count=span.dropped_links,
-        flags=_span_flags(parent),
+        flags=_REMOTE if parent is not None and parent.is_remote else _LOCAL,
     ).SerializePartialToString()
     head += _status(span.status)
     attributes: Mapping[str, Any] | None = span.attributes
