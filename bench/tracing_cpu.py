@@ -2,11 +2,11 @@
 tracing hooks around a sender that answers at once, so that nothing but tracing is measured. Rows:
 tracing off (the anchor: the request's trace context inherited, the one check), OpenTelemetry spans on
 (receive + send spans through the SDK's BatchSpanProcessor into an exporter that encodes OTLP protobuf
-as the real one does and drops it; the same exported unencoded; the same through the SDK's own tracer
-instead of app.tracing.lite; requests the sampler leaves out: an unsampled traceparent, and none
-under parentbased_traceidratio 0.01; and the production setting, no traceparent under
-parentbased_traceidratio ``--ratio``: that share sampled), RocketMQ message trace on (Pub records
-encoded and batched by the dispatcher). Then one span alone: the SDK's start + end against
+as the sidecar's exporters do, by app.tracing.otlp, and drops it; the same exported unencoded; the same
+through the SDK's own tracer instead of app.tracing.lite; requests the sampler leaves out: an
+unsampled traceparent, and none under parentbased_traceidratio 0.01; and the production setting, no
+traceparent under parentbased_traceidratio ``--ratio``: that share sampled), RocketMQ message trace
+on (Pub records encoded and batched by the dispatcher). Then one span alone: the SDK's start + end against
 app.tracing.lite's, and the OTLP encoding of one span. CPU is user + system of this process (the
 exporter's thread included), per message; modes alternate over the rounds and each row is its median.
 Add the differences to the sidecar's own CPU per message (bench.compare, bench.tracing) to see what a
@@ -39,7 +39,7 @@ from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 from opentelemetry.trace import SpanKind
 
 from bench.common import Row, bench_parser, environment, print_rows
-from rocksidecar.app.tracing import msgtrace, spans
+from rocksidecar.app.tracing import msgtrace, otlp, spans
 from rocksidecar.app.tracing.context import TraceContext, inherit
 from rocksidecar.app.tracing.lite import LiteTracer
 from rocksidecar.rmq import Message, SendResult
@@ -65,7 +65,7 @@ class EncodingExporter(SpanExporter):
 
     def export(self, batch: Sequence[ReadableSpan]) -> SpanExportResult:
         if self.encode:
-            EncodingExporter.encoded += len(encode_spans(batch).SerializeToString())
+            EncodingExporter.encoded += len(otlp.encode(batch).SerializeToString())
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
@@ -138,7 +138,8 @@ SEND_ATTRIBUTES = {"messaging.system": "rocketmq", "messaging.operation.type": "
 def per_span_us(n: int) -> dict[str, float]:
     """One span with the send span's 9 attributes, under a sampled parent: CPU microseconds of the SDK's
     start + end, of app.tracing.lite's, both into a batching processor whose exporter drops the spans,
-    and of the OTLP encoding of such a span (encode_spans, in batches of 512, as the exporter does)."""
+    and of the OTLP encoding of such a span (in batches of 512, as the exporter does): the SDK's
+    encode_spans and app.tracing.otlp's encode."""
     parent = trace.set_span_in_context(trace.NonRecordingSpan(spans.span_context(TRACE)))
     got: dict[str, float] = {}
     for name in ("sdk", "lite"):
@@ -163,6 +164,10 @@ def per_span_us(n: int) -> dict[str, float]:
     for _ in range(max(1, n // 512)):
         encode_spans(batch).SerializeToString()
     got["encode"] = (cpu_s() - started) / (max(1, n // 512) * 512) * 1e6
+    started = cpu_s()
+    for _ in range(max(1, n // 512)):
+        otlp.encode(batch).SerializeToString()
+    got["encode-otlp"] = (cpu_s() - started) / (max(1, n // 512) * 512) * 1e6
     return got
 
 
@@ -224,6 +229,7 @@ def main() -> None:
         Row("the SDK's start_span + end, batching processor, no export", one["sdk"], "us", one["sdk"]),
         Row("app.tracing.lite's start_span + end, the same", one["lite"], "us", one["sdk"]),
         Row("OTLP encoding of the span (encode_spans + SerializeToString)", one["encode"], "us", one["sdk"]),
+        Row("  the same by app.tracing.otlp (what the exporters use)", one["encode-otlp"], "us", one["sdk"]),
     ]
     print_rows("CPU per span, 9 attributes (median of the rounds; ratio to the SDK's)", span_rows)
     print(f"load average after: {environment()}")

@@ -111,18 +111,14 @@ def setup_from_env(on: bool, env: Mapping[str, str] = os.environ) -> Callable[[]
     try:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        from .otlp import exporter  # the OTLP exporters with a cheaper encoding (spancost)
     except ImportError:
         raise RuntimeError(
             "ROCKSIDECAR_OTEL=true needs the otel extra: pip install 'rocksidecar[otel]'"
         ) from None
-    if env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc").startswith("http"):
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[assignment]
-            OTLPSpanExporter,
-        )
     provider = TracerProvider()  # resource and sampler from OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, ...
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(exporter(env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"))))
     configure(provider)
     return provider.shutdown
 

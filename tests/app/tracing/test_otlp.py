@@ -1,0 +1,131 @@
+"""app.tracing.otlp: the cheaper OTLP encoding must give the request the SDK's encode_spans gives, and
+the exporter built with it must post that request (decoded from what a local collector received)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    TraceFlags,
+    TraceState,
+    set_span_in_context,
+)
+from opentelemetry.trace.status import Status, StatusCode
+
+from rocksidecar.app.tracing import otlp
+from rocksidecar.app.tracing.lite import LiteTracer
+
+PARENT = SpanContext(
+    0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, is_remote=True,
+    trace_flags=TraceFlags(TraceFlags.SAMPLED), trace_state=TraceState([("vendor", "v1")]),
+)  # fmt: skip
+
+
+def made_spans() -> list[ReadableSpan]:
+    """Spans of every shape the sidecar makes (and some it does not): lite and SDK-made, root and
+    child, links, events, an error status, attribute values of each type (True and 1 apart)."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "spancost-test"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    sdk = provider.get_tracer("rocksidecar")
+    lite = LiteTracer(sdk)  # type: ignore[arg-type]
+    under = set_span_in_context(NonRecordingSpan(PARENT))
+    for tracer in (lite, sdk):
+        for i in range(3):
+            attrs = {"messaging.system": "rocketmq", "messaging.message.id": f"{i:032X}", "flag": i == 1,
+                     "n": 1, "ratio": 0.5, "messaging.rocketmq.message.keys": ["k1", f"k{i}"]}  # fmt: skip
+            span = tracer.start_span(f"send T{i}", under, SpanKind.PRODUCER, attrs, [Link(PARENT)])
+            span.add_event("send attempt failed", {"rocksidecar.attempt": f"broker-{i}"})
+            if i == 2:
+                span.set_status(Status(StatusCode.ERROR, "SendFailed: no route"))
+            span.end()
+        tracer.start_span("receive T", None, SpanKind.SERVER).end()  # a root, no attributes
+    return list(memory.get_finished_spans())
+
+
+def test_the_request_equals_the_sdk_encoders() -> None:
+    batch = made_spans()
+    assert len(batch) == 8
+    for _ in range(2):  # the second time from the cache
+        assert otlp.encode(batch) == encode_spans(batch)
+    assert otlp.encode([]) == encode_spans([])
+
+
+def test_the_cache_is_bounded_and_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(otlp, "MAX_CACHED", 4)
+    otlp._cache.clear()
+    batch = made_spans()
+    assert otlp.encode(batch) == encode_spans(batch)
+    assert 0 < len(otlp._cache) <= 4
+
+
+class _Collector(BaseHTTPRequestHandler):
+    bodies: list[bytes] = []
+    status = 200
+
+    def do_POST(self) -> None:
+        _Collector.bodies.append(self.rfile.read(int(self.headers.get("content-length") or 0)))
+        self.send_response(_Collector.status)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def collector() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    finally:
+        server.shutdown()
+
+
+def test_the_http_exporter_posts_that_request(collector: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", collector)
+    _Collector.bodies.clear()
+    _Collector.status = 200
+    exporter = otlp.exporter("http/protobuf")
+    batch = made_spans()
+    try:
+        assert exporter.export(batch) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    assert len(_Collector.bodies) == 1
+    assert ExportTraceServiceRequest.FromString(_Collector.bodies[0]) == encode_spans(batch)
+
+
+def test_a_refused_export_is_a_failure(collector: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", collector)
+    _Collector.status = 400  # not one the exporter retries
+    exporter = otlp.exporter("http/protobuf")
+    try:
+        assert exporter.export(made_spans()) is SpanExportResult.FAILURE
+    finally:
+        _Collector.status = 200
+        exporter.shutdown()
+
+
+def test_the_grpc_exporter_translates_with_it() -> None:
+    exporter = otlp.exporter("grpc")
+    try:
+        batch = made_spans()
+        assert exporter._translate_data(batch) == encode_spans(batch)  # type: ignore[attr-defined]
+    finally:
+        exporter.shutdown()
