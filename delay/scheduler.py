@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,6 +49,12 @@ GATE_HELD_MAX = 50_000  # turned-away keys kept to be asked about again by key (
 # (bench.dmq_copies counted 50-95 % of the keys a replica read as re-reads). Only past GATE_HELD_MAX
 # keys held at once does the scheduler fall back to that rescan, for the keys it could not keep.
 Gate = Callable[[str], bool]
+# Where a due message's wait goes, by stage (``on_stage(stage, seconds)``; bench.dmq_copies prints them):
+# pass: one synchronous pass reading due keys (the loop does nothing else meanwhile); slot_wait: the seek
+# loop waiting for one of the max_in_flight publish calls to end; publish: a publish call; record: its
+# "sent" record (the store's writer, shared with the intake and the other copies' drops); wake: a sleep
+# for a due time ending after it (the loop was busy elsewhere).
+Stage = Callable[[str, float], None]
 
 
 @dataclass
@@ -101,6 +108,7 @@ class DelayScheduler(DueLoop):
         self.gate = gate
         self._gate_retry_ms = max(1, int(gate_retry_s * 1000))
         self.on_sent = on_sent
+        self.on_stage: Stage | None = None
         self._held = Holds()  # failed publishes waiting for their retry time
         self._gated = Gated(gate_held_max)  # turned away: asked again by key at regate() or re-ask time
         self.counts = PickCounts()
@@ -135,14 +143,18 @@ class DelayScheduler(DueLoop):
                 await self._wait_until(now + self._store_retry_ms, now)  # publish nothing more until recorded
                 continue
             if len(self._calls) >= self._max_in_flight:
+                started = time.perf_counter()
                 await self._wait_for_slot()
+                self._stage("slot_wait", started)
                 continue
             now = self._store.now_ms()
             # Failed publishes (rare) and turned-away keys the cap did not let us keep: scan them again.
             for released in (self._held.release_due(now), self._gated.expire(now)):
                 if released is not None:
                     self._cursor = min(self._cursor, released)
+            started = time.perf_counter()
             batch, more = self._take_due(now)
+            self._stage("pass", started)
             if batch:
                 call = asyncio.create_task(self._publish_batch(batch), name="delay-publish")
                 self._calls.add(call)
@@ -151,7 +163,16 @@ class DelayScheduler(DueLoop):
                 await asyncio.sleep(0)  # a burst is many passes: let beats, marks and answers in between
                 continue
             self._housekeeping(now)
-            await self._wait_until(self._next_wake_ms(), now)
+            wake_ms = self._next_wake_ms()
+            await self._wait_until(wake_ms, now)
+            if wake_ms is not None and self.on_stage is not None:
+                late_ms = self._store.now_ms() - wake_ms
+                if late_ms >= 0:  # not woken early (a new key)
+                    self.on_stage("wake", late_ms / 1000)
+
+    def _stage(self, stage: str, started: float) -> None:
+        if self.on_stage is not None:
+            self.on_stage(stage, time.perf_counter() - started)
 
     def _take_due(self, now: int) -> tuple[list[tuple[bytes, DelayedMessage]], bool]:
         """Claim up to batch_max due messages from the cursor on; also whether more may be due."""
@@ -274,7 +295,9 @@ class DelayScheduler(DueLoop):
         self._maybe_idle()
 
     async def _publish_batch(self, batch: list[tuple[bytes, DelayedMessage]]) -> None:
+        started = time.perf_counter()
         out = await publish_batch(self._publish, batch, self._store.now_ms)
+        self._stage("publish", started)
         for _, msg in out.sent:
             self._report(out.done_at_ms - msg.due_ms)
         if out.sent and self.on_sent is not None:
@@ -288,8 +311,10 @@ class DelayScheduler(DueLoop):
                         self._retry_ms, out.first_error)  # fmt: skip
         if out.sent:
             keys = [key for key, _ in out.sent]
+            started = time.perf_counter()
             try:
                 await self._store.mark_sent(keys, out.done_at_ms, out.sent_to)
+                self._stage("record", started)
             except StorageError as exc:
                 log.error("%d published messages not recorded as sent yet: %s", len(keys), exc)
                 self._unrecorded.append((keys, out.done_at_ms, out.sent_to))
