@@ -42,12 +42,13 @@ GATE_HELD_MAX = 50_000  # turned-away keys kept to be asked about again by key (
 # turn it is); one it turns away stays scheduled and is asked about again when the gate's owner says its
 # answers may have changed (``regate``: the live replicas changed), or GATE_RETRY_S later. It is asked
 # with the id from the due key, before the message is decoded: with two copies, half of what a replica
-# reads is turned away until its mark drops it. A turned-away key is asked about again by key (a point
-# read: gone once its mark dropped it), and the cursor and the floor move on past it: moving the cursor
-# back to it instead re-read the whole due range from there, copies waiting for their marks and the
-# tombstones of everything published since, ahead of the newly due keys, every GATE_RETRY_S
-# (bench.dmq_copies counted 50-95 % of the keys a replica read as re-reads). Only past GATE_HELD_MAX
-# keys held at once does the scheduler fall back to that rescan, for the keys it could not keep.
+# reads is turned away until its mark drops it. A turned-away key is forgotten when its mark (or a
+# cancel) drops it (DelayStore's removed listener), else asked about again by key (a point read), and
+# the cursor and the floor move on past it: moving the cursor back to it instead re-read the whole due
+# range from there, copies waiting for their marks and the tombstones of everything published since,
+# ahead of the newly due keys, every GATE_RETRY_S (bench.dmq_copies counted 50-95 % of the keys a
+# replica read as re-reads). Only past GATE_HELD_MAX keys held at once does the scheduler fall back to
+# that rescan, for the keys it could not keep.
 Gate = Callable[[str], bool]
 # Where a due message's wait goes, by stage (``on_stage(stage, seconds)``; bench.dmq_copies prints them):
 # pass: one synchronous pass reading due keys (the loop does nothing else meanwhile); slot_wait: the seek
@@ -62,12 +63,14 @@ class PickCounts:
     """What the seek loop read to pick due messages (bench.dmq_copies: where the 2-copy picking goes).
     ``scanned``: due keys read by range scans; ``rescanned``: those of them read again (below the
     furthest the cursor had reached: a rewind); ``reasked``: turned-away keys asked about again by key;
-    ``gated_max``: the most turned-away keys held at once."""
+    ``gated_max``: the most turned-away keys held at once; ``forgotten``: held keys a cancel or a mark
+    removed (not asked about again)."""
 
     scanned: int = 0
     rescanned: int = 0
     reasked: int = 0
     gated_max: int = 0
+    forgotten: int = 0
 
 
 class DelayScheduler(DueLoop):
@@ -122,11 +125,13 @@ class DelayScheduler(DueLoop):
         self._purge: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        self._store.add_removed_listener(self._on_removed)
         self._start_seek()  # from the floor: overdue messages come first
 
     async def close(self, grace_s: float = 0.0) -> None:
         """Stop; give publish calls in progress ``grace_s`` to finish, then cancel them. A message whose
         publish was cut short stays scheduled (it is published again after the next start)."""
+        self._store.remove_removed_listener(self._on_removed)
         await self._stop_seek()
         await stop_task(self._purge)
         if self._calls and grace_s > 0:
@@ -328,6 +333,12 @@ class DelayScheduler(DueLoop):
             self._cursor = min(self._cursor, rescan)
         if rescan is not None or self._gated.has_ready:
             self._wake_for(None)
+
+    def _on_removed(self, keys: list[bytes]) -> None:
+        """A cancel or another replica's mark removed ``keys``: those held turned away are forgotten, not
+        read again at their re-ask time (with two copies, most of them: their publisher's mark comes
+        within milliseconds, the re-ask 2 s later; one point read each, and held they filled the cap)."""
+        self.counts.forgotten += self._gated.forget(keys)
 
     def _hold(self, keys: list[bytes], retry_at_ms: int) -> None:
         self._held.hold(keys, retry_at_ms)

@@ -209,11 +209,12 @@ class Replication:
             "rocksidecar_dmq_pick_keys",
             "What the scheduler read to pick due copies since start (bench.dmq_copies), by kind: scanned "
             "(due keys read by range scans), rescanned (of those, read again after a rewind), reasked "
-            "(turned-away copies asked about again by key), gated_max (most turned-away copies held).",
+            "(turned-away copies asked about again by key), gated_max (most turned-away copies held), "
+            "forgotten (held copies their mark dropped: not asked about again).",
             ["kind"],
             registry=r,
         )
-        for kind in ("scanned", "rescanned", "reasked", "gated_max"):
+        for kind in ("scanned", "rescanned", "reasked", "gated_max", "forgotten"):
             picking.labels(kind).set_function(functools.partial(self._pick_count, kind))
         # Where a due copy's wait goes (bench.dmq_copies, issue 28): the scheduler's stages (delay.scheduler
         # Stage), the other copies' drops (a mark batch: index reads and one synced write) and the event

@@ -394,3 +394,32 @@ async def test_copies_turned_away_past_the_cap_are_still_asked_again_and_the_flo
     assert sorted(h.ids()) == ["MINE", *ids]
     assert len(h.ids()) == len(set(h.ids()))  # none twice
     assert h.store.floor > due_key(now + 10, "T4")  # nothing held any more
+
+
+async def test_a_held_copy_its_mark_dropped_is_forgotten_not_asked_about_again(h: Harness) -> None:
+    """Issue 28: with two copies, half of what a replica reads is turned away and its publisher's mark
+    drops it within milliseconds; the scheduler forgets it then, instead of a point read at its re-ask
+    time 2 s later (and holding it meanwhile against the cap)."""
+    now = h.store.now_ms()
+    await h.store.schedule_many([message(f"T{i}", now + 10) for i in range(3)])
+    asked: list[str] = []
+
+    def gate(id_: str) -> bool:
+        asked.append(id_)
+        return False
+
+    scheduler = h.start(gate=gate, gate_retry_s=2.0)
+    await scheduler.start()
+    await h.advance(0.01)
+    assert asked == ["T0", "T1", "T2"]
+    assert await h.store.drop_published_many(["T0", "T1"]) == [CancelOutcome.CANCELLED] * 2  # marks
+    assert scheduler.counts.forgotten == 2
+    await h.advance(2.0)
+    assert asked == ["T0", "T1", "T2", "T2"]  # only the copy still waiting for its mark
+    assert scheduler.counts.reasked == 1
+    assert h.store.floor == due_key(now + 10, "T2")  # not past the one still held
+    assert await h.store.cancel("T2") is CancelOutcome.CANCELLED  # a cancel forgets it too
+    assert scheduler.counts.forgotten == 3
+    await h.advance(2.0)
+    assert asked == ["T0", "T1", "T2", "T2"] and h.ids() == []
+    assert h.store.floor > due_key(now + 10, "T2")
