@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rocksidecar.storage.due_loop import DueLoop, Sleep
 from rocksidecar.storage.errors import StorageError
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 BATCH_MAX = 500  # messages per publish call
 MAX_IN_FLIGHT = 4  # publish calls at once
+RECORDS_PER_SLOT = 2  # calls whose publish returned and whose "sent" record is being written, per slot
 RETRY_S = 1.0  # a message whose publish failed is tried again after this
 STORE_RETRY_S = 1.0  # while "sent" cannot be recorded, try again this often
 PURGE_EVERY_S = 60.0  # done markers past the retention are dropped this often
@@ -52,7 +54,7 @@ GATE_HELD_MAX = 50_000  # turned-away keys kept to be asked about again by key (
 Gate = Callable[[str], bool]
 # Where a due message's wait goes, by stage (``on_stage(stage, seconds)``; bench.dmq_copies prints them):
 # pass: one synchronous pass reading due keys (the loop does nothing else meanwhile); slot_wait: the seek
-# loop waiting for one of the max_in_flight publish calls to end; publish: a publish call; record: its
+# loop waiting for one of the max_in_flight publishes to return; publish: a publish call; record: its
 # "sent" record (the store's writer, shared with the intake and the other copies' drops); wake: a sleep
 # for a due time ending after it (the loop was busy elsewhere).
 Stage = Callable[[str, float], None]
@@ -104,6 +106,7 @@ class DelayScheduler(DueLoop):
         self._publish = publish
         self._batch_max = batch_max
         self._max_in_flight = max_in_flight
+        self._calls_max = max_in_flight * (1 + RECORDS_PER_SLOT)
         self._retry_ms = int(retry_s * 1000)
         self._store_retry_ms = int(store_retry_s * 1000)
         self._purge_every_ms = int(purge_every_s * 1000)
@@ -118,8 +121,9 @@ class DelayScheduler(DueLoop):
         self._reached = b""  # the furthest the cursor got (PickCounts.rescanned)
         # published, "sent" not stored yet: (keys, at_ms, where each went)
         self._unrecorded: list[tuple[list[bytes], int, list[StoredAt | None]]] = []
-        self._calls: set[asyncio.Task[None]] = set()
-        self._slot = asyncio.Event()  # a publish call finished
+        self._calls: set[asyncio.Task[None]] = set()  # publishing or recording "sent"
+        self._publishing: set[asyncio.Task[None]] = set()  # of them, those still publishing (the slots)
+        self._slot = asyncio.Event()  # a publish finished
         self._for_slot = False  # waiting for a publish call to finish, not for a due time
         self._purged_ms = 0
         self._purge: asyncio.Task[None] | None = None
@@ -147,7 +151,10 @@ class DelayScheduler(DueLoop):
                 now = self._store.now_ms()
                 await self._wait_until(now + self._store_retry_ms, now)  # publish nothing more until recorded
                 continue
-            if len(self._calls) >= self._max_in_flight:
+            # A slot is taken while a call publishes, not while its "sent" record waits for the store's
+            # writer (behind the intake's and the other copies' drops' synced writes): the next due
+            # messages go out meanwhile. What waits to be recorded is bounded too (RECORDS_PER_SLOT).
+            if len(self._publishing) >= self._max_in_flight or len(self._calls) >= self._calls_max:
                 started = time.perf_counter()
                 await self._wait_for_slot()
                 self._stage("slot_wait", started)
@@ -163,6 +170,7 @@ class DelayScheduler(DueLoop):
             if batch:
                 call = asyncio.create_task(self._publish_batch(batch), name="delay-publish")
                 self._calls.add(call)
+                self._publishing.add(call)
                 call.add_done_callback(self._on_call_done)
             if batch or more:
                 await asyncio.sleep(0)  # a burst is many passes: let beats, marks and answers in between
@@ -289,7 +297,14 @@ class DelayScheduler(DueLoop):
         self._store.queue.advance_floor(self._cursor if lowest is None else min(self._cursor, lowest))
 
     # --- publishing -----------------------------------------------------------------------------------
+    def _published(self, call: asyncio.Task[Any] | None) -> None:
+        if call is not None and call in self._publishing:
+            self._publishing.discard(call)
+            if self._for_slot:
+                self._slot.set()
+
     def _on_call_done(self, call: asyncio.Task[None]) -> None:
+        self._published(call)  # cancelled before it published
         self._calls.discard(call)
         if not call.cancelled() and call.exception() is not None:
             log.error("delay publish call failed unexpectedly", exc_info=call.exception())
@@ -301,7 +316,10 @@ class DelayScheduler(DueLoop):
 
     async def _publish_batch(self, batch: list[tuple[bytes, DelayedMessage]]) -> None:
         started = time.perf_counter()
-        out = await publish_batch(self._publish, batch, self._store.now_ms)
+        try:
+            out = await publish_batch(self._publish, batch, self._store.now_ms)
+        finally:
+            self._published(asyncio.current_task())  # the slot is free: the record below does not hold it
         self._stage("publish", started)
         for _, msg in out.sent:
             self._report(out.done_at_ms - msg.due_ms)

@@ -4,12 +4,13 @@ and clock steps. No test sleeps on real time."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from rocksidecar.delay.keys import DUE_CF, due_key
 from rocksidecar.delay.message import DELAY_DUE_AT, DELAY_PUBLISHED_AT
 from rocksidecar.delay.status import CancelOutcome, DelayState
 from rocksidecar.storage.kv import Put
-from tests.delay.conftest import Harness, message
+from tests.delay.conftest import SETTLE_S, Harness, message
 
 
 async def test_publishes_in_due_time_order_at_the_due_time_and_not_before(h: Harness) -> None:
@@ -423,3 +424,33 @@ async def test_a_held_copy_its_mark_dropped_is_forgotten_not_asked_about_again(h
     await h.advance(2.0)
     assert asked == ["T0", "T1", "T2", "T2"] and h.ids() == []
     assert h.store.floor > due_key(now + 10, "T2")
+
+
+async def test_a_publish_slot_is_free_while_the_call_before_waits_for_its_sent_record(h: Harness) -> None:
+    """Issue 28: the "sent" record of a publish call waits for the store's writer (behind the intake's
+    and the other copies' drops' synced writes); the next due message must not wait for it too."""
+    now = h.store.now_ms()
+    await h.store.schedule_many([message("A", now + 10), message("B", now + 20)])
+    syncing, release = threading.Event(), threading.Event()
+    sync = h.kv.sync_wal
+
+    def slow_sync() -> None:  # the writer's WAL sync runs in a thread
+        syncing.set()
+        release.wait(SETTLE_S)
+        sync()
+
+    scheduler = h.start(max_in_flight=1)
+    await scheduler.start()
+    h.kv.sync_wal = slow_sync  # type: ignore[method-assign]
+    try:
+        h.clock.advance(0.01)
+        await h.until(lambda: h.ids() == ["A"])
+        assert await asyncio.to_thread(syncing.wait, SETTLE_S)  # A's record is stuck in the writer
+        h.clock.advance(0.01)
+        await h.until(lambda: h.ids() == ["A", "B"])  # B published all the same, in the only slot
+        assert h.store.queue.is_claimed(due_key(now + 10, "A"))  # its record is still not synced
+    finally:
+        release.set()
+    await h.settle()
+    assert [h.store.get(i).state for i in ("A", "B")] == [DelayState.SENT] * 2  # type: ignore[union-attr]
+    assert h.max_concurrent == 1
