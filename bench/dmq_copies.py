@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import secrets
 import shutil
@@ -62,7 +63,9 @@ from rocksidecar.rmq.producer import Producer, ProducerConfig
 PREFIX = "dmqbench"
 CPU_TARGET, P99_TARGET_MS, BURST_TARGET_S = 1.6, 50.0, 10.0
 IDLE_S = 3.0  # CPU of the ready replicas with nothing to do (beats, member lists), per second
-PICK_KINDS = ("scanned", "rescanned", "reasked", "gated_max")  # rocksidecar_dmq_pick_keys
+PICK_KINDS = ("scanned", "rescanned", "reasked", "gated_max", "forgotten")  # rocksidecar_dmq_pick_keys
+# rocksidecar_dmq_stage_seconds: the scheduler's stages, the other copies' drops, the loop's lag
+STAGES = ("pass", "slot_wait", "publish", "record", "wake", "drop", "loop_lag")
 
 
 @dataclass
@@ -159,13 +162,14 @@ class Replicas:
         except TimeoutError:
             raise RuntimeError(f"{name} of the replicas still {values} after {timeout_s:.0f} s") from None
 
-    async def health(self, http: httpx.AsyncClient) -> list[str]:
+    async def health(self, http: httpx.AsyncClient, marks: list[list[StageSnapshot]]) -> list[str]:
         """Per replica, what decided who publishes: publishes in place of a silent first holder, marks of
         ids it published too, silences (its own beats, a peer's), and its beats' timing: the longest
         interval between two beats of one sender and the longest delay from send to read, as histogram
-        bucket bounds (and how many beats of either were over 1 s)."""
+        bucket bounds (and how many beats of either were over 1 s). Then the stages of picking and
+        publishing in the steady phase and from the burst on (``marks``: the stages at the start of each)."""
         lines = []
-        for name, port in zip(self.names, self.ports, strict=True):
+        for i, (name, port) in enumerate(zip(self.names, self.ports, strict=True)):
             text = await self._scrape(http, port)
             m = [s for f in text_string_to_metric_families(text) for s in f.samples]
             lines.append(
@@ -177,7 +181,18 @@ class Replicas:
                 f"{_over(m, 'rocksidecar_dmq_beat_delay_seconds')}; pick keys "
                 + " / ".join(f"{k} {_value(m, 'rocksidecar_dmq_pick_keys', kind=k):.0f}" for k in PICK_KINDS)
             )
+            steady, burst = marks[0][i], marks[1][i]
+            lines.append("  steady stages (n, total s, mean / p99 / max ms): " + _stage_line(burst, steady))
+            lines.append("  burst stages: " + _stage_line(_stages(m), burst))
         return lines
+
+    async def stages(self, http: httpx.AsyncClient) -> list[StageSnapshot]:
+        """Each replica's rocksidecar_dmq_stage_seconds now."""
+        snaps = []
+        for port in self.ports:
+            text = await self._scrape(http, port)
+            snaps.append(_stages([s for f in text_string_to_metric_families(text) for s in f.samples]))
+        return snaps
 
     def profile(self, into: Path | None) -> list[subprocess.Popen[bytes]]:
         """py-spy sampling each replica (--profile DIR): raw stacks into DIR, one file per replica."""
@@ -224,6 +239,40 @@ def _over(samples: list[Sample], hist: str) -> str:
     top = next((le for le, n in buckets if n >= total), 0.0)
     late = total - next((n for le, n in buckets if le == 1.0), total)
     return f"max <= {top:g} s, {late:.0f} of {total:.0f} over 1 s"
+
+
+StageSnapshot = dict[str, tuple[list[tuple[float, float]], float]]  # stage -> ((le, count) buckets, sum)
+
+
+def _stages(samples: list[Sample]) -> StageSnapshot:
+    name = "rocksidecar_dmq_stage_seconds"
+    snap: StageSnapshot = {}
+    for stage in STAGES:
+        buckets = sorted((float(s.labels["le"]), s.value) for s in samples
+                         if s.name == f"{name}_bucket" and s.labels.get("stage") == stage)  # fmt: skip
+        snap[stage] = (buckets, _value(samples, f"{name}_sum", stage=stage))
+    return snap
+
+
+def _stage_line(snap: StageSnapshot, base: StageSnapshot | None = None) -> str:
+    """Per stage of ``snap`` less ``base``: how many, their total, mean, and the bucket bounds holding the
+    99th percentile and the largest."""
+    parts = []
+    for stage in STAGES:
+        buckets, total = snap.get(stage, ([], 0.0))
+        if base is not None and stage in base:
+            old = dict(base[stage][0])
+            buckets = [(le, c - old.get(le, 0.0)) for le, c in buckets]
+            total -= base[stage][1]
+        n = buckets[-1][1] if buckets else 0
+        if not n:
+            parts.append(f"{stage} n 0")
+            continue
+        p99 = next(le for le, c in buckets if c >= 0.99 * n)
+        top = next(le for le, c in buckets if c >= n)
+        mean_ms = total / n * 1000
+        parts.append(f"{stage} n {n:.0f}, {total:.2f} s, {mean_ms:.1f} / {p99 * 1000:g} / {top * 1000:g}")
+    return "; ".join(parts)
 
 
 def link_sst(src: str, dst: str) -> None:
@@ -275,6 +324,13 @@ async def run_one(args: argparse.Namespace, copies: int, template: Path) -> Outc
         margin = steady_start / 1000 - time.time()
         print(f"[{copies} copies] {sent} inner messages sent and read by every replica; steady phase starts "
               f"in {margin:.1f} s", flush=True)  # fmt: skip
+        # The stages as they stand when the steady phase starts and before the burst (wall-clock times).
+        await asyncio.sleep(max(steady_start / 1000 - 0.1 - time.time(), 0))
+        stage_marks = [await replicas.stages(http)]
+        phase_cpu = [(replicas.cpu_s(), time.monotonic())]
+        await asyncio.sleep(max(burst_due / 1000 - 0.3 - time.time(), 0))
+        stage_marks.append(await replicas.stages(http))
+        phase_cpu.append((replicas.cpu_s(), time.monotonic()))
         async with asyncio.timeout(max(burst_due / 1000 - time.time(), 0) + 300):
             while len(lateness.ids) < lateness.expected:
                 lateness.done.clear()
@@ -284,7 +340,12 @@ async def run_one(args: argparse.Namespace, copies: int, template: Path) -> Outc
         await replicas.until(http, "rocksidecar_delay_scheduled", lambda v: sum(v) <= stored, 60)
         settle = time.monotonic() - t
         cpu, window = replicas.cpu_s() - cpu0, time.monotonic() - t0
-        health = await replicas.health(http)
+        health = await replicas.health(http, stage_marks)
+        phase_cpu.append((replicas.cpu_s(), time.monotonic()))
+        phases = [f"{c1 - c0:.1f} over {t1 - t0:.1f}" for (c0, t0), (c1, t1) in itertools.pairwise(phase_cpu)]
+        health.append(
+            "CPU of all replicas (s over s of wall time): steady phase " + ", from the burst on ".join(phases)
+        )
         for spy in spies:
             spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled and exits
             spy.wait()

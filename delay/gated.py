@@ -2,7 +2,8 @@
 scheduler asks about them again one by one instead of moving its cursor back over the due range.
 
 A key is held until its re-ask time or until ``release_all`` (the gate's answers may have changed), then
-it is ready: the scheduler takes it with ``take_ready`` and asks again by key. At most ``cap`` keys are
+it is ready: the scheduler takes it with ``take_ready`` and asks again by key. A key its mark (or a
+cancel) removed from the store meanwhile is forgotten (``forget``), not asked about. At most ``cap`` keys are
 kept; a key turned away beyond that is not kept, only the lowest of them (``overflow``): when its time
 comes the scheduler moves its cursor back to it and scans again from there, as before this structure
 (correct, only slower), so memory stays bounded whatever the burst.
@@ -45,6 +46,16 @@ class Gated:
             heapq.heappush(self._timers, (until_ms, key))
             heapq.heappush(self._low, key)
         self._compact()
+
+    def forget(self, keys: list[bytes]) -> int:
+        """No longer keep ``keys`` (a cancel or a mark removed them from the store): nothing to ask about
+        again. Returns how many were kept. Their heap and ready entries go stale and are skipped."""
+        until = self._until
+        forgotten = 0
+        for key in keys:
+            if until.pop(key, None) is not None:
+                forgotten += 1
+        return forgotten
 
     def expire(self, now_ms: int) -> bytes | None:
         """Make ready every kept key whose time came; returns the overflow key if its time came (the

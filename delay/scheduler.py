@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rocksidecar.storage.due_loop import DueLoop, Sleep
 from rocksidecar.storage.errors import StorageError
@@ -30,6 +32,7 @@ log = logging.getLogger(__name__)
 
 BATCH_MAX = 500  # messages per publish call
 MAX_IN_FLIGHT = 4  # publish calls at once
+RECORDS_PER_SLOT = 2  # calls whose publish returned and whose "sent" record is being written, per slot
 RETRY_S = 1.0  # a message whose publish failed is tried again after this
 STORE_RETRY_S = 1.0  # while "sent" cannot be recorded, try again this often
 PURGE_EVERY_S = 60.0  # done markers past the retention are dropped this often
@@ -41,13 +44,20 @@ GATE_HELD_MAX = 50_000  # turned-away keys kept to be asked about again by key (
 # turn it is); one it turns away stays scheduled and is asked about again when the gate's owner says its
 # answers may have changed (``regate``: the live replicas changed), or GATE_RETRY_S later. It is asked
 # with the id from the due key, before the message is decoded: with two copies, half of what a replica
-# reads is turned away until its mark drops it. A turned-away key is asked about again by key (a point
-# read: gone once its mark dropped it), and the cursor and the floor move on past it: moving the cursor
-# back to it instead re-read the whole due range from there, copies waiting for their marks and the
-# tombstones of everything published since, ahead of the newly due keys, every GATE_RETRY_S
-# (bench.dmq_copies counted 50-95 % of the keys a replica read as re-reads). Only past GATE_HELD_MAX
-# keys held at once does the scheduler fall back to that rescan, for the keys it could not keep.
+# reads is turned away until its mark drops it. A turned-away key is forgotten when its mark (or a
+# cancel) drops it (DelayStore's removed listener), else asked about again by key (a point read), and
+# the cursor and the floor move on past it: moving the cursor back to it instead re-read the whole due
+# range from there, copies waiting for their marks and the tombstones of everything published since,
+# ahead of the newly due keys, every GATE_RETRY_S (bench.dmq_copies counted 50-95 % of the keys a
+# replica read as re-reads). Only past GATE_HELD_MAX keys held at once does the scheduler fall back to
+# that rescan, for the keys it could not keep.
 Gate = Callable[[str], bool]
+# Where a due message's wait goes, by stage (``on_stage(stage, seconds)``; bench.dmq_copies prints them):
+# pass: one synchronous pass reading due keys (the loop does nothing else meanwhile); slot_wait: the seek
+# loop waiting for one of the max_in_flight publishes to return; publish: a publish call; record: its
+# "sent" record (the store's writer, shared with the intake and the other copies' drops); wake: a sleep
+# for a due time ending after it (the loop was busy elsewhere).
+Stage = Callable[[str, float], None]
 
 
 @dataclass
@@ -55,12 +65,14 @@ class PickCounts:
     """What the seek loop read to pick due messages (bench.dmq_copies: where the 2-copy picking goes).
     ``scanned``: due keys read by range scans; ``rescanned``: those of them read again (below the
     furthest the cursor had reached: a rewind); ``reasked``: turned-away keys asked about again by key;
-    ``gated_max``: the most turned-away keys held at once."""
+    ``gated_max``: the most turned-away keys held at once; ``forgotten``: held keys a cancel or a mark
+    removed (not asked about again)."""
 
     scanned: int = 0
     rescanned: int = 0
     reasked: int = 0
     gated_max: int = 0
+    forgotten: int = 0
 
 
 class DelayScheduler(DueLoop):
@@ -94,6 +106,7 @@ class DelayScheduler(DueLoop):
         self._publish = publish
         self._batch_max = batch_max
         self._max_in_flight = max_in_flight
+        self._calls_max = max_in_flight * (1 + RECORDS_PER_SLOT)
         self._retry_ms = int(retry_s * 1000)
         self._store_retry_ms = int(store_retry_s * 1000)
         self._purge_every_ms = int(purge_every_s * 1000)
@@ -101,24 +114,28 @@ class DelayScheduler(DueLoop):
         self.gate = gate
         self._gate_retry_ms = max(1, int(gate_retry_s * 1000))
         self.on_sent = on_sent
+        self.on_stage: Stage | None = None
         self._held = Holds()  # failed publishes waiting for their retry time
         self._gated = Gated(gate_held_max)  # turned away: asked again by key at regate() or re-ask time
         self.counts = PickCounts()
         self._reached = b""  # the furthest the cursor got (PickCounts.rescanned)
         # published, "sent" not stored yet: (keys, at_ms, where each went)
         self._unrecorded: list[tuple[list[bytes], int, list[StoredAt | None]]] = []
-        self._calls: set[asyncio.Task[None]] = set()
-        self._slot = asyncio.Event()  # a publish call finished
+        self._calls: set[asyncio.Task[None]] = set()  # publishing or recording "sent"
+        self._publishing: set[asyncio.Task[None]] = set()  # of them, those still publishing (the slots)
+        self._slot = asyncio.Event()  # a publish finished
         self._for_slot = False  # waiting for a publish call to finish, not for a due time
         self._purged_ms = 0
         self._purge: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        self._store.add_removed_listener(self._on_removed)
         self._start_seek()  # from the floor: overdue messages come first
 
     async def close(self, grace_s: float = 0.0) -> None:
         """Stop; give publish calls in progress ``grace_s`` to finish, then cancel them. A message whose
         publish was cut short stays scheduled (it is published again after the next start)."""
+        self._store.remove_removed_listener(self._on_removed)
         await self._stop_seek()
         await stop_task(self._purge)
         if self._calls and grace_s > 0:
@@ -134,24 +151,41 @@ class DelayScheduler(DueLoop):
                 now = self._store.now_ms()
                 await self._wait_until(now + self._store_retry_ms, now)  # publish nothing more until recorded
                 continue
-            if len(self._calls) >= self._max_in_flight:
+            # A slot is taken while a call publishes, not while its "sent" record waits for the store's
+            # writer (behind the intake's and the other copies' drops' synced writes): the next due
+            # messages go out meanwhile. What waits to be recorded is bounded too (RECORDS_PER_SLOT).
+            if len(self._publishing) >= self._max_in_flight or len(self._calls) >= self._calls_max:
+                started = time.perf_counter()
                 await self._wait_for_slot()
+                self._stage("slot_wait", started)
                 continue
             now = self._store.now_ms()
             # Failed publishes (rare) and turned-away keys the cap did not let us keep: scan them again.
             for released in (self._held.release_due(now), self._gated.expire(now)):
                 if released is not None:
                     self._cursor = min(self._cursor, released)
+            started = time.perf_counter()
             batch, more = self._take_due(now)
+            self._stage("pass", started)
             if batch:
                 call = asyncio.create_task(self._publish_batch(batch), name="delay-publish")
                 self._calls.add(call)
+                self._publishing.add(call)
                 call.add_done_callback(self._on_call_done)
             if batch or more:
                 await asyncio.sleep(0)  # a burst is many passes: let beats, marks and answers in between
                 continue
             self._housekeeping(now)
-            await self._wait_until(self._next_wake_ms(), now)
+            wake_ms = self._next_wake_ms()
+            await self._wait_until(wake_ms, now)
+            if wake_ms is not None and self.on_stage is not None:
+                late_ms = self._store.now_ms() - wake_ms
+                if late_ms >= 0:  # not woken early (a new key)
+                    self.on_stage("wake", late_ms / 1000)
+
+    def _stage(self, stage: str, started: float) -> None:
+        if self.on_stage is not None:
+            self.on_stage(stage, time.perf_counter() - started)
 
     def _take_due(self, now: int) -> tuple[list[tuple[bytes, DelayedMessage]], bool]:
         """Claim up to batch_max due messages from the cursor on; also whether more may be due."""
@@ -263,7 +297,14 @@ class DelayScheduler(DueLoop):
         self._store.queue.advance_floor(self._cursor if lowest is None else min(self._cursor, lowest))
 
     # --- publishing -----------------------------------------------------------------------------------
+    def _published(self, call: asyncio.Task[Any] | None) -> None:
+        if call is not None and call in self._publishing:
+            self._publishing.discard(call)
+            if self._for_slot:
+                self._slot.set()
+
     def _on_call_done(self, call: asyncio.Task[None]) -> None:
+        self._published(call)  # cancelled before it published
         self._calls.discard(call)
         if not call.cancelled() and call.exception() is not None:
             log.error("delay publish call failed unexpectedly", exc_info=call.exception())
@@ -274,7 +315,12 @@ class DelayScheduler(DueLoop):
         self._maybe_idle()
 
     async def _publish_batch(self, batch: list[tuple[bytes, DelayedMessage]]) -> None:
-        out = await publish_batch(self._publish, batch, self._store.now_ms)
+        started = time.perf_counter()
+        try:
+            out = await publish_batch(self._publish, batch, self._store.now_ms)
+        finally:
+            self._published(asyncio.current_task())  # the slot is free: the record below does not hold it
+        self._stage("publish", started)
         for _, msg in out.sent:
             self._report(out.done_at_ms - msg.due_ms)
         if out.sent and self.on_sent is not None:
@@ -288,8 +334,10 @@ class DelayScheduler(DueLoop):
                         self._retry_ms, out.first_error)  # fmt: skip
         if out.sent:
             keys = [key for key, _ in out.sent]
+            started = time.perf_counter()
             try:
                 await self._store.mark_sent(keys, out.done_at_ms, out.sent_to)
+                self._stage("record", started)
             except StorageError as exc:
                 log.error("%d published messages not recorded as sent yet: %s", len(keys), exc)
                 self._unrecorded.append((keys, out.done_at_ms, out.sent_to))
@@ -303,6 +351,12 @@ class DelayScheduler(DueLoop):
             self._cursor = min(self._cursor, rescan)
         if rescan is not None or self._gated.has_ready:
             self._wake_for(None)
+
+    def _on_removed(self, keys: list[bytes]) -> None:
+        """A cancel or another replica's mark removed ``keys``: those held turned away are forgotten, not
+        read again at their re-ask time (with two copies, most of them: their publisher's mark comes
+        within milliseconds, the re-ask 2 s later; one point read each, and held they filled the cap)."""
+        self.counts.forgotten += self._gated.forget(keys)
 
     def _hold(self, keys: list[bytes], retry_at_ms: int) -> None:
         self._held.hold(keys, retry_at_ms)

@@ -62,6 +62,16 @@ class DelayStore(QueueBacked):
         self._done = DoneMarkers(kv, writer, int(retention_s * 1000))
         # No full key count at open of a large store (seconds with 10 M scheduled): storage.key_count.
         self._pending = KeyCount(kv, DUE_CF)
+        self._removed: list[Callable[[list[bytes]], None]] = []
+
+    def add_removed_listener(self, listener: Callable[[list[bytes]], None]) -> None:
+        """``listener(keys)`` runs once a cancel or another replica's mark (drop_published) removed the
+        due ``keys`` (written): the scheduler forgets those it holds instead of reading them again."""
+        self._removed.append(listener)
+
+    def remove_removed_listener(self, listener: Callable[[list[bytes]], None]) -> None:
+        if listener in self._removed:
+            self._removed.remove(listener)
 
     def wait_counted(self, timeout_s: float | None = None) -> bool:
         """Wait for the exact count behind pending_count (tests); whether it is done."""
@@ -200,6 +210,8 @@ class DelayStore(QueueBacked):
             self.queue.claims.release(keys)
             if ok:
                 self._pending.add(-len(keys))
+                for listener in list(self._removed):
+                    listener(keys)
             else:
                 self.queue.notify(min(keys))  # back in play: the scheduler must see them again
 

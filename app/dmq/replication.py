@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Sequence
 from pathlib import Path
 
@@ -51,6 +52,10 @@ PRESENCE_OFFSETS_FILE = "dmq-presence-offsets.json"  # the beats' reader (only t
 PUBLISHERS_SUFFIX = "_publishers"
 BEAT_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 0.6, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 BEATS_SUFFIX = "_presence"  # the beats' reader group
+STAGE_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+LAG_PROBE_S = 0.05  # the event loop's lag is sampled this often (a timer's overshoot)
+# rocksidecar_dmq_stage_seconds's stages
+STAGES = ("pass", "slot_wait", "publish", "record", "wake", "drop", "loop_lag")
 
 
 def offsets_store(data_dir: Path, name: str = OFFSETS_FILE) -> LocalFileOffsetStore:
@@ -204,12 +209,26 @@ class Replication:
             "rocksidecar_dmq_pick_keys",
             "What the scheduler read to pick due copies since start (bench.dmq_copies), by kind: scanned "
             "(due keys read by range scans), rescanned (of those, read again after a rewind), reasked "
-            "(turned-away copies asked about again by key), gated_max (most turned-away copies held).",
+            "(turned-away copies asked about again by key), gated_max (most turned-away copies held), "
+            "forgotten (held copies their mark dropped: not asked about again).",
             ["kind"],
             registry=r,
         )
-        for kind in ("scanned", "rescanned", "reasked", "gated_max"):
+        for kind in ("scanned", "rescanned", "reasked", "gated_max", "forgotten"):
             picking.labels(kind).set_function(functools.partial(self._pick_count, kind))
+        # Where a due copy's wait goes (bench.dmq_copies, issue 28): the scheduler's stages (delay.scheduler
+        # Stage), the other copies' drops (a mark batch: index reads and one synced write) and the event
+        # loop's lag (a timer's overshoot: how long something else held the loop).
+        self.stages = Histogram(
+            "rocksidecar_dmq_stage_seconds",
+            "Time per stage of picking and publishing due copies: pass, slot_wait, publish, record, wake "
+            "(the scheduler), drop (a mark batch's drops), loop_lag (the event loop's lag, sampled).",
+            ["stage"],
+            buckets=STAGE_BUCKETS_S,
+            registry=r,
+        )
+        self._stage_of = {stage: self.stages.labels(stage) for stage in STAGES}  # one lookup per observation
+        self._lag_probe: asyncio.Task[None] | None = None
 
     def _pick_count(self, kind: str) -> float:
         return 0.0 if self._scheduler is None else float(getattr(self._scheduler.counts, kind))
@@ -271,7 +290,19 @@ class Replication:
     def attach(self, scheduler: DelayScheduler) -> None:
         scheduler.gate = self.may_publish
         scheduler.on_sent = self.published
+        scheduler.on_stage = self._stage
         self._scheduler = scheduler
+
+    def _stage(self, stage: str, seconds: float) -> None:
+        self._stage_of[stage].observe(seconds)
+
+    async def _probe_lag(self) -> None:
+        loop = asyncio.get_running_loop()
+        lag = self._stage_of["loop_lag"]
+        while True:
+            started = loop.time()
+            await asyncio.sleep(LAG_PROBE_S)  # a probe of the loop's timing, not a synchronisation
+            lag.observe(max(loop.time() - started - LAG_PROBE_S, 0.0))
 
     def _regate(self) -> None:
         """The gate's answers may have changed: the scheduler asks again about what it turned away."""
@@ -299,7 +330,9 @@ class Replication:
             if mark.by != self.marks.by:  # our own marks of this run: those ids are ours, SENT
                 ids += (i for i in mark.ids if self.replicas.holds(i))
         unique = list(dict.fromkeys(ids))
+        started = time.perf_counter()
         outcomes = await inner.drop_published(unique)  # one synced write for the batch
+        self._stage_of["drop"].observe(time.perf_counter() - started)
         for id_, outcome in zip(unique, outcomes, strict=True):
             if outcome is CancelOutcome.CANCELLED:
                 self.marks_in.labels("dropped").inc()
@@ -348,6 +381,7 @@ class Replication:
         """After the consumer started: note where the topics end, start presence, beats and marks, and
         join the publishers once converged (in the background)."""
         await self._beat_reader.start()
+        self._lag_probe = asyncio.create_task(self._probe_lag(), name="dmq-lag-probe")
         self._beating.start()
         self.presence.start()
         self.marks.start()
@@ -364,7 +398,7 @@ class Replication:
     async def stop(self) -> None:
         """After the scheduler stopped: send the marks left, then leave the publishers (the others take
         over at once, and have the marks of what this replica published)."""
-        for task in (self._task, self._catching_up):
+        for task in (self._task, self._catching_up, self._lag_probe):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

@@ -65,3 +65,15 @@ def test_stale_heap_entries_stay_bounded() -> None:
 def test_a_cap_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="cap"):
         Gated(0)
+
+
+def test_a_forgotten_key_is_not_taken_nor_counted_nor_the_floor() -> None:
+    g = Gated(2)
+    g.hold([b"a", b"b"], 100)
+    assert g.forget([b"a", b"zz"]) == 1  # zz was never kept
+    assert b"a" not in g and len(g) == 1 and g.lowest() == b"b"
+    g.hold([b"c"], 100)  # room again under the cap: kept, not an overflow
+    assert g.overflow is None and len(g) == 2
+    g.expire(100)
+    assert g.forget([b"c"]) == 1  # ready already: its ready entry goes stale
+    assert g.take_ready(10) == [b"b"] and len(g) == 0 and g.lowest() is None

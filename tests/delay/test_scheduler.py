@@ -4,12 +4,13 @@ and clock steps. No test sleeps on real time."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from rocksidecar.delay.keys import DUE_CF, due_key
 from rocksidecar.delay.message import DELAY_DUE_AT, DELAY_PUBLISHED_AT
 from rocksidecar.delay.status import CancelOutcome, DelayState
 from rocksidecar.storage.kv import Put
-from tests.delay.conftest import Harness, message
+from tests.delay.conftest import SETTLE_S, Harness, message
 
 
 async def test_publishes_in_due_time_order_at_the_due_time_and_not_before(h: Harness) -> None:
@@ -394,3 +395,62 @@ async def test_copies_turned_away_past_the_cap_are_still_asked_again_and_the_flo
     assert sorted(h.ids()) == ["MINE", *ids]
     assert len(h.ids()) == len(set(h.ids()))  # none twice
     assert h.store.floor > due_key(now + 10, "T4")  # nothing held any more
+
+
+async def test_a_held_copy_its_mark_dropped_is_forgotten_not_asked_about_again(h: Harness) -> None:
+    """Issue 28: with two copies, half of what a replica reads is turned away and its publisher's mark
+    drops it within milliseconds; the scheduler forgets it then, instead of a point read at its re-ask
+    time 2 s later (and holding it meanwhile against the cap)."""
+    now = h.store.now_ms()
+    await h.store.schedule_many([message(f"T{i}", now + 10) for i in range(3)])
+    asked: list[str] = []
+
+    def gate(id_: str) -> bool:
+        asked.append(id_)
+        return False
+
+    scheduler = h.start(gate=gate, gate_retry_s=2.0)
+    await scheduler.start()
+    await h.advance(0.01)
+    assert asked == ["T0", "T1", "T2"]
+    assert await h.store.drop_published_many(["T0", "T1"]) == [CancelOutcome.CANCELLED] * 2  # marks
+    assert scheduler.counts.forgotten == 2
+    await h.advance(2.0)
+    assert asked == ["T0", "T1", "T2", "T2"]  # only the copy still waiting for its mark
+    assert scheduler.counts.reasked == 1
+    assert h.store.floor == due_key(now + 10, "T2")  # not past the one still held
+    assert await h.store.cancel("T2") is CancelOutcome.CANCELLED  # a cancel forgets it too
+    assert scheduler.counts.forgotten == 3
+    await h.advance(2.0)
+    assert asked == ["T0", "T1", "T2", "T2"] and h.ids() == []
+    assert h.store.floor > due_key(now + 10, "T2")
+
+
+async def test_a_publish_slot_is_free_while_the_call_before_waits_for_its_sent_record(h: Harness) -> None:
+    """Issue 28: the "sent" record of a publish call waits for the store's writer (behind the intake's
+    and the other copies' drops' synced writes); the next due message must not wait for it too."""
+    now = h.store.now_ms()
+    await h.store.schedule_many([message("A", now + 10), message("B", now + 20)])
+    syncing, release = threading.Event(), threading.Event()
+    sync = h.kv.sync_wal
+
+    def slow_sync() -> None:  # the writer's WAL sync runs in a thread
+        syncing.set()
+        release.wait(SETTLE_S)
+        sync()
+
+    scheduler = h.start(max_in_flight=1)
+    await scheduler.start()
+    h.kv.sync_wal = slow_sync  # type: ignore[method-assign]
+    try:
+        h.clock.advance(0.01)
+        await h.until(lambda: h.ids() == ["A"])
+        assert await asyncio.to_thread(syncing.wait, SETTLE_S)  # A's record is stuck in the writer
+        h.clock.advance(0.01)
+        await h.until(lambda: h.ids() == ["A", "B"])  # B published all the same, in the only slot
+        assert h.store.queue.is_claimed(due_key(now + 10, "A"))  # its record is still not synced
+    finally:
+        release.set()
+    await h.settle()
+    assert [h.store.get(i).state for i in ("A", "B")] == [DelayState.SENT] * 2  # type: ignore[union-attr]
+    assert h.max_concurrent == 1
