@@ -85,7 +85,8 @@ class Gated:
         taken: list[bytes] = []
         while self._ready and len(taken) < limit:
             key = self._ready.popleft()
-            if self._until.pop(key, None) == READY:
+            if self._until.get(key) == READY:  # not a stale entry of a key forgotten and held again
+                del self._until[key]
                 taken.append(key)
         return taken
 

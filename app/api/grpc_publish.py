@@ -26,7 +26,9 @@ from .grpc_views import ack_from_proto, error, publish_ack, spec_from_proto
 from .operations import BatchItem, Operations, item_label
 from .proto import rocksidecar_pb2 as pb
 
-_Answers = list[pb.PublishAck] | None  # one batch's acknowledgements; None: the stream is done
+# One batch's acknowledgements; an exception: the sender failed (the call ends with it, loudly: its
+# unanswered messages must not wait forever); None: the stream is done.
+_Answers = list[pb.PublishAck] | Exception | None
 
 
 _Job = tuple[list[MessageFields], "asyncio.Future[list[BatchItem]]"]
@@ -102,6 +104,8 @@ class StreamPublisher:
         reader = asyncio.create_task(self._read_all(requests))
         try:
             while (answers := await self._answers.get()) is not None:
+                if isinstance(answers, Exception):
+                    raise answers
                 for ack in answers:
                     yield ack
         finally:
@@ -139,6 +143,8 @@ class StreamPublisher:
                 self._unanswered -= len(batch)
                 if self._unanswered < self._window:
                     self._room.set()
+        except Exception as exc:
+            self._answers.put_nowait(exc)
         finally:
             self._sender = None
 

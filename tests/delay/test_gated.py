@@ -77,3 +77,15 @@ def test_a_forgotten_key_is_not_taken_nor_counted_nor_the_floor() -> None:
     g.expire(100)
     assert g.forget([b"c"]) == 1  # ready already: its ready entry goes stale
     assert g.take_ready(10) == [b"b"] and len(g) == 0 and g.lowest() is None
+
+
+def test_a_key_forgotten_while_ready_and_held_again_waits_for_its_new_time() -> None:
+    g = Gated(cap=10)
+    g.hold([b"k"], until_ms=100)
+    g.expire(100)  # ready
+    g.forget([b"k"])  # its stale ready entry stays in the queue
+    g.hold([b"k"], until_ms=500)
+    assert g.take_ready(10) == []
+    assert b"k" in g and len(g) == 1
+    g.expire(500)
+    assert g.take_ready(10) == [b"k"]

@@ -173,3 +173,17 @@ async def test_batches_handed_in_while_one_is_in_flight_go_out_together() -> Non
         ["id-e"],
     ]
     assert sorted(ops.batches) == [1, 1, 3]  # a; e alone (its mode); b, c and d as one batch
+
+
+async def test_a_sender_that_breaks_ends_the_stream_with_its_error() -> None:
+    class _Short(_HeldOps):
+        async def send_each(self, specs: Sequence[MessageFields], ack: Ack, trace: Any) -> list[BatchItem]:
+            return []  # fewer results than messages: answering them raises
+
+    async def requests() -> AsyncIterator[pb.PublishRequest]:
+        for i in range(3):
+            yield pb.PublishRequest(sequence=i, message=pb.Message(topic="T", body=str(i)))
+
+    publisher = StreamPublisher(cast(Operations, _Short()), None, window=8)
+    with pytest.raises(ValueError):
+        await asyncio.wait_for(anext(publisher.run(requests())), 5)
