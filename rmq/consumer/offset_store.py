@@ -165,22 +165,39 @@ class LocalFileOffsetStore(_MemoryOffsets):
         self._lock = asyncio.Lock()
 
     async def load(self) -> None:
+        self._table.update(await self._read_file())
+
+    async def _read_file(self) -> dict[MessageQueue, int]:
         try:
             data = await asyncio.to_thread(self.path.read_bytes)
         except FileNotFoundError:
-            return
+            return {}
+        table: dict[MessageQueue, int] = {}
         try:
-            table = orjson.loads(data).get("offsetTable") or {}
-            for key, offset in table.items():
+            for key, offset in (orjson.loads(data).get("offsetTable") or {}).items():
                 q = orjson.loads(key)
-                self._table[MessageQueue(q["topic"], q["brokerName"], int(q["queueId"]))] = int(offset)
+                table[MessageQueue(q["topic"], q["brokerName"], int(q["queueId"]))] = int(offset)
         except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ClientError(f"the offsets file {self.path} is damaged: {exc}") from exc
+        return table
 
     async def read(self, mq: MessageQueue, read_type: ReadType) -> int | None:
         if read_type is ReadType.STORE:
-            await self.load()
+            # Only this queue's entry (Java's readOffset): the others' progress in memory is newer
+            # than the file's, which is up to a persist interval old.
+            stored = (await self._read_file()).get(mq)
+            if stored is not None:
+                self._table[mq] = stored
+            return stored
         return self._table.get(mq)
+
+    def remove(self, mq: MessageQueue) -> None:
+        """Kept (Java's removeOffset is empty here): the file holds every queue's progress and is
+        written whole from memory, so a queue dropped and added again (an illegal offset corrected,
+        a route change) must stay in it. Forgotten, the next write of another queue's progress took
+        it out of the file and the re-added queue started from consume_from again: with every queue
+        expired at once, it kept pulling from 0 and being moved (a Rock-DMQ replica on an empty
+        volume read nothing for over a minute in CI)."""
 
     async def persist(self, mq: MessageQueue) -> None:
         await self.persist_all([mq])

@@ -717,6 +717,7 @@ class PushConsumer(Lifecycle):
                     mq,
                     result.next_begin_offset,
                 )
+                self.stats.bump("offsets_moved")
                 self.offsets.update(mq, result.next_begin_offset, increase_only=False)
                 pq.drop()  # from here no result of this queue moves the offset
                 task = asyncio.get_running_loop().create_task(self._readd_queue(mq))

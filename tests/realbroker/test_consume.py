@@ -8,11 +8,12 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 
 from rocksidecar.rmq import BrokerApi, Message, MessageQueue, NameServerClient, RemotingClient, new_uniq_id
-from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
+from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, MessageModel, PushConsumer
 from rocksidecar.rmq.message import MessageExt
 from tests.realbroker.conftest import create_topic_everywhere, unique_topic
 from tests.rmq.consumer.helpers import Recorder, settle
@@ -105,6 +106,38 @@ async def test_every_message_delivered_byte_exact_and_committed(
     for mq in queues:
         addr = route.master_addr(mq.broker_name) or ""
         assert await api.query_consumer_offset(addr, group, mq) == 5
+
+
+async def test_a_broadcasting_consumer_past_the_end_is_moved_once_per_queue(
+    namesrv_addr: str, client: RemotingClient, consumers: list[PushConsumer], tmp_path: Path
+) -> None:
+    """Its offsets file says 500 for every queue of a topic holding 2 per queue: the broker moves each
+    queue once (PULL_OFFSET_MOVED; 4.9.4 answers the queue's end, 2) and what is sent next is read once,
+    the moved offsets kept in the file while the queues are dropped and added again."""
+    topic, _old, queues = await _topic_with_messages(namesrv_addr, client, "RsMoved", 2)
+    group = f"rs_moved_{os.getpid()}_{topic[-8:]}"
+    rec = Recorder()
+    cfg = _config(group, "one", message_model=MessageModel.BROADCASTING, offsets_dir=tmp_path)
+    consumer = PushConsumer(cfg, namesrv_addr, rec)
+    for mq in queues:
+        consumer.offsets.update(mq, 500, increase_only=False)
+    await consumer.offsets.persist_all(queues)
+    consumer.subscribe(topic, "TagA")
+    consumers.append(consumer)
+    await consumer.start()
+    await settle(consumer, lambda: len(consumer.queues) == len(queues) and all(
+        s.pq.next_offset == 2 for s in consumer.queues.values()))  # fmt: skip
+    api = BrokerApi(client, producer_group="rs_consume_test")
+    route = await NameServerClient(client, namesrv_addr).get_route(topic)
+    new = []
+    for mq in queues:
+        msg = Message(topic, f"{mq.broker_name}/{mq.queue_id}/new".encode(), tags="TagA", id=new_uniq_id())
+        await api.send(route.master_addr(mq.broker_name) or "", mq, msg, msg.id or "", 10.0)
+        new.append(msg.id)
+    await _until(rec, lambda got: len(got) >= len(new))
+    assert sorted(m.uniq_key for m in rec.got) == sorted(new)
+    assert sorted(m.queue_offset for m in rec.got) == [2] * len(queues)
+    assert consumer.stats["offsets_moved"] == len(queues)
 
 
 async def test_two_members_split_the_queues_with_no_overlap_and_no_gap(

@@ -86,6 +86,32 @@ async def test_local_file_store_reloads_what_it_persisted(tmp_path: Path) -> Non
     assert not path.with_name("offsets.json.tmp").exists()
 
 
+async def test_local_file_store_keeps_a_removed_queue_in_the_file(tmp_path: Path) -> None:
+    """A queue dropped and added again (an illegal offset corrected) reads its progress back from the
+    file, even when another queue's progress was written in between (Java's removeOffset is empty)."""
+    store = LocalFileOffsetStore(tmp_path / "offsets.json")
+    moved, other = MessageQueue("T", "broker-a", 0), MessageQueue("T", "broker-a", 1)
+    store.update(moved, 40, increase_only=False)
+    await store.persist(moved)
+    store.remove(moved)
+    store.update(other, 7, increase_only=True)
+    await store.persist(other)
+    assert await store.read(moved, ReadType.STORE) == 40
+
+
+async def test_local_file_store_reads_one_queue_from_the_file_without_rolling_back_the_others(
+    tmp_path: Path,
+) -> None:
+    store = LocalFileOffsetStore(tmp_path / "offsets.json")
+    added, busy = MessageQueue("T", "broker-a", 0), MessageQueue("T", "broker-a", 1)
+    store.update(added, 3, increase_only=True)
+    store.update(busy, 5, increase_only=True)
+    await store.persist_all([added, busy])
+    store.update(busy, 9, increase_only=True)  # consumed since the last persist
+    assert await store.read(added, ReadType.STORE) == 3
+    assert await store.read(busy, ReadType.MEMORY) == 9
+
+
 async def test_local_file_store_refuses_a_damaged_file(tmp_path: Path) -> None:
     path = tmp_path / "offsets.json"
     path.write_bytes(b'{"offsetTable": {"not json": 3}}')

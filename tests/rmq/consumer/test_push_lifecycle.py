@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq.codes import RequestCode
-from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
+from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus, MessageModel
 from rocksidecar.rmq.consumer.consume_concurrently import ConcurrentService
 from rocksidecar.rmq.consumer.offset_store import ReadType
 from rocksidecar.rmq.consumer.process_queue import ProcessQueue
@@ -152,6 +153,29 @@ async def test_an_illegal_offset_is_corrected_from_the_brokers_answer(
     await send_to_queues(cluster, TOPIC, 1, queues=1)
     await rec.until(lambda got: len(got) >= 2)
     assert sorted(m.queue_offset for m in rec.got) == [2, 2]
+
+
+async def test_a_broadcasting_consumer_on_expired_queues_moves_each_once_and_reads_what_follows(
+    cluster: DevCluster, consumers: list[PushConsumer], tmp_path: Path
+) -> None:
+    """Every queue's messages expired (retention) before a broadcasting consumer starts with no offsets:
+    each queue's first pull is moved to the queue's start once, and what is sent next is read. Before,
+    moving one queue wrote the offsets file without the others moved just before, so they started from
+    0 again and were moved again, round after round (a Rock-DMQ replica on an empty volume)."""
+    await send_to_queues(cluster, TOPIC, 2)
+    for broker in cluster.brokers.values():
+        for q in range(4):
+            broker.store.expire(TOPIC, q, 2)
+    rec = Recorder()
+    cfg = config("GL-expired", message_model=MessageModel.BROADCASTING, offsets_dir=tmp_path)
+    consumer = await start_(consumers, cluster, cfg, rec)
+    queues = 4 * len(cluster.brokers)
+    await settle(consumer, lambda: len(consumer.queues) == queues and all(
+        s.pq.next_offset == 2 for s in consumer.queues.values()))  # fmt: skip
+    await send_to_queues(cluster, TOPIC, 1)
+    await rec.until(lambda got: len(got) >= queues)
+    assert sorted(m.queue_offset for m in rec.got) == [2] * queues
+    assert consumer.stats["offsets_moved"] == queues
 
 
 async def test_pulling_resumes_after_a_broker_restart(
