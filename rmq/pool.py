@@ -13,6 +13,7 @@ from .acl import Credentials, sign
 from .connection import Connection, RequestHandler, connect
 from .errors import ClientError
 from .protocol.frame import RemotingCommand
+from .singleflight import SingleFlight
 
 DEFAULT_CONNECT_TIMEOUT_S = 3.0
 
@@ -35,7 +36,7 @@ class RemotingClient:
         self._credentials = credentials
         self._on_request = on_request
         self._conns: dict[str, Connection] = {}
-        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        self._connecting = SingleFlight[str, Connection]()  # one connect per address, however many wait
         self._closed = False
 
     async def connection(self, addr: str, timeout_s: float | None = None) -> Connection:
@@ -44,17 +45,7 @@ class RemotingClient:
             return conn
         if self._closed:
             raise ClientError("the remoting client is closed")
-        pending = self._connecting.get(addr)
-        if pending is None:  # one connect per address, however many callers wait for it
-            pending = asyncio.ensure_future(self._connect(addr, timeout_s))
-            self._connecting[addr] = pending
-            pending.add_done_callback(lambda f: self._connect_done(addr, f))
-        return await asyncio.shield(pending)
-
-    def _connect_done(self, addr: str, fut: asyncio.Future[Connection]) -> None:
-        self._connecting.pop(addr, None)
-        if not fut.cancelled():
-            fut.exception()  # seen by the waiters; never "exception was never retrieved" if none is left
+        return await self._connecting.run(addr, lambda: self._connect(addr, timeout_s))
 
     async def _connect(self, addr: str, timeout_s: float | None) -> Connection:
         limit = self._connect_timeout_s if timeout_s is None else min(timeout_s, self._connect_timeout_s)
@@ -88,8 +79,7 @@ class RemotingClient:
 
     async def close(self) -> None:
         self._closed = True
-        for fut in list(self._connecting.values()):
-            fut.cancel()
+        self._connecting.cancel_all()
         for conn in list(self._conns.values()):
             conn.close()
         self._conns.clear()

@@ -16,6 +16,7 @@ from ..codes import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
 from ..errors import RocketMQError, TopicNotExist
 from ..periodic import Periodic
 from ..route import TopicRouteData
+from ..singleflight import SingleFlight
 from .publish_info import SendIndex, TopicPublishInfo
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class TopicRoutes:
         self._default_queue_nums = default_topic_queue_nums
         self._infos: dict[str, TopicPublishInfo] = {}
         self._indexes: dict[str, SendIndex] = {}
-        self._inflight: dict[str, asyncio.Future[TopicPublishInfo]] = {}
+        self._inflight = SingleFlight[str, TopicPublishInfo](self._fetched)
         self._refresher = Periodic("route-refresh", refresh_s, self.refresh_all, sleep)
 
     def cached(self, topic: str) -> TopicPublishInfo | None:
@@ -80,13 +81,8 @@ class TopicRoutes:
     async def refresh(self, topic: str) -> TopicPublishInfo:
         """Fetch the topic's route now; concurrent callers share one request. A failed refresh keeps
         the route already known, if any."""
-        fut = self._inflight.get(topic)
-        if fut is None:
-            fut = asyncio.ensure_future(self._fetch(topic))
-            self._inflight[topic] = fut
-            fut.add_done_callback(lambda f: self._fetched(topic, f))
         try:
-            return await asyncio.shield(fut)
+            return await self._inflight.run(topic, lambda: self._fetch(topic))
         except RocketMQError:
             stale = self._infos.get(topic)
             if stale is not None and stale.ok:
@@ -94,7 +90,6 @@ class TopicRoutes:
             raise
 
     def _fetched(self, topic: str, fut: asyncio.Future[TopicPublishInfo]) -> None:
-        self._inflight.pop(topic, None)
         if fut.cancelled():
             return
         exc = fut.exception()
@@ -155,8 +150,7 @@ class TopicRoutes:
 
     async def close(self) -> None:
         await self._refresher.close()
-        for fut in list(self._inflight.values()):
-            fut.cancel()
+        self._inflight.cancel_all()
 
 
 def _writable_brokers(info: TopicPublishInfo) -> tuple[str, ...]:
