@@ -98,7 +98,7 @@ class BatchWriter(DataSourceWriter):
 
     def write(self, iterator: Iterator[Row]) -> PartitionCommit:
         # with an idColumn the keys name the rows themselves: the partition is not part of them
-        prefix = self.job_id if self.opts.id_column else f"{self.job_id}:p{_task().partitionId()}"
+        prefix = self.job_id if self.opts.column("idColumn") else f"{self.job_id}:p{_task().partitionId()}"
         return _publish(self.opts, prefix, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -125,7 +125,7 @@ class StreamWriter(DataSourceStreamWriter):
         job = self.opts.job_id or query
         assert job is not None  # checked above
         # with an idColumn the keys name the rows (ids_key), whichever micro-batch and partition hold them
-        prefix = job if self.opts.id_column else f"{job}:e{batch}:p{ctx.partitionId()}"
+        prefix = job if self.opts.column("idColumn") else f"{job}:e{batch}:p{ctx.partitionId()}"
         return _publish(self.opts, prefix, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

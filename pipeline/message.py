@@ -59,14 +59,14 @@ MAX_ID_CHARS = 1024
 class MessageBuilder:
     def __init__(self, opts: WriteOptions) -> None:
         self._topic = opts.topic
-        self._body = opts.body_column
-        self._key = opts.key_column
-        self._tags = opts.tags_column
-        self._sharding = opts.sharding_key_column
-        self._properties = opts.properties_column
-        self._row_id = opts.row_id_column
-        self._traceparent = opts.traceparent_column
-        self._id = opts.id_column
+        self._body = opts.column("bodyColumn")
+        self._key = opts.column("keyColumn")
+        self._tags = opts.column("tagsColumn")
+        self._sharding = opts.column("shardingKeyColumn")
+        self._properties = opts.column("propertiesColumn")
+        self._row_id = opts.column("rowIdColumn")
+        self._traceparent = opts.column("traceparentColumn")
+        self._id = opts.column("idColumn")
 
     @property
     def has_ids(self) -> bool:

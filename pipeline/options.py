@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from .backoff import Backoff
@@ -16,7 +16,8 @@ DEFAULT_BATCH_SIZE = 500
 DEFAULT_BATCH_BYTES = 8 * 1024 * 1024  # well under the sidecar's default 64 MiB request limit
 TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # RocketMQ's topic rule, for the read options too
 _JOB_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")  # the Idempotency-Key is built from it (<= 255 chars)
-# option -> the Spark types its column may have (DataType.simpleString())
+# The column options, each declared here once: option -> the Spark types its column may have
+# (DataType.simpleString()). WriteOptions.columns holds the ones given, under the same names.
 COLUMN_TYPES: dict[str, tuple[str, ...]] = {
     "bodyColumn": ("string", "binary"),
     "keyColumn": ("string", "array<string>"),
@@ -67,31 +68,17 @@ class WriteOptions:
     job_id: str | None = None
     ack: str | None = None
     report_path: str | None = None
-    body_column: str | None = None
-    key_column: str | None = None
-    tags_column: str | None = None
-    sharding_key_column: str | None = None
-    properties_column: str | None = None
-    row_id_column: str | None = None
-    traceparent_column: str | None = None
-    id_column: str | None = None  # each row's own id (e.g. pipeline.origin.origin_id): keys name the rows
+    columns: Mapping[str, str] = field(default_factory=dict)  # column option -> column, as given
 
     def backoff(self) -> Backoff:
         return Backoff(initial_s=self.retry_backoff_s, max_s=self.retry_backoff_max_s)
 
-    def columns(self) -> dict[str, str]:
-        """option name -> column, for the column options that are set."""
-        given = {
-            "bodyColumn": self.body_column,
-            "keyColumn": self.key_column,
-            "tagsColumn": self.tags_column,
-            "shardingKeyColumn": self.sharding_key_column,
-            "propertiesColumn": self.properties_column,
-            "rowIdColumn": self.row_id_column,
-            "traceparentColumn": self.traceparent_column,
-            "idColumn": self.id_column,
-        }
-        return {name: col for name, col in given.items() if col is not None}
+    def column(self, option: str) -> str | None:
+        """The column that ``option`` (a key of COLUMN_TYPES, e.g. "bodyColumn") names; None when it is
+        not given. idColumn: each row's own id (e.g. pipeline.origin.origin_id), so keys name the rows."""
+        if option not in COLUMN_TYPES:
+            raise KeyError(f"no column option {option!r}")  # a misspelt name in our code, not the user's
+        return self.columns.get(option)
 
 
 def _number(opts: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
@@ -192,14 +179,7 @@ def parse(options: Mapping[str, str]) -> WriteOptions:
         job_id=job_id,
         ack=ack,
         report_path=opts.get("reportPath") or None,
-        body_column=opts.get("bodyColumn"),
-        key_column=opts.get("keyColumn"),
-        tags_column=opts.get("tagsColumn"),
-        sharding_key_column=opts.get("shardingKeyColumn"),
-        properties_column=opts.get("propertiesColumn"),
-        row_id_column=opts.get("rowIdColumn"),
-        traceparent_column=opts.get("traceparentColumn"),
-        id_column=opts.get("idColumn"),
+        columns={name: opts[name] for name in COLUMN_TYPES if name in opts},
     )
 
 
@@ -212,7 +192,7 @@ def _allowed(option: str, column_type: str) -> bool:
 def check_schema(opts: WriteOptions, schema: Mapping[str, str]) -> WriteOptions:
     """Check the column options against ``schema`` (column -> DataType.simpleString()); fill in the
     default body column ("body" when there is one). Raises OptionError."""
-    for name, column in opts.columns().items():
+    for name, column in opts.columns.items():
         if column not in schema:
             raise OptionError(f"option {name}: no column {column!r} (columns: {', '.join(schema)})")
         if not _allowed(name, schema[column]):
@@ -223,6 +203,6 @@ def check_schema(opts: WriteOptions, schema: Mapping[str, str]) -> WriteOptions:
                 f"option {name}: column {column!r} is {schema[column]}; it must be {allowed} "
                 "(cast it, e.g. F.col(c).cast('string'))"
             )
-    if opts.body_column is None and schema.get("body") in COLUMN_TYPES["bodyColumn"]:
-        return replace(opts, body_column="body")
+    if "bodyColumn" not in opts.columns and schema.get("body") in COLUMN_TYPES["bodyColumn"]:
+        return replace(opts, columns={**opts.columns, "bodyColumn": "body"})
     return opts

@@ -22,7 +22,7 @@ from rocksidecar.pipeline.origin import origin_id
 
 
 def test_text_and_binary_bodies() -> None:
-    text = MessageBuilder(WriteOptions(topic="T", body_column="b"))
+    text = MessageBuilder(WriteOptions(topic="T", columns={"bodyColumn": "b"}))
     assert text.build({"b": "héllo"}) == {"topic": "T", "body": "héllo"}
     assert text.build({"b": b"\x00\xff"}) == {
         "topic": "T",
@@ -64,11 +64,13 @@ def test_keys_tags_sharding_key_and_properties() -> None:
     b = MessageBuilder(
         WriteOptions(
             topic="T",
-            body_column="b",
-            key_column="k",
-            tags_column="t",
-            sharding_key_column="s",
-            properties_column="p",
+            columns={
+                "bodyColumn": "b",
+                "keyColumn": "k",
+                "tagsColumn": "t",
+                "shardingKeyColumn": "s",
+                "propertiesColumn": "p",
+            },
         )
     )
     full = {"b": "x", "k": "order-1", "t": "TagA", "s": "customer-9", "p": {"region": "eu", "empty": None}}
@@ -90,13 +92,15 @@ def test_keys_tags_sharding_key_and_properties() -> None:
 
 def test_row_ids() -> None:
     assert MessageBuilder(WriteOptions(topic="T")).row_id({"id": "a"}, 5) == 5
-    by_id = MessageBuilder(WriteOptions(topic="T", row_id_column="id"))
+    by_id = MessageBuilder(WriteOptions(topic="T", columns={"rowIdColumn": "id"}))
     assert by_id.row_id({"id": "a"}, 5) == "a"
     assert by_id.row_id({"id": None}, 5) == 5
 
 
 def test_keys_tags_and_sharding_keys_that_are_not_strings_go_as_spark_casts_them() -> None:
-    opts = WriteOptions(topic="T", body_column="b", key_column="k", tags_column="t", sharding_key_column="s")
+    opts = WriteOptions(
+        topic="T", columns={"bodyColumn": "b", "keyColumn": "k", "tagsColumn": "t", "shardingKeyColumn": "s"}
+    )
     builder = MessageBuilder(opts)
     msg = builder.build({"b": "x", "k": 42, "t": True, "s": decimal.Decimal("10.10")})
     assert (msg["keys"], msg["tags"], msg["shardingKey"]) == (["42"], "true", "10.10")
@@ -105,7 +109,7 @@ def test_keys_tags_and_sharding_keys_that_are_not_strings_go_as_spark_casts_them
 
 
 def test_an_id_column_becomes_the_id_property_and_must_be_there() -> None:
-    builder = MessageBuilder(WriteOptions(topic="T", body_column="b", id_column="i"))
+    builder = MessageBuilder(WriteOptions(topic="T", columns={"bodyColumn": "b", "idColumn": "i"}))
     assert builder.build({"b": "x", "i": origin_id("S", "broker-a", 1, 7)}) == {
         "topic": "T",
         "body": "x",

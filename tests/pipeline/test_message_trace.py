@@ -11,7 +11,9 @@ TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 def test_the_row_s_traceparent_becomes_the_trace_context_property() -> None:
     b = MessageBuilder(
-        WriteOptions(topic="T", body_column="b", properties_column="p", traceparent_column="tp")
+        WriteOptions(
+            topic="T", columns={"bodyColumn": "b", "propertiesColumn": "p", "traceparentColumn": "tp"}
+        )
     )
     assert b.build({"b": "x", "p": {"k": "v"}, "tp": TP})["properties"] == {"k": "v", "TRACE_CONTEXT": TP}
     assert b.build({"b": "x", "p": None, "tp": TP})["properties"] == {"TRACE_CONTEXT": TP}
@@ -20,4 +22,4 @@ def test_the_row_s_traceparent_becomes_the_trace_context_property() -> None:
 
 
 def test_the_option_is_known() -> None:
-    assert parse({"topic": "T", "traceparentColumn": "tp"}).traceparent_column == "tp"
+    assert parse({"topic": "T", "traceparentColumn": "tp"}).column("traceparentColumn") == "tp"

@@ -57,7 +57,7 @@ def test_spark_lower_cases_names_and_all_options_parse() -> None:
     )
     assert opts.endpoint == "http://sidecar:9880" and opts.timeout_s == 2.5
     assert (opts.batch_size, opts.max_batch_bytes) == (1000, 65536)
-    assert opts.columns() == {
+    assert opts.columns == {
         "bodyColumn": "payload",
         "keyColumn": "k",
         "tagsColumn": "k",
@@ -99,14 +99,18 @@ def test_bad_options_name_themselves(given: dict[str, str], message: str) -> Non
 
 
 def test_schema_check_fills_the_default_body_column() -> None:
-    assert check_schema(parse({"topic": "T"}), SCHEMA).body_column == "body"
+    assert check_schema(parse({"topic": "T"}), SCHEMA).column("bodyColumn") == "body"
     assert (
-        check_schema(parse({"topic": "T"}), {"id": "bigint", "body": "int"}).body_column is None
+        check_schema(parse({"topic": "T"}), {"id": "bigint", "body": "int"}).column("bodyColumn") is None
     )  # whole row
-    assert check_schema(parse({"topic": "T"}), {"id": "bigint"}).body_column is None
-    assert check_schema(parse({"topic": "T", "bodyColumn": "payload"}), SCHEMA).body_column == "payload"
+    assert check_schema(parse({"topic": "T"}), {"id": "bigint"}).column("bodyColumn") is None
     assert (
-        check_schema(parse({"topic": "T", "keyColumn": "ks", "propertiesColumn": "props"}), SCHEMA).key_column
+        check_schema(parse({"topic": "T", "bodyColumn": "payload"}), SCHEMA).column("bodyColumn") == "payload"
+    )
+    assert (
+        check_schema(parse({"topic": "T", "keyColumn": "ks", "propertiesColumn": "props"}), SCHEMA).column(
+            "keyColumn"
+        )
         == "ks"
     )
 
@@ -132,7 +136,7 @@ def test_schema_check_names_the_option_and_column(given: dict[str, str], message
 @pytest.mark.parametrize("option", ["keyColumn", "tagsColumn", "shardingKeyColumn"])
 def test_keys_tags_and_sharding_keys_take_types_with_one_text_form(option: str, column_type: str) -> None:
     opts = check_schema(parse({"topic": "T", option: "c"}), {"c": column_type, "body": "string"})
-    assert opts.columns()[option] == "c"
+    assert opts.columns[option] == "c"
 
 
 @pytest.mark.parametrize("column_type", ["double", "timestamp", "binary", "array<bigint>"])
@@ -151,3 +155,10 @@ def test_an_unknown_option_keeps_its_case_and_suggests_the_name() -> None:
         "unknown option 'bathsize' (Spark passes option names lower-cased); did you mean 'batchSize'?"
         in str(lowered.value)
     )
+
+
+def test_a_misspelt_column_option_in_our_own_code_fails_at_once() -> None:
+    opts = parse({"topic": "T", "bodyColumn": "b"})
+    assert opts.column("bodyColumn") == "b" and opts.column("keyColumn") is None
+    with pytest.raises(KeyError, match="bodyColum"):
+        opts.column("bodyColum")

@@ -21,9 +21,9 @@ def rows(n: int, start: int = 0) -> list[dict[str, Any]]:
 
 
 def publisher(
-    client: SidecarClient, batch_size: int = 500, batch_bytes: int = 1 << 20, **opts: Any
+    client: SidecarClient, batch_size: int = 500, batch_bytes: int = 1 << 20, **columns: str
 ) -> PartitionPublisher:
-    builder = MessageBuilder(WriteOptions(topic="T", body_column="body", **opts))
+    builder = MessageBuilder(WriteOptions(topic="T", columns={"bodyColumn": "body", **columns}))
     return PartitionPublisher(client, builder, "job1:p3", 3, batch_size=batch_size, batch_bytes=batch_bytes)
 
 
@@ -100,7 +100,7 @@ def test_items_failing_beyond_max_retries_fail_the_task_naming_rows(
     with pytest.raises(
         GaveUpError, match=r"partition 3: 1 rows still FAILED after 5 retries \(rows \['r4'\]\)"
     ):
-        publisher(client, batch_size=3, row_id_column="id").publish(rows(6))
+        publisher(client, batch_size=3, rowIdColumn="id").publish(rows(6))
 
 
 def test_rejected_rows_are_counted_and_named_by_index_or_row_id(
@@ -112,7 +112,7 @@ def test_rejected_rows_are_counted_and_named_by_index_or_row_id(
     by_index = publisher(client, batch_size=5).publish(data)
     assert (by_index.rows, by_index.sent, by_index.rejected) == (12, 10, 2)
     assert [x.row for x in by_index.rejections] == [1, 10]
-    builder = MessageBuilder(WriteOptions(topic="T", body_column="body", row_id_column="id"))
+    builder = MessageBuilder(WriteOptions(topic="T", columns={"bodyColumn": "body", "rowIdColumn": "id"}))
     by_id = PartitionPublisher(client, builder, "job2:p0", 0, batch_size=5).publish(data)
     assert [x.row for x in by_id.rejections] == ["r1", "r10"]
 
@@ -123,7 +123,7 @@ def test_an_empty_or_null_body_is_refused_here_naming_the_column_and_never_poste
     """An empty CSV field reads as null: the sidecar would only say its bodyBase64 is empty."""
     data = [{"id": "r0", "text": "a"}, {"id": "r1", "text": None}, {"id": "r2", "text": ""}]
     data += [{"id": "r3", "text": b""}, {"id": "r4", "text": "b"}]
-    builder = MessageBuilder(WriteOptions(topic="T", body_column="text", row_id_column="id"))
+    builder = MessageBuilder(WriteOptions(topic="T", columns={"bodyColumn": "text", "rowIdColumn": "id"}))
     report = PartitionPublisher(client, builder, "job3:p0", 0).publish(data)
     assert (report.rows, report.sent, report.rejected, report.requests) == (5, 2, 3, 1)
     assert [(x.row, x.error) for x in report.rejections] == [
@@ -156,7 +156,7 @@ def test_with_an_id_column_keys_name_the_rows_not_their_place(
 ) -> None:
     """The same rows posted by another partition, micro-batch or job attempt (another prefix of
     positional keys) map to the same keys; each message carries its id."""
-    builder = MessageBuilder(WriteOptions(topic="T", body_column="body", id_column="id"))
+    builder = MessageBuilder(WriteOptions(topic="T", columns={"bodyColumn": "body", "idColumn": "id"}))
     first = PartitionPublisher(client, builder, "q1", 3, batch_size=10).publish(id_rows(range(25)))
     again = PartitionPublisher(client, builder, "q1", 7, batch_size=10).publish(id_rows(range(25)))
     ids = [origin_id("Src", "broker-a", 0, i) for i in range(25)]
@@ -173,7 +173,7 @@ def test_with_an_id_column_keys_name_the_rows_not_their_place(
 
 
 def test_a_row_without_an_id_is_refused_naming_the_column(client: SidecarClient, fake: FakeSidecar) -> None:
-    builder = MessageBuilder(WriteOptions(topic="T", body_column="body", id_column="id"))
+    builder = MessageBuilder(WriteOptions(topic="T", columns={"bodyColumn": "body", "idColumn": "id"}))
     data = [*id_rows(range(2)), {"id": None, "body": "x"}, {"id": "", "body": "y"}]
     report = PartitionPublisher(client, builder, "q2", 0).publish(data)
     assert (report.sent, report.rejected) == (2, 2)
