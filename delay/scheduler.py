@@ -54,7 +54,8 @@ GATE_HELD_MAX = 50_000  # turned-away keys kept to be asked about again by key (
 Gate = Callable[[str], bool]
 # Where a due message's wait goes, by stage (``on_stage(stage, seconds)``; bench.dmq_copies prints them):
 # pass: one synchronous pass reading due keys (the loop does nothing else meanwhile); slot_wait: the seek
-# loop waiting for one of the max_in_flight publishes to return; publish: a publish call; record: its
+# loop waiting for one of the max_in_flight publishes to return; record_cap: the seek loop waiting because
+# too many published calls still wait for their "sent" record; publish: a publish call; record: its
 # "sent" record (the store's writer, shared with the intake and the other copies' drops); wake: a sleep
 # for a due time ending after it (the loop was busy elsewhere).
 Stage = Callable[[str, float], None]
@@ -155,9 +156,11 @@ class DelayScheduler(DueLoop):
             # writer (behind the intake's and the other copies' drops' synced writes): the next due
             # messages go out meanwhile. What waits to be recorded is bounded too (RECORDS_PER_SLOT).
             if len(self._publishing) >= self._max_in_flight or len(self._calls) >= self._calls_max:
+                # Which bound stopped picking: the publish slots, or what waits for its "sent" record.
+                stage = "slot_wait" if len(self._publishing) >= self._max_in_flight else "record_cap"
                 started = time.perf_counter()
                 await self._wait_for_slot()
-                self._stage("slot_wait", started)
+                self._stage(stage, started)
                 continue
             now = self._store.now_ms()
             # Failed publishes (rare) and turned-away keys the cap did not let us keep: scan them again.
