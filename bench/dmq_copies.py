@@ -65,7 +65,7 @@ CPU_TARGET, P99_TARGET_MS, BURST_TARGET_S = 1.6, 50.0, 10.0
 IDLE_S = 3.0  # CPU of the ready replicas with nothing to do (beats, member lists), per second
 PICK_KINDS = ("scanned", "rescanned", "reasked", "gated_max", "forgotten")  # rocksidecar_dmq_pick_keys
 # rocksidecar_dmq_stage_seconds: the scheduler's stages, the other copies' drops, the loop's lag
-STAGES = ("pass", "slot_wait", "publish", "record", "wake", "drop", "loop_lag")
+STAGES = ("pass", "slot_wait", "record_cap", "publish", "record", "wake", "drop", "loop_lag")
 
 
 @dataclass

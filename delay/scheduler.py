@@ -32,7 +32,10 @@ log = logging.getLogger(__name__)
 
 BATCH_MAX = 500  # messages per publish call
 MAX_IN_FLIGHT = 4  # publish calls at once
-RECORDS_PER_SLOT = 2  # calls whose publish returned and whose "sent" record is being written, per slot
+# Published messages whose "sent" record is not stored yet, per slot, in batches of batch_max: what a kill
+# can publish twice (README "Stored before committed"). Counted in messages, not calls: a steady trickle's
+# calls carry a few messages each, and a cap on calls throttled picking behind the store's WAL syncs.
+RECORDS_PER_SLOT = 2
 RETRY_S = 1.0  # a message whose publish failed is tried again after this
 STORE_RETRY_S = 1.0  # while "sent" cannot be recorded, try again this often
 PURGE_EVERY_S = 60.0  # done markers past the retention are dropped this often
@@ -54,7 +57,8 @@ GATE_HELD_MAX = 50_000  # turned-away keys kept to be asked about again by key (
 Gate = Callable[[str], bool]
 # Where a due message's wait goes, by stage (``on_stage(stage, seconds)``; bench.dmq_copies prints them):
 # pass: one synchronous pass reading due keys (the loop does nothing else meanwhile); slot_wait: the seek
-# loop waiting for one of the max_in_flight publishes to return; publish: a publish call; record: its
+# loop waiting for one of the max_in_flight publishes to return; record_cap: the seek loop waiting because
+# too many published calls still wait for their "sent" record; publish: a publish call; record: its
 # "sent" record (the store's writer, shared with the intake and the other copies' drops); wake: a sleep
 # for a due time ending after it (the loop was busy elsewhere).
 Stage = Callable[[str, float], None]
@@ -106,7 +110,8 @@ class DelayScheduler(DueLoop):
         self._publish = publish
         self._batch_max = batch_max
         self._max_in_flight = max_in_flight
-        self._calls_max = max_in_flight * (1 + RECORDS_PER_SLOT)
+        # Messages in calls (publishing, or published and waiting for their "sent" record) at most.
+        self._keys_max = max_in_flight * (1 + RECORDS_PER_SLOT) * batch_max
         self._retry_ms = int(retry_s * 1000)
         self._store_retry_ms = int(store_retry_s * 1000)
         self._purge_every_ms = int(purge_every_s * 1000)
@@ -121,7 +126,8 @@ class DelayScheduler(DueLoop):
         self._reached = b""  # the furthest the cursor got (PickCounts.rescanned)
         # published, "sent" not stored yet: (keys, at_ms, where each went)
         self._unrecorded: list[tuple[list[bytes], int, list[StoredAt | None]]] = []
-        self._calls: set[asyncio.Task[None]] = set()  # publishing or recording "sent"
+        self._calls: dict[asyncio.Task[None], int] = {}  # publishing or recording "sent": their messages
+        self._keys_out = 0  # the messages of _calls
         self._publishing: set[asyncio.Task[None]] = set()  # of them, those still publishing (the slots)
         self._slot = asyncio.Event()  # a publish finished
         self._for_slot = False  # waiting for a publish call to finish, not for a due time
@@ -139,8 +145,8 @@ class DelayScheduler(DueLoop):
         await self._stop_seek()
         await stop_task(self._purge)
         if self._calls and grace_s > 0:
-            await asyncio.wait(self._calls, timeout=grace_s)
-        for call in self._calls:
+            await asyncio.wait(list(self._calls), timeout=grace_s)
+        for call in list(self._calls):
             call.cancel()
         await asyncio.gather(*self._calls, return_exceptions=True)
 
@@ -153,11 +159,15 @@ class DelayScheduler(DueLoop):
                 continue
             # A slot is taken while a call publishes, not while its "sent" record waits for the store's
             # writer (behind the intake's and the other copies' drops' synced writes): the next due
-            # messages go out meanwhile. What waits to be recorded is bounded too (RECORDS_PER_SLOT).
-            if len(self._publishing) >= self._max_in_flight or len(self._calls) >= self._calls_max:
+            # messages go out meanwhile. What waits to be recorded is bounded too, in messages
+            # (RECORDS_PER_SLOT): at most _keys_max published and not recorded yet.
+            room = self._keys_max - self._keys_out
+            if len(self._publishing) >= self._max_in_flight or room <= 0:
+                # Which bound stopped picking: the publish slots, or what waits for its "sent" record.
+                stage = "slot_wait" if len(self._publishing) >= self._max_in_flight else "record_cap"
                 started = time.perf_counter()
                 await self._wait_for_slot()
-                self._stage("slot_wait", started)
+                self._stage(stage, started)
                 continue
             now = self._store.now_ms()
             # Failed publishes (rare) and turned-away keys the cap did not let us keep: scan them again.
@@ -165,11 +175,12 @@ class DelayScheduler(DueLoop):
                 if released is not None:
                     self._cursor = min(self._cursor, released)
             started = time.perf_counter()
-            batch, more = self._take_due(now)
+            batch, more = self._take_due(now, min(self._batch_max, room))
             self._stage("pass", started)
             if batch:
                 call = asyncio.create_task(self._publish_batch(batch), name="delay-publish")
-                self._calls.add(call)
+                self._calls[call] = len(batch)
+                self._keys_out += len(batch)
                 self._publishing.add(call)
                 call.add_done_callback(self._on_call_done)
             if batch or more:
@@ -187,15 +198,15 @@ class DelayScheduler(DueLoop):
         if self.on_stage is not None:
             self.on_stage(stage, time.perf_counter() - started)
 
-    def _take_due(self, now: int) -> tuple[list[tuple[bytes, DelayedMessage]], bool]:
-        """Claim up to batch_max due messages from the cursor on; also whether more may be due."""
+    def _take_due(self, now: int, limit: int) -> tuple[list[tuple[bytes, DelayedMessage]], bool]:
+        """Claim up to ``limit`` due messages from the cursor on; also whether more may be due."""
         batch: list[tuple[bytes, DelayedMessage]] = []
         turned_away: list[bytes] = []
         try:
-            self._reask(batch, turned_away)
-            if len(batch) >= self._batch_max:
+            self._reask(batch, turned_away, limit)
+            if len(batch) >= limit:
                 return batch, True
-            batch, more = self._take_due_gated(now, batch, turned_away)
+            batch, more = self._take_due_gated(now, batch, turned_away, limit)
             return batch, more or self._gated.has_ready
         finally:
             if turned_away:
@@ -204,10 +215,10 @@ class DelayScheduler(DueLoop):
                 self._store.queue.release(turned_away)  # a waiting cancel or mark may take them now
                 self._wake_for(now + self._gate_retry_ms)
 
-    def _reask(self, batch: list[tuple[bytes, DelayedMessage]], turned_away: list[bytes]) -> None:
+    def _reask(self, batch: list[tuple[bytes, DelayedMessage]], turned_away: list[bytes], limit: int) -> None:
         """Ask the gate again about turned-away keys whose time came, by key (oldest due first)."""
         queue = self._store.queue
-        keys = self._gated.take_ready(self._batch_max - len(batch))
+        keys = self._gated.take_ready(limit - len(batch))
         self.counts.reasked += len(keys)
         for key in keys:
             if key in self._held or not queue.claim(key):
@@ -233,11 +244,11 @@ class DelayScheduler(DueLoop):
             log.error("delayed message under %r cannot be read, left in the store: %s", key, exc)
 
     def _take_due_gated(
-        self, now: int, batch: list[tuple[bytes, DelayedMessage]], turned_away: list[bytes]
+        self, now: int, batch: list[tuple[bytes, DelayedMessage]], turned_away: list[bytes], limit: int
     ) -> tuple[list[tuple[bytes, DelayedMessage]], bool]:
         queue = self._store.queue
         for _ in range(MAX_SCAN):
-            want = self._batch_max - len(batch)
+            want = limit - len(batch)
             rows = self._store.due(self._cursor, now, want)
             self._count_scan(rows)
             for key, raw in rows:
@@ -248,7 +259,7 @@ class DelayScheduler(DueLoop):
                 self._cursor = rows[-1][0] + b"\x00"
             if len(rows) < want:
                 return batch, False
-            if len(batch) >= self._batch_max:
+            if len(batch) >= limit:
                 break
         return batch, True
 
@@ -305,7 +316,7 @@ class DelayScheduler(DueLoop):
 
     def _on_call_done(self, call: asyncio.Task[None]) -> None:
         self._published(call)  # cancelled before it published
-        self._calls.discard(call)
+        self._keys_out -= self._calls.pop(call, 0)
         if not call.cancelled() and call.exception() is not None:
             log.error("delay publish call failed unexpectedly", exc_info=call.exception())
         if self._for_slot:

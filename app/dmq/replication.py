@@ -55,7 +55,7 @@ BEATS_SUFFIX = "_presence"  # the beats' reader group
 STAGE_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 LAG_PROBE_S = 0.05  # the event loop's lag is sampled this often (a timer's overshoot)
 # rocksidecar_dmq_stage_seconds's stages
-STAGES = ("pass", "slot_wait", "publish", "record", "wake", "drop", "loop_lag")
+STAGES = ("pass", "slot_wait", "record_cap", "publish", "record", "wake", "drop", "loop_lag")
 
 
 def offsets_store(data_dir: Path, name: str = OFFSETS_FILE) -> LocalFileOffsetStore:
@@ -221,8 +221,9 @@ class Replication:
         # loop's lag (a timer's overshoot: how long something else held the loop).
         self.stages = Histogram(
             "rocksidecar_dmq_stage_seconds",
-            "Time per stage of picking and publishing due copies: pass, slot_wait, publish, record, wake "
-            "(the scheduler), drop (a mark batch's drops), loop_lag (the event loop's lag, sampled).",
+            "Time per stage of picking and publishing due copies: pass, slot_wait, record_cap, publish, "
+            "record, wake (the scheduler), drop (a mark batch's drops), loop_lag (the event loop's lag, "
+            "sampled).",
             ["stage"],
             buckets=STAGE_BUCKETS_S,
             registry=r,

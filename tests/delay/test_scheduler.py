@@ -454,3 +454,68 @@ async def test_a_publish_slot_is_free_while_the_call_before_waits_for_its_sent_r
     await h.settle()
     assert [h.store.get(i).state for i in ("A", "B")] == [DelayState.SENT] * 2  # type: ignore[union-attr]
     assert h.max_concurrent == 1
+
+
+def _stuck_sync(h: Harness) -> tuple[threading.Event, threading.Event]:
+    """Make the store writer's WAL sync wait (in its thread) until the second event is set."""
+    syncing, release = threading.Event(), threading.Event()
+    sync = h.kv.sync_wal
+
+    def slow_sync() -> None:
+        syncing.set()
+        release.wait(SETTLE_S)
+        sync()
+
+    h.kv.sync_wal = slow_sync  # type: ignore[method-assign]
+    return syncing, release
+
+
+async def test_small_calls_waiting_for_their_sent_records_do_not_stop_picking(h: Harness) -> None:
+    """Issue 28: with a steady trickle each publish call carries a few messages; what waits for its "sent"
+    record is bounded in messages (max_in_flight x 3 x batch_max), not in calls, so a slow WAL sync does
+    not hold back the next due message once 3 calls a slot wait for theirs."""
+    now = h.store.now_ms()
+    ids = [f"S{i}" for i in range(6)]
+    await h.store.schedule_many([message(id_, now + 10 * (i + 1)) for i, id_ in enumerate(ids)])
+    scheduler = h.start(max_in_flight=1)
+    await scheduler.start()
+    syncing, release = _stuck_sync(h)
+    try:
+        for i in range(len(ids)):
+            h.clock.advance(0.01)
+            await h.until(lambda i=i: h.ids() == ids[: i + 1])  # on main: S3 waited for S0's record
+        assert await asyncio.to_thread(syncing.wait, SETTLE_S)
+        assert all(h.store.queue.is_claimed(due_key(now + 10 * (i + 1), id_)) for i, id_ in enumerate(ids))
+    finally:
+        release.set()
+    await h.settle()
+    assert all(h.store.get(id_).state is DelayState.SENT for id_ in ids)  # type: ignore[union-attr]
+
+
+async def test_published_and_not_recorded_stays_bounded_in_messages(h: Harness) -> None:
+    """What a kill can publish twice (README "Stored before committed"): at most max_in_flight x 3 x
+    batch_max messages published whose "sent" record is not stored; the seek loop waits for records then
+    (stage record_cap) and goes on once they are stored."""
+    now = h.store.now_ms()
+    ids = [f"K{i}" for i in range(9)]
+    await h.store.schedule_many([message(id_, now + 10) for id_ in ids])
+    stages: list[str] = []
+    scheduler = h.start(max_in_flight=1, batch_max=2)
+    scheduler.on_stage = lambda stage, _s: stages.append(stage)
+    await scheduler.start()
+    syncing, release = _stuck_sync(h)
+    try:
+        h.clock.advance(0.01)
+        await h.until(lambda: len(h.ids()) == 6)
+        assert await asyncio.to_thread(syncing.wait, SETTLE_S)
+        for _ in range(100):  # a few loop turns: the seek loop comes to wait for a record
+            if scheduler._for_slot:
+                break
+            await asyncio.sleep(0)
+        assert scheduler._for_slot
+        assert len(h.ids()) == 6  # 3 x 1 x 2: the seventh waits for a record
+    finally:
+        release.set()
+    await h.settle()
+    assert sorted(h.ids()) == ids
+    assert "record_cap" in stages
