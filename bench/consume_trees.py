@@ -16,6 +16,7 @@ same round, median over the rounds.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -61,13 +62,23 @@ def run_tree(tree: Path, python: str, topic: str, namesrv: str, total: int) -> d
     return result
 
 
+def parse_trees(parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, list[Path]]:
+    """The options, and the checkouts named last (the first is the anchor), resolved."""
+    parser.add_argument("trees", nargs="+", type=Path, help="checkouts; the first is the anchor")
+    args = parser.parse_args()
+    return args, [t.resolve() for t in args.trees]
+
+
+def rotated(trees: list[Path], r: int) -> list[Path]:
+    """Round ``r``'s order: each tree goes first in turn."""
+    return trees[r % len(trees) :] + trees[: r % len(trees)]
+
+
 def main() -> None:
     parser = bench_parser(__doc__, messages=50_000, size=256, rounds=3)
     parser.add_argument("--namesrv", required=True, help="the real name server")
     parser.add_argument("--python", default="", help="one interpreter for every tree (default: its .venv)")
-    parser.add_argument("trees", nargs="+", type=Path, help="checkouts; the first is the anchor")
-    args = parser.parse_args()
-    trees = [t.resolve() for t in args.trees]
+    args, trees = parse_trees(parser)
     print(f"# consume_trees: {environment()}, broker at {args.namesrv}")
     from bench.consume import fill  # this checkout's, only to fill the shared topic
 
@@ -76,8 +87,7 @@ def main() -> None:
     print(f"filled {args.messages:,} messages of {args.size} B into {queues} queues of {topic}")
     runs: dict[Path, list[dict[str, list[float]]]] = {t: [] for t in trees}
     for r in range(args.rounds):
-        order = trees[r % len(trees) :] + trees[: r % len(trees)]
-        for tree in order:
+        for tree in rotated(trees, r):
             res = run_tree(tree, args.python, topic, args.namesrv, args.messages)
             runs[tree].append(res)
             print(

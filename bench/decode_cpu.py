@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from bench.common import bench_parser, environment
+from bench.consume_trees import parse_trees, rotated
 
 _CHILD = """
 import sys, timeit
@@ -34,13 +35,11 @@ print(min(timeit.repeat(lambda: decode_stored_all(data), number=n, repeat=3)) / 
 
 def main() -> None:
     parser = bench_parser(__doc__, messages=1_000, rounds=5)
-    parser.add_argument("trees", nargs="+", type=Path, help="checkouts; the first is the anchor")
-    args = parser.parse_args()
-    trees = [t.resolve() for t in args.trees]
+    args, trees = parse_trees(parser)
     print(f"# decode_cpu: {environment()}; {args.messages} decodes of a 32-message pull a repeat")
     runs: dict[Path, list[float]] = {t: [] for t in trees}
     for r in range(args.rounds):
-        for tree in trees[r % len(trees) :] + trees[: r % len(trees)]:
+        for tree in rotated(trees, r):
             out = subprocess.run(
                 [sys.executable, "-c", _CHILD, str(args.messages)],
                 cwd=tree,
