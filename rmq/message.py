@@ -261,6 +261,59 @@ class MessageExt:
         return {k: v for k, v in self.properties.items() if k not in RESERVED_PROPERTIES}
 
 
+# A pulled message is built once per message on the consume path, and a frozen dataclass's __init__ sets
+# each of its 17 fields through object.__setattr__ by name (plus keyword matching at the call): half of
+# decoding a 256-byte message (issue 32). ``stored_message`` sets the same slots through their
+# descriptors, positionally; the result is an ordinary, equal, still frozen MessageExt.
+_EXT_FIELDS = tuple(MessageExt.__dataclass_fields__)
+assert len(_EXT_FIELDS) == 17, "stored_message sets each of MessageExt's fields: update it with them"
+(_s_topic, _s_body, _s_queue_id, _s_queue_offset, _s_commit_log_offset, _s_sys_flag, _s_flag,
+ _s_born_ts, _s_born_host, _s_store_ts, _s_store_host, _s_reconsume, _s_prepared, _s_crc, _s_size,
+ _s_properties, _s_offset_msg_id) = (getattr(MessageExt, name).__set__ for name in _EXT_FIELDS)  # fmt: skip
+_new = object.__new__
+
+
+def stored_message(
+    topic: str,
+    body: bytes,
+    queue_id: int,
+    queue_offset: int,
+    commit_log_offset: int,
+    sys_flag: int,
+    flag: int,
+    born_timestamp_ms: int,
+    born_host: str,
+    store_timestamp_ms: int,
+    store_host: str,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body_crc: int,
+    store_size: int,
+    properties: Mapping[str, str],
+    offset_msg_id: str,
+) -> MessageExt:
+    """``MessageExt(...)`` with the same arguments in the same order, at about a third of the cost."""
+    m = _new(MessageExt)
+    _s_topic(m, topic)
+    _s_body(m, body)
+    _s_queue_id(m, queue_id)
+    _s_queue_offset(m, queue_offset)
+    _s_commit_log_offset(m, commit_log_offset)
+    _s_sys_flag(m, sys_flag)
+    _s_flag(m, flag)
+    _s_born_ts(m, born_timestamp_ms)
+    _s_born_host(m, born_host)
+    _s_store_ts(m, store_timestamp_ms)
+    _s_store_host(m, store_host)
+    _s_reconsume(m, reconsume_times)
+    _s_prepared(m, prepared_transaction_offset)
+    _s_crc(m, body_crc)
+    _s_size(m, store_size)
+    _s_properties(m, properties)
+    _s_offset_msg_id(m, offset_msg_id)
+    return m
+
+
 def wire_properties_of(messages: Sequence[Message], ids: Sequence[str]) -> list[str]:
     """Each message's ``wire_properties`` with its id (a batch's), those of a message with no
     properties, tags or keys (most) built in place rather than by a call each."""

@@ -19,7 +19,7 @@ from .codes import (
     SYSFLAG_STOREHOST_V6,
 )
 from .errors import FrameError
-from .message import MessageExt, decode_properties
+from .message import MessageExt, decode_properties, stored_message
 
 MAGIC_V1 = -626843481  # 0xDAA320A7: 1-byte topic length
 MAGIC_V2 = -626843477  # 0xDAA320AB: 2-byte topic length (5.x)
@@ -243,25 +243,11 @@ def decode_stored(data: bytes, pos: int = 0, *, inflate: bool = True) -> tuple[M
         topic_text = topic.decode()
     except UnicodeDecodeError as exc:
         raise FrameError(f"undecodable stored message at byte {pos}: {exc}") from exc
-    msg = MessageExt(
-        topic=topic_text,
-        body=body,
-        queue_id=queue_id,
-        queue_offset=queue_offset,
-        commit_log_offset=phys,
-        sys_flag=sys_flag,
-        flag=flag,
-        born_timestamp_ms=born_ts,
-        born_host=_host_text(born_raw),
-        store_timestamp_ms=store_ts,
-        store_host=_host_text(store_raw),
-        reconsume_times=reconsume,
-        prepared_transaction_offset=prepared,
-        body_crc=crc,
-        store_size=total,
-        properties=decode_properties(props),
-        offset_msg_id=offset_msg_id(store_raw, phys),
-    )
+    msg = stored_message(
+        topic_text, body, queue_id, queue_offset, phys, sys_flag, flag, born_ts, _host_text(born_raw),
+        store_ts, _host_text(store_raw), reconsume, prepared, crc, total, decode_properties(props),
+        offset_msg_id(store_raw, phys),
+    )  # fmt: skip
     return msg, pos + total
 
 

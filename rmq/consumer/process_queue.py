@@ -23,6 +23,11 @@ class ProcessQueue:
         self._taken: set[int] = set()  # orderly mode: handed to the listener, still in flight
         self._next_offset = next_offset  # where the next pull starts: the commit point when idle
         self._size = 0
+        # offsets put in ascending order (pulls move forward), so the dict's last key is its highest
+        # and ``span`` needs no max() over the cache per pull; an offset below one already put (not
+        # seen from a broker) turns this off until the cache empties
+        self._last_put = -1
+        self._ascending = True
         self._clock = clock
         self.dropped = False
         self.locked = False  # orderly mode: this client holds the broker's lock on the queue
@@ -37,11 +42,18 @@ class ProcessQueue:
         added = 0
         if self.dropped:
             return 0
+        msgs, heap = self._msgs, self._heap
+        if not msgs:
+            self._ascending = True
         for msg in messages:
-            if msg.queue_offset in self._msgs:
+            offset = msg.queue_offset
+            if offset in msgs:
                 continue
-            self._msgs[msg.queue_offset] = msg
-            heapq.heappush(self._heap, msg.queue_offset)
+            if offset < self._last_put:
+                self._ascending = False
+            self._last_put = offset
+            msgs[offset] = msg
+            heapq.heappush(heap, offset)
             self._size += len(msg.body)
             added += 1
         self._next_offset = max(self._next_offset, next_offset)
@@ -104,7 +116,8 @@ class ProcessQueue:
         """Max minus min cached offset: a wide span means an old message is stuck (flow control)."""
         if not self._msgs:
             return 0
-        return max(self._msgs) - self.committed_offset()
+        highest = next(reversed(self._msgs)) if self._ascending else max(self._msgs)
+        return highest - self.committed_offset()
 
     def messages(self) -> list[MessageExt]:
         return [self._msgs[o] for o in sorted(self._msgs)]

@@ -85,3 +85,21 @@ def test_committed_offset_is_always_the_lowest_in_flight(
         last_committed = committed
         assert pq.count == len(in_flight)
         assert pq.size_bytes == sum(in_flight.values())
+        assert pq.span == (max(in_flight) - min(in_flight) if in_flight else 0)
+
+
+@given(st.lists(st.lists(st.integers(0, 50), max_size=6), max_size=12), st.lists(st.integers(0, 50)))
+def test_span_is_highest_minus_lowest_whatever_order_offsets_come_in(
+    batches: list[list[int]], removed: list[int]
+) -> None:
+    """The span reads the cache's last offset while puts ascend (every pull from a broker); a batch
+    that goes back (none does, from a real broker) must not make it wrong."""
+    pq = ProcessQueue(0)
+    cached: set[int] = set()
+    for i, batch in enumerate(batches):
+        pq.put([stored(o) for o in batch], 0)
+        cached.update(batch)
+        if i < len(removed):
+            pq.remove([removed[i]])
+            cached.discard(removed[i])
+        assert pq.span == (max(cached) - min(cached) if cached else 0)

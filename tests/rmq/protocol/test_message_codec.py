@@ -310,3 +310,19 @@ def test_stored_records_refuse_what_decode_stored_refuses() -> None:
     negative_body[84:88] = (-1).to_bytes(4, "big", signed=True)  # the body length
     with pytest.raises(FrameError, match="negative body length"):
         stored_records(bytes(negative_body))
+
+
+def test_stored_message_is_the_dataclass_built_with_the_same_arguments() -> None:
+    """decode_stored builds MessageExt through stored_message (slot setters, positional): the same
+    value, field for field, and still frozen."""
+    import dataclasses
+
+    from rocksidecar.rmq.message import MessageExt, stored_message
+
+    args = ("T", b"body", 3, 1000, 5000, 4, 1, 17, "1.2.3.4:5", 18, "5.6.7.8:9", 2, 0, 99, 120,
+            {"UNIQ_KEY": "U1"}, "ABC")  # fmt: skip
+    built, fast = MessageExt(*args), stored_message(*args)
+    assert fast == built
+    assert [getattr(fast, f.name) for f in dataclasses.fields(MessageExt)] == list(args)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.topic = "other"  # type: ignore[misc]
