@@ -216,6 +216,8 @@ class LiteTracer(trace.Tracer):
     """``start_span`` of an SDK tracer's configuration, making ``LiteSpan``s (see the module's doc). A
     ``dict`` of attributes given to ``start_span`` becomes the span's own (callers build a fresh one)."""
 
+    is_lite = True  # app.tracing.spans takes its ``child`` shortcut with this tracer
+
     def __init__(self, sdk: SdkTracer) -> None:
         self.sampler = sdk.sampler
         self.ids = sdk.id_generator
@@ -248,6 +250,23 @@ class LiteTracer(trace.Tracer):
         said None); ``attributes`` become the span's own."""
         own = SpanContext(trace_id, self.ids.generate_span_id(), False, self._root_sampled)
         return LiteSpan(self, name, own, None, kind, attributes, ())
+
+    def child(
+        self, name: str, parent: SpanContext, kind: SpanKind, attributes: dict[str, Any]
+    ) -> LiteSpan | None:
+        """The span ``start_span`` makes under the valid ``parent`` when its sampler's answer for that
+        parent's case is known from its fields and is to sample; else None (then ``start_span``, which
+        asks the sampler or makes the unsampled span). Without the current-context reads and the
+        Context object ``start_span`` goes through: the sidecar's receive and send spans know their
+        parent (spans.begin, spans._send_span). ``attributes`` become the span's own."""
+        bound = self.decisions[
+            (REMOTE_SAMPLED if parent.is_remote else LOCAL_SAMPLED) + (not parent.trace_flags & 1)
+        ]
+        if bound is None or parent.trace_id & _LIMIT >= bound:
+            return None
+        flags = TraceFlags(_SAMPLED | _RANDOM) if _RANDOM and parent.trace_flags & _RANDOM else _SAMPLED
+        own = SpanContext(parent.trace_id, self.ids.generate_span_id(), False, flags, parent.trace_state)
+        return LiteSpan(self, name, own, parent, kind, attributes, ())
 
     def start_span(
         self,
