@@ -6,9 +6,16 @@ RMQ_SYS_TRACE_TOPIC). Also: off without the header (carrying a trace context cos
 on for requests the sampler leaves out (an unsampled traceparent; no traceparent under
 ``parentbased_traceidratio`` at 1 %), which must cost ~nothing, and the documented production setting:
 no traceparent under ``parentbased_traceidratio`` at ``--ratio`` (default 0.05: that share of the
-requests sampled, the rest on the sample-free path). Each row is a fresh sidecar; the rows
-rotate their order each round, and each figure is the median over the rounds of its ratio to (1) in the
-same round (the raw figures are printed too).
+requests sampled, the rest on the sample-free path). Each row is a fresh sidecar.
+
+Interleaved: in each round every row is measured right next to its own run of (1) (off, row, off,
+row, ...; which of the pair goes first alternates by round, the rows rotate their order), and each row's
+figure is the median over the rounds of its ratio to the (1) of its own pair. Two ratios per row: CPU
+per message (user+sys from /proc of the sidecar, plus the OTLP collector's process where the row exports:
+what the spans cost wherever they are handled; the load generator is left out), the figure the targets
+are judged on, since on a saturated sidecar the x32 rate is 1 / CPU per message and CPU is far steadier
+than the rate on a shared machine; and the x32 rate ratio (the issue's words, printed beside it). The
+anchors' own spread is printed as the run's resolution.
 
     .venv/bin/python -m bench.tracing [--namesrv 127.0.0.1:9876] [--seconds 8] [--rounds 3] [--ratio 0.05]
                                       [--together]
@@ -17,9 +24,10 @@ same round (the raw figures are printed too).
 time, each sidecar under its own wrk, so that a busy machine loads them alike; the other rows are left
 out (their wrk would need another header). The lead's quiet-machine run is the sequential one.
 
-``--baseline TREE``: every row also on another checkout (its own .venv runs the sidecar), right after
+``--baseline TREE``: every row also on another checkout (its own .venv runs the sidecar), next to
 this tree's in the same round; printed: each row's CPU per message on this tree as % of the baseline's
-(the median of the same-round ratios): a before/after of a change in one run.
+(the median of the same-round ratios): a before/after of a change in one run, or, with the build without
+tracing as TREE, what tracing off costs (the anchor row).
 
     .venv/bin/python -m bench.tracing --rounds 3 --baseline /path/to/main-checkout [--rows unsampled,0.01]
 
@@ -30,32 +38,43 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
 import os
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from bench.common import Row, bench_parser, environment, print_rows
-from bench.compare import BODY, Measured, wrk
+from bench.compare import BODY, Measured, cpu_seconds, wrk
 from bench.sidecar_process import sidecar_process
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 UNSAMPLED = TRACEPARENT[:-2] + "00"
 
 
+SINK_MAX_BODY = 64 << 20  # an export larger than this is refused: the sink's memory stays bounded
+
+
 class _Sink(BaseHTTPRequestHandler):
     """An OTLP/HTTP collector that takes every export (so the exporter's cost is the sidecar's own)."""
 
-    spans_bytes = 0
+    received: Any = None  # the bytes taken, a multiprocessing Value shared with the bench
 
     def do_POST(self) -> None:
         n = int(self.headers.get("content-length") or 0)
-        _Sink.spans_bytes += len(self.rfile.read(n))
+        if not 0 <= n <= SINK_MAX_BODY:
+            self.send_error(413)
+            return
+        got = len(self.rfile.read(n))
+        with _Sink.received.get_lock():
+            _Sink.received.value += got
         self.send_response(200)
         self.send_header("content-type", "application/x-protobuf")
         self.send_header("content-length", "0")
@@ -65,15 +84,68 @@ class _Sink(BaseHTTPRequestHandler):
         pass
 
 
-@contextlib.contextmanager
-def otlp_sink() -> Iterator[str]:
+def _collector(received: Any, port_out: Connection) -> None:
+    """The collector's process: its own /proc CPU is what handling the exports costs at the far end."""
+    _Sink.received = received
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    port_out.send(server.server_address[1])
+    port_out.close()
+    server.serve_forever()
+
+
+class Collector(NamedTuple):
+    url: str
+    pid: int
+    received: Any  # multiprocessing Value: bytes of exports taken
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pid)
+
+
+@contextlib.contextmanager
+def otlp_sink() -> Iterator[Collector]:
+    ctx = multiprocessing.get_context("spawn")
+    received = ctx.Value("q", 0)
+    port_in, port_out = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_collector, args=(received, port_out), daemon=True)
+    proc.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        if not port_in.poll(60):
+            raise RuntimeError("the OTLP collector process did not start")
+        assert proc.pid is not None
+        yield Collector(f"http://127.0.0.1:{port_in.recv()}", proc.pid, received)
     finally:
-        server.shutdown()
+        proc.terminate()
+        proc.join(10)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One row's run: x32 rate, and CPU seconds per 100 000 messages of the sidecar and of the collector
+    over the same window."""
+
+    rate: float
+    sidecar: float
+    collector: float
+    note: str = ""
+
+    @property
+    def cpu(self) -> float:
+        """What the targets are judged on: the sidecar's CPU per message plus its exports' handling."""
+        return self.sidecar + self.collector
+
+    def line(self) -> str:
+        extra = f" (sidecar {self.sidecar:.1f} + collector {self.collector:.2f})" if self.collector else ""
+        return (
+            f"{self.rate:,.0f} msg/s, {self.cpu:.1f} cpu-s/100k{extra}{'; ' + self.note if self.note else ''}"
+        )
+
+
+def _sample(m: Measured, sidecar_cpu: float, collector_cpu: float) -> Sample:
+    """``m``'s CPU is the sidecar's over wrk's window; the collector's share is scaled by the two processes'
+    CPU read around that same window."""
+    collector = m.cpu_per_100k * collector_cpu / sidecar_cpu if sidecar_cpu > 0 else 0.0
+    return Sample(m.rate, m.cpu_per_100k, collector, m.note)
 
 
 def measure(
@@ -83,8 +155,9 @@ def measure(
     traceparent: str | None,
     env: dict[str, str],
     tree: Path | None = None,
+    collector: Collector | None = None,
     **settings: str,
-) -> Measured:
+) -> Sample:
     single = json.dumps({"topic": topic, "body": BODY}).encode()
     saved = {k: os.environ.get(k) for k in ("TRACEPARENT", *env)}
     os.environ.update(env)
@@ -92,13 +165,19 @@ def measure(
         os.environ["TRACEPARENT"] = traceparent  # bench.compare's wrk script sends it as a header
     else:
         os.environ.pop("TRACEPARENT", None)
+    exports = collector is not None and "OTEL_EXPORTER_OTLP_ENDPOINT" in env
     try:
         with (
             tempfile.TemporaryDirectory() as data,
             sidecar_process(namesrv, Path(data), tree=tree, **settings) as (url, proc),
         ):
             wrk(url, proc.pid, "/v1/messages", single, 8, 2, 1)  # warm up
-            return wrk(url, proc.pid, "/v1/messages", single, 32, seconds, 1)
+            c0 = collector.cpu() if exports and collector else 0.0
+            s0 = cpu_seconds(proc.pid)
+            m = wrk(url, proc.pid, "/v1/messages", single, 32, seconds, 1)
+            s1 = cpu_seconds(proc.pid)
+            c1 = collector.cpu() if exports and collector else 0.0
+            return _sample(m, s1 - s0, c1 - c0)
     finally:
         _restore(saved)
 
@@ -114,7 +193,8 @@ def measure_together(
     topic: str,
     seconds: float,
     rows: dict[str, tuple[str | None, dict[str, str], dict[str, str]]],
-) -> dict[str, Measured]:
+    collector: Collector,
+) -> dict[str, Sample]:
     """The TOGETHER rows' sidecars running at once, each under its own wrk started at the same moment:
     they share the machine's load moment by moment (a busy machine swings sequential rows by 2-5x)."""
     single = json.dumps({"topic": topic, "body": BODY}).encode()
@@ -141,7 +221,14 @@ def measure_together(
                 return [j.result() for j in jobs]
 
             each(8, 2)  # warm up
-            return dict(zip(TOGETHER, each(32, seconds), strict=True))
+            otel_pid = running[TOGETHER.index(OTEL_ON)].proc.pid
+            c0, s0 = collector.cpu(), cpu_seconds(otel_pid)
+            measured = each(32, seconds)
+            c1, s1 = collector.cpu(), cpu_seconds(otel_pid)
+            return {
+                name: _sample(m, s1 - s0, c1 - c0) if name == OTEL_ON else _sample(m, 1.0, 0.0)
+                for name, m in zip(TOGETHER, measured, strict=True)
+            }
     finally:
         _restore({"TRACEPARENT": saved})
 
@@ -207,59 +294,103 @@ def main() -> None:
         parser.error("--baseline needs a checkout with a .venv, and not --together")
     topic = f"traceBench{int(time.time())}"
     print(f"bench.tracing: topic {topic}; production row's ratio {args.ratio}; {environment()}", flush=True)
-    got: dict[str, list[Measured]] = {}
-    base: dict[str, list[Measured]] = {}
-    with otlp_sink() as sink:
-        rows = modes(sink, args.ratio)
+    with otlp_sink() as collector:
+        rows = modes(collector.url, args.ratio)
         names = list(TOGETHER) if args.together else list(rows)
         if args.rows:
             words = [w.strip() for w in args.rows.split(",") if w.strip()]
             names = [n for n in names if n == ANCHOR or any(w in n for w in words)]
         measure(args.namesrv, topic, 2, None, {})  # creates the topic: no row pays for it
+        run = Run(names)
         for r in range(args.rounds):
-            shift = r % len(names)
-            base_round: dict[str, Measured] = {}
             if args.together:
-                measured = measure_together(args.namesrv, topic, args.seconds, rows)
-            else:
-                measured = {}
-                for name in names[shift:] + names[:shift]:
-                    traceparent, env, settings = rows[name]
-                    trees = [None] if args.baseline is None else [None, args.baseline][:: 1 - 2 * (r % 2)]
-                    for tree in trees:  # with a baseline, which tree goes first alternates by round
-                        m = measure(args.namesrv, topic, args.seconds, traceparent, env, tree, **settings)
-                        (measured if tree is None else base_round)[name] = m
-            for name, m in base_round.items():
-                base.setdefault(name, []).append(m)
-                print(f"round {r + 1}: baseline {name}: {m.rate:,.0f} msg/s, {m.cpu_per_100k:.1f} cpu-s/100k"
-                      f"{'; ' + m.note if m.note else ''}", flush=True)  # fmt: skip
-            for name, m in measured.items():
-                got.setdefault(name, []).append(m)
-                print(f"round {r + 1}: {name}: {m.rate:,.0f} msg/s, {m.cpu_per_100k:.1f} cpu-s/100k"
-                      f"{'; ' + m.note if m.note else ''}", flush=True)  # fmt: skip
-    anchor = got[ANCHOR]
-    rate_rows, cpu_rows = [], []
-    for name in names:
-        rates = [m.rate / a.rate for m, a in zip(got[name], anchor, strict=True)]
-        cpus = [m.cpu_per_100k / a.cpu_per_100k for m, a in zip(got[name], anchor, strict=True)]
-        rate = statistics.median(m.rate for m in got[name])
-        cpu = statistics.median(m.cpu_per_100k for m in got[name])
-        rate_rows.append(Row(name, 100 * statistics.median(rates), "%"))
-        cpu_rows.append(Row(name, 100 * statistics.median(cpus), "%"))
-        print(f"raw {name}: rates {[round(m.rate) for m in got[name]]} (median {rate:,.0f} msg/s), "
-              f"cpu-s/100k {[round(m.cpu_per_100k, 1) for m in got[name]]} (median {cpu:.1f})")  # fmt: skip
-    print_rows("x32 rate, % of the anchor's (median of the same-round ratios)", rate_rows)
-    print_rows("sidecar CPU per message, % of the anchor's (median of the same-round ratios)", cpu_rows)
-    if base:
-        against = []
-        for name in names:
-            ratios = [m.cpu_per_100k / b.cpu_per_100k for m, b in zip(got[name], base[name], strict=True)]
-            print(f"raw baseline {name}: cpu-s/100k {[round(b.cpu_per_100k, 1) for b in base[name]]}")
-            against.append(Row(name, 100 * statistics.median(ratios), "%"))
-        print_rows(
-            f"this tree's CPU per message, % of {args.baseline}'s (median of the same-round ratios)", against
-        )
-    print(f"OTLP sink received {_Sink.spans_bytes} bytes; {environment()}")
+                got = measure_together(args.namesrv, topic, args.seconds, rows, collector)
+                for name in names[1:]:
+                    run.pair(r, name, got[ANCHOR], got[name])
+                continue
+            others = names[1:] or names[:1]  # the anchor alone: paired with itself (its spread)
+            shift = r % len(others)
+            for name in others[shift:] + others[:shift]:
+                order = [ANCHOR, name] if r % 2 == 0 else [name, ANCHOR]  # who goes first alternates
+                trees: list[Path | None] = [None] if args.baseline is None else [None, args.baseline]
+                if r % 2:
+                    trees.reverse()
+                done: dict[tuple[str, Path | None], Sample] = {}
+                for tree in trees:
+                    for row in order:
+                        traceparent, env, settings = rows[row]
+                        done[row, tree] = measure(
+                            args.namesrv, topic, args.seconds, traceparent, env, tree, collector, **settings
+                        )
+                        where = "" if tree is None else "baseline "
+                        print(f"round {r + 1}: {where}{row}: {done[row, tree].line()}", flush=True)
+                run.pair(r, name, done[ANCHOR, None], done[name, None])
+                if args.baseline is not None:
+                    run.against(name, done[name, args.baseline], done[name, None])
+                    run.against(ANCHOR, done[ANCHOR, args.baseline], done[ANCHOR, None])
+        received = collector.received.value
+    run.report(args.baseline)
+    print(f"OTLP collector received {received} bytes; {environment()}")
+
+
+class Run:
+    """Each row's pairs (its own anchor run, the row's run) by round; with a baseline, (baseline, this)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.pairs: dict[str, list[tuple[Sample, Sample]]] = {n: [] for n in names}
+        self.base: dict[str, list[tuple[Sample, Sample]]] = {n: [] for n in names}
+
+    def pair(self, r: int, name: str, anchor: Sample, row: Sample) -> None:
+        self.pairs[name].append((anchor, row))
+        if name != ANCHOR:
+            self.pairs[ANCHOR].append((anchor, anchor))
+
+    def against(self, name: str, base: Sample, this: Sample) -> None:
+        self.base[name].append((base, this))
+
+    def report(self, baseline: Path | None) -> None:
+        cpu_rows, rate_rows = [], []
+        for name in self.names:
+            pairs = self.pairs[name]
+            if not pairs:
+                continue
+            cpus = [m.cpu / a.cpu for a, m in pairs]
+            rates = [m.rate / a.rate for a, m in pairs]
+            collector = [round(m.collector, 2) for _, m in pairs]
+            line = f"raw {name}: rates {[round(m.rate) for _, m in pairs]}, "
+            line += f"cpu-s/100k {[round(m.cpu, 2) for _, m in pairs]}"
+            line += f", of it collector {collector}" if any(collector) else ""
+            line += "" if name == ANCHOR else f"; per pair: CPU {_fmt(cpus)}, rate {_fmt(rates)}"
+            print(line)
+            if name != ANCHOR:
+                cpu_rows.append(Row(name, 100 * statistics.median(cpus), "%"))
+                rate_rows.append(Row(name, 100 * statistics.median(rates), "%"))
+        anchors = [a.cpu for a, _ in self.pairs[ANCHOR]]
+        if anchors:
+            spread = max(anchors) / min(anchors)
+            print(f"resolution: the anchor's own runs span {min(anchors):.1f}-{max(anchors):.1f} cpu-s/100k "
+                  f"({spread:.2f}x) and {min(a.rate for a, _ in self.pairs[ANCHOR]):,.0f}-"
+                  f"{max(a.rate for a, _ in self.pairs[ANCHOR]):,.0f} msg/s")  # fmt: skip
+        print_rows("CPU per message (sidecar + collector), % of its paired anchor's: median over rounds "
+                   "(the targets' figure)", cpu_rows)  # fmt: skip
+        print_rows("x32 rate, % of its paired anchor's: median over rounds", rate_rows)
+        if baseline is not None:
+            against = []
+            for name in self.names:
+                got = self.base[name]
+                if got:
+                    ratios = [t.cpu / b.cpu for b, t in got]
+                    print(f"raw baseline {name}: cpu-s/100k {[round(b.cpu, 2) for b, _ in got]}; "
+                          f"this / baseline per pair {_fmt(ratios)}")  # fmt: skip
+                    against.append(Row(name, 100 * statistics.median(ratios), "%"))
+            print_rows(
+                f"this tree's CPU per message, % of {baseline}'s (median of the same-round ratios)", against
+            )
+
+
+def _fmt(values: list[float]) -> str:
+    return "[" + ", ".join(f"{v:.3f}" for v in values) + "]"
 
 
 if __name__ == "__main__":

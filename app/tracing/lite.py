@@ -15,9 +15,9 @@ drops the rest:
   ``ParentBased`` (the default, every ``parentbased_*``) hands each parent case to one of those; asking
   builds a ``SamplingResult`` and reads the parent again, ~a third of a LiteSpan's cost, and is the whole
   cost of a span the sampler drops;
-- a ``LiteSpan`` is a plain object with a dict of attributes; its ``end()`` hands one ``ReadableSpan``
-  to the processors (what ``_Span.end`` does, without the lock: a span is only touched by the task that
-  made it), which the batching processor queues for its export thread.
+- a ``LiteSpan`` is a plain object with a dict of attributes, and its own ``ReadableSpan``; its
+  ``end()`` hands itself to the processors (what ``_Span.end`` does, without the lock: a span is only
+  touched by the task that made it), which the batching processor queues for its export thread.
 
 Spans from other code (the SDK tracer itself) keep working beside these: both feed the same processors.
 The processors' ``on_start`` is not called (the sidecar's one processor, the batching one, does nothing
@@ -31,7 +31,7 @@ import contextlib
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -109,11 +109,13 @@ def follows_sampled_parents(sampler: Sampler) -> bool:
     return known[REMOTE_SAMPLED] == _ALL and known[LOCAL_SAMPLED] == _ALL
 
 
-class LiteSpan(trace.Span):
-    """A recording span of a ``LiteTracer``; ended once, by the code that started it."""
+class LiteSpan(trace.Span, ReadableSpan):
+    """A recording span of a ``LiteTracer``; ended once, by the code that started it. It is its own
+    ``ReadableSpan`` (as the SDK's span is): ``end`` hands itself to the processors, no copy built."""
 
-    __slots__ = ("_attributes", "_context", "_ended", "_events", "_kind", "_links", "_name", "_parent",
-                 "_start", "_status", "_tracer")  # fmt: skip
+    __slots__ = ("_attributes", "_context", "_end_time", "_ended", "_events", "_instrumentation_info",
+                 "_instrumentation_scope", "_kind", "_links", "_name", "_parent", "_resource", "_start_time",
+                 "_status", "_tracer")  # fmt: skip
 
     def __init__(
         self,
@@ -135,22 +137,26 @@ class LiteSpan(trace.Span):
         self._links = links
         self._events: list[Event] = []
         self._status = _UNSET
-        self._start = start_time or time.time_ns()
+        self._start_time = start_time or time.time_ns()
+        self._end_time: int | None = None
+        self._resource = tracer.resource
+        self._instrumentation_scope = tracer.scope
+        self._instrumentation_info = None
         self._ended = False
 
     def get_span_context(self) -> SpanContext:
-        return self._context
+        return cast(SpanContext, self._context)  # always set (ReadableSpan's type allows None)
 
     def is_recording(self) -> bool:
         return not self._ended
 
     def set_attribute(self, key: str, value: Any) -> None:
         if not self._ended:
-            self._attributes[key] = value
+            cast(dict[str, Any], self._attributes)[key] = value  # our own dict (see __init__)
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         if not self._ended:
-            self._attributes.update(attributes)
+            cast(dict[str, Any], self._attributes).update(attributes)
 
     def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
         if not self._ended:
@@ -192,29 +198,15 @@ class LiteSpan(trace.Span):
         if self._ended:
             return
         self._ended = True
-        t = self._tracer
-        t.processor.on_end(
-            ReadableSpan(
-                self._name,
-                self._context,
-                self._parent,
-                t.resource,
-                self._attributes,
-                self._events,
-                self._links,
-                self._kind,
-                None,
-                self._status,
-                self._start,
-                end_time or time.time_ns(),
-                t.scope,
-            )
-        )
+        self._end_time = end_time or time.time_ns()
+        self._tracer.processor.on_end(self)
 
 
 class LiteTracer(trace.Tracer):
     """``start_span`` of an SDK tracer's configuration, making ``LiteSpan``s (see the module's doc). A
     ``dict`` of attributes given to ``start_span`` becomes the span's own (callers build a fresh one)."""
+
+    is_lite = True  # app.tracing.spans takes its ``child`` shortcut with this tracer
 
     def __init__(self, sdk: SdkTracer) -> None:
         self.sampler = sdk.sampler
@@ -248,6 +240,23 @@ class LiteTracer(trace.Tracer):
         said None); ``attributes`` become the span's own."""
         own = SpanContext(trace_id, self.ids.generate_span_id(), False, self._root_sampled)
         return LiteSpan(self, name, own, None, kind, attributes, ())
+
+    def child(
+        self, name: str, parent: SpanContext, kind: SpanKind, attributes: dict[str, Any]
+    ) -> LiteSpan | None:
+        """The span ``start_span`` makes under the valid ``parent`` when its sampler's answer for that
+        parent's case is known from its fields and is to sample; else None (then ``start_span``, which
+        asks the sampler or makes the unsampled span). Without the current-context reads and the
+        Context object ``start_span`` goes through: the sidecar's receive and send spans know their
+        parent (spans.begin, spans._send_span). ``attributes`` become the span's own."""
+        bound = self.decisions[
+            (REMOTE_SAMPLED if parent.is_remote else LOCAL_SAMPLED) + (not parent.trace_flags & 1)
+        ]
+        if bound is None or parent.trace_id & _LIMIT >= bound:
+            return None
+        flags = TraceFlags(_SAMPLED | _RANDOM) if _RANDOM and parent.trace_flags & _RANDOM else _SAMPLED
+        own = SpanContext(parent.trace_id, self.ids.generate_span_id(), False, flags, parent.trace_state)
+        return LiteSpan(self, name, own, parent, kind, attributes, ())
 
     def start_span(
         self,

@@ -44,6 +44,8 @@ _CACHEABLE = (str, bool, int, float)  # hashable scalars; a list (message keys) 
 _cache: dict[tuple[str, type, Any], bytes] = {}
 _Span: Any = PbSpan  # its stubs want every field set; encode_spans passes None for the unset ones
 _statuses: dict[tuple[StatusCode, str | None], bytes] = {}
+# a span's name, kind, flags and status serialised together, by (name, id(kind), remote, code, description)
+_fixed: dict[tuple[str, int, bool, StatusCode, str | None], bytes] = {}
 # _span_flags's and _SPAN_KIND_MAP's answers read once: the protobuf enum wrapper's attribute access and
 # an Enum's hash are Python calls, per span
 _LOCAL: int = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
@@ -72,30 +74,56 @@ def _one(key: str, value: Any) -> bytes:
 
 
 def _span(span: ReadableSpan) -> bytes:
-    """``span`` as a serialised OTLP Span: what encode_spans makes of it."""
+    """``span`` as a serialised OTLP Span: what encode_spans makes of it. Its fields that repeat from
+    span to span (name, kind, flags, status) are serialised once per distinct set (``_fixed``); only the
+    ids and times are a new message per span (bench/RESULTS.md: tracelight)."""
     sc: Any = span.get_span_context()  # a ReadableSpan's is always set
     parent = span.parent
+    events = span.events
+    links = span.links
+    state = sc.trace_state
     head: bytes = _Span(
         trace_id=sc.trace_id.to_bytes(16, "big"),
         span_id=sc.span_id.to_bytes(8, "big"),
-        trace_state=_encode_trace_state(sc.trace_state),
         parent_span_id=parent.span_id.to_bytes(8, "big") if parent else None,
-        name=span.name,
-        kind=_KINDS[id(span.kind)],
         start_time_unix_nano=span.start_time,
         end_time_unix_nano=span.end_time,
-        events=_encode_events(events) if (events := span.events) else None,
-        links=_encode_links(links) if (links := span.links) else None,
-        dropped_attributes_count=span.dropped_attributes,
-        dropped_events_count=span.dropped_events,
-        dropped_links_count=span.dropped_links,
-        flags=_REMOTE if parent is not None and parent.is_remote else _LOCAL,
     ).SerializePartialToString()
-    head += _status(span.status)
+    if state or events or links:
+        head += _Span(
+            trace_state=_encode_trace_state(state),
+            events=_encode_events(events) if events else None,
+            links=_encode_links(links) if links else None,
+        ).SerializePartialToString()
+    dropped = (span.dropped_attributes, span.dropped_events, span.dropped_links)
+    if any(dropped):
+        head += _Span(
+            dropped_attributes_count=dropped[0],
+            dropped_events_count=dropped[1],
+            dropped_links_count=dropped[2],
+        ).SerializePartialToString()
+    remote = parent is not None and parent.is_remote
+    status = span.status
+    key = (span.name, id(span.kind), remote, status.status_code, status.description)
+    fixed = _fixed.get(key)
+    if fixed is None:
+        fixed = _Span(
+            name=span.name, kind=_KINDS[id(span.kind)], flags=_REMOTE if remote else _LOCAL
+        ).SerializePartialToString() + _status(status)
+        if len(_fixed) >= MAX_CACHED:
+            _fixed.clear()
+        _fixed[key] = fixed
+    head += fixed
     attributes: Mapping[str, Any] | None = span.attributes
     if not attributes:
         return head
-    return head + b"".join([_attribute(k, v) for k, v in attributes.items()])
+    parts = [head]
+    get = _cache.get
+    for k, v in attributes.items():  # the cache read inline: a call per attribute is a third of its cost
+        kind = type(v)
+        got = get((k, kind, v)) if kind in _CACHEABLE else None
+        parts.append(got if got is not None else _attribute(k, v))
+    return b"".join(parts)
 
 
 def _status(status: Status) -> bytes:

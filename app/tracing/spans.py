@@ -47,6 +47,9 @@ _SKIP_DROPPED_ROOTS = False  # the same for an unsampled local parent: a root sp
 # take their trace id from it. A span of ours made current clears it for its block (_Current).
 _FREE: ContextVar[str | None] = ContextVar("rocksidecar_sample_free", default=None)
 _ROOTS: LiteTracer | None = None  # the tracer, when a root's sampling is known from its sampler's fields
+_LITE: LiteTracer | None = (
+    None  # the tracer, when a LiteTracer: its ``child`` for spans whose parent is known
+)
 _tracer: trace.Tracer = trace.NoOpTracer()
 MAX_LINKS = 128  # a replayed batch links to each message's request, up to this many
 DELAY_DUE_AT = "DELAY_DUE_AT"  # delay.DELAY_DUE_AT: a delayed message being published carries it
@@ -58,7 +61,7 @@ def configure(provider: trace.TracerProvider | None, *, lite: bool = True) -> No
     """Spans from ``provider`` (None: off). Not the global provider: tests give their own. ``lite``:
     the SDK's spans made by app.tracing.lite (False: by the SDK's own tracer, which bench.tracing_cpu
     measures beside it)."""
-    global ON, _tracer, _SKIP_UNSAMPLED, _SKIP_DROPPED_ROOTS, _ROOTS
+    global ON, _tracer, _SKIP_UNSAMPLED, _SKIP_DROPPED_ROOTS, _ROOTS, _LITE
     ON = provider is not None
     if provider is None:
         _tracer = trace.NoOpTracer()
@@ -69,6 +72,7 @@ def configure(provider: trace.TracerProvider | None, *, lite: bool = True) -> No
     _SKIP_DROPPED_ROOTS = provider is not None and _drops_unsampled_parents(provider, remote=False)
     knows_roots = _SKIP_DROPPED_ROOTS and getattr(_tracer, "knows_roots", False)
     _ROOTS = cast("LiteTracer", _tracer) if knows_roots else None
+    _LITE = cast("LiteTracer", _tracer) if getattr(_tracer, "is_lite", False) else None
 
 
 def _lite(tracer: trace.Tracer) -> trace.Tracer:
@@ -172,13 +176,19 @@ class _Current:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         span = self.span
-        if exc is not None and span.is_recording():
-            span.record_exception(exc)
-            if isinstance(exc, Exception):
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        if exc is not None:
+            _failed(span, exc)
         _FREE.reset(self.free)
         context.detach(self.token)
         span.end()
+
+
+def _failed(span: Span, exc: BaseException) -> None:
+    """``exc`` recorded on ``span``, its status an error unless ``exc`` is a cancellation or an exit."""
+    if span.is_recording():
+        span.record_exception(exc)
+        if isinstance(exc, Exception):
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
 
 
 def _named(operation: str, topic: str) -> dict[str, Any]:
@@ -241,9 +251,15 @@ def begin(msg: Message) -> Message | Span:
         return _root(msg)
     if _SKIP_UNSAMPLED and parent[54] in _UNSAMPLED_FLAG_DIGITS:
         return msg  # carried on as it came
-    remote = NonRecordingSpan(_remote(parent, properties.get(TRACESTATE_PROPERTY)))
-    under = trace.set_span_in_context(remote)
-    return _tracer.start_span(f"receive {msg.topic}", under, SpanKind.SERVER, _named("receive", msg.topic))
+    remote = _remote(parent, properties.get(TRACESTATE_PROPERTY))
+    name = f"receive {msg.topic}"
+    attrs = _named("receive", msg.topic)
+    lite = _LITE
+    if lite is not None and (span := lite.child(name, remote, SpanKind.SERVER, attrs)) is not None:
+        return span
+    return _tracer.start_span(
+        name, trace.set_span_in_context(NonRecordingSpan(remote)), SpanKind.SERVER, attrs
+    )
 
 
 def free(msg: Message) -> Token[str | None]:
@@ -329,10 +345,27 @@ def _send_span(msgs: Sequence[Message], background: bool) -> Span:
         attrs["messaging.batch.message_count"] = len(msgs)
         attrs.pop("messaging.message.id", None)
     if not background:  # a child of the request's receive span (the current one)
-        return _tracer.start_span(f"{operation} {first.topic}", kind=SpanKind.PRODUCER, attributes=attrs)
+        name = f"{operation} {first.topic}"
+        lite = _LITE
+        if lite is not None:
+            parent = trace.get_current_span().get_span_context()
+            if parent.is_valid and (span := lite.child(name, parent, SpanKind.PRODUCER, attrs)) is not None:
+                return span
+        return _tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attrs)
     attrs["rocksidecar.replay"] = operation == "send"
     root = trace.set_span_in_context(trace.INVALID_SPAN)  # a trace of its own, linked to the request's
     return _tracer.start_span(f"{operation} {first.topic}", root, SpanKind.PRODUCER, attrs, _links(msgs))
+
+
+def _sent(span: Span, result: SendResult) -> None:
+    if span.is_recording():  # one call, one lock: the result's attributes together
+        span.set_attributes(
+            {
+                "messaging.destination.partition.id": str(result.queue.queue_id),
+                "messaging.rocketmq.broker": result.queue.broker_name,
+                "rocksidecar.attempts": result.attempts,
+            }
+        )
 
 
 def _record_attempts(span: Span, exc: BaseException) -> None:
@@ -355,10 +388,27 @@ class TracedSender(WatchedSender):
     ) -> SendResult:
         """On the sample-free path the inner send at once: no span, and not the lambda and coroutine of
         WatchedSender's hook either (bench/RESULTS.md, tracecost: what the sample-free path costs)."""
-        if not self._background and _FREE.get() is not None:
-            sent: SendResult = await self._inner.send(msg, sharding_key=sharding_key, validated=validated)
+        if self._background:
+            return await super().send(msg, sharding_key=sharding_key, validated=validated)
+        sent: SendResult
+        if _FREE.get() is not None:
+            sent = await self._inner.send(msg, sharding_key=sharding_key, validated=validated)
             return sent
-        return await super().send(msg, sharding_key=sharding_key, validated=validated)
+        # A request's send span is a leaf (nothing the producer does starts a span under it: its retries
+        # are events on it), so it is not made current: no OpenTelemetry context attached and detached
+        # per send, and a log line inside still carries the request's trace id (its receive span's).
+        span = _send_span([msg], False)
+        try:
+            sent = await self._inner.send(msg, sharding_key=sharding_key, validated=validated)
+        except BaseException as exc:
+            if isinstance(exc, RocketMQError):
+                _record_attempts(span, exc)
+            _failed(span, exc)
+            span.end()
+            raise
+        _sent(span, sent)
+        span.end()
+        return sent
 
     async def _one(self, msg: Message, call: Callable[[], Awaitable[SendResult]]) -> SendResult:
         span = _send_span([msg], self._background)
@@ -368,14 +418,7 @@ class TracedSender(WatchedSender):
             except RocketMQError as exc:
                 _record_attempts(span, exc)
                 raise
-            if span.is_recording():  # one call, one lock: the result's attributes together
-                span.set_attributes(
-                    {
-                        "messaging.destination.partition.id": str(result.queue.queue_id),
-                        "messaging.rocketmq.broker": result.queue.broker_name,
-                        "rocksidecar.attempts": result.attempts,
-                    }
-                )
+            _sent(span, result)
             return result
 
     async def _many(
