@@ -13,6 +13,7 @@ it):
 
     .venv/bin/python -m bench.batch_cpu [--batch 100] [--requests 2000] [--rounds 7]
     .venv/bin/python -m bench.batch_cpu --instructions        # needs valgrind
+    .venv/bin/python -m bench.batch_cpu --single [--instructions]   # POST /v1/messages, one a request
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import cast
 
 import orjson
 
-from rocksidecar.app.api.http import Api, Readiness, send_many
+from rocksidecar.app.api.http import Api, Readiness, send_many, send_one
 from rocksidecar.app.api.operations import EdgeDeps, Operations
 from rocksidecar.app.metrics import Metrics
 from rocksidecar.app.request import HTTP_FIELDS, Limits
@@ -50,6 +51,7 @@ from rocksidecar.storage.clock import wall_ms
 TOPIC = "BenchBatchCpu"
 BODY = "x" * 256  # as bench.compare posts
 PATH = "/v1/messages:batch"
+SINGLE_PATH = "/v1/messages"
 
 
 class InstantBroker:
@@ -70,9 +72,12 @@ class InstantBroker:
         encode(cmd)
         if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
             return cmd.response(ResponseCode.SUCCESS, body=self._route)
-        if cmd.code != RequestCode.SEND_BATCH_MESSAGE:
+        if cmd.code == RequestCode.SEND_MESSAGE_V2:  # --single: one message, one offset id
+            n = 1
+        elif cmd.code == RequestCode.SEND_BATCH_MESSAGE:
+            n = cmd.body.count(b"UNIQ_KEY")  # one per record
+        else:
             return cmd.response(ResponseCode.SUCCESS)
-        n = cmd.body.count(b"UNIQ_KEY")  # one per record
         ids = self._ids.get(n)
         if ids is None:
             ids = self._ids[n] = ",".join(f"7F00000100002A9F{i:016X}" for i in range(n))
@@ -105,14 +110,23 @@ def build_api() -> Api:
     return Api(Operations.of(deps, HTTP_FIELDS), cast(Readiness, None))  # the route never reads it
 
 
-async def _round(api: Api, body: bytes, requests: int) -> float:
+async def _round(api: Api, body: bytes, requests: int, batch: int) -> float:
     start = time.process_time()
-    for _ in range(requests):
-        await send_many(api, PATH, body, None, None)
+    if batch:
+        for _ in range(requests):
+            await send_many(api, PATH, body, None, None)
+    else:
+        for _ in range(requests):
+            await send_one(api, SINGLE_PATH, body, None, None)
     return time.process_time() - start
 
 
 async def _check(api: Api, body: bytes, batch: int) -> None:
+    if not batch:
+        status, payload, _, _ = await send_one(api, SINGLE_PATH, body, None, None)
+        if status != 200 or orjson.loads(payload)["status"] != "SENT":
+            raise SystemExit(f"the route answered {status} {payload[:300]!r}, not SENT")
+        return
     status, payload, _, _ = await send_many(api, PATH, body, None, None)
     doc = orjson.loads(payload)
     if status != 200 or doc["sent"] != batch:
@@ -120,21 +134,25 @@ async def _check(api: Api, body: bytes, batch: int) -> None:
 
 
 async def run(batch: int, requests: int, rounds: int, profile: str | None) -> None:
+    """``batch`` 0: single sends (``POST /v1/messages``), one message a request."""
     api = build_api()
-    body = json.dumps({"messages": [{"topic": TOPIC, "body": BODY}] * batch}).encode()
+    if batch:
+        body = json.dumps({"messages": [{"topic": TOPIC, "body": BODY}] * batch}).encode()
+    else:
+        body = json.dumps({"topic": TOPIC, "body": BODY}).encode()
     await _check(api, body, batch)  # and warm: the route is cached from here on
     per_message = []
     for _ in range(rounds):
-        per_message.append(await _round(api, body, requests) * 1e6 / (requests * batch))
+        per_message.append(await _round(api, body, requests, batch) * 1e6 / (requests * max(batch, 1)))
     print(
-        f"batch of {batch}, {requests} requests a round: "
+        f"{f'batch of {batch}' if batch else 'single sends'}, {requests} requests a round: "
         f"{statistics.median(per_message):.2f} us CPU per message (median of {rounds}; "
         f"rounds {' '.join(f'{x:.2f}' for x in per_message)})"
     )
     if profile:
         prof = cProfile.Profile()
         prof.enable()
-        await _round(api, body, requests)
+        await _round(api, body, requests, batch)
         prof.disable()
         prof.dump_stats(profile)
         pstats.Stats(profile).sort_stats("tottime").print_stats(30)
@@ -155,7 +173,7 @@ def instructions(batch: int, low: int = 10, high: int = 110) -> float:
             raise SystemExit(f"cachegrind printed no count:\n{out[-2000:]}")
         return int(found.group(1).replace(",", ""))
 
-    return (run(high) - run(low)) / ((high - low) * batch)
+    return (run(high) - run(low)) / ((high - low) * max(batch, 1))
 
 
 def main() -> None:
@@ -163,13 +181,21 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--batch", type=int, default=100, help="messages per request")
+    parser.add_argument(
+        "--single", action="store_true", help="POST /v1/messages instead: one message a request (--batch 0)"
+    )
     parser.add_argument("--requests", type=int, default=2000, help="per round")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--profile", help="cProfile one more round into FILE and print the top")
     parser.add_argument("--instructions", action="store_true", help="count instructions per message instead")
     args = parser.parse_args()
+    if args.single:
+        args.batch = 0
+        args.requests = max(args.requests, 100)
     if args.instructions:
-        print(f"batch of {args.batch}: {instructions(args.batch):,.0f} instructions per message")
+        what = f"batch of {args.batch}" if args.batch else "single sends"
+        low, high = (10, 110) if args.batch else (1000, 11000)
+        print(f"{what}: {instructions(args.batch, low, high):,.0f} instructions per message")
         return
     asyncio.run(run(args.batch, args.requests, args.rounds, args.profile))
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+import msgspec
 
 from .codes import DEFAULT_TOPIC
 from .errors import InvalidMessageError
@@ -128,18 +130,20 @@ def _check_text(value: str, field_name: str) -> None:
         )
 
 
-@dataclass(slots=True)
-class Message:
+class Message(msgspec.Struct, gc=False):
     """A message to send. ``id`` is its UNIQ_KEY; the producer assigns one when it is None.
 
     Treat it as immutable. It is not frozen because one is built per message on the hot path, and a
-    frozen dataclass takes 6x longer to construct (1.2 vs 0.2 us for seven fields)."""
+    frozen dataclass takes 6x longer to construct (1.2 vs 0.2 us for seven fields). A Struct rather than
+    a slots dataclass: its __init__ is C, about half the instructions (issue 32); equality and repr as
+    before. Not tracked by the cyclic GC: it holds strings, bytes and a mapping of strings, through which
+    no cycle can pass."""
 
     topic: str
     body: bytes
     tags: str | None = None
     keys: tuple[str, ...] = ()
-    properties: Mapping[str, str] = field(default_factory=dict)
+    properties: Mapping[str, str] = msgspec.field(default_factory=dict)
     flag: int = 0
     id: str | None = None
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from operator import attrgetter
 
+import msgspec
+
 from .codes import ResponseCode
 from .message import MessageExt, MessageQueue
 from .message_codec import StoredRecord
@@ -25,8 +27,11 @@ STATUS_BY_CODE: dict[int, SendStatus] = {
 }
 
 
-@dataclass(slots=True)  # treat as immutable; not frozen: one per message on the hot path (see Message)
-class SendResult:
+class SendResult(msgspec.Struct, gc=False):
+    """Where a send stored its message(s). Treat it as immutable; not frozen: one per message on the hot
+    path, a Struct for its C __init__ (see Message). Holds strings, numbers and a MessageQueue: no
+    cycle passes through it, so the cyclic GC need not track it."""
+
     status: SendStatus
     msg_id: str  # UNIQ_KEY (comma-joined for a batch)
     offset_msg_id: str  # broker-assigned offset id(s)

@@ -6,6 +6,9 @@ from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
+import msgspec
+import orjson
+
 from rocksidecar.storage.status import StoredAtLike
 
 from ..sidecar import SENT, AllSent, MessageState, Outcome
@@ -76,21 +79,37 @@ def outcome_view(o: Outcome, index: int | None = None) -> dict[str, Any]:
     return out
 
 
+class _SentItem(msgspec.Struct, gc=False, rename="camel"):
+    """A SENT item of an all-SENT batch's answer: the keys, order and values of the general path's dict
+    (outcome_view's), encoded by msgspec as orjson writes that dict (compact, the same escapes)."""
+
+    index: int
+    id: str
+    status: str
+    broker: str
+    queue_id: int
+    queue_offset: int
+    msg_id: str
+
+
+_encode = msgspec.json.Encoder().encode
+
+
 def batch_view(results: Sequence[BatchItem]) -> dict[str, Any]:
     if type(results) is AllSent:  # the usual batch: every item SENT, stored where its SendResult says
-        sent_items = [
-            {
-                "index": i,
-                "id": id,
-                "status": "SENT",
-                "broker": to.broker,
-                "queueId": to.queue_id,
-                "queueOffset": to.queue_offset,
-                "msgId": to.offset_msg_id,
-            }
-            for i, (id, to) in enumerate(map(_ID_AND_STORED_AT, results))
-        ]
-        return {"results": sent_items, "sent": len(sent_items), **_NONE_OTHER}
+        # Its items encoded here from the Outcomes and their SendResults: a Struct (C __init__) rather
+        # than a 7-key dict each, the queue's fields read off it directly rather than through the
+        # SendResult's StoredAtLike properties (the answer: 0.61 -> 0.34 us a message, issue 32). The
+        # document stays a dict (the idempotency store reads its counts), its results a Fragment.
+        encoded = _encode(
+            [
+                _SentItem(
+                    i, id, "SENT", (q := to.queue).broker_name, q.queue_id, to.queue_offset, to.offset_msg_id
+                )
+                for i, (id, to) in enumerate(map(_ID_AND_STORED_AT, results))
+            ]
+        )
+        return {"results": orjson.Fragment(encoded), "sent": len(results), **_NONE_OTHER}
     counts = {"sent": 0, "spooled": 0, "scheduled": 0, "rejected": 0, "failed": 0}
 
     def other(i: int, r: BatchItem) -> dict[str, Any]:

@@ -12,7 +12,8 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
+
+from msgspec.structs import replace
 
 from ..broker import BrokerApi
 from ..client_instance import ClientInstance

@@ -118,11 +118,12 @@ def decode_binary(data: bytes) -> tuple[int, int, int, int, int, str | None, dic
     return code, language, version, opaque, flag, remark, ext
 
 
+# Every frame names its language: a dict read, not an Enum call and its .name descriptor (issue 32).
+_LANG_NAME = {int(code): code.name for code in LanguageCode}
+
+
 def _language_name(language: int) -> str:
-    try:
-        return LanguageCode(language).name
-    except ValueError:
-        return LanguageCode.OTHER.name
+    return _LANG_NAME.get(language, LanguageCode.OTHER.name)
 
 
 ENCODERS = {SerializeType.JSON: encode_json, SerializeType.ROCKETMQ: encode_binary}
