@@ -47,9 +47,8 @@ _SKIP_DROPPED_ROOTS = False  # the same for an unsampled local parent: a root sp
 # take their trace id from it. A span of ours made current clears it for its block (_Current).
 _FREE: ContextVar[str | None] = ContextVar("rocksidecar_sample_free", default=None)
 _ROOTS: LiteTracer | None = None  # the tracer, when a root's sampling is known from its sampler's fields
-_LITE: LiteTracer | None = (
-    None  # the tracer, when a LiteTracer: its ``child`` for spans whose parent is known
-)
+# the tracer, when a LiteTracer: its ``child`` for spans whose parent is known
+_LITE: LiteTracer | None = None
 _tracer: trace.Tracer = trace.NoOpTracer()
 MAX_LINKS = 128  # a replayed batch links to each message's request, up to this many
 DELAY_DUE_AT = "DELAY_DUE_AT"  # delay.DELAY_DUE_AT: a delayed message being published carries it

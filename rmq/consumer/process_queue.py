@@ -43,8 +43,8 @@ class ProcessQueue:
         if self.dropped:
             return 0
         msgs, heap = self._msgs, self._heap
-        if not msgs:
-            self._ascending = True
+        if not msgs:  # an empty cache is ascending whatever came before
+            self._ascending, self._last_put = True, -1
         for msg in messages:
             offset = msg.queue_offset
             if offset in msgs:
