@@ -13,9 +13,10 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -145,26 +146,32 @@ class Setup:
             names = ("scheduled", "duplicate", "not_held", "cancelled_before", "malformed")
             return {r.name: {o: await metric(r.port, inner_count(o)) for o in names} for r in rs}
 
-        seen = await counts()
-        try:
-            async with asyncio.timeout(WAIT_S):
-                while sum(c[o] for c in seen.values() for o in outcomes) < total:
-                    await asyncio.sleep(0.05)  # other processes: their /metrics is the only view
-                    seen = await counts()
-        except TimeoutError:
-            states = [await r.state() for r in rs if r.proc is not None]
-            raise AssertionError("\n".join([f"not {total} copies {outcomes}: {seen}", *states])) from None
+        def done(seen: dict[str, dict[str, float]]) -> bool:
+            return sum(c[o] for c in seen.values() for o in outcomes) >= total
+
+        await self._until(rs, counts, done, f"not {total} copies {outcomes}")
 
     async def until_sum(self, rs: list[Replica], line_start: str, total: float) -> None:
         """Until the metric ``line_start`` summed over ``rs`` reached ``total``."""
-        seen = [0.0]
+
+        async def values() -> list[float]:
+            return [await metric(r.port, line_start) for r in rs]
+
+        await self._until(rs, values, lambda seen: sum(seen) >= total, f"{line_start} not {total}")
+
+    async def _until(
+        self, rs: list[Replica], read: Callable[[], Awaitable[Any]], done: Callable[[Any], bool], what: str
+    ) -> None:
+        """Poll ``read()`` until ``done``; a timeout names what was seen and shows the replicas' states."""
+        seen = await read()
         try:
             async with asyncio.timeout(WAIT_S):
-                while sum(seen := [await metric(r.port, line_start) for r in rs]) < total:  # noqa: ASYNC110
+                while not done(seen):
                     await asyncio.sleep(0.05)  # other processes: their /metrics is the only view
+                    seen = await read()
         except TimeoutError:
             states = [await r.state() for r in rs if r.proc is not None]
-            raise AssertionError("\n".join([f"{line_start} {seen}, not {total}", *states])) from None
+            raise AssertionError("\n".join([f"{what}: {seen}", *states])) from None
 
     def check(self, due: dict[str, int]) -> list[float]:
         """Every id arrived, none before its due time; returns each first arrival's lateness (s)."""
