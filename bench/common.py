@@ -156,6 +156,12 @@ def java_producer_tps(
     return float(match.group(2))
 
 
+def child_output(*args: str) -> str:
+    """What ``python args`` (this interpreter, this checkout's code on PYTHONPATH) printed; it must exit 0."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, check=True, env=env).stdout
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -19,7 +19,6 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 import uvloop
 
 from bench.bulk import bulk_write
-from bench.common import bench_parser, devbroker_process, environment, percentile
+from bench.common import bench_parser, child_output, devbroker_process, environment, percentile
 from rocksidecar.delay import COLUMN_FAMILIES, DelayedMessage, DelayScheduler, DelayStore
 from rocksidecar.delay.keys import DUE_CF, INDEX_CF, due_key, index_key
 from rocksidecar.delay.message import encode_message
@@ -200,9 +199,7 @@ def resident_mb() -> float:
 
 def run_child(scenario: str, path: Path, namesrv: str, args: argparse.Namespace) -> dict[str, float]:
     numbers = (args.burst, args.rate, args.steady_s, args.batch_max, args.in_flight)
-    cmd = [sys.executable, "-m", "bench.delay", "--child", scenario, str(path), namesrv, *map(str, numbers)]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
+    out = child_output("-m", "bench.delay", "--child", scenario, str(path), namesrv, *map(str, numbers))
     result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
     return result
 

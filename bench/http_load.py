@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import uvloop
 
-from bench.common import REPO, Row, bench_parser, environment, print_rows, targets
-from bench.send_throughput import measure
+from bench.common import Row, bench_parser, child_output, environment, print_rows, targets
+from bench.send_throughput import SendLoad, measure
 from bench.sidecar_process import sidecar_process
 
 
@@ -27,24 +25,10 @@ def load(port: int, path: str, body: bytes, connections: int, seconds: float) ->
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         f.write(body)
         f.flush()
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "bench.loadgen",
-                "127.0.0.1",
-                str(port),
-                path,
-                f.name,
-                str(connections),
-                str(seconds),
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            check=True,
+        out = child_output(
+            "-m", "bench.loadgen", "127.0.0.1", str(port), path, f.name, str(connections), str(seconds)
         )
-    return dict(json.loads(out.stdout))
+    return dict(json.loads(out))
 
 
 def _latency(label: str, r: dict[str, object]) -> Row:
@@ -55,9 +39,7 @@ def _latency(label: str, r: dict[str, object]) -> Row:
 
 def run(label: str, namesrv: str, args: argparse.Namespace) -> list[Row]:
     topic = f"RsHttp{int(time.time())}"
-    direct = uvloop.run(
-        measure(namesrv, topic, size=256, singles=20_000, concurrency=64, batches=200, batch_size=100)
-    )
+    direct = uvloop.run(measure(namesrv, topic, SendLoad(singles=20_000, batches=200)))
     body = "x" * 256
     single = json.dumps({"topic": topic, "body": body}).encode()
     batch = json.dumps({"messages": [{"topic": topic, "body": body} for _ in range(100)]}).encode()

@@ -16,14 +16,13 @@ import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from bench.common import bench_parser, environment
+from bench.common import bench_parser, child_output, environment
 from bench.pending import fill_pending
 from rocksidecar.retry.keys import COLUMN_FAMILIES, PENDING_CF
 from rocksidecar.retry.policy import RetryPolicy
@@ -196,14 +195,7 @@ asyncio.run(main())
 def peak_rss_mb(path: Path) -> tuple[int, int, int]:
     """A fresh process opens the store with everything pending (counting keys), replays the due
     head; returns (pending, peak RSS MB, resident MB once idle)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    out = subprocess.run(
-        [sys.executable, "-c", RSS_CHILD, str(path), str(BASE_MS)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    ).stdout.split()
+    out = child_output("-c", RSS_CHILD, str(path), str(BASE_MS)).split()
     return int(out[0]), int(out[1]), int(out[2])
 
 

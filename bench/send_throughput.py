@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import uvloop
@@ -27,12 +28,21 @@ from bench.common import (
 from rocksidecar.rmq import Message
 
 
-async def measure(
-    namesrv: str, topic: str, *, size: int, singles: int, concurrency: int, batches: int, batch_size: int
-) -> dict[str, float]:
-    body = b"x" * size
+@dataclass(frozen=True)
+class SendLoad:
+    """What ``measure`` sends: the body size, single sends (1 and ``concurrency`` in flight) and batches."""
+
+    size: int = 256
+    singles: int = 60_000
+    concurrency: int = 64
+    batches: int = 2000
+    batch_size: int = 100
+
+
+async def measure(namesrv: str, topic: str, load: SendLoad) -> dict[str, float]:
+    body = b"x" * load.size
     client, producer = await bench_producer(namesrv, warm_topic=topic, warm_body=body)
-    batch = [Message(topic, body) for _ in range(batch_size)]
+    batch = [Message(topic, body) for _ in range(load.batch_size)]
 
     async def one(_i: int) -> None:
         await producer.send(Message(topic, body))
@@ -43,9 +53,9 @@ async def measure(
 
     out: dict[str, float] = {}
     try:
-        out["single, 1 in flight"] = await rate(max(singles // 10, 500), 1, one)
-        out[f"single, {concurrency} in flight"] = await rate(singles, concurrency, one)
-        out[f"batch of {batch_size}, 8 in flight"] = batch_size * await rate(batches, 8, many)
+        out["single, 1 in flight"] = await rate(max(load.singles // 10, 500), 1, one)
+        out[f"single, {load.concurrency} in flight"] = await rate(load.singles, load.concurrency, one)
+        out[f"batch of {load.batch_size}, 8 in flight"] = load.batch_size * await rate(load.batches, 8, many)
     finally:
         await producer.close()
         await client.close()
@@ -53,17 +63,8 @@ async def measure(
 
 
 def run_against(label: str, namesrv: str, java: float | None, args: argparse.Namespace) -> list[Row]:
-    figures = uvloop.run(
-        measure(
-            namesrv,
-            f"RsBench_{int(time.time())}",
-            size=args.size,
-            singles=args.singles,
-            concurrency=args.concurrency,
-            batches=args.batches,
-            batch_size=args.batch_size,
-        )
-    )
+    load = SendLoad(**{f.name: getattr(args, f.name) for f in fields(SendLoad)})
+    figures = uvloop.run(measure(namesrv, f"RsBench_{int(time.time())}", load))
     rows = [Row(f"{label}: {name}", value, "msg/s", java) for name, value in figures.items()]
     if java:
         rows.insert(0, Row(f"{label}: Java benchmark Producer (anchor)", java, "msg/s", java))
@@ -71,16 +72,7 @@ def run_against(label: str, namesrv: str, java: float | None, args: argparse.Nam
 
 
 def main() -> None:
-    parser = bench_parser(
-        __doc__,
-        java_quantity=300_000,
-        size=256,
-        singles=60_000,
-        concurrency=64,
-        batches=2000,
-        batch_size=100,
-        no_devbroker=False,
-    )
+    parser = bench_parser(__doc__, java_quantity=300_000, **asdict(SendLoad()), no_devbroker=False)
     parser.add_argument("--namesrv", help="a real RocketMQ name server (also measured with Java)")
     parser.add_argument(
         "--java-ctl", type=Path, default=DEFAULT_CTL, help="real-broker.sh, for the Java anchor"
