@@ -99,6 +99,21 @@ class Row:
         return f"  {self.name:<66} {self.value:>12,.{digits}f} {self.unit:<6} {ratio}"
 
 
+class Countdown:
+    """A listener's or a publisher's tally: ``count`` what arrived; ``done`` is set once it reaches
+    ``total``."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.count = 0
+        self.done = asyncio.Event()
+
+    def add(self, n: int) -> None:
+        self.count += n
+        if self.count >= self.total:
+            self.done.set()
+
+
 async def rate(count: int, inflight: int, one: Callable[[int], Awaitable[object]]) -> float:
     """Operations per second of ``count`` calls of ``one`` (given its index), ``inflight`` at a time."""
     per_second, _ = await rate_and_cpu(count, inflight, one)

@@ -40,6 +40,7 @@ import orjson
 import uvloop
 
 from bench.common import (
+    Countdown,
     bench_parser,
     create_topics,
     devbroker_process,
@@ -95,24 +96,20 @@ def _config(group: str, name: str, batch: int) -> ConsumerConfig:
 
 
 async def rate(namesrv: str, total: int, batch: int) -> float:
-    done = asyncio.Event()
-    count = 0
+    consumed = Countdown(total)
 
     async def listener(msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
-        nonlocal count
-        count += len(msgs)
-        if count >= total:
-            done.set()
+        consumed.add(len(msgs))
         return ConsumeStatus.SUCCESS
 
     consumer = PushConsumer(_config(f"bench_rate_{batch}_{time.time_ns()}", "r", batch), namesrv, listener)
     consumer.subscribe(TOPIC)
     start = time.perf_counter()
     await consumer.start()
-    await done.wait()
+    await consumed.done.wait()
     took = time.perf_counter() - start
     await consumer.close()
-    return count / took
+    return consumed.count / took
 
 
 async def _serve_204(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -189,7 +186,7 @@ async def http_rate(namesrv: str, total: int, port: int, bulk: int = 0) -> Rate:
     return Rate(delivered / took, cpu * 1e6 / delivered)
 
 
-class Relay:
+class Relay(Countdown):
     """The floor's listener: POSTs each message's body to the app on ``port`` over keep-alive
     connections, one per POST in flight, and does nothing else: no headers beyond the minimum, no retry
     policy, no timeouts, no stats, no tracing. A non-2xx answer sends the message back
@@ -197,10 +194,8 @@ class Relay:
     reaches ``total``."""
 
     def __init__(self, port: int, total: int = 0) -> None:
+        super().__init__(total)
         self.port = port
-        self.total = total
-        self.count = 0
-        self.done = asyncio.Event()
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     async def post(self, body: bytes) -> bool:
@@ -217,9 +212,7 @@ class Relay:
         for m in msgs:
             if not await self.post(m.body):
                 return ConsumeStatus.RECONSUME_LATER
-        self.count += len(msgs)
-        if self.count >= self.total:
-            self.done.set()
+        self.add(len(msgs))
         return ConsumeStatus.SUCCESS
 
     def close(self) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 import uvloop
 
 from bench.bulk import bulk_write
-from bench.common import bench_parser, child_output, devbroker_process, environment, percentile
+from bench.common import Countdown, bench_parser, child_output, devbroker_process, environment, percentile
 from rocksidecar.delay import COLUMN_FAMILIES, DelayedMessage, DelayScheduler, DelayStore
 from rocksidecar.delay.keys import DUE_CF, INDEX_CF, due_key, index_key
 from rocksidecar.delay.message import encode_message
@@ -169,20 +169,16 @@ async def own_cost(path: Path, n: int, batch_max: int, in_flight: int) -> tuple[
     due, body = store.now_ms() - 1000, b"x" * BODY_BYTES
     for start in range(0, n, 1000):
         await store.schedule_many([msg(i, due, body) for i in range(start, min(n, start + 1000))])
-    published = asyncio.Event()
-    count = 0
+    published = Countdown(n)
 
     async def publish(msgs: list[DelayedMessage]) -> list[None]:
-        nonlocal count
-        count += len(msgs)
-        if count >= n:
-            published.set()
+        published.add(len(msgs))
         return [None] * len(msgs)
 
     scheduler = DelayScheduler(store, publish, batch_max=batch_max, max_in_flight=in_flight)
     wall, cpu = time.perf_counter(), time.process_time()
     await scheduler.start()
-    await published.wait()
+    await published.done.wait()
     await scheduler.close(grace_s=10.0)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     assert store.stats().pending == 0, "messages left behind"

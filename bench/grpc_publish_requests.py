@@ -83,10 +83,7 @@ async def measure(namesrv: str, data: Path, seconds: float, rounds: int) -> None
 
 
 def main() -> None:
-    parser = bench_parser(__doc__)
-    parser.add_argument("--namesrv", default="127.0.0.1:9876")
-    parser.add_argument("--seconds", type=float, default=6.0)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = bench_parser(__doc__, namesrv="127.0.0.1:9876", seconds=6.0, rounds=3)
     args = parser.parse_args()
     tools_or_exit("bench.grpc_publish_requests", {"h2load": "nghttp2-client"})
     print(f"bench.grpc_publish_requests: {environment()}", flush=True)

@@ -263,10 +263,7 @@ def modes(sink: str, r: float) -> dict[str, tuple[str | None, dict[str, str], di
 
 
 def main() -> None:
-    parser = bench_parser(__doc__)
-    parser.add_argument("--namesrv", default="127.0.0.1:9876")
-    parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = bench_parser(__doc__, namesrv="127.0.0.1:9876", seconds=8.0, rounds=3)
     parser.add_argument(
         "--ratio",
         type=float,
