@@ -136,6 +136,13 @@ async def rate_and_cpu(
     return count / (time.perf_counter() - started), cpu_us
 
 
+def rotated(items: Sequence[T], r: int) -> list[T]:
+    """Round ``r``'s order of ``items``: each goes first in turn (two swap every round), so that load
+    drifting during a run hits them alike."""
+    k = r % len(items)
+    return [*items[k:], *items[:k]]
+
+
 def print_rows(title: str, rows: Sequence[Row]) -> None:
     print(f"\n{title}")
     for row in rows:
@@ -148,6 +155,15 @@ def percentile(values: Sequence[float], p: float) -> float:
         return float("nan")
     k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
     return ordered[k]
+
+
+def printed(tool: str, pattern: str, out: str, flags: re.RegexFlag = re.NOFLAG) -> re.Match[str]:
+    """The first match of ``pattern`` in what ``tool`` printed; RuntimeError with the output's tail when
+    it printed none (it failed, or another version words its summary otherwise)."""
+    match = re.search(pattern, out, flags)
+    if match is None:
+        raise RuntimeError(f"{tool} printed no result:\n{out[-2000:]}")
+    return match
 
 
 def java_benchmark(ctl: Path | str, cls: str, namesrv: str, topic: str, *args: str) -> list[str]:
@@ -165,10 +181,8 @@ def java_producer_tps(
         ctl, "Producer", namesrv, topic, "-w", str(threads), "-s", str(size), "-q", str(quantity)
     )
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False).stdout
-    match = re.search(r"\[Complete\] Send Total: (\d+) Send TPS: (\d+)", out)
-    if not match:
-        raise RuntimeError(f"the Java benchmark producer printed no result:\n{out[-2000:]}")
-    return float(match.group(2))
+    found = printed("the Java benchmark producer", r"\[Complete\] Send Total: (\d+) Send TPS: (\d+)", out)
+    return float(found[2])
 
 
 def child_output(*args: str) -> str:

@@ -44,6 +44,7 @@ from bench.common import (
     free_port,
     java_benchmark,
     print_rows,
+    printed,
     tools_or_exit,
 )
 from bench.floor import floor_relay, master_of
@@ -195,10 +196,7 @@ def run_wrk(url: str, body: bytes, connections: int, seconds: float) -> dict[str
         cmd += ["-s", str(Path(tmp) / "post.lua"), url]
         env = {**os.environ, "BODY_FILE": str(Path(tmp) / "body.json")}
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
-    match = re.search(r"^RESULT (.*)$", out, re.M)
-    if not match:
-        raise RuntimeError(f"wrk printed no result:\n{out}")
-    result: dict[str, float] = json.loads(match.group(1))
+    result: dict[str, float] = json.loads(printed("wrk", r"^RESULT (.*)$", out, re.M)[1])
     return result
 
 
@@ -240,10 +238,7 @@ def h2load(addr: str, method: str, body: bytes, clients: int, streams: int, seco
         cmd += ["-H", "content-type: application/grpc", "-H", "te: trailers"]
         cmd += [f"http://{addr}/rocksidecar.v1.Sidecar/{method}"]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    match = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
-    if not match:
-        raise RuntimeError(f"h2load printed no result:\n{out}")
-    return float(match.group(2))
+    return float(printed("h2load", r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)[2])
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from bench.common import (
     devbroker_process,
     environment,
     java_benchmark,
+    rotated,
     tree_cpu_seconds,
 )
 from bench.http_wire import read_message
@@ -331,7 +332,7 @@ async def main_async(namesrv: str, total: int, size: int, rounds: int, java: str
     async with fast_app() as port:
         runs = [(pushes, http_rate), (floors, relay_rate)]
         for r in range(pairs):  # the floor and the push alternate which goes first
-            for into, run in runs if r % 2 == 0 else runs[::-1]:
+            for into, run in rotated(runs, r):
                 into.append(await run(namesrv, total, port))
         bulk = (await http_rate(namesrv, total, port, bulk=32)).per_s
     for label, runs in (

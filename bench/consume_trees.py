@@ -27,7 +27,7 @@ from pathlib import Path
 
 import uvloop
 
-from bench.common import bench_parser, environment
+from bench.common import bench_parser, environment, rotated
 
 # What a child runs: the tree's own bench.consume on the shared topic (its module global names it).
 _CHILD = """
@@ -67,11 +67,6 @@ def parse_trees(parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, li
     parser.add_argument("trees", nargs="+", type=Path, help="checkouts; the first is the anchor")
     args = parser.parse_args()
     return args, [t.resolve() for t in args.trees]
-
-
-def rotated(trees: list[Path], r: int) -> list[Path]:
-    """Round ``r``'s order: each tree goes first in turn."""
-    return trees[r % len(trees) :] + trees[: r % len(trees)]
 
 
 def main() -> None:

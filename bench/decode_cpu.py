@@ -14,8 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.common import bench_parser, environment
-from bench.consume_trees import parse_trees, rotated
+from bench.common import bench_parser, environment, rotated
+from bench.consume_trees import parse_trees
 
 _CHILD = """
 import sys, timeit

@@ -50,6 +50,7 @@ from bench.common import (
     create_topics,
     free_port,
     percentile,
+    rotated,
     scratch_dir,
     tree_cpu_seconds,
     wait_for_http,
@@ -412,7 +413,7 @@ def ratios(outcomes: list[Outcome]) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    order = [c for r in range(args.rounds) for c in ((1, 2) if r % 2 == 0 else (2, 1))]
+    order = [c for r in range(args.rounds) for c in rotated((1, 2), r)]
     if args.only:
         order = [c for c in order if c == args.only]
     with scratch_dir(None, "bench-dmq-copies-") as template:

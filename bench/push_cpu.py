@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import uvloop
 
-from bench.common import bench_parser, environment
+from bench.common import bench_parser, environment, rotated
 from bench.consume import Relay, fast_app
 from rocksidecar.app.http_client import HttpClient
 from rocksidecar.app.metrics import Metrics
@@ -90,7 +90,7 @@ async def main_async(total: int, size: int, rounds: int, concurrency: int) -> No
         await drive(relay, msgs[:500], concurrency)
         for r in range(rounds):
             runs: list[tuple[list[float], Listener]] = [(push_cpu, push), (floor_cpu, relay)]
-            for into, listener in runs if r % 2 == 0 else runs[::-1]:
+            for into, listener in rotated(runs, r):
                 into.append(await drive(listener, msgs, concurrency))
         await client.close()
         relay.close()

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.common import REPO, bench_parser, environment, namesrv_or_devbroker
+from bench.common import REPO, bench_parser, environment, namesrv_or_devbroker, rotated
 
 # "  devbroker: single, 64 in flight      3,141.1 msg/s   0.51x" as bench.send_throughput prints it
 _ROW = re.compile(r"^\s+\S+(?: \S+)*?: (?P<name>.+?)\s+(?P<value>[\d,]+\.\d) msg/s")
@@ -42,8 +42,7 @@ def compare(baseline: Path, namesrv: str, rounds: int, args: list[str]) -> None:
     this: dict[str, list[float]] = {}
     base: dict[str, list[float]] = {}
     for r in range(rounds):
-        sides = [(REPO, this), (baseline, base)]
-        for tree, into in sides if r % 2 == 0 else sides[::-1]:
+        for tree, into in rotated([(REPO, this), (baseline, base)], r):
             for name, value in run_side(tree, namesrv, args).items():
                 into.setdefault(name, []).append(value)
         print(f"round {r + 1}/{rounds} done; {environment()}", flush=True)

@@ -51,7 +51,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from bench.common import Row, bench_parser, environment, print_rows
+from bench.common import Row, bench_parser, environment, print_rows, rotated
 from bench.compare import BODY, Measured, cpu_seconds, wrk
 from bench.sidecar_process import sidecar_process
 
@@ -306,15 +306,11 @@ def main() -> None:
                     run.pair(r, name, got[ANCHOR], got[name])
                 continue
             others = names[1:] or names[:1]  # the anchor alone: paired with itself (its spread)
-            shift = r % len(others)
-            for name in others[shift:] + others[:shift]:
-                order = [ANCHOR, name] if r % 2 == 0 else [name, ANCHOR]  # who goes first alternates
+            for name in rotated(others, r):
                 trees: list[Path | None] = [None] if args.baseline is None else [None, args.baseline]
-                if r % 2:
-                    trees.reverse()
                 done: dict[tuple[str, Path | None], Sample] = {}
-                for tree in trees:
-                    for row in order:
+                for tree in rotated(trees, r):  # who goes first alternates: the tree and the row
+                    for row in rotated([ANCHOR, name], r):
                         traceparent, env, settings = rows[row]
                         done[row, tree] = measure(
                             args.namesrv, topic, args.seconds, traceparent, env, tree, collector, **settings

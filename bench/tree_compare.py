@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import REPO, bench_parser, environment
+from bench.common import REPO, bench_parser, environment, rotated
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 # The figure of a line: the first number with a unit after it ("12,911.0 msg/s", "27.1 us"), or the
@@ -72,8 +72,7 @@ def run_side(tree: Path, module_args: list[str]) -> dict[str, float]:
 def compare(baseline: Path, rounds: int, module_args: list[str]) -> list[Figure]:
     table: dict[str, Figure] = {}
     for r in range(rounds):
-        sides = [(REPO, True), (baseline, False)]
-        for tree, is_this in sides if r % 2 == 0 else sides[::-1]:
+        for tree, is_this in rotated([(REPO, True), (baseline, False)], r):
             for label, value in run_side(tree, module_args).items():
                 fig = table.setdefault(label, Figure(label))
                 (fig.this if is_this else fig.base).append(value)
