@@ -349,6 +349,12 @@ def environment() -> str:
     return text
 
 
+def memory_kb(pid: int | str = "self") -> dict[str, int]:
+    """The memory lines of /proc/PID/status (VmRSS, VmHWM, ...), in kB."""
+    text = Path(f"/proc/{pid}/status").read_text()
+    return {k: int(v) for k, v in re.findall(r"^(Vm\w+):\s+(\d+) kB$", text, re.M)}
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system) of ``pid`` and every process under it, those that ended and were
     waited for included (/proc/PID/stat utime, stime, cutime, cstime): a JVM's Python workers, a

@@ -27,7 +27,15 @@ from pathlib import Path
 import uvloop
 
 from bench.bulk import bulk_write
-from bench.common import Countdown, bench_parser, child_output, devbroker_process, environment, percentile
+from bench.common import (
+    Countdown,
+    bench_parser,
+    child_output,
+    devbroker_process,
+    environment,
+    memory_kb,
+    percentile,
+)
 from rocksidecar.delay import COLUMN_FAMILIES, DelayedMessage, DelayScheduler, DelayStore
 from rocksidecar.delay.keys import DUE_CF, INDEX_CF, due_key, index_key
 from rocksidecar.delay.message import encode_message
@@ -189,8 +197,7 @@ async def own_cost(path: Path, n: int, batch_max: int, in_flight: int) -> tuple[
 
 
 def resident_mb() -> float:
-    with open("/proc/self/status") as status:
-        return int(status.read().split("VmRSS:")[1].split()[0]) / 1024
+    return memory_kb()["VmRSS"] / 1024
 
 
 def run_child(scenario: str, path: Path, namesrv: str, args: argparse.Namespace) -> dict[str, float]:

@@ -20,15 +20,12 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import bench_parser
+from bench.common import bench_parser, memory_kb
 from bench.sidecar_process import sidecar_process
 
 
 def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return memory_kb(pid).get("VmHWM", 0) / 1024
 
 
 async def huge_batch(url: str, items: int) -> dict[str, float | int]:

@@ -33,6 +33,7 @@ from bench.common import (
     devbroker_process,
     environment,
     free_port,
+    memory_kb,
     scratch_dir,
     wait_for_http,
 )
@@ -59,8 +60,9 @@ def load(path: Path, n: int, due_ms: int) -> None:
 
 
 def proc_status(pid: int) -> dict[str, int]:
-    text = Path(f"/proc/{pid}/status").read_text()
-    return {k: int(v) // 1024 for k, v in re.findall(r"^(VmRSS|VmHWM):\s+(\d+) kB$", text, re.M)}
+    """The resident memory (VmRSS) and its peak (VmHWM) of ``pid``, in whole MB."""
+    mem = memory_kb(pid)
+    return {k: mem[k] // 1024 for k in ("VmRSS", "VmHWM")}
 
 
 def pending(url: str) -> float:
