@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rocksidecar.storage.due_loop import DueLoop, Sleep
+from rocksidecar.storage.due_loop import DueLoop, Sleep, observe
 from rocksidecar.storage.errors import StorageError
 from rocksidecar.storage.status import StoredAt
 from rocksidecar.storage.tasks import stop_task
@@ -335,10 +335,7 @@ class DelayScheduler(DueLoop):
         for _, msg in out.sent:
             self._report(out.done_at_ms - msg.due_ms)
         if out.sent and self.on_sent is not None:
-            try:
-                self.on_sent([msg for _, msg in out.sent])
-            except Exception:
-                log.exception("on_sent hook failed")
+            observe(self.on_sent, [msg for _, msg in out.sent], "on_sent")
         if out.failed:
             self._hold(out.failed, out.done_at_ms + self._retry_ms)
             log.warning("%d delayed messages not published, retrying in %d ms: %s", len(out.failed),
@@ -385,11 +382,7 @@ class DelayScheduler(DueLoop):
         return True
 
     def _report(self, lateness_ms: int) -> None:
-        if self._on_published is not None:
-            try:
-                self._on_published(lateness_ms / 1000)
-            except Exception:
-                log.exception("on_published hook failed")
+        observe(self._on_published, lateness_ms / 1000, "on_published")
 
     # --- idleness -------------------------------------------------------------------------------------
     def _busy(self) -> bool:

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from rocksidecar.storage.clock import wall_ms
 from rocksidecar.storage.due_queue import DueQueue, QueueBacked
 from rocksidecar.storage.group_commit import GroupCommitWriter
-from rocksidecar.storage.key_count import KeyCount
 from rocksidecar.storage.keys import clamp_due, parse_due
 from rocksidecar.storage.kv import KV, Delete, Op, Put
 from rocksidecar.storage.status import StoredAt
@@ -55,13 +54,9 @@ class DelayStore(QueueBacked):
         clock: Callable[[], float] = time.monotonic,
         retention_s: float = RETENTION_S,
     ) -> None:
-        self.kv = kv
-        self.writer = writer
-        # The due-queue engine: due keys, their claims (publishing or cancelling), clock and floor.
-        self.queue = DueQueue(kv, writer, DUE_CF, META_CF, "delay store's", now_ms=now_ms, clock=clock)
+        # Due keys are claimed by the scheduler (publishing) and by a cancel.
+        super().__init__(DueQueue(kv, writer, DUE_CF, META_CF, "delay store's", now_ms=now_ms, clock=clock))
         self._done = DoneMarkers(kv, writer, int(retention_s * 1000))
-        # No full key count at open of a large store (seconds with 10 M scheduled): storage.key_count.
-        self._pending = KeyCount(kv, DUE_CF)
         self._removed: list[Callable[[list[bytes]], None]] = []
 
     def add_removed_listener(self, listener: Callable[[list[bytes]], None]) -> None:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from rocksidecar.storage.due_loop import MAX_IDLE_S, DueLoop, Sleep
+from rocksidecar.storage.due_loop import MAX_IDLE_S, DueLoop, Sleep, observe
 from rocksidecar.storage.errors import StorageError
 
 from .redelivery import (
@@ -214,8 +214,4 @@ class ReplayLoop(DueLoop):
                 self._report(outcome)
 
     def _report(self, outcome: str) -> None:
-        if self._on_replayed is not None:
-            try:
-                self._on_replayed(outcome)
-            except Exception:
-                log.exception("on_replayed hook failed")
+        observe(self._on_replayed, outcome, "on_replayed")

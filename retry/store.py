@@ -67,19 +67,16 @@ class RetryStore(QueueBacked):
         writer: GroupCommitWriter | None = None,
         owns_kv: bool = False,
     ) -> None:
-        self.kv = kv
-        self.writer = writer or GroupCommitWriter(kv)  # pass one to share its batches and syncs
+        shared = writer or GroupCommitWriter(kv)  # pass one to share its batches and syncs
+        # Pending keys are claimed by the replay (its in-flight keys).
+        super().__init__(
+            DueQueue(kv, shared, PENDING_CF, META_CF, "retry store's", now_ms=now_ms, clock=clock)
+        )
         self._owns_writer = writer is None
         self._owns_kv = owns_kv
-        # The due-queue engine: pending keys, their claims (the replay's in-flight keys), clock and floor.
-        self.queue = DueQueue(
-            kv, self.writer, PENDING_CF, META_CF, "retry store's", now_ms=now_ms, clock=clock
-        )
         self._on_dead_letter = on_dead_letter
         self.dead = DeadLetters(kv, self.redrive)
-        # No full key count at open of a large store (seconds with 10 M pending): storage.key_count.
-        self._pending = KeyCount(kv, PENDING_CF)
-        self._dead = KeyCount(kv, DEAD_CF)
+        self._dead = KeyCount(kv, DEAD_CF)  # counted as the pending keys are (storage.key_count)
 
     @property
     def dead_count(self) -> int:

@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from .due_queue import DueQueue
 from .keys import parse_due
@@ -23,8 +23,19 @@ from .tasks import stop_task
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
+T = TypeVar("T")
 
 MAX_IDLE_S = 30.0  # longest sleep: a wall-clock step forward is noticed within this
+
+
+def observe(hook: Callable[[T], object] | None, value: T, name: str) -> None:
+    """Tell an observer ``hook`` (metrics, a caller's bookkeeping) about ``value``, if there is one: its
+    failure is logged and never reaches the loop that called it."""
+    if hook is not None:
+        try:
+            hook(value)
+        except Exception:
+            log.exception("%s hook failed", name)
 
 
 class DueLoop:

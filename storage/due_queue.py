@@ -141,9 +141,14 @@ class QueueBacked:
     ``writer.last_error`` says why not), its clock, its due keys and how many there are (``_pending``,
     the store's count of the due column family, kept by the store as it adds and removes keys)."""
 
-    writer: GroupCommitWriter
-    queue: DueQueue
-    _pending: KeyCount
+    def __init__(self, queue: DueQueue) -> None:
+        """``queue``: the due-queue engine of the store (its due keys, their claims, clock and floor),
+        over the store's KV and writer."""
+        self.kv = queue.kv
+        self.writer = queue.writer
+        self.queue = queue
+        # No full key count at open of a large store (seconds with 10 M due keys): storage.key_count.
+        self._pending = KeyCount(queue.kv, queue.due_cf)
 
     @property
     def pending_count(self) -> int:

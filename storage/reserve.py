@@ -37,6 +37,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import StorageError, WriteStalledError
@@ -93,12 +94,12 @@ def no_space(error: BaseException) -> bool:
     return "no space left" in text or "enospc" in text
 
 
+@dataclass(eq=False, slots=True)
 class ReserveFile:
     """A file of ``size`` bytes that takes real blocks (fallocate), deleted to make room."""
 
-    def __init__(self, path: Path, size: int) -> None:
-        self.path = path
-        self.size = size
+    path: Path
+    size: int
 
     def exists(self) -> bool:
         try:
