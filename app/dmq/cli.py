@@ -19,6 +19,25 @@ FLAGS = (
     ("--marks-topic", "dmq_marks_topic", "topic of published marks (replicated mode)"),
 )
 
+# the durations in seconds: flag, default, help (run() checks their ranges)
+SECONDS = (
+    (
+        "--presence-interval-s",
+        INTERVAL_S,
+        f"replicated mode: send a beat to the presence topic and read the live publishers every S s "
+        f"(default {INTERVAL_S}): a crashed replica's share is taken over within about S, a frozen "
+        f"one's within {TIMEOUT_BEATS} S",
+    ),
+    (
+        "--refresh-after-s",
+        REFRESH_AFTER_S,
+        f"replicated mode: write a held message to the inner topic again each S s of its age "
+        f"(default {REFRESH_AFTER_S:.0f}, 24 h; 0: never), so a replica rebuilding a lost volume finds "
+        "it there after the inner topic's retention (72 h by default) deleted the first copy: keep S "
+        "below that retention",
+    ),
+    ("--offset-persist-s", 5.0, "commit inner offsets every S s (default 5, as Java)"),
+)
 
 HELP = "run the Rock-DMQ service (arbitrary delays for every producer)"
 DESCRIPTION = (
@@ -34,32 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         setting = config.setting(name)
         help_ = f"{what} (env {setting.env}; default {setting.default or 'none'})"
         p.add_argument(flag, dest=name, default=None, help=help_)
-    p.add_argument(
-        "--presence-interval-s",
-        type=float,
-        default=INTERVAL_S,
-        metavar="S",
-        help=f"replicated mode: send a beat to the presence topic and read the live publishers every S s "
-        f"(default {INTERVAL_S}): a crashed replica's share is taken over within about S, a frozen "
-        f"one's within {TIMEOUT_BEATS} S",
-    )
-    p.add_argument(
-        "--refresh-after-s",
-        type=float,
-        default=REFRESH_AFTER_S,
-        metavar="S",
-        help=f"replicated mode: write a held message to the inner topic again each S s of its age "
-        f"(default {REFRESH_AFTER_S:.0f}, 24 h; 0: never), so a replica rebuilding a lost volume finds "
-        "it there after the inner topic's retention (72 h by default) deleted the first copy: keep S "
-        "below that retention",
-    )
-    p.add_argument(
-        "--offset-persist-s",
-        type=float,
-        default=5.0,
-        metavar="S",
-        help="commit inner offsets every S s (default 5, as Java)",
-    )
+    for flag, default, help_ in SECONDS:
+        p.add_argument(flag, type=float, default=default, metavar="S", help=help_)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from rocksidecar.rmq.message import (
     MessageQueue,
 )
 
+from ..bounded import remember
 from ..http_client import CheckedLines
 from ..tracing.context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, from_headers
 
@@ -200,24 +201,18 @@ class HeaderLines:
         key = (topic, broker, queue_id)
         lines = self._queues.get(key)
         if lines is None:
-            if len(self._queues) >= MAX_CACHED_QUEUES:
-                self._queues.clear()
-            lines = self._queues[key] = (
-                self._group_lines
-                + (
-                    f"ce-source: rocketmq://{broker}/{topic}\r\nce-rocketmqtopic: {topic}\r\n"
-                    f"ce-rocketmqbroker: {broker}\r\nce-rocketmqqueue: {queue_id}\r\n"
-                ).encode("latin-1", "replace"),
-                not any(_has_line_break(x) for x in (self.group, topic, broker)),
-            )
+            names = (
+                f"ce-source: rocketmq://{broker}/{topic}\r\nce-rocketmqtopic: {topic}\r\n"
+                f"ce-rocketmqbroker: {broker}\r\nce-rocketmqqueue: {queue_id}\r\n"
+            ).encode("latin-1", "replace")
+            clean = not any(_has_line_break(x) for x in (self.group, topic, broker))
+            lines = remember(self._queues, key, (self._group_lines + names, clean), MAX_CACHED_QUEUES)
         return lines
 
     def _tag_line(self, tags: str) -> bytes:
         line = self._tags.get(tags)
         if line is None:
-            if len(self._tags) >= MAX_CACHED_TAGS:
-                self._tags.clear()
-            line = self._tags[tags] = b"ce-rocketmqtags: %s\r\n" % _escaped(tags)
+            line = remember(self._tags, tags, b"ce-rocketmqtags: %s\r\n" % _escaped(tags), MAX_CACHED_TAGS)
         return line
 
     def __call__(self, msg: MessageExt, mq: MessageQueue) -> bytes:

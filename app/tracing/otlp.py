@@ -39,6 +39,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace.status import Status, StatusCode
 
+from ..bounded import remember
+
 MAX_CACHED = 4096  # distinct attributes kept encoded; past it the cache starts again (message ids churn)
 _CACHEABLE = (str, bool, int, float)  # hashable scalars; a list (message keys) is encoded each time
 _cache: dict[tuple[str, type, Any], bytes] = {}
@@ -60,12 +62,7 @@ def _attribute(key: str, value: Any) -> bytes:
         return _one(key, value)
     cached = (key, kind, value)  # the type too: True and 1 are equal keys of a dict
     got = _cache.get(cached)
-    if got is None:
-        got = _one(key, value)
-        if len(_cache) >= MAX_CACHED:
-            _cache.clear()
-        _cache[cached] = got
-    return got
+    return got if got is not None else remember(_cache, cached, _one(key, value), MAX_CACHED)
 
 
 def _one(key: str, value: Any) -> bytes:
@@ -110,9 +107,7 @@ def _span(span: ReadableSpan) -> bytes:
         fixed = _Span(
             name=span.name, kind=_KINDS[id(span.kind)], flags=_REMOTE if remote else _LOCAL
         ).SerializePartialToString() + _status(status)
-        if len(_fixed) >= MAX_CACHED:
-            _fixed.clear()
-        _fixed[key] = fixed
+        remember(_fixed, key, fixed, MAX_CACHED)
     head += fixed
     attributes: Mapping[str, Any] | None = span.attributes
     if not attributes:
@@ -131,10 +126,8 @@ def _status(status: Status) -> bytes:
     cached = (status.status_code, status.description)
     got = _statuses.get(cached)
     if got is None:
-        got = _Span(status=_encode_status(status)).SerializePartialToString()
-        if len(_statuses) >= MAX_CACHED:
-            _statuses.clear()
-        _statuses[cached] = got
+        encoded = _Span(status=_encode_status(status)).SerializePartialToString()
+        got = remember(_statuses, cached, encoded, MAX_CACHED)
     return got
 
 
