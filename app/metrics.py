@@ -118,6 +118,17 @@ class Metrics:
         self.registry.register(collector)
 
 
+def zeroed_counter(
+    name: str, doc: str, label: str, values: Iterable[str], registry: CollectorRegistry
+) -> Counter:
+    """A Counter by one ``label`` with each of ``values`` exported from 0 (rates and alerts see a value
+    before its first count, and a missing series is never a zero)."""
+    counter = Counter(name, doc, [label], registry=registry)
+    for value in values:
+        counter.labels(value)
+    return counter
+
+
 class Tally(Collector):
     """A counter by one label, kept as plain numbers and read when Prometheus scrapes: for a count made
     once per message. prometheus_client's Counter (labels child, two checks, its value's lock) cost

@@ -36,6 +36,7 @@ from rocksidecar.rmq.message import Message, MessageExt, MessageQueue
 from rocksidecar.rmq.periodic import Periodic
 from rocksidecar.rmq.producer import Producer
 
+from ..metrics import zeroed_counter
 from . import beats, envelope, inner, marks
 from .consume import InnerListener
 from .converge import Convergence
@@ -131,30 +132,33 @@ class Replication:
         self._instance = instance
         self._task: asyncio.Task[None] | None = None
         r = registry
-        self.marks_in = Counter(
+        self.marks_in = zeroed_counter(
             "rocksidecar_dmq_marks",
             "Published marks read from other replicas, by outcome: dropped (a "
             "copy), duplicate (this replica published it too), unknown (no copy yet), malformed.",
-            ["outcome"],
-            registry=r,
+            "outcome",
+            ("dropped", "duplicate", "unknown", "malformed"),
+            r,
         )
-        self.marks_out = Counter(
+        self.marks_out = zeroed_counter(
             "rocksidecar_dmq_marks_sent",
             "Ids marked as published by this replica, by outcome (sent, dropped).",
-            ["outcome"],
-            registry=r,
+            "outcome",
+            ("sent", "dropped"),
+            r,
         )
         self.takeover = Counter(
             "rocksidecar_dmq_takeover_published",
             "Messages this replica published in place of a holder ranked before it that was not live.",
             registry=r,
         )
-        self.beats_in = Counter(
+        self.beats_in = zeroed_counter(
             "rocksidecar_dmq_beats",
             "Beats read from the presence topic, by outcome: heard, unknown (a replica not listed), "
             "malformed.",
-            ["outcome"],
-            registry=r,
+            "outcome",
+            ("heard", "unknown", "malformed"),
+            r,
         )
         self.refreshed = Counter(
             "rocksidecar_dmq_refreshed",
@@ -162,16 +166,15 @@ class Replication:
             "copy there.",
             registry=r,
         )
-        self.silences = Counter(
+        self.silences = zeroed_counter(
             "rocksidecar_dmq_silences",
             "Times a listed replica stopped counting as live because its beats went silent: who=self "
             "(this replica's own beats; it publishes nothing until it has caught up with the marks) or "
             "peer (another replica; its share is taken over).",
-            ["who"],
-            registry=r,
+            "who",
+            ("self", "peer"),
+            r,
         )
-        for who in ("self", "peer"):
-            self.silences.labels(who)
         # Why a replica went silent (bench.dmq_copies): the sender's side (beats sent late: a busy loop,
         # a slow send) or the way back (the broker, this replica's reading).
         self.beat_interval = Histogram(
@@ -186,12 +189,6 @@ class Replication:
             buckets=BEAT_BUCKETS_S,
             registry=r,
         )
-        for outcome in ("heard", "unknown", "malformed"):
-            self.beats_in.labels(outcome)
-        for outcome in ("dropped", "duplicate", "unknown", "malformed"):
-            self.marks_in.labels(outcome)
-        for outcome in ("sent", "dropped"):
-            self.marks_out.labels(outcome)
         Gauge(
             "rocksidecar_dmq_converged",
             "1 once this replica read the inner and marks topics up to where they stood at its start.",

@@ -32,7 +32,7 @@ from .. import logs
 from ..api.servers import HttpServer
 from ..config import Settings
 from ..events import OpsEvents
-from ..metrics import Metrics, StateCollector
+from ..metrics import Metrics, StateCollector, zeroed_counter
 from ..notify import DeadLetterNotifier
 from ..readiness import Readiness, StoreProbe
 from ..shutdown import close_delivery
@@ -95,11 +95,9 @@ class DmqService:
         self.inner = Counter(
             "rocksidecar_dmq_inner_messages", "Inner messages consumed, by outcome.", ["outcome"], registry=r
         )
-        self.rejected = Counter(
-            "rocksidecar_dmq_inner_rejected", "Inner messages skipped, by reason.", ["reason"], registry=r
+        self.rejected = zeroed_counter(
+            "rocksidecar_dmq_inner_rejected", "Inner messages skipped, by reason.", "reason", Reject, r
         )
-        for reason in Reject:
-            self.rejected.labels(reason.value)  # every reason from 0, for rates and alerts
         self.owned_queues = Gauge(
             "rocksidecar_dmq_owned_queues", "Inner queues this replica consumes (its share of the load).",
             registry=r,

@@ -98,3 +98,16 @@ def test_the_delivery_tally_scrapes_as_the_counter_and_histogram_it_replaces() -
         new.get_sample_value("rocksidecar_subscription_delivery_seconds_count", {"subscription": "orders"})
         == 6
     )
+
+
+def test_a_zeroed_counter_exports_each_value_from_zero() -> None:
+    """The dmq service's one-label counters (reasons, outcomes, who went silent) are scraped at 0 before
+    their first count: a rate or an alert never meets a missing series."""
+    registry = CollectorRegistry()
+    c = metrics.zeroed_counter("t_outcomes", "Outcomes.", "outcome", ("sent", "dropped"), registry)
+    text = generate_latest(registry).decode()
+    assert 't_outcomes_total{outcome="sent"} 0.0' in text
+    assert 't_outcomes_total{outcome="dropped"} 0.0' in text
+    c.labels("sent").inc(2)
+    assert registry.get_sample_value("t_outcomes_total", {"outcome": "sent"}) == 2
+    assert registry.get_sample_value("t_outcomes_total", {"outcome": "dropped"}) == 0

@@ -88,3 +88,22 @@ def test_a_plain_message_takes_the_short_path_and_a_json_one_keeps_its_type() ->
     json_msg = dataclasses.replace(msg, properties={**msg.properties, "content-type": "application/json"})
     assert b"content-type: application/json\r\n" in lines(json_msg, MQ)
     assert len(lines._queues) == 1  # one queue, encoded once
+
+
+def test_the_queue_and_tag_caches_stay_bounded_and_the_headers_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A storm of distinct queues and tags (a hostile producer's tags) only clears the caches: never more
+    than their bound kept, and every message's headers still those of headers_for."""
+    from rocksidecar.app.subscriptions import cloudevents
+
+    monkeypatch.setattr(cloudevents, "MAX_CACHED_QUEUES", 4)
+    monkeypatch.setattr(cloudevents, "MAX_CACHED_TAGS", 3)
+    lines = HeaderLines("G")
+    for i in range(20):
+        mq = MessageQueue("T", "broker-a", i)
+        msg = stored(i, queue_id=i, tags=f"tag{i}")
+        assert lines_of(lines(msg, mq)) == lines_of(encode_headers(headers_for(msg, mq, "G")))
+        assert len(lines._queues) <= 4
+        assert len(lines._tags) <= 3
+    assert len(lines._queues) >= 1 and len(lines._tags) >= 1  # the last ones kept
