@@ -154,25 +154,33 @@ class Dispatcher:
             self._wake.clear()
             await asyncio.sleep(FLUSH_S)  # gather what arrives meanwhile into the same trace messages
             await self.flush()
+            if self._buffer:  # records that came while it wrote: the next timer takes them
+                self._wake.set()
 
     async def flush(self) -> None:
-        """Write everything buffered: trace messages of MAX_RECORDS records (or MAX_MESSAGE_BYTES), up to
-        MAX_PER_WRITE records in one batch request."""
+        """Write what is buffered when it is called (a flush returns once all before it is written):
+        trace messages of MAX_RECORDS records (or MAX_MESSAGE_BYTES), up to MAX_PER_WRITE records in one
+        batch request. Not what comes while it writes: draining until empty sent a trace message per
+        round trip under load (session 11: ~5 records each, every one a send of its own)."""
         async with self._writing:
             buffer = self._buffer
-            while buffer:
-                await self._write(self._messages(buffer))
+            left = len(buffer)
+            while left > 0 and buffer:
+                messages, taken = self._messages(buffer, min(left, MAX_PER_WRITE))
+                left -= taken
+                await self._write(messages)
 
-    def _messages(self, buffer: deque[_Pending]) -> list[Message]:
-        """Up to MAX_PER_WRITE records from ``buffer``, built and cut into trace messages."""
+    def _messages(self, buffer: deque[_Pending], most: int) -> tuple[list[Message], int]:
+        """Up to ``most`` records from ``buffer``, built and cut into trace messages; and how many."""
         group, topic = self.group, self.topic
         messages: list[Message] = []
         taken = 0
-        while buffer and taken < MAX_PER_WRITE:
+        while buffer and taken < most:
             data: list[str] = []
             keys: dict[str, None] = {}  # each key once, in order: a record's message id, then its keys
             size = keys_size = 0
-            while buffer and len(data) < MAX_RECORDS and size < MAX_MESSAGE_BYTES and keys_size < KEYS_FULL:
+            room = min(MAX_RECORDS, most - taken)
+            while buffer and len(data) < room and size < MAX_MESSAGE_BYTES and keys_size < KEYS_FULL:
                 p = buffer.popleft()
                 if p[0] == _PUB:
                     text, found = _pub_text(p, group), (p[6], *p[3])
@@ -186,7 +194,7 @@ class Dispatcher:
                         keys_size += len(k) + 1
             taken += len(data)
             messages.append(Message(topic, "".join(data).encode("utf-8"), keys=tuple(keys)))
-        return messages
+        return messages, taken
 
     async def _write(self, messages: list[Message]) -> None:
         try:
