@@ -144,9 +144,24 @@ class Dispatcher:
             self.dropped += 1
         buffer.append(pending)
         if len(buffer) == 1:  # the first since the last flush arms the writer; the others ride along
-            if self._task is None:
-                self._task = asyncio.get_running_loop().create_task(self._run())
-            self._wake.set()
+            self._arm()
+
+    def add_all(self, pending: list[_Pending]) -> None:
+        """``add`` of each, in one go."""
+        buffer = self._buffer
+        was_empty = not buffer
+        over = len(buffer) + len(pending) - MAX_BUFFERED
+        if over > 0:
+            self.dropped += over
+        buffer.extend(pending)
+        if was_empty and buffer:
+            self._arm()
+
+    def _arm(self) -> None:
+        """One timer per flush: the writer's task wakes, waits FLUSH_S, writes what is buffered."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        self._wake.set()
 
     async def _run(self) -> None:
         while True:
@@ -258,10 +273,15 @@ class MsgTraceSender(WatchedSender):
     async def _many(
         self, messages: Sequence[Message], call: Callable[[], Awaitable[BatchResults]]
     ) -> BatchResults:
+        """A batch (the coalescer's, the API's, the replay's): its records buffered in one go."""
         started = now_ms()
         results = await call()
-        add, cost = self._dispatcher.add, now_ms() - started
-        for msg, result in zip(messages, results, strict=True):
-            if isinstance(result, SendResult):
-                add(_sent(msg, result, started, cost))
+        cost = now_ms() - started
+        self._dispatcher.add_all(
+            [
+                _sent(m, r, started, cost)
+                for m, r in zip(messages, results, strict=True)
+                if isinstance(r, SendResult)
+            ]
+        )
         return results

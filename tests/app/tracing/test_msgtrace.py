@@ -12,6 +12,7 @@ import pytest
 
 from rocksidecar.app.tracing import msgtrace
 from rocksidecar.rmq import Message
+from rocksidecar.rmq.errors import RocketMQError
 from rocksidecar.rmq.message import MessageQueue
 from rocksidecar.rmq.result import SendResult, SendStatus
 from tests.app.conftest import Stack
@@ -167,3 +168,23 @@ async def test_a_trace_message_s_keys_stay_bounded() -> None:
     assert all(len(" ".join(m.keys)) <= msgtrace.MAX_KEYS_CHARS for m in messages)
     assert [m.keys[0] for m in messages] == ["ID0", "ID1", "ID2"]  # each record's id found its message
     assert len(_records(producer.batches)) == 3
+
+
+async def test_a_batch_s_stored_messages_are_recorded_in_one_go() -> None:
+    """Under the coalescer the API's sends reach the trace wrapper as batches: a record for each message
+    stored, none for one refused."""
+
+    class Inner:
+        async def send_batch(self, messages: Any, keys: Any = None, *, validated: bool = False) -> list[Any]:
+            return [result("B0"), RocketMQError("refused"), result("B2")]
+
+    producer = _Held()
+    producer.go.set()
+    d = msgtrace.Dispatcher(producer, group="pg")
+    sender = msgtrace.MsgTraceSender(Inner(), d)
+    got = await sender.send_batch([Message("T", b"x", keys=(f"k{i}",)) for i in range(3)])
+    assert isinstance(got[1], RocketMQError)
+    await d.flush()
+    pubs = [r.split("\x01") for r in _records(producer.batches)]
+    assert [(p[5], p[7]) for p in pubs] == [("B0", "k0"), ("B2", "k2")]
+    await d.close()
