@@ -43,7 +43,14 @@ from .history import SAMPLE_EVERY_S, History
 from .idempotency import IdempotencyStore
 from .localhost import is_loopback
 from .lookups import DelayLookup, RetryLookup
-from .metrics import CoalesceCollector, ConsumerCollector, Metrics, StateCollector, TransactionCollector
+from .metrics import (
+    CoalesceCollector,
+    ConsumerCollector,
+    Metrics,
+    MsgTraceCollector,
+    StateCollector,
+    TransactionCollector,
+)
 from .notify import DeadLetterNotifier
 from .readiness import Readiness, StoreProbe, disk_draining
 from .request import Limits
@@ -149,6 +156,7 @@ class SidecarParts:
                 self.producer, topic=s.msg_trace_topic, group=s.producer_group
             )
             self.msg_trace = trace
+            self.metrics.add_state(MsgTraceCollector(lambda: (trace.written, trace.failed, trace.dropped)))
             loops_sender = cast(Sender, msgtrace.MsgTraceSender(self.producer, trace))
         # Under the coalescer, so that coalesced sends are recorded a batch at a time (no coroutine each)
         self.sender = self._build_sender(loops_sender)

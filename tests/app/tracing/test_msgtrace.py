@@ -63,6 +63,9 @@ async def test_sends_are_written_to_the_trace_topic_in_batches(make_stack: Calla
         assert set(pubs) == set(ids)
         keys = {k for m in traces for k in m.keys}
         assert set(ids) <= keys and {"k0", "k1", "k2"} <= keys
+        scraped = (await stack_.http.get("/metrics")).text
+        assert f"rocksidecar_msg_trace_messages_written_total {float(len(traces))}" in scraped
+        assert "rocksidecar_msg_trace_records_dropped_total 0.0" in scraped
 
 
 async def test_off_by_default(stack: Stack) -> None:
@@ -77,6 +80,8 @@ async def test_a_trace_topic_that_fails_never_fails_a_send(make_stack: Callable[
         await stack.service.msg_trace.flush()
         assert stack.service.msg_trace.written == 0
         assert stack.service.msg_trace.failed + stack.service.msg_trace.dropped >= 1
+        scraped = (await stack.http.get("/metrics")).text
+        assert "rocksidecar_msg_trace_messages_failed_total 1.0" in scraped
 
 
 class _Held:
