@@ -43,7 +43,14 @@ from .history import SAMPLE_EVERY_S, History
 from .idempotency import IdempotencyStore
 from .localhost import is_loopback
 from .lookups import DelayLookup, RetryLookup
-from .metrics import CoalesceCollector, ConsumerCollector, Metrics, StateCollector, TransactionCollector
+from .metrics import (
+    CoalesceCollector,
+    ConsumerCollector,
+    Metrics,
+    MsgTraceCollector,
+    StateCollector,
+    TransactionCollector,
+)
 from .notify import DeadLetterNotifier
 from .readiness import Readiness, StoreProbe, disk_draining
 from .request import Limits
@@ -141,7 +148,6 @@ class SidecarParts:
                 now_ms=self.retry.now_ms, inner_topic=s.dmq_inner_topic, fallback=delay_lookup,
                 on_spooled=self.events.spooled,
             )  # fmt: skip
-        self.sender = self._build_sender()
         loops_sender: Sender = self.producer
         self.msg_trace: msgtrace.Dispatcher | None = None
         msgtrace.DISPATCHER = None
@@ -150,8 +156,10 @@ class SidecarParts:
                 self.producer, topic=s.msg_trace_topic, group=s.producer_group
             )
             self.msg_trace = trace
-            self.sender = cast(Sender, msgtrace.MsgTraceSender(self.sender, trace))
+            self.metrics.add_state(MsgTraceCollector(lambda: (trace.written, trace.failed, trace.dropped)))
             loops_sender = cast(Sender, msgtrace.MsgTraceSender(self.producer, trace))
+        # Under the coalescer, so that coalesced sends are recorded a batch at a time (no coroutine each)
+        self.sender = self._build_sender(loops_sender)
         traced = spans.ON  # spans of the send path (app.tracing.spans): wrappers only when on
         self.sidecar = Sidecar(
             spans.TracedSender(self.sender, background=False) if traced else self.sender,
@@ -193,11 +201,12 @@ class SidecarParts:
             stats = self.transactions.coordinator.stats
             self.metrics.add_state(TransactionCollector(lambda: stats.outcomes, stats.undecided))
 
-    def _build_sender(self) -> Sender:
-        """The API's single sends go through the coalescer; the replay and delay loops batch on their own."""
+    def _build_sender(self, inner: Sender) -> Sender:
+        """The API's single sends go through the coalescer (over ``inner``: the producer, or its message
+        trace wrapper); the replay and delay loops batch on their own."""
         if not self.settings.coalesce_sends:
-            return self.producer
-        coalescer = CoalescingSender(self.producer)
+            return inner
+        coalescer = CoalescingSender(inner)
         self.metrics.add_state(CoalesceCollector(lambda: (coalescer.batches, coalescer.coalesced)))
         return coalescer
 

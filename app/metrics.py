@@ -263,6 +263,31 @@ class CoalesceCollector(Collector):
         )
 
 
+class MsgTraceCollector(Collector):
+    """RocketMQ message trace (msg_trace): what its writer wrote, and what it gave up on."""
+
+    def __init__(self, counts: Callable[[], tuple[int, int, int]]) -> None:
+        self._counts = counts  # (trace messages written, trace messages failed, records dropped)
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        written, failed, dropped = self._counts()
+        yield CounterMetricFamily(
+            "rocksidecar_msg_trace_messages_written",
+            "Trace messages stored on the trace topic.",
+            value=written,
+        )
+        yield CounterMetricFamily(
+            "rocksidecar_msg_trace_messages_failed",
+            "Trace messages the trace topic's broker refused or could not be sent: their records are lost.",
+            value=failed,
+        )
+        yield CounterMetricFamily(
+            "rocksidecar_msg_trace_records_dropped",
+            "Trace records dropped unwritten because the buffer was full (the sends they record went on).",
+            value=dropped,
+        )
+
+
 class TransactionCollector(Collector):
     """Transactions (issue 29), read at scrape time: decisions by outcome since start, and how many are
     undecided and for how long the oldest has been (app.transactions.observed.TransactionStats)."""

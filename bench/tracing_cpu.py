@@ -6,7 +6,10 @@ as the sidecar's exporters do, by app.tracing.otlp, and drops it; the same expor
 through the SDK's own tracer instead of app.tracing.lite; requests the sampler leaves out: an
 unsampled traceparent, and none under parentbased_traceidratio 0.01; and the production setting, no
 traceparent under parentbased_traceidratio ``--ratio``: that share sampled), RocketMQ message trace
-on (Pub records encoded and batched by the dispatcher). Then one span alone: the SDK's start + end against
+on (Pub records encoded and batched by the dispatcher, flushed every 200 records as its timer does at
+~4 000 msg/s): for lone sends, and for batches of 10 against the same batches with tracing off (under x32
+the coalescer hands the sends on in batches of 8-11, and the trace wrapper sits under it, so that is what
+a sidecar's message trace costs there). Then one span alone: the SDK's start + end against
 app.tracing.lite's, and the OTLP encoding of one span. CPU is user + system of this process (the
 exporter's thread included), per message; modes alternate over the rounds and each row is its median.
 Add the differences to the sidecar's own CPU per message (bench.compare, bench.tracing) to see what a
@@ -53,6 +56,12 @@ RESULT = SendResult(
     MessageQueue("BenchTrace", "broker-a", 1), 5,
 )  # fmt: skip
 BODY = b"x" * 256
+COALESCED = 10  # messages per coalesced batch under bench.tracing's x32 (its coalesce metrics: 8-11)
+FLUSHED_EVERY = 200  # records per flush of the message trace's writer at ~4 000 msg/s (one per 50 ms)
+
+
+def _message(i: int) -> Message:
+    return Message("BenchTrace", BODY, None, (), {}, 0, f"{i:032X}")
 
 
 class EncodingExporter(SpanExporter):
@@ -103,19 +112,27 @@ async def per_message_us(mode: str, n: int) -> float:
         provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=2 * n))
         spans.configure(provider, lite=mode != "otel-sdk")
         sender = spans.TracedSender(sender, background=False)
-    elif mode == "msgtrace":
+    elif mode.startswith("msgtrace"):
         dispatcher = msgtrace.Dispatcher(Instant(), group="bench")
         sender = msgtrace.MsgTraceSender(sender, dispatcher)
     started = cpu_s()
     try:
-        for i in range(n):
-            msg = Message("BenchTrace", BODY, None, (), {}, 0, f"{i:032X}")
+        if mode.endswith("batch"):  # as the coalescer hands x32's sends on: batches of COALESCED
+            for i in range(0, n, COALESCED):
+                batch = [inherit(_message(j), TRACE) for j in range(i, min(n, i + COALESCED))]
+                await sender.send_batch(batch, validated=True)
+                if dispatcher is not None and (i + COALESCED) % FLUSHED_EVERY == 0:
+                    await dispatcher.flush()
+        for i in range(n if mode.endswith("batch") else 0, n):
+            msg = _message(i)
             if trace_context is not None:
                 msg = inherit(msg, trace_context)
             if spans.ON:
                 await spans.receive(msg, lambda m: sender.send(m, validated=True))
             else:
                 await sender.send(msg, validated=True)
+            if dispatcher is not None and (i + 1) % FLUSHED_EVERY == 0:
+                await dispatcher.flush()
         if provider is not None:
             provider.force_flush()  # the export of these spans belongs to the figure
         if dispatcher is not None:
@@ -181,6 +198,8 @@ async def measure(n: int, rounds: int, ratio: float) -> dict[str, float]:
         "otel-ratio:0.01": [],
         f"otel-ratio:{ratio}": [],
         "msgtrace": [],
+        "off-batch": [],
+        "msgtrace-batch": [],
     }
     await per_message_us("otel", n // 10)  # warm up the SDK's imports and caches
     for r in range(rounds):
@@ -220,6 +239,9 @@ def main() -> None:
         Row("added by OTel spans", got["otel"] - off, "us"),
         Row("added by OTel spans, the SDK's own tracer", got["otel-sdk"] - off, "us"),
         Row("added by message trace", got["msgtrace"] - off, "us"),
+        Row(f"batches of {COALESCED} (the coalescer's, as under x32), tracing off", got["off-batch"], "us"),
+        Row(f"  message trace on, batches of {COALESCED}", got["msgtrace-batch"], "us", got["off-batch"]),
+        Row("added by message trace, coalesced sends", got["msgtrace-batch"] - got["off-batch"], "us"),
         Row("added by OTel on, unsampled traceparent", got["otel-unsampled"] - off, "us"),
         Row("added by OTel on, no traceparent, ratio 0.01", got["otel-ratio:0.01"] - off, "us"),
         Row(f"added by OTel on, no traceparent, ratio {args.ratio}", production - off, "us"),

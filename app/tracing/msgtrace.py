@@ -4,8 +4,15 @@ the trace topic (``RMQ_SYS_TRACE_TOPIC``) keyed by message id and keys, as ``Asy
 does, so that ``mqadmin queryMsgTraceById`` and the RocketMQ Dashboard show the sidecar's sends and
 deliveries beside those of Java clients.
 
-Off unless ``ROCKSIDECAR_MSG_TRACE=true``. Recording never waits and never fails a send: records go to a
-bounded buffer (the oldest are dropped when it is full, and counted), a background task writes them.
+Off unless ``ROCKSIDECAR_MSG_TRACE=true``. Recording never waits and never fails a send: a send leaves a
+tuple of the few strings and numbers its record needs (not the message: a buffered record holds no body)
+in a bounded buffer; when the buffer is full the oldest is dropped and counted (``dropped``), the send
+goes on. One timer per flush (the first record after a flush arms it, the others ride along) wakes a
+background task that builds the records' text, cuts it into trace messages of at most MAX_RECORDS records
+(Java's batch size) and sends them all in one SEND_BATCH_MESSAGE on the sidecar's own producer
+(its connections and routes). The bodies go uncompressed: zlib at level 5 cost more CPU than the rest of
+a trace message's send (session 11's profile), and a body without the compressed sysflag is as valid to
+every reader (the broker, ``queryMsgTraceById``, the Dashboard); the batch format compresses none.
 """
 
 from __future__ import annotations
@@ -30,11 +37,16 @@ log = logging.getLogger(__name__)
 DEFAULT_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 CONTENT = "\x01"  # TraceConstants.CONTENT_SPLITOR
 FIELD = "\x02"  # TraceConstants.FIELD_SPLITOR
-MAX_BATCH_BYTES = 128_000  # AsyncTraceDispatcher's maxMsgSize
+MAX_RECORDS = 100  # records per trace message: AsyncTraceDispatcher's batchSize (a reader decodes them all)
+MAX_MESSAGE_BYTES = 128_000  # a trace message's body at most: AsyncTraceDispatcher's maxMsgSize
+MAX_KEYS_CHARS = 16_000  # a trace message's KEYS property: a batch record's properties must stay < 32 KiB
+KEYS_FULL = MAX_KEYS_CHARS - 256  # a trace message takes no more records once its keys reach this
+MAX_PER_WRITE = 2_000  # records per SEND_BATCH_MESSAGE call (20 trace messages, ~400 KB)
 MAX_BUFFERED = 20_000  # records waiting; beyond, the oldest go (a trace must never hold memory hostage)
 FLUSH_S = 0.05
 MSG_TYPE_NORMAL, MSG_TYPE_DELAY = 0, 3  # TraceDataEncoder's MessageType ordinals
 SUCCESS, FAILED = 0, 4  # ConsumeReturnType ordinals (contextCode)
+_PUB, _SUB = 0, 1  # what a buffered tuple is (its first item)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,53 +73,54 @@ def _store_host(offset_msg_id: str) -> str:
     return host
 
 
-def pub(msg: Message, result: SendResult, *, group: str, started_ms: int, cost_ms: int) -> Record:
-    """A ``Pub`` record of a message a broker stored (TraceDataEncoder.encoderFromContextBean)."""
-    return Record(_pub_data(msg, result, group, started_ms, cost_ms), (result.msg_id, *msg.keys))
+# What a send leaves in the buffer: _PUB, topic, tags, keys, body size, message type, msg id, offset id,
+# region, started (ms), cost (ms). A delivery: _SUB, msg id, keys, reconsume times, region, ok, started,
+# cost, group. Strings and numbers only: no body is held, and the tuples are untracked by the GC.
+_Pending = tuple[Any, ...]
 
 
-def _pub_data(msg: Message, result: SendResult, group: str, started_ms: int, cost_ms: int) -> str:
+def _sent(msg: Message, result: SendResult, started_ms: int, cost_ms: int) -> _Pending:
+    msg_type = MSG_TYPE_DELAY if "DELAY_DUE_AT" in msg.properties else MSG_TYPE_NORMAL
+    return (_PUB, msg.topic, msg.tags, msg.keys, len(msg.body), msg_type, result.msg_id,
+            result.offset_msg_id, result.region_id, started_ms, cost_ms)  # fmt: skip
+
+
+def _consumed(msg: MessageExt, group: str, started_ms: int, cost_ms: int, ok: bool) -> _Pending:
+    region = msg.properties.get("MSG_REGION", "DefaultRegion")
+    return (_SUB, msg.msg_id, msg.keys, msg.reconsume_times, region, ok, started_ms, cost_ms, group)
+
+
+def _pub_text(p: _Pending, group: str) -> str:
     """The Pub record's text: its fields in TraceDataEncoder's order, CONTENT between them, FIELD after
     (one f-string: a third of the cost of a tuple of str() joined)."""
-    msg_type = MSG_TYPE_DELAY if "DELAY_DUE_AT" in msg.properties else MSG_TYPE_NORMAL
-    offset_id = result.offset_msg_id
+    _, topic, tags, keys, size, msg_type, msg_id, offset_id, region, started, cost = p
     return (
-        f"Pub\x01{started_ms}\x01{result.region_id}\x01{group}\x01{msg.topic}\x01{result.msg_id}\x01"
-        f"{msg.tags or ''}\x01{' '.join(msg.keys)}\x01{_store_host(offset_id)}\x01{len(msg.body)}\x01"
-        f"{cost_ms}\x01{msg_type}\x01{offset_id}\x01true\x02"
+        f"Pub\x01{started}\x01{region}\x01{group}\x01{topic}\x01{msg_id}\x01{tags or ''}\x01{' '.join(keys)}"
+        f"\x01{_store_host(offset_id)}\x01{size}\x01{cost}\x01{msg_type}\x01{offset_id}\x01true\x02"
     )
+
+
+def _sub_text(p: _Pending) -> str:
+    """The SubBefore and SubAfter records of one consumed message, under one request id."""
+    _, msg_id, keys, reconsume, region, ok, started, cost, group = p
+    request_id = uuid.uuid4().hex.upper()
+    joined = " ".join(keys)
+    return (
+        f"SubBefore\x01{started}\x01{region}\x01{group}\x01{request_id}\x01{msg_id}\x01{reconsume}\x01"
+        f"{joined}\x02SubAfter\x01{request_id}\x01{msg_id}\x01{cost}\x01{'true' if ok else 'false'}\x01"
+        f"{joined}\x01{SUCCESS if ok else FAILED}\x01{started + cost}\x01{group}\x02"
+    )
+
+
+def pub(msg: Message, result: SendResult, *, group: str, started_ms: int, cost_ms: int) -> Record:
+    """A ``Pub`` record of a message a broker stored (TraceDataEncoder.encoderFromContextBean)."""
+    return Record(_pub_text(_sent(msg, result, started_ms, cost_ms), group), (result.msg_id, *msg.keys))
 
 
 def sub(msg: MessageExt, *, group: str, region: str, started_ms: int, cost_ms: int, ok: bool) -> Record:
     """The ``SubBefore`` and ``SubAfter`` records of one consumed message, under one request id."""
-    request_id = uuid.uuid4().hex.upper()
-    keys = " ".join(msg.keys)
-    before = ("SubBefore", str(started_ms), region, group, request_id, msg.msg_id, str(msg.reconsume_times),
-              keys)  # fmt: skip
-    after = ("SubAfter", request_id, msg.msg_id, str(cost_ms), "true" if ok else "false", keys,
-             str(SUCCESS if ok else FAILED), str(started_ms + cost_ms), group)  # fmt: skip
-    data = CONTENT.join(before) + FIELD + CONTENT.join(after) + FIELD
-    return Record(data, (msg.msg_id, *msg.keys))
-
-
-# What a send or a delivery leaves in the buffer: the message, its SendResult (a send) or whether the
-# app took it (a delivery), when it started, what it cost (ms), and the group. Encoded when written,
-# by the dispatcher's task, not by the send that recorded it.
-_Pending = tuple[Any, SendResult | bool, int, int, str]  # Message with a SendResult, else MessageExt
-
-
-def _encoded(pending: _Pending, keys: list[str]) -> str:
-    """``pending``'s record text; its keys (the message id, then the message's keys) added to ``keys``."""
-    msg, outcome, started, cost, group = pending
-    if isinstance(outcome, SendResult):
-        keys.append(outcome.msg_id)
-        keys += msg.keys
-        return _pub_data(msg, outcome, group, started, cost)
-    assert isinstance(msg, MessageExt) and isinstance(outcome, bool)
-    region = msg.properties.get("MSG_REGION", "DefaultRegion")
-    record = sub(msg, group=group, region=region, started_ms=started, cost_ms=cost, ok=outcome)
-    keys += record.keys
-    return record.data
+    pending = (_SUB, msg.msg_id, msg.keys, msg.reconsume_times, region, ok, started_ms, cost_ms, group)
+    return Record(_sub_text(pending), (msg.msg_id, *msg.keys))
 
 
 class Dispatcher:
@@ -122,53 +135,96 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._writing = asyncio.Lock()  # one flush at a time: a flush returns once all before it is written
         self._task: asyncio.Task[None] | None = None
-        self.written = self.dropped = self.failed = 0
+        self.written = self.dropped = self.failed = 0  # trace messages written, records dropped, failed
 
     def add(self, pending: _Pending) -> None:
-        """Never waits: a full buffer drops its oldest record."""
+        """Never waits: a full buffer drops its oldest record (and counts it)."""
         buffer = self._buffer
         if len(buffer) == MAX_BUFFERED:
             self.dropped += 1
         buffer.append(pending)
-        if len(buffer) == 1:  # the first since the last flush wakes the writer; the others ride along
-            if self._task is None:
-                self._task = asyncio.get_running_loop().create_task(self._run())
-            self._wake.set()
+        if len(buffer) == 1:  # the first since the last flush arms the writer; the others ride along
+            self._arm()
+
+    def add_all(self, pending: list[_Pending]) -> None:
+        """``add`` of each, in one go."""
+        buffer = self._buffer
+        was_empty = not buffer
+        over = len(buffer) + len(pending) - MAX_BUFFERED
+        if over > 0:
+            self.dropped += over
+        buffer.extend(pending)
+        if was_empty and buffer:
+            self._arm()
+
+    def _arm(self) -> None:
+        """One timer per flush: the writer's task wakes, waits FLUSH_S, writes what is buffered."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        self._wake.set()
 
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            await asyncio.sleep(FLUSH_S)  # gather what arrives meanwhile into the same trace message
+            await asyncio.sleep(FLUSH_S)  # gather what arrives meanwhile into the same trace messages
             await self.flush()
+            if self._buffer:  # records that came while it wrote: the next timer takes them
+                self._wake.set()
 
     async def flush(self) -> None:
-        """Write everything buffered: one trace message per MAX_BATCH_BYTES, as Java's dispatcher."""
+        """Write what is buffered when it is called (a flush returns once all before it is written):
+        trace messages of MAX_RECORDS records (or MAX_MESSAGE_BYTES), up to MAX_PER_WRITE records in one
+        batch request. Not what comes while it writes: draining until empty sent a trace message per
+        round trip under load (session 11: ~5 records each, every one a send of its own)."""
         async with self._writing:
-            await self._flush()
+            buffer = self._buffer
+            left = len(buffer)
+            while left > 0 and buffer:
+                messages, taken = self._messages(buffer, min(left, MAX_PER_WRITE))
+                left -= taken
+                await self._write(messages)
 
-    async def _flush(self) -> None:
-        buffer = self._buffer
-        while buffer:
+    def _messages(self, buffer: deque[_Pending], most: int) -> tuple[list[Message], int]:
+        """Up to ``most`` records from ``buffer``, built and cut into trace messages; and how many."""
+        group, topic = self.group, self.topic
+        messages: list[Message] = []
+        taken = 0
+        while buffer and taken < most:
             data: list[str] = []
-            keys: list[str] = []
-            size = 0
-            while buffer and (size < MAX_BATCH_BYTES or not data):
-                text = _encoded(buffer.popleft(), keys)
+            keys: dict[str, None] = {}  # each key once, in order: a record's message id, then its keys
+            size = keys_size = 0
+            room = min(MAX_RECORDS, most - taken)
+            while buffer and len(data) < room and size < MAX_MESSAGE_BYTES and keys_size < KEYS_FULL:
+                p = buffer.popleft()
+                if p[0] == _PUB:
+                    text, found = _pub_text(p, group), (p[6], *p[3])
+                else:
+                    text, found = _sub_text(p), (p[1], *p[2])
                 data.append(text)
                 size += len(text)
-            await self._write("".join(data), tuple(dict.fromkeys(keys)))  # each key once, in order
+                for k in found:  # a key the index cannot hold (a space) or has no room for is left out
+                    if k and k not in keys and " " not in k and keys_size + len(k) < MAX_KEYS_CHARS:
+                        keys[k] = None
+                        keys_size += len(k) + 1
+            taken += len(data)
+            messages.append(Message(topic, "".join(data).encode("utf-8"), keys=tuple(keys)))
+        return messages, taken
 
-    async def _write(self, data: str, keys: Sequence[str]) -> None:
-        msg = Message(self.topic, data.encode("utf-8"), keys=tuple(k for k in keys if k and " " not in k))
+    async def _write(self, messages: list[Message]) -> None:
         try:
             # validated: the trace topic is a system topic, which validation refuses for the app's sends
-            await self._producer.send(msg, validated=True)
+            outcomes = await self._producer.send_batch(messages, validated=True)
         except Exception as exc:  # whatever it is, a trace record is not worth more than a count
-            self.failed += 1
+            self.failed += len(messages)
             log.debug("message trace not written: %s", exc)
-        else:
-            self.written += 1
+            return
+        for outcome in outcomes:
+            if isinstance(outcome, SendResult):
+                self.written += 1
+            else:
+                self.failed += 1
+                log.debug("message trace not written: %s", outcome)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -194,7 +250,7 @@ def consumed(msg: MessageExt, group: str, started_ms: int, ok: bool) -> None:
     """The SubBefore/SubAfter records of a message a subscription delivered (or failed to)."""
     d = DISPATCHER
     if d is not None:
-        d.add((msg, ok, started_ms, now_ms() - started_ms, group))
+        d.add(_consumed(msg, group, started_ms, now_ms() - started_ms, ok))
 
 
 class MsgTraceSender(WatchedSender):
@@ -211,17 +267,21 @@ class MsgTraceSender(WatchedSender):
         coroutine less per message), and now_ms() without its frame."""
         started = time_ns() // 1_000_000
         result: SendResult = await self._inner.send(msg, sharding_key=sharding_key, validated=validated)
-        d = self._dispatcher
-        d.add((msg, result, started, time_ns() // 1_000_000 - started, d.group))
+        self._dispatcher.add(_sent(msg, result, started, time_ns() // 1_000_000 - started))
         return result
 
     async def _many(
         self, messages: Sequence[Message], call: Callable[[], Awaitable[BatchResults]]
     ) -> BatchResults:
+        """A batch (the coalescer's, the API's, the replay's): its records buffered in one go."""
         started = now_ms()
         results = await call()
-        d, cost = self._dispatcher, now_ms() - started
-        for msg, result in zip(messages, results, strict=True):
-            if isinstance(result, SendResult):
-                d.add((msg, result, started, cost, d.group))
+        cost = now_ms() - started
+        self._dispatcher.add_all(
+            [
+                _sent(m, r, started, cost)
+                for m, r in zip(messages, results, strict=True)
+                if isinstance(r, SendResult)
+            ]
+        )
         return results

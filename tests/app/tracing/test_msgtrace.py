@@ -4,11 +4,15 @@ written never fails a send."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from rocksidecar.app.tracing import msgtrace
 from rocksidecar.rmq import Message
+from rocksidecar.rmq.errors import RocketMQError
 from rocksidecar.rmq.message import MessageQueue
 from rocksidecar.rmq.result import SendResult, SendStatus
 from tests.app.conftest import Stack
@@ -59,6 +63,9 @@ async def test_sends_are_written_to_the_trace_topic_in_batches(make_stack: Calla
         assert set(pubs) == set(ids)
         keys = {k for m in traces for k in m.keys}
         assert set(ids) <= keys and {"k0", "k1", "k2"} <= keys
+        scraped = (await stack_.http.get("/metrics")).text
+        assert f"rocksidecar_msg_trace_messages_written_total {float(len(traces))}" in scraped
+        assert "rocksidecar_msg_trace_records_dropped_total 0.0" in scraped
 
 
 async def test_off_by_default(stack: Stack) -> None:
@@ -73,3 +80,116 @@ async def test_a_trace_topic_that_fails_never_fails_a_send(make_stack: Callable[
         await stack.service.msg_trace.flush()
         assert stack.service.msg_trace.written == 0
         assert stack.service.msg_trace.failed + stack.service.msg_trace.dropped >= 1
+        scraped = (await stack.http.get("/metrics")).text
+        assert "rocksidecar_msg_trace_messages_failed_total 1.0" in scraped
+
+
+class _Held:
+    """A trace producer whose batch sends wait until ``go`` is set; it keeps every batch it was given."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[Message]] = []
+        self.go = asyncio.Event()
+        self.asked = asyncio.Event()  # set by the first send_batch
+
+    async def send_batch(self, messages: list[Message], *args: Any, **kwargs: Any) -> list[SendResult]:
+        self.batches.append(list(messages))
+        self.asked.set()
+        await self.go.wait()
+        return [result(f"T{i}") for i in range(len(messages))]
+
+
+def _sent(n: int, start: int = 0) -> list[tuple[Message, SendResult]]:
+    return [(Message("T", b"x" * 300, keys=(f"k{i}",)), result(f"ID{i}")) for i in range(start, start + n)]
+
+
+def _records(batches: list[list[Message]]) -> list[str]:
+    return [r for batch in batches for m in batch for r in m.body.decode().split("\x02") if r]
+
+
+async def test_records_go_out_in_trace_messages_of_100_in_one_batch_request() -> None:
+    producer = _Held()
+    producer.go.set()
+    d = msgtrace.Dispatcher(producer, group="pg")
+    for msg, res in _sent(250):
+        d.add(msgtrace._sent(msg, res, 1000, 2))
+    await d.flush()
+    assert len(producer.batches) == 1, "one request per flush"
+    assert [len(m.body.decode().split("\x02")) - 1 for m in producer.batches[0]] == [100, 100, 50]
+    first = producer.batches[0][0]
+    assert first.keys[:3] == ("ID0", "k0", "ID1") and len(first.keys) == 200
+    # uncompressed TraceDataEncoder text, every record there once
+    assert [r.split("\x01")[5] for r in _records(producer.batches)] == [f"ID{i}" for i in range(250)]
+    assert d.written == 3 and d.failed == d.dropped == 0
+
+
+async def test_a_flush_writes_what_was_buffered_when_it_began() -> None:
+    """Records that arrive while a flush writes wait for the next timer: under load, draining until empty
+    sent one small trace message per round trip."""
+    producer = _Held()
+    d = msgtrace.Dispatcher(producer, group="pg")
+    for msg, res in _sent(3):
+        d.add(msgtrace._sent(msg, res, 1000, 2))
+    flushing = asyncio.create_task(d.flush())
+    await producer.asked.wait()
+    for msg, res in _sent(2, start=3):
+        d.add(msgtrace._sent(msg, res, 1000, 2))
+    producer.go.set()
+    await flushing
+    assert len(producer.batches) == 1 and len(_records(producer.batches)) == 3
+    await d.flush()
+    assert [r.split("\x01")[5] for r in _records(producer.batches[1:])] == ["ID3", "ID4"]
+    await d.close()
+
+
+async def test_a_full_buffer_drops_the_oldest_and_counts_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(msgtrace, "MAX_BUFFERED", 4)
+    producer = _Held()
+    producer.go.set()
+    d = msgtrace.Dispatcher(producer, group="pg")
+    for msg, res in _sent(6):
+        d.add(msgtrace._sent(msg, res, 1000, 2))  # never waits: the send it records goes on
+    assert d.dropped == 2
+    await d.flush()
+    assert [r.split("\x01")[5] for r in _records(producer.batches)] == ["ID2", "ID3", "ID4", "ID5"]
+    await d.close()
+
+
+def test_a_buffered_record_holds_no_body() -> None:
+    ((msg, res),) = _sent(1)
+    pending = msgtrace._sent(msg, res, 1000, 2)
+    assert not any(isinstance(v, bytes | Message | SendResult) for v in pending)
+
+
+async def test_a_trace_message_s_keys_stay_bounded() -> None:
+    producer = _Held()
+    producer.go.set()
+    d = msgtrace.Dispatcher(producer, group="pg")
+    long_keys = tuple(f"{i:04d}" + "k" * 400 for i in range(60))
+    for i in range(3):
+        d.add(msgtrace._sent(Message("T", b"x", keys=long_keys), result(f"ID{i}"), 1000, 2))
+    await d.flush()
+    messages = producer.batches[0]
+    assert all(len(" ".join(m.keys)) <= msgtrace.MAX_KEYS_CHARS for m in messages)
+    assert [m.keys[0] for m in messages] == ["ID0", "ID1", "ID2"]  # each record's id found its message
+    assert len(_records(producer.batches)) == 3
+
+
+async def test_a_batch_s_stored_messages_are_recorded_in_one_go() -> None:
+    """Under the coalescer the API's sends reach the trace wrapper as batches: a record for each message
+    stored, none for one refused."""
+
+    class Inner:
+        async def send_batch(self, messages: Any, keys: Any = None, *, validated: bool = False) -> list[Any]:
+            return [result("B0"), RocketMQError("refused"), result("B2")]
+
+    producer = _Held()
+    producer.go.set()
+    d = msgtrace.Dispatcher(producer, group="pg")
+    sender = msgtrace.MsgTraceSender(Inner(), d)
+    got = await sender.send_batch([Message("T", b"x", keys=(f"k{i}",)) for i in range(3)])
+    assert isinstance(got[1], RocketMQError)
+    await d.flush()
+    pubs = [r.split("\x01") for r in _records(producer.batches)]
+    assert [(p[5], p[7]) for p in pubs] == [("B0", "k0"), ("B2", "k2")]
+    await d.close()
