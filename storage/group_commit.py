@@ -4,10 +4,12 @@ A caller's ``await write(ops)`` returns only after the batch holding its ops was
 a failed write or sync fails every caller of that batch and marks the writer unhealthy.
 
 ``write(ops, lazy=True)`` is for writes nobody waits on for a due time (Rock-DMQ's drops of the other
-replicas' copies): they go after every ordinary write queued, are applied without a sync of their own,
-and return with the next synced write (an ordinary batch's, whose WAL sync covers everything written
-before it), or after ``ride_s`` with a sync of their own when no ordinary write came. So a batch of drops
-neither takes a whole WAL sync nor stands in front of a "sent" record or a schedule.
+replicas' copies): they are applied without a sync of their own, one lazy batch (at most max_batch_ops,
+or one caller's ops) after each ordinary batch's write, and return with its WAL sync (which covers
+everything written before it); with no ordinary write queued they are applied at once and sync alone
+after ``ride_s`` if none comes. So a batch of drops neither takes a WAL sync of its own nor stands in
+front of a "sent" record or a schedule: those are written first, and wait at most for one lazy batch's
+write (no sync) before their own sync.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import asyncio
 import enum
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .errors import StorageError
 from .kv import KV, Op
@@ -110,11 +112,15 @@ class GroupCommitWriter:
 
     async def _run(self) -> None:
         while True:
-            if self._queue:  # ordinary writes first: the riders' ops are on the WAL before this sync
+            if self._queue:  # ordinary writes first
                 batch = self._refuse_new_work(self._take_batch(self._queue))
                 if batch:
+                    # The next lazy batch is applied after this one's write, before its sync, and rides on
+                    # it: ordinary writes coming all the time never starve the lazy ones.
+                    error = await self._commit(
+                        [op for item_ops, _ in batch for op in item_ops], self._apply_lazy
+                    )
                     riders, self._riding = self._riding, []
-                    error = await self._commit([op for item_ops, _ in batch for op in item_ops])
                     self._settle([future for _, future in batch] + riders, error)
             elif self._lazy:
                 self._apply_lazy()
@@ -129,7 +135,9 @@ class GroupCommitWriter:
                 await self._sleep_for_work(None)
 
     def _apply_lazy(self) -> None:
-        """Write the next lazy batch without a sync; its callers return with the next sync."""
+        """Write the next lazy batch (if any) without a sync; its callers return with the next sync."""
+        if not self._lazy:
+            return
         batch = self._refuse_new_work(self._take_batch(self._lazy))
         if not batch:
             return
@@ -193,21 +201,28 @@ class GroupCommitWriter:
             size += len(item[0])
         return batch
 
-    async def _commit(self, ops: list[Op]) -> StorageError | None:
-        """Write ``ops`` (none: only the riders') and sync the WAL; the error, if any."""
+    async def _commit(
+        self, ops: list[Op], before_sync: Callable[[], None] | None = None
+    ) -> StorageError | None:
+        """Write ``ops`` (none: only the riders'), call ``before_sync``, sync the WAL; the error, if any."""
         try:
             no_slowdown = self._prepare()
             if self._strategy is SyncStrategy.SPLIT or not ops:
                 if ops:
                     self._kv.write(ops, sync=False, no_slowdown=no_slowdown)
+                if before_sync is not None:
+                    before_sync()
                 if self._strategy is SyncStrategy.INLINE:
                     self._kv.sync_wal()
                 else:
                     await asyncio.to_thread(self._kv.sync_wal)
-            elif self._strategy is SyncStrategy.INLINE:
-                self._kv.write(ops, sync=True, no_slowdown=no_slowdown)
             else:
-                await asyncio.to_thread(self._kv.write, ops, sync=True, no_slowdown=no_slowdown)
+                if before_sync is not None:
+                    before_sync()  # written before the synced write: its sync covers them too
+                if self._strategy is SyncStrategy.INLINE:
+                    self._kv.write(ops, sync=True, no_slowdown=no_slowdown)
+                else:
+                    await asyncio.to_thread(self._kv.write, ops, sync=True, no_slowdown=no_slowdown)
         except Exception as exc:
             return self._failed(exc)
         self._succeeded()

@@ -176,7 +176,8 @@ async def test_ordinary_writes_go_before_lazy_ones_queued_earlier() -> None:
     await asyncio.sleep(0)
     kv.gate.set()
     await asyncio.wait_for(asyncio.gather(first, lazy, record), 5)
-    assert kv.batch_sizes == [1, 2, 3]  # the record queued after the drops was written before them
+    assert kv.batch_sizes == [1, 2, 3]  # the record queued after the drops was written before them ...
+    assert kv.syncs == 2  # ... and they rode on its sync (alone, they would sync at once: ride_s 0)
     await writer.close()
 
 
