@@ -134,21 +134,24 @@ class GroupCommitWriter:
             else:
                 await self._sleep_for_work(None)
 
-    def _apply_lazy(self) -> None:
-        """Write the next lazy batch (if any) without a sync; its callers return with the next sync."""
+    def _apply_lazy(self) -> StorageError | None:
+        """Write the next lazy batch (if any) without a sync; its callers return with the next sync. A
+        failed write fails them, and is returned: it fails the ordinary batch it was to ride on too, as a
+        failed write in one WriteBatch would (RocksDB takes no more writes until the store is reopened)."""
         if not self._lazy:
-            return
+            return None
         batch = self._refuse_new_work(self._take_batch(self._lazy))
         if not batch:
-            return
+            return None
         error = self._apply([op for item_ops, _ in batch for op in item_ops])
         futures = [future for _, future in batch]
         if error is not None:
             self._settle(futures, error)
-            return
+            return error
         if not self._riding:
             self._ride_until = self._loop_time() + self._ride_s
         self._riding += futures
+        return None
 
     async def _sleep_for_work(self, timeout_s: float | None) -> None:
         """Until a write is queued (or close), or ``timeout_s`` (None: no limit)."""
@@ -202,7 +205,7 @@ class GroupCommitWriter:
         return batch
 
     async def _commit(
-        self, ops: list[Op], before_sync: Callable[[], None] | None = None
+        self, ops: list[Op], before_sync: Callable[[], StorageError | None] | None = None
     ) -> StorageError | None:
         """Write ``ops`` (none: only the riders'), call ``before_sync``, sync the WAL; the error, if any."""
         try:
@@ -210,15 +213,16 @@ class GroupCommitWriter:
             if self._strategy is SyncStrategy.SPLIT or not ops:
                 if ops:
                     self._kv.write(ops, sync=False, no_slowdown=no_slowdown)
-                if before_sync is not None:
-                    before_sync()
+                if before_sync is not None and (lazy_error := before_sync()) is not None:
+                    raise lazy_error  # it failed the batch it rode on, as in one WriteBatch
                 if self._strategy is SyncStrategy.INLINE:
                     self._kv.sync_wal()
                 else:
                     await asyncio.to_thread(self._kv.sync_wal)
             else:
-                if before_sync is not None:
-                    before_sync()  # written before the synced write: its sync covers them too
+                # Written before the synced write: its sync covers them too.
+                if before_sync is not None and (lazy_error := before_sync()) is not None:
+                    raise lazy_error
                 if self._strategy is SyncStrategy.INLINE:
                     self._kv.write(ops, sync=True, no_slowdown=no_slowdown)
                 else:

@@ -206,6 +206,29 @@ async def test_a_failed_sync_fails_the_lazy_writes_that_rode_on_it() -> None:
     await writer.close()
 
 
+async def test_a_lazy_write_failing_inside_an_ordinary_batch_fails_that_batch_too() -> None:
+    class FailsDrops(GatedKV):
+        def write(self, ops: Sequence[Op], *, sync: bool, no_slowdown: bool = False) -> None:
+            if any(op.key == b"drop" for op in ops):
+                raise StorageError("IO error: No space left on device")
+            super().write(ops, sync=sync, no_slowdown=no_slowdown)
+
+    kv = FailsDrops(MemoryKV(["alpha"]))
+    writer = GroupCommitWriter(kv, ride_s=60.0)
+    first = asyncio.create_task(writer.write([Put("alpha", b"first", b"v")]))
+    await _turns(5)  # its sync is held at the gate
+    lazy = asyncio.create_task(writer.write([Put("alpha", b"drop", b"v")], lazy=True))
+    record = asyncio.create_task(writer.write([Put("alpha", b"record", b"v")]))
+    await asyncio.sleep(0)
+    kv.gate.set()
+    await asyncio.wait_for(first, 5)
+    for task in (lazy, record):  # the drop failed before the record's sync: not acknowledged either
+        with pytest.raises(StorageError):
+            await asyncio.wait_for(task, 5)
+    assert not writer.healthy and kv.syncs == 1
+    await writer.close()
+
+
 CHILD = textwrap.dedent(
     """
     import asyncio, resource, signal, sys
