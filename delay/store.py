@@ -159,11 +159,16 @@ class DelayStore(QueueBacked):
             else:
                 unknown.append(id_)
                 outcomes[id_] = CancelOutcome.NOT_FOUND
+        # Lazy writes: no due copy waits for these, so they go after the "sent" records and schedules
+        # queued, and ride on their WAL syncs (storage.group_commit); durable when this returns all the
+        # same, so the marks consumer's offset never passes a drop that is not.
         if free:
-            await self._cancel_keys(free, SENT)
+            await self._cancel_keys(free, SENT, lazy=True)
         if unknown:
             now = self.now_ms()
-            await self.writer.write([op for id_ in unknown for op in DoneMarkers.ops(id_, SENT, now)])
+            await self.writer.write(
+                [op for id_ in unknown for op in DoneMarkers.ops(id_, SENT, now)], lazy=True
+            )
         for id_ in busy:
             outcomes[id_] = await self._settle(id_, SENT, True)
         return [outcomes[id_] for id_ in ids]
@@ -195,7 +200,7 @@ class DelayStore(QueueBacked):
                 return CancelOutcome.NOT_FOUND
             return CancelOutcome.ALREADY_SENT if done[0] is DelayState.SENT else CancelOutcome.CANCELLED
 
-    async def _cancel_keys(self, keys: list[bytes], kind: bytes = CANCELLED) -> None:
+    async def _cancel_keys(self, keys: list[bytes], kind: bytes = CANCELLED, *, lazy: bool = False) -> None:
         for key in keys:
             self.queue.claims.take(key)
         now = self.now_ms()
@@ -210,7 +215,7 @@ class DelayStore(QueueBacked):
             else:
                 self.queue.notify(min(keys))  # back in play: the scheduler must see them again
 
-        await asyncio.shield(self.queue.commit(ops, now=now, then=written))
+        await asyncio.shield(self.queue.commit(ops, now=now, then=written, lazy=lazy))
 
     # --- the scheduler's side ---------------------------------------------------------------------
     def first_due(self, start: bytes = b"") -> bytes | None:

@@ -72,17 +72,21 @@ class DueQueue:
         new_key: bytes | None = None,
         now: int | None = None,
         then: Callable[[bool], None] | None = None,
+        *,
+        lazy: bool = False,
     ) -> None:
         """Write ``ops`` durably; ``new_key`` is the smallest due key they add, if any (the floor is
         lowered to it in the same batch, and the listeners hear of it once it is written).
         ``then(written)`` does the caller's bookkeeping before the listeners run, written or not.
+        ``lazy``: ops that only remove keys and nobody waits on for a due time (GroupCommitWriter.write).
 
         Raises:
             StorageError: the batch was not written or not synced.
         """
         written = False
         try:
-            await self._progress.write(self.writer, ops, new_key, self.now_ms() if now is None else now)
+            when = self.now_ms() if now is None else now
+            await self._progress.write(self.writer, ops, new_key, when, lazy=lazy)
             written = True
         finally:
             if then is not None:

@@ -101,13 +101,21 @@ class Progress:
         now: int,
         *,
         save_floor: bool = False,
+        lazy: bool = False,
     ) -> None:
         """Write ``ops`` durably through ``writer``, stamped; ``new_key`` is the smallest pending key
-        they add, if any.
+        they add, if any. ``lazy`` (only for ops that add no key): the writer's lazy write, not stamped:
+        written after ordinary batches queued later, it would carry a floor older than theirs (above a
+        key one of them added) over them.
 
         Raises:
             StorageError: the batch was not written or not synced.
         """
+        if lazy:
+            if new_key is not None or save_floor:
+                raise ValueError("a lazy write adds no key and saves no floor")
+            await writer.write(ops, lazy=True)
+            return
         self.stamp(ops, new_key, now, save_floor=save_floor)
         written = False
         try:

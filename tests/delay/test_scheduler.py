@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
+
 from rocksidecar.delay.keys import DUE_CF, due_key
 from rocksidecar.delay.message import DELAY_DUE_AT, DELAY_PUBLISHED_AT
 from rocksidecar.delay.status import CancelOutcome, DelayState
@@ -424,6 +426,33 @@ async def test_a_held_copy_its_mark_dropped_is_forgotten_not_asked_about_again(h
     await h.advance(2.0)
     assert asked == ["T0", "T1", "T2", "T2"] and h.ids() == []
     assert h.store.floor > due_key(now + 10, "T2")
+
+
+async def test_a_copy_the_gate_still_turns_away_is_asked_again_without_a_read_or_a_claim(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28: a re-ask asks the gate with the id in the key first; a copy still turned away (most of
+    them: after a regate every held copy is asked again at once) is held again without reading its
+    message or taking its claim, so a drop holding that claim meanwhile keeps it."""
+    now = h.store.now_ms()
+    await h.store.schedule_many([message(f"T{i}", now + 10) for i in range(3)])
+    allowed: set[str] = set()
+    scheduler = h.start(gate=lambda id_: id_ in allowed, gate_retry_s=2.0)
+    await scheduler.start()
+    await h.advance(0.01)
+    reads: list[bytes] = []
+    due_value = h.store.due_value
+    monkeypatch.setattr(h.store, "due_value", lambda key: reads.append(key) or due_value(key))
+    dropping = due_key(now + 10, "T1")
+    assert h.store.queue.claim(dropping)  # a mark's drop of T1 in flight holds its claim
+    await h.advance(2.0)
+    assert scheduler.counts.reasked == 3 and reads == [] and h.ids() == []
+    assert h.store.queue.is_claimed(dropping)  # not given back by the scheduler: it never took it
+    h.store.queue.release([dropping])
+    allowed.add("T2")
+    scheduler.regate()
+    await h.settle()
+    assert h.ids() == ["T2"] and reads == [due_key(now + 10, "T2")]  # read once the gate says yes
 
 
 async def test_a_publish_slot_is_free_while_the_call_before_waits_for_its_sent_record(h: Harness) -> None:

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from rocksidecar.delay.keys import COLUMN_FAMILIES, DONE_CF, DUE_CF, EXPIRY_CF, INDEX_CF
+from rocksidecar.delay.keys import COLUMN_FAMILIES, DONE_CF, DUE_CF, EXPIRY_CF, INDEX_CF, due_key
 from rocksidecar.delay.status import CancelOutcome, DelayState
 from rocksidecar.delay.store import DelayStore
 from rocksidecar.storage.errors import StorageError
 from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.kv import Delete, Op
 from rocksidecar.storage.memory import MemoryKV
 from rocksidecar.storage.rocks import RocksKV
 from tests.delay.conftest import SETTLE_S, Harness, make_harness, message
@@ -277,3 +279,73 @@ async def test_messages_sent_by_another_path_are_remembered_as_sent(h: Harness) 
     h.kv.sync_fault = "IO error: no space"
     with pytest.raises(StorageError):
         await h.store.record_sent(["R3"])
+
+
+class OrderKV(GatedKV):
+    """GatedKV that keeps each write's ops, in the order the writer applied them."""
+
+    def __init__(self, inner: MemoryKV) -> None:
+        super().__init__(inner)
+        self.applied: list[list[Op]] = []
+
+    def write(self, ops: Sequence[Op], *, sync: bool, no_slowdown: bool = False) -> None:
+        self.applied.append(list(ops))
+        super().write(ops, sync=sync, no_slowdown=no_slowdown)
+
+    def first_write_deleting(self, key: bytes) -> int:
+        return next(i for i, ops in enumerate(self.applied) if Delete(DUE_CF, key) in ops)
+
+
+async def _copies_and_a_claimed_due_message(store: DelayStore, copies: int) -> tuple[list[str], bytes, bytes]:
+    """``copies`` scheduled copies (another replica's marks drop them) and one due message, claimed as
+    the scheduler does before it publishes it: the copies' ids, the first copy's key, the message's key."""
+    now = store.now_ms()
+    ids = [f"C{i}" for i in range(copies)]
+    await store.schedule_many([message(id_, now + 60_000 + i) for i, id_ in enumerate(ids)])
+    await store.schedule(message("P", now - 1))
+    key = due_key(now - 1, "P")
+    assert store.queue.claim(key)
+    return ids, due_key(now + 60_000, ids[0]), key
+
+
+async def test_a_sent_record_queued_behind_a_mark_batch_of_drops_is_written_first() -> None:
+    kv = OrderKV(MemoryKV(COLUMN_FAMILIES))
+    writer = GroupCommitWriter(kv)
+    store = DelayStore(kv, writer)
+    ids, copy, key = await _copies_and_a_claimed_due_message(store, 500)  # a mark's 500 ids: ~2 000 ops
+    kv.gate.clear()
+    kv.syncing.clear()
+    blocker = asyncio.create_task(store.schedule(message("X", store.now_ms() + 90_000)))
+    await asyncio.wait_for(kv.syncing.wait(), SETTLE_S)  # the writer is busy: what follows queues
+    drops = asyncio.create_task(store.drop_published_many(ids))
+    await asyncio.sleep(0)
+    record = asyncio.create_task(store.mark_sent([key], store.now_ms()))
+    await asyncio.sleep(0)
+    kv.gate.set()
+    outcomes = await asyncio.wait_for(drops, SETTLE_S)
+    await asyncio.wait_for(asyncio.gather(blocker, record), SETTLE_S)
+    assert outcomes == [CancelOutcome.CANCELLED] * len(ids)
+    # The due path's write does not wait behind the drops (a whole writer batch and its WAL sync).
+    assert kv.first_write_deleting(key) < kv.first_write_deleting(copy)
+    assert store.pending_count == 1  # X
+    await store.close()
+    await writer.close()
+
+
+async def test_a_mark_batch_of_drops_rides_on_the_next_records_wal_sync() -> None:
+    kv = OrderKV(MemoryKV(COLUMN_FAMILIES))
+    writer = GroupCommitWriter(kv, ride_s=SETTLE_S * 6)  # never alone within the test
+    store = DelayStore(kv, writer)
+    ids, copy, key = await _copies_and_a_claimed_due_message(store, 100)
+    syncs = kv.syncs
+    drops = asyncio.create_task(store.drop_published_many(ids))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert store.due_value(copy) is None  # applied ...
+    assert not drops.done() and kv.syncs == syncs  # ... not synced: the drop has not returned
+    await asyncio.wait_for(store.mark_sent([key], store.now_ms()), SETTLE_S)
+    assert await asyncio.wait_for(drops, SETTLE_S) == [CancelOutcome.CANCELLED] * len(ids)
+    assert kv.syncs == syncs + 1  # one WAL sync for the record and the drops
+    assert store.pending_count == 0
+    await store.close()
+    await writer.close()

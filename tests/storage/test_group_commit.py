@@ -136,6 +136,99 @@ async def test_close_finishes_queued_writes_then_refuses_new_ones() -> None:
         await writer.write([Put("alpha", b"late", b"v")])
 
 
+async def _turns(n: int = 20) -> None:
+    """Let the writer's task run ``n`` turns of the loop (it makes progress in each, or waits)."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def test_a_lazy_write_rides_on_the_next_synced_write() -> None:
+    kv = GatedKV(MemoryKV(["alpha"]))
+    kv.gate.set()
+    writer = GroupCommitWriter(kv, ride_s=60.0)  # it would sync alone only after a minute
+    lazy = asyncio.create_task(writer.write([Put("alpha", b"drop", b"v")] * 3, lazy=True))
+    await _turns()
+    assert kv.get("alpha", b"drop") == b"v" and kv.syncs == 0  # applied, no sync of its own ...
+    assert not lazy.done()  # ... and not acknowledged before one
+    await asyncio.wait_for(writer.write([Put("alpha", b"record", b"v")]), 5)
+    await asyncio.wait_for(lazy, 5)  # the record's sync covered it
+    assert kv.syncs == 1 and writer.batches == 1 and writer.ops_written == 4
+    await writer.close()
+
+
+async def test_a_lazy_write_with_nothing_to_ride_on_syncs_alone() -> None:
+    kv = GatedKV(MemoryKV(["alpha"]))
+    kv.gate.set()
+    writer = GroupCommitWriter(kv, ride_s=0.0)
+    await asyncio.wait_for(writer.write([Put("alpha", b"drop", b"v")], lazy=True), 5)
+    assert kv.syncs == 1 and kv.get("alpha", b"drop") == b"v"
+    await writer.close()
+
+
+async def test_ordinary_writes_go_before_lazy_ones_queued_earlier() -> None:
+    kv = GatedKV(MemoryKV(["alpha"]))
+    writer = GroupCommitWriter(kv, ride_s=0.0)
+    first = asyncio.create_task(writer.write([Put("alpha", b"first", b"v")]))
+    await _turns(5)  # its sync is held at the gate
+    lazy = asyncio.create_task(writer.write([Put("alpha", b"drop%d" % i, b"v") for i in range(3)], lazy=True))
+    await asyncio.sleep(0)
+    record = asyncio.create_task(writer.write([Put("alpha", b"record", b"v")] * 2))
+    await asyncio.sleep(0)
+    kv.gate.set()
+    await asyncio.wait_for(asyncio.gather(first, lazy, record), 5)
+    assert kv.batch_sizes == [1, 2, 3]  # the record queued after the drops was written before them ...
+    assert kv.syncs == 2  # ... and they rode on its sync (alone, they would sync at once: ride_s 0)
+    await writer.close()
+
+
+async def test_close_syncs_the_lazy_writes_waiting_to_ride() -> None:
+    kv = GatedKV(MemoryKV(["alpha"]))
+    kv.gate.set()
+    writer = GroupCommitWriter(kv, ride_s=60.0)
+    lazy = asyncio.create_task(writer.write([Put("alpha", b"drop", b"v")], lazy=True))
+    await _turns()
+    await asyncio.wait_for(writer.close(), 5)
+    await asyncio.wait_for(lazy, 5)
+    assert kv.syncs == 1
+
+
+async def test_a_failed_sync_fails_the_lazy_writes_that_rode_on_it() -> None:
+    faulty = FaultyKV(MemoryKV(["alpha"]))
+    writer = GroupCommitWriter(faulty, ride_s=60.0)
+    lazy = asyncio.create_task(writer.write([Put("alpha", b"drop", b"v")], lazy=True))
+    await _turns()
+    faulty.sync_fault = "IO error: No space left on device"
+    with pytest.raises(StorageError):
+        await writer.write([Put("alpha", b"record", b"v")])
+    with pytest.raises(StorageError):
+        await asyncio.wait_for(lazy, 5)  # not known durable: its caller must not count it done
+    assert not writer.healthy
+    await writer.close()
+
+
+async def test_a_lazy_write_failing_inside_an_ordinary_batch_fails_that_batch_too() -> None:
+    class FailsDrops(GatedKV):
+        def write(self, ops: Sequence[Op], *, sync: bool, no_slowdown: bool = False) -> None:
+            if any(op.key == b"drop" for op in ops):
+                raise StorageError("IO error: No space left on device")
+            super().write(ops, sync=sync, no_slowdown=no_slowdown)
+
+    kv = FailsDrops(MemoryKV(["alpha"]))
+    writer = GroupCommitWriter(kv, ride_s=60.0)
+    first = asyncio.create_task(writer.write([Put("alpha", b"first", b"v")]))
+    await _turns(5)  # its sync is held at the gate
+    lazy = asyncio.create_task(writer.write([Put("alpha", b"drop", b"v")], lazy=True))
+    record = asyncio.create_task(writer.write([Put("alpha", b"record", b"v")]))
+    await asyncio.sleep(0)
+    kv.gate.set()
+    await asyncio.wait_for(first, 5)
+    for task in (lazy, record):  # the drop failed before the record's sync: not acknowledged either
+        with pytest.raises(StorageError):
+            await asyncio.wait_for(task, 5)
+    assert not writer.healthy and kv.syncs == 1
+    await writer.close()
+
+
 CHILD = textwrap.dedent(
     """
     import asyncio, resource, signal, sys
