@@ -45,4 +45,6 @@ async def test_the_status_history_loop_outlives_a_failing_sample(
         errors = [r for r in caplog.records if "status-history: round failed" in r.getMessage()]
         assert len(errors) == 1 and errors[0].exc_info is not None  # once, with the traceback
     finally:
-        service.kv.close()
+        # All of it, not only the store: what else __init__ built, left to interpreter exit, printed
+        # "Error in sys.excepthook" after make test's summary.
+        await service.stop()
