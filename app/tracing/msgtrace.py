@@ -85,8 +85,12 @@ def _sent(msg: Message, result: SendResult, started_ms: int, cost_ms: int) -> _P
             result.offset_msg_id, result.region_id, started_ms, cost_ms)  # fmt: skip
 
 
-def _consumed(msg: MessageExt, group: str, started_ms: int, cost_ms: int, ok: bool) -> _Pending:
-    region = msg.properties.get("MSG_REGION", "DefaultRegion")
+def _consumed(
+    msg: MessageExt, group: str, started_ms: int, cost_ms: int, ok: bool, region: str | None = None
+) -> _Pending:
+    """``region``: the message's own (MSG_REGION) when not given."""
+    if region is None:
+        region = msg.properties.get("MSG_REGION", "DefaultRegion")
     return (_SUB, msg.msg_id, msg.keys, msg.reconsume_times, region, ok, started_ms, cost_ms, group)
 
 
@@ -119,7 +123,7 @@ def pub(msg: Message, result: SendResult, *, group: str, started_ms: int, cost_m
 
 def sub(msg: MessageExt, *, group: str, region: str, started_ms: int, cost_ms: int, ok: bool) -> Record:
     """The ``SubBefore`` and ``SubAfter`` records of one consumed message, under one request id."""
-    pending = (_SUB, msg.msg_id, msg.keys, msg.reconsume_times, region, ok, started_ms, cost_ms, group)
+    pending = _consumed(msg, group, started_ms, cost_ms, ok, region)
     return Record(_sub_text(pending), (msg.msg_id, *msg.keys))
 
 
