@@ -172,7 +172,10 @@ class Dispatcher:
             await self._wake.wait()
             self._wake.clear()
             await asyncio.sleep(FLUSH_S)  # gather what arrives meanwhile into the same trace messages
-            await self.flush()
+            try:
+                await self.flush()
+            except Exception:  # a record it could not build: those taken are lost, the writer goes on
+                log.exception("message trace flush failed")
             if self._buffer:  # records that came while it wrote: the next timer takes them
                 self._wake.set()
 

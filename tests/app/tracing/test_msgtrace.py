@@ -142,6 +142,32 @@ async def test_a_flush_writes_what_was_buffered_when_it_began() -> None:
     await d.close()
 
 
+async def test_the_writer_goes_on_after_a_flush_that_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record the writer cannot build (a bug) is logged; the writer's task does not end with it."""
+    monkeypatch.setattr(msgtrace, "FLUSH_S", 0)
+    failed = asyncio.Event()
+    build = msgtrace._pub_text
+
+    def broken(p: Any, group: str) -> str:
+        if p[6] == "ID0":
+            failed.set()
+            raise RuntimeError("a record that cannot be built")
+        return build(p, group)
+
+    monkeypatch.setattr(msgtrace, "_pub_text", broken)
+    producer = _Held()
+    producer.go.set()
+    d = msgtrace.Dispatcher(producer, group="pg")
+    (first, second) = _sent(2)
+    d.add(msgtrace._sent(*first, 1000, 2))
+    await failed.wait()
+    d.add(msgtrace._sent(*second, 1000, 2))
+    async with asyncio.timeout(5):  # before: the task had ended, nothing was written again
+        await producer.asked.wait()
+    assert [r.split("\x01")[5] for r in _records(producer.batches)] == ["ID1"]
+    await d.close()
+
+
 async def test_a_full_buffer_drops_the_oldest_and_counts_them(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(msgtrace, "MAX_BUFFERED", 4)
     producer = _Held()
