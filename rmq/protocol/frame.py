@@ -111,7 +111,10 @@ class FrameDecoder:
                     raise FrameError(f"bad frame length {length}")
                 if size - pos - 4 < length:
                     break
-                out.append(decode(view[pos + 4 : pos + 4 + length]))
+                # Released here, not when the last reference goes: a profiler holding decode()'s frame
+                # (sys._current_frames) would otherwise keep the buffer exported and the del below fail.
+                with view[pos + 4 : pos + 4 + length] as frame:
+                    out.append(decode(frame))
                 pos += 4 + length
         if pos:
             del buf[:pos]

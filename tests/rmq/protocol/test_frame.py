@@ -118,3 +118,25 @@ def test_stream_decoder_reassembles_any_chunking(cmds: list[RemotingCommand], ch
 def test_corrupt_frames_raise_frame_error(bad: bytes) -> None:
     with pytest.raises(FrameError):
         FrameDecoder().feed(bad)
+
+
+def test_a_frame_view_held_elsewhere_does_not_break_the_next_feed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sampling profiler that keeps frame objects (sys._current_frames: ddtrace, Sentry's profiler)
+    keeps decode()'s locals alive, the frame's view among them: the decoder must still be able to drop
+    the bytes it consumed (before: BufferError "Existing exports of data" and the connection lost)."""
+    import rocksidecar.rmq.protocol.frame as frame_mod
+
+    held: list[memoryview] = []
+    real_decode = frame_mod.decode
+
+    def holding_decode(view: memoryview) -> RemotingCommand:
+        held.append(view)
+        return real_decode(view)
+
+    monkeypatch.setattr(frame_mod, "decode", holding_decode)
+    wire = encode(RemotingCommand(code=10, opaque=1, body=b"x" * 10))
+    decoder = FrameDecoder()
+    first = decoder.feed(wire + wire[:7])
+    second = decoder.feed(wire[7:])
+    assert [c.opaque for c in first + second] == [1, 1]
+    assert [c.body for c in first + second] == [b"x" * 10] * 2
