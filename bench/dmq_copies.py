@@ -3,12 +3,14 @@ configuration after the other (ABBA with --rounds 2). Results: bench/RESULTS.md,
 
     .venv/bin/python -m bench.dmq_copies [--namesrv 127.0.0.1:9876] [--replicas 3] [--pending 1000000]
                                          [--rate 2000] [--steady-s 20] [--burst 100000] [--rounds 1]
-                                         [--lead-s S] [--only 1|2] [--profile DIR] [--quick]
+                                         [--lead-s S] [--only 1|2] [--profile DIR] [--stalls] [--quick]
 
 --quick: 100 000 pending, 8 s steady, a burst of 10 000. --lead-s: the time from the first send to the
 first due time (default 20 s + 0.5 ms per inner message, as bench.dmq); the bench prints how long before
 the steady phase every replica had read everything (a negative margin means the lateness includes the
 intake). --profile DIR: py-spy each replica over the measured window (raw stacks, one file each).
+--stalls: time each replica's event loop from a thread (bench.stalls) and print, for the steady phase,
+how long the loops stalled, how much of it their thread ran, and how busy the machine was meanwhile.
 
 Each configuration runs `--replicas` `rocksidecar dmq` processes in replicated mode (--replicas with every
 name, --copies 1 or 2) on topics of its own (prefix dmqbench_). As bench.dmq:
@@ -45,6 +47,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from bench import stalls
 from bench.common import (
     add_options,
     create_topics,
@@ -56,6 +59,7 @@ from bench.common import (
     wait_for_http,
 )
 from bench.dmq import preload, read_lateness, send_inner, start_replica, summary
+from bench.stalls import MachineCpu, busy_share, child_env, cpu_times
 from rocksidecar.app.dmq.defaults import presence_topic
 from rocksidecar.rmq import BrokerApi, NameServerClient, RemotingClient
 from rocksidecar.rmq.msgid import new_uniq_id
@@ -107,10 +111,13 @@ class Replicas:
         self.ports = [free_port() for _ in self.names]
         self.copies, self.root, self.args, self.tag = copies, root, args, tag
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.stall_dir = root / "stalls" if args.stalls else None
 
     def start(self, inner_topic: str, marks_topic: str) -> None:
         env = {"ROCKSIDECAR_DMQ_REPLICAS": ",".join(self.names), "ROCKSIDECAR_DMQ_COPIES": str(self.copies),
                "ROCKSIDECAR_DMQ_MARKS_TOPIC": marks_topic}  # fmt: skip
+        if self.stall_dir is not None:
+            env |= child_env(self.stall_dir)
         self.procs = [
             start_replica(
                 self.args.namesrv,
@@ -290,6 +297,7 @@ async def run_one(args: argparse.Namespace, copies: int, template: Path) -> Outc
     inner_topic, real_topic, marks_topic = f"{tag}_inner", f"{tag}_real", f"{tag}_marks"
     root = Path(tempfile.mkdtemp(prefix="bench-dmq-copies-"))
     replicas = Replicas(args, root, tag, copies)
+    machine = MachineCpu() if args.stalls else None
     client = RemotingClient()
     ns = NameServerClient(client, args.namesrv)
     await create_topics(
@@ -306,6 +314,8 @@ async def run_one(args: argparse.Namespace, copies: int, template: Path) -> Outc
     try:
         await replicas.ready(120)
         spies = replicas.profile(args.profile)
+        if machine is not None:
+            machine.start()
         cpu0 = replicas.cpu_s()
         await asyncio.sleep(IDLE_S)  # the idle replicas' own cost, for reading the per-message figure
         idle = (replicas.cpu_s() - cpu0) / IDLE_S
@@ -329,9 +339,11 @@ async def run_one(args: argparse.Namespace, copies: int, template: Path) -> Outc
         await asyncio.sleep(max(steady_start / 1000 - 0.1 - time.time(), 0))
         stage_marks = [await replicas.stages(http)]
         phase_cpu = [(replicas.cpu_s(), time.monotonic())]
+        machine_cpu = [cpu_times()]
         await asyncio.sleep(max(burst_due / 1000 - 0.3 - time.time(), 0))
         stage_marks.append(await replicas.stages(http))
         phase_cpu.append((replicas.cpu_s(), time.monotonic()))
+        machine_cpu.append(cpu_times())
         async with asyncio.timeout(max(burst_due / 1000 - time.time(), 0) + 300):
             while len(lateness.ids) < lateness.expected:
                 lateness.done.clear()
@@ -343,14 +355,24 @@ async def run_one(args: argparse.Namespace, copies: int, template: Path) -> Outc
         cpu, window = replicas.cpu_s() - cpu0, time.monotonic() - t0
         health = await replicas.health(http, stage_marks)
         phase_cpu.append((replicas.cpu_s(), time.monotonic()))
-        phases = [f"{c1 - c0:.1f} over {t1 - t0:.1f}" for (c0, t0), (c1, t1) in itertools.pairwise(phase_cpu)]
+        machine_cpu.append(cpu_times())
+        shares = itertools.starmap(busy_share, itertools.pairwise(machine_cpu))
+        phases = [
+            f"{c1 - c0:.1f} over {t1 - t0:.1f} (the machine {busy:.0%} busy, {steal:.0%} steal)"
+            for ((c0, t0), (c1, t1)), (busy, steal) in zip(itertools.pairwise(phase_cpu), shares, strict=True)
+        ]
         health.append(
             "CPU of all replicas (s over s of wall time): steady phase " + ", from the burst on ".join(phases)
         )
+        if replicas.stall_dir is not None and machine is not None:
+            start_s = steady_start / 1000
+            health += stalls.report(replicas.stall_dir, start_s, start_s + args.steady_s, machine)
         for spy in spies:
             spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled and exits
             spy.wait()
     finally:
+        if machine is not None:
+            machine.stop()
         replicas.stop()
         await http.aclose()
         await reader.close()
@@ -434,6 +456,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--namesrv", default=os.environ.get("ROCKSIDECAR_TEST_NAMESRV", "127.0.0.1:9876"))
     add_options(p, replicas=3, pending=1_000_000, rate=2000, steady_s=20, burst=100_000, rounds=1, lead_s=0.0)
     p.add_argument("--profile", type=Path, metavar="DIR", help="py-spy each replica from ready to settled")
+    p.add_argument("--stalls", action="store_true", help="time the replicas' loops: where the tail goes")
     p.add_argument("--only", type=int, choices=(1, 2), help="run only this many copies (to profile one)")
     p.add_argument("--quick", action="store_true", help="100 000 pending, 8 s steady, a burst of 10 000")
     args = p.parse_args(argv)
