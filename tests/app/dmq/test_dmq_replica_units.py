@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 
 import pytest
@@ -31,6 +32,39 @@ def test_every_replica_ranks_alike_and_copies_holders_hold() -> None:
         assert [s.me for s in sets if s.holds(id_)] == sorted(holders)
     firsts = [ReplicaSet(NAMES, NAMES[0], 2).holders(f"id{i}")[0] for i in range(300)]
     assert all(firsts.count(n) > 50 for n in NAMES)  # the load is shared
+
+
+@pytest.mark.parametrize(
+    ("names", "copies", "id_", "holders"),
+    [
+        (NAMES, 2, "7F000001000073A1B2C3D4E5F6000001", ["dmq-2", "dmq-1"]),
+        (NAMES, 2, "0A0B0C0D0E0F101112131415161718191A1B", ["dmq-2", "dmq-1"]),
+        (NAMES, 2, "id1", ["dmq-0", "dmq-2"]),
+        (NAMES, 2, "id2", ["dmq-1", "dmq-0"]),
+        (NAMES, 2, "id3", ["dmq-2", "dmq-0"]),
+        (NAMES, 2, "\u00e9t\u00e9", ["dmq-1", "dmq-2"]),
+        (NAMES, 3, "id2", ["dmq-1", "dmq-0", "dmq-2"]),
+        (("r0", "r1", "r2", "r3", "r4"), 3, "id0", ["r1", "r3", "r0"]),
+        (("r0", "r1", "r2", "r3", "r4"), 3, "id2", ["r0", "r2", "r4"]),
+    ],
+)
+def test_placement_is_pinned(names: tuple[str, ...], copies: int, id_: str, holders: list[str]) -> None:
+    """Stores already on disk hold the ids this ranking gave them (blake2b-64 of name NUL id, highest
+    first): a cheaper computation of it must rank every id the same."""
+    assert list(ReplicaSet(names, names[0], copies).holders(id_)) == holders
+
+
+def test_placement_is_the_reference_ranking_for_every_id() -> None:
+    names = tuple(f"rocksidecar-dmq-{i}" for i in range(7))
+    s = ReplicaSet(names, names[0], 3)
+    for i in range(2000):
+        id_ = hashlib.md5(str(i).encode()).hexdigest().upper()
+        ranked = sorted(
+            names,
+            key=lambda n: hashlib.blake2b(f"{n}\x00{id_}".encode(), digest_size=8).digest(),
+            reverse=True,
+        )
+        assert list(s.holders(id_)) == ranked[:3]
 
 
 def test_publisher_is_the_first_live_holder() -> None:
