@@ -58,6 +58,9 @@ class DelayStore(QueueBacked):
         super().__init__(DueQueue(kv, writer, DUE_CF, META_CF, "delay store's", now_ms=now_ms, clock=clock))
         self._done = DoneMarkers(kv, writer, int(retention_s * 1000))
         self._removed: list[Callable[[list[bytes]], None]] = []
+        # how drop_published_many found the ids' copies since start: "point" (at the marked due, by the
+        # batch's multi-get) or "scan" (the id's index scan: no due given, or not found at it)
+        self.drop_lookups = {"point": 0, "scan": 0}
 
     def add_removed_listener(self, listener: Callable[[list[bytes]], None]) -> None:
         """``listener(keys)`` runs once a cancel or another replica's mark (drop_published) removed the
@@ -156,8 +159,11 @@ class DelayStore(QueueBacked):
         unknown: list[str] = []
         busy: list[str] = []
         found = self._found_at(ids, dues) if dues is not None else {}
+        unique = dict.fromkeys(ids)
+        self.drop_lookups["point"] += len(found)
+        self.drop_lookups["scan"] += len(unique) - len(found)
         # No await until _cancel_keys has taken the claims of ``free``: nothing can claim them between.
-        for id_ in dict.fromkeys(ids):
+        for id_ in unique:
             hit = found.get(id_)
             keys = [hit] if hit is not None else [due_key(due, id_) for due in self._scheduled_dues(id_)]
             if any(key in self.queue.claims for key in keys):

@@ -214,6 +214,16 @@ class Replication:
         )
         for kind in ("scanned", "rescanned", "reasked", "gated_max", "forgotten"):
             picking.labels(kind).set_function(functools.partial(self._pick_count, kind))
+        lookups = Gauge(
+            "rocksidecar_dmq_mark_lookups",
+            "How the copies of marked ids were looked up since start, by way: point (at the due the mark "
+            "gave, one multi-get per mark batch), scan (an index scan per id: a mark without due times, "
+            "or the copy not found at it).",
+            ["way"],
+            registry=r,
+        )
+        for way in ("point", "scan"):
+            lookups.labels(way).set_function(functools.partial(delay.drop_lookups.__getitem__, way))
         # Where a due copy's wait goes (bench.dmq_copies, issue 28): the scheduler's stages (delay.scheduler
         # Stage), the other copies' drops (a mark batch: index reads and one synced write) and the event
         # loop's lag (a timer's overshoot: how long something else held the loop).

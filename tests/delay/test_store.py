@@ -121,6 +121,7 @@ async def test_drops_at_the_marked_due_are_point_reads_not_index_scans() -> None
     got = await store.drop_published_many(ids, [now + 60_000 + i for i in range(len(ids))])
     assert got == [CancelOutcome.CANCELLED] * len(ids)
     assert kv.index_scans == scans  # none: one multi-get found every copy at its due
+    assert store.drop_lookups == {"point": len(ids), "scan": 0}
     # the scheduler forgets them
     assert removed == [[due_key(now + 60_000 + i, id_) for i, id_ in enumerate(ids)]]
     assert store.pending_count == 0 and kv.count(DUE_CF) == kv.count(INDEX_CF) == 0
@@ -145,6 +146,7 @@ async def test_a_drop_whose_marked_due_misses_falls_back_to_the_scan_and_answers
         scans = kv.index_scans
         got = await store.drop_published_many(ids, dues if with_dues else None)
         scanned = kv.index_scans - scans
+        assert store.drop_lookups == {"point": 1 if with_dues else 0, "scan": 4 if with_dues else 5}
         states = [(s.state, s.at_ms, s.due_ms) if (s := store.get(i)) else None for i in sorted(set(ids))]
         states.append(store.pending_count)
         await store.close()
