@@ -165,7 +165,7 @@ class MarkSender:
         if self.clock() < self._retry_at:
             return
         while self._ids:
-            n = MAX_IDS
+            n = min(MAX_IDS, len(self._ids))  # what this message takes: add() may append during the send
             body = encode(self.by, self._ids[:n], self._dues[:n])
             while len(body) > MAX_BODY:  # ids JSON escapes (rare): fewer a message
                 n //= 2
@@ -175,7 +175,6 @@ class MarkSender:
             except RocketMQError:
                 self._retry_at = self.clock() + self.retry_s
                 raise
-            taken = min(n, len(self._ids))
-            del self._ids[:taken]
-            del self._dues[:taken]
-            self.sent += taken
+            del self._ids[:n]
+            del self._dues[:n]
+            self.sent += n

@@ -243,6 +243,24 @@ async def test_marks_wait_for_their_retry_after_a_refused_send_then_go_in_order(
     assert (last.ids, last.dues) == (("late",), (7,))
 
 
+async def test_ids_published_while_a_mark_is_being_sent_go_in_the_next_one() -> None:
+    sender: marks.MarkSender
+
+    class AddsDuringSend(FlakyProducer):
+        async def send(self, msg: Message) -> None:
+            if not self.sent:
+                sender.add(["b", "c"], [2, 3])  # another publish batch's ids, while this send awaits
+            await super().send(msg)
+
+    producer = AddsDuringSend(refuse=0)
+    sender = marks.MarkSender(producer, "m", "me")  # type: ignore[arg-type]
+    sender.add(["a"], [1])
+    await sender._flush()
+    got = [marks.parse(m.body, m.properties) for m in producer.sent]
+    assert [(m.ids, m.dues) for m in got] == [(("a",), (1,)), (("b", "c"), (2, 3))]
+    assert sender.sent == 3 and sender.buffered == 0
+
+
 async def test_marks_of_ids_that_json_escapes_are_split_to_fit_the_body_limit() -> None:
     producer = FlakyProducer(refuse=0)
     sender = marks.MarkSender(producer, "m", "me")  # type: ignore[arg-type]
