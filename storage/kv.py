@@ -46,6 +46,11 @@ class KV(Protocol):
 
     def get(self, cf: str, key: bytes) -> bytes | None: ...
 
+    def get_many(self, cf: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        """``get`` of each key, in order, in one call (RocksDB's MultiGet: one read of a batch of
+        point lookups, no iterator per key)."""
+        ...
+
     def scan(
         self, cf: str, *, lower: bytes | None = None, upper: bytes | None = None, limit: int | None = None
     ) -> list[tuple[bytes, bytes]]:

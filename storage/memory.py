@@ -30,6 +30,10 @@ class MemoryKV:
     def get(self, cf: str, key: bytes) -> bytes | None:
         return self._cf(cf)[1].get(key)
 
+    def get_many(self, cf: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        values = self._cf(cf)[1]
+        return [values.get(key) for key in keys]
+
     def scan(
         self, cf: str, *, lower: bytes | None = None, upper: bytes | None = None, limit: int | None = None
     ) -> list[tuple[bytes, bytes]]:

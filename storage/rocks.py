@@ -327,6 +327,15 @@ class RocksKV:
             value = handle.get(key)
         return value
 
+    def get_many(self, cf: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        if not keys:
+            return []
+        handle = self._cf(cf)
+        with _translate("get"):
+            # rocksdict's get of a list is RocksDB's MultiGet (absent keys: None).
+            values = handle.get(list(keys))
+        return cast(list[bytes | None], values)
+
     def scan(
         self, cf: str, *, lower: bytes | None = None, upper: bytes | None = None, limit: int | None = None
     ) -> list[tuple[bytes, bytes]]:

@@ -135,15 +135,18 @@ class InnerListener:
         outcome = await self._settle(id_, lambda: self.store.cancel(id_, remember_unknown=True))
         self.count(f"cancel_{outcome.value.lower()}", 1)
 
-    async def drop_published(self, ids: list[str]) -> list[CancelOutcome]:
-        """Another replica published ``ids`` (a mark, app.dmq.replication): drop these copies, in step
-        with a batch storing one of them now, as a cancel is; one synced write for them all."""
+    async def drop_published(
+        self, ids: list[str], dues: list[int | None] | None = None
+    ) -> list[CancelOutcome]:
+        """Another replica published ``ids`` (a mark, app.dmq.replication; ``dues``: their due times,
+        where the mark said, DelayStore.drop_published_many): drop these copies, in step with a batch
+        storing one of them now, as a cancel is; one synced write for them all."""
         self._cancelling.update(ids)  # before any await: a message batch running meanwhile must see them
         try:
             storing = {f for i in ids if (f := self._storing.get(i)) is not None}
             if storing:
                 await asyncio.gather(*storing)
-            return await self.store.drop_published_many(ids)
+            return await self.store.drop_published_many(ids, dues)
         finally:
             self._cancelling.difference_update(ids)
 

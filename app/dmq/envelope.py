@@ -20,7 +20,9 @@ T = TypeVar("T")
 def load(
     body: bytes, props: Mapping[str, str], op: str, max_body: int, error: type[ValueError]
 ) -> dict[str, Any]:
-    """The version-1 JSON object of a message whose ``DMQ_OP`` is ``op``. Raises ``error``."""
+    """The version-1 JSON object of a message whose ``DMQ_OP`` is ``op``. Raises ``error``. A reader
+    ignores members it does not know: a member added later (a mark's ``dues``) is read by the replicas
+    that know it and skipped by those of an earlier version, which apply the rest as before."""
     kind = op.lower()
     if props.get(OP) != op:
         raise error(f"not a {kind} ({OP}={props.get(OP)!r})")

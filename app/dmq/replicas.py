@@ -11,20 +11,25 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any
 
 MAX_REPLICAS = 64  # names are listed in a flag; more is not a deployment this design is for
-
-
-def _score(id_: str, name: str) -> bytes:
-    return hashlib.blake2b(f"{name}\x00{id_}".encode(), digest_size=8).digest()
+_SCORE = itemgetter(0)
 
 
 @dataclass(frozen=True, slots=True)
 class ReplicaSet:
+    """A name's score for an id is the 8-byte blake2b of ``name NUL id`` (UTF-8); the highest ranks first,
+    ties in the listed order. Stores on disk hold what this ranking gave them: it must never change."""
+
     names: tuple[str, ...]  # every replica's instance name
     me: str  # this replica's
     copies: int  # how many replicas hold each message
+    # each name with a blake2b that has hashed ``name NUL``: a copy of it hashes an id (half the cost of
+    # hashing both; holders runs at intake, at each mark and at each pick, on every replica)
+    _hashers: tuple[tuple[str, Any], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.names or len(self.names) > MAX_REPLICAS:
@@ -37,6 +42,8 @@ class ReplicaSet:
             raise ValueError(
                 f"copies must be 1 to {len(self.names)} (the replicas listed), got {self.copies}"
             )
+        hashers = tuple((n, hashlib.blake2b(f"{n}\x00".encode(), digest_size=8)) for n in self.names)
+        object.__setattr__(self, "_hashers", hashers)
 
     @classmethod
     def parse(cls, names: str, me: str, copies: int | None) -> ReplicaSet:
@@ -46,8 +53,14 @@ class ReplicaSet:
 
     def holders(self, id_: str) -> Sequence[str]:
         """The replicas that keep ``id_``, in the order they take turns publishing it."""
-        ranked = sorted(self.names, key=lambda n: _score(id_, n), reverse=True)
-        return ranked[: self.copies]
+        raw = id_.encode()
+        scored = []
+        for name, prefix in self._hashers:
+            h = prefix.copy()
+            h.update(raw)
+            scored.append((h.digest(), name))
+        scored.sort(key=_SCORE, reverse=True)  # stable: equal scores keep the listed order
+        return [name for _, name in scored[: self.copies]]
 
     def holds(self, id_: str) -> bool:
         return self.copies == len(self.names) or self.me in self.holders(id_)

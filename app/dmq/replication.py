@@ -35,6 +35,7 @@ from rocksidecar.rmq.consumer.offset_store import LocalFileOffsetStore
 from rocksidecar.rmq.message import Message, MessageExt, MessageQueue
 from rocksidecar.rmq.periodic import Periodic
 from rocksidecar.rmq.producer import Producer
+from rocksidecar.storage.keys import clamp_due
 
 from ..metrics import zeroed_counter
 from . import beats, envelope, inner, marks
@@ -213,6 +214,16 @@ class Replication:
         )
         for kind in ("scanned", "rescanned", "reasked", "gated_max", "forgotten"):
             picking.labels(kind).set_function(functools.partial(self._pick_count, kind))
+        lookups = Gauge(
+            "rocksidecar_dmq_mark_lookups",
+            "How the copies of marked ids were looked up since start, by way: point (at the due the mark "
+            "gave, one multi-get per mark batch), scan (an index scan per id: a mark without due times, "
+            "or the copy not found at it).",
+            ["way"],
+            registry=r,
+        )
+        for way in ("point", "scan"):
+            lookups.labels(way).set_function(functools.partial(delay.drop_lookups.__getitem__, way))
         # Where a due copy's wait goes (bench.dmq_copies, issue 28): the scheduler's stages (delay.scheduler
         # Stage), the other copies' drops (a mark batch: index reads and one synced write) and the event
         # loop's lag (a timer's overshoot: how long something else held the loop).
@@ -282,7 +293,8 @@ class Replication:
             await self.refresher.round()
 
     def published(self, msgs: list[DelayedMessage]) -> None:
-        self.marks.add([m.id for m in msgs])
+        # each copy's due time as its key has it (DelayStore.schedule_many clamps it into the key range)
+        self.marks.add([m.id for m in msgs], [clamp_due(m.due_ms) for m in msgs])
         self.marks_out.labels("sent").inc(len(msgs))
 
     def attach(self, scheduler: DelayScheduler) -> None:
@@ -321,15 +333,13 @@ class Replication:
 
     async def _apply(self, batch: Sequence[MessageExt], inner: InnerListener) -> None:
         """Drop the copies of marked ids. Raises StorageError (the batch is redelivered)."""
-        ids: list[str] = []
-        for mark in envelope.each(
+        marked = envelope.each(
             batch, marks.parse, marks.MarkFormatError, self.marks_in.labels("malformed").inc, log
-        ):
-            if mark.by != self.marks.by:  # our own marks of this run: those ids are ours, SENT
-                ids += (i for i in mark.ids if self.replicas.holds(i))
-        unique = list(dict.fromkeys(ids))
+        )
+        dues = marks.to_drop(marked, self.marks.by, self.replicas.holds)
+        unique = list(dues)
         started = time.perf_counter()
-        outcomes = await inner.drop_published(unique)  # one synced write for the batch
+        outcomes = await inner.drop_published(unique, list(dues.values()))  # one synced write for the batch
         self._stage_of["drop"].observe(time.perf_counter() - started)
         for id_, outcome in zip(unique, outcomes, strict=True):
             if outcome is CancelOutcome.CANCELLED:

@@ -18,7 +18,7 @@ from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import Delete, Op
 from rocksidecar.storage.memory import MemoryKV
 from rocksidecar.storage.rocks import RocksKV
-from tests.delay.conftest import SETTLE_S, Harness, make_harness, message
+from tests.delay.conftest import SETTLE_S, START_MS, Harness, make_harness, message
 from tests.fakes import FaultyKV
 
 
@@ -90,13 +90,86 @@ async def test_drop_published_many_answers_each_id_as_drop_published_and_writes_
     assert h.ids() == []  # none of them published
 
 
-async def test_drop_published_many_waits_for_a_publish_in_progress(h: Harness) -> None:
+class ScanCountingKV(FaultyKV):
+    """FaultyKV that counts the range scans of the index column family (one per id the drops look up)."""
+
+    def __init__(self, inner: MemoryKV) -> None:
+        super().__init__(inner)
+        self.index_scans = 0
+
+    def scan(
+        self, cf: str, *, lower: bytes | None = None, upper: bytes | None = None, limit: int | None = None
+    ) -> list[tuple[bytes, bytes]]:
+        self.index_scans += cf == INDEX_CF
+        return self.inner.scan(cf, lower=lower, upper=upper, limit=limit)
+
+
+def _scan_counting_store() -> tuple[ScanCountingKV, GroupCommitWriter, DelayStore]:
+    kv = ScanCountingKV(MemoryKV(COLUMN_FAMILIES))
+    writer = GroupCommitWriter(kv)
+    return kv, writer, DelayStore(kv, writer, now_ms=lambda: START_MS)
+
+
+async def test_drops_at_the_marked_due_are_point_reads_not_index_scans() -> None:
+    kv, writer, store = _scan_counting_store()
+    removed: list[list[bytes]] = []
+    store.add_removed_listener(removed.append)
+    now = store.now_ms()
+    ids = [f"C{i}" for i in range(200)]
+    await store.schedule_many([message(id_, now + 60_000 + i) for i, id_ in enumerate(ids)])
+    scans = kv.index_scans
+    got = await store.drop_published_many(ids, [now + 60_000 + i for i in range(len(ids))])
+    assert got == [CancelOutcome.CANCELLED] * len(ids)
+    assert kv.index_scans == scans  # none: one multi-get found every copy at its due
+    assert store.drop_lookups == {"point": len(ids), "scan": 0}
+    # the scheduler forgets them
+    assert removed == [[due_key(now + 60_000 + i, id_) for i, id_ in enumerate(ids)]]
+    assert store.pending_count == 0 and kv.count(DUE_CF) == kv.count(INDEX_CF) == 0
+    status = store.get("C7")
+    assert status is not None and status.state is DelayState.SENT and status.sent_to is None
+    await store.close()
+    await writer.close()
+
+
+async def test_a_drop_whose_marked_due_misses_falls_back_to_the_scan_and_answers_the_same() -> None:
+    """Every kind of miss (another due, unknown, already sent, cancelled, a bad due) gives the outcome
+    and the store state the scan path gives, and only the missed ids are scanned."""
+
+    async def run(with_dues: bool) -> tuple[list[CancelOutcome], list[object], int]:
+        kv, writer, store = _scan_counting_store()
+        now = store.now_ms()
+        await store.schedule_many([message(i, now + 1000) for i in ("HIT", "OTHER", "SENT", "GONE")])
+        assert await store.drop_published("SENT") is CancelOutcome.CANCELLED  # done: SENT
+        assert await store.cancel("GONE") is CancelOutcome.CANCELLED  # done: CANCELLED
+        ids = ["HIT", "OTHER", "NEW", "SENT", "GONE", "HIT", "OTHER"]
+        dues = [now + 1000, now + 999, now + 1000, now + 1000, now + 1000, now + 1000, -1]
+        scans = kv.index_scans
+        got = await store.drop_published_many(ids, dues if with_dues else None)
+        scanned = kv.index_scans - scans
+        assert store.drop_lookups == {"point": 1 if with_dues else 0, "scan": 4 if with_dues else 5}
+        states = [(s.state, s.at_ms, s.due_ms) if (s := store.get(i)) else None for i in sorted(set(ids))]
+        states.append(store.pending_count)
+        await store.close()
+        await writer.close()
+        return got, states, scanned
+
+    got, states, scanned = await run(with_dues=True)
+    assert (got, states) == (await run(with_dues=False))[:2]
+    c, a, n = CancelOutcome.CANCELLED, CancelOutcome.ALREADY_SENT, CancelOutcome.NOT_FOUND
+    assert got == [c, c, n, a, c, c, c]
+    assert scanned == 4  # OTHER, NEW, SENT, GONE: not HIT
+
+
+@pytest.mark.parametrize("at_dues", [False, True])  # the scan way, a v2 mark's point reads
+async def test_drop_published_many_waits_for_a_publish_in_progress(h: Harness, at_dues: bool) -> None:
     now = h.store.now_ms()
     await h.store.schedule_many([message("A", now), message("B", now + 1000)])
     h.gate = asyncio.Event()
     await h.start().start()
     await asyncio.wait_for(h.entered.wait(), SETTLE_S)  # A is being published
-    drop = asyncio.create_task(h.store.drop_published_many(["B", "A"]))
+    drop = asyncio.create_task(
+        h.store.drop_published_many(["B", "A"], [now + 1000, now] if at_dues else None)
+    )
     h.gate.set()
     assert await asyncio.wait_for(drop, SETTLE_S) == [CancelOutcome.CANCELLED, CancelOutcome.ALREADY_SENT]
     assert h.ids() == ["A"]

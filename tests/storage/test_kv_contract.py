@@ -19,6 +19,15 @@ def test_put_get_and_missing(kv: KV) -> None:
     assert kv.get("beta", b"k") is None  # column families are separate keyspaces
 
 
+def test_get_many_answers_each_key_in_order(kv: KV) -> None:
+    kv.write([Put("alpha", b"k1", b""), Put("alpha", b"k2", b"two"), Put("beta", b"k3", b"3")], sync=True)
+    got = kv.get_many("alpha", [b"k2", b"nope", b"k1", b"k3", b"k2"])
+    assert got == [b"two", None, b"", None, b"two"]  # an empty value is not a miss
+    assert kv.get_many("alpha", []) == []
+    with pytest.raises(StorageError):
+        kv.get_many("gamma", [b"k1"])
+
+
 def test_scan_is_bytewise_ordered(kv: KV) -> None:
     keys = [b"\xff", b"a", b"ab", b"\x00", b"b", b"aa", b"\x7f\x80"]
     fill(kv, "alpha", keys)

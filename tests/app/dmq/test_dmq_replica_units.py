@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
+import logging
 
 import pytest
 
-from rocksidecar.app.dmq import beats, inner, marks
+from rocksidecar.app.dmq import beats, envelope, inner, marks
 from rocksidecar.app.dmq.presence import Presence
 from rocksidecar.app.dmq.refresh import Refresher
 from rocksidecar.app.dmq.replicas import ReplicaSet
 from rocksidecar.delay import DelayedMessage
 from rocksidecar.rmq import Message, RocketMQError
+from rocksidecar.rmq.message import MessageExt
+from rocksidecar.storage.keys import MAX_DUE_MS
+from tests.rmq.consumer.factory import stored
 
 NAMES = ("dmq-0", "dmq-1", "dmq-2")
+log = logging.getLogger(__name__)
 
 
 def test_every_replica_ranks_alike_and_copies_holders_hold() -> None:
@@ -25,6 +32,39 @@ def test_every_replica_ranks_alike_and_copies_holders_hold() -> None:
         assert [s.me for s in sets if s.holds(id_)] == sorted(holders)
     firsts = [ReplicaSet(NAMES, NAMES[0], 2).holders(f"id{i}")[0] for i in range(300)]
     assert all(firsts.count(n) > 50 for n in NAMES)  # the load is shared
+
+
+@pytest.mark.parametrize(
+    ("names", "copies", "id_", "holders"),
+    [
+        (NAMES, 2, "7F000001000073A1B2C3D4E5F6000001", ["dmq-2", "dmq-1"]),
+        (NAMES, 2, "0A0B0C0D0E0F101112131415161718191A1B", ["dmq-2", "dmq-1"]),
+        (NAMES, 2, "id1", ["dmq-0", "dmq-2"]),
+        (NAMES, 2, "id2", ["dmq-1", "dmq-0"]),
+        (NAMES, 2, "id3", ["dmq-2", "dmq-0"]),
+        (NAMES, 2, "\u00e9t\u00e9", ["dmq-1", "dmq-2"]),
+        (NAMES, 3, "id2", ["dmq-1", "dmq-0", "dmq-2"]),
+        (("r0", "r1", "r2", "r3", "r4"), 3, "id0", ["r1", "r3", "r0"]),
+        (("r0", "r1", "r2", "r3", "r4"), 3, "id2", ["r0", "r2", "r4"]),
+    ],
+)
+def test_placement_is_pinned(names: tuple[str, ...], copies: int, id_: str, holders: list[str]) -> None:
+    """Stores already on disk hold the ids this ranking gave them (blake2b-64 of name NUL id, highest
+    first): a cheaper computation of it must rank every id the same."""
+    assert list(ReplicaSet(names, names[0], copies).holders(id_)) == holders
+
+
+def test_placement_is_the_reference_ranking_for_every_id() -> None:
+    names = tuple(f"rocksidecar-dmq-{i}" for i in range(7))
+    s = ReplicaSet(names, names[0], 3)
+    for i in range(2000):
+        id_ = hashlib.md5(str(i).encode()).hexdigest().upper()
+        ranked = sorted(
+            names,
+            key=lambda n: hashlib.blake2b(f"{n}\x00{id_}".encode(), digest_size=8).digest(),
+            reverse=True,
+        )
+        assert list(s.holders(id_)) == ranked[:3]
 
 
 def test_publisher_is_the_first_live_holder() -> None:
@@ -49,9 +89,31 @@ def test_default_copies() -> None:
     assert ReplicaSet.parse("a", "a", None).copies == 1
 
 
-def test_a_mark_round_trips() -> None:
-    m = marks.parse(marks.encode("inc", ["a", "b"]), {inner.OP: marks.OP_MARK})
-    assert m == marks.Mark("inc", ("a", "b"))
+def test_a_mark_round_trips_with_its_due_times_and_one_without_them_still_parses() -> None:
+    m = marks.parse(marks.encode("inc", ["a", "b"], [5, MAX_DUE_MS]), {inner.OP: marks.OP_MARK})
+    assert m == marks.Mark("inc", ("a", "b"), (5, MAX_DUE_MS))
+    # a replica of the previous version (a rolling upgrade): no due times, its ids go the scan way
+    old = marks.parse(b'{"v": 1, "by": "inc", "ids": ["a", "b"]}', {inner.OP: marks.OP_MARK})
+    assert old == marks.Mark("inc", ("a", "b")) and old.dues is None
+
+
+def _mark(body: bytes) -> MessageExt:
+    return dataclasses.replace(stored(0, body), properties={inner.OP: marks.OP_MARK})
+
+
+def test_marks_name_each_held_id_once_with_its_due_and_a_hostile_mark_is_skipped_whole() -> None:
+    malformed: list[None] = []
+    batch = [
+        _mark(marks.encode("peer", ["a", "b", "not-held", "c"], [10, 20, 30, 40])),
+        _mark(marks.encode("peer", ["d", "e"], [50, -1])),  # hostile: applied in no part
+        _mark(marks.encode("old", ["a", "f", "c"])),  # a previous version's: no dues
+        _mark(marks.encode("me", ["g"], [70])),  # this replica's own
+        _mark(marks.encode("peer", ["f", "a"], [60, 11])),
+    ]
+    parsed = envelope.each(batch, marks.parse, marks.MarkFormatError, lambda: malformed.append(None), log)
+    got = marks.to_drop(parsed, "me", lambda id_: id_ != "not-held")
+    assert got == {"a": 10, "b": 20, "c": 40, "f": 60}  # f: the due a later mark said
+    assert len(malformed) == 1
 
 
 @pytest.mark.parametrize(
@@ -65,6 +127,19 @@ def test_a_mark_round_trips() -> None:
         (marks.encode("i", ["a b\n"]), {inner.OP: marks.OP_MARK}),
         (marks.encode("i", ["x" * 129]), {inner.OP: marks.OP_MARK}),
         (b'{"v": 1, "by": "i", "ids": [1]}', {inner.OP: marks.OP_MARK}),
+        # due times: not one per id, not a list, not an int (a bool is not one), out of the keys' range
+        (marks.encode("i", ["a", "b"], [1]), {inner.OP: marks.OP_MARK}),
+        (marks.encode("i", ["a"], [1, 2]), {inner.OP: marks.OP_MARK}),
+        (b'{"v": 1, "by": "i", "ids": ["a"], "dues": {"a": 1}}', {inner.OP: marks.OP_MARK}),
+        (b'{"v": 1, "by": "i", "ids": ["a"], "dues": "1"}', {inner.OP: marks.OP_MARK}),
+        (b'{"v": 1, "by": "i", "ids": ["a"], "dues": ["1"]}', {inner.OP: marks.OP_MARK}),
+        (b'{"v": 1, "by": "i", "ids": ["a"], "dues": [1.0]}', {inner.OP: marks.OP_MARK}),
+        (b'{"v": 1, "by": "i", "ids": ["a"], "dues": [true]}', {inner.OP: marks.OP_MARK}),
+        (b'{"v": 1, "by": "i", "ids": ["a"], "dues": [null]}', {inner.OP: marks.OP_MARK}),
+        (marks.encode("i", ["a"], [-1]), {inner.OP: marks.OP_MARK}),
+        (marks.encode("i", ["a"], [MAX_DUE_MS + 1]), {inner.OP: marks.OP_MARK}),
+        (b'{"v": 1, "by": "i", "ids": ["a"], "dues": [1e300]}', {inner.OP: marks.OP_MARK}),
+        (b'{"v": 1, "by": "i", "ids": ["a"], "dues": [99999999999999999999999]}', {inner.OP: marks.OP_MARK}),
     ],
 )
 def test_hostile_marks_are_refused_whole(body: bytes, props: dict[str, str]) -> None:
@@ -151,7 +226,7 @@ async def test_marks_wait_for_their_retry_after_a_refused_send_then_go_in_order(
     now = [0.0]
     producer = FlakyProducer(refuse=1)
     sender = marks.MarkSender(producer, "m", "me", retry_s=1.0, clock=lambda: now[0])  # type: ignore[arg-type]
-    sender.add([f"id{i}" for i in range(marks.MAX_IDS + 1)])
+    sender.add([f"id{i}" for i in range(marks.MAX_IDS + 1)], list(range(marks.MAX_IDS + 1)))
     with pytest.raises(RocketMQError):
         await sender._flush()  # the Periodic logs it (throttled) and runs the next round
     await sender._flush()  # before the retry time: nothing
@@ -160,10 +235,41 @@ async def test_marks_wait_for_their_retry_after_a_refused_send_then_go_in_order(
     await sender._flush()
     got = [marks.parse(m.body, m.properties) for m in producer.sent]
     assert [len(m.ids) for m in got] == [marks.MAX_IDS, 1] and got[0].ids[0] == "id0"
+    assert got[0].dues == tuple(range(marks.MAX_IDS)) and got[1].dues == (marks.MAX_IDS,)
     assert sender.buffered == 0 and sender.sent == marks.MAX_IDS + 1
-    sender.add(["late"])
+    sender.add(["late"], [7])
     await sender.close()  # what is buffered goes out at close
-    assert marks.parse(producer.sent[-1].body, producer.sent[-1].properties).ids == ("late",)
+    last = marks.parse(producer.sent[-1].body, producer.sent[-1].properties)
+    assert (last.ids, last.dues) == (("late",), (7,))
+
+
+async def test_ids_published_while_a_mark_is_being_sent_go_in_the_next_one() -> None:
+    sender: marks.MarkSender
+
+    class AddsDuringSend(FlakyProducer):
+        async def send(self, msg: Message) -> None:
+            if not self.sent:
+                sender.add(["b", "c"], [2, 3])  # another publish batch's ids, while this send awaits
+            await super().send(msg)
+
+    producer = AddsDuringSend(refuse=0)
+    sender = marks.MarkSender(producer, "m", "me")  # type: ignore[arg-type]
+    sender.add(["a"], [1])
+    await sender._flush()
+    got = [marks.parse(m.body, m.properties) for m in producer.sent]
+    assert [(m.ids, m.dues) for m in got] == [(("a",), (1,)), (("b", "c"), (2, 3))]
+    assert sender.sent == 3 and sender.buffered == 0
+
+
+async def test_marks_of_ids_that_json_escapes_are_split_to_fit_the_body_limit() -> None:
+    producer = FlakyProducer(refuse=0)
+    sender = marks.MarkSender(producer, "m", "me")  # type: ignore[arg-type]
+    ids = [f"{i:03d}" + '"\\' * 62 for i in range(marks.MAX_IDS)]  # 127 characters, 251 bytes in JSON
+    sender.add(ids, [MAX_DUE_MS] * len(ids))
+    await sender._flush()
+    assert all(len(m.body) <= marks.MAX_BODY for m in producer.sent) and len(producer.sent) == 2
+    got = [marks.parse(m.body, m.properties) for m in producer.sent]  # every one is read, not refused
+    assert [i for m in got for i in m.ids] == ids and sender.sent == len(ids)
 
 
 class _OneBroker:
