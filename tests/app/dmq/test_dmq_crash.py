@@ -113,9 +113,13 @@ async def test_sigkill_between_store_and_commit_publishes_once(cluster: DevClust
         now = time.time_ns() // 1_000_000
         early, late = new_uniq_id(), new_uniq_id()
         sent = {}
-        for id_, due in ((early, now + 200), (late, now + LATE_MS)):
+        # On queues of their own (sharding keys whose Java hashes differ by one: another queue for any
+        # count): a pull carries the consumer's offset to commit (as Java's does), and a pull that found
+        # the late one behind the early one in the same queue committed past the early one (1 run in ~8).
+        for id_, due, key in ((early, now + 200, "a"), (late, now + LATE_MS, "b")):
             msg = inner.inner_message(Message(REAL_TOPIC, id_.encode(), id=id_), due, inner_topic=INNER_TOPIC)
-            sent[id_] = await producer.send(msg, sharding_key=id_)
+            sent[id_] = await producer.send(msg, sharding_key=key)
+        assert sent[early].queue != sent[late].queue
         await until_metric(port, inner_count("scheduled"), lambda v: v >= 2)  # both synced in the store
         await received.until(lambda got: early in {m.uniq_key for m in got})  # and one already published
         # ... and recorded as sent: a kill between the publish and that record publishes it again after
