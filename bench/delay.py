@@ -37,9 +37,8 @@ from bench.common import (
     percentile,
 )
 from rocksidecar.delay import COLUMN_FAMILIES, DelayedMessage, DelayScheduler, DelayStore
-from rocksidecar.delay.keys import DUE_CF, INDEX_CF, due_key, index_key
-from rocksidecar.delay.message import encode_message
 from rocksidecar.delay.scheduler import BATCH_MAX, MAX_IN_FLIGHT
+from rocksidecar.delay.store import stored_ops
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import Put
 from rocksidecar.storage.rocks import RocksKV
@@ -61,10 +60,7 @@ def load_pending(path: Path, n: int) -> float:
 
     def puts(i: int) -> list[Put]:
         m = msg(i, due + i // 1000, os.urandom(BODY_BYTES))  # incompressible: real sizes
-        return [
-            Put(DUE_CF, due_key(m.due_ms, m.id), encode_message(m)),
-            Put(INDEX_CF, index_key(m.id, m.due_ms), b""),
-        ]
+        return list(stored_ops(m)[1])
 
     bulk_write(path, COLUMN_FAMILIES, n, puts)
     return time.perf_counter() - started

@@ -39,8 +39,8 @@ from bench.bulk import bulk_write
 from bench.common import bench_parser, environment, scratch_dir
 from rocksidecar.app.dmq.replicas import ReplicaSet
 from rocksidecar.delay import CancelOutcome, DelayedMessage, DelayStore
-from rocksidecar.delay.keys import COLUMN_FAMILIES, DUE_CF, INDEX_CF, due_key, index_key
-from rocksidecar.delay.message import encode_message
+from rocksidecar.delay.keys import COLUMN_FAMILIES
+from rocksidecar.delay.store import stored_ops
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import Put
 from rocksidecar.storage.rocks import RocksKV
@@ -64,10 +64,7 @@ def fill(path: Path, n: int) -> None:
 
     def puts(i: int) -> list[Put]:
         msg = DelayedMessage(id=id_of(i), topic="DropsBench", body=body, due_ms=due_of(i, n))
-        return [
-            Put(DUE_CF, due_key(msg.due_ms, msg.id), encode_message(msg)),
-            Put(INDEX_CF, index_key(msg.id, msg.due_ms), b""),
-        ]
+        return list(stored_ops(msg)[1])
 
     bulk_write(path, COLUMN_FAMILIES, n, puts)
 

@@ -39,6 +39,15 @@ RETENTION_S = 24 * 3600.0  # how long "sent" / "cancelled" answers are kept afte
 PURGE_LIMIT = 500  # done markers dropped per purge batch (one synced write)
 
 
+def stored_ops(msg: DelayedMessage) -> tuple[bytes, tuple[Put, Put]]:
+    """``msg``'s due key (its due time clamped into the keys' range) and the two puts that store it: the
+    message under that key and its id's index entry (what DelayStore.schedule_many writes; the
+    benchmarks fill stores with the same)."""
+    due = clamp_due(msg.due_ms)
+    key = due_key(due, msg.id)
+    return key, (Put(DUE_CF, key, encode_message(msg)), Put(INDEX_CF, index_key(msg.id, due), b""))
+
+
 class DelayStore(QueueBacked):
     """Schedule, cancel and look up delayed messages; the scheduler claims, publishes and records them.
 
@@ -98,11 +107,9 @@ class DelayStore(QueueBacked):
         ops: list[Op] = []
         keys: list[bytes] = []
         for msg in msgs:
-            due = clamp_due(msg.due_ms)
-            key = due_key(due, msg.id)
+            key, puts = stored_ops(msg)
             keys.append(key)
-            ops.append(Put(DUE_CF, key, encode_message(msg)))
-            ops.append(Put(INDEX_CF, index_key(msg.id, due), b""))
+            ops += puts
         added = len(set(keys)) - sum(1 for key in set(keys) if self.kv.get(DUE_CF, key) is not None)
 
         def written(ok: bool) -> None:
