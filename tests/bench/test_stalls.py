@@ -32,18 +32,18 @@ def test_a_child_loop_blocked_off_the_cpu_is_one_stall_with_its_frame(tmp_path: 
     subprocess.run([sys.executable, "-c", CHILD], env=stalls.child_env(into), check=True, timeout=60)
     [path] = into.glob("*.jsonl")
     found = [json.loads(line) for line in path.read_text().splitlines()]
-    long = [s for s in found if s["lag_ms"] >= 250]
-    assert len(long) == 1
-    [stall] = long
+    # (a loaded machine may add stalls of its own: the one the child made is told by its frame)
+    blocked = [s for s in found if any(":blocks_the_loop:" in st.split(" < ")[0] for st, _ in s["stacks"])]
+    assert len(blocked) == 1, found
+    [stall] = blocked
+    assert stall["lag_ms"] >= 250
     assert stall["t"] >= started
     assert stall["loop_cpu_ms"] < stall["lag_ms"] / 2  # slept, not computed
-    frames = [stack.split(" < ")[0] for stack, _n in stall["stacks"]]
-    assert any(":blocks_the_loop:" in f for f in frames), frames
 
     machine = stalls.MachineCpu(every_s=0.001)
     machine.samples = [(0.0, stalls.cpu_times()), (time.time() + 60, stalls.cpu_times())]
     lines = stalls.report(into, started, time.time(), machine)
-    assert lines[0].startswith(f"loop stalls: {len(found)} (1 over 50 ms)")
+    assert lines[0].startswith(f"loop stalls: {len(found)} (")
     assert "blocks_the_loop" in lines[1]
 
 
