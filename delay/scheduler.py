@@ -236,7 +236,7 @@ class DelayScheduler(DueLoop):
             if raw is None:
                 queue.release([key])  # its mark dropped it meanwhile (or a cancel): nothing to ask
                 continue
-            self._admit(key, raw, batch, [], asked=True)
+            self._admit(key, raw, batch, None)
 
     def _gate_says_no(self, key: bytes) -> bool:
         """Whether the gate turns ``key``'s message away now (an unreadable key: no, _admit logs it)."""
@@ -253,15 +253,13 @@ class DelayScheduler(DueLoop):
         key: bytes,
         raw: bytes,
         batch: list[tuple[bytes, DelayedMessage]],
-        turned_away: list[bytes],
-        *,
-        asked: bool = False,
+        turned_away: list[bytes] | None,
     ) -> None:
-        """Claimed ``key``: into the batch if the gate lets it through (``asked``: it did already; asked
-        once, as the gate counts take-overs), else turned away."""
+        """Claimed ``key``: into the batch if the gate lets it through, else into ``turned_away``; None:
+        the gate let it through already (a re-ask: asked once, as the gate counts take-overs)."""
         try:
             _due, id_ = split_due_key(key)
-            if not asked and self.gate is not None and not self.gate(id_):
+            if turned_away is not None and self.gate is not None and not self.gate(id_):
                 turned_away.append(key)  # held by the caller, so the claim is given back there
                 return
             batch.append((key, decode_message(raw)))
