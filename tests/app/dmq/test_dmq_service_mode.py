@@ -98,14 +98,20 @@ async def test_cancel_sent_before_its_spooled_message_replays_is_kept(
 ) -> None:
     """The message is spooled (no broker), the cancel goes out directly once the brokers are back, and
     the spooled message replays after it: the service receives the cancel first and must remember it."""
-    slow_replay = {INNER: RetryPolicy((2.0,), 5)}  # the spooled message waits 2 s: the cancel overtakes it
-    async with make_stack(delay_mode="service", dmq_inner_topic=INNER, retry_types=slow_replay) as stack:
+    # The spooled message's rung is an hour away: it replays when the test brings it forward (the
+    # operator's "replay now"), after the cancel went out; a timed margin was overtaken on a busy machine.
+    held = {INNER: RetryPolicy((3600.0,), 5)}
+    async with make_stack(delay_mode="service", dmq_inner_topic=INNER, retry_types=held) as stack:
         await stack.stop_brokers()
         gone = await post_delayed(stack, "gone", 4000)
         assert stack.service.retry.stats().pending == 1  # spooled
         await stack.start_brokers()
+        await stack.service.recovery.wait()  # a round the brokers' recovery started, if any
         r = await stack.http.delete(f"/v1/messages/{gone['id']}")
         assert r.status_code == 200 and r.json()["status"] == "CANCELLED"
+        assert stack.service.retry.stats().pending == 1, stack.service.recovery.rounds  # still held
+        stack.service.recovery.trigger(reason="the test: replay now")
+        await stack.service.recovery.wait()
         await stack.drain()  # the spooled inner message replays now
         inner_order = [m.properties.get("DMQ_CANCEL_ID") or m.uniq_key for m in stack.stored(INNER)]
         assert inner_order == [gone["id"], gone["id"]]  # the cancel, then the message
