@@ -132,3 +132,15 @@ async def test_both_apis_bound_the_idempotency_key_alike(stack: Stack, channel: 
         assert http.status_code == 400 and info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         # the same rule and words, each API naming the field its own way
         assert info.value.details() == http.json()["detail"].replace("Idempotency-Key", "idempotency_key")
+
+
+async def test_an_unknown_subscription_is_named_clipped(channel: grpc.aio.Channel) -> None:
+    """Audit (session 13): a megabyte-long unknown subscription name came back whole in the status
+    message, over the client's metadata limit (it saw RESOURCE_EXHAUSTED instead of NOT_FOUND)."""
+    name = "n" * (1 << 20)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await pb_grpc.SidecarStub(channel).Subscribe(pb.SubscribeRequest(subscription=name)).read()
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND, info.value.details()
+    details = info.value.details() or ""
+    assert f"({len(name)} characters)" in details and len(details) < 200
+    assert dict(info.value.trailing_metadata() or ())["field"] == "subscription"
