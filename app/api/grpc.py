@@ -45,6 +45,10 @@ _CODES = {
     503: grpc.StatusCode.UNAVAILABLE,
 }
 REPLAYED_METADATA = "idempotent-replayed"  # "true" on an answer repeated for an idempotency_key
+# What an error's trailers carry of it, within what any client takes (grpc's default metadata limit is
+# 8 KiB; the message is percent-encoded, up to 12 bytes a character): both may echo a client's input.
+MAX_FIELD_CHARS = 256
+MAX_DETAIL_CHARS = 500
 
 
 def trace_of(context: grpc.aio.ServicerContext) -> TraceContext | None:
@@ -57,6 +61,14 @@ def trace_of(context: grpc.aio.ServicerContext) -> TraceContext | None:
         elif key == "tracestate" and state is None and isinstance(value, str):
             state = value
     return None if parent is None else from_headers(parent, state)
+
+
+def header_safe(text: str) -> str:
+    """``text`` as a metadata value may carry it (printable ASCII): other characters escaped as Python
+    writes them (``\\x01``, ``\\u043a``), as a property's name may hold them."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(c if " " <= c <= "~" else ascii(c)[1:-1] for c in text)
 
 
 def _kept(response: ProtoMessage, failed: int = 0) -> dict[str, Any]:
@@ -102,8 +114,12 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self, context: grpc.aio.ServicerContext, status: int, body: dict[str, Any], method: str
     ) -> NoReturn:
         self._metrics.requests.labels("grpc", method, str(status)).inc()
-        context.set_trailing_metadata((("field", body.get("field") or ""), ("http-status", str(status))))
-        await context.abort(_CODES.get(status, grpc.StatusCode.INTERNAL), body["detail"])
+        field = header_safe((body.get("field") or "")[:MAX_FIELD_CHARS])[:MAX_FIELD_CHARS]
+        context.set_trailing_metadata((("field", field), ("http-status", str(status))))
+        detail: str = body["detail"]
+        if len(detail) > MAX_DETAIL_CHARS:
+            detail = f"{detail[:MAX_DETAIL_CHARS]}... ({len(detail)} characters)"
+        await context.abort(_CODES.get(status, grpc.StatusCode.INTERNAL), detail)
         raise AssertionError("abort returns only by raising")  # pragma: no cover
 
     async def _check_auth(self, context: grpc.aio.ServicerContext, method: str) -> None:

@@ -144,3 +144,31 @@ async def test_an_unknown_subscription_is_named_clipped(channel: grpc.aio.Channe
     details = info.value.details() or ""
     assert f"({len(name)} characters)" in details and len(details) < 200
     assert dict(info.value.trailing_metadata() or ())["field"] == "subscription"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "field"),
+    [
+        ("a\x01", "v", "properties.a\\x01"),  # a separator in the name
+        ("ключ", "", "properties.\\u043a\\u043b\\u044e\\u0447"),  # an empty value under a non-ASCII name
+        ("p" * 100_000 + "\x01", "v", "properties." + "p" * 245),  # a huge name
+    ],
+)
+async def test_a_field_that_names_hostile_input_still_ends_the_call_invalid_argument(
+    stack: Stack, channel: grpc.aio.Channel, name: str, value: str, field: str
+) -> None:
+    """Audit (session 13): the trailing metadata ``field`` echoed a property's name as it came, and a
+    metadata value must be printable ASCII: grpc refused the whole status (INTERNAL 'Invalid metadata'),
+    or the client its size (RESOURCE_EXHAUSTED). Now the name is escaped and both it and the message are
+    cut short; the batch item's error (in the message, not metadata) still names the property as it is."""
+    message = pb.Message(topic="HF", body="x", properties={name: value})
+    stub = pb_grpc.SidecarStub(channel)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.Send(pb.SendRequest(message=message))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+    meta = dict(info.value.trailing_metadata() or ())
+    assert (meta["field"], meta["http-status"]) == (field, "400")
+    assert len(info.value.details() or "") < 600
+    [item] = (await stub.SendBatch(pb.SendBatchRequest(messages=[message]))).results
+    assert item.error.field == f"messages[0].properties.{name}"
+    assert not stack.stored("HF")
