@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from ..request import MessageFields
 from ..sidecar import Ack, Outcome
 from ..tracing.context import TraceContext
-from .grpc_views import ack_from_proto, error, publish_ack, spec_from_proto
+from .grpc_views import ACK_MODES, error, publish_ack, spec_from_proto, unknown_ack
 from .operations import BatchItem, Operations, item_label
 from .proto import rocksidecar_pb2 as pb
 
@@ -150,7 +150,7 @@ class StreamPublisher:
             self._sender = None
 
     async def _answer(self, batch: list[pb.PublishRequest]) -> list[pb.PublishAck]:
-        modes = [ack_from_proto(req.ack) for req in batch]
+        modes = [ACK_MODES.get(req.ack) for req in batch]  # None: a value the proto does not define
         if modes.count(modes[0]) == len(modes):  # the usual stream: one ack mode for all
             results = await self._results(batch, modes[0])
         else:  # each mode's messages as a batch of their own, answered in the stream's order
@@ -171,8 +171,11 @@ class StreamPublisher:
             for req, r in zip(batch, results, strict=True)
         ]
 
-    async def _results(self, batch: list[pb.PublishRequest], mode: Ack) -> list[BatchItem]:
+    async def _results(self, batch: list[pb.PublishRequest], mode: Ack | None) -> list[BatchItem]:
         ops = self._ops
+        if mode is None:  # refused, each alone, as Send refuses it
+            ops.count("REJECTED", len(batch))
+            return [unknown_ack(req.ack) for req in batch]
         specs: list[MessageFields] = [spec_from_proto(req.message) for req in batch]
         try:
             if self._combiner is not None:

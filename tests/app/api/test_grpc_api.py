@@ -172,3 +172,33 @@ async def test_a_field_that_names_hostile_input_still_ends_the_call_invalid_argu
     [item] = (await stub.SendBatch(pb.SendBatchRequest(messages=[message]))).results
     assert item.error.field == f"messages[0].properties.{name}"
     assert not stack.stored("HF")
+
+
+async def test_an_ack_mode_the_proto_does_not_define_is_refused(
+    stack: Stack, channel: grpc.aio.Channel
+) -> None:
+    """Audit (session 13): proto3 keeps an unknown enum value, and an ack of 7 (a newer client's mode,
+    say) was sent as ACK_BROKER without a word; HTTP refuses ?ack=other with 400. Now INVALID_ARGUMENT
+    naming ``ack``, and on a Publish stream that message's acknowledgement is the error."""
+    stub = pb_grpc.SidecarStub(channel)
+    message = pb.Message(topic="UA", body="x")
+    for call in (
+        stub.Send(pb.SendRequest(message=message, ack=7)),  # type: ignore[arg-type]
+        stub.Send(pb.SendRequest(message=message, ack=-1, idempotency_key="ua-1")),  # type: ignore[arg-type]
+        stub.SendBatch(pb.SendBatchRequest(messages=[message], ack=2)),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+        assert dict(info.value.trailing_metadata() or ())["field"] == "ack"
+
+    async def requests() -> AsyncIterator[pb.PublishRequest]:
+        for i, ack in enumerate((pb.ACK_BROKER, 5, pb.ACK_SPOOL, 5)):
+            yield pb.PublishRequest(sequence=i, ack=ack, message=message)  # type: ignore[arg-type]
+
+    acks = {a.sequence: a for a in [a async for a in stub.Publish(requests())]}
+    assert sorted(acks) == [0, 1, 2, 3]
+    assert [acks[i].error.field for i in (1, 3)] == ["ack", "ack"]
+    assert acks[0].result.status == pb.SENT and acks[2].result.status == pb.SPOOLED
+    await stack.drain()
+    assert {m.uniq_key for m in stack.stored("UA")} == {acks[0].result.id, acks[2].result.id}
