@@ -28,6 +28,7 @@ from .grpc_transactions import TransactionRpcs, enabled
 from .grpc_views import ack_from_proto, batch_response, message_status, send_response, spec_from_proto
 from .guards import Guards
 from .operations import EdgeDeps, Operations, item_label
+from .parsing import check_batch_size
 from .proto import rocksidecar_pb2 as pb
 from .proto import rocksidecar_pb2_grpc as pb_grpc
 
@@ -218,8 +219,10 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self, request: pb.SendBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.SendBatchResponse:
         async def compute() -> tuple[pb.SendBatchResponse, int]:
+            messages = request.messages
+            check_batch_size(len(messages), self._ops.batch_limit)  # before reading millions of them
             results = await self._ops.send_batch(
-                [spec_from_proto(m) for m in request.messages], ack_from_proto(request.ack), trace_of(context)
+                [spec_from_proto(m) for m in messages], ack_from_proto(request.ack), trace_of(context)
             )
             failed = sum(item_label(r) == "FAILED" for r in results)
             return batch_response(results), failed
