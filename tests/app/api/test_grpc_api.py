@@ -33,6 +33,10 @@ async def channel(stack: Stack) -> AsyncIterator[grpc.aio.Channel]:
         (pb.Message(topic="T", body="x", sharding_key=""), "sharding_key", "shardingKey"),
         (pb.Message(topic="T", body="x", deliver_at="9" * 5000), "deliver_at", "deliverAt"),
         (pb.Message(topic="T", body="x", deliver_at_ms=2**62), "deliver_at", "deliverAt"),
+        # audit (session 13): a sharding key travels as DMQ_SHARDING_KEY in service mode
+        (pb.Message(topic="T", body="x", sharding_key="k" * 1025), "sharding_key", "shardingKey"),
+        (pb.Message(topic="T", body="x", sharding_key="a\x01b"), "sharding_key", "shardingKey"),
+        (pb.Message(topic="T", body="x", sharding_key="a\x02b"), "sharding_key", "shardingKey"),
     ],
 )
 async def test_errors_use_grpc_field_names(
