@@ -237,10 +237,14 @@ def inner_message(
     real: Message, due_at_ms: int, *, inner_topic: str = DEFAULT_INNER_TOPIC, sharding_key: str | None = None
 ) -> Message:
     """``real`` (which must carry its id) wrapped for the inner topic, due at ``due_at_ms``. Send it with
-    ``real.id`` as the sharding key."""
+    ``real.id`` as the sharding key. The format's properties among ``real``'s are not carried (the
+    service would not copy them to the real message either): an app's ``DMQ_OP=CANCEL`` would make the
+    inner message a cancel of its ``DMQ_CANCEL_ID``, its ``TIMER_*`` or ``DMQ_SHARDING_KEY`` change
+    when or how it is published."""
     if real.id is None:
         raise ValueError("the message needs its id (UNIQ_KEY): a cancel and the status refer to it")
-    props = {**real.properties, REAL_TOPIC: real.topic, DELIVER_MS: str(due_at_ms)}
+    props = {k: v for k, v in real.properties.items() if k not in FORMAT_PROPERTIES}
+    props |= {REAL_TOPIC: real.topic, DELIVER_MS: str(due_at_ms)}
     if sharding_key is not None:
         props[SHARDING_KEY] = sharding_key
     return Message(inner_topic, real.body, tags=real.tags, keys=real.keys, properties=props, id=real.id)
