@@ -81,6 +81,7 @@ class Reject(StrEnum):
     """Why an inner message was skipped (the ``reason`` label of rocksidecar_dmq_inner_rejected_total)."""
 
     NO_CANCEL_ID = "no_cancel_id"
+    UNKNOWN_OP = "unknown_op"  # a DMQ_OP other than CANCEL (a later version's, a typo): not guessed at
     NO_TOPIC = "no_topic"
     BAD_TOPIC = "bad_topic"  # not a topic the send API would take (TBW102, SCHEDULE_TOPIC_XXXX, "a/b", ...)
     TOPIC_NOT_ALLOWED = "topic_not_allowed"  # valid, but outside ROCKSIDECAR_DMQ_TOPICS
@@ -209,11 +210,14 @@ def parse(msg: MessageExt, now_ms: int, rules: Rules) -> DelayedMessage | Cancel
             and skips it (redelivering cannot help).
     """
     props = msg.properties
-    if props.get(OP) == OP_CANCEL:
+    op = props.get(OP)
+    if op == OP_CANCEL:
         target = props.get(CANCEL_ID)
         if not target:
             raise InnerFormatError(f"a cancel without {CANCEL_ID}", Reject.NO_CANCEL_ID)
         return CancelRequest(_id(target, CANCEL_ID))
+    if op is not None:
+        raise InnerFormatError(f"{OP}={_shown(op)} is not an op of this version", Reject.UNKNOWN_OP)
     topic = real_topic(props, rules.topics)
     id_ = msg.uniq_key
     if not id_:

@@ -274,3 +274,20 @@ async def test_rejections_are_logged_once_per_reason_and_window(
     assert lines[1][1] == "bad_topic"
     assert lines[2][1] == "bad_number" and "(2 more for this reason since the last such line)" in lines[2][0]
     assert len(listened.rejected) == 5
+
+
+@pytest.mark.parametrize("op", ["cancel", "MARK", "BEAT", "RESCHEDULE", "", "CANCEL "])
+def test_an_op_the_format_does_not_know_is_refused(op: str) -> None:
+    """Version 1 knows one DMQ_OP, CANCEL. A message with another one was scheduled as a delayed message
+    when it also named a real topic and a due time: a later version's op (or a typo of CANCEL) must be
+    skipped, not applied as something else."""
+    m = ext(1, **{inner.OP: op, inner.DELIVER_MS: str(NOW + 1000), inner.CANCEL_ID: "U00000009"})
+    assert reason(m) is Reject.UNKNOWN_OP
+
+
+async def test_a_message_with_an_unknown_op_is_skipped_and_counted(listened: Listened) -> None:
+    odd = ext(2, **{inner.OP: "RESCHEDULE", inner.DELIVER_MS: str(NOW + 1000)})
+    assert await listened.listener([good(1), odd, good(3)], QUEUE) is ConsumeStatus.SUCCESS
+    assert listened.h.store.get("U00000002") is None
+    assert listened.rejected == [Reject.UNKNOWN_OP]
+    assert listened.outcomes == {"scheduled": 2, "malformed": 1}
