@@ -145,6 +145,7 @@ class GuardedHttpTools(HttpToolsProtocol):
     # Bytes of the head being read, counted from the read after the one it began in (httptools says where
     # a head ends, not where it begins; a read is at most 256 KiB); None: no head open.
     _head: int | None = None
+    _begun = 0  # requests begun on this connection
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._lingering = _LingeringTransport(transport, self)
@@ -155,9 +156,9 @@ class GuardedHttpTools(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._lingering is not None and self._lingering.lingering:
             return  # dropped: the answer is out, nothing more is parsed
-        head_open = self._head is not None
+        head_before = (self._begun, self._head is not None)
         super().data_received(data)
-        if head_open and self._head is not None:  # the whole read was head, and it goes on
+        if self._head is not None and head_before == (self._begun, True):  # the whole read was this head's
             self._head += len(data)
             if self._head > MAX_HEAD and not self.transport.is_closing():
                 self._head_too_large()
@@ -169,6 +170,7 @@ class GuardedHttpTools(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._head = 0
+        self._begun += 1
         if self._read is not None and not self._read.timing:
             self._read.set(self.read_timeout_s)
 

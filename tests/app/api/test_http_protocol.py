@@ -214,3 +214,29 @@ async def test_a_head_just_under_the_limit_is_served() -> None:
     await asyncio.sleep(0)
     assert b"".join(connection.writes).startswith(b"HTTP/1.1 204 ")
     protocol.connection_lost(None)
+
+
+async def test_pipelined_heads_cut_by_every_read_add_up_to_no_head_over_the_limit() -> None:
+    # Each read ends inside a request's head and begins new ones: only a head open across a whole read
+    # counts that read (the first version counted each such read whole and answered 431).
+    answered = 0
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal answered
+        answered += 1
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    protocol, connection, state = await _guarded(app)
+    one = b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n"
+    n, read = 12000, http_protocol.MAX_HEAD + 1000  # reads larger than the limit (uvloop's: 256 KiB)
+    stream = one * n
+    for at in range(0, len(stream), read):
+        while not connection.reading and not connection.closing:
+            await asyncio.gather(*state.tasks)
+        protocol.data_received(stream[at : at + read])
+    while answered < n and state.tasks:
+        await asyncio.gather(*state.tasks)
+    await asyncio.sleep(0)
+    assert answered == n and b" 431 " not in b"".join(connection.writes)
+    protocol.connection_lost(None)
