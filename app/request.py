@@ -123,9 +123,9 @@ def _check_utf8(spec: MessageFields, names: FieldNames) -> None:
     """The wire and the stores carry text as UTF-8, which cannot encode a lone surrogate (JSON's "\\ud800"):
     refused here, naming the field, rather than failing (a 500) wherever it was first encoded."""
     props = spec.properties
-    joined = "".join(
-        (spec.tags or "", spec.sharding_key or "", spec.type or "", *spec.keys, *props, *props.values())
-    )
+    joined = (spec.tags or "") + (spec.sharding_key or "") + (spec.type or "")  # 0.13 us, 0.35 joined
+    if spec.keys or props:
+        joined += "".join((*spec.keys, *props, *props.values()))
     if joined.isascii() or _utf8(joined):  # one check for the usual message
         return
     named = [("tags", spec.tags), (names.sharding_key, spec.sharding_key), ("type", spec.type)]
