@@ -192,9 +192,11 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        if self.transport.is_closing():
+            return
         if self.pipeline:  # uvicorn resumed reading: not while requests already read wait their turn
             self.flow.pause_reading()
-        elif self._head is not None and self._head > MAX_HEAD and not self.transport.is_closing():
+        elif self._head is not None and self._head > MAX_HEAD:
             self._head_too_large()
 
     def on_message_complete(self) -> None:
