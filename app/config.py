@@ -37,6 +37,11 @@ ENV_PREFIX = "ROCKSIDECAR_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"  # path of the optional YAML file (same as --config)
 
 
+HOUR_S = 3600.0  # the most a read timeout or the shutdown grace may be
+MAX_STEP_S = 30 * 24 * 3600.0  # the longest wait between two attempts of a retry ladder
+MAX_DELAY_MS = 100 * 365 * 24 * 3600 * 1000  # due times stay below the stores' MAX_DUE_MS (year 2286)
+
+
 class ConfigError(ValueError):
     """A setting is missing or invalid; the message names it."""
 
@@ -55,14 +60,14 @@ def _reserve_mb(raw: Any, name: str) -> int:
     return value
 
 
-def _float(lo: float) -> Callable[[Any, str], float]:
+def _float(lo: float, hi: float) -> Callable[[Any, str], float]:
     def parse(raw: Any, name: str) -> float:
         try:
             value = float(str(raw).strip())
         except ValueError:
             raise ConfigError(f"{name}: expected a number, got {raw!r}") from None
-        if value < lo:
-            raise ConfigError(f"{name}: must be >= {lo}, got {value}")
+        if not lo <= value <= hi:  # nan too: it compares false
+            raise ConfigError(f"{name}: must be between {lo} and {hi}, got {value}")
         return value
 
     return parse
@@ -194,7 +199,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "read_timeout_s",
-        _float(0.001),
+        _float(0.001, HOUR_S),
         "Longest a client may take to send one HTTP request (headers and body); slower ones are cut.",
     ),
     Setting("send_timeout_ms", _int(1, 600_000), "Budget for one send including its retries."),
@@ -221,9 +226,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_body_bytes", _int(1, 64 * 1024 * 1024), "Largest accepted message body."),
     Setting("batch_limit", _int(1, 100_000), "Most messages in one batch request."),
     Setting("max_request_bytes", _int(1024, 1024**3), "Largest accepted batch request."),
-    Setting("max_delay_ms", _int(1), "Longest accepted delivery delay."),
+    Setting("max_delay_ms", _int(1, MAX_DELAY_MS), "Longest accepted delivery delay."),
     Setting("idempotency_window_s", _int(1), "How long an Idempotency-Key answer is kept."),
-    Setting("shutdown_grace_s", _float(0.0), "On SIGTERM, how long in-flight work may take."),
+    Setting("shutdown_grace_s", _float(0.0, HOUR_S), "On SIGTERM, how long in-flight work may take."),
     Setting(
         "replay_workers",
         _int(1, 1024),
@@ -431,7 +436,7 @@ def _retry_policy(raw: Any, where: str, base: RetryPolicy) -> RetryPolicy:
         items = raw["ladder_s"]
         if not isinstance(items, list) or not items:
             raise ConfigError(f"{where}.ladder_s: expected a non-empty list of seconds")
-        ladder = tuple(_float(0.001)(v, f"{where}.ladder_s") for v in items)
+        ladder = tuple(_float(0.001, MAX_STEP_S)(v, f"{where}.ladder_s") for v in items)
     max_retries = _int(0, 10_000)(raw.get("max_retries", len(ladder)), f"{where}.max_retries")
     return RetryPolicy(ladder, max_retries)
 

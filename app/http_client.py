@@ -51,6 +51,11 @@ def are_header_lines(lines: bytes) -> bool:
     )
 
 
+def _is_interim(status: int) -> bool:
+    """A 1xx answer other than 101 (Switching Protocols, which ends HTTP on the connection: an answer)."""
+    return 100 <= status < 200 and status != 101
+
+
 class CheckedLines(bytes):
     """Header lines whose maker vouches for what ``are_header_lines`` checks, so ``post_lines`` does not
     scan them again (five scans of a push's ~400 bytes were ~2.5 us of a POST, issue 32). Only for a
@@ -149,6 +154,9 @@ class _Conn(asyncio.Protocol):
             return
         try:
             parser.feed_data(data)
+        except httptools.HttpParserUpgrade:  # a 101 with Upgrade: not an Exception of the parser's errors
+            self._fail(PostError("the app switched protocols (101): not an answer"))
+            return
         except httptools.HttpParserError as exc:
             # a bound a callback enforced comes through the parser as its __context__; a fresh error
             # either way: the raised one's traceback holds this frame, the data and the connection
@@ -195,6 +203,13 @@ class _Conn(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self._done:  # two answers to one request in one read: the app is not speaking HTTP/1.1
             raise PostError("the app answered more than once")
+        if self._parser is not None and _is_interim(self._parser.get_status_code()):
+            # 100 Continue, 103 Early Hints: the final answer follows (RFC 9110 15.2). Taken as the answer,
+            # the final one was read as the next request's on the pooled connection. Its bytes still
+            # count toward MAX_HEAD_BYTES: endless interim answers fail the POST as an endless head does.
+            self._headers = []
+            self._head_done = False
+            return
         self._done = True
         # asked here: once feed_data returns, llhttp has reset and answers False for a body
         self._keep_alive = self._parser is not None and self._parser.should_keep_alive()

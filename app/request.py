@@ -125,6 +125,31 @@ def _not_utf8(names: FieldNames) -> RequestError:
     return RequestError(f"the body is not valid UTF-8 text (use {names.body_base64})", field="body")
 
 
+def _check_utf8(spec: MessageFields, names: FieldNames) -> None:
+    """The wire and the stores carry text as UTF-8, which cannot encode a lone surrogate (JSON's "\\ud800"):
+    refused here, naming the field, rather than failing (a 500) wherever it was first encoded."""
+    props = spec.properties
+    joined = (spec.tags or "") + (spec.sharding_key or "") + (spec.type or "")  # 0.13 us, 0.35 joined
+    if spec.keys or props:
+        joined += "".join((*spec.keys, *props, *props.values()))
+    if joined.isascii() or _utf8(joined):  # one check for the usual message
+        return
+    named = [("tags", spec.tags), (names.sharding_key, spec.sharding_key), ("type", spec.type)]
+    named += [(f"keys[{i}]", key) for i, key in enumerate(spec.keys)]
+    named += [("properties", name) for name in props]  # a bad name cannot be part of the field's name
+    named += [(f"properties.{name}", value) for name, value in props.items()]
+    field = next(field for field, text in named if text is not None and not _utf8(text))
+    raise RequestError(f"{field} is not valid UTF-8 text (a lone surrogate)", field=field)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _json_body(value: dict[str, Any] | list[Any], names: FieldNames) -> bytes:
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
@@ -267,6 +292,8 @@ def prepare(
         _check_sharding_key(spec.sharding_key, names.sharding_key)
     if spec.type is not None and (not spec.type or len(spec.type) > 128 or ":" in spec.type):
         raise RequestError("type must be 1-128 characters without ':'", field="type")
+    if spec.tags is not None or spec.keys or spec.properties or spec.sharding_key or spec.type:
+        _check_utf8(spec, names)
     properties = dict(spec.properties) if spec.properties else {}
     if properties and (TRACEPARENT_PROPERTY in properties or TRACESTATE_PROPERTY in properties):
         clean(properties)  # a trace context given as properties (a Spark row's) is kept only when valid

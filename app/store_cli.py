@@ -44,6 +44,7 @@ DESCRIPTION = (
     "store they open it directly."
 )
 
+MAX_LIMIT = 1_000_000_000  # dead letters a listing may ask for
 HELP = "inspect the retry store; list, export, re-drive dead letters"
 
 
@@ -67,6 +68,20 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _count(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_LIMIT):
+        raise argparse.ArgumentTypeError(f"expected a number from 1 to {MAX_LIMIT}, got {text!r}")
+    return int(text)
+
+
+def _utf8(text: str) -> str:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # argv bytes that are not UTF-8 arrive as lone surrogates
+        raise argparse.ArgumentTypeError(f"not UTF-8 text: {text!r}") from None
+    return text
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     _add_common(p)
     common = argparse.ArgumentParser(add_help=False)
@@ -75,14 +90,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     cmds.add_parser("stats", parents=[common], help="pending and dead counts, oldest due message, health")
     inspect = cmds.add_parser("inspect", parents=[common], help="show one message by id or by store key")
     inspect.add_argument(
-        "key_or_id", metavar="ID_OR_KEY", help="a message id (UNIQ_KEY) or a store key from 'dead list'"
+        "key_or_id",
+        type=_utf8,
+        metavar="ID_OR_KEY",
+        help="a message id (UNIQ_KEY) or a store key from 'dead list'",
     )
     dead = cmds.add_parser("dead", parents=[common], help="dead letters").add_subparsers(
         dest="dead_command", metavar="COMMAND", required=True
     )
     listing = dead.add_parser("list", parents=[common], help="one line per dead letter, oldest first")
     listing.add_argument(
-        "--limit", type=int, default=100, metavar="N", help="list at most N dead letters (default 100)"
+        "--limit", type=_count, default=100, metavar="N", help="list at most N dead letters (default 100)"
     )
     listing.add_argument("--json", action="store_true", help="JSON lines instead of text")
     export = dead.add_parser("export", parents=[common], help="every dead letter as JSON lines")

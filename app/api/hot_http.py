@@ -28,14 +28,13 @@ from typing import Any, Protocol
 
 import httptools
 
-from .http_protocol import LINGER_S, LazyDeadline
+from .http_protocol import LINGER_S, MAX_HEAD, LazyDeadline
 from .middleware import CLIENT_CLOSED, INTERNAL_ERROR, FastRoute, problem_body
 from .problems import PROBLEM_JSON
 
 _PROBLEM_JSON = PROBLEM_JSON.encode("latin-1")
 _STATUS_LINE = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode("latin-1")) for s in HTTPStatus}
 _HEAD_END = b"\r\n\r\n"
-MAX_HEAD = 64 * 1024  # bytes of a head not yet complete that this protocol holds before handing over
 log = logging.getLogger("uvicorn.error")  # where uvicorn logs an application's exception
 
 
@@ -133,7 +132,7 @@ class HotHttp(asyncio.Protocol):
             if self._start:
                 del self._buf[: self._start]  # what completed messages took
                 self._start = 0
-            if len(self._buf) > MAX_HEAD:  # a head this long is no hot request's: uvicorn's, as before
+            if len(self._buf) > MAX_HEAD:  # no hot request's: uvicorn's (431 once it reads more)
                 self._handover_at = 0
         if self._handover_at is not None:
             self._hand_over()

@@ -7,6 +7,11 @@
   answered mid-body, a timeout), it is half-closed and what the client still sends is read and dropped
   for ``LINGER_S`` before the close. Closing at once, with the client's data unread, makes the kernel
   send a reset, and the client's kernel then discards the answer before the client has read it.
+- A bounded head: uvicorn's parser holds a request's URL and header fields whatever their size (300 MB of
+  headers took 340 MB); past ``MAX_HEAD`` bytes the request is answered 431 and the connection closed.
+- Pipelined requests read no faster than they are answered: uvicorn resumes reading after every answer,
+  even with requests still queued, so a client pipelining without end grew the queue by a read's worth
+  per answer (1 GB in 6 s from one connection); reading stays paused until the queue is empty.
 - One write per answer: uvicorn writes an answer's head and its body separately, two system calls (a
   sixth of the sidecar's time under load, issue 18); writes are held until the loop's next turn and
   sent as one.
@@ -20,7 +25,11 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from .middleware import _Refusal, problem_body
+from .problems import PROBLEM_JSON
+
 LINGER_S = 1.0
+MAX_HEAD = 64 * 1024  # bytes of a request's head (its URL and header fields) read before it is refused
 
 
 class LazyDeadline:
@@ -124,10 +133,19 @@ class _LingeringTransport:
         self._transport.close()
 
 
+_HEAD_TOO_LARGE = _Refusal(
+    431, "Request header fields too large", f"the request's head is over {MAX_HEAD} bytes", "headers", {}
+)
+
+
 class GuardedHttpTools(HttpToolsProtocol):
     read_timeout_s = 30.0
     _read: LazyDeadline | None = None
     _lingering: _LingeringTransport | None = None
+    # Bytes of the head being read, counted from the read after the one it began in (httptools says where
+    # a head ends, not where it begins; a read is at most 256 KiB); None: no head open.
+    _head: int | None = None
+    _begun = 0  # requests begun on this connection
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._lingering = _LingeringTransport(transport, self)
@@ -138,15 +156,48 @@ class GuardedHttpTools(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._lingering is not None and self._lingering.lingering:
             return  # dropped: the answer is out, nothing more is parsed
+        head_before = (self._begun, self._head is not None)
         super().data_received(data)
+        if self._head is not None and head_before == (self._begun, True):  # the whole read was this head's
+            self._head += len(data)
+            if self._head > MAX_HEAD and not self.transport.is_closing():
+                self._head_too_large()
 
     def body_arriving(self) -> bool:
-        return self.cycle is not None and self.cycle.more_body
+        """A request is arriving: its body, or its head (a 431 or a timeout closes while it does)."""
+        return self._head is not None or (self.cycle is not None and self.cycle.more_body)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._head = 0
+        self._begun += 1
         if self._read is not None and not self._read.timing:
             self._read.set(self.read_timeout_s)
+
+    def on_headers_complete(self) -> None:
+        self._head = None
+        super().on_headers_complete()
+
+    def _head_too_large(self) -> None:
+        """Answer 431 and close, once the answers owed before it are out; until then read no more."""
+        if self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
+            self.flow.pause_reading()  # on_response_complete refuses it
+            return
+        body = problem_body(_HEAD_TOO_LARGE)
+        head = [b"HTTP/1.1 431 Request Header Fields Too Large\r\n"]
+        head += [b"%s: %s\r\n" % pair for pair in self.server_state.default_headers]
+        head.append(b"content-type: %s\r\ncontent-length: %d\r\n" % (PROBLEM_JSON.encode(), len(body)))
+        self.transport.write(b"".join([*head, b"connection: close\r\n\r\n", body]))
+        self.transport.close()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.transport.is_closing():
+            return
+        if self.pipeline:  # uvicorn resumed reading: not while requests already read wait their turn
+            self.flow.pause_reading()
+        elif self._head is not None and self._head > MAX_HEAD:
+            self._head_too_large()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

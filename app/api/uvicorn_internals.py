@@ -28,10 +28,12 @@ PROTOCOL_METHODS = (
     "connection_lost",
     "on_message_begin",
     "on_message_complete",
+    "on_headers_complete",
+    "on_response_complete",
     "shutdown",
 )
 # Per-connection state read by that subclass, present once a request's head is parsed.
-PROTOCOL_ATTRIBUTES = ("cycle", "loop", "transport")
+PROTOCOL_ATTRIBUTES = ("cycle", "flow", "loop", "pipeline", "server_state", "transport")
 CYCLE_ATTRIBUTES = ("more_body",)
 # What app.api.hot_http registers with and writes: uvicorn's graceful stop reads the two sets.
 SERVER_STATE_ATTRIBUTES = ("connections", "tasks", "default_headers")

@@ -64,12 +64,14 @@ def run(args: argparse.Namespace) -> int:
     from ..api.servers import split_addr
     from .replicas import ReplicaSet
 
-    given = {name: getattr(args, name) for _, name, _ in FLAGS if getattr(args, name) is not None}
+    flags = {name: (flag, getattr(args, name)) for flag, name, _ in FLAGS if getattr(args, name) is not None}
 
     def where(flag: str, name: str) -> str:  # the flag if given, else the environment variable
-        return flag if name in given else config.setting(name).env
+        return flag if name in flags else config.setting(name).env
 
     try:
+        # Each flag through its setting's parser, as its environment variable is (the flag named).
+        given = {name: config.setting(name).parse(raw, flag) for name, (flag, raw) in flags.items()}
         settings = config.load(file=args.config, overrides=given)
         validate_topic(settings.dmq_inner_topic)
         if args.offset_persist_s <= 0:

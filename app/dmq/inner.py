@@ -25,10 +25,17 @@ from enum import StrEnum
 
 from rocksidecar.delay import DelayedMessage
 from rocksidecar.rmq.errors import InvalidMessageError
-from rocksidecar.rmq.message import RESERVED_PROPERTIES, Message, MessageExt, validate_topic
+from rocksidecar.rmq.message import (
+    PROPERTIES_MAX_BYTES,
+    RESERVED_PROPERTIES,
+    Message,
+    MessageExt,
+    validate_topic,
+)
 
 from ..request import MAX_SHARDING_KEY_CHARS, RequestError, parse_time_ms
 from ..topic_allow import ALL_TOPICS, TopicAllowList
+from ..wire import to_wire
 
 FORMAT_VERSION = "1"
 DEFAULT_INNER_TOPIC = "dmq_inner_topic"
@@ -74,12 +81,16 @@ CLOCK_SLACK_MS = 10 * 60 * 1000
 # UNIQ_KEYs are 32 hex characters (Java's client and the sidecar make them so); other clients' ids get
 # room, but an id is a key of the delay store and a label of every status answer, so it is bounded.
 MAX_ID_CHARS = 128
+# The broker appends its own items (CLUSTER=<cluster name>) to a message's properties before it counts
+# them against PROPERTIES_MAX_BYTES; the producer's check does not count them: room left for them.
+BROKER_ITEMS_BYTES = 256
 
 
 class Reject(StrEnum):
     """Why an inner message was skipped (the ``reason`` label of rocksidecar_dmq_inner_rejected_total)."""
 
     NO_CANCEL_ID = "no_cancel_id"
+    UNKNOWN_OP = "unknown_op"  # a DMQ_OP other than CANCEL (a later version's, a typo): not guessed at
     NO_TOPIC = "no_topic"
     BAD_TOPIC = "bad_topic"  # not a topic the send API would take (TBW102, SCHEDULE_TOPIC_XXXX, "a/b", ...)
     TOPIC_NOT_ALLOWED = "topic_not_allowed"  # valid, but outside ROCKSIDECAR_DMQ_TOPICS
@@ -90,6 +101,9 @@ class Reject(StrEnum):
     BAD_NUMBER = "bad_number"  # not plain ASCII digits
     TOO_FAR = "too_far"  # beyond the HTTP API's maximum delay (or any epoch it accepts)
     UNSTORABLE = "unstorable"  # parsed, but the delay store could not encode it
+    # the real message would not pass the send API's checks once published (an empty body, a key with
+    # white space, properties over 32 767 bytes with DELAY_DUE_AT/DELAY_PUBLISHED_AT added, ...)
+    BAD_MESSAGE = "bad_message"
 
 
 class InnerFormatError(ValueError):
@@ -208,18 +222,21 @@ def parse(msg: MessageExt, now_ms: int, rules: Rules) -> DelayedMessage | Cancel
             and skips it (redelivering cannot help).
     """
     props = msg.properties
-    if props.get(OP) == OP_CANCEL:
+    op = props.get(OP)
+    if op == OP_CANCEL:
         target = props.get(CANCEL_ID)
         if not target:
             raise InnerFormatError(f"a cancel without {CANCEL_ID}", Reject.NO_CANCEL_ID)
         return CancelRequest(_id(target, CANCEL_ID))
+    if op is not None:
+        raise InnerFormatError(f"{OP}={_shown(op)} is not an op of this version", Reject.UNKNOWN_OP)
     topic = real_topic(props, rules.topics)
     id_ = msg.uniq_key
     if not id_:
         raise InnerFormatError("no UNIQ_KEY", Reject.NO_ID)
     _id(id_, "UNIQ_KEY")
     user = {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES and k not in FORMAT_PROPERTIES}
-    return DelayedMessage(
+    delayed = DelayedMessage(
         id=id_,
         topic=topic,
         body=msg.body,
@@ -230,16 +247,39 @@ def parse(msg: MessageExt, now_ms: int, rules: Rules) -> DelayedMessage | Cancel
         sharding_key=_sharding_key(props.get(SHARDING_KEY)),
         created_ms=msg.born_timestamp_ms,
     )
+    _publishable(delayed)
+    return delayed
+
+
+def _publishable(delayed: DelayedMessage) -> None:
+    """Raises InnerFormatError (BAD_MESSAGE) when the producer or the broker would refuse ``delayed`` at
+    its due time: it would only be dead-lettered then."""
+    wire = to_wire(delayed.for_publish(delayed.due_ms))
+    try:
+        wire.validate()
+        size = len(wire.wire_properties(delayed.id).encode())
+        if size > PROPERTIES_MAX_BYTES - BROKER_ITEMS_BYTES:
+            raise InvalidMessageError(
+                f"its properties would be {size} bytes, and the broker adds its own to at most "
+                f"{PROPERTIES_MAX_BYTES}",
+                field="properties",
+            )
+    except InvalidMessageError as exc:
+        raise InnerFormatError(f"the real message would be refused: {exc}", Reject.BAD_MESSAGE) from None
 
 
 def inner_message(
     real: Message, due_at_ms: int, *, inner_topic: str = DEFAULT_INNER_TOPIC, sharding_key: str | None = None
 ) -> Message:
     """``real`` (which must carry its id) wrapped for the inner topic, due at ``due_at_ms``. Send it with
-    ``real.id`` as the sharding key."""
+    ``real.id`` as the sharding key. The format's properties among ``real``'s are not carried (the
+    service would not copy them to the real message either): an app's ``DMQ_OP=CANCEL`` would make the
+    inner message a cancel of its ``DMQ_CANCEL_ID``, its ``TIMER_*`` or ``DMQ_SHARDING_KEY`` change
+    when or how it is published."""
     if real.id is None:
         raise ValueError("the message needs its id (UNIQ_KEY): a cancel and the status refer to it")
-    props = {**real.properties, REAL_TOPIC: real.topic, DELIVER_MS: str(due_at_ms)}
+    props = {k: v for k, v in real.properties.items() if k not in FORMAT_PROPERTIES}
+    props |= {REAL_TOPIC: real.topic, DELIVER_MS: str(due_at_ms)}
     if sharding_key is not None:
         props[SHARDING_KEY] = sharding_key
     return Message(inner_topic, real.body, tags=real.tags, keys=real.keys, properties=props, id=real.id)

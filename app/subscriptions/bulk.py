@@ -70,7 +70,8 @@ def envelope(spec: SubscriptionSpec, msgs: Sequence[MessageExt], mq: MessageQueu
 
 
 def statuses_from(body: bytes, msgs: Sequence[MessageExt]) -> list[ConsumeStatus]:
-    """Per message, from the app's answer; what it does not say (or says wrongly) is RETRY."""
+    """Per message, from the app's answer; what it does not say (or says wrongly) is RETRY, and so is an
+    entry it names twice with different statuses (which one it meant cannot be known)."""
     try:
         answer = orjson.loads(body) if body else {}
     except orjson.JSONDecodeError:
@@ -78,10 +79,17 @@ def statuses_from(body: bytes, msgs: Sequence[MessageExt]) -> list[ConsumeStatus
     named: dict[str, ConsumeStatus] = {}
     items = answer.get("statuses") if isinstance(answer, dict) else None
     for item in items if isinstance(items, list) else ():
-        if isinstance(item, dict) and isinstance(item.get("entryId"), str):
-            status = _STATUSES.get(str(item.get("status", "")).upper(), ConsumeStatus.RECONSUME_LATER)
-            named.setdefault(item["entryId"], status)
+        if isinstance(item, dict) and isinstance(entry := item.get("entryId"), str):
+            status = _status(item.get("status"))
+            named[entry] = status if named.get(entry, status) is status else ConsumeStatus.RECONSUME_LATER
     return [named.get(str(m.queue_offset), ConsumeStatus.RECONSUME_LATER) for m in msgs]
+
+
+def _status(said: object) -> ConsumeStatus:
+    """A status the app said, in any ASCII case (a long s, U+017F, upper-cases to S: not one); else RETRY."""
+    if not (isinstance(said, str) and said.isascii()):
+        return ConsumeStatus.RECONSUME_LATER
+    return _STATUSES.get(said.upper(), ConsumeStatus.RECONSUME_LATER)
 
 
 class BulkPush(HttpPush):

@@ -26,6 +26,9 @@ from .spec import SubscriptionSpec
 LATER_STATUSES = (429, 503)
 DEFAULT_LATER_S = 1.0  # 429/503 without a usable Retry-After
 MAX_LATER_S = 300.0  # a Retry-After beyond this is capped: the message must not sleep for days
+# A Retry-After of 0 (or a date in the past) waits this much: an app answering 503 "now" to every POST was
+# POSTed again at once, forever (~2 900 POSTs a second for one message, a core spent on it).
+MIN_LATER_S = 0.1
 
 # (subscription, outcome, seconds) after each POST; outcome is ok, later, failed (app's answer) or
 # error (no answer: connection refused, timeout).
@@ -33,9 +36,15 @@ DeliveryHook = Callable[[str, str, float], None]
 
 
 def retry_after_s(value: str | None, now_s: float) -> float:
-    """Seconds to wait after a 429/503 from the app: its Retry-After, capped; the default without one."""
+    """Seconds to wait after a 429/503 from the app: its Retry-After, within [MIN_LATER_S, MAX_LATER_S];
+    the default without one."""
     seconds = parse_retry_after(value, now_s)
-    return DEFAULT_LATER_S if seconds is None else min(seconds, MAX_LATER_S)
+    return DEFAULT_LATER_S if seconds is None else later_s(seconds)
+
+
+def later_s(seconds: float) -> float:
+    """The app's "later" (Retry-After, gRPC's retry_after_ms) within [MIN_LATER_S, MAX_LATER_S]."""
+    return min(max(seconds, MIN_LATER_S), MAX_LATER_S)
 
 
 class HttpPush:

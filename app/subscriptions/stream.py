@@ -19,7 +19,7 @@ from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from ..tracing import spans
-from .push import DEFAULT_LATER_S, MAX_LATER_S, DeliveryHook
+from .push import DEFAULT_LATER_S, DeliveryHook, later_s
 from .spec import SubscriptionSpec
 
 # Streams that may end, one after another, without answering a delivery before it counts as failed.
@@ -121,8 +121,8 @@ class StreamHub:
         d = self._open.pop(delivery_id, None)
         if d is None or d.answer.done():
             raise UnknownDelivery(delivery_id)
-        later_s = min(retry_after_ms / 1000, MAX_LATER_S) if retry_after_ms > 0 else DEFAULT_LATER_S
-        d.answer.set_result((answer, later_s))
+        wait_s = later_s(retry_after_ms / 1000) if retry_after_ms > 0 else DEFAULT_LATER_S
+        d.answer.set_result((answer, wait_s))
 
     def lost(self, deliveries: Sequence[Delivery]) -> None:
         """A stream ended: its unanswered deliveries go to the next stream."""

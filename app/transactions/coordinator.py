@@ -16,6 +16,7 @@ spool) is carried out again by ``resend``, at start and periodically (``maintain
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -52,6 +53,10 @@ class LocalCommit(Exception):
 
 
 MODES = ("broker", "local", "auto")
+# check_undecided asks the app this many at once, and starts no new wave after ASK_ROUND_MS: an app that
+# hangs holds a round for one wave (its timeout), not for every stale transaction one after another.
+ASK_WAVE = 8
+ASK_ROUND_MS = 5_000
 KEEP_DECIDED_MS = 24 * 3600 * 1000  # a carried-out transaction answers status and repeats this long
 
 
@@ -85,6 +90,7 @@ class TransactionCoordinator:
             raise ValueError(f"mode {mode} needs the local outbox (the retry store)")
         self.records, self.producer, self.mode = records, producer, mode
         self._outbox, self._ask_app, self._now_ms = outbox, ask_app, now_ms
+        self._asked_up_to = ""  # the last id check_undecided asked: the next round starts after it
         self.stats = TransactionStats(records, now_ms)  # what /metrics, the admin API and /ui tell
         producer.checker = self.check  # the brokers' checks are answered from the records
 
@@ -186,14 +192,30 @@ class TransactionCoordinator:
 
     async def check_undecided(self) -> int:
         """Ask the app about local transactions undecided for longer than the timeout (no broker asks
-        about those) and carry out its answer; returns how many it decided."""
+        about those) and carry out its answer; returns how many it decided. ASK_WAVE at once, no new wave
+        after ASK_ROUND_MS (the background round re-sends and announces too); the next call goes on
+        after the last one asked."""
         if self._outbox is None or self._ask_app is None:
             return 0
-        cutoff = self._now_ms() - self._outbox.undecided_timeout_ms
+        ask = self._ask_app
+        now = self._now_ms()
+        cutoff, deadline = now - self._outbox.undecided_timeout_ms, now + ASK_ROUND_MS
+        stale = sorted(
+            (
+                r
+                for r in self.records.open()
+                if r.local and r.decision is Decision.NONE and r.created_ms <= cutoff
+            ),
+            key=lambda r: (r.id <= self._asked_up_to, r.id),  # after the last one asked, then from the start
+        )
         decided = 0
-        for record in self.records.open():
-            if record.local and record.decision is Decision.NONE and record.created_ms <= cutoff:
-                state = await self._ask_app(record.id, record.transaction_key, record.topic)
+        for start in range(0, len(stale), ASK_WAVE):
+            if self._now_ms() >= deadline:
+                break
+            wave = stale[start : start + ASK_WAVE]
+            states = await asyncio.gather(*(ask(r.id, r.transaction_key, r.topic) for r in wave))
+            self._asked_up_to = wave[-1].id
+            for record, state in zip(wave, states, strict=True):
                 if state is not TransactionState.UNKNOWN:
                     await self.decide(record.id, Decision.of(state))
                     decided += 1

@@ -157,6 +157,12 @@ class BatchSender:
         try:
             result = await producer.with_retries(topic, selector, attempt, f"a batch of {len(chunk)}")
         except RocketMQError as exc:
+            if exc.final and len(chunk) > 1:
+                # MESSAGE_ILLEGAL: the broker refuses a whole batch for one message's sake (its properties
+                # with the broker's own items, its body): each alone, in order, so only that one fails
+                for i in chunk:
+                    await self._chunk(topic, slot, [i], batch)
+                return
             for i in chunk:
                 outcomes[i] = exc
             return

@@ -138,3 +138,27 @@ def test_edge_settings_parse_lists() -> None:
     assert s.read_timeout_s == 2.5
     with pytest.raises(ConfigError, match="ROCKSIDECAR_READ_TIMEOUT_S"):
         load({"ROCKSIDECAR_NAMESRV": "a:1", "ROCKSIDECAR_READ_TIMEOUT_S": "0"})
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("READ_TIMEOUT_S", "nan"),  # started: a deadline never reached (nor refused)
+        ("READ_TIMEOUT_S", "inf"),
+        ("READ_TIMEOUT_S", "1e308"),
+        ("SHUTDOWN_GRACE_S", "nan"),  # a traceback at start (int(nan) in the server's config)
+        ("SHUTDOWN_GRACE_S", "inf"),
+        ("MAX_DELAY_MS", "999999999999999999999"),  # answers promised times the store clamps to 2286
+    ],
+)
+def test_numbers_beyond_any_sense_are_refused_naming_the_setting(name: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=f"ROCKSIDECAR_{name}: "):
+        load({"ROCKSIDECAR_NAMESRV": "a:1", f"ROCKSIDECAR_{name}": value})
+
+
+@pytest.mark.parametrize("step", [".nan", ".inf", "1e308"])
+def test_a_retry_step_that_is_no_finite_time_is_refused(tmp_path: Path, step: str) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"retry: {{default: {{ladder_s: [1, {step}]}}}}\n")
+    with pytest.raises(ConfigError, match=r"retry\.default\.ladder_s"):
+        load({"ROCKSIDECAR_NAMESRV": "a:1"}, cfg)

@@ -1,5 +1,10 @@
 """The answer's head is bounded (size and header count), and a failed or timed-out POST keeps nothing:
-an app streaming endless headers must not grow the sidecar (issue 27)."""
+an app streaming endless headers must not grow the sidecar (issue 27).
+
+Interim answers (1xx: 100 Continue, 103 Early Hints) are not the answer: RFC 9110 15.2 has a client skip
+them and read the final one (session 13). Taken as the answer, a 1xx failed the delivery, and the final
+answer that followed was read as the answer to the next request on the pooled connection: a message the
+app never answered could be acked by another one's 200."""
 
 from __future__ import annotations
 
@@ -73,10 +78,20 @@ async def test_exactly_the_bound_of_headers_is_an_answer(serve: Callable[..., Aw
     await client.close()
 
 
-async def test_a_head_larger_than_the_bound_fails_the_post(serve: Callable[..., Awaitable[str]]) -> None:
+LARGE_HEADS = {
+    # few headers, one of them huge and never finished: the parser would hold it all
+    "one-huge-header": b"HTTP/1.1 200 OK\r\nx-big: " + b"v" * (MAX_HEAD_BYTES + 1024),
+    # interim answers without end: each is skipped, their bytes count toward the bound all the same
+    "endless-interim": b"HTTP/1.1 100 Continue\r\n\r\n" * (MAX_HEAD_BYTES // 25 + 1024),
+}
+
+
+@pytest.mark.parametrize("head", LARGE_HEADS.values(), ids=LARGE_HEADS.keys())
+async def test_a_head_larger_than_the_bound_fails_the_post(
+    serve: Callable[..., Awaitable[str]], head: bytes
+) -> None:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # few headers, one of them huge and never finished: the parser would hold it all
-        writer.write(b"HTTP/1.1 200 OK\r\nx-big: " + b"v" * (MAX_HEAD_BYTES + 1024))
+        writer.write(head)
         await writer.drain()
         await reader.read()
 
@@ -185,3 +200,85 @@ async def test_timed_out_posts_keep_nothing_of_their_half_read_head(
     await client.close()
     # each POST had ~50 KB of headers parsed: kept, ten would be ~500 KB
     assert retained < 128 * 1024, retained
+
+
+# --- interim answers (session 13) ------------------------------------------------------------------
+REQUEST_END = b"\r\n\r\nx"  # a request's head and the one-byte body the tests POST
+INTERIM = [b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>\r\n\r\n"]
+FINAL = b"HTTP/1.1 201 Created\r\nx-final: yes\r\ncontent-length: 2\r\n\r\nok"
+
+
+@pytest.mark.parametrize("interim", INTERIM)
+@pytest.mark.parametrize("apart", [False, True], ids=["one-write", "two-writes"])
+async def test_an_interim_answer_is_skipped_for_the_final_one(
+    serve: Callable[..., Awaitable[str]], interim: bytes, apart: bool
+) -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(1)  # the body
+        writer.write(interim + interim)
+        if apart:
+            await writer.drain()
+            await asyncio.sleep(0)
+        writer.write(FINAL)
+        await writer.drain()
+        await reader.read()
+
+    client = HttpClient()
+    got = await client.post(await serve(answer), b"x", {}, 5.0)
+    assert (got.status, got.body) == (201, b"ok")
+    assert dict(got.headers) == {"x-final": "yes", "content-length": "2"}  # the final answer's alone
+    await client.close()
+
+
+async def test_a_late_final_answer_is_never_the_next_requests_answer(
+    serve: Callable[..., Awaitable[str]],
+) -> None:
+    """The app answers 100 at once and its final 200 later; the next POST on that connection is answered
+    500. Before: the first POST returned 100, the second took the first's 200."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(1)
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        await writer.drain()
+        with contextlib.suppress(TimeoutError):  # a client that took the 100 sends its next POST now
+            await asyncio.wait_for(reader.readuntil(REQUEST_END), 0.5)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")  # the first POST's, late
+            await writer.drain()
+            await reader.read()
+            return
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+        await reader.readuntil(REQUEST_END)
+        writer.write(b"HTTP/1.1 500 Nope\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    url = await serve(answer)
+    client = HttpClient()
+    first = await client.post(url, b"x", {}, 5.0)
+    second = await client.post(url, b"x", {}, 5.0)
+    assert (first.status, second.status) == (200, 500)
+    await client.close()
+
+
+@pytest.mark.parametrize("upgrade", [b"upgrade: h2c\r\nconnection: upgrade\r\n", b""])
+async def test_switching_protocols_fails_the_post_at_once(
+    serve: Callable[..., Awaitable[str]], upgrade: bytes
+) -> None:
+    """101 is no answer to a POST. With an Upgrade header, httptools raised HttpParserUpgrade (not one of
+    its HttpParserErrors) out of data_received: asyncio logged a fatal error and the POST waited for its
+    whole timeout."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(1)
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\n" + upgrade + b"\r\n")
+        await writer.drain()
+        await reader.read()
+
+    client = HttpClient()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(PostError) as info:
+        await client.post(await serve(answer), b"x", {}, 30.0)
+    assert "no answer within" not in str(info.value) and loop.time() - started < 10
+    await client.close()

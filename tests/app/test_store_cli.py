@@ -152,3 +152,21 @@ def test_a_store_shared_with_other_column_families(
     kv.close()
     assert store_cli(data_dir, "stats") == 0
     assert "dead: 3" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["dead", "list", "--limit", "-1"], "--limit"),  # a traceback from islice() before
+        (["dead", "list", "--limit", "99999999999999999999"], "--limit"),
+        (["dead", "list", "--limit", "0"], "--limit"),
+        (["inspect", "\udcff"], "ID_OR_KEY"),  # argv bytes not UTF-8: a UnicodeEncodeError traceback
+    ],
+)
+def test_bad_arguments_are_one_line_naming_them(
+    data_dir: Path, seeded: dict[str, bytes], capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        store_cli(data_dir, *args)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and said in err.splitlines()[-1] and "Traceback" not in err

@@ -5,6 +5,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
+import pytest
+import uvicorn
+from uvicorn.server import ServerState
+
+from rocksidecar.app.api import http_protocol, servers
 from rocksidecar.app.api.http_protocol import _LingeringTransport
 
 
@@ -86,3 +92,151 @@ async def test_an_answer_written_now_goes_out_at_once_after_what_is_held() -> No
     real.closing = True
     t.write_now(b"late")
     assert real.writes == [b"alone", b"held after"]
+
+
+class _Connection(_Transport):
+    """A connection's transport for the whole protocol: what uvicorn asks of it, and whether it reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 9880), "peername": ("127.0.0.1", 50000)}.get(name, default)
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def set_write_buffer_limits(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+async def _guarded(app: Any) -> tuple[Any, _Connection, ServerState]:
+    """uvicorn's protocol as the sidecar builds it (app.api.servers), on a fake connection."""
+    config = uvicorn.Config(app, lifespan="off", log_config=None)
+    config.load()
+    state = ServerState()
+    protocol = servers._protocol(app, 30.0)(
+        config=config, server_state=state, app_state={}, _loop=asyncio.get_running_loop()
+    )
+    connection = _Connection()
+    protocol.connection_made(connection)
+    return protocol, connection, state
+
+
+async def test_pipelined_requests_are_not_read_on_while_earlier_ones_wait() -> None:
+    # uvicorn resumed reading after every answer, with requests still queued: a client that pipelined
+    # requests without end grew the queue by a read's worth each time (1 GB in 6 s from one connection).
+    seen: list[tuple[int, bool]] = []
+    protocol: Any = None
+    connection: Any = None
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append((len(protocol.pipeline), connection.reading))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    protocol, connection, state = await _guarded(app)
+    protocol.data_received(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n" * 4)
+    while len(seen) < 4:
+        await asyncio.gather(*state.tasks)
+    assert seen == [(3, False), (2, False), (1, False), (0, True)]
+    assert connection.reading
+
+
+@pytest.mark.parametrize(
+    "piece", [b"x-pad: " + b"a" * 1000 + b"\r\n", b"a" * 1000], ids=["many headers", "one endless value"]
+)
+async def test_a_head_over_the_limit_is_431_and_never_held_whole(piece: bytes) -> None:
+    # uvicorn's parser holds a head of any size: 300 MB of headers took 340 MB, from one connection (and
+    # httptools holds a header's value whole until it ends).
+    calls: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        calls.append(scope)
+
+    protocol, connection, _ = await _guarded(app)
+    protocol.data_received(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nx-first: ")
+    fed = 0
+    while not connection.writes and fed < 10 * http_protocol.MAX_HEAD:
+        protocol.data_received(piece)
+        fed += len(piece)
+        await asyncio.sleep(0)  # the held answer goes out
+    assert fed <= http_protocol.MAX_HEAD + len(piece)
+    head, _, body = b"".join(connection.writes).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 ") and b"connection: close" in head
+    assert orjson.loads(body)["field"] == "headers"
+    assert connection.events[-2:] == ["write", "eof"] and calls == []  # lingering: closed after LINGER_S
+    protocol.data_received(piece * 1000)  # what still comes is dropped, unparsed
+    assert len(connection.writes) == 1
+    protocol.connection_lost(None)
+
+
+async def test_a_head_over_the_limit_behind_an_answer_owed_waits_for_it_unread() -> None:
+    answer = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await answer.wait()
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    protocol, connection, state = await _guarded(app)
+    protocol.data_received(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\nGET / HTTP/1.1\r\nx-pad: ")
+    for _ in range(2 * http_protocol.MAX_HEAD // 4096):
+        protocol.data_received(b"a" * 4096)
+        if not connection.reading:
+            break
+    assert not connection.reading  # paused, the head unread past the limit
+    await asyncio.sleep(0)
+    assert connection.writes == []  # nothing before the first request's answer
+    answer.set()
+    await asyncio.gather(*state.tasks)
+    await asyncio.sleep(0)
+    statuses = [
+        line.split()[1] for line in b"".join(connection.writes).split(b"\r\n") if line.startswith(b"HTTP/")
+    ]
+    assert statuses == [b"204", b"431"]
+    protocol.connection_lost(None)
+
+
+async def test_a_head_just_under_the_limit_is_served() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    protocol, connection, state = await _guarded(app)
+    pad = http_protocol.MAX_HEAD - 1024
+    protocol.data_received(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nx-pad: " + b"a" * pad + b"\r\n\r\n")
+    await asyncio.gather(*state.tasks)
+    await asyncio.sleep(0)
+    assert b"".join(connection.writes).startswith(b"HTTP/1.1 204 ")
+    protocol.connection_lost(None)
+
+
+async def test_pipelined_heads_cut_by_every_read_add_up_to_no_head_over_the_limit() -> None:
+    # Each read ends inside a request's head and begins new ones: only a head open across a whole read
+    # counts that read (the first version counted each such read whole and answered 431).
+    answered = 0
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal answered
+        answered += 1
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    protocol, connection, state = await _guarded(app)
+    one = b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n"
+    n, read = 12000, http_protocol.MAX_HEAD + 1000  # reads larger than the limit (uvloop's: 256 KiB)
+    stream = one * n
+    for at in range(0, len(stream), read):
+        while not connection.reading and not connection.closing:
+            await asyncio.gather(*state.tasks)
+        protocol.data_received(stream[at : at + read])
+    while answered < n and state.tasks:
+        await asyncio.gather(*state.tasks)
+    await asyncio.sleep(0)
+    assert answered == n and b" 431 " not in b"".join(connection.writes)
+    protocol.connection_lost(None)

@@ -13,7 +13,19 @@ from rocksidecar.app.cli import main
         ([], {}, "ROCKSIDECAR_NAMESRV: required"),
         (["--inner-topic", "bad topic"], {"ROCKSIDECAR_NAMESRV": "127.0.0.1:1"}, "--inner-topic: topic"),
         (["--group", " "], {"ROCKSIDECAR_NAMESRV": "127.0.0.1:1"}, "--group: must not be empty"),
-        (["--http-addr", "nope"], {"ROCKSIDECAR_NAMESRV": "127.0.0.1:1"}, "--http-addr: 'nope'"),
+        (["--http-addr", "nope"], {"ROCKSIDECAR_NAMESRV": "127.0.0.1:1"}, "--http-addr: "),
+        # The flags skipped their settings' parsers: a TypeError traceback from ReplicaSet before.
+        (
+            ["--replicas", "a,b", "--instance", "a", "--copies", "99999"],
+            {"ROCKSIDECAR_NAMESRV": "127.0.0.1:1"},
+            "--copies: must be between 0 and 64, got 99999",
+        ),
+        (
+            ["--replicas", "a,b", "--instance", "a", "--copies", "two"],
+            {"ROCKSIDECAR_NAMESRV": "127.0.0.1:1"},
+            "--copies: expected an integer",
+        ),
+        (["--http-addr", "127.0.0.1:99999"], {"ROCKSIDECAR_NAMESRV": "127.0.0.1:1"}, "--http-addr: "),
     ],
 )
 def test_bad_config_is_one_line(

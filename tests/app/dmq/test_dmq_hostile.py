@@ -18,8 +18,10 @@ from rocksidecar.app.dmq.options import DmqOptions
 from rocksidecar.app.dmq.service import DmqService
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq.codes import ResponseCode
-from rocksidecar.rmq.message import Message
+from rocksidecar.rmq.errors import RocketMQError
+from rocksidecar.rmq.message import PROPERTIES_MAX_BYTES, Message
 from rocksidecar.rmq.msgid import new_uniq_id
+from rocksidecar.rmq.producer import Producer
 from tests.app.dmq.conftest import (
     INNER_TOPIC,
     REAL_TOPIC,
@@ -148,3 +150,34 @@ async def test_spools_and_dead_letters_are_logged_as_in_the_sidecar(
     assert (dead.id, dead.topic) == (msg.id, REAL_TOPIC)  # type: ignore[attr-defined]
     assert "refused" in dead.reason  # type: ignore[attr-defined]
     assert stack.service.metrics.dead_letters._value.get() == 1
+
+
+async def test_a_message_that_could_not_be_published_is_refused_at_intake_not_dead_lettered_when_due(
+    stack: DmqStack,
+) -> None:
+    """Its properties fit the broker's 32 767 bytes as sent to the inner topic, not once DELAY_DUE_AT and
+    DELAY_PUBLISHED_AT are added: it was scheduled, then refused by the producer at the due time and
+    dead-lettered (with its publish batch's neighbours, when it had some: the broker refuses the whole
+    batch). Now it is skipped at intake (bad_message); its neighbour is published."""
+    await send_fullest(stack.service.producer, inner_msg())
+    good = inner_msg()
+    await stack.service.producer.send(good)
+    await stack.received.until(lambda got: len(got) >= 1)
+    await stack.service.scheduler.wait_idle()
+    assert stack.received.ids() == [good.id]
+    assert rejected(stack.service, Reject.BAD_MESSAGE) == 1
+    assert stack.service.retry.stats().dead == 0 and stack.service.retry.stats().pending == 0
+
+
+async def send_fullest(producer: Producer, msg: Message) -> None:
+    """``msg`` with a property ``p`` as long as the broker takes it, sent (the producer adds a few
+    properties of its own, which its check does not count)."""
+    for n in range(PROPERTIES_MAX_BYTES, 0, -1):
+        full = Message(msg.topic, msg.body, properties={**msg.properties, "p": "v" * n}, id=msg.id)
+        try:
+            full.validate()
+            await producer.send(full)
+        except RocketMQError:  # InvalidMessageError here, MESSAGE_ILLEGAL from the broker
+            continue
+        return
+    raise AssertionError("no room at all")

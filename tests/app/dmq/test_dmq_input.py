@@ -16,7 +16,7 @@ from rocksidecar.app.dmq.inner import InnerFormatError, Reject, Rules
 from rocksidecar.app.topic_allow import TopicAllowList
 from rocksidecar.delay import DelayedMessage, DelayStore
 from rocksidecar.rmq.consumer import ConsumeStatus
-from rocksidecar.rmq.message import MessageExt, MessageQueue
+from rocksidecar.rmq.message import DEFAULT_MAX_BODY_BYTES, MessageExt, MessageQueue
 from rocksidecar.storage.errors import StorageError
 from tests.delay.conftest import START_MS, Harness, make_harness
 from tests.rmq.consumer.factory import stored
@@ -274,3 +274,38 @@ async def test_rejections_are_logged_once_per_reason_and_window(
     assert lines[1][1] == "bad_topic"
     assert lines[2][1] == "bad_number" and "(2 more for this reason since the last such line)" in lines[2][0]
     assert len(listened.rejected) == 5
+
+
+@pytest.mark.parametrize("op", ["cancel", "MARK", "BEAT", "RESCHEDULE", "", "CANCEL "])
+def test_an_op_the_format_does_not_know_is_refused(op: str) -> None:
+    """Version 1 knows one DMQ_OP, CANCEL. A message with another one was scheduled as a delayed message
+    when it also named a real topic and a due time: a later version's op (or a typo of CANCEL) must be
+    skipped, not applied as something else."""
+    m = ext(1, **{inner.OP: op, inner.DELIVER_MS: str(NOW + 1000), inner.CANCEL_ID: "U00000009"})
+    assert reason(m) is Reject.UNKNOWN_OP
+
+
+async def test_a_message_with_an_unknown_op_is_skipped_and_counted(listened: Listened) -> None:
+    odd = ext(2, **{inner.OP: "RESCHEDULE", inner.DELIVER_MS: str(NOW + 1000)})
+    assert await listened.listener([good(1), odd, good(3)], QUEUE) is ConsumeStatus.SUCCESS
+    assert listened.h.store.get("U00000002") is None
+    assert listened.rejected == [Reject.UNKNOWN_OP]
+    assert listened.outcomes == {"scheduled": 2, "malformed": 1}
+
+
+SEND_API_REFUSES = {
+    "empty-body": ({}, b""),
+    "body-over-4-MiB": ({}, b"x" * (DEFAULT_MAX_BODY_BYTES + 1)),
+    "key-with-a-tab": ({"KEYS": "a\tb"}, b"b"),
+    "empty-property-value": ({"p": ""}, b"b"),
+    # within the broker's 32 767 bytes as sent, beyond once DELAY_DUE_AT and DELAY_PUBLISHED_AT are added
+    "properties-full-once-published": ({"p": "v" * 32_700}, b"b"),
+}
+
+
+@pytest.mark.parametrize(("props", "body"), SEND_API_REFUSES.values(), ids=SEND_API_REFUSES.keys())
+def test_a_message_the_send_api_would_refuse_is_refused_at_intake(props: dict[str, str], body: bytes) -> None:
+    """These were scheduled (counted "scheduled", kept up to 90 days) and refused by the producer's own
+    check at the due time: dead-lettered then, not skipped at intake as the README says."""
+    m = dataclasses.replace(ext(1, **{inner.DELIVER_MS: str(NOW + 1000), **props}), body=body)
+    assert reason(m) is Reject.BAD_MESSAGE

@@ -9,9 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rocksidecar.app.dmq import inner
 from rocksidecar.app.dmq.options import DmqOptions
 from rocksidecar.app.dmq.service import DmqService
-from rocksidecar.delay import DelayState
+from rocksidecar.delay import DelayedMessage, DelayState
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.rmq.broker import BrokerApi
 from rocksidecar.rmq.pool import RemotingClient
@@ -134,3 +135,30 @@ async def test_cancel_sent_before_its_spooled_message_replays_is_kept(
             assert status is not None and status.state is DelayState.CANCELLED
         finally:
             await dmq.stop()
+
+
+async def test_user_properties_named_like_the_inner_format_do_not_change_what_the_inner_message_is(
+    make_stack: Callable[..., Any],
+) -> None:
+    """An app's delayed message with user properties DMQ_OP=CANCEL and DMQ_CANCEL_ID (or a sharding key,
+    a timer delay) was answered 202 SCHEDULED, then read by the service as a cancel of another id: the
+    message was lost. The format's properties are the sidecar's to set; an app's are not carried."""
+    async with make_stack(delay_mode="service", dmq_inner_topic=INNER) as stack:
+        await create_on_every_broker(stack, INNER)
+        victim = await post_delayed(stack, "victim", 60_000)
+        props = {
+            "DMQ_OP": "CANCEL",
+            "DMQ_CANCEL_ID": victim["id"],
+            "DMQ_SHARDING_KEY": "elsewhere",
+            "TIMER_DELAY_SEC": "1",
+            "kept": "yes",
+        }
+        r = await stack.http.post(
+            "/v1/messages", json={"topic": TOPIC, "body": "b", "delayMs": 60_000, "properties": props}
+        )
+        assert r.status_code == 202, r.text
+        (wrapped,) = [m for m in stack.stored(INNER) if m.uniq_key == r.json()["id"]]
+        item = inner.parse(wrapped, wrapped.store_timestamp_ms, inner.Rules(24 * 3600 * 1000))
+        assert isinstance(item, DelayedMessage), item  # not a cancel of the victim
+        assert item.id == r.json()["id"] and item.due_ms == r.json()["deliverAt"]
+        assert item.sharding_key is None and item.properties.get("kept") == "yes"

@@ -135,3 +135,28 @@ def test_a_bulk_subscription_consumes_in_batches() -> None:
     assert (spec.bulk, spec.bulk_max_messages) == (True, 32)
     assert consumer_config(spec).consume_batch_size == 32
     assert consumer_config(dataclasses.replace(spec, bulk=False)).consume_batch_size == 1
+
+
+def test_an_entry_named_twice_with_different_statuses_retries() -> None:
+    """The app's answer names entry 40 SUCCESS and then RETRY: which did it mean? Before, the first named
+    won, so a message the app also asked to retry was committed. Named twice alike, the status stands."""
+    body = orjson.dumps(
+        {
+            "statuses": [
+                {"entryId": "40", "status": "SUCCESS"},
+                {"entryId": "41", "status": "DROP"},
+                {"entryId": "42", "status": "SUCCESS"},
+                {"entryId": "40", "status": "RETRY"},
+                {"entryId": "41", "status": "SUCCESS"},
+                {"entryId": "42", "status": "success"},
+            ]
+        }
+    )
+    assert statuses_from(body, batch()) == [LATER, LATER, OK]
+
+
+@pytest.mark.parametrize("status", ["\u017fuccess", "DRO\u0440", "SUCCESS ", 1, None, ["SUCCESS"]])
+def test_a_status_that_only_case_folds_or_converts_to_a_known_one_retries(status: object) -> None:
+    """'\u017fuccess' (a long s) upper-cases to SUCCESS in Python; it is not a status the app sent."""
+    body = orjson.dumps({"statuses": [{"entryId": "40", "status": status}]})
+    assert statuses_from(body, batch()) == [LATER, LATER, LATER]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from collections.abc import Mapping
@@ -13,8 +14,16 @@ from urllib.parse import unquote
 import pytest
 
 from rocksidecar.app.http_client import Answer, HttpClient, PostError
-from rocksidecar.app.subscriptions.push import DEFAULT_LATER_S, MAX_LATER_S, HttpPush, retry_after_s
+from rocksidecar.app.subscriptions.push import (
+    DEFAULT_LATER_S,
+    MAX_LATER_S,
+    MIN_LATER_S,
+    HttpPush,
+    retry_after_s,
+)
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
+from rocksidecar.app.subscriptions.stream import Answer as StreamAnswer
+from rocksidecar.app.subscriptions.stream import StreamHub
 from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 from tests.rmq.consumer.factory import stored
@@ -159,8 +168,19 @@ def test_retry_after_parsing() -> None:
     assert retry_after_s("99999999", 0.0) == MAX_LATER_S
     assert retry_after_s("soon", 0.0) == DEFAULT_LATER_S
     assert retry_after_s(None, 0.0) == DEFAULT_LATER_S
-    past = format_datetime(datetime.fromtimestamp(100, UTC), usegmt=True)
-    assert retry_after_s(past, 200.0) == 0.0
+    assert retry_after_s("-5", 0.0) == DEFAULT_LATER_S
+    assert retry_after_s("1.5", 0.0) == DEFAULT_LATER_S
+    assert retry_after_s("\u0661", 0.0) == DEFAULT_LATER_S
+
+
+PAST = format_datetime(datetime.fromtimestamp(100, UTC), usegmt=True)
+
+
+@pytest.mark.parametrize("value", ["0", "000", PAST])
+def test_a_retry_after_of_zero_or_in_the_past_still_waits(value: str) -> None:
+    """An app answering 503 with Retry-After 0 (or a past date) on every POST was POSTed again at once,
+    forever: about 2 900 POSTs a second for one message on this machine, a core spent on it. A floor."""
+    assert retry_after_s(value, 200.0) == MIN_LATER_S > 0
 
 
 def test_ce_time_is_the_isoformat_of_the_born_timestamp() -> None:
@@ -177,3 +197,22 @@ def test_ce_time_is_the_isoformat_of_the_born_timestamp() -> None:
         exact = datetime.fromtimestamp(ms // 1000, UTC) + timedelta(milliseconds=ms % 1000)
         expected = exact.isoformat(timespec="milliseconds")
         assert ce_time(ms) == expected.replace("+00:00", "Z"), ms
+
+
+@pytest.mark.parametrize(("retry_after_ms", "waited"), [(1, MIN_LATER_S), (0, DEFAULT_LATER_S), (2500, 2.5)])
+async def test_a_grpc_later_waits_at_least_the_floor(retry_after_ms: int, waited: float) -> None:
+    """ACK_LATER with retry_after_ms=1 offered the message again after 1 ms: the same spin as a
+    Retry-After of 0."""
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    hub = StreamHub(SPEC, sleep=sleep)
+    delivered = asyncio.create_task(hub.deliver(message(), MQ))
+    first = await hub.next()
+    hub.ack(first.delivery_id, StreamAnswer.LATER, retry_after_ms)
+    again = await hub.next()
+    hub.ack(again.delivery_id, StreamAnswer.OK)
+    assert await delivered is True
+    assert sleeps == [waited]

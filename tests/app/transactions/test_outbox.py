@@ -9,7 +9,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from rocksidecar.app.transactions.coordinator import LocalOutbox, TransactionCoordinator
+from rocksidecar.app.transactions.coordinator import (
+    ASK_ROUND_MS,
+    ASK_WAVE,
+    LocalOutbox,
+    TransactionCoordinator,
+)
 from rocksidecar.app.transactions.records import CF, Decision, TransactionRecords
 from rocksidecar.retry import RetryStore
 from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
@@ -45,10 +50,12 @@ class Env:
     retry: RetryStore
     asked: list[str]
     answers: dict[str, TransactionState]
+    answer_ms: int = 0  # how long the app takes to answer (its time passes on the clock)
 
     def coordinator(self, mode: str, producer: object | None = None) -> TransactionCoordinator:
         async def ask_app(tx_id: str, key: str | None, topic: str) -> TransactionState:
             self.asked.append(tx_id)
+            self.clock.wall_ms += self.answer_ms
             return self.answers.get(tx_id, TransactionState.UNKNOWN)
 
         outbox = LocalOutbox(self.retry, lambda _type: POLICY, undecided_timeout_ms=60_000)
@@ -118,6 +125,25 @@ async def test_undecided_past_the_timeout_is_checked_with_the_app(env: Env) -> N
     env.asked.clear()
     await c.maintain()  # asked again every round while the app does not know
     assert env.asked == [unsure.id]
+
+
+async def test_an_app_that_never_answers_holds_a_round_one_wave_and_the_next_round_goes_on(env: Env) -> None:
+    """check_undecided asked every stale local transaction one after another, each up to the check's
+    timeout when the app hangs: 24 of them held the round (and the re-sends and announces of the rounds
+    after it) for 2 minutes, 10 000 for 14 hours. Now a round asks ASK_WAVE at once, and no new wave
+    after ASK_ROUND_MS; the next round starts after the last one asked."""
+    c = env.coordinator("local")
+    begun = sorted([(await c.begin(Message("Orders", b"x"))).id for _ in range(3 * ASK_WAVE)])
+    env.clock.wall_ms += 60_000
+    env.answer_ms = ASK_ROUND_MS  # the check's timeout: the app accepts and never answers
+    for wave in range(4):
+        env.asked.clear()
+        await c.maintain()
+        first = wave % 3 * ASK_WAVE
+        assert sorted(env.asked) == begun[first : first + ASK_WAVE]  # the third wraps to the first
+    env.answer_ms = 0  # a quick app: every one in one round
+    env.answers.update(dict.fromkeys(begun, TransactionState.ROLLBACK))
+    assert await c.check_undecided() == 3 * ASK_WAVE
 
 
 async def test_auto_falls_back_only_when_no_broker_stored_the_half(env: Env) -> None:
