@@ -76,9 +76,6 @@ MAX_TIME_CHARS = 64
 # A sharding key picks a queue by its hash: nothing longer is needed. The Rock-DMQ service takes no longer
 # one (app.dmq.inner), and in service mode a delayed message's key travels to it as a property.
 MAX_SHARDING_KEY_CHARS = 1024
-# The Rock-DMQ inner format's own properties (app.dmq.inner.FORMAT_PROPERTIES): in service mode a delayed
-# message goes to the inner topic with its properties, where DMQ_OP=CANCEL would cancel another message.
-DELAY_FORMAT_PREFIXES = ("DMQ_", "TIMER_")
 
 
 class MessageFields(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
@@ -312,11 +309,4 @@ def prepare(
             raise RequestError(str(exc), field=field) from None
     # Most messages are for now: no call to find that out.
     due = None if spec.delay_ms is None and spec.deliver_at is None else _due(spec, limits, now_ms, names)
-    if due is not None and properties:
-        for name in properties:
-            if name.startswith(DELAY_FORMAT_PREFIXES):
-                raise RequestError(
-                    f"a delayed message may not carry {name!r}: DMQ_* and TIMER_* are the delay format's",
-                    field=f"properties.{name}",
-                )
     return Prepared(message, spec.sharding_key, spec.type or spec.topic, due)

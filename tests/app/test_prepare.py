@@ -49,23 +49,3 @@ def test_a_bare_message_with_an_empty_or_large_body_is_refused() -> None:
         with pytest.raises(RequestError) as refused:
             prepare(MessageSpec("T", body=body), LIMITS, 0, HTTP_FIELDS)
         assert (refused.value.field, refused.value.status) == ("body", status)
-
-
-@pytest.mark.parametrize("name", ["DMQ_OP", "DMQ_CANCEL_ID", "DMQ_SHARDING_KEY", "TIMER_DELIVER_MS"])
-def test_a_delayed_message_may_not_carry_the_delay_formats_properties(name: str) -> None:
-    """Audit (session 13): in Rock-DMQ service mode a delayed message goes to the inner topic with its
-    properties, where DMQ_OP=CANCEL and DMQ_CANCEL_ID=<id> made the service cancel another message (a
-    sidecar's own delayed message, answered SCHEDULED, was never delivered). A message sent now may
-    carry them (a producer that writes the inner topic itself, as the README describes)."""
-    spec = MessageSpec(topic="T", body="x", properties={name: "v"}, delay_ms=1000)
-    with pytest.raises(RequestError) as info:
-        prepare(spec, LIMITS, 0, HTTP_FIELDS)
-    assert info.value.field == f"properties.{name}" and info.value.status == 400
-    prepare(MessageSpec(topic="T", body="x", properties={name: "v"}), LIMITS, 0, HTTP_FIELDS)
-
-
-def test_the_delay_formats_properties_are_all_under_its_prefixes() -> None:
-    from rocksidecar.app.dmq.inner import FORMAT_PROPERTIES
-    from rocksidecar.app.request import DELAY_FORMAT_PREFIXES
-
-    assert all(name.startswith(DELAY_FORMAT_PREFIXES) for name in FORMAT_PROPERTIES)
