@@ -64,7 +64,11 @@ def test_requests_valid_by_the_schema_are_accepted(sidecar_url: str) -> None:
     assert single["400"] <= 5, single
     assert single["200"] + single["202"] > 0 and single["500"] == 0
     items = {k: v for k, v in results["POST /v1/messages:batch"].items() if k.startswith("item")}
-    assert items["item REJECTED"] <= sum(items.values()) // 10, items
+    # as for single messages: deliverAt's refusals only (in a full run of tests/app the examples give 21
+    # of 188 items, 2 more than a tenth; run alone, fewer)
+    rejected = [r for r in REFUSALS if r.startswith("POST /v1/messages:batch item: ")]
+    assert all("deliverAt is more than" in r for r in rejected), rejected
+    assert items["item REJECTED"] <= sum(items.values()) // 5, items
 
 
 async def test_the_schema_states_the_rules(sidecar_url: str) -> None:
