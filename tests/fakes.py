@@ -1,4 +1,5 @@
-"""Test doubles shared by the suites: manual clocks, a scripted remoting invoker and a failing KV."""
+"""Test doubles shared by the suites: manual clocks, a scripted remoting invoker, a failing KV, and a
+message with properties of a chosen size."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocksidecar.rmq.codes import RequestCode, ResponseCode
+from rocksidecar.rmq.message import Message
+from rocksidecar.rmq.msgid import new_uniq_id
 from rocksidecar.rmq.protocol.frame import RemotingCommand
 from rocksidecar.rmq.route import BrokerData, QueueData, TopicRouteData
 from rocksidecar.storage.errors import StorageError
@@ -144,3 +147,13 @@ class FaultyKV:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+def fullest_message(topic: str, room: int) -> Message:
+    """A message whose wire properties (a property ``p`` and its own 32-character id) are as long as
+    ``room`` bytes allow: at Message.validate's limit, or past it up to the broker's bound."""
+    for n in range(room, 0, -1):
+        msg = Message(topic, b"full", properties={"p": "v" * n}, id=new_uniq_id())
+        if len(msg.wire_properties(msg.id or "").encode()) <= room:
+            return msg
+    raise AssertionError("no room at all")

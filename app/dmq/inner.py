@@ -26,7 +26,6 @@ from enum import StrEnum
 from rocksidecar.delay import DelayedMessage
 from rocksidecar.rmq.errors import InvalidMessageError
 from rocksidecar.rmq.message import (
-    PROPERTIES_MAX_BYTES,
     RESERVED_PROPERTIES,
     Message,
     MessageExt,
@@ -81,9 +80,6 @@ CLOCK_SLACK_MS = 10 * 60 * 1000
 # UNIQ_KEYs are 32 hex characters (Java's client and the sidecar make them so); other clients' ids get
 # room, but an id is a key of the delay store and a label of every status answer, so it is bounded.
 MAX_ID_CHARS = 128
-# The broker appends its own items (CLUSTER=<cluster name>) to a message's properties before it counts
-# them against PROPERTIES_MAX_BYTES; the producer's check does not count them: room left for them.
-BROKER_ITEMS_BYTES = 256
 
 
 class Reject(StrEnum):
@@ -254,16 +250,9 @@ def parse(msg: MessageExt, now_ms: int, rules: Rules) -> DelayedMessage | Cancel
 def _publishable(delayed: DelayedMessage) -> None:
     """Raises InnerFormatError (BAD_MESSAGE) when the producer or the broker would refuse ``delayed`` at
     its due time: it would only be dead-lettered then."""
-    wire = to_wire(delayed.for_publish(delayed.due_ms))
     try:
-        wire.validate()
-        size = len(wire.wire_properties(delayed.id).encode())
-        if size > PROPERTIES_MAX_BYTES - BROKER_ITEMS_BYTES:
-            raise InvalidMessageError(
-                f"its properties would be {size} bytes, and the broker adds its own to at most "
-                f"{PROPERTIES_MAX_BYTES}",
-                field="properties",
-            )
+        # with the DELAY_* items it is published with; validate leaves room for the broker's own items
+        to_wire(delayed.for_publish(delayed.due_ms)).validate()
     except InvalidMessageError as exc:
         raise InnerFormatError(f"the real message would be refused: {exc}", Reject.BAD_MESSAGE) from None
 

@@ -6,9 +6,23 @@ from __future__ import annotations
 import asyncio
 import random
 
-from rocksidecar.rmq import BrokerApi, Message, MessageQueue, NameServerClient, RemotingClient, new_uniq_id
+import pytest
+
+from rocksidecar.delay.message import DELAY_DUE_AT, DELAY_PUBLISHED_AT
+from rocksidecar.rmq import (
+    BrokerApi,
+    Message,
+    MessageQueue,
+    NameServerClient,
+    RemotingClient,
+    SendResult,
+    new_uniq_id,
+)
+from rocksidecar.rmq.errors import RocketMQError
+from rocksidecar.rmq.message import PROPERTIES_LIMIT, PROPERTIES_MAX_BYTES
 from rocksidecar.rmq.producer import Producer, ProducerConfig
 from rocksidecar.rmq.producer.coalesce import CoalescingSender
+from tests.fakes import fullest_message
 from tests.realbroker.conftest import create_topic_everywhere, pull_all, unique_topic
 
 SINGLES = 5000
@@ -129,3 +143,33 @@ async def test_coalesced_single_sends_are_stored_whole_at_their_callers_offsets(
             sent.id,
         )
         assert m.user_properties == dict(sent.properties)
+
+
+async def test_properties_at_the_producers_limit_are_stored_even_with_delay_items_added(
+    namesrv_addr: str, client: RemotingClient
+) -> None:
+    """Message.validate leaves BROKER_ITEMS_BYTES under the broker's bound for the items the broker adds
+    (CLUSTER) and those a delayed message is published with (DELAY_*): RocketMQ 4.9.4 stores a message
+    right at validate's limit, alone and in a batch, and one at the limit with the DELAY_* items added;
+    it refuses one at the broker's bound itself (the room is needed)."""
+    ns = NameServerClient(client, namesrv_addr)
+    api = BrokerApi(client, producer_group="rs_props")
+    topic = unique_topic("RsProps")
+    await create_topic_everywhere(ns, api, topic)
+    producer = Producer(ns, api, ProducerConfig(group="rs_props"))
+    await producer.start()
+    try:
+        at_limit = fullest_message(topic, PROPERTIES_LIMIT)
+        at_limit.validate()
+        assert isinstance(await producer.send(at_limit), SendResult)
+        batch = [Message(topic, b"a"), fullest_message(topic, PROPERTIES_LIMIT), Message(topic, b"c")]
+        assert all(isinstance(r, SendResult) for r in await producer.send_batch(batch))
+        delayed = fullest_message(topic, PROPERTIES_LIMIT)
+        due = str(2_000_000_000_000)
+        published = Message(topic, delayed.body, properties={**delayed.properties, DELAY_DUE_AT: due,
+                            DELAY_PUBLISHED_AT: due}, id=delayed.id)  # fmt: skip
+        assert isinstance(await producer.send(published, validated=True), SendResult)
+        with pytest.raises(RocketMQError):
+            await producer.send(fullest_message(topic, PROPERTIES_MAX_BYTES), validated=True)
+    finally:
+        await producer.close()
