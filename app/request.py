@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from rocksidecar.rmq import InvalidMessageError, Message, new_uniq_id
-from rocksidecar.rmq.message import validate_topic
+from rocksidecar.rmq.message import NAME_VALUE_SEP, PROPERTY_SEP, validate_topic
 
 from .topic_allow import TopicAllowList
 from .tracing.context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, clean
@@ -73,6 +73,9 @@ CONTENT_TYPE_PROPERTY = "content-type"
 JSON_CONTENT_TYPE = "application/json"
 # Epoch milliseconds fit in 16 digits until the year 318857; bound the text before int() parses it.
 MAX_TIME_CHARS = 64
+# A sharding key picks a queue by its hash: nothing longer is needed. The Rock-DMQ service takes no longer
+# one (app.dmq.inner), and in service mode a delayed message's key travels to it as a property.
+MAX_SHARDING_KEY_CHARS = 1024
 
 
 class MessageFields(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
@@ -243,6 +246,15 @@ def _due(spec: MessageFields, limits: Limits, now_ms: int, names: FieldNames) ->
     return due
 
 
+def _check_sharding_key(key: str, name: str) -> None:
+    if not key:
+        raise RequestError(f"{name} must not be empty", field=name)
+    if len(key) > MAX_SHARDING_KEY_CHARS:
+        raise RequestError(f"{name} is {len(key)} characters; at most {MAX_SHARDING_KEY_CHARS}", field=name)
+    if NAME_VALUE_SEP in key or PROPERTY_SEP in key:
+        raise RequestError(f"{name} contains a protocol separator (\\x01 or \\x02)", field=name)
+
+
 def prepare(
     spec: MessageFields, limits: Limits, now_ms: int, names: FieldNames = HTTP_FIELDS, id: str | None = None
 ) -> Prepared:
@@ -273,8 +285,8 @@ def prepare(
             body = _any_body(spec, limits, names)  # says what is wrong with it
     else:
         body = _any_body(spec, limits, names)
-    if spec.sharding_key is not None and not spec.sharding_key:
-        raise RequestError(f"{names.sharding_key} must not be empty", field=names.sharding_key)
+    if spec.sharding_key is not None:
+        _check_sharding_key(spec.sharding_key, names.sharding_key)
     if spec.type is not None and (not spec.type or len(spec.type) > 128 or ":" in spec.type):
         raise RequestError("type must be 1-128 characters without ':'", field="type")
     if spec.tags is not None or spec.keys or spec.properties or spec.sharding_key or spec.type:

@@ -28,6 +28,7 @@ from .grpc_transactions import TransactionRpcs, enabled
 from .grpc_views import ack_from_proto, batch_response, message_status, send_response, spec_from_proto
 from .guards import Guards
 from .operations import EdgeDeps, Operations, item_label
+from .parsing import check_batch_size
 from .proto import rocksidecar_pb2 as pb
 from .proto import rocksidecar_pb2_grpc as pb_grpc
 
@@ -45,6 +46,10 @@ _CODES = {
     503: grpc.StatusCode.UNAVAILABLE,
 }
 REPLAYED_METADATA = "idempotent-replayed"  # "true" on an answer repeated for an idempotency_key
+# What an error's trailers carry of it, within what any client takes (grpc's default metadata limit is
+# 8 KiB; the message is percent-encoded, up to 12 bytes a character): both may echo a client's input.
+MAX_FIELD_CHARS = 256
+MAX_DETAIL_CHARS = 500
 
 
 def trace_of(context: grpc.aio.ServicerContext) -> TraceContext | None:
@@ -57,6 +62,14 @@ def trace_of(context: grpc.aio.ServicerContext) -> TraceContext | None:
         elif key == "tracestate" and state is None and isinstance(value, str):
             state = value
     return None if parent is None else from_headers(parent, state)
+
+
+def header_safe(text: str) -> str:
+    """``text`` as a metadata value may carry it (printable ASCII): other characters escaped as Python
+    writes them (``\\x01``, ``\\u043a``), as a property's name may hold them."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(c if " " <= c <= "~" else ascii(c)[1:-1] for c in text)
 
 
 def _kept(response: ProtoMessage, failed: int = 0) -> dict[str, Any]:
@@ -102,8 +115,12 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self, context: grpc.aio.ServicerContext, status: int, body: dict[str, Any], method: str
     ) -> NoReturn:
         self._metrics.requests.labels("grpc", method, str(status)).inc()
-        context.set_trailing_metadata((("field", body.get("field") or ""), ("http-status", str(status))))
-        await context.abort(_CODES.get(status, grpc.StatusCode.INTERNAL), body["detail"])
+        field = header_safe((body.get("field") or "")[:MAX_FIELD_CHARS])[:MAX_FIELD_CHARS]
+        context.set_trailing_metadata((("field", field), ("http-status", str(status))))
+        detail: str = body["detail"]
+        if len(detail) > MAX_DETAIL_CHARS:
+            detail = f"{detail[:MAX_DETAIL_CHARS]}... ({len(detail)} characters)"
+        await context.abort(_CODES.get(status, grpc.StatusCode.INTERNAL), detail)
         raise AssertionError("abort returns only by raising")  # pragma: no cover
 
     async def _check_auth(self, context: grpc.aio.ServicerContext, method: str) -> None:
@@ -202,8 +219,10 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self, request: pb.SendBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.SendBatchResponse:
         async def compute() -> tuple[pb.SendBatchResponse, int]:
+            messages = request.messages
+            check_batch_size(len(messages), self._ops.batch_limit)  # before reading millions of them
             results = await self._ops.send_batch(
-                [spec_from_proto(m) for m in request.messages], ack_from_proto(request.ack), trace_of(context)
+                [spec_from_proto(m) for m in messages], ack_from_proto(request.ack), trace_of(context)
             )
             failed = sum(item_label(r) == "FAILED" for r in results)
             return batch_response(results), failed

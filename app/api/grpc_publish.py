@@ -10,8 +10,9 @@ with the broker's round trip and the client's pace, without a timer. The streams
 What a client still gets: one acknowledgement per message by its sequence number, sent once the message
 is stored (SENT, or SPOOLED in the local store, as for Send); a message that fails fails only itself.
 One batch in flight per stream: a stream's messages reach the broker in the order they were read (a
-batch keeps its order per queue). At most ``window`` messages are read and not yet answered: the reader
-stops reading (and HTTP/2's flow control stops the client) until answers have gone.
+batch keeps its order per queue). At most ``window`` messages are read and not yet answered (an answer
+counts once handed to grpc, so a client that reads none holds the reader too): the reader stops reading
+(and HTTP/2's flow control stops the client) until answers have gone.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import AsyncIterator
 from ..request import MessageFields
 from ..sidecar import Ack, Outcome
 from ..tracing.context import TraceContext
-from .grpc_views import ack_from_proto, error, publish_ack, spec_from_proto
+from .grpc_views import ACK_MODES, error, publish_ack, spec_from_proto, unknown_ack
 from .operations import BatchItem, Operations, item_label
 from .proto import rocksidecar_pb2 as pb
 
@@ -108,6 +109,10 @@ class StreamPublisher:
                     raise answers
                 for ack in answers:
                     yield ack
+                # Answered once handed to the client: answers it does not read hold the reader too.
+                self._unanswered -= len(answers)
+                if self._unanswered < self._window:
+                    self._room.set()
         finally:
             # A client that goes away gets no more answers: what is in flight is cancelled, as a Send's
             # call is (nothing was acknowledged for it, so nothing acknowledged is lost).
@@ -138,18 +143,14 @@ class StreamPublisher:
             while self._read:
                 batch = self._read[: self._batch_limit]
                 del self._read[: self._batch_limit]
-                answers = await self._answer(batch)
-                self._answers.put_nowait(answers)
-                self._unanswered -= len(batch)
-                if self._unanswered < self._window:
-                    self._room.set()
+                self._answers.put_nowait(await self._answer(batch))
         except Exception as exc:
             self._answers.put_nowait(exc)
         finally:
             self._sender = None
 
     async def _answer(self, batch: list[pb.PublishRequest]) -> list[pb.PublishAck]:
-        modes = [ack_from_proto(req.ack) for req in batch]
+        modes = [ACK_MODES.get(req.ack) for req in batch]  # None: a value the proto does not define
         if modes.count(modes[0]) == len(modes):  # the usual stream: one ack mode for all
             results = await self._results(batch, modes[0])
         else:  # each mode's messages as a batch of their own, answered in the stream's order
@@ -170,8 +171,11 @@ class StreamPublisher:
             for req, r in zip(batch, results, strict=True)
         ]
 
-    async def _results(self, batch: list[pb.PublishRequest], mode: Ack) -> list[BatchItem]:
+    async def _results(self, batch: list[pb.PublishRequest], mode: Ack | None) -> list[BatchItem]:
         ops = self._ops
+        if mode is None:  # refused, each alone, as Send refuses it
+            ops.count("REJECTED", len(batch))
+            return [unknown_ack(req.ack) for req in batch]
         specs: list[MessageFields] = [spec_from_proto(req.message) for req in batch]
         try:
             if self._combiner is not None:

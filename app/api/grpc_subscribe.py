@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Mapping
 from ..request import RequestError
 from ..subscriptions.stream import Answer, Delivery, StreamHub, UnknownDelivery
 from ..tracing.context import TRACEPARENT_PROPERTY, of_properties
+from .problems import clip
 from .proto import rocksidecar_pb2 as pb
 
 _ANSWERS = {pb.ACK_OK: Answer.OK, pb.ACK_LATER: Answer.LATER, pb.ACK_FAILED: Answer.FAILED}
@@ -17,7 +18,7 @@ def hub_for(hubs: Mapping[str, StreamHub], name: str) -> StreamHub:
     if hub is None:
         known = ", ".join(sorted(hubs)) or "none"
         raise RequestError.not_found(
-            f"no gRPC subscription {name!r} (endpoint: grpc); known: {known}", field="subscription"
+            f"no gRPC subscription {clip(name)} (endpoint: grpc); known: {known}", field="subscription"
         )
     return hub
 

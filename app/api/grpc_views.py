@@ -8,7 +8,7 @@ from typing import Any
 
 from rocksidecar.storage.status import StoredAtLike
 
-from ..request import MessageSpec
+from ..request import MessageSpec, RequestError
 from ..sidecar import Ack, MessageState, Outcome, Status
 from . import problems
 from .operations import BatchItem
@@ -24,8 +24,19 @@ PB_STATUS: dict[Status, pb.Status] = {
 }
 
 
+ACK_MODES: dict[int, Ack] = {pb.ACK_BROKER: Ack.BROKER, pb.ACK_SPOOL: Ack.SPOOL}
+
+
+def unknown_ack(value: int) -> RequestError:
+    """An ack value the proto does not define (proto3 keeps it as the number), refused as HTTP's is."""
+    return RequestError(f"ack must be one of ACK_BROKER, ACK_SPOOL; got {value}", field="ack")
+
+
 def ack_from_proto(value: int) -> Ack:
-    return Ack.SPOOL if value == pb.ACK_SPOOL else Ack.BROKER
+    mode = ACK_MODES.get(value)
+    if mode is None:
+        raise unknown_ack(value)
+    return mode
 
 
 def spec_from_proto(m: pb.Message) -> MessageSpec:

@@ -83,7 +83,13 @@ class Guards:
             return True
         if authorization is None:
             return False
-        raw = authorization.encode("latin-1") if isinstance(authorization, str) else authorization
+        if isinstance(authorization, str):
+            try:
+                raw = authorization.encode("latin-1")  # a header as HTTP decodes it
+            except UnicodeEncodeError:  # gRPC metadata: grpc decodes a value that is valid UTF-8 so
+                raw = authorization.encode()
+        else:
+            raw = authorization
         scheme, _, token = raw.strip().partition(b" ")
         return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.auth_token.encode())
 

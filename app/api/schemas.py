@@ -21,6 +21,8 @@ from rocksidecar.rmq.message import (
     TOPIC_PATTERN,
 )
 
+from ..request import MAX_SHARDING_KEY_CHARS
+
 
 def _integral(value: Any) -> Any:
     """JSON Schema's integer is any number without a fraction: 6926.0 is 6926 (strict mode refuses
@@ -141,6 +143,8 @@ class MessageIn(BaseModel):
             {
                 "type": "string",
                 "minLength": 1,
+                "maxLength": MAX_SHARDING_KEY_CHARS,
+                "pattern": _NO_SEPARATORS,
                 "description": "Messages with the same key go to the same queue, in order.",
                 "examples": ["customer-7"],
             }

@@ -32,7 +32,7 @@ from rocksidecar.rmq.message import (
     validate_topic,
 )
 
-from ..request import RequestError, parse_time_ms
+from ..request import MAX_SHARDING_KEY_CHARS, RequestError, parse_time_ms
 from ..topic_allow import ALL_TOPICS, TopicAllowList
 from ..wire import to_wire
 
@@ -80,7 +80,6 @@ CLOCK_SLACK_MS = 10 * 60 * 1000
 # UNIQ_KEYs are 32 hex characters (Java's client and the sidecar make them so); other clients' ids get
 # room, but an id is a key of the delay store and a label of every status answer, so it is bounded.
 MAX_ID_CHARS = 128
-MAX_SHARDING_KEY_CHARS = 1024  # picks a queue by its hash: nothing longer is needed
 
 
 class Reject(StrEnum):

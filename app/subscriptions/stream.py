@@ -3,7 +3,8 @@
 The PushConsumer's listener puts each message in the hub's queue and waits: a stream takes it, the
 app answers by delivery id. No answer within the subscription's timeout is a failure (sent back, then
 redelivered by the broker); LATER waits and offers it again; a stream that ends without answering hands
-the message to the next stream (no failure counted). With no stream attached, messages wait.
+the message to the next stream (no failure counted, unless MAX_LOST streams have ended so with it: one
+no client can take would go round the streams for ever). With no stream attached, messages wait.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from rocksidecar.rmq.message import MessageExt, MessageQueue
 from ..tracing import spans
 from .push import DEFAULT_LATER_S, DeliveryHook, later_s
 from .spec import SubscriptionSpec
+
+# Streams that may end, one after another, without answering a delivery before it counts as failed.
+MAX_LOST = 3
 
 
 class Answer(enum.Enum):
@@ -74,6 +78,7 @@ class StreamHub:
 
     async def deliver(self, msg: MessageExt, mq: MessageQueue) -> bool:
         loop = asyncio.get_running_loop()
+        lost = 0
         while True:
             d = Delivery(uuid.uuid4().hex, msg, mq)
             await self._queue.put(d)
@@ -86,8 +91,15 @@ class StreamHub:
                 return False
             finally:
                 self._open.pop(d.delivery_id, None)
-            if answer is not Answer.LOST:
-                self._on_delivery(self.spec.name, answer.value, loop.time() - started)
+            if answer is Answer.LOST:
+                lost += 1
+                if lost < MAX_LOST:
+                    continue
+                # Every stream it went to ended: one no client takes (a body over its receive limit)
+                # would go round them for ever. A failure: sent back, dead-lettered in the end.
+                self._on_delivery(self.spec.name, "error", loop.time() - started)
+                return False
+            self._on_delivery(self.spec.name, answer.value, loop.time() - started)
             if answer is Answer.OK:
                 return True
             if answer is Answer.FAILED:

@@ -133,7 +133,8 @@ class SidecarServicer:
         """The messages of a subscription whose endpoint is "grpc" (one stream per app instance; several
         share the work). Each Delivery must be answered with Ack within the subscription's timeout_s, or it
         counts as failed: sent back to the broker and delivered again later. A stream that ends hands its
-        unanswered deliveries to the other streams at once (not counted as failures).
+        unanswered deliveries to the other streams at once (not counted as failures, until a delivery has
+        ended three streams so).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

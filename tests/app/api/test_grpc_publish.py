@@ -187,3 +187,30 @@ async def test_a_sender_that_breaks_ends_the_stream_with_its_error() -> None:
     publisher = StreamPublisher(cast(Operations, _Short()), None, window=8)
     with pytest.raises(ValueError):
         await asyncio.wait_for(anext(publisher.run(requests())), 5)
+
+
+async def _settle() -> None:
+    """Let every task that can run do so (all in memory here: no I/O to wait for)."""
+    for _ in range(2000):
+        await asyncio.sleep(0)
+
+
+async def test_a_client_that_reads_no_acks_stops_the_reader_at_the_window() -> None:
+    """Audit (session 13): answers waiting for a client that does not read them count against the window,
+    so a stream that never reads its acks cannot make the sidecar read, store and hold answers without
+    bound (it did: the window counted only messages not yet stored)."""
+    ops = _HeldOps()
+    ops.release.set()
+    read: list[int] = []
+
+    async def requests() -> AsyncIterator[pb.PublishRequest]:
+        for i in range(1000):
+            read.append(i)
+            yield pb.PublishRequest(sequence=i, message=pb.Message(topic="T", body=str(i)))
+
+    answers = StreamPublisher(cast(Operations, ops), None, window=4).run(requests())
+    assert (await anext(answers)).sequence == 0  # then the client reads no more
+    await _settle()
+    assert len(read) <= 4
+    got = [a.sequence async for a in answers]  # reading again lets the stream go on to its end
+    assert got == list(range(1, 1000)) and len(read) == 1000

@@ -86,6 +86,8 @@ def test_origin_ok(origin: bytes | None, ok: bool) -> None:
         (b"Basic s3cret", False),
         (b"s3cret", False),
         (None, False),
+        ("Bearer s3cret€", False),  # gRPC metadata that was UTF-8: grpc hands it over decoded so
+        ("Bearer €", False),
     ],
 )
 def test_bearer(header: bytes | str | None, ok: bool) -> None:

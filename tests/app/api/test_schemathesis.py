@@ -17,7 +17,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from bench.openapi_acceptance import measure
+from bench.openapi_acceptance import REFUSALS, measure
 from bench.sidecar_process import sidecar_process
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
@@ -57,10 +57,18 @@ def test_requests_valid_by_the_schema_are_accepted(sidecar_url: str) -> None:
     Before, 0 of 208 single messages and 2 of 753 batch items were accepted (bench/RESULTS.md)."""
     results = measure(sidecar_url, 100)
     single = results["POST /v1/messages"]
-    assert single["400"] <= 2, single  # deliverAt's "at most maxDelayMs ahead" is relative to now
+    # deliverAt's "at most maxDelayMs ahead" is relative to now, which the schema cannot say: the only 400s
+    # (how many depends on the examples, derandomized from the schema: 2, and 4 since shardingKey's bounds)
+    refused = [r for r in REFUSALS if r.startswith("POST /v1/messages: ")]
+    assert all("deliverAt is more than" in r for r in refused), refused
+    assert single["400"] <= 5, single
     assert single["200"] + single["202"] > 0 and single["500"] == 0
     items = {k: v for k, v in results["POST /v1/messages:batch"].items() if k.startswith("item")}
-    assert items["item REJECTED"] <= sum(items.values()) // 10, items
+    # as for single messages: deliverAt's refusals only (in a full run of tests/app the examples give 21
+    # of 188 items, 2 more than a tenth; run alone, fewer)
+    rejected = [r for r in REFUSALS if r.startswith("POST /v1/messages:batch item: ")]
+    assert all("deliverAt is more than" in r for r in rejected), rejected
+    assert items["item REJECTED"] <= sum(items.values()) // 5, items
 
 
 async def test_the_schema_states_the_rules(sidecar_url: str) -> None:

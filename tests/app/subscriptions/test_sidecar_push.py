@@ -318,3 +318,29 @@ async def test_a_bulk_subscription_gets_batches_and_its_statuses_apply_per_messa
         sub = {"subscription": "orders"}
         assert metric(text, "rocksidecar_subscription_deliveries_total", **sub, outcome="dropped") == 1
         assert metric(text, "rocksidecar_subscription_deliveries_total", **sub, outcome="failed") == 1
+
+
+async def test_grpc_a_delivery_that_ends_every_stream_is_sent_back_as_a_failure(tmp_path: Path) -> None:
+    """Audit (session 13): a message with the largest body the sidecar accepts (4 MiB) makes a Delivery
+    over a default grpc client's receive limit, so every stream it is written to ends; a lost delivery
+    was handed on without counting a failure, so it went round the streams for ever, never sent back nor
+    dead-lettered. Now the third stream in a row that ends without answering it counts as a failure."""
+    async with rig(tmp_path, "SubGrpcHuge", endpoint="grpc") as r:
+        channel, stub = stub_for(r)
+        roomy = grpc.aio.insecure_channel(
+            f"127.0.0.1:{r.service.grpc.port}", options=[("grpc.max_receive_message_length", 8 << 20)]
+        )
+        async with channel, roomy:
+            msg_id = await send(r.api, "SubGrpcHuge", b"x" * (4 << 20))
+            for _ in range(3):
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await stub.Subscribe(pb.SubscribeRequest(subscription="orders")).read()
+                assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            call = pb_grpc.SidecarStub(roomy).Subscribe(pb.SubscribeRequest(subscription="orders"))
+            d = await call.read()
+            assert (d.id, len(d.body), d.reconsume_times) == (msg_id, 4 << 20, 1)  # sent back once
+            await stub.Ack(pb.AckRequest(delivery_id=d.delivery_id, outcome=pb.ACK_OK))
+            await r.consumed("consume_ok", 1)
+            assert r.service.subscriptions is not None
+            assert r.service.subscriptions.consumers["orders"].stats["consume_failed"] == 1
+            call.cancel()
