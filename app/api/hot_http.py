@@ -23,33 +23,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from http import HTTPStatus
 from typing import Any, Protocol
 
 import httptools
 
-from .http_protocol import LINGER_S, MAX_HEAD, LazyDeadline
+from .http_protocol import LINGER_S, MAX_HEAD, PROBLEM_JSON_BYTES, STATUS_LINE, LazyDeadline, default_head
 from .middleware import CLIENT_CLOSED, INTERNAL_ERROR, FastRoute, problem_body
-from .problems import PROBLEM_JSON
 
-_PROBLEM_JSON = PROBLEM_JSON.encode("latin-1")
-_STATUS_LINE = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode("latin-1")) for s in HTTPStatus}
 _HEAD_END = b"\r\n\r\n"
 log = logging.getLogger("uvicorn.error")  # where uvicorn logs an application's exception
-
-
-_default: tuple[object, bytes] = (None, b"")
-
-
-def _default_head(headers: list[tuple[bytes, bytes]]) -> bytes:
-    """uvicorn's default headers (date, server) as a head's lines, built again only when uvicorn replaces
-    the list (once a second, for the date) rather than per answer."""
-    global _default
-    source, head = _default
-    if source is not headers:
-        head = b"".join(b"%s: %s\r\n" % pair for pair in headers)
-        _default = (headers, head)
-    return head
 
 
 class HotRoutes(Protocol):
@@ -265,7 +247,7 @@ class HotHttp(asyncio.Protocol):
             log.error("Exception in ASGI application\n", exc_info=exc)
             hot.keep_alive = False
             status = 500
-            self._write(hot, 500, problem_body(INTERNAL_ERROR), _PROBLEM_JSON, {})
+            self._write(hot, 500, problem_body(INTERNAL_ERROR), PROBLEM_JSON_BYTES, {})
         finally:
             self.hot.count_as(hot.path, status)
             self._answered(hot)
@@ -291,7 +273,7 @@ class HotHttp(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        out = [_STATUS_LINE[status], _default_head(self.server_state.default_headers)]
+        out = [STATUS_LINE[status], default_head(self.server_state.default_headers)]
         for key, text in extra.items():
             out += [key.lower().encode("latin-1"), b": ", text.encode("latin-1"), b"\r\n"]
         out.append(b"content-length: %d\r\ncontent-type: " % len(payload))

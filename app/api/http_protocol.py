@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -30,6 +31,21 @@ from .problems import PROBLEM_JSON
 
 LINGER_S = 1.0
 MAX_HEAD = 64 * 1024  # bytes of a request's head (its URL and header fields) read before it is refused
+PROBLEM_JSON_BYTES = PROBLEM_JSON.encode("latin-1")
+STATUS_LINE = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode("latin-1")) for s in HTTPStatus}
+
+_default: tuple[object, bytes] = (None, b"")
+
+
+def default_head(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """uvicorn's default headers (date, server) as a head's lines, built again only when uvicorn replaces
+    the list (once a second, for the date) rather than per answer."""
+    global _default
+    source, head = _default
+    if source is not headers:
+        head = b"".join(b"%s: %s\r\n" % pair for pair in headers)
+        _default = (headers, head)
+    return head
 
 
 class LazyDeadline:
@@ -184,10 +200,9 @@ class GuardedHttpTools(HttpToolsProtocol):
             self.flow.pause_reading()  # on_response_complete refuses it
             return
         body = problem_body(_HEAD_TOO_LARGE)
-        head = [b"HTTP/1.1 431 Request Header Fields Too Large\r\n"]
-        head += [b"%s: %s\r\n" % pair for pair in self.server_state.default_headers]
-        head.append(b"content-type: %s\r\ncontent-length: %d\r\n" % (PROBLEM_JSON.encode(), len(body)))
-        self.transport.write(b"".join([*head, b"connection: close\r\n\r\n", body]))
+        head = STATUS_LINE[431] + default_head(self.server_state.default_headers)
+        head += b"content-type: %s\r\ncontent-length: %d\r\n" % (PROBLEM_JSON_BYTES, len(body))
+        self.transport.write(b"".join([head, b"connection: close\r\n\r\n", body]))
         self.transport.close()
 
     def on_response_complete(self) -> None:
