@@ -66,6 +66,7 @@ class _Sink(BaseHTTPRequestHandler):
     """An OTLP/HTTP collector that takes every export (so the exporter's cost is the sidecar's own)."""
 
     received: Any = None  # the bytes taken, a multiprocessing Value shared with the bench
+    protocol_version = "HTTP/1.1"  # keeps the exporter's connection open, as a collector does
 
     def do_POST(self) -> None:
         n = int(self.headers.get("content-length") or 0)

@@ -6,10 +6,11 @@ The OTLP exporters encode a batch with ``encode_spans``, which builds a protobuf
 (bench.tracing_cpu), two thirds of what a sampled request costs, spent in the export thread and so
 under the GIL with the event loop. Most of a span's attributes repeat from span to span (the system,
 the operation, the topic, the broker), so ``encode`` serialises each distinct attribute once, as a
-one-attribute ``Span``, and keeps the bytes: a span is then its own fields serialised as one message,
-the cached attributes' bytes after them, parsed into the request by protobuf (serialised messages of
-one type concatenate into their merge, repeated fields appended in order). The request equals
-``encode_spans``'s for the same spans (tests/app/tracing/test_otlp.py compares them).
+one-attribute ``Span``, and keeps the bytes; a span's ids and times are written in protobuf's wire
+format directly, and the request's framing too (``encode_bytes``): no protobuf message per span is
+built, parsed or copied (serialised fields of one message concatenate into it, repeated ones appended
+in order). The request parses into what ``encode_spans`` gives for the same spans
+(tests/app/tracing/test_otlp.py compares them).
 
 ``exporter`` builds the OTLP exporter ``OTEL_EXPORTER_OTLP_PROTOCOL`` names (configured by the standard
 ``OTEL_*`` variables as before) with this encoding.
@@ -17,6 +18,7 @@ one type concatenate into their merge, repeated fields appended in order). The r
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,8 +35,8 @@ from opentelemetry.exporter.otlp.proto.common._internal.trace_encoder import (
     _encode_trace_state,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, SpanFlags
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
+from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace.status import Status, StatusCode
@@ -44,6 +46,8 @@ from ..bounded import remember
 MAX_CACHED = 4096  # distinct attributes kept encoded; past it the cache starts again (message ids churn)
 _CACHEABLE = (str, bool, int, float)  # hashable scalars; a list (message keys) is encoded each time
 _cache: dict[tuple[str, type, Any], bytes] = {}
+_unencodable: set[str] = set()  # attribute keys whose value could not be encoded, logged once each
+log = logging.getLogger(__name__)
 _Span: Any = PbSpan  # its stubs want every field set; encode_spans passes None for the unset ones
 _statuses: dict[tuple[StatusCode, str | None], bytes] = {}
 # a span's name, kind, flags and status serialised together, by (name, id(kind), remote, code, description)
@@ -53,6 +57,18 @@ _fixed: dict[tuple[str, int, bool, StatusCode, str | None], bytes] = {}
 _LOCAL: int = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 _REMOTE: int = _LOCAL | SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 _KINDS: dict[int, int] = {id(kind): value for kind, value in _SPAN_KIND_MAP.items()}
+# Wire-format tags (field number << 3 | wire type) of the fields written directly: Span's trace_id (1),
+# span_id (2), parent_span_id (4) (length-delimited, 2), start and end times (7, 8: fixed64, 1); the
+# request's resource_spans (1), a ResourceSpans' resource (1) and scope_spans (2), a ScopeSpans' scope
+# (1) and spans (2), either's schema_url (3). Ids are fixed-length, so their length byte is in the tag.
+_TRACE_ID, _SPAN_ID, _PARENT_ID = b"\x0a\x10", b"\x12\x08", b"\x22\x08"
+_START, _END = b"\x39", b"\x41"
+_RESOURCE_SPANS = _RESOURCE = _SCOPE = b"\x0a"
+_SCOPE_SPANS = _SPANS = b"\x12"
+_SCHEMA_URL = b"\x1a"
+# a Span's attributes (9), a KeyValue's key (1) and value (2), an AnyValue's string_value (1)
+_ATTRIBUTES, _KEY, _VALUE, _STRING_VALUE = b"\x4a", b"\x0a", b"\x12", b"\x0a"
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
 
 
 def _attribute(key: str, value: Any) -> bytes:
@@ -66,39 +82,64 @@ def _attribute(key: str, value: Any) -> bytes:
 
 
 def _one(key: str, value: Any) -> bytes:
-    got: bytes = _Span(attributes=[_encode_key_value(key, value)]).SerializePartialToString()
+    if type(value) is str:  # most attributes, and the one that misses the cache every span (the message id)
+        try:
+            return _string_attribute(key.encode(), value.encode())
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: dropped below, as the SDK's encoder drops it
+    try:
+        got: bytes = _Span(attributes=[_encode_key_value(key, value)]).SerializePartialToString()
+    except Exception as error:  # the SDK's encoder's rule: the attribute is dropped, not the batch
+        if len(_unencodable) < MAX_CACHED and key not in _unencodable:  # once per key: values may be hostile
+            _unencodable.add(key)
+            log.warning("span attribute %r cannot be encoded, dropped: %s", key[:200], error)
+        return b""
     return got
 
 
+def _string_attribute(key: bytes, value: bytes) -> bytes:
+    """A Span's ``attributes`` field of a KeyValue whose AnyValue is ``string_value``, in wire format."""
+    any_value = _STRING_VALUE + _varint(len(value)) + value
+    pair = _KEY + _varint(len(key)) + key + _VALUE + _varint(len(any_value)) + any_value
+    return _ATTRIBUTES + _varint(len(pair)) + pair
+
+
 def _span(span: ReadableSpan) -> bytes:
-    """``span`` as a serialised OTLP Span: what encode_spans makes of it. Its fields that repeat from
-    span to span (name, kind, flags, status) are serialised once per distinct set (``_fixed``); only the
-    ids and times are a new message per span (bench/RESULTS.md: tracelight)."""
+    """``span`` as a serialised OTLP Span: what encode_spans makes of it. The ids and times are written
+    as protobuf's wire format directly (fixed-size fields: a tag and the bytes); the fields that repeat
+    from span to span (name, kind, flags, status, attributes) are serialised once per distinct value and
+    kept (``_fixed``, ``_cache``); only the rare ones (trace state, events, links, dropped counts) still
+    go through a protobuf message (bench/RESULTS.md: tracelight, and session 14)."""
     sc: Any = span.get_span_context()  # a ReadableSpan's is always set
     parent = span.parent
+    parts = [_TRACE_ID, sc.trace_id.to_bytes(16, "big"), _SPAN_ID, sc.span_id.to_bytes(8, "big")]
+    if parent:
+        parts += (_PARENT_ID, parent.span_id.to_bytes(8, "big"))
+    start, end = span.start_time, span.end_time
+    if start:
+        parts += (_START, start.to_bytes(8, "little"))
+    if end:
+        parts += (_END, end.to_bytes(8, "little"))
     events = span.events
     links = span.links
     state = sc.trace_state
-    head: bytes = _Span(
-        trace_id=sc.trace_id.to_bytes(16, "big"),
-        span_id=sc.span_id.to_bytes(8, "big"),
-        parent_span_id=parent.span_id.to_bytes(8, "big") if parent else None,
-        start_time_unix_nano=span.start_time,
-        end_time_unix_nano=span.end_time,
-    ).SerializePartialToString()
     if state or events or links:
-        head += _Span(
-            trace_state=_encode_trace_state(state),
-            events=_encode_events(events) if events else None,
-            links=_encode_links(links) if links else None,
-        ).SerializePartialToString()
+        parts.append(
+            _Span(
+                trace_state=_encode_trace_state(state),
+                events=_encode_events(events) if events else None,
+                links=_encode_links(links) if links else None,
+            ).SerializePartialToString()
+        )
     dropped = (span.dropped_attributes, span.dropped_events, span.dropped_links)
     if any(dropped):
-        head += _Span(
-            dropped_attributes_count=dropped[0],
-            dropped_events_count=dropped[1],
-            dropped_links_count=dropped[2],
-        ).SerializePartialToString()
+        parts.append(
+            _Span(
+                dropped_attributes_count=dropped[0],
+                dropped_events_count=dropped[1],
+                dropped_links_count=dropped[2],
+            ).SerializePartialToString()
+        )
     remote = parent is not None and parent.is_remote
     status = span.status
     key = (span.name, id(span.kind), remote, status.status_code, status.description)
@@ -108,16 +149,14 @@ def _span(span: ReadableSpan) -> bytes:
             name=span.name, kind=_KINDS[id(span.kind)], flags=_REMOTE if remote else _LOCAL
         ).SerializePartialToString() + _status(status)
         remember(_fixed, key, fixed, MAX_CACHED)
-    head += fixed
+    parts.append(fixed)
     attributes: Mapping[str, Any] | None = span.attributes
-    if not attributes:
-        return head
-    parts = [head]
-    get = _cache.get
-    for k, v in attributes.items():  # the cache read inline: a call per attribute is a third of its cost
-        kind = type(v)
-        got = get((k, kind, v)) if kind in _CACHEABLE else None
-        parts.append(got if got is not None else _attribute(k, v))
+    if attributes:
+        get = _cache.get
+        for k, v in attributes.items():  # the cache read inline: a call per attribute is a third of its cost
+            kind = type(v)
+            got = get((k, kind, v)) if kind in _CACHEABLE else None
+            parts.append(got if got is not None else _attribute(k, v))
     return b"".join(parts)
 
 
@@ -131,26 +170,53 @@ def _status(status: Status) -> bytes:
     return got
 
 
-def encode(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
-    """The OTLP request of ``spans``, grouped by resource then instrumentation scope (as encode_spans)."""
+def encode_bytes(spans: Sequence[ReadableSpan]) -> bytes:
+    """The serialised OTLP request of ``spans``, grouped by resource then instrumentation scope (as
+    encode_spans), written as protobuf's wire format: each span's bytes framed as a ScopeSpans' ``spans``
+    field, each scope's as a ResourceSpans' ``scope_spans``, each resource's as the request's
+    ``resource_spans``. No protobuf message per span is built, parsed or copied (what parsing each span
+    into the request and serialising that cost: bench/RESULTS.md, session 14)."""
     grouped: dict[Any, dict[Any, list[ReadableSpan]]] = {}
     for span in spans:
         grouped.setdefault(span.resource, {}).setdefault(span.instrumentation_scope or None, []).append(span)
-    request = ExportTraceServiceRequest()
+    request: list[bytes] = []
     for resource, scopes in grouped.items():
-        resource_spans: ResourceSpans = request.resource_spans.add()
-        resource_spans.resource.CopyFrom(_encode_resource(resource))
-        if resource.schema_url:
-            resource_spans.schema_url = resource.schema_url
+        resource_spans = [_field(_RESOURCE, _encode_resource(resource).SerializePartialToString())]
         for scope, members in scopes.items():
-            scope_spans: ScopeSpans = resource_spans.scope_spans.add()
-            scope_spans.scope.CopyFrom(_encode_instrumentation_scope(scope))
-            if scope is not None and scope.schema_url:
-                scope_spans.schema_url = scope.schema_url
-            add = scope_spans.spans.add
+            scope_spans = [_field(_SCOPE, _encode_instrumentation_scope(scope).SerializePartialToString())]
             for span in members:
-                add().MergeFromString(_span(span))
+                encoded = _span(span)
+                scope_spans += (_SPANS, _varint(len(encoded)), encoded)
+            if scope is not None and scope.schema_url:
+                scope_spans.append(_field(_SCHEMA_URL, scope.schema_url.encode()))
+            resource_spans.append(_field(_SCOPE_SPANS, b"".join(scope_spans)))
+        if resource.schema_url:
+            resource_spans.append(_field(_SCHEMA_URL, resource.schema_url.encode()))
+        request.append(_field(_RESOURCE_SPANS, b"".join(resource_spans)))
+    return b"".join(request)
+
+
+def encode(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
+    """The OTLP request of ``spans`` as a message (the gRPC exporter's stub wants one)."""
+    request: ExportTraceServiceRequest = ExportTraceServiceRequest.FromString(encode_bytes(spans))
     return request
+
+
+def _varint(n: int) -> bytes:
+    """``n`` (>= 0) as a protobuf varint."""
+    if n < 0x80:
+        return _ONE_BYTE[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: bytes, value: bytes) -> bytes:
+    """A length-delimited field: its tag, the length, the bytes."""
+    return tag + _varint(len(value)) + value
 
 
 def exporter(protocol: str) -> SpanExporter:
@@ -190,7 +256,7 @@ def _http() -> SpanExporter:
                 return super().export(spans)
             with metrics.export_operation(len(spans)) as result:
                 try:
-                    data = encode(spans).SerializePartialToString()
+                    data = encode_bytes(spans)
                 except Exception as error:  # the SDK's rule: an export never raises
                     http._logger.error("Failed to encode span batch: %s", error)
                     result.error = error

@@ -64,6 +64,45 @@ def test_the_request_equals_the_sdk_encoders() -> None:
     assert otlp.encode([]) == encode_spans([])
 
 
+def test_the_bytes_parse_into_that_request_across_resources_scopes_and_schema_urls() -> None:
+    """encode_bytes writes the request's framing itself: several resources and scopes, schema URLs on
+    both, and spans whose encoding is longer than one length byte holds."""
+    batch = made_spans()
+    for schema in ("", "https://opentelemetry.io/schemas/1.26.0"):
+        memory = InMemorySpanExporter()
+        provider = TracerProvider(resource=Resource({"service.name": "other", "x": "y" * 300}, schema))
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        for scope in ("a", "b"):
+            tracer = provider.get_tracer(scope, "1.0", schema_url=schema)
+            tracer.start_span("s", None, SpanKind.CLIENT, {"long": "z" * 500}).end()
+        batch += memory.get_finished_spans()
+    encoded = otlp.encode_bytes(batch)
+    assert ExportTraceServiceRequest.FromString(encoded) == encode_spans(batch)
+    assert len(encode_spans(batch).resource_spans) == 3
+
+
+def test_an_unencodable_attribute_is_dropped_not_the_batch_as_the_sdks_encoder_does() -> None:
+    """A lone surrogate in a string attribute: the SDK's encoder logs and drops that attribute; before
+    session 14 this encoder raised, and the export of the whole batch (up to 512 spans) failed."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    lite = LiteTracer(provider.get_tracer("t"))  # type: ignore[arg-type]
+    lite.start_span("s", None, attributes={"k": "\ud800", "ok": "v", "n": 1}).end()
+    batch = [*memory.get_finished_spans(), *made_spans()]
+    request = ExportTraceServiceRequest.FromString(otlp.encode_bytes(batch))
+    assert request == encode_spans(batch)
+    kept = request.resource_spans[0].scope_spans[0].spans[0].attributes
+    assert [a.key for a in kept] == ["ok", "n"]
+
+
+@pytest.mark.parametrize("n", [0, 1, 127, 128, 300, 16_383, 16_384, 2**21, 2**35])
+def test_varint_is_protobufs(n: int) -> None:
+    from google.protobuf.internal.encoder import _VarintBytes
+
+    assert otlp._varint(n) == _VarintBytes(n)
+
+
 def test_the_cache_is_bounded_and_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(otlp, "MAX_CACHED", 4)
     otlp._cache.clear()
