@@ -13,9 +13,10 @@ so that callers that arrive together leave together, one loop turn later.
 What each caller still gets: its own SendResult (its own UNIQ_KEY, its offset) or the typed error a single
 send raises; a message with a sharding key still goes to its key's queue; one caller's sends, each
 awaited before the next, keep their order. What differs: messages coalesced together share one queue,
-chosen and retried as for a single send, and consecutive offsets there. A batch the broker refuses as a
-whole with a final error (say MESSAGE_ILLEGAL) is sent again message by message, so that a bad message
-fails only itself. Bodies a single send would compress are sent alone: the batch format compresses none.
+chosen and retried as for a single send, and consecutive offsets there. A bad message fails only itself:
+that is the Sender's ``send_batch`` contract (the Producer's batch sender sends a batch the broker refuses
+as a whole with a final error again message by message), so each caller gets its batch outcome as it is.
+Bodies a single send would compress are sent alone: the batch format compresses none.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import asyncio
 
 from ..broker import DEFAULT_COMPRESS_OVER_BYTES
-from ..errors import RocketMQError, is_final
 from ..message import Message
 from ..result import SendResult
 from ..sender import Sender
@@ -105,14 +105,8 @@ class CoalescingSender:
             if not isinstance(exc, Exception):
                 raise
             return
-        alone: list[_Waiter] = []
-        for waiter, outcome in zip(waiters, outcomes, strict=True):
-            if isinstance(outcome, RocketMQError) and is_final(outcome):
-                alone.append(waiter)  # maybe another message's fault: find out by sending it alone
-            else:
-                _settle(waiter[2], outcome)
-        if alone:
-            await asyncio.gather(*(self._one(w) for w in alone))
+        for (_, _, future), outcome in zip(waiters, outcomes, strict=True):
+            _settle(future, outcome)  # a final error is this message's own (send_batch's contract)
 
 
 def _settle(future: asyncio.Future[SendResult], outcome: SendResult | BaseException) -> None:

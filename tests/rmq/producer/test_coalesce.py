@@ -27,8 +27,10 @@ from tests.rmq.producer.test_producer_devbroker import TOPIC, make_producer
 
 class Recorder:
     """A Sender that records its calls, each of which takes a loop turn (or waits for ``hold``) as a
-    network round trip does; a message whose body is in ``refuse`` poisons the whole batch it is in with
-    ``code`` (as a broker refusing a batch does) and fails alone the same way."""
+    network round trip does; a message whose body is in ``refuse`` fails with ``code``. In a batch, a
+    final code fails only that message (the Sender's send_batch contract, which the Producer keeps by
+    sending a refused batch again one by one); a retriable one (the broker busy) fails the whole batch,
+    as one refused request does."""
 
     def __init__(
         self,
@@ -70,10 +72,10 @@ class Recorder:
         self.batches.append(list(messages))
         self.keys.append(list(sharding_keys or [None] * len(messages)))
         await self._wire(list(messages))
-        if any(m.body in self.refuse for m in messages):
-            failed = SendFailed("batch refused", [], for_code(self.code, "refused"))
-            return [failed for _ in messages]
-        return [self._result(m) for m in messages]
+        refused = SendFailed("refused", [], for_code(self.code, "refused"))
+        if not refused.final and any(m.body in self.refuse for m in messages):
+            return [refused for _ in messages]
+        return [refused if m.body in self.refuse else self._result(m) for m in messages]
 
 
 def messages(n: int, size: int = 8) -> list[Message]:
@@ -119,15 +121,17 @@ async def test_sends_of_later_turns_go_in_later_batches() -> None:
     assert inner.batches == [a, b]
 
 
-async def test_a_batch_refused_for_one_message_is_sent_again_one_by_one() -> None:
+async def test_a_final_error_in_a_batch_reaches_its_caller_alone_without_a_second_send() -> None:
+    """Before session 14 the coalescer sent a message its batch got a final error for again alone: one
+    more refused round trip, since the Producer's batch sender had already isolated it."""
     msgs = messages(5)
     inner = Recorder(refuse=frozenset({msgs[2].body}))
     sender = CoalescingSender(inner)
     outcomes = await asyncio.gather(*(sender.send(m, validated=True) for m in msgs), return_exceptions=True)
-    assert inner.batches == [msgs[1:]] and inner.singles == msgs  # the first at once, then each alone
+    assert inner.batches == [msgs[1:]] and inner.singles == msgs[:1]  # the first at once, the rest one batch
     assert [isinstance(o, SendResult) for o in outcomes] == [True, True, False, True, True]
     failed = outcomes[2]
-    assert isinstance(failed, RocketMQError) and failed.code == ResponseCode.MESSAGE_ILLEGAL
+    assert isinstance(failed, SendFailed) and failed.final and failed.code == ResponseCode.MESSAGE_ILLEGAL
 
 
 async def test_a_batch_that_may_succeed_later_fails_its_callers_without_a_second_try() -> None:
