@@ -26,7 +26,7 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .middleware import _Refusal, problem_body
+from .middleware import Refusal, problem_body
 from .problems import PROBLEM_JSON
 
 LINGER_S = 1.0
@@ -149,7 +149,7 @@ class _LingeringTransport:
         self._transport.close()
 
 
-_HEAD_TOO_LARGE = _Refusal(
+_HEAD_TOO_LARGE = Refusal(
     431, "Request header fields too large", f"the request's head is over {MAX_HEAD} bytes", "headers", {}
 )
 
