@@ -27,6 +27,7 @@ from rocksidecar.rmq.errors import RocketMQError
 from rocksidecar.rmq.message import Message
 from rocksidecar.rmq.msgid import new_uniq_id
 from rocksidecar.rmq.producer.transaction import CheckRequest, TransactionProducer, TransactionState
+from rocksidecar.storage.errors import StorageError
 
 from ..delivery_policy import RetrySpool, failed_send, message_fault
 from ..wire import to_stored
@@ -226,7 +227,12 @@ class TransactionCoordinator:
     async def maintain(self) -> None:
         """One round of the background loop: index records of an earlier version's store (once), re-send,
         ask about stale local ones, forget old decided ones."""
-        for record in self.records.sweep():
+        try:  # a store not writable yet (opened read-only on a full disk) must not stop the re-sends
+            swept = self.records.sweep()
+        except StorageError as exc:
+            log.warning("transactions: records of an earlier version not indexed yet: %s", exc)
+            swept = []
+        for record in swept:
             if record.decision is Decision.NONE:
                 self.stats.begun(record)
         await self.resend()

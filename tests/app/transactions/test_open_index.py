@@ -5,6 +5,7 @@ next goes on after it; a store written before the indexes is swept into them by 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -17,7 +18,8 @@ from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.rmq import Message, SendFailed
 from rocksidecar.rmq.producer.transaction import TransactionState
-from rocksidecar.storage.kv import Put
+from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.kv import Op, Put
 from rocksidecar.storage.memory import MemoryKV
 from rocksidecar.storage.message import StoredMessage
 from tests.fakes import FakeWallClock
@@ -143,3 +145,20 @@ async def test_index_keys_are_no_transaction_ids(env: Env) -> None:
     await c.maintain()  # writes the swept mark
     assert c.records.get(SWEPT.decode()) is None and c.records.get("~o/") is None
     assert [r.id for r in c.records.all()] == [r.id for r in c.records.open()]
+
+
+class _NoSweepMark(MemoryKV):
+    """A store whose writes of the swept mark fail (as every write of a store opened read-only does)."""
+
+    def write(self, ops: Sequence[Op], *, sync: bool, no_slowdown: bool = False) -> None:
+        if any(op.key == SWEPT for op in ops if isinstance(op, Put)):
+            raise StorageError("read-only")
+        super().write(ops, sync=sync, no_slowdown=no_slowdown)
+
+
+async def test_a_sweep_that_cannot_write_does_not_stop_the_round() -> None:
+    env = Env(kv=_NoSweepMark([CF, *RETRY_CFS]))
+    c = env.coordinator()
+    await c.records.put(env.local(LAST).decided(Decision.COMMIT, env.clock.now_ms()))
+    await c.maintain()
+    assert not c.records.swept and env.retry.get(LAST) is not None  # re-sent all the same
