@@ -253,7 +253,10 @@ class SidecarParts:
         )  # fmt: skip
         if self.transactions is not None:  # POST /v1/transactions, /{id}:commit, /{id}:rollback
             transaction_routes(app, self.transactions.coordinator, limits(s), self.delay.now_ms)
-        self.http = HttpServer(app, s.http_addr, grace_s=s.shutdown_grace_s, read_timeout_s=s.read_timeout_s)
+        self.http = HttpServer(
+            app, s.http_addr, grace_s=s.shutdown_grace_s, read_timeout_s=s.read_timeout_s,
+            max_connections=s.max_connections, refused=self.metrics.connections_refused.inc,
+        )  # fmt: skip
 
     def _grpc_transactions(self) -> GrpcTransactions | None:
         if self.transactions is None:
@@ -279,6 +282,7 @@ class SidecarParts:
                 grace_s=s.shutdown_grace_s,
                 # the HTTP API's limits: one message with its envelope, or a whole batch request
                 max_receive_bytes=max(s.max_body_bytes + ENVELOPE_BYTES, s.max_request_bytes),
+                max_connections=s.max_connections,
                 wrappers=[
                     ProbeToken(s.auth_token, without_token=s.probes_without_token),
                     MalformedRequests(

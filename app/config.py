@@ -202,6 +202,14 @@ SETTINGS: tuple[Setting, ...] = (
         _float(0.001, HOUR_S),
         "Longest a client may take to send one HTTP request (headers and body); slower ones are cut.",
     ),
+    Setting(
+        "max_connections",
+        _int(1, 1_000_000),
+        "Most open HTTP connections (one count for the hot routes and the rest); past it a new "
+        "connection is answered 503 problem+json with 'connection: close' and counted in "
+        "rocksidecar_http_connections_refused_total. Also the gRPC server's bound on its connections "
+        "(grpc.max_allowed_incoming_connections: past it grpc core closes new ones unanswered).",
+    ),
     Setting("send_timeout_ms", _int(1, 600_000), "Budget for one send including its retries."),
     Setting("retry_times", _int(0, 16), "Extra attempts of a send, each on another broker."),
     Setting("fault_tolerance", _bool, "Back off from slow or failing brokers (latency fault tolerance)."),
@@ -357,6 +365,7 @@ class Settings:
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
     read_timeout_s: float = 30.0
+    max_connections: int = 4096
     send_timeout_ms: int = 3000
     retry_times: int = 2
     fault_tolerance: bool = True

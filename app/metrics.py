@@ -37,6 +37,10 @@ class Metrics:
             "API requests answered, by API (http or grpc), route and status code.",
             ["api", "route", "code"],
         )
+        self.connections_refused = self._counter(
+            "http_connections_refused",
+            "HTTP connections answered 503 and closed at once: max_connections were open already.",
+        )
         self.messages = Tally(
             "rocksidecar_messages",
             "Messages accepted or refused, by outcome: sent (stored "

@@ -71,13 +71,16 @@ def page(
     cursor: str | None = None,
     limit: int = 100,
     scan_budget: int = SCAN_BUDGET,
+    below: bytes | None = None,
 ) -> Page[T]:
     """Items of ``cf`` in key order that ``decode(key, value)`` turns into something (None: the filter
-    did not match). Raises ValueError for a bad cursor."""
+    did not match), keys below ``below`` only when given. Raises ValueError for a bad cursor."""
     lower = due_prefix(min(max(where.due_after_ms or 0, 0), MAX_DUE_MS))
     if cursor is not None:
         lower = max(lower, decode_cursor(cursor) + b"\x00")
     upper = None if where.due_before_ms is None else due_bound(where.due_before_ms - 1)
+    if below is not None:
+        upper = below if upper is None else min(upper, below)
     items: list[T] = []
     read = 0
     while len(items) < limit and read < scan_budget:

@@ -15,7 +15,9 @@ gets: its constructor's arguments and the server state's connection and task set
 Connection limits, as on uvicorn's side (app.api.http_protocol): a read deadline from the connection (or
 the first byte of a request) to the end of its body, the keep-alive time between requests, both on one
 lazily re-armed timer; a close while a body is arriving lingers (half-close, read and drop) so the
-client's kernel does not reset the connection before the client read what it was sent.
+client's kernel does not reset the connection before the client read what it was sent. The connection
+limit (``limit``) counts this protocol's connections and uvicorn's in one set (the server state's); a
+head with over MAX_HEADER_FIELDS fields is handed over, and uvicorn's side answers it 431.
 """
 
 from __future__ import annotations
@@ -27,7 +29,16 @@ from typing import Any, Protocol
 
 import httptools
 
-from .http_protocol import LINGER_S, MAX_HEAD, PROBLEM_JSON_BYTES, STATUS_LINE, LazyDeadline, default_head
+from .http_protocol import (
+    LINGER_S,
+    MAX_HEAD,
+    MAX_HEADER_FIELDS,
+    PROBLEM_JSON_BYTES,
+    STATUS_LINE,
+    ConnectionLimit,
+    LazyDeadline,
+    default_head,
+)
 from .middleware import CLIENT_CLOSED, INTERNAL_ERROR, FastRoute, problem_body
 
 _HEAD_END = b"\r\n\r\n"
@@ -60,6 +71,7 @@ class HotHttp(asyncio.Protocol):
     hot: HotRoutes
     fallback: Any
     read_timeout_s = 30.0
+    limit: ConnectionLimit | None = None
 
     def __init__(
         self,
@@ -81,6 +93,7 @@ class HotHttp(asyncio.Protocol):
         self._start = 0  # where the message being parsed begins in _buf
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
+        self._fields = 0  # header fields of the head being parsed
         self._reading: _Hot | None = None  # admitted, its body arriving
         self._queue: collections.deque[_Hot] = collections.deque()  # read, waiting for their answer
         self._answering = False
@@ -95,6 +108,9 @@ class HotHttp(asyncio.Protocol):
 
     # --- asyncio.Protocol ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        limit = self.limit
+        if limit is not None and not limit.admits(self.connections, transport, self.server_state):  # type: ignore[arg-type]
+            return
         self.transport = transport  # type: ignore[assignment]
         self.connections.add(self)
         self._deadline.set(self.read_timeout_s)
@@ -147,6 +163,7 @@ class HotHttp(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._url = b""
         self._headers = {}
+        self._fields = 0
         if self._handover_at is None:
             self._deadline.set(self.read_timeout_s)
 
@@ -154,6 +171,11 @@ class HotHttp(asyncio.Protocol):
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._fields += 1
+        if self._fields > MAX_HEADER_FIELDS:  # uvicorn's side answers it 431
+            if self._handover_at is None:
+                self._handover_at = self._start
+            return
         name = name.lower()
         if name not in self._headers:  # of repeated ones, the first (as the edge reads them)
             self._headers[name] = value
@@ -323,6 +345,7 @@ class HotHttp(asyncio.Protocol):
         self.connections.discard(self)
         self._deadline.stop()
         inner = self.fallback(config=config, server_state=server_state, app_state=app_state, _loop=loop)
+        inner.handed_over = True  # counted against the limit when it was made
         transport, self.transport = self.transport, None
         transport.set_protocol(inner)
         inner.connection_made(transport)

@@ -9,6 +9,11 @@
   send a reset, and the client's kernel then discards the answer before the client has read it.
 - A bounded head: uvicorn's parser holds a request's URL and header fields whatever their size (300 MB of
   headers took 340 MB); past ``MAX_HEAD`` bytes the request is answered 431 and the connection closed.
+- A bounded number of header fields: under MAX_HEAD, one-byte fields would be some 10 000 Python
+  objects per request; past ``MAX_HEADER_FIELDS`` the request is answered 431 and the connection closed.
+- A bounded number of connections (``limit``, setting max_connections, one count with app.api.hot_http's
+  connections: uvicorn's server state's set): past it a new connection is answered 503 at once and closed
+  (``ConnectionLimit``).
 - Pipelined requests read no faster than they are answered: uvicorn resumes reading after every answer,
   even with requests still queued, so a client pipelining without end grew the queue by a read's worth
   per answer (1 GB in 6 s from one connection); reading stays paused until the queue is empty.
@@ -26,11 +31,15 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .middleware import _Refusal, problem_body
+from .middleware import Refusal, problem_body
 from .problems import PROBLEM_JSON
 
 LINGER_S = 1.0
 MAX_HEAD = 64 * 1024  # bytes of a request's head (its URL and header fields) read before it is refused
+# Header fields of one request: Apache httpd's LimitRequestFields and Tomcat's maxHeaderCount default to
+# 100 too (nginx and h11 bound only the head's bytes). A browser sends some 20, a client library fewer.
+MAX_HEADER_FIELDS = 100
+DEFAULT_MAX_CONNECTIONS = 4096
 PROBLEM_JSON_BYTES = PROBLEM_JSON.encode("latin-1")
 STATUS_LINE = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode("latin-1")) for s in HTTPStatus}
 
@@ -149,13 +158,94 @@ class _LingeringTransport:
         self._transport.close()
 
 
-_HEAD_TOO_LARGE = _Refusal(
+_HEAD_TOO_LARGE = Refusal(
     431, "Request header fields too large", f"the request's head is over {MAX_HEAD} bytes", "headers", {}
 )
+TOO_MANY_FIELDS = Refusal(
+    431, "Request header fields too large", f"the request has over {MAX_HEADER_FIELDS} header fields",
+    "headers", {},
+)  # fmt: skip
+
+
+def refusal_bytes(refusal: Refusal, default_headers: list[tuple[bytes, bytes]]) -> bytes:
+    """A whole answer to ``refusal`` that closes the connection, as uvicorn would write it."""
+    body = problem_body(refusal)
+    head = STATUS_LINE[refusal.status] + default_head(default_headers)
+    head += b"content-type: %s\r\ncontent-length: %d\r\n" % (PROBLEM_JSON_BYTES, len(body))
+    for name, value in refusal.headers.items():
+        head += b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1"))
+    return b"".join([head, b"connection: close\r\n\r\n", body])
+
+
+class _TooManyFields(Exception):
+    """Raised from the parser's header callback: httptools stops parsing, uvicorn calls send_400_response."""
+
+
+class ConnectionLimit:
+    """At most ``most`` open HTTP connections (uvicorn's server state's set, which both protocols join).
+    A connection past it is answered 503 problem+json with ``connection: close`` and counted
+    (``refused``): the answer is one prebuilt write, no parser, no task, so refusing costs less than
+    the accept did. It is then half-closed and what the client sends is read and dropped for LINGER_S
+    (closed at once, the client's kernel would reset the connection and drop the answer unread), unless
+    ``most`` refused ones linger already: then it is closed at once, so a flood holds at most twice
+    ``most`` sockets."""
+
+    def __init__(self, most: int, refused: Callable[[], None] = lambda: None) -> None:
+        self.most = most
+        self.refused = refused
+        self.lingering = 0
+        self.refusal = Refusal(
+            503, "Service unavailable", f"the sidecar has {most} HTTP connections open (max_connections)",
+            "", {"retry-after": "1"},
+        )  # fmt: skip
+
+    def admits(self, connections: set[Any], transport: asyncio.Transport, server_state: Any) -> bool:
+        """Whether a new connection may join ``connections``; if not, ``transport`` is refused."""
+        if len(connections) < self.most:
+            return True
+        self.refused()
+        refused = _Refused(self)
+        transport.set_protocol(refused)
+        refused.connection_made(transport, refusal_bytes(self.refusal, server_state.default_headers))
+        return False
+
+
+class _Refused(asyncio.Protocol):
+    """A connection past the limit: answered, then closed (see ConnectionLimit)."""
+
+    def __init__(self, limit: ConnectionLimit) -> None:
+        self._limit = limit
+        self._lingers = False
+
+    def connection_made(self, transport: asyncio.BaseTransport, answer: bytes = b"") -> None:
+        t = cast(asyncio.Transport, transport)
+        t.write(answer)
+        if self._limit.lingering < self._limit.most and t.can_write_eof():
+            self._limit.lingering += 1
+            self._lingers = True
+            t.write_eof()
+            asyncio.get_running_loop().call_later(LINGER_S, t.close)
+        else:
+            t.close()
+
+    def data_received(self, data: bytes) -> None:
+        pass  # dropped
+
+    def eof_received(self) -> bool:
+        return False  # the client is done: close now
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._lingers:
+            self._lingers = False
+            self._limit.lingering -= 1
 
 
 class GuardedHttpTools(HttpToolsProtocol):
     read_timeout_s = 30.0
+    limit: ConnectionLimit | None = None
+    handed_over = False  # set by app.api.hot_http: the connection was counted and admitted there
+    _fields = 0  # header fields of the head being read
+    _pending: Refusal | None = None  # a head refused while answers before it were owed
     _read: LazyDeadline | None = None
     _lingering: _LingeringTransport | None = None
     # Bytes of the head being read, counted from the read after the one it began in (httptools says where
@@ -164,6 +254,9 @@ class GuardedHttpTools(HttpToolsProtocol):
     _begun = 0  # requests begun on this connection
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        limit = None if self.handed_over else self.limit
+        if limit is not None and not limit.admits(self.connections, transport, self.server_state):
+            return
         self._lingering = _LingeringTransport(transport, self)
         super().connection_made(cast(asyncio.Transport, self._lingering))
         self._read = LazyDeadline(self.loop, self._timed_out)
@@ -177,7 +270,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         if self._head is not None and head_before == (self._begun, True):  # the whole read was this head's
             self._head += len(data)
             if self._head > MAX_HEAD and not self.transport.is_closing():
-                self._head_too_large()
+                self._refuse_head(_HEAD_TOO_LARGE)
 
     def body_arriving(self) -> bool:
         """A request is arriving: its body, or its head (a 431 or a timeout closes while it does)."""
@@ -186,23 +279,34 @@ class GuardedHttpTools(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._head = 0
+        self._fields = 0
         self._begun += 1
         if self._read is not None and not self._read.timing:
             self._read.set(self.read_timeout_s)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._fields += 1
+        if self._fields > MAX_HEADER_FIELDS:
+            raise _TooManyFields  # parsing stops here; uvicorn calls send_400_response
+        super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._head = None
         super().on_headers_complete()
 
-    def _head_too_large(self) -> None:
+    def send_400_response(self, msg: str) -> None:
+        if self._fields > MAX_HEADER_FIELDS:
+            self._refuse_head(TOO_MANY_FIELDS)
+        else:
+            super().send_400_response(msg)
+
+    def _refuse_head(self, refusal: Refusal) -> None:
         """Answer 431 and close, once the answers owed before it are out; until then read no more."""
         if self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
+            self._pending = refusal
             self.flow.pause_reading()  # on_response_complete refuses it
             return
-        body = problem_body(_HEAD_TOO_LARGE)
-        head = STATUS_LINE[431] + default_head(self.server_state.default_headers)
-        head += b"content-type: %s\r\ncontent-length: %d\r\n" % (PROBLEM_JSON_BYTES, len(body))
-        self.transport.write(b"".join([head, b"connection: close\r\n\r\n", body]))
+        self.transport.write(refusal_bytes(refusal, self.server_state.default_headers))
         self.transport.close()
 
     def on_response_complete(self) -> None:
@@ -211,8 +315,8 @@ class GuardedHttpTools(HttpToolsProtocol):
             return
         if self.pipeline:  # uvicorn resumed reading: not while requests already read wait their turn
             self.flow.pause_reading()
-        elif self._head is not None and self._head > MAX_HEAD:
-            self._head_too_large()
+        elif self._pending is not None:
+            self._refuse_head(self._pending)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

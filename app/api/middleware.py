@@ -38,7 +38,10 @@ _CLOSE = {
 }  # a body over the limit is not read on (see app.api.http_protocol, app.api.hot_http)
 
 
-class _Refusal(Exception):
+class Refusal(Exception):
+    """A request refused before any route sees it, as a problem+json answer: the edge raises it, and the
+    connection protocols (app.api.http_protocol, app.api.hot_http) answer their own with it."""
+
     def __init__(self, status: int, title: str, detail: str, field: str, headers: dict[str, str]) -> None:
         super().__init__(detail)
         self.status, self.title, self.detail, self.field, self.headers = status, title, detail, field, headers
@@ -66,7 +69,7 @@ class EdgeMiddleware:
         limit = self.limits.get(scope["path"], self.default_limit)
         try:
             self._check(scope, headers, limit)
-        except _Refusal as r:
+        except Refusal as r:
             await _answer(send, r)
             self._count(scope, r.status)
             return
@@ -133,20 +136,20 @@ class EdgeMiddleware:
         limit = self.limits.get(path, self.default_limit)
         try:
             self._check({"method": method, "path": path}, headers, limit)
-        except _Refusal:
+        except Refusal:
             return None
         return route, limit
 
     def _check(self, scope: Scope, headers: dict[bytes, bytes], limit: int) -> None:
         """Refuse before routing: checked in this order so that a page on another origin learns nothing."""
         if not self.guards.host_ok(headers.get(b"host")):
-            raise _Refusal(403, "Forbidden", "this Host is not served here (see allowed_hosts)", "Host", {})
+            raise Refusal(403, "Forbidden", "this Host is not served here (see allowed_hosts)", "Host", {})
         if not self.guards.origin_ok(headers.get(b"origin")):
-            raise _Refusal(
+            raise Refusal(
                 403, "Forbidden", "cross-origin requests are refused (see allowed_origins)", "Origin", {}
             )
         if guards.needs_token(scope["path"]) and not self.guards.authorized(headers.get(b"authorization")):
-            raise _Refusal(
+            raise Refusal(
                 401,
                 "Unauthorized",
                 "a valid 'Authorization: Bearer <token>' header is required",
@@ -160,7 +163,7 @@ class EdgeMiddleware:
             and (has_body or content_type is not None)
             and not guards.is_json(content_type)
         ):
-            raise _Refusal(
+            raise Refusal(
                 415,
                 "Unsupported media type",
                 "the body must be 'Content-Type: application/json'",
@@ -234,18 +237,18 @@ class EdgeMiddleware:
         return getattr(route, "path", None) or UNMATCHED
 
 
-def _too_large(limit: int) -> _Refusal:
-    return _Refusal(413, "Request too large", f"the request is larger than {limit} bytes", "body", _CLOSE)
+def _too_large(limit: int) -> Refusal:
+    return Refusal(413, "Request too large", f"the request is larger than {limit} bytes", "body", _CLOSE)
 
 
-INTERNAL_ERROR = _Refusal(500, "Internal Server Error", "the request failed", "", {})
+INTERNAL_ERROR = Refusal(500, "Internal Server Error", "the request failed", "", {})
 
 
-def problem_body(r: _Refusal) -> bytes:
+def problem_body(r: Refusal) -> bytes:
     return orjson.dumps(problems.problem(r.status, r.title, r.detail, r.field))
 
 
-async def _answer(send: Send, r: _Refusal) -> None:
+async def _answer(send: Send, r: Refusal) -> None:
     body = problem_body(r)
     raw = [
         (b"content-type", problems.PROBLEM_JSON.encode()),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import grpc
@@ -17,9 +17,14 @@ from . import uvicorn_internals
 from .grpc import add_health_and_reflection
 from .grpc_intercept import MethodWrapper, WrappingServer
 from .hot_http import HotHttp
-from .http_protocol import GuardedHttpTools
+from .http_protocol import DEFAULT_MAX_CONNECTIONS, ConnectionLimit, GuardedHttpTools
 from .middleware import EdgeMiddleware
 from .proto import rocksidecar_pb2_grpc as pb_grpc
+
+# Concurrent calls on one gRPC connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS; grpc core's default is
+# unbounded): a client's calls past it wait for a stream, as HTTP/2 clients do. Go's gRPC servers and
+# nginx advertise 100 to 250; Publish and Subscribe hold one stream each.
+MAX_STREAMS_PER_CONNECTION = 100
 
 
 class ListenError(OSError):
@@ -39,9 +44,20 @@ class _Uvicorn(uvicorn.Server):
 
 
 class HttpServer:
-    def __init__(self, app: Any, addr: str, *, grace_s: float, read_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        app: Any,
+        addr: str,
+        *,
+        grace_s: float,
+        read_timeout_s: float = 30.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        refused: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``refused`` counts a connection refused past ``max_connections``."""
         self._app = app
         self._read_timeout_s = read_timeout_s
+        self._limit = ConnectionLimit(max_connections, refused)
         self.host, self.port = split_addr(addr)
         self._grace_s = grace_s
         self._server: _Uvicorn | None = None
@@ -72,7 +88,7 @@ class HttpServer:
             access_log=False,
             timeout_graceful_shutdown=max(int(self._grace_s), 1),
             backlog=1024,
-            http=_protocol(self._app, self._read_timeout_s),
+            http=_protocol(self._app, self._read_timeout_s, self._limit),
         )
         self._server = _Uvicorn(config)
         self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
@@ -91,16 +107,16 @@ class HttpServer:
             await task
 
 
-def _protocol(app: Any, read_timeout_s: float) -> type[Any]:
+def _protocol(app: Any, read_timeout_s: float, limit: ConnectionLimit | None = None) -> type[Any]:
     """The connection protocol: ours for the hot routes (app.api.hot_http), handing everything else to
-    uvicorn's, unless something wraps the edge (the access log must see every request)."""
-    guarded = type("SidecarHttp", (GuardedHttpTools,), {"read_timeout_s": read_timeout_s})
+    uvicorn's, unless something wraps the edge (the access log must see every request). Both count their
+    connections against ``limit`` in one set (uvicorn's server state's)."""
+    common = {"read_timeout_s": read_timeout_s, "limit": limit}
+    guarded = type("SidecarHttp", (GuardedHttpTools,), common)
     edge = getattr(app, "edge", None)
     if not isinstance(edge, EdgeMiddleware):
         return guarded
-    return type(
-        "SidecarHotHttp", (HotHttp,), {"read_timeout_s": read_timeout_s, "hot": edge, "fallback": guarded}
-    )
+    return type("SidecarHotHttp", (HotHttp,), {**common, "hot": edge, "fallback": guarded})
 
 
 def _check_free(host: str, port: int, api: str) -> None:
@@ -125,11 +141,19 @@ class GrpcServer:
         grace_s: float,
         max_receive_bytes: int = 4 * 1024 * 1024,
         wrappers: Sequence[MethodWrapper] = (),
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         host, port = split_addr(addr)
         _check_free(host, port, "gRPC")
         self._server: grpc.aio.Server | None = grpc.aio.server(
-            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", max_receive_bytes)],
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", max_receive_bytes),
+                # grpc core's connection quota: a connection past it is closed at accept, unanswered (the
+                # client sees UNAVAILABLE); HTTP/2 has no place for a 503 before its preface.
+                ("grpc.max_allowed_incoming_connections", max_connections),
+                ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+            ],
         )
         # Every service adds itself through this, its handlers wrapped once (not interceptors: per call).
         self._services: WrappingServer | None = WrappingServer(self._server, wrappers)

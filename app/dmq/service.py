@@ -191,8 +191,9 @@ class DmqService:
             (),
         )
         self.http = HttpServer(
-            create_app(self.metrics.registry, self.ready), o.http_addr, grace_s=s.shutdown_grace_s
-        )
+            create_app(self.metrics.registry, self.ready), o.http_addr, grace_s=s.shutdown_grace_s,
+            max_connections=s.max_connections, refused=self.metrics.connections_refused.inc,
+        )  # fmt: skip
 
     def _store_stats(self) -> dict[str, float]:
         return {

@@ -15,7 +15,7 @@ from ..api.admin import TransactionsView
 from ..request import RequestError
 from .coordinator import TransactionCoordinator
 from .http import view
-from .records import CF, Decision, Record, TransactionRecords
+from .records import CF, INDEX, Decision, Record, TransactionRecords
 
 
 def _unfiltered(where: Filter) -> None:
@@ -39,8 +39,9 @@ def _reader(records: TransactionRecords, only_open: bool) -> Callable[..., Page[
                 return None
             return record if where.matches(record.topic, None) else None
 
-        # Ids are broker message ids (hex, 32 characters), all above the listing's lowest due-time key.
-        return page(records.kv, CF, Filter(), decode, cursor=cursor, limit=limit)
+        # Ids are broker message ids (hex, 32 characters), all above the listing's lowest due-time key
+        # and below the indexes kept beside them.
+        return page(records.kv, CF, Filter(), decode, cursor=cursor, limit=limit, below=INDEX)
 
     return read
 

@@ -27,11 +27,12 @@ from rocksidecar.rmq.errors import RocketMQError
 from rocksidecar.rmq.message import Message
 from rocksidecar.rmq.msgid import new_uniq_id
 from rocksidecar.rmq.producer.transaction import CheckRequest, TransactionProducer, TransactionState
+from rocksidecar.storage.errors import StorageError
 
 from ..delivery_policy import RetrySpool, failed_send, message_fault
 from ..wire import to_stored
 from .observed import DECIDED_OUTCOME, TransactionStats
-from .records import Decision, Record, TransactionRecords
+from .records import NOT_CARRIED_OUT, UNDECIDED_LOCAL, Decision, Record, TransactionRecords
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,9 @@ MODES = ("broker", "local", "auto")
 # hangs holds a round for one wave (its timeout), not for every stale transaction one after another.
 ASK_WAVE = 8
 ASK_ROUND_MS = 5_000
+# Open-index entries a round's resend (and its check_undecided) reads at most: rounds stay bounded
+# however many transactions are open, and go on where the last one stopped.
+ROUND_ENTRIES = 10_000
 KEEP_DECIDED_MS = 24 * 3600 * 1000  # a carried-out transaction answers status and repeats this long
 
 
@@ -90,7 +94,8 @@ class TransactionCoordinator:
             raise ValueError(f"mode {mode} needs the local outbox (the retry store)")
         self.records, self.producer, self.mode = records, producer, mode
         self._outbox, self._ask_app, self._now_ms = outbox, ask_app, now_ms
-        self._asked_up_to = ""  # the last id check_undecided asked: the next round starts after it
+        # Where the next round's resend and check_undecided start in the open index (ids)
+        self._resent_up_to = self._asked_up_to = b""
         self.stats = TransactionStats(records, now_ms)  # what /metrics, the admin API and /ui tell
         producer.checker = self.check  # the brokers' checks are answered from the records
 
@@ -182,47 +187,54 @@ class TransactionCoordinator:
         return acked
 
     async def resend(self) -> int:
-        """Carry out again every decision not yet carried out (the broker did not acknowledge it, or the
-        process died before the spool); returns how many now are."""
+        """Carry out again decisions not yet carried out (the broker did not acknowledge it, or the
+        process died before the spool); returns how many now are. Reads at most ROUND_ENTRIES of the
+        open index; the next call goes on after the last one read."""
         done = 0
-        for record in self.records.open():
-            if record.decision is not Decision.NONE and (await self._carry_out(record)).acknowledged:
-                done += 1
+        for page, last in self.records.open_ring(self._resent_up_to, NOT_CARRIED_OUT, ROUND_ENTRIES):
+            for record in page:
+                if (await self._carry_out(record)).acknowledged:
+                    done += 1
+            self._resent_up_to = last
         return done
 
     async def check_undecided(self) -> int:
         """Ask the app about local transactions undecided for longer than the timeout (no broker asks
         about those) and carry out its answer; returns how many it decided. ASK_WAVE at once, no new wave
-        after ASK_ROUND_MS (the background round re-sends and announces too); the next call goes on
-        after the last one asked."""
+        after ASK_ROUND_MS (the background round re-sends and announces too), at most ROUND_ENTRIES of
+        the open index read; the next call goes on after the last one asked or read."""
         if self._outbox is None or self._ask_app is None:
             return 0
         ask = self._ask_app
         now = self._now_ms()
         cutoff, deadline = now - self._outbox.undecided_timeout_ms, now + ASK_ROUND_MS
-        stale = sorted(
-            (
-                r
-                for r in self.records.open()
-                if r.local and r.decision is Decision.NONE and r.created_ms <= cutoff
-            ),
-            key=lambda r: (r.id <= self._asked_up_to, r.id),  # after the last one asked, then from the start
-        )
         decided = 0
-        for start in range(0, len(stale), ASK_WAVE):
-            if self._now_ms() >= deadline:
-                break
-            wave = stale[start : start + ASK_WAVE]
-            states = await asyncio.gather(*(ask(r.id, r.transaction_key, r.topic) for r in wave))
-            self._asked_up_to = wave[-1].id
-            for record, state in zip(wave, states, strict=True):
-                if state is not TransactionState.UNKNOWN:
-                    await self.decide(record.id, Decision.of(state))
-                    decided += 1
+        for page, last in self.records.open_ring(self._asked_up_to, UNDECIDED_LOCAL, ROUND_ENTRIES):
+            stale = [r for r in page if r.created_ms <= cutoff]
+            for start in range(0, len(stale), ASK_WAVE):
+                if self._now_ms() >= deadline:
+                    return decided
+                wave = stale[start : start + ASK_WAVE]
+                states = await asyncio.gather(*(ask(r.id, r.transaction_key, r.topic) for r in wave))
+                self._asked_up_to = wave[-1].id.encode()
+                for record, state in zip(wave, states, strict=True):
+                    if state is not TransactionState.UNKNOWN:
+                        await self.decide(record.id, Decision.of(state))
+                        decided += 1
+            self._asked_up_to = last
         return decided
 
     async def maintain(self) -> None:
-        """One round of the background loop: re-send, ask about stale local ones, forget old decided ones."""
+        """One round of the background loop: index records of an earlier version's store (once), re-send,
+        ask about stale local ones, forget old decided ones."""
+        try:  # a store not writable yet (opened read-only on a full disk) must not stop the re-sends
+            swept = self.records.sweep()
+        except StorageError as exc:
+            log.warning("transactions: records of an earlier version not indexed yet: %s", exc)
+            swept = []
+        for record in swept:
+            if record.decision is Decision.NONE:
+                self.stats.begun(record)
         await self.resend()
         await self.check_undecided()
         self.records.purge(self._now_ms() - KEEP_DECIDED_MS)

@@ -12,7 +12,7 @@ from typing import Any
 
 from rocksidecar.rmq.producer.transaction import TransactionState
 
-from .records import Decision, Record, TransactionRecords
+from .records import UNDECIDED_BROKER, UNDECIDED_LOCAL, Decision, Record, TransactionRecords
 
 OUTCOMES = ("committed", "rolled_back", "checked_commit", "checked_rollback", "unknown")
 MAX_TRACKED = 100_000  # undecided ones tracked for the oldest age; the rest are counted, not timed
@@ -27,8 +27,9 @@ class TransactionStats:
     def __init__(self, records: TransactionRecords, now_ms: Callable[[], int]) -> None:
         self.outcomes = dict.fromkeys(OUTCOMES, 0)
         self._now_ms = now_ms
+        undecided = UNDECIDED_BROKER + UNDECIDED_LOCAL
         self._undecided = {
-            r.id: r.created_ms for r in records.open(limit=MAX_TRACKED) if r.decision is Decision.NONE
+            r.id: r.created_ms for page, _ in records.open_ring(b"", undecided, MAX_TRACKED) for r in page
         }
 
     def begun(self, record: Record) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -132,9 +133,43 @@ class Record:
 
 def _key(tx_id: str) -> bytes:
     key = tx_id.encode()
-    if not key or len(key) > MAX_ID_BYTES:
+    if not key or len(key) > MAX_ID_BYTES or key.startswith(INDEX):
         raise KeyError(tx_id)
     return key
+
+
+# Beside the records, in the same column family, under keys no id can start with (ids are message ids,
+# hex; _key refuses "~"): an index of the open records (undecided, or decided and not carried out), one
+# of the carried-out ones by decision time, and a mark that records written before the indexes existed
+# were swept into them. Each is written in the same batch as its record, so the rounds read only what
+# they act on: resend and check_undecided page through the open ones (never through the decided ones a
+# day keeps), purge through the carried-out ones older than its bound.
+INDEX = b"~"
+OPEN = b"~o/"  # + id -> the record's kind (below)
+DONE = b"~d/"  # + 13-digit decision time + id -> b""
+SWEPT = b"~swept"  # present once every record older than the indexes is in them
+UNDECIDED_BROKER, UNDECIDED_LOCAL, NOT_CARRIED_OUT = b"U", b"L", b"D"
+OPEN_END = b"~o0"  # above every OPEN key
+ANY_OPEN = UNDECIDED_BROKER + UNDECIDED_LOCAL + NOT_CARRIED_OUT
+PAGE = 1_000  # index entries read per scan (a round reads a few such pages)
+
+
+def kind(record: Record) -> bytes | None:
+    """The open index's value for ``record``; None: carried out (not open)."""
+    if record.decision is Decision.NONE:
+        return UNDECIDED_LOCAL if record.local else UNDECIDED_BROKER
+    return None if record.acknowledged else NOT_CARRIED_OUT
+
+
+def _done_key(record: Record) -> bytes:
+    return DONE + b"%013d" % max(record.decided_ms or 0, 0) + record.id.encode()
+
+
+def _index_ops(record: Record, key: bytes) -> list[Put | Delete]:
+    k = kind(record)
+    if k is not None:
+        return [Put(CF, OPEN + key, k)]
+    return [Delete(CF, OPEN + key), Put(CF, _done_key(record), b"")]
 
 
 class TransactionRecords:
@@ -146,11 +181,17 @@ class TransactionRecords:
             raise ValueError(f"the store lacks the {CF!r} column family")
         self._kv = kv
         self._writer = writer
+        self._sweep_from: bytes | None = None if kv.get(CF, SWEPT) is not None else b""
 
     @property
     def kv(self) -> KV:
         """The store holding the column family (the admin listing pages through it)."""
         return self._kv
+
+    @property
+    def swept(self) -> bool:
+        """Whether every record is in the indexes (a store written before them is swept by rounds)."""
+        return self._sweep_from is None
 
     def get(self, tx_id: str) -> Record | None:
         try:
@@ -160,29 +201,93 @@ class TransactionRecords:
         return Record.from_value(raw) if raw is not None else None
 
     async def put(self, record: Record, *, sync: bool = True) -> None:
-        ops = [Put(CF, _key(record.id), record.to_value())]
+        key = _key(record.id)
+        ops = [Put(CF, key, record.to_value()), *_index_ops(record, key)]
         if sync and self._writer is not None:
             await self._writer.write(ops)
         else:
             self._kv.write(ops, sync=sync)
 
     def forget(self, tx_id: str) -> None:
-        self._kv.write([Delete(CF, _key(tx_id))], sync=False)
+        """Drop a record (its carried-out index entry, if any, is dropped when purge reaches it)."""
+        key = _key(tx_id)
+        self._kv.write([Delete(CF, key), Delete(CF, OPEN + key)], sync=False)
 
     def all(self, limit: int = 10_000) -> list[Record]:
-        return [Record.from_value(v) for _, v in self._kv.scan(CF, limit=limit)]
+        """The first ``limit`` records by id (tests and tools; the rounds read the indexes)."""
+        return [Record.from_value(v) for _, v in self._kv.scan(CF, upper=INDEX, limit=limit)]
 
     def open(self, limit: int = 10_000) -> list[Record]:
-        """Undecided ones and decided ones not carried out yet: what a restart re-sends."""
-        return [r for r in self.all(limit) if r.decision is Decision.NONE or not r.acknowledged]
+        """The first ``limit`` open records by id: undecided ones and decided ones not carried out yet."""
+        return self.open_scan(b"", limit=limit)[0]
+
+    def open_scan(
+        self, after: bytes, upto: bytes | None = None, *, kinds: bytes = ANY_OPEN, limit: int = PAGE
+    ) -> tuple[list[Record], bytes | None]:
+        """Open records of ``kinds`` with ids in (``after``, ``upto``] (``upto`` None: to the last),
+        reading at most ``limit`` index entries, and the id of the last entry read (None: none was left
+        in the range). An entry whose record is gone or of another kind now (the sweep raced a
+        decision) is corrected, not returned."""
+        upper = OPEN_END if upto is None else OPEN + upto + b"\x00"
+        rows = self._kv.scan(CF, lower=OPEN + after + b"\x00", upper=upper, limit=limit)
+        if not rows:
+            return [], None
+        wanted = [(key[len(OPEN) :], value) for key, value in rows if value in kinds]
+        raws = self._kv.get_many(CF, [key for key, _ in wanted])
+        found: list[Record] = []
+        fixes: list[Put | Delete] = []
+        for (key, value), raw in zip(wanted, raws, strict=True):
+            record = Record.from_value(raw) if raw is not None else None
+            if record is None:
+                fixes.append(Delete(CF, OPEN + key))
+            elif kind(record) != value:
+                fixes += _index_ops(record, key)
+            else:
+                found.append(record)
+        if fixes:
+            self._kv.write(fixes, sync=False)  # a lost fix is made again on the next read
+        return found, rows[-1][0][len(OPEN) :]
+
+    def open_ring(self, start: bytes, kinds: bytes, budget: int) -> Iterator[tuple[list[Record], bytes]]:
+        """Pages of open records of ``kinds``: ids after ``start``, then from the first up to ``start``
+        (each once), reading at most ``budget`` index entries in all. Each page comes with the id of the
+        last entry read: where a round that stops after that page starts the next time."""
+        read = 0
+        for first, upto in ((start, None), (b"", start)):
+            after: bytes | None = first
+            while after is not None and read < budget:
+                n = min(PAGE, budget - read)
+                records, after = self.open_scan(after, upto, kinds=kinds, limit=n)
+                if after is not None:
+                    read += n
+                    yield records, after
 
     def purge(self, decided_before_ms: int, limit: int = 10_000) -> int:
-        """Forget carried-out transactions decided before ``decided_before_ms``; returns how many."""
-        old = [
-            Delete(CF, _key(r.id))
-            for r in self.all(limit)
-            if r.acknowledged and r.decided_ms is not None and r.decided_ms < decided_before_ms
-        ]
+        """Forget carried-out transactions decided before ``decided_before_ms`` (the oldest first, at most
+        ``limit``); returns how many."""
+        upper = DONE + b"%013d" % max(decided_before_ms, 0)
+        rows = self._kv.scan(CF, lower=DONE, upper=upper, limit=limit)
+        old: list[Delete] = []
+        for key, _ in rows:
+            old += [Delete(CF, key[len(DONE) + 13 :]), Delete(CF, key)]
         if old:
             self._kv.write(old, sync=False)  # a lost purge is done again next time
-        return len(old)
+        return len(rows)
+
+    def sweep(self, limit: int = 10_000) -> list[Record]:
+        """Index up to ``limit`` more records written before the indexes existed (a store from an
+        earlier version); returns the open ones found. Marks the store swept once done."""
+        if self._sweep_from is None:
+            return []
+        rows = self._kv.scan(CF, lower=self._sweep_from, upper=INDEX, limit=limit)
+        records = [Record.from_value(v) for _, v in rows]
+        ops: list[Put | Delete] = []
+        for (key, _), record in zip(rows, records, strict=True):
+            ops += _index_ops(record, key)
+        done = len(rows) < limit
+        if done:
+            ops.append(Put(CF, SWEPT, b"1"))
+        if ops:
+            self._kv.write(ops, sync=False)  # lost: swept again after a restart, the same entries
+        self._sweep_from = None if done else rows[-1][0] + b"\x00"
+        return [r for r in records if kind(r) is not None]

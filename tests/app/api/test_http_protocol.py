@@ -240,3 +240,48 @@ async def test_pipelined_heads_cut_by_every_read_add_up_to_no_head_over_the_limi
     await asyncio.sleep(0)
     assert answered == n and b" 431 " not in b"".join(connection.writes)
     protocol.connection_lost(None)
+
+
+class _Accepted(_Connection):
+    def set_protocol(self, protocol: Any) -> None:
+        self.protocol = protocol
+
+
+async def test_refused_connections_linger_at_most_as_many_as_admitted_then_close_at_once() -> None:
+    # A refused connection is half-closed and read for LINGER_S so the client reads its 503; a flood of
+    # them must not hold sockets without bound: past ``most`` lingering ones, closed at once.
+    counted: list[int] = []
+    limit = http_protocol.ConnectionLimit(1, lambda: counted.append(1))
+    state = ServerState()
+    state.connections.add(object())  # type: ignore[arg-type]
+    first, second = _Accepted(), _Accepted()
+    assert not limit.admits(state.connections, first, state)  # type: ignore[arg-type]
+    assert first.writes[0].startswith(b"HTTP/1.1 503 ") and first.events == ["write", "eof"]
+    assert not limit.admits(state.connections, second, state)  # type: ignore[arg-type]
+    assert second.events == ["write", "close"] and len(counted) == 2
+    first.protocol.data_received(b"GET / HTTP/1.1\r\n\r\n")  # dropped
+    first.protocol.connection_lost(None)
+    assert limit.lingering == 0
+    state.connections.clear()
+    assert limit.admits(state.connections, _Accepted(), state)  # type: ignore[arg-type]
+
+
+async def test_uvicorns_protocol_refuses_past_the_limit_unless_handed_over() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("not served")
+
+    config = uvicorn.Config(app, lifespan="off", log_config=None)
+    config.load()
+    state = ServerState()
+    state.connections.add(object())  # type: ignore[arg-type]
+    protocol_class = servers._protocol(app, 30.0, http_protocol.ConnectionLimit(1))
+    make = lambda: protocol_class(  # noqa: E731
+        config=config, server_state=state, app_state={}, _loop=asyncio.get_running_loop()
+    )
+    refused = _Accepted()
+    make().connection_made(refused)
+    assert refused.writes[0].startswith(b"HTTP/1.1 503 ") and len(state.connections) == 1
+    handed = make()
+    handed.handed_over = True  # app.api.hot_http admitted it already
+    handed.connection_made(_Accepted())
+    assert len(state.connections) == 2
