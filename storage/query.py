@@ -72,10 +72,14 @@ def page(
     limit: int = 100,
     scan_budget: int = SCAN_BUDGET,
     below: bytes | None = None,
+    above: bytes | None = None,
 ) -> Page[T]:
     """Items of ``cf`` in key order that ``decode(key, value)`` turns into something (None: the filter
-    did not match), keys below ``below`` only when given. Raises ValueError for a bad cursor."""
+    did not match), keys below ``below`` and from ``above`` on only when given. Raises ValueError for a
+    bad cursor."""
     lower = due_prefix(min(max(where.due_after_ms or 0, 0), MAX_DUE_MS))
+    if above is not None:
+        lower = max(lower, above)
     if cursor is not None:
         lower = max(lower, decode_cursor(cursor) + b"\x00")
     upper = None if where.due_before_ms is None else due_bound(where.due_before_ms - 1)

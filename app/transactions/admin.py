@@ -15,7 +15,7 @@ from ..api.admin import TransactionsView
 from ..request import RequestError
 from .coordinator import TransactionCoordinator
 from .http import view
-from .records import CF, INDEX, Decision, Record, TransactionRecords
+from .records import CF, INDEX, OPEN, OPEN_END, Record, TransactionRecords, kind
 
 
 def _unfiltered(where: Filter) -> None:
@@ -35,15 +35,41 @@ def _reader(records: TransactionRecords, only_open: bool) -> Callable[..., Page[
 
         def decode(_key: bytes, raw: bytes) -> Record | None:
             record = Record.from_value(raw)
-            if only_open and record.decision is not Decision.NONE and record.acknowledged:
+            return record if where.matches(record.topic, None) else None
+
+        def decode_open(key: bytes, _kind: bytes) -> Record | None:
+            record = records.get(key[len(OPEN) :].decode())
+            if record is None or kind(record) is None:  # decided since the index entry was read
                 return None
             return record if where.matches(record.topic, None) else None
 
+        if only_open and records.swept:
+            # The open index, not the records: a day's carried-out ones (kept KEEP_DECIDED_MS) would
+            # otherwise fill the page's scan budget before the open ones are reached.
+            return page(
+                records.kv, CF, Filter(), decode_open, cursor=cursor, limit=limit, above=OPEN, below=OPEN_END
+            )
         # Ids are broker message ids (hex, 32 characters), all above the listing's lowest due-time key
-        # and below the indexes kept beside them.
-        return page(records.kv, CF, Filter(), decode, cursor=cursor, limit=limit, below=INDEX)
+        # and below the indexes kept beside them. (A store not swept into the index yet: its records.)
+        return page(
+            records.kv,
+            CF,
+            Filter(),
+            decode if not only_open else _only_open(decode),
+            cursor=cursor,
+            limit=limit,
+            below=INDEX,
+        )
 
     return read
+
+
+def _only_open(decode: Callable[[bytes, bytes], Record | None]) -> Callable[[bytes, bytes], Record | None]:
+    def decode_open(key: bytes, raw: bytes) -> Record | None:
+        record = decode(key, raw)
+        return record if record is not None and kind(record) is not None else None
+
+    return decode_open
 
 
 def transactions_view(coordinator: TransactionCoordinator) -> TransactionsView:

@@ -7,6 +7,7 @@ restart can carry it out again and a check-back is answered from it rather than 
 from __future__ import annotations
 
 import base64
+import contextlib
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ import orjson
 
 from rocksidecar.rmq.message import MessageQueue
 from rocksidecar.rmq.producer.transaction import HalfReceipt, TransactionState
+from rocksidecar.storage.errors import StorageError
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV, Delete, Put
 from rocksidecar.storage.message import CorruptValueError, StoredMessage, decode, encode
@@ -182,6 +184,9 @@ class TransactionRecords:
         self._kv = kv
         self._writer = writer
         self._sweep_from: bytes | None = None if kv.get(CF, SWEPT) is not None else b""
+        if self._sweep_from is not None and not kv.scan(CF, upper=INDEX, limit=1):
+            with contextlib.suppress(StorageError):  # a store that takes no writes: swept by the rounds
+                self._mark_swept()  # a new store: nothing to sweep, its indexes are whole from the start
 
     @property
     def kv(self) -> KV:
@@ -273,6 +278,10 @@ class TransactionRecords:
         if old:
             self._kv.write(old, sync=False)  # a lost purge is done again next time
         return len(rows)
+
+    def _mark_swept(self) -> None:
+        self._kv.write([Put(CF, SWEPT, b"1")], sync=False)  # lost: swept again after a restart, harmlessly
+        self._sweep_from = None
 
     def sweep(self, limit: int = 10_000) -> list[Record]:
         """Index up to ``limit`` more records written before the indexes existed (a store from an

@@ -162,3 +162,19 @@ async def test_a_sweep_that_cannot_write_does_not_stop_the_round() -> None:
     await c.records.put(env.local(LAST).decided(Decision.COMMIT, env.clock.now_ms()))
     await c.maintain()
     assert not c.records.swept and env.retry.get(LAST) is not None  # re-sent all the same
+
+
+async def test_the_admin_open_listing_reads_the_index_past_a_days_carried_out_ones(env: Env) -> None:
+    """Before: the listing scanned the records, 10 000 a page, and answered an empty page (with a cursor)
+    while a day's carried-out ones came first."""
+    from rocksidecar.app.transactions.admin import transactions_view
+    from rocksidecar.storage.query import Filter
+
+    c = env.coordinator()
+    await env.carried_out(c.records, OLD_LIMIT + 1, env.clock.now_ms())
+    await c.records.put(env.local(LAST))
+    read, _ = transactions_view(c).sources["open"]
+    first = read(Filter(), limit=10)
+    assert [r.id for r in first.items] == [LAST] and first.cursor is None
+    await c.decide(LAST, Decision.ROLLBACK)  # carried out at once into the outbox: no longer open
+    assert read(Filter(), limit=10).items == []
