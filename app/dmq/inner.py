@@ -25,12 +25,7 @@ from enum import StrEnum
 
 from rocksidecar.delay import DelayedMessage
 from rocksidecar.rmq.errors import InvalidMessageError
-from rocksidecar.rmq.message import (
-    RESERVED_PROPERTIES,
-    Message,
-    MessageExt,
-    validate_topic,
-)
+from rocksidecar.rmq.message import RESERVED_PROPERTIES, Message, MessageExt, validate_topic
 
 from ..request import MAX_SHARDING_KEY_CHARS, RequestError, parse_time_ms
 from ..topic_allow import ALL_TOPICS, TopicAllowList

@@ -99,9 +99,7 @@ def _one(key: str, value: Any) -> bytes:
 
 def _string_attribute(key: bytes, value: bytes) -> bytes:
     """A Span's ``attributes`` field of a KeyValue whose AnyValue is ``string_value``, in wire format."""
-    any_value = _STRING_VALUE + _varint(len(value)) + value
-    pair = _KEY + _varint(len(key)) + key + _VALUE + _varint(len(any_value)) + any_value
-    return _ATTRIBUTES + _varint(len(pair)) + pair
+    return _field(_ATTRIBUTES, _field(_KEY, key) + _field(_VALUE, _field(_STRING_VALUE, value)))
 
 
 def _span(span: ReadableSpan) -> bytes:
@@ -184,9 +182,7 @@ def encode_bytes(spans: Sequence[ReadableSpan]) -> bytes:
         resource_spans = [_field(_RESOURCE, _encode_resource(resource).SerializePartialToString())]
         for scope, members in scopes.items():
             scope_spans = [_field(_SCOPE, _encode_instrumentation_scope(scope).SerializePartialToString())]
-            for span in members:
-                encoded = _span(span)
-                scope_spans += (_SPANS, _varint(len(encoded)), encoded)
+            scope_spans += [_field(_SPANS, _span(span)) for span in members]
             if scope is not None and scope.schema_url:
                 scope_spans.append(_field(_SCHEMA_URL, scope.schema_url.encode()))
             resource_spans.append(_field(_SCOPE_SPANS, b"".join(scope_spans)))

@@ -33,13 +33,8 @@ def _reader(records: TransactionRecords, only_open: bool) -> Callable[..., Page[
     def read(where: Filter, *, cursor: str | None = None, limit: int = 100) -> Page[Record]:
         _unfiltered(where)
 
-        def decode(_key: bytes, raw: bytes) -> Record | None:
-            record = Record.from_value(raw)
-            return record if where.matches(record.topic, None) else None
-
-        def decode_open(key: bytes, _kind: bytes) -> Record | None:
-            record = records.get(key[len(OPEN) :].decode())
-            if record is None or kind(record) is None:  # decided since the index entry was read
+        def listed(record: Record | None) -> Record | None:
+            if record is None or (only_open and kind(record) is None):  # gone, or decided since indexed
                 return None
             return record if where.matches(record.topic, None) else None
 
@@ -47,29 +42,17 @@ def _reader(records: TransactionRecords, only_open: bool) -> Callable[..., Page[
             # The open index, not the records: a day's carried-out ones (kept KEEP_DECIDED_MS) would
             # otherwise fill the page's scan budget before the open ones are reached.
             return page(
-                records.kv, CF, Filter(), decode_open, cursor=cursor, limit=limit, above=OPEN, below=OPEN_END
-            )
+                records.kv, CF, Filter(), lambda key, _kind: listed(records.get(key[len(OPEN) :].decode())),
+                cursor=cursor, limit=limit, above=OPEN, below=OPEN_END,
+            )  # fmt: skip
         # Ids are broker message ids (hex, 32 characters), all above the listing's lowest due-time key
         # and below the indexes kept beside them. (A store not swept into the index yet: its records.)
         return page(
-            records.kv,
-            CF,
-            Filter(),
-            decode if not only_open else _only_open(decode),
-            cursor=cursor,
-            limit=limit,
-            below=INDEX,
-        )
+            records.kv, CF, Filter(), lambda _key, raw: listed(Record.from_value(raw)),
+            cursor=cursor, limit=limit, below=INDEX,
+        )  # fmt: skip
 
     return read
-
-
-def _only_open(decode: Callable[[bytes, bytes], Record | None]) -> Callable[[bytes, bytes], Record | None]:
-    def decode_open(key: bytes, raw: bytes) -> Record | None:
-        record = decode(key, raw)
-        return record if record is not None and kind(record) is not None else None
-
-    return decode_open
 
 
 def transactions_view(coordinator: TransactionCoordinator) -> TransactionsView:

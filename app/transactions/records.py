@@ -148,7 +148,8 @@ def _key(tx_id: str) -> bytes:
 # day keeps), purge through the carried-out ones older than its bound.
 INDEX = b"~"
 OPEN = b"~o/"  # + id -> the record's kind (below)
-DONE = b"~d/"  # + 13-digit decision time + id -> b""
+DONE = b"~d/"  # + DONE_DIGITS-digit decision time + id -> b""
+DONE_DIGITS = 13  # epoch milliseconds until the year 2286
 SWEPT = b"~swept"  # present once every record older than the indexes is in them
 UNDECIDED_BROKER, UNDECIDED_LOCAL, NOT_CARRIED_OUT = b"U", b"L", b"D"
 OPEN_END = b"~o0"  # above every OPEN key
@@ -163,8 +164,13 @@ def kind(record: Record) -> bytes | None:
     return None if record.acknowledged else NOT_CARRIED_OUT
 
 
+def _done_prefix(decided_ms: int) -> bytes:
+    """The carried-out index's keys of decisions made at ``decided_ms``, ids after it."""
+    return DONE + b"%0*d" % (DONE_DIGITS, max(decided_ms, 0))
+
+
 def _done_key(record: Record) -> bytes:
-    return DONE + b"%013d" % max(record.decided_ms or 0, 0) + record.id.encode()
+    return _done_prefix(record.decided_ms or 0) + record.id.encode()
 
 
 def _index_ops(record: Record, key: bytes) -> list[Put | Delete]:
@@ -270,11 +276,10 @@ class TransactionRecords:
     def purge(self, decided_before_ms: int, limit: int = 10_000) -> int:
         """Forget carried-out transactions decided before ``decided_before_ms`` (the oldest first, at most
         ``limit``); returns how many."""
-        upper = DONE + b"%013d" % max(decided_before_ms, 0)
-        rows = self._kv.scan(CF, lower=DONE, upper=upper, limit=limit)
+        rows = self._kv.scan(CF, lower=DONE, upper=_done_prefix(decided_before_ms), limit=limit)
         old: list[Delete] = []
         for key, _ in rows:
-            old += [Delete(CF, key[len(DONE) + 13 :]), Delete(CF, key)]
+            old += [Delete(CF, key[len(DONE) + DONE_DIGITS :]), Delete(CF, key)]
         if old:
             self._kv.write(old, sync=False)  # a lost purge is done again next time
         return len(rows)
