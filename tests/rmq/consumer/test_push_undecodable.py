@@ -5,10 +5,12 @@ stored it (once, logged and counted), instead of failing every pull of the queue
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zstandard
@@ -28,6 +30,7 @@ from rocksidecar.rmq.message import Message, MessageQueue
 from rocksidecar.rmq.msgid import new_uniq_id
 from rocksidecar.rmq.pool import RemotingClient
 from rocksidecar.rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.result import PullResult
 from tests.rmq.consumer.helpers import FailingClient, Recorder, start, wired
 
 TOPIC = "InflateT"
@@ -170,3 +173,32 @@ async def test_orderly_consumption_goes_on_past_it(
     await rec.until(lambda got: len(got) >= 2)
     assert [m.body for m in rec.got] == [b"one", b"three"]
     await consumer.stats.reach("undecodable_dead_lettered", 1)
+
+
+async def test_a_record_corrupt_even_alone_is_skipped_with_an_error(
+    cluster: DevCluster, consumers: list[PushConsumer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """devbroker frames every record soundly, so the pull's answer for offset 0 is made up: what
+    BrokerApi.pull returns when the record there is corrupt even when fetched alone."""
+    await send_raw(cluster, b"lost")
+    await send_raw(cluster, b"after")
+    rec = Recorder()
+    consumer = PushConsumer(config("G-frame"), cluster.namesrv_addr, rec)
+    real_pull = consumer.api.pull
+
+    async def pull(addr: str, group: str, mq: MessageQueue, offset: int, **kw: Any) -> PullResult:
+        result = await real_pull(addr, group, mq, offset, **kw)
+        if mq == MessageQueue(TOPIC, "broker-a", 0) and offset == 0:
+            return dataclasses.replace(result, messages=[], next_begin_offset=1, corrupt="bad frame")
+        return result
+
+    consumer.api.pull = pull  # type: ignore[method-assign]
+    consumer.subscribe(TOPIC)
+    consumers.append(consumer)
+    with caplog.at_level(logging.ERROR, "rocksidecar.rmq.consumer.push_consumer"):
+        await consumer.start()
+        await rec.until(lambda got: len(got) >= 1)
+    assert [m.body for m in rec.got] == [b"after"]
+    assert consumer.stats["corrupt_skipped"] == 1
+    [line] = [r.getMessage() for r in caplog.records if "corrupt" in r.getMessage()]
+    assert f"{TOPIC}@broker-a:0 offsets 0 to 0 skipped" in line and "bad frame" in line
