@@ -20,6 +20,7 @@ from rocksidecar.rmq.codes import (
 )
 from rocksidecar.rmq.errors import FrameError, InflateError
 from rocksidecar.rmq.message_codec import (
+    DEFLATE_MAX_RATIO,
     MAX_BODY_BYTES,
     StoredFields,
     decode_stored,
@@ -199,3 +200,15 @@ def test_a_corrupt_frame_stops_the_walk_keeping_what_came_before() -> None:
     assert walked.corrupt is not None and "byte" in walked.corrupt
     with pytest.raises(FrameError):
         decode_stored_all(good + bytes(broken))
+
+
+def test_zlib_bodies_too_small_to_reach_the_limit_take_the_one_call_path() -> None:
+    """Deflate inflates at most 1032:1 (a 258-byte match in 2 bits), so a body of limit / 1032 bytes or
+    less cannot pass the limit; the densest stream zlib makes stays under that ratio."""
+    densest = zlib.compress(b"\0" * (8 << 20), 9)
+    assert (8 << 20) / len(densest) < DEFLATE_MAX_RATIO
+    small = zlib.compress(b"payload " * 1000)
+    assert len(small) * DEFLATE_MAX_RATIO <= LIMIT
+    assert decompress(small, ZLIB, LIMIT) == b"payload " * 1000
+    with pytest.raises(InflateError, match="corrupt zlib"):
+        decompress(small[:-6], ZLIB, LIMIT)  # truncated: zlib.decompress raises
