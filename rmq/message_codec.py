@@ -373,10 +373,6 @@ class PullBody(Generic[T]):
     undecodable: list[Undecodable]
     corrupt: str | None = None
 
-    def offsets_read(self) -> int:
-        """How many records were walked (good or undecodable)."""
-        return len(self.items) + len(self.undecodable)
-
 
 def _walk(data: bytes, step: Callable[[bytes, int], tuple[T, int]]) -> PullBody[T]:
     out: list[T] = []
