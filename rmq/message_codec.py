@@ -261,13 +261,13 @@ class RecordError(InflateError):
         self.end = pos + fields[0]  # the position after the record
         self.reason = message
 
-    def undecodable(self, topic: str = "") -> Undecodable:
+    def undecodable(self) -> Undecodable:
         """What the consumer needs to dead-letter the record (CONSUMER_SEND_MSG_BACK by its commit-log
         offset; the broker copies its stored bytes, not ours) and to log it."""
         (total, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts,
          born_raw, store_ts, store_raw, reconsume, prepared, body, topic_b, props) = self.fields  # fmt: skip
         msg = stored_message(
-            topic_b.decode(errors="replace") or topic, body, queue_id, queue_offset, phys, sys_flag, flag,
+            topic_b.decode(errors="replace"), body, queue_id, queue_offset, phys, sys_flag, flag,
             born_ts, _host_text(born_raw), store_ts, _host_text(store_raw), reconsume, prepared, crc, total,
             decode_properties(props), offset_msg_id(store_raw, phys),
         )  # fmt: skip
@@ -314,7 +314,7 @@ def _raw(data: bytes, pos: int, inflate: bool, limit: int = MAX_BODY_BYTES) -> _
         if inflate and sys_flag & SYSFLAG_COMPRESSED:
             body = decompress(body, sys_flag, limit)
     except (UnicodeDecodeError, InflateError) as exc:
-        props = props_b.decode(errors="replace") if isinstance(exc, InflateError) else ""
+        props = "" if isinstance(exc, UnicodeDecodeError) else props  # the body failed: they decoded
         fields = (
             total, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts,
             born_raw, store_ts, store_raw, reconsume, prepared, b"", topic, props,
