@@ -228,6 +228,7 @@ class SidecarParts:
                     (r.subscription, r.topic, r.broker, r.queue_id, r.lag, r.in_flight) for r in self.lags
                 ],
                 subs.rebalances,
+                subs.undecodable,
             )
         )
 

@@ -330,13 +330,20 @@ QueueRows = Callable[[], Iterable[tuple[str, str, str, int, int, int]]]
 
 class ConsumerCollector(Collector):
     """Gauges of the subscriptions, read at scrape time from the last lag sample: per-queue lag
-    (broker max offset - committed), messages in flight, queues owned, rebalances."""
+    (broker max offset - committed), messages in flight, queues owned, rebalances; and the count of
+    messages that could not be decoded (sent to the group's DLQ undelivered)."""
 
-    def __init__(self, queues: QueueRows, rebalances: Callable[[], dict[str, int]]) -> None:
+    def __init__(
+        self,
+        queues: QueueRows,
+        rebalances: Callable[[], dict[str, int]],
+        undecodable: Callable[[], dict[str, int]],
+    ) -> None:
         self._queues = queues
         self._rebalances = rebalances
+        self._undecodable = undecodable
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         labels = ["subscription", "topic", "broker", "queue"]
         lag = GaugeMetricFamily(
             "rocksidecar_consumer_lag",
@@ -370,7 +377,16 @@ class ConsumerCollector(Collector):
             rebalances.add_metric([sub], n)
             for kind in ("topic", "retry"):
                 owned.add_metric([sub, kind], counts.get((sub, kind), 0))
+        undecodable = CounterMetricFamily(
+            "rocksidecar_consumer_undecodable",
+            "Messages that could not be decoded (a compressed body past max_body_bytes or corrupt, text "
+            "that is not UTF-8): sent to the group's %DLQ% topic without reaching the app.",
+            labels=["subscription"],
+        )
+        for sub, n in self._undecodable().items():
+            undecodable.add_metric([sub], n)
         yield lag
         yield in_flight
         yield owned
         yield rebalances
+        yield undecodable

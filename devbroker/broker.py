@@ -193,12 +193,13 @@ class DevBroker:
         """Abort every client connection now; the listener stays up. Returns how many were dropped."""
         return self.listener.drop_connections()
 
-    def messages(self, topic: str, queue_id: int | None = None) -> list[MessageExt]:
-        """Stored messages of one queue, or of every queue of the topic in queue order."""
+    def messages(self, topic: str, queue_id: int | None = None, *, inflate: bool = True) -> list[MessageExt]:
+        """Stored messages of one queue, or of every queue of the topic in queue order (``inflate``:
+        store.messages)."""
         if queue_id is not None:
-            return self.store.messages(topic, queue_id)
+            return self.store.messages(topic, queue_id, inflate=inflate)
         ids = sorted(q for t, q in self.store.queues() if t == topic)
-        return [m for q in ids for m in self.store.messages(topic, q)]
+        return [m for q in ids for m in self.store.messages(topic, q, inflate=inflate)]
 
     def flush(self) -> None:
         self._log.flush()

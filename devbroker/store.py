@@ -284,12 +284,16 @@ class MessageStore:
         (phys,) = _I64.unpack_from(record, 28)
         return record if magic in (MAGIC_V1, MAGIC_V2) and phys == commit_log_offset else None
 
-    def messages(self, topic: str, queue_id: int) -> list[MessageExt]:
-        """Every message still stored in a queue, decoded (for tests and humans)."""
+    def messages(self, topic: str, queue_id: int, *, inflate: bool = True) -> list[MessageExt]:
+        """Every message still stored in a queue, decoded (for tests and humans); ``inflate`` False: the
+        bodies as stored (a compressed one that does not inflate too)."""
         q = self._queues.get((topic, queue_id))
         if q is None:
             return []
-        return [decode_stored(self._log.read(p, s))[0] for p, s in zip(q.phys, q.sizes, strict=True)]
+        return [
+            decode_stored(self._log.read(p, s), inflate=inflate)[0]
+            for p, s in zip(q.phys, q.sizes, strict=True)
+        ]
 
     def queues(self) -> Iterator[tuple[str, int]]:
         return iter(list(self._queues))

@@ -15,6 +15,7 @@ from rocksidecar.rmq import (
     Credentials,
     MessageQueue,
     NameServerClient,
+    PullResult,
     PullStatus,
     RemotingClient,
     RemotingError,
@@ -182,6 +183,7 @@ class Cluster:
                             expression_type=kind,
                             timeout_s=opts.broker_timeout_s,
                             as_records=True,
+                            max_body_bytes=opts.max_body_bytes,
                         )
                         for at in starts
                     )
@@ -214,6 +216,7 @@ class Cluster:
                     raise RuntimeError(
                         f"queue {ref}: a pull at offset {offset} made no progress ({result.status})"
                     )
+                _skip_bad(ref, offset, result)
                 page = result.records
                 if page and not (offset <= page[0][0] and page[-1][0] < end):  # offsets ascend in a pull
                     page = [r for r in page if offset <= r[0] < end]
@@ -232,6 +235,22 @@ class Cluster:
             raise DataLossError(f"{what}. Set failOnDataLoss=false to skip them and go on")
         log.warning("%s: skipped (failOnDataLoss=false)", what)
         return resume
+
+
+def _skip_bad(ref: QueueRef, offset: int, result: PullResult) -> None:
+    """Records no reader can decode (a compressed body past maxBodyBytes or corrupt, text that is not
+    UTF-8, a corrupt frame) are skipped, each with a warning naming its queue and offset: the read goes
+    on rather than failing every retry of the task at the same offset."""
+    for bad in result.undecodable:
+        log.warning(
+            "queue %s: message %s at offset %d skipped, it cannot be decoded: %s",
+            ref, bad.message.msg_id, bad.message.queue_offset, bad.reason,
+        )  # fmt: skip
+    if result.corrupt is not None:
+        log.warning(
+            "queue %s: offsets %d to %d skipped, the broker's record there is corrupt: %s",
+            ref, offset, result.next_begin_offset - 1, result.corrupt,
+        )  # fmt: skip
 
 
 @dataclass(slots=True)

@@ -17,6 +17,8 @@ MAX_TOPICS = 100
 MAX_QUEUES = 10_000  # queues named by a per-queue offsets JSON
 MAX_OPTION_CHARS = 1 << 20
 DEFAULT_GROUP = "rocksidecar_spark"
+# rmq.message_codec.MAX_BODY_BYTES (this module may not import rmq; a test checks they agree)
+MAX_BODY_BYTES = 16 * 1024 * 1024
 KNOWN = {
     "namesrv",
     "topic",
@@ -34,6 +36,7 @@ KNOWN = {
     "commitGroup",
     "brokerTimeoutMs",
     "pullBatchSize",
+    "maxBodyBytes",
 }
 
 # an offset position: "earliest", "latest", a timestamp (ms), or per queue: topic -> "broker:queueId" -> n
@@ -58,6 +61,7 @@ class ReadOptions:
     commit_group: str | None = None
     broker_timeout_s: float = 10.0
     pull_batch_size: int = 32
+    max_body_bytes: int = MAX_BODY_BYTES  # a compressed body inflating past this is skipped, with a warning
 
 
 def _canonical(options: Mapping[str, str]) -> dict[str, str]:
@@ -172,4 +176,5 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         commit_group=opts.get("commitGroup"),
         broker_timeout_s=(timeout_ms or 10_000) / 1000,
         pull_batch_size=integer(opts, "pullBatchSize", 32, 1, 1024) or 32,
+        max_body_bytes=integer(opts, "maxBodyBytes", MAX_BODY_BYTES, 1, 1 << 31) or MAX_BODY_BYTES,
     )

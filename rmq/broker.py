@@ -38,7 +38,14 @@ from .message import (
     MessageQueue,
     decode_properties,
 )
-from .message_codec import StoredRecord, decode_stored_all, encode_batch, stored_records
+from .message_codec import (
+    MAX_BODY_BYTES,
+    PullBody,
+    StoredRecord,
+    encode_batch,
+    pull_messages,
+    pull_records,
+)
 from .pool import Invoker
 from .protocol.frame import RemotingCommand
 from .result import PULL_STATUS_BY_CODE, STATUS_BY_CODE, PullResult, SendResult
@@ -310,13 +317,21 @@ class BrokerApi:
         sub_version: int = 0,
         expression_type: str = EXPRESSION_TAG,
         as_records: bool = False,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> PullResult:
         """PULL_MESSAGE; with ``suspend_s`` > 0 the broker holds the request until a message arrives.
 
         With ``subscribe`` False the broker filters by the subscription of the group's heartbeat (as
         Java's push consumer pulls); ``expression`` still re-filters the exact tags here.
-        ``as_records``: the result holds ``records`` (message_codec.stored_records, for bulk readers)
-        instead of ``messages``."""
+        ``as_records``: the result holds ``records`` (message_codec.pull_records, for bulk readers)
+        instead of ``messages``. A compressed body is inflated up to ``max_body_bytes``.
+
+        One bad record never fails the pull: one whose body does not inflate (or text does not decode)
+        is left out and listed in ``undecodable``; at one whose frame is corrupt the body cannot be
+        walked further, so next_begin_offset becomes the offset after the last record read (the next
+        pull starts at the corrupt one); when it is the first, it is fetched again alone, and if still
+        corrupt its offsets are skipped (``corrupt`` says so). No offset holding a good message is
+        skipped."""
         sys_flag = (PULL_SUBSCRIPTION if subscribe else 0) | (PULL_SUSPEND if suspend_s > 0 else 0)
         if commit_offset is not None:
             sys_flag |= 0x1
@@ -340,22 +355,45 @@ class BrokerApi:
         tags = set(parse_tags(expression)) if expression_type == EXPRESSION_TAG else set()
         messages: list[MessageExt] = []
         records: list[StoredRecord] = []
+        walked: PullBody[MessageExt] | PullBody[StoredRecord]
         if as_records:
-            records = stored_records(resp.body) if resp.body else []
+            walked = got = pull_records(resp.body, max_body_bytes)
+            records = got.items
             if tags:  # the broker filters by tag hash only; re-filter by the exact tag, as Java does
                 records = [r for r in records if decode_properties(r[2]).get(PROPERTY_TAGS) in tags]
         else:
-            messages = decode_stored_all(resp.body) if resp.body else []
+            walked = ext = pull_messages(resp.body, max_body_bytes)
+            messages = ext.items
             if tags:
                 messages = [m for m in messages if m.tags in tags]
+        next_begin = _int_field(resp, "nextBeginOffset", addr)
+        undecodable = walked.undecodable
+        corrupt = walked.corrupt
+        if corrupt is not None:
+            read = [u.message.queue_offset for u in undecodable]
+            read += (i[0] if isinstance(i, tuple) else i.queue_offset for i in walked.items)
+            last = max(read, default=None)
+            if last is not None:  # the corrupt record follows: the next pull starts at it
+                next_begin, corrupt = min(next_begin, last + 1), None
+            elif max_nums > 1:  # the first record: fetch it alone, to skip only its own offsets
+                return await self.pull(
+                    addr, group, mq, offset, max_nums=1, expression=expression, suspend_s=0.0,
+                    commit_offset=commit_offset, timeout_s=timeout_s, subscribe=subscribe,
+                    sub_version=sub_version, expression_type=expression_type, as_records=as_records,
+                    max_body_bytes=max_body_bytes,
+                )  # fmt: skip
+        if tags and undecodable:  # the ones whose properties decoded and name another tag are not ours
+            undecodable = [u for u in undecodable if u.message.tags in tags or not u.message.properties]
         return PullResult(
             status=status,
-            next_begin_offset=_int_field(resp, "nextBeginOffset", addr),
+            next_begin_offset=next_begin,
             min_offset=_int_field(resp, "minOffset", addr),
             max_offset=_int_field(resp, "maxOffset", addr),
             suggest_which_broker_id=int(resp.ext_fields.get("suggestWhichBrokerId", 0)),
             messages=messages,
             records=records,
+            undecodable=undecodable,
+            corrupt=corrupt,
         )
 
     # offsets ------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
     │   ├── ConnectionClosed      the connection dropped while a request was outstanding
     │   ├── RequestTimeout        no response within the request's timeout
     │   └── FrameError            a corrupt frame; the connection is closed
+    │       └── InflateError      a record's body or text that does not decode (not the transport's fault)
     ├── BrokerError               a response code other than success; one subclass per known code
     ├── RouteNotFound             no route for a topic (refresh_route)
     ├── ClientError               misuse, closed client, bad arguments; never retriable
@@ -63,6 +64,14 @@ class RequestTimeout(RemotingError):
 
 class FrameError(RemotingError):
     pass
+
+
+class InflateError(FrameError):
+    """A stored record whose frame is sound but whose content is not: a compressed body that is corrupt,
+    truncated or inflates past the reader's limit (every codec's error becomes this one), or text that is
+    not UTF-8. Retrying cannot help: the record is as the producer made it."""
+
+    retriable = False
 
 
 class ClientError(RocketMQError):

@@ -7,8 +7,9 @@ import ipaddress
 import socket
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from .codes import (
     SYSFLAG_BORNHOST_V6,
@@ -18,7 +19,7 @@ from .codes import (
     SYSFLAG_COMPRESSION_ZSTD,
     SYSFLAG_STOREHOST_V6,
 )
-from .errors import FrameError
+from .errors import FrameError, InflateError
 from .message import MessageExt, decode_properties, stored_message
 
 MAGIC_V1 = -626843481  # 0xDAA320A7: 1-byte topic length
@@ -163,17 +164,73 @@ def _host_text(raw: bytes) -> str:
     return text
 
 
-def decompress(body: bytes, sys_flag: int) -> bytes:
+# How far a reader inflates one compressed body. Java's producer refuses a body over its maxMessageSize
+# (4 MiB) before compressing it, so an honest body inflates to at most that; 16 MiB leaves room for
+# producers that raised their limit, and bounds what a few KB of zlib (1000:1) or lz4/zstd (far more)
+# can make every consumer of a topic allocate. ConsumerConfig.max_body_bytes (the push consumer) and
+# BrokerApi.pull's max_body_bytes set it per reader.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+# Deflate's densest code: a 258-byte match in 2 bits, so a zlib body inflates to at most 1032 times its size.
+# Bodies that cannot reach the limit (16 KiB and less at 16 MiB: nearly all) skip decompressobj's cost.
+DEFLATE_MAX_RATIO = 1032
+_CODECS = {SYSFLAG_COMPRESSION_LZ4: "lz4", SYSFLAG_COMPRESSION_ZSTD: "zstd"}
+
+
+def decompress(body: bytes, sys_flag: int, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The inflated body of a record whose sysflag says COMPRESSED, asking the codec for at most
+    ``limit`` + 1 bytes; InflateError if it is corrupt, truncated, of a codec not installed, or larger
+    than ``limit``."""
     kind = sys_flag & SYSFLAG_COMPRESSION_MASK
-    if kind == SYSFLAG_COMPRESSION_LZ4:
-        import lz4.frame
+    name = _CODECS.get(kind, "zlib")
+    try:
+        if kind == SYSFLAG_COMPRESSION_LZ4:
+            out, complete = _lz4(body, limit)
+        elif kind == SYSFLAG_COMPRESSION_ZSTD:
+            out, complete = _zstd(body, limit)
+        elif len(body) * DEFLATE_MAX_RATIO <= limit:  # cannot inflate past it: the one-call path
+            out, complete = zlib.decompress(body), True  # (a truncated stream raises)
+        else:  # ZLIB, or 0 from clients before 4.9.4
+            z = zlib.decompressobj()
+            out = z.decompress(body, limit + 1)
+            complete = z.eof
+    except InflateError:
+        raise
+    except Exception as exc:  # each codec has its own (zlib.error, RuntimeError, ZstdError, ImportError)
+        raise InflateError(f"corrupt {name} body: {exc}") from exc
+    if len(out) > limit:
+        raise InflateError(f"{name} body inflates past the {limit}-byte limit")
+    if not complete:
+        raise InflateError(f"truncated {name} body")
+    return out
 
-        return bytes(lz4.frame.decompress(body))
-    if kind == SYSFLAG_COMPRESSION_ZSTD:
-        import zstandard
 
-        return zstandard.ZstdDecompressor().decompressobj().decompress(body)
-    return zlib.decompress(body)  # ZLIB, or 0 from clients before 4.9.4
+def _lz4(body: bytes, limit: int) -> tuple[bytes, bool]:
+    import lz4.frame
+
+    d = lz4.frame.LZ4FrameDecompressor()
+    out = d.decompress(body, max_length=limit + 1)
+    return bytes(out), bool(d.eof) and not d.unused_data
+
+
+def _zstd(body: bytes, limit: int) -> tuple[bytes, bool]:
+    import zstandard
+
+    declared = zstandard.frame_content_size(body)  # -1: not in the frame's header
+    if declared > limit:
+        raise InflateError(f"zstd body declares {declared} bytes, past the {limit}-byte limit")
+    # With a declared size zstd allocates that and checks the frame delivers exactly it; without, it
+    # allocates limit + 1 and fails a frame that needs more. A truncated frame fails either way.
+    d = zstandard.ZstdDecompressor()
+    if declared >= 0:
+        return d.decompress(body), True
+    try:
+        return d.decompress(body, max_output_size=limit + 1), True
+    except zstandard.ZstdError as exc:  # zstd does not tell the two apart
+        raise InflateError(
+            f"zstd body is corrupt, truncated or inflates past the {limit}-byte limit: {exc}"
+        ) from exc
 
 
 # The rest of a record's head after _HEAD, by its host flags: born host (IPv4 or IPv6, with port), store
@@ -190,10 +247,36 @@ _HOST_FLAGS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 # flag, born timestamp, born host (packed), store timestamp, store host (packed), reconsume times,
 # prepared offset, body (inflated if asked), topic (undecoded), properties text.
 _Raw = tuple[int, int, int, int, int, int, int, int, bytes, int, bytes, int, int, bytes, bytes, str]
+T = TypeVar("T")
 
 
-def _raw(data: bytes, pos: int, inflate: bool) -> _Raw:
-    """The fields of the record at ``pos``, sizes checked against ``total``; FrameError if malformed."""
+class RecordError(InflateError):
+    """The record at a position is framed soundly (so the walk goes on at ``end``) but its body does not
+    inflate or its text does not decode; ``fields`` are its raw fields with an empty body and the
+    properties as far as they decode ("" if not)."""
+
+    def __init__(self, message: str, fields: _Raw, pos: int) -> None:
+        super().__init__(message)
+        self.fields = fields
+        self.end = pos + fields[0]  # the position after the record
+        self.reason = message
+
+    def undecodable(self) -> Undecodable:
+        """What the consumer needs to dead-letter the record (CONSUMER_SEND_MSG_BACK by its commit-log
+        offset; the broker copies its stored bytes, not ours) and to log it."""
+        (total, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts,
+         born_raw, store_ts, store_raw, reconsume, prepared, body, topic_b, props) = self.fields  # fmt: skip
+        msg = stored_message(
+            topic_b.decode(errors="replace"), body, queue_id, queue_offset, phys, sys_flag, flag,
+            born_ts, _host_text(born_raw), store_ts, _host_text(store_raw), reconsume, prepared, crc, total,
+            decode_properties(props), offset_msg_id(store_raw, phys),
+        )  # fmt: skip
+        return Undecodable(msg, self.reason)
+
+
+def _raw(data: bytes, pos: int, inflate: bool, limit: int = MAX_BODY_BYTES) -> _Raw:
+    """The fields of the record at ``pos``, sizes checked against ``total``; FrameError if malformed (the
+    walk cannot go on), RecordError if the frame is sound but the body or properties do not decode."""
     try:
         total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts = _HEAD.unpack_from(
             data, pos
@@ -220,29 +303,42 @@ def _raw(data: bytes, pos: int, inflate: bool) -> _Raw:
         topic = bytes(data[cur : cur + topic_len])
         cur += topic_len
         (props_len,) = _I16.unpack_from(data, cur)
-        props = bytes(data[cur + 2 : cur + 2 + props_len]).decode()
+        props_b = bytes(data[cur + 2 : cur + 2 + props_len])
         cur += 2 + props_len
         if cur - pos != total:
             raise FrameError(f"stored message at byte {pos} declares {total} bytes but holds {cur - pos}")
-        if inflate and sys_flag & SYSFLAG_COMPRESSED:
-            body = decompress(body, sys_flag)
-    except (struct.error, IndexError, UnicodeDecodeError, zlib.error) as exc:
+    except (struct.error, IndexError) as exc:
         raise FrameError(f"undecodable stored message at byte {pos}: {exc}") from exc
+    try:
+        props = props_b.decode()
+        if inflate and sys_flag & SYSFLAG_COMPRESSED:
+            body = decompress(body, sys_flag, limit)
+    except (UnicodeDecodeError, InflateError) as exc:
+        props = "" if isinstance(exc, UnicodeDecodeError) else props  # the body failed: they decoded
+        fields = (
+            total, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts,
+            born_raw, store_ts, store_raw, reconsume, prepared, b"", topic, props,
+        )  # fmt: skip
+        raise RecordError(f"undecodable stored message at byte {pos}: {exc}", fields, pos) from exc
     return (
         total, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts,
         born_raw, store_ts, store_raw, reconsume, prepared, body, topic, props,
     )  # fmt: skip
 
 
-def decode_stored(data: bytes, pos: int = 0, *, inflate: bool = True) -> tuple[MessageExt, int]:
-    """Decode one stored-message record at ``pos``; returns it and the position after it."""
-    raw = _raw(data, pos, inflate)
+def decode_stored(
+    data: bytes, pos: int = 0, *, inflate: bool = True, limit: int = MAX_BODY_BYTES
+) -> tuple[MessageExt, int]:
+    """Decode one stored-message record at ``pos``; returns it and the position after it. FrameError if
+    the record is malformed; RecordError (a FrameError) if only its content is (``limit``: decompress)."""
+    raw = _raw(data, pos, inflate, limit)
     (total, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts,
      born_raw, store_ts, store_raw, reconsume, prepared, body, topic, props) = raw  # fmt: skip
     try:
         topic_text = topic.decode()
     except UnicodeDecodeError as exc:
-        raise FrameError(f"undecodable stored message at byte {pos}: {exc}") from exc
+        bodiless = (*raw[:13], b"", *raw[14:])
+        raise RecordError(f"undecodable stored message at byte {pos}: {exc}", bodiless, pos) from exc
     msg = stored_message(
         topic_text, body, queue_id, queue_offset, phys, sys_flag, flag, born_ts, _host_text(born_raw),
         store_ts, _host_text(store_raw), reconsume, prepared, crc, total, decode_properties(props),
@@ -257,25 +353,76 @@ def decode_stored(data: bytes, pos: int = 0, *, inflate: bool = True) -> tuple[M
 StoredRecord = tuple[int, bytes, str, int, int, int, bytes, int]
 
 
-def stored_records(data: bytes) -> list[StoredRecord]:
-    """Every record of a pull body, checked as decode_stored_all does, as plain tuples: no MessageExt,
-    property dict, host texts or offset id per message (a third of decode_stored's cost). The topic's
-    bytes are skipped undecoded: a pull names its topic."""
-    out: list[StoredRecord] = []
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """A record of a pull whose frame is sound but whose body or text is not: ``message`` has its
+    offsets, hosts, reconsume times and (when they decode) properties, with an empty body."""
+
+    message: MessageExt
+    reason: str
+
+
+@dataclass(slots=True)
+class PullBody(Generic[T]):
+    """A pull body walked record by record: the records that decode (MessageExt or StoredRecord), the
+    ones that do not (each still moves the walk on), and, when a record's frame itself is corrupt (its
+    sizes or magic wrong), why: the walk stops there and ``items`` and ``undecodable`` are what preceded
+    it."""
+
+    items: list[T]
+    undecodable: list[Undecodable]
+    corrupt: str | None = None
+
+
+def _walk(data: bytes, step: Callable[[bytes, int], tuple[T, int]]) -> PullBody[T]:
+    out: list[T] = []
+    bad: list[Undecodable] = []
     pos, n = 0, len(data)
-    while pos < n:
-        (total, _, _, _, queue_offset, phys, _, born_ts,
-         _, store_ts, store_raw, reconsume, _, body, _, props) = _raw(data, pos, True)  # fmt: skip
-        out.append((queue_offset, body, props, born_ts, store_ts, reconsume, store_raw, phys))
-        pos += total
-    return out
+    try:
+        while pos < n:
+            try:
+                item, pos = step(data, pos)
+            except RecordError as exc:
+                bad.append(exc.undecodable())
+                pos = exc.end
+                continue
+            out.append(item)
+    except FrameError as exc:
+        return PullBody(out, bad, str(exc))
+    return PullBody(out, bad)
 
 
-def decode_stored_all(data: bytes) -> list[MessageExt]:
-    """Every record of a pull body, in order."""
-    out: list[MessageExt] = []
-    pos = 0
-    while pos < len(data):
-        msg, pos = decode_stored(data, pos)
-        out.append(msg)
-    return out
+def _strict(body: PullBody[T]) -> list[T]:
+    if body.corrupt is not None:
+        raise FrameError(body.corrupt)
+    if body.undecodable:
+        raise InflateError(body.undecodable[0].reason)
+    return body.items
+
+
+def _record(data: bytes, pos: int, limit: int = MAX_BODY_BYTES) -> tuple[StoredRecord, int]:
+    (total, _, _, _, queue_offset, phys, _, born_ts,
+     _, store_ts, store_raw, reconsume, _, body, _, props) = _raw(data, pos, True, limit)  # fmt: skip
+    return (queue_offset, body, props, born_ts, store_ts, reconsume, store_raw, phys), pos + total
+
+
+def pull_records(data: bytes, limit: int = MAX_BODY_BYTES) -> PullBody[StoredRecord]:
+    """Every record of a pull body as plain tuples: no MessageExt, property dict, host texts or offset
+    id per message (a third of decode_stored's cost). The topic's bytes are skipped undecoded: a pull
+    names its topic. One undecodable record does not stop the walk (see PullBody)."""
+    return _walk(data, lambda d, p: _record(d, p, limit))
+
+
+def pull_messages(data: bytes, limit: int = MAX_BODY_BYTES) -> PullBody[MessageExt]:
+    """Every record of a pull body, in order, as MessageExt; see PullBody."""
+    return _walk(data, lambda d, p: decode_stored(d, p, limit=limit))
+
+
+def stored_records(data: bytes, limit: int = MAX_BODY_BYTES) -> list[StoredRecord]:
+    """pull_records, all or nothing: FrameError (InflateError for a record's content) if one is bad."""
+    return _strict(pull_records(data, limit))
+
+
+def decode_stored_all(data: bytes, limit: int = MAX_BODY_BYTES) -> list[MessageExt]:
+    """Every record of a pull body, in order; all or nothing as stored_records."""
+    return _strict(pull_messages(data, limit))

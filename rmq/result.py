@@ -10,7 +10,7 @@ import msgspec
 
 from .codes import ResponseCode
 from .message import MessageExt, MessageQueue
-from .message_codec import StoredRecord
+from .message_codec import StoredRecord, Undecodable
 
 
 class SendStatus(Enum):
@@ -69,3 +69,11 @@ class PullResult:
     suggest_which_broker_id: int = 0
     messages: list[MessageExt] = field(default_factory=list)
     records: list[StoredRecord] = field(default_factory=list)  # instead of messages: BrokerApi.pull
+    # Records whose frame is sound but whose body does not inflate (corrupt, or past the reader's limit)
+    # or whose text does not decode: not in messages/records, still passed by next_begin_offset. The
+    # reader dead-letters them (the push consumer) or skips them, saying so.
+    undecodable: list[Undecodable] = field(default_factory=list)
+    # A record whose frame itself is corrupt, alone in a pull of one: offsets [start, next_begin_offset)
+    # are skipped with it (the reason in ``corrupt``). Set only then: when records preceded the corrupt
+    # one, next_begin_offset is the offset after the last of them, so the next pull starts at it.
+    corrupt: str | None = None

@@ -24,6 +24,7 @@ from rocksidecar.retry import RetryStore
 from rocksidecar.retry.record import RetryRecord
 from rocksidecar.retry.store import DeadLetterHook
 from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, MessageModel, PushConsumer
+from rocksidecar.rmq.message_codec import MAX_BODY_BYTES
 from rocksidecar.rmq.periodic import Periodic
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV
@@ -173,6 +174,8 @@ class DmqService:
                 consume_concurrency=o.consume_concurrency,
                 consume_batch_size=o.consume_batch_size,
                 persist_interval_s=o.persist_interval_s,
+                # the inner topic carries bodies the sidecars accepted (max_body_bytes): never less
+                max_body_bytes=max(MAX_BODY_BYTES, s.max_body_bytes),
             ),
             ";".join(addresses),
             self.listener if self.replication is None else self.replication.listener(self.listener),

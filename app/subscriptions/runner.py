@@ -73,6 +73,7 @@ def consumer_config(spec: SubscriptionSpec, instance_name: str | None = None) ->
         max_reconsume_times=spec.max_reconsume_times,
         commit_window=spec.commit_window,
         consume_batch_size=spec.bulk_max_messages if spec.bulk else 1,
+        max_body_bytes=spec.max_body_bytes,
     )
 
 
@@ -135,6 +136,10 @@ class Subscriptions:
 
     def rebalances(self) -> dict[str, int]:
         return {name: c.stats["rebalances_done"] for name, c in self.consumers.items()}
+
+    def undecodable(self) -> dict[str, int]:
+        """Messages each subscription's consumer could not decode (and sent to its group's DLQ)."""
+        return {name: c.stats["undecodable"] for name, c in self.consumers.items()}
 
     async def lags(self) -> list[QueueLag]:
         """Per owned queue: the broker's max offset, the group's committed offset, messages cached."""

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from rocksidecar.rmq.message import TOPIC_MAX_LEN, TOPIC_PATTERN
+from rocksidecar.rmq.message_codec import MAX_BODY_BYTES
 
 from ..localhost import local_url_error
 from ..setting_words import parse_bool, parse_int
@@ -23,6 +24,7 @@ ALLOCATIONS = ("averagely", "bounded_hash", "sticky")
 EXPRESSION_TYPES = ("TAG", "SQL92")  # rmq.broker.EXPRESSION_TYPES
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 GRPC_ENDPOINT = "grpc"
+MAX_BODY_LIMIT = 1 << 30  # max_body_bytes above 1 GiB would be no bound at all
 
 
 class SpecError(ValueError):
@@ -50,6 +52,9 @@ class SubscriptionSpec:
     # Dapr's bulk subscribe: up to bulk_max_messages of one queue in one POST, statuses per entry.
     bulk: bool = False
     bulk_max_messages: int = 100
+    # The most a compressed body may inflate to (rmq.message_codec.MAX_BODY_BYTES, 16 MiB); one past it,
+    # or one that does not inflate, goes to the group's DLQ undelivered.
+    max_body_bytes: int = MAX_BODY_BYTES
 
     @property
     def grpc(self) -> bool:
@@ -84,6 +89,8 @@ SUBSCRIPTION_KEY_HELP: Mapping[str, str] = {
     "(bounds redeliveries after a crash); 0: off.",
     "bulk": "Dapr bulk subscribe: several messages of one queue per POST, statuses per entry.",
     "bulk_max_messages": "With bulk: most messages in one POST (1-1024).",
+    "max_body_bytes": "Most bytes a compressed body may inflate to (default 16 MiB, 4x Java's 4 MiB "
+    "maxMessageSize); a larger or corrupt one goes to the group's DLQ undelivered.",
 }
 
 
@@ -183,6 +190,9 @@ def parse_one(raw: Any, where: str) -> SubscriptionSpec:
         commit_window=_int(raw.get("commit_window", 256), f"{where}.commit_window", 0, 1_000_000),
         bulk=bulk,
         bulk_max_messages=_int(raw.get("bulk_max_messages", 100), f"{where}.bulk_max_messages", 1, 1024),
+        max_body_bytes=_int(
+            raw.get("max_body_bytes", MAX_BODY_BYTES), f"{where}.max_body_bytes", 1024, MAX_BODY_LIMIT
+        ),
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..message import MessageExt, MessageQueue
+from ..message_codec import MAX_BODY_BYTES
 from .allocate import AllocateStrategy, Averagely
 
 RETRY_PREFIX = "%RETRY%"
@@ -79,6 +80,10 @@ class ConsumerConfig:
     # the committed offset moves (rmq.consumer.commit_window): a crash redelivers at most this many
     # per queue. 0: off, as Java (the duplicates are then what finished since the last 5 s persist).
     commit_window: int = 0
+    # The most a compressed body may inflate to (message_codec.MAX_BODY_BYTES: 16 MiB, 4x Java's 4 MiB
+    # maxMessageSize, which its producer checks before compressing). A body past it, or one that does not
+    # inflate at all, is not delivered: it goes to the group's DLQ (push_consumer._set_aside).
+    max_body_bytes: int = MAX_BODY_BYTES
 
     def __post_init__(self) -> None:
         if not self.group:
@@ -91,6 +96,8 @@ class ConsumerConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        if self.max_body_bytes < 1:
+            raise ValueError("max_body_bytes must be at least 1")
         if self.commit_window < 0:
             raise ValueError("commit_window must not be negative")
         if not 0 < self.route_retry_s <= self.heartbeat_interval_s:

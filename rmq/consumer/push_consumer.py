@@ -28,7 +28,7 @@ from ..lifecycle import Lifecycle
 from ..message import MessageExt, MessageQueue
 from ..pool import RemotingClient
 from ..protocol.frame import RemotingCommand
-from ..result import PullStatus
+from ..result import PullResult, PullStatus
 from ..route import TopicRouteData, master_addrs
 from .broker_calls import (
     QueueLocker,
@@ -37,7 +37,7 @@ from .broker_calls import (
     send_back,
 )
 from .commit_window import QueueWindow
-from .config import RETRY_PREFIX, ConsumerConfig, MessageListener, MessageModel
+from .config import DLQ_PREFIX, RETRY_PREFIX, ConsumerConfig, MessageListener, MessageModel
 from .consume_concurrently import ConcurrentService
 from .consume_orderly import OrderlyService
 from .holdings import read_holdings
@@ -699,6 +699,7 @@ class PushConsumer(Lifecycle):
                     timeout_s=cfg.pull_timeout_s,
                     sub_version=sub.sub_version,
                     expression_type=sub.expression_type,
+                    max_body_bytes=cfg.max_body_bytes,
                 )
             except RocketMQError as exc:
                 self.stats.bump("pull_errors")
@@ -709,23 +710,16 @@ class PushConsumer(Lifecycle):
                 break
             self.stats.bump("pulls")
             if result.status is PullStatus.OFFSET_ILLEGAL:
-                # Java: drop the queue, commit the broker's suggestion, let the rebalance re-add it.
-                log.warning(
-                    "group %s: offset %d of %s is illegal; moving to %d",
-                    cfg.group,
-                    pq.next_offset,
-                    mq,
-                    result.next_begin_offset,
-                )
-                self.stats.bump("offsets_moved")
-                self.offsets.update(mq, result.next_begin_offset, increase_only=False)
-                pq.drop()  # from here no result of this queue moves the offset
-                task = asyncio.get_running_loop().create_task(self._readd_queue(mq))
-                self._side_tasks.add(task)
-                task.add_done_callback(self._side_tasks.discard)
+                self._offset_illegal(state, result.next_begin_offset)
                 break
             messages = [self._restore_topic(m) for m in result.messages]
-            pq.put(messages, result.next_begin_offset)
+            next_offset = result.next_begin_offset
+            if result.undecodable or result.corrupt is not None:
+                next_offset = await self._set_aside(state, result)
+                if pq.dropped:
+                    break
+                messages = [m for m in messages if m.queue_offset < next_offset]
+            pq.put(messages, next_offset)
             if not messages and pq.count == 0:  # correctTagsOffset: skip what the filter passed over
                 self.offsets.update(mq, pq.committed_offset(), increase_only=True)
             if messages:
@@ -734,6 +728,55 @@ class PushConsumer(Lifecycle):
                     state.ready.set()
                 elif ready := state.window.admit(messages):
                     self._concurrent.submit(state, ready)
+            if next_offset < result.next_begin_offset:  # a send-back failed: pull it again in a while
+                await self.wait_closing(cfg.pull_delay_on_error_s)
+
+    def _offset_illegal(self, state: QueueState, suggested: int) -> None:
+        """Java: drop the queue, commit the broker's suggestion, let the rebalance re-add it."""
+        cfg, pq, mq = self.config, state.pq, state.mq
+        log.warning(
+            "group %s: offset %d of %s is illegal; moving to %d", cfg.group, pq.next_offset, mq, suggested
+        )
+        self.stats.bump("offsets_moved")
+        self.offsets.update(mq, suggested, increase_only=False)
+        pq.drop()  # from here no result of this queue moves the offset
+        task = asyncio.get_running_loop().create_task(self._readd_queue(mq))
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    async def _set_aside(self, state: QueueState, result: PullResult) -> int:
+        """The pull's records that cannot be delivered, one by one in offset order: an undecodable one
+        (its body does not inflate within max_body_bytes, or its text does not decode) goes to the
+        group's DLQ, as an exhausted message (CONSUMER_SEND_MSG_BACK with delay level -1: the broker
+        copies its own stored bytes, so nothing here needs decoding); broadcasting has no DLQ, there it is
+        dropped. Each is logged once with its queue and offset and counted (``undecodable``). Returns the
+        offset the queue moves to: the pull's next_begin_offset, or the offset of the first one that
+        could not be sent back (it is pulled again after pull_delay_on_error_s, with what followed it)."""
+        cfg, mq = self.config, state.mq
+        if result.corrupt is not None:
+            self.stats.bump("corrupt_skipped")
+            log.error(
+                "group %s: %s offsets %d to %d skipped: the broker's record there is corrupt: %s",
+                cfg.group, mq, state.pq.next_offset, result.next_begin_offset - 1, result.corrupt,
+            )  # fmt: skip
+        for bad in result.undecodable:
+            msg = self._restore_topic(bad.message)
+            if msg.queue_offset > state.undecodable_seen:  # logged and counted once, however often pulled
+                state.undecodable_seen = msg.queue_offset
+                self.stats.bump("undecodable")
+                log.error(
+                    "group %s: message %s at %s offset %d cannot be decoded, %s: %s",
+                    cfg.group, msg.msg_id, mq, msg.queue_offset,
+                    "dropped (broadcasting)" if cfg.message_model is MessageModel.BROADCASTING
+                    else f"sent to {DLQ_PREFIX}{cfg.group}", bad.reason,
+                )  # fmt: skip
+            if cfg.message_model is MessageModel.BROADCASTING:
+                continue
+            if not await self.send_back(msg, mq, dead=True):
+                self.stats.bump("send_back_failed")
+                return msg.queue_offset
+            self.stats.bump("undecodable_dead_lettered")
+        return result.next_begin_offset
 
     def _restore_topic(self, msg: MessageExt) -> MessageExt:
         """Messages of the retry topic carry their original topic in RETRY_TOPIC (resetRetryAndNamespace)."""

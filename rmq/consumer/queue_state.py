@@ -32,6 +32,7 @@ class QueueState:
     consuming: int = 0  # listener calls running for this queue
     pull_task: asyncio.Task[None] | None = None
     window: QueueWindow = field(default_factory=lambda: QueueWindow(0, 0))  # off unless configured
+    undecodable_seen: int = -1  # the highest offset of an undecodable message logged and counted
 
     def poke(self) -> None:
         self.room.set()

@@ -15,7 +15,8 @@ def test_retry_queues_are_counted_apart_from_the_topics() -> None:
         ("audit", "Audit", "broker-a", 0, 3, 1),
     ]
     registry = CollectorRegistry()
-    registry.register(ConsumerCollector(lambda: rows, lambda: {"orders": 1, "audit": 2, "idle": 0}))
+    counts = {"orders": 1, "audit": 2, "idle": 0}
+    registry.register(ConsumerCollector(lambda: rows, lambda: counts, lambda: {"orders": 3}))
 
     def owned(sub: str, kind: str) -> float | None:
         return registry.get_sample_value(
@@ -25,3 +26,11 @@ def test_retry_queues_are_counted_apart_from_the_topics() -> None:
     assert (owned("orders", "topic"), owned("orders", "retry")) == (4, 2)
     assert (owned("audit", "topic"), owned("audit", "retry")) == (1, 0)
     assert (owned("idle", "topic"), owned("idle", "retry")) == (0, 0)  # a subscription owning nothing yet
+
+
+def test_undecodable_messages_are_counted_per_subscription() -> None:
+    registry = CollectorRegistry()
+    registry.register(ConsumerCollector(list, lambda: {"orders": 1}, lambda: {"orders": 3, "audit": 0}))
+    value = registry.get_sample_value
+    assert value("rocksidecar_consumer_undecodable_total", {"subscription": "orders"}) == 3
+    assert value("rocksidecar_consumer_undecodable_total", {"subscription": "audit"}) == 0

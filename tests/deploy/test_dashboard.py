@@ -22,6 +22,7 @@ COUNTERS = {
     "rocksidecar_replays_total",
     "rocksidecar_dead_letters_total",
     "rocksidecar_subscription_deliveries_total",
+    "rocksidecar_consumer_undecodable_total",
     "rocksidecar_dmq_inner_messages_total",  # issue 14: Rock-DMQ service
 }
 GAUGES = {
