@@ -16,6 +16,7 @@ from typing import cast
 from .codes import FLAG_ONEWAY, ResponseCode
 from .errors import ConnectError, ConnectionClosed, FrameError, RemotingError, RequestTimeout
 from .protocol.frame import FrameDecoder, RemotingCommand, encode
+from .route import is_host_port
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +210,8 @@ async def connect(
     on_close: Callable[[Connection], None] | None = None,
 ) -> Connection:
     """Open a connection to ``host:port``; ConnectError when that fails or takes too long."""
+    if not is_host_port(addr):  # a route's address is the name server's word (a port of 99999 once
+        raise ConnectError(f"bad address {addr!r}", addr=addr)  # raised OverflowError out of here)
     host, _, port = addr.rpartition(":")
     host = host.strip("[]")
     loop = asyncio.get_running_loop()
@@ -219,6 +222,6 @@ async def connect(
             )
     except (OSError, TimeoutError) as exc:
         raise ConnectError(f"cannot connect to {addr}: {exc or 'timed out'}", addr=addr) from exc
-    except ValueError as exc:
+    except ValueError as exc:  # e.g. a NUL in the host
         raise ConnectError(f"bad address {addr!r}", addr=addr) from exc
     return proto
