@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -14,7 +14,7 @@ from rocksidecar.rmq.codes import FLAG_RESPONSE, RequestCode, ResponseCode
 from rocksidecar.rmq.connection import Connection, connect
 from rocksidecar.rmq.errors import ConnectionClosed, FrameError, RequestTimeout
 from rocksidecar.rmq.protocol.frame import FrameDecoder, RemotingCommand, encode
-from tests.rmq.test_connection import LONG_TIMEOUT_S, PING, PROMPT_S, Server, default_handler
+from tests.rmq.test_connection import LONG_TIMEOUT_S, PING, PROMPT_S, Server
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -41,14 +41,6 @@ async def read_request(reader: asyncio.StreamReader) -> RemotingCommand:
     (length,) = struct.unpack(">i", await reader.readexactly(4))
     (cmd,) = FrameDecoder().feed(struct.pack(">i", length) + await reader.readexactly(length))
     return cmd
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[Server]:
-    srv = Server(default_handler)
-    await srv.start()
-    yield srv
-    await srv.close()
 
 
 async def test_a_flood_of_one_way_requests_runs_a_bounded_number_at_once(server: Server) -> None:
@@ -167,19 +159,25 @@ async def test_a_peer_that_sends_a_frame_slowly_holds_only_that_frame() -> None:
     await peer.close()
 
 
-async def test_a_frame_past_16_mib_closes_the_connection_at_once() -> None:
+async def answered_with(answer: Callable[[RemotingCommand], bytes], match: str) -> None:
+    """A request answered with the bytes ``answer`` makes of it: the request fails with FrameError
+    (matching ``match``) and the connection is closed."""
+
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(struct.pack(">i", 0x7FFFFFFF))
+        writer.write(answer(await read_request(reader)))
         await writer.drain()
         await reader.read()
 
     peer = RawPeer(script)
     client = await connect(await peer.start(), 1.0)
-    with pytest.raises(FrameError, match="bad frame length"):
+    with pytest.raises(FrameError, match=match):
         await client.invoke(RemotingCommand(PING), LONG_TIMEOUT_S)
     assert client.is_closed
     await peer.close()
+
+
+async def test_a_frame_past_16_mib_closes_the_connection_at_once() -> None:
+    await answered_with(lambda request: struct.pack(">i", 0x7FFFFFFF), "bad frame length")
 
 
 async def test_a_peer_closing_mid_frame_fails_the_waiters_promptly() -> None:
@@ -203,16 +201,8 @@ async def test_a_peer_closing_mid_frame_fails_the_waiters_promptly() -> None:
 async def test_a_header_of_the_wrong_shape_fails_the_connection_as_a_frame_error() -> None:
     # Before: the decoder's TypeError left data_received; asyncio logged a fatal error and the waiter
     # saw "connection lost: 'list' object has no attribute 'items'".
-    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        request = await read_request(reader)
+    def answer(request: RemotingCommand) -> bytes:
         header = b'{"code":0,"flag":1,"opaque":%d,"extFields":["a"]}' % request.opaque
-        writer.write(struct.pack(">ii", 4 + len(header), len(header)) + header)
-        await writer.drain()
-        await reader.read()
+        return struct.pack(">ii", 4 + len(header), len(header)) + header
 
-    peer = RawPeer(script)
-    client = await connect(await peer.start(), 1.0)
-    with pytest.raises(FrameError, match="extFields"):
-        await client.invoke(RemotingCommand(PING), LONG_TIMEOUT_S)
-    assert client.is_closed
-    await peer.close()
+    await answered_with(answer, "extFields")
