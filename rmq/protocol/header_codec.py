@@ -70,15 +70,23 @@ def decode_json(data: bytes) -> tuple[int, int, int, int, int, str | None, dict[
     )
     ext = {str(k): v if isinstance(v, str) else _to_text(v) for k, v in raw_ext.items() if v is not None}
     remark = doc.get("remark")
-    return (
-        _i32(doc["code"], "code"),
-        language,
-        _i32(doc.get("version", 0), "version"),
-        _i32(doc.get("opaque", 0), "opaque"),
-        _i32(doc.get("flag", 0), "flag"),
-        None if remark is None else _short_remark(remark if isinstance(remark, str) else _to_text(remark)),
-        ext,
-    )
+    if remark is not None and (type(remark) is not str or len(remark) > MAX_REMARK_CHARS):
+        remark = _short_remark(remark if isinstance(remark, str) else _to_text(remark))
+    code, version, opaque, flag = doc["code"], doc.get("version", 0), doc.get("opaque", 0), doc.get("flag", 0)
+    # every frame passes here: plain ints in range are taken as they are, anything else is checked
+    if not (
+        type(code) is int
+        and type(version) is int
+        and type(opaque) is int
+        and type(flag) is int
+        and _I32_MIN <= code <= _I32_MAX
+        and _I32_MIN <= version <= _I32_MAX
+        and _I32_MIN <= opaque <= _I32_MAX
+        and _I32_MIN <= flag <= _I32_MAX
+    ):
+        code, version = _i32(code, "code"), _i32(version, "version")
+        opaque, flag = _i32(opaque, "opaque"), _i32(flag, "flag")
+    return code, language, version, opaque, flag, remark, ext
 
 
 def _i32(value: object, name: str) -> int:
