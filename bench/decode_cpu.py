@@ -46,11 +46,17 @@ def main() -> None:
     parser.add_argument("--compressed", action="store_true", help="8 KiB zlib-compressed bodies")
     args, trees = parse_trees(parser)
     print(f"# decode_cpu: {environment()}; {args.messages} decodes of a 32-message pull a repeat")
+    interleaved(trees, args.rounds, [_CHILD, str(args.messages), "1" if args.compressed else "0"], "us/msg")
+
+
+def interleaved(trees: list[Path], rounds: int, child: list[str], unit: str) -> None:
+    """Run ``python -c *child`` in each tree (its own code imported), rounds rotating; each run prints
+    one figure. Print each tree's best, median and median ratio to the first tree's."""
     runs: dict[Path, list[float]] = {t: [] for t in trees}
-    for r in range(args.rounds):
+    for r in range(rounds):
         for tree in rotated(trees, r):
             out = subprocess.run(
-                [sys.executable, "-c", _CHILD, str(args.messages), "1" if args.compressed else "0"],
+                [sys.executable, "-c", *child],
                 cwd=tree,
                 env={"PYTHONPATH": str(tree)},
                 capture_output=True,
@@ -63,7 +69,7 @@ def main() -> None:
         mine = runs[tree]
         ratio = statistics.median(m / a for m, a in zip(mine, anchor, strict=True))
         print(
-            f"{tree}: best {min(mine):.2f} us/msg, median {statistics.median(mine):.2f} "
+            f"{tree}: best {min(mine):.2f} {unit}, median {statistics.median(mine):.2f} "
             f"(rounds {' / '.join(f'{x:.2f}' for x in mine)}); {ratio:.2f}x the anchor"
         )
 

@@ -16,7 +16,10 @@ LOOPBACK = "127.0.0.1"
 
 
 class ServerConnection(Connection):
-    """A Connection accepted by a listener; ``addr`` and ``peer_host`` name the client's end."""
+    """A Connection accepted by a listener; ``addr`` and ``peer_host`` name the client's end. A test
+    broker holds every pull its clients send: no limit on their requests in progress."""
+
+    peer_running_limit = 1 << 30
 
     def __init__(self, on_request: RequestHandler, on_close: Callable[[Connection], None]) -> None:
         super().__init__("(accepting)", on_request, on_close)

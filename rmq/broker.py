@@ -132,11 +132,22 @@ def _check(resp: RemotingCommand, addr: str, ok: tuple[int, ...] = (ResponseCode
         raise for_code(resp.code, resp.remark, addr)
 
 
-def _int_field(resp: RemotingCommand, name: str, addr: str) -> int:
-    try:
-        return int(resp.ext_fields[name])
-    except (KeyError, ValueError) as exc:
-        raise FrameError(f"response from {addr} lacks a valid {name!r}", addr=addr) from exc
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+MAX_CONSUMER_IDS = 10_000  # members of one group a broker may list (each is allocated queues, asked...)
+
+
+def _int_field(resp: RemotingCommand, name: str, addr: str, default: int | None = None) -> int:
+    """A number of the broker's answer, as the Java long it is (``default`` when absent, if given):
+    FrameError when it is missing, not decimal or out of range (an offset of 10**30 once became the
+    next pull's offset and wedged the queue)."""
+    text = resp.ext_fields.get(name)
+    if text is None and default is not None:
+        return default
+    if text is not None and text.lstrip("-").isascii() and text.lstrip("-").isdigit():
+        value = int(text)
+        if _I64_MIN <= value <= _I64_MAX:
+            return value
+    raise FrameError(f"response from {addr} lacks a valid {name!r}", addr=addr)
 
 
 def _queue_header(mq: MessageQueue, **fields: str) -> dict[str, str]:
@@ -286,7 +297,7 @@ class BrokerApi:
         if status is None:
             raise for_code(resp.code, resp.remark, addr)
         ext = resp.ext_fields
-        queue_id = int(ext.get("queueId", mq.queue_id))
+        queue_id = _int_field(resp, "queueId", addr, mq.queue_id)
         # The queue asked for (frozen, so shared safely) when the broker stored it there, as it does: a
         # frozen dataclass built per send costs ~1 us (issue 32).
         queue = mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id)
@@ -367,6 +378,15 @@ class BrokerApi:
             if tags:
                 messages = [m for m in messages if m.tags in tags]
         next_begin = _int_field(resp, "nextBeginOffset", addr)
+        max_offset = _int_field(resp, "maxOffset", addr)
+        # A broker never sends the next pull past its queue's end (a slave may leave it at the offset
+        # asked): further would skip messages never seen.
+        if not 0 <= next_begin <= max(max_offset, offset):
+            raise FrameError(
+                f"pull answer from {addr} for {mq}: nextBeginOffset {next_begin} outside [0, "
+                f"max(maxOffset {max_offset}, offset asked {offset})]",
+                addr=addr,
+            )
         undecodable = walked.undecodable
         corrupt = walked.corrupt
         if corrupt is not None:
@@ -388,8 +408,8 @@ class BrokerApi:
             status=status,
             next_begin_offset=next_begin,
             min_offset=_int_field(resp, "minOffset", addr),
-            max_offset=_int_field(resp, "maxOffset", addr),
-            suggest_which_broker_id=int(resp.ext_fields.get("suggestWhichBrokerId", 0)),
+            max_offset=max_offset,
+            suggest_which_broker_id=_int_field(resp, "suggestWhichBrokerId", addr, 0),
             messages=messages,
             records=records,
             undecodable=undecodable,
@@ -498,7 +518,18 @@ class BrokerApi:
         if resp.code == ResponseCode.SYSTEM_ERROR and "no consumer" in (resp.remark or ""):
             return []
         _check(resp, addr)
-        return list(orjson.loads(resp.body).get("consumerIdList") or []) if resp.body else []
+        try:
+            ids = orjson.loads(resp.body).get("consumerIdList") or [] if resp.body else []
+        except (orjson.JSONDecodeError, AttributeError) as exc:
+            raise FrameError(f"undecodable consumer list from {addr}: {exc}", addr=addr) from exc
+        if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
+            raise FrameError(f"consumer list from {addr} is not a list of client ids", addr=addr)
+        if len(ids) > MAX_CONSUMER_IDS:
+            raise FrameError(
+                f"consumer list from {addr} names {len(ids)} members of {group}, over {MAX_CONSUMER_IDS}",
+                addr=addr,
+            )
+        return ids
 
     async def get_consumer_running_info(
         self, addr: str, group: str, client_id: str, timeout_s: float = 3.0

@@ -1,13 +1,17 @@
 """One remoting connection: frames out, frames in, responses matched to requests by opaque.
 
 Requests the peer initiates (a broker's NOTIFY_CONSUMER_IDS_CHANGED, or any request when this is the
-server side of devbroker) go to ``on_request``. When the connection drops, every waiter fails at once
+server side of devbroker) go to ``on_request``, a bounded number at once: the rest wait, a bounded number
+and size of them, and past that they are refused as Java's remoting layer refuses a request its full
+executor rejects (SYSTEM_BUSY; a one-way request is dropped). A broker sending a million transaction
+checks costs at most that, however many it sends. When the connection drops, every waiter fails at once
 with ConnectionClosed instead of waiting for its timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
@@ -16,13 +20,23 @@ from typing import cast
 from .codes import FLAG_ONEWAY, ResponseCode
 from .errors import ConnectError, ConnectionClosed, FrameError, RemotingError, RequestTimeout
 from .protocol.frame import FrameDecoder, RemotingCommand, encode
+from .route import is_host_port
 
 log = logging.getLogger(__name__)
 
 RequestHandler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
 
 
+_BUSY_REMARK = "[OVERLOAD]system busy, start flow control for a while"  # Java's, word for word
+
+
 class Connection(asyncio.Protocol):
+    # Requests from the peer: handled at once, waiting (Java's producer holds 2000 transaction checks for
+    # its one check thread) and the bytes of those waiting. The server side of devbroker lifts them.
+    peer_running_limit = 16
+    peer_waiting_limit = 2000
+    peer_waiting_bytes_limit = 64 * 1024 * 1024
+
     def __init__(
         self,
         addr: str,
@@ -42,6 +56,10 @@ class Connection(asyncio.Protocol):
         self._closed: BaseException | None = None
         self._drain: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._waiting: collections.deque[RemotingCommand] = collections.deque()
+        self._waiting_bytes = 0
+        self.refused_requests = 0  # requests from the peer refused (or dropped) past the limits
+        self.unmatched_responses = 0  # responses to no request of ours (late, after their timeout)
         self._out: list[bytes] = []  # frames written in this loop iteration, flushed together
         self.closed_event = asyncio.Event()
 
@@ -63,6 +81,8 @@ class Connection(asyncio.Protocol):
                 fut = self._pending.pop(cmd.opaque, None)
                 if fut is not None and not fut.done():
                     fut.set_result(cmd)
+                else:
+                    self.unmatched_responses += 1
             else:
                 self._dispatch(cmd)
 
@@ -169,6 +189,8 @@ class Connection(asyncio.Protocol):
         if self._drain is not None and not self._drain.done():
             self._drain.set_exception(exc)
             self._drain.exception()  # writers waiting on it see it; nobody else has to
+        self._waiting.clear()
+        self._waiting_bytes = 0
         for task in self._tasks:
             task.cancel()
         self.closed_event.set()
@@ -184,9 +206,44 @@ class Connection(asyncio.Protocol):
                     )
                 )
             return
-        task = asyncio.get_running_loop().create_task(self._handle(cmd))
+        if len(self._tasks) < self.peer_running_limit:
+            self._start(cmd)
+            return
+        size = len(cmd.body)
+        if (
+            len(self._waiting) >= self.peer_waiting_limit
+            or self._waiting_bytes + size > self.peer_waiting_bytes_limit
+        ):
+            self._refuse(cmd)
+            return
+        self._waiting.append(cmd)
+        self._waiting_bytes += size
+
+    def _start(self, cmd: RemotingCommand) -> None:
+        task = (self._loop or asyncio.get_running_loop()).create_task(self._handle(cmd))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._handled)
+
+    def _handled(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._waiting and self._closed is None:
+            cmd = self._waiting.popleft()
+            self._waiting_bytes -= len(cmd.body)
+            self._start(cmd)
+
+    def _refuse(self, cmd: RemotingCommand) -> None:
+        self.refused_requests += 1
+        if self.refused_requests == 1 or self.refused_requests % 10000 == 0:
+            log.warning(
+                "%s sends more requests than %d at once and %d waiting (%d refused so far; latest code %s)",
+                self.addr,
+                self.peer_running_limit,
+                self.peer_waiting_limit,
+                self.refused_requests,
+                cmd.code,
+            )
+        if not cmd.is_oneway:
+            self.send(cmd.response(ResponseCode.SYSTEM_BUSY, _BUSY_REMARK))
 
     async def _handle(self, cmd: RemotingCommand) -> None:
         assert self._on_request is not None
@@ -209,6 +266,8 @@ async def connect(
     on_close: Callable[[Connection], None] | None = None,
 ) -> Connection:
     """Open a connection to ``host:port``; ConnectError when that fails or takes too long."""
+    if not is_host_port(addr):  # a route's address is the name server's word (a port of 99999 once
+        raise ConnectError(f"bad address {addr!r}", addr=addr)  # raised OverflowError out of here)
     host, _, port = addr.rpartition(":")
     host = host.strip("[]")
     loop = asyncio.get_running_loop()
@@ -219,6 +278,6 @@ async def connect(
             )
     except (OSError, TimeoutError) as exc:
         raise ConnectError(f"cannot connect to {addr}: {exc or 'timed out'}", addr=addr) from exc
-    except ValueError as exc:
+    except ValueError as exc:  # e.g. a NUL in the host
         raise ConnectError(f"bad address {addr!r}", addr=addr) from exc
     return proto

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import orjson
 
 from .codes import RequestCode, ResponseCode
-from .errors import ClientError, RemotingError, RocketMQError, TopicNotExist, for_code
+from .errors import ClientError, FrameError, RemotingError, RocketMQError, TopicNotExist, for_code
 from .pool import Invoker
 from .protocol.frame import RemotingCommand
-from .route import TopicRouteData, parse_lenient_json
+from .route import TopicRouteData, is_host_port, parse_lenient_json
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 3.0
 
@@ -20,8 +23,7 @@ def parse_addresses(text: str | Sequence[str]) -> list[str]:
     items = text.replace(";", ",").split(",") if isinstance(text, str) else list(text)
     out = [a.strip() for a in items if a.strip()]
     for addr in out:
-        host, sep, port = addr.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not is_host_port(addr):
             raise ClientError(f"name server address {addr!r} is not host:port")
     if not out:
         raise ClientError("no name server address given")
@@ -73,7 +75,12 @@ class NameServerClient:
             )
         if resp.code != ResponseCode.SUCCESS:
             raise for_code(resp.code, resp.remark)
-        return TopicRouteData.from_json(resp.body)
+        try:
+            return TopicRouteData.from_json(resp.body)
+        except FrameError as exc:
+            addr = self.addresses[self._current]
+            log.warning("route of %s from name server %s refused: %s", topic, addr, exc)
+            raise FrameError(f"route of {topic!r} from {addr} refused: {exc}", addr=addr) from exc
 
     async def get_cluster_info(self) -> dict[str, object]:
         resp = await self._request(RequestCode.GET_BROKER_CLUSTER_INFO, {})
@@ -86,7 +93,13 @@ class NameServerClient:
         resp = await self._request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})
         if resp.code != ResponseCode.SUCCESS:
             raise for_code(resp.code, resp.remark)
-        return list(orjson.loads(resp.body).get("topicList") or [])
+        try:
+            topics = orjson.loads(resp.body).get("topicList") or []
+        except (orjson.JSONDecodeError, AttributeError) as exc:
+            raise FrameError(f"undecodable topic list: {exc}") from exc
+        if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+            raise FrameError("the topic list is not a list of names")
+        return topics
 
     async def ping(self) -> bool:
         """True when some name server answers at all (for readiness)."""

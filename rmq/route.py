@@ -2,6 +2,11 @@
 
 Name servers before 4.9.4 (and every GET_BROKER_CLUSTER_INFO in 4.x) write fastjson's integer map keys
 unquoted, ``{0:"10.0.0.9:10911"}``; ``parse_lenient_json`` quotes them outside string literals.
+
+A route is the name server's word, checked before it is used: Java builds one MessageQueue per queue the
+route names (2**31-1 of them if it says so). ``from_json`` refuses a whole route (FrameError, which the
+caller logs; the route known before stays in use) whose shape is wrong or that passes a bound below:
+queues per broker, queues in all, brokers, addresses per broker, JSON size.
 """
 
 from __future__ import annotations
@@ -16,6 +21,14 @@ import orjson
 from .codes import MASTER_ID, PERM_READ, PERM_WRITE
 from .errors import FrameError
 from .message import MessageQueue
+
+# Bounds on a route (per topic). Real ones are far below: a few brokers of 8 to 64 queues each.
+MAX_QUEUE_NUMS = 1024  # read or write queues of one broker (and of one orderTopicConf item)
+MAX_ROUTE_QUEUES = 16384  # queues of every broker of the route together
+MAX_ROUTE_BROKERS = 256  # entries of queueDatas, and of brokerDatas
+MAX_BROKER_ADDRS = 64  # a master and its slaves (a DLedger group has 3 to 9)
+MAX_ROUTE_JSON_BYTES = 4 * 1024 * 1024
+_I32_MAX = (1 << 31) - 1
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _BARE_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
@@ -71,29 +84,22 @@ class TopicRouteData:
 
     @classmethod
     def from_json(cls, data: bytes | str) -> TopicRouteData:
+        """The route in a name server's answer; FrameError when it is malformed or past a bound."""
+        if len(data) > MAX_ROUTE_JSON_BYTES:
+            raise FrameError(f"route JSON of {len(data)} bytes exceeds {MAX_ROUTE_JSON_BYTES}")
         doc = parse_lenient_json(data)
         if not isinstance(doc, dict):
             raise FrameError("route data is not a JSON object")
-        queues = tuple(
-            QueueData(
-                broker_name=q["brokerName"],
-                read_queue_nums=int(q.get("readQueueNums", 0)),
-                write_queue_nums=int(q.get("writeQueueNums", 0)),
-                perm=int(q.get("perm", 0)),
-                # 4.0-4.8 spell it topicSynFlag
-                topic_sys_flag=int(q.get("topicSysFlag", q.get("topicSynFlag", 0))),
-            )
-            for q in doc.get("queueDatas") or ()
-        )
-        brokers = tuple(
-            BrokerData(
-                cluster=b.get("cluster", ""),
-                broker_name=b["brokerName"],
-                broker_addrs={int(k): v for k, v in (b.get("brokerAddrs") or {}).items()},
-            )
-            for b in doc.get("brokerDatas") or ()
-        )
-        return cls(queues, brokers, doc.get("orderTopicConf") or None)
+        queues = tuple(_queue_data(q) for q in _entries(doc, "queueDatas"))
+        brokers = tuple(_broker_data(b) for b in _entries(doc, "brokerDatas"))
+        order = doc.get("orderTopicConf") or None
+        if order is not None and not isinstance(order, str):
+            raise FrameError("route's orderTopicConf is not a string")
+        total = sum(max(q.read_queue_nums, q.write_queue_nums) for q in queues)
+        total += sum(count for _, count in _order_items(order or ""))
+        if total > MAX_ROUTE_QUEUES:
+            raise FrameError(f"route names {total} queues, more than {MAX_ROUTE_QUEUES}")
+        return cls(queues, brokers, order)
 
     def to_json(self) -> bytes:
         """Standard JSON in the Java field names (what the devbroker name server answers)."""
@@ -140,13 +146,12 @@ class TopicRouteData:
     def publish_queues(self, topic: str) -> list[MessageQueue]:
         """Java's topicRouteData2TopicPublishInfo: writable queues of brokers that have a master."""
         if self.order_topic_conf:
-            out: list[MessageQueue] = []
-            for item in self.order_topic_conf.split(";"):
-                name, _, count = item.partition(":")
-                if name and count.isdigit():
-                    out.extend(MessageQueue(topic, name, i) for i in range(int(count)))
-            return out
-        out = []
+            return [
+                MessageQueue(topic, name, i)
+                for name, count in _order_items(self.order_topic_conf)
+                for i in range(count)
+            ]
+        out: list[MessageQueue] = []
         for q in sorted(self.queue_datas, key=lambda q: q.broker_name):
             if not q.perm & PERM_WRITE:
                 continue
@@ -178,6 +183,76 @@ class TopicRouteData:
             for q in self.queue_datas
         )
         return TopicRouteData(queues, self.broker_datas, self.order_topic_conf)
+
+
+def is_host_port(addr: str) -> bool:
+    """``host:port`` with a port a socket accepts (an IPv6 host in brackets)."""
+    host, sep, port = addr.rpartition(":")
+    return bool(sep and host.strip("[]")) and port.isdigit() and 0 < int(port) < 65536
+
+
+def _entries(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    items = doc.get(key) or []
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise FrameError(f"route's {key} is not a list of objects")
+    if len(items) > MAX_ROUTE_BROKERS:
+        raise FrameError(f"route has {len(items)} {key}, more than {MAX_ROUTE_BROKERS}")
+    return items
+
+
+def _int(value: object, what: str, low: int = -(1 << 31), high: int = _I32_MAX) -> int:
+    """A route number as Java's int field reads it (fastjson also takes its text), within [low, high]."""
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise FrameError(f"route's {what} {str(value)[:40]!r} is not an integer in [{low}, {high}]")
+    return value
+
+
+def _name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise FrameError(f"route's {what} is not a non-empty string")
+    return value
+
+
+def _queue_data(q: dict[str, Any]) -> QueueData:
+    name = _name(q.get("brokerName"), "queueDatas brokerName")
+    nums = f"broker {name}'s"
+    return QueueData(
+        broker_name=name,
+        read_queue_nums=_int(q.get("readQueueNums", 0), f"{nums} readQueueNums", 0, MAX_QUEUE_NUMS),
+        write_queue_nums=_int(q.get("writeQueueNums", 0), f"{nums} writeQueueNums", 0, MAX_QUEUE_NUMS),
+        # unknown permission bits are kept and ignored, as Java's PermName tests bits one by one
+        perm=_int(q.get("perm", 0), f"{nums} perm"),
+        # 4.0-4.8 spell it topicSynFlag
+        topic_sys_flag=_int(q.get("topicSysFlag", q.get("topicSynFlag", 0)), f"{nums} topicSysFlag"),
+    )
+
+
+def _broker_data(b: dict[str, Any]) -> BrokerData:
+    name = _name(b.get("brokerName"), "brokerDatas brokerName")
+    cluster = b.get("cluster") or ""
+    addrs = b.get("brokerAddrs") or {}
+    if not isinstance(cluster, str) or not isinstance(addrs, dict):
+        raise FrameError(f"route's broker {name} has a cluster or brokerAddrs of the wrong type")
+    if len(addrs) > MAX_BROKER_ADDRS:
+        raise FrameError(f"route's broker {name} has {len(addrs)} addresses, more than {MAX_BROKER_ADDRS}")
+    out: dict[int, str] = {}
+    for key, addr in addrs.items():
+        if not isinstance(addr, str) or not is_host_port(addr):
+            raise FrameError(f"route's broker {name} has an address {str(addr)[:80]!r} that is not host:port")
+        out[_int(key, f"broker {name}'s broker id")] = addr
+    return BrokerData(cluster=cluster, broker_name=name, broker_addrs=out)
+
+
+def _order_items(conf: str) -> list[tuple[str, int]]:
+    """orderTopicConf ``broker-a:8;broker-b:8`` as (broker, queue count); malformed items skipped."""
+    out: list[tuple[str, int]] = []
+    for item in conf.split(";"):
+        name, _, count = item.partition(":")
+        if name and count.isdigit():
+            out.append((name, _int(count, f"orderTopicConf count of {name}", 0, MAX_QUEUE_NUMS)))
+    return out
 
 
 def master_addrs(routes: Iterable[TopicRouteData], into: dict[str, str] | None = None) -> dict[str, str]:

@@ -70,16 +70,19 @@ class QueueLocker:
     timeout_s: float = 1.0
 
     async def lock(self, addr: str, mqs: Iterable[MessageQueue]) -> set[MessageQueue]:
-        """Lock (or renew) the queues for this client; returns the ones now held."""
+        """Lock (or renew) the queues for this client; returns the ones now held: those asked for that
+        the broker lists (one it lists unasked is not ours to consume, and is left out)."""
+        mqs = list(mqs)
         resp = await self._call(addr, RequestCode.LOCK_BATCH_MQ, mqs)
         try:
             doc = orjson.loads(resp.body) if resp.body else {}
-            return {
+            held = {
                 MessageQueue(str(q["topic"]), str(q["brokerName"]), int(q["queueId"]))
                 for q in doc.get("lockOKMQSet") or ()
             }
         except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
             raise FrameError(f"bad lock response from {addr}: {exc}", addr=addr) from exc
+        return held.intersection(mqs)
 
     async def unlock(self, addr: str, mqs: Iterable[MessageQueue]) -> None:
         """Release the queues (the broker ignores those another client holds)."""

@@ -64,6 +64,13 @@ class ConsumerConfig:
     suspend_s: float = 15.0  # how long the broker holds a pull with no new message
     pull_timeout_s: float = 30.0
     pull_delay_on_error_s: float = 3.0
+    # A pull answered at once with nothing new (a broker that does not hold it, broken or malicious):
+    # the next comes this long after the previous one was sent, not at once. A held pull is longer.
+    pull_min_interval_empty_s: float = 1.0
+    # The broker said the offset is illegal and where to go: re-add the queue from there after this, so
+    # that a broker saying so every time is not asked in a loop (Java waits 10 s; a Rock-DMQ replica on
+    # an empty volume meets it on every queue at start, hence less).
+    offset_illegal_wait_s: float = 1.0
     rebalance_interval_s: float = 20.0
     persist_interval_s: float = 5.0
     heartbeat_interval_s: float = 30.0  # and the route refresh

@@ -547,8 +547,10 @@ class PushConsumer(Lifecycle):
         log.info("group %s: consuming %s from offset %d", self.config.group, mq, offset)
 
     async def _readd_queue(self, mq: MessageQueue) -> None:
-        """Remove the queue the usual way (persisting the corrected offset, unlocking), then let a
-        rebalance add it again from there."""
+        """After offset_illegal_wait_s, remove the queue the usual way (persisting the corrected offset,
+        unlocking), then let a rebalance add it again from there."""
+        if await self.wait_closing(self.config.offset_illegal_wait_s):
+            return  # close() persists the corrected offset with the rest
         async with self._rebalance_lock:
             if mq in self.queues:
                 await self._remove_queue(mq)
@@ -673,6 +675,7 @@ class PushConsumer(Lifecycle):
 
     async def _pull_loop(self, state: QueueState) -> None:
         cfg, pq, mq = self.config, state.pq, state.mq
+        loop = asyncio.get_running_loop()
         while not pq.dropped and not self._closing.is_set():
             state.room.clear()
             sub = self._subs.get(mq.topic) or Subscription(mq.topic, "*")  # it may change meanwhile
@@ -687,6 +690,7 @@ class PushConsumer(Lifecycle):
                 committed = None
                 if cfg.message_model is MessageModel.CLUSTERING:
                     committed = await self.offsets.read(mq, ReadType.MEMORY)
+                asked, sent_at = pq.next_offset, loop.time()
                 result = await self.api.pull(
                     addr,
                     cfg.group,
@@ -730,6 +734,8 @@ class PushConsumer(Lifecycle):
                     self._concurrent.submit(state, ready)
             if next_offset < result.next_begin_offset:  # a send-back failed: pull it again in a while
                 await self.wait_closing(cfg.pull_delay_on_error_s)
+            elif not messages and pq.next_offset == asked:  # nothing new, nothing skipped: was it held?
+                await self._pace_empty_pull(loop.time() - sent_at)
 
     def _offset_illegal(self, state: QueueState, suggested: int) -> None:
         """Java: drop the queue, commit the broker's suggestion, let the rebalance re-add it."""
@@ -777,6 +783,14 @@ class PushConsumer(Lifecycle):
                 return msg.queue_offset
             self.stats.bump("undecodable_dead_lettered")
         return result.next_begin_offset
+
+    async def _pace_empty_pull(self, took_s: float) -> None:
+        """A pull that brought nothing came back sooner than pull_min_interval_empty_s: the broker did
+        not hold it (Java pulls again at once, which against such a broker is a loop); wait the rest."""
+        early = self.config.pull_min_interval_empty_s - took_s
+        if early > 0:
+            self.stats.bump("pulls_empty_early")
+            await self.wait_closing(early)
 
     def _restore_topic(self, msg: MessageExt) -> MessageExt:
         """Messages of the retry topic carry their original topic in RETRY_TOPIC (resetRetryAndNamespace)."""

@@ -13,6 +13,9 @@ from ..errors import FrameError
 from .header_codec import DECODERS, ENCODERS
 
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # including the 4-byte length prefix, as Java's NettyDecoder
+# A header is a few hundred bytes (a send's properties at most 32 KiB); one of megabytes would decode into
+# a dict of millions of fields. Bodies carry the bulk.
+MAX_HEADER_BYTES = 1024 * 1024
 _PREFIX = struct.Struct(">ii")
 _I32 = struct.Struct(">i")
 
@@ -72,6 +75,8 @@ def decode(frame: bytes | memoryview) -> RemotingCommand:
     ser, header_len = (word >> 24) & 0xFF, word & 0xFFFFFF
     if 4 + header_len > len(frame):
         raise FrameError(f"header length {header_len} overruns a frame of {len(frame)} bytes")
+    if header_len > MAX_HEADER_BYTES:
+        raise FrameError(f"header of {header_len} bytes exceeds the {MAX_HEADER_BYTES}-byte limit")
     try:
         ser_type = SerializeType(ser)
     except ValueError as exc:

@@ -17,6 +17,11 @@ _LANG_BY_NAME = {m.name: int(m) for m in LanguageCode}
 _BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+# What a peer's header may hold. Java's request and response headers have a few dozen fields at most
+# (a message's properties travel as one field); a remark is an error text.
+MAX_EXT_FIELDS = 256
+MAX_REMARK_CHARS = 4096
 
 
 class HeaderFields(Protocol):
@@ -54,19 +59,50 @@ def decode_json(data: bytes) -> tuple[int, int, int, int, int, str | None, dict[
         raise FrameError(f"undecodable JSON header: {exc}") from exc
     if not isinstance(doc, dict) or "code" not in doc:
         raise FrameError("JSON header is not an object with a code")
-    lang = doc.get("language", "JAVA")
-    language = _LANG_BY_NAME.get(lang, int(LanguageCode.OTHER)) if isinstance(lang, str) else int(lang)
     raw_ext = doc.get("extFields") or {}
-    ext = {str(k): v if isinstance(v, str) else _to_text(v) for k, v in raw_ext.items() if v is not None}
-    return (
-        int(doc["code"]),
-        language,
-        int(doc.get("version", 0)),
-        int(doc.get("opaque", 0)),
-        int(doc.get("flag", 0)),
-        doc.get("remark"),
-        ext,
+    if not isinstance(raw_ext, dict):
+        raise FrameError("JSON header's extFields is not an object")
+    if len(raw_ext) > MAX_EXT_FIELDS:
+        raise FrameError(f"JSON header has {len(raw_ext)} extFields, more than {MAX_EXT_FIELDS}")
+    lang = doc.get("language", "JAVA")
+    language = (
+        _LANG_BY_NAME.get(lang, int(LanguageCode.OTHER)) if isinstance(lang, str) else _i32(lang, "language")
     )
+    ext = {str(k): v if isinstance(v, str) else _to_text(v) for k, v in raw_ext.items() if v is not None}
+    remark = doc.get("remark")
+    if remark is not None and (type(remark) is not str or len(remark) > MAX_REMARK_CHARS):
+        remark = _short_remark(remark if isinstance(remark, str) else _to_text(remark))
+    code, version, opaque, flag = doc["code"], doc.get("version", 0), doc.get("opaque", 0), doc.get("flag", 0)
+    # every frame passes here: plain ints in range are taken as they are, anything else is checked
+    if not (
+        type(code) is int
+        and type(version) is int
+        and type(opaque) is int
+        and type(flag) is int
+        and _I32_MIN <= code <= _I32_MAX
+        and _I32_MIN <= version <= _I32_MAX
+        and _I32_MIN <= opaque <= _I32_MAX
+        and _I32_MIN <= flag <= _I32_MAX
+    ):
+        code, version = _i32(code, "code"), _i32(version, "version")
+        opaque, flag = _i32(opaque, "opaque"), _i32(flag, "flag")
+    return code, language, version, opaque, flag, remark, ext
+
+
+def _i32(value: object, name: str) -> int:
+    """A header number as Java reads it into an int: an integer (or its text) in the int32 range."""
+    if isinstance(value, int) and not isinstance(value, bool) and _I32_MIN <= value <= _I32_MAX:
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit() and _I32_MIN <= int(value) <= _I32_MAX:
+        return int(value)
+    raise FrameError(f"JSON header's {name} is not a 32-bit integer: {str(value)[:40]!r}")
+
+
+def _short_remark(remark: str) -> str:
+    """A remark is a human's text: one of megabytes is cut (it ends up in errors and log lines)."""
+    if len(remark) <= MAX_REMARK_CHARS:
+        return remark
+    return f"{remark[:MAX_REMARK_CHARS]}... ({len(remark)} characters)"
 
 
 def _to_text(value: object) -> str:
@@ -91,28 +127,40 @@ def encode_binary(h: HeaderFields) -> bytes:
 
 
 def decode_binary(data: bytes) -> tuple[int, int, int, int, int, str | None, dict[str, str]]:
+    # Every length is checked against what is left, and a negative one refused (Java's readStr fails
+    # on it too): a negative key length once moved the cursor back and looped forever.
+    size = len(data)
     try:
         code, language, version, opaque, flag = _BIN_FIXED.unpack_from(data, 0)
         pos = _BIN_FIXED.size
         (remark_len,) = _I32.unpack_from(data, pos)
         pos += 4
-        remark = data[pos : pos + remark_len].decode() if remark_len > 0 else None
-        pos += max(remark_len, 0)
+        if not 0 <= remark_len <= size - pos:
+            raise FrameError(f"binary header remark length {remark_len} overruns the header")
+        remark = _short_remark(data[pos : pos + remark_len].decode()) if remark_len else None
+        pos += remark_len
         (ext_len,) = _I32.unpack_from(data, pos)
         pos += 4
         end = pos + ext_len
-        if ext_len < 0 or end > len(data):
+        if ext_len < 0 or end > size:
             raise FrameError("binary header map overruns the header")
         ext: dict[str, str] = {}
         while pos < end:
+            if len(ext) >= MAX_EXT_FIELDS:
+                raise FrameError(f"binary header has more than {MAX_EXT_FIELDS} extFields")
             (klen,) = _I16.unpack_from(data, pos)
-            key = data[pos + 2 : pos + 2 + klen].decode()
-            pos += 2 + klen
+            pos += 2
+            if not 0 <= klen <= end - pos:
+                raise FrameError(f"binary header key length {klen} overruns the map")
+            key = data[pos : pos + klen].decode()
+            pos += klen
             (vlen,) = _I32.unpack_from(data, pos)
             pos += 4
-            if vlen > 0:  # Java 4.9.4+ reads an empty value as null, i.e. absent.
+            if not 0 <= vlen <= end - pos:
+                raise FrameError(f"binary header value length {vlen} overruns the map")
+            if vlen:  # Java 4.9.4+ reads an empty value as null, i.e. absent.
                 ext[key] = data[pos : pos + vlen].decode()
-            pos += max(vlen, 0)
+            pos += vlen
     except (struct.error, UnicodeDecodeError) as exc:
         raise FrameError(f"undecodable binary header: {exc}") from exc
     return code, language, version, opaque, flag, remark, ext

@@ -5,7 +5,6 @@ waiter when the connection goes, corrupt frames, reconnecting, corked writes, an
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -62,14 +61,6 @@ async def default_handler(conn: Connection, cmd: RemotingCommand) -> RemotingCom
         conn._transport.write(b"\x00\x00\x00\x02xx")  # a length below the 4-byte minimum
         return None
     return cmd.response(ResponseCode.SUCCESS, f"pong {cmd.ext_fields.get('n', '')}")
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[Server]:
-    srv = Server(default_handler)
-    await srv.start()
-    yield srv
-    await srv.close()
 
 
 async def test_out_of_order_responses_are_matched_by_opaque(server: Server) -> None:

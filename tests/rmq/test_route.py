@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+import orjson
+import pytest
+
+from rocksidecar.rmq.codes import PERM_READ, ResponseCode
+from rocksidecar.rmq.errors import FrameError
 from rocksidecar.rmq.message import MessageQueue
-from rocksidecar.rmq.route import TopicRouteData, parse_lenient_json
+from rocksidecar.rmq.namesrv import NameServerClient
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.route import (
+    MAX_QUEUE_NUMS,
+    MAX_ROUTE_BROKERS,
+    MAX_ROUTE_JSON_BYTES,
+    MAX_ROUTE_QUEUES,
+    TopicRouteData,
+    parse_lenient_json,
+)
+from tests.fakes import ScriptedInvoker
 
 LEGACY = (
     b'{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.9:10911",1:"10.0.0.10:10911"},"brokerName":"broker-b",'
@@ -56,3 +71,107 @@ def test_standard_json_round_trip_and_clamp() -> None:
     again = TopicRouteData.from_json(route.to_json())
     assert again == route
     assert max(q.write_queue_nums for q in route.clamp_queues(1).queue_datas) == 1
+
+
+# A name server's route is checked before any queue is built from it --------------------------------
+def _doc(**queue: object) -> dict[str, object]:
+    q = {"brokerName": "broker-a", "perm": 6, "readQueueNums": 4, "writeQueueNums": 4, **queue}
+    return {
+        "brokerDatas": [{"brokerAddrs": {"0": "10.0.0.8:10911"}, "brokerName": "broker-a", "cluster": "C"}],
+        "queueDatas": [q],
+    }
+
+
+def _refused(doc: object, match: str) -> None:
+    with pytest.raises(FrameError, match=match):
+        TopicRouteData.from_json(orjson.dumps(doc))
+
+
+def test_queue_nums_past_the_bound_refuse_the_route() -> None:
+    # Before: TopicRouteData took 2**31-1, and publish_queues built as many MessageQueue objects (Java
+    # does too) - the process ran out of memory.
+    _refused(_doc(writeQueueNums=2**31 - 1), "writeQueueNums")
+    _refused(_doc(readQueueNums=MAX_QUEUE_NUMS + 1), "readQueueNums")
+    ok = TopicRouteData.from_json(orjson.dumps(_doc(writeQueueNums=MAX_QUEUE_NUMS)))
+    assert len(ok.publish_queues("T")) == MAX_QUEUE_NUMS
+
+
+def test_negative_or_non_integer_numbers_refuse_the_route() -> None:
+    _refused(_doc(writeQueueNums=-1), "writeQueueNums")
+    _refused(_doc(readQueueNums="many"), "readQueueNums")
+    _refused(_doc(perm=None), "perm")
+    _refused(_doc(readQueueNums=True), "readQueueNums")
+    _refused(_doc(topicSysFlag=1e300), "topicSysFlag")
+    assert TopicRouteData.from_json(orjson.dumps(_doc(readQueueNums="3"))).queue_datas[0].read_queue_nums == 3
+
+
+def test_the_queues_of_all_brokers_together_are_bounded() -> None:
+    doc = _doc()
+    doc["queueDatas"] = [
+        {"brokerName": f"b{i}", "perm": 6, "readQueueNums": MAX_QUEUE_NUMS, "writeQueueNums": 1}
+        for i in range(MAX_ROUTE_QUEUES // MAX_QUEUE_NUMS + 1)
+    ]
+    _refused(doc, "queues")
+
+
+def test_thousands_of_brokers_refuse_the_route() -> None:
+    doc = _doc()
+    doc["brokerDatas"] = [
+        {"brokerAddrs": {"0": f"10.0.{i // 250}.{i % 250}:10911"}, "brokerName": f"b{i}"}
+        for i in range(MAX_ROUTE_BROKERS + 1)
+    ]
+    _refused(doc, "brokerDatas")
+
+
+def test_an_order_topic_conf_of_2_31_queues_refuses_the_route() -> None:
+    # Before: publish_queues built range(int(count)) queues, as Java's topicRouteData2TopicPublishInfo.
+    doc = {**_doc(), "orderTopicConf": "broker-a:2147483647"}
+    _refused(doc, "orderTopicConf")
+    _refused({**_doc(), "orderTopicConf": {"broker-a": 4}}, "orderTopicConf")
+
+
+@pytest.mark.parametrize("addr", ["10.0.0.8", "10.0.0.8:99999", "10.0.0.8:-1", ":10911", "", 10911, None])
+def test_a_broker_address_that_is_not_host_port_refuses_the_route(addr: object) -> None:
+    doc = _doc()
+    doc["brokerDatas"] = [{"brokerAddrs": {"0": addr}, "brokerName": "broker-a"}]
+    _refused(doc, "not host:port")
+
+
+@pytest.mark.parametrize(
+    ("doc", "match"),
+    [
+        ([1, 2], "not a JSON object"),
+        ({"queueDatas": {"brokerName": "a"}}, "queueDatas"),
+        ({"queueDatas": ["a"]}, "queueDatas"),
+        ({"queueDatas": [{"perm": 6}]}, "brokerName"),
+        ({"brokerDatas": [{"brokerName": "a", "brokerAddrs": ["10.0.0.1:1"]}]}, "brokerAddrs"),
+        ({"brokerDatas": [{"brokerName": "a", "brokerAddrs": {"master": "10.0.0.1:1"}}]}, "broker id"),
+        ({"brokerDatas": [{"brokerName": "a", "cluster": 7}]}, "cluster"),
+    ],
+)
+def test_a_route_of_the_wrong_shape_is_a_frame_error(doc: object, match: str) -> None:
+    # Before: KeyError, AttributeError, TypeError or ValueError, which the callers' RocketMQError
+    # handlers let through.
+    _refused(doc, match)
+
+
+def test_unknown_perm_bits_are_ignored_as_java_does() -> None:
+    route = TopicRouteData.from_json(orjson.dumps(_doc(perm=0x7FFF0000 | PERM_READ)))
+    assert route.publish_queues("T") == [] and len(route.subscribe_queues("T")) == 4
+
+
+def test_json_too_deep_or_too_big_is_refused() -> None:
+    with pytest.raises(FrameError):
+        TopicRouteData.from_json(b'{"queueDatas":' + b"[" * 3000 + b"]" * 3000 + b"}")
+    with pytest.raises(FrameError, match="bytes"):
+        TopicRouteData.from_json(b" " * (MAX_ROUTE_JSON_BYTES + 1))
+
+
+async def test_the_name_server_logs_and_raises_a_refused_route(caplog: pytest.LogCaptureFixture) -> None:
+    async def answer(addr: str, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, body=orjson.dumps(_doc(writeQueueNums=2**31 - 1)))
+
+    ns = NameServerClient(ScriptedInvoker(answer), "127.0.0.1:9876")
+    with pytest.raises(FrameError, match=r"route of .T. from 127\.0\.0\.1:9876 refused"):
+        await ns.get_route("T")
+    assert "route of T from name server 127.0.0.1:9876 refused" in caplog.text
