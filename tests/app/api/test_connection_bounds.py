@@ -114,9 +114,12 @@ async def test_a_head_of_too_many_fields_is_431_naming_headers(stack: Stack, rou
 async def _health(port: int, n: int, *, wait: bool = False) -> health_pb2.HealthCheckResponse:
     # each channel its own connection (channels with the same arguments share one)
     options = [("grpc.use_local_subchannel_pool", 1), ("rocksidecar.test.channel", n)]
+    if wait:  # the server frees a closed connection's place a moment after the close: the channel
+        # re-connects until it is let in, every 0.1-0.2 s (grpc's default back-off grows past 5 s)
+        options += [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 200)]
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        return await stub.Check(health_pb2.HealthCheckRequest(), timeout=5, wait_for_ready=wait)
+        return await stub.Check(health_pb2.HealthCheckRequest(), timeout=30, wait_for_ready=wait)
 
 
 async def test_grpc_connections_past_the_limit_are_closed_by_grpc_core(
