@@ -46,7 +46,7 @@ UNAVAILABLE = (RemotingError, OSError, TimeoutError, SystemBusy, ServiceNotAvail
 
 PREFETCH = 4  # pulls in flight per partition
 
-Page = list[StoredRecord]  # a pull's records (rmq.message_codec.stored_records) within a read's range
+Page = list[StoredRecord]  # a pull's records (rmq.message_codec.pull_records) within a read's range
 
 
 class DataLossError(RuntimeError):
@@ -153,7 +153,7 @@ class Cluster:
         return addr
 
     async def read(self, ref: QueueRef, start: int, end: int) -> AsyncGenerator[Page, None]:
-        """The records (rmq.message_codec.stored_records) of offsets [start, end) that pass the filter, a
+        """The records (rmq.message_codec.pull_records) of offsets [start, end) that pass the filter, a
         pull at a time. Offsets that are
         gone raise DataLossError (failOnDataLoss) or are skipped with a warning; a broker that does not
         answer for brokerTimeoutMs raises BrokerDownError naming it (Spark then retries the task)."""

@@ -48,6 +48,7 @@ from .message_codec import (
 )
 from .pool import Invoker
 from .protocol.frame import RemotingCommand
+from .protocol.numbers import INT64_MAX, INT64_MIN, java_int
 from .result import PULL_STATUS_BY_CODE, STATUS_BY_CODE, PullResult, SendResult
 
 DEFAULT_COMPRESS_OVER_BYTES = 4096  # the Java producer's compressMsgBodyOverHowmuch
@@ -132,7 +133,6 @@ def _check(resp: RemotingCommand, addr: str, ok: tuple[int, ...] = (ResponseCode
         raise for_code(resp.code, resp.remark, addr)
 
 
-_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 MAX_CONSUMER_IDS = 10_000  # members of one group a broker may list (each is allocated queues, asked...)
 
 
@@ -143,11 +143,10 @@ def _int_field(resp: RemotingCommand, name: str, addr: str, default: int | None 
     text = resp.ext_fields.get(name)
     if text is None and default is not None:
         return default
-    if text is not None and text.lstrip("-").isascii() and text.lstrip("-").isdigit():
-        value = int(text)
-        if _I64_MIN <= value <= _I64_MAX:
-            return value
-    raise FrameError(f"response from {addr} lacks a valid {name!r}", addr=addr)
+    number = java_int(text, INT64_MIN, INT64_MAX)
+    if number is None:
+        raise FrameError(f"response from {addr} lacks a valid {name!r}", addr=addr)
+    return number
 
 
 def _queue_header(mq: MessageQueue, **fields: str) -> dict[str, str]:

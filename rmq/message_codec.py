@@ -257,7 +257,7 @@ class RecordError(InflateError):
 
     def __init__(self, message: str, fields: _Raw, pos: int) -> None:
         super().__init__(message)
-        self.fields = fields
+        self.fields: _Raw = (*fields[:13], b"", *fields[14:])  # the body as none: it did not decode
         self.end = pos + fields[0]  # the position after the record
         self.reason = message
 
@@ -317,7 +317,7 @@ def _raw(data: bytes, pos: int, inflate: bool, limit: int = MAX_BODY_BYTES) -> _
         props = "" if isinstance(exc, UnicodeDecodeError) else props  # the body failed: they decoded
         fields = (
             total, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts,
-            born_raw, store_ts, store_raw, reconsume, prepared, b"", topic, props,
+            born_raw, store_ts, store_raw, reconsume, prepared, body, topic, props,
         )  # fmt: skip
         raise RecordError(f"undecodable stored message at byte {pos}: {exc}", fields, pos) from exc
     return (
@@ -337,8 +337,7 @@ def decode_stored(
     try:
         topic_text = topic.decode()
     except UnicodeDecodeError as exc:
-        bodiless = (*raw[:13], b"", *raw[14:])
-        raise RecordError(f"undecodable stored message at byte {pos}: {exc}", bodiless, pos) from exc
+        raise RecordError(f"undecodable stored message at byte {pos}: {exc}", raw, pos) from exc
     msg = stored_message(
         topic_text, body, queue_id, queue_offset, phys, sys_flag, flag, born_ts, _host_text(born_raw),
         store_ts, _host_text(store_raw), reconsume, prepared, crc, total, decode_properties(props),

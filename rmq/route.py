@@ -21,6 +21,7 @@ import orjson
 from .codes import MASTER_ID, PERM_READ, PERM_WRITE
 from .errors import FrameError
 from .message import MessageQueue
+from .protocol.numbers import INT32_MAX, INT32_MIN, java_int
 
 # Bounds on a route (per topic). Real ones are far below: a few brokers of 8 to 64 queues each.
 MAX_QUEUE_NUMS = 1024  # read or write queues of one broker (and of one orderTopicConf item)
@@ -28,7 +29,6 @@ MAX_ROUTE_QUEUES = 16384  # queues of every broker of the route together
 MAX_ROUTE_BROKERS = 256  # entries of queueDatas, and of brokerDatas
 MAX_BROKER_ADDRS = 64  # a master and its slaves (a DLedger group has 3 to 9)
 MAX_ROUTE_JSON_BYTES = 4 * 1024 * 1024
-_I32_MAX = (1 << 31) - 1
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _BARE_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
@@ -200,13 +200,12 @@ def _entries(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return items
 
 
-def _int(value: object, what: str, low: int = -(1 << 31), high: int = _I32_MAX) -> int:
-    """A route number as Java's int field reads it (fastjson also takes its text), within [low, high]."""
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+def _int(value: object, what: str, low: int = INT32_MIN, high: int = INT32_MAX) -> int:
+    """A route number as Java's int field reads it, within [low, high]."""
+    number = java_int(value, low, high)
+    if number is None:
         raise FrameError(f"route's {what} {str(value)[:40]!r} is not an integer in [{low}, {high}]")
-    return value
+    return number
 
 
 def _name(value: object, what: str) -> str:

@@ -12,12 +12,14 @@ import orjson
 
 from ..codes import LanguageCode, SerializeType
 from ..errors import FrameError
+from .numbers import INT32_MAX as _I32_MAX
+from .numbers import INT32_MIN as _I32_MIN
+from .numbers import java_int
 
 _LANG_BY_NAME = {m.name: int(m) for m in LanguageCode}
 _BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
-_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 # What a peer's header may hold. Java's request and response headers have a few dozen fields at most
 # (a message's properties travel as one field); a remark is an error text.
 MAX_EXT_FIELDS = 256
@@ -90,12 +92,11 @@ def decode_json(data: bytes) -> tuple[int, int, int, int, int, str | None, dict[
 
 
 def _i32(value: object, name: str) -> int:
-    """A header number as Java reads it into an int: an integer (or its text) in the int32 range."""
-    if isinstance(value, int) and not isinstance(value, bool) and _I32_MIN <= value <= _I32_MAX:
-        return value
-    if isinstance(value, str) and value.lstrip("-").isdigit() and _I32_MIN <= int(value) <= _I32_MAX:
-        return int(value)
-    raise FrameError(f"JSON header's {name} is not a 32-bit integer: {str(value)[:40]!r}")
+    """A header number as Java reads it into an int."""
+    number = java_int(value, _I32_MIN, _I32_MAX)
+    if number is None:
+        raise FrameError(f"JSON header's {name} is not a 32-bit integer: {str(value)[:40]!r}")
+    return number
 
 
 def _short_remark(remark: str) -> str:
