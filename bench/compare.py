@@ -7,7 +7,9 @@ anchor, and CPU seconds per 100 000 messages (utime + stime from /proc/PID/stat)
 against the Java producer process. Each gRPC path is also run, right before the sidecar's, against
 bench.grpc_floor (a no-op server of the same service answering at once; ``--grpc-floors`` picks which
 kinds: grpc.aio, grpc's thread-pool server, grpclib, and ``relay``: grpc.aio plus one broker round
-trip per unary call), and printed against it, in rate and in CPU.
+trip per unary call), and printed against it, in rate and in CPU. Each HTTP path is followed by the same
+wrk command against bench.floor's relay (one prebuilt frame to the broker per request, nothing else): the
+1-connection latencies and the x32 and batch CPU per message are printed against it too.
 
     make bench-tools                                     # apt-get install wrk nghttp2-client
     .venv/bin/python -m bench.compare [--namesrv 127.0.0.1:9876] [--quick]
@@ -213,15 +215,23 @@ def wrk(url: str, pid: int, path: str, body: bytes, connections: int, seconds: f
     )
 
 
-def floor(namesrv: str, topic: str, body: bytes, seconds: float) -> Measured:
-    """wrk at one connection against bench.floor's relay to the broker serving ``topic``: the chain's
-    own latency on this machine (no CPU figure: the relay does none of the sidecar's work)."""
+def floor(
+    namesrv: str, topic: str, body: bytes, seconds: float, connections: int = 1, batch: int = 0
+) -> Measured:
+    """wrk at ``connections`` against bench.floor's relay to the broker serving ``topic`` (``batch`` > 0:
+    one SEND_BATCH_MESSAGE of that many per request): the chain's own latency on this machine, and the
+    relay's CPU per message, what any Python process on uvloop spends carrying a message from HTTP to the
+    broker and back."""
     addr, name = asyncio.run(master_of(namesrv, topic))
     port = free_port()
-    with floor_relay(addr, name, topic, port):
-        r = run_wrk(f"http://127.0.0.1:{port}/v1/messages", body, 1, seconds)
+    path = "/v1/messages:batch" if batch else "/v1/messages"
+    with floor_relay(addr, name, topic, port, batch) as proc:
+        before = cpu_seconds(proc.pid)
+        r = run_wrk(f"http://127.0.0.1:{port}{path}", body, connections, seconds)
+        cpu = cpu_seconds(proc.pid) - before
     note = f"non-2xx {r['non2xx']}" if r["non2xx"] or r["socket_errors"] else ""
-    return Measured(r["requests"] / r["seconds"], float("nan"), r["p50_ms"], r["p99_ms"], note)
+    messages = (r["requests"] - r["non2xx"]) * max(batch, 1)
+    return Measured(messages / r["seconds"], cpu * 100_000 / max(messages, 1), r["p50_ms"], r["p99_ms"], note)
 
 
 def _frame(message: bytes) -> bytes:
@@ -421,8 +431,10 @@ def main() -> None:
                 http["http32"] = wrk(url, proc.pid, "/v1/messages", single, 32, args.seconds, 1)
             http["http1"] = wrk(url, proc.pid, "/v1/messages", single, 1, args.seconds, 1)
             http["floor"] = floor(args.namesrv, topic, single, args.seconds)
+            http["floor32"] = floor(args.namesrv, topic, single, args.seconds, connections=32)
             with profiled(proc.pid, args.profile, "batch-x8", args.seconds):
                 http["batch"] = wrk(url, proc.pid, "/v1/messages:batch", batch, 8, args.seconds, 100)
+            http["batch floor"] = floor(args.namesrv, topic, batch, args.seconds, connections=8, batch=100)
         # the relay floor sends to the broker the warm-up's sends went to
         relay = (*asyncio.run(master_of(args.namesrv, topic)), topic) if "relay" in floors else ()
         if not args.no_grpc:
@@ -448,9 +460,11 @@ def _http_rows(
     http: dict[str, Measured], java: Measured, java_batch: Measured
 ) -> tuple[list[Row], list[Row]]:
     http32, http1, chain, http_batch = http["http32"], http["http1"], http["floor"], http["batch"]
+    floor32, batch_floor = http["floor32"], http["batch floor"]
     rates = [
         Row("POST /v1/messages, 32 connections (wrk)", http32.rate, "msg/s", java.rate),
         Row(f"  p50 (p99 {http32.p99_ms:.2f} ms)", http32.p50_ms, "ms"),
+        Row("32 connections' floor: wrk -> bench.floor relay -> broker", floor32.rate, "msg/s", java.rate),
         Row("POST /v1/messages, 1 connection (wrk)", http1.rate, "msg/s", java.rate),
         Row(f"  p50 (p99 {http1.p99_ms:.2f} ms; targets 0.35 / 1 ms)", http1.p50_ms, "ms", chain.p50_ms),
         Row("  p99 (ratio to the floor's p99)", http1.p99_ms, "ms", chain.p99_ms),
@@ -464,12 +478,28 @@ def _http_rows(
         Row("Java BatchProducer, 8 threads x 32 (anchor)", java_batch.rate, "msg/s", java_batch.rate),
         Row("POST /v1/messages:batch of 100, 8 connections", http_batch.rate, "msg/s", java_batch.rate),
         Row(f"  p50 (p99 {http_batch.p99_ms:.2f} ms)", http_batch.p50_ms, "ms"),
+        Row(
+            "batch's floor: relay of one SEND_BATCH of 100, 8 connections",
+            batch_floor.rate,
+            "msg/s",
+            java_batch.rate,
+        ),
     ]
     cpu = [
         Row("sidecar, POST /v1/messages x32", http32.cpu_per_100k, "cpu-s", java.cpu_per_100k),
+        Row("floor relay x32 (nothing but the hops)", floor32.cpu_per_100k, "cpu-s", java.cpu_per_100k),
+        Row("  the sidecar x32 against the floor relay", http32.cpu_per_100k, "cpu-s", floor32.cpu_per_100k),
         Row("sidecar, POST /v1/messages x1", http1.cpu_per_100k, "cpu-s", java.cpu_per_100k),
+        Row("floor relay x1", chain.cpu_per_100k, "cpu-s", java.cpu_per_100k),
         Row("Java BatchProducer process (anchor)", java_batch.cpu_per_100k, "cpu-s", java_batch.cpu_per_100k),
         Row("sidecar, batch of 100 x8", http_batch.cpu_per_100k, "cpu-s", java_batch.cpu_per_100k),
+        Row("floor relay, batch of 100 x8", batch_floor.cpu_per_100k, "cpu-s", java_batch.cpu_per_100k),
+        Row(
+            "  the sidecar's batch against the floor relay",
+            http_batch.cpu_per_100k,
+            "cpu-s",
+            batch_floor.cpu_per_100k,
+        ),
     ]
     return rates, cpu
 

@@ -24,7 +24,6 @@ Kinds of server (to choose the edge's with numbers):
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
 from concurrent import futures
@@ -36,20 +35,14 @@ import grpc
 import uvloop
 
 from bench.common import bench_parser, ready_module
-from bench.floor import BrokerAnswers
+from bench.floor import RelayBroker, connect_broker, relay_frames
 from rocksidecar.app.api.grpc_edge import MalformedRequests
 from rocksidecar.app.api.grpc_intercept import MethodWrapper, WrappingServer
 from rocksidecar.app.api.grpc_probes import ProbeToken
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
-from rocksidecar.rmq import Message
-from rocksidecar.rmq.broker import BrokerApi
-from rocksidecar.rmq.codes import RequestCode, ResponseCode
-from rocksidecar.rmq.message import MessageQueue
-from rocksidecar.rmq.protocol.frame import RemotingCommand, encode
 
 KINDS = ("aio", "aio+edge", "sync", "grpclib", "relay")
-RELAY_FRAMES = 4096  # prebuilt frames, one per opaque in a ring (far more than the calls in flight)
 # What a SENT answer carries (the sizes matter, not the values).
 SENT = pb.SendResponse(
     id="7F0000010000000000000000000000AB",
@@ -79,54 +72,19 @@ class SyncFloor(pb_grpc.SidecarServicer):
             yield pb.PublishAck(sequence=req.sequence, result=SENT)
 
 
-class _Broker(BrokerAnswers):
-    """One broker connection with many requests in flight, matched to their answers by opaque; it
-    parses only each answer's length prefix and header (no project code on the way)."""
-
-    def __init__(self) -> None:
-        self.waiting: dict[int, asyncio.Future[bool]] = {}
-
-    def answered(self, answer: RemotingCommand) -> None:
-        fut = self.waiting.pop(answer.opaque, None)
-        if fut is not None and not fut.done():
-            fut.set_result(answer.code == ResponseCode.SUCCESS)
-
-
 class RelayFloor(AioFloor):
-    def __init__(self, broker: _Broker, frames: Sequence[bytes]) -> None:
-        self._broker, self._frames, self._next = broker, frames, 0
+    def __init__(self, broker: RelayBroker) -> None:
+        self._broker = broker
 
     async def Send(self, request: pb.SendRequest, context: Any) -> pb.SendResponse:
-        opaque = self._next = (self._next + 1) % len(self._frames)
-        fut = self._broker.waiting[opaque] = asyncio.get_running_loop().create_future()
-        self._broker.transport.write(self._frames[opaque])
-        if not await fut:
+        if not await self._broker.call():
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the broker refused the message")
         return SENT
 
 
-def relay_frames(topic: str, broker_name: str, body: bytes) -> list[bytes]:
-    """bench.floor's SEND_MESSAGE_V2 frame, once per opaque of the ring."""
-    api = BrokerApi(invoker=None)  # type: ignore[arg-type]  # only its header builder is used
-    header = api._send_header(
-        MessageQueue(topic, broker_name, 0),
-        0,
-        0,
-        Message(topic, body).wire_properties("0A0A0A0A000000000000000000000001"),
-        batch=False,
-        default_topic="TBW102",
-    )
-    return [
-        encode(RemotingCommand(RequestCode.SEND_MESSAGE_V2, header, body, opaque=i))
-        for i in range(RELAY_FRAMES)
-    ]
-
-
 async def start_relay(port: int, broker_addr: str, frames: Sequence[bytes]) -> grpc.aio.Server:
     """The relay floor serving on 127.0.0.1:``port`` with its broker connection open."""
-    host, broker_port = broker_addr.rsplit(":", 1)
-    _, broker = await asyncio.get_running_loop().create_connection(_Broker, host, int(broker_port))
-    return await _start_aio(port, servicer=RelayFloor(broker, frames))
+    return await _start_aio(port, servicer=RelayFloor(await connect_broker(broker_addr, frames)))
 
 
 async def _start_aio(

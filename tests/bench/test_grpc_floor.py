@@ -12,8 +12,8 @@ import pytest
 
 from bench.common import free_port
 from bench.compare import grpc_loads
-from bench.floor import master_of
-from bench.grpc_floor import KINDS, grpc_floor, relay_frames, start_relay
+from bench.floor import master_of, relay_frames
+from bench.grpc_floor import KINDS, grpc_floor, start_relay
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 from rocksidecar.devbroker import DevCluster
