@@ -19,6 +19,8 @@ MAX_OPTION_CHARS = 1 << 20
 DEFAULT_GROUP = "rocksidecar_spark"
 # rmq.message_codec.MAX_BODY_BYTES (this module may not import rmq; a test checks they agree)
 MAX_BODY_BYTES = 16 * 1024 * 1024
+# The bounds a subscription's max_body_bytes has too (app.subscriptions.spec): above 1 GiB is no bound.
+MIN_BODY_LIMIT, MAX_BODY_LIMIT = 1024, 1 << 30
 KNOWN = {
     "namesrv",
     "topic",
@@ -176,5 +178,6 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         commit_group=opts.get("commitGroup"),
         broker_timeout_s=(timeout_ms or 10_000) / 1000,
         pull_batch_size=integer(opts, "pullBatchSize", 32, 1, 1024) or 32,
-        max_body_bytes=integer(opts, "maxBodyBytes", MAX_BODY_BYTES, 1, 1 << 31) or MAX_BODY_BYTES,
+        max_body_bytes=integer(opts, "maxBodyBytes", MAX_BODY_BYTES, MIN_BODY_LIMIT, MAX_BODY_LIMIT)
+        or MAX_BODY_BYTES,
     )

@@ -9,9 +9,11 @@ import zlib
 
 import pytest
 
+from rocksidecar.app.subscriptions import spec
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.pipeline import read_options
 from rocksidecar.pipeline.broker_read import Cluster
+from rocksidecar.pipeline.options import OptionError
 from rocksidecar.pipeline.queue_ranges import QueueRef
 from rocksidecar.pipeline.read_options import ReadOptions, parse
 from rocksidecar.rmq.codes import SYSFLAG_COMPRESSED, SYSFLAG_COMPRESSION_LZ4
@@ -45,3 +47,11 @@ def test_the_limit_is_an_option() -> None:
     base = {"namesrv": "127.0.0.1:9876", "topic": "T"}
     assert parse(base, streaming=False).max_body_bytes == MAX_BODY_BYTES == read_options.MAX_BODY_BYTES
     assert parse({**base, "maxBodyBytes": "1048576"}, streaming=False).max_body_bytes == 1 << 20
+
+
+@pytest.mark.parametrize("value", ["1023", "1073741825", "2147483648"])
+def test_the_limit_has_a_subscriptions_bounds(value: str) -> None:
+    """1 KiB to 1 GiB, as a subscription's max_body_bytes: above that it bounds nothing."""
+    with pytest.raises(OptionError, match=r"maxBodyBytes.*between 1024 and 1073741824"):
+        parse({"namesrv": "127.0.0.1:9876", "topic": "T", "maxBodyBytes": value}, streaming=False)
+    assert (read_options.MIN_BODY_LIMIT, read_options.MAX_BODY_LIMIT) == (1024, spec.MAX_BODY_LIMIT)
