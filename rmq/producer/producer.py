@@ -127,14 +127,8 @@ class Producer(Lifecycle):
         if not validated:
             msg.validate(self.config.max_body_bytes)
         uniq = msg.id or new_uniq_id()
-        selector = self.selector_for(sharding_key)
-
-        async def attempt(
-            mq: MessageQueue, addr: str, remaining: float, info: TopicPublishInfo
-        ) -> SendResult:
-            return await self.api.send(addr, mq, msg, uniq, remaining, self.config.default_topic)
-
-        return await self.with_retries(msg.topic, selector, attempt, uniq)
+        selector = self._selector if sharding_key is None else ByShardingKey(sharding_key)
+        return await self.with_retries(msg.topic, selector, None, uniq, msg)
 
     async def send_batch(
         self, messages: Sequence[Message], sharding_keys: ShardingKeys = None, *, validated: bool = False
@@ -147,11 +141,18 @@ class Producer(Lifecycle):
         return self._selector if sharding_key is None else ByShardingKey(sharding_key)
 
     async def with_retries(
-        self, topic: str, selector: QueueSelector, attempt: AttemptFn, what: str
+        self,
+        topic: str,
+        selector: QueueSelector,
+        attempt: AttemptFn | None,
+        what: str,
+        message: Message | None = None,
     ) -> SendResult:
         """Run ``attempt`` until it succeeds, a final error stops it, the attempts run out, or the send
         budget is spent. Every attempt goes to another broker than the one that just failed, unless the
-        selector pins the message to its queue."""
+        selector pins the message to its queue. ``attempt`` None: each attempt is the SEND_MESSAGE_V2 of
+        ``message`` with ``what`` as its id (send's: the broker API called here, without a coroutine of
+        its own per attempt, issue 32)."""
         cfg = self.config
         timer = self._timer
         deadline = timer() + cfg.send_timeout_s
@@ -159,10 +160,12 @@ class Producer(Lifecycle):
         last: RocketMQError | None = None
         last_broker: str | None = None
         refreshed = False
-        try:
-            info = await self._publish_info(topic, deadline)
-        except RocketMQError as exc:
-            raise SendFailed(f"send of {what} to {topic}: no route: {exc}", [], exc) from exc
+        info = self.routes.cached(topic)  # _publish_info's first step, without its coroutine
+        if info is None:
+            try:
+                info = await self._publish_info(topic, deadline)
+            except RocketMQError as exc:
+                raise SendFailed(f"send of {what} to {topic}: no route: {exc}", [], exc) from exc
         for n in range(1 + cfg.retry_times):
             remaining = deadline - timer()
             if remaining <= 0:
@@ -174,19 +177,13 @@ class Producer(Lifecycle):
                 if addr is None:
                     raise RouteNotFound(f"broker {mq.broker_name} has no master address")
                 self.instance.note_broker(mq.broker_name, addr)
-                result = await attempt(mq, addr, remaining, info)
+                if attempt is None:
+                    assert message is not None
+                    result = await self.api.send(addr, mq, message, what, remaining, cfg.default_topic)
+                else:
+                    result = await attempt(mq, addr, remaining, info)
             except RocketMQError as exc:
-                latency = timer() - started
-                self._record(
-                    mq.broker_name,
-                    latency,
-                    failed=True,
-                    unreachable=isinstance(exc, RemotingError),
-                    reason=str(exc),
-                )
-                attempts.append(Attempt(mq.broker_name, mq.queue_id, latency, str(exc), exc.code))
-                if self._on_send_error is not None:
-                    self._on_send_error(mq.broker_name, failure_cause(exc))
+                attempts.append(self._failed(mq, timer() - started, exc))
                 last, last_broker = exc, mq.broker_name
                 if exc.refresh_route and not refreshed:
                     refreshed = True  # e.g. TOPIC_NOT_EXIST: one more try on a fresh route
@@ -214,6 +211,19 @@ class Producer(Lifecycle):
             attempts,
             last,
         )
+
+    def _failed(self, mq: MessageQueue, latency: float, exc: RocketMQError) -> Attempt:
+        """Record an attempt that failed with ``exc`` after ``latency`` s; what it was, for the error."""
+        self._record(
+            mq.broker_name,
+            latency,
+            failed=True,
+            unreachable=isinstance(exc, RemotingError),
+            reason=str(exc),
+        )
+        if self._on_send_error is not None:
+            self._on_send_error(mq.broker_name, failure_cause(exc))
+        return Attempt(mq.broker_name, mq.queue_id, latency, str(exc), exc.code)
 
     def _record(
         self, broker: str, latency_s: float, *, failed: bool, unreachable: bool = False, reason: str = ""
