@@ -413,7 +413,7 @@ async def send_one(
     # this one coroutine rather than four (issue 32).
     try:
         msg = parse_message(body)
-        ack = _ack(raw_ack)
+        ack = BROKER if raw_ack is None else _ack(raw_ack)
     except RequestError as exc:
         return api.rejected(exc)
     try:

@@ -193,7 +193,11 @@ class Producer(Lifecycle):
                     break
                 continue
             latency = timer() - started
-            self._record(mq.broker_name, latency, failed=False)
+            # _record of a stored send, inline (once a message)
+            if self._on_attempt is not None:
+                self._on_attempt(mq.broker_name, latency, True)
+            if cfg.fault_tolerance:
+                self.fault.update(mq.broker_name, latency, isolation=False)
             if (
                 result.status is not _SEND_OK
                 and cfg.retry_another_broker_when_not_store_ok
@@ -203,10 +207,17 @@ class Producer(Lifecycle):
                 last_broker = mq.broker_name
                 continue
             return result if n == 0 else replace(result, attempts=n + 1)
-        spent = cfg.send_timeout_s - (deadline - timer())
+        raise self._send_failed(topic, what, deadline, attempts, last)
+
+    def _send_failed(
+        self, topic: str, what: str, deadline: float, attempts: list[Attempt], last: RocketMQError | None
+    ) -> SendFailed:
+        """The error of a send whose attempts ran out (``last`` failed last; None: the budget did)."""
+        budget = self.config.send_timeout_s
+        spent = budget - (deadline - self._timer())
         if last is None:
-            last = RequestTimeout(f"send budget of {cfg.send_timeout_s:.3f} s spent")
-        raise SendFailed(
+            last = RequestTimeout(f"send budget of {budget:.3f} s spent")
+        return SendFailed(
             f"send of {what} to {topic} failed after {len(attempts)} attempt(s) in {spent:.3f} s: {last}",
             attempts,
             last,
