@@ -11,7 +11,8 @@ import logging
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
 
 from msgspec.structs import replace
 
@@ -119,16 +120,23 @@ class Producer(Lifecycle):
             await self.instance.close()
 
     # sending ------------------------------------------------------------------------------------
-    async def send(
+    def send(
         self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
-    ) -> SendResult:
+    ) -> Coroutine[Any, Any, SendResult]:
         """Send one message; SendFailed (with every attempt) when it could not be stored.
-        ``validated``: the caller already ran ``msg.validate()`` (skips doing it twice)."""
+        ``validated``: the caller already ran ``msg.validate()`` (skips doing it twice).
+
+        Awaited as an async def is, and like one raises nothing before it is awaited: a plain function
+        returning with_retries' coroutine for a validated message, a coroutine layer less (issue 32)."""
         if not validated:
-            msg.validate(self.config.max_body_bytes)
+            return self._validate_then_send(msg, sharding_key)
         uniq = msg.id or new_uniq_id()
         selector = self._selector if sharding_key is None else ByShardingKey(sharding_key)
-        return await self.with_retries(msg.topic, selector, None, uniq, msg)
+        return self.with_retries(msg.topic, selector, None, uniq, msg)
+
+    async def _validate_then_send(self, msg: Message, sharding_key: str | None) -> SendResult:
+        msg.validate(self.config.max_body_bytes)
+        return await self.send(msg, sharding_key=sharding_key, validated=True)
 
     async def send_batch(
         self, messages: Sequence[Message], sharding_keys: ShardingKeys = None, *, validated: bool = False
