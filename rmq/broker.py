@@ -10,6 +10,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
+from time import time_ns
 from typing import Any
 
 import orjson
@@ -51,6 +52,8 @@ from .protocol.frame import RemotingCommand
 from .protocol.numbers import INT64_MAX, INT64_MIN, java_int
 from .result import PULL_STATUS_BY_CODE, STATUS_BY_CODE, PullResult, SendResult
 
+_QUEUE_NUMS = str(DEFAULT_TOPIC_QUEUE_NUMS)  # the "d" of every send's header
+_MAX_PLAIN_DIGITS = 18  # decimal text this long or shorter is a Java long: no bound check needed
 DEFAULT_COMPRESS_OVER_BYTES = 4096  # the Java producer's compressMsgBodyOverHowmuch
 PULL_TIMEOUT_MARGIN_S = 10.0  # a held pull may be answered ~5 s after its suspend time
 # A batch's fields read in C (map over attrgetter) rather than by a generator a message.
@@ -215,16 +218,17 @@ class BrokerApi:
     def _send_header(
         self, mq: MessageQueue, sys_flag: int, flag: int, properties: str, *, batch: bool, default_topic: str
     ) -> dict[str, str]:
-        # SendMessageRequestHeaderV2: single letters, as codes 310 and 320 require.
+        # SendMessageRequestHeaderV2: single letters, as codes 310 and 320 require. Flags are 0 but for a
+        # compressed or transactional message: their text without a str() call each (issue 32).
         return {
             "a": self.producer_group,
             "b": mq.topic,
             "c": default_topic,
-            "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
+            "d": _QUEUE_NUMS,
             "e": str(mq.queue_id),
-            "f": str(sys_flag),
-            "g": str(wall_ms()),
-            "h": str(flag),
+            "f": "0" if sys_flag == 0 else str(sys_flag),
+            "g": str(time_ns() // 1_000_000),  # clock.wall_ms inline
+            "h": "0" if flag == 0 else str(flag),
             "i": properties,
             "j": "0",
             "k": "false",
@@ -296,18 +300,29 @@ class BrokerApi:
         if status is None:
             raise for_code(resp.code, resp.remark, addr)
         ext = resp.ext_fields
-        queue_id = _int_field(resp, "queueId", addr, mq.queue_id)
+        # The two numbers read as _int_field reads them; the usual text (a few plain ASCII digits, within
+        # a Java long by its length) parsed here without its call and java_int's (issue 32).
+        text = ext.get("queueId")
+        if type(text) is str and len(text) <= _MAX_PLAIN_DIGITS and text.isdigit() and text.isascii():
+            queue_id = int(text)
+        else:
+            queue_id = _int_field(resp, "queueId", addr, mq.queue_id)
+        text = ext.get("queueOffset")
+        if type(text) is str and len(text) <= _MAX_PLAIN_DIGITS and text.isdigit() and text.isascii():
+            offset = int(text)
+        else:
+            offset = _int_field(resp, "queueOffset", addr)
         # The queue asked for (frozen, so shared safely) when the broker stored it there, as it does: a
         # frozen dataclass built per send costs ~1 us (issue 32).
         queue = mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id)
         return SendResult(
-            status=status,
-            msg_id=msg_id,
-            offset_msg_id=ext.get("msgId", ""),
-            queue=queue,
-            queue_offset=_int_field(resp, "queueOffset", addr),
-            region_id=ext.get("MSG_REGION", "DefaultRegion"),
-            trace_on=ext.get("TRACE_ON", "true") != "false",
+            status,
+            msg_id,
+            ext.get("msgId", ""),
+            queue,
+            offset,
+            ext.get("MSG_REGION", "DefaultRegion"),
+            ext.get("TRACE_ON", "true") != "false",
         )
 
     # pulling ------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import os
 import random
 import socket
 import struct
+import time
 from collections.abc import Callable
 
 from .clock import wall_ms
@@ -35,7 +36,16 @@ def _month_bounds_ms(now_ms: int) -> tuple[int, int]:
 
 
 class UniqIdGenerator:
-    __slots__ = ("_counter", "_month_end", "_month_start", "_now_ms", "_prefix", "_stamp", "_stamp_ms")
+    __slots__ = (
+        "_counter",
+        "_month_end",
+        "_month_start",
+        "_now_ms",
+        "_prefix",
+        "_stamp",
+        "_stamp_ms",
+        "_time_ns",
+    )
 
     def __init__(
         self,
@@ -50,13 +60,17 @@ class UniqIdGenerator:
         self._prefix = (ip + struct.pack(">Hi", pid & 0xFFFF, magic)).hex().upper()
         self._counter = itertools.count(random.getrandbits(15))
         self._now_ms = now_ms
+        # The wall clock itself when it is the default: next_id reads time_ns (C) rather than calling
+        # wall_ms (Python), once a message (issue 32).
+        self._time_ns = time.time_ns if now_ms is wall_ms else None
         self._month_start = self._month_end = 0
         # prefix + time part of the last millisecond seen: a batch's ids share it, formatted once
         self._stamp_ms = -1
         self._stamp = ""
 
     def next_id(self) -> str:
-        now = self._now_ms()
+        time_ns = self._time_ns
+        now = time_ns() // 1_000_000 if time_ns is not None else self._now_ms()
         if now != self._stamp_ms:
             self._restamp(now)
         n = next(self._counter) & 0xFFFF

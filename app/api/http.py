@@ -120,11 +120,20 @@ class Api:
                 )
         except Exception as exc:
             return self.problem_reply(exc)
+        return self.reply(status, doc, replayed)
+
+    def reply(self, status: int, doc: Any, replayed: bool = False) -> Reply:
+        """An answer's reply: its JSON, media type and headers (Retry-After on a 503)."""
         headers = {"Retry-After": str(problems.RETRY_AFTER_S)} if status == 503 else {}
         if replayed:
             headers[REPLAYED_HEADER] = "true"
         media = problems.PROBLEM_JSON if status >= 400 else "application/json"
         return status, orjson.dumps(doc), media, headers
+
+    def rejected(self, exc: RequestError) -> Reply:
+        """The reply to bad input, counted."""
+        self.count("rejected")
+        return self.problem_reply(exc)
 
     def count(self, outcome: str, n: int = 1) -> None:
         if n:
@@ -396,16 +405,37 @@ async def send_one(
 ) -> Reply:
     """``POST /v1/messages`` from its parts: the FastAPI route and the edge's fast path both answer
     through here."""
+    if key is not None:
+        return await _parsed_then(
+            api, path, body, raw_ack, key, parse_message, lambda msg, ack: _send_answer(api, msg, ack, trace)
+        )
+    # Without an Idempotency-Key (most requests): what _parsed_then, Api.answer and _send_answer do, in
+    # this one coroutine rather than four (issue 32).
+    try:
+        msg = parse_message(body)
+        ack = BROKER if raw_ack is None else _ack(raw_ack)
+    except RequestError as exc:
+        return api.rejected(exc)
+    try:
+        outcome = await api.ops.send(msg, ack, trace)
+    except Exception as exc:
+        status, doc, _ = problems.from_exception(exc)
+        return api.reply(status, doc)
+    try:
+        status, doc = send_status(outcome), outcome_view(outcome)
+    except Exception as exc:
+        return api.problem_reply(exc)
+    return api.reply(status, doc)
 
-    async def compute(msg: MessageFields, ack: Ack) -> Answer:
-        try:
-            outcome = await api.ops.send(msg, ack, trace)
-        except Exception as exc:
-            status, doc, _ = problems.from_exception(exc)
-            return status, doc
-        return send_status(outcome), outcome_view(outcome)
 
-    return await _parsed_then(api, path, body, raw_ack, key, parse_message, compute)
+async def _send_answer(api: Api, msg: MessageFields, ack: Ack, trace: TraceContext | None) -> Answer:
+    """What ``POST /v1/messages`` answers once it has parsed ``msg``: the outcome, or the problem."""
+    try:
+        outcome = await api.ops.send(msg, ack, trace)
+    except Exception as exc:
+        status, doc, _ = problems.from_exception(exc)
+        return status, doc
+    return send_status(outcome), outcome_view(outcome)
 
 
 async def send_many(
@@ -438,8 +468,7 @@ async def _parsed_then(
         parsed = parse(body)
         ack = _ack(raw_ack)
     except RequestError as exc:
-        api.count("rejected")
-        return api.problem_reply(exc)
+        return api.rejected(exc)
     return await api.answer(key, path, body, ack, lambda: compute(parsed, ack))
 
 

@@ -74,6 +74,10 @@ class LatencyFaultTolerance:
         if list(self.latency_max_ms) != sorted(self.latency_max_ms):
             raise ValueError("latency_max_ms must be ascending")
         self.isolation_latency_ms = isolation_latency_ms
+        # The rungs from the top, and the lowest threshold: a send faster than it (nearly every one) backs
+        # off for 0 ms without walking them.
+        self._rungs = tuple(zip(reversed(self.latency_max_ms), reversed(self.not_available_ms), strict=True))
+        self._lowest_ms = self.latency_max_ms[0]
         self._clock = clock
         self._rng = rng or random.Random()
         self._items: dict[str, _FaultItem] = {}
@@ -81,9 +85,7 @@ class LatencyFaultTolerance:
 
     def not_available_duration_ms(self, latency_ms: float) -> int:
         """computeNotAvailableDuration: the longest rung whose threshold the latency reaches."""
-        for threshold, duration in zip(
-            reversed(self.latency_max_ms), reversed(self.not_available_ms), strict=True
-        ):
+        for threshold, duration in self._rungs:
             if latency_ms >= threshold:
                 return duration
         return 0
@@ -99,24 +101,31 @@ class LatencyFaultTolerance:
     ) -> None:
         """Record a send's outcome: its latency, or a failure (``isolation``, ``reason`` says why)."""
         latency_ms = latency_s * 1000.0
-        duration_ms = self.not_available_duration_ms(self.isolation_latency_ms if isolation else latency_ms)
+        if isolation:
+            duration_ms = self.not_available_duration_ms(self.isolation_latency_ms)
+        elif latency_ms < self._lowest_ms:  # the usual send: no rung reached, no call
+            duration_ms = 0
+        else:
+            duration_ms = self.not_available_duration_ms(latency_ms)
         now = self._clock()
         previous = self._items.get(broker)
-        self._items[broker] = _FaultItem(
-            broker, latency_ms, now + duration_ms / 1000.0, isolation, isolation and unreachable
-        )
+        if previous is None:
+            self._items[broker] = _FaultItem(
+                broker, latency_ms, now + duration_ms / 1000.0, isolation, isolation and unreachable
+            )
+            was_failed, was = False, "available"
+        else:  # updated in place: no item built per send (nothing keeps an item but this table)
+            was_failed = previous.failed
+            was = "available" if now >= previous.available_at else ("isolated" if was_failed else "backoff")
+            previous.latency_ms, previous.available_at = latency_ms, now + duration_ms / 1000.0
+            previous.failed, previous.unreachable = isolation, isolation and unreachable
         if self.on_change is None:
             return
-        was = (
-            "available"
-            if previous is None or now >= previous.available_at
-            else ("isolated" if previous.failed else "backoff")
-        )
         if isolation and was != "isolated":
             self._notify(broker, "isolated", reason or "send failed", duration_ms / 1000.0)
         elif not isolation and duration_ms > 0 and was == "available":
             self._notify(broker, "backoff", f"slow: {latency_ms:.0f} ms", duration_ms / 1000.0)
-        elif not isolation and duration_ms == 0 and previous is not None and previous.failed:
+        elif not isolation and duration_ms == 0 and was_failed:
             self._notify(broker, "recovered", "a send succeeded", 0.0)
 
     def _notify(self, broker: str, state: str, reason: str, backoff_s: float) -> None:

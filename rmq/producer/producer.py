@@ -11,7 +11,8 @@ import logging
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
 
 from msgspec.structs import replace
 
@@ -119,22 +120,23 @@ class Producer(Lifecycle):
             await self.instance.close()
 
     # sending ------------------------------------------------------------------------------------
-    async def send(
+    def send(
         self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
-    ) -> SendResult:
+    ) -> Coroutine[Any, Any, SendResult]:
         """Send one message; SendFailed (with every attempt) when it could not be stored.
-        ``validated``: the caller already ran ``msg.validate()`` (skips doing it twice)."""
+        ``validated``: the caller already ran ``msg.validate()`` (skips doing it twice).
+
+        Awaited as an async def is, and like one raises nothing before it is awaited: a plain function
+        returning with_retries' coroutine for a validated message, a coroutine layer less (issue 32)."""
         if not validated:
-            msg.validate(self.config.max_body_bytes)
+            return self._validate_then_send(msg, sharding_key)
         uniq = msg.id or new_uniq_id()
-        selector = self.selector_for(sharding_key)
+        selector = self._selector if sharding_key is None else ByShardingKey(sharding_key)
+        return self.with_retries(msg.topic, selector, None, uniq, msg)
 
-        async def attempt(
-            mq: MessageQueue, addr: str, remaining: float, info: TopicPublishInfo
-        ) -> SendResult:
-            return await self.api.send(addr, mq, msg, uniq, remaining, self.config.default_topic)
-
-        return await self.with_retries(msg.topic, selector, attempt, uniq)
+    async def _validate_then_send(self, msg: Message, sharding_key: str | None) -> SendResult:
+        msg.validate(self.config.max_body_bytes)
+        return await self.send(msg, sharding_key=sharding_key, validated=True)
 
     async def send_batch(
         self, messages: Sequence[Message], sharding_keys: ShardingKeys = None, *, validated: bool = False
@@ -147,11 +149,18 @@ class Producer(Lifecycle):
         return self._selector if sharding_key is None else ByShardingKey(sharding_key)
 
     async def with_retries(
-        self, topic: str, selector: QueueSelector, attempt: AttemptFn, what: str
+        self,
+        topic: str,
+        selector: QueueSelector,
+        attempt: AttemptFn | None,
+        what: str,
+        message: Message | None = None,
     ) -> SendResult:
         """Run ``attempt`` until it succeeds, a final error stops it, the attempts run out, or the send
         budget is spent. Every attempt goes to another broker than the one that just failed, unless the
-        selector pins the message to its queue."""
+        selector pins the message to its queue. ``attempt`` None: each attempt is the SEND_MESSAGE_V2 of
+        ``message`` with ``what`` as its id (send's: the broker API called here, without a coroutine of
+        its own per attempt, issue 32)."""
         cfg = self.config
         timer = self._timer
         deadline = timer() + cfg.send_timeout_s
@@ -159,10 +168,12 @@ class Producer(Lifecycle):
         last: RocketMQError | None = None
         last_broker: str | None = None
         refreshed = False
-        try:
-            info = await self._publish_info(topic, deadline)
-        except RocketMQError as exc:
-            raise SendFailed(f"send of {what} to {topic}: no route: {exc}", [], exc) from exc
+        info = self.routes.cached(topic)  # _publish_info's first step, without its coroutine
+        if info is None:
+            try:
+                info = await self._publish_info(topic, deadline)
+            except RocketMQError as exc:
+                raise SendFailed(f"send of {what} to {topic}: no route: {exc}", [], exc) from exc
         for n in range(1 + cfg.retry_times):
             remaining = deadline - timer()
             if remaining <= 0:
@@ -174,19 +185,13 @@ class Producer(Lifecycle):
                 if addr is None:
                     raise RouteNotFound(f"broker {mq.broker_name} has no master address")
                 self.instance.note_broker(mq.broker_name, addr)
-                result = await attempt(mq, addr, remaining, info)
+                if attempt is None:
+                    assert message is not None
+                    result = await self.api.send(addr, mq, message, what, remaining, cfg.default_topic)
+                else:
+                    result = await attempt(mq, addr, remaining, info)
             except RocketMQError as exc:
-                latency = timer() - started
-                self._record(
-                    mq.broker_name,
-                    latency,
-                    failed=True,
-                    unreachable=isinstance(exc, RemotingError),
-                    reason=str(exc),
-                )
-                attempts.append(Attempt(mq.broker_name, mq.queue_id, latency, str(exc), exc.code))
-                if self._on_send_error is not None:
-                    self._on_send_error(mq.broker_name, failure_cause(exc))
+                attempts.append(self._failed(mq, timer() - started, exc))
                 last, last_broker = exc, mq.broker_name
                 if exc.refresh_route and not refreshed:
                     refreshed = True  # e.g. TOPIC_NOT_EXIST: one more try on a fresh route
@@ -196,7 +201,11 @@ class Producer(Lifecycle):
                     break
                 continue
             latency = timer() - started
-            self._record(mq.broker_name, latency, failed=False)
+            # _record of a stored send, inline (once a message)
+            if self._on_attempt is not None:
+                self._on_attempt(mq.broker_name, latency, True)
+            if cfg.fault_tolerance:
+                self.fault.update(mq.broker_name, latency, isolation=False)
             if (
                 result.status is not _SEND_OK
                 and cfg.retry_another_broker_when_not_store_ok
@@ -206,14 +215,34 @@ class Producer(Lifecycle):
                 last_broker = mq.broker_name
                 continue
             return result if n == 0 else replace(result, attempts=n + 1)
-        spent = cfg.send_timeout_s - (deadline - timer())
+        raise self._send_failed(topic, what, deadline, attempts, last)
+
+    def _send_failed(
+        self, topic: str, what: str, deadline: float, attempts: list[Attempt], last: RocketMQError | None
+    ) -> SendFailed:
+        """The error of a send whose attempts ran out (``last`` failed last; None: the budget did)."""
+        budget = self.config.send_timeout_s
+        spent = budget - (deadline - self._timer())
         if last is None:
-            last = RequestTimeout(f"send budget of {cfg.send_timeout_s:.3f} s spent")
-        raise SendFailed(
+            last = RequestTimeout(f"send budget of {budget:.3f} s spent")
+        return SendFailed(
             f"send of {what} to {topic} failed after {len(attempts)} attempt(s) in {spent:.3f} s: {last}",
             attempts,
             last,
         )
+
+    def _failed(self, mq: MessageQueue, latency: float, exc: RocketMQError) -> Attempt:
+        """Record an attempt that failed with ``exc`` after ``latency`` s; what it was, for the error."""
+        self._record(
+            mq.broker_name,
+            latency,
+            failed=True,
+            unreachable=isinstance(exc, RemotingError),
+            reason=str(exc),
+        )
+        if self._on_send_error is not None:
+            self._on_send_error(mq.broker_name, failure_cause(exc))
+        return Attempt(mq.broker_name, mq.queue_id, latency, str(exc), exc.code)
 
     def _record(
         self, broker: str, latency_s: float, *, failed: bool, unreachable: bool = False, reason: str = ""

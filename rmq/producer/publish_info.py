@@ -16,13 +16,12 @@ class SendIndex:
     """The per-topic send counter (P2). It survives route refreshes, like Java's sendWhichQueue, and
     starts at a random value so that many sidecars do not all begin on the same queue."""
 
-    __slots__ = ("_counter",)
+    __slots__ = ("_counter", "next")
 
     def __init__(self, start: int | None = None) -> None:
         self._counter = itertools.count(random.randrange(1 << 16) if start is None else start)
-
-    def next(self) -> int:
-        return next(self._counter)
+        # The next index: the counter's own __next__, a C call (once a send), not a method calling it.
+        self.next: Callable[[], int] = self._counter.__next__
 
 
 @dataclass(slots=True)
@@ -33,6 +32,8 @@ class TopicPublishInfo:
     index: SendIndex
     auto_create: bool = False  # the route is the default topic's: the broker creates the topic on send
     queues_by_broker: dict[str, list[MessageQueue]] = field(default_factory=dict)
+    # Each broker's master address, as route.master_addr finds it (read once a send attempt).
+    master_addrs: dict[str, str | None] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -42,7 +43,10 @@ class TopicPublishInfo:
         by_broker: dict[str, list[MessageQueue]] = {}
         for mq in queues:
             by_broker.setdefault(mq.broker_name, []).append(mq)
-        return cls(topic, route, queues, index, auto_create, by_broker)
+        addrs: dict[str, str | None] = {}
+        for b in route.broker_datas:
+            addrs.setdefault(b.broker_name, b.master_addr)  # the first of a name, as route.broker finds
+        return cls(topic, route, queues, index, auto_create, by_broker, addrs)
 
     @property
     def ok(self) -> bool:
@@ -56,6 +60,8 @@ class TopicPublishInfo:
         return list(self.queues_by_broker)
 
     def master_addr(self, broker: str) -> str | None:
+        if broker in self.master_addrs:
+            return self.master_addrs[broker]
         return self.route.master_addr(broker)
 
     def next_queue(self) -> MessageQueue:

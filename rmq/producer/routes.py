@@ -53,12 +53,11 @@ class TopicRoutes:
         self.default_topic = default_topic
         self._default_queue_nums = default_topic_queue_nums
         self._infos: dict[str, TopicPublishInfo] = {}
+        # The cached publish info of a topic, or None: the dict's own get, a C call (once a send).
+        self.cached: Callable[[str], TopicPublishInfo | None] = self._infos.get
         self._indexes: dict[str, SendIndex] = {}
         self._inflight = SingleFlight[str, TopicPublishInfo](self._fetched)
         self._refresher = Periodic("route-refresh", refresh_s, self.refresh_all, sleep)
-
-    def cached(self, topic: str) -> TopicPublishInfo | None:
-        return self._infos.get(topic)
 
     def topics(self) -> list[str]:
         return list(self._infos)

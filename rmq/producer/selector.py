@@ -47,11 +47,13 @@ def _scan(
     queues: list[MessageQueue],
     fault: LatencyFaultTolerance | None,
     last_broker: str | None,
+    start: int | None = None,
 ) -> MessageQueue | None:
-    """Round robin from the topic's send index to the first queue on an available broker other than the
-    one that just failed."""
+    """Round robin from the topic's send index (or ``start``, a value already taken from it) to the first
+    queue on an available broker other than the one that just failed."""
     n = len(queues)
-    start = info.index.next()
+    if start is None:
+        start = info.index.next()
     for i in range(n):
         mq = queues[(start + i) % n]
         if mq.broker_name != last_broker and (fault is None or fault.is_available(mq.broker_name)):
@@ -68,8 +70,18 @@ class RoundRobin:
         self.fault = fault
 
     def select(self, info: TopicPublishInfo, last_broker: str | None) -> MessageQueue:
-        _require_queues(info)
-        mq = _scan(info, info.queues, self.fault, last_broker)
+        queues = info.queues
+        if not queues:
+            _require_queues(info)
+        # _scan's first step, without its call: the queue at the send index, when its broker is usable
+        # (nearly every send).
+        fault = self.fault
+        start = info.index.next()
+        first = queues[start % len(queues)]
+        name = first.broker_name
+        if name != last_broker and (fault is None or fault.is_available(name)):
+            return first
+        mq = _scan(info, queues, fault, last_broker, start)
         if mq is not None:
             return mq
         if self.fault is None:  # only the failed broker has queues

@@ -42,7 +42,7 @@ def encode_json(h: HeaderFields) -> bytes:
     doc: dict[str, Any] = {
         "code": h.code,
         "flag": h.flag,
-        "language": _language_name(h.language),
+        "language": _LANG_NAME.get(h.language, _OTHER_NAME),
         "opaque": h.opaque,
         "serializeTypeCurrentRPC": "JSON",
         "version": h.version,
@@ -169,10 +169,9 @@ def decode_binary(data: bytes) -> tuple[int, int, int, int, int, str | None, dic
 
 # Every frame names its language: a dict read, not an Enum call and its .name descriptor (issue 32).
 _LANG_NAME = {int(code): code.name for code in LanguageCode}
-
-
-def _language_name(language: int) -> str:
-    return _LANG_NAME.get(language, LanguageCode.OTHER.name)
+# The name of a language code we do not know. Read once: a .get default is evaluated on every call, and
+# an Enum member's .name is a Python-level descriptor.
+_OTHER_NAME = LanguageCode.OTHER.name
 
 
 ENCODERS = {SerializeType.JSON: encode_json, SerializeType.ROCKETMQ: encode_binary}

@@ -87,3 +87,20 @@ def test_wire_properties_of_a_batch_are_each_messages_own() -> None:
     ]
     ids = [f"ID{i:030d}" for i in range(len(msgs))]
     assert wire_properties_of(msgs, ids) == [m.wire_properties(i) for m, i in zip(msgs, ids, strict=True)]
+
+
+def test_the_default_clock_stamps_ids_with_the_wall_clock_as_wall_ms_does() -> None:
+    # next_id reads time_ns itself when the clock is the default wall_ms (issue 32): the same stamp.
+    from rocksidecar.rmq.clock import wall_ms
+
+    default = UniqIdGenerator(ip=bytes([10, 0, 0, 5]), pid=1, magic=2)
+    # another function than wall_ms itself: the generator calls it
+    called = UniqIdGenerator(ip=bytes([10, 0, 0, 5]), pid=1, magic=2, now_ms=lambda: wall_ms() + 0)
+    for _ in range(3):  # the two reads may straddle a millisecond once, not three times
+        before = called.next_id()[20:28]
+        ours = default.next_id()[20:28]
+        after = called.next_id()[20:28]
+        if before == after:
+            assert ours == before
+            return
+    raise AssertionError("the clock moved every time")

@@ -64,6 +64,44 @@ async def test_a_send_answer_with_a_bad_queue_id_is_a_frame_error() -> None:
 
 
 @pytest.mark.parametrize(
+    ("queue_id", "offset"),
+    [
+        ("one", "3"),
+        ("1", str(2**63)),  # past a Java long: 19 digits, where the plain-digit reading stops
+        ("1", "-" + str(2**63 + 1)),
+        ("1", "\u0661\u0662"),  # digits to isdigit() and int(), not ASCII
+        ("\u0661", "3"),
+        (str(2**31), ""),  # an empty offset is no number
+        ("1", " 3"),
+    ],
+)
+async def test_a_send_answer_with_a_bad_number_is_a_frame_error(queue_id: str, offset: str) -> None:
+    api = BrokerApi(answering({"queueId": queue_id, "queueOffset": offset, "msgId": "X"}))
+    with pytest.raises(FrameError):
+        await api.send(ADDR, MQ, Message("T", b"b"), "K", 1.0)
+
+
+@pytest.mark.parametrize(
+    ("queue_id", "offset", "stored_in", "stored_at"),
+    [
+        ("1", "3", 1, 3),
+        ("01", "0", 1, 0),  # the queue asked for, in other digits
+        (None, str(2**63 - 1), 1, 2**63 - 1),  # no queueId: the queue asked for; the largest long
+        ("2", "9" * 18, 2, 10**18 - 1),  # the longest plain-digit text
+        ("3", "-5", 3, -5),  # a negative long is a long (java_int's reading)
+        ("4", "0" * 30 + "7", 4, 7),  # long text of a small number
+    ],
+)
+async def test_a_send_answer_is_read_as_java_reads_its_numbers(
+    queue_id: str | None, offset: str, stored_in: int, stored_at: int
+) -> None:
+    ext = {"queueOffset": offset, "msgId": "X"} | ({} if queue_id is None else {"queueId": queue_id})
+    result = await BrokerApi(answering(ext)).send(ADDR, MQ, Message("T", b"b"), "K", 1.0)
+    assert (result.queue.queue_id, result.queue_offset, result.offset_msg_id) == (stored_in, stored_at, "X")
+    assert result.queue is MQ or stored_in != MQ.queue_id  # the queue asked for, not a copy of it
+
+
+@pytest.mark.parametrize(
     "body",
     [
         orjson.dumps({"consumerIdList": [f"c{i}" for i in range(MAX_CONSUMER_IDS + 1)]}),

@@ -111,3 +111,32 @@ def test_a_broker_state_row_as_json_rounds_to_the_microsecond() -> None:
         "latencyMs": 12.346,
         "notAvailableForS": 0.5,
     }
+
+
+def test_a_table_whose_lowest_rung_is_reached_by_any_latency_backs_off_every_send() -> None:
+    clock = FakeClock()
+    table = LatencyFaultTolerance([0, 20], [1000, 5000], clock=clock)
+    table.update("a", 0.0, isolation=False)  # 0 ms reaches the 0 ms rung: 1 s
+    assert not table.is_available("a")
+    clock.advance(1.0)
+    table.update("a", 0.0199, isolation=False)
+    assert table.snapshot()[0].not_available_for_s == pytest.approx(1.0)
+
+
+def test_the_state_listener_hears_each_transition_once_as_the_same_broker_is_updated() -> None:
+    clock = FakeClock()
+    heard: list[tuple[str, str]] = []
+    table = LatencyFaultTolerance(clock=clock, on_change=lambda b, state, _r, _s: heard.append((b, state)))
+    table.update("a", 0.01, isolation=False)  # first seen, fast: nothing to say
+    table.update("a", 0.6, isolation=False)  # slow: backs off 30 s
+    table.update("a", 0.7, isolation=False)  # still backing off: no second report
+    table.update("a", 0.01, isolation=True, reason="boom")  # fails while backing off
+    table.update("a", 0.01, isolation=True)  # still isolated: once only
+    before = table.snapshot()
+    table.update("a", 0.01, isolation=False)  # a send succeeds
+    table.update("a", 0.01, isolation=False)  # and another: it was not failed any more
+    assert heard == [("a", "backoff"), ("a", "isolated"), ("a", "recovered")]
+    assert before[0].state == "isolated" and table.snapshot()[0].state == "available"  # rows are copies
+    clock.advance(1)
+    table.update("a", 0.6, isolation=False)
+    assert heard[-1] == ("a", "backoff")

@@ -257,3 +257,18 @@ async def test_async_with_starts_the_background_work_and_unregisters_on_exit() -
     codes = [cmd.code for _, cmd, _ in h.invoker.calls]
     assert codes[-1] == RequestCode.UNREGISTER_CLIENT  # close() ran: the group forgets this producer
     assert all(t.done() for t in asyncio.all_tasks() if t.get_name().startswith("producer-"))
+
+
+async def test_send_raises_nothing_before_it_is_awaited_as_an_async_def() -> None:
+    # send is a plain function returning the send's coroutine (issue 32): callers that gather or wrap
+    # it must see its errors where they await it, as from an async def.
+    h = Harness()
+    p = h.producer()
+    bad = p.send(Message("T", b""))  # an empty body: refused on await, not here
+    unrouted = p.send(Message("NoSuchTopic", b"x"), validated=True)
+    good = p.send(MSG, sharding_key="k", validated=True)
+    assert h.sent_to() == []  # nothing went out yet
+    results = await asyncio.gather(bad, unrouted, good, return_exceptions=True)
+    assert isinstance(results[0], InvalidMessageError) and isinstance(results[1], SendFailed)
+    assert not isinstance(results[2], BaseException) and results[2].status is SendStatus.SEND_OK
+    assert len(h.sent_to()) == 1

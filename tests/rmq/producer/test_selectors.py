@@ -89,6 +89,22 @@ def test_random_selector_avoids_the_last_broker_and_backing_off_ones() -> None:
     assert {sel.select(i, "a").broker_name for _ in range(50)} == {"b"}
 
 
+def test_round_robin_takes_one_send_index_a_selection_as_javas_select_one_message_queue() -> None:
+    # Java's selectOneMessageQueue takes sendWhichQueue once and walks from it: a skipped queue does not
+    # move the index further. Queues a0 a1 b0 b1 c0 c1, index from 0.
+    clock = FakeClock()
+    fault = LatencyFaultTolerance(clock=clock)
+    i = info({"a": 2, "b": 2, "c": 2})
+    sel = RoundRobin(fault)
+    picked = [sel.select(i, None) for _ in range(3)]
+    assert [(q.broker_name, q.queue_id) for q in picked] == [("a", 0), ("a", 1), ("b", 0)]
+    fault.update("b", 0.6, isolation=False)  # b backs off: index 3 (b1) moves on to c0
+    assert (sel.select(i, None).broker_name, sel.select(i, None).queue_id) == ("c", 0)  # 3 -> c0, 4 -> c0
+    assert (sel.select(i, "c").broker_name, sel.select(i, "a").broker_name) == ("a", "c")  # 5, 6
+    assert sel.select(i, None) == i.queues[7 % 6]  # one index a selection, whatever it skipped
+    assert i.index.next() == 8
+
+
 def test_round_robin_when_everything_backs_off_still_picks_one_avoiding_the_last() -> None:
     fault = LatencyFaultTolerance(clock=FakeClock(), rng=random.Random(0))
     i = info({"a": 2, "b": 2})
