@@ -278,7 +278,7 @@ class Sidecar:
             list(map(_MESSAGE, prepared)), list(map(_SHARDING_KEY, prepared)), validated=True
         )
         sent = SENT
-        if every and [type(r) is SendResult for r in results].count(False) == 0:
+        if every and {SendResult} == set(map(type, results)):
             stored = cast(list[SendResult], results)
             return AllSent([Outcome(r.msg_id, sent, r) for r in stored])  # all stored: one comprehension
         failed: list[tuple[int, RetryRecord, int]] = []
