@@ -9,7 +9,6 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 from time import time_ns
 from typing import Any
 
@@ -56,8 +55,6 @@ _QUEUE_NUMS = str(DEFAULT_TOPIC_QUEUE_NUMS)  # the "d" of every send's header
 _MAX_PLAIN_DIGITS = 18  # decimal text this long or shorter is a Java long: no bound check needed
 DEFAULT_COMPRESS_OVER_BYTES = 4096  # the Java producer's compressMsgBodyOverHowmuch
 PULL_TIMEOUT_MARGIN_S = 10.0  # a held pull may be answered ~5 s after its suspend time
-# A batch's fields read in C (map over attrgetter) rather than by a generator a message.
-_TOPIC, _BODY, _FLAG = attrgetter("topic"), attrgetter("body"), attrgetter("flag")
 
 
 def java_string_hash(text: str) -> int:
@@ -282,13 +279,14 @@ class BrokerApi:
             raise InvalidMessageError(
                 "a batch needs one id per message and at least one message", field="messages"
             )
-        if set(map(_TOPIC, messages)) != {mq.topic}:
+        if {m.topic for m in messages} != {mq.topic}:
             raise InvalidMessageError("every message of a batch must have the batch's topic", field="topic")
         if properties is None:
             properties = [m.wire_properties(k) for m, k in zip(messages, uniq_keys, strict=True)]
         elif len(properties) != len(messages):
             raise ValueError("properties must have one entry per message")
-        body = encode_batch(zip(map(_BODY, messages), map(_FLAG, messages), properties, strict=True))
+        bodies, flags = [m.body for m in messages], [m.flag for m in messages]
+        body = encode_batch(zip(bodies, flags, properties, strict=True))
         header = self._send_header(mq, 0, 0, "WAIT\x01true", batch=True, default_topic=default_topic)
         cmd = RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, header, body)
         resp = await self._invoker.invoke(addr, cmd, timeout_s)

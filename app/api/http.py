@@ -39,7 +39,7 @@ from .docs import offline_docs
 from .guards import Guards
 from .middleware import ASGIApp, EdgeMiddleware, FastRoute, Receive, Scope, Send
 from .operations import EdgeDeps, Operations, send_status
-from .parsing import parse_batch, parse_message
+from .parsing import BatchSpecs, parse_batch, parse_message
 from .schemas import (
     BatchIn,
     BatchOut,
@@ -443,11 +443,11 @@ async def send_many(
 ) -> Reply:
     """``POST /v1/messages:batch`` from its parts (see send_one)."""
 
-    def parse(data: bytes) -> list[MessageFields | RequestError]:
+    def parse(data: bytes) -> BatchSpecs:
         _bound_batch(data, api.batch_limit)
         return parse_batch(data, api.batch_limit)
 
-    async def compute(batch: list[MessageFields | RequestError], ack: Ack) -> Answer:
+    async def compute(batch: BatchSpecs, ack: Ack) -> Answer:
         return 200, batch_view(await api.ops.send_batch(batch, ack, trace))
 
     return await _parsed_then(api, path, body, raw_ack, key, parse, compute)

@@ -18,12 +18,21 @@ from rocksidecar.rmq import Message, new_uniq_ids
 
 from ..idempotency import IdempotencyStore
 from ..metrics import Metrics
-from ..request import FieldNames, Limits, MessageFields, MessageSpec, Prepared, RequestError, prepare
+from ..request import (
+    FieldNames,
+    Limits,
+    MessageFields,
+    MessageSpec,
+    Prepared,
+    RequestError,
+    prepare,
+    prepare_plain,
+)
 from ..sidecar import SENT, Ack, AllSent, MessageState, Outcome, Sidecar
 from ..tracing import spans
 from ..tracing.context import TraceContext, inherit
 from . import problems
-from .parsing import check_batch_size
+from .parsing import PlainBatch, check_batch_size
 
 BatchItem = Outcome | Exception
 _SPECS = frozenset({MessageFields, MessageSpec})  # the types of a parsed batch item (not an error)
@@ -114,7 +123,10 @@ class Operations(EdgeDeps):
         return outcome
 
     async def send_batch(
-        self, specs: Sequence[MessageFields | RequestError], ack: Ack, trace: TraceContext | None = None
+        self,
+        specs: Sequence[MessageFields | RequestError] | PlainBatch,
+        ack: Ack,
+        trace: TraceContext | None = None,
     ) -> list[BatchItem]:
         """One result per message, in order: an item that is already an error (the edge could not parse
         it) or fails validation fails only itself, named ``messages[i]...``."""
@@ -138,7 +150,7 @@ class Operations(EdgeDeps):
 
     async def _send_many(
         self,
-        specs: Sequence[MessageFields | RequestError],
+        specs: Sequence[MessageFields | RequestError] | PlainBatch,
         ack: Ack,
         trace: TraceContext | None,
         *,
@@ -196,7 +208,7 @@ class Operations(EdgeDeps):
 
 
 def _prepared(
-    specs: Sequence[MessageFields | RequestError],
+    specs: Sequence[MessageFields | RequestError] | PlainBatch,
     limits: Limits,
     now: int,
     names: FieldNames,
@@ -206,6 +218,12 @@ def _prepared(
 ) -> list[Prepared | RequestError]:
     """Each item of a batch prepared with its id, or the error that rejects it alone (named
     ``messages[i]`` when ``within``: a batch's; a stream's messages are named as ``send`` names them)."""
+    if isinstance(specs, PlainBatch):  # every message a topic and a text body: their checks a batch at once
+        if trace is None:
+            plain = prepare_plain(specs, limits, ids)
+            if plain is not None:
+                return plain  # type: ignore[return-value]
+        specs = specs.fields()  # the loop below finds the one that fails, or adds the trace context
     if trace is None and _SPECS.issuperset(map(type, specs)):
         # The usual batch, every item parsed: one comprehension (no call, append and checks per message
         # of the loop below); prepare depends only on its arguments, so a bad item found here is found

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 from pydantic import ValidationError
 
-from ..request import MessageFields, RequestError
+from ..request import MessageFields, PlainFields, RequestError
 from . import problems
 from .schemas import BatchIn, MessageIn
 
@@ -28,8 +28,26 @@ class _FastBatch(msgspec.Struct, forbid_unknown_fields=True):
     messages: list[MessageFields]
 
 
+class _PlainBatch(msgspec.Struct, forbid_unknown_fields=True):
+    messages: list[PlainFields]
+
+
+class PlainBatch(list[PlainFields]):
+    """A batch whose every message is a topic and a text body, nothing else (the usual one): its type
+    says so, so that the operations need not look at each message's other fields (issue 32)."""
+
+    __slots__ = ()
+
+    def fields(self) -> list[MessageFields | RequestError]:
+        """The messages as the general path takes them."""
+        return [p.fields() for p in self]
+
+
+BatchSpecs = list[MessageFields | RequestError] | PlainBatch  # what parse_batch gives the operations
+
 _decode_message = msgspec.json.Decoder(MessageFields).decode
 _decode_batch = msgspec.json.Decoder(_FastBatch).decode
+_decode_plain = msgspec.json.Decoder(_PlainBatch).decode
 
 # What msgspec raises besides DecodeError: for nesting deeper than its limit, and for bytes that are not
 # UTF-8 in a string (both were 500s). The slower parsers below then say what is wrong.
@@ -121,9 +139,18 @@ def parse_message(raw: bytes) -> MessageFields:
     return _validate(_loads(raw))
 
 
-def parse_batch(raw: bytes, limit: int) -> list[MessageFields | RequestError]:
-    """The messages of a batch, each parsed or the error that rejects it alone. Raises RequestError when
-    the request as a whole is wrong (not a {"messages": [...]} object, or not 1 to ``limit`` messages)."""
+def parse_batch(raw: bytes, limit: int) -> BatchSpecs:
+    """The messages of a batch, each parsed or the error that rejects it alone (a PlainBatch when every
+    message is a topic and a text body: what MessageFields would hold, without its other fields). Raises
+    RequestError when the request as a whole is wrong (not a {"messages": [...]} object, or not 1 to
+    ``limit`` messages)."""
+    try:
+        plain = PlainBatch(_decode_plain(raw).messages)  # accepts a part of what _decode_batch does
+    except _UNDECODED:
+        pass
+    else:
+        check_batch_size(len(plain), limit)
+        return plain
     try:
         items: list[MessageFields | RequestError] = list(_decode_batch(raw).messages)
         check_batch_size(len(items), limit)

@@ -3,6 +3,7 @@ property-based round trips over bodies, tags, keys and unicode properties."""
 
 from __future__ import annotations
 
+import struct
 import zlib
 
 import lz4.frame
@@ -101,6 +102,22 @@ def test_encodes_stored_message_byte_exactly() -> None:
 def test_encodes_java_batch_record() -> None:
     props = encode_properties({"KEYS": "k1", "WAIT": "true", "TAGS": "TagA"})
     assert encode_batch([(b"one", 0, props)]) == JAVA_BATCH_FIRST
+
+
+@given(st.lists(st.tuples(st.binary(min_size=1, max_size=4), st.integers(0, 3), st.text(max_size=4))))
+def test_a_batch_is_each_record_encoded_alone_however_lengths_and_flags_repeat(
+    records: list[tuple[bytes, int, str]],
+) -> None:
+    # encode_batch packs a head once per (body length, properties length, flag): each record still has its own
+    each = b"".join(
+        struct.pack(">iiiii", 22 + len(b) + len(p.encode()), 0, 0, f, len(b))
+        + b
+        + struct.pack(">h", len(p.encode()))
+        + p.encode()
+        for b, f, p in records
+    )
+    assert encode_batch(records) == each
+    assert [(r.body, r.flag, r.properties) for r in decode_batch(each)] == records
 
 
 def test_offset_msg_id_example() -> None:
