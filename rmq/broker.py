@@ -143,6 +143,10 @@ def _int_field(resp: RemotingCommand, name: str, addr: str, default: int | None 
     text = resp.ext_fields.get(name)
     if text is None and default is not None:
         return default
+    # The usual text, a few plain ASCII digits (within a Java long by its length), without java_int's
+    # general parse: two of these a send (issue 32).
+    if type(text) is str and len(text) <= _MAX_PLAIN_DIGITS and text.isdigit() and text.isascii():
+        return int(text)
     number = java_int(text, INT64_MIN, INT64_MAX)
     if number is None:
         raise FrameError(f"response from {addr} lacks a valid {name!r}", addr=addr)
@@ -298,18 +302,8 @@ class BrokerApi:
         if status is None:
             raise for_code(resp.code, resp.remark, addr)
         ext = resp.ext_fields
-        # The two numbers read as _int_field reads them; the usual text (a few plain ASCII digits, within
-        # a Java long by its length) parsed here without its call and java_int's (issue 32).
-        text = ext.get("queueId")
-        if type(text) is str and len(text) <= _MAX_PLAIN_DIGITS and text.isdigit() and text.isascii():
-            queue_id = int(text)
-        else:
-            queue_id = _int_field(resp, "queueId", addr, mq.queue_id)
-        text = ext.get("queueOffset")
-        if type(text) is str and len(text) <= _MAX_PLAIN_DIGITS and text.isdigit() and text.isascii():
-            offset = int(text)
-        else:
-            offset = _int_field(resp, "queueOffset", addr)
+        queue_id = _int_field(resp, "queueId", addr, mq.queue_id)
+        offset = _int_field(resp, "queueOffset", addr)
         # The queue asked for (frozen, so shared safely) when the broker stored it there, as it does: a
         # frozen dataclass built per send costs ~1 us (issue 32).
         queue = mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id)

@@ -409,20 +409,15 @@ async def send_one(
         return await _parsed_then(
             api, path, body, raw_ack, key, parse_message, lambda msg, ack: _send_answer(api, msg, ack, trace)
         )
-    # Without an Idempotency-Key (most requests): what _parsed_then, Api.answer and _send_answer do, in
-    # this one coroutine rather than four (issue 32).
+    # Without an Idempotency-Key (most requests): what _parsed_then and Api.answer do, without their
+    # coroutines and closures (issue 32).
     try:
         msg = parse_message(body)
         ack = BROKER if raw_ack is None else _ack(raw_ack)
     except RequestError as exc:
         return api.rejected(exc)
     try:
-        outcome = await api.ops.send(msg, ack, trace)
-    except Exception as exc:
-        status, doc, _ = problems.from_exception(exc)
-        return api.reply(status, doc)
-    try:
-        status, doc = send_status(outcome), outcome_view(outcome)
+        status, doc = await _send_answer(api, msg, ack, trace)
     except Exception as exc:
         return api.problem_reply(exc)
     return api.reply(status, doc)

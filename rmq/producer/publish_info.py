@@ -60,9 +60,7 @@ class TopicPublishInfo:
         return list(self.queues_by_broker)
 
     def master_addr(self, broker: str) -> str | None:
-        if broker in self.master_addrs:
-            return self.master_addrs[broker]
-        return self.route.master_addr(broker)
+        return self.master_addrs.get(broker)
 
     def next_queue(self) -> MessageQueue:
         """Plain round robin over all writable queues (selectOneMessageQueue())."""
