@@ -115,13 +115,18 @@ def setup_from_env(on: bool, env: Mapping[str, str] = os.environ) -> Callable[[]
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+        from . import loop_export
         from .otlp import exporter  # the OTLP exporters with a cheaper encoding (spancost)
     except ImportError:
         raise RuntimeError(
             "ROCKSIDECAR_OTEL=true needs the otel extra: pip install 'rocksidecar[otel]'"
         ) from None
+    try:  # over http/protobuf the event loop exports, no thread (loop_export); else the SDK's processor
+        on_loop = loop_export.processor(env)
+    except ValueError as exc:
+        raise RuntimeError(str(exc)) from None
     provider = TracerProvider()  # resource and sampler from OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, ...
-    provider.add_span_processor(BatchSpanProcessor(exporter(env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"))))
+    provider.add_span_processor(on_loop or BatchSpanProcessor(exporter(loop_export.protocol(env))))
     configure(provider)
     return provider.shutdown
 

@@ -1,0 +1,332 @@
+"""Spans batched and exported over OTLP by the event loop itself, not by an export thread (issue 31).
+
+Why: the SDK's ``BatchSpanProcessor`` exports from a thread of its own (encode, then the requests
+library's POST). In CPython that thread takes the GIL from the event loop for every batch, and the loop
+pays for each hand-off. With every request sampled, a sidecar under wrk x32 spent, per thread
+(bench/RESULTS.md, session 17): the loop 156 us a message (86 with tracing off), the export thread 41 us
+more. Here the loop encodes a batch (``otlp.encode_bytes``) and posts it with the keep-alive client of
+app.http_client between requests: no second thread, no GIL hand-offs, no requests library.
+
+Taken by ``processor`` when the configuration allows (OTLP over ``http/protobuf``, no client
+certificate or custom CA settings); otherwise None and the SDK's processor and exporter as before. The
+same ``OTEL_*`` variables configure it as they configure the SDK's: the endpoint
+(``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else ``OTEL_EXPORTER_OTLP_ENDPOINT`` + ``/v1/traces``), headers,
+timeout (seconds, as the Python SDK reads it), compression (``gzip``, ``deflate``, ``none``), and the
+batching (``OTEL_BSP_SCHEDULE_DELAY``, ``OTEL_BSP_MAX_QUEUE_SIZE``, ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``,
+``OTEL_BSP_EXPORT_TIMEOUT``, in milliseconds). A value that is not a number in range is refused with one
+line naming the variable (the SDK would warn and use its default).
+
+Behaviour kept from the SDK's processor: spans queue up to the queue's size (more are dropped and
+counted, as the SDK drops them); a full batch is exported at once, a partial one after the schedule
+delay; one export at a time; an export that fails for a reason worth repeating (no connection, 408,
+429, 502-504) is tried again with exponential back-off until its timeout, then dropped; an export never
+raises into the code that ends spans. ``shutdown`` exports what is still queued (the sidecar calls it
+after its loop has stopped: the rest goes out on a loop of its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import logging
+import threading
+import zlib
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.util.re import parse_env_headers
+
+from rocksidecar.rmq.throttle import Throttle
+
+from ..http_client import HttpClient, PostError
+from .otlp import encode_bytes
+
+log = logging.getLogger(__name__)
+
+_RETRYABLE = frozenset({408, 429, 502, 503, 504})
+_FIRST_BACKOFF_S = 1.0  # then 2, 4, ... while the export's timeout allows
+_ENCODINGS = {"gzip": "gzip", "deflate": "deflate", "none": None, "": None}
+# Variables that ask for TLS material this client does not load: the SDK's exporter takes those
+_TLS_SETTINGS = ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    endpoint: str
+    headers: Mapping[str, str]
+    timeout_s: float
+    compression: str | None
+    schedule_delay_s: float
+    max_queue: int
+    max_batch: int
+    export_timeout_s: float
+
+
+def _env(env: Mapping[str, str], name: str) -> str | None:
+    """``OTEL_EXPORTER_OTLP_TRACES_<name>``, else ``OTEL_EXPORTER_OTLP_<name>`` (the spec's order)."""
+    value = env.get(f"OTEL_EXPORTER_OTLP_TRACES_{name}")
+    return value if value is not None else env.get(f"OTEL_EXPORTER_OTLP_{name}")
+
+
+def _number(env: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, not {raw[:40]!r}") from None
+    if not low <= value <= high:  # also refuses nan
+        raise ValueError(f"{name} must be between {low:g} and {high:g}, not {raw[:40]!r}")
+    return value
+
+
+def protocol(env: Mapping[str, str]) -> str:
+    """The OTLP protocol ``env`` asks for; gRPC unless it says otherwise (the sidecar's default)."""
+    return _env(env, "PROTOCOL") or "grpc"
+
+
+def settings(env: Mapping[str, str]) -> ExportSettings | None:
+    """The loop exporter's settings from ``env``, or None where the SDK's exporter must serve: another
+    protocol than http/protobuf, or TLS files to load.
+
+    Raises:
+        ValueError: a variable out of range or not understood (one line naming it).
+    """
+    if protocol(env) != "http/protobuf" or any(_env(env, s) for s in _TLS_SETTINGS):
+        return None
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if not endpoint:
+        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318"
+        endpoint = base.rstrip("/") + "/v1/traces"
+    if not endpoint.startswith(("http://", "https://")):
+        raise ValueError(
+            f"OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL, not {endpoint[:80]!r}"
+        )
+    compression = (_env(env, "COMPRESSION") or "").strip().lower()
+    if compression not in _ENCODINGS:
+        raise ValueError(
+            f"OTEL_EXPORTER_OTLP_COMPRESSION must be gzip, deflate or none, not {compression[:40]!r}"
+        )
+    headers = parse_env_headers(_env(env, "HEADERS") or "", liberal=True)
+    for key, value in headers.items():
+        if any(c in key + value for c in "\r\n"):
+            raise ValueError("OTEL_EXPORTER_OTLP_HEADERS: a header carries a line break")
+    timeout_var = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"
+    if env.get(timeout_var) is None:
+        timeout_var = "OTEL_EXPORTER_OTLP_TIMEOUT"
+    max_queue = int(_number(env, "OTEL_BSP_MAX_QUEUE_SIZE", 2048, 1, 1 << 20))
+    return ExportSettings(
+        endpoint=endpoint,
+        headers=headers,
+        timeout_s=_number(env, timeout_var, 10.0, 0.001, 3600.0),
+        compression=_ENCODINGS[compression],
+        schedule_delay_s=_number(env, "OTEL_BSP_SCHEDULE_DELAY", 5000, 1, 3_600_000) / 1000,
+        max_queue=max_queue,
+        max_batch=min(int(_number(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, 1, 1 << 20)), max_queue),
+        export_timeout_s=_number(env, "OTEL_BSP_EXPORT_TIMEOUT", 30000, 1, 3_600_000) / 1000,
+    )
+
+
+class LoopBatchProcessor(SpanProcessor):
+    """The SDK's batching processor's contract, run by the event loop of the spans' code (see the
+    module's doc). Bound to the first loop that ends a span; spans ended by another thread are handed
+    to that loop."""
+
+    def __init__(self, config: ExportSettings, client: HttpClient | None = None) -> None:
+        self.config = config
+        self._client = client or HttpClient()
+        self._queue: deque[ReadableSpan] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: int | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._exporting: asyncio.Task[None] | None = None
+        self._closed = False
+        self._lines = b"content-type: application/x-protobuf\r\n" + b"".join(
+            f"{k}: {v}\r\n".encode("latin-1", "replace") for k, v in config.headers.items()
+        )
+        if config.compression:
+            self._lines += f"content-encoding: {config.compression}\r\n".encode()
+        self._throttle = Throttle(window_s=60.0)
+        self.dropped = 0  # spans the full queue turned away
+        self.exported = 0  # spans a collector took
+        self.failed = 0  # spans of exports given up
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        pass
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if not span.context.trace_flags.sampled:  # recorded, not sampled (RECORD_ONLY): not exported
+            return
+        if self._thread != threading.get_ident():
+            self._from_elsewhere(span)
+            return
+        queue = self._queue
+        if len(queue) >= self.config.max_queue:
+            self._drop(1)
+            return
+        queue.append(span)
+        if self._exporting is None:
+            if len(queue) >= self.config.max_batch:
+                self._export_now()
+            elif self._timer is None:
+                self._timer = self._loop.call_later(self.config.schedule_delay_s, self._export_now)  # type: ignore[union-attr]
+
+    def _from_elsewhere(self, span: ReadableSpan) -> None:
+        """A span ended off the bound loop's thread: the loop running here binds us if none is bound
+        yet; else the span goes to the bound loop; with no loop at all it waits in the queue (for the
+        loop that binds us, or ``shutdown``)."""
+        if self._closed:
+            self._drop(1)
+            return
+        if self._loop is None:
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._queue.append(span)  # deque.append is atomic; bounded by the loop's next look
+                return
+            self._thread = threading.get_ident()
+            self.on_end(span)
+            return
+        try:
+            self._loop.call_soon_threadsafe(self.on_end, span)
+        except RuntimeError:  # that loop is closed: shutdown exports what is queued
+            self._queue.append(span)
+
+    def _drop(self, n: int) -> None:
+        self.dropped += n
+        held = self._throttle.allow(("dropped",))
+        if held is not None:
+            log.warning(
+                "span export queue full (%d): %d spans dropped so far", self.config.max_queue, self.dropped
+            )
+
+    def _export_now(self) -> None:
+        self._timer = None
+        if self._exporting is None and self._queue and self._loop is not None:
+            self._exporting = self._loop.create_task(self._export())
+
+    async def _export(self) -> None:
+        """Full batches while there are some, then the rest once the schedule delay has passed."""
+        try:
+            while self._queue:
+                await self._send(self._take())
+                if len(self._queue) < self.config.max_batch:
+                    break
+        finally:
+            self._exporting = None
+            if self._queue and self._timer is None and not self._closed and self._loop is not None:
+                self._timer = self._loop.call_later(self.config.schedule_delay_s, self._export_now)
+
+    def _take(self) -> list[ReadableSpan]:
+        queue = self._queue
+        return [queue.popleft() for _ in range(min(len(queue), self.config.max_batch))]
+
+    async def _send(self, batch: list[ReadableSpan]) -> None:
+        """One batch to the collector, tried again while that is worth it and time is left. Never raises
+        but for a cancellation."""
+        try:
+            body = self._body(batch)
+        except Exception as error:  # the SDK's rule: a batch that cannot be encoded is dropped, logged
+            self._failed(batch, f"cannot encode: {type(error).__name__}: {error}")
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.export_timeout_s
+        backoff = _FIRST_BACKOFF_S
+        while True:
+            left = deadline - loop.time()
+            try:
+                answer = await self._client.post_lines(
+                    self.config.endpoint, self._lines, body, max(0.001, min(self.config.timeout_s, left))
+                )
+            except PostError as error:
+                why, again = str(error), True
+            else:
+                if 200 <= answer.status < 300:
+                    self.exported += len(batch)
+                    return
+                why, again = f"HTTP {answer.status}", answer.status in _RETRYABLE
+            if not again or deadline - loop.time() <= backoff:
+                self._failed(batch, why)
+                return
+            await asyncio.sleep(backoff)
+            backoff *= 2
+
+    def _body(self, batch: list[ReadableSpan]) -> bytes:
+        body = encode_bytes(batch)
+        if self.config.compression == "gzip":
+            return gzip.compress(body, 6)
+        if self.config.compression == "deflate":
+            return zlib.compress(body, 6)
+        return body
+
+    def _failed(self, batch: list[ReadableSpan], why: str) -> None:
+        self.failed += len(batch)
+        held = self._throttle.allow(("failed", why[:200]))
+        if held is not None:
+            log.warning(
+                "span export to %s failed, %d spans dropped: %s%s", self.config.endpoint, len(batch),
+                why[:500], f" ({held} more failed exports since the last line)" if held else "",
+            )  # fmt: skip
+
+    def shutdown(self) -> None:
+        """Stop taking spans and export what is queued: on the bound loop when it is still running
+        (scheduled, not waited for: this is a synchronous call), else on a loop of its own."""
+        if self._closed:
+            return
+        self._closed = True
+        self._flush()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._flush()
+
+    def _flush(self) -> bool:
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            if self._thread == threading.get_ident():
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._export_now()  # what the running loop can do without blocking itself
+                return True
+            done = asyncio.run_coroutine_threadsafe(self._drain(), loop)
+            try:
+                done.result(self.config.export_timeout_s)
+            except Exception:  # a flush answers whether it finished, it does not raise
+                return False
+            return True
+        if not self._queue:
+            return True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        asyncio.run(self._drain_fresh())
+        return not self._queue
+
+    async def _drain(self) -> None:
+        if self._exporting is not None:
+            await asyncio.shield(self._exporting)
+        while self._queue:
+            await self._send(self._take())
+
+    async def _drain_fresh(self) -> None:
+        """The queue's rest exported from a loop of our own (the spans' loop has stopped): a client of
+        its own too, since connections belong to the loop they were made on."""
+        self._client, old = HttpClient(), self._client
+        self._exporting = None
+        try:
+            while self._queue:
+                await self._send(self._take())
+        finally:
+            await self._client.close()
+            self._client = old
+
+
+def processor(env: Mapping[str, str]) -> Any:
+    """A LoopBatchProcessor for ``env``'s configuration, or None where the SDK's must serve (see
+    ``settings``). Raises ValueError for a variable it cannot use."""
+    config = settings(env)
+    return None if config is None else LoopBatchProcessor(config)

@@ -1,0 +1,271 @@
+"""app.tracing.loop_export: spans batched and posted by the event loop over OTLP/HTTP, configured by the
+standard variables, with the SDK's batching processor's contract (full batches at once, the rest after
+the schedule delay, a bounded queue, retries of what is worth retrying, the rest exported at shutdown)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import queue
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.trace import SpanKind
+
+from rocksidecar.app.tracing import loop_export, spans
+from rocksidecar.app.tracing.loop_export import LoopBatchProcessor, settings
+
+
+class _Got:
+    """What the collector was sent: (headers, body) per POST, and the statuses it answers in turn."""
+
+    def __init__(self) -> None:
+        self.posts: queue.Queue[tuple[dict[str, str], bytes]] = queue.Queue()
+        self.statuses: list[int] = []
+
+
+def _handler(got: _Got) -> type[BaseHTTPRequestHandler]:
+    class Collector(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length") or 0))
+            status = got.statuses.pop(0) if got.statuses else 200
+            if status == 200:
+                got.posts.put(({k.lower(): v for k, v in self.headers.items()}, body))
+            self.send_response(status)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    return Collector
+
+
+@pytest.fixture
+def collector() -> Iterator[tuple[str, _Got]]:
+    got = _Got()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(got))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", got
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _processor(endpoint: str, **env: str) -> LoopBatchProcessor:
+    env = {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, **env}
+    config = settings(env)
+    assert config is not None
+    return LoopBatchProcessor(config)
+
+
+def _ended(processor: LoopBatchProcessor, n: int, name: str = "send T") -> list[ReadableSpan]:
+    """``n`` spans made by an SDK tracer whose only processor is ``processor``, ended (so handed to it)."""
+    provider = TracerProvider(shutdown_on_exit=False)  # the test's processor, not the process's
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("rocksidecar")
+    made = []
+    for i in range(n):
+        span = tracer.start_span(
+            f"{name} {i}", kind=SpanKind.PRODUCER, attributes={"messaging.system": "rocketmq"}
+        )
+        span.end()
+        made.append(span)
+    return made  # type: ignore[return-value]  # the SDK's spans are ReadableSpans
+
+
+async def _post(got: _Got) -> tuple[dict[str, str], bytes]:
+    return await asyncio.to_thread(got.posts.get, True, 10)
+
+
+async def _settled(processor: LoopBatchProcessor) -> None:
+    """The processor's exports done (the collector has the body before the exporter has the answer)."""
+    while processor._exporting is not None:
+        await processor._exporting
+
+
+def _names(body: bytes) -> list[str]:
+    request = ExportTraceServiceRequest.FromString(body)
+    return [s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
+
+
+def test_settings_follow_the_otlp_variables() -> None:
+    base = {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
+    config = settings(base)
+    assert config is not None
+    assert config.endpoint == "http://localhost:4318/v1/traces"
+    assert (config.timeout_s, config.schedule_delay_s) == (10.0, 5.0)
+    assert (config.max_queue, config.max_batch) == (2048, 512)
+    assert config.export_timeout_s == 30.0 and config.compression is None
+    config = settings(
+        {
+            **base,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/",
+            "OTEL_EXPORTER_OTLP_HEADERS": "api-key=a%20b,x=1",
+            "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
+            "OTEL_BSP_MAX_QUEUE_SIZE": "100",
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "500",
+        }
+    )
+    assert config is not None
+    assert config.endpoint == "http://c:4318/v1/traces"
+    assert dict(config.headers) == {"api-key": "a b", "x": "1"}
+    assert config.compression == "gzip" and config.schedule_delay_s == 0.2
+    assert (config.max_queue, config.max_batch) == (100, 100)  # a batch never larger than the queue
+    traces = {**base, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":
+              "http://t:1/own/path", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2.5"}  # fmt: skip
+    config = settings(traces)
+    assert config is not None and config.endpoint == "http://t:1/own/path" and config.timeout_s == 2.5
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},  # gRPC, the sidecar's default protocol: the SDK's exporter
+        {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+        {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+        {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_CERTIFICATE": "/ca.pem"},
+        {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY": "/k.pem"},
+    ],
+)
+def test_what_the_loop_client_does_not_do_is_left_to_the_sdk(env: dict[str, str]) -> None:
+    assert settings(env) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OTEL_BSP_SCHEDULE_DELAY", "soon"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "0"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "-1"),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "nan"),
+        ("OTEL_BSP_EXPORT_TIMEOUT", "1e12"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "inf"),
+        ("OTEL_EXPORTER_OTLP_COMPRESSION", "brotli"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://c"),
+    ],
+)
+def test_a_bad_variable_is_refused_by_name(name: str, value: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        settings({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", name: value})
+
+
+def test_setup_takes_the_loop_exporter_over_http_and_refuses_a_bad_variable_in_one_line() -> None:
+    flush = spans.setup_from_env(True, {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"})
+    try:
+        assert flush is not None and spans.ON
+        tracer = spans._tracer
+        assert isinstance(getattr(tracer, "processor", None)._span_processors[0], LoopBatchProcessor)  # type: ignore[union-attr]
+    finally:
+        spans.configure(None)
+        assert flush is not None
+        flush()
+    with pytest.raises(RuntimeError, match="OTEL_BSP_MAX_QUEUE_SIZE must be"):
+        spans.setup_from_env(
+            True, {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_BSP_MAX_QUEUE_SIZE": "x"}
+        )
+    assert not spans.ON
+
+
+async def test_a_full_batch_is_posted_at_once_and_equals_the_sdks_request(
+    collector: tuple[str, _Got],
+) -> None:
+    url, got = collector
+    processor = _processor(url, OTEL_BSP_MAX_EXPORT_BATCH_SIZE="4", OTEL_BSP_SCHEDULE_DELAY="3600000")
+    made = _ended(processor, 4)  # the schedule delay is an hour: only the full batch can send it
+    headers, body = await _post(got)
+    assert headers["content-type"] == "application/x-protobuf"
+    assert ExportTraceServiceRequest.FromString(body) == encode_spans(made)
+    await _settled(processor)
+    assert processor.exported == 4 and processor.failed == processor.dropped == 0
+
+
+async def test_a_partial_batch_goes_after_the_schedule_delay(collector: tuple[str, _Got]) -> None:
+    url, got = collector
+    processor = _processor(url, OTEL_BSP_SCHEDULE_DELAY="20")
+    _ended(processor, 3)
+    assert got.posts.empty() and len(processor._queue) == 3
+    _, body = await _post(got)
+    assert _names(body) == ["send T 0", "send T 1", "send T 2"]
+
+
+async def test_a_full_queue_drops_and_counts_and_the_rest_is_sent(collector: tuple[str, _Got]) -> None:
+    url, got = collector
+    processor = _processor(url, OTEL_BSP_MAX_QUEUE_SIZE="5", OTEL_BSP_SCHEDULE_DELAY="3600000")
+    _ended(processor, 8)  # the fifth starts an export; it takes its batch when the loop runs it
+    assert processor.dropped == 3
+    _, first = await _post(got)
+    assert _names(first) == [f"send T {i}" for i in range(5)]
+    await _settled(processor)
+    _ended(processor, 2, "more")  # room again
+    assert processor.dropped == 3 and len(processor._queue) == 2
+
+
+async def test_a_busy_collector_is_tried_again_a_refusal_is_not(
+    collector: tuple[str, _Got], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop_export, "_FIRST_BACKOFF_S", 0.01)
+    url, got = collector
+    got.statuses = [503, 429]
+    processor = _processor(url, OTEL_BSP_MAX_EXPORT_BATCH_SIZE="2")
+    _ended(processor, 2)
+    _, body = await _post(got)  # the third try
+    await _settled(processor)
+    assert len(_names(body)) == 2 and processor.exported == 2
+    got.statuses = [400]
+    _ended(processor, 2)
+    await _settled(processor)
+    assert processor.failed == 2 and got.posts.empty() and not got.statuses
+
+
+async def test_a_collector_that_is_down_fails_the_batch_without_raising() -> None:
+    processor = _processor(
+        "http://127.0.0.1:9", OTEL_BSP_MAX_EXPORT_BATCH_SIZE="1", OTEL_BSP_EXPORT_TIMEOUT="1"
+    )
+    _ended(processor, 1)
+    assert processor._exporting is not None
+    await processor._exporting
+    assert processor.failed == 1 and processor.exported == 0
+
+
+async def test_gzip_as_asked(collector: tuple[str, _Got]) -> None:
+    url, got = collector
+    processor = _processor(url, OTEL_EXPORTER_OTLP_COMPRESSION="gzip", OTEL_BSP_MAX_EXPORT_BATCH_SIZE="1",
+                           OTEL_EXPORTER_OTLP_HEADERS="authorization=Bearer%20t")  # fmt: skip
+    _ended(processor, 1)
+    headers, body = await _post(got)
+    assert headers["content-encoding"] == "gzip" and headers["authorization"] == "Bearer t"
+    assert _names(gzip.decompress(body)) == ["send T 0"]
+
+
+async def test_a_span_ended_by_another_thread_reaches_the_loop(collector: tuple[str, _Got]) -> None:
+    url, got = collector
+    processor = _processor(url, OTEL_BSP_MAX_EXPORT_BATCH_SIZE="2")
+    _ended(processor, 1)  # binds the processor to this loop
+    await asyncio.to_thread(_ended, processor, 1, "threaded")
+    _, body = await _post(got)
+    assert _names(body) == ["send T 0", "threaded 0"]
+
+
+def test_shutdown_after_the_loop_stopped_exports_what_is_queued(collector: tuple[str, _Got]) -> None:
+    url, got = collector
+    processor = _processor(url, OTEL_BSP_SCHEDULE_DELAY="3600000")
+
+    async def serve() -> None:  # the sidecar's loop: spans end, then it stops with them queued
+        _ended(processor, 3)
+
+    asyncio.run(serve())
+    assert got.posts.empty()
+    processor.shutdown()
+    _, body = got.posts.get(timeout=10)
+    assert len(_names(body)) == 3 and processor.exported == 3
