@@ -4,24 +4,27 @@ Why: the SDK's ``BatchSpanProcessor`` exports from a thread of its own (encode, 
 library's POST). In CPython that thread takes the GIL from the event loop for every batch, and the loop
 pays for each hand-off. With every request sampled, a sidecar under wrk x32 spent, per thread
 (bench/RESULTS.md, session 17): the loop 156 us a message (86 with tracing off), the export thread 41 us
-more. Here the loop encodes a batch (``otlp.encode_bytes``) and posts it with the keep-alive client of
-app.http_client between requests: no second thread, no GIL hand-offs, no requests library.
+more. Here the loop encodes a batch (``otlp.encode_bytes``) and sends it between requests: over
+``http/protobuf`` with the keep-alive client of app.http_client, over ``grpc`` (the sidecar's default)
+with grpc.aio, the request's bytes as they are. No second thread, no GIL hand-offs, no requests library.
 
-Taken by ``processor`` when the configuration allows (OTLP over ``http/protobuf``, no client
-certificate or custom CA settings); otherwise None and the SDK's processor and exporter as before. The
-same ``OTEL_*`` variables configure it as they configure the SDK's: the endpoint
-(``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else ``OTEL_EXPORTER_OTLP_ENDPOINT`` + ``/v1/traces``), headers,
-timeout (seconds, as the Python SDK reads it), compression (``gzip``, ``deflate``, ``none``), and the
+Taken by ``processor`` unless the configuration asks for what this does not do (another protocol,
+client certificates or a custom CA, a gRPC credential provider): then None, and the SDK's processor and
+exporter as before. The same ``OTEL_*`` variables configure it as they configure the SDK's: the
+endpoint (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; else ``OTEL_EXPORTER_OTLP_ENDPOINT``, + ``/v1/traces``
+over HTTP), ``OTEL_EXPORTER_OTLP_INSECURE`` for gRPC (the SDK's rule), headers, timeout (seconds, as
+the Python SDK reads it), compression (``gzip``, ``deflate``, ``none``), and the
 batching (``OTEL_BSP_SCHEDULE_DELAY``, ``OTEL_BSP_MAX_QUEUE_SIZE``, ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``,
 ``OTEL_BSP_EXPORT_TIMEOUT``, in milliseconds). A value that is not a number in range is refused with one
 line naming the variable (the SDK would warn and use its default).
 
 Behaviour kept from the SDK's processor: spans queue up to the queue's size (more are dropped and
 counted, as the SDK drops them); a full batch is exported at once, a partial one after the schedule
-delay; one export at a time; an export that fails for a reason worth repeating (no connection, 408,
-429, 502-504) is tried again with exponential back-off until its timeout, then dropped; an export never
-raises into the code that ends spans. ``shutdown`` exports what is still queued (the sidecar calls it
-after its loop has stopped: the rest goes out on a loop of its own).
+delay; one export at a time; an export that fails for a reason worth repeating (no connection, HTTP
+408, 429, 502-504, the gRPC codes the SDK's exporter retries) is tried again with exponential back-off
+until its timeout, then dropped; an export never raises into the code that ends spans. ``shutdown``
+exports what is still queued (the sidecar calls it after its loop has stopped: the rest goes out on a
+loop of its own).
 """
 
 from __future__ import annotations
@@ -34,8 +37,11 @@ import zlib
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
+import grpc
+import grpc.aio
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.util.re import parse_env_headers
@@ -52,11 +58,26 @@ _FIRST_BACKOFF_S = 1.0  # then 2, 4, ... while the export's timeout allows
 _ENCODINGS = {"gzip": "gzip", "deflate": "deflate", "none": None, "": None}
 # Variables that ask for TLS material this client does not load: the SDK's exporter takes those
 _TLS_SETTINGS = ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")
+_GRPC_CREDENTIALS = "OTEL_PYTHON_EXPORTER_OTLP_GRPC_CREDENTIAL_PROVIDER"
+_GRPC_EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+# the SDK's gRPC exporter's codes worth another try
+_GRPC_RETRYABLE = frozenset(
+    {
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
 
 
 @dataclass(frozen=True)
 class ExportSettings:
-    endpoint: str
+    protocol: str  # http/protobuf or grpc
+    endpoint: str  # http(s)://host:port/path; for gRPC the target host:port
     headers: Mapping[str, str]
     timeout_s: float
     compression: str | None
@@ -64,6 +85,7 @@ class ExportSettings:
     max_queue: int
     max_batch: int
     export_timeout_s: float
+    insecure: bool = True  # gRPC: a plain-text channel (else TLS with the system's roots)
 
 
 def _env(env: Mapping[str, str], name: str) -> str | None:
@@ -92,21 +114,37 @@ def protocol(env: Mapping[str, str]) -> str:
 
 def settings(env: Mapping[str, str]) -> ExportSettings | None:
     """The loop exporter's settings from ``env``, or None where the SDK's exporter must serve: another
-    protocol than http/protobuf, or TLS files to load.
+    protocol than http/protobuf or grpc, TLS files to load, or a gRPC credential provider.
 
     Raises:
         ValueError: a variable out of range or not understood (one line naming it).
     """
-    if protocol(env) != "http/protobuf" or any(_env(env, s) for s in _TLS_SETTINGS):
+    asked = protocol(env)
+    if asked not in ("http/protobuf", "grpc") or any(_env(env, s) for s in _TLS_SETTINGS):
+        return None
+    if asked == "grpc" and env.get(_GRPC_CREDENTIALS):
         return None
     endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    if not endpoint:
-        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318"
-        endpoint = base.rstrip("/") + "/v1/traces"
-    if not endpoint.startswith(("http://", "https://")):
-        raise ValueError(
-            f"OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL, not {endpoint[:80]!r}"
+    insecure = True
+    if asked == "grpc":
+        endpoint = endpoint or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4317"
+        parts = urlsplit(endpoint if "://" in endpoint else f"//{endpoint}")
+        said = _env(env, "INSECURE")
+        # the SDK's rule: https is TLS; else OTEL_EXPORTER_OTLP_INSECURE when set; else http is plain
+        insecure = parts.scheme != "https" and (
+            said.strip().lower() == "true" if said else parts.scheme == "http"
         )
+        endpoint = parts.netloc or endpoint
+        if not endpoint or "/" in endpoint:
+            raise ValueError(f"OTEL_EXPORTER_OTLP_ENDPOINT must be host:port or a URL, not {endpoint[:80]!r}")
+    else:
+        if not endpoint:
+            base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318"
+            endpoint = base.rstrip("/") + "/v1/traces"
+        if not endpoint.startswith(("http://", "https://")):
+            raise ValueError(
+                f"OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL, not {endpoint[:80]!r}"
+            )
     compression = (_env(env, "COMPRESSION") or "").strip().lower()
     if compression not in _ENCODINGS:
         raise ValueError(
@@ -121,6 +159,7 @@ def settings(env: Mapping[str, str]) -> ExportSettings | None:
         timeout_var = "OTEL_EXPORTER_OTLP_TIMEOUT"
     max_queue = int(_number(env, "OTEL_BSP_MAX_QUEUE_SIZE", 2048, 1, 1 << 20))
     return ExportSettings(
+        protocol=asked,
         endpoint=endpoint,
         headers=headers,
         timeout_s=_number(env, timeout_var, 10.0, 0.001, 3600.0),
@@ -129,7 +168,87 @@ def settings(env: Mapping[str, str]) -> ExportSettings | None:
         max_queue=max_queue,
         max_batch=min(int(_number(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, 1, 1 << 20)), max_queue),
         export_timeout_s=_number(env, "OTEL_BSP_EXPORT_TIMEOUT", 30000, 1, 3_600_000) / 1000,
+        insecure=insecure,
     )
+
+
+class Transport(Protocol):
+    """One OTLP request sent: None when the collector took it, else why not and whether another try
+    may succeed. Made on, and used from, one event loop."""
+
+    async def send(self, body: bytes, timeout_s: float) -> tuple[str, bool] | None: ...
+
+    async def close(self) -> None: ...
+
+
+class HttpTransport:
+    """OTLP/HTTP: a POST of the protobuf request by app.http_client (keep-alive, one loop)."""
+
+    def __init__(self, config: ExportSettings) -> None:
+        self._config = config
+        self._client = HttpClient()
+        lines = b"content-type: application/x-protobuf\r\n" + b"".join(
+            f"{k}: {v}\r\n".encode("latin-1", "replace") for k, v in config.headers.items()
+        )
+        if config.compression:
+            lines += f"content-encoding: {config.compression}\r\n".encode()
+        self._lines = lines
+
+    async def send(self, body: bytes, timeout_s: float) -> tuple[str, bool] | None:
+        if self._config.compression == "gzip":
+            body = gzip.compress(body, 6)
+        elif self._config.compression == "deflate":
+            body = zlib.compress(body, 6)
+        try:
+            answer = await self._client.post_lines(self._config.endpoint, self._lines, body, timeout_s)
+        except PostError as error:
+            return str(error), True
+        if 200 <= answer.status < 300:
+            return None
+        return f"HTTP {answer.status}", answer.status in _RETRYABLE
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+class GrpcTransport:
+    """OTLP/gRPC: the TraceService's Export by grpc.aio on the loop, the request's bytes sent as they
+    are (otlp.encode_bytes made them; no protobuf message built)."""
+
+    def __init__(self, config: ExportSettings) -> None:
+        self._config = config
+        self._channel: grpc.aio.Channel | None = None
+        self._export: Any = None
+        self._metadata = tuple((k.lower(), v) for k, v in config.headers.items())
+        compression = {"gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}
+        self._compression = compression.get(config.compression or "", grpc.Compression.NoCompression)
+
+    async def send(self, body: bytes, timeout_s: float) -> tuple[str, bool] | None:
+        if self._channel is None:  # made on the loop that uses it
+            target = self._config.endpoint
+            if self._config.insecure:
+                self._channel = grpc.aio.insecure_channel(target, compression=self._compression)
+            else:
+                credentials = grpc.ssl_channel_credentials()
+                self._channel = grpc.aio.secure_channel(target, credentials, compression=self._compression)
+            self._export = self._channel.unary_unary(
+                _GRPC_EXPORT, request_serializer=None, response_deserializer=None
+            )
+        try:
+            await self._export(body, timeout=timeout_s, metadata=self._metadata)
+        except grpc.aio.AioRpcError as error:
+            code = error.code()
+            return f"gRPC {code.name}: {(error.details() or '')[:200]}", code in _GRPC_RETRYABLE
+        return None
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+
+def transport(config: ExportSettings) -> Transport:
+    return GrpcTransport(config) if config.protocol == "grpc" else HttpTransport(config)
 
 
 class LoopBatchProcessor(SpanProcessor):
@@ -137,20 +256,15 @@ class LoopBatchProcessor(SpanProcessor):
     module's doc). Bound to the first loop that ends a span; spans ended by another thread are handed
     to that loop."""
 
-    def __init__(self, config: ExportSettings, client: HttpClient | None = None) -> None:
+    def __init__(self, config: ExportSettings) -> None:
         self.config = config
-        self._client = client or HttpClient()
+        self._transport = transport(config)
         self._queue: deque[ReadableSpan] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: int | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._exporting: asyncio.Task[None] | None = None
         self._closed = False
-        self._lines = b"content-type: application/x-protobuf\r\n" + b"".join(
-            f"{k}: {v}\r\n".encode("latin-1", "replace") for k, v in config.headers.items()
-        )
-        if config.compression:
-            self._lines += f"content-encoding: {config.compression}\r\n".encode()
         self._throttle = Throttle(window_s=60.0)
         self.dropped = 0  # spans the full queue turned away
         self.exported = 0  # spans a collector took
@@ -230,7 +344,7 @@ class LoopBatchProcessor(SpanProcessor):
         """One batch to the collector, tried again while that is worth it and time is left. Never raises
         but for a cancellation."""
         try:
-            body = self._body(batch)
+            body = encode_bytes(batch)
         except Exception as error:  # the SDK's rule: a batch that cannot be encoded is dropped, logged
             self._failed(batch, f"cannot encode: {type(error).__name__}: {error}")
             return
@@ -239,30 +353,16 @@ class LoopBatchProcessor(SpanProcessor):
         backoff = _FIRST_BACKOFF_S
         while True:
             left = deadline - loop.time()
-            try:
-                answer = await self._client.post_lines(
-                    self.config.endpoint, self._lines, body, max(0.001, min(self.config.timeout_s, left))
-                )
-            except PostError as error:
-                why, again = str(error), True
-            else:
-                if 200 <= answer.status < 300:
-                    self.exported += len(batch)
-                    return
-                why, again = f"HTTP {answer.status}", answer.status in _RETRYABLE
+            refused = await self._transport.send(body, max(0.001, min(self.config.timeout_s, left)))
+            if refused is None:
+                self.exported += len(batch)
+                return
+            why, again = refused
             if not again or deadline - loop.time() <= backoff:
                 self._failed(batch, why)
                 return
             await asyncio.sleep(backoff)
             backoff *= 2
-
-    def _body(self, batch: list[ReadableSpan]) -> bytes:
-        body = encode_bytes(batch)
-        if self.config.compression == "gzip":
-            return gzip.compress(body, 6)
-        if self.config.compression == "deflate":
-            return zlib.compress(body, 6)
-        return body
 
     def _failed(self, batch: list[ReadableSpan], why: str) -> None:
         self.failed += len(batch)
@@ -315,14 +415,14 @@ class LoopBatchProcessor(SpanProcessor):
     async def _drain_fresh(self) -> None:
         """The queue's rest exported from a loop of our own (the spans' loop has stopped): a client of
         its own too, since connections belong to the loop they were made on."""
-        self._client, old = HttpClient(), self._client
+        self._transport, old = transport(self.config), self._transport
         self._exporting = None
         try:
             while self._queue:
                 await self._send(self._take())
         finally:
-            await self._client.close()
-            self._client = old
+            await self._transport.close()
+            self._transport = old
 
 
 def processor(env: Mapping[str, str]) -> Any:

@@ -8,9 +8,11 @@ import asyncio
 import gzip
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import grpc
+import grpc.aio
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -131,9 +133,9 @@ def test_settings_follow_the_otlp_variables() -> None:
 @pytest.mark.parametrize(
     "env",
     [
-        {},  # gRPC, the sidecar's default protocol: the SDK's exporter
-        {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
         {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+        {"OTEL_PYTHON_EXPORTER_OTLP_GRPC_CREDENTIAL_PROVIDER": "mine"},
+        {"OTEL_EXPORTER_OTLP_CERTIFICATE": "/ca.pem"},
         {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_CERTIFICATE": "/ca.pem"},
         {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY": "/k.pem"},
     ],
@@ -158,6 +160,26 @@ def test_what_the_loop_client_does_not_do_is_left_to_the_sdk(env: dict[str, str]
 def test_a_bad_variable_is_refused_by_name(name: str, value: str) -> None:
     with pytest.raises(ValueError, match=name):
         settings({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", name: value})
+
+
+@pytest.mark.parametrize(
+    ("env", "target", "insecure"),
+    [
+        ({}, "localhost:4317", True),  # the sidecar's default protocol, and the spec's default endpoint
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "https://c:4317"}, "c:4317", False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "c:4317"}, "c:4317", False),  # the SDK's rule: TLS unless said
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "c:4317", "OTEL_EXPORTER_OTLP_INSECURE": "true"}, "c:4317", True),
+        (
+            {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:1", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:2"},
+            "t:1",
+            True,
+        ),
+    ],
+)
+def test_grpc_settings_follow_the_sdks_rules(env: dict[str, str], target: str, insecure: bool) -> None:
+    config = settings(env)
+    assert config is not None and config.protocol == "grpc"
+    assert (config.endpoint, config.insecure) == (target, insecure)
 
 
 def test_setup_takes_the_loop_exporter_over_http_and_refuses_a_bad_variable_in_one_line() -> None:
@@ -269,3 +291,58 @@ def test_shutdown_after_the_loop_stopped_exports_what_is_queued(collector: tuple
     processor.shutdown()
     _, body = got.posts.get(timeout=10)
     assert len(_names(body)) == 3 and processor.exported == 3
+
+
+class _TraceService:
+    """A gRPC OTLP collector: the Export requests' bytes and metadata, answering each status in turn."""
+
+    def __init__(self) -> None:
+        self.requests: asyncio.Queue[tuple[bytes, dict[str, str]]] = asyncio.Queue()
+        self.codes: list[grpc.StatusCode] = []
+
+    async def export(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        if self.codes:
+            await context.abort(self.codes.pop(0), "busy")
+        self.requests.put_nowait((request, {k: str(v) for k, v in context.invocation_metadata() or ()}))
+        return b""  # an empty ExportTraceServiceResponse
+
+
+@pytest.fixture
+async def grpc_collector() -> AsyncIterator[tuple[str, _TraceService]]:
+    service = _TraceService()
+    server = grpc.aio.server()
+    handler = grpc.method_handlers_generic_handler(
+        "opentelemetry.proto.collector.trace.v1.TraceService",
+        {"Export": grpc.unary_unary_rpc_method_handler(service.export)},  # raw bytes both ways
+    )
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield f"http://127.0.0.1:{port}", service
+    finally:
+        await server.stop(None)
+
+
+async def test_over_grpc_the_batch_is_the_sdks_request_with_the_headers_as_metadata(
+    grpc_collector: tuple[str, _TraceService], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop_export, "_FIRST_BACKOFF_S", 0.01)
+    url, service = grpc_collector
+    service.codes = [grpc.StatusCode.UNAVAILABLE]  # tried again
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "3",
+           "OTEL_EXPORTER_OTLP_HEADERS": "api-key=k1"}  # fmt: skip
+    config = settings(env)
+    assert config is not None
+    processor = LoopBatchProcessor(config)
+    made = _ended(processor, 3)
+    body, metadata = await asyncio.wait_for(service.requests.get(), 10)
+    assert ExportTraceServiceRequest.FromString(body) == encode_spans(made)
+    assert metadata["api-key"] == "k1"
+    await _settled(processor)
+    assert processor.exported == 3
+    service.codes = [grpc.StatusCode.INVALID_ARGUMENT]  # not tried again
+    _ended(processor, 3)
+    await _settled(processor)
+    assert processor.failed == 3 and service.requests.empty()
+    await processor._transport.close()
