@@ -1,9 +1,10 @@
 """What the tracing layer itself costs per message, in CPU, in one process (issue 31): the send path's
 tracing hooks around a sender that answers at once, so that nothing but tracing is measured. Rows:
 tracing off (the anchor: the request's trace context inherited, the one check), OpenTelemetry spans on
-(receive + send spans through the SDK's BatchSpanProcessor into an exporter that encodes OTLP protobuf
-as the sidecar's exporters do, by app.tracing.otlp, and drops it; the same exported unencoded; the same
-through the SDK's own tracer instead of app.tracing.lite; requests the sampler leaves out: an
+(receive + send spans through the sidecar's processor, app.tracing.loop_export, which batches and encodes
+OTLP protobuf on the loop, into a collector that takes it at once; the same exported unencoded; the same
+through the SDK's own tracer and its thread-batching processor instead of app.tracing.lite and the
+loop's; requests the sampler leaves out: an
 unsampled traceparent, and none under parentbased_traceidratio 0.01; and the production setting, no
 traceparent under parentbased_traceidratio ``--ratio``: that share sampled), RocketMQ message trace
 on (Pub records encoded and batched by the dispatcher, flushed every 200 records as its timer does at
@@ -23,6 +24,7 @@ Needs the otel extra (make install has it).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import resource
 import statistics
 from collections.abc import Sequence
@@ -42,7 +44,7 @@ from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 from opentelemetry.trace import SpanKind
 
 from bench.common import Row, bench_parser, environment, print_rows
-from rocksidecar.app.tracing import msgtrace, otlp, spans
+from rocksidecar.app.tracing import loop_export, msgtrace, otlp, spans
 from rocksidecar.app.tracing.context import TraceContext, inherit
 from rocksidecar.app.tracing.lite import LiteTracer
 from rocksidecar.rmq import Message, SendResult
@@ -81,6 +83,34 @@ class EncodingExporter(SpanExporter):
         pass
 
 
+class _Dropped:
+    """A transport whose collector takes every request at once: no network in the figure."""
+
+    async def send(self, body: bytes, timeout_s: float) -> None:
+        EncodingExporter.encoded += len(body)
+
+    async def close(self) -> None:
+        pass
+
+
+class _LoopProcessor(loop_export.LoopBatchProcessor):
+    """The sidecar's processor (its defaults but a queue for every span) into ``_Dropped``; ``encode``
+    False: batches dropped unencoded, to tell the spans' cost from the encoding's."""
+
+    def __init__(self, n: int, encode: bool) -> None:
+        config = loop_export.settings({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"})
+        assert config is not None
+        super().__init__(dataclasses.replace(config, max_queue=2 * n))
+        self._transport = _Dropped()
+        self._encode = encode
+
+    async def _send(self, batch: list[ReadableSpan]) -> None:
+        if self._encode:
+            await super()._send(batch)
+        else:
+            self.exported += len(batch)
+
+
 class Instant:
     """A sender that stored every message already."""
 
@@ -99,7 +129,7 @@ def cpu_s() -> float:
 async def per_message_us(mode: str, n: int) -> float:
     """CPU microseconds per message of ``n`` sends in ``mode`` (off, otel..., msgtrace)."""
     sender: Any = Instant()
-    provider = dispatcher = None
+    provider = dispatcher = on_loop = None
     trace_context: TraceContext | None = TRACE
     if mode == "otel-unsampled":
         trace_context = UNSAMPLED
@@ -107,9 +137,13 @@ async def per_message_us(mode: str, n: int) -> float:
         trace_context = None  # a root: the sampler's ratio decides
     if mode.startswith("otel"):
         ratio = ParentBasedTraceIdRatio(float(mode[11:])) if mode.startswith("otel-ratio:") else None
-        provider = TracerProvider(sampler=ratio)
-        exporter = EncodingExporter(encode=mode != "otel-noencode")
-        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=2 * n))
+        provider = TracerProvider(sampler=ratio, shutdown_on_exit=False)
+        if mode == "otel-sdk":  # the SDK's tracer with the SDK's thread-batching processor, as before lite
+            exporter = EncodingExporter()
+            provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=2 * n))
+        else:  # the sidecar's: the loop batches and encodes (app.tracing.loop_export), no network here
+            on_loop = _LoopProcessor(n, encode=mode != "otel-noencode")
+            provider.add_span_processor(on_loop)
         spans.configure(provider, lite=mode != "otel-sdk")
         sender = spans.TracedSender(sender, background=False)
     elif mode.startswith("msgtrace"):
@@ -133,8 +167,10 @@ async def per_message_us(mode: str, n: int) -> float:
                 await sender.send(msg, validated=True)
             if dispatcher is not None and (i + 1) % FLUSHED_EVERY == 0:
                 await dispatcher.flush()
+        if on_loop is not None:
+            await on_loop._drain()  # the export of these spans belongs to the figure
         if provider is not None:
-            provider.force_flush()  # the export of these spans belongs to the figure
+            provider.force_flush()
         if dispatcher is not None:
             await dispatcher.close()
     finally:

@@ -31,7 +31,7 @@ import contextlib
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -43,7 +43,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, T
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-_UNSET = Status(StatusCode.UNSET)
+UNSET = Status(StatusCode.UNSET)  # a new span's status (app.tracing.otlp reads it by identity)
 # W3C trace context level 2's random-trace-id flag, set as the SDK sets it (APIs before 1.39 lack it)
 _RANDOM: int = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
 
@@ -109,13 +109,24 @@ def follows_sampled_parents(sampler: Sampler) -> bool:
     return known[REMOTE_SAMPLED] == _ALL and known[LOCAL_SAMPLED] == _ALL
 
 
+class Preset(NamedTuple):
+    """The OTLP encoding of a span's first ``leading`` attributes, made once for every span that starts
+    with the same ones (the sidecar's spans start with the semantic conventions' four per operation and
+    topic): app.tracing.otlp writes ``encoded`` for them instead of looking each one up, per span. A
+    span whose preset attribute is set again drops its preset."""
+
+    encoded: bytes
+    leading: int
+    keys: frozenset[str]
+
+
 class LiteSpan(trace.Span, ReadableSpan):
     """A recording span of a ``LiteTracer``; ended once, by the code that started it. It is its own
     ``ReadableSpan`` (as the SDK's span is): ``end`` hands itself to the processors, no copy built."""
 
     __slots__ = ("_attributes", "_context", "_end_time", "_ended", "_events", "_instrumentation_info",
-                 "_instrumentation_scope", "_kind", "_links", "_name", "_parent", "_resource", "_start_time",
-                 "_status", "_tracer")  # fmt: skip
+                 "_instrumentation_scope", "_kind", "_links", "_name", "_parent", "_preset", "_resource",
+                 "_start_time", "_status", "_tracer")  # fmt: skip
 
     def __init__(
         self,
@@ -127,8 +138,10 @@ class LiteSpan(trace.Span, ReadableSpan):
         attributes: dict[str, AttributeValue],
         links: Sequence[Link],
         start_time: int | None = None,
+        preset: Preset | None = None,
     ) -> None:
         self._tracer = tracer
+        self._preset = preset
         self._name = name
         self._context = context
         self._parent = parent
@@ -136,7 +149,7 @@ class LiteSpan(trace.Span, ReadableSpan):
         self._attributes = attributes
         self._links = links
         self._events: list[Event] = []
-        self._status = _UNSET
+        self._status = UNSET
         self._start_time = start_time or time.time_ns()
         self._end_time: int | None = None
         self._resource = tracer.resource
@@ -167,10 +180,14 @@ class LiteSpan(trace.Span, ReadableSpan):
     def set_attribute(self, key: str, value: Any) -> None:
         if not self._ended:
             cast(dict[str, Any], self._attributes)[key] = value  # our own dict (see __init__)
+            if self._preset is not None and key in self._preset.keys:
+                self._preset = None  # a preset value changed: its encoding no longer stands for it
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         if not self._ended:
             cast(dict[str, Any], self._attributes).update(attributes)
+            if self._preset is not None and not self._preset.keys.isdisjoint(attributes):
+                self._preset = None
 
     def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
         if not self._ended:
@@ -249,20 +266,33 @@ class LiteTracer(trace.Tracer):
             return None
         return f"00-{trace_id:032x}-{self.ids.generate_span_id():016x}-{self._root_unsampled}"
 
-    def start_root(self, name: str, trace_id: int, kind: SpanKind, attributes: dict[str, Any]) -> LiteSpan:
+    def start_root(
+        self,
+        name: str,
+        trace_id: int,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        preset: Preset | None = None,
+    ) -> LiteSpan:
         """The root span ``start_span`` makes for ``trace_id`` when its sampler samples it (``dropped_root``
-        said None); ``attributes`` become the span's own."""
+        said None); ``attributes`` become the span's own; ``preset``, if given, encodes their first ones."""
         own = SpanContext(trace_id, self.ids.generate_span_id(), False, self._root_sampled)
-        return LiteSpan(self, name, own, None, kind, attributes, ())
+        return LiteSpan(self, name, own, None, kind, attributes, (), None, preset)
 
     def child(
-        self, name: str, parent: SpanContext, kind: SpanKind, attributes: dict[str, Any]
+        self,
+        name: str,
+        parent: SpanContext,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        preset: Preset | None = None,
     ) -> LiteSpan | None:
         """The span ``start_span`` makes under the valid ``parent`` when its sampler's answer for that
         parent's case is known from its fields and is to sample; else None (then ``start_span``, which
         asks the sampler or makes the unsampled span). Without the current-context reads and the
         Context object ``start_span`` goes through: the sidecar's receive and send spans know their
-        parent (spans.begin, spans._send_span). ``attributes`` become the span's own."""
+        parent (spans.begin, spans._send_span). ``attributes`` become the span's own; ``preset``, if
+        given, encodes their first ones (see Preset)."""
         bound = self.decisions[
             (REMOTE_SAMPLED if parent.is_remote else LOCAL_SAMPLED) + (not parent.trace_flags & 1)
         ]
@@ -270,7 +300,7 @@ class LiteTracer(trace.Tracer):
             return None
         flags = TraceFlags(_SAMPLED | _RANDOM) if _RANDOM and parent.trace_flags & _RANDOM else _SAMPLED
         own = SpanContext(parent.trace_id, self.ids.generate_span_id(), False, flags, parent.trace_state)
-        return LiteSpan(self, name, own, parent, kind, attributes, ())
+        return LiteSpan(self, name, own, parent, kind, attributes, (), None, preset)
 
     def start_span(
         self,

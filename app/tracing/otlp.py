@@ -19,7 +19,8 @@ in order). The request parses into what ``encode_spans`` gives for the same span
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.common._internal import (
@@ -39,9 +40,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.trace.status import Status, StatusCode
 
 from ..bounded import remember
+from .lite import UNSET, LiteSpan, Preset
 
 MAX_CACHED = 4096  # distinct attributes kept encoded; past it the cache starts again (message ids churn)
 _CACHEABLE = (str, bool, int, float)  # hashable scalars; a list (message keys) is encoded each time
@@ -52,6 +55,9 @@ _Span: Any = PbSpan  # its stubs want every field set; encode_spans passes None 
 _statuses: dict[tuple[StatusCode, str | None], bytes] = {}
 # a span's name, kind, flags and status serialised together, by (name, id(kind), remote, code, description)
 _fixed: dict[tuple[str, int, bool, StatusCode, str | None], bytes] = {}
+_fixed_unset: dict[
+    tuple[str, int, bool], bytes
+] = {}  # the same for an unset status, by (name, id(kind), remote)
 # _span_flags's and _SPAN_KIND_MAP's answers read once: the protobuf enum wrapper's attribute access and
 # an Enum's hash are Python calls, per span
 _LOCAL: int = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
@@ -122,13 +128,7 @@ def _span(span: ReadableSpan) -> bytes:
     links = span.links
     state = sc.trace_state
     if state or events or links:
-        parts.append(
-            _Span(
-                trace_state=_encode_trace_state(state),
-                events=_encode_events(events) if events else None,
-                links=_encode_links(links) if links else None,
-            ).SerializePartialToString()
-        )
+        parts.append(_rare(state, events, links))
     dropped = (span.dropped_attributes, span.dropped_events, span.dropped_links)
     if any(dropped):
         parts.append(
@@ -139,15 +139,7 @@ def _span(span: ReadableSpan) -> bytes:
             ).SerializePartialToString()
         )
     remote = parent is not None and parent.is_remote
-    status = span.status
-    key = (span.name, id(span.kind), remote, status.status_code, status.description)
-    fixed = _fixed.get(key)
-    if fixed is None:
-        fixed = _Span(
-            name=span.name, kind=_KINDS[id(span.kind)], flags=_REMOTE if remote else _LOCAL
-        ).SerializePartialToString() + _status(status)
-        remember(_fixed, key, fixed, MAX_CACHED)
-    parts.append(fixed)
+    parts.append(_fixed_part(span.name, span.kind, remote, span.status))
     attributes: Mapping[str, Any] | None = span.attributes
     if attributes:
         get = _cache.get
@@ -156,6 +148,85 @@ def _span(span: ReadableSpan) -> bytes:
             got = get((k, kind, v)) if kind in _CACHEABLE else None
             parts.append(got if got is not None else _attribute(k, v))
     return b"".join(parts)
+
+
+def _rare(state: Any, events: Sequence[Any], links: Sequence[Any]) -> bytes:
+    """A span's trace state, events and links, serialised by protobuf (rare: a failed send's attempts,
+    a replay's links)."""
+    encoded: bytes = _Span(
+        trace_state=_encode_trace_state(state),
+        events=_encode_events(events) if events else None,
+        links=_encode_links(links) if links else None,
+    ).SerializePartialToString()
+    return encoded
+
+
+def _lite_span(span: LiteSpan) -> bytes:
+    """``_span`` of a LiteSpan, its fields read from its slots: no ReadableSpan property per field, no
+    MappingProxy of its attributes, no dropped counts (a LiteSpan drops nothing), its status's part
+    cached per name, kind and parent while the status is unset (most spans), and its preset (the first
+    attributes) written as encoded once."""
+    context: Any = span._context  # a SpanContext, a tuple: read by position
+    trace_id, span_id, _, _, state, _ = context
+    parent = span._parent
+    parts = [_TRACE_ID, trace_id.to_bytes(16, "big"), _SPAN_ID, span_id.to_bytes(8, "big")]
+    if parent is not None:
+        parts += (_PARENT_ID, parent[1].to_bytes(8, "big"))
+    start: int = span._start_time  # type: ignore[assignment]  # set by LiteSpan.__init__
+    parts += (_START, start.to_bytes(8, "little"))
+    end = span._end_time
+    if end:
+        parts += (_END, end.to_bytes(8, "little"))
+    events, links = span._events, span._links
+    if events or links or (state is not DEFAULT_TRACE_STATE and state):
+        parts.append(_rare(state, events, links))
+    remote = parent is not None and parent[2]
+    status = span._status
+    if status is UNSET:
+        key = (span._name, id(span._kind), remote)
+        fixed = _fixed_unset.get(key)
+        if fixed is None:
+            fixed = remember(
+                _fixed_unset, key, _fixed_part(span._name, span._kind, remote, status), MAX_CACHED
+            )
+    else:
+        fixed = _fixed_part(span._name, span._kind, remote, status)
+    parts.append(fixed)
+    attributes = span._attributes
+    if attributes:
+        get = _cache.get
+        items: Iterable[tuple[str, Any]] = attributes.items()
+        preset = span._preset
+        if preset is not None:
+            parts.append(preset.encoded)
+            items = islice(items, preset.leading, None)
+        for k, v in items:  # the cache read inline, as in _span
+            kind = type(v)
+            got = get((k, kind, v)) if kind in _CACHEABLE else None
+            parts.append(got if got is not None else _attribute(k, v))
+    return b"".join(parts)
+
+
+def _fixed_part(name: str, kind: Any, remote: bool, status: Status) -> bytes:
+    """A span's name, kind, flags and status serialised (cached by the callers)."""
+    key = (name, id(kind), remote, status.status_code, status.description)
+    fixed = _fixed.get(key)
+    if fixed is None:
+        fixed = _Span(
+            name=name, kind=_KINDS[id(kind)], flags=_REMOTE if remote else _LOCAL
+        ).SerializePartialToString()
+        fixed = remember(_fixed, key, fixed + _status(status), MAX_CACHED)
+    return fixed
+
+
+def preset(attributes: Mapping[str, Any]) -> Preset:
+    """``attributes`` encoded once, for LiteSpans whose attributes start with exactly these."""
+    return Preset(attributes_bytes(attributes), len(attributes), frozenset(attributes))
+
+
+def attributes_bytes(attributes: Mapping[str, Any]) -> bytes:
+    """``attributes`` as a Span's ``attributes`` fields, serialised (what ``_span`` writes for them)."""
+    return b"".join(_attribute(k, v) for k, v in attributes.items())
 
 
 def _status(status: Status) -> bytes:
@@ -182,7 +253,9 @@ def encode_bytes(spans: Sequence[ReadableSpan]) -> bytes:
         resource_spans = [_field(_RESOURCE, _encode_resource(resource).SerializePartialToString())]
         for scope, members in scopes.items():
             scope_spans = [_field(_SCOPE, _encode_instrumentation_scope(scope).SerializePartialToString())]
-            scope_spans += [_field(_SPANS, _span(span)) for span in members]
+            scope_spans += [
+                _field(_SPANS, _lite_span(s) if type(s) is LiteSpan else _span(s)) for s in members
+            ]
             if scope is not None and scope.schema_url:
                 scope_spans.append(_field(_SCHEMA_URL, scope.schema_url.encode()))
             resource_spans.append(_field(_SCOPE_SPANS, b"".join(scope_spans)))

@@ -32,11 +32,12 @@ from rocksidecar.rmq.errors import SendFailed
 from rocksidecar.rmq.message import MessageExt
 from rocksidecar.rmq.sender import BatchResults
 
+from ..bounded import remember
 from .context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, TraceContext, of_properties
 from .watched import Delegating, WatchedSender
 
 if TYPE_CHECKING:  # the otel extra's: imported only when spans are on (_lite)
-    from .lite import LiteTracer
+    from .lite import LiteTracer, Preset
 
 ON = False  # the one check of the hot paths
 _SKIP_UNSAMPLED = False  # the sampler drops whatever an unsampled remote parent starts: do not start it
@@ -50,6 +51,8 @@ _ROOTS: LiteTracer | None = None  # the tracer, when a root's sampling is known 
 # the tracer, when a LiteTracer: its ``child`` for spans whose parent is known
 _LITE: LiteTracer | None = None
 _tracer: trace.Tracer = trace.NoOpTracer()
+MAX_PRESETS = 4096  # (operation, topic) encodings kept; the topics allowed bound it in practice
+_PRESETS: dict[tuple[str, str], Preset] = {}
 MAX_LINKS = 128  # a replayed batch links to each message's request, up to this many
 DELAY_DUE_AT = "DELAY_DUE_AT"  # delay.DELAY_DUE_AT: a delayed message being published carries it
 _T = TypeVar("_T")
@@ -72,6 +75,7 @@ def configure(provider: trace.TracerProvider | None, *, lite: bool = True) -> No
     knows_roots = _SKIP_DROPPED_ROOTS and getattr(_tracer, "knows_roots", False)
     _ROOTS = cast("LiteTracer", _tracer) if knows_roots else None
     _LITE = cast("LiteTracer", _tracer) if getattr(_tracer, "is_lite", False) else None
+    _PRESETS.clear()  # encoded by the tracer's encoder (one per provider)
 
 
 def _lite(tracer: trace.Tracer) -> trace.Tracer:
@@ -205,6 +209,17 @@ def _named(operation: str, topic: str) -> dict[str, Any]:
     }
 
 
+def _preset(operation: str, topic: str) -> Preset | None:
+    """The encoding of ``_named(operation, topic)``, made once per operation and topic (lite.Preset)."""
+    key = (operation, topic)
+    got = _PRESETS.get(key)
+    if got is None and _LITE is not None:
+        from .otlp import preset  # the otel extra's, as the LiteTracer is
+
+        got = remember(_PRESETS, key, preset(_named(operation, topic)), MAX_PRESETS)
+    return got
+
+
 def _message_attributes(msg: Message, operation: str) -> dict[str, Any]:
     attrs = _named(operation, msg.topic)
     if msg.id is not None:
@@ -259,7 +274,9 @@ def begin(msg: Message) -> Message | Span:
     name = f"receive {msg.topic}"
     attrs = _named("receive", msg.topic)
     lite = _LITE
-    if lite is not None and (span := lite.child(name, remote, SpanKind.SERVER, attrs)) is not None:
+    if lite is not None and (
+        span := lite.child(name, remote, SpanKind.SERVER, attrs, _preset("receive", msg.topic))
+    ):
         return span
     return _tracer.start_span(
         name, trace.set_span_in_context(NonRecordingSpan(remote)), SpanKind.SERVER, attrs
@@ -300,9 +317,9 @@ def _root(msg: Message) -> Span | Message:
         if dropped is not None:
             properties = {**msg.properties, TRACEPARENT_PROPERTY: dropped}
             return Message(msg.topic, msg.body, msg.tags, msg.keys, properties, msg.flag, msg.id)
-        return roots.start_root(
-            f"receive {msg.topic}", trace_id, SpanKind.SERVER, _named("receive", msg.topic)
-        )
+        attrs = _named("receive", msg.topic)
+        preset = _preset("receive", msg.topic)
+        return roots.start_root(f"receive {msg.topic}", trace_id, SpanKind.SERVER, attrs, preset)
     span = _tracer.start_span(f"receive {msg.topic}", None, SpanKind.SERVER, _named("receive", msg.topic))
     if _SKIP_DROPPED_ROOTS and not span.is_recording():
         carried = _carrying(msg, span)
@@ -353,7 +370,8 @@ def _send_span(msgs: Sequence[Message], background: bool) -> Span:
         lite = _LITE
         if lite is not None:
             parent = trace.get_current_span().get_span_context()
-            if parent.is_valid and (span := lite.child(name, parent, SpanKind.PRODUCER, attrs)) is not None:
+            preset = _preset("send", first.topic)  # _message_attributes starts with _named("send", topic)
+            if parent.is_valid and (span := lite.child(name, parent, SpanKind.PRODUCER, attrs, preset)):
                 return span
         return _tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attrs)
     attrs["rocksidecar.replay"] = operation == "send"

@@ -168,3 +168,28 @@ def test_the_grpc_exporter_translates_with_it() -> None:
         assert exporter._translate_data(batch) == encode_spans(batch)  # type: ignore[attr-defined]
     finally:
         exporter.shutdown()
+
+
+def test_a_preset_stands_for_the_first_attributes_until_one_of_them_is_set_again() -> None:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    lite = LiteTracer(provider.get_tracer("rocksidecar"))  # type: ignore[arg-type]
+    named = {
+        "messaging.system": "rocketmq",
+        "messaging.operation.type": "send",
+        "messaging.destination.name": "T",
+    }
+    preset = otlp.preset(named)
+    assert preset.leading == 3 and otlp.attributes_bytes(named) == preset.encoded
+    kept = lite.child("send T", PARENT, SpanKind.PRODUCER, {**named, "messaging.message.id": "M1"}, preset)
+    changed = lite.child("send T", PARENT, SpanKind.PRODUCER, {**named, "messaging.message.id": "M2"}, preset)
+    assert kept is not None and changed is not None
+    kept.set_attribute("rocksidecar.attempts", 1)  # a later attribute: the preset still stands
+    changed.set_attributes({"messaging.destination.name": "U"})  # a preset one: the preset goes
+    assert kept._preset is preset and changed._preset is None
+    kept.end()
+    changed.end()
+    batch = list(memory.get_finished_spans())
+    assert otlp.encode(batch) == encode_spans(batch)
+    assert dict(batch[1].attributes or {})["messaging.destination.name"] == "U"
