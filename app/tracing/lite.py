@@ -66,6 +66,7 @@ class _Resource(Resource):
 _LIMIT: int = TraceIdRatioBased.TRACE_ID_LIMIT  # the ratio sampler reads the low 64 bits of a trace id
 _ALL = _LIMIT + 1  # a bound no trace id reaches: always sampled
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_SAMPLED_RANDOM = TraceFlags(TraceFlags.SAMPLED | _RANDOM)
 _DEFAULT = TraceFlags(TraceFlags.DEFAULT)
 ROOT, REMOTE_SAMPLED, REMOTE_NOT_SAMPLED, LOCAL_SAMPLED, LOCAL_NOT_SAMPLED = range(5)  # parent cases
 
@@ -242,6 +243,7 @@ class LiteTracer(trace.Tracer):
     def __init__(self, sdk: SdkTracer) -> None:
         self.sampler = sdk.sampler
         self.ids = sdk.id_generator
+        self._span_id = sdk.id_generator.generate_span_id  # bound once: a span's id per child
         self.resource = _Resource(sdk.resource)
         self.processor = sdk.span_processor
         self.scope = sdk._instrumentation_scope  # what the SDK's own spans carry: the same scope
@@ -293,13 +295,13 @@ class LiteTracer(trace.Tracer):
         Context object ``start_span`` goes through: the sidecar's receive and send spans know their
         parent (spans.begin, spans._send_span). ``attributes`` become the span's own; ``preset``, if
         given, encodes their first ones (see Preset)."""
-        bound = self.decisions[
-            (REMOTE_SAMPLED if parent.is_remote else LOCAL_SAMPLED) + (not parent.trace_flags & 1)
-        ]
-        if bound is None or parent.trace_id & _LIMIT >= bound:
+        context: Any = parent  # a SpanContext is a tuple: read by position, not a property per field
+        trace_id, _, remote, parent_flags, state, _ = context
+        bound = self.decisions[(REMOTE_SAMPLED if remote else LOCAL_SAMPLED) + (not parent_flags & 1)]
+        if bound is None or trace_id & _LIMIT >= bound:
             return None
-        flags = TraceFlags(_SAMPLED | _RANDOM) if _RANDOM and parent.trace_flags & _RANDOM else _SAMPLED
-        own = SpanContext(parent.trace_id, self.ids.generate_span_id(), False, flags, parent.trace_state)
+        flags = _SAMPLED_RANDOM if _RANDOM and parent_flags & _RANDOM else _SAMPLED
+        own = SpanContext(trace_id, self._span_id(), False, flags, state)
         return LiteSpan(self, name, own, parent, kind, attributes, (), None, preset)
 
     def start_span(

@@ -274,7 +274,9 @@ class LoopBatchProcessor(SpanProcessor):
         pass
 
     def on_end(self, span: ReadableSpan) -> None:
-        if not span.context.trace_flags.sampled:  # recorded, not sampled (RECORD_ONLY): not exported
+        # recorded, not sampled (RECORD_ONLY): not exported. The flags by position (a SpanContext is
+        # a tuple): three properties a span otherwise
+        if not span.get_span_context()[3] & 1:  # type: ignore[index]
             return
         if self._thread != threading.get_ident():
             self._from_elsewhere(span)

@@ -154,17 +154,21 @@ def _remote(parent: str, state: str | None) -> SpanContext:
     return SpanContext(
         int(parent[3:35], 16),
         int(parent[36:52], 16),
-        is_remote=True,
-        trace_flags=TraceFlags(int(parent[53:55], 16)),
-        trace_state=TraceState.from_header([state]) if state else None,
+        True,
+        _FLAGS[int(parent[53:55], 16)],
+        TraceState.from_header([state]) if state else None,
     )
 
 
+_FLAGS = [TraceFlags(n) for n in range(256)]  # a traceparent's flags byte, each made once
+
+
 def traceparent(span: Span) -> str | None:
-    sc = span.get_span_context()
-    if not sc.is_valid:
+    context: Any = span.get_span_context()  # a SpanContext is a tuple: read by position
+    trace_id, span_id, _, flags, _, valid = context
+    if not valid:
         return None
-    return f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags):02x}"
+    return f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
 
 
 class _Current:
@@ -179,14 +183,15 @@ class _Current:
 
     def __enter__(self) -> Span:
         self.token = context.attach(trace.set_span_in_context(self.span))
-        self.free = _FREE.set(None)
+        self.free = _FREE.set(None) if _FREE.get() is not None else None  # set only when it is marked
         return self.span
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         span = self.span
         if exc is not None:
             _failed(span, exc)
-        _FREE.reset(self.free)
+        if self.free is not None:
+            _FREE.reset(self.free)
         context.detach(self.token)
         span.end()
 

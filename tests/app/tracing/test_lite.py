@@ -218,3 +218,15 @@ def test_errors_status_and_events_are_recorded_as_the_sdk_does() -> None:
     assert failed.status.status_code is StatusCode.ERROR
     assert failed.status.description == "TimeoutError: no answer"
     assert fine.status.status_code is StatusCode.OK
+
+
+def test_a_span_context_is_the_tuple_the_fast_paths_read_by_position() -> None:
+    """lite.LiteTracer.child, spans.traceparent, otlp._lite_span and loop_export's on_end read a
+    SpanContext by position (a property per field cost more than the rest of those steps): if the API
+    changes its layout, this names it."""
+    from opentelemetry.trace import SpanContext, TraceFlags, TraceState
+
+    state = TraceState([("k", "v")])
+    context = SpanContext(0xA, 0xB, True, TraceFlags(1), state)
+    fields = ("trace_id", "span_id", "is_remote", "trace_flags", "trace_state", "is_valid")
+    assert tuple(context) == tuple(getattr(context, f) for f in fields) == (0xA, 0xB, True, 1, state, True)
