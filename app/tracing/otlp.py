@@ -48,6 +48,8 @@ from .lite import UNSET, LiteSpan, Preset
 
 MAX_CACHED = 4096  # distinct attributes kept encoded; past it the cache starts again (message ids churn)
 _CACHEABLE = (str, bool, int, float)  # hashable scalars; a list (message keys) is encoded each time
+# attributes whose value is new on every span: encoded each time, never filling the cache
+_UNIQUE = frozenset({"messaging.message.id"})
 _cache: dict[tuple[str, type, Any], bytes] = {}
 _unencodable: set[str] = set()  # attribute keys whose value could not be encoded, logged once each
 log = logging.getLogger(__name__)
@@ -80,7 +82,7 @@ _ONE_BYTE = [bytes((n,)) for n in range(0x80)]
 def _attribute(key: str, value: Any) -> bytes:
     """``key = value`` serialised as a one-attribute Span (its ``attributes`` field alone)."""
     kind = type(value)
-    if kind not in _CACHEABLE:
+    if kind not in _CACHEABLE or key in _UNIQUE:
         return _one(key, value)
     cached = (key, kind, value)  # the type too: True and 1 are equal keys of a dict
     got = _cache.get(cached)
@@ -104,7 +106,15 @@ def _one(key: str, value: Any) -> bytes:
 
 
 def _string_attribute(key: bytes, value: bytes) -> bytes:
-    """A Span's ``attributes`` field of a KeyValue whose AnyValue is ``string_value``, in wire format."""
+    """A Span's ``attributes`` field of a KeyValue whose AnyValue is ``string_value``, in wire format.
+    When every length fits a one-byte varint (a message id, most values) it is one join."""
+    k, n = len(key), len(value)
+    inner = k + n + 6  # the key's tag and length, the value's, the AnyValue's string's, and the bytes
+    if inner < 0x80:
+        one = _ONE_BYTE
+        return b"".join(
+            (_ATTRIBUTES, one[inner], _KEY, one[k], key, _VALUE, one[n + 2], _STRING_VALUE, one[n], value)
+        )
     return _field(_ATTRIBUTES, _field(_KEY, key) + _field(_VALUE, _field(_STRING_VALUE, value)))
 
 
@@ -246,8 +256,8 @@ def encode_bytes(spans: Sequence[ReadableSpan]) -> bytes:
     ``resource_spans``. No protobuf message per span is built, parsed or copied (what parsing each span
     into the request and serialising that cost: bench/RESULTS.md, session 14)."""
     grouped: dict[Any, dict[Any, list[ReadableSpan]]] = {}
-    for span in spans:
-        grouped.setdefault(span.resource, {}).setdefault(span.instrumentation_scope or None, []).append(span)
+    for resource, scope, members in _by_identity(spans):  # then by equality, a hash per group
+        grouped.setdefault(resource, {}).setdefault(scope or None, []).extend(members)
     request: list[bytes] = []
     for resource, scopes in grouped.items():
         resource_spans = [_field(_RESOURCE, _encode_resource(resource).SerializePartialToString())]
@@ -265,6 +275,23 @@ def encode_bytes(spans: Sequence[ReadableSpan]) -> bytes:
     return b"".join(request)
 
 
+def _by_identity(spans: Sequence[ReadableSpan]) -> list[tuple[Any, Any, list[ReadableSpan]]]:
+    """``spans`` grouped by their resource and scope objects' identities, in order of first appearance:
+    a tracer's spans share both objects, and hashing a scope is a Python call per span."""
+    groups: dict[tuple[int, int], tuple[Any, Any, list[ReadableSpan]]] = {}
+    for span in spans:
+        if type(span) is LiteSpan:
+            resource, scope = span._resource, span._instrumentation_scope
+        else:
+            resource, scope = span.resource, span.instrumentation_scope
+        key = (id(resource), id(scope))
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = (resource, scope, [])
+        group[2].append(span)
+    return list(groups.values())
+
+
 def encode(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
     """The OTLP request of ``spans`` as a message (the gRPC exporter's stub wants one)."""
     request: ExportTraceServiceRequest = ExportTraceServiceRequest.FromString(encode_bytes(spans))
@@ -275,6 +302,8 @@ def _varint(n: int) -> bytes:
     """``n`` (>= 0) as a protobuf varint."""
     if n < 0x80:
         return _ONE_BYTE[n]
+    if n < 0x4000:  # a span's length, most often: two bytes
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -193,3 +195,16 @@ def test_a_preset_stands_for_the_first_attributes_until_one_of_them_is_set_again
     batch = list(memory.get_finished_spans())
     assert otlp.encode(batch) == encode_spans(batch)
     assert dict(batch[1].attributes or {})["messaging.destination.name"] == "U"
+
+
+@given(key=st.text(min_size=1, max_size=150), value=st.text(max_size=300))
+def test_a_string_attribute_is_protobufs_whatever_its_lengths(key: str, value: str) -> None:
+    from opentelemetry.exporter.otlp.proto.common._internal import _encode_key_value
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
+
+    try:
+        k, v = key.encode(), value.encode()
+    except UnicodeEncodeError:  # a lone surrogate: dropped before it gets here
+        return
+    expected = PbSpan(attributes=[_encode_key_value(key, value)]).SerializePartialToString()
+    assert otlp._string_attribute(k, v) == expected
