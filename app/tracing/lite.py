@@ -31,7 +31,7 @@ import contextlib
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -159,7 +159,7 @@ class LiteSpan(trace.Span, ReadableSpan):
         self._ended = False
 
     def get_span_context(self) -> SpanContext:
-        return cast(SpanContext, self._context)  # always set (ReadableSpan's type allows None)
+        return self._context  # type: ignore[return-value]  # always set (ReadableSpan's type allows None)
 
     # No span limits apply (see the module's doc), so nothing is dropped: ReadableSpan's own answers
     # are an isinstance of an ABC each, read per exported span by the OTLP encoder.
@@ -180,13 +180,14 @@ class LiteSpan(trace.Span, ReadableSpan):
 
     def set_attribute(self, key: str, value: Any) -> None:
         if not self._ended:
-            cast(dict[str, Any], self._attributes)[key] = value  # our own dict (see __init__)
+            # our own dict (see __init__); no cast(): its subscripted type is built at every call
+            self._attributes[key] = value  # type: ignore[index]
             if self._preset is not None and key in self._preset.keys:
                 self._preset = None  # a preset value changed: its encoding no longer stands for it
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         if not self._ended:
-            cast(dict[str, Any], self._attributes).update(attributes)
+            self._attributes.update(attributes)  # type: ignore[union-attr]
             if self._preset is not None and not self._preset.keys.isdisjoint(attributes):
                 self._preset = None
 
