@@ -23,6 +23,7 @@ from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from opentelemetry import context, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
@@ -47,6 +48,12 @@ _SKIP_DROPPED_ROOTS = False  # the same for an unsampled local parent: a root sp
 # and a token each way: ~10x the cost): the hooks below skip their spans while it is set, and log lines
 # take their trace id from it. A span of ours made current clears it for its block (_Current).
 _FREE: ContextVar[str | None] = ContextVar("rocksidecar_sample_free", default=None)
+# The receive span of the request under way, when a LiteTracer made it (within). It stands in for making
+# that span current in OpenTelemetry's context (set_span_in_context's Context copy, attach and detach:
+# ~3 us a request, bench/RESULTS.md session 17): the spans below find their parent here (_parent,
+# _send_span), and log lines their trace id. A span of ours made current clears it for its block
+# (_Current), so that OpenTelemetry's context is the one that speaks there.
+_RECEIVING: ContextVar[Span | None] = ContextVar("rocksidecar_receiving", default=None)
 _ROOTS: LiteTracer | None = None  # the tracer, when a root's sampling is known from its sampler's fields
 # the tracer, when a LiteTracer: its ``child`` for spans whose parent is known
 _LITE: LiteTracer | None = None
@@ -141,7 +148,8 @@ def current_trace_fields() -> dict[str, str]:
     free = _FREE.get()
     if free is not None:
         return {"trace_id": free[3:35]}
-    sc = trace.get_current_span().get_span_context()
+    receiving = _RECEIVING.get()
+    sc = (receiving or trace.get_current_span()).get_span_context()
     return {"trace_id": f"{sc.trace_id:032x}"} if sc.is_valid else {}
 
 
@@ -176,7 +184,7 @@ class _Current:
     ``trace.use_span(span, end_on_exit=True)`` does, without a generator per span. The sample-free
     path's mark is cleared inside (a span of ours started there is current, not the request)."""
 
-    __slots__ = ("free", "span", "token")
+    __slots__ = ("free", "receiving", "span", "token")
 
     def __init__(self, span: Span) -> None:
         self.span = span
@@ -184,6 +192,7 @@ class _Current:
     def __enter__(self) -> Span:
         self.token = context.attach(trace.set_span_in_context(self.span))
         self.free = _FREE.set(None) if _FREE.get() is not None else None  # set only when it is marked
+        self.receiving = _RECEIVING.set(None) if _RECEIVING.get() is not None else None
         return self.span
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
@@ -192,6 +201,8 @@ class _Current:
             _failed(span, exc)
         if self.free is not None:
             _FREE.reset(self.free)
+        if self.receiving is not None:
+            _RECEIVING.reset(self.receiving)
         context.detach(self.token)
         span.end()
 
@@ -298,13 +309,38 @@ def unfree(token: Token[str | None]) -> None:
 
 
 async def within(span: Span, msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _T:
-    """``handle`` inside the receive ``span`` that ``begin`` started for ``msg``."""
-    with _Current(span):
-        result = await handle(_carrying(msg, span))
-        status = getattr(result, "status", None)
-        if status is not None and span.is_recording():
-            span.set_attribute("rocksidecar.outcome", str(getattr(status, "value", status)))
-        return result
+    """``handle`` inside the receive ``span`` that ``begin`` started for ``msg``: a LiteTracer's span
+    marked in ``_RECEIVING`` (what ``_Current`` does, without OpenTelemetry's context), another one
+    made current by ``_Current``."""
+    if _LITE is None:
+        with _Current(span):
+            return _outcome(span, await handle(_carrying(msg, span)))
+    token = _RECEIVING.set(span)
+    free = _FREE.set(None) if _FREE.get() is not None else None
+    try:
+        return _outcome(span, await handle(_carrying(msg, span)))
+    except BaseException as exc:
+        _failed(span, exc)
+        raise
+    finally:
+        if free is not None:
+            _FREE.reset(free)
+        _RECEIVING.reset(token)
+        span.end()
+
+
+def _outcome(span: Span, result: _T) -> _T:
+    status = getattr(result, "status", None)
+    if status is not None and span.is_recording():
+        span.set_attribute("rocksidecar.outcome", str(getattr(status, "value", status)))
+    return result
+
+
+def _parent() -> Context | None:
+    """The context a span of ours starts in: the receive span's (``_RECEIVING``) when one is under way,
+    else None (OpenTelemetry's current one)."""
+    receiving = _RECEIVING.get()
+    return None if receiving is None else trace.set_span_in_context(receiving)
 
 
 _UNSAMPLED_FLAG_DIGITS = frozenset("02468ace")  # a traceparent's last hex digit without the sampled bit
@@ -316,7 +352,7 @@ def _root(msg: Message) -> Span | Message:
     root decision is known (_ROOTS) makes no span object for a dropped root (~4x cheaper); it is used
     only where nothing else is current, as start_span would then find no parent either."""
     roots = _ROOTS
-    if roots is not None and not context.get_current():
+    if roots is not None and _RECEIVING.get() is None and not context.get_current():
         trace_id = roots.ids.generate_trace_id()
         dropped = roots.dropped_root(trace_id)
         if dropped is not None:
@@ -325,7 +361,9 @@ def _root(msg: Message) -> Span | Message:
         attrs = _named("receive", msg.topic)
         preset = _preset("receive", msg.topic)
         return roots.start_root(f"receive {msg.topic}", trace_id, SpanKind.SERVER, attrs, preset)
-    span = _tracer.start_span(f"receive {msg.topic}", None, SpanKind.SERVER, _named("receive", msg.topic))
+    span = _tracer.start_span(
+        f"receive {msg.topic}", _parent(), SpanKind.SERVER, _named("receive", msg.topic)
+    )
     if _SKIP_DROPPED_ROOTS and not span.is_recording():
         carried = _carrying(msg, span)
         if carried is not msg:  # the dropped root's context is valid: carry it, nothing below
@@ -345,7 +383,7 @@ async def receive_batch(msgs: Sequence[Message], handle: Callable[[list[Message]
             links.append(Link(_remote(parent, m.properties.get(TRACESTATE_PROPERTY))))
     attrs: dict[str, Any] = {"messaging.system": "rocketmq", "messaging.operation.type": "receive",
              "messaging.batch.message_count": len(msgs)}  # fmt: skip
-    span = _tracer.start_span("receive", None, SpanKind.SERVER, attrs, links)
+    span = _tracer.start_span("receive", _parent(), SpanKind.SERVER, attrs, links)
     with _Current(span):
         return await handle(
             [m if has_own else _carrying(m, span) for m, has_own in zip(msgs, own, strict=True)]
@@ -374,11 +412,11 @@ def _send_span(msgs: Sequence[Message], background: bool) -> Span:
         name = f"{operation} {first.topic}"
         lite = _LITE
         if lite is not None:
-            parent = trace.get_current_span().get_span_context()
+            parent = (_RECEIVING.get() or trace.get_current_span()).get_span_context()
             preset = _preset("send", first.topic)  # _message_attributes starts with _named("send", topic)
             if parent.is_valid and (span := lite.child(name, parent, SpanKind.PRODUCER, attrs, preset)):
                 return span
-        return _tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attrs)
+        return _tracer.start_span(name, _parent(), SpanKind.PRODUCER, attrs)
     attrs["rocksidecar.replay"] = operation == "send"
     root = trace.set_span_in_context(trace.INVALID_SPAN)  # a trace of its own, linked to the request's
     return _tracer.start_span(f"{operation} {first.topic}", root, SpanKind.PRODUCER, attrs, _links(msgs))
@@ -469,7 +507,7 @@ async def internal(name: str, topic: str, count: int, work: Awaitable[_T]) -> _T
         return await work
     attrs: dict[str, Any] = {"messaging.system": "rocketmq", "messaging.destination.name": topic,
              "messaging.batch.message_count": count}  # fmt: skip
-    with _Current(_tracer.start_span(f"{name} {topic}", kind=SpanKind.INTERNAL, attributes=attrs)):
+    with _Current(_tracer.start_span(f"{name} {topic}", _parent(), SpanKind.INTERNAL, attrs)):
         return await work
 
 
@@ -504,7 +542,7 @@ def _consumer_attributes(topic: str, group: str) -> dict[str, Any]:
 async def _delivered(topic: str, endpoint: str, deliver: Awaitable[_D]) -> _D:
     """``deliver`` inside a ``deliver {topic}`` (CLIENT) span: the handing over to the app."""
     attrs = {"messaging.system": "rocketmq", "url.full": endpoint}
-    with _Current(_tracer.start_span(f"deliver {topic}", kind=SpanKind.CLIENT, attributes=attrs)) as d:
+    with _Current(_tracer.start_span(f"deliver {topic}", _parent(), SpanKind.CLIENT, attrs)) as d:
         result = await deliver
         if d.is_recording():  # taken or not; of a batch, how many the app took
             taken = result if isinstance(result, bool) else sum(s is ConsumeStatus.SUCCESS for s in result)

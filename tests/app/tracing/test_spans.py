@@ -309,3 +309,38 @@ async def test_logs_on_the_sample_free_path_carry_the_request_s_trace_id(
     assert in_request == again == {"trace_id": TRACE_ID}
     assert in_background == {"trace_id": hex_trace(span)} != in_request
     assert spans.current_trace_fields() == {}  # after the request: nothing
+
+
+async def test_under_a_sampled_request_the_spans_below_and_the_logs_find_its_receive_span(
+    exporter: InMemorySpanExporter,
+) -> None:
+    """The receive span of a sampled request is not made current in OpenTelemetry's context (the lite
+    path marks it itself): the request's send spans and an INTERNAL span started below it are its
+    children, log lines carry its trace id, and a background send below it is a trace of its own whose
+    block logs its own id."""
+    inner = _Stored()
+    request = spans.TracedSender(inner, background=False)
+    background = spans.TracedSender(inner, background=True)
+
+    async def handle(m: Message) -> list[dict[str, str]]:
+        await request.send(m)
+        await background.send(m)
+        await spans.internal("spool", "T", 1, request.send(m))  # a send inside a span of ours
+        return inner.seen
+
+    msg = Message("T", b"x", properties={TRACEPARENT_PROPERTY: TP})
+    in_request, in_background, in_spool = await spans.receive(msg, handle)
+    got = {(s.name, s.parent.span_id if s.parent else None): s for s in exporter.get_finished_spans()}
+    receive = next(s for (name, _), s in got.items() if name == "receive T")
+    spool = next(s for (name, _), s in got.items() if name == "spool T")
+    assert receive.context is not None and spool.context is not None and spool.parent is not None
+    assert spool.parent.span_id == receive.context.span_id
+    sends = [s for (name, _), s in got.items() if name == "send T" and s.parent is not None]
+    parents = sorted(s.parent.span_id for s in sends if s.parent is not None)
+    assert parents == sorted([receive.context.span_id, spool.context.span_id])  # the replay's is a root
+    assert in_request == in_spool == {"trace_id": TRACE_ID}
+    replay = next(
+        s for s in exporter.get_finished_spans() if s.attributes and s.attributes.get("rocksidecar.replay")
+    )
+    assert in_background == {"trace_id": hex_trace(replay)} != in_request
+    assert spans.current_trace_fields() == {}
