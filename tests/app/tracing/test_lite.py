@@ -30,7 +30,14 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
-from rocksidecar.app.tracing.lite import ROOT, LiteSpan, LiteTracer, decisions, follows_sampled_parents
+from rocksidecar.app.tracing.lite import (
+    ROOT,
+    LiteSpan,
+    LiteTracer,
+    _valid_context,
+    decisions,
+    follows_sampled_parents,
+)
 
 ALL = 2**64  # a bound every trace id is below
 
@@ -222,11 +229,13 @@ def test_errors_status_and_events_are_recorded_as_the_sdk_does() -> None:
 
 def test_a_span_context_is_the_tuple_the_fast_paths_read_by_position() -> None:
     """lite.LiteTracer.child, spans.traceparent, otlp._lite_span and loop_export's on_end read a
-    SpanContext by position (a property per field cost more than the rest of those steps): if the API
-    changes its layout, this names it."""
+    SpanContext by position (a property per field cost more than the rest of those steps), and
+    lite._valid_context makes one as that tuple: if the API changes its layout, this names it."""
     from opentelemetry.trace import SpanContext, TraceFlags, TraceState
 
     state = TraceState([("k", "v")])
     context = SpanContext(0xA, 0xB, True, TraceFlags(1), state)
     fields = ("trace_id", "span_id", "is_remote", "trace_flags", "trace_state", "is_valid")
     assert tuple(context) == tuple(getattr(context, f) for f in fields) == (0xA, 0xB, True, 1, state, True)
+    made = _valid_context((0xA, 0xB, True, TraceFlags(1), state, True))
+    assert made == context and type(made) is SpanContext and made.is_valid
