@@ -30,25 +30,13 @@ import sys
 import time
 
 from bench.tracing_cpu import cpu_s, per_message_us
+from rocksidecar.app.tracing.otlp import _varint  # protobuf's varint, as the sidecar writes it
 
 BATCH = 512
 TOPIC = "BenchTrace"
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C  # the request's traceparent's
 PARENT_ID = 0xB7AD6B7169203331
 _ONE_BYTE = [bytes((n,)) for n in range(0x80)]
-
-
-def _varint(n: int) -> bytes:
-    if n < 0x80:
-        return _ONE_BYTE[n]
-    if n < 0x4000:
-        return bytes(((n & 0x7F) | 0x80, n >> 7))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _field(tag: int, value: bytes) -> bytes:
