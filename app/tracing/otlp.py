@@ -152,11 +152,7 @@ def _span(span: ReadableSpan) -> bytes:
     parts.append(_fixed_part(span.name, span.kind, remote, span.status))
     attributes: Mapping[str, Any] | None = span.attributes
     if attributes:
-        get = _cache.get
-        for k, v in attributes.items():  # the cache read inline: a call per attribute is a third of its cost
-            kind = type(v)
-            got = get((k, kind, v)) if kind in _CACHEABLE else None
-            parts.append(got if got is not None else _attribute(k, v))
+        _attributes(parts, attributes.items())
     return b"".join(parts)
 
 
@@ -204,17 +200,23 @@ def _lite_span(span: LiteSpan) -> bytes:
     parts.append(fixed)
     attributes = span._attributes
     if attributes:
-        get = _cache.get
         items: Iterable[tuple[str, Any]] = attributes.items()
         preset = span._preset
         if preset is not None:
             parts.append(preset.encoded)
             items = islice(items, preset.leading, None)
-        for k, v in items:  # the cache read inline, as in _span
-            kind = type(v)
-            got = get((k, kind, v)) if kind in _CACHEABLE else None
-            parts.append(got if got is not None else _attribute(k, v))
+        _attributes(parts, items)
     return b"".join(parts)
+
+
+def _attributes(parts: list[bytes], items: Iterable[tuple[str, Any]]) -> None:
+    """Each attribute's serialised field appended to ``parts``: the cache read inline (a call per
+    attribute was a third of its cost), ``_attribute`` on a miss."""
+    get = _cache.get
+    for k, v in items:
+        kind = type(v)
+        got = get((k, kind, v)) if kind in _CACHEABLE else None
+        parts.append(got if got is not None else _attribute(k, v))
 
 
 def _fixed_part(name: str, kind: Any, remote: bool, status: Status) -> bytes:
