@@ -1,7 +1,8 @@
 """What tracing costs (issue 31), in one run on the real broker: the sidecar's x32 single-message HTTP
 rate and its CPU seconds per 100 000 messages, with every request carrying a sampled W3C traceparent:
-(1) tracing off (the anchor), (2) OpenTelemetry spans on, exported by the SDK's batching processor over
-OTLP/HTTP to a local sink that accepts everything, (3) RocketMQ message trace on (Pub records to
+(1) tracing off (the anchor), (2) OpenTelemetry spans on, batched and exported by the sidecar's loop
+over OTLP/HTTP to a local sink that accepts everything (and the same over OTLP/gRPC, the default protocol,
+to the same sink process), (3) RocketMQ message trace on (Pub records to
 RMQ_SYS_TRACE_TOPIC). Also: off without the header (carrying a trace context costs nothing), and spans
 on for requests the sampler leaves out (an unsampled traceparent; no traceparent under
 ``parentbased_traceidratio`` at 1 %), which must cost ~nothing, and the documented production setting:
@@ -86,10 +87,27 @@ class _Sink(BaseHTTPRequestHandler):
 
 
 def _collector(received: Any, port_out: Connection) -> None:
-    """The collector's process: its own /proc CPU is what handling the exports costs at the far end."""
+    """The collector's process: its own /proc CPU is what handling the exports costs at the far end.
+    OTLP/HTTP and OTLP/gRPC (the TraceService's Export, taking the request's bytes as they come)."""
+    import grpc  # the bench's own process need not load it
+
     _Sink.received = received
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
-    port_out.send(server.server_address[1])
+
+    def export(request: bytes, context: grpc.ServicerContext) -> bytes:
+        with received.get_lock():
+            received.value += len(request)
+        return b""  # an empty ExportTraceServiceResponse
+
+    rpc = grpc.server(ThreadPoolExecutor(2))
+    handler = grpc.method_handlers_generic_handler(
+        "opentelemetry.proto.collector.trace.v1.TraceService",
+        {"Export": grpc.unary_unary_rpc_method_handler(export)},
+    )
+    rpc.add_generic_rpc_handlers((handler,))
+    grpc_port = rpc.add_insecure_port("127.0.0.1:0")
+    rpc.start()
+    port_out.send((server.server_address[1], grpc_port))
     port_out.close()
     server.serve_forever()
 
@@ -98,6 +116,7 @@ class Collector(NamedTuple):
     url: str
     pid: int
     received: Any  # multiprocessing Value: bytes of exports taken
+    grpc_url: str = ""  # its OTLP/gRPC endpoint
 
     def cpu(self) -> float:
         return cpu_seconds(self.pid)
@@ -114,7 +133,8 @@ def otlp_sink() -> Iterator[Collector]:
         if not port_in.poll(60):
             raise RuntimeError("the OTLP collector process did not start")
         assert proc.pid is not None
-        yield Collector(f"http://127.0.0.1:{port_in.recv()}", proc.pid, received)
+        http_port, grpc_port = port_in.recv()
+        yield Collector(f"http://127.0.0.1:{http_port}", proc.pid, received, f"http://127.0.0.1:{grpc_port}")
     finally:
         proc.terminate()
         proc.join(10)
@@ -185,6 +205,7 @@ def measure(
 
 ANCHOR = "x32, traceparent, tracing off (anchor)"
 OTEL_ON = "x32, traceparent, OTel spans on (OTLP batching)"
+OTEL_GRPC = "x32, traceparent, OTel spans on (OTLP/gRPC batching, the default protocol)"
 MSG_TRACE_ON = "x32, traceparent, RocketMQ msg trace on"
 TOGETHER = (ANCHOR, OTEL_ON, MSG_TRACE_ON)  # same traceparent: one wrk environment serves all three
 
@@ -242,9 +263,12 @@ def _restore(saved: dict[str, str | None]) -> None:
             os.environ[k] = v
 
 
-def modes(sink: str, r: float) -> dict[str, tuple[str | None, dict[str, str], dict[str, str]]]:
+def modes(
+    sink: str, r: float, grpc_sink: str = ""
+) -> dict[str, tuple[str | None, dict[str, str], dict[str, str]]]:
     """Each row: the traceparent every request carries, the environment, the sidecar's settings."""
     otel = {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT": sink}
+    over_grpc = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": grpc_sink}
 
     on = {"OTEL": "true"}
 
@@ -256,6 +280,7 @@ def modes(sink: str, r: float) -> dict[str, tuple[str | None, dict[str, str], di
         ANCHOR: (TRACEPARENT, {}, {}),
         "x32, no traceparent, tracing off": (None, {}, {}),
         OTEL_ON: (TRACEPARENT, otel, {"OTEL": "true"}),
+        OTEL_GRPC: (TRACEPARENT, over_grpc, {"OTEL": "true"}),
         "x32, unsampled traceparent, OTel spans on": (UNSAMPLED, otel, {"OTEL": "true"}),
         "x32, no traceparent, OTel on, parentbased_traceidratio 0.01": (None, ratio(0.01), on),
         f"x32, no traceparent, OTel on, parentbased_traceidratio {r}": (None, ratio(r), on),  # production
@@ -293,7 +318,7 @@ def main() -> None:
     topic = f"traceBench{int(time.time())}"
     print(f"bench.tracing: topic {topic}; production row's ratio {args.ratio}; {environment()}", flush=True)
     with otlp_sink() as collector:
-        rows = modes(collector.url, args.ratio)
+        rows = modes(collector.url, args.ratio, collector.grpc_url)
         names = list(TOGETHER) if args.together else list(rows)
         if args.rows:
             words = [w.strip() for w in args.rows.split(",") if w.strip()]
