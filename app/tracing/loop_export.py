@@ -303,7 +303,7 @@ class LoopBatchProcessor(SpanProcessor):
             try:
                 self._loop = asyncio.get_running_loop()
             except RuntimeError:
-                self._queue.append(span)  # deque.append is atomic; bounded by the loop's next look
+                self._keep(span)
                 return
             self._thread = threading.get_ident()
             self.on_end(span)
@@ -311,6 +311,14 @@ class LoopBatchProcessor(SpanProcessor):
         try:
             self._loop.call_soon_threadsafe(self.on_end, span)
         except RuntimeError:  # that loop is closed: shutdown exports what is queued
+            self._keep(span)
+
+    def _keep(self, span: ReadableSpan) -> None:
+        """``span`` queued with no loop to hand it to (none bound yet, or closed): within the bound, as
+        on the loop (deque.append is atomic)."""
+        if len(self._queue) >= self.config.max_queue:
+            self._drop(1)
+        else:
             self._queue.append(span)
 
     def _drop(self, n: int) -> None:

@@ -132,7 +132,7 @@ def setup_from_env(on: bool, env: Mapping[str, str] = os.environ) -> Callable[[]
         raise RuntimeError(
             "ROCKSIDECAR_OTEL=true needs the otel extra: pip install 'rocksidecar[otel]'"
         ) from None
-    try:  # over http/protobuf the event loop exports, no thread (loop_export); else the SDK's processor
+    try:  # the event loop exports, no thread (loop_export), unless the settings need the SDK's exporter
         on_loop = loop_export.processor(env)
     except ValueError as exc:
         raise RuntimeError(str(exc)) from None

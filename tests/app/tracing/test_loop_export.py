@@ -346,3 +346,9 @@ async def test_over_grpc_the_batch_is_the_sdks_request_with_the_headers_as_metad
     await _settled(processor)
     assert processor.failed == 3 and service.requests.empty()
     await processor._transport.close()
+
+
+def test_spans_ended_where_no_loop_runs_wait_within_the_queue_s_bound() -> None:
+    processor = _processor("http://127.0.0.1:9", OTEL_BSP_MAX_QUEUE_SIZE="3")
+    _ended(processor, 5)  # no event loop in this thread, none bound: queued for a loop or shutdown
+    assert len(processor._queue) == 3 and processor.dropped == 2
