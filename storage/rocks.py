@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import gc
 import itertools
 import os
 import threading
@@ -170,6 +171,36 @@ def _open_db(
         return db
 
 
+# Waits for a handle of this process to let go of the directory's LOCK at a reopen (see _open_released)
+RELEASE_WAITS_S = (0.0, 0.05, 0.2, 0.5)
+_HELD_HERE = "lock hold by current process"  # RocksDB's words when this process still holds the LOCK
+
+
+def _open_released(
+    path: str | Path,
+    names: tuple[str, ...],
+    access: Access,
+    secondary_dir: str | Path | None,
+    write_buffer_bytes: int,
+) -> Rdict:
+    """``_open_db``, waiting a little for this process's previous handle of ``path`` to go. rocksdict
+    keeps a closed DB and its LOCK alive while any object of it is referenced (a column family in a
+    traceback's reference cycle, an executor thread finishing a read): a reopen in the same process (a
+    restart of the service, the disk reserve's recovery) then failed with "lock hold by current process
+    ... No locks available" until the garbage collector ran. Collected and tried again a few times
+    (~0.75 s at most); another process's lock, or ours still held after that, is raised as before."""
+    for wait_s in RELEASE_WAITS_S:
+        if wait_s:
+            time.sleep(wait_s)  # an executor thread's read still holding the handle: milliseconds
+        try:
+            return _open_db(path, names, access, secondary_dir, write_buffer_bytes)
+        except StoreLockedError as exc:
+            if _HELD_HERE not in str(exc):
+                raise
+            gc.collect()  # a reference cycle holding the old handle: freed now, not at the next collection
+    return _open_db(path, names, access, secondary_dir, write_buffer_bytes)
+
+
 class RocksKV:
     """A RocksDB directory opened with named column families (missing ones are created)."""
 
@@ -227,7 +258,7 @@ class RocksKV:
         """
         names = tuple(dict.fromkeys([*column_families, *_existing_column_families(path)]))
         try:
-            db = _open_db(path, names, access, secondary_dir, write_buffer_bytes)
+            db = _open_released(path, names, access, secondary_dir, write_buffer_bytes)
         except StorageError as exc:
             if not (read_only_when_full and access is Access.READ_WRITE and _no_space(exc)):
                 raise

@@ -39,6 +39,29 @@ def test_second_open_fails_with_store_locked(tmp_path: Path) -> None:
     RocksKV.open(tmp_path / "db", ["a"]).close()  # close released the lock
 
 
+def test_a_reopen_waits_for_a_closed_handle_that_a_reference_cycle_still_holds(tmp_path: Path) -> None:
+    """rocksdict keeps a closed DB's LOCK while any of its objects lives: a column family caught in a
+    reference cycle (a traceback's frames) made a reopen in this process fail with "lock hold by current
+    process ... No locks available" until the garbage collector ran (the disk-reserve test's flake)."""
+    import gc
+
+    kv = RocksKV.open(tmp_path / "db", ["a"])
+    kv.write([Put("a", b"k", b"v")], sync=True)
+    cycle: list[Any] = [kv._cfs["a"]]
+    cycle.append(cycle)
+    del cycle
+    gc.disable()  # only open's own collection may free it
+    try:
+        kv.close()
+        again = RocksKV.open(tmp_path / "db", ["a"])
+    finally:
+        gc.enable()
+    try:
+        assert again.get("a", b"k") == b"v"
+    finally:
+        again.close()
+
+
 def test_secondary_reads_a_directory_held_by_a_writer(tmp_path: Path) -> None:
     kv = RocksKV.open(tmp_path / "db", ["a"])
     try:
