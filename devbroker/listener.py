@@ -4,7 +4,10 @@ stopped (connections dropped, new ones refused) and started again on the same po
 from __future__ import annotations
 
 import asyncio
+import errno
+import random
 from collections.abc import Callable
+from pathlib import Path
 
 from rocksidecar.rmq.connection import Connection, RequestHandler
 from rocksidecar.rmq.message_codec import pack_host
@@ -13,6 +16,22 @@ MAX_BROKERS = 26  # broker-a .. broker-z
 BROKER_PORT_STEP = 10  # broker i listens on base + 10 * i, as the CLI documents
 
 LOOPBACK = "127.0.0.1"
+# Ports for a listener asked for "any port": below the kernel's ephemeral range. A port from that range,
+# freed while its server is stopped, can become the source port of any outgoing connection meanwhile, and
+# the restart then failed with EADDRINUSE (a flaky broker restart in the tests); the kernel never hands a
+# port below the range to an outgoing connection.
+OWN_PORTS_FROM = 20000
+OWN_PORT_TRIES = 64
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _own_ports() -> range:
+    """The ports below the ephemeral range, from OWN_PORTS_FROM (empty when the range starts lower)."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    return range(OWN_PORTS_FROM, max(OWN_PORTS_FROM, low))
 
 
 class ServerConnection(Connection):
@@ -58,12 +77,26 @@ class Listener:
         return self._server is not None
 
     async def start(self) -> None:
-        """Listen (again) on the port; raises OSError when it is taken."""
+        """Listen (again) on the port; raises OSError when it is taken. Port 0: a free one below the
+        ephemeral range (see OWN_PORTS_FROM), kept for restarts; an ephemeral one if none is free."""
         if self._server is not None:
             return
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._accept, self.host, self.port)
+        if self.port == 0:
+            self._server = await self._bind_own(loop)
+        else:
+            self._server = await loop.create_server(self._accept, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _bind_own(self, loop: asyncio.AbstractEventLoop) -> asyncio.Server:
+        ports = _own_ports()
+        for port in random.sample(ports, min(OWN_PORT_TRIES, len(ports))):
+            try:
+                return await loop.create_server(self._accept, self.host, port)
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+        return await loop.create_server(self._accept, self.host, 0)
 
     async def stop(self) -> None:
         """Refuse new connections and drop every open one."""
