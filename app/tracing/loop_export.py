@@ -435,7 +435,7 @@ class LoopBatchProcessor(SpanProcessor):
             self._transport = old
 
 
-def processor(env: Mapping[str, str]) -> Any:
+def processor(env: Mapping[str, str]) -> LoopBatchProcessor | None:
     """A LoopBatchProcessor for ``env``'s configuration, or None where the SDK's must serve (see
     ``settings``). Raises ValueError for a variable it cannot use."""
     config = settings(env)

@@ -182,17 +182,25 @@ def traceparent(span: Span) -> str | None:
 class _Current:
     """``span`` current for a ``with`` block, ended after it, an exception recorded on it: what
     ``trace.use_span(span, end_on_exit=True)`` does, without a generator per span. The sample-free
-    path's mark is cleared inside (a span of ours started there is current, not the request)."""
+    path's mark is cleared inside (a span of ours started there is current, not the request).
+    ``receiving``: a request's receive span, marked in ``_RECEIVING`` instead of attached to
+    OpenTelemetry's context (see there); otherwise that mark is cleared for the block."""
 
-    __slots__ = ("free", "receiving", "span", "token")
+    __slots__ = ("free", "mark", "receiving", "span", "token")
 
-    def __init__(self, span: Span) -> None:
+    def __init__(self, span: Span, *, receiving: bool = False) -> None:
         self.span = span
+        self.mark = receiving
 
     def __enter__(self) -> Span:
-        self.token = context.attach(trace.set_span_in_context(self.span))
         self.free = _FREE.set(None) if _FREE.get() is not None else None  # set only when it is marked
-        self.receiving = _RECEIVING.set(None) if _RECEIVING.get() is not None else None
+        self.token: Token[Context] | None = None
+        self.receiving: Token[Span | None] | None
+        if self.mark:
+            self.receiving = _RECEIVING.set(self.span)
+        else:
+            self.token = context.attach(trace.set_span_in_context(self.span))
+            self.receiving = _RECEIVING.set(None) if _RECEIVING.get() is not None else None
         return self.span
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
@@ -203,7 +211,8 @@ class _Current:
             _FREE.reset(self.free)
         if self.receiving is not None:
             _RECEIVING.reset(self.receiving)
-        context.detach(self.token)
+        if self.token is not None:
+            context.detach(self.token)
         span.end()
 
 
@@ -309,31 +318,14 @@ def unfree(token: Token[str | None]) -> None:
 
 
 async def within(span: Span, msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _T:
-    """``handle`` inside the receive ``span`` that ``begin`` started for ``msg``: a LiteTracer's span
-    marked in ``_RECEIVING`` (what ``_Current`` does, without OpenTelemetry's context), another one
-    made current by ``_Current``."""
-    if _LITE is None:
-        with _Current(span):
-            return _outcome(span, await handle(_carrying(msg, span)))
-    token = _RECEIVING.set(span)
-    free = _FREE.set(None) if _FREE.get() is not None else None
-    try:
-        return _outcome(span, await handle(_carrying(msg, span)))
-    except BaseException as exc:
-        _failed(span, exc)
-        raise
-    finally:
-        if free is not None:
-            _FREE.reset(free)
-        _RECEIVING.reset(token)
-        span.end()
-
-
-def _outcome(span: Span, result: _T) -> _T:
-    status = getattr(result, "status", None)
-    if status is not None and span.is_recording():
-        span.set_attribute("rocksidecar.outcome", str(getattr(status, "value", status)))
-    return result
+    """``handle`` inside the receive ``span`` that ``begin`` started for ``msg``; a LiteTracer's is
+    marked in ``_RECEIVING`` rather than attached to OpenTelemetry's context (``_Current``)."""
+    with _Current(span, receiving=_LITE is not None):
+        result = await handle(_carrying(msg, span))
+        status = getattr(result, "status", None)
+        if status is not None and span.is_recording():
+            span.set_attribute("rocksidecar.outcome", str(getattr(status, "value", status)))
+        return result
 
 
 def _parent() -> Context | None:
