@@ -363,7 +363,11 @@ class LoopBatchProcessor(SpanProcessor):
         backoff = _FIRST_BACKOFF_S
         while True:
             left = deadline - loop.time()
-            refused = await self._transport.send(body, max(0.001, min(self.config.timeout_s, left)))
+            try:
+                refused = await self._transport.send(body, max(0.001, min(self.config.timeout_s, left)))
+            except Exception as error:  # a transport's own bug: logged with the batch, the exports go on
+                self._failed(batch, f"{type(error).__name__}: {error}")
+                return
             if refused is None:
                 self.exported += len(batch)
                 return

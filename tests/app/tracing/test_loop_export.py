@@ -352,3 +352,27 @@ def test_spans_ended_where_no_loop_runs_wait_within_the_queue_s_bound() -> None:
     processor = _processor("http://127.0.0.1:9", OTEL_BSP_MAX_QUEUE_SIZE="3")
     _ended(processor, 5)  # no event loop in this thread, none bound: queued for a loop or shutdown
     assert len(processor._queue) == 3 and processor.dropped == 2
+
+
+async def test_a_transport_that_raises_fails_its_batch_logged_and_the_next_one_goes(
+    collector: tuple[str, _Got], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, got = collector
+    processor = _processor(url, OTEL_BSP_MAX_EXPORT_BATCH_SIZE="1")
+    real = processor._transport.send
+    calls = 0
+
+    async def once_broken(body: bytes, timeout_s: float) -> tuple[str, bool] | None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ValueError("a bug")
+        return await real(body, timeout_s)
+
+    processor._transport.send = once_broken  # type: ignore[method-assign]
+    _ended(processor, 1)
+    await _settled(processor)
+    assert processor.failed == 1 and "ValueError: a bug" in caplog.text
+    _ended(processor, 1, "next")
+    _, body = await _post(got)
+    assert _names(body) == ["next 0"]
