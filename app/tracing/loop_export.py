@@ -49,9 +49,11 @@ from opentelemetry.util.re import parse_env_headers
 from rocksidecar.rmq.throttle import Throttle
 
 from ..http_client import HttpClient, PostError
+from .fast import FastSpan
 from .otlp import encode_bytes
 
 log = logging.getLogger(__name__)
+Ended = ReadableSpan | FastSpan  # what the queue holds: an SDK span, or app.tracing.fast's
 
 _RETRYABLE = frozenset({408, 429, 502, 503, 504})
 _FIRST_BACKOFF_S = 1.0  # then 2, 4, ... while the export's timeout allows
@@ -259,7 +261,7 @@ class LoopBatchProcessor(SpanProcessor):
     def __init__(self, config: ExportSettings) -> None:
         self.config = config
         self._transport = transport(config)
-        self._queue: deque[ReadableSpan] = deque()
+        self._queue: deque[Ended] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: int | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -278,6 +280,11 @@ class LoopBatchProcessor(SpanProcessor):
         # a tuple): three properties a span otherwise
         if not span.get_span_context()[3] & 1:  # type: ignore[index]
             return
+        self.on_end_sampled(span)
+
+    def on_end_sampled(self, span: Ended) -> None:
+        """``on_end`` of a span known to be sampled (app.tracing.fast's, which this processor alone
+        reads: no flags to read back)."""
         if self._thread != threading.get_ident():
             self._from_elsewhere(span)
             return
@@ -292,7 +299,7 @@ class LoopBatchProcessor(SpanProcessor):
             elif self._timer is None:
                 self._timer = self._loop.call_later(self.config.schedule_delay_s, self._export_now)  # type: ignore[union-attr]
 
-    def _from_elsewhere(self, span: ReadableSpan) -> None:
+    def _from_elsewhere(self, span: Ended) -> None:
         """A span ended off the bound loop's thread: the loop running here binds us if none is bound
         yet; else the span goes to the bound loop; with no loop at all it waits in the queue (for the
         loop that binds us, or ``shutdown``)."""
@@ -306,14 +313,14 @@ class LoopBatchProcessor(SpanProcessor):
                 self._keep(span)
                 return
             self._thread = threading.get_ident()
-            self.on_end(span)
+            self.on_end_sampled(span)
             return
         try:
-            self._loop.call_soon_threadsafe(self.on_end, span)
+            self._loop.call_soon_threadsafe(self.on_end_sampled, span)
         except RuntimeError:  # that loop is closed: shutdown exports what is queued
             self._keep(span)
 
-    def _keep(self, span: ReadableSpan) -> None:
+    def _keep(self, span: Ended) -> None:
         """``span`` queued with no loop to hand it to (none bound yet, or closed): within the bound, as
         on the loop (deque.append is atomic)."""
         if len(self._queue) >= self.config.max_queue:
@@ -346,11 +353,11 @@ class LoopBatchProcessor(SpanProcessor):
             if self._queue and self._timer is None and not self._closed and self._loop is not None:
                 self._timer = self._loop.call_later(self.config.schedule_delay_s, self._export_now)
 
-    def _take(self) -> list[ReadableSpan]:
+    def _take(self) -> list[Ended]:
         queue = self._queue
         return [queue.popleft() for _ in range(min(len(queue), self.config.max_batch))]
 
-    async def _send(self, batch: list[ReadableSpan]) -> None:
+    async def _send(self, batch: list[Ended]) -> None:
         """One batch to the collector, tried again while that is worth it and time is left. Never raises
         but for a cancellation."""
         try:
@@ -378,7 +385,7 @@ class LoopBatchProcessor(SpanProcessor):
             await asyncio.sleep(backoff)
             backoff *= 2
 
-    def _failed(self, batch: list[ReadableSpan], why: str) -> None:
+    def _failed(self, batch: list[Ended], why: str) -> None:
         self.failed += len(batch)
         held = self._throttle.allow(("failed", why[:200]))
         if held is not None:

@@ -44,6 +44,7 @@ from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.trace.status import Status, StatusCode
 
 from ..bounded import remember
+from .fast import FastSpan
 from .lite import UNSET, LiteSpan, Preset
 
 MAX_CACHED = 4096  # distinct attributes kept encoded; past it the cache starts again (message ids churn)
@@ -209,6 +210,36 @@ def _lite_span(span: LiteSpan) -> bytes:
     return b"".join(parts)
 
 
+def _fast_span(span: FastSpan) -> bytes:
+    """``_span`` of a FastSpan (app.tracing.fast): its ids and times around its shape's bytes, which
+    hold the name, kind, flags, unset status and leading attributes; its own attributes after them."""
+    shape = span._shape
+    parts = [_TRACE_ID, span._trace_id.to_bytes(16, "big"), _SPAN_ID, span._span_id.to_bytes(8, "big")]
+    parent = span._parent_id
+    if parent:
+        parts += (_PARENT_ID, parent.to_bytes(8, "big"))
+    parts += (_START, span._start.to_bytes(8, "little"), _END, span._end.to_bytes(8, "little"))
+    events, links, state = span._events, span._links, span._state
+    if events or links or state:
+        parts.append(_rare(state, events or (), links or ()))
+    status = span._status
+    if status is UNSET:
+        parts.append(shape.head)
+    else:
+        parts += (_fixed_part(shape.name, shape.kind, shape.remote, status), shape.attributes)
+    attributes = span._attrs
+    if attributes:
+        _attributes(parts, attributes.items())
+    return b"".join(parts)
+
+
+def shape_bytes(name: str, kind: Any, remote: bool, leading: Mapping[str, Any]) -> tuple[bytes, bytes]:
+    """A FastSpan shape's encodings (app.tracing.fast.Shape): its name, kind, flags and unset status
+    followed by ``leading``, and ``leading`` alone."""
+    attributes = attributes_bytes(leading)
+    return _fixed_part(name, kind, remote, UNSET) + attributes, attributes
+
+
 def _attributes(parts: list[bytes], items: Iterable[tuple[str, Any]]) -> None:
     """Each attribute's serialised field appended to ``parts``: the cache read inline (a call per
     attribute was a third of its cost), ``_attribute`` on a miss."""
@@ -251,13 +282,13 @@ def _status(status: Status) -> bytes:
     return got
 
 
-def encode_bytes(spans: Sequence[ReadableSpan]) -> bytes:
+def encode_bytes(spans: Sequence[ReadableSpan | FastSpan]) -> bytes:
     """The serialised OTLP request of ``spans``, grouped by resource then instrumentation scope (as
     encode_spans), written as protobuf's wire format: each span's bytes framed as a ScopeSpans' ``spans``
     field, each scope's as a ResourceSpans' ``scope_spans``, each resource's as the request's
     ``resource_spans``. No protobuf message per span is built, parsed or copied (what parsing each span
     into the request and serialising that cost: bench/RESULTS.md, session 14)."""
-    grouped: dict[Any, dict[Any, list[ReadableSpan]]] = {}
+    grouped: dict[Any, dict[Any, list[Any]]] = {}
     for resource, scope, members in _by_identity(spans):  # then by equality, a hash per group
         grouped.setdefault(resource, {}).setdefault(scope or None, []).extend(members)
     request: list[bytes] = []
@@ -266,8 +297,10 @@ def encode_bytes(spans: Sequence[ReadableSpan]) -> bytes:
         for scope, members in scopes.items():
             scope_spans = [_field(_SCOPE, _encode_instrumentation_scope(scope).SerializePartialToString())]
             scope_spans += [
-                _field(_SPANS, _lite_span(s) if type(s) is LiteSpan else _span(s)) for s in members
-            ]
+                _field(_SPANS, _fast_span(s) if type(s) is FastSpan else _lite_span(s) if type(s) is LiteSpan
+                       else _span(s))
+                for s in members
+            ]  # fmt: skip
             if scope is not None and scope.schema_url:
                 scope_spans.append(_field(_SCHEMA_URL, scope.schema_url.encode()))
             resource_spans.append(_field(_SCOPE_SPANS, b"".join(scope_spans)))
@@ -277,12 +310,17 @@ def encode_bytes(spans: Sequence[ReadableSpan]) -> bytes:
     return b"".join(request)
 
 
-def _by_identity(spans: Sequence[ReadableSpan]) -> list[tuple[Any, Any, list[ReadableSpan]]]:
+def _by_identity(spans: Sequence[ReadableSpan | FastSpan]) -> list[tuple[Any, Any, list[Any]]]:
     """``spans`` grouped by their resource and scope objects' identities, in order of first appearance:
     a tracer's spans share both objects, and hashing a scope is a Python call per span."""
-    groups: dict[tuple[int, int], tuple[Any, Any, list[ReadableSpan]]] = {}
+    groups: dict[tuple[int, int], tuple[Any, Any, list[Any]]] = {}
+    span: Any
     for span in spans:
-        if type(span) is LiteSpan:
+        kind = type(span)
+        if kind is FastSpan:
+            shape = span._shape
+            resource, scope = shape.resource, shape.scope
+        elif kind is LiteSpan:
             resource, scope = span._resource, span._instrumentation_scope
         else:
             resource, scope = span.resource, span.instrumentation_scope

@@ -38,6 +38,7 @@ from .context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, TraceContext, of
 from .watched import Delegating, WatchedSender
 
 if TYPE_CHECKING:  # the otel extra's: imported only when spans are on (_lite)
+    from .fast import FastSpan, Recorder, Shape
     from .lite import LiteTracer, Preset
 
 ON = False  # the one check of the hot paths
@@ -60,17 +61,25 @@ _LITE: LiteTracer | None = None
 _tracer: trace.Tracer = trace.NoOpTracer()
 MAX_PRESETS = 4096  # (operation, topic) encodings kept; the topics allowed bound it in practice
 _PRESETS: dict[tuple[str, str], Preset] = {}
+# The request's own receive and send spans as app.tracing.fast records them, when the loop's processor is
+# the one (Recorder.of): their shapes per (operation, topic, remote parent), and FastSpan's type (the
+# class is the otel extra's; ``type(span) is _FAST_SPAN`` is the check).
+_FAST: Recorder | None = None
+_FAST_SPAN: type[FastSpan] | None = None
+_SHAPES: dict[tuple[str, str, bool], Shape] = {}
 MAX_LINKS = 128  # a replayed batch links to each message's request, up to this many
 DELAY_DUE_AT = "DELAY_DUE_AT"  # delay.DELAY_DUE_AT: a delayed message being published carries it
 _T = TypeVar("_T")
 _D = TypeVar("_D", bool, Sequence[ConsumeStatus])  # a delivery's answer: taken, or a batch's statuses
 
 
-def configure(provider: trace.TracerProvider | None, *, lite: bool = True) -> None:
+def configure(provider: trace.TracerProvider | None, *, lite: bool = True, fast: bool = True) -> None:
     """Spans from ``provider`` (None: off). Not the global provider: tests give their own. ``lite``:
     the SDK's spans made by app.tracing.lite (False: by the SDK's own tracer, which bench.tracing_cpu
-    measures beside it)."""
-    global ON, _tracer, _SKIP_UNSAMPLED, _SKIP_DROPPED_ROOTS, _ROOTS, _LITE
+    measures beside it). ``fast``: a request's receive and send spans recorded by app.tracing.fast
+    where it can (False: LiteSpans, which tests compare it with). The provider's span processors are
+    read now: add them before."""
+    global ON, _tracer, _SKIP_UNSAMPLED, _SKIP_DROPPED_ROOTS, _ROOTS, _LITE, _FAST, _FAST_SPAN
     ON = provider is not None
     if provider is None:
         _tracer = trace.NoOpTracer()
@@ -82,7 +91,15 @@ def configure(provider: trace.TracerProvider | None, *, lite: bool = True) -> No
     knows_roots = _SKIP_DROPPED_ROOTS and getattr(_tracer, "knows_roots", False)
     _ROOTS = cast("LiteTracer", _tracer) if knows_roots else None
     _LITE = cast("LiteTracer", _tracer) if getattr(_tracer, "is_lite", False) else None
+    _FAST = _FAST_SPAN = None
+    if _LITE is not None and fast:
+        from .fast import FastSpan, Recorder
+        from .otlp import shape_bytes
+
+        _FAST = Recorder.of(_LITE, shape_bytes)
+        _FAST_SPAN = FastSpan if _FAST is not None else None
     _PRESETS.clear()  # encoded by the tracer's encoder (one per provider)
+    _SHAPES.clear()
 
 
 def _lite(tracer: trace.Tracer) -> trace.Tracer:
@@ -245,8 +262,23 @@ def _preset(operation: str, topic: str) -> Preset | None:
     return got
 
 
+def _shape(fast: Recorder, operation: str, topic: str, kind: SpanKind, remote: bool) -> Shape:
+    """The FastSpan shape of ``{operation} {topic}`` spans (``_named`` leading), made once per
+    operation, topic and parent's remoteness."""
+    key = (operation, topic, remote)
+    got = _SHAPES.get(key)
+    if got is None:
+        made = fast.shape(f"{operation} {topic}", kind, remote, _named(operation, topic))
+        got = remember(_SHAPES, key, made, MAX_PRESETS)
+    return got
+
+
 def _message_attributes(msg: Message, operation: str) -> dict[str, Any]:
-    attrs = _named(operation, msg.topic)
+    return _own_attributes(msg, _named(operation, msg.topic))
+
+
+def _own_attributes(msg: Message, attrs: dict[str, Any]) -> dict[str, Any]:
+    """``attrs`` with ``msg``'s own attributes (id, tag, keys, body size) added."""
     if msg.id is not None:
         attrs["messaging.message.id"] = msg.id
     if msg.tags:
@@ -259,7 +291,7 @@ def _message_attributes(msg: Message, operation: str) -> dict[str, Any]:
 
 def _carrying(msg: Message, span: Span) -> Message:
     """``msg`` carrying ``span``'s context (a new Message, positional: a tenth of replace()'s cost)."""
-    parent = traceparent(span)
+    parent = span.traceparent() if type(span) is _FAST_SPAN else traceparent(span)
     if parent is None:
         return msg
     properties = {**msg.properties, TRACEPARENT_PROPERTY: parent}
@@ -295,6 +327,12 @@ def begin(msg: Message) -> Message | Span:
         return _root(msg)
     if _SKIP_UNSAMPLED and parent[54] in _UNSAMPLED_FLAG_DIGITS:
         return msg  # carried on as it came
+    fast = _FAST
+    if fast is not None:
+        shape = _shape(fast, "receive", msg.topic, SpanKind.SERVER, True)
+        recorded = fast.remote_child(shape, parent, properties.get(TRACESTATE_PROPERTY))
+        if recorded is not None:
+            return recorded
     remote = _remote(parent, properties.get(TRACESTATE_PROPERTY))
     name = f"receive {msg.topic}"
     attrs = _named("receive", msg.topic)
@@ -350,6 +388,9 @@ def _root(msg: Message) -> Span | Message:
         if dropped is not None:
             properties = {**msg.properties, TRACEPARENT_PROPERTY: dropped}
             return Message(msg.topic, msg.body, msg.tags, msg.keys, properties, msg.flag, msg.id)
+        fast = _FAST
+        if fast is not None:
+            return fast.root(_shape(fast, "receive", msg.topic, SpanKind.SERVER, False), trace_id)
         attrs = _named("receive", msg.topic)
         preset = _preset("receive", msg.topic)
         return roots.start_root(f"receive {msg.topic}", trace_id, SpanKind.SERVER, attrs, preset)
@@ -395,6 +436,14 @@ def _links(msgs: Sequence[Message]) -> list[Link]:
 
 def _send_span(msgs: Sequence[Message], background: bool) -> Span:
     first = msgs[0]
+    if not background and len(msgs) == 1:
+        receiving = _RECEIVING.get()
+        if type(receiving) is _FAST_SPAN:  # a FastSpan's child, a FastSpan too when it is sampled
+            fast: Any = _FAST
+            shape = _shape(fast, "send", first.topic, SpanKind.PRODUCER, False)
+            recorded = receiving.child(shape, _own_attributes(first, {}))
+            if recorded is not None:
+                return recorded
     operation = "publish" if background and DELAY_DUE_AT in first.properties else "send"
     attrs = _message_attributes(first, "send")
     if len(msgs) > 1:

@@ -1,0 +1,247 @@
+"""A sampled request's own two spans recorded as bench.tracing_floor records them (issue 31's budget).
+
+A ``LiteSpan`` is already a fraction of the SDK's span, but it is still an SDK ``ReadableSpan``: a
+SpanContext, a dict of attributes led by the semantic conventions' four, a processor that reads its
+flags back, an encoder that reads every field back and looks up what each means. When the spans' one
+processor is the event loop's (app.tracing.loop_export), nothing but that processor ever reads them, so
+the request's ``receive`` and ``send`` spans can be what the floor keeps: ids and times as integers, and
+a ``Shape`` per (name, kind, parent's remoteness) that holds everything else those spans of a topic
+share (name, kind, flags, the unset status and the leading attributes) encoded once. The OTLP encoder
+(app.tracing.otlp) writes a ``FastSpan`` as a few fixed-size fields around its shape's bytes.
+
+A ``FastSpan`` is a full ``trace.Span`` (attributes, events, status, exceptions, renaming, its
+SpanContext on request), so code that handles spans keeps working; the sidecar's own hooks
+(app.tracing.spans) read its fields directly where that saves a SpanContext. Everything else keeps the
+LiteSpan: other processors (the tests' in-memory exporter, the SDK's batching one when the settings need
+it), another id generator, a sampler whose answer is not known from its fields, and every other span.
+tests/app/tracing/test_fast.py checks that both give the same OTLP request, span by span.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.trace.status import Status, StatusCode
+
+from .lite import _LIMIT, _RANDOM, LOCAL_SAMPLED, REMOTE_NOT_SAMPLED, REMOTE_SAMPLED, UNSET, LiteTracer
+
+_TRACE_FLAGS = [TraceFlags(n) for n in range(256)]
+_getrandbits = random.getrandbits  # what RandomIdGenerator draws ids with
+_ROOT_FLAGS = 1 | _RANDOM  # sampled; RandomIdGenerator's trace ids are random, and a root says so
+
+
+class Shape(NamedTuple):
+    """What every span of one name, kind and parent's remoteness shares: ``head`` is its name, kind,
+    flags and unset status, then its leading attributes, all serialised (app.tracing.otlp.shape)."""
+
+    name: str
+    kind: SpanKind
+    remote: bool
+    leading: Mapping[str, Any]
+    head: bytes  # the name/kind/flags/status part, then ``attributes``: what otlp writes for an unset status
+    attributes: bytes  # the leading attributes alone (written after another status's part)
+    resource: Resource
+    scope: Any
+
+
+class FastSpan(trace.Span):
+    """A recording span of a ``Recorder`` (see the module's doc); ended once, by the code that started
+    it, on the processor's loop."""
+
+    __slots__ = ("_attrs", "_end", "_events", "_flags", "_links", "_parent_id", "_recorder", "_shape",
+                 "_span_id", "_start", "_state", "_status", "_trace_id")  # fmt: skip
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        shape: Shape,
+        trace_id: int,
+        span_id: int,
+        parent_id: int,
+        flags: int,
+        state: TraceState | None,
+        attrs: dict[str, Any] | None = None,
+    ) -> None:
+        self._recorder = recorder
+        self._shape = shape
+        self._trace_id = trace_id
+        self._span_id = span_id
+        self._parent_id = parent_id  # 0: a root
+        self._flags = flags
+        self._state = state
+        self._attrs = attrs
+        self._events: list[Event] | None = None
+        self._links: list[Link] | None = None
+        self._status = UNSET
+        self._start = time.time_ns()
+        self._end = 0  # not ended
+
+    def traceparent(self) -> str:
+        """The W3C traceparent of this span (what a message it carries on holds)."""
+        return f"00-{self._trace_id:032x}-{self._span_id:016x}-{self._flags:02x}"
+
+    def get_span_context(self) -> SpanContext:
+        fields = (self._trace_id, self._span_id, False, _TRACE_FLAGS[self._flags], self._state, True)
+        context: SpanContext = tuple.__new__(SpanContext, fields)  # valid by construction (lite's rule)
+        return context
+
+    def child(self, shape: Shape, attrs: dict[str, Any]) -> FastSpan | None:
+        """A sampled child of this span with ``shape`` (local parent), when the sampler's answer is
+        known to be yes; else None (the caller asks the tracer)."""
+        trace_id = self._trace_id
+        if trace_id & _LIMIT >= self._recorder.local_sampled:
+            return None
+        span_id = _getrandbits(64) or _nonzero()
+        own = self._span_id
+        return FastSpan(self._recorder, shape, trace_id, span_id, own, self._flags, self._state, attrs)
+
+    def is_recording(self) -> bool:
+        return not self._end
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        if not self._end:
+            if self._attrs is None:
+                self._attrs = {}
+            self._attrs[key] = value
+            if key in self._shape.leading:
+                self._reshape()
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        if not self._end:
+            if self._attrs is None:
+                self._attrs = dict(attributes)
+            else:
+                self._attrs.update(attributes)
+            if not self._shape.leading.keys().isdisjoint(attributes):
+                self._reshape()
+
+    def _reshape(self) -> None:
+        """A leading attribute set again: the shape keeps none, its values go with the span's own
+        (first, so that the value set later wins)."""
+        shape = self._shape
+        self._attrs = {**shape.leading, **(self._attrs or {})}
+        self._shape = self._recorder.shape(shape.name, shape.kind, shape.remote, {})
+
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+        if not self._end:
+            if self._events is None:
+                self._events = []
+            self._events.append(Event(name, attributes, timestamp or time.time_ns()))
+
+    def add_link(self, context: SpanContext, attributes: Any = None) -> None:
+        if not self._end and context.is_valid:
+            self._links = [*(self._links or ()), Link(context, attributes)]
+
+    def update_name(self, name: str) -> None:
+        if not self._end:
+            shape = self._shape
+            self._shape = self._recorder.shape(name, shape.kind, shape.remote, shape.leading)
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        if self._end or self._status.status_code is StatusCode.OK:  # OK is final (the SDK's rule)
+            return
+        self._status = status if isinstance(status, Status) else Status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: Any = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        kind = type(exception)
+        module = kind.__module__
+        attrs: dict[str, Any] = {
+            "exception.type": f"{module}.{kind.__qualname__}" if module != "builtins" else kind.__qualname__,
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.escaped": str(escaped),
+        }
+        if attributes:
+            attrs.update(attributes)
+        self.add_event("exception", attrs, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._end:
+            return
+        self._end = end_time or time.time_ns()
+        self._recorder.on_end(self)
+
+
+def _nonzero() -> int:
+    """An id drawn again until it is not 0 (the invalid id; RandomIdGenerator's loop)."""
+    while True:
+        got = _getrandbits(64)
+        if got:
+            return got
+
+
+class Recorder:
+    """FastSpans of a LiteTracer whose one processor is the loop's (``of`` says when), handed to that
+    processor at their end. ``encode_shape`` is app.tracing.otlp's (passed in: otlp imports this
+    module to encode its spans)."""
+
+    def __init__(
+        self,
+        tracer: LiteTracer,
+        on_end: Callable[[FastSpan], None],
+        encode_shape: Callable[[str, SpanKind, bool, Mapping[str, Any]], tuple[bytes, bytes]],
+    ) -> None:
+        self.on_end = on_end
+        self._resource = tracer.resource
+        self._scope = tracer.scope
+        self._encode_shape = encode_shape
+        known = tracer.decisions
+        assert None not in (known[REMOTE_SAMPLED], known[REMOTE_NOT_SAMPLED], known[LOCAL_SAMPLED])
+        self.remote_bounds: tuple[int, int] = (known[REMOTE_NOT_SAMPLED], known[REMOTE_SAMPLED])  # type: ignore[assignment]
+        self.local_sampled: int = known[LOCAL_SAMPLED]  # type: ignore[assignment]
+
+    @classmethod
+    def of(cls, tracer: trace.Tracer, encode_shape: Any) -> Recorder | None:
+        """A Recorder for ``tracer`` when it is a LiteTracer with RandomIdGenerator's ids, a sampler
+        whose answers for a remote parent and a sampled local parent are known from its fields,
+        and one processor, the loop's; else None (LiteSpans, as before)."""
+        from .loop_export import LoopBatchProcessor  # here: it imports otlp, which imports us
+
+        if not isinstance(tracer, LiteTracer) or type(tracer.ids) is not RandomIdGenerator:
+            return None
+        known = tracer.decisions
+        if None in (known[REMOTE_SAMPLED], known[REMOTE_NOT_SAMPLED], known[LOCAL_SAMPLED]):
+            return None
+        processor = tracer.processor
+        members = getattr(processor, "_span_processors", (processor,))  # the SDK's multi processor's
+        if len(members) != 1 or not isinstance(members[0], LoopBatchProcessor):
+            return None
+        return cls(tracer, members[0].on_end_sampled, encode_shape)
+
+    def shape(self, name: str, kind: SpanKind, remote: bool, leading: Mapping[str, Any]) -> Shape:
+        """The shape of spans named ``name`` of ``kind`` whose first attributes are ``leading`` (the
+        caller keeps it: app.tracing.spans per operation and topic)."""
+        head, attributes = self._encode_shape(name, kind, remote, leading)
+        return Shape(name, kind, remote, dict(leading), head, attributes, self._resource, self._scope)
+
+    def root(self, shape: Shape, trace_id: int) -> FastSpan:
+        """The root span with ``shape`` for ``trace_id``, which the sampler samples (the caller asked
+        LiteTracer.dropped_root)."""
+        return FastSpan(self, shape, trace_id, _getrandbits(64) or _nonzero(), 0, _ROOT_FLAGS, None)
+
+    def remote_child(self, shape: Shape, traceparent: str, tracestate: str | None) -> FastSpan | None:
+        """The span with ``shape`` under a request's (checked) ``traceparent`` when the sampler samples
+        it, else None."""
+        trace_id = int(traceparent[3:35], 16)
+        parent_flags = int(traceparent[53:55], 16)
+        if trace_id & _LIMIT >= self.remote_bounds[parent_flags & 1]:
+            return None
+        state = TraceState.from_header([tracestate]) if tracestate else None
+        flags = 1 | (parent_flags & _RANDOM)
+        span_id = _getrandbits(64) or _nonzero()
+        return FastSpan(self, shape, trace_id, span_id, int(traceparent[36:52], 16), flags, state)

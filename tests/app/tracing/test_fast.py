@@ -1,0 +1,253 @@
+"""app.tracing.fast: a request's receive and send spans recorded as FastSpans when the loop's processor is
+the one, giving the OTLP request the LiteSpans give, span by span (the same random ids drawn in the same
+order: only the times differ, and they are checked, then set aside)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, ParentBasedTraceIdRatio
+from opentelemetry.trace import SpanKind, StatusCode
+
+from rocksidecar.app.tracing import spans
+from rocksidecar.app.tracing.context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY
+from rocksidecar.app.tracing.fast import FastSpan, Recorder
+from rocksidecar.app.tracing.loop_export import LoopBatchProcessor, settings
+from rocksidecar.app.tracing.otlp import encode_bytes, shape_bytes
+from rocksidecar.rmq import Message, SendResult
+from rocksidecar.rmq.errors import BrokerError, SendFailed
+from rocksidecar.rmq.message import MessageQueue
+from rocksidecar.rmq.result import SendStatus
+
+TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+STATE = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
+RESULT = SendResult(
+    SendStatus.SEND_OK, "ID", "7F00000100002A9F0000000000000001", MessageQueue("T", "b-1", 3), 2
+)
+
+
+class _Captured:
+    """A transport whose collector takes every request; the bodies kept."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    async def send(self, body: bytes, timeout_s: float) -> None:
+        self.bodies.append(body)
+
+    async def close(self) -> None:
+        pass
+
+
+def _loop_processor() -> tuple[LoopBatchProcessor, _Captured]:
+    config = settings({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"})
+    assert config is not None
+    processor = LoopBatchProcessor(config)
+    captured = processor._transport = _Captured()
+    return processor, captured
+
+
+@pytest.fixture
+def provider() -> Iterator[tuple[TracerProvider, LoopBatchProcessor, _Captured]]:
+    made = TracerProvider(shutdown_on_exit=False)
+    processor, captured = _loop_processor()
+    made.add_span_processor(processor)
+    try:
+        yield made, processor, captured
+    finally:
+        spans.configure(None)
+
+
+class _Sender:
+    """A sender that answers RESULT, or raises ``failure``; it notes the message it was given."""
+
+    def __init__(self, failure: BaseException | None = None) -> None:
+        self.failure = failure
+        self.got: list[Message] = []
+
+    async def send(self, msg: Message, **kwargs: Any) -> SendResult:
+        self.got.append(msg)
+        if self.failure is not None:
+            raise self.failure
+        return RESULT
+
+
+class _Spool:
+    async def spool(self, record: Any, due_ms: int | None = None) -> object:
+        return None
+
+
+class _Outcome:
+    status = "SENT"
+
+
+Scenario = Callable[[], Awaitable[list[Message]]]
+
+
+def _sent(properties: dict[str, str], *, tags: str | None = None, keys: tuple[str, ...] = ()) -> Scenario:
+    async def run() -> list[Message]:
+        inner = _Sender()
+        sender = spans.TracedSender(inner, background=False)
+
+        async def handle(m: Message) -> _Outcome:
+            await sender.send(m)
+            return _Outcome()
+
+        await spans.receive(Message("T", b"body", tags, keys, properties, 0, "MSGID"), handle)
+        return inner.got
+
+    return run
+
+
+def _spooled() -> Scenario:
+    """A send every attempt of which failed (its events, its error), then the spool span below the
+    receive span."""
+
+    async def run() -> list[Message]:
+        failure = SendFailed("all failed", [], BrokerError("busy", code=2, remark="busy"))
+        failure.attempts = ["broker-a: busy", "broker-b: busy"]  # type: ignore[list-item]
+        inner = _Sender(failure)
+        sender = spans.TracedSender(inner, background=False)
+        spool = spans.TracedSpool(_Spool())
+
+        async def handle(m: Message) -> None:
+            try:
+                await sender.send(m)
+            except SendFailed:
+                record = Message("T", b"body")
+                await spool.spool(record)
+
+        await spans.receive(Message("T", b"body", None, (), {TRACEPARENT_PROPERTY: TP}, 0, "MSGID"), handle)
+        return inner.got
+
+    return run
+
+
+def _renamed() -> Scenario:
+    """Code that renames a span and sets one of its leading attributes again."""
+
+    async def run() -> list[Message]:
+        inner = _Sender()
+
+        async def handle(m: Message) -> None:
+            receiving = spans._RECEIVING.get()
+            assert receiving is not None
+            receiving.update_name("receive renamed")
+            receiving.set_attribute("messaging.destination.name", "Other")
+            receiving.set_status(StatusCode.ERROR, "said so")
+            await spans.TracedSender(inner, background=False).send(m)
+
+        await spans.receive(Message("T", b"body", None, (), {TRACEPARENT_PROPERTY: TP}, 0, "MSGID"), handle)
+        return inner.got
+
+    return run
+
+
+async def _request(
+    setup: tuple[TracerProvider, LoopBatchProcessor, _Captured], scenario: Scenario, *, fast: bool
+) -> tuple[ExportTraceServiceRequest, list[Message], list[type]]:
+    provider, processor, captured = setup
+    spans.configure(provider, fast=fast)
+    random.seed(31)  # the same ids, drawn in the same order, on either path
+    sent = await scenario()
+    kinds = [type(s) for s in processor._queue]
+    await processor._drain()
+    (body,) = captured.bodies
+    captured.bodies.clear()
+    return ExportTraceServiceRequest.FromString(body), sent, kinds
+
+
+def _timeless(request: ExportTraceServiceRequest) -> ExportTraceServiceRequest:
+    """``request`` with its spans' and events' times checked (set, in order) and zeroed."""
+    for resource in request.resource_spans:
+        for scope in resource.scope_spans:
+            for span in scope.spans:
+                assert 0 < span.start_time_unix_nano <= span.end_time_unix_nano
+                span.start_time_unix_nano = span.end_time_unix_nano = 0
+                for event in span.events:
+                    assert event.time_unix_nano > 0
+                    event.time_unix_nano = 0
+    return request
+
+
+SCENARIOS = {
+    "sampled traceparent": _sent({TRACEPARENT_PROPERTY: TP}),
+    "its trace state": _sent({TRACEPARENT_PROPERTY: TP, TRACESTATE_PROPERTY: STATE}),
+    "tags and keys": _sent({TRACEPARENT_PROPERTY: TP}, tags="TagA", keys=("k1", "k2")),
+    "a root": _sent({}),
+    "failed then spooled": _spooled(),
+    "renamed and reset": _renamed(),
+}
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+async def test_fast_spans_give_the_lite_spans_request(
+    name: str, provider: tuple[TracerProvider, LoopBatchProcessor, _Captured]
+) -> None:
+    scenario = SCENARIOS[name]
+    fast, fast_sent, fast_kinds = await _request(provider, scenario, fast=True)
+    lite, lite_sent, lite_kinds = await _request(provider, scenario, fast=False)
+    assert FastSpan in fast_kinds and FastSpan not in lite_kinds  # the paths under comparison
+    assert _timeless(fast) == _timeless(lite)
+    spans_of = [s for r in fast.resource_spans for sc in r.scope_spans for s in sc.spans]
+    assert len(spans_of) >= 2
+    # the message sent on carries the receive span's context, on either path
+    assert [m.properties for m in fast_sent] == [m.properties for m in lite_sent]
+    receive = next(s for s in spans_of if s.kind == SpanKind.SERVER.value + 1)
+    carried = fast_sent[0].properties[TRACEPARENT_PROPERTY]
+    assert carried[:53] == f"00-{receive.trace_id.hex()}-{receive.span_id.hex()}-"
+
+
+async def test_the_request_s_spans_are_what_the_loop_processor_queues(
+    provider: tuple[TracerProvider, LoopBatchProcessor, _Captured],
+) -> None:
+    made, processor, _ = provider
+    spans.configure(made)
+    await SCENARIOS["sampled traceparent"]()
+    assert [type(s) for s in processor._queue] == [FastSpan, FastSpan]
+    send, receive = processor._queue
+    assert isinstance(send, FastSpan) and isinstance(receive, FastSpan)
+    assert send.get_span_context().trace_id == receive.get_span_context().trace_id == int(TP[3:35], 16)
+    assert send._parent_id == receive.get_span_context().span_id
+    assert f"{receive._parent_id:016x}" == TP[36:52] and receive._shape.remote
+    assert not send.is_recording() and not receive.is_recording()
+    assert encode_bytes([send, receive])  # encodes
+
+
+def test_another_processor_keeps_the_lite_spans() -> None:
+    """The in-memory exporter (or any processor beside the loop's) sees SDK spans: no Recorder."""
+    memory = TracerProvider(shutdown_on_exit=False)
+    memory.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    assert Recorder.of(spans._lite(memory.get_tracer("t")), shape_bytes) is None
+    both = TracerProvider(shutdown_on_exit=False)
+    both.add_span_processor(_loop_processor()[0])
+    both.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    assert Recorder.of(spans._lite(both.get_tracer("t")), shape_bytes) is None
+    alone = TracerProvider(shutdown_on_exit=False)
+    alone.add_span_processor(_loop_processor()[0])
+    assert Recorder.of(spans._lite(alone.get_tracer("t")), shape_bytes) is not None
+
+
+def test_a_sampler_asked_per_span_keeps_the_lite_spans() -> None:
+    """A sampler whose answers are not known from its fields (a subclass with its own should_sample)
+    is asked for every span: LiteSpans; a ParentBased ratio's are known: FastSpans."""
+    asked = TracerProvider(sampler=_Asked(Decision.RECORD_AND_SAMPLE), shutdown_on_exit=False)
+    asked.add_span_processor(_loop_processor()[0])
+    assert Recorder.of(spans._lite(asked.get_tracer("t")), shape_bytes) is None
+    ratio = TracerProvider(sampler=ParentBasedTraceIdRatio(0.5), shutdown_on_exit=False)
+    ratio.add_span_processor(_loop_processor()[0])
+    assert Recorder.of(spans._lite(ratio.get_tracer("t")), shape_bytes) is not None
+
+
+class _Asked(type(ALWAYS_ON)):  # type: ignore[misc]
+    """ALWAYS_ON's class with its own should_sample: the lite tracer must ask it."""
+
+    def should_sample(self, *args: Any, **kwargs: Any) -> Any:
+        return super().should_sample(*args, **kwargs)
