@@ -108,9 +108,13 @@ class Operations(EdgeDeps):
                     finally:
                         spans.unfree(token)
                 else:
-                    outcome = await spans.within(
-                        started, prepared.message, lambda m: self._send(prepared, m, ack)
-                    )
+                    prepared.message, held = spans.enter(started, prepared.message)
+                    try:
+                        outcome = await self.sidecar.send(prepared, ack)
+                    except BaseException as exc:
+                        spans.leave(started, held, exc=exc)
+                        raise
+                    spans.leave(started, held, outcome)
             else:
                 outcome = await self.sidecar.send(prepared, ack)
         except Exception as exc:
@@ -175,10 +179,6 @@ class Operations(EdgeDeps):
             for label, n in Counter(others).items():
                 self.count(label, n)
         return results
-
-    async def _send(self, prepared: Prepared, message: Message, ack: Ack) -> Outcome:
-        prepared.message = message  # with the receive span's trace context
-        return await self.sidecar.send(prepared, ack)
 
     async def _traced_batch(self, items: list[Prepared | RequestError], ack: Ack) -> list[BatchItem]:
         good = [p for p in items if isinstance(p, Prepared)]

@@ -32,10 +32,16 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
+from rocksidecar.rmq import Message, SendResult
+
 from .lite import _LIMIT, _RANDOM, LOCAL_SAMPLED, REMOTE_NOT_SAMPLED, REMOTE_SAMPLED, UNSET, LiteTracer
+from .semconv import MESSAGE_KEYS, RESULT_KEYS, message_attributes, result_attributes
 
 _TRACE_FLAGS = [TraceFlags(n) for n in range(256)]
+_DASH_FLAGS = [f"-{n:02x}" for n in range(256)]  # a traceparent's last field, after its dash
+_HEX_BYTE = {f"{n:02x}": n for n in range(256)}  # a checked traceparent's flags field's value
 _getrandbits = random.getrandbits  # what RandomIdGenerator draws ids with
+_TYPED = MESSAGE_KEYS | RESULT_KEYS  # attributes a send span's message and result give
 _ROOT_FLAGS = 1 | _RANDOM  # sampled; RandomIdGenerator's trace ids are random, and a root says so
 
 
@@ -55,30 +61,38 @@ class Shape(NamedTuple):
 
 class FastSpan(trace.Span):
     """A recording span of a ``Recorder`` (see the module's doc); ended once, by the code that started
-    it, on the processor's loop."""
+    it, on the processor's loop. A request's send span keeps its message and result as they are
+    (``_message``, ``_result``): the encoder writes their attributes (app.tracing.semconv) from them,
+    with no dict of them built per span."""
 
-    __slots__ = ("_attrs", "_end", "_events", "_flags", "_links", "_parent_id", "_recorder", "_shape",
-                 "_span_id", "_start", "_state", "_status", "_trace_id")  # fmt: skip
+    __slots__ = ("_attrs", "_end", "_events", "_flags", "_links", "_message", "_parent", "_recorder",
+                 "_result", "_shape", "_span", "_start", "_state", "_status", "_trace",
+                 "_trace_hex")  # fmt: skip
 
     def __init__(
         self,
         recorder: Recorder,
         shape: Shape,
-        trace_id: int,
-        span_id: int,
-        parent_id: int,
+        trace: bytes,
+        trace_hex: str,
+        span: bytes,
+        parent: bytes | None,
         flags: int,
         state: TraceState | None,
-        attrs: dict[str, Any] | None = None,
+        message: Message | None = None,
     ) -> None:
+        # the ids as the encoder and the traceparent want them: bytes (big-endian) and the trace's hex
         self._recorder = recorder
         self._shape = shape
-        self._trace_id = trace_id
-        self._span_id = span_id
-        self._parent_id = parent_id  # 0: a root
+        self._trace = trace
+        self._trace_hex = trace_hex
+        self._span = span
+        self._parent = parent  # None: a root
         self._flags = flags
         self._state = state
-        self._attrs = attrs
+        self._message = message
+        self._result: SendResult | None = None
+        self._attrs: dict[str, Any] | None = None
         self._events: list[Event] | None = None
         self._links: list[Link] | None = None
         self._status = UNSET
@@ -86,29 +100,41 @@ class FastSpan(trace.Span):
         self._end = 0  # not ended
 
     def traceparent(self) -> str:
-        """The W3C traceparent of this span (what a message it carries on holds)."""
-        return f"00-{self._trace_id:032x}-{self._span_id:016x}-{self._flags:02x}"
+        """The W3C traceparent of this span (what a message it carries on holds): joined, since an
+        f-string's integer formats cost 4x as much."""
+        return "".join(("00-", self._trace_hex, "-", self._span.hex(), _DASH_FLAGS[self._flags]))
 
     def get_span_context(self) -> SpanContext:
-        fields = (self._trace_id, self._span_id, False, _TRACE_FLAGS[self._flags], self._state, True)
+        fields = (int.from_bytes(self._trace, "big"), int.from_bytes(self._span, "big"), False,
+                  _TRACE_FLAGS[self._flags], self._state, True)  # fmt: skip
         context: SpanContext = tuple.__new__(SpanContext, fields)  # valid by construction (lite's rule)
         return context
 
-    def child(self, shape: Shape, attrs: dict[str, Any]) -> FastSpan | None:
-        """A sampled child of this span with ``shape`` (local parent), when the sampler's answer is
-        known to be yes; else None (the caller asks the tracer)."""
-        trace_id = self._trace_id
-        if trace_id & _LIMIT >= self._recorder.local_sampled:
+    def child(self, shape: Shape, message: Message | None = None) -> FastSpan | None:
+        """A sampled child of this span with ``shape`` (local parent), sending ``message`` if given,
+        when the sampler's answer is known to be yes; else None (the caller asks the tracer)."""
+        trace = self._trace
+        if _dropped(trace, self._recorder.local_sampled):
             return None
-        span_id = _getrandbits(64) or _nonzero()
-        own = self._span_id
-        return FastSpan(self._recorder, shape, trace_id, span_id, own, self._flags, self._state, attrs)
+        return FastSpan(self._recorder, shape, trace, self._trace_hex, _span_id(), self._span, self._flags,
+                        self._state, message)  # fmt: skip
+
+    def sent(self, result: SendResult) -> None:
+        """The send this span is of went out: ``result``'s attributes are the span's."""
+        if self._end:
+            return
+        if self._result is None and (self._attrs is None or RESULT_KEYS.isdisjoint(self._attrs)):
+            self._result = result
+        else:  # a second result, or its attributes set already: set as values, replacing theirs
+            self.set_attributes(result_attributes(result))
 
     def is_recording(self) -> bool:
         return not self._end
 
     def set_attribute(self, key: str, value: Any) -> None:
         if not self._end:
+            if key in _TYPED and (self._message is not None or self._result is not None):
+                self._untyped()
             if self._attrs is None:
                 self._attrs = {}
             self._attrs[key] = value
@@ -117,6 +143,8 @@ class FastSpan(trace.Span):
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         if not self._end:
+            if (self._message is not None or self._result is not None) and not _TYPED.isdisjoint(attributes):
+                self._untyped()
             if self._attrs is None:
                 self._attrs = dict(attributes)
             else:
@@ -124,9 +152,21 @@ class FastSpan(trace.Span):
             if not self._shape.leading.keys().isdisjoint(attributes):
                 self._reshape()
 
+    def _untyped(self) -> None:
+        """The message's and the result's attributes as set values (first, in the order the encoder
+        writes them), so that a value set again replaces them rather than repeating the key."""
+        typed: dict[str, Any] = {}
+        if self._message is not None:
+            message_attributes(self._message, typed)
+        if self._result is not None:
+            typed.update(result_attributes(self._result))
+        self._attrs = {**typed, **(self._attrs or {})}
+        self._message = self._result = None
+
     def _reshape(self) -> None:
         """A leading attribute set again: the shape keeps none, its values go with the span's own
         (first, so that the value set later wins)."""
+        self._untyped()
         shape = self._shape
         self._attrs = {**shape.leading, **(self._attrs or {})}
         self._shape = self._recorder.shape(shape.name, shape.kind, shape.remote, {})
@@ -177,12 +217,18 @@ class FastSpan(trace.Span):
         self._recorder.on_end(self)
 
 
-def _nonzero() -> int:
-    """An id drawn again until it is not 0 (the invalid id; RandomIdGenerator's loop)."""
-    while True:
+def _span_id() -> bytes:
+    """A span id as RandomIdGenerator draws it (never 0, the invalid id), as bytes."""
+    got = _getrandbits(64)
+    while not got:
         got = _getrandbits(64)
-        if got:
-            return got
+    return got.to_bytes(8, "big")
+
+
+def _dropped(trace: bytes, bound: int) -> bool:
+    """Whether a sampler whose bound is ``bound`` (lite.decisions) drops ``trace``: its low 64 bits at
+    or above it (the ratio sampler's rule); a bound above every id samples all, without reading it."""
+    return bound <= _LIMIT and int.from_bytes(trace[8:], "big") >= bound
 
 
 class Recorder:
@@ -232,16 +278,18 @@ class Recorder:
     def root(self, shape: Shape, trace_id: int) -> FastSpan:
         """The root span with ``shape`` for ``trace_id``, which the sampler samples (the caller asked
         LiteTracer.dropped_root)."""
-        return FastSpan(self, shape, trace_id, _getrandbits(64) or _nonzero(), 0, _ROOT_FLAGS, None)
+        trace = trace_id.to_bytes(16, "big")
+        return FastSpan(self, shape, trace, trace.hex(), _span_id(), None, _ROOT_FLAGS, None)
 
     def remote_child(self, shape: Shape, traceparent: str, tracestate: str | None) -> FastSpan | None:
-        """The span with ``shape`` under a request's (checked) ``traceparent`` when the sampler samples
-        it, else None."""
-        trace_id = int(traceparent[3:35], 16)
-        parent_flags = int(traceparent[53:55], 16)
-        if trace_id & _LIMIT >= self.remote_bounds[parent_flags & 1]:
+        """The span with ``shape`` under a request's ``traceparent`` (checked: lower-case hex) when the
+        sampler samples it, else None."""
+        parent_flags = _HEX_BYTE[traceparent[53:55]]
+        trace_hex = traceparent[3:35]
+        trace = bytes.fromhex(trace_hex)
+        if _dropped(trace, self.remote_bounds[parent_flags & 1]):
             return None
         state = TraceState.from_header([tracestate]) if tracestate else None
         flags = 1 | (parent_flags & _RANDOM)
-        span_id = _getrandbits(64) or _nonzero()
-        return FastSpan(self, shape, trace_id, span_id, int(traceparent[36:52], 16), flags, state)
+        parent = bytes.fromhex(traceparent[36:52])
+        return FastSpan(self, shape, trace, trace_hex, _span_id(), parent, flags, state)

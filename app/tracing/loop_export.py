@@ -53,6 +53,7 @@ from .fast import FastSpan
 from .otlp import encode_bytes
 
 log = logging.getLogger(__name__)
+_get_ident = threading.get_ident
 Ended = ReadableSpan | FastSpan  # what the queue holds: an SDK span, or app.tracing.fast's
 
 _RETRYABLE = frozenset({408, 429, 502, 503, 504})
@@ -260,6 +261,7 @@ class LoopBatchProcessor(SpanProcessor):
 
     def __init__(self, config: ExportSettings) -> None:
         self.config = config
+        self._max_queue, self._max_batch = config.max_queue, config.max_batch  # read per span
         self._transport = transport(config)
         self._queue: deque[Ended] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -285,16 +287,16 @@ class LoopBatchProcessor(SpanProcessor):
     def on_end_sampled(self, span: Ended) -> None:
         """``on_end`` of a span known to be sampled (app.tracing.fast's, which this processor alone
         reads: no flags to read back)."""
-        if self._thread != threading.get_ident():
+        if self._thread != _get_ident():
             self._from_elsewhere(span)
             return
         queue = self._queue
-        if len(queue) >= self.config.max_queue:
+        if len(queue) >= self._max_queue:
             self._drop(1)
             return
         queue.append(span)
         if self._exporting is None:
-            if len(queue) >= self.config.max_batch:
+            if len(queue) >= self._max_batch:
                 self._export_now()
             elif self._timer is None:
                 self._timer = self._loop.call_later(self.config.schedule_delay_s, self._export_now)  # type: ignore[union-attr]

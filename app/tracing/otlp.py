@@ -43,9 +43,12 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.trace.status import Status, StatusCode
 
+from rocksidecar.rmq import Message
+
 from ..bounded import remember
 from .fast import FastSpan
 from .lite import UNSET, LiteSpan, Preset
+from .semconv import BODY_SIZE, MESSAGE_ID, result_attributes, tags_and_keys
 
 MAX_CACHED = 4096  # distinct attributes kept encoded; past it the cache starts again (message ids churn)
 _CACHEABLE = (str, bool, int, float)  # hashable scalars; a list (message keys) is encoded each time
@@ -78,6 +81,10 @@ _SCHEMA_URL = b"\x1a"
 # a Span's attributes (9), a KeyValue's key (1) and value (2), an AnyValue's string_value (1)
 _ATTRIBUTES, _KEY, _VALUE, _STRING_VALUE = b"\x4a", b"\x0a", b"\x12", b"\x0a"
 _ONE_BYTE = [bytes((n,)) for n in range(0x80)]
+_MESSAGE_ID = MESSAGE_ID.encode()
+# a FastSpan send's result attributes by (queue id, broker, attempts), its body size's by size: encoded once
+_results: dict[tuple[int, str, int], bytes] = {}
+_sizes: dict[int, bytes] = {}
 
 
 def _attribute(key: str, value: Any) -> bytes:
@@ -212,13 +219,15 @@ def _lite_span(span: LiteSpan) -> bytes:
 
 def _fast_span(span: FastSpan) -> bytes:
     """``_span`` of a FastSpan (app.tracing.fast): its ids and times around its shape's bytes, which
-    hold the name, kind, flags, unset status and leading attributes; its own attributes after them."""
+    hold the name, kind, flags, unset status and leading attributes; then a send span's message and
+    result attributes, written from them; then what was set on it."""
     shape = span._shape
-    parts = [_TRACE_ID, span._trace_id.to_bytes(16, "big"), _SPAN_ID, span._span_id.to_bytes(8, "big")]
-    parent = span._parent_id
-    if parent:
-        parts += (_PARENT_ID, parent.to_bytes(8, "big"))
-    parts += (_START, span._start.to_bytes(8, "little"), _END, span._end.to_bytes(8, "little"))
+    parent = span._parent
+    start, end = span._start.to_bytes(8, "little"), span._end.to_bytes(8, "little")
+    if parent is not None:
+        parts = [_TRACE_ID, span._trace, _SPAN_ID, span._span, _PARENT_ID, parent, _START, start, _END, end]
+    else:
+        parts = [_TRACE_ID, span._trace, _SPAN_ID, span._span, _START, start, _END, end]
     events, links, state = span._events, span._links, span._state
     if events or links or state:
         parts.append(_rare(state, events or (), links or ()))
@@ -227,10 +236,39 @@ def _fast_span(span: FastSpan) -> bytes:
         parts.append(shape.head)
     else:
         parts += (_fixed_part(shape.name, shape.kind, shape.remote, status), shape.attributes)
+    message = span._message
+    if message is not None:
+        _message_parts(parts, message)
+    result = span._result
+    if result is not None:
+        queue = result.queue
+        key = (queue.queue_id, queue.broker_name, result.attempts)
+        got = _results.get(key)
+        if got is None:
+            got = remember(_results, key, attributes_bytes(result_attributes(result)), MAX_CACHED)
+        parts.append(got)
     attributes = span._attrs
     if attributes:
         _attributes(parts, attributes.items())
     return b"".join(parts)
+
+
+def _message_parts(parts: list[bytes], message: Message) -> None:
+    """``semconv.message_attributes(message)`` serialised: the id written at once (new every message),
+    the body's size from a table."""
+    msg_id = message.id
+    if msg_id is not None:
+        try:
+            parts.append(_string_attribute(_MESSAGE_ID, msg_id.encode()))
+        except UnicodeEncodeError:
+            parts.append(_one(MESSAGE_ID, msg_id))  # dropped, logged: the SDK's rule
+    if message.tags or message.keys:
+        _attributes(parts, tags_and_keys(message, {}).items())
+    size = len(message.body)
+    got = _sizes.get(size)
+    if got is None:
+        got = remember(_sizes, size, _attribute(BODY_SIZE, size), MAX_CACHED)
+    parts.append(got)
 
 
 def shape_bytes(name: str, kind: Any, remote: bool, leading: Mapping[str, Any]) -> tuple[bytes, bytes]:
@@ -296,11 +334,13 @@ def encode_bytes(spans: Sequence[ReadableSpan | FastSpan]) -> bytes:
         resource_spans = [_field(_RESOURCE, _encode_resource(resource).SerializePartialToString())]
         for scope, members in scopes.items():
             scope_spans = [_field(_SCOPE, _encode_instrumentation_scope(scope).SerializePartialToString())]
-            scope_spans += [
-                _field(_SPANS, _fast_span(s) if type(s) is FastSpan else _lite_span(s) if type(s) is LiteSpan
-                       else _span(s))
-                for s in members
-            ]  # fmt: skip
+            for member in members:  # each span framed as a ``spans`` field: its tag, length, bytes
+                kind = type(member)
+                encoded = (
+                    _fast_span(member) if kind is FastSpan else _lite_span(member) if kind is LiteSpan
+                    else _span(member)
+                )  # fmt: skip
+                scope_spans += (_SPANS, _varint(len(encoded)), encoded)
             if scope is not None and scope.schema_url:
                 scope_spans.append(_field(_SCHEMA_URL, scope.schema_url.encode()))
             resource_spans.append(_field(_SCOPE_SPANS, b"".join(scope_spans)))

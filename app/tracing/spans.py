@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar, Token
+from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from opentelemetry import context, trace
@@ -35,6 +36,8 @@ from rocksidecar.rmq.sender import BatchResults
 
 from ..bounded import remember
 from .context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, TraceContext, of_properties
+from .semconv import OUTCOME, message_attributes, result_attributes
+from .semconv import named as _named
 from .watched import Delegating, WatchedSender
 
 if TYPE_CHECKING:  # the otel extra's: imported only when spans are on (_lite)
@@ -66,7 +69,10 @@ _PRESETS: dict[tuple[str, str], Preset] = {}
 # class is the otel extra's; ``type(span) is _FAST_SPAN`` is the check).
 _FAST: Recorder | None = None
 _FAST_SPAN: type[FastSpan] | None = None
-_SHAPES: dict[tuple[str, str, bool], Shape] = {}
+_RECEIVED: dict[str, Shape] = {}  # receive spans under a request's traceparent, by topic
+_ROOTED: dict[str, Shape] = {}  # receive spans of requests without one
+_SENT: dict[str, Shape] = {}  # the request's send spans
+_OUTCOMES: dict[int, tuple[Enum, str]] = {}  # a result's status (an Enum member) -> its outcome attribute
 MAX_LINKS = 128  # a replayed batch links to each message's request, up to this many
 DELAY_DUE_AT = "DELAY_DUE_AT"  # delay.DELAY_DUE_AT: a delayed message being published carries it
 _T = TypeVar("_T")
@@ -99,7 +105,8 @@ def configure(provider: trace.TracerProvider | None, *, lite: bool = True, fast:
         _FAST = Recorder.of(_LITE, shape_bytes)
         _FAST_SPAN = FastSpan if _FAST is not None else None
     _PRESETS.clear()  # encoded by the tracer's encoder (one per provider)
-    _SHAPES.clear()
+    for shapes in (_RECEIVED, _ROOTED, _SENT):
+        shapes.clear()
 
 
 def _lite(tracer: trace.Tracer) -> trace.Tracer:
@@ -241,16 +248,6 @@ def _failed(span: Span, exc: BaseException) -> None:
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
 
 
-def _named(operation: str, topic: str) -> dict[str, Any]:
-    """The attributes every messaging span must have (the semantic conventions' required ones)."""
-    return {
-        "messaging.system": "rocketmq",
-        "messaging.operation.type": operation,
-        "messaging.operation.name": operation,
-        "messaging.destination.name": topic,
-    }
-
-
 def _preset(operation: str, topic: str) -> Preset | None:
     """The encoding of ``_named(operation, topic)``, made once per operation and topic (lite.Preset)."""
     key = (operation, topic)
@@ -262,31 +259,18 @@ def _preset(operation: str, topic: str) -> Preset | None:
     return got
 
 
-def _shape(fast: Recorder, operation: str, topic: str, kind: SpanKind, remote: bool) -> Shape:
-    """The FastSpan shape of ``{operation} {topic}`` spans (``_named`` leading), made once per
-    operation, topic and parent's remoteness."""
-    key = (operation, topic, remote)
-    got = _SHAPES.get(key)
-    if got is None:
-        made = fast.shape(f"{operation} {topic}", kind, remote, _named(operation, topic))
-        got = remember(_SHAPES, key, made, MAX_PRESETS)
-    return got
+def _shape(
+    shapes: dict[str, Shape], fast: Recorder, operation: str, topic: str, kind: SpanKind, remote: bool
+) -> Shape:
+    """The FastSpan shape of ``{operation} {topic}`` spans (``_named`` leading), made once per topic
+    and kept in ``shapes`` (one dict per operation and parent's remoteness: the hot paths look up the
+    topic alone)."""
+    made = fast.shape(f"{operation} {topic}", kind, remote, _named(operation, topic))
+    return remember(shapes, topic, made, MAX_PRESETS)
 
 
 def _message_attributes(msg: Message, operation: str) -> dict[str, Any]:
-    return _own_attributes(msg, _named(operation, msg.topic))
-
-
-def _own_attributes(msg: Message, attrs: dict[str, Any]) -> dict[str, Any]:
-    """``attrs`` with ``msg``'s own attributes (id, tag, keys, body size) added."""
-    if msg.id is not None:
-        attrs["messaging.message.id"] = msg.id
-    if msg.tags:
-        attrs["messaging.rocketmq.message.tag"] = msg.tags
-    if msg.keys:
-        attrs["messaging.rocketmq.message.keys"] = list(msg.keys)
-    attrs["messaging.message.body.size"] = len(msg.body)
-    return attrs
+    return message_attributes(msg, _named(operation, msg.topic))
 
 
 def _carrying(msg: Message, span: Span) -> Message:
@@ -306,8 +290,8 @@ async def receive(msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _
     dropped) when it drops everything under such a parent too (the default, every ``parentbased_*``)
     makes no span objects below ``receive``: its traceparent (as it came, or the dropped root's) is
     carried on and marked in ``_FREE``, where logs read the trace id and the hooks see they have no
-    span to make. (app.api.operations takes the same two steps itself, ``begin`` then ``free`` or
-    ``within``: a coroutine and a lambda less per message on the sample-free path.)"""
+    span to make. (app.api.operations takes the same steps itself, ``begin`` then ``free`` or ``enter``
+    and ``leave``: a coroutine and a lambda less per message.)"""
     started = begin(msg)
     if isinstance(started, Message):
         token = free(started)
@@ -315,7 +299,14 @@ async def receive(msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _
             return await handle(started)
         finally:
             unfree(token)
-    return await within(started, msg, handle)
+    carried, held = enter(started, msg)
+    try:
+        result = await handle(carried)
+    except BaseException as exc:
+        leave(started, held, exc=exc)
+        raise
+    leave(started, held, result)
+    return result
 
 
 def begin(msg: Message) -> Message | Span:
@@ -329,7 +320,8 @@ def begin(msg: Message) -> Message | Span:
         return msg  # carried on as it came
     fast = _FAST
     if fast is not None:
-        shape = _shape(fast, "receive", msg.topic, SpanKind.SERVER, True)
+        topic = msg.topic
+        shape = _RECEIVED.get(topic) or _shape(_RECEIVED, fast, "receive", topic, SpanKind.SERVER, True)
         recorded = fast.remote_child(shape, parent, properties.get(TRACESTATE_PROPERTY))
         if recorded is not None:
             return recorded
@@ -356,14 +348,70 @@ def unfree(token: Token[str | None]) -> None:
 
 
 async def within(span: Span, msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _T:
-    """``handle`` inside the receive ``span`` that ``begin`` started for ``msg``; a LiteTracer's is
-    marked in ``_RECEIVING`` rather than attached to OpenTelemetry's context (``_Current``)."""
-    with _Current(span, receiving=_LITE is not None):
-        result = await handle(_carrying(msg, span))
-        status = getattr(result, "status", None)
-        if status is not None and span.is_recording():
-            span.set_attribute("rocksidecar.outcome", str(getattr(status, "value", status)))
-        return result
+    """``handle`` inside the receive ``span`` that ``begin`` started for ``msg`` (``enter``, then
+    ``leave``: app.api.operations takes those steps itself, a coroutine and a lambda less)."""
+    carried, held = enter(span, msg)
+    try:
+        result = await handle(carried)
+    except BaseException as exc:
+        leave(span, held, exc=exc)
+        raise
+    leave(span, held, result)
+    return result
+
+
+def enter(span: Span, msg: Message) -> tuple[Message, Any]:
+    """The block of the receive ``span`` that ``begin`` started for ``msg`` begins: ``msg`` carrying
+    the span's context, and what ``leave`` takes at its end (in the same task). A LiteTracer's span is
+    marked in ``_RECEIVING`` rather than attached to OpenTelemetry's context (``_Current``); a FastSpan
+    (app.tracing.fast) the same way, inline, its mark's token all that is held."""
+    if type(span) is _FAST_SPAN and _FREE.get() is None:
+        fast: Any = span
+        properties = {**msg.properties, TRACEPARENT_PROPERTY: fast.traceparent()}
+        carried = Message(msg.topic, msg.body, msg.tags, msg.keys, properties, msg.flag, msg.id)
+        return carried, _RECEIVING.set(span)
+    current = _Current(span, receiving=_LITE is not None)
+    current.__enter__()
+    return _carrying(msg, span), current
+
+
+def leave(span: Span, held: Any, result: object = None, exc: BaseException | None = None) -> None:
+    """The receive span's block ends with ``result`` (its status is the span's outcome) or ``exc``
+    (recorded on it); the span ends."""
+    if type(held) is _Current:
+        if exc is None:
+            outcome = _outcome(result)
+            if outcome is not None and span.is_recording():
+                span.set_attribute(OUTCOME, outcome)
+        held.__exit__(None if exc is None else type(exc), exc, None)
+        return
+    _RECEIVING.reset(held)
+    if exc is not None:
+        _failed(span, exc)
+    else:
+        outcome = _outcome(result)
+        fast: Any = span
+        if outcome is None:
+            pass
+        elif fast._attrs is None and not fast._end:  # the usual: the outcome is its one attribute
+            fast._attrs = {OUTCOME: outcome}
+        else:
+            span.set_attribute(OUTCOME, outcome)
+    span.end()
+
+
+def _outcome(result: object) -> str | None:
+    """The ``rocksidecar.outcome`` of a request's ``result``: its status's value, if it has one."""
+    status = getattr(result, "status", None)
+    if status is None:
+        return None
+    known = _OUTCOMES.get(id(status))  # an Enum's value is a Python-level property, its hash too
+    if known is not None and known[0] is status:
+        return known[1]
+    outcome = str(getattr(status, "value", status))
+    if isinstance(status, Enum):  # kept while it lives: a member, for good
+        remember(_OUTCOMES, id(status), (status, outcome), MAX_PRESETS)
+    return outcome
 
 
 def _parent() -> Context | None:
@@ -390,7 +438,9 @@ def _root(msg: Message) -> Span | Message:
             return Message(msg.topic, msg.body, msg.tags, msg.keys, properties, msg.flag, msg.id)
         fast = _FAST
         if fast is not None:
-            return fast.root(_shape(fast, "receive", msg.topic, SpanKind.SERVER, False), trace_id)
+            topic = msg.topic
+            shape = _ROOTED.get(topic) or _shape(_ROOTED, fast, "receive", topic, SpanKind.SERVER, False)
+            return fast.root(shape, trace_id)
         attrs = _named("receive", msg.topic)
         preset = _preset("receive", msg.topic)
         return roots.start_root(f"receive {msg.topic}", trace_id, SpanKind.SERVER, attrs, preset)
@@ -436,14 +486,6 @@ def _links(msgs: Sequence[Message]) -> list[Link]:
 
 def _send_span(msgs: Sequence[Message], background: bool) -> Span:
     first = msgs[0]
-    if not background and len(msgs) == 1:
-        receiving = _RECEIVING.get()
-        if type(receiving) is _FAST_SPAN:  # a FastSpan's child, a FastSpan too when it is sampled
-            fast: Any = _FAST
-            shape = _shape(fast, "send", first.topic, SpanKind.PRODUCER, False)
-            recorded = receiving.child(shape, _own_attributes(first, {}))
-            if recorded is not None:
-                return recorded
     operation = "publish" if background and DELAY_DUE_AT in first.properties else "send"
     attrs = _message_attributes(first, "send")
     if len(msgs) > 1:
@@ -465,13 +507,7 @@ def _send_span(msgs: Sequence[Message], background: bool) -> Span:
 
 def _sent(span: Span, result: SendResult) -> None:
     if span.is_recording():  # one call, one lock: the result's attributes together
-        span.set_attributes(
-            {
-                "messaging.destination.partition.id": str(result.queue.queue_id),
-                "messaging.rocketmq.broker": result.queue.broker_name,
-                "rocksidecar.attempts": result.attempts,
-            }
-        )
+        span.set_attributes(result_attributes(result))
 
 
 def _record_attempts(span: Span, exc: BaseException) -> None:
@@ -503,7 +539,14 @@ class TracedSender(WatchedSender):
         # A request's send span is a leaf (nothing the producer does starts a span under it: its retries
         # are events on it), so it is not made current: no OpenTelemetry context attached and detached
         # per send, and a log line inside still carries the request's trace id (its receive span's).
-        span = _send_span([msg], False)
+        receiving: Any = _RECEIVING.get()
+        span: Any = None
+        if type(receiving) is _FAST_SPAN:  # its child is a FastSpan too when it is sampled
+            topic = msg.topic
+            shape = _SENT.get(topic) or _shape(_SENT, _FAST, "send", topic, SpanKind.PRODUCER, False)  # type: ignore[arg-type]
+            span = receiving.child(shape, msg)
+        if span is None:
+            span = _send_span([msg], False)
         try:
             sent = await self._inner.send(msg, sharding_key=sharding_key, validated=validated)
         except BaseException as exc:
@@ -512,7 +555,10 @@ class TracedSender(WatchedSender):
             _failed(span, exc)
             span.end()
             raise
-        _sent(span, sent)
+        if type(span) is _FAST_SPAN:
+            span.sent(sent)
+        else:
+            _sent(span, sent)
         span.end()
         return sent
 

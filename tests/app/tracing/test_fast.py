@@ -215,8 +215,10 @@ async def test_the_request_s_spans_are_what_the_loop_processor_queues(
     send, receive = processor._queue
     assert isinstance(send, FastSpan) and isinstance(receive, FastSpan)
     assert send.get_span_context().trace_id == receive.get_span_context().trace_id == int(TP[3:35], 16)
-    assert send._parent_id == receive.get_span_context().span_id
-    assert f"{receive._parent_id:016x}" == TP[36:52] and receive._shape.remote
+    assert send._parent == receive._span and receive.get_span_context().span_id == int.from_bytes(
+        send._parent
+    )
+    assert receive._parent is not None and receive._parent.hex() == TP[36:52] and receive._shape.remote
     assert not send.is_recording() and not receive.is_recording()
     assert encode_bytes([send, receive])  # encodes
 
