@@ -299,14 +299,7 @@ async def receive(msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _
             return await handle(started)
         finally:
             unfree(token)
-    carried, held = enter(started, msg)
-    try:
-        result = await handle(carried)
-    except BaseException as exc:
-        leave(started, held, exc=exc)
-        raise
-    leave(started, held, result)
-    return result
+    return await within(started, msg, handle)
 
 
 def begin(msg: Message) -> Message | Span:
