@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import random
 import re
@@ -31,6 +32,7 @@ import time
 
 from bench.tracing_cpu import cpu_s, per_message_us
 from rocksidecar.app.tracing.otlp import _varint  # protobuf's varint, as the sidecar writes it
+from rocksidecar.app.wiring import tune_gc
 
 BATCH = 512
 TOPIC = "BenchTrace"
@@ -120,6 +122,8 @@ def encode(records: list[Record]) -> bytes:
 def floor_us(n: int) -> float:
     """CPU microseconds per message of the floor over ``n`` messages."""
     sink = 0
+    thresholds = gc.get_threshold()
+    tune_gc()  # the collector as the sidecar runs it, as bench.tracing_cpu's rows run
     started = cpu_s()
     batch: list[Record] = []
     for i in range(n):
@@ -130,7 +134,10 @@ def floor_us(n: int) -> float:
     if batch:
         sink += len(encode(batch))
     assert sink > 0
-    return (cpu_s() - started) / n * 1e6
+    spent = cpu_s() - started
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
+    return spent / n * 1e6
 
 
 def _run(mode: str, n: int) -> None:

@@ -113,10 +113,12 @@ class FastSpan(trace.Span):
     def child(self, shape: Shape, message: Message | None = None) -> FastSpan | None:
         """A sampled child of this span with ``shape`` (local parent), sending ``message`` if given,
         when the sampler's answer is known to be yes; else None (the caller asks the tracer)."""
+        recorder = self._recorder
         trace = self._trace
-        if _dropped(trace, self._recorder.local_sampled):
+        if recorder.local_sampled <= _LIMIT and _dropped(trace, recorder.local_sampled):
             return None
-        return FastSpan(self._recorder, shape, trace, self._trace_hex, _span_id(), self._span, self._flags,
+        span_id = (_getrandbits(64) or _nonzero()).to_bytes(8, "big")  # _span_id, inline
+        return FastSpan(recorder, shape, trace, self._trace_hex, span_id, self._span, self._flags,
                         self._state, message)  # fmt: skip
 
     def sent(self, result: SendResult) -> None:
@@ -219,10 +221,15 @@ class FastSpan(trace.Span):
 
 def _span_id() -> bytes:
     """A span id as RandomIdGenerator draws it (never 0, the invalid id), as bytes."""
-    got = _getrandbits(64)
+    return (_getrandbits(64) or _nonzero()).to_bytes(8, "big")
+
+
+def _nonzero() -> int:
+    """Drawn again while 0 (RandomIdGenerator's loop; 0 comes once in 2**64 draws)."""
+    got = 0
     while not got:
         got = _getrandbits(64)
-    return got.to_bytes(8, "big")
+    return got
 
 
 def _dropped(trace: bytes, bound: int) -> bool:
@@ -287,9 +294,10 @@ class Recorder:
         parent_flags = _HEX_BYTE[traceparent[53:55]]
         trace_hex = traceparent[3:35]
         trace = bytes.fromhex(trace_hex)
-        if _dropped(trace, self.remote_bounds[parent_flags & 1]):
+        bound = self.remote_bounds[parent_flags & 1]
+        if bound <= _LIMIT and _dropped(trace, bound):  # the bound read here: most sample every parent
             return None
         state = TraceState.from_header([tracestate]) if tracestate else None
-        flags = 1 | (parent_flags & _RANDOM)
+        span_id = (_getrandbits(64) or _nonzero()).to_bytes(8, "big")  # _span_id, inline
         parent = bytes.fromhex(traceparent[36:52])
-        return FastSpan(self, shape, trace, trace_hex, _span_id(), parent, flags, state)
+        return FastSpan(self, shape, trace, trace_hex, span_id, parent, 1 | (parent_flags & _RANDOM), state)

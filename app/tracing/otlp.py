@@ -43,7 +43,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.trace.status import Status, StatusCode
 
-from rocksidecar.rmq import Message
+from rocksidecar.rmq import SendResult
 
 from ..bounded import remember
 from .fast import FastSpan
@@ -81,7 +81,14 @@ _SCHEMA_URL = b"\x1a"
 # a Span's attributes (9), a KeyValue's key (1) and value (2), an AnyValue's string_value (1)
 _ATTRIBUTES, _KEY, _VALUE, _STRING_VALUE = b"\x4a", b"\x0a", b"\x12", b"\x0a"
 _ONE_BYTE = [bytes((n,)) for n in range(0x80)]
+_TWO_BYTES = [b"" if n < 0x80 else bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(0x4000)]  # varints
 _MESSAGE_ID = MESSAGE_ID.encode()
+# the message id attribute's field up to the id's bytes, by the id's length, while every length fits a byte
+_ID_HEADS = {
+    n: b"".join((_ATTRIBUTES, _ONE_BYTE[len(_MESSAGE_ID) + n + 6], _KEY, _ONE_BYTE[len(_MESSAGE_ID)],
+                 _MESSAGE_ID, _VALUE, _ONE_BYTE[n + 2], _STRING_VALUE, _ONE_BYTE[n]))
+    for n in range(0x80 - len(_MESSAGE_ID) - 6)
+}  # fmt: skip
 # a FastSpan send's result attributes by (queue id, broker, attempts), its body size's by size: encoded once
 _results: dict[tuple[int, str, int], bytes] = {}
 _sizes: dict[int, bytes] = {}
@@ -217,58 +224,83 @@ def _lite_span(span: LiteSpan) -> bytes:
     return b"".join(parts)
 
 
-def _fast_span(span: FastSpan) -> bytes:
-    """``_span`` of a FastSpan (app.tracing.fast): its ids and times around its shape's bytes, which
-    hold the name, kind, flags, unset status and leading attributes; then a send span's message and
-    result attributes, written from them; then what was set on it."""
+def _framed(members: list[Any]) -> list[bytes]:
+    """Each of ``members`` serialised and framed as a ScopeSpans' ``spans`` field (tag, length, bytes),
+    in order: FastSpans written here, in the loop (a call per span and per part is much of what they
+    cost), the others by ``_lite_span`` and ``_span``."""
+    out: list[bytes] = []
+    one = _ONE_BYTE
+    sizes, results, cache, id_heads = _sizes, _results, _cache, _ID_HEADS
+    for span in members:
+        if type(span) is not FastSpan:
+            encoded = _lite_span(span) if type(span) is LiteSpan else _span(span)
+            out += (_SPANS, _varint(len(encoded)), encoded)
+            continue
+        # ids and times around the shape's bytes (name, kind, flags, unset status, leading attributes)
+        shape = span._shape
+        parent = span._parent
+        start, end = span._start.to_bytes(8, "little"), span._end.to_bytes(8, "little")
+        if parent is not None:
+            parts = [
+                _TRACE_ID,
+                span._trace,
+                _SPAN_ID,
+                span._span,
+                _PARENT_ID,
+                parent,
+                _START,
+                start,
+                _END,
+                end,
+            ]
+        else:
+            parts = [_TRACE_ID, span._trace, _SPAN_ID, span._span, _START, start, _END, end]
+        if span._status is UNSET and not (span._events or span._links or span._state):
+            parts.append(shape.head)
+        else:
+            parts += _unusual(span)
+        message = span._message
+        if message is not None:  # a send's: semconv.message_attributes, written from the message
+            msg_id = message.id
+            if msg_id is not None:
+                head = id_heads.get(len(msg_id)) if msg_id.isascii() else None
+                if head is not None:  # the usual: an ASCII id, every length one byte
+                    parts += (head, msg_id.encode())
+                else:
+                    parts.append(_attribute(MESSAGE_ID, msg_id))
+            if message.tags or message.keys:
+                _attributes(parts, tags_and_keys(message, {}).items())
+            size = len(message.body)
+            parts.append(sizes.get(size) or remember(sizes, size, _attribute(BODY_SIZE, size), MAX_CACHED))
+        result = span._result
+        if result is not None:  # semconv.result_attributes, encoded once per queue, broker, attempts
+            queue = result.queue
+            key = (queue.queue_id, queue.broker_name, result.attempts)
+            parts.append(results.get(key) or remember(results, key, _result_part(result), MAX_CACHED))
+        attributes = span._attrs
+        if attributes:  # what was set on it: the cache read inline, as _attributes does
+            for k, v in attributes.items():
+                kind = type(v)
+                got = cache.get((k, kind, v)) if kind in _CACHEABLE else None
+                parts.append(got if got is not None else _attribute(k, v))
+        encoded = b"".join(parts)
+        n = len(encoded)
+        out += (_SPANS, one[n] if n < 0x80 else _TWO_BYTES[n] if n < 0x4000 else _varint(n), encoded)
+    return out
+
+
+def _result_part(result: SendResult) -> bytes:
+    return attributes_bytes(result_attributes(result))
+
+
+def _unusual(span: FastSpan) -> list[bytes]:
+    """A FastSpan's trace state, events and links, and its status's part with its shape's leading
+    attributes (what its shape's head holds for an unset status)."""
     shape = span._shape
-    parent = span._parent
-    start, end = span._start.to_bytes(8, "little"), span._end.to_bytes(8, "little")
-    if parent is not None:
-        parts = [_TRACE_ID, span._trace, _SPAN_ID, span._span, _PARENT_ID, parent, _START, start, _END, end]
-    else:
-        parts = [_TRACE_ID, span._trace, _SPAN_ID, span._span, _START, start, _END, end]
-    events, links, state = span._events, span._links, span._state
-    if events or links or state:
-        parts.append(_rare(state, events or (), links or ()))
-    status = span._status
-    if status is UNSET:
-        parts.append(shape.head)
-    else:
-        parts += (_fixed_part(shape.name, shape.kind, shape.remote, status), shape.attributes)
-    message = span._message
-    if message is not None:
-        _message_parts(parts, message)
-    result = span._result
-    if result is not None:
-        queue = result.queue
-        key = (queue.queue_id, queue.broker_name, result.attempts)
-        got = _results.get(key)
-        if got is None:
-            got = remember(_results, key, attributes_bytes(result_attributes(result)), MAX_CACHED)
-        parts.append(got)
-    attributes = span._attrs
-    if attributes:
-        _attributes(parts, attributes.items())
-    return b"".join(parts)
-
-
-def _message_parts(parts: list[bytes], message: Message) -> None:
-    """``semconv.message_attributes(message)`` serialised: the id written at once (new every message),
-    the body's size from a table."""
-    msg_id = message.id
-    if msg_id is not None:
-        try:
-            parts.append(_string_attribute(_MESSAGE_ID, msg_id.encode()))
-        except UnicodeEncodeError:
-            parts.append(_one(MESSAGE_ID, msg_id))  # dropped, logged: the SDK's rule
-    if message.tags or message.keys:
-        _attributes(parts, tags_and_keys(message, {}).items())
-    size = len(message.body)
-    got = _sizes.get(size)
-    if got is None:
-        got = remember(_sizes, size, _attribute(BODY_SIZE, size), MAX_CACHED)
-    parts.append(got)
+    parts = [_fixed_part(shape.name, shape.kind, shape.remote, span._status), shape.attributes]
+    if span._events or span._links or span._state:
+        parts.insert(0, _rare(span._state, span._events or (), span._links or ()))
+    return parts
 
 
 def shape_bytes(name: str, kind: Any, remote: bool, leading: Mapping[str, Any]) -> tuple[bytes, bytes]:
@@ -334,13 +366,7 @@ def encode_bytes(spans: Sequence[ReadableSpan | FastSpan]) -> bytes:
         resource_spans = [_field(_RESOURCE, _encode_resource(resource).SerializePartialToString())]
         for scope, members in scopes.items():
             scope_spans = [_field(_SCOPE, _encode_instrumentation_scope(scope).SerializePartialToString())]
-            for member in members:  # each span framed as a ``spans`` field: its tag, length, bytes
-                kind = type(member)
-                encoded = (
-                    _fast_span(member) if kind is FastSpan else _lite_span(member) if kind is LiteSpan
-                    else _span(member)
-                )  # fmt: skip
-                scope_spans += (_SPANS, _varint(len(encoded)), encoded)
+            scope_spans += _framed(members)
             if scope is not None and scope.schema_url:
                 scope_spans.append(_field(_SCHEMA_URL, scope.schema_url.encode()))
             resource_spans.append(_field(_SCOPE_SPANS, b"".join(scope_spans)))
@@ -355,6 +381,8 @@ def _by_identity(spans: Sequence[ReadableSpan | FastSpan]) -> list[tuple[Any, An
     a tracer's spans share both objects, and hashing a scope is a Python call per span."""
     groups: dict[tuple[int, int], tuple[Any, Any, list[Any]]] = {}
     span: Any
+    last: tuple[Any, Any] = (None, None)  # the last span's resource and scope: most often the next's
+    members: list[Any] = []
     for span in spans:
         kind = type(span)
         if kind is FastSpan:
@@ -364,11 +392,16 @@ def _by_identity(spans: Sequence[ReadableSpan | FastSpan]) -> list[tuple[Any, An
             resource, scope = span._resource, span._instrumentation_scope
         else:
             resource, scope = span.resource, span.instrumentation_scope
+        if resource is last[0] and scope is last[1]:
+            members.append(span)
+            continue
         key = (id(resource), id(scope))
         group = groups.get(key)
         if group is None:
             group = groups[key] = (resource, scope, [])
-        group[2].append(span)
+        members = group[2]
+        members.append(span)
+        last = (resource, scope)
     return list(groups.values())
 
 
