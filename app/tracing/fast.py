@@ -41,6 +41,7 @@ _TRACE_FLAGS = [TraceFlags(n) for n in range(256)]
 _DASH_FLAGS = [f"-{n:02x}" for n in range(256)]  # a traceparent's last field, after its dash
 _HEX_BYTE = {f"{n:02x}": n for n in range(256)}  # a checked traceparent's flags field's value
 _getrandbits = random.getrandbits  # what RandomIdGenerator draws ids with
+_time_ns = time.time_ns  # a global, not a module's attribute, read twice a span
 _TYPED = MESSAGE_KEYS | RESULT_KEYS  # attributes a send span's message and result give
 _ROOT_FLAGS = 1 | _RANDOM  # sampled; RandomIdGenerator's trace ids are random, and a root says so
 
@@ -96,7 +97,7 @@ class FastSpan(trace.Span):
         self._events: list[Event] | None = None
         self._links: list[Link] | None = None
         self._status = UNSET
-        self._start = time.time_ns()
+        self._start = _time_ns()
         self._end = 0  # not ended
 
     def traceparent(self) -> str:
@@ -215,7 +216,7 @@ class FastSpan(trace.Span):
     def end(self, end_time: int | None = None) -> None:
         if self._end:
             return
-        self._end = end_time or time.time_ns()
+        self._end = end_time or _time_ns()
         self._recorder.on_end(self)
 
 

@@ -253,3 +253,32 @@ class _Asked(type(ALWAYS_ON)):  # type: ignore[misc]
 
     def should_sample(self, *args: Any, **kwargs: Any) -> Any:
         return super().should_sample(*args, **kwargs)
+
+
+async def test_a_sidecar_s_request_is_two_fast_spans_in_its_trace(
+    provider: tuple[TracerProvider, LoopBatchProcessor, _Captured], make_stack: Callable[..., Any]
+) -> None:
+    """Through the HTTP API (app.api.operations' enter and leave): the request's receive and send spans
+    are FastSpans, exported in the request's trace, and the stored message carries the receive span."""
+    made, processor, captured = provider
+    spans.configure(made)
+    async with make_stack() as stack:
+        r = await stack.http.post(
+            "/v1/messages", json={"topic": "FastT", "body": "x"}, headers={"traceparent": TP}
+        )
+        assert r.status_code == 200
+        assert [type(s) for s in processor._queue] == [FastSpan, FastSpan]
+        await processor._drain()
+        (msg,) = stack.stored("FastT")
+    (body,) = captured.bodies
+    request = ExportTraceServiceRequest.FromString(body)
+    got = {s.name: s for r in request.resource_spans for sc in r.scope_spans for s in sc.spans}
+    receive, send = got["receive FastT"], got["send FastT"]
+    assert receive.trace_id.hex() == send.trace_id.hex() == TP[3:35]
+    assert receive.parent_span_id.hex() == TP[36:52] and send.parent_span_id == receive.span_id
+    attributes = {a.key: a.value for a in send.attributes}
+    assert attributes["messaging.message.id"].string_value == r.json()["id"]
+    assert attributes["messaging.rocketmq.broker"].string_value.startswith("broker-")
+    outcome = {a.key: a.value.string_value for a in receive.attributes}["rocksidecar.outcome"]
+    assert outcome == r.json()["status"]
+    assert msg.properties[TRACEPARENT_PROPERTY] == f"00-{TP[3:35]}-{receive.span_id.hex()}-01"
