@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 import time
 import traceback
+from binascii import unhexlify as _unhexlify
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -39,7 +40,7 @@ from .semconv import MESSAGE_KEYS, RESULT_KEYS, message_attributes, result_attri
 
 _TRACE_FLAGS = [TraceFlags(n) for n in range(256)]
 _DASH_FLAGS = [f"-{n:02x}" for n in range(256)]  # a traceparent's last field, after its dash
-_HEX_BYTE = {f"{n:02x}": n for n in range(256)}  # a checked traceparent's flags field's value
+_LOW_BITS = {f"{n:x}": n & 3 for n in range(16)}  # a checked traceparent's last digit: sampled, random
 _getrandbits = random.getrandbits  # what RandomIdGenerator draws ids with
 _time_ns = time.time_ns  # a global, not a module's attribute, read twice a span
 _TYPED = MESSAGE_KEYS | RESULT_KEYS  # attributes a send span's message and result give
@@ -60,14 +61,22 @@ class Shape(NamedTuple):
     scope: Any
 
 
+# A send kept by its receive span (FastSpan.keep_send): shape, span id, start, end, message, result
+Sent = tuple[Shape, bytes, int, int, Message, SendResult]
+
+
 class FastSpan(trace.Span):
     """A recording span of a ``Recorder`` (see the module's doc); ended once, by the code that started
     it, on the processor's loop. A request's send span keeps its message and result as they are
     (``_message``, ``_result``): the encoder writes their attributes (app.tracing.semconv) from them,
-    with no dict of them built per span."""
+    with no dict of them built per span.
+
+    A request's receive span also keeps the send that succeeded under it (``_sent``: ``keep_send``):
+    one object and one queued entry for the request's two spans, the send written before it by the
+    encoder. A send that failed, or one the receive span cannot keep, is a FastSpan of its own."""
 
     __slots__ = ("_attrs", "_end", "_events", "_flags", "_links", "_message", "_parent", "_recorder",
-                 "_result", "_shape", "_span", "_start", "_state", "_status", "_trace",
+                 "_result", "_sent", "_shape", "_span", "_start", "_state", "_status", "_trace",
                  "_trace_hex")  # fmt: skip
 
     def __init__(
@@ -81,6 +90,7 @@ class FastSpan(trace.Span):
         flags: int,
         state: TraceState | None,
         message: Message | None = None,
+        start: int = 0,
     ) -> None:
         # the ids as the encoder and the traceparent want them: bytes (big-endian) and the trace's hex
         self._recorder = recorder
@@ -97,13 +107,14 @@ class FastSpan(trace.Span):
         self._events: list[Event] | None = None
         self._links: list[Link] | None = None
         self._status = UNSET
-        self._start = _time_ns()
+        self._sent: Sent | None = None
+        self._start = start or _time_ns()
         self._end = 0  # not ended
 
     def traceparent(self) -> str:
-        """The W3C traceparent of this span (what a message it carries on holds): joined, since an
+        """The W3C traceparent of this span (what a message it carries on holds): of strings, since an
         f-string's integer formats cost 4x as much."""
-        return "".join(("00-", self._trace_hex, "-", self._span.hex(), _DASH_FLAGS[self._flags]))
+        return f"00-{self._trace_hex}-{self._span.hex()}{_DASH_FLAGS[self._flags]}"
 
     def get_span_context(self) -> SpanContext:
         fields = (int.from_bytes(self._trace, "big"), int.from_bytes(self._span, "big"), False,
@@ -111,16 +122,37 @@ class FastSpan(trace.Span):
         context: SpanContext = tuple.__new__(SpanContext, fields)  # valid by construction (lite's rule)
         return context
 
-    def child(self, shape: Shape, message: Message | None = None) -> FastSpan | None:
+    def child(
+        self, shape: Shape, message: Message | None = None, span_id: bytes | None = None, start: int = 0
+    ) -> FastSpan | None:
         """A sampled child of this span with ``shape`` (local parent), sending ``message`` if given,
-        when the sampler's answer is known to be yes; else None (the caller asks the tracer)."""
-        recorder = self._recorder
-        trace = self._trace
-        if recorder.local_sampled <= _LIMIT and _dropped(trace, recorder.local_sampled):
+        when the sampler's answer is known to be yes; else None (the caller asks the tracer). With
+        ``span_id`` and ``start`` (from ``child_id``): the child that id stands for, started then."""
+        if span_id is None:
+            span_id = self.child_id()
+            if span_id is None:
+                return None
+        return FastSpan(self._recorder, shape, self._trace, self._trace_hex, span_id, self._span,
+                        self._flags, self._state, message, start)  # fmt: skip
+
+    def child_id(self) -> bytes | None:
+        """The span id of a sampled child of this span (drawn now, as ``child`` would), or None when
+        the sampler drops children here."""
+        bound = self._recorder.local_sampled
+        if bound <= _LIMIT and _dropped(self._trace, bound):
             return None
-        span_id = (_getrandbits(64) or _nonzero()).to_bytes(8, "big")  # _span_id, inline
-        return FastSpan(recorder, shape, trace, self._trace_hex, span_id, self._span, self._flags,
-                        self._state, message)  # fmt: skip
+        return (_getrandbits(64) or _nonzero()).to_bytes(8, "big")  # _span_id, inline
+
+    def keep_send(
+        self, shape: Shape, span_id: bytes, start: int, message: Message, result: SendResult
+    ) -> bool:
+        """Keep the send span ``span_id`` (from ``child_id``, started at ``start``, ended now) that sent
+        ``message`` with ``result``, when this span is still recording and keeps none yet; else False
+        (the caller makes it a child span)."""
+        if self._end or self._sent is not None:
+            return False
+        self._sent = (shape, span_id, start, _time_ns(), message, result)
+        return True
 
     def sent(self, result: SendResult) -> None:
         """The send this span is of went out: ``result``'s attributes are the span's."""
@@ -292,13 +324,13 @@ class Recorder:
     def remote_child(self, shape: Shape, traceparent: str, tracestate: str | None) -> FastSpan | None:
         """The span with ``shape`` under a request's ``traceparent`` (checked: lower-case hex) when the
         sampler samples it, else None."""
-        parent_flags = _HEX_BYTE[traceparent[53:55]]
+        low = _LOW_BITS[traceparent[54]]  # the flags' sampled and random bits: their last hex digit's
         trace_hex = traceparent[3:35]
-        trace = bytes.fromhex(trace_hex)
-        bound = self.remote_bounds[parent_flags & 1]
+        trace = _unhexlify(trace_hex)  # half of bytes.fromhex's cost
+        bound = self.remote_bounds[low & 1]
         if bound <= _LIMIT and _dropped(trace, bound):  # the bound read here: most sample every parent
             return None
         state = TraceState.from_header([tracestate]) if tracestate else None
         span_id = (_getrandbits(64) or _nonzero()).to_bytes(8, "big")  # _span_id, inline
-        parent = bytes.fromhex(traceparent[36:52])
-        return FastSpan(self, shape, trace, trace_hex, span_id, parent, 1 | (parent_flags & _RANDOM), state)
+        parent = _unhexlify(traceparent[36:52])
+        return FastSpan(self, shape, trace, trace_hex, span_id, parent, 1 | (low & _RANDOM), state)

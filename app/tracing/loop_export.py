@@ -292,7 +292,7 @@ class LoopBatchProcessor(SpanProcessor):
             return
         queue = self._queue
         if len(queue) >= self._max_queue:
-            self._drop(1)
+            self._drop(_spans(span))
             return
         queue.append(span)
         if self._exporting is None:
@@ -306,7 +306,7 @@ class LoopBatchProcessor(SpanProcessor):
         yet; else the span goes to the bound loop; with no loop at all it waits in the queue (for the
         loop that binds us, or ``shutdown``)."""
         if self._closed:
-            self._drop(1)
+            self._drop(_spans(span))
             return
         if self._loop is None:
             try:
@@ -326,7 +326,7 @@ class LoopBatchProcessor(SpanProcessor):
         """``span`` queued with no loop to hand it to (none bound yet, or closed): within the bound, as
         on the loop (deque.append is atomic)."""
         if len(self._queue) >= self.config.max_queue:
-            self._drop(1)
+            self._drop(_spans(span))
         else:
             self._queue.append(span)
 
@@ -356,8 +356,15 @@ class LoopBatchProcessor(SpanProcessor):
                 self._timer = self._loop.call_later(self.config.schedule_delay_s, self._export_now)
 
     def _take(self) -> list[Ended]:
+        """A batch of at most max_batch spans (a FastSpan that keeps its request's send holds two)."""
         queue = self._queue
-        return [queue.popleft() for _ in range(min(len(queue), self.config.max_batch))]
+        batch: list[Ended] = []
+        room = self.config.max_batch
+        while queue and room > 0:
+            span = queue.popleft()
+            batch.append(span)
+            room -= 2 if type(span) is FastSpan and span._sent is not None else 1
+        return batch
 
     async def _send(self, batch: list[Ended]) -> None:
         """One batch to the collector, tried again while that is worth it and time is left. Never raises
@@ -378,7 +385,7 @@ class LoopBatchProcessor(SpanProcessor):
                 self._failed(batch, f"{type(error).__name__}: {error}")
                 return
             if refused is None:
-                self.exported += len(batch)
+                self.exported += _count(batch)
                 return
             why, again = refused
             if not again or deadline - loop.time() <= backoff:
@@ -388,11 +395,11 @@ class LoopBatchProcessor(SpanProcessor):
             backoff *= 2
 
     def _failed(self, batch: list[Ended], why: str) -> None:
-        self.failed += len(batch)
+        self.failed += _count(batch)
         held = self._throttle.allow(("failed", why[:200]))
         if held is not None:
             log.warning(
-                "span export to %s failed, %d spans dropped: %s%s", self.config.endpoint, len(batch),
+                "span export to %s failed, %d spans dropped: %s%s", self.config.endpoint, _count(batch),
                 why[:500], f" ({held} more failed exports since the last line)" if held else "",
             )  # fmt: skip
 
@@ -446,6 +453,15 @@ class LoopBatchProcessor(SpanProcessor):
         finally:
             await self._transport.close()
             self._transport = old
+
+
+def _spans(span: Ended) -> int:
+    """The spans an entry of the queue stands for: two for a FastSpan that keeps its request's send."""
+    return 2 if type(span) is FastSpan and span._sent is not None else 1
+
+
+def _count(batch: list[Ended]) -> int:
+    return sum(map(_spans, batch))
 
 
 def processor(env: Mapping[str, str]) -> LoopBatchProcessor | None:

@@ -43,10 +43,10 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.trace.status import Status, StatusCode
 
-from rocksidecar.rmq import SendResult
+from rocksidecar.rmq import Message, SendResult
 
 from ..bounded import remember
-from .fast import FastSpan
+from .fast import FastSpan, Sent
 from .lite import UNSET, LiteSpan, Preset
 from .semconv import BODY_SIZE, MESSAGE_ID, result_attributes, tags_and_keys
 
@@ -227,17 +227,21 @@ def _lite_span(span: LiteSpan) -> bytes:
 def _framed(members: list[Any]) -> list[bytes]:
     """Each of ``members`` serialised and framed as a ScopeSpans' ``spans`` field (tag, length, bytes),
     in order: FastSpans written here, in the loop (a call per span and per part is much of what they
-    cost), the others by ``_lite_span`` and ``_span``."""
+    cost), a send one keeps (``_sent``) just before it; the others by ``_lite_span`` and ``_span``."""
     out: list[bytes] = []
-    one = _ONE_BYTE
-    sizes, results, cache, id_heads = _sizes, _results, _cache, _ID_HEADS
+    one, two = _ONE_BYTE, _TWO_BYTES
+    cache = _cache
     for span in members:
         if type(span) is not FastSpan:
             encoded = _lite_span(span) if type(span) is LiteSpan else _span(span)
             out += (_SPANS, _varint(len(encoded)), encoded)
             continue
+        kept = span._sent
+        if kept is not None:  # the request's send, ended before it: first, as it would have been queued
+            encoded = _kept_send(span, kept)
+            n = len(encoded)
+            out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), encoded)
         # ids and times around the shape's bytes (name, kind, flags, unset status, leading attributes)
-        shape = span._shape
         parent = span._parent
         start, end = span._start.to_bytes(8, "little"), span._end.to_bytes(8, "little")
         if parent is not None:
@@ -256,27 +260,11 @@ def _framed(members: list[Any]) -> list[bytes]:
         else:
             parts = [_TRACE_ID, span._trace, _SPAN_ID, span._span, _START, start, _END, end]
         if span._status is UNSET and not (span._events or span._links or span._state):
-            parts.append(shape.head)
+            parts.append(span._shape.head)
         else:
             parts += _unusual(span)
-        message = span._message
-        if message is not None:  # a send's: semconv.message_attributes, written from the message
-            msg_id = message.id
-            if msg_id is not None:
-                head = id_heads.get(len(msg_id)) if msg_id.isascii() else None
-                if head is not None:  # the usual: an ASCII id, every length one byte
-                    parts += (head, msg_id.encode())
-                else:
-                    parts.append(_attribute(MESSAGE_ID, msg_id))
-            if message.tags or message.keys:
-                _attributes(parts, tags_and_keys(message, {}).items())
-            size = len(message.body)
-            parts.append(sizes.get(size) or remember(sizes, size, _attribute(BODY_SIZE, size), MAX_CACHED))
-        result = span._result
-        if result is not None:  # semconv.result_attributes, encoded once per queue, broker, attempts
-            queue = result.queue
-            key = (queue.queue_id, queue.broker_name, result.attempts)
-            parts.append(results.get(key) or remember(results, key, _result_part(result), MAX_CACHED))
+        if span._message is not None or span._result is not None:  # a send's, from its message, result
+            _sent_parts(parts, span._message, span._result)
         attributes = span._attrs
         if attributes:  # what was set on it: the cache read inline, as _attributes does
             for k, v in attributes.items():
@@ -285,8 +273,42 @@ def _framed(members: list[Any]) -> list[bytes]:
                 parts.append(got if got is not None else _attribute(k, v))
         encoded = b"".join(parts)
         n = len(encoded)
-        out += (_SPANS, one[n] if n < 0x80 else _TWO_BYTES[n] if n < 0x4000 else _varint(n), encoded)
+        out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), encoded)
     return out
+
+
+def _kept_send(receive: FastSpan, kept: Sent) -> bytes:
+    """The send span a receive FastSpan keeps (FastSpan.keep_send), serialised: the receive's trace and
+    trace state, the receive as its parent; its message's and result's attributes."""
+    shape, span_id, start, end, message, result = kept
+    parts = [_TRACE_ID, receive._trace, _SPAN_ID, span_id, _PARENT_ID, receive._span, _START,
+             start.to_bytes(8, "little"), _END, end.to_bytes(8, "little")]  # fmt: skip
+    if receive._state:
+        parts.append(_rare(receive._state, (), ()))
+    parts.append(shape.head)
+    _sent_parts(parts, message, result)
+    return b"".join(parts)
+
+
+def _sent_parts(parts: list[bytes], message: Message | None, result: SendResult | None) -> None:
+    """``semconv.message_attributes(message)`` and ``result_attributes(result)`` serialised: the id
+    written at once (new every message), the body's size and the result's from tables."""
+    if message is not None:
+        msg_id = message.id
+        if msg_id is not None:
+            head = _ID_HEADS.get(len(msg_id)) if msg_id.isascii() else None
+            if head is not None:  # the usual: an ASCII id, every length one byte
+                parts += (head, msg_id.encode())
+            else:
+                parts.append(_attribute(MESSAGE_ID, msg_id))
+        if message.tags or message.keys:
+            _attributes(parts, tags_and_keys(message, {}).items())
+        size = len(message.body)
+        parts.append(_sizes.get(size) or remember(_sizes, size, _attribute(BODY_SIZE, size), MAX_CACHED))
+    if result is not None:  # encoded once per queue, broker and attempts
+        queue = result.queue
+        key = (queue.queue_id, queue.broker_name, result.attempts)
+        parts.append(_results.get(key) or remember(_results, key, _result_part(result), MAX_CACHED))
 
 
 def _result_part(result: SendResult) -> bytes:

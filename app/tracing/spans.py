@@ -18,6 +18,7 @@ extra); while off, ``ON`` is False and the hooks in the send path are that one c
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from enum import Enum
@@ -72,7 +73,10 @@ _FAST_SPAN: type[FastSpan] | None = None
 _RECEIVED: dict[str, Shape] = {}  # receive spans under a request's traceparent, by topic
 _ROOTED: dict[str, Shape] = {}  # receive spans of requests without one
 _SENT: dict[str, Shape] = {}  # the request's send spans
-_OUTCOMES: dict[int, tuple[Enum, str]] = {}  # a result's status (an Enum member) -> its outcome attribute
+_time_ns = time.time_ns
+_OUTCOMES: dict[
+    int, tuple[Enum, str, dict[str, Any]]
+] = {}  # a result's status (an Enum member) -> its outcome attribute
 MAX_LINKS = 128  # a replayed batch links to each message's request, up to this many
 DELAY_DUE_AT = "DELAY_DUE_AT"  # delay.DELAY_DUE_AT: a delayed message being published carries it
 _T = TypeVar("_T")
@@ -382,14 +386,17 @@ def leave(span: Span, held: Any, result: object = None, exc: BaseException | Non
     if exc is not None:
         _failed(span, exc)
     else:
-        outcome = _outcome(result)
+        status = getattr(result, "status", None)
+        known = _OUTCOMES.get(id(status))  # _outcome's cache, read inline: the usual answer
         fast: Any = span
-        if outcome is None:
-            pass
-        elif fast._attrs is None and not fast._end:  # the usual: the outcome is its one attribute
-            fast._attrs = {OUTCOME: outcome}
+        if known is not None and known[0] is status and fast._attrs is None and not fast._end:
+            # the usual: the outcome its one attribute, a dict shared by the spans of that outcome. It is
+            # never changed: the span ends below, and an ended span's attributes are not set again
+            fast._attrs = known[2]
         else:
-            span.set_attribute(OUTCOME, outcome)
+            outcome = _outcome(result)
+            if outcome is not None:
+                span.set_attribute(OUTCOME, outcome)
     span.end()
 
 
@@ -403,7 +410,7 @@ def _outcome(result: object) -> str | None:
         return known[1]
     outcome = str(getattr(status, "value", status))
     if isinstance(status, Enum):  # kept while it lives: a member, for good
-        remember(_OUTCOMES, id(status), (status, outcome), MAX_PRESETS)
+        remember(_OUTCOMES, id(status), (status, outcome, {OUTCOME: outcome}), MAX_PRESETS)
     return outcome
 
 
@@ -503,6 +510,18 @@ def _sent(span: Span, result: SendResult) -> None:
         span.set_attributes(result_attributes(result))
 
 
+def _send_shape(receiving: FastSpan, topic: str) -> Shape:
+    return _shape(_SENT, receiving._recorder, "send", topic, SpanKind.PRODUCER, False)
+
+
+def _failed_send(span: Span, exc: BaseException) -> None:
+    """A request's send span ended by ``exc``: its attempts, its error, its end."""
+    if isinstance(exc, RocketMQError):
+        _record_attempts(span, exc)
+    _failed(span, exc)
+    span.end()
+
+
 def _record_attempts(span: Span, exc: BaseException) -> None:
     if isinstance(exc, SendFailed):
         for attempt in exc.attempts:
@@ -533,25 +552,28 @@ class TracedSender(WatchedSender):
         # are events on it), so it is not made current: no OpenTelemetry context attached and detached
         # per send, and a log line inside still carries the request's trace id (its receive span's).
         receiving: Any = _RECEIVING.get()
-        span: Any = None
-        if type(receiving) is _FAST_SPAN:  # its child is a FastSpan too when it is sampled
-            topic = msg.topic
-            shape = _SENT.get(topic) or _shape(_SENT, _FAST, "send", topic, SpanKind.PRODUCER, False)  # type: ignore[arg-type]
-            span = receiving.child(shape, msg)
-        if span is None:
-            span = _send_span([msg], False)
+        span_id = receiving.child_id() if type(receiving) is _FAST_SPAN else None
+        if span_id is not None:  # a FastSpan request's send (app.tracing.fast), sampled: kept by it
+            shape = _SENT.get(msg.topic) or _send_shape(receiving, msg.topic)
+            start = _time_ns()
+            try:
+                sent = await self._inner.send(msg, sharding_key=sharding_key, validated=validated)
+            except BaseException as exc:  # a failed send is a child span of its own, with the failure
+                span = receiving.child(shape, msg, span_id, start)
+                _failed_send(span, exc)
+                raise
+            if not receiving.keep_send(shape, span_id, start, msg, sent):
+                span = receiving.child(shape, msg, span_id, start)
+                span.sent(sent)
+                span.end()
+            return sent
+        span = _send_span([msg], False)
         try:
             sent = await self._inner.send(msg, sharding_key=sharding_key, validated=validated)
         except BaseException as exc:
-            if isinstance(exc, RocketMQError):
-                _record_attempts(span, exc)
-            _failed(span, exc)
-            span.end()
+            _failed_send(span, exc)
             raise
-        if type(span) is _FAST_SPAN:
-            span.sent(sent)
-        else:
-            _sent(span, sent)
+        _sent(span, sent)
         span.end()
         return sent
 
