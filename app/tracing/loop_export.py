@@ -18,14 +18,14 @@ batching (``OTEL_BSP_SCHEDULE_DELAY``, ``OTEL_BSP_MAX_QUEUE_SIZE``, ``OTEL_BSP_M
 ``OTEL_BSP_EXPORT_TIMEOUT``, in milliseconds). A value that is not a number in range is refused with one
 line naming the variable (the SDK would warn and use its default).
 
-Behaviour kept from the SDK's processor: spans queue up to the queue's size (more are dropped and
-counted, as the SDK drops them; a request's receive span that keeps its send, app.tracing.fast, is one
-entry of the queue for two spans, and counts two in a batch's size and in every count); a full batch is exported at once, a partial one after the schedule
-delay; one export at a time; an export that fails for a reason worth repeating (no connection, HTTP
-408, 429, 502-504, the gRPC codes the SDK's exporter retries) is tried again with exponential back-off
-until its timeout, then dropped; an export never raises into the code that ends spans. ``shutdown``
-exports what is still queued (the sidecar calls it after its loop has stopped: the rest goes out on a
-loop of its own).
+Behaviour kept from the SDK's processor: spans queue up to the queue's size (more are dropped and counted,
+as the SDK drops them; a request's receive span that keeps its send, app.tracing.fast, is one entry of the
+queue for two spans, and counts two in a batch's size and in every count); a full batch is exported at
+once, a partial one after the schedule delay; one export at a time; an export that fails for a reason
+worth repeating (no connection, HTTP 408, 429, 502-504, the gRPC codes the SDK's exporter retries) is
+tried again with exponential back-off until its timeout, then dropped; an export never raises into the
+code that ends spans. ``shutdown`` exports what is still queued (the sidecar calls it after its loop has
+stopped: the rest goes out on a loop of its own).
 """
 
 from __future__ import annotations
