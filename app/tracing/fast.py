@@ -33,10 +33,10 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
-from rocksidecar.rmq import Message, SendResult
+from rocksidecar.rmq import SendResult
 
 from .lite import _LIMIT, _RANDOM, LOCAL_SAMPLED, REMOTE_NOT_SAMPLED, REMOTE_SAMPLED, UNSET, LiteTracer
-from .semconv import MESSAGE_KEYS, RESULT_KEYS, message_attributes, result_attributes
+from .semconv import MESSAGE_KEYS, RESULT_KEYS, Facts, facts_attributes, result_attributes
 
 _TRACE_FLAGS = [TraceFlags(n) for n in range(256)]
 _DASH_FLAGS = [f"-{n:02x}" for n in range(256)]  # a traceparent's last field, after its dash
@@ -61,21 +61,22 @@ class Shape(NamedTuple):
     scope: Any
 
 
-# A send kept by its receive span (FastSpan.keep_send): shape, span id, start, end, message, result
-Sent = tuple[Shape, bytes, int, int, Message, SendResult]
+# A send kept by its receive span (FastSpan.keep_send): shape, span id, start, end, its message's facts,
+# result
+Sent = tuple[Shape, bytes, int, int, Facts, SendResult]
 
 
 class FastSpan(trace.Span):
     """A recording span of a ``Recorder`` (see the module's doc); ended once, by the code that started
     it, on the processor's loop. A request's send span keeps its message and result as they are
-    (``_message``, ``_result``): the encoder writes their attributes (app.tracing.semconv) from them,
+    (``_facts``: semconv.facts, never the body; ``_result``): the encoder writes their attributes from them,
     with no dict of them built per span.
 
     A request's receive span also keeps the send that succeeded under it (``_sent``: ``keep_send``):
     one object and one queued entry for the request's two spans, the send written before it by the
     encoder. A send that failed, or one the receive span cannot keep, is a FastSpan of its own."""
 
-    __slots__ = ("_attrs", "_end", "_events", "_flags", "_links", "_message", "_parent", "_recorder",
+    __slots__ = ("_attrs", "_end", "_events", "_facts", "_flags", "_links", "_parent", "_recorder",
                  "_result", "_sent", "_shape", "_span", "_start", "_state", "_status", "_trace",
                  "_trace_hex")  # fmt: skip
 
@@ -89,7 +90,7 @@ class FastSpan(trace.Span):
         parent: bytes | None,
         flags: int,
         state: TraceState | None,
-        message: Message | None = None,
+        facts: Facts | None = None,
         start: int = 0,
     ) -> None:
         # the ids as the encoder and the traceparent want them: bytes (big-endian) and the trace's hex
@@ -101,7 +102,7 @@ class FastSpan(trace.Span):
         self._parent = parent  # None: a root
         self._flags = flags
         self._state = state
-        self._message = message
+        self._facts = facts
         self._result: SendResult | None = None
         self._attrs: dict[str, Any] | None = None
         self._events: list[Event] | None = None
@@ -123,7 +124,7 @@ class FastSpan(trace.Span):
         return context
 
     def child(
-        self, shape: Shape, message: Message | None = None, span_id: bytes | None = None, start: int = 0
+        self, shape: Shape, facts: Facts | None = None, span_id: bytes | None = None, start: int = 0
     ) -> FastSpan | None:
         """A sampled child of this span with ``shape`` (local parent), sending ``message`` if given,
         when the sampler's answer is known to be yes; else None (the caller asks the tracer). With
@@ -133,7 +134,7 @@ class FastSpan(trace.Span):
             if span_id is None:
                 return None
         return FastSpan(self._recorder, shape, self._trace, self._trace_hex, span_id, self._span,
-                        self._flags, self._state, message, start)  # fmt: skip
+                        self._flags, self._state, facts, start)  # fmt: skip
 
     def child_id(self) -> bytes | None:
         """The span id of a sampled child of this span (drawn now, as ``child`` would), or None when
@@ -143,15 +144,13 @@ class FastSpan(trace.Span):
             return None
         return (_getrandbits(64) or _nonzero()).to_bytes(8, "big")  # _span_id, inline
 
-    def keep_send(
-        self, shape: Shape, span_id: bytes, start: int, message: Message, result: SendResult
-    ) -> bool:
+    def keep_send(self, shape: Shape, span_id: bytes, start: int, facts: Facts, result: SendResult) -> bool:
         """Keep the send span ``span_id`` (from ``child_id``, started at ``start``, ended now) that sent
         ``message`` with ``result``, when this span is still recording and keeps none yet; else False
         (the caller makes it a child span)."""
         if self._end or self._sent is not None:
             return False
-        self._sent = (shape, span_id, start, _time_ns(), message, result)
+        self._sent = (shape, span_id, start, _time_ns(), facts, result)
         return True
 
     def sent(self, result: SendResult) -> None:
@@ -168,7 +167,7 @@ class FastSpan(trace.Span):
 
     def set_attribute(self, key: str, value: Any) -> None:
         if not self._end:
-            if key in _TYPED and (self._message is not None or self._result is not None):
+            if key in _TYPED and (self._facts is not None or self._result is not None):
                 self._untyped()
             if self._attrs is None:
                 self._attrs = {}
@@ -178,7 +177,7 @@ class FastSpan(trace.Span):
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         if not self._end:
-            if (self._message is not None or self._result is not None) and not _TYPED.isdisjoint(attributes):
+            if (self._facts is not None or self._result is not None) and not _TYPED.isdisjoint(attributes):
                 self._untyped()
             if self._attrs is None:
                 self._attrs = dict(attributes)
@@ -191,12 +190,12 @@ class FastSpan(trace.Span):
         """The message's and the result's attributes as set values (first, in the order the encoder
         writes them), so that a value set again replaces them rather than repeating the key."""
         typed: dict[str, Any] = {}
-        if self._message is not None:
-            message_attributes(self._message, typed)
+        if self._facts is not None:
+            facts_attributes(self._facts, typed)
         if self._result is not None:
             typed.update(result_attributes(self._result))
         self._attrs = {**typed, **(self._attrs or {})}
-        self._message = self._result = None
+        self._facts = self._result = None
 
     def _reshape(self) -> None:
         """A leading attribute set again: the shape keeps none, its values go with the span's own
@@ -295,9 +294,9 @@ class Recorder:
     def of(cls, tracer: trace.Tracer, encode_shape: Any) -> Recorder | None:
         """A Recorder for ``tracer`` when it is a LiteTracer with RandomIdGenerator's ids, a sampler
         whose answers for a remote parent and a sampled local parent are known from its fields,
-        and one processor, the loop's; else None (LiteSpans, as before)."""
-        from .loop_export import LoopBatchProcessor  # here: it imports otlp, which imports us
-
+        and one processor, one that takes FastSpans (``on_end_sampled``: the loop's, app.tracing
+        .loop_export, which this module does not import: it imports the encoder, which imports this);
+        else None (LiteSpans, as before)."""
         if not isinstance(tracer, LiteTracer) or type(tracer.ids) is not RandomIdGenerator:
             return None
         known = tracer.decisions
@@ -305,9 +304,10 @@ class Recorder:
             return None
         processor = tracer.processor
         members = getattr(processor, "_span_processors", (processor,))  # the SDK's multi processor's
-        if len(members) != 1 or not isinstance(members[0], LoopBatchProcessor):
+        on_end = getattr(members[0], "on_end_sampled", None) if len(members) == 1 else None
+        if on_end is None:  # not a processor that takes FastSpans (loop_export.LoopBatchProcessor does)
             return None
-        return cls(tracer, members[0].on_end_sampled, encode_shape)
+        return cls(tracer, on_end, encode_shape)
 
     def shape(self, name: str, kind: SpanKind, remote: bool, leading: Mapping[str, Any]) -> Shape:
         """The shape of spans named ``name`` of ``kind`` whose first attributes are ``leading`` (the

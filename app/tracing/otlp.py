@@ -43,12 +43,12 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.trace.status import Status, StatusCode
 
-from rocksidecar.rmq import Message, SendResult
+from rocksidecar.rmq import SendResult
 
 from ..bounded import remember
 from .fast import FastSpan, Sent
 from .lite import UNSET, LiteSpan, Preset
-from .semconv import BODY_SIZE, MESSAGE_ID, result_attributes, tags_and_keys
+from .semconv import BODY_SIZE, MESSAGE_ID, Facts, result_attributes, tags_and_keys
 
 MAX_CACHED = 4096  # distinct attributes kept encoded; past it the cache starts again (message ids churn)
 _CACHEABLE = (str, bool, int, float)  # hashable scalars; a list (message keys) is encoded each time
@@ -263,8 +263,8 @@ def _framed(members: list[Any]) -> list[bytes]:
             parts.append(span._shape.head)
         else:
             parts += _unusual(span)
-        if span._message is not None or span._result is not None:  # a send's, from its message, result
-            _sent_parts(parts, span._message, span._result)
+        if span._facts is not None or span._result is not None:  # a send's, from its message, result
+            _sent_parts(parts, span._facts, span._result)
         attributes = span._attrs
         if attributes:  # what was set on it: the cache read inline, as _attributes does
             for k, v in attributes.items():
@@ -279,31 +279,30 @@ def _framed(members: list[Any]) -> list[bytes]:
 
 def _kept_send(receive: FastSpan, kept: Sent) -> bytes:
     """The send span a receive FastSpan keeps (FastSpan.keep_send), serialised: the receive's trace and
-    trace state, the receive as its parent; its message's and result's attributes."""
-    shape, span_id, start, end, message, result = kept
+    trace state, the receive as its parent; its message's (facts) and result's attributes."""
+    shape, span_id, start, end, facts, result = kept
     parts = [_TRACE_ID, receive._trace, _SPAN_ID, span_id, _PARENT_ID, receive._span, _START,
              start.to_bytes(8, "little"), _END, end.to_bytes(8, "little")]  # fmt: skip
     if receive._state:
         parts.append(_rare(receive._state, (), ()))
     parts.append(shape.head)
-    _sent_parts(parts, message, result)
+    _sent_parts(parts, facts, result)
     return b"".join(parts)
 
 
-def _sent_parts(parts: list[bytes], message: Message | None, result: SendResult | None) -> None:
-    """``semconv.message_attributes(message)`` and ``result_attributes(result)`` serialised: the id
-    written at once (new every message), the body's size and the result's from tables."""
-    if message is not None:
-        msg_id = message.id
+def _sent_parts(parts: list[bytes], facts: Facts | None, result: SendResult | None) -> None:
+    """``semconv.facts_attributes(facts)`` and ``result_attributes(result)`` serialised: the id written
+    at once (new every message), the body's size and the result's from tables."""
+    if facts is not None:
+        msg_id, tags, keys, size = facts
         if msg_id is not None:
             head = _ID_HEADS.get(len(msg_id)) if msg_id.isascii() else None
             if head is not None:  # the usual: an ASCII id, every length one byte
                 parts += (head, msg_id.encode())
             else:
                 parts.append(_attribute(MESSAGE_ID, msg_id))
-        if message.tags or message.keys:
-            _attributes(parts, tags_and_keys(message, {}).items())
-        size = len(message.body)
+        if tags or keys:
+            _attributes(parts, tags_and_keys(tags, keys, {}).items())
         parts.append(_sizes.get(size) or remember(_sizes, size, _attribute(BODY_SIZE, size), MAX_CACHED))
     if result is not None:  # encoded once per queue, broker and attempts
         queue = result.queue

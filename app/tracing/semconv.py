@@ -30,20 +30,34 @@ def named(operation: str, topic: str) -> dict[str, Any]:
     }
 
 
+# What a message's attributes are made of (id, tags, keys, body size): what a span keeps of the message it
+# sent, never the body itself (a queued span would hold it until its export)
+Facts = tuple[str | None, str | None, tuple[str, ...], int]
+
+
+def facts(msg: Message) -> Facts:
+    return (msg.id, msg.tags, msg.keys, len(msg.body))
+
+
 def message_attributes(msg: Message, attrs: dict[str, Any]) -> dict[str, Any]:
     """``attrs`` with ``msg``'s own attributes (id, tag, keys, body size) added, in that order."""
-    if msg.id is not None:
-        attrs[MESSAGE_ID] = msg.id
-    tags_and_keys(msg, attrs)
-    attrs[BODY_SIZE] = len(msg.body)
+    return facts_attributes(facts(msg), attrs)
+
+
+def facts_attributes(of: Facts, attrs: dict[str, Any]) -> dict[str, Any]:
+    msg_id, tags, keys, size = of
+    if msg_id is not None:
+        attrs[MESSAGE_ID] = msg_id
+    tags_and_keys(tags, keys, attrs)
+    attrs[BODY_SIZE] = size
     return attrs
 
 
-def tags_and_keys(msg: Message, attrs: dict[str, Any]) -> dict[str, Any]:
-    if msg.tags:
-        attrs[TAG] = msg.tags
-    if msg.keys:
-        attrs[KEYS] = list(msg.keys)
+def tags_and_keys(tags: str | None, keys: tuple[str, ...], attrs: dict[str, Any]) -> dict[str, Any]:
+    if tags:
+        attrs[TAG] = tags
+    if keys:
+        attrs[KEYS] = list(keys)
     return attrs
 
 

@@ -555,15 +555,16 @@ class TracedSender(WatchedSender):
         span_id = receiving.child_id() if type(receiving) is _FAST_SPAN else None
         if span_id is not None:  # a FastSpan request's send (app.tracing.fast), sampled: kept by it
             shape = _SENT.get(msg.topic) or _send_shape(receiving, msg.topic)
+            facts = (msg.id, msg.tags, msg.keys, len(msg.body))  # semconv.facts, inline: no body kept
             start = _time_ns()
             try:
                 sent = await self._inner.send(msg, sharding_key=sharding_key, validated=validated)
             except BaseException as exc:  # a failed send is a child span of its own, with the failure
-                span = receiving.child(shape, msg, span_id, start)
+                span = receiving.child(shape, facts, span_id, start)
                 _failed_send(span, exc)
                 raise
-            if not receiving.keep_send(shape, span_id, start, msg, sent):
-                span = receiving.child(shape, msg, span_id, start)
+            if not receiving.keep_send(shape, span_id, start, facts, sent):
+                span = receiving.child(shape, facts, span_id, start)
                 span.sent(sent)
                 span.end()
             return sent

@@ -220,9 +220,9 @@ async def test_the_request_s_spans_are_one_entry_of_the_loop_processor_s_queue(
     await SCENARIOS["sampled traceparent"]()
     (receive,) = processor._queue
     assert isinstance(receive, FastSpan) and receive._sent is not None
-    shape, send_id, start, end, message, result = receive._sent
+    shape, send_id, start, end, facts, result = receive._sent
     assert shape.name == "send T" and receive._start <= start <= end <= receive._end
-    assert message.id == "MSGID" and result is RESULT
+    assert facts == ("MSGID", None, (), 4) and result is RESULT  # the message's facts: not its body
     assert receive.get_span_context().trace_id == int(TP[3:35], 16) and len(send_id) == 8
     assert receive._parent is not None and receive._parent.hex() == TP[36:52] and receive._shape.remote
     assert not receive.is_recording()
