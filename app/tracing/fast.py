@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import random
 import time
-import traceback
 from binascii import unhexlify as _unhexlify
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -31,11 +30,19 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
-from opentelemetry.trace.status import Status, StatusCode
 
 from rocksidecar.rmq import SendResult
 
-from .lite import _LIMIT, _RANDOM, LOCAL_SAMPLED, REMOTE_NOT_SAMPLED, REMOTE_SAMPLED, UNSET, LiteTracer
+from .lite import (
+    _LIMIT,
+    _RANDOM,
+    LOCAL_SAMPLED,
+    REMOTE_NOT_SAMPLED,
+    REMOTE_SAMPLED,
+    UNSET,
+    LiteSpan,
+    LiteTracer,
+)
 from .semconv import MESSAGE_KEYS, RESULT_KEYS, Facts, facts_attributes, result_attributes
 
 _TRACE_FLAGS = [TraceFlags(n) for n in range(256)]
@@ -79,6 +86,11 @@ class FastSpan(trace.Span):
     __slots__ = ("_attrs", "_end", "_events", "_facts", "_flags", "_links", "_parent", "_recorder",
                  "_result", "_sent", "_shape", "_span", "_start", "_state", "_status", "_trace",
                  "_trace_hex")  # fmt: skip
+    _result: SendResult | None
+    _attrs: dict[str, Any] | None
+    _events: list[Event] | None
+    _links: list[Link] | None
+    _sent: Sent | None
 
     def __init__(
         self,
@@ -93,22 +105,16 @@ class FastSpan(trace.Span):
         facts: Facts | None = None,
         start: int = 0,
     ) -> None:
-        # the ids as the encoder and the traceparent want them: bytes (big-endian) and the trace's hex
         self._recorder = recorder
         self._shape = shape
-        self._trace = trace
-        self._trace_hex = trace_hex
-        self._span = span
-        self._parent = parent  # None: a root
+        # the ids as the encoder and the traceparent want them: bytes (big-endian) and the trace's hex;
+        # no parent: a root
+        self._trace, self._trace_hex, self._span, self._parent = trace, trace_hex, span, parent
         self._flags = flags
         self._state = state
         self._facts = facts
-        self._result: SendResult | None = None
-        self._attrs: dict[str, Any] | None = None
-        self._events: list[Event] | None = None
-        self._links: list[Link] | None = None
+        self._result = self._attrs = self._events = self._links = self._sent = None  # set later, if ever
         self._status = UNSET
-        self._sent: Sent | None = None
         self._start = start or _time_ns()
         self._end = 0  # not ended
 
@@ -220,29 +226,9 @@ class FastSpan(trace.Span):
             shape = self._shape
             self._shape = self._recorder.shape(name, shape.kind, shape.remote, shape.leading)
 
-    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
-        if self._end or self._status.status_code is StatusCode.OK:  # OK is final (the SDK's rule)
-            return
-        self._status = status if isinstance(status, Status) else Status(status, description)
-
-    def record_exception(
-        self,
-        exception: BaseException,
-        attributes: Any = None,
-        timestamp: int | None = None,
-        escaped: bool = False,
-    ) -> None:
-        kind = type(exception)
-        module = kind.__module__
-        attrs: dict[str, Any] = {
-            "exception.type": f"{module}.{kind.__qualname__}" if module != "builtins" else kind.__qualname__,
-            "exception.message": str(exception),
-            "exception.stacktrace": "".join(traceback.format_exception(exception)),
-            "exception.escaped": str(escaped),
-        }
-        if attributes:
-            attrs.update(attributes)
-        self.add_event("exception", attrs, timestamp)
+    # a LiteSpan's: its status rule (OK is final) and its exception event, through is_recording and add_event
+    set_status = LiteSpan.set_status
+    record_exception = LiteSpan.record_exception
 
     def end(self, end_time: int | None = None) -> None:
         if self._end:

@@ -210,7 +210,10 @@ class LiteSpan(trace.Span, ReadableSpan):
             self._name = name
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
-        if self._ended or self._status.status_code is StatusCode.OK:  # OK is final (the SDK's rule)
+        """(app.tracing.fast's FastSpan shares this and ``record_exception``: hence is_recording)"""
+        if (
+            not self.is_recording() or self._status.status_code is StatusCode.OK
+        ):  # OK is final (the SDK's rule)
             return
         self._status = status if isinstance(status, Status) else Status(status, description)
 
