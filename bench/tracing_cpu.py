@@ -28,7 +28,7 @@ import dataclasses
 import gc
 import resource
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -123,6 +123,19 @@ class Instant:
         return [RESULT] * len(messages)
 
 
+def sidecar_gc() -> Callable[[], None]:
+    """The collector as the sidecar runs it (app.wiring.tune_gc: rare young collections, start-up
+    frozen); returns what puts the process's back."""
+    thresholds = gc.get_threshold()
+    tune_gc()
+
+    def restore() -> None:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+
+    return restore
+
+
 def cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -151,8 +164,7 @@ async def per_message_us(mode: str, n: int) -> float:
     elif mode.startswith("msgtrace"):
         dispatcher = msgtrace.Dispatcher(Instant(), group="bench")
         sender = msgtrace.MsgTraceSender(sender, dispatcher)
-    thresholds = gc.get_threshold()
-    tune_gc()  # the collector as the sidecar runs it (app.wiring): rare young collections, start-up frozen
+    restore = sidecar_gc()
     started = cpu_s()
     try:
         if mode.endswith("batch"):  # as the coalescer hands x32's sends on: batches of COALESCED
@@ -181,8 +193,7 @@ async def per_message_us(mode: str, n: int) -> float:
         spans.configure(None)
         if provider is not None:
             provider.shutdown()
-        gc.unfreeze()
-        gc.set_threshold(*thresholds)
+        restore()
     return (cpu_s() - started) / n * 1e6
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import os
 import random
 import re
@@ -30,9 +29,8 @@ import subprocess
 import sys
 import time
 
-from bench.tracing_cpu import cpu_s, per_message_us
+from bench.tracing_cpu import cpu_s, per_message_us, sidecar_gc
 from rocksidecar.app.tracing.otlp import _varint  # protobuf's varint, as the sidecar writes it
-from rocksidecar.app.wiring import tune_gc
 
 BATCH = 512
 TOPIC = "BenchTrace"
@@ -122,8 +120,7 @@ def encode(records: list[Record]) -> bytes:
 def floor_us(n: int) -> float:
     """CPU microseconds per message of the floor over ``n`` messages."""
     sink = 0
-    thresholds = gc.get_threshold()
-    tune_gc()  # the collector as the sidecar runs it, as bench.tracing_cpu's rows run
+    restore = sidecar_gc()  # as bench.tracing_cpu's rows run
     started = cpu_s()
     batch: list[Record] = []
     for i in range(n):
@@ -135,8 +132,7 @@ def floor_us(n: int) -> float:
         sink += len(encode(batch))
     assert sink > 0
     spent = cpu_s() - started
-    gc.unfreeze()
-    gc.set_threshold(*thresholds)
+    restore()
     return spent / n * 1e6
 
 

@@ -132,7 +132,7 @@ class FastSpan(trace.Span):
     def child(
         self, shape: Shape, facts: Facts | None = None, span_id: bytes | None = None, start: int = 0
     ) -> FastSpan | None:
-        """A sampled child of this span with ``shape`` (local parent), sending ``message`` if given,
+        """A sampled child of this span with ``shape`` (local parent), a send of a message with ``facts``,
         when the sampler's answer is known to be yes; else None (the caller asks the tracer). With
         ``span_id`` and ``start`` (from ``child_id``): the child that id stands for, started then."""
         if span_id is None:
@@ -148,12 +148,12 @@ class FastSpan(trace.Span):
         bound = self._recorder.local_sampled
         if bound <= _LIMIT and _dropped(self._trace, bound):
             return None
-        return (_getrandbits(64) or _nonzero()).to_bytes(8, "big")  # _span_id, inline
+        return _span_id()
 
     def keep_send(self, shape: Shape, span_id: bytes, start: int, facts: Facts, result: SendResult) -> bool:
-        """Keep the send span ``span_id`` (from ``child_id``, started at ``start``, ended now) that sent
-        ``message`` with ``result``, when this span is still recording and keeps none yet; else False
-        (the caller makes it a child span)."""
+        """Keep the send span ``span_id`` (from ``child_id``, started at ``start``, ended now) of a
+        message with ``facts`` and its ``result``, when this span is still recording and keeps none yet;
+        else False (the caller makes it a child span)."""
         if self._end or self._sent is not None:
             return False
         self._sent = (shape, span_id, start, _time_ns(), facts, result)
@@ -252,8 +252,9 @@ def _nonzero() -> int:
 
 def _dropped(trace: bytes, bound: int) -> bool:
     """Whether a sampler whose bound is ``bound`` (lite.decisions) drops ``trace``: its low 64 bits at
-    or above it (the ratio sampler's rule); a bound above every id samples all, without reading it."""
-    return bound <= _LIMIT and int.from_bytes(trace[8:], "big") >= bound
+    or above it (the ratio sampler's rule). Asked only for a bound of at most _LIMIT: a larger one
+    samples every id, which the callers tell without the call."""
+    return int.from_bytes(trace[8:], "big") >= bound
 
 
 class Recorder:
@@ -317,6 +318,5 @@ class Recorder:
         if bound <= _LIMIT and _dropped(trace, bound):  # the bound read here: most sample every parent
             return None
         state = TraceState.from_header([tracestate]) if tracestate else None
-        span_id = (_getrandbits(64) or _nonzero()).to_bytes(8, "big")  # _span_id, inline
         parent = _unhexlify(traceparent[36:52])
-        return FastSpan(self, shape, trace, trace_hex, span_id, parent, 1 | (low & _RANDOM), state)
+        return FastSpan(self, shape, trace, trace_hex, _span_id(), parent, 1 | (low & _RANDOM), state)

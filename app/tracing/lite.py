@@ -210,10 +210,9 @@ class LiteSpan(trace.Span, ReadableSpan):
             self._name = name
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
-        """(app.tracing.fast's FastSpan shares this and ``record_exception``: hence is_recording)"""
-        if (
-            not self.is_recording() or self._status.status_code is StatusCode.OK
-        ):  # OK is final (the SDK's rule)
+        """OK is final (the SDK's rule). app.tracing.fast's FastSpan shares this method and
+        ``record_exception``: hence is_recording, not this class's fields."""
+        if not self.is_recording() or self._status.status_code is StatusCode.OK:
             return
         self._status = status if isinstance(status, Status) else Status(status, description)
 

@@ -262,7 +262,6 @@ class LoopBatchProcessor(SpanProcessor):
 
     def __init__(self, config: ExportSettings) -> None:
         self.config = config
-        self._max_queue, self._max_batch = config.max_queue, config.max_batch  # read per span
         self._transport = transport(config)
         self._queue: deque[Ended] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -292,12 +291,12 @@ class LoopBatchProcessor(SpanProcessor):
             self._from_elsewhere(span)
             return
         queue = self._queue
-        if len(queue) >= self._max_queue:
+        if len(queue) >= self.config.max_queue:
             self._drop(_spans(span))
             return
         queue.append(span)
         if self._exporting is None:
-            if len(queue) >= self._max_batch:
+            if len(queue) >= self.config.max_batch:
                 self._export_now()
             elif self._timer is None:
                 self._timer = self._loop.call_later(self.config.schedule_delay_s, self._export_now)  # type: ignore[union-attr]
@@ -364,7 +363,7 @@ class LoopBatchProcessor(SpanProcessor):
         while queue and room > 0:
             span = queue.popleft()
             batch.append(span)
-            room -= 2 if type(span) is FastSpan and span._sent is not None else 1
+            room -= _spans(span)
         return batch
 
     async def _send(self, batch: list[Ended]) -> None:

@@ -228,35 +228,21 @@ def _framed(members: list[Any]) -> list[bytes]:
     """Each of ``members`` serialised and framed as a ScopeSpans' ``spans`` field (tag, length, bytes),
     in order: FastSpans written here, in the loop (a call per span and per part is much of what they
     cost), a send one keeps (``_sent``) just before it; the others by ``_lite_span`` and ``_span``."""
-    out: list[bytes] = []
-    one, two = _ONE_BYTE, _TWO_BYTES
+    encoded: list[bytes] = []
     cache = _cache
     for span in members:
         if type(span) is not FastSpan:
-            encoded = _lite_span(span) if type(span) is LiteSpan else _span(span)
-            out += (_SPANS, _varint(len(encoded)), encoded)
+            encoded.append(_lite_span(span) if type(span) is LiteSpan else _span(span))
             continue
         kept = span._sent
         if kept is not None:  # the request's send, ended before it: first, as it would have been queued
-            encoded = _kept_send(span, kept)
-            n = len(encoded)
-            out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), encoded)
+            encoded.append(_kept_send(span, kept))
         # ids and times around the shape's bytes (name, kind, flags, unset status, leading attributes)
         parent = span._parent
         start, end = span._start.to_bytes(8, "little"), span._end.to_bytes(8, "little")
         if parent is not None:
-            parts = [
-                _TRACE_ID,
-                span._trace,
-                _SPAN_ID,
-                span._span,
-                _PARENT_ID,
-                parent,
-                _START,
-                start,
-                _END,
-                end,
-            ]
+            parts = [_TRACE_ID, span._trace, _SPAN_ID, span._span, _PARENT_ID, parent, _START, start,
+                     _END, end]  # fmt: skip
         else:
             parts = [_TRACE_ID, span._trace, _SPAN_ID, span._span, _START, start, _END, end]
         if span._status is UNSET and not (span._events or span._links or span._state):
@@ -271,9 +257,12 @@ def _framed(members: list[Any]) -> list[bytes]:
                 kind = type(v)
                 got = cache.get((k, kind, v)) if kind in _CACHEABLE else None
                 parts.append(got if got is not None else _attribute(k, v))
-        encoded = b"".join(parts)
-        n = len(encoded)
-        out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), encoded)
+        encoded.append(b"".join(parts))
+    out: list[bytes] = []
+    one, two = _ONE_BYTE, _TWO_BYTES
+    for span_bytes in encoded:  # _varint's tables read inline: a call per span saved
+        n = len(span_bytes)
+        out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), span_bytes)
     return out
 
 
@@ -437,7 +426,7 @@ def _varint(n: int) -> bytes:
     if n < 0x80:
         return _ONE_BYTE[n]
     if n < 0x4000:  # a span's length, most often: two bytes
-        return bytes(((n & 0x7F) | 0x80, n >> 7))
+        return _TWO_BYTES[n]
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)

@@ -38,6 +38,7 @@ from rocksidecar.rmq.sender import BatchResults
 from ..bounded import remember
 from .context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, TraceContext, of_properties
 from .semconv import OUTCOME, message_attributes, result_attributes
+from .semconv import facts as message_facts
 from .semconv import named as _named
 from .watched import Delegating, WatchedSender
 
@@ -74,9 +75,8 @@ _RECEIVED: dict[str, Shape] = {}  # receive spans under a request's traceparent,
 _ROOTED: dict[str, Shape] = {}  # receive spans of requests without one
 _SENT: dict[str, Shape] = {}  # the request's send spans
 _time_ns = time.time_ns
-_OUTCOMES: dict[
-    int, tuple[Enum, str, dict[str, Any]]
-] = {}  # a result's status (an Enum member) -> its outcome attribute
+# a result's status (an Enum member, by id) -> its outcome attribute, and that as a span's attributes
+_OUTCOMES: dict[int, tuple[Enum, tuple[str, dict[str, Any]]]] = {}
 MAX_LINKS = 128  # a replayed batch links to each message's request, up to this many
 DELAY_DUE_AT = "DELAY_DUE_AT"  # delay.DELAY_DUE_AT: a delayed message being published carries it
 _T = TypeVar("_T")
@@ -278,10 +278,13 @@ def _message_attributes(msg: Message, operation: str) -> dict[str, Any]:
 
 
 def _carrying(msg: Message, span: Span) -> Message:
-    """``msg`` carrying ``span``'s context (a new Message, positional: a tenth of replace()'s cost)."""
-    parent = span.traceparent() if type(span) is _FAST_SPAN else traceparent(span)
-    if parent is None:
-        return msg
+    """``msg`` carrying ``span``'s context."""
+    parent = traceparent(span)
+    return msg if parent is None else _with_traceparent(msg, parent)
+
+
+def _with_traceparent(msg: Message, parent: str) -> Message:
+    """``msg`` with ``parent`` as its traceparent (a new Message, positional: a tenth of replace()'s cost)."""
     properties = {**msg.properties, TRACEPARENT_PROPERTY: parent}
     return Message(msg.topic, msg.body, msg.tags, msg.keys, properties, msg.flag, msg.id)
 
@@ -364,9 +367,7 @@ def enter(span: Span, msg: Message) -> tuple[Message, Any]:
     (app.tracing.fast) the same way, inline, its mark's token all that is held."""
     if type(span) is _FAST_SPAN and _FREE.get() is None:
         fast: Any = span
-        properties = {**msg.properties, TRACEPARENT_PROPERTY: fast.traceparent()}
-        carried = Message(msg.topic, msg.body, msg.tags, msg.keys, properties, msg.flag, msg.id)
-        return carried, _RECEIVING.set(span)
+        return _with_traceparent(msg, fast.traceparent()), _RECEIVING.set(span)
     current = _Current(span, receiving=_LITE is not None)
     current.__enter__()
     return _carrying(msg, span), current
@@ -375,33 +376,28 @@ def enter(span: Span, msg: Message) -> tuple[Message, Any]:
 def leave(span: Span, held: Any, result: object = None, exc: BaseException | None = None) -> None:
     """The receive span's block ends with ``result`` (its status is the span's outcome) or ``exc``
     (recorded on it); the span ends."""
+    outcome = _outcome(result) if exc is None else None
     if type(held) is _Current:
-        if exc is None:
-            outcome = _outcome(result)
-            if outcome is not None and span.is_recording():
-                span.set_attribute(OUTCOME, outcome)
+        if outcome is not None and span.is_recording():
+            span.set_attribute(OUTCOME, outcome[0])
         held.__exit__(None if exc is None else type(exc), exc, None)
         return
     _RECEIVING.reset(held)
+    fast: Any = span
     if exc is not None:
         _failed(span, exc)
-    else:
-        status = getattr(result, "status", None)
-        known = _OUTCOMES.get(id(status))  # _outcome's cache, read inline: the usual answer
-        fast: Any = span
-        if known is not None and known[0] is status and fast._attrs is None and not fast._end:
-            # the usual: the outcome its one attribute, a dict shared by the spans of that outcome. It is
-            # never changed: the span ends below, and an ended span's attributes are not set again
-            fast._attrs = known[2]
-        else:
-            outcome = _outcome(result)
-            if outcome is not None:
-                span.set_attribute(OUTCOME, outcome)
+    elif outcome is not None and fast._attrs is None and not fast._end:
+        # the usual: the outcome its one attribute, a dict shared by the spans of that outcome. It is
+        # never changed: the span ends below, and an ended span's attributes are not set again
+        fast._attrs = outcome[1]
+    elif outcome is not None:
+        span.set_attribute(OUTCOME, outcome[0])
     span.end()
 
 
-def _outcome(result: object) -> str | None:
-    """The ``rocksidecar.outcome`` of a request's ``result``: its status's value, if it has one."""
+def _outcome(result: object) -> tuple[str, dict[str, Any]] | None:
+    """The ``rocksidecar.outcome`` of a request's ``result`` (its status's value, if it has one), and
+    that as the attributes of a span (a dict not to be changed)."""
     status = getattr(result, "status", None)
     if status is None:
         return None
@@ -409,9 +405,10 @@ def _outcome(result: object) -> str | None:
     if known is not None and known[0] is status:
         return known[1]
     outcome = str(getattr(status, "value", status))
+    made = (outcome, {OUTCOME: outcome})
     if isinstance(status, Enum):  # kept while it lives: a member, for good
-        remember(_OUTCOMES, id(status), (status, outcome, {OUTCOME: outcome}), MAX_PRESETS)
-    return outcome
+        remember(_OUTCOMES, id(status), (status, made), MAX_PRESETS)
+    return made
 
 
 def _parent() -> Context | None:
@@ -434,8 +431,7 @@ def _root(msg: Message) -> Span | Message:
         trace_id = roots.ids.generate_trace_id()
         dropped = roots.dropped_root(trace_id)
         if dropped is not None:
-            properties = {**msg.properties, TRACEPARENT_PROPERTY: dropped}
-            return Message(msg.topic, msg.body, msg.tags, msg.keys, properties, msg.flag, msg.id)
+            return _with_traceparent(msg, dropped)
         fast = _FAST
         if fast is not None:
             topic = msg.topic
@@ -555,7 +551,7 @@ class TracedSender(WatchedSender):
         span_id = receiving.child_id() if type(receiving) is _FAST_SPAN else None
         if span_id is not None:  # a FastSpan request's send (app.tracing.fast), sampled: kept by it
             shape = _SENT.get(msg.topic) or _send_shape(receiving, msg.topic)
-            facts = (msg.id, msg.tags, msg.keys, len(msg.body))  # semconv.facts, inline: no body kept
+            facts = message_facts(msg)  # what the span keeps of the message: never its body
             start = _time_ns()
             try:
                 sent = await self._inner.send(msg, sharding_key=sharding_key, validated=validated)
