@@ -46,6 +46,9 @@ class ServerConnection(Connection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        if self.is_closed:  # dropped by a stop between its accept and now: drop the socket as well
+            transport.abort()
+            return
         peer = transport.get_extra_info("peername")
         if peer:
             self.addr = f"{peer[0]}:{peer[1]}"
@@ -103,6 +106,15 @@ class Listener:
         server, self._server = self._server, None
         if server is None:
             return
+        # asyncio makes an accepted socket's transport in a task of its own, and on Python 3.11 that task
+        # fails once the server is closed (Server._attach asserts) and leaves the socket open, unanswered,
+        # until a garbage collection: the client's requests on it time out instead of failing. So: accept
+        # no more, let the tasks of sockets already accepted make their transports (they are queued before
+        # this coroutine's next turn), then close the server and drop every connection.
+        loop = asyncio.get_running_loop()
+        for sock in server.sockets:
+            loop.remove_reader(sock.fileno())
+        await asyncio.sleep(0)
         server.close()
         self.drop_connections()
         await server.wait_closed()
