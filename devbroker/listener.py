@@ -47,7 +47,7 @@ class ServerConnection(Connection):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         if self.is_closed:  # dropped by a stop between its accept and now: drop the socket as well
-            transport.abort()
+            self.abort()
             return
         peer = transport.get_extra_info("peername")
         if peer:
