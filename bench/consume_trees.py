@@ -62,6 +62,19 @@ def run_tree(tree: Path, python: str, topic: str, namesrv: str, total: int) -> d
     return result
 
 
+def tree_output(tree: Path, *args: str) -> str:
+    """What ``python args`` (this interpreter) printed, run in ``tree`` with that tree's code alone on
+    PYTHONPATH (an environment of nothing else, so no other checkout leaks in); it must exit 0."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=tree,
+        env={"PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
 def parse_trees(parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, list[Path]]:
     """The options, and the checkouts named last (the first is the anchor), resolved."""
     parser.add_argument("trees", nargs="+", type=Path, help="checkouts; the first is the anchor")

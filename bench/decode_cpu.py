@@ -13,12 +13,10 @@ With --compressed each body is 8 KiB zlib-compressed (COMPRESSED sysflag): infla
 from __future__ import annotations
 
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 from bench.common import bench_parser, environment, rotated
-from bench.consume_trees import parse_trees
+from bench.consume_trees import parse_trees, tree_output
 
 _CHILD = """
 import sys, timeit, zlib
@@ -55,15 +53,7 @@ def interleaved(trees: list[Path], rounds: int, child: list[str], unit: str) -> 
     runs: dict[Path, list[float]] = {t: [] for t in trees}
     for r in range(rounds):
         for tree in rotated(trees, r):
-            out = subprocess.run(
-                [sys.executable, "-c", *child],
-                cwd=tree,
-                env={"PYTHONPATH": str(tree)},
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            runs[tree].append(float(out.stdout))
+            runs[tree].append(float(tree_output(tree, "-c", *child)))
     anchor = runs[trees[0]]
     for tree in trees:
         mine = runs[tree]

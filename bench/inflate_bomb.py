@@ -10,11 +10,8 @@ failed the whole pull), and the CPU time.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from bench.common import bench_parser, environment
-from bench.consume_trees import parse_trees
+from bench.consume_trees import parse_trees, tree_output
 
 _CHILD = """
 import sys, time, tracemalloc, zlib
@@ -57,14 +54,7 @@ def main() -> None:
     print(f"# inflate_bomb: {environment()}; a 32-record pull, record 1 a bomb of 256 MiB")
     for codec in ("zlib", "lz4", "zstd"):
         for tree in trees:
-            out = subprocess.run(
-                [sys.executable, "-c", _CHILD, codec],
-                cwd=tree,
-                env={"PYTHONPATH": str(tree)},
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
+            out = tree_output(tree, "-c", _CHILD, codec).strip()
             sent, peak, cpu_ms, got = out.split("\t")
             print(f"{codec} ({int(sent) // 1024} KiB sent) {tree}: peak {peak} MiB, {cpu_ms} ms CPU; {got}")
 
