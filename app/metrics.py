@@ -133,6 +133,16 @@ def zeroed_counter(
     return counter
 
 
+def _counter_by_label(
+    name: str, doc: str, label: str, counts: Iterable[tuple[str, float]]
+) -> CounterMetricFamily:
+    """A scrape-time counter family by one ``label``: a sample for each (label value, count)."""
+    family = CounterMetricFamily(name, doc, labels=[label])
+    for value, n in counts:
+        family.add_metric([value], n)
+    return family
+
+
 class Tally(Collector):
     """A counter by one label, kept as plain numbers and read when Prometheus scrapes: for a count made
     once per message. prometheus_client's Counter (labels child, two checks, its value's lock) cost
@@ -152,12 +162,9 @@ class Tally(Collector):
             self._counts[value] = self._counts.get(value, 0) + n
 
     def collect(self) -> Iterable[CounterMetricFamily]:
-        family = CounterMetricFamily(self._name, self._doc, labels=[self._label])
         with self._lock:
             counts = list(self._counts.items())
-        for value, n in counts:
-            family.add_metric([value], n)
-        yield family
+        yield _counter_by_label(self._name, self._doc, self._label, counts)
 
 
 class DeliveryTally(Collector):
@@ -303,16 +310,14 @@ class TransactionCollector(Collector):
         self._undecided = undecided
 
     def collect(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:
-        by_outcome = CounterMetricFamily(
+        yield _counter_by_label(
             "rocksidecar_transactions",
             "Transactions decided since start by outcome: committed, rolled_back (by the app through the "
             "API), checked_commit, checked_rollback (by the app's check endpoint when a broker asked), "
             "unknown (a broker's check answered UNKNOWN; it asks again).",
-            labels=["outcome"],
+            "outcome",
+            self._outcomes().items(),
         )
-        for outcome, count in self._outcomes().items():
-            by_outcome.add_metric([outcome], count)
-        yield by_outcome
         count, age_s = self._undecided()
         yield GaugeMetricFamily(
             "rocksidecar_transactions_undecided", "Transactions begun and not decided yet.", value=count
@@ -377,14 +382,13 @@ class ConsumerCollector(Collector):
             rebalances.add_metric([sub], n)
             for kind in ("topic", "retry"):
                 owned.add_metric([sub, kind], counts.get((sub, kind), 0))
-        undecodable = CounterMetricFamily(
+        undecodable = _counter_by_label(
             "rocksidecar_consumer_undecodable",
             "Messages that could not be decoded (a compressed body past max_body_bytes or corrupt, text "
             "that is not UTF-8): sent to the group's %DLQ% topic without reaching the app.",
-            labels=["subscription"],
+            "subscription",
+            self._undecodable().items(),
         )
-        for sub, n in self._undecodable().items():
-            undecodable.add_metric([sub], n)
         yield lag
         yield in_flight
         yield owned

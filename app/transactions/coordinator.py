@@ -111,35 +111,34 @@ class TransactionCoordinator:
         stored the half) sync the message itself. Raises SendFailed (mode broker: no broker stored the
         half) or a final error (the broker refused the message: never kept locally either)."""
         record = await self._begin(msg, transaction_key, sharding_key, message_type)
+        await self.records.put(record)
         self.stats.begun(record)
         return record
 
     async def _begin(
         self, msg: Message, transaction_key: str | None, sharding_key: str | None, message_type: str
     ) -> Record:
+        """The record of a begun transaction, for begin to sync: of the half a broker stored, or of the
+        local outbox's message."""
         if self.mode == "local":
-            return await self._begin_local(msg, transaction_key, sharding_key, message_type)
+            return self._begin_local(msg, transaction_key, sharding_key, message_type)
         try:
             receipt = await self.producer.send_half(msg, sharding_key=sharding_key)
         except RocketMQError as exc:
             if self.mode == "broker" or message_fault(exc):
                 raise
             log.info("transaction %s begun in the local outbox: no broker stored the half (%s)", msg.id, exc)
-            return await self._begin_local(msg, transaction_key, sharding_key, message_type)
-        record = Record(receipt.msg_id, receipt, self._now_ms(), transaction_key)
-        await self.records.put(record)
-        return record
+            return self._begin_local(msg, transaction_key, sharding_key, message_type)
+        return Record(receipt.msg_id, receipt, self._now_ms(), transaction_key)
 
-    async def _begin_local(
+    def _begin_local(
         self, msg: Message, key: str | None, sharding_key: str | None, message_type: str
     ) -> Record:
         if msg.id is None:
             msg.id = new_uniq_id()
         now = self._now_ms()
         stored = to_stored(msg, sharding_key=sharding_key, type=message_type or msg.topic, created_ms=now)
-        record = Record(msg.id, None, now, key, message=stored)
-        await self.records.put(record)
-        return record
+        return Record(msg.id, None, now, key, message=stored)
 
     async def decide(self, tx_id: str, decision: Decision) -> Record:
         """Sync ``decision`` then send it. Deciding the same way again answers the same record (and
