@@ -17,6 +17,7 @@ from rocksidecar.delay import keys as delay_keys
 from rocksidecar.retry import RetryStore
 from rocksidecar.retry import keys as retry_keys
 from rocksidecar.retry.recovery import RecoveryReplay, RoundResult
+from rocksidecar.rmq import Message
 from rocksidecar.rmq.periodic import Periodic, Sleep
 from rocksidecar.rmq.producer.coalesce import CoalescingSender
 from rocksidecar.rmq.sender import Sender
@@ -363,9 +364,9 @@ class SidecarParts:
             await self.forwarder.purge()
 
     # --- what the operator sees, and replay on recovery -------------------------------------------
-    def _on_attempt(self, broker: str, latency_s: float, ok: bool) -> None:
+    def _on_attempt(self, broker: str, latency_s: float, ok: bool, message: Message | None) -> None:
         self.metrics.observe_attempt(broker, ok)
-        self.metrics.send_latency.observe(latency_s)
+        self.metrics.observe_send(latency_s, message)
 
     def _on_broker_state(self, broker: str, state: str, reason: str, backoff_s: float) -> None:
         self.events.broker_state(broker, state, reason, backoff_s)

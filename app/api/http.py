@@ -15,7 +15,6 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -29,6 +28,7 @@ from ..idempotency import (
     canonical_json,
     fingerprint,
 )
+from ..metrics import exposition
 from ..request import HTTP_FIELDS, Limits, MessageFields, RequestError
 from ..sidecar import BROKER, Ack
 from ..tracing.context import TraceContext, from_headers
@@ -529,7 +529,9 @@ def _ops_routes(app: FastAPI, api: Api) -> None:
         "/metrics",
         summary="Prometheus metrics",
         response_class=Response,
-        responses={200: {"content": {"text/plain": {}}}},
+        responses={200: {"content": {"text/plain": {}, "application/openmetrics-text": {}}}},
     )
-    async def prometheus() -> Response:
-        return Response(generate_latest(api.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    async def prometheus(request: Request) -> Response:
+        """The classic text format, or OpenMetrics with exemplars (latencies' trace ids) when asked."""
+        body, content_type = exposition(api.metrics.registry, request.headers.get("accept"))
+        return Response(body, media_type=content_type)

@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import FastAPI, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from fastapi import FastAPI, Request, Response
+from prometheus_client import CollectorRegistry
+
+from ..metrics import exposition
 
 
 def create_app(
@@ -27,7 +29,8 @@ def create_app(
         return {"ready": ok, **details}
 
     @app.get("/metrics")
-    def metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    def metrics(request: Request) -> Response:
+        body, content_type = exposition(registry, request.headers.get("accept"))
+        return Response(body, media_type=content_type)
 
     return app

@@ -110,7 +110,7 @@ class DmqService:
             s,
             addresses,
             instance_name=o.instance_name,
-            on_attempt=lambda broker, _lat, ok: self.metrics.observe_attempt(broker, ok),
+            on_attempt=lambda broker, _lat, ok, _msg: self.metrics.observe_attempt(broker, ok),
         )
         self.remoting, self.client, self.producer = client.remoting, client.instance, client.producer
         self.kv = (

@@ -23,6 +23,7 @@ from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from ..http_client import PostError
 from ..tracing import spans
+from ..tracing.context import TRACEPARENT_PROPERTY
 from .cloudevents import structured_event
 from .push import LATER_STATUSES, HttpPush, retry_after_s
 from .spec import SubscriptionSpec
@@ -112,21 +113,22 @@ class BulkPush(HttpPush):
             try:
                 resp = await self._client.post(self.spec.endpoint, body, _HEADERS, self.spec.timeout_s)
             except PostError as exc:
-                self._report("error", len(msgs), time.perf_counter() - started)
+                self._report("error", msgs, time.perf_counter() - started)
                 self._log.no_answer(self.spec.name, str(exc), msgs[0].msg_id)
                 return self._dead_letters(msgs, failed)
             elapsed = time.perf_counter() - started
             if 200 <= resp.status < 300:
                 statuses = statuses_from(resp.body, msgs)
-                for status in statuses:
-                    self._on_delivery(self.spec.name, _OUTCOMES[status], elapsed)
+                for msg, status in zip(msgs, statuses, strict=True):
+                    trace = msg.properties.get(TRACEPARENT_PROPERTY)
+                    self._on_delivery(self.spec.name, _OUTCOMES[status], elapsed, trace)
                 return self._dead_letters(msgs, statuses)
             self._log.answered(self.spec.name, resp.status, msgs[0].msg_id)
             if resp.status in LATER_STATUSES:
-                self._report("later", len(msgs), elapsed)
+                self._report("later", msgs, elapsed)
                 await self._sleep(retry_after_s(resp.headers.get("retry-after"), self._wall_s()))
                 continue
-            self._report("failed", len(msgs), elapsed)
+            self._report("failed", msgs, elapsed)
             return self._dead_letters(msgs, failed)
 
     def _dead_letters(self, msgs: Sequence[MessageExt], statuses: list[ConsumeStatus]) -> list[ConsumeStatus]:
@@ -139,6 +141,6 @@ class BulkPush(HttpPush):
                 self.log_if_dead(msg, "failed")
         return statuses
 
-    def _report(self, outcome: str, n: int, elapsed: float) -> None:
-        for _ in range(n):  # the metrics count deliveries per message, bulk or not
-            self._on_delivery(self.spec.name, outcome, elapsed)
+    def _report(self, outcome: str, msgs: Sequence[MessageExt], elapsed: float) -> None:
+        for msg in msgs:  # the metrics count deliveries per message, bulk or not
+            self._on_delivery(self.spec.name, outcome, elapsed, msg.properties.get(TRACEPARENT_PROPERTY))

@@ -19,6 +19,7 @@ from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from ..http_client import HttpClient, PostError
 from ..tracing import msgtrace, spans
+from ..tracing.context import TRACEPARENT_PROPERTY
 from .cloudevents import HeaderLines
 from .log import DeliveryLog
 from .spec import SubscriptionSpec
@@ -32,7 +33,8 @@ MIN_LATER_S = 0.1
 
 # (subscription, outcome, seconds) after each POST; outcome is ok, later, failed (app's answer) or
 # error (no answer: connection refused, timeout).
-DeliveryHook = Callable[[str, str, float], None]
+# (subscription, outcome, seconds the app took, the message's traceparent property: for an exemplar)
+DeliveryHook = Callable[[str, str, float, str | None], None]
 
 
 def retry_after_s(value: str | None, now_s: float) -> float:
@@ -63,7 +65,7 @@ class HttpPush:
         self.spec = spec
         self._log = log or DeliveryLog()
         self._client = client
-        self._on_delivery = on_delivery or (lambda _s, _o, _t: None)
+        self._on_delivery = on_delivery or (lambda _s, _o, _t, _p: None)
         self._sleep = sleep
         self._wall_s = wall_s
         self._failed = ConsumeStatus.SUSPEND if spec.orderly else ConsumeStatus.RECONSUME_LATER
@@ -101,22 +103,23 @@ class HttpPush:
         """POST until the app takes it (True) or fails it (False); 429/503 wait and try again."""
         lines = self._header_lines(msg, mq)
         spec, on_delivery = self.spec, self._on_delivery
+        trace = msg.properties.get(TRACEPARENT_PROPERTY)
         while True:
             started = time.perf_counter()
             try:
                 resp = await self._client.post_lines(spec.endpoint, lines, msg.body, spec.timeout_s)
             except PostError as exc:
-                on_delivery(spec.name, "error", time.perf_counter() - started)
+                on_delivery(spec.name, "error", time.perf_counter() - started, trace)
                 self._log.no_answer(spec.name, str(exc), msg.msg_id)
                 return False
             elapsed = time.perf_counter() - started
             if 200 <= resp.status < 300:
-                on_delivery(spec.name, "ok", elapsed)
+                on_delivery(spec.name, "ok", elapsed, trace)
                 return True
             self._log.answered(spec.name, resp.status, msg.msg_id)
             if resp.status in LATER_STATUSES:
-                on_delivery(spec.name, "later", elapsed)
+                on_delivery(spec.name, "later", elapsed, trace)
                 await self._sleep(retry_after_s(resp.headers.get("retry-after"), self._wall_s()))
                 continue
-            on_delivery(spec.name, "failed", elapsed)
+            on_delivery(spec.name, "failed", elapsed, trace)
             return False

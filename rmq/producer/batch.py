@@ -32,7 +32,7 @@ class BatchHost(Protocol):
     def selector_for(self, sharding_key: str | None) -> QueueSelector: ...
 
     async def with_retries(
-        self, topic: str, selector: QueueSelector, attempt: AttemptFn, what: str
+        self, topic: str, selector: QueueSelector, attempt: AttemptFn, what: str, message: Message | None
     ) -> SendResult: ...
 
 
@@ -158,7 +158,9 @@ class BatchSender:
             )
 
         try:
-            result = await producer.with_retries(topic, selector, attempt, f"a batch of {len(chunk)}")
+            result = await producer.with_retries(
+                topic, selector, attempt, f"a batch of {len(chunk)}", messages[0]
+            )
         except RocketMQError as exc:
             if exc.final and len(chunk) > 1:
                 # MESSAGE_ILLEGAL: the broker refuses a whole batch for one message's sake (its properties

@@ -63,7 +63,7 @@ class Producer(Lifecycle):
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
         client_id: str | None = None,
-        on_attempt: Callable[[str, float, bool], None] | None = None,
+        on_attempt: Callable[[str, float, bool, Message | None], None] | None = None,
         on_broker_state: StateListener | None = None,
         on_route_change: RouteListener | None = None,
         instance: ClientInstance | None = None,
@@ -80,7 +80,9 @@ class Producer(Lifecycle):
             namesrv, api=api, client_id=client_id or _client_id(), heartbeat_s=cfg.heartbeat_s, sleep=sleep
         )
         self.client_id = self.instance.client_id
-        self._on_attempt = on_attempt  # (broker, latency_s, ok) after every attempt, for metrics
+        # (broker, latency_s, ok, the message sent or a batch's first) after every attempt, for metrics
+        # (the message: for an exemplar of its trace)
+        self._on_attempt = on_attempt
         self._on_send_error = on_send_error  # (broker, failure_cause(exc)) after a failed attempt
         self.fault = LatencyFaultTolerance(
             cfg.latency_max_ms,
@@ -160,7 +162,8 @@ class Producer(Lifecycle):
         budget is spent. Every attempt goes to another broker than the one that just failed, unless the
         selector pins the message to its queue. ``attempt`` None: each attempt is the SEND_MESSAGE_V2 of
         ``message`` with ``what`` as its id (send's: the broker API called here, without a coroutine of
-        its own per attempt, issue 32)."""
+        its own per attempt, issue 32). ``message`` (a batch's first, with an ``attempt``) is told to
+        ``on_attempt``."""
         cfg = self.config
         timer = self._timer
         deadline = timer() + cfg.send_timeout_s
@@ -191,7 +194,7 @@ class Producer(Lifecycle):
                 else:
                     result = await attempt(mq, addr, remaining, info)
             except RocketMQError as exc:
-                attempts.append(self._failed(mq, timer() - started, exc))
+                attempts.append(self._failed(mq, timer() - started, exc, message))
                 last, last_broker = exc, mq.broker_name
                 if exc.refresh_route and not refreshed:
                     refreshed = True  # e.g. TOPIC_NOT_EXIST: one more try on a fresh route
@@ -203,7 +206,7 @@ class Producer(Lifecycle):
             latency = timer() - started
             # _record of a stored send, inline (once a message)
             if self._on_attempt is not None:
-                self._on_attempt(mq.broker_name, latency, True)
+                self._on_attempt(mq.broker_name, latency, True, message)
             if cfg.fault_tolerance:
                 self.fault.update(mq.broker_name, latency, isolation=False)
             if (
@@ -231,26 +234,20 @@ class Producer(Lifecycle):
             last,
         )
 
-    def _failed(self, mq: MessageQueue, latency: float, exc: RocketMQError) -> Attempt:
-        """Record an attempt that failed with ``exc`` after ``latency`` s; what it was, for the error."""
-        self._record(
-            mq.broker_name,
-            latency,
-            failed=True,
-            unreachable=isinstance(exc, RemotingError),
-            reason=str(exc),
-        )
-        if self._on_send_error is not None:
-            self._on_send_error(mq.broker_name, failure_cause(exc))
-        return Attempt(mq.broker_name, mq.queue_id, latency, str(exc), exc.code)
-
-    def _record(
-        self, broker: str, latency_s: float, *, failed: bool, unreachable: bool = False, reason: str = ""
-    ) -> None:
+    def _failed(
+        self, mq: MessageQueue, latency: float, exc: RocketMQError, message: Message | None = None
+    ) -> Attempt:
+        """Record an attempt of ``message`` that failed with ``exc`` after ``latency`` s; what it was, for
+        the error."""
+        broker = mq.broker_name
         if self._on_attempt is not None:
-            self._on_attempt(broker, latency_s, not failed)
+            self._on_attempt(broker, latency, False, message)
         if self.config.fault_tolerance:
-            self.fault.update(broker, latency_s, isolation=failed, unreachable=unreachable, reason=reason)
+            unreachable = isinstance(exc, RemotingError)
+            self.fault.update(broker, latency, isolation=True, unreachable=unreachable, reason=str(exc))
+        if self._on_send_error is not None:
+            self._on_send_error(broker, failure_cause(exc))
+        return Attempt(broker, mq.queue_id, latency, str(exc), exc.code)
 
     async def _publish_info(self, topic: str, deadline: float) -> TopicPublishInfo:
         info = self.routes.cached(topic)

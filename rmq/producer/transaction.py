@@ -146,7 +146,7 @@ class TransactionProducer:
             )
 
         result = await self.producer.with_retries(
-            msg.topic, self.producer.selector_for(sharding_key), attempt, uniq
+            msg.topic, self.producer.selector_for(sharding_key), attempt, uniq, msg
         )
         if result.status is not SendStatus.SEND_OK:
             raise SendFailed(f"half message {uniq} stored only as {result.status.value}", [], None)

@@ -39,7 +39,7 @@ def bulk(rec: Recorded) -> BulkPush:
     return BulkPush(
         SPEC,
         cast(HttpClient, rec),
-        on_delivery=lambda _s, outcome, _t: rec.outcomes.append(outcome),
+        on_delivery=lambda _s, outcome, _t, _p: rec.outcomes.append(outcome),
         sleep=rec.sleep,
         wall_s=lambda: 1_800_000_000.0,
     )

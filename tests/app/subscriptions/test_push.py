@@ -68,6 +68,7 @@ class Recorded:
         self.requests: list[Request] = []
         self.sleeps: list[float] = []
         self.outcomes: list[str] = []
+        self.traces: list[str | None] = []  # the traceparent each delivery told the metrics
 
     async def post_lines(self, url: str, lines: bytes, body: bytes, timeout_s: float) -> Answer:
         return await self.post(url, body, parse_lines(lines), timeout_s)
@@ -86,7 +87,10 @@ class Recorded:
         return HttpPush(
             spec,
             cast(HttpClient, self),
-            on_delivery=lambda _s, outcome, _t: self.outcomes.append(outcome),
+            on_delivery=lambda _s, outcome, _t, trace: (
+                self.outcomes.append(outcome),
+                self.traces.append(trace),
+            ),
             sleep=self.sleep,
             wall_s=lambda: 1_800_000_000.0,
         )
@@ -112,6 +116,15 @@ async def test_binary_content_mode_headers_and_untouched_body() -> None:
     assert h["ce-region"] == "eu"
     assert json.loads(unquote(h["ce-rocketmqproperties"])) == {"Weird-Name": "v é"}
     assert rec.outcomes == ["ok"]
+
+
+async def test_each_delivery_tells_the_metrics_its_messages_trace() -> None:
+    """For the latency's exemplar (app.exemplars parses it: a producer's property is not trusted here)."""
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    rec = Recorded([Answer(503), Answer(200), Answer(200)])
+    assert await rec.push()([message(TRACE_CONTEXT=traceparent)], MQ) is ConsumeStatus.SUCCESS
+    assert await rec.push()([message()], MQ) is ConsumeStatus.SUCCESS
+    assert rec.outcomes == ["later", "ok", "ok"] and rec.traces == [traceparent, traceparent, None]
 
 
 async def test_no_content_type_property_is_octet_stream() -> None:
