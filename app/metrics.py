@@ -65,12 +65,13 @@ class Metrics:
             "outcome",
         )
         self.registry.register(self.messages)
-        self.send_latency = self._histogram(
-            "send_latency_seconds",
+        self.send_latency = LatencyTally(
+            "rocksidecar_send_latency_seconds",
             "Time to send one message or batch to RocketMQ, retries included.",
-            buckets=LATENCY_BUCKETS,
+            LATENCY_BUCKETS,
+            clock=clock,
         )
-        self._send_exemplars = Exemplars(LATENCY_BUCKETS, clock=clock)
+        self.registry.register(self.send_latency)
         self.attempts = self._counter(
             "send_attempts",
             "Send attempts per broker, by result (ok or error); more attempts than messages means retries.",
@@ -127,14 +128,8 @@ class Metrics:
     def observe_send(self, latency_s: float, message: Message | None) -> None:
         """A send attempt of ``message`` (a batch's first) took ``latency_s``; an exemplar of its trace
         now and then (app.exemplars)."""
-        if message is not None:
-            traceparent = message.properties.get(TRACEPARENT_PROPERTY)
-            if traceparent is not None:
-                exemplar = self._send_exemplars.take("", latency_s, traceparent)
-                if exemplar is not None:
-                    self.send_latency.observe(latency_s, exemplar)
-                    return
-        self.send_latency.observe(latency_s)
+        traceparent = None if message is None else message.properties.get(TRACEPARENT_PROPERTY)
+        self.send_latency.observe(latency_s, "", traceparent)
 
     def count_messages(self, outcome: str, n: int = 1) -> None:
         """``n`` messages more with ``outcome`` (sent, spooled, scheduled, rejected, failed)."""
@@ -200,12 +195,70 @@ class Tally(Collector):
         yield _counter_by_label(self._name, self._doc, self._label, counts)
 
 
+class LatencyTally(Collector):
+    """A latency histogram by one label (or none), kept as plain numbers and read when Prometheus scrapes,
+    each bucket with its newest exemplar (app.exemplars). prometheus_client's Histogram cost ~1 us an
+    observation (a labels() lookup, a loop over the buckets, a lock per value); this is a bisect and a
+    few list updates under one lock. Its text is the Histogram's (tests/app/test_metrics_children.py)."""
+
+    def __init__(
+        self,
+        name: str,
+        doc: str,
+        buckets: Sequence[float],
+        label: str | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._name, self._doc = name, doc
+        self._labels = [] if label is None else [label]
+        self._bounds = tuple(float(b) for b in buckets)
+        self._les = [floatToGoString(b) for b in self._bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
+        # per label value ("" without a label): one count per bucket (not cumulative), the sum, and each
+        # bucket's newest exemplar
+        self._series: dict[str, tuple[list[int], list[float], list[Exemplar | None]]] = {}
+        self._gate = Exemplars(self._bounds, clock=clock)
+        self._lock = threading.Lock()
+        if label is None:  # a Histogram without labels shows its zero buckets before the first observation
+            self._series[""] = self._new_series()
+
+    def _new_series(self) -> tuple[list[int], list[float], list[Exemplar | None]]:
+        return [0] * len(self._les), [0.0], [None] * len(self._les)
+
+    def observe(self, seconds: float, value: str = "", traceparent: str | None = None) -> None:
+        """``seconds`` in the series of label ``value``; ``traceparent``: the message's, for an exemplar
+        now and then."""
+        i = bisect_left(self._bounds, seconds)  # the first bucket whose bound is >= seconds, as observe()
+        labels = None if traceparent is None else self._gate.take(value, seconds, traceparent)
+        with self._lock:
+            series = self._series.get(value)
+            if series is None:
+                series = self._series[value] = self._new_series()
+            counts, total, exemplars = series
+            counts[i] += 1
+            total[0] += seconds
+            if labels is not None:
+                exemplars[i] = Exemplar(labels, seconds, time.time())
+
+    def collect(self) -> Iterable[HistogramMetricFamily]:
+        with self._lock:
+            rows = [(v, list(c), t[0], list(e)) for v, (c, t, e) in self._series.items()]
+        family = HistogramMetricFamily(self._name, self._doc, labels=self._labels)
+        for value, counts, total, exemplars in rows:
+            buckets = [
+                (le, n) if exemplar is None else (le, n, exemplar)
+                for le, n, exemplar in zip(self._les, itertools.accumulate(counts), exemplars, strict=True)
+            ]
+            family.add_metric([value] if self._labels else [], buckets, total)
+        yield family
+
+
 class DeliveryTally(Collector):
-    """Pushed deliveries by subscription and outcome, and their latency by subscription: the Counter and
-    Histogram these replace, kept as plain numbers and read when Prometheus scrapes. Once per consumed
-    message, the two labels() lookups, Histogram.observe's bucket loop and three value locks were most of
-    the push's bookkeeping (issue 32); this is a bisect and a few dict updates under one lock. Label
-    values are subscription names from the configuration and the code's own outcomes."""
+    """Pushed deliveries by subscription and outcome, and their latency by subscription (a LatencyTally):
+    the Counter and Histogram these replace, kept as plain numbers and read when Prometheus scrapes. Once
+    per consumed message, the two labels() lookups, Histogram.observe's bucket loop and three value locks
+    were most of the push's bookkeeping (issue 32). Label values are subscription names from the
+    configuration and the code's own outcomes."""
 
     def __init__(
         self,
@@ -218,56 +271,27 @@ class DeliveryTally(Collector):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._name, self._doc = name, doc
-        self._latency_name, self._latency_doc = latency_name, latency_doc
-        self._bounds = tuple(float(b) for b in buckets)
-        self._les = [floatToGoString(b) for b in self._bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
         self._counts: dict[tuple[str, str], int] = {}
-        self._buckets: dict[str, list[int]] = {}  # per subscription, one count per bucket (not cumulative)
-        self._sums: dict[str, float] = {}
-        self._gate = Exemplars(self._bounds, clock=clock)
-        self._exemplars: dict[str, list[Exemplar | None]] = {}  # per subscription, each bucket's newest
+        self._latency = LatencyTally(latency_name, latency_doc, buckets, "subscription", clock=clock)
         self._lock = threading.Lock()
 
     def observe(
         self, subscription: str, outcome: str, seconds: float, traceparent: str | None = None
     ) -> None:
         """``traceparent``: the delivered message's, for an exemplar now and then (app.exemplars)."""
-        i = bisect_left(self._bounds, seconds)  # the first bucket whose bound is >= seconds, as observe()
         key = (subscription, outcome)
-        labels = None if traceparent is None else self._gate.take(subscription, seconds, traceparent)
-        if labels is not None:
-            exemplar = Exemplar(labels, seconds, time.time())
-            with self._lock:
-                self._exemplars.setdefault(subscription, [None] * len(self._les))[i] = exemplar
         with self._lock:
             self._counts[key] = self._counts.get(key, 0) + 1
-            buckets = self._buckets.get(subscription)
-            if buckets is None:
-                buckets = self._buckets[subscription] = [0] * len(self._les)
-                self._sums[subscription] = 0.0
-            buckets[i] += 1
-            self._sums[subscription] += seconds
+        self._latency.observe(seconds, subscription, traceparent)
 
     def collect(self) -> Iterable[CounterMetricFamily | HistogramMetricFamily]:
         with self._lock:
             counts = list(self._counts.items())
-            histograms = [
-                (sub, list(b), self._sums[sub], list(self._exemplars.get(sub) or [None] * len(b)))
-                for sub, b in self._buckets.items()
-            ]
         family = CounterMetricFamily(self._name, self._doc, labels=["subscription", "outcome"])
         for labels, n in counts:
             family.add_metric(list(labels), n)
         yield family
-        latency = HistogramMetricFamily(self._latency_name, self._latency_doc, labels=["subscription"])
-        for sub, buckets, total, exemplars in histograms:
-            cumulative = itertools.accumulate(buckets)
-            rows = [
-                (le, n) if exemplar is None else (le, n, exemplar)
-                for le, n, exemplar in zip(self._les, cumulative, exemplars, strict=True)
-            ]
-            latency.add_metric([sub], rows, total)
-        yield latency
+        yield from self._latency.collect()
 
 
 class StateCollector(Collector):

@@ -111,3 +111,20 @@ def test_a_zeroed_counter_exports_each_value_from_zero() -> None:
     c.labels("sent").inc(2)
     assert registry.get_sample_value("t_outcomes_total", {"outcome": "sent"}) == 2
     assert registry.get_sample_value("t_outcomes_total", {"outcome": "dropped"}) == 0
+
+
+def test_a_latency_tally_without_a_label_scrapes_as_the_histogram_it_replaces() -> None:
+    """The send latency: the same text before any observation (zero buckets) and after."""
+    old = CollectorRegistry()
+    histogram = Histogram(
+        "rocksidecar_send_latency_seconds", "L.", buckets=metrics.LATENCY_BUCKETS, registry=old
+    )
+    new = CollectorRegistry()
+    tally = metrics.LatencyTally("rocksidecar_send_latency_seconds", "L.", metrics.LATENCY_BUCKETS)
+    new.register(tally)
+    assert generate_latest(new) == generate_latest(old)
+    for s in [0.0005, 0.0007, 0.0001, 0.001, 0.3, 10.0, 11.5, 0.0, 2.5, 0.02]:
+        histogram.observe(s)
+        tally.observe(s)
+    assert generate_latest(new) == generate_latest(old)
+    assert new.get_sample_value("rocksidecar_send_latency_seconds_count") == 10
