@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from rocksidecar.delay import DelayStore
+from rocksidecar.delay import DelayedMessage, DelayStore
 from rocksidecar.delay import keys as delay_keys
 from rocksidecar.retry import RetryStore
 from rocksidecar.retry import keys as retry_keys
@@ -402,8 +402,8 @@ class SidecarParts:
         self.metrics.replays.labels(outcome).inc()
         self.events.replayed(outcome)
 
-    def _on_delay_published(self, lateness_s: float) -> None:
-        self.metrics.delay_lateness.observe(lateness_s)
+    def _on_delay_published(self, lateness_s: float, msg: DelayedMessage) -> None:
+        self.metrics.observe_lateness(lateness_s, msg)
         self.events.delay_published(lateness_s)
 
     # /readyz's view of the store: in drain mode on a full disk writes succeed (acks) but new work gets

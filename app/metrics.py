@@ -12,7 +12,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
@@ -22,6 +22,7 @@ from prometheus_client.utils import floatToGoString
 from rocksidecar.rmq import Message
 from rocksidecar.rmq.consumer.config import RETRY_PREFIX
 from rocksidecar.rmq.producer import BrokerState
+from rocksidecar.storage.message import StoredMessage
 
 from .exemplars import Exemplars
 from .tracing.context import TRACEPARENT_PROPERTY
@@ -105,19 +106,16 @@ class Metrics:
             clock=clock,
         )
         self.registry.register(self.deliveries)
-        self.delay_lateness = self._histogram(
-            "delay_lateness_seconds",
+        self.delay_lateness = LatencyTally(
+            "rocksidecar_delay_lateness_seconds",
             "How late delayed messages were published after their due time.",
-            buckets=LATENESS_BUCKETS,
+            LATENESS_BUCKETS,
+            clock=clock,
         )
+        self.registry.register(self.delay_lateness)
 
     def _counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
         return Counter(f"rocksidecar_{name}", doc, list(labels), registry=self.registry)
-
-    def _histogram(
-        self, name: str, doc: str, labels: Sequence[str] = (), *, buckets: Sequence[float]
-    ) -> Histogram:
-        return Histogram(f"rocksidecar_{name}", doc, list(labels), buckets=buckets, registry=self.registry)
 
     def observe_delivery(
         self, subscription: str, outcome: str, seconds: float, traceparent: str | None = None
@@ -130,6 +128,11 @@ class Metrics:
         now and then (app.exemplars)."""
         traceparent = None if message is None else message.properties.get(TRACEPARENT_PROPERTY)
         self.send_latency.observe(latency_s, "", traceparent)
+
+    def observe_lateness(self, lateness_s: float, message: StoredMessage) -> None:
+        """A delayed ``message`` was published ``lateness_s`` after its due time; an exemplar of its
+        trace now and then."""
+        self.delay_lateness.observe(lateness_s, "", message.properties.get(TRACEPARENT_PROPERTY))
 
     def count_messages(self, outcome: str, n: int = 1) -> None:
         """``n`` messages more with ``outcome`` (sent, spooled, scheduled, rejected, failed)."""

@@ -105,7 +105,7 @@ def delivery_loops(
     policy_for: Callable[[str], RetryPolicy],
     workers: int,
     batch_max: int,
-    on_published: Callable[[float], None],
+    on_published: Callable[[float, DelayedMessage], None],
     on_replayed: Callable[[str], None],
 ) -> tuple[DelayScheduler, ReplayLoop]:
     """The delay scheduler and the retry replay of a process (the sidecar, a ``dmq`` replica), both

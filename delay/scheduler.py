@@ -80,8 +80,9 @@ class PickCounts:
 
 
 class DelayScheduler(DueLoop):
-    """Publishes due messages of ``store`` through ``publish``; ``on_published(lateness_s)`` is called
-    once per published message (actual publish time minus due time)."""
+    """Publishes due messages of ``store`` through ``publish``; ``on_published(lateness_s, message)`` is
+    called once per published message (actual publish time minus due time; the message: for metrics'
+    exemplars of its trace)."""
 
     def __init__(
         self,
@@ -94,7 +95,7 @@ class DelayScheduler(DueLoop):
         store_retry_s: float = STORE_RETRY_S,
         purge_every_s: float = PURGE_EVERY_S,
         sleep: Sleep = asyncio.sleep,
-        on_published: Callable[[float], None] | None = None,
+        on_published: Callable[[float, DelayedMessage], None] | None = None,
         gate: Gate | None = None,
         gate_retry_s: float = GATE_RETRY_S,
         gate_held_max: int = GATE_HELD_MAX,
@@ -357,7 +358,7 @@ class DelayScheduler(DueLoop):
             self._published(asyncio.current_task())  # the slot is free: the record below does not hold it
         self._stage("publish", started)
         for _, msg in out.sent:
-            self._report(out.done_at_ms - msg.due_ms)
+            self._report(out.done_at_ms - msg.due_ms, msg)
         if out.sent and self.on_sent is not None:
             observe(self.on_sent, [msg for _, msg in out.sent], "on_sent")
         if out.failed:
@@ -405,8 +406,8 @@ class DelayScheduler(DueLoop):
             self._unrecorded.pop(0)
         return True
 
-    def _report(self, lateness_ms: int) -> None:
-        observe(self._on_published, lateness_ms / 1000, "on_published")
+    def _report(self, lateness_ms: int, msg: DelayedMessage) -> None:
+        observe(self._on_published, lateness_ms / 1000, "on_published", msg)
 
     # --- idleness -------------------------------------------------------------------------------------
     def _busy(self) -> bool:

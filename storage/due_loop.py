@@ -28,12 +28,12 @@ T = TypeVar("T")
 MAX_IDLE_S = 30.0  # longest sleep: a wall-clock step forward is noticed within this
 
 
-def observe(hook: Callable[[T], object] | None, value: T, name: str) -> None:
-    """Tell an observer ``hook`` (metrics, a caller's bookkeeping) about ``value``, if there is one: its
-    failure is logged and never reaches the loop that called it."""
+def observe(hook: Callable[..., object] | None, value: object, name: str, *more: object) -> None:
+    """Tell an observer ``hook`` (metrics, a caller's bookkeeping) about ``value`` (and ``more``), if there
+    is one: its failure is logged and never reaches the loop that called it."""
     if hook is not None:
         try:
-            hook(value)
+            hook(value, *more)
         except Exception:
             log.exception("%s hook failed", name)
 

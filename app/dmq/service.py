@@ -135,7 +135,7 @@ class DmqService:
         self.delay = DelayStore(self.kv, self.writer)
         self.scheduler, self.replay = delivery_loops(
             self.producer, self.retry, self.delay, policy_for=s.retry_policy, workers=s.replay_workers,
-            batch_max=REPLAY_BATCH, on_published=self.metrics.delay_lateness.observe,
+            batch_max=REPLAY_BATCH, on_published=self.metrics.observe_lateness,
             on_replayed=lambda outcome: self.metrics.replays.labels(outcome).inc(),
         )  # fmt: skip
         replicas = (

@@ -132,3 +132,13 @@ async def test_a_traced_request_leaves_an_exemplar_on_the_send_latency(stack: St
     text = (await stack.http.get("/metrics", headers={"accept": OPENMETRICS})).text
     assert TRACE in _exemplars(text, "rocksidecar_send_latency_seconds").values()
     assert "trace_id" not in (await stack.http.get("/metrics")).text
+
+
+async def test_a_traced_delayed_message_leaves_an_exemplar_on_the_lateness(stack: Stack) -> None:
+    r = await stack.http.post(
+        "/v1/messages", json={"topic": "ExD", "body": "x", "delayMs": 50}, headers={"traceparent": SAMPLED}
+    )
+    assert r.status_code == 202, r.text
+    await stack.until_published(r.json()["deliverAt"])
+    text = (await stack.http.get("/metrics", headers={"accept": OPENMETRICS})).text
+    assert TRACE in _exemplars(text, "rocksidecar_delay_lateness_seconds").values()

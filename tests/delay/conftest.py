@@ -73,7 +73,7 @@ class Harness:
             self.store,
             self.publish,
             sleep=self.clock.sleep,
-            on_published=self.lateness_s.append,
+            on_published=lambda lateness_s, _msg: self.lateness_s.append(lateness_s),
             **kwargs,  # type: ignore[arg-type]
         )
         return self.scheduler
