@@ -108,3 +108,12 @@ def test_panels_have_unique_ids_titles_and_non_overlapping_places() -> None:
         cells |= area
     for panel in _panels():
         assert panel["datasource"]["uid"] == "${datasource}" and panel["description"], panel["title"]
+
+
+def test_the_latency_p99s_show_exemplars() -> None:
+    """The latencies carry the trace of a message now and then (app.exemplars): each p99 panel asks
+    Grafana to show them, so a slow point links to its trace."""
+    targets = [t for p in DASHBOARD["panels"] for t in p.get("targets", [])]
+    for metric in ("send_latency_seconds", "subscription_delivery_seconds", "delay_lateness_seconds"):
+        p99s = [t for t in targets if t["expr"].startswith("histogram_quantile(0.99") and metric in t["expr"]]
+        assert p99s and all(t.get("exemplar") is True for t in p99s), metric
