@@ -66,13 +66,10 @@ class Metrics:
             "outcome",
         )
         self.registry.register(self.messages)
-        self.send_latency = LatencyTally(
-            "rocksidecar_send_latency_seconds",
-            "Time to send one message or batch to RocketMQ, retries included.",
-            LATENCY_BUCKETS,
-            clock=clock,
-        )
-        self.registry.register(self.send_latency)
+        self.send_latency = self._latency(
+            "send_latency_seconds", "Time to send one message or batch to RocketMQ, retries included.",
+            LATENCY_BUCKETS, clock,
+        )  # fmt: skip
         self.attempts = self._counter(
             "send_attempts",
             "Send attempts per broker, by result (ok or error); more attempts than messages means retries.",
@@ -106,16 +103,20 @@ class Metrics:
             clock=clock,
         )
         self.registry.register(self.deliveries)
-        self.delay_lateness = LatencyTally(
-            "rocksidecar_delay_lateness_seconds",
-            "How late delayed messages were published after their due time.",
-            LATENESS_BUCKETS,
-            clock=clock,
-        )
-        self.registry.register(self.delay_lateness)
+        self.delay_lateness = self._latency(
+            "delay_lateness_seconds", "How late delayed messages were published after their due time.",
+            LATENESS_BUCKETS, clock,
+        )  # fmt: skip
 
     def _counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
         return Counter(f"rocksidecar_{name}", doc, list(labels), registry=self.registry)
+
+    def _latency(
+        self, name: str, doc: str, buckets: Sequence[float], clock: Callable[[], float]
+    ) -> LatencyTally:
+        tally = LatencyTally(f"rocksidecar_{name}", doc, buckets, clock=clock)
+        self.registry.register(tally)
+        return tally
 
     def observe_delivery(
         self, subscription: str, outcome: str, seconds: float, traceparent: str | None = None
