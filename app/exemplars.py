@@ -39,7 +39,12 @@ class Exemplars:
         message whose traceparent property is ``traceparent``, or None."""
         if traceparent is None:
             return None
-        key = (series, bisect_left(self._bounds, seconds))  # the bucket, as the histograms count it
+        return self.take_at(series, bisect_left(self._bounds, seconds), traceparent)
+
+    def take_at(self, series: str, bucket: int, traceparent: str) -> dict[str, str] | None:
+        """``take`` for an observation whose bucket (the histogram's index, bisect_left of its bounds) the
+        caller found already."""
+        key = (series, bucket)
         now = self._clock()
         due = self._next.get(key)
         if due is not None and now < due:

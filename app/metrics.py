@@ -21,6 +21,7 @@ from prometheus_client.utils import floatToGoString
 
 from rocksidecar.rmq import Message
 from rocksidecar.rmq.consumer.config import RETRY_PREFIX
+from rocksidecar.rmq.message import MessageExt
 from rocksidecar.rmq.producer import BrokerState
 from rocksidecar.storage.message import StoredMessage
 
@@ -118,21 +119,19 @@ class Metrics:
         self.registry.register(tally)
         return tally
 
-    def observe_delivery(
-        self, subscription: str, outcome: str, seconds: float, traceparent: str | None = None
-    ) -> None:
-        """A delivery to the app took ``seconds``; ``traceparent``: its message's (for an exemplar)."""
-        self.deliveries.observe(subscription, outcome, seconds, traceparent)
+    # The latencies' observers take the message: its trace context (any producer's, checked by
+    # app.exemplars) is read here alone, for an exemplar now and then.
+    def observe_delivery(self, subscription: str, outcome: str, seconds: float, message: MessageExt) -> None:
+        """A delivery of ``message`` to the app took ``seconds``."""
+        self.deliveries.observe(subscription, outcome, seconds, message.properties.get(TRACEPARENT_PROPERTY))
 
     def observe_send(self, latency_s: float, message: Message | None) -> None:
-        """A send attempt of ``message`` (a batch's first) took ``latency_s``; an exemplar of its trace
-        now and then (app.exemplars)."""
+        """A send attempt of ``message`` (a batch's first) took ``latency_s``."""
         traceparent = None if message is None else message.properties.get(TRACEPARENT_PROPERTY)
         self.send_latency.observe(latency_s, "", traceparent)
 
     def observe_lateness(self, lateness_s: float, message: StoredMessage) -> None:
-        """A delayed ``message`` was published ``lateness_s`` after its due time; an exemplar of its
-        trace now and then."""
+        """A delayed ``message`` was published ``lateness_s`` after its due time."""
         self.delay_lateness.observe(lateness_s, "", message.properties.get(TRACEPARENT_PROPERTY))
 
     def count_messages(self, outcome: str, n: int = 1) -> None:
@@ -199,6 +198,18 @@ class Tally(Collector):
         yield _counter_by_label(self._name, self._doc, self._label, counts)
 
 
+class _Series:
+    """One series of a LatencyTally: a count per bucket (not cumulative), the sum, each bucket's newest
+    exemplar."""
+
+    __slots__ = ("counts", "exemplars", "total")
+
+    def __init__(self, buckets: int) -> None:
+        self.counts = [0] * buckets
+        self.total = 0.0
+        self.exemplars: list[Exemplar | None] = [None] * buckets
+
+
 class LatencyTally(Collector):
     """A latency histogram by one label (or none), kept as plain numbers and read when Prometheus scrapes,
     each bucket with its newest exemplar (app.exemplars). prometheus_client's Histogram cost ~1 us an
@@ -218,35 +229,29 @@ class LatencyTally(Collector):
         self._labels = [] if label is None else [label]
         self._bounds = tuple(float(b) for b in buckets)
         self._les = [floatToGoString(b) for b in self._bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
-        # per label value ("" without a label): one count per bucket (not cumulative), the sum, and each
-        # bucket's newest exemplar
-        self._series: dict[str, tuple[list[int], list[float], list[Exemplar | None]]] = {}
+        self._series: dict[str, _Series] = {}  # per label value ("" without a label)
         self._gate = Exemplars(self._bounds, clock=clock)
         self._lock = threading.Lock()
         if label is None:  # a Histogram without labels shows its zero buckets before the first observation
-            self._series[""] = self._new_series()
-
-    def _new_series(self) -> tuple[list[int], list[float], list[Exemplar | None]]:
-        return [0] * len(self._les), [0.0], [None] * len(self._les)
+            self._series[""] = _Series(len(self._les))
 
     def observe(self, seconds: float, value: str = "", traceparent: str | None = None) -> None:
         """``seconds`` in the series of label ``value``; ``traceparent``: the message's, for an exemplar
         now and then."""
         i = bisect_left(self._bounds, seconds)  # the first bucket whose bound is >= seconds, as observe()
-        labels = None if traceparent is None else self._gate.take(value, seconds, traceparent)
+        labels = None if traceparent is None else self._gate.take_at(value, i, traceparent)
         with self._lock:
             series = self._series.get(value)
             if series is None:
-                series = self._series[value] = self._new_series()
-            counts, total, exemplars = series
-            counts[i] += 1
-            total[0] += seconds
+                series = self._series[value] = _Series(len(self._les))
+            series.counts[i] += 1
+            series.total += seconds
             if labels is not None:
-                exemplars[i] = Exemplar(labels, seconds, time.time())
+                series.exemplars[i] = Exemplar(labels, seconds, time.time())
 
     def collect(self) -> Iterable[HistogramMetricFamily]:
         with self._lock:
-            rows = [(v, list(c), t[0], list(e)) for v, (c, t, e) in self._series.items()]
+            rows = [(v, list(s.counts), s.total, list(s.exemplars)) for v, s in self._series.items()]
         family = HistogramMetricFamily(self._name, self._doc, labels=self._labels)
         for value, counts, total, exemplars in rows:
             buckets = [

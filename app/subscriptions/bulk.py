@@ -23,7 +23,6 @@ from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from ..http_client import PostError
 from ..tracing import spans
-from ..tracing.context import TRACEPARENT_PROPERTY
 from .cloudevents import structured_event
 from .push import LATER_STATUSES, HttpPush, retry_after_s
 from .spec import SubscriptionSpec
@@ -120,8 +119,7 @@ class BulkPush(HttpPush):
             if 200 <= resp.status < 300:
                 statuses = statuses_from(resp.body, msgs)
                 for msg, status in zip(msgs, statuses, strict=True):
-                    trace = msg.properties.get(TRACEPARENT_PROPERTY)
-                    self._on_delivery(self.spec.name, _OUTCOMES[status], elapsed, trace)
+                    self._on_delivery(self.spec.name, _OUTCOMES[status], elapsed, msg)
                 return self._dead_letters(msgs, statuses)
             self._log.answered(self.spec.name, resp.status, msgs[0].msg_id)
             if resp.status in LATER_STATUSES:
@@ -143,4 +141,4 @@ class BulkPush(HttpPush):
 
     def _report(self, outcome: str, msgs: Sequence[MessageExt], elapsed: float) -> None:
         for msg in msgs:  # the metrics count deliveries per message, bulk or not
-            self._on_delivery(self.spec.name, outcome, elapsed, msg.properties.get(TRACEPARENT_PROPERTY))
+            self._on_delivery(self.spec.name, outcome, elapsed, msg)

@@ -19,7 +19,6 @@ from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from ..http_client import HttpClient, PostError
 from ..tracing import msgtrace, spans
-from ..tracing.context import TRACEPARENT_PROPERTY
 from .cloudevents import HeaderLines
 from .log import DeliveryLog
 from .spec import SubscriptionSpec
@@ -31,10 +30,9 @@ MAX_LATER_S = 300.0  # a Retry-After beyond this is capped: the message must not
 # POSTed again at once, forever (~2 900 POSTs a second for one message, a core spent on it).
 MIN_LATER_S = 0.1
 
-# (subscription, outcome, seconds) after each POST; outcome is ok, later, failed (app's answer) or
-# error (no answer: connection refused, timeout).
-# (subscription, outcome, seconds the app took, the message's traceparent property: for an exemplar)
-DeliveryHook = Callable[[str, str, float, str | None], None]
+# (subscription, outcome, seconds, the message) after each POST; outcome is ok, later, failed (app's
+# answer) or error (no answer: connection refused, timeout). The message: for the latency's exemplar.
+DeliveryHook = Callable[[str, str, float, MessageExt], None]
 
 
 def retry_after_s(value: str | None, now_s: float) -> float:
@@ -103,23 +101,22 @@ class HttpPush:
         """POST until the app takes it (True) or fails it (False); 429/503 wait and try again."""
         lines = self._header_lines(msg, mq)
         spec, on_delivery = self.spec, self._on_delivery
-        trace = msg.properties.get(TRACEPARENT_PROPERTY)
         while True:
             started = time.perf_counter()
             try:
                 resp = await self._client.post_lines(spec.endpoint, lines, msg.body, spec.timeout_s)
             except PostError as exc:
-                on_delivery(spec.name, "error", time.perf_counter() - started, trace)
+                on_delivery(spec.name, "error", time.perf_counter() - started, msg)
                 self._log.no_answer(spec.name, str(exc), msg.msg_id)
                 return False
             elapsed = time.perf_counter() - started
             if 200 <= resp.status < 300:
-                on_delivery(spec.name, "ok", elapsed, trace)
+                on_delivery(spec.name, "ok", elapsed, msg)
                 return True
             self._log.answered(spec.name, resp.status, msg.msg_id)
             if resp.status in LATER_STATUSES:
-                on_delivery(spec.name, "later", elapsed, trace)
+                on_delivery(spec.name, "later", elapsed, msg)
                 await self._sleep(retry_after_s(resp.headers.get("retry-after"), self._wall_s()))
                 continue
-            on_delivery(spec.name, "failed", elapsed, trace)
+            on_delivery(spec.name, "failed", elapsed, msg)
             return False

@@ -19,7 +19,6 @@ from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from ..tracing import spans
-from ..tracing.context import TRACEPARENT_PROPERTY
 from .push import DEFAULT_LATER_S, DeliveryHook, later_s
 from .spec import SubscriptionSpec
 
@@ -79,7 +78,6 @@ class StreamHub:
 
     async def deliver(self, msg: MessageExt, mq: MessageQueue) -> bool:
         loop = asyncio.get_running_loop()
-        trace = msg.properties.get(TRACEPARENT_PROPERTY)
         lost = 0
         while True:
             d = Delivery(uuid.uuid4().hex, msg, mq)
@@ -89,7 +87,7 @@ class StreamHub:
             try:
                 answer, later_s = await asyncio.wait_for(asyncio.shield(d.answer), self.spec.timeout_s)
             except TimeoutError:  # no answer in time: a failure, the broker redelivers it later
-                self._on_delivery(self.spec.name, "error", loop.time() - started, trace)
+                self._on_delivery(self.spec.name, "error", loop.time() - started, msg)
                 return False
             finally:
                 self._open.pop(d.delivery_id, None)
@@ -99,9 +97,9 @@ class StreamHub:
                     continue
                 # Every stream it went to ended: one no client takes (a body over its receive limit)
                 # would go round them for ever. A failure: sent back, dead-lettered in the end.
-                self._on_delivery(self.spec.name, "error", loop.time() - started, trace)
+                self._on_delivery(self.spec.name, "error", loop.time() - started, msg)
                 return False
-            self._on_delivery(self.spec.name, answer.value, loop.time() - started, trace)
+            self._on_delivery(self.spec.name, answer.value, loop.time() - started, msg)
             if answer is Answer.OK:
                 return True
             if answer is Answer.FAILED:

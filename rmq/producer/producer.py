@@ -204,7 +204,7 @@ class Producer(Lifecycle):
                     break
                 continue
             latency = timer() - started
-            # _record of a stored send, inline (once a message)
+            # a stored send's attempt, told (_failed tells a failed one's)
             if self._on_attempt is not None:
                 self._on_attempt(mq.broker_name, latency, True, message)
             if cfg.fault_tolerance:

@@ -24,6 +24,7 @@ from rocksidecar.app.subscriptions.push import (
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
 from rocksidecar.app.subscriptions.stream import Answer as StreamAnswer
 from rocksidecar.app.subscriptions.stream import StreamHub
+from rocksidecar.app.tracing.context import TRACEPARENT_PROPERTY
 from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 from tests.rmq.consumer.factory import stored
@@ -68,7 +69,7 @@ class Recorded:
         self.requests: list[Request] = []
         self.sleeps: list[float] = []
         self.outcomes: list[str] = []
-        self.traces: list[str | None] = []  # the traceparent each delivery told the metrics
+        self.traces: list[str | None] = []  # the traceparent of each delivery's message, told the metrics
 
     async def post_lines(self, url: str, lines: bytes, body: bytes, timeout_s: float) -> Answer:
         return await self.post(url, body, parse_lines(lines), timeout_s)
@@ -87,9 +88,9 @@ class Recorded:
         return HttpPush(
             spec,
             cast(HttpClient, self),
-            on_delivery=lambda _s, outcome, _t, trace: (
+            on_delivery=lambda _s, outcome, _t, msg: (
                 self.outcomes.append(outcome),
-                self.traces.append(trace),
+                self.traces.append(msg.properties.get(TRACEPARENT_PROPERTY)),
             ),
             sleep=self.sleep,
             wall_s=lambda: 1_800_000_000.0,
