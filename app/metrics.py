@@ -38,7 +38,10 @@ LATENESS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 3
 def exposition(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
     """/metrics' body and content type: OpenMetrics (with the exemplars) when the scraper asks for it
     (Prometheus does with exemplar storage on), else the classic text format."""
-    encode, content_type = choose_encoder(accept or "")
+    try:
+        encode, content_type = choose_encoder(accept or "")
+    except (TypeError, ValueError):  # an OpenMetrics version that is not a number (the client's header)
+        encode, content_type = choose_encoder("")  # a preference it cannot read: the classic format
     return encode(registry), content_type
 
 

@@ -142,3 +142,21 @@ async def test_a_traced_delayed_message_leaves_an_exemplar_on_the_lateness(stack
     await stack.until_published(r.json()["deliverAt"])
     text = (await stack.http.get("/metrics", headers={"accept": OPENMETRICS})).text
     assert TRACE in _exemplars(text, "rocksidecar_delay_lateness_seconds").values()
+
+
+@pytest.mark.parametrize(
+    "accept",
+    ["application/openmetrics-text; version=abc", "application/openmetrics-text; version=1.x", "x" * 4000, ""],
+)
+def test_an_accept_header_it_cannot_read_gets_the_classic_format(accept: str) -> None:
+    """prometheus_client's negotiation raised on a version that is not a number: a 500 for a client's
+    header. The classic format answers instead."""
+    m = metrics.Metrics()
+    m.observe_send(0.003, Message("T", b"x", properties={TRACEPARENT_PROPERTY: SAMPLED}))
+    body, content_type = metrics.exposition(m.registry, accept)
+    assert content_type.startswith("text/plain") and b"rocksidecar_send_latency_seconds_bucket" in body
+
+
+async def test_metrics_answers_a_bad_accept_header(stack: Stack) -> None:
+    r = await stack.http.get("/metrics", headers={"accept": "application/openmetrics-text; version=abc"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
