@@ -146,7 +146,12 @@ async def test_a_traced_delayed_message_leaves_an_exemplar_on_the_lateness(stack
 
 @pytest.mark.parametrize(
     "accept",
-    ["application/openmetrics-text; version=abc", "application/openmetrics-text; version=1.x", "x" * 4000, ""],
+    [
+        "application/openmetrics-text; version=abc",
+        "application/openmetrics-text; version=1.x",
+        "x" * 4000,
+        "",
+    ],
 )
 def test_an_accept_header_it_cannot_read_gets_the_classic_format(accept: str) -> None:
     """prometheus_client's negotiation raised on a version that is not a number: a 500 for a client's
