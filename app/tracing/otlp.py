@@ -19,6 +19,7 @@ in order). The request parses into what ``encode_spans`` gives for the same span
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import islice
 from typing import Any
@@ -46,7 +47,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from rocksidecar.rmq import SendResult
 
 from ..bounded import remember
-from .fast import FastSpan, Sent
+from .fast import FastSpan
 from .lite import UNSET, LiteSpan, Preset
 from .semconv import BODY_SIZE, MESSAGE_ID, Facts, result_attributes, tags_and_keys
 
@@ -75,6 +76,10 @@ _KINDS: dict[int, int] = {id(kind): value for kind, value in _SPAN_KIND_MAP.item
 # (1) and spans (2), either's schema_url (3). Ids are fixed-length, so their length byte is in the tag.
 _TRACE_ID, _SPAN_ID, _PARENT_ID = b"\x0a\x10", b"\x12\x08", b"\x22\x08"
 _START, _END = b"\x39", b"\x41"
+# A FastSpan's ids and times with their tags in one call (a third less than ten parts joined): trace id,
+# span id, parent span id (a root has none), then start and end as little-endian fixed64
+_ids = struct.Struct("<2s16s2s8s2s8scQcQ").pack
+_root_ids = struct.Struct("<2s16s2s8scQcQ").pack
 _RESOURCE_SPANS = _RESOURCE = _SCOPE = b"\x0a"
 _SCOPE_SPANS = _SPANS = b"\x12"
 _SCHEMA_URL = b"\x1a"
@@ -228,24 +233,36 @@ def _framed(members: list[Any]) -> list[bytes]:
     """Each of ``members`` serialised and framed as a ScopeSpans' ``spans`` field (tag, length, bytes),
     in order: FastSpans written here, in the loop (a call per span and per part is much of what they
     cost), a send one keeps (``_sent``) just before it; the others by ``_lite_span`` and ``_span``."""
-    encoded: list[bytes] = []
+    out: list[bytes] = []
+    one, two = _ONE_BYTE, _TWO_BYTES  # _varint's tables read inline: a call per span saved
     cache = _cache
     for span in members:
         if type(span) is not FastSpan:
-            encoded.append(_lite_span(span) if type(span) is LiteSpan else _span(span))
+            span_bytes = _lite_span(span) if type(span) is LiteSpan else _span(span)
+            n = len(span_bytes)
+            out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), span_bytes)
             continue
+        trace, state = span._trace, span._state
         kept = span._sent
         if kept is not None:  # the request's send, ended before it: first, as it would have been queued
-            encoded.append(_kept_send(span, kept))
+            shape, send_id, start, end, facts, result = kept
+            parts = [_ids(_TRACE_ID, trace, _SPAN_ID, send_id, _PARENT_ID, span._span, _START, start,
+                          _END, end)]  # fmt: skip
+            if state:
+                parts.append(_rare(state, (), ()))
+            parts.append(shape.head)
+            _sent_parts(parts, facts, result)
+            span_bytes = b"".join(parts)
+            n = len(span_bytes)
+            out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), span_bytes)
         # ids and times around the shape's bytes (name, kind, flags, unset status, leading attributes)
         parent = span._parent
-        start, end = span._start.to_bytes(8, "little"), span._end.to_bytes(8, "little")
         if parent is not None:
-            parts = [_TRACE_ID, span._trace, _SPAN_ID, span._span, _PARENT_ID, parent, _START, start,
-                     _END, end]  # fmt: skip
+            parts = [_ids(_TRACE_ID, trace, _SPAN_ID, span._span, _PARENT_ID, parent, _START, span._start,
+                          _END, span._end)]  # fmt: skip
         else:
-            parts = [_TRACE_ID, span._trace, _SPAN_ID, span._span, _START, start, _END, end]
-        if span._status is UNSET and not (span._events or span._links or span._state):
+            parts = [_root_ids(_TRACE_ID, trace, _SPAN_ID, span._span, _START, span._start, _END, span._end)]
+        if span._status is UNSET and not (span._events or span._links or state):
             parts.append(span._shape.head)
         else:
             parts += _unusual(span)
@@ -257,26 +274,10 @@ def _framed(members: list[Any]) -> list[bytes]:
                 kind = type(v)
                 got = cache.get((k, kind, v)) if kind in _CACHEABLE else None
                 parts.append(got if got is not None else _attribute(k, v))
-        encoded.append(b"".join(parts))
-    out: list[bytes] = []
-    one, two = _ONE_BYTE, _TWO_BYTES
-    for span_bytes in encoded:  # _varint's tables read inline: a call per span saved
+        span_bytes = b"".join(parts)
         n = len(span_bytes)
         out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), span_bytes)
     return out
-
-
-def _kept_send(receive: FastSpan, kept: Sent) -> bytes:
-    """The send span a receive FastSpan keeps (FastSpan.keep_send), serialised: the receive's trace and
-    trace state, the receive as its parent; its message's (facts) and result's attributes."""
-    shape, span_id, start, end, facts, result = kept
-    parts = [_TRACE_ID, receive._trace, _SPAN_ID, span_id, _PARENT_ID, receive._span, _START,
-             start.to_bytes(8, "little"), _END, end.to_bytes(8, "little")]  # fmt: skip
-    if receive._state:
-        parts.append(_rare(receive._state, (), ()))
-    parts.append(shape.head)
-    _sent_parts(parts, facts, result)
-    return b"".join(parts)
 
 
 def _sent_parts(parts: list[bytes], facts: Facts | None, result: SendResult | None) -> None:
