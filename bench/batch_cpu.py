@@ -14,6 +14,12 @@ it):
     .venv/bin/python -m bench.batch_cpu [--batch 100] [--requests 2000] [--rounds 7]
     .venv/bin/python -m bench.batch_cpu --instructions        # needs valgrind
     .venv/bin/python -m bench.batch_cpu --single [--instructions]   # POST /v1/messages, one a request
+    .venv/bin/python -m bench.batch_cpu --single --trace on --instructions
+
+``--trace``: ``off`` gives every request a sampled W3C traceparent (carried, tracing off); ``on`` the same
+with OpenTelemetry spans on as the sidecar runs them (app.assembly's TracedSender around the producer, the
+loop's batching processor, every batch encoded as OTLP and dropped: bench.tracing_cpu's): the route's own
+cost of a sampled request's spans (issue 31), which bench.tracing measures in place.
 """
 
 from __future__ import annotations
@@ -32,12 +38,16 @@ import time
 from typing import cast
 
 import orjson
+from opentelemetry.sdk.trace import TracerProvider
 
+from bench.tracing_cpu import _LoopProcessor
 from rocksidecar.app.api.http import Api, Readiness, send_many, send_one
 from rocksidecar.app.api.operations import EdgeDeps, Operations
 from rocksidecar.app.metrics import Metrics
 from rocksidecar.app.request import HTTP_FIELDS, Limits
 from rocksidecar.app.sidecar import Sidecar
+from rocksidecar.app.tracing import spans
+from rocksidecar.app.tracing.context import TraceContext
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.retry.record import RetryRecord
 from rocksidecar.rmq.broker import BrokerApi
@@ -46,6 +56,7 @@ from rocksidecar.rmq.namesrv import NameServerClient
 from rocksidecar.rmq.producer import Producer
 from rocksidecar.rmq.protocol.frame import RemotingCommand, encode
 from rocksidecar.rmq.route import BrokerData, QueueData, TopicRouteData
+from rocksidecar.rmq.sender import Sender
 from rocksidecar.storage.clock import wall_ms
 
 TOPIC = "BenchBatchCpu"
@@ -101,49 +112,66 @@ class NoSpool:
         raise AssertionError("messages were spooled: the benchmark measures the all-SENT path")
 
 
-def build_api() -> Api:
+TRACE = TraceContext("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")  # sampled
+
+
+def build_api(spans_on: bool = False) -> Api:
     invoker = InstantBroker()
     producer = Producer(NameServerClient(invoker, "ns:9876"), BrokerApi(invoker), client_id="bench@1")
-    sidecar = Sidecar(producer, NoSpool(), policy_for=lambda _type: RetryPolicy())
+    # spans on: the send wrapped as app.assembly wraps it
+    sender: Sender = spans.TracedSender(producer, background=False) if spans_on else producer
+    sidecar = Sidecar(sender, NoSpool(), policy_for=lambda _type: RetryPolicy())
     limits = Limits(max_body_bytes=4 * 1024 * 1024, max_delay_ms=40 * 24 * 3600 * 1000)
     deps = EdgeDeps(sidecar, limits, 1000, Metrics(), None, wall_ms)
     return Api(Operations.of(deps, HTTP_FIELDS), cast(Readiness, None))  # the route never reads it
 
 
-async def _round(api: Api, body: bytes, requests: int, batch: int) -> float:
+async def _round(api: Api, body: bytes, requests: int, batch: int, trace: TraceContext | None) -> float:
     start = time.process_time()
     if batch:
         for _ in range(requests):
-            await send_many(api, PATH, body, None, None)
+            await send_many(api, PATH, body, None, None, trace)
     else:
         for _ in range(requests):
-            await send_one(api, SINGLE_PATH, body, None, None)
+            await send_one(api, SINGLE_PATH, body, None, None, trace)
     return time.process_time() - start
 
 
-async def _check(api: Api, body: bytes, batch: int) -> None:
+async def _check(api: Api, body: bytes, batch: int, trace: TraceContext | None) -> None:
     if not batch:
-        status, payload, _, _ = await send_one(api, SINGLE_PATH, body, None, None)
+        status, payload, _, _ = await send_one(api, SINGLE_PATH, body, None, None, trace)
         if status != 200 or orjson.loads(payload)["status"] != "SENT":
             raise SystemExit(f"the route answered {status} {payload[:300]!r}, not SENT")
         return
-    status, payload, _, _ = await send_many(api, PATH, body, None, None)
+    status, payload, _, _ = await send_many(api, PATH, body, None, None, trace)
     doc = orjson.loads(payload)
     if status != 200 or doc["sent"] != batch:
         raise SystemExit(f"the route answered {status} {payload[:300]!r}, not {batch} SENT")
 
 
-async def run(batch: int, requests: int, rounds: int, profile: str | None) -> None:
-    """``batch`` 0: single sends (``POST /v1/messages``), one message a request."""
-    api = build_api()
+async def run(batch: int, requests: int, rounds: int, profile: str | None, trace: str = "none") -> None:
+    """``batch`` 0: single sends (``POST /v1/messages``), one message a request; ``trace`` as --trace."""
+    context = None if trace == "none" else TRACE
+    processor = None
+    if trace == "on":
+        provider = TracerProvider(shutdown_on_exit=False)
+        processor = _LoopProcessor(requests * max(batch, 1) * (rounds + 2), encode=True)
+        provider.add_span_processor(processor)
+        spans.configure(provider)
+    api = build_api(spans_on=trace == "on")
     if batch:
         body = json.dumps({"messages": [{"topic": TOPIC, "body": BODY}] * batch}).encode()
     else:
         body = json.dumps({"topic": TOPIC, "body": BODY}).encode()
-    await _check(api, body, batch)  # and warm: the route is cached from here on
+    await _check(api, body, batch, context)  # and warm: the route is cached from here on
     per_message = []
     for _ in range(rounds):
-        per_message.append(await _round(api, body, requests, batch) * 1e6 / (requests * max(batch, 1)))
+        spent = await _round(api, body, requests, batch, context)
+        if processor is not None:  # the export of this round's spans belongs to its figure
+            started = time.process_time()
+            await processor._drain()
+            spent += time.process_time() - started
+        per_message.append(spent * 1e6 / (requests * max(batch, 1)))
     print(
         f"{f'batch of {batch}' if batch else 'single sends'}, {requests} requests a round: "
         f"{statistics.median(per_message):.2f} us CPU per message (median of {rounds}; "
@@ -152,20 +180,20 @@ async def run(batch: int, requests: int, rounds: int, profile: str | None) -> No
     if profile:
         prof = cProfile.Profile()
         prof.enable()
-        await _round(api, body, requests, batch)
+        await _round(api, body, requests, batch, context)
         prof.disable()
         prof.dump_stats(profile)
         pstats.Stats(profile).sort_stats("tottime").print_stats(30)
 
 
-def instructions(batch: int, low: int = 10, high: int = 110) -> float:
+def instructions(batch: int, low: int = 10, high: int = 110, trace: str = "none") -> float:
     """Instructions per message: this benchmark under cachegrind at ``high`` and ``low`` requests, the
     difference over the messages between them."""
 
     def run(requests: int) -> int:
         cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
         cmd += [sys.executable, "-m", "bench.batch_cpu", "--batch", str(batch)]
-        cmd += ["--requests", str(requests), "--rounds", "1"]
+        cmd += ["--requests", str(requests), "--rounds", "1", "--trace", trace]
         env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same hashes, the same work, run after run
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stderr
         found = re.search(r"I\s+refs:\s+([\d,]+)", out)
@@ -188,6 +216,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--profile", help="cProfile one more round into FILE and print the top")
     parser.add_argument("--instructions", action="store_true", help="count instructions per message instead")
+    parser.add_argument(
+        "--trace", choices=("none", "off", "on"), default="none",
+        help="off: a sampled traceparent on every request; on: that, and OpenTelemetry spans on",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.single:
         args.batch = 0
@@ -195,9 +227,10 @@ def main() -> None:
     if args.instructions:
         what = f"batch of {args.batch}" if args.batch else "single sends"
         low, high = (10, 110) if args.batch else (1000, 11000)
-        print(f"{what}: {instructions(args.batch, low, high):,.0f} instructions per message")
+        count = instructions(args.batch, low, high, args.trace)
+        print(f"{what}, trace {args.trace}: {count:,.0f} instructions per message")
         return
-    asyncio.run(run(args.batch, args.requests, args.rounds, args.profile))
+    asyncio.run(run(args.batch, args.requests, args.rounds, args.profile, args.trace))
 
 
 if __name__ == "__main__":
