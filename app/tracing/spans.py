@@ -452,14 +452,20 @@ def _root(msg: Message) -> Span | Message:
 
 async def receive_batch(msgs: Sequence[Message], handle: Callable[[list[Message]], Awaitable[_T]]) -> _T:
     """``handle`` inside one ``receive`` span for a batch: its messages without a trace context of their
-    own carry the span's; those with one keep it and are the span's links."""
+    own carry the span's; those with one keep it and are the span's links (one a distinct context, up to
+    MAX_LINKS: the messages that inherited the request's header all link to it once)."""
     links: list[Link] = []
+    linked: set[tuple[str, str | None]] = set()
     own: list[bool] = []
     for m in msgs:
-        parent = m.properties.get(TRACEPARENT_PROPERTY)
+        properties = m.properties
+        parent = properties.get(TRACEPARENT_PROPERTY)
         own.append(parent is not None)
         if parent is not None and len(links) < MAX_LINKS:
-            links.append(Link(_remote(parent, m.properties.get(TRACESTATE_PROPERTY))))
+            context = (parent, properties.get(TRACESTATE_PROPERTY))
+            if context not in linked:  # one link a trace context: a request's header, inherited by all
+                linked.add(context)
+                links.append(Link(_remote(*context)))
     attrs: dict[str, Any] = {"messaging.system": "rocketmq", "messaging.operation.type": "receive",
              "messaging.batch.message_count": len(msgs)}  # fmt: skip
     span = _tracer.start_span("receive", _parent(), SpanKind.SERVER, attrs, links)

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -27,7 +28,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.trace.status import Status, StatusCode
 
-from rocksidecar.app.tracing import otlp
+from rocksidecar.app.tracing import otlp, spans
 from rocksidecar.app.tracing.lite import LiteTracer
 
 PARENT = SpanContext(
@@ -96,6 +97,33 @@ def test_an_unencodable_attribute_is_dropped_not_the_batch_as_the_sdks_encoder_d
     assert request == encode_spans(batch)
     kept = request.resource_spans[0].scope_spans[0].spans[0].attributes
     assert [a.key for a in kept] == ["ok", "n"]
+
+
+def test_links_of_every_shape_are_written_as_the_sdks_encoder_writes_them() -> None:
+    """Links are written directly (a batch request's span links to each message's trace): remote and
+    local, with and without attributes of each type, an unencodable one (dropped), dropped attributes,
+    a trace state (not encoded, as the SDK does not), and a full set of spans.MAX_LINKS."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    sdk = provider.get_tracer("rocksidecar")
+    local = SpanContext(0x1, 0x2, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    attrs = {"s": "v", "n": 7, "b": True, "f": 0.25, "l": ["a", "b"], "bad": "\ud800"}
+    many = [Link(SpanContext(i + 1, i + 2, is_remote=bool(i % 2))) for i in range(spans.MAX_LINKS)]
+    for tracer in (LiteTracer(sdk), sdk):  # type: ignore[arg-type]
+        # links of their own: the SDK's tracer replaces a link's attributes with a copy it bounds
+        bounded = BoundedAttributes(maxlen=1, attributes={"one": "1", "two": "2"})  # one kept, one dropped
+        none_kept = BoundedAttributes(maxlen=0, attributes={"one": "1"})  # a limit of 0: all dropped
+        links = [Link(PARENT), Link(local), Link(PARENT, attrs), Link(local, bounded), Link(local, none_kept)]
+        tracer.start_span("receive", None, SpanKind.SERVER, {"k": "v"}, links).end()
+        tracer.start_span("receive", None, SpanKind.SERVER, None, many).end()
+    batch = list(memory.get_finished_spans())
+    request = ExportTraceServiceRequest.FromString(otlp.encode_bytes(batch))
+    assert request == encode_spans(batch)
+    written = request.resource_spans[0].scope_spans[0].spans
+    assert [len(s.links) for s in written] == [5, spans.MAX_LINKS, 5, spans.MAX_LINKS]
+    assert [link.dropped_attributes_count for link in written[0].links] == [0, 0, 0, 1, 1]
+    assert [link.flags for link in written[0].links] == [0x300, 0x100, 0x300, 0x100, 0x100]
 
 
 @pytest.mark.parametrize("n", [0, 1, 127, 128, 300, 16_383, 16_384, 2**21, 2**35])

@@ -136,6 +136,26 @@ async def test_a_batch_is_one_receive_span_over_one_send(
     assert receive.attributes and receive.attributes["messaging.batch.message_count"] == 3
     assert send.parent is not None and receive.context is not None
     assert send.parent.span_id == receive.context.span_id
+    # the three messages inherited the header's context: one link to it, not three
+    assert [(f"{link.context.trace_id:032x}", link.context.is_remote) for link in receive.links] == [
+        (TRACE_ID, True)
+    ]
+
+
+async def test_a_batch_links_once_to_each_distinct_context_of_its_messages(
+    traced: Stack, exporter: InMemorySpanExporter
+) -> None:
+    """Messages with trace contexts of their own (a Spark row's column) and ones that inherit the
+    header's: a link per distinct context, in the order the messages first carry it."""
+    own = [f"00-{n:032x}-{n:016x}-01" for n in (0xA, 0xB)]
+    msgs: list[dict[str, Any]] = [{"topic": "SpLinks", "body": str(i)} for i in range(2)]  # inherit TP
+    msgs += [{"topic": "SpLinks", "body": "a", "properties": {TRACEPARENT_PROPERTY: own[0]}}] * 2
+    msgs += [{"topic": "SpLinks", "body": "b", "properties": {TRACEPARENT_PROPERTY: own[1]}}]
+    r = await traced.http.post("/v1/messages:batch", json={"messages": msgs}, headers={"traceparent": TP})
+    assert r.status_code == 200, r.text
+    receive = by_name(exporter)["receive"]
+    linked = [f"00-{c.trace_id:032x}-{c.span_id:016x}-01" for c in (link.context for link in receive.links)]
+    assert linked == [TP, *own]
 
 
 async def test_nothing_is_recorded_while_tracing_is_off(make_stack: Callable[..., Any]) -> None:
