@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from enum import Enum
+from itertools import islice
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from opentelemetry import context, trace
@@ -475,13 +476,16 @@ async def receive_batch(msgs: Sequence[Message], handle: Callable[[list[Message]
         )
 
 
-def _links(msgs: Sequence[Message]) -> list[Link]:
-    """Links to the requests that accepted ``msgs`` (stored messages: their TRACE_CONTEXT was written
-    by the sidecar, or by an older one, so it is checked again)."""
-    links = []
-    for m in msgs[:MAX_LINKS]:
-        own = of_properties(m.properties)
-        if own is not None:
+def _links(carried: Iterable[Mapping[str, str]]) -> list[Link]:
+    """Links to the trace contexts the first MAX_LINKS of ``carried`` (messages' properties) hold, one a
+    distinct context (the messages of one request share its): checked again, since a stored message's
+    was written by the sidecar or an older one, a consumed one's by any producer."""
+    links: list[Link] = []
+    seen: set[TraceContext] = set()
+    for properties in islice(carried, MAX_LINKS):
+        own = of_properties(properties)
+        if own is not None and own not in seen:
+            seen.add(own)
             links.append(Link(span_context(own)))
     return links
 
@@ -504,7 +508,8 @@ def _send_span(msgs: Sequence[Message], background: bool) -> Span:
         return _tracer.start_span(name, _parent(), SpanKind.PRODUCER, attrs)
     attrs["rocksidecar.replay"] = operation == "send"
     root = trace.set_span_in_context(trace.INVALID_SPAN)  # a trace of its own, linked to the request's
-    return _tracer.start_span(f"{operation} {first.topic}", root, SpanKind.PRODUCER, attrs, _links(msgs))
+    links = _links(m.properties for m in msgs)
+    return _tracer.start_span(f"{operation} {first.topic}", root, SpanKind.PRODUCER, attrs, links)
 
 
 def _sent(span: Span, result: SendResult) -> None:
@@ -679,11 +684,7 @@ async def process_batch(
     """A bulk delivery: one ``process {topic}`` (CONSUMER) span for the batch, a trace of its own that
     links to each message's trace context (OpenTelemetry's rule for batches), around one ``deliver``
     span for the POST; ``deliver`` answers a status per message."""
-    links = []
-    for m in msgs[:MAX_LINKS]:
-        own = of_properties(m.user_properties)  # from the broker: checked
-        if own is not None:
-            links.append(Link(span_context(own)))
+    links = _links(m.user_properties for m in msgs)
     topic = msgs[0].topic if msgs else ""
     attrs = _consumer_attributes(topic, group)
     attrs["messaging.batch.message_count"] = len(msgs)

@@ -34,24 +34,27 @@ async def test_a_bulk_delivery_is_one_process_span_linking_each_message_s_trace(
         dataclasses.replace(message(**{TRACEPARENT_PROPERTY: TP_A}), queue_offset=1),
         dataclasses.replace(message(**{TRACEPARENT_PROPERTY: TP_B}), queue_offset=2),
         dataclasses.replace(message(), queue_offset=3),
+        dataclasses.replace(message(**{TRACEPARENT_PROPERTY: TP_A}), queue_offset=4),  # A's again
     ]
-    rec = Recorded([answer(("1", "SUCCESS"), ("2", "SUCCESS"), ("3", "RETRY"))])
+    rec = Recorded([answer(("1", "SUCCESS"), ("2", "SUCCESS"), ("3", "RETRY"), ("4", "SUCCESS"))])
     statuses = await bulk(rec)(msgs, MQ)
-    assert statuses == [ConsumeStatus.SUCCESS, ConsumeStatus.SUCCESS, ConsumeStatus.RECONSUME_LATER]
+    assert statuses == [ConsumeStatus.SUCCESS, ConsumeStatus.SUCCESS, ConsumeStatus.RECONSUME_LATER,
+                        ConsumeStatus.SUCCESS]  # fmt: skip
     (post,) = rec.requests
     events = [entry["event"] for entry in orjson.loads(post.body)["entries"]]
-    assert [e.get("traceparent") for e in events] == [TP_A, TP_B, None]  # each its own sender's
+    assert [e.get("traceparent") for e in events] == [TP_A, TP_B, None, TP_A]  # each its own sender's
     got = by_name(exporter)
     process, deliver = got["process T"], got["deliver T"]
     assert process.kind is SpanKind.CONSUMER and deliver.kind is SpanKind.CLIENT
     assert process.parent is None and hex_trace(process) not in (TRACE_A, TRACE_B)  # a trace of its own
+    # a link to each distinct trace context: A's second message adds none
     assert [f"{link.context.span_id:016x}" for link in process.links] == [SPAN_A, SPAN_B]
-    assert process.attributes and process.attributes["messaging.batch.message_count"] == 3
+    assert process.attributes and process.attributes["messaging.batch.message_count"] == 4
     assert process.attributes["messaging.consumer.group.name"] == BULK_SPEC.group
     assert deliver.parent is not None and process.context is not None
     assert deliver.parent.span_id == process.context.span_id
     assert deliver.attributes and deliver.attributes["url.full"] == BULK_SPEC.endpoint
-    assert deliver.attributes["rocksidecar.delivered"] == 2  # of three
+    assert deliver.attributes["rocksidecar.delivered"] == 3  # of four
 
 
 async def test_a_bulk_delivery_makes_no_span_while_tracing_is_off() -> None:
