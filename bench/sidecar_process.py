@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+import rocksidecar
 from bench.common import free_port, stop_process, wait_for_http
 
 START_TIMEOUT_S = 60.0
@@ -48,6 +49,11 @@ def sidecar_process(
         env["ROCKSIDECAR_NAMESRV"] = namesrv
     else:
         env.pop("ROCKSIDECAR_NAMESRV", None)
+    # The code of ``tree``, or this process's own: a checkout whose .venv is another's (a symlink, as a
+    # worktree for --baseline is set up) has that one's editable install, which a console script
+    # resolves to the other checkout's code whatever its working directory; PYTHONPATH comes first.
+    root = tree if tree is not None else Path(rocksidecar.__file__).parent.parent
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root.resolve()), os.environ.get("PYTHONPATH")) if p)
     bin_dir = tree / ".venv" / "bin" if tree is not None else Path(sys.executable).parent
     exe = shutil.which("rocksidecar", path=str(bin_dir)) or "rocksidecar"
     log = data_dir / "sidecar.log"
