@@ -4,9 +4,7 @@ Why: the SDK's ``BatchSpanProcessor`` exports from a thread of its own (encode, 
 library's POST). In CPython that thread takes the GIL from the event loop for every batch, and the loop
 pays for each hand-off. With every request sampled, a sidecar under wrk x32 spent, per thread
 (bench/RESULTS.md, session 17): the loop 156 us a message (86 with tracing off), the export thread 41 us
-more. Here the loop encodes a batch (``otlp.encode_bytes``) and sends it between requests (a request's
-FastSpans are written as they end, ``otlp.framed``, while their objects are still in the CPU's caches:
-the export found them cold, at twice the cost, bench/RESULTS.md session 20): over
+more. Here the loop encodes a batch (``otlp.encode_bytes``) and sends it between requests: over
 ``http/protobuf`` with the keep-alive client of app.http_client, over ``grpc`` (the sidecar's default)
 with grpc.aio, the request's bytes as they are. No second thread, no GIL hand-offs, no requests library.
 
@@ -25,9 +23,8 @@ as the SDK drops them; a request's receive span that keeps its send, app.tracing
 queue for two spans, and counts two in a batch's size and in every count); a full batch is exported at
 once, a partial one after the schedule delay; one export at a time; an export that fails for a reason
 worth repeating (no connection, HTTP 408, 429, 502-504, the gRPC codes the SDK's exporter retries) is
-tried again with exponential back-off until its timeout, then dropped; a span that cannot be encoded is
-dropped and counted failed (a FastSpan as it ends); an export never raises into the code that ends
-spans. ``shutdown`` exports what is still queued (the sidecar calls it after its loop has
+tried again with exponential back-off until its timeout, then dropped; an export never raises into the
+code that ends spans. ``shutdown`` exports what is still queued (the sidecar calls it after its loop has
 stopped: the rest goes out on a loop of its own).
 """
 
@@ -39,7 +36,7 @@ import logging
 import threading
 import zlib
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -54,12 +51,11 @@ from rocksidecar.rmq.throttle import Throttle
 
 from ..http_client import HttpClient, PostError
 from .fast import FastSpan
-from .otlp import Framed, encode_bytes, framed
+from .otlp import encode_bytes
 
 log = logging.getLogger(__name__)
 _get_ident = threading.get_ident
-Ended = ReadableSpan | FastSpan  # what ends: an SDK span, or app.tracing.fast's
-Queued = ReadableSpan | FastSpan | Framed  # what the queue holds: a FastSpan as otlp.framed wrote it
+Ended = ReadableSpan | FastSpan  # what the queue holds: an SDK span, or app.tracing.fast's
 
 _RETRYABLE = frozenset({408, 429, 502, 503, 504})
 _FIRST_BACKOFF_S = 1.0  # then 2, 4, ... while the export's timeout allows
@@ -267,7 +263,7 @@ class LoopBatchProcessor(SpanProcessor):
     def __init__(self, config: ExportSettings) -> None:
         self.config = config
         self._transport = transport(config)
-        self._queue: deque[Queued] = deque()
+        self._queue: deque[Ended] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: int | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -298,14 +294,7 @@ class LoopBatchProcessor(SpanProcessor):
         if len(queue) >= self.config.max_queue:
             self._drop(_spans(span))
             return
-        if type(span) is FastSpan:
-            try:
-                queue.append(framed(span))  # written now, while its objects are in the caches
-            except Exception as error:  # the SDK's rule for a span that cannot be encoded: dropped, logged
-                self._failed([span], f"cannot encode: {type(error).__name__}: {error}")
-                return
-        else:
-            queue.append(span)
+        queue.append(span)
         if self._exporting is None:
             if len(queue) >= self.config.max_batch:
                 self._export_now()
@@ -333,7 +322,7 @@ class LoopBatchProcessor(SpanProcessor):
         except RuntimeError:  # that loop is closed: shutdown exports what is queued
             self._keep(span)
 
-    def _keep(self, span: Queued) -> None:
+    def _keep(self, span: Ended) -> None:
         """``span`` queued with no loop to hand it to (none bound yet, or closed): within the bound, as
         on the loop (deque.append is atomic)."""
         if len(self._queue) >= self.config.max_queue:
@@ -366,18 +355,18 @@ class LoopBatchProcessor(SpanProcessor):
             if self._queue and self._timer is None and not self._closed and self._loop is not None:
                 self._timer = self._loop.call_later(self.config.schedule_delay_s, self._export_now)
 
-    def _take(self) -> list[Queued]:
+    def _take(self) -> list[Ended]:
         """A batch of at most max_batch spans (a FastSpan that keeps its request's send holds two)."""
         queue = self._queue
-        batch: list[Queued] = []
+        batch: list[Ended] = []
         room = self.config.max_batch
         while queue and room > 0:
             span = queue.popleft()
             batch.append(span)
-            room -= span[1] if type(span) is tuple else _spans(span)  # a Framed's count read inline
+            room -= 2 if type(span) is FastSpan and span._sent is not None else 1  # _spans, inline
         return batch
 
-    async def _send(self, batch: list[Queued]) -> None:
+    async def _send(self, batch: list[Ended]) -> None:
         """One batch to the collector, tried again while that is worth it and time is left. Never raises
         but for a cancellation."""
         try:
@@ -405,7 +394,7 @@ class LoopBatchProcessor(SpanProcessor):
             await asyncio.sleep(backoff)
             backoff *= 2
 
-    def _failed(self, batch: Sequence[Queued], why: str) -> None:
+    def _failed(self, batch: list[Ended], why: str) -> None:
         self.failed += _count(batch)
         held = self._throttle.allow(("failed", why[:200]))
         if held is not None:
@@ -466,15 +455,13 @@ class LoopBatchProcessor(SpanProcessor):
             self._transport = old
 
 
-def _spans(span: Queued) -> int:
-    """The spans an entry stands for: two for a FastSpan that keeps its request's send (a Framed says)."""
-    if type(span) is tuple:
-        return span[1]
+def _spans(span: Ended) -> int:
+    """The spans an entry of the queue stands for: two for a FastSpan that keeps its request's send."""
     return 2 if type(span) is FastSpan and span._sent is not None else 1
 
 
-def _count(batch: Sequence[Queued]) -> int:
-    return sum(map(_spans, batch))
+def _count(batch: list[Ended]) -> int:
+    return len(batch) + sum([type(span) is FastSpan and span._sent is not None for span in batch])
 
 
 def processor(env: Mapping[str, str]) -> LoopBatchProcessor | None:

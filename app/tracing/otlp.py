@@ -258,77 +258,53 @@ def _lite_span(span: LiteSpan) -> bytes:
 
 def _framed(members: list[Any]) -> list[bytes]:
     """Each of ``members`` serialised and framed as a ScopeSpans' ``spans`` field (tag, length, bytes),
-    in order: a Framed as it was written when its span ended, a FastSpan by ``framed``, the others by
-    ``_lite_span`` and ``_span``."""
+    in order: FastSpans written here, in the loop (a call per span and per part is much of what they
+    cost), a send one keeps (``_sent``) just before it; the others by ``_lite_span`` and ``_span``."""
     out: list[bytes] = []
     one, two = _ONE_BYTE, _TWO_BYTES  # _varint's tables read inline: a call per span saved
+    cache = _cache
     for span in members:
-        kind = type(span)
-        if kind is tuple:  # Framed
-            out += span[0]
+        if type(span) is not FastSpan:
+            span_bytes = _lite_span(span) if type(span) is LiteSpan else _span(span)
+            n = len(span_bytes)
+            out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), span_bytes)
             continue
-        if kind is FastSpan:  # one the processor did not write as it ended (no loop bound yet)
-            out += framed(span)[0]
-            continue
-        span_bytes = _lite_span(span) if kind is LiteSpan else _span(span)
-        n = len(span_bytes)
-        out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), span_bytes)
-    return out
-
-
-# A FastSpan written as it ended (``framed``): its ScopeSpans' ``spans`` fields as parts (the send it
-# keeps first; joined with the batch's), how many spans that is, and the resource and scope it groups
-# under. A plain tuple: one is made per request, and a NamedTuple costs several times as much to make
-Framed = tuple[list[bytes], int, Any, Any]
-
-
-def framed(span: FastSpan) -> Framed:
-    """``span`` (ended) written at once, while what it holds is still in the CPU's caches: kept to its
-    batch's export, tens of milliseconds later with the broker, the load and the collector sharing the
-    cores, its objects had gone cold, and writing them then cost twice as much in the sidecar under
-    x32 (bench/RESULTS.md, session 20: 3.1-3.4 -> 1.5-1.6 us a request, by py-spy).
-
-    Ids and times around its shape's bytes (name, kind, flags, unset status, leading attributes),
-    written in this one function (a call per part is much of what they cost); the send it keeps
-    (``_sent``) first, as it ended first."""
-    one, two = _ONE_BYTE, _TWO_BYTES
-    out: list[bytes] = []
-    trace, state = span._trace, span._state
-    kept = span._sent
-    if kept is not None:
-        shape, send_id, start, end, facts, result = kept
-        parts = [_ids(_TRACE_ID, trace, _SPAN_ID, send_id, _PARENT_ID, span._span, _START, start, _END, end)]
-        if state:
-            parts.append(_rare(state, (), ()))
-        parts.append(shape.head)
-        _sent_parts(parts, facts, result)
+        trace, state = span._trace, span._state
+        kept = span._sent
+        if kept is not None:  # the request's send, ended before it: first, as it would have been queued
+            shape, send_id, start, end, facts, result = kept
+            parts = [_ids(_TRACE_ID, trace, _SPAN_ID, send_id, _PARENT_ID, span._span, _START, start,
+                          _END, end)]  # fmt: skip
+            if state:
+                parts.append(_rare(state, (), ()))
+            parts.append(shape.head)
+            _sent_parts(parts, facts, result)
+            span_bytes = b"".join(parts)
+            n = len(span_bytes)
+            out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), span_bytes)
+        # ids and times around the shape's bytes (name, kind, flags, unset status, leading attributes)
+        parent = span._parent
+        if parent is not None:
+            parts = [_ids(_TRACE_ID, trace, _SPAN_ID, span._span, _PARENT_ID, parent, _START, span._start,
+                          _END, span._end)]  # fmt: skip
+        else:
+            parts = [_root_ids(_TRACE_ID, trace, _SPAN_ID, span._span, _START, span._start, _END, span._end)]
+        if span._status is UNSET and not (span._events or span._links or state):
+            parts.append(span._shape.head)
+        else:
+            parts += _unusual(span)
+        if span._facts is not None or span._result is not None:  # a send's, from its message, result
+            _sent_parts(parts, span._facts, span._result)
+        attributes = span._attrs
+        if attributes:  # what was set on it: the cache read inline, as _attributes does
+            for k, v in attributes.items():
+                kind = type(v)
+                got = cache.get((k, kind, v)) if kind in _CACHEABLE else None
+                parts.append(got if got is not None else _attribute(k, v))
         span_bytes = b"".join(parts)
         n = len(span_bytes)
         out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), span_bytes)
-    parent = span._parent
-    if parent is not None:
-        parts = [_ids(_TRACE_ID, trace, _SPAN_ID, span._span, _PARENT_ID, parent, _START, span._start,
-                      _END, span._end)]  # fmt: skip
-    else:
-        parts = [_root_ids(_TRACE_ID, trace, _SPAN_ID, span._span, _START, span._start, _END, span._end)]
-    if span._status is UNSET and not (span._events or span._links or state):
-        parts.append(span._shape.head)
-    else:
-        parts += _unusual(span)
-    if span._facts is not None or span._result is not None:
-        _sent_parts(parts, span._facts, span._result)
-    attributes = span._attrs
-    if attributes:
-        cache = _cache
-        for k, v in attributes.items():
-            kind = type(v)
-            got = cache.get((k, kind, v)) if kind in _CACHEABLE else None
-            parts.append(got if got is not None else _attribute(k, v))
-    span_bytes = b"".join(parts)
-    n = len(span_bytes)
-    out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), span_bytes)
-    shape = span._shape
-    return out, 1 if kept is None else 2, shape.resource, shape.scope
+    return out
 
 
 def _sent_parts(parts: list[bytes], facts: Facts | None, result: SendResult | None) -> None:
@@ -414,7 +390,7 @@ def _status(status: Status) -> bytes:
     return got
 
 
-def encode_bytes(spans: Sequence[ReadableSpan | FastSpan | Framed]) -> bytes:
+def encode_bytes(spans: Sequence[ReadableSpan | FastSpan]) -> bytes:
     """The serialised OTLP request of ``spans``, grouped by resource then instrumentation scope (as
     encode_spans), written as protobuf's wire format: each span's bytes framed as a ScopeSpans' ``spans``
     field, each scope's as a ResourceSpans' ``scope_spans``, each resource's as the request's
@@ -438,9 +414,7 @@ def encode_bytes(spans: Sequence[ReadableSpan | FastSpan | Framed]) -> bytes:
     return b"".join(request)
 
 
-def _by_identity(
-    spans: Sequence[ReadableSpan | FastSpan | Framed],
-) -> list[tuple[Any, Any, list[Any]]]:
+def _by_identity(spans: Sequence[ReadableSpan | FastSpan]) -> list[tuple[Any, Any, list[Any]]]:
     """``spans`` grouped by their resource and scope objects' identities, in order of first appearance:
     a tracer's spans share both objects, and hashing a scope is a Python call per span."""
     groups: dict[tuple[int, int], tuple[Any, Any, list[Any]]] = {}
@@ -449,9 +423,7 @@ def _by_identity(
     members: list[Any] = []
     for span in spans:
         kind = type(span)
-        if kind is tuple:  # Framed
-            resource, scope = span[2], span[3]
-        elif kind is FastSpan:
+        if kind is FastSpan:
             shape = span._shape
             resource, scope = shape.resource, shape.scope
         elif kind is LiteSpan:

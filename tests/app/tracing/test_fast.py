@@ -20,8 +20,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from rocksidecar.app.tracing import loop_export, spans
 from rocksidecar.app.tracing.context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY
-from rocksidecar.app.tracing.fast import Recorder
-from rocksidecar.app.tracing.lite import LiteSpan
+from rocksidecar.app.tracing.fast import FastSpan, Recorder
 from rocksidecar.app.tracing.loop_export import LoopBatchProcessor, settings
 from rocksidecar.app.tracing.otlp import encode_bytes, shape_bytes
 from rocksidecar.rmq import Message, SendResult
@@ -201,8 +200,7 @@ async def test_fast_spans_give_the_lite_spans_request(
     scenario = SCENARIOS[name]
     fast, fast_sent, fast_kinds = await _request(provider, scenario, fast=True)
     lite, lite_sent, lite_kinds = await _request(provider, scenario, fast=False)
-    # the paths under comparison: FastSpans written as they ended (otlp.framed), LiteSpans kept to the export
-    assert tuple in fast_kinds and tuple not in lite_kinds and LiteSpan in lite_kinds
+    assert FastSpan in fast_kinds and FastSpan not in lite_kinds  # the paths under comparison
     assert _timeless(fast) == _timeless(lite)
     spans_of = [s for r in fast.resource_spans for sc in r.scope_spans for s in sc.spans]
     assert len(spans_of) >= 2
@@ -220,41 +218,18 @@ async def test_the_request_s_spans_are_one_entry_of_the_loop_processor_s_queue(
     made, processor, _ = provider
     spans.configure(made)
     await SCENARIOS["sampled traceparent"]()
-    (entry,) = processor._queue
-    assert type(entry) is tuple  # written as the receive span ended (otlp.framed)
-    parts, count, resource, scope = entry
-    assert count == 2 and resource == made.resource and scope is not None and len(parts) == 6
-    assert loop_export._spans(entry) == 2 and loop_export._count([entry, entry]) == 4
-    request = ExportTraceServiceRequest.FromString(encode_bytes([entry]))
-    send, received = request.resource_spans[0].scope_spans[0].spans  # the send first: it ended first
-    assert send.name == "send T" and received.name == "receive T"
-    assert received.start_time_unix_nano <= send.start_time_unix_nano <= send.end_time_unix_nano
-    assert send.end_time_unix_nano <= received.end_time_unix_nano
-    assert send.trace_id == received.trace_id == bytes.fromhex(TP[3:35]) and len(send.span_id) == 8
-    assert send.parent_span_id == received.span_id and received.parent_span_id.hex() == TP[36:52]
-    # the message's facts and the result's attributes, never its body
-    attributes = {a.key: a.value for a in send.attributes}
-    assert attributes["messaging.message.id"].string_value == "MSGID"
-    assert attributes["messaging.message.body.size"].int_value == 4
-    assert attributes["messaging.rocketmq.broker"].string_value == RESULT.queue.broker_name
-    assert not any(a.value.HasField("bytes_value") for a in send.attributes)
-
-
-async def test_a_span_that_cannot_be_written_as_it_ends_is_dropped_as_failed_not_raised(
-    provider: tuple[TracerProvider, LoopBatchProcessor, _Captured], caplog: pytest.LogCaptureFixture
-) -> None:
-    """The processor writes a FastSpan as it ends, in the request's own task: a span it cannot write
-    (here an end time before 1970, which OTLP's unsigned fixed64 cannot hold) is counted failed and
-    logged, and the code that ended it goes on."""
-    made, processor, captured = provider
-    spans.configure(made)
-    started = spans.begin(Message("T", b"body", None, (), {TRACEPARENT_PROPERTY: TP}, 0, "MSGID"))
-    assert not isinstance(started, Message)
-    started.end(-5)  # no exception reaches the caller
-    assert processor.failed == 1 and not processor._queue and processor.exported == 0
-    assert "cannot encode" in caplog.text
-    await processor._drain()
-    assert captured.bodies == []
+    (receive,) = processor._queue
+    assert isinstance(receive, FastSpan) and receive._sent is not None
+    shape, send_id, start, end, facts, result = receive._sent
+    assert shape.name == "send T" and receive._start <= start <= end <= receive._end
+    assert facts == ("MSGID", None, (), 4) and result is RESULT  # the message's facts: not its body
+    assert receive.get_span_context().trace_id == int(TP[3:35], 16) and len(send_id) == 8
+    assert receive._parent is not None and receive._parent.hex() == TP[36:52] and receive._shape.remote
+    assert not receive.is_recording()
+    assert loop_export._spans(receive) == 2 and loop_export._count([receive, receive]) == 4
+    request = ExportTraceServiceRequest.FromString(encode_bytes([receive]))
+    send, received = request.resource_spans[0].scope_spans[0].spans
+    assert send.parent_span_id == received.span_id and send.span_id == send_id
 
 
 async def test_a_batch_holds_at_most_its_size_in_spans(
@@ -317,7 +292,7 @@ async def test_a_sidecar_s_request_is_two_fast_spans_in_its_trace(
             "/v1/messages", json={"topic": "FastT", "body": "x"}, headers={"traceparent": TP}
         )
         assert r.status_code == 200
-        assert [(type(s), s[1]) for s in processor._queue] == [(tuple, 2)]  # one entry, written as it ended
+        assert [type(s) for s in processor._queue] == [FastSpan]
         await processor._drain()
         (msg,) = stack.stored("FastT")
     (body,) = captured.bodies
