@@ -363,7 +363,7 @@ class LoopBatchProcessor(SpanProcessor):
         while queue and room > 0:
             span = queue.popleft()
             batch.append(span)
-            room -= 2 if type(span) is FastSpan and span._sent is not None else 1  # _spans, inline
+            room -= _spans(span)
         return batch
 
     async def _send(self, batch: list[Ended]) -> None:
@@ -461,7 +461,7 @@ def _spans(span: Ended) -> int:
 
 
 def _count(batch: list[Ended]) -> int:
-    return len(batch) + sum([type(span) is FastSpan and span._sent is not None for span in batch])
+    return sum(map(_spans, batch))
 
 
 def processor(env: Mapping[str, str]) -> LoopBatchProcessor | None:

@@ -260,14 +260,11 @@ def _framed(members: list[Any]) -> list[bytes]:
     """Each of ``members`` serialised and framed as a ScopeSpans' ``spans`` field (tag, length, bytes),
     in order: FastSpans written here, in the loop (a call per span and per part is much of what they
     cost), a send one keeps (``_sent``) just before it; the others by ``_lite_span`` and ``_span``."""
-    out: list[bytes] = []
-    one, two = _ONE_BYTE, _TWO_BYTES  # _varint's tables read inline: a call per span saved
+    encoded: list[bytes] = []
     cache = _cache
     for span in members:
         if type(span) is not FastSpan:
-            span_bytes = _lite_span(span) if type(span) is LiteSpan else _span(span)
-            n = len(span_bytes)
-            out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), span_bytes)
+            encoded.append(_lite_span(span) if type(span) is LiteSpan else _span(span))
             continue
         trace, state = span._trace, span._state
         kept = span._sent
@@ -279,9 +276,7 @@ def _framed(members: list[Any]) -> list[bytes]:
                 parts.append(_rare(state, (), ()))
             parts.append(shape.head)
             _sent_parts(parts, facts, result)
-            span_bytes = b"".join(parts)
-            n = len(span_bytes)
-            out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), span_bytes)
+            encoded.append(b"".join(parts))
         # ids and times around the shape's bytes (name, kind, flags, unset status, leading attributes)
         parent = span._parent
         if parent is not None:
@@ -301,7 +296,10 @@ def _framed(members: list[Any]) -> list[bytes]:
                 kind = type(v)
                 got = cache.get((k, kind, v)) if kind in _CACHEABLE else None
                 parts.append(got if got is not None else _attribute(k, v))
-        span_bytes = b"".join(parts)
+        encoded.append(b"".join(parts))
+    out: list[bytes] = []
+    one, two = _ONE_BYTE, _TWO_BYTES
+    for span_bytes in encoded:  # _varint's tables read inline: a call per span saved
         n = len(span_bytes)
         out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), span_bytes)
     return out

@@ -455,18 +455,12 @@ async def receive_batch(msgs: Sequence[Message], handle: Callable[[list[Message]
     """``handle`` inside one ``receive`` span for a batch: its messages without a trace context of their
     own carry the span's; those with one keep it and are the span's links (one a distinct context, up to
     MAX_LINKS: the messages that inherited the request's header all link to it once)."""
-    links: list[Link] = []
-    linked: set[tuple[str, str | None]] = set()
-    own: list[bool] = []
-    for m in msgs:
-        properties = m.properties
-        parent = properties.get(TRACEPARENT_PROPERTY)
-        own.append(parent is not None)
-        if parent is not None and len(links) < MAX_LINKS:
-            context = (parent, properties.get(TRACESTATE_PROPERTY))
-            if context not in linked:  # one link a trace context: a request's header, inherited by all
-                linked.add(context)
-                links.append(Link(_remote(*context)))
+    own = [TRACEPARENT_PROPERTY in m.properties for m in msgs]
+    links = _distinct_links(  # checked already (prepare, inherit): read as they are
+        (m.properties[TRACEPARENT_PROPERTY], m.properties.get(TRACESTATE_PROPERTY))
+        for m, has_own in zip(msgs, own, strict=True)
+        if has_own
+    )
     attrs: dict[str, Any] = {"messaging.system": "rocketmq", "messaging.operation.type": "receive",
              "messaging.batch.message_count": len(msgs)}  # fmt: skip
     span = _tracer.start_span("receive", _parent(), SpanKind.SERVER, attrs, links)
@@ -477,16 +471,23 @@ async def receive_batch(msgs: Sequence[Message], handle: Callable[[list[Message]
 
 
 def _links(carried: Iterable[Mapping[str, str]]) -> list[Link]:
-    """Links to the trace contexts the first MAX_LINKS of ``carried`` (messages' properties) hold, one a
-    distinct context (the messages of one request share its): checked again, since a stored message's
-    was written by the sidecar or an older one, a consumed one's by any producer."""
+    """Links to the trace contexts the first MAX_LINKS of ``carried`` (messages' properties) hold:
+    checked again, since a stored message's was written by the sidecar or an older one, a consumed
+    one's by any producer."""
+    return _distinct_links(own for own in map(of_properties, islice(carried, MAX_LINKS)) if own is not None)
+
+
+def _distinct_links(contexts: Iterable[tuple[str, str | None]]) -> list[Link]:
+    """A link to each distinct (valid traceparent, tracestate) of ``contexts`` (a TraceContext is one),
+    at most MAX_LINKS: the messages of one request share its context, and linked it once each."""
     links: list[Link] = []
-    seen: set[TraceContext] = set()
-    for properties in islice(carried, MAX_LINKS):
-        own = of_properties(properties)
-        if own is not None and own not in seen:
-            seen.add(own)
-            links.append(Link(span_context(own)))
+    seen: set[tuple[str, str | None]] = set()
+    for carried in contexts:
+        if carried not in seen:
+            seen.add(carried)
+            links.append(Link(_remote(*carried)))
+            if len(links) == MAX_LINKS:
+                break
     return links
 
 
