@@ -110,7 +110,10 @@ async def test_cancel_sent_before_its_spooled_message_replays_is_kept(
         await stack.service.recovery.wait()  # a round the brokers' recovery started, if any
         r = await stack.http.delete(f"/v1/messages/{gone['id']}")
         assert r.status_code == 200 and r.json()["status"] == "CANCELLED"
-        assert stack.service.retry.stats().pending == 1, stack.service.recovery.rounds  # still held
+        # The cancel was the first message on the inner topic: sent by TBW102, it created the topic, and
+        # the route that then appears may replay the spooled message at once (CI saw that round win the
+        # race with a "still held" check). Either way the message replays after the cancel; the
+        # operator's "replay now" brings it forward when that round has not yet run.
         stack.service.recovery.trigger(reason="the test: replay now")
         await stack.service.recovery.wait()
         await stack.drain()  # the spooled inner message replays now
