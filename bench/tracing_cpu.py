@@ -106,11 +106,11 @@ class _LoopProcessor(loop_export.LoopBatchProcessor):
         self._transport = _Dropped()
         self._encode = encode
 
-    async def _send(self, batch: list[ReadableSpan]) -> None:
+    async def _send(self, taken: loop_export.Batch) -> None:
         if self._encode:
-            await super()._send(batch)
+            await super()._send(taken)
         else:
-            self.exported += len(batch)
+            self.exported += taken.spans
 
 
 class Instant:

@@ -96,26 +96,17 @@ class Operations(EdgeDeps):
             # nothing else): two calls less a message (issue 32).
             delayed = spec.delay_ms is not None or spec.deliver_at is not None
             prepared = prepare(spec, self.limits, self.now_ms() if delayed else 0, self.names)
-            if trace is not None:
-                prepared.message = inherit(prepared.message, trace)
-            if spans.ON:  # spans.receive's two steps taken here: the sample-free path is a plain send
-                started = spans.begin(prepared.message)
-                if isinstance(started, Message):
-                    prepared.message = started
-                    token = spans.free(started)
-                    try:
-                        outcome = await self.sidecar.send(prepared, ack)
-                    finally:
-                        spans.unfree(token)
-                else:
-                    prepared.message, held = spans.enter(started, prepared.message)
-                    try:
-                        outcome = await self.sidecar.send(prepared, ack)
-                    except BaseException as exc:
-                        spans.leave(started, held, exc=exc)
-                        raise
-                    spans.leave(started, held, outcome)
+            if spans.ON:  # spans.receive's two steps taken here: no coroutine or lambda of its own
+                prepared.message, span, held = spans.opened(prepared.message, trace)  # trace inherited
+                try:
+                    outcome = await self.sidecar.send(prepared, ack)
+                except BaseException as exc:
+                    spans.closed(span, held, exc=exc)
+                    raise
+                spans.closed(span, held, outcome)
             else:
+                if trace is not None:
+                    prepared.message = inherit(prepared.message, trace)
                 outcome = await self.sidecar.send(prepared, ack)
         except Exception as exc:
             self.count(item_label(exc))

@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace import Event
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 
-from rocksidecar.rmq import SendResult
+from rocksidecar.rmq import Message, SendResult
 
 from .lite import (
     _LIMIT,
@@ -129,34 +129,31 @@ class FastSpan(trace.Span):
         context: SpanContext = tuple.__new__(SpanContext, fields)  # valid by construction (lite's rule)
         return context
 
-    def child(
-        self, shape: Shape, facts: Facts | None = None, span_id: bytes | None = None, start: int = 0
-    ) -> FastSpan | None:
+    def child(self, shape: Shape, facts: Facts | None = None, start: int = 0) -> FastSpan | None:
         """A sampled child of this span with ``shape`` (local parent), a send of a message with ``facts``,
-        when the sampler's answer is known to be yes; else None (the caller asks the tracer). With
-        ``span_id`` and ``start`` (from ``child_id``): the child that id stands for, started then."""
-        if span_id is None:
-            span_id = self.child_id()
-            if span_id is None:
-                return None
-        return FastSpan(self._recorder, shape, self._trace, self._trace_hex, span_id, self._span,
+        started at ``start`` (0: now), when the sampler's answer is known to be yes; else None (the
+        caller asks the tracer)."""
+        if not self.samples_children():
+            return None
+        return FastSpan(self._recorder, shape, self._trace, self._trace_hex, _span_id(), self._span,
                         self._flags, self._state, facts, start)  # fmt: skip
 
-    def child_id(self) -> bytes | None:
-        """The span id of a sampled child of this span (drawn now, as ``child`` would), or None when
-        the sampler drops children here."""
+    def samples_children(self) -> bool:
+        """Whether the sampler samples a child of this span (its id not drawn yet)."""
         bound = self._recorder.local_sampled
-        if bound <= _LIMIT and _dropped(self._trace, bound):
-            return None
-        return _span_id()
+        return bound > _LIMIT or not _dropped(self._trace, bound)
 
-    def keep_send(self, shape: Shape, span_id: bytes, start: int, facts: Facts, result: SendResult) -> bool:
-        """Keep the send span ``span_id`` (from ``child_id``, started at ``start``, ended now) of a
-        message with ``facts`` and its ``result``, when this span is still recording and keeps none yet;
-        else False (the caller makes it a child span)."""
+    def keep_send(self, shape: Shape, start: int, msg: Message, result: SendResult) -> bool:
+        """Keep the send span (its id drawn now; started at ``start``, ended now) of ``msg`` (its facts:
+        semconv.facts, never the body) and its ``result``, when this span is still recording and keeps
+        none yet; else False (the caller makes it a child span). The caller asked
+        ``samples_children``; no id is drawn between that and this (a send draws none), so the ids
+        come in the order a child span made at the send's start would have drawn them."""
         if self._end or self._sent is not None:
             return False
-        self._sent = (shape, span_id, start, _time_ns(), facts, result)
+        facts = (msg.id, msg.tags, msg.keys, len(msg.body))
+        self._sent = (shape, (_getrandbits(64) or _nonzero()).to_bytes(8, "big"), start, _time_ns(), facts,
+                      result)  # fmt: skip
         return True
 
     def sent(self, result: SendResult) -> None:

@@ -100,6 +100,8 @@ _ID_HEADS = {
 # a FastSpan send's result attributes by (queue id, broker, attempts), its body size's by size: encoded once
 _results: dict[tuple[int, str, int], bytes] = {}
 _sizes: dict[int, bytes] = {}
+# a request's outcome attributes (spans._outcome's mappings) by identity: the mapping itself, its bytes
+_outcome_parts: dict[int, tuple[Mapping[str, Any], bytes]] = {}
 
 
 def _attribute(key: str, value: Any) -> bytes:
@@ -263,6 +265,16 @@ def _framed(members: list[Any]) -> list[bytes]:
     encoded: list[bytes] = []
     cache = _cache
     for span in members:
+        if (
+            type(span) is FastSpan
+            and span._sent is not None
+            and span._status is UNSET
+            and not (span._events or span._links or span._state or span._facts or span._result)
+        ):  # the usual request: its receive span keeps its send, nothing rare on either
+            pair = _pair(span)
+            if pair is not None:
+                encoded += pair
+                continue
         if type(span) is not FastSpan:
             encoded.append(_lite_span(span) if type(span) is LiteSpan else _span(span))
             continue
@@ -305,6 +317,45 @@ def _framed(members: list[Any]) -> list[bytes]:
     return out
 
 
+def _pair(span: FastSpan) -> tuple[bytes, bytes] | None:
+    """A usual request's two spans (``_framed`` checked the receive span: nothing rare), the send first:
+    the send's message id, size and result and the receive span's attributes written from their
+    tables in one join each; None when the send is unusual too (tags, keys, a non-ASCII or long id, an
+    uncached attribute), for the general path."""
+    shape, send_id, start, end, facts, result = span._sent  # type: ignore[misc]
+    msg_id, tags, keys, size = facts
+    if tags or keys or msg_id is None or not msg_id.isascii():
+        return None
+    head = _ID_HEADS.get(len(msg_id))
+    queue = result.queue
+    key = (queue.queue_id, queue.broker_name, result.attempts)
+    outcome = _outcome_parts.get(id(span._attrs))
+    if head is None or outcome is None or outcome[0] is not span._attrs:
+        return None
+    trace, own, parent = span._trace, span._span, span._parent
+    receive = (
+        _ids(_TRACE_ID, trace, _SPAN_ID, own, _PARENT_ID, parent, _START, span._start, _END, span._end)
+        if parent is not None
+        else _root_ids(_TRACE_ID, trace, _SPAN_ID, own, _START, span._start, _END, span._end)
+    )
+    return (
+        b"".join((_ids(_TRACE_ID, trace, _SPAN_ID, send_id, _PARENT_ID, own, _START, start, _END, end),
+                  shape.head, head, msg_id.encode(), _sizes.get(size) or _size_part(size),
+                  _results.get(key) or remember(_results, key, _result_part(result), MAX_CACHED))),
+        receive + span._shape.head + outcome[1],
+    )  # fmt: skip
+
+
+def outcome_part(attributes: Mapping[str, Any]) -> None:
+    """Keep ``attributes`` (a request's outcome as a receive span's attributes: app.tracing.spans makes
+    one mapping per outcome and never changes it) encoded, for ``_pair``."""
+    remember(_outcome_parts, id(attributes), (attributes, attributes_bytes(attributes)), MAX_CACHED)
+
+
+def _size_part(size: int) -> bytes:
+    return remember(_sizes, size, _attribute(BODY_SIZE, size), MAX_CACHED)
+
+
 def _sent_parts(parts: list[bytes], facts: Facts | None, result: SendResult | None) -> None:
     """``semconv.facts_attributes(facts)`` and ``result_attributes(result)`` serialised: the id written
     at once (new every message), the body's size and the result's from tables."""
@@ -318,7 +369,7 @@ def _sent_parts(parts: list[bytes], facts: Facts | None, result: SendResult | No
                 parts.append(_attribute(MESSAGE_ID, msg_id))
         if tags or keys:
             _attributes(parts, tags_and_keys(tags, keys, {}).items())
-        parts.append(_sizes.get(size) or remember(_sizes, size, _attribute(BODY_SIZE, size), MAX_CACHED))
+        parts.append(_sizes.get(size) or _size_part(size))
     if result is not None:  # encoded once per queue, broker and attempts
         queue = result.queue
         key = (queue.queue_id, queue.broker_name, result.attempts)

@@ -37,7 +37,7 @@ from rocksidecar.rmq.message import MessageExt
 from rocksidecar.rmq.sender import BatchResults
 
 from ..bounded import remember
-from .context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, TraceContext, of_properties
+from .context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, TraceContext, inherit, of_properties
 from .semconv import OUTCOME, message_attributes, result_attributes
 from .semconv import facts as message_facts
 from .semconv import named as _named
@@ -55,7 +55,7 @@ _SKIP_DROPPED_ROOTS = False  # the same for an unsampled local parent: a root sp
 # and a token each way: ~10x the cost): the hooks below skip their spans while it is set, and log lines
 # take their trace id from it. A span of ours made current clears it for its block (_Current).
 _FREE: ContextVar[str | None] = ContextVar("rocksidecar_sample_free", default=None)
-# The receive span of the request under way, when a LiteTracer made it (within). It stands in for making
+# The receive span of the request under way, when a LiteTracer made it (opened). It stands in for making
 # that span current in OpenTelemetry's context (set_span_in_context's Context copy, attach and detach:
 # ~3 us a request, bench/RESULTS.md session 17): the spans below find their parent here (_parent,
 # _send_span), and log lines their trace id. A span of ours made current clears it for its block
@@ -78,6 +78,7 @@ _SENT: dict[str, Shape] = {}  # the request's send spans
 _time_ns = time.time_ns
 # a result's status (an Enum member, by id) -> its outcome attribute, and that as a span's attributes
 _OUTCOMES: dict[int, tuple[Enum, tuple[str, dict[str, Any]]]] = {}
+_KEEP_OUTCOME: Callable[[Mapping[str, Any]], None] | None = None  # otlp.outcome_part, with FastSpans
 MAX_LINKS = 128  # a replayed batch links to each message's request, up to this many
 DELAY_DUE_AT = "DELAY_DUE_AT"  # delay.DELAY_DUE_AT: a delayed message being published carries it
 _T = TypeVar("_T")
@@ -90,7 +91,7 @@ def configure(provider: trace.TracerProvider | None, *, lite: bool = True, fast:
     measures beside it). ``fast``: a request's receive and send spans recorded by app.tracing.fast
     where it can (False: LiteSpans, which tests compare it with). The provider's span processors are
     read now: add them before."""
-    global ON, _tracer, _SKIP_UNSAMPLED, _SKIP_DROPPED_ROOTS, _ROOTS, _LITE, _FAST, _FAST_SPAN
+    global ON, _tracer, _SKIP_UNSAMPLED, _SKIP_DROPPED_ROOTS, _ROOTS, _LITE, _FAST, _FAST_SPAN, _KEEP_OUTCOME
     ON = provider is not None
     if provider is None:
         _tracer = trace.NoOpTracer()
@@ -102,13 +103,15 @@ def configure(provider: trace.TracerProvider | None, *, lite: bool = True, fast:
     knows_roots = _SKIP_DROPPED_ROOTS and getattr(_tracer, "knows_roots", False)
     _ROOTS = cast("LiteTracer", _tracer) if knows_roots else None
     _LITE = cast("LiteTracer", _tracer) if getattr(_tracer, "is_lite", False) else None
-    _FAST = _FAST_SPAN = None
+    _FAST = _FAST_SPAN = _KEEP_OUTCOME = None
     if _LITE is not None and fast:
         from .fast import FastSpan, Recorder
-        from .otlp import shape_bytes
+        from .otlp import outcome_part, shape_bytes
 
         _FAST = Recorder.of(_LITE, shape_bytes)
         _FAST_SPAN = FastSpan if _FAST is not None else None
+        _KEEP_OUTCOME = outcome_part if _FAST is not None else None
+    _OUTCOMES.clear()  # made again, and kept encoded when FastSpans are on
     _PRESETS.clear()  # encoded by the tracer's encoder (one per provider)
     for shapes in (_RECEIVED, _ROOTED, _SENT):
         shapes.clear()
@@ -298,16 +301,74 @@ async def receive(msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _
     dropped) when it drops everything under such a parent too (the default, every ``parentbased_*``)
     makes no span objects below ``receive``: its traceparent (as it came, or the dropped root's) is
     carried on and marked in ``_FREE``, where logs read the trace id and the hooks see they have no
-    span to make. (app.api.operations takes the same steps itself, ``begin`` then ``free`` or ``enter``
-    and ``leave``: a coroutine and a lambda less per message.)"""
-    started = begin(msg)
+    span to make. (app.api.operations takes the same steps itself, ``opened`` and ``closed``: a
+    coroutine and a lambda less per message.)"""
+    carried, span, held = opened(msg)
+    try:
+        result = await handle(carried)
+    except BaseException as exc:
+        closed(span, held, exc=exc)
+        raise
+    closed(span, held, result)
+    return result
+
+
+def opened(msg: Message, trace: TraceContext | None = None) -> tuple[Message, Span | None, Any]:
+    """A request's receive span begun and its block entered (``begin``, then ``enter`` or ``free``)
+    for ``msg`` under the request's ``trace`` context (which it inherits unless it carries its own,
+    app.tracing.context.inherit): the message to hand on (carrying the span's context; on the
+    sample-free path the context it came with), the span (None on that path), and what ``closed``
+    takes at the block's end, in the same task. A sampled FastSpan, the usual, is begun and entered
+    here at once, its message built once: two calls, a check and a message less."""
+    fast = _FAST
+    properties = msg.properties
+    own = properties.get(TRACEPARENT_PROPERTY)  # checked by prepare() (clean) or inherit(): valid
+    parent = own if own is not None or trace is None else trace.traceparent
+    if (
+        fast is not None
+        and parent is not None
+        and not (_SKIP_UNSAMPLED and parent[54] in _UNSAMPLED_FLAG_DIGITS)
+    ):
+        state = properties.get(TRACESTATE_PROPERTY) if trace is None or own is not None else trace.tracestate
+        topic = msg.topic
+        shape = _RECEIVED.get(topic) or _shape(_RECEIVED, fast, "receive", topic, SpanKind.SERVER, True)
+        span = fast.remote_child(shape, parent, state)
+        if span is not None and _FREE.get() is None:
+            carried = {**properties, TRACEPARENT_PROPERTY: span.traceparent()}
+            if own is None and state is not None:
+                carried[TRACESTATE_PROPERTY] = state
+            # positional (a tenth of replace()'s cost)
+            out = Message(msg.topic, msg.body, msg.tags, msg.keys, carried, msg.flag, msg.id)
+            return out, span, _RECEIVING.set(span)
+    if own is None and trace is not None:
+        msg = inherit(msg, trace)
+    started = begin(msg)  # not sampled here (begin asks the tracer, as for any span it cannot record)
     if isinstance(started, Message):
-        token = free(started)
-        try:
-            return await handle(started)
-        finally:
-            unfree(token)
-    return await within(started, msg, handle)
+        return started, None, free(started)
+    carried_msg, held = enter(started, msg)
+    return carried_msg, started, held
+
+
+def closed(span: Span | None, held: Any, result: object = None, exc: BaseException | None = None) -> None:
+    """The block ``opened`` began ends with ``result`` or ``exc`` (``leave``; on the sample-free path
+    the ``free`` mark reset). A FastSpan ending with the usual outcome (an Enum status seen before)
+    ends here, the outcome's attribute shared and kept encoded (otlp.outcome_part)."""
+    if span is None:
+        _FREE.reset(held)
+        return
+    if type(span) is _FAST_SPAN and exc is None and type(held) is not _Current:
+        fast: Any = span
+        status = getattr(result, "status", None)
+        known = _OUTCOMES.get(id(status))
+        if known is not None and known[0] is status and fast._attrs is None and not fast._end:
+            _RECEIVING.reset(held)
+            # the outcome its one attribute, a dict shared by the spans of that outcome: never changed
+            # (the span ends here, and an ended span's attributes are not set again)
+            fast._attrs = known[1][1]
+            fast._end = _time_ns()
+            fast._recorder.on_end(fast)
+            return
+    leave(span, held, result, exc)
 
 
 def begin(msg: Message) -> Message | Span:
@@ -340,25 +401,8 @@ def begin(msg: Message) -> Message | Span:
 
 
 def free(msg: Message) -> Token[str | None]:
-    """Mark the sample-free path for the work of ``msg`` (what ``begin`` handed on); ``unfree`` after."""
+    """Mark the sample-free path for the work of ``msg`` (what ``begin`` handed on); ``closed`` resets it."""
     return _FREE.set(msg.properties[TRACEPARENT_PROPERTY])
-
-
-def unfree(token: Token[str | None]) -> None:
-    _FREE.reset(token)
-
-
-async def within(span: Span, msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _T:
-    """``handle`` inside the receive ``span`` that ``begin`` started for ``msg`` (``enter``, then
-    ``leave``: app.api.operations takes those steps itself, a coroutine and a lambda less)."""
-    carried, held = enter(span, msg)
-    try:
-        result = await handle(carried)
-    except BaseException as exc:
-        leave(span, held, exc=exc)
-        raise
-    leave(span, held, result)
-    return result
 
 
 def enter(span: Span, msg: Message) -> tuple[Message, Any]:
@@ -409,6 +453,8 @@ def _outcome(result: object) -> tuple[str, dict[str, Any]] | None:
     made = (outcome, {OUTCOME: outcome})
     if isinstance(status, Enum):  # kept while it lives: a member, for good
         remember(_OUTCOMES, id(status), (status, made), MAX_PRESETS)
+        if _KEEP_OUTCOME is not None:  # and encoded once, by its identity (otlp writes a FastSpan's so)
+            _KEEP_OUTCOME(made[1])
     return made
 
 
@@ -560,21 +606,20 @@ class TracedSender(WatchedSender):
         # are events on it), so it is not made current: no OpenTelemetry context attached and detached
         # per send, and a log line inside still carries the request's trace id (its receive span's).
         receiving: Any = _RECEIVING.get()
-        span_id = receiving.child_id() if type(receiving) is _FAST_SPAN else None
-        if span_id is not None:  # a FastSpan request's send (app.tracing.fast), sampled: kept by it
+        if type(receiving) is _FAST_SPAN and receiving.samples_children():
+            # a FastSpan request's send (app.tracing.fast), sampled: kept by it
             shape = _SENT.get(msg.topic) or _send_shape(receiving, msg.topic)
-            facts = message_facts(msg)  # what the span keeps of the message: never its body
             start = _time_ns()
             try:
                 sent = await self._inner.send(msg, sharding_key=sharding_key, validated=validated)
             except BaseException as exc:  # a failed send is a child span of its own, with the failure
-                span = receiving.child(shape, facts, span_id, start)
-                _failed_send(span, exc)
+                child: Any = receiving.child(shape, message_facts(msg), start)  # sampled: asked above
+                _failed_send(child, exc)
                 raise
-            if not receiving.keep_send(shape, span_id, start, facts, sent):
-                span = receiving.child(shape, facts, span_id, start)
-                span.sent(sent)
-                span.end()
+            if not receiving.keep_send(shape, start, msg, sent):
+                child = receiving.child(shape, message_facts(msg), start)
+                child.sent(sent)
+                child.end()
             return sent
         span = _send_span([msg], False)
         try:

@@ -5,6 +5,7 @@ order: only the times differ, and they are checked, then set aside)."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import random
 import re
 from collections.abc import Awaitable, Callable, Iterator
@@ -19,7 +20,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, ParentBasedTra
 from opentelemetry.trace import SpanKind, StatusCode
 
 from rocksidecar.app.tracing import loop_export, spans
-from rocksidecar.app.tracing.context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY
+from rocksidecar.app.tracing.context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, TraceContext, inherit
 from rocksidecar.app.tracing.fast import FastSpan, Recorder
 from rocksidecar.app.tracing.loop_export import LoopBatchProcessor, settings
 from rocksidecar.app.tracing.otlp import encode_bytes, shape_bytes
@@ -86,23 +87,41 @@ class _Spool:
         return None
 
 
+class _Status(enum.Enum):
+    SENT = "SENT"
+
+
 class _Outcome:
-    status = "SENT"
+    """A request's outcome as the sidecar's are: its status an Enum member (spans keeps its attribute
+    encoded, the encoder's usual request)."""
+
+    status = _Status.SENT
+
+
+class _PlainOutcome:
+    status = "SENT"  # a status that is not an Enum member: its attribute made per request
 
 
 Scenario = Callable[[], Awaitable[list[Message]]]
 
 
-def _sent(properties: dict[str, str], *, tags: str | None = None, keys: tuple[str, ...] = ()) -> Scenario:
+def _sent(
+    properties: dict[str, str],
+    *,
+    tags: str | None = None,
+    keys: tuple[str, ...] = (),
+    msg_id: str = "MSGID",
+    outcome: type = _Outcome,
+) -> Scenario:
     async def run() -> list[Message]:
         inner = _Sender()
         sender = spans.TracedSender(inner, background=False)
 
-        async def handle(m: Message) -> _Outcome:
+        async def handle(m: Message) -> object:
             await sender.send(m)
-            return _Outcome()
+            return outcome()
 
-        await spans.receive(Message("T", b"body", tags, keys, properties, 0, "MSGID"), handle)
+        await spans.receive(Message("T", b"body", tags, keys, properties, 0, msg_id), handle)
         return inner.got
 
     return run
@@ -188,6 +207,8 @@ SCENARIOS = {
     "its trace state": _sent({TRACEPARENT_PROPERTY: TP, TRACESTATE_PROPERTY: STATE}),
     "tags and keys": _sent({TRACEPARENT_PROPERTY: TP}, tags="TagA", keys=("k1", "k2")),
     "a root": _sent({}),
+    "a non-ASCII message id": _sent({TRACEPARENT_PROPERTY: TP}, msg_id="MSGID-é"),
+    "a status that is not an Enum member": _sent({TRACEPARENT_PROPERTY: TP}, outcome=_PlainOutcome),
     "failed then spooled": _spooled(),
     "renamed and reset": _renamed(),
 }
@@ -211,6 +232,38 @@ async def test_fast_spans_give_the_lite_spans_request(
     assert carried[:53] == f"00-{receive.trace_id.hex()}-{receive.span_id.hex()}-"
 
 
+OWN = "00-11111111111111111111111111111111-2222222222222222-01"  # a message's own (a Spark row's column)
+
+
+@pytest.mark.parametrize("own", [None, OWN], ids=["no own context", "its own context"])
+@pytest.mark.parametrize(
+    "ctx",
+    [TraceContext(TP, STATE), TraceContext(TP), TraceContext(TP[:-2] + "00"), None],
+    ids=["sampled with state", "sampled", "unsampled", "no request context"],
+)
+async def test_opened_with_the_request_s_context_is_opened_on_the_inherited_message(
+    own: str | None,
+    ctx: TraceContext | None,
+    provider: tuple[TracerProvider, LoopBatchProcessor, _Captured],
+) -> None:
+    """app.api.operations hands the request's context to ``opened`` (a message built once): the
+    message handed on and the span are what inheriting it first, then opening, gives."""
+    made = provider[0]
+    spans.configure(made)
+    msg = Message("T", b"body", properties={} if own is None else {TRACEPARENT_PROPERTY: own, "a": "b"})
+    got = []
+    for args in ((msg, ctx), (msg if ctx is None else inherit(msg, ctx),)):
+        random.seed(7)  # the same ids on either way
+        carried, span, held = spans.opened(*args)
+        spans.closed(span, held)
+        got.append((carried.properties, None if span is None else span.get_span_context()))
+    assert got[0] == got[1]
+    expected = own or (ctx.traceparent if ctx else None)
+    if expected is not None and expected.endswith("01"):  # sampled: the receive span's context is carried
+        assert got[0][1] is not None and got[0][0][TRACEPARENT_PROPERTY][3:35] == expected[3:35]
+    assert spans._FREE.get() is None and spans._RECEIVING.get() is None  # closed reset both marks
+
+
 async def test_the_request_s_spans_are_one_entry_of_the_loop_processor_s_queue(
     provider: tuple[TracerProvider, LoopBatchProcessor, _Captured],
 ) -> None:
@@ -226,7 +279,7 @@ async def test_the_request_s_spans_are_one_entry_of_the_loop_processor_s_queue(
     assert receive.get_span_context().trace_id == int(TP[3:35], 16) and len(send_id) == 8
     assert receive._parent is not None and receive._parent.hex() == TP[36:52] and receive._shape.remote
     assert not receive.is_recording()
-    assert loop_export._spans(receive) == 2 and loop_export._count([receive, receive]) == 4
+    assert loop_export._spans(receive) == 2
     request = ExportTraceServiceRequest.FromString(encode_bytes([receive]))
     send, received = request.resource_spans[0].scope_spans[0].spans
     assert send.parent_span_id == received.span_id and send.span_id == send_id
@@ -241,8 +294,9 @@ async def test_a_batch_holds_at_most_its_size_in_spans(
     for _ in range(3):
         await SCENARIOS["sampled traceparent"]()
     processor.config = dataclasses.replace(processor.config, max_batch=4)
-    batch = processor._take()
-    assert len(batch) == 2 and loop_export._count(batch) == 4 and len(processor._queue) == 1
+    batch, count = processor._take()
+    assert len(batch) == 2 and count == 4 and len(processor._queue) == 1
+    assert [loop_export._spans(s) for s in batch] == [2, 2]
     processor._queue.extendleft(reversed(batch))
     await processor._drain()
     assert processor.exported == 6 and len(captured.bodies) == 2
