@@ -47,7 +47,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from rocksidecar.rmq import SendResult
 
 from ..bounded import remember
-from .fast import FastSpan
+from .fast import FastSpan, Sent
 from .lite import UNSET, LiteSpan, Preset
 from .semconv import BODY_SIZE, MESSAGE_ID, Facts, result_attributes, tags_and_keys
 
@@ -261,25 +261,24 @@ def _lite_span(span: LiteSpan) -> bytes:
 def _framed(members: list[Any]) -> list[bytes]:
     """Each of ``members`` serialised and framed as a ScopeSpans' ``spans`` field (tag, length, bytes),
     in order: FastSpans written here, in the loop (a call per span and per part is much of what they
-    cost), a send one keeps (``_sent``) just before it; the others by ``_lite_span`` and ``_span``."""
-    encoded: list[bytes] = []
+    cost), a send one keeps (``_sent``) just before it, the usual request's two by ``_pair``; the others
+    by ``_lite_span`` and ``_span``."""
+    out: list[bytes] = []
     cache = _cache
     for span in members:
-        if (
-            type(span) is FastSpan
-            and span._sent is not None
-            and span._status is UNSET
-            and not (span._events or span._links or span._state or span._facts or span._result)
-        ):  # the usual request: its receive span keeps its send, nothing rare on either
-            pair = _pair(span)
-            if pair is not None:
-                encoded += pair
-                continue
         if type(span) is not FastSpan:
-            encoded.append(_lite_span(span) if type(span) is LiteSpan else _span(span))
+            _frame(out, _lite_span(span) if type(span) is LiteSpan else _span(span))
             continue
-        trace, state = span._trace, span._state
-        kept = span._sent
+        trace, state, kept = span._trace, span._state, span._sent
+        if (
+            kept is not None
+            and span._status is UNSET
+            and not (span._events or span._links or state or span._facts or span._result)
+        ):  # the usual request: its receive span keeps its send, nothing rare on either
+            pair = _pair(span, kept)
+            if pair is not None:
+                out += pair
+                continue
         if kept is not None:  # the request's send, ended before it: first, as it would have been queued
             shape, send_id, start, end, facts, result = kept
             parts = [_ids(_TRACE_ID, trace, _SPAN_ID, send_id, _PARENT_ID, span._span, _START, start,
@@ -288,7 +287,7 @@ def _framed(members: list[Any]) -> list[bytes]:
                 parts.append(_rare(state, (), ()))
             parts.append(shape.head)
             _sent_parts(parts, facts, result)
-            encoded.append(b"".join(parts))
+            _frame(out, b"".join(parts))
         # ids and times around the shape's bytes (name, kind, flags, unset status, leading attributes)
         parent = span._parent
         if parent is not None:
@@ -308,21 +307,21 @@ def _framed(members: list[Any]) -> list[bytes]:
                 kind = type(v)
                 got = cache.get((k, kind, v)) if kind in _CACHEABLE else None
                 parts.append(got if got is not None else _attribute(k, v))
-        encoded.append(b"".join(parts))
-    out: list[bytes] = []
-    one, two = _ONE_BYTE, _TWO_BYTES
-    for span_bytes in encoded:  # _varint's tables read inline: a call per span saved
-        n = len(span_bytes)
-        out += (_SPANS, one[n] if n < 0x80 else two[n] if n < 0x4000 else _varint(n), span_bytes)
+        _frame(out, b"".join(parts))
     return out
 
 
-def _pair(span: FastSpan) -> tuple[bytes, bytes] | None:
-    """A usual request's two spans (``_framed`` checked the receive span: nothing rare), the send first:
-    the send's message id, size and result and the receive span's attributes written from their
-    tables in one join each; None when the send is unusual too (tags, keys, a non-ASCII or long id, an
-    uncached attribute), for the general path."""
-    shape, send_id, start, end, facts, result = span._sent  # type: ignore[misc]
+def _frame(out: list[bytes], span: bytes) -> None:
+    """``span``'s bytes appended to ``out`` as a ScopeSpans' ``spans`` field: tag, length, bytes."""
+    out += (_SPANS, _varint(len(span)), span)
+
+
+def _pair(span: FastSpan, kept: Sent) -> tuple[bytes, ...] | None:
+    """A usual request's two spans framed (``_framed`` checked the receive span: nothing rare; it
+    keeps its send, ``kept``), the send first: the send's message id, size and result and the receive
+    span's attributes written from their tables in one join each; None when the send is unusual too
+    (tags, keys, a non-ASCII or long id, an uncached attribute), for the general path."""
+    shape, send_id, start, end, facts, result = kept
     msg_id, tags, keys, size = facts
     if tags or keys or msg_id is None or not msg_id.isascii():
         return None
@@ -338,12 +337,15 @@ def _pair(span: FastSpan) -> tuple[bytes, bytes] | None:
         if parent is not None
         else _root_ids(_TRACE_ID, trace, _SPAN_ID, own, _START, span._start, _END, span._end)
     )
-    return (
-        b"".join((_ids(_TRACE_ID, trace, _SPAN_ID, send_id, _PARENT_ID, own, _START, start, _END, end),
-                  shape.head, head, msg_id.encode(), _sizes.get(size) or _size_part(size),
-                  _results.get(key) or remember(_results, key, _result_part(result), MAX_CACHED))),
-        receive + span._shape.head + outcome[1],
-    )  # fmt: skip
+    results = _results.get(key) or remember(_results, key, _result_part(result), MAX_CACHED)
+    sizes = _sizes.get(size) or _size_part(size)
+    ids = _ids(_TRACE_ID, trace, _SPAN_ID, send_id, _PARENT_ID, own, _START, start, _END, end)
+    send = b"".join((ids, shape.head, head, msg_id.encode(), sizes, results))
+    receive += span._shape.head + outcome[1]
+    n, m = len(send), len(receive)
+    two = _TWO_BYTES  # _varint's table read inline: the usual span's length is two bytes
+    return (_SPANS, two[n] if 0x7F < n < 0x4000 else _varint(n), send,
+            _SPANS, two[m] if 0x7F < m < 0x4000 else _varint(m), receive)  # fmt: skip
 
 
 def outcome_part(attributes: Mapping[str, Any]) -> None:
@@ -469,12 +471,20 @@ def _by_identity(spans: Sequence[ReadableSpan | FastSpan]) -> list[tuple[Any, An
     groups: dict[tuple[int, int], tuple[Any, Any, list[Any]]] = {}
     span: Any
     last: tuple[Any, Any] = (None, None)  # the last span's resource and scope: most often the next's
+    last_shape = None  # the last FastSpan's shape (its resource and scope: ``last``), most often the next's
     members: list[Any] = []
     for span in spans:
         kind = type(span)
         if kind is FastSpan:
             shape = span._shape
+            if shape is last_shape:
+                members.append(span)
+                continue
             resource, scope = shape.resource, shape.scope
+            if resource is last[0] and scope is last[1]:
+                members.append(span)
+                last_shape = shape
+                continue
         elif kind is LiteSpan:
             resource, scope = span._resource, span._instrumentation_scope
         else:
@@ -489,6 +499,7 @@ def _by_identity(spans: Sequence[ReadableSpan | FastSpan]) -> list[tuple[Any, An
         members = group[2]
         members.append(span)
         last = (resource, scope)
+        last_shape = span._shape if kind is FastSpan else None
     return list(groups.values())
 
 
