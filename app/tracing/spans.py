@@ -361,9 +361,10 @@ def closed(span: Span | None, held: Any, result: object = None, exc: BaseExcepti
         status = getattr(result, "status", None)
         known = _OUTCOMES.get(id(status))
         if known is not None and known[0] is status and fast._attrs is None and not fast._end:
+            # leave's usual case inline (_outcome's lookup, FastSpan.end): the outcome its one
+            # attribute, a dict shared by the spans of that outcome, never changed (the span ends here,
+            # and an ended span's attributes are not set again)
             _RECEIVING.reset(held)
-            # the outcome its one attribute, a dict shared by the spans of that outcome: never changed
-            # (the span ends here, and an ended span's attributes are not set again)
             fast._attrs = known[1][1]
             fast._end = _time_ns()
             fast._recorder.on_end(fast)
