@@ -320,31 +320,35 @@ def opened(msg: Message, trace: TraceContext | None = None) -> tuple[Message, Sp
     sample-free path the context it came with), the span (None on that path), and what ``closed``
     takes at the block's end, in the same task. A sampled FastSpan, the usual, is begun and entered
     here at once, its message built once: two calls, a check and a message less."""
-    fast = _FAST
     properties = msg.properties
     own = properties.get(TRACEPARENT_PROPERTY)  # checked by prepare() (clean) or inherit(): valid
     parent = own if own is not None or trace is None else trace.traceparent
-    if (
-        fast is not None
-        and parent is not None
-        and not (_SKIP_UNSAMPLED and parent[54] in _UNSAMPLED_FLAG_DIGITS)
-    ):
-        state = properties.get(TRACESTATE_PROPERTY) if trace is None or own is not None else trace.tracestate
-        topic = msg.topic
-        shape = _RECEIVED.get(topic) or _shape(_RECEIVED, fast, "receive", topic, SpanKind.SERVER, True)
-        span = fast.remote_child(shape, parent, state)
-        if span is not None and _FREE.get() is None:
-            carried = {**properties, TRACEPARENT_PROPERTY: span.traceparent()}
-            if own is None and state is not None:
-                carried[TRACESTATE_PROPERTY] = state
-            # positional (a tenth of replace()'s cost)
-            out = Message(msg.topic, msg.body, msg.tags, msg.keys, carried, msg.flag, msg.id)
-            return out, span, _RECEIVING.set(span)
-    if own is None and trace is not None:
-        msg = inherit(msg, trace)
-    started = begin(msg)  # not sampled here (begin asks the tracer, as for any span it cannot record)
-    if isinstance(started, Message):
-        return started, None, free(started)
+    if parent is not None:
+        if _SKIP_UNSAMPLED and parent[54] in _UNSAMPLED_FLAG_DIGITS:
+            # the sample-free path as begin and free take it: the message carried on as it came
+            as_came = msg if trace is None or own is not None else inherit(msg, trace)
+            return as_came, None, _FREE.set(parent)
+        fast = _FAST
+        if fast is not None:
+            state = (
+                properties.get(TRACESTATE_PROPERTY) if trace is None or own is not None else trace.tracestate
+            )
+            topic = msg.topic
+            shape = _RECEIVED.get(topic) or _shape(_RECEIVED, fast, "receive", topic, SpanKind.SERVER, True)
+            span = fast.remote_child(shape, parent, state)
+            if span is not None and _FREE.get() is None:
+                carried = {**properties, TRACEPARENT_PROPERTY: span.traceparent()}
+                if own is None and state is not None:
+                    carried[TRACESTATE_PROPERTY] = state
+                # positional (a tenth of replace()'s cost)
+                out = Message(msg.topic, msg.body, msg.tags, msg.keys, carried, msg.flag, msg.id)
+                return out, span, _RECEIVING.set(span)
+        if own is None and trace is not None:
+            msg = inherit(msg, trace)
+    # a root (begin's first case, called directly), or not sampled here (begin asks the tracer)
+    started = _root(msg) if parent is None else begin(msg)
+    if isinstance(started, Message):  # the sample-free path: free's mark, inline
+        return started, None, _FREE.set(started.properties[TRACEPARENT_PROPERTY])
     carried_msg, held = enter(started, msg)
     return carried_msg, started, held
 
