@@ -44,6 +44,7 @@ from .lite import (
     LiteTracer,
 )
 from .semconv import MESSAGE_KEYS, RESULT_KEYS, Facts, facts_attributes, result_attributes
+from .semconv import facts as message_facts
 
 _TRACE_FLAGS = [TraceFlags(n) for n in range(256)]
 _DASH_FLAGS = [f"-{n:02x}" for n in range(256)]  # a traceparent's last field, after its dash
@@ -151,9 +152,7 @@ class FastSpan(trace.Span):
         come in the order a child span made at the send's start would have drawn them."""
         if self._end or self._sent is not None:
             return False
-        facts = (msg.id, msg.tags, msg.keys, len(msg.body))
-        self._sent = (shape, (_getrandbits(64) or _nonzero()).to_bytes(8, "big"), start, _time_ns(), facts,
-                      result)  # fmt: skip
+        self._sent = (shape, _span_id(), start, _time_ns(), message_facts(msg), result)
         return True
 
     def sent(self, result: SendResult) -> None:

@@ -302,7 +302,7 @@ class LiteTracer(trace.Tracer):
         parent's case is known from its fields and is to sample; else None (then ``start_span``, which
         asks the sampler or makes the unsampled span). Without the current-context reads and the
         Context object ``start_span`` goes through: the sidecar's receive and send spans know their
-        parent (spans.begin, spans._send_span). ``attributes`` become the span's own; ``preset``, if
+        parent (spans.opened, spans._send_span). ``attributes`` become the span's own; ``preset``, if
         given, encodes their first ones (see Preset)."""
         context: Any = parent  # a SpanContext is a tuple: read by position, not a property per field
         trace_id, _, remote, parent_flags, state, _ = context

@@ -365,14 +365,14 @@ class LoopBatchProcessor(SpanProcessor):
 
     def _take(self) -> Batch:
         """A batch of at most max_batch spans (a FastSpan that keeps its request's send holds two), and
-        how many spans it holds (``_spans``' rule inline: a call per entry was a tenth of the export)."""
+        how many spans it holds."""
         queue = self._queue
         batch: list[Ended] = []
         room = full = self.config.max_batch
         while queue and room > 0:
             span = queue.popleft()
             batch.append(span)
-            room -= 2 if type(span) is FastSpan and span._sent is not None else 1
+            room -= _spans(span)
         return Batch(batch, full - room)
 
     async def _send(self, taken: Batch) -> None:

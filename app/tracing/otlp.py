@@ -100,8 +100,6 @@ _ID_HEADS = {
 # a FastSpan send's result attributes by (queue id, broker, attempts), its body size's by size: encoded once
 _results: dict[tuple[int, str, int], bytes] = {}
 _sizes: dict[int, bytes] = {}
-# a request's outcome attributes (spans._outcome's mappings) by identity: the mapping itself, its bytes
-_outcome_parts: dict[int, tuple[Mapping[str, Any], bytes]] = {}
 
 
 def _attribute(key: str, value: Any) -> bytes:
@@ -261,8 +259,8 @@ def _lite_span(span: LiteSpan) -> bytes:
 def _framed(members: list[Any]) -> list[bytes]:
     """Each of ``members`` serialised and framed as a ScopeSpans' ``spans`` field (tag, length, bytes),
     in order: FastSpans written here, in the loop (a call per span and per part is much of what they
-    cost), a send one keeps (``_sent``) just before it, the usual request's two by ``_pair``; the others
-    by ``_lite_span`` and ``_span``."""
+    cost), a send one keeps (``_sent``) just before it (``_kept_send``), the usual request's two by
+    ``_pair``; the others by ``_lite_span`` and ``_span``."""
     out: list[bytes] = []
     cache = _cache
     for span in members:
@@ -280,14 +278,7 @@ def _framed(members: list[Any]) -> list[bytes]:
                 out += pair
                 continue
         if kept is not None:  # the request's send, ended before it: first, as it would have been queued
-            shape, send_id, start, end, facts, result = kept
-            parts = [_ids(_TRACE_ID, trace, _SPAN_ID, send_id, _PARENT_ID, span._span, _START, start,
-                          _END, end)]  # fmt: skip
-            if state:
-                parts.append(_rare(state, (), ()))
-            parts.append(shape.head)
-            _sent_parts(parts, facts, result)
-            _frame(out, b"".join(parts))
+            _frame(out, _kept_send(span, kept))
         # ids and times around the shape's bytes (name, kind, flags, unset status, leading attributes)
         parent = span._parent
         if parent is not None:
@@ -317,41 +308,55 @@ def _frame(out: list[bytes], span: bytes) -> None:
 
 
 def _pair(span: FastSpan, kept: Sent) -> tuple[bytes, ...] | None:
-    """A usual request's two spans framed (``_framed`` checked the receive span: nothing rare; it
-    keeps its send, ``kept``), the send first: the send's message id, size and result and the receive
-    span's attributes written from their tables in one join each; None when the send is unusual too
-    (tags, keys, a non-ASCII or long id, an uncached attribute), for the general path."""
+    """The usual request's two spans, framed, the send first: what ``_kept_send`` (with ``_sent_parts``)
+    and ``_framed`` write for them, each span in one join (a third of what the general path costs them;
+    tests/app/tracing/test_fast.py compares the requests). ``_framed`` checked the receive span: it
+    keeps its send (``kept``), nothing rare on either. None unless the rest is usual too: a message
+    without tags or keys, an ASCII id, the receive span's one attribute (its outcome) in the cache."""
     shape, send_id, start, end, facts, result = kept
     msg_id, tags, keys, size = facts
-    if tags or keys or msg_id is None or not msg_id.isascii():
+    attributes = span._attrs
+    if tags or keys or msg_id is None or not msg_id.isascii() or attributes is None or len(attributes) != 1:
         return None
+    ((key, value),) = attributes.items()
+    kind = type(value)
+    outcome = _cache.get((key, kind, value)) if kind in _CACHEABLE else None
     head = _ID_HEADS.get(len(msg_id))
-    queue = result.queue
-    key = (queue.queue_id, queue.broker_name, result.attempts)
-    outcome = _outcome_parts.get(id(span._attrs))
-    if head is None or outcome is None or outcome[0] is not span._attrs:
+    if outcome is None or head is None:
         return None
-    trace, own, parent = span._trace, span._span, span._parent
-    receive = (
-        _ids(_TRACE_ID, trace, _SPAN_ID, own, _PARENT_ID, parent, _START, span._start, _END, span._end)
-        if parent is not None
-        else _root_ids(_TRACE_ID, trace, _SPAN_ID, own, _START, span._start, _END, span._end)
-    )
-    results = _results.get(key) or remember(_results, key, _result_part(result), MAX_CACHED)
+    queue = result.queue
+    cached = (queue.queue_id, queue.broker_name, result.attempts)
+    results = _results.get(cached) or remember(_results, cached, _result_part(result), MAX_CACHED)
     sizes = _sizes.get(size) or _size_part(size)
+    trace, own, parent = span._trace, span._span, span._parent
     ids = _ids(_TRACE_ID, trace, _SPAN_ID, send_id, _PARENT_ID, own, _START, start, _END, end)
     send = b"".join((ids, shape.head, head, msg_id.encode(), sizes, results))
-    receive += span._shape.head + outcome[1]
+    receive = (
+        (
+            _ids(_TRACE_ID, trace, _SPAN_ID, own, _PARENT_ID, parent, _START, span._start, _END, span._end)
+            if parent is not None
+            else _root_ids(_TRACE_ID, trace, _SPAN_ID, own, _START, span._start, _END, span._end)
+        )
+        + span._shape.head
+        + outcome
+    )
     n, m = len(send), len(receive)
     two = _TWO_BYTES  # _varint's table read inline: the usual span's length is two bytes
     return (_SPANS, two[n] if 0x7F < n < 0x4000 else _varint(n), send,
             _SPANS, two[m] if 0x7F < m < 0x4000 else _varint(m), receive)  # fmt: skip
 
 
-def outcome_part(attributes: Mapping[str, Any]) -> None:
-    """Keep ``attributes`` (a request's outcome as a receive span's attributes: app.tracing.spans makes
-    one mapping per outcome and never changes it) encoded, for ``_pair``."""
-    remember(_outcome_parts, id(attributes), (attributes, attributes_bytes(attributes)), MAX_CACHED)
+def _kept_send(receive: FastSpan, kept: Sent) -> bytes:
+    """The send span a receive FastSpan keeps (FastSpan.keep_send), serialised: the receive's trace and
+    trace state, the receive as its parent; its message's (facts) and result's attributes."""
+    shape, send_id, start, end, facts, result = kept
+    parts = [_ids(_TRACE_ID, receive._trace, _SPAN_ID, send_id, _PARENT_ID, receive._span, _START, start,
+                  _END, end)]  # fmt: skip
+    if receive._state:
+        parts.append(_rare(receive._state, (), ()))
+    parts.append(shape.head)
+    _sent_parts(parts, facts, result)
+    return b"".join(parts)
 
 
 def _size_part(size: int) -> bytes:

@@ -78,7 +78,6 @@ _SENT: dict[str, Shape] = {}  # the request's send spans
 _time_ns = time.time_ns
 # a result's status (an Enum member, by id) -> its outcome attribute, and that as a span's attributes
 _OUTCOMES: dict[int, tuple[Enum, tuple[str, dict[str, Any]]]] = {}
-_KEEP_OUTCOME: Callable[[Mapping[str, Any]], None] | None = None  # otlp.outcome_part, with FastSpans
 MAX_LINKS = 128  # a replayed batch links to each message's request, up to this many
 DELAY_DUE_AT = "DELAY_DUE_AT"  # delay.DELAY_DUE_AT: a delayed message being published carries it
 _T = TypeVar("_T")
@@ -91,7 +90,7 @@ def configure(provider: trace.TracerProvider | None, *, lite: bool = True, fast:
     measures beside it). ``fast``: a request's receive and send spans recorded by app.tracing.fast
     where it can (False: LiteSpans, which tests compare it with). The provider's span processors are
     read now: add them before."""
-    global ON, _tracer, _SKIP_UNSAMPLED, _SKIP_DROPPED_ROOTS, _ROOTS, _LITE, _FAST, _FAST_SPAN, _KEEP_OUTCOME
+    global ON, _tracer, _SKIP_UNSAMPLED, _SKIP_DROPPED_ROOTS, _ROOTS, _LITE, _FAST, _FAST_SPAN
     ON = provider is not None
     if provider is None:
         _tracer = trace.NoOpTracer()
@@ -103,15 +102,13 @@ def configure(provider: trace.TracerProvider | None, *, lite: bool = True, fast:
     knows_roots = _SKIP_DROPPED_ROOTS and getattr(_tracer, "knows_roots", False)
     _ROOTS = cast("LiteTracer", _tracer) if knows_roots else None
     _LITE = cast("LiteTracer", _tracer) if getattr(_tracer, "is_lite", False) else None
-    _FAST = _FAST_SPAN = _KEEP_OUTCOME = None
+    _FAST = _FAST_SPAN = None
     if _LITE is not None and fast:
         from .fast import FastSpan, Recorder
-        from .otlp import outcome_part, shape_bytes
+        from .otlp import shape_bytes
 
         _FAST = Recorder.of(_LITE, shape_bytes)
         _FAST_SPAN = FastSpan if _FAST is not None else None
-        _KEEP_OUTCOME = outcome_part if _FAST is not None else None
-    _OUTCOMES.clear()  # made again, and kept encoded when FastSpans are on
     _PRESETS.clear()  # encoded by the tracer's encoder (one per provider)
     for shapes in (_RECEIVED, _ROOTED, _SENT):
         shapes.clear()
@@ -287,9 +284,12 @@ def _carrying(msg: Message, span: Span) -> Message:
     return msg if parent is None else _with_traceparent(msg, parent)
 
 
-def _with_traceparent(msg: Message, parent: str) -> Message:
-    """``msg`` with ``parent`` as its traceparent (a new Message, positional: a tenth of replace()'s cost)."""
+def _with_traceparent(msg: Message, parent: str, state: str | None = None) -> Message:
+    """``msg`` with ``parent`` as its traceparent, and ``state`` as its tracestate if given (a new
+    Message, positional: a tenth of replace()'s cost)."""
     properties = {**msg.properties, TRACEPARENT_PROPERTY: parent}
+    if state is not None:
+        properties[TRACESTATE_PROPERTY] = state
     return Message(msg.topic, msg.body, msg.tags, msg.keys, properties, msg.flag, msg.id)
 
 
@@ -314,90 +314,56 @@ async def receive(msg: Message, handle: Callable[[Message], Awaitable[_T]]) -> _
 
 
 def opened(msg: Message, trace: TraceContext | None = None) -> tuple[Message, Span | None, Any]:
-    """A request's receive span begun and its block entered (``begin``, then ``enter`` or ``free``)
-    for ``msg`` under the request's ``trace`` context (which it inherits unless it carries its own,
-    app.tracing.context.inherit): the message to hand on (carrying the span's context; on the
-    sample-free path the context it came with), the span (None on that path), and what ``closed``
-    takes at the block's end, in the same task. A sampled FastSpan, the usual, is begun and entered
-    here at once, its message built once: two calls, a check and a message less."""
+    """A request's first step, for ``msg`` under the request's ``trace`` context (inherited unless the
+    message carries its own, app.tracing.context.inherit): the message to hand on, the request's
+    ``receive`` span, and what ``closed`` takes at the end of its block, in the same task.
+
+    The sample-free path (see ``receive``) gives no span: the message carries the traceparent it came
+    with (or the dropped root's), marked in ``_FREE``. A sampled FastSpan (app.tracing.fast), the
+    usual, is marked in ``_RECEIVING`` and its message built once, with the request's context and
+    the span's traceparent; any other span is entered as ``enter`` says."""
     properties = msg.properties
     own = properties.get(TRACEPARENT_PROPERTY)  # checked by prepare() (clean) or inherit(): valid
-    parent = own if own is not None or trace is None else trace.traceparent
-    if parent is not None:
-        if _SKIP_UNSAMPLED and parent[54] in _UNSAMPLED_FLAG_DIGITS:
-            # the sample-free path as begin and free take it: the message carried on as it came
-            as_came = msg if trace is None or own is not None else inherit(msg, trace)
-            return as_came, None, _FREE.set(parent)
+    parent: str | None
+    if own is not None:
+        parent, state = own, properties.get(TRACESTATE_PROPERTY)
+    elif trace is not None:
+        parent, state = trace.traceparent, trace.tracestate
+    else:
+        parent = state = None
+    if parent is None:
+        started = _root(msg)
+    else:
+        if _SKIP_UNSAMPLED and parent[54] in _UNSAMPLED_FLAG_DIGITS:  # carried on as it came
+            return (msg if own is not None or trace is None else inherit(msg, trace)), None, _FREE.set(parent)
         fast = _FAST
+        span = None
         if fast is not None:
-            state = (
-                properties.get(TRACESTATE_PROPERTY) if trace is None or own is not None else trace.tracestate
-            )
             topic = msg.topic
             shape = _RECEIVED.get(topic) or _shape(_RECEIVED, fast, "receive", topic, SpanKind.SERVER, True)
             span = fast.remote_child(shape, parent, state)
             if span is not None and _FREE.get() is None:
-                carried = {**properties, TRACEPARENT_PROPERTY: span.traceparent()}
-                if own is None and state is not None:
-                    carried[TRACESTATE_PROPERTY] = state
-                # positional (a tenth of replace()'s cost)
-                out = Message(msg.topic, msg.body, msg.tags, msg.keys, carried, msg.flag, msg.id)
-                return out, span, _RECEIVING.set(span)
+                # one message built: the span's context, and the request's state unless its own
+                carried = _with_traceparent(msg, span.traceparent(), state if own is None else None)
+                return carried, span, _RECEIVING.set(span)
         if own is None and trace is not None:
             msg = inherit(msg, trace)
-    # a root (begin's first case, called directly), or not sampled here (begin asks the tracer)
-    started = _root(msg) if parent is None else begin(msg)
-    if isinstance(started, Message):  # the sample-free path: free's mark, inline
+        started = span if span is not None else _remote_receive(msg.topic, parent, state)
+    if isinstance(started, Message):  # a dropped root: the sample-free path
         return started, None, _FREE.set(started.properties[TRACEPARENT_PROPERTY])
     carried_msg, held = enter(started, msg)
     return carried_msg, started, held
 
 
-def closed(span: Span | None, held: Any, result: object = None, exc: BaseException | None = None) -> None:
-    """The block ``opened`` began ends with ``result`` or ``exc`` (``leave``; on the sample-free path
-    the ``free`` mark reset). A FastSpan ending with the usual outcome (an Enum status seen before)
-    ends here, the outcome's attribute shared and kept encoded (otlp.outcome_part)."""
-    if span is None:
-        _FREE.reset(held)
-        return
-    if type(span) is _FAST_SPAN and exc is None and type(held) is not _Current:
-        fast: Any = span
-        status = getattr(result, "status", None)
-        known = _OUTCOMES.get(id(status))
-        if known is not None and known[0] is status and fast._attrs is None and not fast._end:
-            # leave's usual case inline (_outcome's lookup, FastSpan.end): the outcome its one
-            # attribute, a dict shared by the spans of that outcome, never changed (the span ends here,
-            # and an ended span's attributes are not set again)
-            _RECEIVING.reset(held)
-            fast._attrs = known[1][1]
-            fast._end = _time_ns()
-            fast._recorder.on_end(fast)
-            return
-    leave(span, held, result, exc)
-
-
-def begin(msg: Message) -> Message | Span:
-    """A request's first step: its ``receive`` span, or (the sample-free path, see ``receive``) the
-    message to hand on, which carries the traceparent to mark with ``free``."""
-    properties = msg.properties
-    parent = properties.get(TRACEPARENT_PROPERTY)  # checked by prepare() (clean) or inherit(): valid
-    if parent is None:
-        return _root(msg)
-    if _SKIP_UNSAMPLED and parent[54] in _UNSAMPLED_FLAG_DIGITS:
-        return msg  # carried on as it came
-    fast = _FAST
-    if fast is not None:
-        topic = msg.topic
-        shape = _RECEIVED.get(topic) or _shape(_RECEIVED, fast, "receive", topic, SpanKind.SERVER, True)
-        recorded = fast.remote_child(shape, parent, properties.get(TRACESTATE_PROPERTY))
-        if recorded is not None:
-            return recorded
-    remote = _remote(parent, properties.get(TRACESTATE_PROPERTY))
-    name = f"receive {msg.topic}"
-    attrs = _named("receive", msg.topic)
+def _remote_receive(topic: str, parent: str, state: str | None) -> Span:
+    """The receive span under a request's ``parent`` traceparent that app.tracing.fast does not record:
+    a LiteTracer's, else the tracer's (perhaps not recording)."""
+    remote = _remote(parent, state)
+    name = f"receive {topic}"
+    attrs = _named("receive", topic)
     lite = _LITE
     if lite is not None and (
-        span := lite.child(name, remote, SpanKind.SERVER, attrs, _preset("receive", msg.topic))
+        span := lite.child(name, remote, SpanKind.SERVER, attrs, _preset("receive", topic))
     ):
         return span
     return _tracer.start_span(
@@ -405,16 +371,11 @@ def begin(msg: Message) -> Message | Span:
     )
 
 
-def free(msg: Message) -> Token[str | None]:
-    """Mark the sample-free path for the work of ``msg`` (what ``begin`` handed on); ``closed`` resets it."""
-    return _FREE.set(msg.properties[TRACEPARENT_PROPERTY])
-
-
 def enter(span: Span, msg: Message) -> tuple[Message, Any]:
-    """The block of the receive ``span`` that ``begin`` started for ``msg`` begins: ``msg`` carrying
-    the span's context, and what ``leave`` takes at its end (in the same task). A LiteTracer's span is
-    marked in ``_RECEIVING`` rather than attached to OpenTelemetry's context (``_Current``); a FastSpan
-    (app.tracing.fast) the same way, inline, its mark's token all that is held."""
+    """The block of the receive ``span`` begins: ``msg`` carrying the span's context, and what
+    ``closed`` takes at its end (in the same task). A LiteTracer's span is marked in ``_RECEIVING``
+    rather than attached to OpenTelemetry's context (``_Current``); a FastSpan the same way, inline,
+    its mark's token all that is held."""
     if type(span) is _FAST_SPAN and _FREE.get() is None:
         fast: Any = span
         return _with_traceparent(msg, fast.traceparent()), _RECEIVING.set(span)
@@ -423,9 +384,12 @@ def enter(span: Span, msg: Message) -> tuple[Message, Any]:
     return _carrying(msg, span), current
 
 
-def leave(span: Span, held: Any, result: object = None, exc: BaseException | None = None) -> None:
-    """The receive span's block ends with ``result`` (its status is the span's outcome) or ``exc``
-    (recorded on it); the span ends."""
+def closed(span: Span | None, held: Any, result: object = None, exc: BaseException | None = None) -> None:
+    """The block ``opened`` began ends with ``result`` (its status is the span's outcome) or ``exc``
+    (recorded on it); the span ends. On the sample-free path (no span) the ``_FREE`` mark is reset."""
+    if span is None:
+        _FREE.reset(held)
+        return
     outcome = _outcome(result) if exc is None else None
     if type(held) is _Current:
         if outcome is not None and span.is_recording():
@@ -458,8 +422,6 @@ def _outcome(result: object) -> tuple[str, dict[str, Any]] | None:
     made = (outcome, {OUTCOME: outcome})
     if isinstance(status, Enum):  # kept while it lives: a member, for good
         remember(_OUTCOMES, id(status), (status, made), MAX_PRESETS)
-        if _KEEP_OUTCOME is not None:  # and encoded once, by its identity (otlp writes a FastSpan's so)
-            _KEEP_OUTCOME(made[1])
     return made
 
 

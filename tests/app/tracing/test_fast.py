@@ -92,8 +92,8 @@ class _Status(enum.Enum):
 
 
 class _Outcome:
-    """A request's outcome as the sidecar's are: its status an Enum member (spans keeps its attribute
-    encoded, the encoder's usual request)."""
+    """A request's outcome as the sidecar's are: its status an Enum member (one attribute mapping per
+    outcome, cached by the encoder: the usual request's path, otlp._pair)."""
 
     status = _Status.SENT
 
@@ -151,8 +151,8 @@ def _spooled() -> Scenario:
     return run
 
 
-def _renamed() -> Scenario:
-    """Code that renames a span and sets one of its leading attributes again."""
+def _acting(act: Callable[[Any], None]) -> Scenario:
+    """Code that ``act``s on the request's receive span, then sends."""
 
     async def run() -> list[Message]:
         inner = _Sender()
@@ -160,15 +160,25 @@ def _renamed() -> Scenario:
         async def handle(m: Message) -> None:
             receiving = spans._RECEIVING.get()
             assert receiving is not None
-            receiving.update_name("receive renamed")
-            receiving.set_attribute("messaging.destination.name", "Other")
-            receiving.set_status(StatusCode.ERROR, "said so")
+            act(receiving)
             await spans.TracedSender(inner, background=False).send(m)
 
         await spans.receive(Message("T", b"body", None, (), {TRACEPARENT_PROPERTY: TP}, 0, "MSGID"), handle)
         return inner.got
 
     return run
+
+
+def _rename_and_reset(span: Any) -> None:
+    """Renames the span and sets one of its leading attributes again."""
+    span.update_name("receive renamed")
+    span.set_attribute("messaging.destination.name", "Other")
+    span.set_status(StatusCode.ERROR, "said so")
+
+
+def _list_attribute(span: Any) -> None:
+    """The span's one attribute a list (not hashable, never cached); the handler answers no outcome."""
+    span.set_attribute("app.labels", ["a", "b"])
 
 
 async def _request(
@@ -210,7 +220,8 @@ SCENARIOS = {
     "a non-ASCII message id": _sent({TRACEPARENT_PROPERTY: TP}, msg_id="MSGID-é"),
     "a status that is not an Enum member": _sent({TRACEPARENT_PROPERTY: TP}, outcome=_PlainOutcome),
     "failed then spooled": _spooled(),
-    "renamed and reset": _renamed(),
+    "renamed and reset": _acting(_rename_and_reset),
+    "a list as the receive span's one attribute": _acting(_list_attribute),
 }
 
 
