@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
@@ -275,7 +275,7 @@ def _framed(members: list[Any]) -> list[bytes]:
         ):  # the usual request: its receive span keeps its send, nothing rare on either
             pair = _pair(span, kept)
             if pair is not None:
-                out += pair
+                out.append(pair)
                 continue
         if kept is not None:  # the request's send, ended before it: first, as it would have been queued
             _frame(out, _kept_send(span, kept))
@@ -307,43 +307,78 @@ def _frame(out: list[bytes], span: bytes) -> None:
     out += (_SPANS, _varint(len(span)), span)
 
 
-def _pair(span: FastSpan, kept: Sent) -> tuple[bytes, ...] | None:
+def _pair(span: FastSpan, kept: Sent) -> bytes | None:
     """The usual request's two spans, framed, the send first: what ``_kept_send`` (with ``_sent_parts``)
-    and ``_framed`` write for them, each span in one join (a third of what the general path costs them;
-    tests/app/tracing/test_fast.py compares the requests). ``_framed`` checked the receive span: it
-    keeps its send (``kept``), nothing rare on either. None unless the rest is usual too: a message
-    without tags or keys, an ASCII id, the receive span's one attribute (its outcome) in the cache."""
+    and ``_framed`` write for them, in one ``struct`` call (``_pair_layout``; tests/app/tracing/
+    test_fast.py compares the requests). ``_framed`` checked the receive span: it keeps its send
+    (``kept``), nothing rare on either. None unless the rest is usual too: a message without tags or
+    keys, an id whose attribute's lengths fit a byte, the receive span's one attribute (its outcome) in
+    the cache."""
     shape, send_id, start, end, facts, result = kept
     msg_id, tags, keys, size = facts
     attributes = span._attrs
-    if tags or keys or msg_id is None or not msg_id.isascii() or attributes is None or len(attributes) != 1:
+    if tags or keys or msg_id is None or attributes is None or len(attributes) != 1:
         return None
     ((key, value),) = attributes.items()
     kind = type(value)
     outcome = _cache.get((key, kind, value)) if kind in _CACHEABLE else None
-    head = _ID_HEADS.get(len(msg_id))
-    if outcome is None or head is None:
+    if outcome is None:
+        return None
+    try:
+        encoded = msg_id.encode()
+    except UnicodeEncodeError:  # a lone surrogate: the general path drops the attribute
         return None
     queue = result.queue
     cached = (queue.queue_id, queue.broker_name, result.attempts)
     results = _results.get(cached) or remember(_results, cached, _result_part(result), MAX_CACHED)
     sizes = _sizes.get(size) or _size_part(size)
-    trace, own, parent = span._trace, span._span, span._parent
-    ids = _ids(_TRACE_ID, trace, _SPAN_ID, send_id, _PARENT_ID, own, _START, start, _END, end)
-    send = b"".join((ids, shape.head, head, msg_id.encode(), sizes, results))
-    receive = (
-        (
-            _ids(_TRACE_ID, trace, _SPAN_ID, own, _PARENT_ID, parent, _START, span._start, _END, span._end)
-            if parent is not None
-            else _root_ids(_TRACE_ID, trace, _SPAN_ID, own, _START, span._start, _END, span._end)
-        )
-        + span._shape.head
-        + outcome
-    )
-    n, m = len(send), len(receive)
-    two = _TWO_BYTES  # _varint's table read inline: the usual span's length is two bytes
-    return (_SPANS, two[n] if 0x7F < n < 0x4000 else _varint(n), send,
-            _SPANS, two[m] if 0x7F < m < 0x4000 else _varint(m), receive)  # fmt: skip
+    parent = span._parent
+    alike = (shape.head, span._shape.head, outcome, len(encoded), len(sizes), len(results), parent is None)
+    layout = _pair_layouts.get(alike) or _pair_layout(alike)
+    if layout is None:
+        return None
+    pack, send_head, before_id, receive_head, receive_tail = layout
+    trace, own = span._trace, span._span
+    if parent is None:
+        return pack(send_head, trace, _SPAN_ID, send_id, _PARENT_ID, own, _START, start, _END, end, before_id,
+                    encoded, sizes, results, receive_head, trace, _SPAN_ID, own, _START, span._start, _END,
+                    span._end, receive_tail)  # fmt: skip
+    return pack(send_head, trace, _SPAN_ID, send_id, _PARENT_ID, own, _START, start, _END, end, before_id,
+                encoded, sizes, results, receive_head, trace, _SPAN_ID, own, _PARENT_ID, parent, _START,
+                span._start, _END, span._end, receive_tail)  # fmt: skip
+
+
+# What is alike in the usual request's two spans from request to request (``_pair``): the send's and
+# the receive's heads, the outcome's bytes, the lengths of the message id's, the body size's and the
+# result's parts, whether the receive is a root. For each: a struct of the two spans, and the bytes that
+# stand between the fields that change (ids, times, the id, the size and result parts): the send's
+# framing and trace id tag, its head and the id attribute's head, the receive's framing and trace id
+# tag, its head and outcome. One pack writes both spans where joins and concatenations copied each part
+# two or three times (bench/RESULTS.md, session 22).
+_Layout = tuple[Callable[..., bytes], bytes, bytes, bytes, bytes]
+_pair_layouts: dict[tuple[bytes, bytes, bytes, int, int, int, bool], _Layout | None] = {}
+_IDS = "16s2s8s2s8scQcQ"  # trace id, span id, parent id (tags between), start and end with their tags
+_ROOT_IDS = "16s2s8scQcQ"
+_IDS_SIZE = struct.calcsize("<" + _IDS) + len(_TRACE_ID)  # a span's ids and times, their tags
+
+
+def _pair_layout(alike: tuple[bytes, bytes, bytes, int, int, int, bool]) -> _Layout | None:
+    """``_pair``'s struct and constant parts for spans ``alike``; None (kept too) for a message id whose
+    attribute's lengths do not fit a byte (the general path writes those)."""
+    send_shape, receive_shape, outcome, id_size, size_size, result_size, root = alike
+    id_head = _ID_HEADS.get(id_size)
+    layout: _Layout | None = None
+    if id_head is not None:
+        before_id = send_shape + id_head
+        send = _IDS_SIZE + len(before_id) + id_size + size_size + result_size
+        receive_tail = receive_shape + outcome
+        receive = _IDS_SIZE - (len(_PARENT_ID) + 8 if root else 0) + len(receive_tail)
+        send_head = _SPANS + _varint(send) + _TRACE_ID
+        receive_head = _SPANS + _varint(receive) + _TRACE_ID
+        form = (f"<{len(send_head)}s{_IDS}{len(before_id)}s{id_size}s{size_size}s{result_size}s"
+                f"{len(receive_head)}s{_ROOT_IDS if root else _IDS}{len(receive_tail)}s")  # fmt: skip
+        layout = (struct.Struct(form).pack, send_head, before_id, receive_head, receive_tail)
+    return remember(_pair_layouts, alike, layout, MAX_CACHED)
 
 
 def _kept_send(receive: FastSpan, kept: Sent) -> bytes:

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, ParentBasedTraceIdRatio
 from opentelemetry.trace import SpanKind, StatusCode
 
-from rocksidecar.app.tracing import loop_export, spans
+from rocksidecar.app.tracing import loop_export, otlp, spans
 from rocksidecar.app.tracing.context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, TraceContext, inherit
 from rocksidecar.app.tracing.fast import FastSpan, Recorder
 from rocksidecar.app.tracing.loop_export import LoopBatchProcessor, settings
@@ -241,6 +241,35 @@ async def test_fast_spans_give_the_lite_spans_request(
     receive = next(s for s in spans_of if s.kind == SpanKind.SERVER.value + 1)
     carried = fast_sent[0].properties[TRACEPARENT_PROPERTY]
     assert carried[:53] == f"00-{receive.trace_id.hex()}-{receive.span_id.hex()}-"
+
+
+def _twice(scenario: Scenario) -> Scenario:
+    """``scenario`` run twice: the second request's outcome attribute is in the encoder's cache."""
+
+    async def run() -> list[Message]:
+        return await scenario() + await scenario()
+
+    return run
+
+
+@pytest.mark.parametrize("name", ["sampled traceparent", "a root", "a non-ASCII message id"])
+async def test_the_usual_request_s_spans_are_written_in_one_piece(
+    name: str, provider: tuple[TracerProvider, LoopBatchProcessor, _Captured], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written: list[bool] = []
+    whole = otlp._pair
+
+    def pair(span: FastSpan, kept: Any) -> bytes | None:
+        got = whole(span, kept)
+        written.append(got is not None)
+        return got
+
+    monkeypatch.setattr(otlp, "_pair", pair)
+    fast, _, _ = await _request(provider, _twice(SCENARIOS[name]), fast=True)
+    lite, _, _ = await _request(provider, _twice(SCENARIOS[name]), fast=False)
+    assert written[-1]  # the second request took the one-piece path
+    assert _timeless(fast) == _timeless(lite)
+    assert len([s for r in fast.resource_spans for sc in r.scope_spans for s in sc.spans]) == 4
 
 
 OWN = "00-11111111111111111111111111111111-2222222222222222-01"  # a message's own (a Spark row's column)
