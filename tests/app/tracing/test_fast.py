@@ -218,6 +218,7 @@ SCENARIOS = {
     "tags and keys": _sent({TRACEPARENT_PROPERTY: TP}, tags="TagA", keys=("k1", "k2")),
     "a root": _sent({}),
     "a non-ASCII message id": _sent({TRACEPARENT_PROPERTY: TP}, msg_id="MSGID-é"),
+    "a message id too long for one-byte lengths": _sent({TRACEPARENT_PROPERTY: TP}, msg_id="M" * 200),
     "a status that is not an Enum member": _sent({TRACEPARENT_PROPERTY: TP}, outcome=_PlainOutcome),
     "failed then spooled": _spooled(),
     "renamed and reset": _acting(_rename_and_reset),
@@ -252,9 +253,20 @@ def _twice(scenario: Scenario) -> Scenario:
     return run
 
 
-@pytest.mark.parametrize("name", ["sampled traceparent", "a root", "a non-ASCII message id"])
-async def test_the_usual_request_s_spans_are_written_in_one_piece(
-    name: str, provider: tuple[TracerProvider, LoopBatchProcessor, _Captured], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("name", "one_piece"),
+    [
+        ("sampled traceparent", True),
+        ("a root", True),
+        ("a non-ASCII message id", True),
+        ("a message id too long for one-byte lengths", False),
+    ],
+)
+async def test_which_requests_spans_are_written_in_one_piece(
+    name: str,
+    one_piece: bool,
+    provider: tuple[TracerProvider, LoopBatchProcessor, _Captured],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     written: list[bool] = []
     whole = otlp._pair
@@ -267,7 +279,7 @@ async def test_the_usual_request_s_spans_are_written_in_one_piece(
     monkeypatch.setattr(otlp, "_pair", pair)
     fast, _, _ = await _request(provider, _twice(SCENARIOS[name]), fast=True)
     lite, _, _ = await _request(provider, _twice(SCENARIOS[name]), fast=False)
-    assert written[-1]  # the second request took the one-piece path
+    assert written[-1] is one_piece  # the second request took the one-piece path, or the general one
     assert _timeless(fast) == _timeless(lite)
     assert len([s for r in fast.resource_spans for sc in r.scope_spans for s in sc.spans]) == 4
 
