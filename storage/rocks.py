@@ -13,7 +13,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import cast
@@ -176,14 +176,8 @@ RELEASE_WAITS_S = (0.0, 0.05, 0.2, 0.5)
 _HELD_HERE = "lock hold by current process"  # RocksDB's words when this process still holds the LOCK
 
 
-def _open_released(
-    path: str | Path,
-    names: tuple[str, ...],
-    access: Access,
-    secondary_dir: str | Path | None,
-    write_buffer_bytes: int,
-) -> Rdict:
-    """``_open_db``, waiting a little for this process's previous handle of ``path`` to go. rocksdict
+def _open_released(open_db: Callable[[], Rdict]) -> Rdict:
+    """``open_db()`` (an ``_open_db``), waiting a little for this process's previous handle to go. rocksdict
     keeps a closed DB and its LOCK alive while any object of it is referenced (a column family in a
     traceback's reference cycle, an executor thread finishing a read): a reopen in the same process (a
     restart of the service, the disk reserve's recovery) then failed with "lock hold by current process
@@ -193,12 +187,12 @@ def _open_released(
         if wait_s:
             time.sleep(wait_s)  # an executor thread's read still holding the handle: milliseconds
         try:
-            return _open_db(path, names, access, secondary_dir, write_buffer_bytes)
+            return open_db()
         except StoreLockedError as exc:
             if _HELD_HERE not in str(exc):
                 raise
             gc.collect()  # a reference cycle holding the old handle: freed now, not at the next collection
-    return _open_db(path, names, access, secondary_dir, write_buffer_bytes)
+    return open_db()
 
 
 class RocksKV:
@@ -258,7 +252,7 @@ class RocksKV:
         """
         names = tuple(dict.fromkeys([*column_families, *_existing_column_families(path)]))
         try:
-            db = _open_released(path, names, access, secondary_dir, write_buffer_bytes)
+            db = _open_released(lambda: _open_db(path, names, access, secondary_dir, write_buffer_bytes))
         except StorageError as exc:
             if not (read_only_when_full and access is Access.READ_WRITE and _no_space(exc)):
                 raise
