@@ -356,28 +356,29 @@ def _pair(span: FastSpan, kept: Sent) -> bytes | None:
 # tag, its head and outcome. One pack writes both spans where joins and concatenations copied each part
 # two or three times (bench/RESULTS.md, session 22).
 _Layout = tuple[Callable[..., bytes], bytes, bytes, bytes, bytes]
-_pair_layouts: dict[tuple[bytes, bytes, bytes, int, int, int, bool], _Layout | None] = {}
+_pair_layouts: dict[tuple[bytes, bytes, bytes, int, int, int, bool], _Layout] = {}
 _IDS = "16s2s8s2s8scQcQ"  # trace id, span id, parent id (tags between), start and end with their tags
 _ROOT_IDS = "16s2s8scQcQ"
 _IDS_SIZE = struct.calcsize("<" + _IDS) + len(_TRACE_ID)  # a span's ids and times, their tags
 
 
 def _pair_layout(alike: tuple[bytes, bytes, bytes, int, int, int, bool]) -> _Layout | None:
-    """``_pair``'s struct and constant parts for spans ``alike``; None (kept too) for a message id whose
-    attribute's lengths do not fit a byte (the general path writes those)."""
+    """``_pair``'s struct and constant parts for spans ``alike``, kept; None for a message id whose
+    attribute's lengths do not fit a byte (the general path writes those; nothing kept: the answer is
+    one lookup in ``_ID_HEADS``)."""
     send_shape, receive_shape, outcome, id_size, size_size, result_size, root = alike
     id_head = _ID_HEADS.get(id_size)
-    layout: _Layout | None = None
-    if id_head is not None:
-        before_id = send_shape + id_head
-        send = _IDS_SIZE + len(before_id) + id_size + size_size + result_size
-        receive_tail = receive_shape + outcome
-        receive = _IDS_SIZE - (len(_PARENT_ID) + 8 if root else 0) + len(receive_tail)
-        send_head = _SPANS + _varint(send) + _TRACE_ID
-        receive_head = _SPANS + _varint(receive) + _TRACE_ID
-        form = (f"<{len(send_head)}s{_IDS}{len(before_id)}s{id_size}s{size_size}s{result_size}s"
-                f"{len(receive_head)}s{_ROOT_IDS if root else _IDS}{len(receive_tail)}s")  # fmt: skip
-        layout = (struct.Struct(form).pack, send_head, before_id, receive_head, receive_tail)
+    if id_head is None:
+        return None
+    before_id = send_shape + id_head
+    send = _IDS_SIZE + len(before_id) + id_size + size_size + result_size
+    receive_tail = receive_shape + outcome
+    receive = _IDS_SIZE - (len(_PARENT_ID) + 8 if root else 0) + len(receive_tail)
+    send_head = _SPANS + _varint(send) + _TRACE_ID
+    receive_head = _SPANS + _varint(receive) + _TRACE_ID
+    form = (f"<{len(send_head)}s{_IDS}{len(before_id)}s{id_size}s{size_size}s{result_size}s"
+            f"{len(receive_head)}s{_ROOT_IDS if root else _IDS}{len(receive_tail)}s")  # fmt: skip
+    layout = (struct.Struct(form).pack, send_head, before_id, receive_head, receive_tail)
     return remember(_pair_layouts, alike, layout, MAX_CACHED)
 
 
