@@ -312,8 +312,8 @@ def _pair(span: FastSpan, kept: Sent) -> bytes | None:
     and ``_framed`` write for them, in one ``struct`` call (``_pair_layout``; tests/app/tracing/
     test_fast.py compares the requests). ``_framed`` checked the receive span: it keeps its send
     (``kept``), nothing rare on either. None unless the rest is usual too: a message without tags or
-    keys, an id whose attribute's lengths fit a byte, the receive span's one attribute (its outcome) in
-    the cache."""
+    keys, an id whose attribute's lengths fit a byte, the receive span's one attribute (its outcome) a
+    hashable scalar (encoded and cached the first time: the next request reads it)."""
     shape, send_id, start, end, facts, result = kept
     msg_id, tags, keys, size = facts
     attributes = span._attrs
@@ -321,9 +321,13 @@ def _pair(span: FastSpan, kept: Sent) -> bytes | None:
         return None
     ((key, value),) = attributes.items()
     kind = type(value)
-    outcome = _cache.get((key, kind, value)) if kind in _CACHEABLE else None
-    if outcome is None:
+    if kind not in _CACHEABLE:
         return None
+    outcome = _cache.get((key, kind, value))
+    if outcome is None:
+        if key in _UNIQUE:  # new every span: each would be a layout of its own
+            return None
+        outcome = _attribute(key, value)  # cached now: the request after this one reads it
     try:
         encoded = msg_id.encode()
     except UnicodeEncodeError:  # a lone surrogate: the general path drops the attribute
