@@ -54,7 +54,8 @@ class RetryStore(QueueBacked):
 
     Counts are kept in memory from a key count at open (storage.key_count: in the background for
     large stores); they stay exact unless the same message is spooled twice with the same due
-    millisecond (then one key is overwritten and counted twice).
+    millisecond (then one key is overwritten and counted twice): what may spool a message again
+    uses ``spool_new``.
     """
 
     def __init__(
@@ -148,6 +149,17 @@ class RetryStore(QueueBacked):
             await self._commit(ops, min(keys), now)
             self._pending.add(len(keys))
         return keys
+
+    async def spool_new(self, record: RetryRecord, due_ms: int | None = None) -> bytes | None:
+        """``spool`` unless the store holds the message already (pending on any rung, or dead, by its
+        id): for a message that may have been spooled before, by a process that died before it could
+        record that (a transaction's commit carried out again). None when it was there. Not a second
+        copy of it (delivered twice, counted twice): a rewrite under the same key was counted again,
+        one under a later rung's key was a second row. The caller spools a given message one call at
+        a time (two such calls at once would both find it absent)."""
+        if self.get(record.id) is not None:
+            return None
+        return await self.spool(record, due_ms)
 
     async def reschedule(self, old_key: bytes, record: RetryRecord, due_ms: int) -> bytes:
         """Write ``record`` under its next rung and delete ``old_key``, in one batch."""

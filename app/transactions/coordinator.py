@@ -17,19 +17,22 @@ spool) is carried out again by ``resend``, at start and periodically (``maintain
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.record import RetryRecord
 from rocksidecar.rmq.errors import RocketMQError
 from rocksidecar.rmq.message import Message
 from rocksidecar.rmq.msgid import new_uniq_id
 from rocksidecar.rmq.producer.transaction import CheckRequest, TransactionProducer, TransactionState
 from rocksidecar.storage.errors import StorageError
 
-from ..delivery_policy import RetrySpool, failed_send, message_fault
+from ..delivery_policy import failed_send, message_fault
 from ..wire import to_stored
 from .observed import DECIDED_OUTCOME, TransactionStats
 from .records import NOT_CARRIED_OUT, UNDECIDED_LOCAL, Decision, Record, TransactionRecords
@@ -64,11 +67,17 @@ ROUND_ENTRIES = 10_000
 KEEP_DECIDED_MS = 24 * 3600 * 1000  # a carried-out transaction answers status and repeats this long
 
 
+class OutboxSpool(Protocol):
+    """The retry store as the local outbox writes into it (retry.store.RetryStore)."""
+
+    async def spool_new(self, record: RetryRecord, due_ms: int | None = None) -> bytes | None: ...
+
+
 @dataclass(frozen=True)
 class LocalOutbox:
     """What the local outbox needs: the retry store a committed message goes to, and its type's policy."""
 
-    retry: RetrySpool
+    retry: OutboxSpool
     policy_for: Callable[[str], RetryPolicy]
     undecided_timeout_ms: int = 60_000
 
@@ -97,6 +106,7 @@ class TransactionCoordinator:
         # Where the next round's resend and check_undecided start in the open index (ids)
         self._resent_up_to = self._asked_up_to = b""
         self.stats = TransactionStats(records, now_ms)  # what /metrics, the admin API and /ui tell
+        self._carrying: dict[str, asyncio.Future[Record]] = {}  # decisions being carried out, by id
         producer.checker = self.check  # the brokers' checks are answered from the records
 
     async def begin(
@@ -159,17 +169,34 @@ class TransactionCoordinator:
         return record
 
     async def _carry_out(self, record: Record) -> Record:
-        return await (self._settle_local(record) if record.receipt is None else self._send(record))
+        """Carry out ``record``'s decision, once at a time per transaction: a caller that comes while it
+        is under way (the app repeating its commit while ``resend`` carries it out) waits for that one
+        and gets its answer, rather than spooling the message or ending the half a second time. Run
+        as a task of its own: a caller that goes away (a client's disconnect) does not stop it halfway."""
+        running = self._carrying.get(record.id)
+        if running is None:
+            running = asyncio.ensure_future(
+                self._settle_local(record) if record.receipt is None else self._send(record)
+            )
+            self._carrying[record.id] = running
+            running.add_done_callback(functools.partial(self._carried, record.id))
+        return await asyncio.shield(running)
+
+    def _carried(self, tx_id: str, done: asyncio.Future[Record]) -> None:
+        self._carrying.pop(tx_id, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: its callers (if any are left) raise it; no "never retrieved"
 
     async def _settle_local(self, record: Record) -> Record:
-        """A committed outbox message becomes a retry record; a rolled-back one is dropped. The retry
-        record is due by the synced decision's time, so doing it again (a restart) writes the same key."""
+        """A committed outbox message becomes a retry record; a rolled-back one is dropped. Done again (a
+        restart after the spool, before the record said so), it finds the message in the retry store,
+        on any rung or dead, and writes nothing: no second copy, not counted twice."""
         if record.decision is Decision.COMMIT and record.message is not None:
             assert self._outbox is not None and record.decided_ms is not None
             why = LocalCommit(f"committed in the local outbox (transactions mode {self.mode})")
             policy = self._outbox.policy_for(record.message.type)
             retry, due = failed_send(record.message, why, record.decided_ms, policy)
-            await self._outbox.retry.spool(retry, due)
+            await self._outbox.retry.spool_new(retry, due)  # not a second copy (a restart redoes this)
         done = record.carried_out()
         await self.records.put(done, sync=record.decision is Decision.ROLLBACK)  # the drop: synced
         return done

@@ -17,11 +17,10 @@ from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV
 
 from ..config import Settings
-from ..delivery_policy import RetrySpool
 from ..http_client import HttpClient
 from ..readiness import master_addrs
 from .app_check import AppCheck
-from .coordinator import LocalOutbox, TransactionCoordinator
+from .coordinator import LocalOutbox, OutboxSpool, TransactionCoordinator
 from .records import CF, TransactionRecords
 
 log = logging.getLogger(__name__)
@@ -44,7 +43,7 @@ class Transactions:
         producer: Producer,
         kv: KV,
         writer: GroupCommitWriter,
-        retry: RetrySpool,
+        retry: OutboxSpool,
         now_ms: Callable[[], int],
     ) -> Transactions | None:
         """None when the store lacks the column family (an old store opened read-only on a full disk)."""

@@ -1,10 +1,12 @@
 """The local outbox (issue 29), with no broker at all: begin syncs the message in the record, commit turns
-it into an ordinary retry record (the same key when a restart does it again), rollback drops it, an
+it into an ordinary retry record (once, and counted once, however often a restart or a repeated commit
+does it again), rollback drops it, an
 undecided one past its timeout is checked with the app; and auto mode falls back to it only when no
 broker stored the half, never for a message a broker refused."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import pytest
@@ -20,6 +22,7 @@ from rocksidecar.retry import RetryStore
 from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
 from rocksidecar.retry.keys import PENDING_CF
 from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.record import decode_record
 from rocksidecar.rmq import Message, SendFailed
 from rocksidecar.rmq.codes import ResponseCode
 from rocksidecar.rmq.errors import RocketMQError, for_code
@@ -94,9 +97,9 @@ async def test_commit_spools_rollback_drops(env: Env) -> None:
     assert env.retry.stats().pending == 1
 
 
-async def test_a_redone_commit_writes_the_same_retry_key(env: Env) -> None:
+async def test_a_redone_commit_keeps_one_retry_record_counted_once(env: Env) -> None:
     """The process died after the decision was synced, before the spool (or before the spool was
-    recorded as done): the restarted coordinator spools it, under the same key however often."""
+    recorded as done): the restarted coordinator spools it once, however often it restarts."""
     begun = await env.coordinator("local").begin(Message("Orders", b"x"))
     decided = begun.decided(Decision.COMMIT, env.clock.now_ms())
     await env.coordinator("local").records.put(decided)  # synced; then the process died
@@ -105,7 +108,42 @@ async def test_a_redone_commit_writes_the_same_retry_key(env: Env) -> None:
         restarted = env.coordinator("local")
         assert await restarted.resend() == 1
         assert len(list(env.kv.scan(PENDING_CF, limit=10))) == 1  # one retry record
+        assert env.retry.stats().pending == 1  # counted once: the gauge and the admin API say 1
         await restarted.records.put(decided)  # the "carried out" mark lost with the process
+
+
+async def test_a_redone_commit_of_a_message_retried_or_dead_since_adds_nothing(env: Env) -> None:
+    """Carried out again after a restart, a commit whose message the store holds already, on a later
+    rung or dead, neither writes a second copy nor counts one."""
+    begun = await env.coordinator("local").begin(Message("Orders", b"x"))
+    decided = begun.decided(Decision.COMMIT, env.clock.now_ms())
+    first = env.coordinator("local")
+    await first.records.put(decided)
+    assert await first.resend() == 1
+    [(key, raw)] = list(env.kv.scan(PENDING_CF, limit=10))
+    again = decode_record(raw).failed(env.clock.now_ms(), "broker down")
+    retried = await env.retry.reschedule(key, again, env.clock.now_ms() + 60_000)
+    for move in ("retried", "dead"):
+        if move == "dead":
+            await env.retry.bury(retried, decode_record(env.kv.get(PENDING_CF, retried) or b""), "refused")
+        await first.records.put(decided)  # the "carried out" mark lost with the process
+        restarted = env.coordinator("local")
+        assert await restarted.resend() == 1
+        stats = env.retry.stats()
+        assert (stats.pending, stats.dead) == ((1, 0) if move == "retried" else (0, 1))
+        assert len(list(env.kv.scan(PENDING_CF, limit=10))) == stats.pending
+
+
+async def test_a_decision_carried_out_by_two_callers_at_once_is_spooled_once(env: Env) -> None:
+    """The app repeats a commit while the background round carries the same decision out (after a
+    restart, both find it not carried out): one retry record, counted once, the same answer to both."""
+    begun = await env.coordinator("local").begin(Message("Orders", b"x"))
+    await env.coordinator("local").records.put(begun.decided(Decision.COMMIT, env.clock.now_ms()))
+    restarted = env.coordinator("local")
+    by_app, resent = await asyncio.gather(restarted.decide(begun.id, Decision.COMMIT), restarted.resend())
+    assert resent == 1 and by_app.acknowledged
+    assert len(list(env.kv.scan(PENDING_CF, limit=10))) == 1
+    assert env.retry.stats().pending == 1
 
 
 async def test_undecided_past_the_timeout_is_checked_with_the_app(env: Env) -> None:
