@@ -17,7 +17,6 @@ spool) is carried out again by ``resend``, at start and periodically (``maintain
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -30,6 +29,7 @@ from rocksidecar.rmq.errors import RocketMQError
 from rocksidecar.rmq.message import Message
 from rocksidecar.rmq.msgid import new_uniq_id
 from rocksidecar.rmq.producer.transaction import CheckRequest, TransactionProducer, TransactionState
+from rocksidecar.rmq.singleflight import SingleFlight
 from rocksidecar.storage.errors import StorageError
 
 from ..delivery_policy import failed_send, message_fault
@@ -106,7 +106,7 @@ class TransactionCoordinator:
         # Where the next round's resend and check_undecided start in the open index (ids)
         self._resent_up_to = self._asked_up_to = b""
         self.stats = TransactionStats(records, now_ms)  # what /metrics, the admin API and /ui tell
-        self._carrying: dict[str, asyncio.Future[Record]] = {}  # decisions being carried out, by id
+        self._carrying = SingleFlight[str, Record]()  # local commits being carried out, by transaction id
         producer.checker = self.check  # the brokers' checks are answered from the records
 
     async def begin(
@@ -169,23 +169,16 @@ class TransactionCoordinator:
         return record
 
     async def _carry_out(self, record: Record) -> Record:
-        """Carry out ``record``'s decision, once at a time per transaction: a caller that comes while it
-        is under way (the app repeating its commit while ``resend`` carries it out) waits for that one
-        and gets its answer, rather than spooling the message or ending the half a second time. Run
-        as a task of its own: a caller that goes away (a client's disconnect) does not stop it halfway."""
-        running = self._carrying.get(record.id)
-        if running is None:
-            running = asyncio.ensure_future(
-                self._settle_local(record) if record.receipt is None else self._send(record)
-            )
-            self._carrying[record.id] = running
-            running.add_done_callback(functools.partial(self._carried, record.id))
-        return await asyncio.shield(running)
-
-    def _carried(self, tx_id: str, done: asyncio.Future[Record]) -> None:
-        self._carrying.pop(tx_id, None)
-        if not done.cancelled():
-            done.exception()  # retrieved: its callers (if any are left) raise it; no "never retrieved"
+        """Carry out ``record``'s decision. A local commit, once at a time per transaction: a caller that
+        comes while it is under way (the app repeating its commit while ``resend`` carries it out) waits
+        for that one and gets its answer, rather than spooling the message a second time; it runs as a
+        task of its own (rmq.singleflight), which a caller that goes away does not stop halfway. Done
+        twice, the rest is harmless (an END_TRANSACTION the broker tolerates, a record written again)."""
+        if record.receipt is not None:
+            return await self._send(record)
+        if record.decision is not Decision.COMMIT:
+            return await self._settle_local(record)
+        return await self._carrying.run(record.id, lambda: self._settle_local(record))
 
     async def _settle_local(self, record: Record) -> Record:
         """A committed outbox message becomes a retry record; a rolled-back one is dropped. Done again (a
