@@ -103,3 +103,12 @@ def make_stack(tmp_path: Path) -> Callable[..., Any]:
 async def stack(make_stack: Callable[..., Any]) -> AsyncIterator[Stack]:
     async with make_stack() as s:
         yield s
+
+
+@pytest.fixture
+def held_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store is held open by this process, standing in for a running sidecar: RocksDB then says the
+    LOCK is held by the current process, which storage.rocks._open_released waits out (~0.75 s and four
+    full collections an open, seconds in the whole suite) as a reopen of our own. A sidecar in another
+    process gets its answer at once; so do these tests."""
+    monkeypatch.setattr("rocksidecar.storage.rocks.RELEASE_WAITS_S", ())

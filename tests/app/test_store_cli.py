@@ -120,6 +120,7 @@ def test_redrive_by_id_then_all(
     assert "dead: 0" in out
 
 
+@pytest.mark.usefixtures("held_in_this_process")
 async def test_while_the_sidecar_holds_the_store(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     await _seed(data_dir)
     running = RetryStore.open(data_dir / "store")  # the sidecar

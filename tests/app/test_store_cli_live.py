@@ -14,6 +14,7 @@ import pytest
 from rocksidecar.app.cli import main
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.retry.store import RetryStore
+from rocksidecar.storage.rocks import RELEASE_WAITS_S
 from tests.app.conftest import Stack
 from tests.retry.conftest import record
 
@@ -36,6 +37,9 @@ async def test_the_cli_goes_through_the_running_sidecar(
 ) -> None:
     data_dir = tmp_path / "data"
     async with make_stack(retry_default=RetryPolicy((600.0,), 1000)) as stack:
+        # the sidecar holds the store in this process: see held_in_this_process (not for the offline
+        # part below, whose open must wait for the stopped sidecar's handle to go)
+        monkeypatch.setattr("rocksidecar.storage.rocks.RELEASE_WAITS_S", ())
         monkeypatch.setenv("ROCKSIDECAR_HTTP_ADDR", f"127.0.0.1:{stack.service.http.port}")
         await stack.stop_brokers()
         ids = [await _post(stack, {"topic": "C", "body": f"m{i}"}) for i in range(3)]
@@ -77,6 +81,7 @@ async def test_the_cli_goes_through_the_running_sidecar(
 
         code, _, err = await run(capsys, data_dir, "stats", "--url", "http://127.0.0.1:1")
         assert code == 1 and "no sidecar answers at http://127.0.0.1:1" in err
+    monkeypatch.setattr("rocksidecar.storage.rocks.RELEASE_WAITS_S", RELEASE_WAITS_S)
 
     # stopped: the same commands work offline, scheduled messages included
     code, out, err = await run(capsys, data_dir, "stats")
@@ -85,6 +90,7 @@ async def test_the_cli_goes_through_the_running_sidecar(
     assert code == 0 and orjson.loads(out)["state"] == "SCHEDULED"
 
 
+@pytest.mark.usefixtures("held_in_this_process")
 async def test_a_sidecar_holding_another_store_is_not_used(
     stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
