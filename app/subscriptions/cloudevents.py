@@ -56,15 +56,24 @@ def _header_value(text: str) -> str:
     return quote(text, safe=" !#$&'()*+,/:;=?@[]^_`{|}~-.<>\"\\")
 
 
-_second: tuple[int, str] = (-1, "")  # the last second formatted: a pull's messages share a few
+# The last second formatted (a pull's messages share a few); none yet: no second is None (-1 was: the
+# second before 1970, which a producer may say it was born in, then went out as ".999Z").
+_second: tuple[int | None, str] = (None, "")
+# RFC 3339's years, 0001 to 9999, in epoch milliseconds. A born timestamp is the producer's own number,
+# any 64-bit value: one outside these years has no CloudEvents time (an optional attribute). It used to
+# fail every delivery of the message (datetime's "year is out of range") until it was dead-lettered.
+FIRST_MS, LAST_MS = -62_135_596_800_000, 253_402_300_799_999
 
 
-def ce_time(ms: int) -> str:
-    """RFC 3339 UTC with milliseconds, e.g. 2026-11-24T02:21:52.123Z."""
+def ce_time(ms: int) -> str | None:
+    """RFC 3339 UTC with milliseconds, e.g. 2026-11-24T02:21:52.123Z; None outside years 1-9999."""
     global _second
+    if not FIRST_MS <= ms <= LAST_MS:
+        return None
     sec, milli = divmod(ms, 1000)
     if sec != _second[0]:
-        _second = (sec, datetime.fromtimestamp(sec, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+        # isoformat, not strftime: glibc's %Y writes the year 999 as "999", RFC 3339 wants four digits
+        _second = (sec, datetime.fromtimestamp(sec, UTC).replace(tzinfo=None).isoformat())
     return f"{_second[1]}.{milli:03d}Z"
 
 
@@ -86,12 +95,13 @@ _PLAIN = {
 
 def attributes_for(msg: MessageExt, mq: MessageQueue, group: str) -> tuple[dict[str, str], str]:
     """The message's CloudEvents attributes (values as they are) and its data's content type."""
+    time = ce_time(msg.born_timestamp_ms)
     attrs = {
         "specversion": SPEC_VERSION,
         "id": msg.msg_id,  # UNIQ_KEY: the same on every redelivery, so the app can deduplicate
         "source": f"rocketmq://{mq.broker_name}/{msg.topic}",
         "type": EVENT_TYPE,
-        "time": ce_time(msg.born_timestamp_ms),
+        "time": time or "",
         "rocketmqtopic": msg.topic,
         "rocketmqbroker": mq.broker_name,
         "rocketmqqueue": str(msg.queue_id),
@@ -99,6 +109,8 @@ def attributes_for(msg: MessageExt, mq: MessageQueue, group: str) -> tuple[dict[
         "rocketmqreconsumetimes": str(msg.reconsume_times),
         "rocketmqgroup": group,
     }
+    if time is None:  # born outside RFC 3339's years (see FIRST_MS)
+        del attrs["time"]
     if msg.tags:
         attrs["rocketmqtags"] = msg.tags
     if msg.keys:
@@ -193,7 +205,7 @@ class HeaderLines:
         # the lines, and whether the names in them are free of CR and LF (see __call__)
         self._queues: dict[tuple[str, str, int], tuple[bytes, bool]] = {}
         self._tags: dict[str, bytes] = {}
-        self._second = -1  # the last second formatted (a pull's messages share a few) and its bytes
+        self._second: int | None = None  # the last second formatted (a pull's share a few), its bytes
         self._second_text = b""
 
     def _queue_lines(self, topic: str, broker: str, queue_id: int) -> tuple[bytes, bool]:
@@ -231,7 +243,10 @@ class HeaderLines:
                 optional += b"ce-rocketmqkeys: %s\r\n" % _escaped(keys)
         sec, milli = divmod(msg.born_timestamp_ms, 1000)
         if sec != self._second:
-            self._second_text = ce_time(sec * 1000)[:-5].encode("ascii")  # without ".mmmZ"
+            text = ce_time(sec * 1000)
+            if text is None:  # born outside RFC 3339's years: headers_for leaves the time out
+                return encode_headers(headers_for(msg, mq, self.group))
+            self._second_text = text[:-5].encode("ascii")  # without ".mmmZ"
             self._second = sec
         prefix, clean = self._queue_lines(msg.topic, mq.broker_name, msg.queue_id)
         msg_id = props.get(PROPERTY_UNIQ_KEY) or msg.offset_msg_id

@@ -30,13 +30,14 @@ def lines_of(encoded: bytes) -> list[bytes]:
 @settings(max_examples=400, deadline=None)
 @example({"TAGS": "a%b", "KEYS": " k1  k%2 ", "UNIQ_KEY": "U1"}, "T", "broker-a", 1, 0, 0, "G")
 @example({"content-type": "text/plain; charset=\u00e9", "WAIT": "true"}, "T", "broker-a", 1, 0, 0, "G")
+@example({"UNIQ_KEY": "U1"}, "T", "broker-a", 1, 0, 2**62, "G")  # no time: past RFC 3339's years
 @given(
     properties,
     st.sampled_from(["T", "Tö", "%RETRY%G", "T\r\nx-evil: 1"]),
     st.sampled_from(["broker-a", "b\u00e9", "b\n"]),
     st.integers(0, 2**40),
     st.integers(0, 16),
-    st.integers(0, 253_402_300_799_999),
+    st.integers(0, 253_402_300_799_999) | st.integers(-(2**63), 2**63 - 1),  # any: the producer's number
     st.sampled_from(["G", "gr\u00fcppe", "G\r"]),
 )
 def test_the_same_headers_as_headers_for(

@@ -205,12 +205,36 @@ def test_ce_time_is_the_isoformat_of_the_born_timestamp() -> None:
 
     rnd = random.Random(7)
     samples = [0, 999, 1000, 1_700_000_000_123, 1_700_000_000_999, 253_402_300_799_999]
-    samples += [rnd.randrange(0, 253_402_300_799_999) for _ in range(20_000)]
+    # before 1970 too (a producer's clock): -1 was the cache's "none yet" (".999Z"), and strftime wrote
+    # the years before 1000 with fewer than four digits
+    samples += [-1, -999, -1000, -1001, -62_135_596_800_000, -59_000_000_000_000]
+    samples += [rnd.randrange(-62_135_596_800_000, 253_402_300_799_999) for _ in range(20_000)]
     for ms in samples:  # the per-second cache against exact integer arithmetic, in and out of order
         # (ms / 1000 as a float, the formula before, lost a millisecond near year 9999)
         exact = datetime.fromtimestamp(ms // 1000, UTC) + timedelta(milliseconds=ms % 1000)
         expected = exact.isoformat(timespec="milliseconds")
         assert ce_time(ms) == expected.replace("+00:00", "Z"), ms
+
+
+@pytest.mark.parametrize("born", [2**63 - 1, 2**62, 253_402_300_800_000, -62_135_596_800_001, -(2**63)])
+async def test_a_born_timestamp_past_rfc_3339_s_years_is_delivered_without_a_time(born: int) -> None:
+    """The born timestamp is the producer's own 64-bit number: 2**62 failed every delivery of the message
+    ("year 146140482 is out of range") until it was dead-lettered, the app never seeing it. The time is
+    an optional attribute: left out, on the short path and on headers_for's (a user property)."""
+    from rocksidecar.app.subscriptions.cloudevents import ce_time
+
+    assert ce_time(born) is None
+    rec = Recorded([Answer(200), Answer(200)])
+    for plain in (message(), message(region="eu")):
+        msg = dataclasses.replace(plain, born_timestamp_ms=born)
+        assert await rec.push()([msg], MQ) is ConsumeStatus.SUCCESS
+    assert rec.outcomes == ["ok", "ok"]
+    for req in rec.requests:
+        assert "ce-time" not in req.headers and req.headers["ce-id"] == "U00000041"
+    assert rec.requests[1].headers["ce-region"] == "eu"
+    edges = {-62_135_596_800_000: "0001-01-01T00:00:00.000Z", 253_402_300_799_999: "9999-12-31T23:59:59.999Z"}
+    for ms, text in edges.items():
+        assert ce_time(ms) == text
 
 
 @pytest.mark.parametrize(("retry_after_ms", "waited"), [(1, MIN_LATER_S), (0, DEFAULT_LATER_S), (2500, 2.5)])

@@ -21,6 +21,9 @@ from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 from rocksidecar.app.service import COLUMN_FAMILIES, Service
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
 from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq import BrokerApi, NameServerClient, RemotingClient
+from rocksidecar.rmq.message import Message
+from rocksidecar.rmq.producer import Producer, ProducerConfig
 from rocksidecar.storage.rocks import RocksKV
 from tests.app.conftest import settings_for
 from tests.app.push_app import Answer, PushApp, push_app
@@ -132,6 +135,31 @@ async def test_accepted_messages_reach_the_app_as_cloudevents(tmp_path: Path) ->
         page = (await r.api.get("/ui")).text
         assert "Consumer lag" in page and 'data-k="lag-total">0<' in page
         assert page.count('data-k="lag-orders-') == len(r.service.lags) == 6
+
+
+async def test_a_message_born_past_rfc_3339_s_years_reaches_the_app_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A producer's born timestamp is its own 64-bit number. One of 2**62 failed every delivery
+    (CloudEvents' time: "year is out of range") and went back to the broker until it was dead-lettered:
+    now it is delivered once, at once, without the (optional) time."""
+    async with rig(tmp_path, "SubBorn") as r:
+        client = RemotingClient()
+        producer = Producer(
+            NameServerClient(client, r.cluster.namesrv_addr), BrokerApi(client), ProducerConfig()
+        )
+        await producer.start()
+        try:
+            with monkeypatch.context() as patched:  # the producer's clock, as it writes bornTimestamp
+                patched.setattr("rocksidecar.rmq.broker.time_ns", lambda: 2**62 * 1_000_000)
+                await producer.send(Message("SubBorn", b"born in year 146140482"))
+        finally:
+            await producer.close()
+            await client.close()
+        await r.consumed("consume_ok", 1)
+        [got] = r.app.got
+        assert got.body == b"born in year 146140482" and "ce-time" not in got.headers
+        assert got.headers["ce-rocketmqreconsumetimes"] == "0"
 
 
 async def test_no_subscriptions_no_consumer_section(tmp_path: Path) -> None:
