@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timedelta
 
 import httpx
 import pytest
@@ -12,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from bench.common import DevbrokerProcess
 from rocksidecar.pipeline.options import OptionError
+from rocksidecar.pipeline.source import FIRST_MS, LAST_MS
 from tests.pipeline.source_topics import Put, create, put
 
 pytestmark = pytest.mark.timeout(300)
@@ -54,6 +56,29 @@ def test_rows_have_the_documented_schema_and_every_message_once(
     assert (row.msgId, row.uniqKey, bytes(row.body), row.tags) == (uniq, uniq, body, "T")
     assert (row.keys, row.properties, row.reconsumeTimes) == (["a", "b"], {"p": "v"}, 0)
     assert row.bornTimestamp <= row.storeTimestamp
+
+
+def test_a_born_timestamp_outside_spark_s_years_reads_as_null(
+    spark: SparkSession, devbroker: DevbrokerProcess, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message's bornTimestamp is its producer's own 64-bit number. 2**62 failed the task (Arrow's cast
+    to microseconds overflowed) and every retry of it; the year 10000 failed collect(). Null now, the
+    rest of the row and the other rows as they were; 1969 and the range's edges are times."""
+    create(devbroker, topic, 1)
+    borns = [2**62, 253_402_300_800_000, -1, LAST_MS, FIRST_MS, FIRST_MS - 1, LAST_MS + 1]
+    for born in borns:  # the producer's clock, as BrokerApi.send writes bornTimestamp
+        monkeypatch.setattr("rocksidecar.rmq.broker.time_ns", lambda born=born: born * 1_000_000)
+        put(devbroker, topic, [Put("broker-a", 0, str(born).encode())])
+    monkeypatch.undo()
+    rows = sorted(read(spark, devbroker, topic).collect(), key=lambda r: r.queueOffset)
+    assert [bytes(r.body).decode() for r in rows] == [str(b) for b in borns]
+    epoch = datetime(1970, 1, 1)  # collect() gives naive local times; the session's zone is UTC
+    got = [
+        None if r.bornTimestamp is None else (r.bornTimestamp - epoch) // timedelta(milliseconds=1)
+        for r in rows
+    ]
+    assert got == [None, None, -1, LAST_MS, FIRST_MS, None, None]
+    assert all(r.storeTimestamp is not None for r in rows)
 
 
 def test_starting_and_ending_offsets_select_the_range(
