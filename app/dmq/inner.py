@@ -227,16 +227,21 @@ def parse(msg: MessageExt, now_ms: int, rules: Rules) -> DelayedMessage | Cancel
         raise InnerFormatError("no UNIQ_KEY", Reject.NO_ID)
     _id(id_, "UNIQ_KEY")
     user = {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES and k not in FORMAT_PROPERTIES}
+    # Created when the broker stored this copy, by the broker's clock: the refresher counts the copy's
+    # age from it against the broker's retention (app.dmq.refresh). The born timestamp is the producer's
+    # own number: one in the future (a skewed clock, any 64-bit value) kept the copy from ever being
+    # refreshed, so that a replica losing its volume after the retention could not rebuild the message.
+    stored_ms = msg.store_timestamp_ms or now_ms
     delayed = DelayedMessage(
         id=id_,
         topic=topic,
         body=msg.body,
-        due_ms=due_ms(props, msg.store_timestamp_ms or now_ms, now_ms, rules.max_delay_ms),
+        due_ms=due_ms(props, stored_ms, now_ms, rules.max_delay_ms),
         tags=msg.tags,
         keys=msg.keys,
         properties=user,
         sharding_key=_sharding_key(props.get(SHARDING_KEY)),
-        created_ms=msg.born_timestamp_ms,
+        created_ms=stored_ms,
     )
     _publishable(delayed)
     return delayed

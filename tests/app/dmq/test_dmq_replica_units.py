@@ -20,6 +20,7 @@ from rocksidecar.storage.keys import MAX_DUE_MS
 from tests.rmq.consumer.factory import stored
 
 NAMES = ("dmq-0", "dmq-1", "dmq-2")
+NOW_MS = 1_800_000_000_000
 log = logging.getLogger(__name__)
 
 
@@ -206,6 +207,26 @@ def test_a_copy_is_refreshed_once_each_time_its_age_passes_a_multiple_of_refresh
     assert r.interval_s == 1000 / 8 / 1000
     with pytest.raises(ValueError):
         Refresher(None, None, "inner", 0, lambda _m: True)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("born", [2**63 - 1, 2**62, NOW_MS + 365 * 86_400_000, 0, -(2**63)])
+def test_a_copy_s_age_counts_from_the_broker_s_store_time_not_the_producer_s_born_time(born: int) -> None:
+    """The born timestamp is the producer's own number: a copy born "in the future" was never refreshed
+    (its age stayed negative), so after the broker's retention a replica that lost its volume had no
+    copy to rebuild it from."""
+    pulled = dataclasses.replace(
+        stored(7, topic="dmq_inner"),
+        born_timestamp_ms=born,
+        store_timestamp_ms=NOW_MS,
+        properties={**stored(7).properties, inner.REAL_TOPIC: "real", inner.TIMER_DELAY_SEC: "86400"},
+    )
+    msg = inner.parse(pulled, NOW_MS + 5, inner.Rules(90 * 86_400_000))
+    assert isinstance(msg, DelayedMessage) and msg.created_ms == NOW_MS
+    r = Refresher(None, None, "inner", 3_600_000, lambda _m: True)  # type: ignore[arg-type]
+    assert not r.due_for_refresh(msg, NOW_MS, NOW_MS + 3_599_999)
+    assert r.due_for_refresh(
+        msg, NOW_MS + 3_599_999, NOW_MS + 3_600_000
+    )  # an hour after the broker stored it
 
 
 class FlakyProducer:
