@@ -7,9 +7,10 @@
 //   DmqLoad levels NAMESRV TOPIC COUNT LEVEL
 //     sends COUNT messages with RocketMQ's own delay level LEVEL (1 = 1 s) to TOPIC; prints
 //     "sent UNIQ_KEY DUE_MS" (born time + the level's delay).
-//   DmqLoad consume NAMESRV TOPIC GROUP EXPECTED TIMEOUT_S
-//     consumes TOPIC from the first offset until EXPECTED distinct delayed ids arrived (or the timeout);
-//     prints "got UNIQ_KEY DUE_MS RECEIVED_MS STORE_MS" per delivery (duplicates included), then "done".
+//   DmqLoad consume NAMESRV TOPIC GROUP EXPECTED TIMEOUT_S [LINGER_S]
+//     consumes TOPIC from the first offset until EXPECTED distinct delayed ids arrived (or the timeout),
+//     then LINGER_S seconds more (0 unless given: time for late duplicates to show); prints
+//     "got UNIQ_KEY DUE_MS RECEIVED_MS STORE_MS" per delivery (duplicates included), then "done".
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
@@ -131,6 +132,7 @@ public class DmqLoad {
         String namesrv = a[1], topic = a[2], group = a[3];
         int expected = Integer.parseInt(a[4]);
         long timeoutS = Long.parseLong(a[5]);
+        long lingerS = a.length > 6 ? Long.parseLong(a[6]) : 0;
         Set<String> seen = ConcurrentHashMap.newKeySet();
         CountDownLatch all = new CountDownLatch(1);
         DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
@@ -153,7 +155,9 @@ public class DmqLoad {
         c.start();
         System.out.println("started");
         System.out.flush();
-        all.await(timeoutS, TimeUnit.SECONDS);
+        if (all.await(timeoutS, TimeUnit.SECONDS) && lingerS > 0) {
+            Thread.sleep(lingerS * 1000);
+        }
         System.out.println("done " + seen.size());
         System.out.flush();
         c.shutdown();
