@@ -7,7 +7,7 @@ RUNTIME := $(VENV)/.runtime-stamp
 HELM   := $(BIN)/helm
 RUN    := .run
 
-.PHONY: install lock test lint typecheck run stop bench clean realbroker proto soak slow chromium bench-tools compare spark
+.PHONY: install lock test lint typecheck run stop bench clean realbroker proto soak slow chromium bench-tools compare spark fuzz
 
 LOCK   := tools/lock
 # Every install takes exact versions and hashes from the lock files (tools/lock/: build.txt is pip and the
@@ -102,6 +102,20 @@ compare: $(STAMP) bench-tools
 # set, against a real RocketMQ 4.9.4 (killing brokers with ../shared/rocketmq/real-broker.sh).
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak tests/soak
+
+# Coverage-guided fuzzing of what the sidecar reads from brokers, producers and apps (tools/fuzz_inputs.py),
+# FUZZ_S seconds a target. atheris is no project dependency: a venv of its own, atheris pinned with its
+# hashes, that sees .venv's packages; the corpora stay in .fuzz/ between runs.
+FUZZ   := .venv-fuzz
+FUZZ_S ?= 60
+fuzz: $(STAMP)
+	test -x $(FUZZ)/bin/python || $(BIN)/python -m venv $(FUZZ)
+	$(FUZZ)/bin/pip install -q --require-hashes --no-deps -r tools/fuzz_requirements.txt
+	$(BIN)/python -c 'import site; print(site.getsitepackages()[0]); print("$(CURDIR)")' > \
+		"$$($(FUZZ)/bin/python -c 'import site; print(site.getsitepackages()[0])')/rocksidecar-venv.pth"
+	for t in frames headers stored answers; do mkdir -p .fuzz/$$t && \
+		FUZZ_TARGET=$$t $(FUZZ)/bin/python tools/fuzz_inputs.py .fuzz/$$t -max_total_time=$(FUZZ_S) \
+		-max_len=4096 -rss_limit_mb=4096 -print_final_stats=1 || exit 1; done
 
 # The failure-table suites that take a minute each (kept out of make test's 10-minute budget; CI runs them).
 slow: $(STAMP)
