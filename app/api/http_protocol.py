@@ -128,12 +128,16 @@ class _LingeringTransport:
         if self._held is not None:
             self._held.append(data)
             self.flush()
-        elif not self._transport.is_closing():
+        elif not self.is_closing():
             self._transport.write(data)
 
     def flush(self) -> None:
+        # Nothing goes out once closing, lingering included: its FIN is sent, and the request it reads
+        # on (only to drain it) may still be answered by uvicorn (a 400 for what follows a refused
+        # head), which the transport refused with "Cannot call write() after write_eof()", logged as
+        # an error for each such connection.
         held, self._held = self._held, None
-        if held and not self._transport.is_closing():
+        if held and not self.is_closing():
             self._transport.write(held[0] if len(held) == 1 else b"".join(held))
 
     def write_eof(self) -> None:

@@ -21,6 +21,8 @@ class _Transport:
         self.closing = False
 
     def write(self, data: bytes) -> None:
+        if "eof" in self.events:  # as asyncio's and uvloop's transports
+            raise RuntimeError("Cannot call write() after write_eof()")
         self.writes.append(data)
         self.events.append("write")
 
@@ -77,6 +79,21 @@ async def test_held_writes_go_out_before_a_close_or_half_close() -> None:
     t.write(b"413")
     t.close()
     assert lingering.events[:2] == ["write", "eof"]
+
+
+async def test_nothing_is_written_after_a_lingering_close_s_fin() -> None:
+    """A lingering connection reads on to drain the refused request; uvicorn may answer what it reads
+    (a 400 for bytes after the refused head). That write went to a transport past its FIN: the
+    transport's RuntimeError, logged as an error for each such connection (found by a raw-HTTP fuzz)."""
+    loop = asyncio.get_running_loop()
+    lingering = _Transport()
+    t: Any = _LingeringTransport(lingering, _Protocol(loop, arriving=True))  # type: ignore[arg-type]
+    t.write(b"421")
+    t.close()
+    t.write(b"400 for what followed")
+    await asyncio.sleep(0)  # the held write's flush
+    t.write_now(b"and another")
+    assert lingering.writes == [b"421"] and lingering.events == ["write", "eof", "resume"]
 
 
 async def test_an_answer_written_now_goes_out_at_once_after_what_is_held() -> None:
