@@ -257,6 +257,16 @@ def _check_sharding_key(key: str, name: str) -> None:
         raise RequestError(f"{name} contains a protocol separator (\\x01 or \\x02)", field=name)
 
 
+# A consumer group's retry topic: the brokers refuse batches to it ("batch request does not support retry
+# group"), and the sidecar sends in batches, so a message to one was accepted, then dead-lettered at its
+# first send. The consumers hand messages back themselves (CONSUMER_SEND_MSG_BACK).
+RETRY_TOPIC_PREFIX = "%RETRY%"
+RETRY_TOPIC_REFUSED = (
+    "topic %s is a consumer group's retry topic: the brokers take no batches to it, and the sidecar sends "
+    "in batches (a consumer hands a message back to it by itself)"
+)
+
+
 def prepare(
     spec: MessageFields, limits: Limits, now_ms: int, names: FieldNames = HTTP_FIELDS, id: str | None = None
 ) -> Prepared:
@@ -267,6 +277,8 @@ def prepare(
         validate_topic(spec.topic)
     except InvalidMessageError as exc:
         raise RequestError(str(exc), field="topic") from None
+    if spec.topic.startswith(RETRY_TOPIC_PREFIX):
+        raise RequestError(RETRY_TOPIC_REFUSED % spec.topic, field="topic")
     if limits.topics is not None and not limits.topics.allows(spec.topic):
         raise RequestError(
             f"topic {spec.topic!r} is not allowed here (not in ROCKSIDECAR_TOPICS)", field="topic"

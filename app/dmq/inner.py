@@ -27,7 +27,13 @@ from rocksidecar.delay import DelayedMessage
 from rocksidecar.rmq.errors import InvalidMessageError
 from rocksidecar.rmq.message import RESERVED_PROPERTIES, Message, MessageExt, validate_topic
 
-from ..request import MAX_SHARDING_KEY_CHARS, RequestError, parse_time_ms
+from ..request import (
+    MAX_SHARDING_KEY_CHARS,
+    RETRY_TOPIC_PREFIX,
+    RETRY_TOPIC_REFUSED,
+    RequestError,
+    parse_time_ms,
+)
 from ..topic_allow import ALL_TOPICS, TopicAllowList
 from ..wire import to_wire
 
@@ -182,6 +188,8 @@ def real_topic(props: Mapping[str, str], allowed: TopicAllowList) -> str:
         validate_topic(topic, REAL_TOPIC)
     except InvalidMessageError as exc:
         raise InnerFormatError(f"{REAL_TOPIC}: {exc}", Reject.BAD_TOPIC) from None
+    if topic.startswith(RETRY_TOPIC_PREFIX):  # as the send API (app.request.prepare)
+        raise InnerFormatError(f"{REAL_TOPIC}: {RETRY_TOPIC_REFUSED % topic}", Reject.BAD_TOPIC)
     if not allowed.allows(topic):
         raise InnerFormatError(
             f"{REAL_TOPIC}={topic} is not in the allowed topics (ROCKSIDECAR_DMQ_TOPICS)",

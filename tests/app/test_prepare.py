@@ -44,6 +44,13 @@ def test_a_bare_message_with_a_bad_topic_is_refused(topic: str) -> None:
     assert refused.value.field == "topic"
 
 
+def test_a_group_s_retry_topic_is_refused_though_java_s_check_takes_it() -> None:
+    validate_topic("%RETRY%G")  # a single send to it is Java's; a batch the broker refuses
+    with pytest.raises(RequestError) as refused:
+        prepare(MessageSpec("%RETRY%G", body="x"), LIMITS, 0, HTTP_FIELDS)
+    assert refused.value.field == "topic" and "retry topic" in refused.value.detail
+
+
 def test_a_bare_message_with_an_empty_or_large_body_is_refused() -> None:
     for body, status in (("", 400), ("x" * 65, 413)):
         with pytest.raises(RequestError) as refused:

@@ -108,7 +108,16 @@ def test_the_maximum_delay_is_the_configured_one() -> None:
 
 @pytest.mark.parametrize(
     "topic",
-    ["TBW102", "a b/../c", "x" * 200, "SCHEDULE_TOPIC_XXXX", "rmq_sys_trace", "orders\n", "ordérs"],
+    [
+        "TBW102",
+        "a b/../c",
+        "x" * 200,
+        "SCHEDULE_TOPIC_XXXX",
+        "rmq_sys_trace",
+        "orders\n",
+        "ordérs",
+        "%RETRY%G",
+    ],
 )
 def test_a_real_topic_the_send_api_refuses_is_refused(topic: str) -> None:
     assert reason(ext(1, **{inner.REAL_TOPIC: topic, inner.DELIVER_MS: str(NOW)})) is Reject.BAD_TOPIC
