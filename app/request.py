@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from rocksidecar.rmq import InvalidMessageError, Message, new_uniq_id
+from rocksidecar.rmq.consumer.config import RETRY_PREFIX
 from rocksidecar.rmq.message import NAME_VALUE_SEP, PROPERTY_SEP, validate_topic
 
 from .topic_allow import TopicAllowList
@@ -257,14 +258,28 @@ def _check_sharding_key(key: str, name: str) -> None:
         raise RequestError(f"{name} contains a protocol separator (\\x01 or \\x02)", field=name)
 
 
-# A consumer group's retry topic: the brokers refuse batches to it ("batch request does not support retry
-# group"), and the sidecar sends in batches, so a message to one was accepted, then dead-lettered at its
-# first send. The consumers hand messages back themselves (CONSUMER_SEND_MSG_BACK).
-RETRY_TOPIC_PREFIX = "%RETRY%"
-RETRY_TOPIC_REFUSED = (
-    "topic %s is a consumer group's retry topic: the brokers take no batches to it, and the sidecar sends "
-    "in batches (a consumer hands a message back to it by itself)"
-)
+_SENDABLE: set[str] = set()  # topics check_send_topic passed: the send path's one set lookup a message
+_SENDABLE_MAX = 10_000  # as rmq's own cache of valid topics: past it, a new name is checked each time
+
+
+def check_send_topic(topic: str, field: str = "topic") -> None:
+    """Raises RequestError naming ``field`` when the sidecar does not send to ``topic``: one Java's rules
+    refuse (rmq.validate_topic), or a consumer group's retry topic. The brokers refuse batches to a
+    retry topic ("batch request does not support retry group") and the sidecar sends in batches, so a
+    message to one was accepted, then dead-lettered at its first send; consumers hand messages back to it
+    themselves (CONSUMER_SEND_MSG_BACK). The send APIs and the DMQ's real topics check here."""
+    try:
+        validate_topic(topic, field)
+    except InvalidMessageError as exc:
+        raise RequestError(str(exc), field=field) from None
+    if topic.startswith(RETRY_PREFIX):
+        raise RequestError(
+            f"topic {topic} is a consumer group's retry topic: the brokers take no batches to it, and the "
+            "sidecar sends in batches (a consumer hands a message back to it by itself)",
+            field=field,
+        )
+    if len(_SENDABLE) < _SENDABLE_MAX:
+        _SENDABLE.add(topic)
 
 
 def prepare(
@@ -273,12 +288,8 @@ def prepare(
     """Validate everything about one message, the same for both APIs; RequestError names the first bad
     field as the caller's API spells it (``names``). ``id``: its UNIQ_KEY, when the caller drew the ids
     of a batch at once (a fresh one otherwise)."""
-    try:
-        validate_topic(spec.topic)
-    except InvalidMessageError as exc:
-        raise RequestError(str(exc), field="topic") from None
-    if spec.topic.startswith(RETRY_TOPIC_PREFIX):
-        raise RequestError(RETRY_TOPIC_REFUSED % spec.topic, field="topic")
+    if spec.topic not in _SENDABLE:
+        check_send_topic(spec.topic)
     if limits.topics is not None and not limits.topics.allows(spec.topic):
         raise RequestError(
             f"topic {spec.topic!r} is not allowed here (not in ROCKSIDECAR_TOPICS)", field="topic"

@@ -25,15 +25,9 @@ from enum import StrEnum
 
 from rocksidecar.delay import DelayedMessage
 from rocksidecar.rmq.errors import InvalidMessageError
-from rocksidecar.rmq.message import RESERVED_PROPERTIES, Message, MessageExt, validate_topic
+from rocksidecar.rmq.message import RESERVED_PROPERTIES, Message, MessageExt
 
-from ..request import (
-    MAX_SHARDING_KEY_CHARS,
-    RETRY_TOPIC_PREFIX,
-    RETRY_TOPIC_REFUSED,
-    RequestError,
-    parse_time_ms,
-)
+from ..request import MAX_SHARDING_KEY_CHARS, RequestError, check_send_topic, parse_time_ms
 from ..topic_allow import ALL_TOPICS, TopicAllowList
 from ..wire import to_wire
 
@@ -185,11 +179,9 @@ def real_topic(props: Mapping[str, str], allowed: TopicAllowList) -> str:
     if not topic:
         raise InnerFormatError(f"no {REAL_TOPIC}", Reject.NO_TOPIC)
     try:
-        validate_topic(topic, REAL_TOPIC)
-    except InvalidMessageError as exc:
-        raise InnerFormatError(f"{REAL_TOPIC}: {exc}", Reject.BAD_TOPIC) from None
-    if topic.startswith(RETRY_TOPIC_PREFIX):  # as the send API (app.request.prepare)
-        raise InnerFormatError(f"{REAL_TOPIC}: {RETRY_TOPIC_REFUSED % topic}", Reject.BAD_TOPIC)
+        check_send_topic(topic, REAL_TOPIC)  # as the send APIs
+    except RequestError as exc:
+        raise InnerFormatError(f"{REAL_TOPIC}: {exc.detail}", Reject.BAD_TOPIC) from None
     if not allowed.allows(topic):
         raise InnerFormatError(
             f"{REAL_TOPIC}={topic} is not in the allowed topics (ROCKSIDECAR_DMQ_TOPICS)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -112,3 +113,8 @@ def held_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
     full collections an open, seconds in the whole suite) as a reopen of our own. A sidecar in another
     process gets its answer at once; so do these tests."""
     monkeypatch.setattr("rocksidecar.storage.rocks.RELEASE_WAITS_S", ())
+
+
+def logged_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What was logged as an error, or with a traceback: the hostile-input tests want none."""
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]

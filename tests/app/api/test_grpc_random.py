@@ -16,6 +16,7 @@ import pytest
 
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from tests.app.conftest import logged_errors
 
 CALLS = 500
 SEED = 20261129
@@ -115,7 +116,7 @@ async def test_random_calls_end_ok_or_refused_and_log_no_error(
             except grpc.aio.AioRpcError as exc:
                 assert exc.code() in REFUSALS, (exc.code(), exc.details())
                 outcomes[exc.code().name] = outcomes.get(exc.code().name, 0) + 1
-            errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+            errors = logged_errors(caplog)
             assert not errors, errors[:3]
     assert outcomes.get("OK", 0) >= CALLS // 10 and outcomes.get("INVALID_ARGUMENT", 0) >= CALLS // 10, (
         outcomes

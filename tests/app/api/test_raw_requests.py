@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.app.conftest import logged_errors
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 CONNECTIONS = 80  # ~0.6 s each: most end with a "Connection: close"; the others after 5 s kept alive
@@ -163,7 +165,7 @@ async def test_any_raw_request_gets_no_5xx_and_logs_no_error(
                 if line.startswith(b"HTTP/1.1 ") and len(line) >= 12:
                     statuses[line[9:12]] = statuses.get(line[9:12], 0) + 1
                     assert not line[9:12].startswith(b"5"), (sent, answer[:2000])
-            errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+            errors = logged_errors(caplog)
             assert not errors, (sent, errors[:3])
         assert (await stack.http.get("/healthz")).status_code == 200
     # the mix reached the routes: answers of both kinds (a connection cut by its read timeout has none)
