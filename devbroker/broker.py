@@ -35,6 +35,7 @@ from .long_poll import PullHolds
 from .namesrv import DEFAULT_CLUSTER, NameServer, Registration
 from .offsets import ConsumerOffsets
 from .pull import PullProcessor
+from .reset_offset import OffsetResets
 from .send import SendProcessor
 from .send_back import SendBackProcessor
 from .state import BrokerState
@@ -115,8 +116,8 @@ class DevBroker:
         )
         host = options.get("host", LOOPBACK)
         self.listener = Listener(self._handle, port=port, host=host, on_close=self.clients.connection_closed)
+        self._notify_opaque = itertools.count(1)  # the broker's own requests to its clients
         self._handlers = self._build_handlers(cluster)
-        self._notify_opaque = itertools.count(1)
         self._housekeeping: asyncio.Task[None] | None = None
 
     @property
@@ -133,6 +134,7 @@ class DevBroker:
         admin = AdminProcessor(self.store, self.topics)
         back = SendBackProcessor(self.store, self.topics)
         locks = LockProcessor(self.locks)
+        resets = OffsetResets(state, self.name, lambda: next(self._notify_opaque))
         return {
             RequestCode.SEND_MESSAGE: send.send,
             RequestCode.SEND_MESSAGE_V2: send.send,
@@ -154,6 +156,8 @@ class DevBroker:
             RequestCode.UNLOCK_BATCH_MQ: locks.unlock,
             RequestCode.GET_CONSUMER_RUNNING_INFO: ConsumerCaller(self.clients).call,
             RequestCode.END_TRANSACTION: self.transactions.end,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: resets.reset,
+            RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: resets.status,
         }
 
     @property

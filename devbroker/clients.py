@@ -125,6 +125,11 @@ class ClientRegistry:
         g = self._consumers.get(group)
         return next((c for c, m in g.members.items() if m.client_id == client_id), None) if g else None
 
+    def consumer_connections(self, group: str) -> list[tuple[Connection, str]]:
+        """Every member connection of ``group`` with its client id (ConsumerGroupInfo's channel table)."""
+        g = self._consumers.get(group)
+        return [(c, m.client_id) for c, m in g.members.items()] if g else []
+
     def producer_connection(self, group: str) -> Connection | None:
         """A connection of a producer of ``group`` (ProducerManager.getAvailableChannel): the newest
         registered, which is the one most likely still alive."""

@@ -38,6 +38,14 @@ RequestHandler = Callable[[Connection, RemotingCommand], Awaitable[RemotingComma
 CheckHandler = Callable[[Connection, RemotingCommand, MessageExt], Awaitable[None]]
 
 
+# The header field naming the consumer group a broker's request is for, where it is not
+# ``consumerGroup`` (ResetOffsetRequestHeader's and GetConsumerStatusRequestHeader's ``group``).
+_GROUP_FIELD: dict[int, str] = {
+    RequestCode.RESET_CONSUMER_CLIENT_OFFSET: "group",
+    RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT: "group",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class _ConsumerEntry:
     data: Callable[[], ConsumerData]  # read at every heartbeat: subscriptions change at run time
@@ -185,13 +193,15 @@ class ClientInstance:
         if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
             await self._check_transaction(conn, cmd)
             return None  # one-way: the answer is an END_TRANSACTION of its own
-        entry = self._consumers.get(cmd.ext_fields.get("consumerGroup", ""))
+        group = cmd.ext_fields.get(_GROUP_FIELD.get(cmd.code, "consumerGroup"), "")
+        entry = self._consumers.get(group)
         if entry is not None:
             return await entry.on_request(conn, cmd)
-        if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
-            return None  # one-way, for a group that left (or never was) here: nothing to do
+        if cmd.code in (RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, RequestCode.RESET_CONSUMER_CLIENT_OFFSET):
+            return None  # one-way, for a group that left (or never was) here: nothing to do (Java)
+        if cmd.code == RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT:  # Java: an empty table
+            return cmd.response(ResponseCode.SUCCESS, body=b'{"consumerTable":{},"messageQueueTable":{}}')
         if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:  # as Java's ClientRemotingProcessor
-            group = cmd.ext_fields.get("consumerGroup", "")
             return cmd.response(
                 ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer"
             )

@@ -44,6 +44,8 @@ class OffsetStore(Protocol):
 
     def remove(self, mq: MessageQueue) -> None: ...
 
+    def snapshot(self) -> dict[MessageQueue, int]: ...
+
 
 class _MemoryOffsets:
     def __init__(self) -> None:

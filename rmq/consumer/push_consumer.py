@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from ..acl import Credentials
@@ -23,13 +23,14 @@ from ..client_instance import ClientInstance
 from ..clock import wall_ms
 from ..codes import RequestCode, ResponseCode
 from ..connection import Connection
-from ..errors import BrokerError, ClientError, RocketMQError
+from ..errors import BrokerError, ClientError, FrameError, RocketMQError
 from ..lifecycle import Lifecycle
 from ..message import MessageExt, MessageQueue
 from ..pool import RemotingClient
 from ..protocol.frame import RemotingCommand
 from ..result import PullResult, PullStatus
 from ..route import TopicRouteData, master_addrs
+from . import queue_tables
 from .broker_calls import (
     QueueLocker,
     check_client_config,
@@ -399,9 +400,56 @@ class PushConsumer(Lifecycle):
                 msg = f"The Consumer Group <{group}> not exist in this consumer"
                 return cmd.response(ResponseCode.SYSTEM_ERROR, msg)
             return cmd.response(ResponseCode.SUCCESS, body=self.running_info())
+        if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            self._on_reset(conn, cmd)
+            return None  # one-way
+        if cmd.code == RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT:  # mqadmin getConsumerStatus
+            status = self.consumer_status(cmd.ext_fields.get("topic", ""))
+            return cmd.response(ResponseCode.SUCCESS, body=status)
         return cmd.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
         )
+
+    def _on_reset(self, conn: Connection, cmd: RemotingCommand) -> None:
+        topic = cmd.ext_fields.get("topic", "")
+        log.info(
+            "group %s: reset of %s's offsets (timestamp %s) from broker %s",
+            self.config.group, topic, cmd.ext_fields.get("timestamp"), conn.addr,
+        )  # fmt: skip
+        try:
+            table = queue_tables.offsets(
+                queue_tables.loads(cmd.body, "ResetOffsetBody").get("offsetTable") if cmd.body else {},
+                "ResetOffsetBody",
+            )
+        except (FrameError, AttributeError) as exc:
+            log.warning("group %s: reset of %s from %s refused: %s", self.config.group, topic, conn.addr, exc)
+            return
+        self.reset_offsets(topic, table)
+
+    def reset_offsets(self, topic: str, table: Mapping[MessageQueue, int]) -> list[MessageQueue]:
+        """What RESET_CONSUMER_CLIENT_OFFSET asks (``mqadmin resetOffsetByTime`` on a group that is
+        online: each broker works out its queues' offsets and tells every member), as Java's
+        MQClientInstance.resetOffset: each queue of ``topic`` in ``table`` that this member consumes is
+        dropped (a message in flight no longer moves its offset), its offset set to the table's, and
+        then removed and added again by a rebalance from there, after offset_illegal_wait_s
+        (``_readd_queue``). Queues others consume are theirs to reset. Returns the queues reset."""
+        done: list[MessageQueue] = []
+        for mq, offset in table.items():
+            state = self.queues.get(mq)
+            if mq.topic != topic or state is None:
+                continue
+            self.offsets.update(mq, offset, increase_only=False)
+            done.append(mq)
+            log.info("group %s: %s reset to offset %d", self.config.group, mq, offset)
+            if not state.pq.dropped:  # dropped: its re-add is under way and persists the offset just set
+                self._drop_and_readd(state)
+        self.stats.bump("offsets_reset", len(done))
+        return done
+
+    def consumer_status(self, topic: str) -> bytes:
+        """GetConsumerStatusBody of ``topic``'s offsets in memory (Java's cloneOffsetTable(topic))."""
+        table = {mq: str(o).encode() for mq, o in self.offsets.snapshot().items() if mq.topic == topic}
+        return b'{"consumerTable":{},"messageQueueTable":' + queue_tables.table_json(table) + b"}"
 
     def running_info(self) -> bytes:
         """ConsumerRunningInfo (DefaultMQPushConsumerImpl.consumerRunningInfo): settings, subscriptions
@@ -547,8 +595,8 @@ class PushConsumer(Lifecycle):
         log.info("group %s: consuming %s from offset %d", self.config.group, mq, offset)
 
     async def _readd_queue(self, mq: MessageQueue) -> None:
-        """After offset_illegal_wait_s, remove the queue the usual way (persisting the corrected offset,
-        unlocking), then let a rebalance add it again from there."""
+        """After offset_illegal_wait_s, remove the queue the usual way (persisting the offset set in
+        memory, unlocking), then let a rebalance add it again from there."""
         if await self.wait_closing(self.config.offset_illegal_wait_s):
             return  # close() persists the corrected offset with the rest
         async with self._rebalance_lock:
@@ -745,8 +793,14 @@ class PushConsumer(Lifecycle):
         )
         self.stats.bump("offsets_moved")
         self.offsets.update(mq, suggested, increase_only=False)
-        pq.drop()  # from here no result of this queue moves the offset
-        task = asyncio.get_running_loop().create_task(self._readd_queue(mq))
+        self._drop_and_readd(state)
+
+    def _drop_and_readd(self, state: QueueState) -> None:
+        """Drop the queue now (no result of it moves the offset from here) and re-add it in a while, from
+        the offset in memory (``_readd_queue``)."""
+        state.pq.drop()
+        state.poke()  # a pull waiting for room, an orderly turn waiting for messages: see the drop
+        task = asyncio.get_running_loop().create_task(self._readd_queue(state.mq))
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
 

@@ -3,13 +3,11 @@ rocketmq-client 4.9.4 writes with fastjson, so ``mqadmin consumerStatus -g GROUP
 and reading the owned queues back out of such an answer (the sticky allocation's holdings).
 
 fastjson writes fields in alphabetical order, leaves out nulls, and writes the keys of ``mqTable`` (a
-TreeMap keyed by MessageQueue) as JSON objects, which is not JSON; ``owned_queues`` quotes those keys
-before parsing.
+TreeMap keyed by MessageQueue) as JSON objects, which is not JSON (queue_tables reads and writes them).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +16,8 @@ import orjson
 
 from ..errors import FrameError
 from ..message import MessageQueue
-from .allocate import java_queue_key
 from .process_queue import ProcessQueue
+from .queue_tables import loads, queue_from_key, table_json
 
 CLIENT_VERSION_NAME = "V4_9_4"  # PROP_CLIENT_VERSION: the protocol version we speak
 
@@ -58,10 +56,6 @@ class QueueInfo:
         }
 
 
-def _mq_json(mq: MessageQueue) -> bytes:
-    return orjson.dumps({"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic})
-
-
 def encode_running_info(
     properties: Mapping[str, str],
     subscriptions: Iterable[dict[str, Any]],
@@ -69,15 +63,13 @@ def encode_running_info(
 ) -> bytes:
     """The body of the answer; ``subscriptions`` are SubscriptionData documents. statusTable (pull and
     consume rates) is left empty: this client does not measure Java's per-topic TPS figures."""
-    table = b",".join(
-        _mq_json(mq) + b":" + orjson.dumps(queues[mq].to_json()) for mq in sorted(queues, key=java_queue_key)
-    )
+    table = table_json({mq: orjson.dumps(info.to_json()) for mq, info in queues.items()})
     subs = sorted(subscriptions, key=lambda s: str(s.get("topic", "")))
     return b"".join(
         (
-            b'{"mqTable":{',
+            b'{"mqTable":',
             table,
-            b'},"properties":',
+            b',"properties":',
             orjson.dumps(dict(sorted(properties.items()))),
             b',"statusTable":{},"subscriptionSet":',
             orjson.dumps(subs),
@@ -86,24 +78,15 @@ def encode_running_info(
     )
 
 
-# An object used as a map key: ``{"brokerName":...}`` right after ``{`` or ``,`` and followed by ``:``.
-# Topic and broker names cannot contain braces, and a quote inside a string value is escaped, so this
-# only matches fastjson's object keys.
-_OBJECT_KEY = re.compile(r'([{,]\s*)(\{"(?:[^"\\]|\\.)*"\s*:[^{}]*\})(\s*:)')
-
-
 def owned_queues(body: bytes, topic: str | None = None) -> set[MessageQueue]:
     """The queues in a ConsumerRunningInfo's mqTable (of ``topic`` only, if given), dropped ones left
     out. FrameError if the body is not such a document."""
-    text = body.decode("utf-8", "replace")
-    quoted = _OBJECT_KEY.sub(lambda m: m.group(1) + orjson.dumps(m.group(2)).decode() + m.group(3), text)
+    doc = loads(body, "ConsumerRunningInfo")
     try:
-        doc = orjson.loads(quoted)
         table = doc.get("mqTable") or {}
         out = set()
         for key, info in table.items():
-            k = orjson.loads(key)
-            mq = MessageQueue(str(k["topic"]), str(k["brokerName"]), int(k["queueId"]))
+            mq = queue_from_key(key)
             if (topic is None or mq.topic == topic) and not (info or {}).get("droped", False):
                 out.add(mq)
     except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:

@@ -1,7 +1,7 @@
 """The push consumer on real RocketMQ 4.9.4 (issue 13 groundwork): every message delivered byte-exact
 with its offsets committed; two members of a group split the queues with no overlap and no gap; a failed
 message comes back from the broker's retry topic (level 3: after 10 s); orderly members hold disjoint
-broker locks. Skipped unless ROCKSIDECAR_TEST_NAMESRV is set (see conftest.py)."""
+broker locks; `mqadmin resetOffsetByTime` on the live group redelivers from the start. Skipped unless ROCKSIDECAR_TEST_NAMESRV is set (see conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,17 @@ from pathlib import Path
 import pytest
 
 from rocksidecar.rmq import BrokerApi, Message, MessageQueue, NameServerClient, RemotingClient, new_uniq_id
-from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, MessageModel, PushConsumer
+from rocksidecar.rmq.codes import RequestCode, ResponseCode
+from rocksidecar.rmq.consumer import (
+    ConsumeFrom,
+    ConsumerConfig,
+    ConsumeStatus,
+    MessageModel,
+    PushConsumer,
+    queue_tables,
+)
 from rocksidecar.rmq.message import MessageExt
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 from tests.realbroker.conftest import create_topic_everywhere, unique_topic
 from tests.rmq.consumer.helpers import Recorder, settle
 
@@ -213,3 +222,52 @@ async def test_orderly_members_hold_disjoint_broker_locks(
     await settle(a, lambda: len(mine(a)) == len(queues) // 2)
     await b.rebalance()  # b could not lock a's queues before a released them
     assert mine(a).isdisjoint(mine(b)) and mine(a) | mine(b) == set(queues)
+
+
+async def _mqadmin(broker_ctl: Path, *args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        str(broker_ctl), "java", "org.apache.rocketmq.tools.command.MQAdminStartup", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    async with asyncio.timeout(WAIT_S):
+        out, _ = await proc.communicate()
+    return out.decode(errors="replace")
+
+
+@pytest.mark.timeout(240)
+async def test_mqadmin_resets_a_live_groups_offsets_and_a_broker_reads_its_status(
+    namesrv_addr: str, client: RemotingClient, consumers: list[PushConsumer], broker_ctl: Path
+) -> None:
+    """``mqadmin resetOffsetByTime`` on a group that is online leaves the reset to its members (each broker
+    sends them RESET_CONSUMER_CLIENT_OFFSET, one-way): every message is consumed again from the start. A
+    broker asked for the group's status (INVOKE_BROKER_TO_GET_CONSUMER_STATUS) reads the member's
+    offsets (GET_CONSUMER_STATUS_FROM_CLIENT)."""
+    topic, sent, queues = await _topic_with_messages(namesrv_addr, client, "RsReset", 2)
+    group = f"rs_reset_{os.getpid()}_{topic[-8:]}"
+    rec = Recorder()
+    consumer = await _start(consumers, namesrv_addr, _config(group, "one"), topic, rec)
+    await _until(rec, lambda got: len(got) >= len(sent))
+    await consumer.persist_offsets()  # the brokers work the reset out from the group's committed offsets
+
+    # mqadmin 4.9.4 no longer registers getConsumerStatus; DefaultMQAdminExt.getConsumeStatus's request
+    route = await NameServerClient(client, namesrv_addr).get_route(topic)
+    for broker in sorted({mq.broker_name for mq in queues}):
+        ask = RemotingCommand(
+            RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, {"topic": topic, "group": group}
+        )
+        answer = await client.invoke(route.master_addr(broker) or "", ask, 10.0)
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        members = queue_tables.loads(answer.body, "GetConsumerStatusBody")["consumerTable"]
+        assert queue_tables.offsets(members[consumer.client_id], "member") == {mq: 2 for mq in queues}
+
+    first = len(rec.got)
+    out = await _mqadmin(
+        broker_ctl, "resetOffsetByTime", "-n", namesrv_addr, "-g", group, "-t", topic, "-s", "0", "-f", "true"
+    )
+    assert "rollback consumer offset" in out, out
+    await _until(rec, lambda got: len(got) >= first + len(sent))
+    again = rec.got[first:]
+    assert sorted((_queue_of(m), m.queue_offset) for m in again) == sorted(
+        (mq, i) for mq in queues for i in range(2)
+    )
+    assert consumer.stats["offsets_reset"] == len(queues)

@@ -81,6 +81,20 @@ async def test_broker_requests_reach_the_consumer_of_the_named_group(cluster: De
         # As Java's ClientRemotingProcessor: the group is not here (the sticky strategy reads "owns nothing").
         assert answer is not None and answer.code == ResponseCode.SYSTEM_ERROR
         assert answer.remark == "The Consumer Group <CG-gone> not exist in this consumer"
+        # The reset and status requests name their group in ``group`` (Java's request headers)
+        status = RemotingCommand(
+            RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, {"topic": TOPIC, "group": "CG-notify"}
+        )
+        answer = await instance.on_broker_request(None, status)  # type: ignore[arg-type]
+        assert answer is not None and answer.code == ResponseCode.SUCCESS
+        assert b"consumerTable" in answer.body and TOPIC.encode() in answer.body  # the consumer's own offsets
+        status.ext_fields["group"] = "CG-gone"  # Java: an empty table for a group that is not here
+        answer = await instance.on_broker_request(None, status)  # type: ignore[arg-type]
+        assert answer is not None and answer.body == b'{"consumerTable":{},"messageQueueTable":{}}'
+        reset = RemotingCommand(
+            RequestCode.RESET_CONSUMER_CLIENT_OFFSET, {"topic": TOPIC, "group": "CG-gone"}
+        )
+        assert await instance.on_broker_request(None, reset) is None  # type: ignore[arg-type]
         unknown = RemotingCommand(9999, {"consumerGroup": "CG-gone"})
         answer = await instance.on_broker_request(None, unknown)  # type: ignore[arg-type]
         assert answer is not None and answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED

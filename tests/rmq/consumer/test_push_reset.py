@@ -1,0 +1,201 @@
+"""A group's offsets reset while it is online (``mqadmin resetOffsetByTime``: the broker works out each of
+its queues' offsets and tells every member, RESET_CONSUMER_CLIENT_OFFSET) and read from its members
+(``mqadmin getConsumerStatus``: GET_CONSUMER_STATUS_FROM_CLIENT), on devbroker; and what a reset that is
+not one does (nothing)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+import pytest
+
+from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from rocksidecar.rmq.consumer import queue_tables
+from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig
+from rocksidecar.rmq.consumer.offset_store import ReadType
+from rocksidecar.rmq.consumer.push_consumer import PushConsumer
+from rocksidecar.rmq.message import MessageQueue
+from rocksidecar.rmq.pool import RemotingClient
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+from tests.rmq.consumer.helpers import Recorder, send_to_queues, start
+
+TOPIC = "ResetT"
+start_ = functools.partial(start, topic=TOPIC)
+QUEUES = 4  # devbroker's queues per topic and broker
+
+
+def config(group: str) -> ConsumerConfig:
+    return ConsumerConfig(
+        group, instance_name="one", client_ip="127.0.0.1", consume_from=ConsumeFrom.FIRST_OFFSET
+    )
+
+
+async def ask(cluster: DevCluster, broker: str, code: int, fields: dict[str, str]) -> RemotingCommand:
+    client = RemotingClient()
+    try:
+        return await client.invoke(cluster.brokers[broker].addr, RemotingCommand(code, fields), 5.0)
+    finally:
+        await client.close()
+
+
+async def reset(
+    cluster: DevCluster, broker: str, group: str, timestamp: int, *, force: bool = True, topic: str = TOPIC
+) -> RemotingCommand:
+    """``mqadmin resetOffsetByTime``'s request to one broker."""
+    fields = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": str(force).lower()}
+    return await ask(cluster, broker, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
+
+
+async def consumed_everything(
+    cluster: DevCluster, consumers: list[PushConsumer], group: str, per_queue: int
+) -> tuple[PushConsumer, Recorder]:
+    """A consumer of ``group`` that has consumed ``per_queue`` messages of every queue of both brokers and
+    committed its offsets (the broker's reset works from the group's committed offsets, as Java's)."""
+    await send_to_queues(cluster, TOPIC, per_queue)
+    rec = Recorder()
+    consumer = await start_(consumers, cluster, config(group), rec)
+    await rec.until(lambda got: len(got) >= 2 * QUEUES * per_queue)
+    await consumer.persist_offsets()
+    return consumer, rec
+
+
+async def test_a_reset_by_time_redelivers_that_brokers_queues_from_the_offset_it_names(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    consumer, rec = await consumed_everything(cluster, consumers, "GR-back", 2)
+    first = len(rec.got)
+    answer = await reset(cluster, "broker-a", "GR-back", 0)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    table = queue_tables.offsets(queue_tables.loads(answer.body, "answer")["offsetTable"], "answer")
+    assert table == {MessageQueue(TOPIC, "broker-a", q): 0 for q in range(QUEUES)}
+    # broker-a's 8 messages again, from offset 0 of each of its queues; broker-b's not
+    await rec.until(lambda got: len(got) >= first + 2 * QUEUES)
+    again = rec.got[first:]
+    assert sorted((m.queue_id, m.queue_offset) for m in again) == sorted(
+        (q, i) for q in range(QUEUES) for i in range(2)
+    )
+    assert {m.body.decode().split("/")[0] for m in again} == {"broker-a"}
+    assert consumer.stats["offsets_reset"] == QUEUES
+    # and the group goes on from where it was (nothing more, then new messages once)
+    await send_to_queues(cluster, TOPIC, 1, queues=1)
+    await rec.until(lambda got: len(got) >= first + 2 * QUEUES + 2)
+    assert len(rec.got) == first + 2 * QUEUES + 2
+
+
+async def test_an_unforced_reset_to_a_later_offset_keeps_the_committed_one(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    consumer, _ = await consumed_everything(cluster, consumers, "GR-keep", 1)
+    answer = await reset(cluster, "broker-b", "GR-keep", -1, force=False)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    table = queue_tables.offsets(queue_tables.loads(answer.body, "answer")["offsetTable"], "answer")
+    assert set(table.values()) == {1}  # the end and the committed offset are the same here: kept
+    mq = MessageQueue(TOPIC, "broker-b", 0)
+    assert await consumer.offsets.read(mq, ReadType.MEMORY) == 1
+
+
+async def test_a_reset_of_a_group_nobody_runs_is_consumer_not_online(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    await send_to_queues(cluster, TOPIC, 1)
+    for q in range(QUEUES):
+        cluster.brokers["broker-a"].offsets.commit("GR-gone", TOPIC, q, 1)
+    answer = await reset(cluster, "broker-a", "GR-gone", 0)
+    assert answer.code == ResponseCode.CONSUMER_NOT_ONLINE
+    assert "Consumer not online" in (answer.remark or "")
+    missing = await reset(cluster, "broker-a", "GR-gone", 0, topic="NoSuchTopic")
+    assert missing.code == ResponseCode.SYSTEM_ERROR and "no topic in this broker" in (missing.remark or "")
+
+
+async def test_get_consumer_status_reads_each_members_offsets(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    consumer, _ = await consumed_everything(cluster, consumers, "GR-status", 1)
+    answer = await ask(
+        cluster,
+        "broker-a",
+        RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+        {"topic": TOPIC, "group": "GR-status"},
+    )
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    doc = queue_tables.loads(answer.body, "answer")
+    assert list(doc["consumerTable"]) == [consumer.client_id]
+    mine = queue_tables.offsets(doc["consumerTable"][consumer.client_id], "member")
+    assert mine == {MessageQueue(TOPIC, b, q): 1 for b in ("broker-a", "broker-b") for q in range(QUEUES)}
+    other = await ask(
+        cluster, "broker-a", RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+        {"topic": TOPIC, "group": "GR-status", "clientAddr": "someone-else"},
+    )  # fmt: skip
+    assert orjson.loads(other.body)["consumerTable"] == {}
+
+
+def reset_request(group: str, body: bytes, topic: str = TOPIC) -> RemotingCommand:
+    fields = {"topic": topic, "group": group, "timestamp": "0", "isForce": "true"}
+    return RemotingCommand(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, fields, body, flag=FLAG_ONEWAY)
+
+
+def java_body(table: dict[MessageQueue, Any]) -> bytes:
+    return (
+        b'{"offsetTable":' + queue_tables.table_json({mq: orjson.dumps(o) for mq, o in table.items()}) + b"}"
+    )
+
+
+PEER: Any = SimpleNamespace(addr="127.0.0.1:10911")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b'{"offsetTable": 7}',
+        b'{"offsetTable": {"not a queue": 0}}',
+        b"[]",
+        java_body({MessageQueue(TOPIC, "broker-a", 0): -1}),
+        java_body({MessageQueue(TOPIC, "broker-a", 0): 1 << 63}),
+        java_body({MessageQueue(TOPIC, "broker-a", 0): "0"}),
+        java_body({MessageQueue(TOPIC, "broker-a", q): 0 for q in range(20_000)}),
+        orjson.dumps(
+            {"offsetTable": [{"topic": TOPIC, "brokerName": "broker-a", "queueId": 0}]}
+        ),  # no offset
+    ],
+)
+async def test_a_reset_that_is_not_one_changes_nothing_and_says_why(
+    cluster: DevCluster, consumers: list[PushConsumer], body: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    consumer, _ = await consumed_everything(cluster, consumers, "GR-bad", 1)
+    before = {mq: await consumer.offsets.read(mq, ReadType.MEMORY) for mq in consumer.queues}
+    with caplog.at_level(logging.WARNING):
+        assert await consumer.on_broker_request(PEER, reset_request("GR-bad", body)) is None
+    assert "refused" in caplog.text
+    assert {mq: await consumer.offsets.read(mq, ReadType.MEMORY) for mq in consumer.queues} == before
+    assert not any(state.pq.dropped for state in consumer.queues.values())
+    assert consumer.stats["offsets_reset"] == 0
+
+
+async def test_a_reset_takes_the_cpp_form_and_only_this_topics_queues_this_member_owns(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    consumer, rec = await consumed_everything(cluster, consumers, "GR-cpp", 1)
+    first = len(rec.got)
+    body = orjson.dumps(
+        {
+            "offsetTable": [
+                {"topic": TOPIC, "brokerName": "broker-b", "queueId": 2, "offset": 0},
+                {"topic": "OtherTopic", "brokerName": "broker-b", "queueId": 1, "offset": 0},
+                {"topic": TOPIC, "brokerName": "broker-z", "queueId": 0, "offset": 0},  # not ours
+            ]
+        }
+    )
+    assert await consumer.on_broker_request(PEER, reset_request("GR-cpp", body)) is None
+    assert consumer.stats["offsets_reset"] == 1
+    await rec.until(lambda got: len(got) >= first + 1)
+    (again,) = rec.got[first:]
+    assert (again.body.decode().split("/")[0], again.queue_id, again.queue_offset) == ("broker-b", 2, 0)
+    # a reset for another topic of the group's
+    assert await consumer.on_broker_request(PEER, reset_request("GR-cpp", body, topic="OtherTopic")) is None
+    assert consumer.stats["offsets_reset"] == 1
