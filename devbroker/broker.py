@@ -134,6 +134,7 @@ class DevBroker:
         admin = AdminProcessor(self.store, self.topics)
         back = SendBackProcessor(self.store, self.topics)
         locks = LockProcessor(self.locks)
+        caller = ConsumerCaller(self.clients, self.store.record_at, self.name)
         resets = OffsetResets(state, self.name, lambda: next(self._notify_opaque))
         return {
             RequestCode.SEND_MESSAGE: send.send,
@@ -154,7 +155,8 @@ class DevBroker:
             RequestCode.CONSUMER_SEND_MSG_BACK: back.send_back,
             RequestCode.LOCK_BATCH_MQ: locks.lock,
             RequestCode.UNLOCK_BATCH_MQ: locks.unlock,
-            RequestCode.GET_CONSUMER_RUNNING_INFO: ConsumerCaller(self.clients).call,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: caller.call,
+            RequestCode.CONSUME_MESSAGE_DIRECTLY: caller.consume_directly,
             RequestCode.END_TRANSACTION: self.transactions.end,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: resets.reset,
             RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: resets.status,

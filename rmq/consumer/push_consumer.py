@@ -26,6 +26,7 @@ from ..connection import Connection
 from ..errors import BrokerError, ClientError, FrameError, RocketMQError
 from ..lifecycle import Lifecycle
 from ..message import MessageExt, MessageQueue
+from ..message_codec import decode_stored
 from ..pool import RemotingClient
 from ..protocol.frame import RemotingCommand
 from ..result import PullResult, PullStatus
@@ -41,6 +42,7 @@ from .commit_window import QueueWindow
 from .config import DLQ_PREFIX, RETRY_PREFIX, ConsumerConfig, MessageListener, MessageModel
 from .consume_concurrently import ConcurrentService
 from .consume_orderly import OrderlyService
+from .direct import consume_directly
 from .holdings import read_holdings
 from .offset_store import (
     LocalFileOffsetStore,
@@ -400,6 +402,8 @@ class PushConsumer(Lifecycle):
                 msg = f"The Consumer Group <{group}> not exist in this consumer"
                 return cmd.response(ResponseCode.SYSTEM_ERROR, msg)
             return cmd.response(ResponseCode.SUCCESS, body=self.running_info())
+        if cmd.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
+            return await self._consume_directly(cmd)
         if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             self._on_reset(conn, cmd)
             return None  # one-way
@@ -409,6 +413,17 @@ class PushConsumer(Lifecycle):
         return cmd.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
         )
+
+    async def _consume_directly(self, cmd: RemotingCommand) -> RemotingCommand:
+        """The message the broker attached, to the listener once (rmq.consumer.direct)."""
+        try:
+            msg, _ = decode_stored(cmd.body, limit=self.config.max_body_bytes)
+        except FrameError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"the message to consume is undecodable: {exc}")
+        msg = self._restore_topic(msg)
+        mq = MessageQueue(msg.topic, cmd.ext_fields.get("brokerName", ""), msg.queue_id)
+        body = await consume_directly(self.listener, msg, mq, orderly=self.config.orderly)
+        return cmd.response(ResponseCode.SUCCESS, body=body)
 
     def _on_reset(self, conn: Connection, cmd: RemotingCommand) -> None:
         topic = cmd.ext_fields.get("topic", "")

@@ -1,7 +1,9 @@
 """The push consumer on real RocketMQ 4.9.4 (issue 13 groundwork): every message delivered byte-exact
 with its offsets committed; two members of a group split the queues with no overlap and no gap; a failed
 message comes back from the broker's retry topic (level 3: after 10 s); orderly members hold disjoint
-broker locks; `mqadmin resetOffsetByTime` on the live group redelivers from the start. Skipped unless ROCKSIDECAR_TEST_NAMESRV is set (see conftest.py)."""
+broker locks; `mqadmin resetOffsetByTime` on the live group redelivers from the start; `mqadmin
+queryMsgById -g -d` resends one message to a member. Skipped unless ROCKSIDECAR_TEST_NAMESRV is set (see
+conftest.py)."""
 
 from __future__ import annotations
 
@@ -271,3 +273,30 @@ async def test_mqadmin_resets_a_live_groups_offsets_and_a_broker_reads_its_statu
         (mq, i) for mq in queues for i in range(2)
     )
     assert consumer.stats["offsets_reset"] == len(queues)
+
+
+@pytest.mark.timeout(240)
+async def test_mqadmin_resends_a_stored_message_to_a_live_member(
+    namesrv_addr: str, client: RemotingClient, consumers: list[PushConsumer], broker_ctl: Path
+) -> None:
+    """``mqadmin queryMsgById -i OFFSET_ID -g GROUP -d CLIENT`` (the Dashboard's "resend message"): the
+    broker hands the stored message to that member (CONSUME_MESSAGE_DIRECTLY), its listener gets it once,
+    and mqadmin prints Java's ConsumeMessageDirectlyResult."""
+    topic, sent, _ = await _topic_with_messages(namesrv_addr, client, "RsDirect", 1)
+    group = f"rs_direct_{os.getpid()}_{topic[-8:]}"
+    rec = Recorder()
+    consumer = await _start(consumers, namesrv_addr, _config(group, "one"), topic, rec)
+    await _until(rec, lambda got: len(got) >= len(sent))
+    target = rec.got[0]
+    out = await _mqadmin(
+        broker_ctl, "queryMsgById", "-n", namesrv_addr, "-i", target.offset_msg_id,
+        "-g", group, "-d", consumer.client_id,
+    )  # fmt: skip
+    assert "consumeResult=CR_SUCCESS" in out and "order=false" in out, out
+    assert len(rec.got) == len(sent) + 1
+    again = rec.got[-1]
+    assert (again.uniq_key, again.body, again.queue_offset) == (
+        target.uniq_key,
+        target.body,
+        target.queue_offset,
+    )

@@ -22,8 +22,10 @@ from rocksidecar.app.service import COLUMN_FAMILIES, Service
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq import BrokerApi, NameServerClient, RemotingClient
+from rocksidecar.rmq.codes import RequestCode, ResponseCode
 from rocksidecar.rmq.message import Message
 from rocksidecar.rmq.producer import Producer, ProducerConfig
+from rocksidecar.rmq.protocol.frame import RemotingCommand
 from rocksidecar.storage.rocks import RocksKV
 from tests.app.conftest import settings_for
 from tests.app.push_app import Answer, PushApp, push_app
@@ -372,3 +374,39 @@ async def test_grpc_a_delivery_that_ends_every_stream_is_sent_back_as_a_failure(
             assert r.service.subscriptions is not None
             assert r.service.subscriptions.consumers["orders"].stats["consume_failed"] == 1
             call.cancel()
+
+
+async def test_an_operators_resend_and_reset_reach_the_app_again(tmp_path: Path) -> None:
+    """What an operator does to a group with the Dashboard or mqadmin works on the sidecar's: a stored
+    message resent to the member (CONSUME_MESSAGE_DIRECTLY) is delivered to the app once more; a reset
+    of the group's offsets to the start (resetOffsetByTime) delivers everything again."""
+    async with rig(tmp_path, "SubOps") as r:
+        msg_id = await send(r.api, "SubOps", b"again and again")
+        await r.consumed("consume_ok", 1)
+        assert r.service.subscriptions is not None
+        consumer = r.service.subscriptions.consumers["orders"]
+        [(name, stored)] = [(n, m) for n, b in r.cluster.brokers.items() for m in b.messages("SubOps")]
+        client = RemotingClient()
+        try:
+            addr = r.cluster.brokers[name].addr
+            fields = {
+                "consumerGroup": "g-SubOps",
+                "clientId": consumer.client_id,
+                "msgId": stored.offset_msg_id,
+            }
+            resend = await client.invoke(
+                addr, RemotingCommand(RequestCode.CONSUME_MESSAGE_DIRECTLY, fields), 15
+            )
+            assert resend.code == ResponseCode.SUCCESS and b'"consumeResult":"CR_SUCCESS"' in resend.body
+            await r.app.until(lambda got: len(got) >= 2)
+            await consumer.persist_offsets()
+            fields = {"topic": "SubOps", "group": "g-SubOps", "timestamp": "0", "isForce": "true"}
+            reset = await client.invoke(
+                addr, RemotingCommand(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields), 5
+            )
+            assert reset.code == ResponseCode.SUCCESS, reset.remark
+            await r.app.until(lambda got: len(got) >= 3)
+        finally:
+            await client.close()
+        assert [g.headers["ce-id"] for g in r.app.got] == [msg_id] * 3
+        assert [g.body for g in r.app.got] == [b"again and again"] * 3
