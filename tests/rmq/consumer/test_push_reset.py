@@ -5,8 +5,11 @@ not one does (nothing)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import functools
 import logging
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,13 +19,13 @@ import pytest
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from rocksidecar.rmq.consumer import queue_tables
-from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig
+from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
 from rocksidecar.rmq.consumer.offset_store import ReadType
 from rocksidecar.rmq.consumer.push_consumer import PushConsumer
-from rocksidecar.rmq.message import MessageQueue
+from rocksidecar.rmq.message import MessageExt, MessageQueue
 from rocksidecar.rmq.pool import RemotingClient
 from rocksidecar.rmq.protocol.frame import RemotingCommand
-from tests.rmq.consumer.helpers import Recorder, send_to_queues, start
+from tests.rmq.consumer.helpers import Recorder, send_to_queues, settle, start
 
 TOPIC = "ResetT"
 start_ = functools.partial(start, topic=TOPIC)
@@ -199,3 +202,39 @@ async def test_a_reset_takes_the_cpp_form_and_only_this_topics_queues_this_membe
     # a reset for another topic of the group's
     assert await consumer.on_broker_request(PEER, reset_request("GR-cpp", body, topic="OtherTopic")) is None
     assert consumer.stats["offsets_reset"] == 1
+
+
+async def test_skip_accumulated_moves_a_busy_member_past_its_backlog(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    """``mqadmin skipAccumulatedMessage`` is a forced reset to each queue's end (timestamp -1): a member
+    whose listener is stuck on its backlog drops it, and once the listener returns goes on after it."""
+    for q in range(QUEUES):  # the group has committed offsets (the broker's reset needs them)
+        cluster.brokers["broker-a"].offsets.commit("GR-skip", TOPIC, q, 0)
+    await send_to_queues(cluster, TOPIC, 2)
+    gate, seen = asyncio.Event(), Recorder()
+
+    async def stuck(msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+        await seen(msgs, mq)
+        await gate.wait()
+        return ConsumeStatus.SUCCESS
+
+    cfg = dataclasses.replace(config("GR-skip"), consume_concurrency=1)  # one message at the listener
+    consumer = await start_(consumers, cluster, cfg, stuck)
+    await seen.until(lambda got: len(got) >= 1)
+    answer = await reset(cluster, "broker-a", "GR-skip", -1)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    gate.set()  # the backlog's results come back to dropped queues: they move nothing
+    mine = [MessageQueue(TOPIC, "broker-a", q) for q in range(QUEUES)]
+    await settle(
+        consumer, lambda: all(mq in consumer.queues and not consumer.queues[mq].pq.dropped for mq in mine)
+    )
+    before = len(seen.got)
+    await send_to_queues(cluster, TOPIC, 1)
+    await seen.until(lambda got: sum(m.body.startswith(b"broker-a") for m in got[before:]) >= QUEUES)
+    again = [m for m in seen.got[before:] if m.body.startswith(b"broker-a")]
+    assert sorted((m.queue_id, m.queue_offset) for m in again) == [(q, 2) for q in range(QUEUES)]
+    # of broker-a's backlog of 8 the listener saw at most the one it was stuck on: the rest was skipped
+    assert sum(m.body.startswith(b"broker-a") for m in seen.got[:before]) <= 1
+    for q in range(QUEUES):
+        assert await consumer.offsets.read(MessageQueue(TOPIC, "broker-a", q), ReadType.MEMORY) == 3
