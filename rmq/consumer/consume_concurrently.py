@@ -174,11 +174,14 @@ class ConcurrentService:
         if state.pq.dropped or host.closing:  # rebalanced away or closing while queued: they stay
             return  # unacknowledged and are delivered again (here or elsewhere)
         state.consuming += 1
+        began = self._now()
         try:
             status = await self._call(state, batch, worker)
         finally:
             state.consuming -= 1
+        took = self._now() - began
         if state.pq.dropped:  # as Java: a dropped queue's results never move the offset
+            host.topic_stats.consumed(state.mq.topic, 0, 0, took)
             return
         done = batch
         if status is not ConsumeStatus.SUCCESS:
@@ -186,6 +189,7 @@ class ConcurrentService:
             failed = [(m, s) for m, s in zip(batch, statuses, strict=True) if s is not ConsumeStatus.SUCCESS]
             host.stats.bump("consume_ok", len(batch) - len(failed))
             host.stats.bump("consume_failed", len(failed))
+            host.topic_stats.consumed(state.mq.topic, len(batch) - len(failed), len(failed), took)
             kept = [m for m, s in failed if not await self._handle_failure(state, m, s)]
             if state.pq.dropped:  # dropped while sending back: the new owner redelivers the batch
                 return
@@ -196,6 +200,7 @@ class ConcurrentService:
                 host.spawn(state, self._later(state, retry))
         else:
             host.stats.bump("consume_ok", len(batch))
+            host.topic_stats.consumed(state.mq.topic, len(batch), 0, took)
         offset = state.pq.remove(m.queue_offset for m in done)
         host.offsets.update(state.mq, offset, increase_only=True)
         host.advanced(state, offset)

@@ -42,10 +42,14 @@ class OrderlyService:
                 await state.ready.wait()
                 continue
             state.consuming += 1
+            began = self._clock()
             try:
                 status = await call_listener(host, state, batch, ConsumeStatus.SUSPEND)
             finally:
                 state.consuming -= 1
+            ok = status is ConsumeStatus.SUCCESS and not pq.dropped
+            failed = 0 if ok or pq.dropped else len(batch)
+            host.topic_stats.consumed(state.mq.topic, len(batch) if ok else 0, failed, self._clock() - began)
             if pq.dropped:
                 break  # the next owner consumes them again; our result must not move the offset
             if status is ConsumeStatus.SUCCESS:

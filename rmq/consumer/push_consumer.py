@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
@@ -57,6 +58,7 @@ from .rebalance import allocate_queues, start_offset
 from .running_info import CLIENT_VERSION_NAME, encode_running_info, queue_info
 from .stats import Stats
 from .sticky import AllocateSticky
+from .topic_stats import TopicStats
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +113,7 @@ class PushConsumer(Lifecycle):
         self._routes: dict[str, TopicRouteData] = {}
         self.queues: dict[MessageQueue, QueueState] = {}
         self.stats = Stats()
+        self.topic_stats = TopicStats(time.monotonic)  # statusTable of GET_CONSUMER_RUNNING_INFO
         self._concurrent = ConcurrentService(self)
         self._orderly = OrderlyService(self)
         self._rebalance_now = asyncio.Event()
@@ -486,7 +489,10 @@ class PushConsumer(Lifecycle):
         }
         now, wall = asyncio.get_running_loop().time(), wall_ms()
         queues = {mq: queue_info(st.pq, now, wall) for mq, st in self.queues.items()}
-        return encode_running_info(props, (s.to_json() for s in self._subscriptions()), queues)
+        subs = self._subscriptions()
+        self.topic_stats.forget({s.topic for s in subs})
+        status = {s.topic: self.topic_stats.status(s.topic) for s in subs}
+        return encode_running_info(props, (s.to_json() for s in subs), queues, status)
 
     async def _unregister(self) -> None:
         await self.instance.unregister(consumer_group=self.config.group)
@@ -775,7 +781,7 @@ class PushConsumer(Lifecycle):
                 continue
             if pq.dropped:
                 break
-            self.stats.bump("pulls")
+            self._count_pull(mq, result, loop.time() - sent_at)
             if result.status is PullStatus.OFFSET_ILLEGAL:
                 self._offset_illegal(state, result.next_begin_offset)
                 break
@@ -799,6 +805,11 @@ class PushConsumer(Lifecycle):
                 await self.wait_closing(cfg.pull_delay_on_error_s)
             elif not messages and pq.next_offset == asked:  # nothing new, nothing skipped: was it held?
                 await self._pace_empty_pull(loop.time() - sent_at)
+
+    def _count_pull(self, mq: MessageQueue, result: PullResult, took_s: float) -> None:
+        self.stats.bump("pulls")
+        # Java counts the pulls that found messages (pullRT, pullTPS); every pull keeps the snapshots going
+        self.topic_stats.pulled(mq.topic, len(result.messages), took_s)
 
     def _offset_illegal(self, state: QueueState, suggested: int) -> None:
         """Java: drop the queue, commit the broker's suggestion, let the rebalance re-add it."""

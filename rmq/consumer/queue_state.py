@@ -14,6 +14,7 @@ from .config import ConsumerConfig, ConsumeStatus, MessageListener
 from .offset_store import OffsetStore
 from .process_queue import ProcessQueue
 from .stats import Stats
+from .topic_stats import TopicStats
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class ConsumeHost(Protocol):
     listener: MessageListener
     offsets: OffsetStore
     stats: Stats
+    topic_stats: TopicStats
 
     @property
     def closing(self) -> bool: ...

@@ -60,9 +60,10 @@ def encode_running_info(
     properties: Mapping[str, str],
     subscriptions: Iterable[dict[str, Any]],
     queues: Mapping[MessageQueue, QueueInfo],
+    status: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> bytes:
-    """The body of the answer; ``subscriptions`` are SubscriptionData documents. statusTable (pull and
-    consume rates) is left empty: this client does not measure Java's per-topic TPS figures."""
+    """The body of the answer; ``subscriptions`` are SubscriptionData documents, ``status`` each
+    subscribed topic's ConsumeStatus (rmq.consumer.topic_stats: statusTable, pull and consume rates)."""
     table = table_json({mq: orjson.dumps(info.to_json()) for mq, info in queues.items()})
     subs = sorted(subscriptions, key=lambda s: str(s.get("topic", "")))
     return b"".join(
@@ -71,7 +72,9 @@ def encode_running_info(
             table,
             b',"properties":',
             orjson.dumps(dict(sorted(properties.items()))),
-            b',"statusTable":{},"subscriptionSet":',
+            b',"statusTable":',
+            orjson.dumps(dict(sorted((status or {}).items()))),
+            b',"subscriptionSet":',
             orjson.dumps(subs),
             b"}",
         )

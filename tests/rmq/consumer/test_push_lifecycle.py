@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from rocksidecar.rmq.consumer.push_consumer import PushConsumer
 from rocksidecar.rmq.consumer.queue_state import QueueState
 from rocksidecar.rmq.consumer.rebalance import start_offset
 from rocksidecar.rmq.consumer.stats import Stats
+from rocksidecar.rmq.consumer.topic_stats import TopicStats
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 from tests.rmq.consumer.factory import stored
 from tests.rmq.consumer.helpers import (
@@ -232,6 +234,7 @@ class FakeHost:
         self.listener = listener
         self.offsets = self
         self.stats = Stats()
+        self.topic_stats = TopicStats(time.monotonic)
         self.closing = False
         self.updates: list[tuple[MessageQueue, int]] = []
         self.tasks: list[asyncio.Task[None]] = []

@@ -1,7 +1,8 @@
-"""A group's offsets reset while it is online (``mqadmin resetOffsetByTime``: the broker works out each of
-its queues' offsets and tells every member, RESET_CONSUMER_CLIENT_OFFSET) and read from its members
-(``mqadmin getConsumerStatus``: GET_CONSUMER_STATUS_FROM_CLIENT), on devbroker; and what a reset that is
-not one does (nothing)."""
+"""What operators' tools ask of a group that is online, on devbroker: its offsets reset (``mqadmin
+resetOffsetByTime``, ``skipAccumulatedMessage``: the broker works out each of its queues' offsets and tells
+every member, RESET_CONSUMER_CLIENT_OFFSET), its members' offsets read (GET_CONSUMER_STATUS_FROM_CLIENT)
+and its rates (``mqadmin consumerStatus``'s statusTable); and what a reset that is not one does
+(nothing)."""
 
 from __future__ import annotations
 
@@ -238,3 +239,18 @@ async def test_skip_accumulated_moves_a_busy_member_past_its_backlog(
     assert sum(m.body.startswith(b"broker-a") for m in seen.got[:before]) <= 1
     for q in range(QUEUES):
         assert await consumer.offsets.read(MessageQueue(TOPIC, "broker-a", q), ReadType.MEMORY) == 3
+
+
+async def test_running_info_carries_each_subscribed_topics_rates(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    """statusTable (mqadmin consumerStatus's "#Consumer RT&TPS#"): the topic's pulls and consumption, and
+    the group's retry topic, as Java lists its subscriptions."""
+    consumer, _ = await consumed_everything(cluster, consumers, "GR-rates", 3)
+    body = consumer.running_info()
+    table = orjson.loads(body[body.index(b'"statusTable":') + 14 : body.index(b',"subscriptionSet"')])
+    assert sorted(table) == ["%RETRY%GR-rates", TOPIC]
+    mine = table[TOPIC]
+    assert mine["consumeOKTPS"] > 0 and mine["pullTPS"] > 0 and mine["consumeFailedMsgs"] == 0
+    assert mine["consumeRT"] >= 0 and mine["pullRT"] >= 0
+    assert table["%RETRY%GR-rates"]["consumeOKTPS"] == 0
