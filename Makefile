@@ -113,7 +113,7 @@ fuzz: $(STAMP)
 	$(FUZZ)/bin/pip install -q --require-hashes --no-deps -r tools/fuzz_requirements.txt
 	$(BIN)/python -c 'import site; print(site.getsitepackages()[0]); print("$(CURDIR)")' > \
 		"$$($(FUZZ)/bin/python -c 'import site; print(site.getsitepackages()[0])')/rocksidecar-venv.pth"
-	for t in frames headers stored answers; do mkdir -p .fuzz/$$t && \
+	for t in frames headers stored answers tables; do mkdir -p .fuzz/$$t && \
 		FUZZ_TARGET=$$t $(FUZZ)/bin/python tools/fuzz_inputs.py .fuzz/$$t -max_total_time=$(FUZZ_S) \
 		-max_len=4096 -rss_limit_mb=4096 -print_final_stats=1 || exit 1; done
 

@@ -8,6 +8,8 @@ Targets (``FUZZ_TARGET``):
            event, the gRPC delivery), the DMQ's inner parse and its marks and beats (their own errors only).
   answers  the app's answers: Retry-After (always within the floor and ceiling), a bulk answer's statuses
            (one a message), a traceparent.
+  tables   a broker's bodies keyed by MessageQueue (fastjson): a reset's offset table (Java's and the C++
+           form), a member's running info and status; FrameError only, offsets within 0..2**63-1.
 
 It needs atheris, which is not a project dependency: `make fuzz` runs it from a venv of its own that sees
 .venv's packages. Found so far: a born timestamp past datetime's years failed every delivery of the message
@@ -29,6 +31,8 @@ with atheris.instrument_imports():
     from rocksidecar.app.subscriptions import bulk, cloudevents, push
     from rocksidecar.app.tracing.context import parse_traceparent
     from rocksidecar.rmq import MessageQueue
+    from rocksidecar.rmq.consumer import queue_tables
+    from rocksidecar.rmq.consumer.running_info import owned_queues
     from rocksidecar.rmq.errors import FrameError
     from rocksidecar.rmq.message_codec import (
         StoredFields,
@@ -64,6 +68,17 @@ def seed_records() -> list[bytes]:
 
 
 MESSAGES = decode_stored_all(b"".join(seed_records()))
+
+
+def seed_tables() -> list[bytes]:
+    """Well-formed bodies for the ``tables`` corpus: a reset (Java's form, the C++ form), a status."""
+    table = queue_tables.table_json({MQ: b"12", MessageQueue("%RETRY%G", "broker-b", 3): b"0"})
+    cpp = b'{"offsetTable":[{"brokerName":"b","offset":5,"queueId":1,"topic":"T"}]}'
+    return [
+        b'{"offsetTable":' + table + b"}",
+        cpp,
+        b'{"consumerTable":{},"messageQueueTable":' + table + b"}",
+    ]
 
 
 def frames(data: bytes) -> None:
@@ -114,7 +129,20 @@ def answers(data: bytes) -> None:
     assert len(statuses) == len(MESSAGES)
 
 
-TARGETS = {"frames": frames, "headers": headers, "stored": stored, "answers": answers}
+def tables(data: bytes) -> None:
+    try:
+        owned_queues(data)
+    except FrameError:
+        pass
+    try:
+        doc = queue_tables.loads(data, "fuzz")
+        table = queue_tables.offsets(doc.get("offsetTable") if isinstance(doc, dict) else doc, "fuzz")
+    except FrameError:
+        return
+    assert all(0 <= offset <= 2**63 - 1 for offset in table.values()), table
+
+
+TARGETS = {"frames": frames, "headers": headers, "stored": stored, "answers": answers, "tables": tables}
 
 
 def main() -> None:
@@ -122,8 +150,9 @@ def main() -> None:
     if target not in TARGETS:
         sys.exit(f"fuzz_inputs: FUZZ_TARGET must be one of {', '.join(TARGETS)}, not {target!r}")
     corpus = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
-    if target == "stored" and corpus and not os.listdir(corpus):
-        for i, record in enumerate(seed_records()):
+    seeds = {"stored": seed_records, "tables": seed_tables}.get(target)
+    if seeds is not None and corpus and not os.listdir(corpus):
+        for i, record in enumerate(seeds()):
             with open(os.path.join(corpus, f"seed{i}"), "wb") as f:
                 f.write(record)
     atheris.Setup(sys.argv, TARGETS[target])
