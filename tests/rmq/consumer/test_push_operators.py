@@ -254,3 +254,24 @@ async def test_running_info_carries_each_subscribed_topics_rates(
     assert mine["consumeOKTPS"] > 0 and mine["pullTPS"] > 0 and mine["consumeFailedMsgs"] == 0
     assert mine["consumeRT"] >= 0 and mine["pullRT"] >= 0
     assert table["%RETRY%GR-rates"]["consumeOKTPS"] == 0
+
+
+async def test_an_orderly_member_gives_its_locks_back_and_consumes_the_reset_queues_in_order_again(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    await send_to_queues(cluster, TOPIC, 3)
+    rec = Recorder()
+    cfg = dataclasses.replace(config("GR-order"), orderly=True, suspend_orderly_s=0.01)
+    consumer = await start_(consumers, cluster, cfg, rec)
+    await rec.until(lambda got: len(got) >= 2 * QUEUES * 3)
+    await consumer.persist_offsets()
+    first = len(rec.got)
+    answer = await reset(cluster, "broker-b", "GR-order", 0)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    await rec.until(lambda got: len(got) >= first + QUEUES * 3)
+    again = rec.got[first:]
+    for q in range(QUEUES):  # each of broker-b's queues from its start, in order
+        assert [m.queue_offset for m in again if m.queue_id == q] == [0, 1, 2]
+    assert {m.body.decode().split("/")[0] for m in again} == {"broker-b"}
+    # the queues came back through the lock: removed (unlocked), locked again, then consumed
+    assert all(state.pq.locked for mq, state in consumer.queues.items() if mq.broker_name == "broker-b")
