@@ -230,6 +230,7 @@ class SidecarParts:
                 ],
                 subs.rebalances,
                 subs.undecodable,
+                subs.operator_actions,
             )
         )
 

@@ -428,18 +428,21 @@ QueueRows = Callable[[], Iterable[tuple[str, str, str, int, int, int]]]
 
 class ConsumerCollector(Collector):
     """Gauges of the subscriptions, read at scrape time from the last lag sample: per-queue lag
-    (broker max offset - committed), messages in flight, queues owned, rebalances; and the count of
-    messages that could not be decoded (sent to the group's DLQ undelivered)."""
+    (broker max offset - committed), messages in flight, queues owned, rebalances; and the counts of
+    messages that could not be decoded (sent to the group's DLQ undelivered) and of operators' resets
+    and resends."""
 
     def __init__(
         self,
         queues: QueueRows,
         rebalances: Callable[[], dict[str, int]],
         undecodable: Callable[[], dict[str, int]],
+        operator_actions: Callable[[], dict[tuple[str, str], int]],
     ) -> None:
         self._queues = queues
         self._rebalances = rebalances
         self._undecodable = undecodable
+        self._operator_actions = operator_actions
 
     def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         labels = ["subscription", "topic", "broker", "queue"]
@@ -482,8 +485,18 @@ class ConsumerCollector(Collector):
             "subscription",
             self._undecodable().items(),
         )
+        operator = CounterMetricFamily(
+            "rocksidecar_consumer_operator_actions",
+            "What operators' tools did to a subscription's group: action=reset, queues whose offset an "
+            "mqadmin resetOffsetByTime or skipAccumulatedMessage set; action=resend, messages a broker "
+            "handed over to be delivered once (the Dashboard's resend: CONSUME_MESSAGE_DIRECTLY).",
+            labels=["subscription", "action"],
+        )
+        for (sub, action), n in sorted(self._operator_actions().items()):
+            operator.add_metric([sub, action], n)
         yield lag
         yield in_flight
         yield owned
         yield rebalances
         yield undecodable
+        yield operator

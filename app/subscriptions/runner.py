@@ -137,6 +137,13 @@ class Subscriptions:
     def rebalances(self) -> dict[str, int]:
         return {name: c.stats["rebalances_done"] for name, c in self.consumers.items()}
 
+    def operator_actions(self) -> dict[tuple[str, str], int]:
+        """Per subscription: queues an operator's reset moved, messages an operator resent to it."""
+        actions = (("reset", "offsets_reset"), ("resend", "consumed_directly"))
+        return {
+            (name, action): c.stats[stat] for name, c in self.consumers.items() for action, stat in actions
+        }
+
     def undecodable(self) -> dict[str, int]:
         """Messages each subscription's consumer could not decode (and sent to its group's DLQ)."""
         return {name: c.stats["undecodable"] for name, c in self.consumers.items()}

@@ -425,6 +425,7 @@ class PushConsumer(Lifecycle):
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"the message to consume is undecodable: {exc}")
         msg = self._restore_topic(msg)
         mq = MessageQueue(msg.topic, cmd.ext_fields.get("brokerName", ""), msg.queue_id)
+        self.stats.bump("consumed_directly")
         body = await consume_directly(self.listener, msg, mq, orderly=self.config.orderly)
         return cmd.response(ResponseCode.SUCCESS, body=body)
 

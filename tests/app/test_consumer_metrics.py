@@ -16,7 +16,7 @@ def test_retry_queues_are_counted_apart_from_the_topics() -> None:
     ]
     registry = CollectorRegistry()
     counts = {"orders": 1, "audit": 2, "idle": 0}
-    registry.register(ConsumerCollector(lambda: rows, lambda: counts, lambda: {"orders": 3}))
+    registry.register(ConsumerCollector(lambda: rows, lambda: counts, lambda: {"orders": 3}, dict))
 
     def owned(sub: str, kind: str) -> float | None:
         return registry.get_sample_value(
@@ -30,7 +30,7 @@ def test_retry_queues_are_counted_apart_from_the_topics() -> None:
 
 def test_undecodable_messages_are_counted_per_subscription() -> None:
     registry = CollectorRegistry()
-    registry.register(ConsumerCollector(list, lambda: {"orders": 1}, lambda: {"orders": 3, "audit": 0}))
+    registry.register(ConsumerCollector(list, lambda: {"orders": 1}, lambda: {"orders": 3, "audit": 0}, dict))
     value = registry.get_sample_value
     assert value("rocksidecar_consumer_undecodable_total", {"subscription": "orders"}) == 3
     assert value("rocksidecar_consumer_undecodable_total", {"subscription": "audit"}) == 0

@@ -410,3 +410,7 @@ async def test_an_operators_resend_and_reset_reach_the_app_again(tmp_path: Path)
             await client.close()
         assert [g.headers["ce-id"] for g in r.app.got] == [msg_id] * 3
         assert [g.body for g in r.app.got] == [b"again and again"] * 3
+        text = (await r.api.get("/metrics")).text
+        actions = "rocksidecar_consumer_operator_actions_total"
+        assert metric(text, actions, subscription="orders", action="resend") == 1
+        assert metric(text, actions, subscription="orders", action="reset") == 2  # the broker's 2 queues
