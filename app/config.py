@@ -19,6 +19,7 @@ import yaml
 
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.rmq.producer.selector import SelectorName
+from rocksidecar.rmq.tls import client_context
 from rocksidecar.storage.reserve import ReserveTooSmallError, store_write_buffer_bytes
 
 from . import topic_allow
@@ -169,6 +170,25 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("producer_group", _text, "Producer group announced to the brokers."),
     Setting("access_key", _text, "RocketMQ ACL access key (with secret_key)."),
     Setting("secret_key", _text, "RocketMQ ACL secret key (with access_key)."),
+    Setting(
+        "tls",
+        _bool,
+        "Connect to the name servers and brokers over TLS (Java's tls.enable), for servers whose "
+        "tls.server.mode is permissive (the default) or enforcing.",
+    ),
+    Setting(
+        "tls_ca_file",
+        _text,
+        "With tls: PEM CA certificates the servers' certificates must verify against (Java's "
+        "tls.client.authServer with trustCertPath). Unset: not verified, as Java's default.",
+    ),
+    Setting(
+        "tls_cert_file",
+        _text,
+        "With tls: the client's PEM certificate, for servers that require one "
+        "(tls.server.need.client.auth=require).",
+    ),
+    Setting("tls_key_file", _text, "With tls_cert_file: its PEM private key (unencrypted)."),
     Setting(
         "auth_token",
         _text,
@@ -359,6 +379,10 @@ class Settings:
     producer_group: str = "rocksidecar"
     access_key: str = ""
     secret_key: str = ""
+    tls: bool = False
+    tls_ca_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
     auth_token: str = ""
     allow_remote_without_token: bool = False
     probes_without_token: bool = False
@@ -539,11 +563,32 @@ def load(
     return settings
 
 
+def _check_tls(s: Settings) -> None:
+    """The TLS files load (each named when it does not), and none is set without tls."""
+    files = ("tls_ca_file", "tls_cert_file", "tls_key_file")
+    if not s.tls:
+        for name in files:
+            if getattr(s, name):
+                raise ConfigError(f"{_BY_NAME[name].env}: set {_BY_NAME['tls'].env}=true to use it")
+        return
+    if s.tls_key_file and not s.tls_cert_file:
+        raise ConfigError(f"{_BY_NAME['tls_key_file'].env}: needs {_BY_NAME['tls_cert_file'].env}")
+    loads = (("tls_ca_file", (s.tls_ca_file,)), ("tls_cert_file", ("", s.tls_cert_file, s.tls_key_file)))
+    for name, args in loads:
+        path = getattr(s, name)
+        if path:
+            try:
+                client_context(*args)
+            except OSError as exc:  # ssl.SSLError too: a PEM that does not parse, a key not the cert's
+                raise ConfigError(f"{_BY_NAME[name].env}: {path!r} does not load: {exc}") from None
+
+
 def _check(s: Settings, require_namesrv: bool) -> None:
     if require_namesrv and not s.namesrv:
         raise ConfigError(f"{_BY_NAME['namesrv'].env}: required (or start with --devbroker)")
     if bool(s.access_key) != bool(s.secret_key):
         raise ConfigError("ROCKSIDECAR_ACCESS_KEY and ROCKSIDECAR_SECRET_KEY must be set together")
+    _check_tls(s)
     if s.queue_selector == SelectorName.ENVIRONMENT and s.environment_index < 1:
         raise ConfigError("ROCKSIDECAR_ENVIRONMENT_INDEX: must be >= 1 with queue_selector=environment")
     if s.queue_selector == SelectorName.ZONE and not s.zone:

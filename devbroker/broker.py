@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -64,6 +65,7 @@ class BrokerOptions(TypedDict, total=False):
     enable_property_filter: bool
     transaction_check_interval_s: float  # transactionCheckInterval; <= 0: check only when asked
     transaction_timeout_ms: int  # transactionTimeOut: how old an undecided half gets before a check
+    tls: ssl.SSLContext | None  # TLS only on the name server's and brokers' ports (tls.server.mode=enforcing)
 
 
 class DevBroker:
@@ -115,7 +117,13 @@ class DevBroker:
             f"{name}-transaction-check", max(self._tx_check_interval_s, 0.001), self._check_transactions
         )
         host = options.get("host", LOOPBACK)
-        self.listener = Listener(self._handle, port=port, host=host, on_close=self.clients.connection_closed)
+        self.listener = Listener(
+            self._handle,
+            port=port,
+            host=host,
+            on_close=self.clients.connection_closed,
+            tls=options.get("tls"),
+        )
         self._notify_opaque = itertools.count(1)  # the broker's own requests to its clients
         self._handlers = self._build_handlers(cluster)
         self._housekeeping: asyncio.Task[None] | None = None

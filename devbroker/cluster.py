@@ -51,7 +51,7 @@ class DevCluster(Lifecycle):
             raise ValueError(f"queues must be at least 1, not {queues}")
         root = Path(data_dir) if data_dir is not None else None
         host = options.get("host", LOOPBACK)
-        self.namesrv = NameServer(port=namesrv_port, host=host)
+        self.namesrv = NameServer(port=namesrv_port, host=host, tls=options.get("tls"))
         self.brokers: dict[str, DevBroker] = {}
         for i in range(brokers):
             name = broker_name(i)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import random
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,9 +64,11 @@ class Listener:
         port: int = 0,
         host: str = LOOPBACK,
         on_close: Callable[[Connection], None] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._handler = handler
         self._on_close = on_close
+        self._tls = tls  # TLS only, as a RocketMQ server with tls.server.mode=enforcing
         self.host = host
         self.port = port  # 0 until the first start binds an ephemeral port; then kept for restarts
         self.connections: set[ServerConnection] = set()
@@ -88,18 +91,18 @@ class Listener:
         if self.port == 0:
             self._server = await self._bind_own(loop)
         else:
-            self._server = await loop.create_server(self._accept, self.host, self.port)
+            self._server = await loop.create_server(self._accept, self.host, self.port, ssl=self._tls)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _bind_own(self, loop: asyncio.AbstractEventLoop) -> asyncio.Server:
         ports = _own_ports()
         for port in random.sample(ports, min(OWN_PORT_TRIES, len(ports))):
             try:
-                return await loop.create_server(self._accept, self.host, port)
+                return await loop.create_server(self._accept, self.host, port, ssl=self._tls)
             except OSError as exc:
                 if exc.errno != errno.EADDRINUSE:
                     raise
-        return await loop.create_server(self._accept, self.host, 0)
+        return await loop.create_server(self._accept, self.host, 0, ssl=self._tls)
 
     async def stop(self) -> None:
         """Refuse new connections and drop every open one."""

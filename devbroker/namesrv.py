@@ -4,6 +4,7 @@ the topic list. A broker that stops, or whose registering connection closes, lea
 
 from __future__ import annotations
 
+import ssl
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -37,9 +38,11 @@ DEFAULT_CLUSTER = "DefaultCluster"
 
 
 class NameServer:
-    def __init__(self, *, port: int = 0, host: str = LOOPBACK) -> None:
+    def __init__(self, *, port: int = 0, host: str = LOOPBACK, tls: ssl.SSLContext | None = None) -> None:
         self._brokers: dict[str, Registration] = {}
-        self.listener = Listener(self._handle, port=port, host=host, on_close=self._connection_closed)
+        self.listener = Listener(
+            self._handle, port=port, host=host, on_close=self._connection_closed, tls=tls
+        )
 
     @property
     def addr(self) -> str:

@@ -14,6 +14,7 @@ import asyncio
 import collections
 import itertools
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import cast
 
@@ -264,8 +265,10 @@ async def connect(
     timeout_s: float,
     on_request: RequestHandler | None = None,
     on_close: Callable[[Connection], None] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Connection:
-    """Open a connection to ``host:port``; ConnectError when that fails or takes too long."""
+    """Open a connection to ``host:port`` (over TLS with ``tls``, handshake included in ``timeout_s``);
+    ConnectError when that fails or takes too long."""
     if not is_host_port(addr):  # a route's address is the name server's word (a port of 99999 once
         raise ConnectError(f"bad address {addr!r}", addr=addr)  # raised OverflowError out of here)
     host, _, port = addr.rpartition(":")
@@ -274,7 +277,11 @@ async def connect(
     try:
         async with asyncio.timeout(timeout_s):
             _, proto = await loop.create_connection(
-                lambda: Connection(addr, on_request, on_close), host, int(port)
+                lambda: Connection(addr, on_request, on_close),
+                host,
+                int(port),
+                ssl=tls,
+                server_hostname=host if tls is not None else None,
             )
     except (OSError, TimeoutError) as exc:
         raise ConnectError(f"cannot connect to {addr}: {exc or 'timed out'}", addr=addr) from exc

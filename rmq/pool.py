@@ -7,6 +7,7 @@ scripted invoker with the same two methods.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import Protocol
 
 from .acl import Credentials, sign
@@ -31,10 +32,13 @@ class RemotingClient:
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         credentials: Credentials | None = None,
         on_request: RequestHandler | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls``: every connection over TLS with this context (rmq.tls.client_context)."""
         self._connect_timeout_s = connect_timeout_s
         self._credentials = credentials
         self._on_request = on_request
+        self._tls = tls
         self._conns: dict[str, Connection] = {}
         self._connecting = SingleFlight[str, Connection]()  # one connect per address, however many wait
         self._closed = False
@@ -49,7 +53,7 @@ class RemotingClient:
 
     async def _connect(self, addr: str, timeout_s: float | None) -> Connection:
         limit = self._connect_timeout_s if timeout_s is None else min(timeout_s, self._connect_timeout_s)
-        conn = await connect(addr, limit, self._on_request, self._forget)
+        conn = await connect(addr, limit, self._on_request, self._forget, self._tls)
         self._conns[addr] = conn
         return conn
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: a two-broker DevCluster on ephemeral loopback ports and a RemotingClient."""
+"""Shared fixtures: a two-broker DevCluster on ephemeral loopback ports, a RemotingClient, and
+certificates for TLS tests."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq.pool import RemotingClient
+from tests.tls_certs import Certs, make_certs
 
 
 @pytest.fixture
@@ -21,3 +23,9 @@ async def client() -> AsyncIterator[RemotingClient]:
     rc = RemotingClient()
     yield rc
     await rc.close()
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    """A CA, a server and a client certificate for TLS tests (tests/tls_certs.py)."""
+    return make_certs(tmp_path_factory.mktemp("certs"))

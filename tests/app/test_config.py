@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from rocksidecar.app.config import SETTINGS, ConfigError, RetryPolicy, Settings, describe, load
+from tests.tls_certs import Certs
 
 
 def test_defaults_bind_to_loopback() -> None:
@@ -162,3 +163,24 @@ def test_a_retry_step_that_is_no_finite_time_is_refused(tmp_path: Path, step: st
     cfg.write_text(f"retry: {{default: {{ladder_s: [1, {step}]}}}}\n")
     with pytest.raises(ConfigError, match=r"retry\.default\.ladder_s"):
         load({"ROCKSIDECAR_NAMESRV": "a:1"}, cfg)
+
+
+def test_tls_files_load_and_each_bad_one_is_named(certs: Certs, tmp_path: Path) -> None:
+    base = {"ROCKSIDECAR_NAMESRV": "a:1", "ROCKSIDECAR_TLS": "true"}
+    ca, cert, key = "ROCKSIDECAR_TLS_CA_FILE", "ROCKSIDECAR_TLS_CERT_FILE", "ROCKSIDECAR_TLS_KEY_FILE"
+    s = load({**base, ca: str(certs.ca), cert: str(certs.client_cert), key: str(certs.client_key)})
+    assert (s.tls, s.tls_ca_file, s.tls_cert_file) == (True, str(certs.ca), str(certs.client_cert))
+    assert load(base).tls_ca_file == ""  # TLS without verification, as Java's default
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate")
+    bad = [
+        ({"ROCKSIDECAR_NAMESRV": "a:1", ca: str(certs.ca)}, f"{ca}: set ROCKSIDECAR_TLS=true"),
+        ({**base, ca: str(tmp_path / "missing.pem")}, f"{ca}: .* does not load"),
+        ({**base, ca: str(garbage)}, f"{ca}: .* does not load"),
+        ({**base, key: str(certs.client_key)}, f"{key}: needs {cert}"),
+        ({**base, cert: str(certs.client_cert), key: str(certs.server_key)}, f"{cert}: .* does not load"),
+        ({**base, "ROCKSIDECAR_TLS": "perhaps"}, "ROCKSIDECAR_TLS"),
+    ]
+    for env, message in bad:
+        with pytest.raises(ConfigError, match=message):
+            load(env)
