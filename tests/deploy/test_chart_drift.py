@@ -15,6 +15,7 @@ from rocksidecar.app.cli import build_parser
 from rocksidecar.retry.policy import RetryPolicy
 from tests.deploy import chart, dockerfile
 from tests.deploy.paths import CHART, DOCKERFILE, REPO
+from tests.tls_certs import Certs
 
 KNOWN_ENV = {s.env for s in config.SETTINGS} | {config.CONFIG_ENV}
 _, STAGES = dockerfile.parse(DOCKERFILE)
@@ -57,13 +58,19 @@ def test_command_and_args_parse_with_the_real_cli() -> None:
 
 
 @pytest.mark.parametrize("variant", chart.VARIANTS)
-def test_sidecar_env_and_config_file_load_with_app_config(variant: str, tmp_path: Path) -> None:
+def test_sidecar_env_and_config_file_load_with_app_config(variant: str, tmp_path: Path, certs: Certs) -> None:
     docs = chart.render(variant)
     sidecar = chart.sidecar(docs)
-    # Secrets are resolved by the kubelet; stand in for them with a value of the right shape.
+    # Secrets are resolved by the kubelet; stand in for them with a value of the right shape, and for the
+    # files of a mounted TLS Secret with certificates of the right kind.
     env = {
         k: v if isinstance(v, str) else f"from-secret-{k.lower()}" for k, v in chart.env_of(sidecar).items()
     }
+    files = {"ca.crt": certs.ca, "tls.crt": certs.client_cert, "tls.key": certs.client_key}
+    for name in ("ROCKSIDECAR_TLS_CA_FILE", "ROCKSIDECAR_TLS_CERT_FILE", "ROCKSIDECAR_TLS_KEY_FILE"):
+        if name in env:
+            assert Path(env[name]).parent == Path("/etc/rocksidecar/tls"), name
+            env[name] = str(files[Path(env[name]).name])
     config_file = tmp_path / Path(env[config.CONFIG_ENV]).name
     config_file.write_text(chart.one(docs, "ConfigMap", "rocksidecar")["data"][config_file.name])
     settings = config.load(env, config_file, require_namesrv=True)
@@ -109,9 +116,8 @@ def test_probe_paths_and_scripts_match_the_image() -> None:
 def test_schema_offers_exactly_the_settings_the_chart_does_not_set_itself() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     offered = set(schema["properties"]["config"]["propertyNames"]["enum"]) - {"retry"}
-    set_by_chart = {
-        s.name for s in config.SETTINGS if s.env in chart.env_of(chart.sidecar(chart.render("auth")))
-    }
+    env = {name for v in ("auth", "tls") for name in chart.env_of(chart.sidecar(chart.render(v)))}
+    set_by_chart = {s.name for s in config.SETTINGS if s.env in env}
     every = {s.name for s in config.SETTINGS}
     assert offered.isdisjoint(set_by_chart), offered & set_by_chart
     missing = sorted(every - offered - set_by_chart)

@@ -153,3 +153,25 @@ def test_parent_chart_gets_the_same_sidecar_as_the_example(parent_chart: Path) -
     )
     assert chart.env_of(chart.containers(spec)["orders"])["SIDECAR_HTTP_URL"] == "http://127.0.0.1:9880"
     assert spec["terminationGracePeriodSeconds"] == 15 + 5 + 20 + 5
+
+
+def test_tls_to_rocketmq_mounts_the_secret_for_the_sidecar_and_the_dmq_replicas() -> None:
+    docs = chart.render("tls")
+    dmq = next(d for d in docs if chart.is_dmq(d) and d["kind"] == "StatefulSet")["spec"]["template"]["spec"]
+    for spec, name in ((chart.pod_spec(docs), "rocksidecar"), (dmq, "dmq")):
+        container = chart.containers(spec)[name]
+        env = chart.env_of(container)
+        assert env["ROCKSIDECAR_TLS"] == "true", name
+        files = [env[f"ROCKSIDECAR_TLS_{kind}_FILE"] for kind in ("CA", "CERT", "KEY")]
+        assert files == [f"/etc/rocksidecar/tls/{f}" for f in ("ca.crt", "tls.crt", "tls.key")], name
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "rocksidecar-tls")
+        assert mount == {"name": "rocksidecar-tls", "mountPath": "/etc/rocksidecar/tls", "readOnly": True}
+        volume = next(v for v in spec["volumes"] if v["name"] == "rocksidecar-tls")
+        assert volume["secret"] == {"secretName": "rocketmq-client-tls"}, name
+    # TLS without a Secret: on, nothing verified, nothing mounted
+    plain = chart.sidecar(chart.render_with({"rocketmq": {"tls": {"enabled": True}}}))
+    assert chart.env_of(plain)["ROCKSIDECAR_TLS"] == "true"
+    assert "ROCKSIDECAR_TLS_CA_FILE" not in chart.env_of(plain)
+    assert all(m["name"] != "rocksidecar-tls" for m in plain["volumeMounts"])
+    default = chart.sidecar(chart.render("default"))
+    assert not any(name.startswith("ROCKSIDECAR_TLS") for name in chart.env_of(default))

@@ -26,6 +26,7 @@ EXPECTED_KINDS = {
     "existing-secret": {"ConfigMap", "StatefulSet"},
     "classic-sidecar": {"ConfigMap", "StatefulSet"},
     "dmq": {"ConfigMap", "StatefulSet", "Service", "ServiceMonitor", "PodDisruptionBudget"},
+    "tls": {"ConfigMap", "StatefulSet", "Service", "PodDisruptionBudget"},
 }
 
 

@@ -24,6 +24,8 @@ BAD_VALUES: list[tuple[dict[str, Any], str]] = [
     ({"auth": {"enabled": True, "token": "short"}}, "token"),
     ({"auth": {"enabled": True}}, "token"),
     ({"rocketmq": {"acl": {"enabled": True, "accessKey": "ak"}}}, "secretKey"),
+    ({"rocketmq": {"tls": {"enabled": True, "clientCertificate": True}}}, "secretName"),
+    ({"rocketmq": {"tls": {"enabled": "yes"}}}, "enabled"),
     ({"metrics": {"serviceMonitor": {"interval": "often"}}}, "interval"),
     ({"example": {"topic": "no spaces allowed"}}, "topic"),
     ({"replicas": 2}, "replicas"),

@@ -44,6 +44,7 @@ stops them after your app containers), under containers otherwise. */}}
       readOnly: true
     - name: rocksidecar-tmp
       mountPath: /tmp
+    {{- include "rocksidecar.tlsMount" . | nindent 4 }}
   {{- if $v.sidecar.preStopSleepSeconds }}
   lifecycle:
     # Classic sidecars get SIGTERM together with the app: waiting lets the app's last sends land first.
@@ -141,6 +142,40 @@ stops them after your app containers), under containers otherwise. */}}
       name: {{ include "rocksidecar.secretName" . }}
       key: auth-token
 {{- end }}
+{{- with $v.rocketmq.tls }}
+{{- if .enabled }}
+- name: ROCKSIDECAR_TLS
+  value: "true"
+{{- if .secretName }}
+- name: ROCKSIDECAR_TLS_CA_FILE
+  value: /etc/rocksidecar/tls/ca.crt
+{{- if .clientCertificate }}
+- name: ROCKSIDECAR_TLS_CERT_FILE
+  value: /etc/rocksidecar/tls/tls.crt
+- name: ROCKSIDECAR_TLS_KEY_FILE
+  value: /etc/rocksidecar/tls/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* rocksidecar.tlsMount / rocksidecar.tlsVolume: the Secret of rocketmq.tls, when there is one, for the
+sidecar's and the dmq replicas' containers and pods. */}}
+{{- define "rocksidecar.tlsMount" -}}
+{{- if and .Values.rocketmq.tls.enabled .Values.rocketmq.tls.secretName }}
+- name: rocksidecar-tls
+  mountPath: /etc/rocksidecar/tls
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "rocksidecar.tlsVolume" -}}
+{{- if and .Values.rocketmq.tls.enabled .Values.rocketmq.tls.secretName }}
+- name: rocksidecar-tls
+  secret:
+    secretName: {{ .Values.rocketmq.tls.secretName }}
+{{- end }}
 {{- end -}}
 
 {{/* rocksidecar.appEnv: how your app container reaches the sidecar (same network namespace). */}}
@@ -167,6 +202,7 @@ otherwise it comes from rocksidecar.volumeClaimTemplates. */}}
 - name: rocksidecar-tmp
   emptyDir:
     sizeLimit: 64Mi
+{{- include "rocksidecar.tlsVolume" . }}
 {{- if eq .Values.store.type "emptyDir" }}
 - name: rocksidecar-data
   emptyDir:
