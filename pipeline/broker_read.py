@@ -23,6 +23,7 @@ from rocksidecar.rmq import (
     StoredRecord,
     TopicNotExist,
     offset_msg_id,
+    tls_context,
 )
 from rocksidecar.rmq.broker import EXPRESSION_SQL92, EXPRESSION_TAG
 from rocksidecar.rmq.errors import ServiceNotAvailable, SystemBusy
@@ -34,6 +35,7 @@ from rocksidecar.rmq.message import (
     decode_properties,
 )
 
+from .options import OptionError
 from .queue_ranges import QueueRef
 from .read_options import ReadOptions
 
@@ -78,7 +80,14 @@ class Cluster:
         if opts.access_key and opts.secret_key:
             creds = Credentials(opts.access_key, opts.secret_key, opts.security_token)
         self.opts = opts
-        self._client = RemotingClient(connect_timeout_s=opts.broker_timeout_s, credentials=creds)
+        tls = None
+        if opts.tls:
+            try:
+                tls = tls_context(opts.tls_ca_file, opts.tls_cert_file, opts.tls_key_file)
+            except OSError as exc:  # ssl.SSLError too; the paths are the executor's
+                files = "options tlsCaFile, tlsCertFile, tlsKeyFile"
+                raise OptionError(f"{files}: a file does not load on this executor: {exc}") from None
+        self._client = RemotingClient(connect_timeout_s=opts.broker_timeout_s, credentials=creds, tls=tls)
         self._namesrv = NameServerClient(self._client, opts.namesrv, timeout_s=opts.broker_timeout_s)
         self._api = BrokerApi(self._client)
         self._addrs: dict[str, str] = {}

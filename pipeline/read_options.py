@@ -33,6 +33,10 @@ KNOWN = {
     "accessKey",
     "secretKey",
     "securityToken",
+    "tls",
+    "tlsCaFile",
+    "tlsCertFile",
+    "tlsKeyFile",
     "failOnDataLoss",
     "group",
     "commitGroup",
@@ -58,6 +62,10 @@ class ReadOptions:
     access_key: str | None = None
     secret_key: str | None = None
     security_token: str | None = None
+    tls: bool = False  # every connection over TLS (rmq.tls); the files are paths on the executors
+    tls_ca_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
     fail_on_data_loss: bool = True
     group: str = DEFAULT_GROUP
     commit_group: str | None = None
@@ -113,6 +121,13 @@ def parse_position(name: str, raw: str, topics: tuple[str, ...], *, allow_earlie
     return out
 
 
+def _boolean(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    text = opts.get(name, str(default)).strip().lower()
+    if text not in ("true", "false"):
+        raise OptionError(f"option {name}={opts[name]!r} must be true or false")
+    return text == "true"
+
+
 def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     """Raises OptionError."""
     opts = _canonical(options)
@@ -145,9 +160,13 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
             raise OptionError(f"option {name} is empty")
     if ("accessKey" in opts) != ("secretKey" in opts):
         raise OptionError("options accessKey and secretKey go together")
-    fail = opts.get("failOnDataLoss", "true").strip().lower()
-    if fail not in ("true", "false"):
-        raise OptionError(f"option failOnDataLoss={opts['failOnDataLoss']!r} must be true or false")
+    fail = _boolean(opts, "failOnDataLoss", True)
+    tls = _boolean(opts, "tls", False)
+    for name in ("tlsCaFile", "tlsCertFile", "tlsKeyFile"):
+        if name in opts and not tls:
+            raise OptionError(f"option {name} needs option tls=true")
+    if "tlsKeyFile" in opts and "tlsCertFile" not in opts:
+        raise OptionError("option tlsKeyFile needs option tlsCertFile")
     for name in ("group", "commitGroup"):
         if name in opts and not _GROUP.match(opts[name]):
             raise OptionError(f"option {name}={opts[name]!r} must be 1-255 characters of [%|a-zA-Z0-9_-]")
@@ -173,7 +192,11 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         access_key=opts.get("accessKey"),
         secret_key=opts.get("secretKey"),
         security_token=opts.get("securityToken"),
-        fail_on_data_loss=fail == "true",
+        tls=tls,
+        tls_ca_file=opts.get("tlsCaFile", ""),
+        tls_cert_file=opts.get("tlsCertFile", ""),
+        tls_key_file=opts.get("tlsKeyFile", ""),
+        fail_on_data_loss=fail,
         group=opts.get("group", DEFAULT_GROUP),
         commit_group=opts.get("commitGroup"),
         broker_timeout_s=(timeout_ms or 10_000) / 1000,

@@ -26,6 +26,7 @@ from .pool import Invoker, RemotingClient
 from .result import PullResult, PullStatus, SendResult, SendStatus
 from .route import TopicRouteData
 from .sender import Sender
+from .tls import client_context as tls_context
 
 __all__ = [
     "Attempt",
@@ -62,4 +63,5 @@ __all__ = [
     "new_uniq_id",
     "new_uniq_ids",
     "offset_msg_id",
+    "tls_context",
 ]
