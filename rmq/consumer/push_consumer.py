@@ -651,6 +651,7 @@ class PushConsumer(Lifecycle):
         for task in state.tasks:  # the cancelled pull too, until it has wound down
             self._side_tasks.add(task)
             task.add_done_callback(self._side_tasks.discard)
+        self.stats.bump("queues_removed")  # persisted and (orderly) unlocked: another member may take it
 
     # orderly locks -----------------------------------------------------------------------------
     def _locker(self) -> QueueLocker:
