@@ -55,7 +55,7 @@ from .offset_store import (
 from .process_queue import ProcessQueue
 from .queue_state import QueueState
 from .rebalance import allocate_queues, start_offset
-from .running_info import CLIENT_VERSION_NAME, encode_running_info, queue_info
+from .running_info import CLIENT_VERSION_NAME, encode_running_info, queue_info, stacks
 from .stats import Stats
 from .sticky import AllocateSticky
 from .topic_stats import TopicStats
@@ -404,7 +404,8 @@ class PushConsumer(Lifecycle):
             if group != self.config.group:
                 msg = f"The Consumer Group <{group}> not exist in this consumer"
                 return cmd.response(ResponseCode.SYSTEM_ERROR, msg)
-            return cmd.response(ResponseCode.SUCCESS, body=self.running_info())
+            jstack = cmd.ext_fields.get("jstackEnable", "").lower() == "true"  # mqadmin consumerStatus -s
+            return cmd.response(ResponseCode.SUCCESS, body=self.running_info(jstack=jstack))
         if cmd.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
             return await self._consume_directly(cmd)
         if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
@@ -470,9 +471,10 @@ class PushConsumer(Lifecycle):
         table = {mq: str(o).encode() for mq, o in self.offsets.snapshot().items() if mq.topic == topic}
         return b'{"consumerTable":{},"messageQueueTable":' + queue_tables.table_json(table) + b"}"
 
-    def running_info(self) -> bytes:
+    def running_info(self, *, jstack: bool = False) -> bytes:
         """ConsumerRunningInfo (DefaultMQPushConsumerImpl.consumerRunningInfo): settings, subscriptions
-        and every owned queue's state, as ``mqadmin consumerStatus`` reads it."""
+        and every owned queue's state, as ``mqadmin consumerStatus`` reads it; ``jstack``: the process's
+        threads and tasks too (running_info.stacks)."""
         cfg = self.config
         props = {
             "consumerGroup": cfg.group,
@@ -493,7 +495,8 @@ class PushConsumer(Lifecycle):
         subs = self._subscriptions()
         self.topic_stats.forget({s.topic for s in subs})
         status = {s.topic: self.topic_stats.status(s.topic) for s in subs}
-        return encode_running_info(props, (s.to_json() for s in subs), queues, status)
+        subs_json = (s.to_json() for s in subs)
+        return encode_running_info(props, subs_json, queues, status, stacks() if jstack else None)
 
     async def _unregister(self) -> None:
         await self.instance.unregister(consumer_group=self.config.group)

@@ -8,8 +8,13 @@ TreeMap keyed by MessageQueue) as JSON objects, which is not JSON (queue_tables 
 
 from __future__ import annotations
 
+import asyncio
+import sys
+import threading
+import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import orjson
@@ -20,6 +25,8 @@ from .process_queue import ProcessQueue
 from .queue_tables import loads, queue_from_key, table_json
 
 CLIENT_VERSION_NAME = "V4_9_4"  # PROP_CLIENT_VERSION: the protocol version we speak
+MAX_STACKS_CHARS = 256 * 1024  # the "jstack" text: a process of thousands of tasks stays one small answer
+STACK_DEPTH = 24  # frames shown of each thread and task, innermost last
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +68,7 @@ def encode_running_info(
     subscriptions: Iterable[dict[str, Any]],
     queues: Mapping[MessageQueue, QueueInfo],
     status: Mapping[str, Mapping[str, Any]] | None = None,
+    jstack: str | None = None,
 ) -> bytes:
     """The body of the answer; ``subscriptions`` are SubscriptionData documents, ``status`` each
     subscribed topic's ConsumeStatus (rmq.consumer.topic_stats: statusTable, pull and consume rates)."""
@@ -68,7 +76,8 @@ def encode_running_info(
     subs = sorted(subscriptions, key=lambda s: str(s.get("topic", "")))
     return b"".join(
         (
-            b'{"mqTable":',
+            b"{" if jstack is None else b'{"jstack":' + orjson.dumps(jstack) + b",",
+            b'"mqTable":',
             table,
             b',"properties":',
             orjson.dumps(dict(sorted(properties.items()))),
@@ -79,6 +88,40 @@ def encode_running_info(
             b"}",
         )
     )
+
+
+def stacks(limit: int = MAX_STACKS_CHARS) -> str:
+    """What ``jstackEnable`` asks for (``mqadmin consumerStatus -s``), as this process has it: each
+    thread's stack, then each asyncio task of the running loop with the chain of awaits it is suspended
+    in (a delivery waiting on the app shows there); at most ``limit`` characters. Frames name files,
+    functions and lines, never values."""
+    parts: list[str] = []
+    names = {t.ident: t.name for t in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        trace = "".join(traceback.format_stack(frame, limit=STACK_DEPTH))
+        parts.append(f'thread "{names.get(ident, ident)}"\n{trace}')
+    try:
+        tasks = sorted(asyncio.all_tasks(), key=lambda t: t.get_name())
+    except RuntimeError:  # no running loop
+        tasks = []
+    for task in tasks:
+        frames = _awaits(task.get_coro())
+        trace = "".join(traceback.StackSummary.extract((f, f.f_lineno) for f in frames).format())
+        parts.append(f'task "{task.get_name()}"\n{trace}')
+    text = "\n".join(parts)
+    return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} characters more)\n"
+
+
+def _awaits(coro: Any) -> list[FrameType]:
+    """The frames of a suspended coroutine and of what it awaits, outermost first (STACK_DEPTH at most)."""
+    frames: list[FrameType] = []
+    while coro is not None and len(frames) < STACK_DEPTH:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        frames.append(frame)
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return frames
 
 
 def owned_queues(body: bytes, topic: str | None = None) -> set[MessageQueue]:

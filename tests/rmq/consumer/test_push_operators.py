@@ -23,6 +23,7 @@ from rocksidecar.rmq.consumer import queue_tables
 from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
 from rocksidecar.rmq.consumer.offset_store import ReadType
 from rocksidecar.rmq.consumer.push_consumer import PushConsumer
+from rocksidecar.rmq.consumer.running_info import owned_queues, stacks
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 from rocksidecar.rmq.pool import RemotingClient
 from rocksidecar.rmq.protocol.frame import RemotingCommand
@@ -275,3 +276,37 @@ async def test_an_orderly_member_gives_its_locks_back_and_consumes_the_reset_que
     assert {m.body.decode().split("/")[0] for m in again} == {"broker-b"}
     # the queues came back through the lock: removed (unlocked), locked again, then consumed
     assert all(state.pq.locked for mq, state in consumer.queues.items() if mq.broker_name == "broker-b")
+
+
+async def test_consumer_status_with_jstack_shows_where_a_stuck_listener_waits(
+    cluster: DevCluster, consumers: list[PushConsumer]
+) -> None:
+    """``mqadmin consumerStatus -s`` (jstackEnable): the answer carries the process's threads and the
+    asyncio tasks' chains of awaits, so a listener stuck on the app shows where; bounded in size."""
+    await send_to_queues(cluster, TOPIC, 1, queues=1)
+    gate, seen = asyncio.Event(), Recorder()
+
+    async def waiting_for_the_app(msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+        await seen(msgs, mq)
+        await gate.wait()
+        return ConsumeStatus.SUCCESS
+
+    consumer = await start_(consumers, cluster, config("GR-stack"), waiting_for_the_app)
+    await seen.until(lambda got: len(got) >= 1)
+    client = RemotingClient()
+    try:
+        fields = {"consumerGroup": "GR-stack", "clientId": consumer.client_id, "jstackEnable": "true"}
+        cmd = RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, fields)
+        answer = await client.invoke(cluster.brokers["broker-a"].addr, cmd, 5.0)
+    finally:
+        await client.close()
+        gate.set()
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    jstack = queue_tables.loads(answer.body, "info")["jstack"]
+    assert 'thread "MainThread"' in jstack and "in waiting_for_the_app" in jstack and "gate.wait()" in jstack
+    assert owned_queues(answer.body, TOPIC) == set(consumer.queues) - {
+        mq for mq in consumer.queues if mq.topic != TOPIC
+    }
+    assert b'"jstack"' not in consumer.running_info()  # only when asked
+    short = stacks(limit=100)
+    assert short.startswith('thread "') and short.endswith("characters more)\n") and len(short) < 140
