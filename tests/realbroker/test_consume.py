@@ -309,17 +309,18 @@ async def test_mqadmin_resends_a_stored_message_to_a_live_member(
 async def test_mqadmin_consumer_status_prints_the_members_rates(
     namesrv_addr: str, client: RemotingClient, consumers: list[PushConsumer], broker_ctl: Path
 ) -> None:
-    """``mqadmin consumerStatus -g GROUP -i CLIENT`` reads the member's statusTable (pull and consume
-    RT and TPS per subscribed topic) from our GET_CONSUMER_RUNNING_INFO answer, with fastjson."""
+    """``mqadmin consumerStatus -g GROUP -i CLIENT -s`` reads the member's statusTable (pull and consume
+    RT and TPS per subscribed topic) and its stacks (jstack) from our GET_CONSUMER_RUNNING_INFO answer."""
     topic, sent, _ = await _topic_with_messages(namesrv_addr, client, "RsRates", 4)
     group = f"rs_rates_{os.getpid()}_{topic[-8:]}"
     rec = Recorder()
     consumer = await _start(consumers, namesrv_addr, _config(group, "one"), topic, rec)
     await _until(rec, lambda got: len(got) >= len(sent))
     out = await _mqadmin(
-        broker_ctl, "consumerStatus", "-n", namesrv_addr, "-g", group, "-i", consumer.client_id
+        broker_ctl, "consumerStatus", "-n", namesrv_addr, "-g", group, "-i", consumer.client_id, "-s"
     )
     assert "#Consumer RT&TPS#" in out, out
+    assert "#Consumer jstack#" in out and 'thread "MainThread"' in out, out[-3000:]
     rows = {parts[0]: parts[1:] for line in out.splitlines() if len(parts := line.split()) == 7}
     pull_rt, pull_tps, consume_rt, ok_tps, failed_tps, failed_msgs = (float(v) for v in rows[topic])
     assert pull_tps > 0 and ok_tps > 0 and failed_tps == 0 and failed_msgs == 0, out
