@@ -12,7 +12,7 @@ from rocksidecar.rmq.client_id import build_client_id, default_instance_name, de
 from rocksidecar.rmq.client_instance import ClientInstance
 from rocksidecar.rmq.connection import Connection
 from rocksidecar.rmq.protocol.frame import RemotingCommand
-from rocksidecar.rmq.tls import client_context
+from rocksidecar.rmq.tls import ReloadingContext
 
 from .config import Settings
 
@@ -26,7 +26,7 @@ def client_instance(
     brokers' requests on those connections go to the instance. ``instance_name``: None is pid-based, as
     Java's DEFAULT; a replica sets its own (the pod name) so its client id survives restarts."""
     credentials = Credentials(s.access_key, s.secret_key) if s.access_key else None
-    tls = client_context(s.tls_ca_file, s.tls_cert_file, s.tls_key_file) if s.tls else None
+    tls = ReloadingContext(s.tls_ca_file, s.tls_cert_file, s.tls_key_file) if s.tls else None
     if s.tls and not s.tls_ca_file:
         log.warning("TLS to the name servers and brokers: their certificates are not verified "
                     "(set ROCKSIDECAR_TLS_CA_FILE to verify them)")  # fmt: skip

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
 from typing import Protocol
 
 from .acl import Credentials, sign
@@ -32,9 +33,10 @@ class RemotingClient:
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         credentials: Credentials | None = None,
         on_request: RequestHandler | None = None,
-        tls: ssl.SSLContext | None = None,
+        tls: ssl.SSLContext | Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
-        """``tls``: every connection over TLS with this context (rmq.tls.client_context)."""
+        """``tls``: every connection over TLS with this context (rmq.tls.client_context), or with the one
+        this callable gives for each new connection (rmq.tls.ReloadingContext)."""
         self._connect_timeout_s = connect_timeout_s
         self._credentials = credentials
         self._on_request = on_request
@@ -53,7 +55,8 @@ class RemotingClient:
 
     async def _connect(self, addr: str, timeout_s: float | None) -> Connection:
         limit = self._connect_timeout_s if timeout_s is None else min(timeout_s, self._connect_timeout_s)
-        conn = await connect(addr, limit, self._on_request, self._forget, self._tls)
+        tls = self._tls() if callable(self._tls) else self._tls
+        conn = await connect(addr, limit, self._on_request, self._forget, tls)
         self._conns[addr] = conn
         return conn
 
