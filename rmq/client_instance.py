@@ -201,8 +201,8 @@ class ClientInstance:
             return None  # one-way, for a group that left (or never was) here: nothing to do (Java)
         if cmd.code == RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT:  # Java: an empty table
             return cmd.response(ResponseCode.SUCCESS, body=b'{"consumerTable":{},"messageQueueTable":{}}')
-        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:  # as Java's ClientRemotingProcessor
-            return cmd.response(
+        if cmd.code in (RequestCode.GET_CONSUMER_RUNNING_INFO, RequestCode.CONSUME_MESSAGE_DIRECTLY):
+            return cmd.response(  # as Java's ClientRemotingProcessor
                 ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer"
             )
         return cmd.response(

@@ -95,6 +95,13 @@ async def test_broker_requests_reach_the_consumer_of_the_named_group(cluster: De
             RequestCode.RESET_CONSUMER_CLIENT_OFFSET, {"topic": TOPIC, "group": "CG-gone"}
         )
         assert await instance.on_broker_request(None, reset) is None  # type: ignore[arg-type]
+        direct = RemotingCommand(RequestCode.CONSUME_MESSAGE_DIRECTLY, {"consumerGroup": "CG-gone"}, b"x")
+        answer = await instance.on_broker_request(None, direct)  # type: ignore[arg-type]
+        assert (
+            answer is not None
+            and answer.code == ResponseCode.SYSTEM_ERROR
+            and "not exist" in (answer.remark or "")
+        )
         unknown = RemotingCommand(9999, {"consumerGroup": "CG-gone"})
         answer = await instance.on_broker_request(None, unknown)  # type: ignore[arg-type]
         assert answer is not None and answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
