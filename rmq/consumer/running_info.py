@@ -12,7 +12,7 @@ import asyncio
 import sys
 import threading
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -93,23 +93,37 @@ def encode_running_info(
 def stacks(limit: int = MAX_STACKS_CHARS) -> str:
     """What ``jstackEnable`` asks for (``mqadmin consumerStatus -s``), as this process has it: each
     thread's stack, then each asyncio task of the running loop with the chain of awaits it is suspended
-    in (a delivery waiting on the app shows there); at most ``limit`` characters. Frames name files,
+    in (a delivery waiting on the app shows there); at most ``limit`` characters, and no more work than
+    that takes: it runs on the event loop, and a process may have thousands of tasks. Frames name files,
     functions and lines, never values."""
-    parts: list[str] = []
     names = {t.ident: t.name for t in threading.enumerate()}
-    for ident, frame in sys._current_frames().items():
-        trace = "".join(traceback.format_stack(frame, limit=STACK_DEPTH))
-        parts.append(f'thread "{names.get(ident, ident)}"\n{trace}')
+    frames = sys._current_frames()
     try:
-        tasks = sorted(asyncio.all_tasks(), key=lambda t: t.get_name())
+        tasks = list(asyncio.all_tasks())
     except RuntimeError:  # no running loop
         tasks = []
+    total = len(frames) + len(tasks)
+    head = f"{len(frames)} threads, {len(tasks)} asyncio tasks\n"
+    parts, size = [head], len(head)
+    for shown, (title, summary) in enumerate(_sections(names, frames, tasks)):
+        part = f"{title}\n{''.join(summary.format())}"
+        if size + len(part) > limit:
+            parts.append(f"... {total - shown} more not shown (over {limit} characters)\n")
+            break
+        parts.append(part)
+        size += len(part) + 1
+    return "\n".join(parts)
+
+
+def _sections(
+    names: Mapping[int | None, str], frames: Mapping[int, FrameType], tasks: list[asyncio.Task[Any]]
+) -> Iterator[tuple[str, traceback.StackSummary]]:
+    """Each thread's and task's title and frames, extracted only when asked for (stacks stops early)."""
+    for ident, frame in frames.items():
+        yield f'thread "{names.get(ident, ident)}"', traceback.extract_stack(frame, limit=STACK_DEPTH)
     for task in tasks:
-        frames = _awaits(task.get_coro())
-        trace = "".join(traceback.StackSummary.extract((f, f.f_lineno) for f in frames).format())
-        parts.append(f'task "{task.get_name()}"\n{trace}')
-    text = "\n".join(parts)
-    return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} characters more)\n"
+        frames_of = ((f, f.f_lineno) for f in _awaits(task.get_coro()))
+        yield f'task "{task.get_name()}"', traceback.StackSummary.extract(frames_of, lookup_lines=False)
 
 
 def _awaits(coro: Any) -> list[FrameType]:

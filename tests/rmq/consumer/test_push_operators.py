@@ -309,4 +309,21 @@ async def test_consumer_status_with_jstack_shows_where_a_stuck_listener_waits(
     }
     assert b'"jstack"' not in consumer.running_info()  # only when asked
     short = stacks(limit=100)
-    assert short.startswith('thread "') and short.endswith("characters more)\n") and len(short) < 140
+    assert short.startswith("1 threads, ") and short.endswith("more not shown (over 100 characters)\n")
+
+
+async def test_jstack_stops_at_its_limit_however_many_tasks_wait() -> None:
+    gate = asyncio.Event()
+    waiting = [asyncio.create_task(gate.wait(), name=f"w{i:05d}") for i in range(5000)]
+    await asyncio.sleep(0)
+    try:
+        text = stacks(limit=10_000)
+    finally:
+        gate.set()
+        await asyncio.gather(*waiting)
+    head, *_, tail = text.splitlines()
+    assert head.startswith("1 threads, 500") and len(text) < 10_000 + 100
+    shown = text.count('task "')
+    assert (
+        0 < shown < 5000 and tail == f"... {5001 - shown} more not shown (over 10000 characters)"
+    )  # 1 thread + 5001 tasks in all
