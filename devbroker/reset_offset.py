@@ -49,7 +49,7 @@ class OffsetResets:
                 ResponseCode.SYSTEM_ERROR,
                 f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}",
             )
-        store, table = self._state.store, dict[MessageQueue, int]()
+        store, table = self._state.store, {}  # MessageQueue -> the offset it moves to
         for queue_id in range(config.write_queue_nums):
             committed = self._state.offsets.query(group, topic, queue_id)
             if committed is None:
@@ -113,7 +113,7 @@ class OffsetResets:
 
 
 def _reset_body(table: dict[MessageQueue, int]) -> bytes:
-    return b'{"offsetTable":' + table_json({mq: str(o).encode() for mq, o in table.items()}) + b"}"
+    return b'{"offsetTable":' + table_json(table) + b"}"
 
 
 def _message_queue_table(body: bytes) -> bytes | None:
@@ -123,4 +123,4 @@ def _message_queue_table(body: bytes) -> bytes | None:
         table = offsets(loads(body, "GetConsumerStatusBody").get("messageQueueTable") or {}, "status")
     except (FrameError, AttributeError):
         return None
-    return table_json({mq: str(o).encode() for mq, o in table.items()})
+    return table_json(table)

@@ -72,7 +72,7 @@ MESSAGES = decode_stored_all(b"".join(seed_records()))
 
 def seed_tables() -> list[bytes]:
     """Well-formed bodies for the ``tables`` corpus: a reset (Java's form, the C++ form), a status."""
-    table = queue_tables.table_json({MQ: b"12", MessageQueue("%RETRY%G", "broker-b", 3): b"0"})
+    table = queue_tables.table_json({MQ: 12, MessageQueue("%RETRY%G", "broker-b", 3): 0})
     cpp = b'{"offsetTable":[{"brokerName":"b","offset":5,"queueId":1,"topic":"T"}]}'
     return [
         b'{"offsetTable":' + table + b"}",

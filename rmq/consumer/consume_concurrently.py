@@ -181,15 +181,15 @@ class ConcurrentService:
             state.consuming -= 1
         took = self._now() - began
         if state.pq.dropped:  # as Java: a dropped queue's results never move the offset
-            host.topic_stats.consumed(state.mq.topic, 0, 0, took)
+            host.count_consumed(state.mq, 0, 0, took)
             return
-        done = batch
+        failed: list[tuple[MessageExt, ConsumeStatus]] = []
         if status is not ConsumeStatus.SUCCESS:
             statuses = status if isinstance(status, list) else [status] * len(batch)
             failed = [(m, s) for m, s in zip(batch, statuses, strict=True) if s is not ConsumeStatus.SUCCESS]
-            host.stats.bump("consume_ok", len(batch) - len(failed))
-            host.stats.bump("consume_failed", len(failed))
-            host.topic_stats.consumed(state.mq.topic, len(batch) - len(failed), len(failed), took)
+        host.count_consumed(state.mq, len(batch) - len(failed), len(failed), took)
+        done = batch
+        if failed:
             kept = [m for m, s in failed if not await self._handle_failure(state, m, s)]
             if state.pq.dropped:  # dropped while sending back: the new owner redelivers the batch
                 return
@@ -198,9 +198,6 @@ class ConcurrentService:
             if kept:
                 retry = [dataclasses.replace(m, reconsume_times=m.reconsume_times + 1) for m in kept]
                 host.spawn(state, self._later(state, retry))
-        else:
-            host.stats.bump("consume_ok", len(batch))
-            host.topic_stats.consumed(state.mq.topic, len(batch), 0, took)
         offset = state.pq.remove(m.queue_offset for m in done)
         host.offsets.update(state.mq, offset, increase_only=True)
         host.advanced(state, offset)

@@ -47,19 +47,18 @@ class OrderlyService:
                 status = await call_listener(host, state, batch, ConsumeStatus.SUSPEND)
             finally:
                 state.consuming -= 1
-            ok = status is ConsumeStatus.SUCCESS and not pq.dropped
-            failed = 0 if ok or pq.dropped else len(batch)
-            host.topic_stats.consumed(state.mq.topic, len(batch) if ok else 0, failed, self._clock() - began)
+            took = self._clock() - began
             if pq.dropped:
+                host.count_consumed(state.mq, 0, 0, took)
                 break  # the next owner consumes them again; our result must not move the offset
-            if status is ConsumeStatus.SUCCESS:
-                host.stats.bump("consume_ok", len(batch))
+            ok = status is ConsumeStatus.SUCCESS
+            host.count_consumed(state.mq, len(batch) if ok else 0, 0 if ok else len(batch), took)
+            if ok:
                 committed = pq.remove(m.queue_offset for m in batch)
                 host.offsets.update(state.mq, committed, increase_only=True)
                 host.advanced(state, committed)
                 state.room.set()  # a pull paused by flow control may go on
                 continue
-            host.stats.bump("consume_failed", len(batch))
             if await self._give_up(state, batch):
                 continue
             pq.give_back([dataclasses.replace(m, reconsume_times=m.reconsume_times + 1) for m in batch])

@@ -468,7 +468,7 @@ class PushConsumer(Lifecycle):
 
     def consumer_status(self, topic: str) -> bytes:
         """GetConsumerStatusBody of ``topic``'s offsets in memory (Java's cloneOffsetTable(topic))."""
-        table = {mq: str(o).encode() for mq, o in self.offsets.snapshot().items() if mq.topic == topic}
+        table = {mq: o for mq, o in self.offsets.snapshot().items() if mq.topic == topic}
         return b'{"consumerTable":{},"messageQueueTable":' + queue_tables.table_json(table) + b"}"
 
     def running_info(self, *, jstack: bool = False) -> bytes:
@@ -700,6 +700,11 @@ class PushConsumer(Lifecycle):
                 log.warning("group %s: unlocking on %s failed: %s", self.config.group, broker, exc)
 
     # offsets -----------------------------------------------------------------------------------
+    def count_consumed(self, mq: MessageQueue, ok: int, failed: int, took_s: float) -> None:
+        self.stats.bump("consume_ok", ok)
+        self.stats.bump("consume_failed", failed)
+        self.topic_stats.consumed(mq.topic, ok, failed, took_s)
+
     def advanced(self, state: QueueState, committed: int) -> None:
         if state.window.wants_persist(committed) and not state.pq.dropped:
             state.window.persisting = True

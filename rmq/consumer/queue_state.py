@@ -14,7 +14,6 @@ from .config import ConsumerConfig, ConsumeStatus, MessageListener
 from .offset_store import OffsetStore
 from .process_queue import ProcessQueue
 from .stats import Stats
-from .topic_stats import TopicStats
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +46,15 @@ class ConsumeHost(Protocol):
     listener: MessageListener
     offsets: OffsetStore
     stats: Stats
-    topic_stats: TopicStats
 
     @property
     def closing(self) -> bool: ...
 
     def spawn(self, state: QueueState, coro: Coroutine[Any, Any, None]) -> None: ...
+
+    def count_consumed(self, mq: MessageQueue, ok: int, failed: int, took_s: float) -> None:
+        """A listener call on ``mq``'s messages ended: ``ok`` and ``failed`` of them (0 and 0 for a queue
+        dropped meanwhile), after ``took_s``."""
 
     def advanced(self, state: QueueState, committed: int) -> None:
         """The queue's committed offset moved to ``committed`` (after the offset store's update)."""

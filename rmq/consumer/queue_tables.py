@@ -79,9 +79,9 @@ def queue_json(mq: MessageQueue) -> bytes:
     return orjson.dumps({"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic})
 
 
-def table_json(table: Mapping[MessageQueue, bytes]) -> bytes:
-    """``{key:value,...}`` of already-serialised values, keys as fastjson writes them, in Java's
-    MessageQueue order (a TreeMap's; a HashMap's order is no promise, so any order reads back)."""
-    return b"".join(
-        (b"{", b",".join(queue_json(mq) + b":" + table[mq] for mq in sorted(table, key=java_queue_key)), b"}")
-    )
+def table_json(table: Mapping[MessageQueue, Any]) -> bytes:
+    """``{key:value,...}``, keys as fastjson writes them, in Java's MessageQueue order (a TreeMap's; a
+    HashMap's order is no promise, so any order reads back); values are JSON-serialisable (offsets,
+    ProcessQueueInfo documents)."""
+    items = (queue_json(mq) + b":" + orjson.dumps(table[mq]) for mq in sorted(table, key=java_queue_key))
+    return b"{" + b",".join(items) + b"}"

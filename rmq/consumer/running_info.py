@@ -72,7 +72,7 @@ def encode_running_info(
 ) -> bytes:
     """The body of the answer; ``subscriptions`` are SubscriptionData documents, ``status`` each
     subscribed topic's ConsumeStatus (rmq.consumer.topic_stats: statusTable, pull and consume rates)."""
-    table = table_json({mq: orjson.dumps(info.to_json()) for mq, info in queues.items()})
+    table = table_json({mq: info.to_json() for mq, info in queues.items()})
     subs = sorted(subscriptions, key=lambda s: str(s.get("topic", "")))
     return b"".join(
         (

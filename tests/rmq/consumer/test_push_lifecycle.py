@@ -239,6 +239,8 @@ class FakeHost:
         self.updates: list[tuple[MessageQueue, int]] = []
         self.tasks: list[asyncio.Task[None]] = []
 
+    count_consumed = PushConsumer.count_consumed  # the consumer's own counting, on this host's stats
+
     def update(self, mq: MessageQueue, offset: int, *, increase_only: bool) -> None:
         self.updates.append((mq, offset))
 

@@ -146,9 +146,7 @@ def reset_request(group: str, body: bytes, topic: str = TOPIC) -> RemotingComman
 
 
 def java_body(table: dict[MessageQueue, Any]) -> bytes:
-    return (
-        b'{"offsetTable":' + queue_tables.table_json({mq: orjson.dumps(o) for mq, o in table.items()}) + b"}"
-    )
+    return b'{"offsetTable":' + queue_tables.table_json(table) + b"}"
 
 
 PEER: Any = SimpleNamespace(addr="127.0.0.1:10911")
