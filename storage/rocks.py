@@ -6,10 +6,10 @@ rocksdict exception is translated into storage.errors at this seam.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import gc
 import itertools
+import logging
 import os
 import threading
 import time
@@ -37,6 +37,8 @@ from rocksdict import (
 from .errors import StorageError, StoreLockedError, WriteStalledError
 from .kv import Delete, DeleteRange, Op, Put
 from .limits import DB_WRITE_BUFFER_BYTES, MIN_FREE_BYTES
+
+log = logging.getLogger(__name__)
 
 # Tombstones of delivered keys must not pile up in SST files: an SST in which 5 000 of any 10 000
 # consecutive entries are deletions is marked for compaction by RocksDB's own background threads
@@ -322,21 +324,28 @@ class RocksKV:
             raise
         self._write_failed, self.read_only_reason = False, None
 
-    def _close_db(self, *, quiet: bool = True) -> None:
-        """Drop the DB; ``quiet``: ignore its close failing (a store whose writes failed fails its close
-        too), else raise it as a StorageError."""
+    def _close_db(self) -> str | None:
+        """Drop the DB; what its close raised, if anything (a failed flush of the memtables: what was
+        written is in the WAL, which the next open replays).
+
+        rocksdict keeps the DB, and so its LOCK, open while any of its column-family objects lives, and
+        a failed call's exception keeps one alive wherever it is kept (its traceback's frames hold the
+        handle the call used; a log capture, a loop's ``failure``): a reopen in this process then failed
+        with "lock hold by current process". Each column family's object is closed first, so an object
+        kept elsewhere no longer holds the DB (closing one flushes its memtable, as the DB's close does)."""
         db, self._db = self._db, None
-        # rocksdict keeps the DB (and its LOCK) alive while any column-family object is referenced.
+        cfs = list(self._cfs.values())
         self._cfs.clear()
         self._handles.clear()
         if db is None:
-            return
-        if quiet:
-            with contextlib.suppress(Exception):
-                db.close()
-        else:
-            with _translate("close"):
-                db.close()
+            return None
+        failed: str | None = None
+        for handle in (*cfs, db):
+            try:
+                handle.close()
+            except Exception as exc:  # closed regardless: rocksdict drops its reference before it raises
+                failed = failed or str(exc) or type(exc).__name__
+        return failed
 
     def _cf(self, cf: str) -> Rdict:
         if self._db is None:
@@ -456,7 +465,16 @@ class RocksKV:
                 self._db.try_catch_up_with_primary()
 
     def close(self) -> None:
-        self._close_db(quiet=self._write_failed)  # its close would fail like its writes did
+        """Close the store; never raises for a flush that fails (a stop on a full disk: the synced WAL
+        has every write, and the next open replays it), but says so."""
+        failed = self._close_db()
+        if failed is not None:
+            log.warning(
+                "store %s closed without flushing its memtables (%s): the next open replays its WAL",
+                self.path,
+                failed,
+                extra={"event": "store_close_unflushed", "error": failed},
+            )
 
 
 def _translated(items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
