@@ -114,6 +114,12 @@ class Beats:
         ends = [last + self.timeout_ms + 1 for last in self._last.values() if now - last <= self.timeout_ms]
         return min(ends, default=None)
 
+    def silent(self, name: str, since_ms: int) -> bool:
+        """Whether nothing was heard from ``name`` for longer than the timeout, counting from its last
+        beat heard or from ``since_ms``, whichever is later (``since_ms``: when the silence may start
+        counting, say a start or the end of a catch-up)."""
+        return self._clock_ms() - max(self._last.get(name, since_ms), since_ms) > self.timeout_ms
+
     def last_ms(self, name: str) -> int | None:
         """The send time of the last beat heard from ``name`` (None: none yet)."""
         return self._last.get(name)

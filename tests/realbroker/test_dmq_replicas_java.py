@@ -218,6 +218,7 @@ async def test_one_replica_down_the_others_publish_on_time(
         proc.send_signal(signal.SIGSTOP)
         await asyncio.sleep(OUTAGE_MS / 1000)
         proc.send_signal(signal.SIGCONT)  # back after the outage: what it then publishes again is counted
+        outage.append(time.time_ns() // 1_000_000)
 
     sent, got = await scenario(run, stop_one)
     due, deliveries = report(sent, got, f"one {how}")
@@ -237,4 +238,17 @@ async def test_one_replica_down_the_others_publish_on_time(
     )
     breakdown(got, due, NAMES[1])
     assert p99 <= 2000, f"lateness p99 {p99} ms with one replica {how}"
+    if how == "frozen":
+        # What falls due once it resumed: before, it beat at once, the others handed its share back and
+        # that share waited for its catch-up with the marks (p99 3.5 s); now the others keep it meanwhile.
+        holders = ReplicaSet(NAMES, NAMES[0], 2).holders
+        after = {i for i, d in due.items() if d >= outage[1] and holders(i)[0] == NAMES[1]}
+        firsts: dict[str, int] = {}
+        for row in got:
+            if row[0] in after:
+                firsts[row[0]] = min(firsts.get(row[0], int(row[2])), int(row[2]))
+        resumed = sorted(firsts[i] - due[i] for i in after)
+        late = resumed[len(resumed) * 99 // 100] if resumed else 0
+        print(f"  its share due after it resumed: {len(resumed)}, lateness p99 {late} ms")
+        assert resumed and late <= 2000, f"its share due after it resumed: lateness p99 {late} ms"
     assert duplicates <= 2 * BATCH_MAX * MAX_IN_FLIGHT

@@ -6,17 +6,24 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
+import types
+from pathlib import Path
 
 import pytest
 
-from rocksidecar.app.dmq import beats, envelope, inner, marks
+from rocksidecar.app.config import Settings
+from rocksidecar.app.dmq import beats, envelope, inner, marks, replication
+from rocksidecar.app.dmq.options import DmqOptions
 from rocksidecar.app.dmq.presence import Presence
 from rocksidecar.app.dmq.refresh import Refresher
 from rocksidecar.app.dmq.replicas import ReplicaSet
+from rocksidecar.app.dmq.service import DmqService
+from rocksidecar.app.wiring import COLUMN_FAMILIES
 from rocksidecar.delay import DelayedMessage
 from rocksidecar.rmq import Message, RocketMQError
 from rocksidecar.rmq.message import MessageExt
 from rocksidecar.storage.keys import MAX_DUE_MS
+from rocksidecar.storage.memory import MemoryKV
 from tests.rmq.consumer.factory import stored
 
 NAMES = ("dmq-0", "dmq-1", "dmq-2")
@@ -349,3 +356,76 @@ async def test_a_slow_send_does_not_delay_the_next_beat_and_outstanding_sends_ar
     assert sender.beat() and len(answers) == 3
     await sender.close()
     assert all(a.cancelled() for a in answers[1:])
+
+
+class HeldCatchUp:
+    """Convergence's stand-in for a catch-up with the marks: done when the test says so."""
+
+    started = 0
+    release = asyncio.Event()
+
+    def __init__(self, _offsets: object) -> None:
+        pass
+
+    async def note(self, _instance: object, _topics: object) -> None:
+        type(self).started += 1
+
+    async def wait(self) -> None:
+        await type(self).release.wait()
+
+
+async def test_a_replica_silent_past_the_timeout_sends_no_beats_until_it_has_caught_up_with_the_marks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica resumed after a freeze: before, it beat again at once, the others handed its share back,
+    and what fell due waited for its catch-up with the marks (4.9.4, a 60 s freeze: p99 3.2 s for its
+    share). Now it stays silent while it catches up (the others keep publishing its share), beats once
+    caught up, and publishes once it reads its own beat back; the silence of its catch-up and of that
+    first beat's way back is not taken for a new one."""
+    monkeypatch.setattr(replication, "Convergence", HeldCatchUp)
+    HeldCatchUp.started, HeldCatchUp.release = 0, asyncio.Event()
+    options = DmqOptions(replicas=",".join(NAMES), instance_name=NAMES[0], presence_interval_s=1.0)
+    settings = Settings(namesrv=("127.0.0.1:9",), data_dir=str(tmp_path))
+    service = DmqService(settings, options, kv=MemoryKV(COLUMN_FAMILIES))
+    rep = service.replication
+    assert rep is not None
+    now = [NOW_MS]
+    rep.beats._clock_ms = lambda: now[0]  # the test's clock (Beats takes one; Replication builds its own)
+    rep._quiet_from_ms = NOW_MS
+    sent: list[int] = []
+    rep._beat_sender = types.SimpleNamespace(beat=lambda: sent.append(now[0]), close=_nothing)  # type: ignore[assignment]
+    rep.presence.joined = True
+    mine = next(i for i in map(str, range(100)) if rep.replicas.holders(i)[0] == NAMES[0])
+    timeout = rep.beats.timeout_ms
+
+    def hear_own() -> None:
+        rep.beats.heard(beats.Beat(NAMES[0], now[0]))
+
+    await rep._beat()
+    hear_own()
+    assert sent == [NOW_MS] and rep.may_publish(mine)
+    now[0] += timeout + 1  # frozen: nothing heard, nothing sent for longer than the timeout
+    await rep._beat()
+    await asyncio.sleep(0)  # the catch-up task notes where the marks end
+    assert sent == [NOW_MS] and HeldCatchUp.started == 1  # silent while it catches up
+    assert not rep.may_publish(mine)
+    now[0] += 5 * timeout
+    await rep._beat()
+    assert sent == [NOW_MS] and HeldCatchUp.started == 1  # still catching up: one catch-up, no beat
+    HeldCatchUp.release.set()
+    assert rep._catching_up is not None
+    await rep._catching_up
+    await rep._beat()
+    assert sent == [NOW_MS, now[0]]  # caught up: beats again
+    assert not rep.may_publish(mine)  # its own beat not read back yet ...
+    now[0] += timeout  # ... for as long as the timeout, which is no new silence
+    await rep._beat()
+    assert not rep.may_publish(mine) and HeldCatchUp.started == 1 and len(sent) == 3
+    hear_own()
+    assert rep.may_publish(mine)
+    registry = service.metrics.registry
+    assert registry.get_sample_value("rocksidecar_dmq_silences_total", {"who": "self"}) == 1
+
+
+async def _nothing() -> None:
+    return None
