@@ -8,6 +8,7 @@ import asyncio
 import gc
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -59,6 +60,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-log-mb", type=int, default=None, metavar="MB", help="drop the oldest messages beyond this"
     )
+    p.add_argument(
+        "--tls-cert",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="serve TLS only, with this certificate (PEM, the chain after it), as a RocketMQ started with "
+        "tls.server.mode=enforcing; clients need ROCKSIDECAR_TLS=true",
+    )
+    p.add_argument("--tls-key", type=Path, default=None, metavar="FILE", help="the key of --tls-cert (PEM)")
+    p.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="with --tls-cert: require a client certificate signed by these CAs (PEM; "
+        "tls.server.need.client.auth=require)",
+    )
 
 
 def _check(args: argparse.Namespace) -> str | None:
@@ -74,12 +92,34 @@ def _check(args: argparse.Namespace) -> str | None:
         return "ports must be between 0 and 65535"
     if args.max_log_mb is not None and args.max_log_mb < 128:
         return "--max-log-mb must be at least 128 (two 64 MiB segments)"
+    if (args.tls_cert is None) != (args.tls_key is None):
+        return "--tls-cert and --tls-key go together"
+    if args.tls_client_ca is not None and args.tls_cert is None:
+        return "--tls-client-ca needs --tls-cert and --tls-key"
+    if args.tls_cert is not None:
+        try:
+            args.tls = server_context(args.tls_cert, args.tls_key, args.tls_client_ca)
+        except (OSError, ssl.SSLError) as exc:
+            return f"--tls-cert/--tls-key/--tls-client-ca do not load: {exc}"
+    else:
+        args.tls = None
     try:
         # Routes carry an IPv4 address (the broker's store host is packed as 4 bytes): resolve names now.
         args.host = socket.gethostbyname(args.host)
     except OSError as exc:
         return f"--host {args.host!r} does not resolve to an IPv4 address: {exc}"
     return None
+
+
+def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
+    """A TLS server's context from PEM files; ``client_ca``: require a client certificate it signed.
+    Raises OSError or ssl.SSLError for a file that does not load."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    if client_ca is not None:
+        context.load_verify_locations(cafile=client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,12 +162,15 @@ async def _serve(args: argparse.Namespace) -> None:
         max_log_bytes=args.max_log_mb * 1024 * 1024 if args.max_log_mb else None,
         enable_property_filter=args.enable_property_filter,
         transaction_check_interval_s=args.transaction_check_interval,
+        tls=args.tls,
     )
     async with cluster:
         print(f"devbroker name server {cluster.namesrv_addr}", flush=True)
         for name, broker in cluster.brokers.items():
             print(f"devbroker {name} {broker.addr}", flush=True)
         print(f"devbroker admin {cluster.admin_url}", flush=True)
+        if args.tls is not None:
+            print("devbroker TLS only: clients need ROCKSIDECAR_TLS=true", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in _SIGNALS:
