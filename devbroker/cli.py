@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from .listener import BROKER_PORT_STEP, LOOPBACK, MAX_BROKERS
+from .listener import BROKER_PORT_STEP, LOOPBACK, MAX_BROKERS, server_context
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -109,17 +109,6 @@ def _check(args: argparse.Namespace) -> str | None:
     except OSError as exc:
         return f"--host {args.host!r} does not resolve to an IPv4 address: {exc}"
     return None
-
-
-def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
-    """A TLS server's context from PEM files; ``client_ca``: require a client certificate it signed.
-    Raises OSError or ssl.SSLError for a file that does not load."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    if client_ca is not None:
-        context.load_verify_locations(cafile=client_ca)
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
 
 
 def run(args: argparse.Namespace) -> int:

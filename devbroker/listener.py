@@ -56,6 +56,17 @@ class ServerConnection(Connection):
             self.peer_host = pack_host(peer[0], peer[1])
 
 
+def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
+    """A TLS server's context from PEM files; ``client_ca``: require a client certificate it signed.
+    Raises OSError or ssl.SSLError for a file that does not load."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    if client_ca is not None:
+        context.load_verify_locations(cafile=client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
 class Listener:
     def __init__(
         self,

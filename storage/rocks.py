@@ -180,11 +180,12 @@ _HELD_HERE = "lock hold by current process"  # RocksDB's words when this process
 
 def _open_released(open_db: Callable[[], Rdict]) -> Rdict:
     """``open_db()`` (an ``_open_db``), waiting a little for this process's previous handle to go. rocksdict
-    keeps a closed DB and its LOCK alive while any object of it is referenced (a column family in a
-    traceback's reference cycle, an executor thread finishing a read): a reopen in the same process (a
-    restart of the service, the disk reserve's recovery) then failed with "lock hold by current process
-    ... No locks available" until the garbage collector ran. Collected and tried again a few times
-    (~0.75 s at most); another process's lock, or ours still held after that, is raised as before."""
+    keeps a closed DB and its LOCK alive while any object of it is referenced; column families are closed
+    with it (RocksKV._close_db), but an executor thread finishing a read, or an iterator in a reference
+    cycle, may still hold it: a reopen in the same process (a restart of the service, the disk reserve's
+    recovery) then failed with "lock hold by current process ... No locks available". Collected and tried
+    again a few times (~0.75 s at most); another process's lock, or ours still held after that, is raised
+    as before."""
     for wait_s in RELEASE_WAITS_S:
         if wait_s:
             time.sleep(wait_s)  # an executor thread's read still holding the handle: milliseconds

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from rocksidecar.devbroker.listener import server_context
+
 
 @dataclass(frozen=True)
 class Certs:
@@ -23,12 +25,8 @@ class Certs:
     client_key: Path
 
     def server_context(self, *, client_auth: bool = False) -> ssl.SSLContext:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(self.server_cert, self.server_key)
-        if client_auth:  # tls.server.need.client.auth=require
-            context.load_verify_locations(cafile=self.ca)
-            context.verify_mode = ssl.CERT_REQUIRED
-        return context
+        """devbroker's TLS-only context (``client_auth``: tls.server.need.client.auth=require)."""
+        return server_context(self.server_cert, self.server_key, self.ca if client_auth else None)
 
 
 def _openssl(*args: str) -> None:
