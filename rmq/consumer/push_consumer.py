@@ -802,19 +802,30 @@ class PushConsumer(Lifecycle):
                 if pq.dropped:
                     break
                 messages = [m for m in messages if m.queue_offset < next_offset]
-            pq.put(messages, next_offset)
-            if not messages and pq.count == 0:  # correctTagsOffset: skip what the filter passed over
-                self.offsets.update(mq, pq.committed_offset(), increase_only=True)
-            if messages:
-                self.stats.bump("pulled", len(messages))
-                if cfg.orderly:
-                    state.ready.set()
-                elif ready := state.window.admit(messages):
-                    self._concurrent.submit(state, ready)
+            self._hand_out(state, messages, next_offset)
             if next_offset < result.next_begin_offset:  # a send-back failed: pull it again in a while
                 await self.wait_closing(cfg.pull_delay_on_error_s)
             elif not messages and pq.next_offset == asked:  # nothing new, nothing skipped: was it held?
                 await self._pace_empty_pull(loop.time() - sent_at)
+
+    def _hand_out(self, state: QueueState, messages: list[MessageExt], next_offset: int) -> None:
+        """A pull's messages cached and given to the listener as the commit window allows; the pull
+        position moved to ``next_offset``."""
+        pq, window = state.pq, state.window
+        pq.put(messages, next_offset)
+        committed = pq.committed_offset()
+        if (not messages and pq.count == 0) or (window.size and committed >= window.limit):
+            # correctTagsOffset: skip what the filter passed over (or what was set aside). Offsets no
+            # listener will see move no consumption, so the commit window is persisted forward from here
+            # too: else messages past a filtered run of a window's length would wait behind it for good.
+            self.offsets.update(state.mq, committed, increase_only=True)
+            self.advanced(state, committed)
+        if messages:
+            self.stats.bump("pulled", len(messages))
+            if self.config.orderly:
+                state.ready.set()
+            elif ready := window.admit(messages):
+                self._concurrent.submit(state, ready)
 
     def _count_pull(self, mq: MessageQueue, result: PullResult, took_s: float) -> None:
         self.stats.bump("pulls")
