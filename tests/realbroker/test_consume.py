@@ -326,3 +326,31 @@ async def test_mqadmin_consumer_status_prints_the_members_rates(
     assert pull_tps > 0 and ok_tps > 0 and failed_tps == 0 and failed_msgs == 0, out
     assert pull_rt >= 0 and consume_rt >= 0
     assert f"%RETRY%{group}" in rows, out
+
+
+async def test_a_sparse_tag_filter_passes_the_commit_window_and_commits_past_what_it_skipped(
+    namesrv_addr: str, client: RemotingClient, consumers: list[PushConsumer]
+) -> None:
+    # Each queue: 10 messages of another tag, then 2 of ours; a window of 4. Before, the window stayed at
+    # the start offset + 4 (the broker's filter passes over the others, and nothing consumed moved it),
+    # and ours, at offsets 10 and 11, never came.
+    ns = NameServerClient(client, namesrv_addr)
+    api = BrokerApi(client, producer_group="rs_consume_test")
+    topic = unique_topic("RsSparse")
+    route = await create_topic_everywhere(ns, api, topic)
+    ours = []
+    for mq in route.publish_queues(topic):
+        for i in range(12):
+            msg = Message(topic, f"{mq}/{i}".encode(), tags="TagA" if i >= 10 else "TagB", id=new_uniq_id())
+            await api.send(route.master_addr(mq.broker_name) or "", mq, msg, msg.id or "", 10.0)
+            if i >= 10:
+                ours.append(msg.id)
+    group = f"rs_sparse_{os.getpid()}_{topic[-8:]}"
+    rec = Recorder()
+    consumer = await _start(consumers, namesrv_addr, _config(group, "one", commit_window=4), topic, rec)
+    await _until(rec, lambda got: len(got) >= len(ours))
+    assert sorted(m.uniq_key or "" for m in rec.got) == sorted(ours)
+    await consumer.close()
+    for mq in route.subscribe_queues(topic):
+        addr = route.master_addr(mq.broker_name) or ""
+        assert await api.query_consumer_offset(addr, group, mq) == 12
