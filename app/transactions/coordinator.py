@@ -17,10 +17,11 @@ spool) is carried out again by ``resend``, at start and periodically (``maintain
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from rocksidecar.retry.policy import RetryPolicy
@@ -82,6 +83,14 @@ class LocalOutbox:
     undecided_timeout_ms: int = 60_000
 
 
+@dataclass
+class _Turn:
+    """A transaction's lock (TransactionCoordinator._turn) and how many hold or await it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -107,6 +116,7 @@ class TransactionCoordinator:
         self._resent_up_to = self._asked_up_to = b""
         self.stats = TransactionStats(records, now_ms)  # what /metrics, the admin API and /ui tell
         self._carrying = SingleFlight[str, Record]()  # local commits being carried out, by transaction id
+        self._turns: dict[str, _Turn] = {}  # transactions being decided (_turn)
         producer.checker = self.check  # the brokers' checks are answered from the records
 
     async def begin(
@@ -155,18 +165,45 @@ class TransactionCoordinator:
         re-sends it if the broker never acknowledged it); the other way raises TransactionConflict."""
         if decision is Decision.NONE:
             raise ValueError("a decision is COMMIT or ROLLBACK")
-        record = self.records.get(tx_id)
-        if record is None:
-            raise TransactionNotFound(tx_id)
-        if record.decision is not Decision.NONE and record.decision is not decision:
-            raise TransactionConflict(f"transaction {tx_id} is already {record.decision.value}")
-        if record.decision is Decision.NONE:
-            record = record.decided(decision, self._now_ms())
-            await self.records.put(record)  # synced before anyone hears of the decision
-            self.stats.decided(tx_id, DECIDED_OUTCOME[decision])
+        record, _taken = await self._record(tx_id, decision)
         if not record.acknowledged:
             record = await self._carry_out(record)
         return record
+
+    async def _record(self, tx_id: str, decision: Decision) -> tuple[Record, bool]:
+        """The record holding ``decision``, synced, and whether this call took it (False: it was taken
+        already). Raises TransactionNotFound, or TransactionConflict when it holds the other decision."""
+        async with self._turn(tx_id):
+            record = self.records.get(tx_id)
+            if record is None:
+                raise TransactionNotFound(tx_id)
+            if record.decision is decision:
+                return record, False
+            if record.decision is not Decision.NONE:
+                raise TransactionConflict(f"transaction {tx_id} is already {record.decision.value}")
+            record = record.decided(decision, self._now_ms())
+            await self.records.put(record)  # synced before anyone hears of the decision
+            self.stats.decided(tx_id, DECIDED_OUTCOME[decision])
+            return record, True
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, tx_id: str) -> AsyncIterator[None]:
+        """Hold ``tx_id``'s turn: one read-decide-write of a transaction at a time. Its record is read
+        before the synced write of a decision and that write awaits the group commit, so without it a
+        commit and a rollback at once (or the app's decision and a check's answer) both found it
+        undecided and both won. The lock exists while someone holds or awaits it: the map holds the
+        transactions being decided, not every one ever decided."""
+        turn = self._turns.get(tx_id)
+        if turn is None:
+            turn = self._turns[tx_id] = _Turn()
+        turn.users += 1
+        try:
+            async with turn.lock:
+                yield
+        finally:
+            turn.users -= 1
+            if not turn.users:
+                del self._turns[tx_id]
 
     async def _carry_out(self, record: Record) -> Record:
         """Carry out ``record``'s decision. A local commit, once at a time per transaction: a caller that
@@ -237,11 +274,26 @@ class TransactionCoordinator:
                 states = await asyncio.gather(*(ask(r.id, r.transaction_key, r.topic) for r in wave))
                 self._asked_up_to = wave[-1].id.encode()
                 for record, state in zip(wave, states, strict=True):
-                    if state is not TransactionState.UNKNOWN:
-                        await self.decide(record.id, Decision.of(state))
+                    if state is not TransactionState.UNKNOWN and await self._take_answer(record.id, state):
                         decided += 1
             self._asked_up_to = last
         return decided
+
+    async def _take_answer(self, tx_id: str, state: TransactionState) -> bool:
+        """Decide a local transaction as the app's check answered, and carry it out; False when the
+        app's own decision (or the record's removal) came while it was asked: that one stands, and the
+        rest of the round goes on."""
+        decision = Decision.of(state)
+        try:
+            record, taken = await self._record(tx_id, decision)
+        except (TransactionNotFound, TransactionConflict) as exc:
+            log.info("transaction %s: the app's check answered %s, not taken: %s", tx_id, state.name, exc)
+            return False
+        if not taken:  # the app decided it the same way meanwhile: its decide carries it out
+            return False
+        if not record.acknowledged:
+            await self._carry_out(record)
+        return True
 
     async def maintain(self) -> None:
         """One round of the background loop: index records of an earlier version's store (once), re-send,
@@ -272,8 +324,19 @@ class TransactionCoordinator:
             return TransactionState.UNKNOWN
         key = record.transaction_key if record is not None else None
         state = await self._ask_app(request.msg_id, key, request.message.topic)
-        if record is not None and state is not TransactionState.UNKNOWN:
+        if record is None or state is TransactionState.UNKNOWN:
+            return state
+        # The app was asked for up to the check's timeout: a decision it took meanwhile is read again
+        # and wins. Not acknowledged yet, it is what the broker is told; acknowledged, the broker acted
+        # on it already (told COMMIT again, it would deliver the message a second time), and UNKNOWN
+        # changes nothing there: should it ask again, the record answers.
+        async with self._turn(record.id):
+            now = self.records.get(record.id)
+            if now is None:  # forgotten meanwhile: nothing to record
+                return state
+            if now.decision is not Decision.NONE:
+                return TransactionState.UNKNOWN if now.acknowledged else now.decision.state
             # acknowledged: the broker acts on the answer to its own check
-            decided = record.decided(Decision.of(state), self._now_ms())
+            decided = now.decided(Decision.of(state), self._now_ms())
             await self.records.put(replace(decided, acknowledged=True))
         return state

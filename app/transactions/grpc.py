@@ -75,8 +75,9 @@ class GrpcTransactions:
             field = GRPC_FIELDS.delay_ms if delayed else GRPC_FIELDS.deliver_at  # as Send's errors name it
             raise RequestError("a transactional message cannot be delayed", field=field)
         record = await self._coordinator.begin(
-            prepared.message, transaction_key=key, sharding_key=prepared.sharding_key
-        )
+            prepared.message, transaction_key=key, sharding_key=prepared.sharding_key,
+            message_type=prepared.type,
+        )  # fmt: skip
         return transaction_proto(record)
 
     async def decide(self, tx_id: str, commit: bool) -> pb.Transaction:

@@ -15,12 +15,14 @@ from rocksidecar.app.transactions.coordinator import (
     TransactionCoordinator,
     TransactionNotFound,
 )
-from rocksidecar.app.transactions.records import CF, Decision, TransactionRecords
+from rocksidecar.app.transactions.observed import DECIDED_OUTCOME
+from rocksidecar.app.transactions.records import CF, Decision, Record, TransactionRecords
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq import ClientInstance, Message
 from rocksidecar.rmq.broker import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
 from rocksidecar.rmq.producer import Producer, ProducerConfig
-from rocksidecar.rmq.producer.transaction import TransactionProducer, TransactionState
+from rocksidecar.rmq.producer.transaction import CheckRequest, TransactionProducer, TransactionState
+from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.memory import MemoryKV
 from tests.fakes import FakeWallClock
 
@@ -51,6 +53,9 @@ class Env:
     app_answers: dict[str, TransactionState] = field(default_factory=dict)
     app_asked: list[tuple[str, str | None]] = field(default_factory=list)
     decided: dict[int, asyncio.Future[int]] = field(default_factory=dict)
+    # While ``app_held`` is not set, the app's check endpoint, once asked, sets ``app_asking`` and waits
+    app_held: asyncio.Event | None = None
+    app_asking: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def sidecar(self) -> Sidecar:
         instance = ClientInstance(self.cluster.namesrv_addr)
@@ -59,6 +64,9 @@ class Env:
         async def ask_app(tx_id: str, key: str | None, topic: str) -> TransactionState:
             assert topic == TOPIC
             self.app_asked.append((tx_id, key))
+            if self.app_held is not None:
+                self.app_asking.set()
+                await self.app_held.wait()
             return self.app_answers.get(tx_id, TransactionState.UNKNOWN)
 
         tx = TransactionProducer(producer, GROUP)
@@ -155,3 +163,79 @@ async def test_restarted_sidecar_answers_checks_from_records_and_app(env: Env) -
         assert env.real() == [decided.id]
     finally:
         await second.close()
+
+
+@pytest.mark.parametrize("first", [Decision.COMMIT, Decision.ROLLBACK])
+async def test_commit_and_rollback_at_once_one_is_refused(env: Env, first: Decision) -> None:
+    """Both read the record undecided while the first one's synced write waited for the group commit:
+    both answered 200 and both END_TRANSACTIONs were sent. Now one at a time per transaction."""
+    kv = MemoryKV([CF])
+    writer = GroupCommitWriter(kv)
+    env.records = TransactionRecords(kv, writer)  # as in serve: a synced write awaits the group commit
+    s = await env.sidecar()
+    try:
+        r = await s.coordinator.begin(Message(TOPIC, b"x"))
+        other = Decision.ROLLBACK if first is Decision.COMMIT else Decision.COMMIT
+        won, lost = await asyncio.gather(
+            s.coordinator.decide(r.id, first), s.coordinator.decide(r.id, other), return_exceptions=True
+        )
+        assert isinstance(won, Record) and won.decision is first and won.acknowledged, won
+        assert isinstance(lost, TransactionConflict), lost
+        assert env.records.get(r.id) == won
+        assert env.real() == ([r.id] if first is Decision.COMMIT else [])
+        assert s.coordinator.stats.outcomes[DECIDED_OUTCOME[first]] == 1
+        assert s.coordinator.stats.outcomes[DECIDED_OUTCOME[other]] == 0
+        assert s.coordinator._turns == {}  # a transaction's lock goes once nobody decides it
+    finally:
+        await s.close()
+        await writer.close()
+
+
+@pytest.mark.parametrize("sent", [True, False], ids=["acknowledged", "synced-only"])
+async def test_a_check_answered_after_the_apps_decision_does_not_overwrite_it(env: Env, sent: bool) -> None:
+    """A broker checks an undecided transaction; while the app's check endpoint takes its time, the app
+    commits. The endpoint's late ROLLBACK overwrote the commit in the record (and was what the broker
+    was told); now the recorded decision wins. Sent and acknowledged, the broker acted on it already: it
+    is answered UNKNOWN (COMMIT again would deliver the message twice). Synced but not acknowledged
+    yet (END_TRANSACTION not out, or lost), the check's answer carries it to the broker."""
+    s = await env.sidecar()
+    broker = next(iter(env.cluster.brokers.values()))
+    try:
+        r = await s.coordinator.begin(Message(TOPIC, b"x"))
+        assert r.receipt is not None
+        env.app_answers[r.id] = TransactionState.ROLLBACK  # what the endpoint saw when it was asked
+        env.app_held = asyncio.Event()
+        answered: asyncio.Future[TransactionState] = asyncio.get_running_loop().create_future()
+        check = s.tx.checker
+        assert check is not None
+
+        async def observed(request: CheckRequest) -> TransactionState:
+            state = await check(request)
+            answered.set_result(state)
+            return state
+
+        s.tx.checker = observed
+        await s.instance.heartbeat_to(broker.addr)
+        env.clock.wall_ms += 6_000
+        assert broker.transactions.check_round() == 1
+        await asyncio.wait_for(env.app_asking.wait(), 5)
+        if sent:
+            committed = await s.coordinator.decide(r.id, Decision.COMMIT)
+            assert committed.acknowledged and env.real() == [r.id]
+        else:  # the app's commit is synced; its END_TRANSACTION has not reached the broker
+            committed = r.decided(Decision.COMMIT, env.clock.now_ms())
+            await env.records.put(committed)
+            delivered = env.watch(r.receipt.queue_offset)
+        env.app_held.set()
+        expected = TransactionState.UNKNOWN if sent else TransactionState.COMMIT
+        assert await asyncio.wait_for(answered, 5) is expected
+        assert env.records.get(r.id) == committed  # the endpoint's ROLLBACK is not recorded
+        if sent:  # the app repeating its commit: the same answer, not 409
+            assert await s.coordinator.decide(r.id, Decision.COMMIT) == committed
+        else:
+            assert await asyncio.wait_for(delivered, 5) == TRANSACTION_COMMIT_TYPE
+            assert env.real() == [r.id]
+        assert s.coordinator.stats.outcomes["checked_rollback"] == 0
+        assert s.coordinator._turns == {}
+    finally:
+        await s.close()

@@ -7,17 +7,22 @@ broker stored the half, never for a message a broker refused."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 import pytest
 
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.request import Limits
 from rocksidecar.app.transactions.coordinator import (
     ASK_ROUND_MS,
     ASK_WAVE,
     LocalOutbox,
+    TransactionConflict,
     TransactionCoordinator,
 )
-from rocksidecar.app.transactions.records import CF, Decision, TransactionRecords
+from rocksidecar.app.transactions.grpc import GrpcTransactions
+from rocksidecar.app.transactions.records import CF, Decision, Record, TransactionRecords
 from rocksidecar.retry import RetryStore
 from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
 from rocksidecar.retry.keys import PENDING_CF
@@ -27,6 +32,7 @@ from rocksidecar.rmq import Message, SendFailed
 from rocksidecar.rmq.codes import ResponseCode
 from rocksidecar.rmq.errors import RocketMQError, for_code
 from rocksidecar.rmq.producer.transaction import HalfReceipt, TransactionState
+from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.memory import MemoryKV
 from tests.fakes import FakeWallClock
 
@@ -54,26 +60,38 @@ class Env:
     asked: list[str]
     answers: dict[str, TransactionState]
     answer_ms: int = 0  # how long the app takes to answer (its time passes on the clock)
+    writer: GroupCommitWriter | None = None  # synced writes through a group commit, as in serve
+    policies: dict[str, RetryPolicy] = field(default_factory=dict)  # by message type; else POLICY
+    # Asked about an id in here, the app's check endpoint sets ``asking`` and waits for the event
+    held: dict[str, asyncio.Event] = field(default_factory=dict)
+    asking: asyncio.Event = field(default_factory=asyncio.Event)
 
     def coordinator(self, mode: str, producer: object | None = None) -> TransactionCoordinator:
         async def ask_app(tx_id: str, key: str | None, topic: str) -> TransactionState:
             self.asked.append(tx_id)
             self.clock.wall_ms += self.answer_ms
+            if tx_id in self.held:
+                self.asking.set()
+                await self.held[tx_id].wait()
             return self.answers.get(tx_id, TransactionState.UNKNOWN)
 
-        outbox = LocalOutbox(self.retry, lambda _type: POLICY, undecided_timeout_ms=60_000)
+        policy_for = lambda type_: self.policies.get(type_, POLICY)  # noqa: E731
+        outbox = LocalOutbox(self.retry, policy_for, undecided_timeout_ms=60_000)
         tx = producer or NoBroker(SendFailed("no broker", [], None))
         return TransactionCoordinator(
-            TransactionRecords(self.kv), tx,  # type: ignore[arg-type]
+            TransactionRecords(self.kv, self.writer), tx,  # type: ignore[arg-type]
             ask_app, now_ms=self.clock.now_ms, mode=mode, outbox=outbox,
         )  # fmt: skip
 
 
 @pytest.fixture
-def env() -> Env:
+async def env() -> AsyncIterator[Env]:
     clock = FakeWallClock()
     kv = MemoryKV([CF, *RETRY_CFS])
-    return Env(clock, kv, RetryStore(kv, now_ms=clock.now_ms), [], {})
+    env = Env(clock, kv, RetryStore(kv, now_ms=clock.now_ms), [], {})
+    yield env
+    if env.writer is not None:
+        await env.writer.close()
 
 
 async def test_commit_spools_rollback_drops(env: Env) -> None:
@@ -205,3 +223,65 @@ def test_a_mode_needs_its_outbox() -> None:
             TransactionRecords(MemoryKV([CF])), NoBroker(SendFailed("x", [], None)),  # type: ignore[arg-type]
             None, mode="auto",
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("first", [Decision.COMMIT, Decision.ROLLBACK])
+async def test_commit_and_rollback_at_once_one_is_refused(env: Env, first: Decision) -> None:
+    """Both read the record undecided while the first one's synced write waited for the group commit:
+    both answered 200, the app was told ROLLED_BACK while the commit had spooled the message. Now one
+    is refused 409 and what happened is what the other answered."""
+    env.writer = GroupCommitWriter(env.kv)
+    c = env.coordinator("local")
+    begun = await c.begin(Message("Orders", b"x"))
+    other = Decision.ROLLBACK if first is Decision.COMMIT else Decision.COMMIT
+    won, lost = await asyncio.gather(
+        c.decide(begun.id, first), c.decide(begun.id, other), return_exceptions=True
+    )
+    assert isinstance(won, Record) and won.decision is first and won.acknowledged, won
+    assert isinstance(lost, TransactionConflict), lost
+    assert c.records.get(begun.id) == won
+    assert (env.retry.get(begun.id) is not None) is (first is Decision.COMMIT)  # spooled only if committed
+    assert c._turns == {}  # a transaction's lock goes once nobody decides it
+
+
+@pytest.mark.parametrize("app_decides", [Decision.ROLLBACK, Decision.COMMIT])
+async def test_a_check_answered_after_the_apps_decision_leaves_it_and_the_round_goes_on(
+    env: Env, app_decides: Decision
+) -> None:
+    """check_undecided asks the app about two stale transactions; while it is asked, the app decides the
+    first itself. Decided the other way, that one raised TransactionConflict out of the round, and the
+    second was never decided; decided the same way, it was counted as the round's. Now the app's own
+    decision stands, is not counted, and the round goes on with the second."""
+    env.writer = GroupCommitWriter(env.kv)
+    c = env.coordinator("local")
+    first, second = sorted([(await c.begin(Message("Orders", b"x"))).id for _ in range(2)])  # asked in order
+    env.answers.update({first: TransactionState.COMMIT, second: TransactionState.COMMIT})
+    env.held[first] = asyncio.Event()
+    env.clock.wall_ms += 60_000
+    round_ = asyncio.create_task(c.check_undecided())
+    await asyncio.wait_for(env.asking.wait(), 5)
+    by_app = await c.decide(first, app_decides)
+    env.held[first].set()
+    assert await asyncio.wait_for(round_, 5) == 1  # the second only
+    assert c.records.get(first) == by_app
+    assert (env.retry.get(first) is not None) is (app_decides is Decision.COMMIT)
+    decided = c.records.get(second)
+    assert decided is not None and decided.decision is Decision.COMMIT and decided.acknowledged
+    assert env.retry.stats().pending == (2 if app_decides is Decision.COMMIT else 1)
+    assert c._turns == {}
+
+
+async def test_a_message_begun_over_grpc_keeps_its_type(env: Env) -> None:
+    """BeginTransaction dropped the message's type (the HTTP route passes it): the outbox stored the
+    topic as its type and, once committed, the message was retried on the default ladder."""
+    env.policies["payments"] = RetryPolicy((7.0,), 5)
+    c = env.coordinator("local")
+    rpcs = GrpcTransactions(c, Limits(max_body_bytes=1024, max_delay_ms=60_000), env.clock.now_ms)
+    message = pb.Message(topic="Orders", body=b"x", type="payments")
+    begun = await rpcs.begin(pb.BeginTransactionRequest(message=message))
+    record = c.records.get(begun.id)
+    assert record is not None and record.message is not None and record.message.type == "payments"
+    committed = await rpcs.decide(begun.id, commit=True)
+    assert committed.state == pb.TX_COMMITTED and committed.acknowledged
+    status = env.retry.get(begun.id)
+    assert status is not None and status.next_attempt_at_ms == env.clock.wall_ms + 7_000  # its type's rung
