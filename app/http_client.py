@@ -32,8 +32,9 @@ METHODS = frozenset({"GET", "POST"})
 
 
 MAX_ANSWER_BYTES = 4 * 1024 * 1024  # an app's answer body beyond this is refused (PostError)
-# The answer's status line and headers: an app streaming endless headers must not grow the sidecar
-# (issue 27: 0.55 -> 4.1 GB in 15 s). A longer head fails the delivery and closes the connection.
+# The answer's status line and headers, and a chunked answer's trailers: an app streaming endless headers
+# must not grow the sidecar (issue 27: 0.55 -> 4.1 GB in 15 s). A longer head fails the delivery and
+# closes the connection.
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 100
 
@@ -133,7 +134,9 @@ class _Conn(asyncio.Protocol):
         # the answer being read
         self._headers: list[tuple[bytes, bytes]] = []
         self._head_done = False
-        self._head_read = 0
+        self._head_read = 0  # the head's bytes, then the trailers': one bound for both
+        # after a chunk's size line, no chunk data since: in the trailers if it was the last chunk (0)
+        self._trailing = False
         self._body: list[bytes] = []
         self._body_size = 0
         self._done = False
@@ -152,6 +155,7 @@ class _Conn(asyncio.Protocol):
             # idle, failed, or a whole answer already read: nobody asked for these bytes
             self._fail(ConnectionResetError("the app sent bytes nobody asked for"))
             return
+        trailing, body_before = self._trailing, self._body_size
         try:
             parser.feed_data(data)
         except httptools.HttpParserUpgrade:  # a 101 with Upgrade: not an Exception of the parser's errors
@@ -170,6 +174,20 @@ class _Conn(asyncio.Protocol):
             self._head_read += len(data)
             if self._head_read > MAX_HEAD_BYTES:
                 self._fail(PostError(f"the app's answer head is larger than {MAX_HEAD_BYTES} bytes"))
+                return
+        elif trailing and self._trailing and self._body_size == body_before:
+            # A chunked answer's trailers are headers too: httptools appends an unfinished one in Python
+            # (quadratic), and an app that ended its body and then streamed one endless trailer grew the
+            # sidecar until the POST's timeout (~470 MiB with 20 POSTs). A read that began and ended
+            # after a chunk's size line with no chunk data in it was all trailer (a chunk that was not the
+            # last one would have had data): it counts, as a read that ended inside the head does. The
+            # read that ended the body is not counted (its trailer part cannot be told from its chunk
+            # framing), as the read that ends the head is not: the bound holds to within one read.
+            self._head_read += len(data)
+            if self._head_read > MAX_HEAD_BYTES:
+                self._fail(
+                    PostError(f"the app's answer head and trailers are larger than {MAX_HEAD_BYTES} bytes")
+                )
                 return
         if self._done and not self._waiter.done():
             self._waiter.set_result(None)
@@ -194,7 +212,14 @@ class _Conn(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._head_done = True
 
+    def on_chunk_header(self) -> None:
+        self._trailing = True
+
+    def on_chunk_complete(self) -> None:
+        self._trailing = False
+
     def on_body(self, chunk: bytes) -> None:
+        self._trailing = False
         self._body_size += len(chunk)
         if self._body_size > MAX_ANSWER_BYTES:
             raise PostError(f"the app's answer is larger than {MAX_ANSWER_BYTES} bytes")
@@ -259,7 +284,7 @@ class _Conn(asyncio.Protocol):
             self._headers = []
             self._body = []
             self._body_size = self._head_read = 0
-            self._head_done = self._done = False
+            self._head_done = self._done = self._trailing = False
             if not self.open:
                 self.release()
             del parser, waiter

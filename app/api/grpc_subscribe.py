@@ -51,7 +51,9 @@ async def stream(hub: StreamHub) -> AsyncIterator[pb.Delivery]:
     try:
         while True:
             d = await hub.next()
-            taken = [t for t in taken if not t.answer.done()]
+            # only what is still open on the hub is this stream's to hand back: answered, timed out or
+            # cancelled deliveries go (kept, a stream that never acks held every one it was offered)
+            taken = [t for t in taken if hub.owns(t.delivery_id)]
             taken.append(d)
             yield delivery_proto(d)
     finally:

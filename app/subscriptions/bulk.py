@@ -44,15 +44,35 @@ _OUTCOMES = {
 
 
 def envelope(spec: SubscriptionSpec, msgs: Sequence[MessageExt], mq: MessageQueue) -> bytes:
-    entries = [
-        {
-            "entryId": str(m.queue_offset),
-            "event": structured_event(m, mq, spec.group),
-            "contentType": ENTRY_CONTENT_TYPE,
-            "metadata": {},
-        }
-        for m in msgs
-    ]
+    entries = [_entry(m, mq, spec.group) for m in msgs]
+    try:
+        return _document(spec, mq, entries)
+    except orjson.JSONEncodeError:
+        pass
+    # One event could not be written: JSON data nested deeper than orjson writes (254 levels, where its
+    # loads takes 1024: any producer can send that). Raised here it failed the whole batch before the
+    # POST, every time: its neighbours were sent back unseen until the DLQ. Only such an entry goes as
+    # the bytes it is (data_base64), as if it were not JSON; found by writing each alone, at the same
+    # depth. The slow way only after a failure: the hot path writes the envelope once.
+    for i, msg in enumerate(msgs):
+        try:
+            _document(spec, mq, entries[i : i + 1])
+        except orjson.JSONEncodeError:
+            entries[i] = _entry(msg, mq, spec.group, as_bytes=True)
+    # an entry as bytes holds only strings strictly decoded and base64: it cannot fail to be written
+    return _document(spec, mq, entries)
+
+
+def _entry(msg: MessageExt, mq: MessageQueue, group: str, *, as_bytes: bool = False) -> dict[str, object]:
+    return {
+        "entryId": str(msg.queue_offset),
+        "event": structured_event(msg, mq, group, as_bytes=as_bytes),
+        "contentType": ENTRY_CONTENT_TYPE,
+        "metadata": {},
+    }
+
+
+def _document(spec: SubscriptionSpec, mq: MessageQueue, entries: list[dict[str, object]]) -> bytes:
     return orjson.dumps(
         {
             "id": str(uuid.uuid4()),

@@ -266,20 +266,25 @@ class HeaderLines:
         return CheckedLines(lines) if clean else lines
 
 
-def structured_event(msg: MessageExt, mq: MessageQueue, group: str) -> dict[str, object]:
+def structured_event(
+    msg: MessageExt, mq: MessageQueue, group: str, *, as_bytes: bool = False
+) -> dict[str, object]:
     """Structured content mode (a bulk entry's event): the attributes and the data in one JSON object;
-    JSON data as JSON, text as a string, anything else base64 in ``data_base64`` (byte-exact)."""
+    JSON data as JSON, text as a string, anything else base64 in ``data_base64`` (byte-exact).
+    ``as_bytes``: base64 whatever the content type, for JSON data that cannot be written out again
+    (nested deeper than orjson.dumps goes: see bulk.envelope)."""
     attrs, content_type = attributes_for(msg, mq, group)
     event: dict[str, object] = {**attrs, "datacontenttype": content_type}
-    kind = content_type.split(";", 1)[0].strip().lower()
-    try:
-        if kind == "application/json" or kind.endswith("+json"):
-            event["data"] = orjson.loads(msg.body)
-            return event
-        if kind.startswith("text/"):
-            event["data"] = msg.body.decode()
-            return event
-    except (orjson.JSONDecodeError, UnicodeDecodeError):
-        pass  # not what it says it is: carried as bytes
+    if not as_bytes:
+        kind = content_type.split(";", 1)[0].strip().lower()
+        try:
+            if kind == "application/json" or kind.endswith("+json"):
+                event["data"] = orjson.loads(msg.body)
+                return event
+            if kind.startswith("text/"):
+                event["data"] = msg.body.decode()
+                return event
+        except (orjson.JSONDecodeError, UnicodeDecodeError):
+            pass  # not what it says it is: carried as bytes
     event["data_base64"] = base64.b64encode(msg.body).decode()
     return event

@@ -81,16 +81,21 @@ class StreamHub:
         lost = 0
         while True:
             d = Delivery(uuid.uuid4().hex, msg, mq)
-            await self._queue.put(d)
-            await d.taken.wait()  # no timeout here: with no app attached the message waits
-            started = loop.time()
             try:
+                await self._queue.put(d)
+                await d.taken.wait()  # no timeout here: with no app attached the message waits
+                started = loop.time()
                 answer, later_s = await asyncio.wait_for(asyncio.shield(d.answer), self.spec.timeout_s)
             except TimeoutError:  # no answer in time: a failure, the broker redelivers it later
                 self._on_delivery(self.spec.name, "error", loop.time() - started, msg)
                 return False
             finally:
                 self._open.pop(d.delivery_id, None)
+                # Unanswered (timed out, or this delivery cancelled): nobody waits for an answer now. Done,
+                # so the stream that took it lets it go (it kept every timed-out one, body and all, for
+                # as long as it lived) and a stream never takes it from the queue. An Ack for it is
+                # refused as before: it is no longer open.
+                d.answer.cancel()  # nothing when answered
             if answer is Answer.LOST:
                 lost += 1
                 if lost < MAX_LOST:

@@ -282,3 +282,63 @@ async def test_switching_protocols_fails_the_post_at_once(
         await client.post(await serve(answer), b"x", {}, 30.0)
     assert "no answer within" not in str(info.value) and loop.time() - started < 10
     await client.close()
+
+
+# --- a chunked answer's trailers (review of session 14) ----------------------------------------------
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+ENDLESS_TRAILERS = {
+    # the body ends at once, then one trailer value without end: httptools kept appending it (quadratic)
+    "endless-value": b"0\r\nx-t: ",
+    "endless-name": b"3\r\nabc\r\n0\r\nx-",
+}
+
+
+@pytest.mark.parametrize("start", ENDLESS_TRAILERS.values(), ids=ENDLESS_TRAILERS.keys())
+async def test_an_endless_trailer_fails_the_post_as_an_endless_head_does(
+    serve: Callable[..., Awaitable[str]], start: bytes
+) -> None:
+    """The head's bound did not cover trailers: the POST took its whole timeout, the sidecar growing."""
+    closed = asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            writer.write(CHUNKED_HEAD + start)
+            sent = 0
+            while sent < ENDLESS_CAP:
+                writer.write(b"a" * 65536)
+                sent += 65536
+                await writer.drain()  # raises once the client has closed
+            await reader.read()
+        finally:
+            writer.transport.abort()
+            closed.set()
+
+    client = HttpClient()
+    with pytest.raises(PostError, match=f"head and trailers are larger than {MAX_HEAD_BYTES} bytes"):
+        await client.post(await serve(answer), b"x", {}, 10.0)
+    await closed.wait()
+    await client.close()
+
+
+async def test_trailers_and_tiny_chunks_within_the_bounds_are_an_answer(
+    serve: Callable[..., Awaitable[str]],
+) -> None:
+    """Only trailers count against the head's bound, not the chunks' framing: 30 000 one-byte chunks
+    (150 KB of size lines and line ends) are an answer, their last chunk and trailers in writes of their
+    own."""
+    n = 30_000
+    chunks = b"1\r\na\r\n" * n
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(1)  # the body
+        parts = [CHUNKED_HEAD, chunks[:-3], chunks[-3:], b"0\r\n", b"x-t: ", b"v" * 1000 + b"\r\n", b"\r\n"]
+        for part in parts:
+            writer.write(part)
+            await writer.drain()
+        await reader.read()
+
+    client = HttpClient()
+    got = await client.post(await serve(answer), b"x", {}, 10.0)
+    assert (got.status, got.body) == (200, b"a" * n)
+    assert got.headers["x-t"] == "v" * 1000  # a trailer is read as a header
+    await client.close()

@@ -80,6 +80,36 @@ async def test_an_entry_born_past_rfc_3339_s_years_has_no_time_and_the_others_do
     assert events[1]["data"] == {"a": 1} and events[1]["id"] == "U00000041"
 
 
+def nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+@pytest.mark.parametrize("depth", [300, 1000])
+async def test_json_nested_deeper_than_can_be_written_goes_as_bytes_and_its_batch_goes_on(depth: int) -> None:
+    """orjson reads JSON nested up to 1024 levels and writes only 254: such a body (any producer can
+    send one) failed its whole batch before the POST, every time, its neighbours sent back unseen until
+    they reached the DLQ. It goes as data_base64, as a body that is not JSON does; the others as before."""
+    msgs = batch()
+    for offset, kind, body in [
+        (43, "application/json", nested(depth)),
+        (44, "application/x+json", nested(100)),
+    ]:
+        msg = stored(offset, body, queue_id=3)
+        msgs.append(dataclasses.replace(msg, properties={**msg.properties, "content-type": kind}))
+    rec = Recorded([answer(*((str(o), "SUCCESS") for o in range(40, 45)))])
+    assert await bulk(rec)(msgs, MQ) == [OK] * 5
+    assert len(rec.requests) == 1
+    events = [e["event"] for e in orjson.loads(rec.requests[0].body)["entries"]]
+    assert [e["rocketmqoffset"] for e in events] == ["40", "41", "42", "43", "44"]
+    raw, as_json, text, deep, shallow = events
+    assert base64.b64decode(deep["data_base64"]) == nested(depth) and "data" not in deep  # byte-exact
+    assert deep["datacontenttype"] == "application/json"  # what the producer said it is
+    assert shallow["data"] == orjson.loads(nested(100))  # nested, but not too deep to write: JSON
+    assert base64.b64decode(raw["data_base64"]) == b"\x00\xffraw"
+    assert (as_json["data"], text["data"]) == ({"a": 1}, "é text")
+    assert rec.outcomes == ["ok"] * 5
+
+
 async def test_each_entry_gets_its_own_status_and_missing_or_unknown_ones_retry() -> None:
     rec = Recorded([answer(("40", "SUCCESS"), ("41", "DROP"), ("43", "SUCCESS"), ("42", "MAYBE"))])
     assert await bulk(rec)(batch(), MQ) == [OK, DEAD, LATER]

@@ -350,6 +350,39 @@ async def test_a_bulk_subscription_gets_batches_and_its_statuses_apply_per_messa
         assert metric(text, "rocksidecar_subscription_deliveries_total", **sub, outcome="failed") == 1
 
 
+async def test_a_body_too_deeply_nested_to_write_does_not_fail_its_bulk_batch(tmp_path: Path) -> None:
+    """One message whose JSON body nests deeper than orjson writes (255..1024 levels; it reads them) made
+    its whole batch fail before the POST: all sent back, the app saw none of them."""
+    import orjson
+
+    def statuses(body: bytes) -> bytes:
+        entries = orjson.loads(body)["entries"]
+        return orjson.dumps({"statuses": [{"entryId": e["entryId"], "status": "SUCCESS"} for e in entries]})
+
+    ok = lambda _n: (200, {"content-type": "application/json"}, 0.0)  # noqa: E731  # 204 has no body
+    async with rig(tmp_path, "SubDeep", ok, bulk=True, bulk_max_messages=32, commit_window=0) as r:
+        r.app.respond = statuses
+        deep = b"[" * 300 + b"]" * 300  # valid JSON
+        items = [
+            {"topic": "SubDeep", "bodyBase64": base64.b64encode(b"ok-%d" % i).decode()} for i in range(5)
+        ]
+        items.append(
+            {
+                "topic": "SubDeep",
+                "bodyBase64": base64.b64encode(deep).decode(),
+                "properties": {"content-type": "application/json"},
+            }
+        )
+        resp = await r.api.post("/v1/messages:batch", json={"messages": items})  # one queue, one pull
+        assert resp.status_code < 300, resp.text
+        await r.consumed("consume_ok", 6)
+        events = [e["event"] for g in r.app.got for e in orjson.loads(g.body)["entries"]]
+        got = sorted(base64.b64decode(e["data_base64"]) for e in events)
+        assert got == sorted([b"ok-%d" % i for i in range(5)] + [deep])  # each offered once, byte-exact
+        assert r.service.subscriptions is not None
+        assert r.service.subscriptions.consumers["orders"].stats["consume_failed"] == 0
+
+
 async def test_grpc_a_delivery_that_ends_every_stream_is_sent_back_as_a_failure(tmp_path: Path) -> None:
     """Audit (session 13): a message with the largest body the sidecar accepts (4 MiB) makes a Delivery
     over a default grpc client's receive limit, so every stream it is written to ends; a lost delivery
