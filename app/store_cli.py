@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import sys
 import tempfile
@@ -149,7 +150,7 @@ async def _through_api(args: argparse.Namespace, command: str, path: Path) -> in
             try:
                 if not await remote.serves(path):
                     return None  # another sidecar (or something else) on that port: not ours to steer
-            except (PostError, RemoteError, ValueError, KeyError):
+            except (PostError, RemoteError):
                 if command == "replay":
                     raise
                 return None
@@ -166,7 +167,11 @@ async def _dispatch(args: argparse.Namespace, path: Path) -> int:
         if command == "dead export":
             raise CliError("dead export reads the store itself; leave out --url")
         done = await _through_api(args, command, path)
-        assert done is not None
+        if done is None:  # replay without --url: the sidecar answering there holds another store
+            raise CliError(
+                f"the sidecar at {default_url()} does not hold the store at {path}: give the address "
+                "of the one that does with --url"
+            )
         return done
     if not (path / "CURRENT").exists():
         raise CliError(f"no store at {path} (set --data-dir or ${DATA_DIR_ENV})")
@@ -304,7 +309,8 @@ def _list(store: RetryStore, limit: int, as_json: bool) -> None:
 
 
 def _dead_lines(store: RetryStore, limit: int, as_json: bool) -> Iterator[str]:
-    for letter in store.dead.page(limit=limit):
+    # One letter at a time, as export does: a page would hold every listed body at once.
+    for letter in itertools.islice(store.dead, limit):
         if as_json:
             yield orjson.dumps(letter.to_json()).decode()
             continue
@@ -328,8 +334,11 @@ def _export(store: RetryStore, out_path: str | None) -> None:
     if out_path is None:
         count = store.dead.export(sys.stdout)
     else:
-        with open(out_path, "w", encoding="utf-8") as out:
-            count = store.dead.export(out)
+        try:
+            with open(out_path, "w", encoding="utf-8") as out:
+                count = store.dead.export(out)
+        except OSError as exc:  # a missing directory, a directory, no permission, a full disk
+            raise CliError(f"cannot write {out_path}: {exc.strerror or exc}") from None
     print(f"exported {count} dead letters", file=sys.stderr)
 
 

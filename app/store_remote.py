@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,11 @@ MAX_REDRIVE_CALLS = 10_000  # a bound on "go on with the cursor" (each call runs
 
 
 class RemoteError(Exception):
-    """The sidecar answered with an error (its problem's detail is the message)."""
+    """The sidecar answered with an error (its problem's detail is the message), or what answered is
+    not a sidecar's admin API."""
+
+
+NOT_OURS = "is that a rocksidecar's address?"
 
 
 def default_url() -> str:
@@ -69,16 +74,38 @@ class Remote:
             except (orjson.JSONDecodeError, AttributeError):
                 detail = text[:300]
             raise RemoteError(f"the sidecar at {self.url} answered {answer.status}: {detail}")
-        return orjson.loads(answer.body)
+        try:
+            return orjson.loads(answer.body)
+        except orjson.JSONDecodeError:  # something else on that port (a web page, another service)
+            raise RemoteError(
+                f"{self.url}{path} answered {answer.status} with something other than JSON: {NOT_OURS}"
+            ) from None
+
+    @contextmanager
+    def _reading(self, path: str) -> Iterator[None]:
+        """Around the reads of one answer's fields: JSON of another shape is not a sidecar's answer."""
+        try:
+            yield
+        except (KeyError, TypeError, AttributeError, IndexError, ValueError, OverflowError) as exc:
+            what = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise RemoteError(
+                f"{self.url}{path} answered JSON of another shape ({what}): {NOT_OURS}"
+            ) from None
 
     async def serves(self, store_path: Path) -> bool:
         """Whether this sidecar is the one holding ``store_path`` (not another one on that port)."""
         stats = await self._call("GET", "/v1/admin/stats")
-        theirs = stats.get("store")
+        theirs = stats.get("store") if isinstance(stats, dict) else None
         return isinstance(theirs, str) and _same_path(Path(theirs), store_path)
 
     async def stats(self) -> list[str]:
-        doc = await self._call("GET", "/v1/admin/stats")
+        path = "/v1/admin/stats"
+        doc = await self._call("GET", path)
+        with self._reading(path):
+            return self._stats_lines(doc)
+
+    @staticmethod
+    def _stats_lines(doc: Any) -> list[str]:
         retry, scheduled = doc["retry"], doc["scheduled"]
         lines = [f"pending: {retry['pending']}", f"dead: {retry['dead']}"]
         if retry["oldestDueMs"] is not None:
@@ -103,41 +130,47 @@ class Remote:
         return result
 
     async def dead_list(self, limit: int, as_json: bool) -> list[str]:
-        doc = await self._call(
-            "GET", "/v1/admin/retries", params={"state": "dead", "limit": min(limit, 1000)}
-        )
+        path = "/v1/admin/retries"
+        doc = await self._call("GET", path, params={"state": "dead", "limit": min(limit, 1000)})
         lines = []
-        for item in doc["items"]:
-            if as_json:
-                lines.append(orjson.dumps(item).decode())
-                continue
-            what = (
-                f"{item['topic']} type={item['type']} attempts={item['attempts']}"
-                if "topic" in item
-                else "(corrupt value)"
-            )
-            lines.append(f"{iso(item['deadAtMs'])}  {item['id']}  {what}  {item['reason']}")
+        with self._reading(path):
+            for item in doc["items"]:
+                if as_json:
+                    lines.append(orjson.dumps(item).decode())
+                    continue
+                what = (
+                    f"{item['topic']} type={item['type']} attempts={item['attempts']}"
+                    if "topic" in item
+                    else "(corrupt value)"
+                )
+                lines.append(f"{iso(item['deadAtMs'])}  {item['id']}  {what}  {item['reason']}")
         return lines
 
     async def redrive(self, id_: str | None, every: bool) -> str:
+        path = "/v1/admin/dead-letters:redrive"
         body: dict[str, object] = {"all": True} if every else {"id": id_}
         moved = skipped = 0
         for _ in range(MAX_REDRIVE_CALLS):  # each call answers within its deadline; the cursor goes on
-            doc = await self._call("POST", "/v1/admin/dead-letters:redrive", json=body)
-            moved, skipped = moved + doc["redriven"], skipped + doc["skipped"]
-            if doc.get("nextCursor") is None:
+            doc = await self._call("POST", path, json=body)
+            with self._reading(path):
+                moved, skipped = moved + int(doc["redriven"]), skipped + int(doc["skipped"])
+                cursor = doc.get("nextCursor")
+            if cursor is None:
                 break
-            body = {"all": True, "cursor": doc["nextCursor"]}
+            body = {"all": True, "cursor": cursor}
         else:
             raise RemoteError(f"re-drove {moved} dead letter(s) and stopped after {MAX_REDRIVE_CALLS} calls")
         text = f"re-drove {moved} dead letter(s)" + (f"; skipped {skipped} corrupt" if skipped else "")
         return text + (f"; {doc['stillDead']} still dead" if doc.get("stillDead") else "")
 
     async def replay(self, topic: str | None) -> str:
-        doc = await self._call("POST", "/v1/admin/retries:replay", json={"topic": topic} if topic else {})
-        if not doc["pending"]:
+        path = "/v1/admin/retries:replay"
+        doc = await self._call("POST", path, json={"topic": topic} if topic else {})
+        with self._reading(path):
+            pending = int(doc["pending"])
+        if not pending:
             return "nothing is pending"
-        return f"replaying {doc['pending']} pending message(s) now" + (f" of topic {topic}" if topic else "")
+        return f"replaying {pending} pending message(s) now" + (f" of topic {topic}" if topic else "")
 
 
 def _same_path(a: Path, b: Path) -> bool:

@@ -114,7 +114,7 @@ async def redrive(
     A re-driven letter that dies again at once gets a later key: without the snapshot bound (its
     millisecond, carried in the cursor) the walk would find it again and loop for as long as the
     broker refuses. Stops after ``deadline_s`` with a cursor to continue from. Raises ValueError for a
-    bad cursor.
+    bad cursor; a cursor's millisecond later than the store's clock is taken as now.
     """
     deadline = clock() + deadline_s
     last_key: bytes | None = None
@@ -122,6 +122,9 @@ async def redrive(
         stop_ms, after = store.now_ms(), None
     else:
         stop_ms, last_key = _parse_redrive_cursor(cursor)
+        # A cursor names the start millisecond, which cannot be later than now: a later one (forged,
+        # or from before this clock was set back) would lift the bound and loop as above.
+        stop_ms = min(stop_ms, store.now_ms())
         after = encode_cursor(last_key)
     before = stop_ms + 1  # dead at or before the start millisecond
     if where.due_before_ms is not None:

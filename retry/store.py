@@ -78,6 +78,9 @@ class RetryStore(QueueBacked):
         self._on_dead_letter = on_dead_letter
         self.dead = DeadLetters(kv, self.redrive)
         self._dead = KeyCount(kv, DEAD_CF)  # counted as the pending keys are (storage.key_count)
+        # Dead keys a redrive or purge is removing now: between its read and its batch's commit the
+        # letter is still in the KV, and a second call must not find it and move or count it again.
+        self._leaving: set[bytes] = set()
 
     @property
     def dead_count(self) -> int:
@@ -204,10 +207,13 @@ class RetryStore(QueueBacked):
         """Move one dead letter back to pending, retry count reset, due now. Returns its new key.
 
         Raises:
-            KeyError: no dead letter under ``dkey``.
+            KeyError: no dead letter under ``dkey``, or another call is moving it now.
             CorruptRecordError: the dead letter holds bytes that are not a record.
         """
-        data = self.kv.get(DEAD_CF, dkey)
+        # No await between this check and the claim below: two calls at once (a double click, the CLI
+        # and the page) cannot both pass it. A claim, not a lock: re-drives of different letters still
+        # share group commits.
+        data = None if dkey in self._leaving else self.kv.get(DEAD_CF, dkey)
         if data is None:
             raise KeyError(dkey)
         letter = decode_dead(dkey, data)
@@ -223,7 +229,11 @@ class RetryStore(QueueBacked):
         old_id = id_of(pending_of_dead(dkey))
         if old_id is not None:
             ops.append(Delete(INDEX_CF, index_key(old_id, DEAD, dkey)))
-        await self._commit(ops, key)
+        self._leaving.add(dkey)
+        try:
+            await self._commit(ops, key)
+        finally:
+            self._leaving.discard(dkey)  # committed: gone from the KV; failed: still there to retry
         self._pending.add(1)
         self._dead.add(-1)
         return key
@@ -232,7 +242,8 @@ class RetryStore(QueueBacked):
         """Delete pending and dead keys for good (the admin's purge), in one batch; returns how many
         existed. The caller keeps keys that a replay has in flight out of ``pending``."""
         pending = [k for k in pending if self.kv.get(PENDING_CF, k) is not None]
-        dead = [k for k in dead if self.kv.get(DEAD_CF, k) is not None]
+        # one a redrive or another purge is removing now is theirs (see redrive)
+        dead = [k for k in dead if k not in self._leaving and self.kv.get(DEAD_CF, k) is not None]
         ops: list[Op] = [op for key in pending for op in self._unlink(key)]
         for dkey in dead:
             ops.append(Delete(DEAD_CF, dkey))
@@ -240,7 +251,11 @@ class RetryStore(QueueBacked):
             if old_id is not None:
                 ops.append(Delete(INDEX_CF, index_key(old_id, DEAD, dkey)))
         if ops:
-            await self._commit(ops)
+            self._leaving.update(dead)
+            try:
+                await self._commit(ops)
+            finally:
+                self._leaving.difference_update(dead)
             self._pending.add(-len(pending))
             self._dead.add(-len(dead))
         return len(pending) + len(dead)

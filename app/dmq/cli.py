@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from .. import config
@@ -74,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
         given = {name: config.setting(name).parse(raw, flag) for name, (flag, raw) in flags.items()}
         settings = config.load(file=args.config, overrides=given)
         validate_topic(settings.dmq_inner_topic)
+        for flag, _, _ in SECONDS:  # float() takes "nan" and "inf"; NaN slips past a check like `<= 0`
+            if not math.isfinite(getattr(args, flag.removeprefix("--").replace("-", "_"))):
+                raise config.ConfigError(f"{flag}: must be a finite number of seconds")
         if args.offset_persist_s <= 0:
             raise config.ConfigError("--offset-persist-s: must be positive")
         if not (args.refresh_after_s == 0 or 1 <= args.refresh_after_s <= MAX_REFRESH_AFTER_S):

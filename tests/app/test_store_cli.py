@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
+import threading
+import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -171,3 +175,114 @@ def test_bad_arguments_are_one_line_naming_them(
         store_cli(data_dir, *args)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and said in err.splitlines()[-1] and "Traceback" not in err
+
+
+def _one_line(err: str, *said: str) -> None:
+    assert err.count("\n") == 1 and err.startswith("rocksidecar store: ") and "Traceback" not in err, err
+    assert all(part in err for part in said), err
+
+
+@pytest.mark.parametrize("where", ["no/such/dir.jsonl", "."])  # a missing directory; a directory
+def test_export_to_an_unwritable_path_is_one_line(
+    data_dir: Path, seeded: dict[str, bytes], capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    out = data_dir / where
+    assert store_cli(data_dir, "dead", "export", "--out", str(out)) == 1  # an OSError traceback before
+    _one_line(capsys.readouterr().err, f"cannot write {out}")
+    assert not (data_dir / "no").exists()
+
+
+def _answering(body: bytes) -> Iterator[str]:
+    """Something that is not this sidecar on a port: it answers every GET and POST 200 with ``body``."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def web_page() -> Iterator[str]:
+    yield from _answering(b"<html>hello</html>")
+
+
+@pytest.fixture
+def other_sidecar() -> Iterator[str]:
+    """Another sidecar's admin API (another store), or any JSON of another shape."""
+    yield from _answering(b'{"store": "/some/other/sidecar/store"}')
+
+
+COMMANDS = [["stats"], ["dead", "redrive", "--all"], ["replay"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_url_that_answers_no_json_is_one_line(
+    data_dir: Path, seeded: dict[str, bytes], web_page: str, command: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    assert store_cli(data_dir, "--url", web_page, *command) == 1  # a JSONDecodeError traceback before
+    _one_line(capsys.readouterr().err, web_page, "something other than JSON")
+
+
+MISSING = ["'retry'", "'redriven'", "'pending'"]  # the field each command's answer lacks
+
+
+@pytest.mark.parametrize(("command", "missing"), list(zip(COMMANDS, MISSING, strict=True)))
+def test_a_url_that_answers_other_json_is_one_line(
+    data_dir: Path, seeded: dict[str, bytes], other_sidecar: str, command: list[str], missing: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    assert store_cli(data_dir, "--url", other_sidecar, *command) == 1  # a KeyError traceback before
+    _one_line(capsys.readouterr().err, other_sidecar, f"no {missing}")
+
+
+def test_replay_when_another_sidecar_holds_the_default_port_is_one_line(
+    data_dir: Path, seeded: dict[str, bytes], other_sidecar: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.setenv("ROCKSIDECAR_HTTP_ADDR", other_sidecar.removeprefix("http://"))
+    assert store_cli(data_dir, "replay") == 1  # an AssertionError traceback before
+    _one_line(capsys.readouterr().err, f"{other_sidecar} does not hold the store", "--url")
+
+
+BODY = 1024 * 1024
+
+
+async def _seed_big(data_dir: Path, n: int) -> None:
+    store = RetryStore.open(data_dir / "store")
+    for i in range(n):
+        rec = RetryRecord(id=f"BIG{i}", topic="t", body=b"x" * BODY)
+        await store.bury(await store.spool(rec), rec, "not retriable")
+    await store.close()
+
+
+def test_dead_list_does_not_hold_every_body(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    asyncio.run(_seed_big(data_dir, 64))
+    tracemalloc.start()
+    try:
+        assert store_cli(data_dir, "dead", "list", "--limit", "1000") == 0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(capsys.readouterr().out.splitlines()) == 64
+    # a line per letter needs its header, not 64 MiB of bodies at once (192 MiB at peak before)
+    assert peak < 16 * BODY, f"peak {peak / BODY:.0f} MiB to list 64 one-MiB dead letters"
+    assert store_cli(data_dir, "dead", "list", "--limit", "3") == 0
+    assert [line.split()[1] for line in capsys.readouterr().out.splitlines()] == ["BIG0", "BIG1", "BIG2"]

@@ -4,6 +4,7 @@ redrive answers within its deadline), with the same snapshot, and sums what each
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import orjson
 import pytest
@@ -57,3 +58,23 @@ async def test_a_query_and_an_id_are_encoded_and_a_problem_names_its_detail() ->
         ("GET", "http://sidecar/v1/admin/retries?state=dead&limit=1000"),  # the limit is capped
         ("GET", "http://sidecar/v1/admin/messages/a%2Fb%3Fc"),
     ]
+
+
+async def test_json_of_another_shape_is_a_remote_error_naming_what_is_wrong() -> None:
+    """Something else answering on the port (a JSON list, items that are not objects) is a RemoteError,
+    never a TypeError or AttributeError from reading its fields."""
+    sidecar = FakeSidecar(
+        (200, ["not", "stats"]),
+        (200, ["not", "stats"]),
+        (200, {"items": ["not an object"]}),
+        (200, {"redriven": 1, "skipped": "many"}),
+    )
+    remote = Remote("http://other", token="", client=sidecar)
+    assert not await remote.serves(Path("/data/store"))  # not ours: the CLI reads the store itself
+    with pytest.raises(RemoteError, match=r"^http://other/v1/admin/stats answered JSON of another shape"):
+        await remote.stats()
+    with pytest.raises(RemoteError, match=r"^http://other/v1/admin/retries answered JSON of another shape"):
+        await remote.dead_list(10, as_json=False)
+    with pytest.raises(RemoteError, match=r"dead-letters:redrive answered JSON of another shape"):
+        await remote.redrive(None, True)
+    await remote.close()

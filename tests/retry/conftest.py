@@ -12,6 +12,8 @@ from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.retry.record import RetryRecord
 from rocksidecar.retry.replay import ReplayLoop
 from rocksidecar.retry.store import RetryStore
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.kv import Op
 from rocksidecar.storage.memory import MemoryKV
 from tests.fakes import FakeWallClock, FaultyKV
 
@@ -111,6 +113,29 @@ class Harness:
     async def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
         await self.settle()
+
+
+class GatedWrites:
+    """Wraps a GroupCommitWriter's ``write``: each write waits at ``gate`` before it is applied, as one
+    queued behind a slow WAL sync does, so a test sees what a second caller finds in that gap."""
+
+    def __init__(self, writer: GroupCommitWriter) -> None:
+        self.inner = writer.write
+        self.gate = asyncio.Event()
+        self.arrived = 0
+        self._changed = asyncio.Event()
+
+    async def __call__(self, ops: Sequence[Op], *, lazy: bool = False) -> None:
+        self.arrived += 1
+        self._changed.set()
+        await self.gate.wait()
+        await self.inner(ops, lazy=lazy)
+
+    async def until_arrived(self, n: int) -> None:
+        """Until ``n`` writes wait at the gate (or went through it)."""
+        while self.arrived < n:
+            self._changed.clear()
+            await self._changed.wait()
 
 
 def make_harness() -> Harness:

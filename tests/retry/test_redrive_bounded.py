@@ -11,7 +11,7 @@ import pytest
 from rocksidecar.retry import admin
 from rocksidecar.retry.admin import redrive
 from rocksidecar.retry.store import RetryStore
-from rocksidecar.storage.query import Filter
+from rocksidecar.storage.query import Filter, encode_cursor
 from tests.fakes import FakeWallClock
 from tests.retry.conftest import Harness, record
 
@@ -94,3 +94,25 @@ async def test_a_cursor_from_elsewhere_is_refused(h: Harness) -> None:
     with pytest.raises(ValueError, match="cursor"):
         await redrive(h.store, Filter(), cursor="AAAA")
     assert h.store.dead_count == 1
+
+
+async def test_a_cursor_from_the_future_keeps_the_bound_at_now(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cursor carries the start millisecond; one naming a later time than the store's clock (forged, or
+    from before the clock was set back) must not lift the bound and bring back the loop."""
+    monkeypatch.setattr(admin, "PURGE_CHUNK", 2)  # several pages, as a store with over 1000 letters has
+    ids = await _dead(h.store, 5)
+    h.clock.advance(0.001)
+    dies = DiesAgainAtOnce(h.store, limit=3 * len(ids))
+
+    async def then_a_millisecond_later(dkey: bytes) -> bytes:  # a real clock moves on
+        key = await dies(dkey)
+        h.clock.wall_ms += 1
+        return key
+
+    h.store.redrive = then_a_millisecond_later  # type: ignore[method-assign]
+    future = encode_cursor(b"9999999999999" + b"\x00\x00")  # well formed: the year 2286, before every key
+    done = await redrive(h.store, Filter(), cursor=future)
+    assert (done.moved, done.skipped, done.cursor) == (len(ids), 0, None)
+    assert dies.attempts == Counter(dict.fromkeys(ids, 1))

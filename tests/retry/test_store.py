@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import orjson
@@ -16,7 +18,7 @@ from rocksidecar.retry.store import RetryStore
 from rocksidecar.storage.errors import StorageError, StoreLockedError
 from rocksidecar.storage.kv import Put
 from tests.fakes import FakeWallClock
-from tests.retry.conftest import Harness, record
+from tests.retry.conftest import GatedWrites, Harness, record
 
 
 async def test_spool_then_get_reports_spooled(h: Harness) -> None:
@@ -159,6 +161,53 @@ async def test_redrive_moves_back_with_retry_count_reset(h: Harness) -> None:
     assert status is not None and status.state is State.SPOOLED
     with pytest.raises(KeyError):
         await h.store.redrive(dkey)
+
+
+async def _second_while_the_first_commits(
+    h: Harness,
+    monkeypatch: pytest.MonkeyPatch,
+    first: Callable[[], Awaitable[object]],
+    second: Callable[[], Awaitable[object]],
+) -> list[object]:
+    """Run ``second`` while ``first``'s batch waits to be written (behind a slow WAL sync): the letter is
+    still in the KV then. Returns both outcomes (an exception as a value)."""
+    gated = GatedWrites(h.store.writer)
+    monkeypatch.setattr(h.store.writer, "write", gated)
+    one = asyncio.create_task(first())
+    await gated.until_arrived(1)
+    two = asyncio.create_task(second())
+    queued = asyncio.create_task(gated.until_arrived(2))
+    # The second call answers at once, or (the race) queues a batch of its own: whichever comes first.
+    await asyncio.wait({two, queued}, return_when=asyncio.FIRST_COMPLETED)
+    queued.cancel()
+    gated.gate.set()
+    return await asyncio.gather(one, two, return_exceptions=True)
+
+
+async def test_two_redrives_of_one_letter_at_once_move_it_once(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = await h.store.spool(record("M1"))
+    dkey = await h.store.bury(key, record("M1"), "exhausted")
+    first, second = await _second_while_the_first_commits(
+        h, monkeypatch, lambda: h.store.redrive(dkey), lambda: h.store.redrive(dkey)
+    )
+    assert isinstance(first, bytes) and isinstance(second, KeyError), (first, second)
+    assert [k for k, _ in h.kv.scan(PENDING_CF)] == [first]  # one row: delivered once
+    assert (h.store.pending_count, h.store.dead_count) == (1, 0)
+
+
+async def test_a_purge_while_a_redrive_commits_leaves_the_letter_to_it(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = await h.store.spool(record("M1"))
+    dkey = await h.store.bury(key, record("M1"), "exhausted")
+    moved, purged = await _second_while_the_first_commits(
+        h, monkeypatch, lambda: h.store.redrive(dkey), lambda: h.store.purge(dead=[dkey])
+    )
+    assert isinstance(moved, bytes) and purged == 0, (moved, purged)
+    assert [k for k, _ in h.kv.scan(PENDING_CF)] == [moved]
+    assert (h.store.pending_count, h.store.dead_count) == (1, 0)
 
 
 async def test_redrive_by_id_and_all_skip_corrupt_letters(h: Harness) -> None:

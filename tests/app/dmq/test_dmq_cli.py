@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rocksidecar.app.cli import main
+from rocksidecar.app.dmq import service
 
 
 @pytest.mark.parametrize(
@@ -39,3 +40,18 @@ def test_bad_config_is_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith("rocksidecar dmq: configuration error: ") and expected in err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "Infinity"])
+@pytest.mark.parametrize("flag", ["--offset-persist-s", "--refresh-after-s", "--presence-interval-s"])
+def test_seconds_must_be_finite(
+    flag: str, value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """float() takes these; NaN passed ``<= 0`` and made the offset-persist loop spin."""
+    monkeypatch.setenv("ROCKSIDECAR_NAMESRV", "127.0.0.1:1")
+    started: list[object] = []
+    monkeypatch.setattr(service, "serve", lambda settings, options: started.append(options) or 0)
+    assert main(["dmq", flag, value]) == 2
+    assert started == []
+    err = capsys.readouterr().err
+    assert err == f"rocksidecar dmq: configuration error: {flag}: must be a finite number of seconds\n"
