@@ -243,8 +243,15 @@ class Producer(Lifecycle):
         if self._on_attempt is not None:
             self._on_attempt(broker, latency, False, message)
         if self.config.fault_tolerance:
-            unreachable = isinstance(exc, RemotingError)
-            self.fault.update(broker, latency, isolation=True, unreachable=unreachable, reason=str(exc))
+            if exc.final:
+                # A verdict on the message (MESSAGE_ILLEGAL, or refused before it left): the broker is as
+                # healthy as its answer was quick. Isolating it (Java does, with its fault tolerance off
+                # by default and every message checked before it is sent) let any client that can send a
+                # refusable message take every broker out of the selection, and /readyz with them.
+                self.fault.update(broker, latency, isolation=False)
+            else:
+                unreachable = isinstance(exc, RemotingError)
+                self.fault.update(broker, latency, isolation=True, unreachable=unreachable, reason=str(exc))
         if self._on_send_error is not None:
             self._on_send_error(broker, failure_cause(exc))
         return Attempt(broker, mq.queue_id, latency, str(exc), exc.code)

@@ -4,6 +4,7 @@ budget, retryable vs final codes, unknown topics (P1-P6)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 
 import pytest
@@ -272,3 +273,22 @@ async def test_send_raises_nothing_before_it_is_awaited_as_an_async_def() -> Non
     assert isinstance(results[0], InvalidMessageError) and isinstance(results[1], SendFailed)
     assert not isinstance(results[2], BaseException) and results[2].status is SendStatus.SEND_OK
     assert len(h.sent_to()) == 1
+
+
+async def test_a_final_refusal_of_the_message_does_not_isolate_the_broker() -> None:
+    # MESSAGE_ILLEGAL is a verdict on the message from a broker that answered: before, each one isolated
+    # its broker for 600 s, so a few refusable messages took every broker out of the selection (and
+    # /readyz to 503) for every other message.
+    h = Harness()
+    h.fail("broker-a", ResponseCode.MESSAGE_ILLEGAL)
+    p = h.producer()
+    for _ in range(4):
+        with contextlib.suppress(SendFailed):
+            await p.send(MSG)
+    assert {s.broker: s.state for s in p.fault_table()}.get("broker-a", "available") == "available"
+    # an unreachable broker still is isolated
+    h.down.add("broker-b")
+    h.behaviour.clear()
+    for _ in range(8):  # round robin reaches broker-b (each send then retried on broker-a)
+        await p.send(MSG)
+    assert {s.broker: s.state for s in p.fault_table()}["broker-b"] == "isolated"
