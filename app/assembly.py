@@ -38,6 +38,7 @@ from .api.servers import GrpcServer, HttpServer, ListenError, split_addr
 from .api.ui import UiDeps, counters
 from .config import Settings
 from .dmq.forward import COLUMN_FAMILIES as FORWARDED_CFS
+from .dmq.forward import PURGE_EVERY_S as FORWARD_PURGE_EVERY_S
 from .dmq.forward import Forwarder
 from .events import OpsEvents
 from .history import SAMPLE_EVERY_S, History
@@ -312,6 +313,8 @@ class SidecarParts:
             every("log-summaries", self.events.window_s, self.events.flush_round),
             every("status-history", SAMPLE_EVERY_S, self._sample_history, run_first=True),
         ]
+        if self.forwarder is not None:  # its own pace: each round goes on where the last one stopped
+            loops.append(every("dmq-forwarded-purge", FORWARD_PURGE_EVERY_S, self._purge_forwarded))
         if self.subscriptions is not None:
             loops.append(every("consumer-lag", SAMPLE_EVERY_S, self.sample_lag, run_first=True))
         if self.transactions is not None:  # at start too: decisions a restart must carry out
@@ -361,6 +364,8 @@ class SidecarParts:
 
     async def _purge(self) -> None:
         await self.idempotency.purge()
+
+    async def _purge_forwarded(self) -> None:
         if self.forwarder is not None:
             await self.forwarder.purge()
 

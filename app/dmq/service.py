@@ -176,6 +176,11 @@ class DmqService:
                 persist_interval_s=o.persist_interval_s,
                 # the inner topic carries bodies the sidecars accepted (max_body_bytes): never less
                 max_body_bytes=max(MAX_BODY_BYTES, s.max_body_bytes),
+                # A batch fails only when the store failed (a full disk refuses schedules until twice the
+                # reserve is free: hours, maybe). Giving up would commit the offset past inner messages
+                # (or marks) never stored (broadcasting), or dead-letter them after 16 send-backs
+                # (clustering, ~4.8 h): retried here until the store takes them, the queue held.
+                retry_locally_forever=True,
             ),
             ";".join(addresses),
             self.listener if self.replication is None else self.replication.listener(self.listener),

@@ -81,6 +81,13 @@ class ConsumerConfig:
     max_reconsume_times: int = 16
     consume_timeout_s: float = 15 * 60.0
     send_back_retry_s: float = 5.0  # a failed send-back is consumed again locally after this
+    # Beyond Java, concurrent mode: a message the listener failed (RECONSUME_LATER, an exception, the
+    # consume timeout) is never given up, whatever max_reconsume_times: it is consumed again here after
+    # send_back_retry_s until it succeeds, held in its process queue so the offset cannot pass it, not
+    # dropped (broadcasting) nor sent back to %RETRY% and from there to the DLQ (clustering). For a
+    # listener whose failures are its own store's (a full disk can last hours) and whose messages must
+    # not be lost; a listener that always fails on a message stalls its queue. DEAD_LETTER still gives up.
+    retry_locally_forever: bool = False
     close_timeout_s: float = 10.0  # how long close() waits for messages being consumed
     offsets_dir: Path | None = None  # broadcasting: None for Java's ~/.rocketmq_offsets
     # Hand a queue's messages to the listener only below the acknowledged offset + this, persisting as
@@ -111,3 +118,5 @@ class ConsumerConfig:
             raise ValueError("route_retry_s must be above 0 and at most heartbeat_interval_s")
         if self.max_reconsume_times < 0:
             raise ValueError("max_reconsume_times must not be negative")
+        if self.retry_locally_forever and self.orderly:
+            raise ValueError("retry_locally_forever is for concurrent mode (orderly retries on its own)")

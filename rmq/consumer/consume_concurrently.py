@@ -207,6 +207,8 @@ class ConcurrentService:
         """True when the message is taken care of (sent back, or given up in broadcasting)."""
         host = self._host
         dead = status is ConsumeStatus.DEAD_LETTER
+        if host.config.retry_locally_forever and not dead:
+            return False  # consumed again here (_later), however often it failed
         if host.config.message_model is MessageModel.BROADCASTING:
             # No retry topic in broadcasting: retry here, up to the same limit, then log it (as Java).
             if dead or msg.reconsume_times >= host.config.max_reconsume_times:

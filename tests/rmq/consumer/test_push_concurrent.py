@@ -9,6 +9,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq.codes import RequestCode
 from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus, MessageModel
@@ -248,6 +250,46 @@ async def test_after_max_reconsume_times_the_broker_moves_it_to_the_dlq(
     dead = [m for b in cluster.brokers.values() for m in b.messages("%DLQ%G-dlq")]
     assert sorted(m.body for m in dead) == [b"broker-a/0/0", b"broker-b/0/0"]
     assert sorted(m.reconsume_times for m in rec.got) == [0, 0, 1, 1, 2, 2]
+
+
+@pytest.mark.parametrize("model", [MessageModel.BROADCASTING, MessageModel.CLUSTERING])
+async def test_retry_locally_forever_holds_a_failing_message_past_max_reconsume_times(
+    cluster: DevCluster, consumers: list[PushConsumer], tmp_path: Path, model: MessageModel
+) -> None:
+    """A listener whose store fails for a while: its messages are neither dropped (broadcasting) nor
+    sent back towards the DLQ (clustering), and the offset stays before them until they succeed."""
+    await send_to_queues(cluster, TOPIC, 1, queues=1)
+    rec = Recorder(
+        lambda m: ConsumeStatus.RECONSUME_LATER if m.reconsume_times < 5 else ConsumeStatus.SUCCESS
+    )
+    cfg = config(
+        "G-forever", "one", message_model=model, offsets_dir=tmp_path, max_reconsume_times=1,
+        send_back_retry_s=0.01, retry_locally_forever=True,
+    )  # fmt: skip
+    consumer = await start_(consumers, cluster, cfg, rec)
+    queues = [MessageQueue(TOPIC, f"broker-{x}", 0) for x in "ab"]
+    # past max_reconsume_times and still failing: held, the offsets before them
+    await rec.until(lambda got: sum(m.reconsume_times == 3 for m in got) == 2)
+    assert [await consumer.offsets.read(mq, ReadType.MEMORY) for mq in queues] in ([None, None], [0, 0])
+    await rec.until(lambda got: sum(m.reconsume_times == 5 for m in got) == 2)
+    assert sorted(m.reconsume_times for m in rec.got) == sorted([0, 1, 2, 3, 4, 5] * 2)
+    assert {m.topic for m in rec.got} == {TOPIC}  # consumed again here, never through %RETRY%
+    assert consumer.stats["sent_back"] == 0
+    for broker in cluster.brokers.values():
+        assert broker.messages("%DLQ%G-forever") == []
+    await consumer.close()  # persists: the offsets passed them once they succeeded
+    if model is MessageModel.CLUSTERING:
+        assert [b.offsets.query("G-forever", TOPIC, 0) for b in cluster.brokers.values()] == [1, 1]
+    else:
+        assert isinstance(consumer.offsets, LocalFileOffsetStore)
+        saved = LocalFileOffsetStore(consumer.offsets.path)
+        await saved.load()
+        assert [await saved.read(mq, ReadType.MEMORY) for mq in queues] == [1, 1]
+
+
+def test_retry_locally_forever_is_for_concurrent_mode() -> None:
+    with pytest.raises(ValueError, match="retry_locally_forever"):
+        config("G-forever", "one", orderly=True, retry_locally_forever=True)
 
 
 async def test_a_listener_that_hangs_past_the_consume_timeout_counts_as_failed(
