@@ -21,6 +21,7 @@ from .backoff import Backoff, parse_retry_after
 log = logging.getLogger(__name__)
 BATCH_PATH = "/v1/messages:batch"
 STORED = frozenset({"SENT", "SPOOLED", "SCHEDULED"})  # answered 2xx: kept by a broker or the sidecar
+STATUSES = STORED | {"REJECTED", "FAILED"}  # every status a batch item may be answered
 REPLAYED_HEADER = "Idempotent-Replayed"  # the sidecar repeated an earlier answer: nothing was sent now
 
 
@@ -136,12 +137,42 @@ class SidecarClient:
 
     @staticmethod
     def _results(resp: httpx.Response, expected: int) -> list[ItemResult]:
+        """One result per message, checked item by item: a message the answer does not account for (no
+        result with its index, more than one, or a status this client does not know) is FAILED. It was
+        not confirmed stored, so it is posted again (and the task fails if that never works) rather than
+        counted as published, or dropped from the counts."""
         replayed = resp.headers.get(REPLAYED_HEADER, "").lower() == "true"
         try:
-            doc = resp.json()
-            results = [_item(r, replayed) for r in sorted(doc["results"], key=lambda r: int(r["index"]))]
+            items = resp.json()["results"]
+            if not isinstance(items, list) or not all(isinstance(r, dict) for r in items):
+                raise TypeError("results is not a list of objects")
         except (ValueError, KeyError, TypeError) as exc:
             raise SidecarError(f"unreadable batch answer: {exc}: {resp.text[:200]}", 200) from exc
-        if len(results) != expected:
-            raise SidecarError(f"the batch answer has {len(results)} results for {expected} messages", 200)
+        if len(items) != expected:
+            raise SidecarError(f"the batch answer has {len(items)} results for {expected} messages", 200)
+        found: list[list[dict[str, Any]]] = [[] for _ in range(expected)]
+        for r in items:
+            index = r.get("index")
+            # a bool is an int to Python, not to the sidecar; an index out of range answers no message
+            if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < expected:
+                found[index].append(r)
+        results: list[ItemResult] = []
+        unaccounted: list[str] = []
+        for index, answers in enumerate(found):
+            if len(answers) == 1 and answers[0].get("status") in STATUSES:
+                results.append(_item(answers[0], replayed))
+                continue
+            if len(answers) == 1:
+                why = f"the unknown status {str(answers[0].get('status'))[:40]!r}"
+            else:
+                why = f"{len(answers) or 'no'} results"
+            unaccounted.append(f"the sidecar's answer has {why} for message {index}")
+            results.append(ItemResult("FAILED", None, unaccounted[-1]))
+        if unaccounted:
+            log.warning(
+                "a batch answer does not account for %d of %d messages (%s): taken as FAILED",
+                len(unaccounted),
+                expected,
+                "; ".join(unaccounted[:5]),
+            )
         return results

@@ -46,6 +46,15 @@ KNOWN = {
 # options whose column may also have a type with one obvious text form; the value is sent as that text
 AS_TEXT = {"keyColumn", "tagsColumn", "shardingKeyColumn"}
 TEXT_FORMS = ("tinyint", "smallint", "int", "bigint", "boolean", "date")
+# Spark types the whole-row JSON body cannot write, as they stand in DataType.simpleString() (at its start
+# or after '<', ',' or ':', and before its end, '>' or ','; a struct field's name is followed by ':'). A
+# day-time interval reaches Python as a timedelta, which has no one JSON form (seconds? ISO-8601? Spark's
+# 'INTERVAL ...' text?), so, as for a column option's type without one text form, the user casts it;
+# year-month and calendar intervals cannot reach Python at all, variant and geo values are PySpark objects.
+# Each would fail every task (and its retries) with a TypeError naming no column.
+_NOT_JSON = re.compile(
+    r"(?:^|[<,:])(interval(?: [a-z]+(?: to [a-z]+)?)?|variant|geography\(\w*\)|geometry\(\w*\))(?=$|[>,])"
+)
 # Spark adds these itself; they are not ours to reject
 _SPARK_OWN = {"path", "checkpointlocation", "queryname"}
 
@@ -205,4 +214,12 @@ def check_schema(opts: WriteOptions, schema: Mapping[str, str]) -> WriteOptions:
             )
     if "bodyColumn" not in opts.columns and schema.get("body") in COLUMN_TYPES["bodyColumn"]:
         return replace(opts, columns={**opts.columns, "bodyColumn": "body"})
+    if "bodyColumn" not in opts.columns:
+        for column, column_type in schema.items():
+            if _NOT_JSON.search(column_type):
+                raise OptionError(
+                    f"option bodyColumn is not given, so the body is the whole row as JSON, which cannot "
+                    f"hold column {column!r} ({column_type}): cast it "
+                    f"(e.g. F.col({column!r}).cast('string')), drop it, or give bodyColumn"
+                )
     return opts

@@ -111,7 +111,8 @@ def parse_position(name: str, raw: str, topics: tuple[str, ...], *, allow_earlie
         for queue, offset in queues.items():
             count += 1
             broker, sep, qid = str(queue).rpartition(":")
-            if not sep or not broker or not qid.isdigit() or len(qid) > 6:
+            # ASCII digits only: str.isdigit() takes '²' too, which int() then refuses naming no option
+            if not sep or not broker or not re.fullmatch(r"[0-9]{1,6}", qid):
                 raise OptionError(f"option {name}: queue {queue!r} of {topic!r} must be 'broker:queueId'")
             if isinstance(offset, bool) or not isinstance(offset, int) or not -2 <= offset < 1 << 62:
                 raise OptionError(f"option {name}: offset of {topic!r} {queue!r} must be an integer >= -2")

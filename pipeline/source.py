@@ -24,7 +24,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .broker_read import Bounds, Cluster, DownBrokers, Page, columns
+from .broker_read import Bounds, Cluster, DataLossError, DownBrokers, Page, columns
+from .options import OptionError
 from .queue_ranges import Offsets, QueueRange, QueueRef, cap, from_offsets, hold_at, split, to_offsets
 from .read_options import ReadOptions, Start
 
@@ -53,6 +54,9 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 ROWS_PER_BATCH = 4096  # rows per Arrow record batch handed to Spark
+# and the bodies' bytes per batch: 4096 bodies of 4 MiB (a broker's default maxMessageSize) would be 16 GiB
+# held by one partition at once; Arrow copies them once more while it builds the batch
+BYTES_PER_BATCH = 64 << 20
 _MICROS = pa.timestamp("us", tz="UTC")  # Spark's TIMESTAMP
 _MILLIS = pa.timestamp("ms", tz="UTC")  # RocketMQ's
 # Spark's TIMESTAMP range (years 0001 to 9999) less a day at each end, two at the start, so that a row
@@ -86,14 +90,34 @@ async def _resolve(
 ) -> dict[QueueRef, int]:
     """Where ``position`` is in each queue with known bounds: earliest/latest, the offset nearest a
     timestamp, or the JSON's offset (-2 earliest, -1 latest); a queue the JSON leaves out starts at the
-    earliest (reading) or ends at the latest (ending)."""
+    earliest (reading) or ends at the latest (ending). ``latest`` says which: endingOffsets, else
+    startingOffsets. Raises OptionError for JSON naming a queue the topics do not have, or an offset past
+    a queue's end."""
+    option = "endingOffsets" if latest else "startingOffsets"
     out: dict[QueueRef, int] = {}
     named = from_offsets(position) if isinstance(position, dict) else {}
+    unknown = sorted(set(named) - set(queues))
+    if unknown:
+        # as Kafka's source refuses partitions not assigned: a typo ('broker-A:0') would otherwise leave
+        # the queue it meant at the default, which for a stream re-reads that queue's whole history
+        first = unknown[0]
+        theirs = ", ".join(r.key for r in sorted(queues) if r.topic == first.topic)[:500] or "none"
+        raise OptionError(
+            f"option {option} names queue {first}, which the name server does not list for topic "
+            f"{first.topic!r} (its queues now: {theirs}; a queue whose broker has no master is left out)"
+        )
     for ref, b in bounds.items():
         if isinstance(position, int) and not isinstance(position, bool):
             out[ref] = max(b.low, min(b.high, await cluster.offset_at(ref, queues[ref], position)))
             continue
         n = named.get(ref, -1 if latest else -2) if isinstance(position, dict) else position
+        if isinstance(n, int) and n > b.high:
+            # Kafka's source fails here too (its reader reports the out-of-range offset as data loss,
+            # "Cannot fetch offset"); refused on the driver instead, so the error says what is wrong: an
+            # offset never written (a stream would take it for a reset queue, a batch for lost data)
+            raise OptionError(
+                f"option {option}: offset {n} of queue {ref} is past its end (it holds {b.low} to {b.high})"
+            )
         out[ref] = b.low if n in ("earliest", -2) else b.high if n in ("latest", -1) else int(n)
     return out
 
@@ -121,26 +145,46 @@ def _warn_down(down: DownBrokers, queues: dict[QueueRef, str]) -> None:
 
 def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
     """The messages of one range as Arrow record batches, pulled in an event loop of this call's own;
-    the loop runs until a batch's worth of rows is in (not once a pull: each entry costs)."""
+    the loop runs until a batch's worth of rows is in (not once a pull: each entry costs). A batch holds
+    at most ROWS_PER_BATCH rows and BYTES_PER_BATCH of bodies (one larger body goes alone), so what a
+    partition holds is bounded by bytes too, whatever the bodies' sizes."""
     loop = asyncio.new_event_loop()
     cluster = Cluster(opts)
     pages = cluster.read(qr.queue, qr.start, qr.end)
+    held: Page = []  # pulled, not yet handed to Spark: the rest of a page that ended past a batch's end
 
-    async def next_rows() -> Page:
-        rows: Page = []
-        async for page in pages:
-            rows.extend(page)
-            if len(rows) >= ROWS_PER_BATCH:
-                break
-        return rows
+    async def fill() -> None:
+        size = sum(len(r[1]) for r in held)
+        while len(held) < ROWS_PER_BATCH and size <= BYTES_PER_BATCH:
+            page = await anext(pages, None)
+            if page is None:
+                return
+            held.extend(page)
+            size += sum(len(r[1]) for r in page)
 
     try:
-        while rows := loop.run_until_complete(next_rows()):
-            yield _arrow(qr.queue, rows)
+        while True:
+            loop.run_until_complete(fill())
+            if not held:
+                break
+            n = _batch_end(held)
+            yield _arrow(qr.queue, held[:n])
+            del held[:n]
     finally:
         loop.run_until_complete(pages.aclose())
         loop.run_until_complete(cluster.close())
         loop.close()
+
+
+def _batch_end(rows: Page) -> int:
+    """How many of ``rows`` the next batch takes: at most ROWS_PER_BATCH, and no more bodies than
+    BYTES_PER_BATCH, but at least one row however large its body."""
+    size = 0
+    for i, row in enumerate(rows[:ROWS_PER_BATCH]):
+        size += len(row[1])
+        if size > BYTES_PER_BATCH:
+            return max(1, i)
+    return min(len(rows), ROWS_PER_BATCH)
 
 
 def _arrow(ref: QueueRef, records: Page) -> pa.RecordBatch:
@@ -245,16 +289,44 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         async def work(cluster: Cluster) -> Offsets:
             _, bounds = await _stream_bounds(cluster)
             latest = dict(begin)  # a queue that was not answered for stays where it is
+            restart: dict[QueueRef, int] = {}  # reset queues: read again from their earliest offset
             for ref, b in bounds.items():
-                latest[ref] = max(b.high, begin[ref]) if ref in begin else b.low
+                if ref not in begin:
+                    latest[ref] = b.low
+                elif b.high < begin[ref]:
+                    restart[ref] = self._reset(ref, begin[ref], b)
+                else:
+                    latest[ref] = b.high
             if self._target is not None:
                 latest = hold_at(begin, latest, self._target)
             if isinstance(limit, ReadMaxRows):
                 latest = cap({r: begin.get(r, latest[r]) for r in latest}, latest, limit.max_rows)
+            # after hold_at and cap, which never move a queue back: this micro-batch's range of a reset
+            # queue ends before it starts, so it reads nothing there (partitions() drops it, the same on
+            # a replay), and the next one reads the new queue from its earliest offset on
+            latest.update(restart)
             return to_offsets(latest)
 
         result: Offsets = asyncio.run(_with_cluster(self.opts, work))
         return result
+
+    def _reset(self, ref: QueueRef, at: int, bounds: Bounds) -> int:
+        """``ref`` now ends before ``at``, where the checkpoint reads it from: the queue was reset (the
+        topic deleted and re-created, or its offsets reset). Raise (failOnDataLoss), else say so and read
+        it again from its earliest offset, as a queue that appears later is read, so nothing of the new
+        queue is skipped (Kafka's source goes on from a reset partition's new end, which skips what the
+        new one holds already). Only visible while the new queue is shorter than ``at``: once it is
+        longer, offsets alone cannot tell (Kafka's cannot either)."""
+        what = (
+            f"queue {ref} was reset: the stream reads it from offset {at}, but it now holds {bounds.low} to "
+            f"{bounds.high} (the topic was deleted and re-created, or the queue's offsets reset)"
+        )
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(
+                f"{what}. Set failOnDataLoss=false to read it again from its earliest offset and go on"
+            )
+        log.warning("%s: reading it again from offset %d (failOnDataLoss=false)", what, bounds.low)
+        return bounds.low
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         begin, until = from_offsets(start), from_offsets(end)

@@ -126,3 +126,27 @@ def test_back_off_grows_to_its_cap_and_honours_retry_after() -> None:
     for attempt, ceiling in enumerate([1, 2, 4, 8, 8, 8]):
         assert ceiling / 2 <= b.delay(attempt) <= ceiling
     assert b.delay(0, retry_after_s=5) == 5 and b.delay(0, retry_after_s=60) == 8.0
+
+
+def test_an_item_the_answer_does_not_account_for_is_failed_not_stored() -> None:
+    """An answer of the right length with index 0 twice (index 1 never answered), a status this client
+    does not know, and an index past the batch: those messages were not confirmed stored."""
+    results = [
+        {"index": 0, "status": "SENT", "id": "a"},
+        {"index": 0, "status": "SENT", "id": "a2"},
+        {"index": 2, "status": "QUEUED", "id": "c"},
+        {"index": 3, "status": "SPOOLED", "id": "d"},
+        {"index": True, "status": "SENT", "id": "e"},
+        {"index": 9, "status": "SENT", "id": "f"},
+    ]
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json={"results": results}))
+    with SidecarClient("http://sidecar", transport=transport) as c:
+        got = c.post_batch(msgs("a", "b", "c", "d", "e", "f"))
+    assert [(r.status, r.stored) for r in got] == [("FAILED", False)] * 3 + [("SPOOLED", True)] + [
+        ("FAILED", False)
+    ] * 2
+    assert [r.error for r in got[:3]] == [
+        "the sidecar's answer has 2 results for message 0",
+        "the sidecar's answer has no results for message 1",
+        "the sidecar's answer has the unknown status 'QUEUED' for message 2",
+    ]

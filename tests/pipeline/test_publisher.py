@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+import orjson
 import pytest
 
 from rocksidecar.pipeline.client import GaveUpError, SidecarClient, SidecarError
@@ -179,3 +181,34 @@ def test_a_row_without_an_id_is_refused_naming_the_column(client: SidecarClient,
     assert (report.sent, report.rejected) == (2, 2)
     assert {x.error for x in report.rejections} == {"the id is empty (column 'id')"}
     assert fake.bodies() == ["row 0", "row 1"]
+
+
+def test_rows_an_answer_does_not_account_for_are_not_counted_as_published(sleeps: list[float]) -> None:
+    """The first answer names index 0 twice, the second time with a status this client does not know,
+    and never index 1: the row vanished from the counts (rows 1, accepted 1 for 2 rows in) and
+    publish_job exited 0. Both rows are posted again instead, alone, and counted once stored."""
+    posted: list[list[str]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        bodies = [m["body"] for m in orjson.loads(request.content)["messages"]]
+        posted.append(bodies)
+        if len(posted) == 1:
+            results = [{"index": 0, "status": "SENT", "id": "a"}, {"index": 0, "status": "QUEUED"}]
+        else:
+            results = [{"index": i, "status": "SPOOLED", "id": b} for i, b in enumerate(bodies)]
+        return httpx.Response(200, json={"results": results})
+
+    with SidecarClient("http://s", transport=httpx.MockTransport(answer), sleep=sleeps.append) as client:
+        report = publisher(client).publish(rows(2))
+    assert posted == [["row 0", "row 1"], ["row 0", "row 1"]]
+    assert (report.rows, report.accepted, report.sent, report.spooled, report.failed_retried) == (
+        2,
+        2,
+        0,
+        2,
+        2,
+    )
+    with SidecarClient("http://s", transport=httpx.MockTransport(answer), max_retries=0) as client:
+        posted.clear()
+        with pytest.raises(GaveUpError, match=r"2 rows still FAILED .* 2 results for message 0"):
+            publisher(client).publish(rows(2))

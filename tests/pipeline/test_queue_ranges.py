@@ -96,6 +96,8 @@ def test_an_available_now_run_stops_at_its_target() -> None:
         ({"startingOffsets": "latest"}, "startingOffsets=latest makes no sense"),
         ({"startingOffsets": '{"Other": {"broker-a:0": 1}}'}, "names topic 'Other'"),
         ({"endingOffsets": '{"T": {"broker-a": 1}}'}, "must be 'broker:queueId'"),
+        # '²'.isdigit() is True: taken here, it failed later in int() with an error naming no option
+        ({"startingOffsets": '{"T": {"broker-a:\u00b2": 1}}'}, "must be 'broker:queueId'"),
         ({"tags": "a", "sql": "b > 1"}, "exclude each other"),
         ({"maxOffsetsPerTrigger": "10"}, "for streaming queries only"),
         ({"failOnDataLos": "false"}, "did you mean 'failOnDataLoss'"),
