@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import cast
 
 from .codes import FLAG_ONEWAY, ResponseCode
 from .errors import ConnectError, ConnectionClosed, FrameError, RemotingError, RequestTimeout
 from .protocol.frame import FrameDecoder, RemotingCommand, encode
+from .protocol.numbers import INT32_MAX
 from .route import is_host_port
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,12 @@ class Connection(asyncio.Protocol):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._decoder = FrameDecoder()
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
-        self._opaque = itertools.count(1)
+        # Request numbers (opaques) are a Java int to the peer, whose decoder refuses 2**31 and with it the
+        # connection: after INT32_MAX they start again at 1, as Java's AtomicInteger wraps (but staying
+        # positive). A run of them is a range iterator, as quick as itertools.count; _next_run starts the
+        # next run when one ends.
+        self._opaques: Iterator[int] = iter(range(1, INT32_MAX + 1))
+        self._opaques_end = INT32_MAX + 1  # where the current run stops
         self._closed: BaseException | None = None
         self._drain: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -108,11 +113,15 @@ class Connection(asyncio.Protocol):
     async def invoke(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Send a request and wait for its response, at most ``timeout_s`` seconds."""
         transport = self._writable()
-        cmd.opaque = next(self._opaque)
+        try:
+            opaque = next(self._opaques)
+        except StopIteration:  # once in 2**31 - 1 requests, or at an opaque still pending after a wrap
+            opaque = self._next_run()
+        cmd.opaque = opaque
         loop = self._loop or asyncio.get_running_loop()
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
-        self._pending[cmd.opaque] = fut
-        timer = loop.call_later(timeout_s, self._expire, cmd.opaque, timeout_s)
+        self._pending[opaque] = fut
+        timer = loop.call_later(timeout_s, self._expire, opaque, timeout_s)
         try:
             self._write(transport, encode(cmd))
             if self._drain is not None:
@@ -120,7 +129,7 @@ class Connection(asyncio.Protocol):
             return await fut
         finally:
             timer.cancel()
-            self._pending.pop(cmd.opaque, None)
+            self._pending.pop(opaque, None)
             if not fut.done():
                 fut.cancel()
             elif not fut.cancelled():
@@ -128,7 +137,11 @@ class Connection(asyncio.Protocol):
 
     async def invoke_oneway(self, cmd: RemotingCommand) -> None:
         transport = self._writable()
-        cmd.opaque = next(self._opaque)
+        try:
+            opaque = next(self._opaques)
+        except StopIteration:
+            opaque = self._next_run()
+        cmd.opaque = opaque
         cmd.flag |= FLAG_ONEWAY
         self._write(transport, encode(cmd))
         if self._drain is not None:
@@ -151,6 +164,24 @@ class Connection(asyncio.Protocol):
         self._fail(ConnectionClosed(f"connection to {self.addr} aborted", addr=self.addr))
 
     # internals ----------------------------------------------------------------------------------
+    def _next_run(self) -> int:
+        """The next opaque once a run is used up: after INT32_MAX, 1 again. One still pending from the
+        round before (a held pull, a slow send) is skipped, never reused: its late answer would complete
+        the new request. A run stops before the next of those, to look at it again when the count gets
+        there (requests of this round are all below the count)."""
+        opaque = self._opaques_end
+        pending = self._pending
+        while True:
+            if opaque > INT32_MAX:
+                opaque = 1
+            if opaque not in pending:
+                break
+            opaque += 1
+        end = min((p for p in pending if p > opaque), default=INT32_MAX + 1)
+        self._opaques = iter(range(opaque + 1, end))
+        self._opaques_end = end
+        return opaque
+
     def _write(self, transport: asyncio.Transport, frame: bytes) -> None:
         # Many concurrent requests would cost one send() syscall each; gather those of one loop
         # iteration into a single write.

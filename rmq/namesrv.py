@@ -86,7 +86,11 @@ class NameServerClient:
         resp = await self._request(RequestCode.GET_BROKER_CLUSTER_INFO, {})
         if resp.code != ResponseCode.SUCCESS:
             raise for_code(resp.code, resp.remark)
-        doc = parse_lenient_json(resp.body)
+        try:
+            doc = parse_lenient_json(resp.body)
+        except FrameError as exc:
+            addr = self.addresses[self._current]
+            raise FrameError(f"cluster info from {addr} refused: {exc}", addr=addr) from exc
         return doc if isinstance(doc, dict) else {}
 
     async def get_all_topics(self) -> list[str]:

@@ -30,6 +30,9 @@ MAX_ROUTE_BROKERS = 256  # entries of queueDatas, and of brokerDatas
 MAX_BROKER_ADDRS = 64  # a master and its slaves (a DLedger group has 3 to 9)
 MAX_ROUTE_JSON_BYTES = 4 * 1024 * 1024
 
+# The longest text of a number read here: an int's digits with a sign and some leading zeros.
+_MAX_NUMBER_TEXT = 20
+
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _BARE_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
 
@@ -40,7 +43,10 @@ def parse_lenient_json(data: bytes | str) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         pass
-    text = data.decode() if isinstance(data, bytes) else data
+    try:  # orjson refuses bytes that are not UTF-8; so does this, as the FrameError a peer's answer gets
+        text = data.decode() if isinstance(data, bytes) else data
+    except UnicodeDecodeError as exc:
+        raise FrameError(f"JSON that is not UTF-8: {exc}") from exc
     out: list[str] = []
     pos = 0
     for m in _STRING.finditer(text):
@@ -51,7 +57,7 @@ def parse_lenient_json(data: bytes | str) -> Any:
     try:
         return orjson.loads("".join(out))
     except orjson.JSONDecodeError as exc:
-        raise FrameError(f"undecodable route JSON: {exc}") from exc
+        raise FrameError(f"undecodable JSON: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +194,15 @@ class TopicRouteData:
 def is_host_port(addr: str) -> bool:
     """``host:port`` with a port a socket accepts (an IPv6 host in brackets)."""
     host, sep, port = addr.rpartition(":")
-    return bool(sep and host.strip("[]")) and port.isdigit() and 0 < int(port) < 65536
+    # ASCII digits only ('²' is a digit to str.isdigit, not to int(); int() reads other scripts' digits),
+    # and few: int() refuses more than 4300 of them with a ValueError.
+    return (
+        bool(sep and host.strip("[]"))
+        and len(port) <= _MAX_NUMBER_TEXT
+        and port.isascii()
+        and port.isdigit()
+        and 0 < int(port) < 65536
+    )
 
 
 def _entries(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -202,7 +216,9 @@ def _entries(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
 
 def _int(value: object, what: str, low: int = INT32_MIN, high: int = INT32_MAX) -> int:
     """A route number as Java's int field reads it, within [low, high]."""
-    number = java_int(value, low, high)
+    # java_int's int() raises ValueError past 4300 digits; no int of Java's needs more than these.
+    too_long = type(value) is str and len(value) > _MAX_NUMBER_TEXT
+    number = None if too_long else java_int(value, low, high)
     if number is None:
         raise FrameError(f"route's {what} {str(value)[:40]!r} is not an integer in [{low}, {high}]")
     return number
@@ -249,7 +265,7 @@ def _order_items(conf: str) -> list[tuple[str, int]]:
     out: list[tuple[str, int]] = []
     for item in conf.split(";"):
         name, _, count = item.partition(":")
-        if name and count.isdigit():
+        if name and count.isascii() and count.isdigit():
             out.append((name, _int(count, f"orderTopicConf count of {name}", 0, MAX_QUEUE_NUMS)))
     return out
 

@@ -1,7 +1,10 @@
 """Topic routes for the producer: cached, refreshed every 30 s and on demand (P1).
 
 A topic the name server does not know is sent with the default topic's (TBW102) route, clamped to the
-default queue count, so that a broker with autoCreateTopicEnable creates it, as the Java client does.
+default queue count, so that a broker with autoCreateTopicEnable creates it, as the Java client does. A
+topic it knows is sent only with its own route: one without a writable queue on a master (read-only, or its
+master down) is RouteNotFound, as Java's "No route info of this topic" (its isHaveTopicRouterInfo), never
+the template, which would create the topic on brokers it does not live on.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from ..codes import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
-from ..errors import RocketMQError, TopicNotExist
+from ..codes import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, PERM_WRITE
+from ..errors import RocketMQError, RouteNotFound, TopicNotExist
 from ..periodic import Periodic
 from ..route import TopicRouteData
 from ..singleflight import SingleFlight
@@ -96,7 +99,9 @@ class TopicRoutes:
             old = self._infos.get(topic)
             new = self._infos[topic] = fut.result()
             self._changed(topic, old, new)
-        elif isinstance(exc, TopicNotExist):
+        elif isinstance(exc, (TopicNotExist, RouteNotFound)):
+            # The name server's answer, not a failure to get one: the route known before is gone (Java
+            # replaces it). The topic's next send asks again; the route's return tells on_change.
             self._infos.pop(topic, None)
 
     def _changed(self, topic: str, old: TopicPublishInfo | None, new: TopicPublishInfo) -> None:
@@ -116,10 +121,14 @@ class TopicRoutes:
             index = self._indexes[topic] = SendIndex(self._rng.randrange(1 << 16))
         try:
             info = TopicPublishInfo.build(topic, await self._namesrv.get_route(topic), index)
+        except TopicNotExist:
+            pass  # only a topic without a route is sent with the template
+        else:
             if info.ok:
                 return info
-        except TopicNotExist:
-            pass
+            raise RouteNotFound(
+                f"topic {topic!r} has no writable queue on a master broker: {_unwritable(info)}"
+            )
         try:
             default = await self._namesrv.get_route(self.default_topic)
         except TopicNotExist:
@@ -150,6 +159,22 @@ class TopicRoutes:
     async def close(self) -> None:
         await self._refresher.close()
         self._inflight.cancel_all()
+
+
+def _unwritable(info: TopicPublishInfo) -> str:
+    """Why each broker of a route without writable queues has none (for the error and the spool)."""
+    route = info.route
+    if route.is_ordered:
+        return f"orderTopicConf {route.order_topic_conf!r} names no queue"
+    why = []
+    for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
+        if not q.perm & PERM_WRITE:
+            why.append(f"{q.broker_name} not writable (perm {q.perm})")
+        elif route.master_addr(q.broker_name) is None:
+            why.append(f"{q.broker_name} has no master")
+        else:
+            why.append(f"{q.broker_name} has no write queue")
+    return "; ".join(why) or "no broker"
 
 
 def _writable_brokers(info: TopicPublishInfo) -> tuple[str, ...]:

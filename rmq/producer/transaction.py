@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ from ..broker import (
 )
 from ..codes import RequestCode
 from ..connection import Connection
-from ..errors import RocketMQError, RouteNotFound, SendFailed
+from ..errors import FrameError, RocketMQError, RouteNotFound, SendFailed
 from ..message import Message, MessageExt, MessageQueue
 from ..msgid import new_uniq_id
 from ..protocol.frame import RemotingCommand
@@ -41,10 +42,15 @@ class TransactionState(enum.Enum):
     UNKNOWN = TRANSACTION_NOT_TYPE
 
 
+# An offset message id: the store host (IPv4 or IPv6 address and port) and the commit-log offset, in hex.
+_OFFSET_MSG_ID = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56}")
+
+
 def commit_log_offset(offset_msg_id: str) -> int:
-    """MessageDecoder.decodeMessageId: the commit-log offset is the last 8 bytes of the offset id."""
-    if len(offset_msg_id) not in (32, 56):  # IPv4 or IPv6 store host
-        raise ValueError(f"not an offset message id: {offset_msg_id!r}")
+    """MessageDecoder.decodeMessageId: the commit-log offset is the last 8 bytes of the offset id;
+    ValueError when it is not an offset id (int() alone would take '+', '_' or non-ASCII digits)."""
+    if not _OFFSET_MSG_ID.fullmatch(offset_msg_id):
+        raise ValueError(f"not an offset message id: {offset_msg_id[:80]!r}")
     return int(offset_msg_id[-16:], 16)
 
 
@@ -150,13 +156,22 @@ class TransactionProducer:
         )
         if result.status is not SendStatus.SEND_OK:
             raise SendFailed(f"half message {uniq} stored only as {result.status.value}", [], None)
+        try:
+            offset = commit_log_offset(result.offset_msg_id)
+        except ValueError as exc:
+            # Stored, but END_TRANSACTION cannot name it: the broker's checks decide it, as in Java when
+            # its endTransaction fails.
+            broker = result.queue.broker_name
+            raise FrameError(
+                f"half message {uniq} stored on {broker} with a msgId that is not an offset id: {exc}"
+            ) from exc
         return HalfReceipt(
             group=group,
             msg_id=uniq,
             broker_name=result.queue.broker_name,
             queue=result.queue,
             queue_offset=result.queue_offset,
-            commit_log_offset=commit_log_offset(result.offset_msg_id),
+            commit_log_offset=offset,
             offset_msg_id=result.offset_msg_id,
         )
 

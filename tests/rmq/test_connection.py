@@ -12,9 +12,10 @@ import uvloop
 
 from rocksidecar.rmq.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from rocksidecar.rmq.connection import Connection, RequestHandler, connect
-from rocksidecar.rmq.errors import ConnectionClosed, FrameError, RequestTimeout
+from rocksidecar.rmq.errors import ConnectError, ConnectionClosed, FrameError, RequestTimeout
 from rocksidecar.rmq.pool import RemotingClient
 from rocksidecar.rmq.protocol.frame import FrameDecoder, RemotingCommand, encode
+from rocksidecar.rmq.protocol.numbers import INT32_MAX
 
 PING, SLOW, NEVER, DROP, GARBAGE = 901, 902, 903, 904, 905
 LONG_TIMEOUT_S = 30.0
@@ -265,6 +266,71 @@ async def test_corrupt_frame_closes_the_connection(server: Server) -> None:
     with pytest.raises(FrameError):
         await conn.invoke(RemotingCommand(GARBAGE), LONG_TIMEOUT_S)
     assert conn.is_closed
+
+
+async def test_connect_to_a_port_of_non_ascii_digits_is_a_connect_error() -> None:
+    # Before: ValueError ('²' is a digit to str.isdigit, not to int()), which callers let through.
+    for addr in ("10.0.0.1:\u00b2", "10.0.0.1:" + "1" * 5000):
+        with pytest.raises(ConnectError, match="bad address"):
+            await connect(addr, 1.0)
+
+
+async def opaque_server(server: Server, seen: list[tuple[str, int]]) -> dict[str, asyncio.Event]:
+    """The server notes each request's ``n`` and opaque; a request ``n`` of ``held`` waits for its
+    event before it is answered."""
+    held: dict[str, asyncio.Event] = {}
+
+    async def handler(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        n = cmd.ext_fields["n"]
+        seen.append((n, cmd.opaque))
+        if n in held:
+            await held[n].wait()
+        return cmd.response(ResponseCode.SUCCESS, f"pong {n}")
+
+    server.handler = handler
+    return held
+
+
+async def test_request_numbers_wrap_to_1_after_a_java_int(server: Server) -> None:
+    # Before: request 2**31 went out as such; the peer's decoder (Java's, devbroker's) refused it and
+    # closed the connection, failing every request on it.
+    seen: list[tuple[str, int]] = []
+    await opaque_server(server, seen)
+    conn = await connect(server.addr, 1.0)
+    conn._opaques = iter(range(INT32_MAX - 1, INT32_MAX + 1))  # as after 2**31 - 3 requests
+    for n in ("a", "b", "c", "d"):
+        assert (await conn.invoke(RemotingCommand(PING, {"n": n}), LONG_TIMEOUT_S)).remark == f"pong {n}"
+    await conn.invoke_oneway(RemotingCommand(PING, {"n": "e"}))
+    assert (await conn.invoke(RemotingCommand(PING, {"n": "f"}), LONG_TIMEOUT_S)).remark == "pong f"
+    assert seen == [("a", INT32_MAX - 1), ("b", INT32_MAX), ("c", 1), ("d", 2), ("e", 3), ("f", 4)]
+    assert not conn.is_closed
+    conn.close()
+
+
+async def test_after_a_wrap_an_opaque_still_pending_is_skipped_until_it_is_answered(server: Server) -> None:
+    seen: list[tuple[str, int]] = []
+    held = await opaque_server(server, seen)
+    held["h1"], held["h3"] = asyncio.Event(), asyncio.Event()
+    conn = await connect(server.addr, 1.0)
+
+    async def call(n: str) -> str | None:
+        return (await conn.invoke(RemotingCommand(PING, {"n": n}), LONG_TIMEOUT_S)).remark
+
+    h1 = asyncio.create_task(call("h1"))  # opaque 1, pending across the wrap
+    await asyncio.sleep(0)
+    assert await call("a") == "pong a"  # 2
+    h3 = asyncio.create_task(call("h3"))  # 3, answered after the wrap but before the count reaches it
+    await asyncio.sleep(0)
+    conn._opaques = iter(range(INT32_MAX, INT32_MAX + 1))
+    assert [await call(n) for n in ("b", "c")] == ["pong b", "pong c"]  # 2**31 - 1, then 2 (1 is pending)
+    held["h3"].set()
+    assert await h3 == "pong h3"
+    assert [await call(n) for n in ("d", "e")] == ["pong d", "pong e"]  # 3 is free again; then 4
+    held["h1"].set()
+    assert await h1 == "pong h1"  # its own answer, not one of a request numbered 1 after the wrap
+    opaques = dict(seen)
+    assert opaques == {"h1": 1, "a": 2, "h3": 3, "b": INT32_MAX, "c": 2, "d": 3, "e": 4}
+    conn.close()
 
 
 async def test_remoting_client_reconnects_after_a_loss(server: Server) -> None:

@@ -130,7 +130,23 @@ def test_an_order_topic_conf_of_2_31_queues_refuses_the_route() -> None:
     _refused({**_doc(), "orderTopicConf": {"broker-a": 4}}, "orderTopicConf")
 
 
-@pytest.mark.parametrize("addr", ["10.0.0.8", "10.0.0.8:99999", "10.0.0.8:-1", ":10911", "", 10911, None])
+@pytest.mark.parametrize(
+    "addr",
+    [
+        "10.0.0.8",
+        "10.0.0.8:99999",
+        "10.0.0.8:-1",
+        ":10911",
+        "",
+        10911,
+        None,
+        # Before: ValueError ('²' is a digit to str.isdigit, not to int(); int() refuses 4300+ digits),
+        # or, Arabic-Indic digits, taken as port 10.
+        "10.0.0.8:\u00b2",
+        "10.0.0.8:\u0661\u0660",
+        "10.0.0.8:" + "1" * 5000,
+    ],
+)
 def test_a_broker_address_that_is_not_host_port_refuses_the_route(addr: object) -> None:
     doc = _doc()
     doc["brokerDatas"] = [{"brokerAddrs": {"0": addr}, "brokerName": "broker-a"}]
@@ -147,6 +163,8 @@ def test_a_broker_address_that_is_not_host_port_refuses_the_route(addr: object) 
         ({"brokerDatas": [{"brokerName": "a", "brokerAddrs": ["10.0.0.1:1"]}]}, "brokerAddrs"),
         ({"brokerDatas": [{"brokerName": "a", "brokerAddrs": {"master": "10.0.0.1:1"}}]}, "broker id"),
         ({"brokerDatas": [{"brokerName": "a", "cluster": 7}]}, "cluster"),
+        ({"brokerDatas": [{"brokerName": "a", "brokerAddrs": {"1" * 5000: "10.0.0.1:1"}}]}, "broker id"),
+        ({"queueDatas": [{"brokerName": "a", "perm": "6" * 5000}]}, "perm"),
     ],
 )
 def test_a_route_of_the_wrong_shape_is_a_frame_error(doc: object, match: str) -> None:
@@ -158,6 +176,31 @@ def test_a_route_of_the_wrong_shape_is_a_frame_error(doc: object, match: str) ->
 def test_unknown_perm_bits_are_ignored_as_java_does() -> None:
     route = TopicRouteData.from_json(orjson.dumps(_doc(perm=0x7FFF0000 | PERM_READ)))
     assert route.publish_queues("T") == [] and len(route.subscribe_queues("T")) == 4
+
+
+def test_an_order_topic_conf_count_of_non_ascii_digits_is_skipped_as_malformed() -> None:
+    # Before: '²' passed str.isdigit and the route was refused, unlike any other malformed item.
+    route = TopicRouteData.from_json(orjson.dumps({**_doc(), "orderTopicConf": "broker-a:\u00b2;broker-b:1"}))
+    assert route.publish_queues("T") == [MessageQueue("T", "broker-b", 0)]
+
+
+@pytest.mark.parametrize("body", [b"\xff{}", b'{"queueDatas":[],"x":"\xe9"}', b"{0:\xff}"])
+def test_a_route_that_is_not_utf8_is_a_frame_error(body: bytes) -> None:
+    # Before: orjson refused it, and the fallback for fastjson's bare keys raised UnicodeDecodeError.
+    with pytest.raises(FrameError, match="not UTF-8"):
+        TopicRouteData.from_json(body)
+    with pytest.raises(FrameError, match="not UTF-8"):
+        parse_lenient_json(body)
+
+
+async def test_cluster_info_that_is_not_utf8_is_a_frame_error_naming_the_name_server() -> None:
+    async def answer(addr: str, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, body=b"{0:\xff}")
+
+    ns = NameServerClient(ScriptedInvoker(answer), "127.0.0.1:9876")
+    with pytest.raises(FrameError, match=r"cluster info from 127\.0\.0\.1:9876 refused: .*not UTF-8") as info:
+        await ns.get_cluster_info()
+    assert info.value.addr == "127.0.0.1:9876"
 
 
 def test_json_too_deep_or_too_big_is_refused() -> None:

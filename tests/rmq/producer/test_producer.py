@@ -11,14 +11,17 @@ import pytest
 
 from rocksidecar.rmq.codes import RequestCode, ResponseCode
 from rocksidecar.rmq.errors import (
+    FrameError,
     InvalidMessageError,
     MessageIllegal,
     RequestTimeout,
+    RouteNotFound,
     SendFailed,
     TopicNotExist,
 )
 from rocksidecar.rmq.message import Message
 from rocksidecar.rmq.result import SendStatus
+from rocksidecar.rmq.route import BrokerData, QueueData, TopicRouteData
 from tests.fakes import route, send_ok
 from tests.rmq.producer.harness import Harness
 
@@ -176,6 +179,36 @@ async def test_unknown_topic_without_auto_create_names_the_topic() -> None:
         await h.producer().send(Message("Nope", b"x"))
     assert isinstance(info.value.last, TopicNotExist) and "Nope" in str(info.value)
     assert not info.value.attempts
+
+
+async def test_a_known_topic_without_a_writable_queue_is_not_sent_with_the_default_route() -> None:
+    # Before: sent with TBW102's route, which auto-created the topic on broker-b, where it does not live
+    # (Java: "No route info of this topic", as the route exists).
+    tbw102 = route({"broker-a": 8, "broker-b": 8}, perm=7)
+    read_only = route({"broker-a": 4}, perm=4)  # updateTopicPerm -p 4
+    masterless = TopicRouteData((QueueData("broker-a", 4, 4, 6),), (BrokerData("c", "broker-a", {1: "s:1"}),))
+    for topic_route, why in (
+        (read_only, "broker-a not writable (perm 4)"),
+        (masterless, "broker-a has no master"),
+    ):
+        h = Harness(routes={"T": topic_route, "TBW102": tbw102})
+        p = h.producer()
+        with pytest.raises(SendFailed) as info:
+            await p.send(MSG)
+        assert isinstance(info.value.last, RouteNotFound) and why in str(info.value)
+        assert info.value.retriable and not info.value.final  # spooled, replayed once it is writable
+        assert h.invoker.sends() == [] and h.route_requests == ["T"]  # TBW102 never asked
+        assert p.routes.cached("T") is None
+
+
+async def test_a_route_with_a_port_of_non_ascii_digits_fails_the_send_as_send_failed() -> None:
+    # Before: ValueError out of the route's check ('²' is a digit to str.isdigit only): a 500, not spooled.
+    bad = TopicRouteData((QueueData("broker-a", 4, 4, 6),), (BrokerData("c", "broker-a", {0: "a:\u00b2"}),))
+    h = Harness(routes={"T": bad})
+    with pytest.raises(SendFailed) as info:
+        await h.producer().send(MSG)
+    assert isinstance(info.value.last, FrameError) and "not host:port" in str(info.value)
+    assert info.value.retriable and h.invoker.sends() == []
 
 
 async def test_a_route_lookup_that_outlasts_the_budget_is_a_send_failure_not_a_timeout() -> None:
