@@ -38,3 +38,9 @@ def test_a_header_or_route_number_that_int_refuses_is_a_frame_error(text: str) -
     route = b'{"queueDatas": [{"brokerName": "a", "writeQueueNums": "%s"}], "brokerDatas": []}'
     with pytest.raises(FrameError):
         TopicRouteData.from_json(route % text.encode())
+
+
+def test_text_past_python_s_digit_limit_is_not_a_number() -> None:
+    # Before: int() raised ValueError on text of more than 4300 digits, out of every caller's FrameError.
+    assert java_int("1" * 5000, INT64_MIN, INT64_MAX) is None
+    assert java_int("-" + "0" * 5000, INT32_MIN, INT32_MAX) is None
