@@ -160,9 +160,10 @@ async def purge(
         if state == "pending":
             found = pending_page(store, where, cursor=cursor, limit=PURGE_CHUNK)
             keys = [item.key for item in found.items]
-            busy = [k for k in keys if in_flight(k)]
-            deleted += await store.purge(pending=[k for k in keys if not in_flight(k)])
-            skipped += len(busy)
+            # store.purge claims the keys it deletes and leaves claimed ones alone, in the same step as
+            # this check (no await between): what is in flight now is what it skips.
+            skipped += sum(1 for k in keys if in_flight(k))
+            deleted += await store.purge(pending=keys)
             cursor = found.cursor
         else:
             letters = dead_page(store, where, cursor=cursor, limit=PURGE_CHUNK)

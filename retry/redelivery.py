@@ -2,13 +2,16 @@
 
 Delivered messages are acknowledged together in one batch; a failed one moves to its next rung, or to
 the dead letters when it is not redeliverable or its type's retries are exhausted (R2, R4); a value that
-does not decode is quarantined (R7). Store errors propagate to the caller (the replay loop).
+does not decode is quarantined (R7). Store errors propagate to the caller (the replay loop), with the
+outcomes stored before them (PartlyStored).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+
+from rocksidecar.storage.errors import StorageError
 
 from .policy import RetryPolicy
 from .record import CorruptRecordError, RetryRecord, decode_record
@@ -29,6 +32,16 @@ def describe(exc: BaseException) -> str:
     return text[:ERROR_TEXT_LIMIT]
 
 
+class PartlyStored(StorageError):
+    """A store write failed part-way through a batch. ``outcomes`` are those stored before it: a
+    neighbour's failed reschedule must not report messages delivered and acknowledged already as not
+    delivered (they are gone from the store and are not sent again)."""
+
+    def __init__(self, message: str, outcomes: list[str]) -> None:
+        super().__init__(message)
+        self.outcomes = outcomes
+
+
 @dataclass(eq=False, slots=True)
 class Redelivery:
     """Applies ``deliver`` (one record at a time) or ``deliver_batch`` (all at once) to due records."""
@@ -39,12 +52,20 @@ class Redelivery:
     deliver_batch: DeliverBatch | None = None
 
     async def run(self, items: Sequence[tuple[bytes, bytes]]) -> list[str]:
-        """Outcomes of the (key, stored value) pairs, one per pair.
+        """Outcomes of the (key, stored value) pairs, one per pair (not in their order).
 
         Raises:
-            StorageError: a store write failed; some outcomes may have been stored, none is lost.
+            PartlyStored: a store write failed; its ``outcomes`` are those stored before it (the
+                messages delivered and acknowledged, moved or buried), the others are still pending.
         """
         outcomes: list[str] = []
+        try:
+            await self._run(items, outcomes)
+        except StorageError as exc:
+            raise PartlyStored(str(exc), outcomes) from exc
+        return outcomes
+
+    async def _run(self, items: Sequence[tuple[bytes, bytes]], outcomes: list[str]) -> None:
         keys: list[bytes] = []
         records: list[RetryRecord] = []
         for key, raw in items:
@@ -55,7 +76,7 @@ class Redelivery:
                 await self.store.quarantine(key, raw, f"corrupt value: {exc}")
                 outcomes.append(QUARANTINED)
         if not records:
-            return outcomes
+            return
         results = await self._attempt(records)
         delivered = [
             key for key, result in zip(keys, results, strict=True) if not isinstance(result, Exception)
@@ -66,7 +87,6 @@ class Redelivery:
         for key, record, result in zip(keys, records, results, strict=True):
             if isinstance(result, Exception):
                 outcomes.append(await self._failed(key, record, result))
-        return outcomes
 
     async def _attempt(self, records: list[RetryRecord]) -> list[object]:
         if self.deliver_batch is None:

@@ -23,6 +23,7 @@ from .redelivery import (
     RESCHEDULED,
     Deliver,
     DeliverBatch,
+    PartlyStored,
     PolicyFor,
     Redelivery,
 )
@@ -30,7 +31,7 @@ from .store import RetryStore
 
 log = logging.getLogger(__name__)
 
-STORE_RETRY_S = 1.0  # while the store fails writes, the first probe after this, then twice as long
+STORE_RETRY_S = 1.0  # while the store fails writes (or reads), the first retry after this, then twice as long
 BATCH_MAX = 32  # records per deliver_batch call
 STORE_ERROR, ERROR = "store_error", "error"
 OUTCOMES = (DELIVERED, RESCHEDULED, DEAD, QUARANTINED, STORE_ERROR, ERROR)
@@ -62,7 +63,7 @@ class ReplayLoop(DueLoop):
     ) -> None:
         if workers < 1 or batch_max < 1:
             raise ValueError("workers and batch_max must be >= 1")
-        super().__init__(store.queue, "retry", sleep)
+        super().__init__(store.queue, "retry", sleep, read_retry_s=store_retry_s)
         self._store = store
         self._inflight = store.queue.claims  # queued or being delivered: never handed out twice
         self._redelivery = Redelivery(store, deliver, policy_for, deliver_batch)
@@ -84,7 +85,8 @@ class ReplayLoop(DueLoop):
         return len(self._inflight)
 
     def is_in_flight(self, key: bytes) -> bool:
-        """A worker has ``key`` (or it is queued for one): it must not be deleted under it (purge)."""
+        """A worker has ``key`` (or it is queued for one), or a purge is deleting it (its claim keeps the
+        workers off it): a purge leaves it alone."""
         return key in self._inflight
 
     async def start(self) -> None:
@@ -194,7 +196,9 @@ class ReplayLoop(DueLoop):
                 outcomes = await self._redelivery.run(batch)
             except StorageError as exc:
                 self._pause(exc)  # the seek loop probes the store before handing them out again
-                outcomes = [STORE_ERROR] * len(batch)
+                # What was stored before the failure stands (delivered and acknowledged: not sent again).
+                done = exc.outcomes if isinstance(exc, PartlyStored) else []
+                outcomes = done + [STORE_ERROR] * (len(batch) - len(done))
                 self._inflight.release(key for key, _ in batch)
                 self._on_new_key(min(key for key, _ in batch))  # rewind: they are handed out again
             except Exception:

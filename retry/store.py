@@ -7,6 +7,7 @@ Every state change is one atomic batch, and no method returns before its batch i
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import time
@@ -18,7 +19,7 @@ from rocksidecar.storage.clock import wall_ms
 from rocksidecar.storage.due_queue import DueQueue, QueueBacked
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.key_count import KeyCount
-from rocksidecar.storage.keys import clamp_due
+from rocksidecar.storage.keys import MAX_DUE_MS, clamp_due
 from rocksidecar.storage.kv import KV, Delete, Op, Put
 
 from .dead_letter import DeadLetter, decode_dead, encode_dead
@@ -80,7 +81,11 @@ class RetryStore(QueueBacked):
         self._dead = KeyCount(kv, DEAD_CF)  # counted as the pending keys are (storage.key_count)
         # Dead keys a redrive or purge is removing now: between its read and its batch's commit the
         # letter is still in the KV, and a second call must not find it and move or count it again.
+        # (Pending keys a purge removes are claimed in the queue instead: the replay must not take them.)
         self._leaving: set[bytes] = set()
+        # Pending keys a redrive is writing now: a second redrive of the same message in the same
+        # millisecond (redrive_id runs them together) must not write, and count, the same key again.
+        self._arriving: set[bytes] = set()
 
     @property
     def dead_count(self) -> int:
@@ -220,7 +225,7 @@ class RetryStore(QueueBacked):
         if letter.record is None:
             raise CorruptRecordError(f"dead letter {dkey!r} is not a record: {letter.reason}")
         record = replace(letter.record, retry_count=0)
-        key = pending_key(clamp_due(self.now_ms()), 0, record.type, record.id)
+        key = self._free_pending_key(record)
         ops: list[Op] = [
             Put(PENDING_CF, key, encode_record(record)),
             Put(INDEX_CF, index_key(record.id, PENDING, key), b""),
@@ -230,34 +235,78 @@ class RetryStore(QueueBacked):
         if old_id is not None:
             ops.append(Delete(INDEX_CF, index_key(old_id, DEAD, dkey)))
         self._leaving.add(dkey)
-        try:
-            await self._commit(ops, key)
-        finally:
-            self._leaving.discard(dkey)  # committed: gone from the KV; failed: still there to retry
-        self._pending.add(1)
-        self._dead.add(-1)
+        self._arriving.add(key)
+
+        def written(ok: bool) -> None:
+            # committed: the letter is gone from the KV; failed: still there to retry
+            self._leaving.discard(dkey)
+            self._arriving.discard(key)
+            if ok:
+                self._pending.add(1)
+                self._dead.add(-1)
+
+        # Shielded: a caller cancelled while the batch waits for its sync must not skip the counts of a
+        # batch that is written all the same.
+        await asyncio.shield(self.queue.commit(ops, key, then=written))
+        return key
+
+    def _free_pending_key(self, record: RetryRecord) -> bytes:
+        """A pending key for ``record`` due now (retry count 0) that holds nothing and that no other
+        redrive is writing: two dead letters of one message re-driven in one millisecond would share
+        one key otherwise (one row, counted twice). The next millisecond is just as due."""
+        due = clamp_due(self.now_ms())
+        key = pending_key(due, 0, record.type, record.id)
+        while (key in self._arriving or self.kv.get(PENDING_CF, key) is not None) and due < MAX_DUE_MS:
+            due += 1
+            key = pending_key(due, 0, record.type, record.id)
         return key
 
     async def purge(self, pending: Sequence[bytes] = (), dead: Sequence[bytes] = ()) -> int:
-        """Delete pending and dead keys for good (the admin's purge), in one batch; returns how many
-        existed. The caller keeps keys that a replay has in flight out of ``pending``."""
-        pending = [k for k in pending if self.kv.get(PENDING_CF, k) is not None]
+        """Delete pending and dead keys for good (the admin's purge), in one batch; returns how many it
+        deleted. A pending key that is claimed (a replay has it in flight, another purge is deleting it)
+        is left to its owner, not deleted or counted here.
+
+        Raises:
+            StorageError: nothing was deleted.
+        """
+        claims = self.queue.claims
+        # No await between these reads and the claims taken below: the seek loop, a replay-now and a
+        # second purge cannot take a key between. Claimed, a key that falls due while this batch waits
+        # for its sync is not handed to a worker (whose reschedule would write it back, uncounted, or
+        # whose ack would count it down a second time), and the floor stays below it.
+        pending = [
+            k for k in dict.fromkeys(pending) if k not in claims and self.kv.get(PENDING_CF, k) is not None
+        ]
         # one a redrive or another purge is removing now is theirs (see redrive)
-        dead = [k for k in dead if k not in self._leaving and self.kv.get(DEAD_CF, k) is not None]
+        dead = [
+            k for k in dict.fromkeys(dead) if k not in self._leaving and self.kv.get(DEAD_CF, k) is not None
+        ]
         ops: list[Op] = [op for key in pending for op in self._unlink(key)]
         for dkey in dead:
             ops.append(Delete(DEAD_CF, dkey))
             old_id = id_of(pending_of_dead(dkey))
             if old_id is not None:
                 ops.append(Delete(INDEX_CF, index_key(old_id, DEAD, dkey)))
-        if ops:
-            self._leaving.update(dead)
-            try:
-                await self._commit(ops)
-            finally:
-                self._leaving.difference_update(dead)
-            self._pending.add(-len(pending))
-            self._dead.add(-len(dead))
+        if not ops:
+            return 0
+        for key in pending:
+            claims.take(key)
+        self._leaving.update(dead)
+
+        def written(ok: bool) -> None:
+            claims.release(pending)
+            self._leaving.difference_update(dead)
+            if ok:
+                self._pending.add(-len(pending))
+                self._dead.add(-len(dead))
+            elif pending:
+                # Still stored, and the seek loop may have passed them while they were claimed: it
+                # must read them again.
+                self.queue.notify(min(pending))
+
+        # Shielded: a caller cancelled while the batch waits for its sync must not leave the keys
+        # claimed (never replayed until a restart) or skip the counts of a batch written all the same.
+        await asyncio.shield(self.queue.commit(ops, then=written))
         return len(pending) + len(dead)
 
     def _unlink(self, key: bytes) -> list[Op]:

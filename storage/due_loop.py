@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from .due_queue import DueQueue
+from .errors import StorageError
 from .keys import parse_due
 from .tasks import stop_task
 
@@ -26,6 +27,7 @@ Sleep = Callable[[float], Awaitable[None]]
 T = TypeVar("T")
 
 MAX_IDLE_S = 30.0  # longest sleep: a wall-clock step forward is noticed within this
+READ_RETRY_S = 1.0  # after a failed read the seek task tries again after this, then twice as long
 
 
 def observe(hook: Callable[..., object] | None, value: object, name: str, *more: object) -> None:
@@ -41,7 +43,9 @@ def observe(hook: Callable[..., object] | None, value: object, name: str, *more:
 class DueLoop:
     """A seek task over ``queue``, sleeping on the injected ``sleep``; ``name`` is for logs and tasks."""
 
-    def __init__(self, queue: DueQueue, name: str, sleep: Sleep) -> None:
+    def __init__(
+        self, queue: DueQueue, name: str, sleep: Sleep, *, read_retry_s: float = READ_RETRY_S
+    ) -> None:
         self._due_queue = queue
         self._name = name
         self._sleep = sleep
@@ -52,6 +56,9 @@ class DueLoop:
         self._idle = asyncio.Event()
         self._seek_task: asyncio.Task[None] | None = None
         self.failure: BaseException | None = None
+        self._read_retry_s = read_retry_s
+        self._read_pause_s = read_retry_s  # doubles per failed pass, up to MAX_IDLE_S
+        self._read_failing = False  # a pass failed and none has read to its end since
 
     async def start(self) -> None:
         raise NotImplementedError
@@ -81,8 +88,35 @@ class DueLoop:
         # first seek does not cross the tombstones of everything finished before a restart.
         self._cursor = self._due_queue.floor
         self._due_queue.add_listener(self._on_new_key)
-        self._seek_task = asyncio.create_task(self._run(), name=f"{self._name}-seek")
+        self._seek_task = asyncio.create_task(self._seek(), name=f"{self._name}-seek")
         self._seek_task.add_done_callback(self._on_seek_done)
+
+    async def _seek(self) -> None:
+        """Run the subclass's passes; a read of the store that fails (an EIO in an SST file, a corrupt
+        block: StorageError) pauses them and starts them again, with a back-off. A dead seek task hands
+        nothing more out until a restart while the intake still answers 2xx, so a transient read error
+        must not end it. Anything else is a bug: it ends the task (logged, ``failure``)."""
+        while True:
+            try:
+                await self._run()
+                return
+            except StorageError as exc:
+                if not self._read_failing:  # once per outage, however many passes fail
+                    self._read_failing = True
+                    log.error("%s store cannot be read, seek loop paused until it can: %s", self._name, exc)
+                else:
+                    log.debug("%s store still cannot be read: %s", self._name, exc)
+            # The injected sleep, not _wait_until: a new key must not bring the next failing read sooner
+            # (a spool a millisecond would make one), and wait_idle does not take a failing loop for idle.
+            await self._sleep(self._read_pause_s)
+            self._read_pause_s = min(self._read_pause_s * 2, MAX_IDLE_S)
+
+    def _read_ok(self) -> None:
+        """A pass read the store to its end: reads work (again)."""
+        if self._read_failing:
+            self._read_failing = False
+            log.warning("%s store can be read again, seek loop resumed", self._name)
+        self._read_pause_s = self._read_retry_s
 
     async def _stop_seek(self) -> None:
         self._due_queue.remove_listener(self._on_new_key)
@@ -115,6 +149,7 @@ class DueLoop:
     def _next_due_ms(self) -> int | None:
         """The due time of the first key at or after the cursor, or None if there is none."""
         following = self._due_queue.first(self._cursor)
+        self._read_ok()  # the end of a pass: its reads, and this one, worked
         if following is None:
             return None
         try:

@@ -10,6 +10,7 @@ from itertools import accumulate
 
 import pytest
 
+from rocksidecar.retry import admin
 from rocksidecar.retry.keys import META_CF, PENDING_CF, pending_key
 from rocksidecar.retry.policy import DEFAULT_LADDER_S, RetryPolicy
 from rocksidecar.retry.record import RetryRecord
@@ -20,7 +21,8 @@ from rocksidecar.retry.store import RetryStore
 from rocksidecar.storage.errors import StorageError
 from rocksidecar.storage.kv import Put
 from rocksidecar.storage.progress import FLOOR_KEY
-from tests.retry.conftest import Final, Harness, Redeliverable, record
+from rocksidecar.storage.query import Filter
+from tests.retry.conftest import Final, GatedWrites, Harness, Redeliverable, record
 
 
 async def test_due_now_spool_is_delivered_without_time_passing(h: Harness) -> None:
@@ -448,3 +450,120 @@ async def test_a_raising_or_miscounting_deliver_batch_fails_the_whole_batch(h: H
     await h.advance(30)
     assert h.outcomes[6:] == [DELIVERED] * 3
     assert h.store.stats().pending == 0
+
+
+async def test_delivered_messages_count_as_delivered_when_a_neighbours_reschedule_fails(h: Harness) -> None:
+    h.script = {"M9": [Redeliverable("busy")]}
+    await h.store.spool_many([record(f"M{i}") for i in range(10)])
+    reschedule = h.store.reschedule
+
+    async def failing(key: bytes, rec: RetryRecord, due_ms: int) -> bytes:
+        if rec.id == "M9" and rec.retry_count == 1:
+            raise StorageError("IO error: fsync failed")
+        return await reschedule(key, rec, due_ms)
+
+    h.store.reschedule = failing  # type: ignore[method-assign]
+    await h.start_loop(workers=1, deliver_batch=h.deliver_batch, batch_max=16).start()
+    await h.until(lambda: len(h.outcomes) >= 10)
+    # M0..M8 were delivered and their acks written before M9's reschedule failed: gone for good
+    assert all(h.store.get(f"M{i}") is None for i in range(9))
+    assert Counter(h.outcomes[:10]) == {DELIVERED: 9, STORE_ERROR: 1}, Counter(h.outcomes)
+    await h.settle()  # M9, still stored, handed out again: its delivery works now
+    assert h.outcomes[10:] == [DELIVERED]
+    assert h.store.pending_count == 0 and h.store.get("M9") is None
+
+
+async def test_a_purged_pending_message_is_not_handed_out_while_its_purge_commits(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A purge claims its keys: one falling due while the purge's batch waits for its WAL sync used to
+    go to a worker, whose reschedule wrote it back (stored, counted 0) or whose ack counted it down
+    again."""
+    now = h.store.now_ms()
+    key = await h.store.spool(record("M1"), now + 3000)
+    h.fail_always["M1"] = Redeliverable("SystemBusy")
+    loop = h.start_loop(workers=1)
+    await loop.start()
+    await h.settle()
+    due = h.store.due
+    scanned: list[int] = []  # the due bound of each pass
+
+    def seen(start: bytes, now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
+        scanned.append(now_ms)
+        h.changed.set()
+        return due(start, now_ms, limit)
+
+    h.store.due = seen  # type: ignore[method-assign]
+    gated = GatedWrites(h.store.writer)
+    monkeypatch.setattr(h.store.writer, "write", gated)
+    # the admin API's purge: M1 is not in flight when it is checked
+    purge = asyncio.create_task(admin.purge(h.store, "pending", Filter(), in_flight=loop.is_in_flight))
+    await gated.until_arrived(1)  # its batch waits behind a WAL sync
+    h.clock.advance(3)  # M1 falls due meanwhile: a pass reads it
+    await h.until(lambda: any(bound >= now + 3000 for bound in scanned))
+    gated.gate.set()
+    assert await purge == (1, 0)
+    await h.settle()
+    assert (h.attempts, h.kv.scan(PENDING_CF), h.store.pending_count) == ([], [], 0)
+    assert not loop.is_in_flight(key)
+
+
+async def test_a_purge_skips_a_key_in_flight_and_the_replay_finishes_it(h: Harness) -> None:
+    h.gate = asyncio.Event()
+    await h.store.spool(record("M1"))
+    loop = h.start_loop(workers=1)
+    await loop.start()
+    await h.until(lambda: len(h.attempts) == 1)  # being delivered
+    assert await admin.purge(h.store, "pending", Filter(), in_flight=loop.is_in_flight) == (0, 1)
+    h.gate.set()
+    await h.settle()
+    assert (h.outcomes, h.store.pending_count, h.kv.scan(PENDING_CF)) == ([DELIVERED], 0, [])
+
+
+class _Reads:
+    """Wraps the store's due-key scan: fails while ``fault`` is set, and tells when it was called."""
+
+    def __init__(self, h: Harness) -> None:
+        self.h = h
+        self.inner = h.store.due
+        self.fault: str | None = None
+        self.calls: list[tuple[int, bool]] = []  # (store time, failed) per call
+
+    def __call__(self, start: bytes, now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
+        self.calls.append((self.h.store.now_ms(), self.fault is not None))
+        self.h.changed.set()
+        if self.fault is not None:
+            raise StorageError(self.fault)
+        return self.inner(start, now_ms, limit)
+
+
+async def test_a_failed_read_pauses_replay_with_a_back_off_and_it_resumes(
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A StorageError from a read (an EIO in an SST file) ended the seek task for good: spools were still
+    answered 2xx and nothing was replayed until a restart."""
+    reads = _Reads(h)
+    h.store.due = reads  # type: ignore[method-assign]
+    loop = h.start_loop(workers=1, store_retry_s=1.0)
+    await loop.start()
+    await h.settle()
+    t0 = h.store.now_ms()
+    reads.fault = "scan: IO error: While pread offset 0 len 4096: Input/output error"
+    with caplog.at_level(logging.WARNING, logger="rocksidecar.storage.due_loop"):
+        await h.store.spool(record("M1"))  # due now: wakes the loop, whose read fails
+        for n, wait_s in enumerate((1.0, 2.0, 4.0), start=2):
+            await h.until(lambda n=n: len(reads.calls) == n)  # type: ignore[misc]
+            h.clock.advance(wait_s - 0.001)
+            # not sooner than the back-off: a pass would come from the sleep ending or a new key
+            await h.store.spool(record(f"X{n}"), t0 + 3_600_000)
+            assert len(reads.calls) == n
+            assert loop.failure is None, f"the seek loop died: {loop.failure!r}"
+            h.clock.advance(0.001)
+        await h.until(lambda: len(reads.calls) == 5)
+        reads.fault = None
+        h.clock.advance(8.0)
+        await h.settle()
+    assert loop.failure is None
+    assert [t - t0 for t, _ in reads.calls[1:5]] == [0, 1000, 3000, 7000]  # 1 s, then twice as long
+    assert h.delivered == ["M1"] and h.store.get("M1") is None
+    assert caplog.text.count("cannot be read") == 1 and caplog.text.count("can be read again") == 1

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rocksidecar.retry.keys import DEAD_CF, PENDING_CF, parse_pending_key
+from rocksidecar.retry.keys import DEAD_CF, PENDING_CF, id_of, parse_pending_key
 from rocksidecar.retry.record import RetryRecord, decode_record
 from rocksidecar.retry.status import State
 from rocksidecar.retry.store import RetryStore
@@ -208,6 +208,62 @@ async def test_a_purge_while_a_redrive_commits_leaves_the_letter_to_it(
     assert isinstance(moved, bytes) and purged == 0, (moved, purged)
     assert [k for k, _ in h.kv.scan(PENDING_CF)] == [moved]
     assert (h.store.pending_count, h.store.dead_count) == (1, 0)
+
+
+async def test_two_purges_of_one_pending_key_at_once_count_it_once(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = await h.store.spool(record("M1"), h.store.now_ms() + 60_000)
+    await h.store.spool(record("M2"), h.store.now_ms() + 60_000)
+    first, second = await _second_while_the_first_commits(
+        h, monkeypatch, lambda: h.store.purge(pending=[key]), lambda: h.store.purge(pending=[key])
+    )
+    assert (first, second) == (1, 0)  # the first one's claim keeps the second off the key
+    assert [id_of(k) for k, _ in h.kv.scan(PENDING_CF)] == ["M2"]
+    assert h.store.pending_count == 1
+
+
+async def test_a_purge_counts_a_key_named_twice_once(h: Harness) -> None:
+    key = await h.store.spool(record("M1"))
+    await h.store.spool(record("M2"))
+    assert await h.store.purge(pending=[key, key]) == 1
+    assert h.store.pending_count == 1
+
+
+async def test_a_purge_leaves_a_claimed_pending_key_to_its_owner(h: Harness) -> None:
+    key = await h.store.spool(record("M1"))
+    assert h.store.queue.claim(key)  # a replay worker delivering it
+    assert await h.store.purge(pending=[key]) == 0
+    assert h.store.queue.is_claimed(key)  # still the worker's
+    assert (h.kv.get(PENDING_CF, key) is not None, h.store.pending_count) == (True, 1)
+
+
+async def test_a_failed_purge_gives_its_keys_back_to_the_replay(h: Harness) -> None:
+    key = await h.store.spool(record("M1"))
+    seen: list[bytes] = []
+    h.store.queue.add_listener(seen.append)
+    h.kv.write_fault = "IO error: No space left on device"
+    with pytest.raises(StorageError):
+        await h.store.purge(pending=[key])
+    assert not h.store.queue.is_claimed(key)
+    assert seen == [key]  # the seek loop, which may have passed it while it was claimed, reads it again
+    assert (h.kv.get(PENDING_CF, key) is not None, h.store.pending_count) == (True, 1)
+
+
+async def test_two_letters_of_one_message_re_driven_in_one_millisecond_are_both_stored_and_counted(
+    h: Harness,
+) -> None:
+    # the same message spooled twice (e.g. a delayed message published again after a crash), both died
+    for due in (1000, 2000):
+        key = await h.store.spool(record("M1"), h.store.now_ms() + due)
+        await h.store.bury(key, record("M1").failed(1, "topic gone"), "not redeliverable")
+        h.clock.advance(0.01)
+    assert (h.store.pending_count, h.store.dead_count) == (0, 2)
+    assert await h.store.dead.redrive_id("M1") == 2  # together (gather), in one millisecond
+    keys = [k for k, _ in h.kv.scan(PENDING_CF)]
+    # one key for both would be one row counted twice: each gets its own (the second 1 ms later)
+    assert [parse_pending_key(k).due_ms - h.store.now_ms() for k in keys] == [0, 1]
+    assert (h.store.pending_count, h.store.dead_count, h.kv.scan(DEAD_CF)) == (2, 0, [])
 
 
 async def test_redrive_by_id_and_all_skip_corrupt_letters(h: Harness) -> None:
