@@ -210,6 +210,14 @@ class DelayScheduler(DueLoop):
                 return batch, True
             batch, more = self._take_due_gated(now, batch, turned_away, limit)
             return batch, more or self._gated.has_ready
+        except BaseException:
+            # A read failed part way (the seek task pauses and starts its passes again): what this pass
+            # claimed would stay claimed, never published until a restart. Given back, and sought again.
+            if batch:
+                keys = [key for key, _ in batch]
+                self._store.queue.release(keys)
+                self._cursor = min(self._cursor, *keys)
+            raise
         finally:
             if turned_away or again:
                 self._gated.hold(turned_away + again, now + self._gate_retry_ms)
@@ -233,7 +241,12 @@ class DelayScheduler(DueLoop):
                 continue
             if not queue.claim(key):
                 continue  # a cancel or a mark owns it: it deletes it, or gives it back (a rescan then)
-            raw = self._store.due_value(key)
+            try:
+                raw = self._store.due_value(key)
+            except BaseException:  # a failed read: given back and sought again (see _take_due)
+                queue.release([key])
+                self._cursor = min(self._cursor, key)
+                raise
             if raw is None:
                 queue.release([key])  # its mark dropped it meanwhile (or a cancel): nothing to ask
                 continue

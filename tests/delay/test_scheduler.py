@@ -548,3 +548,36 @@ async def test_published_and_not_recorded_stays_bounded_in_messages(h: Harness) 
     await h.settle()
     assert sorted(h.ids()) == ids
     assert "record_cap" in stages
+
+
+async def test_a_read_that_fails_part_way_through_a_pass_gives_back_what_the_pass_claimed(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pass of two: A is owned elsewhere (a cancel under way), so B is claimed and the pass reads on,
+    # and that read fails. Before, B stayed claimed: never published until a restart.
+    from rocksidecar.storage.errors import StorageError
+
+    now = h.store.now_ms()
+    for id_ in ("A", "B", "C"):
+        await h.store.schedule(message(id_, now - 10))
+    a_key = due_key(now - 10, "A")
+    assert h.store.queue.claim(a_key)
+    real_due = h.store.due
+    reads = 0
+    failed = asyncio.Event()
+
+    def due(start: bytes, now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
+        nonlocal reads
+        reads += 1
+        if reads == 2:
+            failed.set()
+            raise StorageError("IO error: an SST file could not be read")
+        return real_due(start, now_ms, limit)
+
+    monkeypatch.setattr(h.store, "due", due)
+    await h.start(batch_max=2).start()
+    await asyncio.wait_for(failed.wait(), SETTLE_S)
+    h.store.queue.release([a_key])  # the cancel gave it back, as DelayStore does
+    h.store.queue.notify(a_key)
+    await h.advance(1.0)  # the seek task's pause after the failed read
+    await h.until(lambda: sorted(h.ids()) == ["A", "B", "C"])
