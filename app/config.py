@@ -9,6 +9,7 @@ Helm chart against what the code accepts.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -18,6 +19,8 @@ from urllib.parse import urlsplit, urlunsplit
 import yaml
 
 from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.rmq.errors import InvalidMessageError
+from rocksidecar.rmq.message import TOPIC_PATTERN, validate_topic
 from rocksidecar.rmq.producer.selector import SelectorName
 from rocksidecar.rmq.tls import client_context
 from rocksidecar.storage.reserve import ReserveTooSmallError, store_write_buffer_bytes
@@ -25,6 +28,7 @@ from rocksidecar.storage.reserve import ReserveTooSmallError, store_write_buffer
 from . import topic_allow
 from .localhost import is_loopback, local_url_error
 from .setting_words import parse_bool, parse_int
+from .settings_yaml import load_yaml, yaml_error_line
 from .subscriptions.spec import (
     REQUIRED,
     SUBSCRIPTION_KEY_HELP,
@@ -41,15 +45,34 @@ CONFIG_ENV = ENV_PREFIX + "CONFIG"  # path of the optional YAML file (same as --
 HOUR_S = 3600.0  # the most a read timeout or the shutdown grace may be
 MAX_STEP_S = 30 * 24 * 3600.0  # the longest wait between two attempts of a retry ladder
 MAX_DELAY_MS = 100 * 365 * 24 * 3600 * 1000  # due times stay below the stores' MAX_DUE_MS (year 2286)
+GROUP_MAX_LEN = 255  # Java's Validators.checkGroup: 1-255 characters of the topics' [%|a-zA-Z0-9_-]
 
 
 class ConfigError(ValueError):
     """A setting is missing or invalid; the message names it."""
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 # --- parsers: each takes the raw value (str from env, any from YAML) and the setting's name ----------
+def _scalar(raw: Any, name: str) -> str:
+    """One value as its text, stripped. A list or mapping where one value belongs is refused: str() of it
+    would be taken as a name ("['a', 'b']"), and of an alias-laden one could take all the memory."""
+    if raw is None:  # a null left in a list, or reaching a parser some other way: never "None"
+        raise ConfigError(f"{name}: expected a value, got none")
+    if isinstance(raw, Mapping | list | tuple | set):
+        kind = "a mapping" if isinstance(raw, Mapping) else "a list"
+        raise ConfigError(f"{name}: expected a single value, got {kind}")
+    text = str(raw).strip()
+    # A quoted YAML "\0" or "\n" fits no setting: open() would raise at start, a name would match nothing.
+    if _CONTROL.search(text):
+        raise ConfigError(f"{name}: contains a control character, got {text!r}")
+    return text
+
+
 def _int(lo: int, hi: int | None = None) -> Callable[[Any, str], int]:
-    return lambda raw, name: parse_int(raw, name, ConfigError, lo, hi)
+    return lambda raw, name: parse_int(_scalar(raw, name), name, ConfigError, lo, hi)
 
 
 def _reserve_mb(raw: Any, name: str) -> int:
@@ -63,8 +86,9 @@ def _reserve_mb(raw: Any, name: str) -> int:
 
 def _float(lo: float, hi: float) -> Callable[[Any, str], float]:
     def parse(raw: Any, name: str) -> float:
+        text = _scalar(raw, name)  # outside the try: its ConfigError is a ValueError too
         try:
-            value = float(str(raw).strip())
+            value = float(text)
         except ValueError:
             raise ConfigError(f"{name}: expected a number, got {raw!r}") from None
         if not lo <= value <= hi:  # nan too: it compares false
@@ -75,29 +99,76 @@ def _float(lo: float, hi: float) -> Callable[[Any, str], float]:
 
 
 def _text(raw: Any, name: str) -> str:
-    return str(raw).strip()
+    return _scalar(raw, name)
+
+
+def _required_text(raw: Any, name: str) -> str:
+    text = _scalar(raw, name)
+    if not text:
+        raise ConfigError(f"{name}: must not be empty")
+    return text
+
+
+def _topic(raw: Any, name: str) -> str:
+    """A topic the brokers take (rmq's own check, as a send's topic gets): a setting naming one that they
+    refuse would have messages answered 2xx and then never delivered."""
+    text = _scalar(raw, name)
+    try:
+        validate_topic(text, name)
+    except InvalidMessageError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+    return text
+
+
+def _group(*, optional: bool = False) -> Callable[[Any, str], str]:
+    """A producer or consumer group the brokers take; ``optional``: empty is allowed (a fallback)."""
+
+    def parse(raw: Any, name: str) -> str:
+        text = _scalar(raw, name)
+        if not text and optional:
+            return text
+        if not text:
+            raise ConfigError(f"{name}: must not be empty")
+        if len(text) > GROUP_MAX_LEN or not TOPIC_PATTERN.fullmatch(text):
+            raise ConfigError(
+                f"{name}: a group is 1-{GROUP_MAX_LEN} letters, digits, '_', '-', '%' or '|', got {text!r}"
+            )
+        return text
+
+    return parse
 
 
 def _bool(raw: Any, name: str) -> bool:
-    return parse_bool(raw, name, ConfigError, empty=False)  # an empty variable: off
+    return parse_bool(_scalar(raw, name), name, ConfigError, empty=False)  # an empty variable: off
 
 
 def _addr(raw: Any, name: str) -> str:
-    text = str(raw).strip()
+    text = _scalar(raw, name)
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+    # isascii: str.isdigit() is true of "²" and other digits int() does not take
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 <= int(port) < 65536:
         raise ConfigError(f"{name}: expected host:port, got {raw!r}")
     return text
 
 
+def _items(raw: Any, name: str, separators: str = ",") -> list[str]:
+    """A list setting's entries: a YAML list of single values, or text separated by ``separators``."""
+    if isinstance(raw, list | tuple):
+        texts = [_scalar(item, name) for item in raw]
+    else:
+        text = _scalar(raw, name)
+        for sep in separators[1:]:
+            text = text.replace(sep, separators[0])
+        texts = [t.strip() for t in text.split(separators[0])]
+    return [t for t in texts if t]
+
+
 def _addr_list(raw: Any, name: str) -> tuple[str, ...]:
-    items = raw if isinstance(raw, list | tuple) else str(raw).replace(";", ",").split(",")
-    return tuple(_addr(item, name) for item in items if str(item).strip())
+    return tuple(_addr(item, name) for item in _items(raw, name, ",;"))
 
 
 def _name_list(raw: Any, name: str) -> tuple[str, ...]:
-    items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
-    return tuple(str(i).strip() for i in items if str(i).strip())
+    return tuple(_items(raw, name))
 
 
 def _topic_list(raw: Any, name: str) -> tuple[str, ...]:
@@ -111,7 +182,7 @@ def _topic_list(raw: Any, name: str) -> tuple[str, ...]:
 
 def _choice(*options: str) -> Callable[[Any, str], str]:
     def parse(raw: Any, name: str) -> str:
-        text = str(raw).strip().lower()
+        text = _scalar(raw, name).lower()
         if text not in options:
             raise ConfigError(f"{name}: expected one of {', '.join(options)}, got {raw!r}")
         return text
@@ -120,10 +191,26 @@ def _choice(*options: str) -> Callable[[Any, str], str]:
 
 
 def _local_url(raw: Any, name: str) -> str:
-    text = str(raw).strip()
+    text = _scalar(raw, name)
     error = local_url_error(text) if text else None
     if error is not None:
         raise ConfigError(f"{name}: {error}")
+    return text
+
+
+def _webhook_url(raw: Any, name: str) -> str:
+    """An http(s) URL with a host, or empty (none): anything else would only fail at each dead letter."""
+    text = _scalar(raw, name)
+    if not text:
+        return text
+    try:
+        parts = urlsplit(text)
+        _ = parts.port  # ValueError for a port out of range or not a number
+    except ValueError:
+        parts = None
+    fits = text.isascii() and " " not in text  # it goes into the request line and Host as it is
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not fits:
+        raise ConfigError(f"{name}: expected an http:// or https:// URL with a host, got {text!r}")
     return text
 
 
@@ -139,6 +226,9 @@ class Setting:
     name: str  # attribute of Settings and key in the YAML file
     parse: Callable[[Any, str], Any]
     help: str
+    # False: a key left without a value in the file (null) is refused rather than taken as "not set",
+    # for settings whose default, silently used in place of the value meant, could lose messages.
+    nullable: bool = True
 
     @property
     def env(self) -> str:
@@ -159,7 +249,12 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("http_addr", _addr, "HTTP API listen address."),
     Setting("grpc_addr", _addr, "gRPC API listen address."),
-    Setting("data_dir", _text, "Directory of the local RocksDB store (retry, delay, idempotency)."),
+    Setting(
+        "data_dir",
+        _required_text,
+        "Directory of the local RocksDB store (retry, delay, idempotency).",
+        nullable=False,  # ./data in place of the volume meant: a store lost with the container
+    ),
     Setting(
         "disk_reserve_mb",
         _reserve_mb,
@@ -167,7 +262,7 @@ SETTINGS: tuple[Setting, ...] = (
         "draining while new work gets 503; accepted again once twice this is free. At least 16 (the "
         "store's unflushed data is capped at this less 8, up to 64); 0 disables it.",
     ),
-    Setting("producer_group", _text, "Producer group announced to the brokers."),
+    Setting("producer_group", _group(), "Producer group announced to the brokers."),
     Setting("access_key", _text, "RocketMQ ACL access key (with secret_key)."),
     Setting("secret_key", _text, "RocketMQ ACL secret key (with access_key)."),
     Setting(
@@ -277,7 +372,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Write RocketMQ message trace records (the Java client's enableMsgTrace format) of sends and "
         "push deliveries to msg_trace_topic, batched in the background; never slows or fails a send.",
     ),
-    Setting("msg_trace_topic", _text, "The message trace topic (the brokers' default)."),
+    Setting("msg_trace_topic", _topic, "The message trace topic (the brokers' default)."),
     Setting(
         "delay_late_log_ms", _int(0), "Log delayed messages published later than this after their due time."
     ),
@@ -314,7 +409,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "transactions_group",
-        _text,
+        _group(optional=True),
         "Producer group of the half messages, which brokers ask about undecided ones; empty: "
         "producer_group. Give each sidecar its own unless every app's check endpoint can answer for "
         "every transaction: a broker asks any one member of the group.",
@@ -327,7 +422,10 @@ SETTINGS: tuple[Setting, ...] = (
         "Rock-DMQ service through its inner topic).",
     ),
     Setting(
-        "dmq_inner_topic", _text, "Rock-DMQ inner topic (service mode; `rocksidecar dmq --inner-topic`)."
+        "dmq_inner_topic",
+        _topic,
+        "Rock-DMQ inner topic (service mode; `rocksidecar dmq --inner-topic`).",
+        nullable=False,  # the default in place of the service's topic: delayed messages never published
     ),
     # read by `rocksidecar dmq` only, declared here so that one environment can run both commands
     Setting(
@@ -336,7 +434,12 @@ SETTINGS: tuple[Setting, ...] = (
         "rocksidecar dmq: the real topics it may publish to, comma-separated patterns ('*' matches any "
         "run of characters); other inner messages are skipped and counted. Empty: every valid topic.",
     ),
-    Setting("dmq_group", _text, "rocksidecar dmq: consumer group of the replicas (--group)."),
+    Setting(
+        "dmq_group",
+        _group(),
+        "rocksidecar dmq: consumer group of the replicas (--group).",
+        nullable=False,  # replicas in different groups would each consume every inner message
+    ),
     Setting("dmq_http_addr", _addr, "rocksidecar dmq: /healthz, /readyz, /metrics (--http-addr)."),
     Setting(
         "dmq_instance",
@@ -357,8 +460,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "dmq_marks_topic",
-        _text,
+        _topic,
         "rocksidecar dmq: the topic of published marks in replicated mode (--marks-topic).",
+        nullable=False,  # replicas reading different marks topics would not see each other's marks
     ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
@@ -483,20 +587,26 @@ def _retry_section(raw: Any) -> dict[str, Any]:
     if not isinstance(types_raw, Mapping):
         raise ConfigError("retry.types: expected a mapping of type name to policy")
     types = {str(k): _retry_policy(v, f"retry.types.{k}", default) for k, v in types_raw.items()}
+    webhook = raw.get("dead_letter_webhook")
+    webhook = "" if webhook is None else webhook  # `dead_letter_webhook:` (null): none, as if left out
     return {
         "retry_default": default,
         "retry_types": types,
-        "dead_letter_webhook": _text(raw.get("dead_letter_webhook", ""), "retry.dead_letter_webhook"),
+        "dead_letter_webhook": _webhook_url(webhook, "retry.dead_letter_webhook"),
     }
 
 
 def load_file(path: str | Path) -> dict[str, Any]:
+    """The file's settings, read with app.settings_yaml.SettingsLoader: plain scalars as their text,
+    null as None, a key given twice or nesting past sense refused."""
     try:
-        doc = yaml.safe_load(Path(path).read_text())
+        doc = load_yaml(Path(path).read_bytes().decode("utf-8-sig"))  # a BOM some editors write: fine
     except OSError as exc:
         raise ConfigError(f"--config: cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--config: {path} is not UTF-8 text (byte {exc.start})") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--config: {path} is not valid YAML: {exc}") from exc
+        raise ConfigError(f"--config: {path} is not valid YAML: {yaml_error_line(exc)}") from None
     if doc is None:
         return {}
     if not isinstance(doc, dict):
@@ -542,6 +652,11 @@ def load(
         setting = _BY_NAME.get(key)
         if setting is None:
             raise ConfigError(f"--config: unknown setting {key!r}")
+        if raw is None:  # `key:` with nothing after it: not set (never the text "None")
+            if not setting.nullable:
+                default = setting.default
+                raise ConfigError(f"{key}: has no value (give one, or leave the key out for {default!r})")
+            continue
         values[key] = setting.parse(raw, key)
     for setting in SETTINGS:
         if setting.env in env:
@@ -593,8 +708,6 @@ def _check(s: Settings, require_namesrv: bool) -> None:
         raise ConfigError("ROCKSIDECAR_ENVIRONMENT_INDEX: must be >= 1 with queue_selector=environment")
     if s.queue_selector == SelectorName.ZONE and not s.zone:
         raise ConfigError("ROCKSIDECAR_ZONE: required with queue_selector=zone")
-    if not s.data_dir:
-        raise ConfigError("ROCKSIDECAR_DATA_DIR: must not be empty")
     if not s.auth_token and not s.allow_remote_without_token:
         for name in ("http_addr", "grpc_addr"):
             host = getattr(s, name).rpartition(":")[0]

@@ -15,6 +15,7 @@ from rocksidecar.rmq.message_codec import MAX_BODY_BYTES
 
 from ..localhost import local_url_error
 from ..setting_words import parse_bool, parse_int
+from ..settings_yaml import load_yaml, yaml_error_line
 
 MODES = ("concurrent", "orderly")
 CONSUME_FROM = ("last", "first", "timestamp")
@@ -200,9 +201,9 @@ def parse_subscriptions(raw: Any, name: str) -> tuple[SubscriptionSpec, ...]:
     """A list of subscriptions; from the environment, a YAML or JSON string holding that list."""
     if isinstance(raw, str):
         try:
-            raw = yaml.safe_load(raw) if raw.strip() else []
+            raw = load_yaml(raw) if raw.strip() else []
         except yaml.YAMLError as exc:
-            raise SpecError(f"{name}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+            raise SpecError(f"{name}: not valid YAML/JSON: {yaml_error_line(exc)}") from None
     if raw is None:
         return ()
     if not isinstance(raw, list):
