@@ -136,6 +136,9 @@ def parse_one(raw: Any, where: str) -> SubscriptionSpec:
     unknown = sorted(set(map(str, raw)) - _KEYS)
     if unknown:
         raise SpecError(f"{where}.{unknown[0]}: unknown key (known: {', '.join(sorted(_KEYS))})")
+    # A key left empty (`expression:`) is not set, as in the settings file: its default. Read as text,
+    # its None became the tag filter "None", which matches nothing.
+    raw = {k: v for k, v in raw.items() if v is not None}
     for key in _REQUIRED:
         if not str(raw.get(key) or "").strip():
             raise SpecError(f"{where}.{key}: required")

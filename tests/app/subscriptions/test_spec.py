@@ -110,3 +110,20 @@ def test_serve_refuses_a_bad_subscription_with_one_line(tmp_path: Path) -> None:
         "localhost (a sidecar pushes to its own pod), got 'http://example.com/': the host must be "
         "localhost, 127.x.x.x or [::1] (an IP literal, not a name)"
     ]
+
+
+def test_a_key_left_empty_takes_its_default() -> None:
+    # Before: `expression:` (null) became the tag filter "None", which matches no message; `timeout_s:`
+    # was refused as "None".
+    env = {
+        "ROCKSIDECAR_SUBSCRIPTIONS": (
+            "- {name: a, topic: T, group: G, endpoint: 'http://localhost:1/', expression: , timeout_s: }"
+        )
+    }
+    spec = config.load(env, require_namesrv=False).subscriptions[0]
+    assert (spec.expression, spec.timeout_s) == ("*", 15.0)
+    with pytest.raises(config.ConfigError, match=r"\[0\]\.group: required"):
+        config.load(
+            {"ROCKSIDECAR_SUBSCRIPTIONS": "- {name: a, topic: T, group: , endpoint: 'http://localhost:1/'}"},
+            require_namesrv=False,
+        )
