@@ -8,21 +8,31 @@ drop a broker's connections.
     POST   /brokers/{name}/stop | start | drop
     GET    /topics/{topic}/messages      what every broker stores for a topic: UNIQ_KEY, broker, queue,
                                          offset, body size (?offset=N&limit=M pages through them)
+
+A web page can make a browser send requests to loopback, so every request passes the sidecar's edge
+checks (app.api.guards, written again here: devbroker imports no app code) before any route: a Host
+that is not loopback (nor the address the request came in on) is refused 403 (DNS rebinding), so is an
+Origin that is not loopback (cross-site forms and fetches), and a body that is not
+``Content-Type: application/json`` is refused 415. No CORS headers are sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import socket
 from collections.abc import Generator, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .broker import DevBroker
 from .listener import LOOPBACK
@@ -87,6 +97,91 @@ def _query_int(request: Request, name: str, default: int, lo: int, hi: int | Non
         bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
         raise _BadRequest(400, f"{name} must be an integer {bound}")
     return int(text)
+
+
+# --- the edge: what app.api.guards and app.api.middleware check, for a browser on this machine -------
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _loopback(host: str) -> bool:
+    """``localhost``, 127.0.0.0/8 or ``::1`` as literals (app.localhost.is_loopback): a name may resolve
+    anywhere."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(host: str) -> str:
+    """``Host`` without its port, lower-case: ``[::1]:19880`` -> ``::1`` (as app.api.guards.host_name)."""
+    try:
+        return (urlsplit("//" + host.strip()).hostname or "").rstrip(".")
+    except ValueError:  # an unclosed "[": no host of ours
+        return ""
+
+
+def _host_ok(host: bytes | None, scope: Scope) -> bool:
+    """No Host (HTTP/1.0): no browser. Else loopback, or the address the request came in on (a container's
+    --host): a DNS-rebinding page names its own domain, never an address."""
+    if host is None:
+        return True
+    name = _host_name(host.decode("latin-1"))
+    server = scope.get("server")
+    return _loopback(name) or (server is not None and name == str(server[0]).lower().strip("[]"))
+
+
+def _origin_ok(origin: bytes | None) -> bool:
+    """No Origin: not a cross-origin browser request. ``null`` (sandboxed pages, files) is refused."""
+    if origin is None:
+        return True
+    scheme, sep, rest = origin.decode("latin-1").strip().lower().partition("://")
+    return bool(sep) and scheme in ("http", "https") and _loopback(_host_name(rest.rstrip("/")))
+
+
+def _is_json(content_type: bytes | None) -> bool:
+    """``application/json`` or ``application/<anything>+json``, with any parameters."""
+    if content_type is None:
+        return False
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
+def refusal(scope: Scope) -> tuple[int, str] | None:
+    """Why a request is refused before routing (status, message), or None: in this order, so that a page
+    on another origin learns nothing."""
+    headers: dict[bytes, bytes] = {}
+    for name, value in scope["headers"]:
+        headers.setdefault(name, value)  # of repeated ones, the first
+    if not _host_ok(headers.get(b"host"), scope):
+        return 403, "this Host is not served here: use 127.0.0.1, localhost or [::1]"
+    if not _origin_ok(headers.get(b"origin")):
+        return 403, "cross-origin requests are refused"
+    content_type = headers.get(b"content-type")
+    has_body = (
+        headers.get(b"content-length", b"0").strip() not in (b"0", b"") or b"transfer-encoding" in headers
+    )
+    if (
+        scope["method"] in _BODY_METHODS
+        and (has_body or content_type is not None)
+        and not _is_json(content_type)
+    ):
+        return 415, "the body must be 'Content-Type: application/json'"
+    return None
+
+
+class _Edge:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refused = refusal(scope) if scope["type"] == "http" else None
+        if refused is None:
+            await self.app(scope, receive, send)
+            return
+        status, message = refused
+        await JSONResponse({"error": message}, status_code=status)(scope, receive, send)
 
 
 def build_app(brokers: Mapping[str, DevBroker]) -> Starlette:
@@ -179,6 +274,7 @@ def build_app(brokers: Mapping[str, DevBroker]) -> Starlette:
             Route("/brokers/{name}/topics/{topic}/queues/{queue}/expire", expire, methods=["POST"]),
         ],
         exception_handlers={_BadRequest: bad_request},
+        middleware=[Middleware(_Edge)],
     )
 
 

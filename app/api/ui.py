@@ -5,7 +5,9 @@ transactions (undecided, oldest age, outcomes, the open ones) when the sidecar r
 
 Same auth as the API: with ROCKSIDECAR_AUTH_TOKEN set, the page needs ``Authorization: Bearer <token>``
 or the cookie that ``/ui?token=<token>`` sets once (a browser cannot send the header by itself). The
-re-drive buttons post JSON with fetch() to /ui/redrive, same origin, authorised the same way.
+re-drive buttons post JSON with fetch() to /ui/redrive, same origin, authorised the same way. No other
+site may frame the page (X-Frame-Options, CSP frame-ancestors): a click on a framed "Re-drive all" would
+be a same-origin request the edge cannot tell apart.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from .admin import (
     scheduled_view,
     stats_view,
 )
+from .docs import NOT_FRAMED
 from .guards import Guards
 
 COOKIE = "rocksidecar_token"
@@ -86,12 +89,15 @@ def ui_routes(app: FastAPI, deps: UiDeps) -> None:
             and deps.auth_token
             and hmac.compare_digest(given.encode(), deps.auth_token.encode())
         ):
-            answer = RedirectResponse("/ui", status_code=303)  # the token leaves the address bar
+            # the token leaves the address bar
+            answer = RedirectResponse("/ui", status_code=303, headers=NOT_FRAMED)
             answer.set_cookie(COOKIE, given, httponly=True, samesite="strict", path="/ui")
             return answer
         if not _authorized(request, deps.auth_token):
-            return HTMLResponse(_unauthorized(), status_code=401, headers={"www-authenticate": "Bearer"})
-        return HTMLResponse(render(deps))
+            return HTMLResponse(
+                _unauthorized(), status_code=401, headers={"www-authenticate": "Bearer", **NOT_FRAMED}
+            )
+        return HTMLResponse(render(deps), headers=NOT_FRAMED)
 
     @app.post("/ui/redrive", include_in_schema=False)
     async def redrive(request: Request) -> Response:

@@ -30,6 +30,7 @@ from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV
 
 from .. import logs
+from ..api.guards import Guards
 from ..api.servers import HttpServer
 from ..config import Settings
 from ..events import OpsEvents
@@ -198,8 +199,9 @@ class DmqService:
             StoreProbe(lambda: self.delay.healthy, lambda: self.writer.last_error),
             (),
         )
+        guards = Guards.of("", s.allowed_hosts, s.allowed_origins)  # serve's Host and Origin names too
         self.http = HttpServer(
-            create_app(self.metrics.registry, self.ready), o.http_addr, grace_s=s.shutdown_grace_s,
+            create_app(self.metrics.registry, self.ready, guards), o.http_addr, grace_s=s.shutdown_grace_s,
             max_connections=s.max_connections, refused=self.metrics.connections_refused.inc,
         )  # fmt: skip
 
