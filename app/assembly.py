@@ -42,7 +42,7 @@ from .dmq.forward import PURGE_EVERY_S as FORWARD_PURGE_EVERY_S
 from .dmq.forward import Forwarder
 from .events import OpsEvents
 from .history import SAMPLE_EVERY_S, History
-from .idempotency import IdempotencyStore
+from .idempotency import PURGE_EVERY_S, IdempotencyStore
 from .localhost import is_loopback
 from .lookups import DelayLookup, RetryLookup
 from .metrics import (
@@ -72,7 +72,6 @@ from .wiring import REPLAY_BATCH, StartupError, build_client, open_store, start_
 
 log = logging.getLogger("rocksidecar")
 COLUMN_FAMILIES = (*SHARED_CFS, *FORWARDED_CFS, tx_records.CF)
-PURGE_EVERY_S = 3600.0
 ENVELOPE_BYTES = 1024 * 1024  # a message's topic, keys and properties around its body
 # Batches that only add but still belong to a drain: the stores' progress (floor, clock) and the delay
 # store's done markers for what the replay delivered. Everything else that only adds is new work.
@@ -309,6 +308,7 @@ class SidecarParts:
         when it repeats) and the next one runs."""
         every = functools.partial(Periodic, sleep=sleep, logger=log)
         loops = [
+            # every minute, each round going on while it finds expired answers (app.idempotency)
             every("idempotency-purge", PURGE_EVERY_S, self._purge),
             every("log-summaries", self.events.window_s, self.events.flush_round),
             every("status-history", SAMPLE_EVERY_S, self._sample_history, run_first=True),
@@ -323,6 +323,7 @@ class SidecarParts:
 
     # --- starting -----------------------------------------------------------------------------------
     async def _warm_routes(self) -> None:
+        self.producer.routes.pin(self.settings.preloaded_topics)  # readiness asks about them: kept
         for topic in self.settings.preloaded_topics:  # an unreachable name server is not fatal
             with contextlib.suppress(Exception):
                 await self.producer.routes.get(topic)

@@ -28,6 +28,16 @@ CF_ANSWERS = "idem"
 CF_EXPIRY = "idem_expiry"  # created_ms (13 digits) + key -> b"", to purge old answers in time order
 COLUMN_FAMILIES = (CF_ANSWERS, CF_EXPIRY)
 MAX_KEY_CHARS = 255  # the one rule for both APIs (gRPC sends "" for "no key": proto3 has no absence)
+# Each distinct key a client sends leaves an answer until the purge drops it, so the purge must outpace
+# any client: the expiry index sorts by time, so a round reads only expired entries, PURGE_CHUNK at a
+# time (one short hold of the event loop each: ~5 ms on RocksDB), and goes on while chunks come back
+# full, up to PURGE_ROUND a round. A round every PURGE_EVERY_S drops up to 50 000 answers a second, what
+# IdempotencyStore.run itself takes in without any API in front (a full round: ~17 s of chunks, yielding):
+# an answer outlives the window by a round or so. (Once an hour with 10 000 a round, the answers of more
+# than 2.8 keys a second stayed for ever.)
+PURGE_CHUNK = 1_000
+PURGE_ROUND = 3_000_000
+PURGE_EVERY_S = 60.0
 
 
 def check_key(key: str, field: str = "Idempotency-Key") -> None:
@@ -154,18 +164,33 @@ class IdempotencyStore:
             # The message itself is stored (that is what the answer says); only the dedupe record is lost.
             log.warning("could not keep the answer for Idempotency-Key %r: %s", key, exc)
 
-    async def purge(self) -> int:
-        """Forget answers older than the window; returns how many."""
+    async def purge(self, limit: int = PURGE_CHUNK, round_limit: int = PURGE_ROUND) -> int:
+        """One round: forget answers older than the window, oldest first, ``limit`` index entries a
+        chunk, until the first entry still in the window or ``round_limit`` entries (the next round
+        goes on from the oldest left). How many index entries it dropped."""
         upper = b"%013d" % (self._now_ms() - self._window_ms)
-        expired = self._kv.scan(CF_EXPIRY, upper=upper, limit=10_000)
-        ops: list[Put | Delete] = []
-        for index_key, _ in expired:
-            key = index_key[13:]
-            raw = self._kv.get(CF_ANSWERS, key)
-            # A newer answer under the same key has its own, later index entry: keep it.
-            if raw is not None and orjson.loads(raw)["created_ms"] == int(index_key[:13]):
-                ops.append(Delete(CF_ANSWERS, key))
-            ops.append(Delete(CF_EXPIRY, index_key))
-        if ops:
+        lower: bytes | None = None
+        dropped = 0
+        while dropped < round_limit:
+            # Only expired entries come back (the index sorts by time): a short chunk is the last one.
+            expired = self._kv.scan(
+                CF_EXPIRY, lower=lower, upper=upper, limit=min(limit, round_limit - dropped)
+            )
+            if not expired:
+                break
+            keys = [index_key[13:] for index_key, _ in expired]
+            ops: list[Put | Delete] = []
+            for (index_key, _), key, raw in zip(
+                expired, keys, self._kv.get_many(CF_ANSWERS, keys), strict=True
+            ):
+                # A newer answer under the same key has its own, later index entry: keep it.
+                if raw is not None and orjson.loads(raw)["created_ms"] == int(index_key[:13]):
+                    ops.append(Delete(CF_ANSWERS, key))
+                ops.append(Delete(CF_EXPIRY, index_key))
             await self._writer.write(ops)
-        return len(expired)
+            dropped += len(expired)
+            if len(expired) < limit:
+                break
+            lower = expired[-1][0] + b"\x00"  # past what this chunk deleted, whatever a scan sees of it
+            await asyncio.sleep(0)  # between chunks, the rest of the loop's work (sends) runs
+        return dropped

@@ -27,12 +27,19 @@ log = logging.getLogger(__name__)
 
 CHUNK = 256  # rows read per step (one synchronous scan)
 RATE_PER_S = 50_000.0
+# A route appearing for a new topic triggers a round, and clients choose topics: what one round holds of
+# its triggers must not grow with them. It keeps the first MAX_REASONS reasons (the round's result, the
+# log line) and counts the rest; past MAX_TOPICS topics it replays every topic (more than was asked,
+# paced by the same rate, never a waiting message left out).
+MAX_REASONS = 20
+MAX_TOPICS = 1_000
 
 
 @dataclass
 class _Request:
     topics: set[str] | None = field(default_factory=set)  # None: every topic
-    reasons: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # the first MAX_REASONS
+    more_reasons: int = 0  # the others, only counted
     # The round stops when one of these is False; None once a trigger without a check (an operator's
     # "replay now", a route that appeared) joined: another trigger's check must not stop that one's round.
     checks: list[Callable[[], bool]] | None = field(default_factory=list)
@@ -40,9 +47,14 @@ class _Request:
     def merge(self, topic: str | None, reason: str, healthy: Callable[[], bool] | None) -> None:
         if topic is None or self.topics is None:
             self.topics = None
-        else:
+        elif topic in self.topics or len(self.topics) < MAX_TOPICS:
             self.topics.add(topic)
-        self.reasons.append(reason)
+        else:
+            self.topics = None
+        if len(self.reasons) < MAX_REASONS:
+            self.reasons.append(reason)
+        else:
+            self.more_reasons += 1
         if healthy is None:
             self.checks = None
         elif self.checks is not None:
@@ -50,6 +62,11 @@ class _Request:
 
     def stopped(self) -> bool:
         return self.checks is not None and not all(check() for check in self.checks)
+
+    def told(self) -> tuple[str, ...]:
+        """The reasons kept, then how many more there were."""
+        more = (f"and {self.more_reasons} more",) if self.more_reasons else ()
+        return (*self.reasons, *more)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,17 +150,17 @@ class RecoveryReplay:
         budget_at = self.clock()  # token bucket: time at which the next message may go
         while True:
             if request.stopped():
-                return RoundResult(handed, scanned, True, tuple(request.reasons))
+                return RoundResult(handed, scanned, True, request.told())
             rows = self.store.kv.scan(PENDING_CF, lower=cursor, limit=self.chunk)
             if not rows:
-                return RoundResult(handed, scanned, False, tuple(request.reasons))
+                return RoundResult(handed, scanned, False, request.told())
             cursor = rows[-1][0] + b"\x00"
             scanned += len(rows)
             picked = [(key, raw) for key, raw in rows if _wanted(key, raw, request.topics, seen)]
             if picked:
                 handed += await self.loop.offer(picked)  # no await between the scan and this claim
             if len(rows) < self.chunk:  # that was the end of the store
-                return RoundResult(handed, scanned, False, tuple(request.reasons))
+                return RoundResult(handed, scanned, False, request.told())
             if not picked:
                 continue
             budget_at = max(budget_at, self.clock()) + len(picked) / self.rate_per_s

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +32,13 @@ from .throttle import RepeatLog
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 30.0  # Java's heartbeatBrokerInterval
+# The route table holds the topics the producers and consumers on the instance ask for; the sidecar's
+# producers send to whatever topics its clients name. A route nobody asked for in ROUTE_IDLE_S (the
+# producer re-asks for each topic it keeps every 30 s, a consumer for each subscribed one every
+# heartbeat) is dropped at the next heartbeat, and past MAX_ROUTES the least recently asked for goes at
+# once. A topic a registered consumer subscribes to stays whatever its age: its brokers need the heartbeat.
+ROUTE_IDLE_S = 600.0
+MAX_ROUTES = 10_000
 
 # A broker's request to a client: answered (or None for one-way) by the consumer of its group.
 RequestHandler = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
@@ -64,6 +72,9 @@ class ClientInstance:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         credentials: Credentials | None = None,
         repeat_log: RepeatLog | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        route_idle_s: float = ROUTE_IDLE_S,
+        max_routes: int = MAX_ROUTES,
     ) -> None:
         """``remoting``: connections the caller owns (then it must route broker requests to
         ``on_broker_request``); without, the instance opens and closes its own, signing every request
@@ -88,6 +99,10 @@ class ClientInstance:
         self._consumers: dict[str, _ConsumerEntry] = {}
         self._checkers: dict[str, CheckHandler] = {}
         self._routes: dict[str, TopicRouteData] = {}
+        self._asked: dict[str, float] = {}  # topic of _routes -> when last asked for, oldest first
+        self._clock = clock
+        self._route_idle_s = route_idle_s
+        self.max_routes = max_routes
         self._extra_addrs: dict[str, str] = {}
         self._heartbeat = Periodic("client-heartbeat", heartbeat_s, self.heartbeat, sleep)
 
@@ -132,9 +147,36 @@ class ClientInstance:
     async def get_route(self, topic: str) -> TopicRouteData:
         """The name server's route of ``topic``, remembered in the instance's table (whose brokers
         the heartbeat goes to)."""
+        if topic in self._asked:
+            self._asked_now(topic)  # before the answer: a name server down must not age out a route in use
         route = await self.namesrv.get_route(topic)
         self._routes[topic] = route
+        self._asked_now(topic)
+        if len(self._routes) > self.max_routes:
+            self._forget_unused()
         return route
+
+    def _asked_now(self, topic: str) -> None:
+        self._asked.pop(topic, None)  # to the end: the table stays ordered by last ask
+        self._asked[topic] = self._clock()
+
+    def _forget_unused(self) -> None:
+        """Drop the routes asked for longest ago while they are idle or too many; never a subscribed
+        topic's."""
+        idle_before = self._clock() - self._route_idle_s
+        excess = len(self._routes) - self.max_routes
+        subscribed: set[str] | None = None
+        unused: list[str] = []
+        for topic, asked in self._asked.items():
+            if excess <= 0 and asked > idle_before:
+                break  # the rest were asked for later
+            if subscribed is None:
+                subscribed = {s.topic for c in self._consumers.values() for s in c.data().subscriptions}
+            if topic not in subscribed:
+                unused.append(topic)
+                excess -= 1
+        for topic in unused:
+            del self._routes[topic], self._asked[topic]
 
     def note_broker(self, broker_name: str, addr: str) -> None:
         """A broker learned outside the route table (a send to it) also gets the heartbeat."""
@@ -154,6 +196,7 @@ class ClientInstance:
 
     async def heartbeat(self) -> None:
         """sendHeartbeatToAllBroker: every known broker, failures logged and skipped."""
+        self._forget_unused()
         if not self._producers and not self._consumers:
             return
         for addr in sorted(set(self.broker_addrs().values())):

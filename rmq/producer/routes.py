@@ -5,14 +5,23 @@ default queue count, so that a broker with autoCreateTopicEnable creates it, as 
 topic it knows is sent only with its own route: one without a writable queue on a master (read-only, or its
 master down) is RouteNotFound, as Java's "No route info of this topic" (its isHaveTopicRouterInfo), never
 the template, which would create the topic on brokers it does not live on.
+
+The cache forgets what is not used. Java keeps every topic a producer ever sent to, but its topics are its
+application's own; the sidecar's are whatever names its clients send (any valid name, without
+ROCKSIDECAR_TOPICS), each ~2.6 KB kept and one name-server request a refresh round. A topic not sent to
+for ``idle_s`` (10 min) is dropped at a refresh round, and past ``max_topics`` (10 000) the least
+recently used goes, so a burst of distinct names cannot grow it further. A dropped topic's next send asks
+the name server again, as its first one did.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
-from collections.abc import Awaitable, Callable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from ..codes import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, PERM_WRITE
@@ -25,6 +34,8 @@ from .publish_info import SendIndex, TopicPublishInfo
 log = logging.getLogger(__name__)
 
 ROUTE_REFRESH_S = 30.0
+ROUTE_IDLE_S = 600.0  # a topic not used this long is dropped (at a refresh round)
+MAX_TOPICS = 10_000  # cached topics at most; past it the least recently used goes
 
 # (topic, brokers before or None when there was no route, brokers now) when a topic's route appears or
 # its set of writable brokers changes; the service logs it and replays what waited for the route.
@@ -49,21 +60,58 @@ class TopicRoutes:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
         on_change: RouteListener | None = None,
+        idle_s: float = ROUTE_IDLE_S,
+        max_topics: int = MAX_TOPICS,
     ) -> None:
         self._namesrv = namesrv
         self._on_change = on_change
         self._rng = rng or random.Random()
         self.default_topic = default_topic
         self._default_queue_nums = default_topic_queue_nums
-        self._infos: dict[str, TopicPublishInfo] = {}
-        # The cached publish info of a topic, or None: the dict's own get, a C call (once a send).
-        self.cached: Callable[[str], TopicPublishInfo | None] = self._infos.get
-        self._indexes: dict[str, SendIndex] = {}
+        if max_topics < 1:
+            raise ValueError(f"max_topics must be >= 1, got {max_topics}")
+        self.max_topics = max_topics
+        self._idle_rounds = max(1, math.ceil(idle_s / refresh_s))
+        # Least recently used first, by refresh round: each round moves the topics used since the last
+        # one to the end, and a new topic goes in at the end, so the idle ones are the first ones.
+        self._infos: OrderedDict[str, TopicPublishInfo] = OrderedDict()
+        # cached topic -> its lookups through cached() since the last round (never rebound: cached()
+        # holds it)
+        self._uses: dict[str, int] = {}
+        self._last_used: dict[str, int] = {}  # cached topic -> the round it was last used in
+        self._round = 0
+        self._pinned: set[str] = set()  # never forgotten (pin)
+        self.cached = self._counting_lookup(self._infos, self._uses)
+        # The cached publish info without counting a use: for whoever only looks (readiness, status), so
+        # that looking does not keep every topic for ever.
+        self.peek: Callable[[str], TopicPublishInfo | None] = self._infos.get
         self._inflight = SingleFlight[str, TopicPublishInfo](self._fetched)
         self._refresher = Periodic("route-refresh", refresh_s, self.refresh_all, sleep)
 
+    @staticmethod
+    def _counting_lookup(
+        infos: dict[str, TopicPublishInfo], uses: dict[str, int]
+    ) -> Callable[[str], TopicPublishInfo | None]:
+        """``cached``: the cached publish info of a topic, or None; a hit counts a use. Once a send
+        (the send path's only lookup): the dict's get and one count, kept for cached topics only, so
+        that names no route was found for cannot grow it; bound here, not looked up on self."""
+        get, count = infos.get, uses.get
+
+        def cached(topic: str) -> TopicPublishInfo | None:
+            info = get(topic)
+            if info is not None:
+                uses[topic] = count(topic, 0) + 1
+            return info
+
+        return cached
+
     def topics(self) -> list[str]:
         return list(self._infos)
+
+    def pin(self, topics: Iterable[str]) -> None:
+        """Keep these topics' routes however long they go unused (the ones the settings name: readiness
+        asks about them, and their first send should not wait for the name server)."""
+        self._pinned.update(topics)
 
     def broker_addrs(self) -> dict[str, str]:
         """Master address of every broker in any cached route (heartbeats, probes)."""
@@ -75,7 +123,7 @@ class TopicRoutes:
         return out
 
     async def get(self, topic: str) -> TopicPublishInfo:
-        info = self._infos.get(topic)
+        info = self.cached(topic)
         if info is not None:
             return info
         return await self.refresh(topic)
@@ -97,12 +145,24 @@ class TopicRoutes:
         exc = fut.exception()
         if exc is None:
             old = self._infos.get(topic)
-            new = self._infos[topic] = fut.result()
+            new = self._infos[topic] = fut.result()  # a cached topic keeps its place in the order
+            if old is None:  # asked for by a send (or readiness): used in the round under way
+                self._last_used[topic] = self._round + 1
+                if len(self._infos) > self.max_topics:  # the least recently used goes, never the new one
+                    unpinned = (t for t in self._infos if t not in self._pinned and t != topic)
+                    oldest = next(unpinned, None)
+                    if oldest is not None:
+                        self._forget(oldest)
             self._changed(topic, old, new)
         elif isinstance(exc, (TopicNotExist, RouteNotFound)):
             # The name server's answer, not a failure to get one: the route known before is gone (Java
             # replaces it). The topic's next send asks again; the route's return tells on_change.
-            self._infos.pop(topic, None)
+            self._forget(topic)
+
+    def _forget(self, topic: str) -> None:
+        self._infos.pop(topic, None)
+        self._last_used.pop(topic, None)
+        self._uses.pop(topic, None)
 
     def _changed(self, topic: str, old: TopicPublishInfo | None, new: TopicPublishInfo) -> None:
         if self._on_change is None:
@@ -116,9 +176,10 @@ class TopicRoutes:
                 log.exception("route listener failed")
 
     async def _fetch(self, topic: str) -> TopicPublishInfo:
-        index = self._indexes.get(topic)
-        if index is None:
-            index = self._indexes[topic] = SendIndex(self._rng.randrange(1 << 16))
+        # The send index lives in the cached info only: it survives refreshes (as Java's sendWhichQueue),
+        # and a name that gets no route leaves nothing behind.
+        known = self._infos.get(topic)
+        index = known.index if known is not None else SendIndex(self._rng.randrange(1 << 16))
         try:
             info = TopicPublishInfo.build(topic, await self._namesrv.get_route(topic), index)
         except TopicNotExist:
@@ -150,11 +211,32 @@ class TopicRoutes:
         self._refresher.start()
 
     async def refresh_all(self) -> None:
+        """One refresh round: forget the topics not used for ``idle_s``, then ask for the others."""
+        self._forget_idle()
         for topic in list(self._infos):
             try:
                 await self.refresh(topic)
             except RocketMQError as exc:
                 log.warning("route refresh of %s failed: %s", topic, exc)
+
+    def _forget_idle(self) -> None:
+        self._round += 1
+        used = list(self._uses)
+        self._uses.clear()  # in place: cached() holds it
+        for topic in used:
+            if topic in self._infos:
+                self._infos.move_to_end(topic)
+                self._last_used[topic] = self._round
+        idle_since = self._round - self._idle_rounds
+        idle = []
+        for topic in self._infos:  # ordered by last use: stop at the first used since
+            if self._last_used[topic] > idle_since:
+                break
+            if topic not in self._pinned:
+                idle.append(topic)
+        for topic in idle:
+            log.debug("route of %s forgotten: not used for %d refresh rounds", topic, self._idle_rounds)
+            self._forget(topic)
 
     async def close(self) -> None:
         await self._refresher.close()

@@ -4,7 +4,7 @@ at a bounded rate, per topic or all; the ladder still governs those that fail ag
 from __future__ import annotations
 
 from rocksidecar.retry.policy import DEFAULT_LADDER_S
-from rocksidecar.retry.recovery import RecoveryReplay
+from rocksidecar.retry.recovery import MAX_REASONS, MAX_TOPICS, RecoveryReplay
 from tests.retry.conftest import Harness, Redeliverable, record
 
 FAR_S = 600  # every message waits ten minutes for its rung
@@ -123,6 +123,37 @@ async def test_triggers_during_a_round_merge_into_the_next(h: Harness) -> None:
     await recovery.wait()
     assert len(h.delivered) == 40 and len(recovery.rounds) == 1
     assert recovery.rounds[0].reasons == ("a", "b")
+
+
+async def test_triggers_for_many_new_topics_during_a_round_are_bounded_and_leave_no_message_out(
+    h: Harness,
+) -> None:
+    # A route appearing for each topic a client names triggers a round for it: the next round held every
+    # topic and every reason (and its log line joined them all), however many names a client chose.
+    await _spool(h, 3, "orders", "O")
+    await _spool(h, 1, f"client-topic-{MAX_TOPICS + 500}", "C")  # a topic past the cap
+    await h.start_loop(workers=1).start()
+    recovery = _recovery(h, rate_per_s=1, chunk=1)
+    recovery.trigger("orders", reason="route of orders appeared")
+    await h.until(lambda: len(h.delivered) >= 1)  # the round is running, paced by the rate
+    triggers = 2 * MAX_TOPICS
+    for i in range(triggers):
+        recovery.trigger(f"client-topic-{i}", reason=f"route of client-topic-{i} appeared")
+    assert recovery._next is not None
+    assert recovery._next.reasons == [f"route of client-topic-{i} appeared" for i in range(MAX_REASONS)]
+    assert recovery._next.more_reasons == triggers - MAX_REASONS
+    assert recovery._next.topics is None  # past MAX_TOPICS topics: every topic, not a set of them
+    while recovery.running:
+        await h.advance(1.0)
+    await recovery.wait()
+    await h.settle()
+    assert sorted(h.delivered) == ["C0", "O0", "O1", "O2"]  # the topic past the cap too
+    first, second = recovery.rounds
+    assert first.reasons == ("route of orders appeared",)
+    assert second.reasons == (
+        *(f"route of client-topic-{i} appeared" for i in range(MAX_REASONS)),
+        f"and {triggers - MAX_REASONS} more",
+    )
 
 
 async def test_no_round_after_close(h: Harness) -> None:
