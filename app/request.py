@@ -9,6 +9,7 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress
 from operator import attrgetter
 from typing import Any
 
@@ -16,7 +17,7 @@ import msgspec
 
 from rocksidecar.rmq import InvalidMessageError, Message, new_uniq_id
 from rocksidecar.rmq.consumer.config import RETRY_PREFIX
-from rocksidecar.rmq.message import NAME_VALUE_SEP, PROPERTY_SEP, validate_topic
+from rocksidecar.rmq.message import NAME_VALUE_SEP, PROPERTIES_LIMIT, PROPERTY_SEP, validate_topic
 
 from .topic_allow import TopicAllowList
 from .tracing.context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, clean
@@ -79,6 +80,16 @@ MAX_TIME_CHARS = 64
 # A sharding key picks a queue by its hash: nothing longer is needed. The Rock-DMQ service takes no longer
 # one (app.dmq.inner), and in service mode a delayed message's key travels to it as a property.
 MAX_SHARDING_KEY_CHARS = 1024
+# What the property limit leaves room for: a key takes two bytes of it at least (one character and the
+# space between keys), a property four (a name, a value, two separators). More can never be sent, so
+# they are refused by count, before anything is done per key (1.6 M keys took 1.3 s in validate()); the
+# APIs bound them before parsing too (app.api.parsing, app.api.grpc_edge).
+MAX_KEYS = PROPERTIES_LIMIT // 2
+MAX_PROPERTIES = PROPERTIES_LIMIT // 4
+# How deep a JSON body may nest (``[[1]]`` is 2). json.dumps recurses per level and raised RecursionError
+# (a 500) wherever the stack happened to end, from about 940 levels; a fixed bound says the same thing at
+# every stack depth. Room to spare for what anyone sends, and what a push subscription writes back as JSON.
+MAX_JSON_DEPTH = 256
 
 
 class MessageFields(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
@@ -150,13 +161,52 @@ def _utf8(text: str) -> bool:
     return True
 
 
+def too_many_keys() -> RequestError:
+    return RequestError(
+        f"at most {MAX_KEYS} keys: with the properties they take at most {PROPERTIES_LIMIT} bytes",
+        field="keys",
+    )
+
+
+def too_many_properties() -> RequestError:
+    return RequestError(
+        f"at most {MAX_PROPERTIES} properties: with the keys they take at most {PROPERTIES_LIMIT} bytes",
+        field="properties",
+    )
+
+
+_CONTAINERS = {dict, list}  # what a JSON body nests (msgspec and pydantic build no others)
+_CONTAINER = _CONTAINERS.__contains__
+
+
+def _nested_at_most(value: dict[str, Any] | list[Any], most: int) -> bool:
+    """Whether ``value`` nests at most ``most`` levels: a level at a time, without recursing (the stack is
+    what is being protected), its containers picked out in C (isdisjoint, compress, map): a third of
+    what json.dumps takes for an array of 2 M numbers."""
+    level: list[Any] = [value]
+    for _ in range(most):
+        inner: list[Any] = []
+        for container in level:
+            items = container.values() if type(container) is dict else container
+            if not _CONTAINERS.isdisjoint(map(type, items)):  # most hold none: no second pass
+                inner.extend(compress(items, map(_CONTAINER, map(type, items))))
+        if not inner:
+            return True
+        level = inner
+    return False
+
+
 def _json_body(value: dict[str, Any] | list[Any], names: FieldNames) -> bytes:
+    if not _nested_at_most(value, MAX_JSON_DEPTH):
+        raise RequestError(f"the body nests deeper than {MAX_JSON_DEPTH} levels", field="body")
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
     except (ValueError, TypeError):  # inf from a float such as 1e400; an integer too long to parse
         raise RequestError("the body holds a number out of range", field="body") from None
     except UnicodeEncodeError:
         raise _not_utf8(names) from None
+    except RecursionError:  # within MAX_JSON_DEPTH only on a stack already near its limit: still the input's
+        raise RequestError("the body nests too deeply to encode", field="body") from None
 
 
 def _any_body(spec: MessageFields, limits: Limits, names: FieldNames) -> bytes:
@@ -202,7 +252,9 @@ def parse_time_ms(value: int | str, name: str) -> int:
     if len(value) > MAX_TIME_CHARS:
         raise RequestError(f"at most {MAX_TIME_CHARS} characters", field=name)
     text = value.strip()
-    if text.isascii() and text.lstrip("-").isdigit():
+    # ASCII digits after at most one minus: what int() surely takes (str.isdigit alone takes "²", and
+    # lstrip("-") let "--5" through to int(), a ValueError and so a 500). Anything else must be RFC 3339.
+    if text.isascii() and (text[1:] if text[:1] == "-" else text).isdigit():
         return parse_time_ms(int(text), name)
     try:
         when = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
@@ -315,6 +367,10 @@ def prepare(
     if spec.type is not None and (not spec.type or len(spec.type) > 128 or ":" in spec.type):
         raise RequestError("type must be 1-128 characters without ':'", field="type")
     if spec.tags is not None or spec.keys or spec.properties or spec.sharding_key or spec.type:
+        if len(spec.keys) > MAX_KEYS:  # before anything is done per key
+            raise too_many_keys()
+        if len(spec.properties) > MAX_PROPERTIES:
+            raise too_many_properties()
         _check_utf8(spec, names)
     properties = dict(spec.properties) if spec.properties else {}
     if properties and (TRACEPARENT_PROPERTY in properties or TRACESTATE_PROPERTY in properties):
@@ -331,10 +387,17 @@ def prepare(
             message.validate(limits.max_body_bytes)
         except InvalidMessageError as exc:
             field = names.body_base64 if exc.field == "body" else exc.field
+            if field == "properties" and _keys_bytes(message.keys) > PROPERTIES_LIMIT:
+                field = "keys"  # the keys alone are over the limit: the field to change
             raise RequestError(str(exc), field=field) from None
     # Most messages are for now: no call to find that out.
     due = None if spec.delay_ms is None and spec.deliver_at is None else _due(spec, limits, now_ms, names)
     return Prepared(message, spec.sharding_key, spec.type or spec.topic, due)
+
+
+def _keys_bytes(keys: Sequence[str]) -> int:
+    """What ``keys`` take of the property limit (the KEYS item's text, a space after each key)."""
+    return sum(len(key.encode()) + 1 for key in keys)
 
 
 class PlainFields(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -357,10 +420,11 @@ def prepare_plain(items: Sequence[PlainFields], limits: Limits, ids: Sequence[st
     ``prepare`` for a message of only a topic and a text body, a batch at once: each topic (once per
     distinct topic), each body (UTF-8, not empty, within the limit)."""
     for topic in set(map(_TOPIC, items)):
-        try:
-            validate_topic(topic)
-        except InvalidMessageError:
-            return None
+        if topic not in _SENDABLE:  # check_send_topic as prepare calls it: a retry topic is refused too
+            try:
+                check_send_topic(topic)
+            except RequestError:
+                return None
         if limits.topics is not None and not limits.topics.allows(topic):
             return None
     most = limits.max_body_bytes

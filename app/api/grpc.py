@@ -22,6 +22,7 @@ from ..request import GRPC_FIELDS, RequestError
 from ..subscriptions.stream import StreamHub
 from ..tracing.context import TraceContext, from_headers
 from . import grpc_subscribe, problems
+from .grpc_edge import WireBounds
 from .grpc_intercept import WrappingServer
 from .grpc_publish import BatchCombiner, StreamPublisher
 from .grpc_transactions import TransactionRpcs, enabled
@@ -96,6 +97,8 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self._ok: dict[str, Counter] = {}  # by method: only the service's own names
         self._send_ok = self._answered_ok("Send")  # the hot path's, read once per call
         self._combiner = BatchCombiner(self._ops)  # the Publish streams' batches, sent together
+        # What a request may hold, counted before it is decoded (app.api.grpc_edge finds it here).
+        self.wire_bounds = WireBounds(self._ops.batch_limit)
 
     # plumbing -----------------------------------------------------------------------------------
     def _answered_ok(self, method: str) -> Counter:

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from ..request import MessageFields
 from ..sidecar import Ack, Outcome
 from ..tracing.context import TraceContext
+from .grpc_edge import Unread
 from .grpc_views import ACK_MODES, error, publish_ack, spec_from_proto, unknown_ack
 from .operations import BatchItem, Operations, item_label
 from .proto import rocksidecar_pb2 as pb
@@ -100,7 +101,7 @@ class StreamPublisher:
         self._sender: asyncio.Task[None] | None = None
         self._answers: asyncio.Queue[_Answers] = asyncio.Queue()
 
-    async def run(self, requests: AsyncIterator[pb.PublishRequest]) -> AsyncIterator[pb.PublishAck]:
+    async def run(self, requests: AsyncIterator[pb.PublishRequest | Unread]) -> AsyncIterator[pb.PublishAck]:
         """The acknowledgements of ``requests``' messages, each batch's as soon as it is stored."""
         reader = asyncio.create_task(self._read_all(requests))
         try:
@@ -121,13 +122,17 @@ class StreamPublisher:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _read_all(self, requests: AsyncIterator[pb.PublishRequest]) -> None:
+    async def _read_all(self, requests: AsyncIterator[pb.PublishRequest | Unread]) -> None:
         try:
             async for req in requests:
-                self._read.append(req)
                 self._unanswered += 1
-                if self._sender is None:
-                    self._sender = asyncio.create_task(self._send_all())
+                if type(req) is Unread:  # over a bound, refused undecoded (app.api.grpc_edge): answered now
+                    self._ops.count("REJECTED")
+                    self._answers.put_nowait([pb.PublishAck(sequence=req.sequence, error=error(req.error))])
+                else:
+                    self._read.append(req)  # type: ignore[arg-type]  # not an Unread, its type says
+                    if self._sender is None:
+                        self._sender = asyncio.create_task(self._send_all())
                 if self._unanswered >= self._window:
                     self._room.clear()
                     await self._room.wait()

@@ -39,7 +39,7 @@ from .docs import offline_docs
 from .guards import Guards
 from .middleware import ASGIApp, EdgeMiddleware, FastRoute, Receive, Scope, Send
 from .operations import EdgeDeps, Operations, send_status
-from .parsing import BatchSpecs, parse_batch, parse_message
+from .parsing import VALUES_PER_MESSAGE, BatchSpecs, parse_batch, parse_message
 from .schemas import (
     BatchIn,
     BatchOut,
@@ -56,7 +56,6 @@ from .views import batch_view, outcome_view, status_view
 
 _P = TypeVar("_P")  # what a route parses its body into
 REPLAYED_HEADER = "Idempotent-Replayed"  # "true" on an answer repeated for an Idempotency-Key
-VALUES_PER_MESSAGE = 256  # on average in a batch: fields, keys and properties, with room to spare
 Readiness = Callable[[], Awaitable[tuple[bool, dict[str, Any]]]]
 Reply = tuple[int, bytes, str, dict[str, str]]  # status, body, media type, headers
 _PROBLEM = {"model": Problem, "content": {problems.PROBLEM_JSON: {}}}

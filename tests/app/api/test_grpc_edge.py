@@ -3,13 +3,17 @@ malformed protobuf is INVALID_ARGUMENT, echoed input is bounded, the bearer sche
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 import pytest
 
+from rocksidecar.app.api.grpc_edge import MALFORMED, Refused, Unread, WireBound, WireBounds, _tolerant
+from rocksidecar.app.api.parsing import VALUES_PER_MESSAGE
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from rocksidecar.app.request import MAX_KEYS, MAX_PROPERTIES
 from tests.app.conftest import Stack
 
 MiB = 1024 * 1024
@@ -92,3 +96,129 @@ async def test_the_grpc_bearer_scheme_is_case_insensitive(make_stack: Any, schem
             )
         assert exc.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert len(stack.stored("T")) == 1
+
+
+# Bounds read on the wire before decoding (app.api.grpc_edge.WireBounds) -------------------------------
+LIMIT = 10  # the batch limit of these tests
+BOUNDS = WireBounds(LIMIT)
+
+
+def _varint(n: int, pad: int = 0) -> bytes:
+    """``n`` as a varint, in ``pad`` more bytes than it needs (the decoder takes them)."""
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        if not n and not pad:
+            out.append(low)
+            return bytes(out)
+        out.append(low | 0x80)
+        if not n:
+            pad -= 1
+
+
+def _field(number: int, value: bytes, pad: int = 0) -> bytes:
+    return _varint((number << 3) | 2, pad) + _varint(len(value), pad) + value
+
+
+def _deserializer(method: str, decode: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    bound = BOUNDS.for_method(method)
+    parse = _tolerant(decode, bound)
+    assert bound is not None and parse is not None
+    return parse
+
+
+BIG_BODY = _field(2, b"x" * 600_000)  # past where any of these methods' requests are read
+UNKNOWN = (
+    b"\x98\x01\x05" + b"\x9d\x01abcd" + b"\x99\x01abcdefgh" + b"\x9b\x01\x08\x01\x9c\x01"
+)  # 19..: varint,
+# fixed32, fixed64, a group: what the decoder skips
+
+
+@pytest.mark.parametrize("pad", [0, 1, 2])  # tags and lengths in up to 5 bytes, as the decoder takes
+@pytest.mark.parametrize("split", [False, True], ids=["one", "merged"])
+@pytest.mark.parametrize(
+    ("repeated", "most", "field"), [(5, MAX_KEYS, "keys"), (6, MAX_PROPERTIES, "properties")]
+)
+def test_a_message_s_keys_and_properties_are_counted_as_the_decoder_reads_them(
+    pad: int, split: bool, repeated: int, most: int, field: str
+) -> None:
+    for n in (most, most + 1):
+        # keys "k", or map entries of distinct names
+        items = [
+            _field(repeated, b"k" if repeated == 5 else _field(1, b"%d" % i) + _field(2, b"v"), pad)
+            for i in range(n)
+        ]
+        # A request's message in two parts, as the decoder merges them, or in one; unknown fields between.
+        halves = [items[: n // 2], items[n // 2 :]] if split else [items]
+        raw = b"".join(_field(1, b"\x0a\x01T" + UNKNOWN + b"".join(part), pad) for part in halves) + BIG_BODY
+        decoded = pb.SendRequest.FromString(raw)
+        assert len(getattr(decoded.message, field)) == n
+        got = _deserializer("Send", pb.SendRequest.FromString)(raw)
+        if n > most:
+            assert type(got) is Refused and got.error is not None and got.error.field == field
+        else:
+            assert type(got) is pb.SendRequest
+
+
+def test_a_batch_s_messages_are_counted_and_a_refused_one_is_never_decoded() -> None:
+    decoded: list[bytes] = []
+
+    def decode(data: bytes) -> Any:
+        decoded.append(data)
+        return pb.SendBatchRequest.FromString(data)
+
+    parse = _deserializer("SendBatch", decode)
+    message = _field(1, b"x" * (600_000 // LIMIT))  # each a topic: together past where a batch is read
+    assert type(parse(_field(1, message) * LIMIT)) is pb.SendBatchRequest
+    over = parse(_field(1, message) * (LIMIT + 1))
+    assert type(over) is Refused and over.error is not None
+    assert (over.error.field, over.error.status) == ("messages", 413)
+    huge = parse(b"\x0a\x00" * (4 * MiB))  # 4 Mi empty messages: 637 MiB once decoded
+    assert type(huge) is Refused and huge.error is not None and huge.error.field == "messages"
+    assert len(decoded) == 1  # the batch within the limit only
+    # keys and properties in all: the HTTP route's bound on a batch's JSON values
+    many = _field(1, b"".join(_field(5, b"k") for _ in range(LIMIT * VALUES_PER_MESSAGE + 1)))
+    refused = parse(many + BIG_BODY)
+    assert (
+        type(refused) is Refused
+        and refused.error is not None
+        and "keys and properties" in refused.error.detail
+    )
+
+
+def test_a_request_too_short_to_hold_too_many_is_not_read() -> None:
+    def check(data: bytes) -> object:
+        raise AssertionError("read")
+
+    parse = _tolerant(pb.SendRequest.FromString, WireBound(100, check))
+    assert parse is not None and type(parse(_field(1, b"\x2a\x01k" * 30))) is pb.SendRequest
+
+
+def test_corrupt_input_is_the_decoder_s_to_refuse_unless_counted_over_first() -> None:
+    parse = _deserializer("SendBatch", pb.SendBatchRequest.FromString)
+    assert parse(b"\x0a\x05ab" + b"\x0a\x00" * 400_000) is MALFORMED  # a length past its end: at once
+    assert parse(b"\x0f" + b"\x0a\x00" * 400_000) is MALFORMED  # wire type 7
+    after = parse(b"\x0a\x00" * 400_000 + b"\x0a\x05ab")  # the messages before it are counted first
+    assert type(after) is Refused and after.error is not None and after.error.field == "messages"
+
+
+@pytest.mark.parametrize(
+    "filler",
+    [b"\x0b", b"\x0c", b"\x18\x01", b"\x0a\x00"],
+    ids=["group starts", "group ends", "varints", "merges"],
+)
+def test_reading_a_request_takes_a_bounded_number_of_steps(filler: bytes) -> None:
+    # Millions of fields that build nothing would still be millions of steps to count: past what valid
+    # messages have, the request is refused (then the decoder is spared them too).
+    raw = filler * (6 * MiB // len(filler))
+    got = _deserializer("Send", pb.SendRequest.FromString)(raw)
+    assert type(got) is Refused and got.error is not None and got.error.field == "message"
+    assert "fields besides keys and properties" in got.error.detail
+
+
+def test_a_published_message_over_a_bound_is_answered_under_its_sequence() -> None:
+    message = b"\x0a\x01T" + _field(5, b"k") * (MAX_KEYS + 1) + BIG_BODY
+    raw = b"\x08\x05" + b"\x08" + _varint(2**64 - 1) + _field(2, message)  # the last sequence counts
+    got = _deserializer("Publish", pb.PublishRequest.FromString)(raw)
+    assert type(got) is Unread and (got.sequence, got.error.field) == (2**64 - 1, "keys")
+    assert pb.PublishRequest.FromString(raw).sequence == 2**64 - 1

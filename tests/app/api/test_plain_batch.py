@@ -74,7 +74,9 @@ def test_a_plain_batch_over_the_limit_is_refused_as_before() -> None:
 
 plain = st.builds(
     PlainFields,
-    topic=st.sampled_from(["T", "U", "", "a b", "TBW102", "rmq_sys_x", "SCHEDULE_TOPIC_XXXX", "a" * 128]),
+    topic=st.sampled_from(
+        ["T", "U", "", "a b", "TBW102", "rmq_sys_x", "SCHEDULE_TOPIC_XXXX", "a" * 128, "%RETRY%G"]
+    ),
     body=st.one_of(st.text(max_size=70), st.sampled_from(["", "\ud800", "x" * 64, "é" * 33])),
 )
 
@@ -103,6 +105,17 @@ def test_a_bad_item_of_a_plain_batch_fails_alone_and_names_its_field() -> None:
     assert out[0] == prepare(MessageFields("T", "a"), LIMITS, 0, HTTP_FIELDS, "ID0")
     assert isinstance(out[1], RequestError) and out[1].field == "messages[1].body"
     assert isinstance(out[2], RequestError) and out[2].field == "messages[2].topic"
+
+
+def test_a_plain_batch_to_a_retry_topic_is_refused_as_a_single_send_is() -> None:
+    # prepare_plain checked only Java's rules: the batch reached the broker, which refused it
+    # (MESSAGE_ILLEGAL, a 422 without a field) where a single send is a 400 naming the topic.
+    items = PlainBatch([PlainFields("T", "a"), PlainFields("%RETRY%G", "b")])
+    assert prepare_plain(items, LIMITS, ["ID0", "ID1"]) is None
+    out = _prepared(items, LIMITS, 0, HTTP_FIELDS, ["ID0", "ID1"], None, True)
+    assert isinstance(out[0], Prepared)
+    assert isinstance(out[1], RequestError) and out[1].field == "messages[1].topic"
+    assert (out[1].status, "retry topic" in out[1].detail) == (400, True)
 
 
 def test_a_plain_batch_with_a_trace_context_takes_the_general_path() -> None:
