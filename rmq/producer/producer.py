@@ -101,6 +101,7 @@ class Producer(Lifecycle):
             rng=rng,
             on_change=on_route_change,
         )
+        self._used = self.routes.used.add
         fault = self.fault if cfg.fault_tolerance else None
         self._selector = make_selector(cfg.selector, fault, rng, cfg.environment_index, cfg.zone)
         self._batches = BatchSender(self)
@@ -164,8 +165,7 @@ class Producer(Lifecycle):
         ``message`` with ``what`` as its id (send's: the broker API called here, without a coroutine of
         its own per attempt, issue 32). ``message`` (a batch's first, with an ``attempt``) is told to
         ``on_attempt``."""
-        cfg = self.config
-        timer = self._timer
+        cfg, timer = self.config, self._timer
         deadline = timer() + cfg.send_timeout_s
         attempts: list[Attempt] = []
         last: RocketMQError | None = None
@@ -174,9 +174,11 @@ class Producer(Lifecycle):
         info = self.routes.cached(topic)  # _publish_info's first step, without its coroutine
         if info is None:
             try:
-                info = await self._publish_info(topic, deadline)
+                info = await self._publish_info(topic, deadline)  # routes.get: marks the topic used
             except RocketMQError as exc:
                 raise SendFailed(f"send of {what} to {topic}: no route: {exc}", [], exc) from exc
+        else:
+            self._used(topic)  # kept in the route cache while sent to (one C call)
         for n in range(1 + cfg.retry_times):
             remaining = deadline - timer()
             if remaining <= 0:

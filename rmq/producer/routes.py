@@ -75,35 +75,19 @@ class TopicRoutes:
         # Least recently used first, by refresh round: each round moves the topics used since the last
         # one to the end, and a new topic goes in at the end, so the idle ones are the first ones.
         self._infos: OrderedDict[str, TopicPublishInfo] = OrderedDict()
-        # cached topic -> its lookups through cached() since the last round (never rebound: cached()
-        # holds it)
-        self._uses: dict[str, int] = {}
+        # Topics sent to since the last round: Producer.with_retries adds each send's topic (``used``'s
+        # add, bound there: one C call a send), get() too. A set, so what it holds is the cached topics
+        # sent to, never more than the cache (a name without a route is never sent).
+        self.used: set[str] = set()
         self._last_used: dict[str, int] = {}  # cached topic -> the round it was last used in
         self._round = 0
         self._pinned: set[str] = set()  # never forgotten (pin)
-        self.cached = self._counting_lookup(self._infos, self._uses)
-        # The cached publish info without counting a use: for whoever only looks (readiness, status), so
-        # that looking does not keep every topic for ever.
-        self.peek: Callable[[str], TopicPublishInfo | None] = self._infos.get
+        # The cached publish info of a topic, or None: the dict's own get, a C call (once a send). Looking
+        # is no use (readiness, status look at every topic): a send marks its topic in ``used``.
+        self.cached: Callable[[str], TopicPublishInfo | None] = self._infos.get
+        self.peek = self.cached
         self._inflight = SingleFlight[str, TopicPublishInfo](self._fetched)
         self._refresher = Periodic("route-refresh", refresh_s, self.refresh_all, sleep)
-
-    @staticmethod
-    def _counting_lookup(
-        infos: dict[str, TopicPublishInfo], uses: dict[str, int]
-    ) -> Callable[[str], TopicPublishInfo | None]:
-        """``cached``: the cached publish info of a topic, or None; a hit counts a use. Once a send
-        (the send path's only lookup): the dict's get and one count, kept for cached topics only, so
-        that names no route was found for cannot grow it; bound here, not looked up on self."""
-        get, count = infos.get, uses.get
-
-        def cached(topic: str) -> TopicPublishInfo | None:
-            info = get(topic)
-            if info is not None:
-                uses[topic] = count(topic, 0) + 1
-            return info
-
-        return cached
 
     def topics(self) -> list[str]:
         return list(self._infos)
@@ -124,9 +108,10 @@ class TopicRoutes:
 
     async def get(self, topic: str) -> TopicPublishInfo:
         info = self.cached(topic)
-        if info is not None:
-            return info
-        return await self.refresh(topic)
+        if info is None:  # a new topic (its first use is noted as it is cached), or a name without a route
+            return await self.refresh(topic)
+        self.used.add(topic)  # a batch's
+        return info
 
     async def refresh(self, topic: str) -> TopicPublishInfo:
         """Fetch the topic's route now; concurrent callers share one request. A failed refresh keeps
@@ -162,7 +147,7 @@ class TopicRoutes:
     def _forget(self, topic: str) -> None:
         self._infos.pop(topic, None)
         self._last_used.pop(topic, None)
-        self._uses.pop(topic, None)
+        self.used.discard(topic)
 
     def _changed(self, topic: str, old: TopicPublishInfo | None, new: TopicPublishInfo) -> None:
         if self._on_change is None:
@@ -221,8 +206,8 @@ class TopicRoutes:
 
     def _forget_idle(self) -> None:
         self._round += 1
-        used = list(self._uses)
-        self._uses.clear()  # in place: cached() holds it
+        used = [topic for topic in self._infos if topic in self.used]  # in their order: ties keep it
+        self.used.clear()  # in place: the producer holds its add
         for topic in used:
             if topic in self._infos:
                 self._infos.move_to_end(topic)
