@@ -68,7 +68,7 @@ from .transactions.http import transaction_routes
 from .transactions.parts import ROUND_S as TX_ROUND_S
 from .transactions.parts import Transactions
 from .wiring import COLUMN_FAMILIES as SHARED_CFS
-from .wiring import REPLAY_BATCH, StartupError, build_client, open_store, start_http
+from .wiring import REPLAY_BATCH, StartupError, build_client, open_store, start_http, trace_producer
 
 log = logging.getLogger("rocksidecar")
 COLUMN_FAMILIES = (*SHARED_CFS, *FORWARDED_CFS, tx_records.CF)
@@ -153,8 +153,10 @@ class SidecarParts:
         self.msg_trace: msgtrace.Dispatcher | None = None
         msgtrace.DISPATCHER = None
         if s.msg_trace:  # RocketMQ's message trace (app.tracing.msgtrace): Pub records of every send
+            # Written through a producer of its own (app.wiring.trace_producer): a broker refusing the
+            # trace topic must not be isolated for the app's sends. The records name the app's group.
             trace = msgtrace.DISPATCHER = msgtrace.Dispatcher(
-                self.producer, topic=s.msg_trace_topic, group=s.producer_group
+                trace_producer(s, self.client), topic=s.msg_trace_topic, group=s.producer_group, owned=True
             )
             self.msg_trace = trace
             self.metrics.add_state(MsgTraceCollector(lambda: (trace.written, trace.failed, trace.dropped)))

@@ -8,7 +8,7 @@ import asyncio
 import gc
 import signal
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from rocksidecar import delay
 from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
 from rocksidecar.rmq import RemotingClient
 from rocksidecar.rmq.client_instance import ClientInstance
+from rocksidecar.rmq.message import TOPIC_PATTERN
 from rocksidecar.rmq.producer import Producer, ProducerConfig, SelectorName
 from rocksidecar.storage.errors import StorageError, StoreLockedError
 from rocksidecar.storage.reserve import ReserveTooSmallError, store_write_buffer_bytes
@@ -24,7 +25,7 @@ from rocksidecar.storage.rocks import RocksKV
 from . import idempotency
 from .api.servers import HttpServer, ListenError
 from .clients import client_instance
-from .config import Settings
+from .config import GROUP_MAX_LEN, Settings
 
 # Due messages per redelivery call. send_batch splits a call by queue, so 32 over 8 queues made batches of
 # 4; 128 makes batches of 16 and replays a backlog (after an outage) about twice as fast (bench/recovery.py).
@@ -134,3 +135,27 @@ def build_client(
     remoting, instance = client_instance(s, namesrv, heartbeat_s=cfg.heartbeat_s, instance_name=instance_name)
     producer = Producer(instance.namesrv, instance.api, cfg, instance=instance, **hooks)
     return Client(remoting, instance, producer)
+
+
+TRACE_GROUP_PREFIX = "_INNER_TRACE_PRODUCER-"  # Java's TraceConstants.GROUP_NAME_PREFIX, then a dash
+
+
+def trace_group(s: Settings) -> str:
+    """The message trace producer's group: the prefix and the trace topic, in the characters a group may
+    have, and never one of the sidecar's own groups (closing the trace producer unregisters its group,
+    which must not take the app's producer or transaction group out of the heartbeat)."""
+    group = (TRACE_GROUP_PREFIX + "".join(TOPIC_PATTERN.findall(s.msg_trace_topic)))[:GROUP_MAX_LEN]
+    if group in (s.producer_group, s.transaction_group):
+        group = group[: GROUP_MAX_LEN - 6] + "-trace"
+    return group
+
+
+def trace_producer(s: Settings, instance: ClientInstance) -> Producer:
+    """The message trace's own producer, as Java's AsyncTraceDispatcher has its traceProducer: the
+    process's client instance (client id, connections, heartbeat) but its own group, routes and fault
+    table, and none of the app producer's observers (metrics, broker events). A broker that refuses the
+    trace topic (NO_PERMISSION: an ACL, a topic not writable) or fails its writes is set aside for trace
+    writes only: on the app's producer it was isolated for every send, and all brokers with it turned
+    /readyz to 503. Fault tolerance as the app's: it steers trace writes to a broker that takes them."""
+    cfg = replace(producer_config(s), group=trace_group(s))
+    return Producer(instance.namesrv, instance.api, cfg, instance=instance)

@@ -45,6 +45,7 @@ from .lite import (
 )
 from .semconv import MESSAGE_KEYS, RESULT_KEYS, Facts, facts_attributes, result_attributes
 from .semconv import facts as message_facts
+from .tracestate import trace_state
 
 _TRACE_FLAGS = [TraceFlags(n) for n in range(256)]
 _DASH_FLAGS = [f"-{n:02x}" for n in range(256)]  # a traceparent's last field, after its dash
@@ -313,6 +314,6 @@ class Recorder:
         bound = self.remote_bounds[low & 1]
         if bound <= _LIMIT and _dropped(trace, bound):  # the bound read here: most sample every parent
             return None
-        state = TraceState.from_header([tracestate]) if tracestate else None
+        state = trace_state(tracestate) if tracestate else None  # kept per string; logs nothing
         parent = _unhexlify(traceparent[36:52])
         return FastSpan(self, shape, trace, trace_hex, _span_id(), parent, 1 | (low & _RANDOM), state)

@@ -9,10 +9,12 @@ tuple of the few strings and numbers its record needs (not the message: a buffer
 in a bounded buffer; when the buffer is full the oldest is dropped and counted (``dropped``), the send
 goes on. One timer per flush (the first record after a flush arms it, the others ride along) wakes a
 background task that builds the records' text, cuts it into trace messages of at most MAX_RECORDS records
-(Java's batch size) and sends them all in one SEND_BATCH_MESSAGE on the sidecar's own producer
-(its connections and routes). The bodies go uncompressed: zlib at level 5 cost more CPU than the rest of
-a trace message's send (session 11's profile), and a body without the compressed sysflag is as valid to
-every reader (the broker, ``queryMsgTraceById``, the Dashboard); the batch format compresses none.
+(Java's batch size) and sends them all in one SEND_BATCH_MESSAGE on a producer of its own, as Java's
+``traceProducer`` (app.wiring.trace_producer: the sidecar's connections, its own routes and fault table,
+so a broker refusing the trace topic is never isolated for the app's sends). The bodies go
+uncompressed: zlib at level 5 cost more CPU than the rest of a trace message's send (session 11's
+profile), and a body without the compressed sysflag is as valid to every reader (the broker,
+``queryMsgTraceById``, the Dashboard); the batch format compresses none.
 """
 
 from __future__ import annotations
@@ -116,25 +118,68 @@ def _sub_text(p: _Pending) -> str:
     )
 
 
+# A well-formed record's separators: Pub has 14 fields; SubBefore 8 and SubAfter 9, each ended by FIELD.
+_PUB_CONTENTS, _SUB_CONTENTS = 13, 15
+_NO_SEPARATORS = str.maketrans("", "", CONTENT + FIELD)
+
+
+def _record(p: _Pending, group: str) -> tuple[str, tuple[str, ...]]:
+    """A buffered tuple's records and the keys its trace message is found by (its message id first).
+
+    A consumed message's id (UNIQ_KEY), keys and region are what its producer wrote (Java's client does
+    not check keys; a property value keeps a CONTENT after its first), and a broker's answer is as
+    foreign: a separator in one of them adds fields, Java's decoderFromTraceDataString then throws on a
+    number out of place and the whole trace message (up to MAX_RECORDS records) is lost to its readers.
+    So the text is checked by counting its separators (two C scans, on this task, not on the send); a
+    record with extra ones is built again with them taken out of every string."""
+    if p[0] == _PUB:
+        text = _pub_text(p, group)
+        if text.count(CONTENT) != _PUB_CONTENTS or text.count(FIELD) != 1:
+            p = _cleaned(p)
+            text = _pub_text(p, group)
+        return text, (p[6], *p[3])
+    text = _sub_text(p)
+    if text.count(CONTENT) != _SUB_CONTENTS or text.count(FIELD) != 2:
+        p = _cleaned(p)
+        text = _sub_text(p)
+    return text, (p[1], *p[2])
+
+
+def _cleaned(p: _Pending) -> _Pending:
+    """``p`` with CONTENT and FIELD taken out of its strings and its keys' (numbers stay as they are)."""
+    return tuple(
+        v.translate(_NO_SEPARATORS)
+        if isinstance(v, str)
+        else tuple(str(k).translate(_NO_SEPARATORS) for k in v)
+        if isinstance(v, tuple | list)
+        else v
+        for v in p
+    )
+
+
 def pub(msg: Message, result: SendResult, *, group: str, started_ms: int, cost_ms: int) -> Record:
     """A ``Pub`` record of a message a broker stored (TraceDataEncoder.encoderFromContextBean)."""
-    return Record(_pub_text(_sent(msg, result, started_ms, cost_ms), group), (result.msg_id, *msg.keys))
+    return Record(*_record(_sent(msg, result, started_ms, cost_ms), group))
 
 
 def sub(msg: MessageExt, *, group: str, region: str, started_ms: int, cost_ms: int, ok: bool) -> Record:
     """The ``SubBefore`` and ``SubAfter`` records of one consumed message, under one request id."""
-    pending = _consumed(msg, group, started_ms, cost_ms, ok, region)
-    return Record(_sub_text(pending), (msg.msg_id, *msg.keys))
+    return Record(*_record(_consumed(msg, group, started_ms, cost_ms, ok, region), group))
 
 
 class Dispatcher:
     """Buffers what happened and writes its records to the trace topic in batches from a task of its
     own."""
 
-    def __init__(self, producer: Any, *, topic: str = DEFAULT_TOPIC, group: str) -> None:
+    def __init__(self, producer: Any, *, topic: str = DEFAULT_TOPIC, group: str, owned: bool = False) -> None:
+        """``group``: the producer group the Pub records name (the app's). ``owned``: ``producer`` is
+        the trace's own (app.wiring.trace_producer), started before its first write and closed by
+        ``close``; not the app's, whose fault table a broker refusing the trace topic must not touch."""
         self._producer = producer
         self.topic = topic
         self.group = group
+        self._owned = owned  # its producer is closed by close(), once
+        self._start_pending = owned  # the owned producer starts before the first write, once
         self._buffer: deque[_Pending] = deque(maxlen=MAX_BUFFERED)
         self._wake = asyncio.Event()
         self._writing = asyncio.Lock()  # one flush at a time: a flush returns once all before it is written
@@ -186,6 +231,9 @@ class Dispatcher:
         round trip under load (session 11: ~5 records each, every one a send of its own)."""
         async with self._writing:
             buffer = self._buffer
+            if self._start_pending and buffer:  # once, when there is a first record
+                self._start_pending = False
+                await self._producer.start()
             left = len(buffer)
             while left > 0 and buffer:
                 messages, taken = self._messages(buffer, min(left, MAX_PER_WRITE))
@@ -203,11 +251,7 @@ class Dispatcher:
             size = keys_size = 0
             room = min(MAX_RECORDS, most - taken)
             while buffer and len(data) < room and size < MAX_MESSAGE_BYTES and keys_size < KEYS_FULL:
-                p = buffer.popleft()
-                if p[0] == _PUB:
-                    text, found = _pub_text(p, group), (p[6], *p[3])
-                else:
-                    text, found = _sub_text(p), (p[1], *p[2])
+                text, found = _record(buffer.popleft(), group)
                 data.append(text)
                 size += len(text)
                 for k in found:  # a key the index cannot hold (a space) or has no room for is left out
@@ -244,6 +288,13 @@ class Dispatcher:
             await asyncio.wait_for(self.flush(), 2.0)
         except TimeoutError:
             pass
+        started = self._owned and not self._start_pending
+        self._owned = self._start_pending = False  # not started after this: its instance closes next
+        if started:
+            try:  # its group leaves the heartbeat; the client instance under it is the process's
+                await self._producer.close()
+            except Exception as exc:  # a trace producer that cannot close must not stop the shutdown
+                log.warning("message trace producer not closed cleanly: %s", exc)
 
 
 DISPATCHER: Dispatcher | None = None  # set at start when ROCKSIDECAR_MSG_TRACE=true

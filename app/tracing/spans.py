@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from opentelemetry import context, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
 from rocksidecar.rmq import Message, RocketMQError, SendResult
@@ -41,6 +41,7 @@ from .context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, TraceContext, in
 from .semconv import OUTCOME, message_attributes, result_attributes
 from .semconv import facts as message_facts
 from .semconv import named as _named
+from .tracestate import trace_state
 from .watched import Delegating, WatchedSender
 
 if TYPE_CHECKING:  # the otel extra's: imported only when spans are on (_lite)
@@ -193,7 +194,7 @@ def _remote(parent: str, state: str | None) -> SpanContext:
         int(parent[36:52], 16),
         True,
         _FLAGS[int(parent[53:55], 16)],
-        TraceState.from_header([state]) if state else None,
+        trace_state(state) if state else None,  # not from_header: it logs for a Level 2 key
     )
 
 

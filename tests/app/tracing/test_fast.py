@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 import random
 import re
 from collections.abc import Awaitable, Callable, Iterator
@@ -415,3 +416,28 @@ async def test_a_sidecar_s_request_is_two_fast_spans_in_its_trace(
     outcome = {a.key: a.value.string_value for a in receive.attributes}["rocksidecar.outcome"]
     assert outcome == r.json()["status"]
     assert msg.properties[TRACEPARENT_PROPERTY] == f"00-{TP[3:35]}-{receive.span_id.hex()}-01"
+
+
+async def test_a_level_2_tracestate_key_logs_nothing_on_the_fast_path(
+    provider: tuple[TracerProvider, LoopBatchProcessor, _Captured],
+    make_stack: Callable[..., Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A digit-first key (W3C Level 2, which app.tracing.context takes) made OpenTelemetry's from_header
+    log a warning per sampled request and drop the whole tracestate; the member it takes stays."""
+    made, processor, captured = provider
+    spans.configure(made)
+    caplog.set_level(logging.WARNING)
+    headers = {"traceparent": TP, "tracestate": "1vendor=x,rojo=00f067aa0ba902b7"}
+    async with make_stack() as stack:
+        for _ in range(2):
+            r = await stack.http.post("/v1/messages", json={"topic": "FastTs", "body": "x"}, headers=headers)
+            assert r.status_code == 200
+        assert {type(s) for s in processor._queue} == {FastSpan}
+        await processor._drain()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    (body,) = captured.bodies
+    request = ExportTraceServiceRequest.FromString(body)
+    got = [s for r in request.resource_spans for sc in r.scope_spans for s in sc.spans]
+    assert {s.name for s in got} == {"receive FastTs", "send FastTs"} and len(got) == 4
+    assert {s.trace_state for s in got} == {"rojo=00f067aa0ba902b7"}

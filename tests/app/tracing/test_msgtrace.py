@@ -1,6 +1,7 @@
 """RocketMQ message trace: Pub and SubBefore/SubAfter records in TraceDataEncoder's format, written in
 batches to the trace topic keyed by message id and keys; off by default; a trace topic that cannot be
-written never fails a send."""
+written never fails a send, nor sets a broker aside for the app's sends; a foreign field cannot add
+fields to a record."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from typing import Any
 import pytest
 
 from rocksidecar.app.tracing import msgtrace
+from rocksidecar.app.wiring import trace_group
+from rocksidecar.devbroker.send import Reject, SendProcessor
 from rocksidecar.rmq import Message
+from rocksidecar.rmq.codes import ResponseCode
 from rocksidecar.rmq.errors import RocketMQError
-from rocksidecar.rmq.message import MessageQueue
+from rocksidecar.rmq.message import MessageExt, MessageQueue, decode_properties
 from rocksidecar.rmq.result import SendResult, SendStatus
-from tests.app.conftest import Stack
+from tests.app.conftest import Stack, settings_for
 from tests.rmq.consumer.factory import stored
 
 OFFSET_ID = "7F00000100002A9F0000000000000ABC"  # 127.0.0.1:10911
@@ -219,3 +223,120 @@ async def test_a_batch_s_stored_messages_are_recorded_in_one_go() -> None:
     pubs = [r.split("\x01") for r in _records(producer.batches)]
     assert [(p[5], p[7]) for p in pubs] == [("B0", "k0"), ("B2", "k2")]
     await d.close()
+
+
+async def test_a_refused_trace_topic_isolates_no_broker_for_the_app_s_sends(
+    make_stack: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Brokers that refuse the trace topic (NO_PERMISSION: an ACL, a topic not writable) are set aside by
+    the trace's own producer only: before, the trace wrote through the app's, and its fault table (what
+    /readyz reads) had every broker isolated after one flush."""
+    target = SendProcessor._target_queue
+
+    def refusing(self: SendProcessor, h: Any) -> int:
+        if h.topic == msgtrace.DEFAULT_TOPIC:
+            raise Reject(ResponseCode.NO_PERMISSION, "no permission to send to RMQ_SYS_TRACE_TOPIC")
+        return target(self, h)
+
+    monkeypatch.setattr(SendProcessor, "_target_queue", refusing)
+    async with make_stack(msg_trace=True) as stack:
+        service = stack.service
+        r = await stack.http.post("/v1/messages", json={"topic": "MtIso", "body": "x"})
+        assert r.status_code == 200
+        await service.msg_trace.flush()
+        assert service.msg_trace.failed == 1 and service.msg_trace.written == 0
+        assert {row.state for row in service.producer.fault_table()} == {"available"}
+        ready = await stack.http.get("/readyz")
+        assert ready.status_code == 200, ready.text[:300]  # before: 503, "every broker is isolated"
+        again = await stack.http.post("/v1/messages", json={"topic": "MtIso", "body": "y"})
+        assert again.status_code == 200
+        trace_producer = service.msg_trace._producer
+        assert trace_producer is not service.producer and trace_producer.instance is service.client
+        assert {row.state for row in trace_producer.fault_table()} == {"isolated"}  # its own table
+        # its own group, announced beside the app's; the records still name the app's
+        assert service.client.producer_groups == sorted(
+            ["rocksidecar", "_INNER_TRACE_PRODUCER-RMQ_SYS_TRACE_TOPIC"]
+        )
+        assert service.msg_trace.group == "rocksidecar"
+    assert "_INNER_TRACE_PRODUCER-RMQ_SYS_TRACE_TOPIC" not in service.client.producer_groups  # closed
+
+
+def test_the_trace_group_is_a_group_and_never_one_of_the_sidecar_s(tmp_path: Any) -> None:
+    assert trace_group(settings_for(tmp_path)) == "_INNER_TRACE_PRODUCER-RMQ_SYS_TRACE_TOPIC"
+    assert trace_group(settings_for(tmp_path, msg_trace_topic="bad topic\x01name")) == (
+        "_INNER_TRACE_PRODUCER-badtopicname"
+    )
+    taken = "_INNER_TRACE_PRODUCER-MtT"
+    for own in ({"producer_group": taken}, {"transactions_group": taken}):
+        group = trace_group(settings_for(tmp_path, msg_trace_topic="MtT", **own))
+        assert group == taken + "-trace"
+
+
+def _consumed_with(keys: str, uniq: str, region: str = "DefaultRegion") -> MessageExt:
+    """A consumed message whose producer wrote ``keys``, ``uniq`` and ``region`` raw: what
+    decode_properties makes of them (a value keeps every CONTENT after its first)."""
+    props = decode_properties(f"KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq}\x02MSG_REGION\x01{region}")
+    return MessageExt(topic="T", body=b"x", queue_id=0, queue_offset=1, commit_log_offset=1, sys_flag=0,
+                      flag=0, born_timestamp_ms=0, born_host="h:1", store_timestamp_ms=0, store_host="h:2",
+                      reconsume_times=0, prepared_transaction_offset=0, body_crc=0, store_size=0,
+                      properties=props, offset_msg_id="O1")  # fmt: skip
+
+
+async def test_a_consumed_message_s_separators_stay_out_of_its_records() -> None:
+    """A producer's UNIQ_KEY, keys or region with CONTENT in them added fields to SubBefore/SubAfter:
+    Java's decoderFromTraceDataString then fails on the whole trace message (MAX_RECORDS records)."""
+    msg = _consumed_with("k1\x01forged k2", uniq="U1\x01x", region="r\x01\x01")
+    assert "\x01" in msg.keys[0] and "\x01" in msg.msg_id  # what a producer can store
+    producer = _Held()
+    producer.go.set()
+    d = msgtrace.Dispatcher(producer, group="cg")
+    d.add(msgtrace._consumed(msg, "cg", 1000, 2, True))
+    d.add(msgtrace._sent(Message("T", b"x", keys=("k3",)), result("ID3"), 1000, 2))  # a clean one after
+    await d.flush()
+    ((trace,),) = producer.batches
+    before, after, pub = (r.split("\x01") for r in _records(producer.batches))
+    assert [len(before), len(after), len(pub)] == [8, 9, 14]  # TraceDataEncoder's fields
+    assert before[2] == "r" and before[5] == after[2] == "U1x" and before[7] == after[5] == "k1forged k2"
+    assert pub[5] == "ID3"
+    assert trace.keys == ("U1x", "k1forged", "k2", "ID3", "k3")  # the trace message's KEYS: none either
+
+
+def test_a_broker_s_answer_with_separators_stays_out_of_a_pub_record() -> None:
+    answer = SendResult(SendStatus.SEND_OK, "ID1", "7F\x02" + OFFSET_ID[3:], MessageQueue("T", "b", 1), 7,
+                        region_id="r\x01x")  # fmt: skip
+    rec = msgtrace.pub(Message("T", b"x", keys=("k1",)), answer, group="pg", started_ms=1, cost_ms=2)
+    fields = rec.data.split("\x01")
+    assert len(fields) == 14 and rec.data.count("\x02") == 1 and rec.data.endswith("\x02")
+    assert fields[2] == "rx" and fields[12] == "7F" + OFFSET_ID[3:]
+
+
+async def test_an_owned_trace_producer_starts_before_its_first_write_and_closes_once() -> None:
+    class Owned(_Held):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[str] = []
+
+        async def start(self) -> None:
+            self.calls.append("start")
+
+        async def close(self) -> None:
+            self.calls.append("close")
+
+        async def send_batch(self, messages: list[Message], *args: Any, **kwargs: Any) -> list[SendResult]:
+            self.calls.append("send")
+            return await super().send_batch(messages, *args, **kwargs)
+
+    producer = Owned()
+    producer.go.set()
+    d = msgtrace.Dispatcher(producer, group="pg", owned=True)
+    await d.flush()
+    assert producer.calls == []  # nothing to write: not started (its group is not announced for nothing)
+    for msg, res in _sent(2):
+        d.add(msgtrace._sent(msg, res, 1000, 2))
+        await d.flush()
+    await d.close()
+    await d.close()
+    assert producer.calls == ["start", "send", "send", "close"]
+    idle = Owned()
+    await msgtrace.Dispatcher(idle, group="pg", owned=True).close()
+    assert idle.calls == []  # never started: nothing to close
