@@ -18,12 +18,15 @@ from typing import Any, ClassVar
 from rocksidecar.retry.dead_letter import DeadLetter
 from rocksidecar.retry.record import RetryRecord
 
-from .logs import Throttle
+from .logs import MAX_CAUSES, Throttle
 from .tracing.context import trace_fields
 
 log = logging.getLogger("rocksidecar.events")
 
 WINDOW_S = 10.0
+# past MAX_CAUSES causes held at once, an event's new causes share this one: keys hold client-chosen text
+# (a topic), and a storm over distinct topics would otherwise be a line and an entry per topic
+TOO_MANY_CAUSES = "(too many causes)"
 _NUMBERS = re.compile(r"\d+")
 
 
@@ -194,9 +197,10 @@ class OpsEvents:
             level, event, key_fields = self._keys.pop(key)
             self._log.log(
                 level,
-                "%d more %s events of the same cause in the last %.0f s",
+                "%d more %s events of %s in the last %.0f s",
                 suppressed,
                 event,
+                "other causes (too many to tell apart)" if TOO_MANY_CAUSES in key else "the same cause",
                 self.window_s,
                 extra={"event": event, "summary": True, "suppressed": suppressed, **key_fields},
             )
@@ -212,12 +216,17 @@ class OpsEvents:
         args: tuple[object, ...],
         fields_: dict[str, Any],
     ) -> None:
-        key = (event, *sorted(key_fields.items()))
+        key: tuple[object, ...] = (event, *sorted(key_fields.items()))
+        shared = key not in self._throttle and len(self._throttle) >= MAX_CAUSES
+        if shared:
+            key = (event, TOO_MANY_CAUSES)
         suppressed = self._throttle.allow(key)
         if suppressed is None:
             return
-        self._keys[key] = (level, event, key_fields)
+        self._keys[key] = (level, event, {"cause": TOO_MANY_CAUSES} if shared else key_fields)
         extra = {"event": event, **key_fields, **fields_}
+        if shared:
+            extra["cause"] = TOO_MANY_CAUSES  # its summary counts every cause past the cap
         if suppressed:
             extra["suppressed"] = suppressed
         self._log.log(level, message, *args, extra=extra)

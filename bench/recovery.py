@@ -78,7 +78,7 @@ def run(messages: int, outage_s: float, batch: int, verbose: bool = False) -> li
         delivered_s = until(lambda: metric(client, "retry_pending") == 0, 300)
         if verbose:
             print((Path(tmp) / "sidecar.log").read_text()[-6000:])
-        dead = metric(client, "dead_letters")
+        dead = metric(client, "dead_letters_stored")
         if dead:
             raise RuntimeError(f"{dead:.0f} messages were dead-lettered")
     return [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import logging
+import sys
 
 import orjson
 import pytest
@@ -15,6 +16,7 @@ from rocksidecar.app.logs import TextFormatter, Throttle, configure
 from rocksidecar.retry.dead_letter import DeadLetter
 from rocksidecar.retry.record import RetryRecord
 from rocksidecar.rmq.producer import LatencyFaultTolerance
+from rocksidecar.rmq.throttle import MAX_CAUSES
 from tests.fakes import FakeClock
 
 
@@ -214,3 +216,85 @@ def test_configuration_is_logged_without_secrets() -> None:
 
 def test_cause_ignores_numbers() -> None:
     assert cause("timeout after 3001 ms on 10.0.0.1:10911") == cause("timeout after 12 ms on 10.0.0.2:10912")
+
+
+FORGED = "x\n2099-01-01 00:00:00,000 ERROR rocksidecar.events: FORGED broker=evil"
+
+
+def test_a_broker_error_text_in_a_message_stays_on_its_line() -> None:
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(TextFormatter())
+    logger = logging.getLogger("test.ops.text")
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    try:
+        OpsEvents(clock=FakeClock(), logger=logger).spooled(spooled("M1", error="CODE_1: " + FORGED))
+    finally:
+        logger.removeHandler(handler)
+    [line] = out.getvalue().splitlines()
+    assert "spooled for retry: CODE_1: x\\n2099-01-01 00:00:00,000 ERROR" in line  # escaped, readable
+    assert 'error="CODE_1: x\\n2099-01-01 00:00:00,000 ERROR rocksidecar.events: FORGED broker=evil"' in line
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("boom\n2099-01-01T00:00:00Z\tERROR\tforged=1", '"boom\\n2099-01-01T00:00:00Z\\tERROR\\tforged=1"'),
+        ("a\rb", '"a\\rb"'),
+        ("nul\x00esc\x1b[31m", '"nul\\u0000esc\\u001b[31m"'),  # a terminal's escape sequence too
+        ("del\x7fnel\x85", '"del\\x7fnel\\x85"'),  # what JSON leaves raw: DEL and C1 (NEL breaks lines)
+        ("ls\u2028ps\u2029", '"ls\\u2028ps\\u2029"'),  # Unicode's line and paragraph separators
+    ],
+)
+def test_a_field_value_is_quoted_and_escaped_when_it_holds_a_control_character(
+    value: str, shown: str
+) -> None:
+    record = logging.LogRecord("rocksidecar.events", logging.WARNING, "", 0, "spooled", (), None)
+    record.event = "message_spooled"
+    record.broker = value
+    line = TextFormatter().format(record)
+    assert line.endswith(f" event=message_spooled broker={shown}"), line
+    assert len(line.splitlines()) == 1
+
+
+def test_a_message_s_control_characters_are_escaped() -> None:
+    record = logging.LogRecord("x", logging.INFO, "", 0, "route of %s: %s", ("t\u2028", "a\r\n\tb\x9b"), None)
+    line = TextFormatter().format(record)
+    assert line.endswith(" INFO x: route of t\\u2028: a\\r\\n\\tb\\x9b"), line
+
+
+def test_a_traceback_keeps_its_lines_each_indented_below_the_record() -> None:
+    try:
+        raise ValueError("refused\n2099-01-01 00:00:00,000 ERROR rocksidecar.events: FORGED")
+    except ValueError:
+        record = logging.LogRecord("x", logging.ERROR, "", 0, "failed", (), sys.exc_info())
+    record.event = "boom"
+    head, *trace = TextFormatter().format(record).split("\n")
+    assert head.endswith(" ERROR x: failed event=boom")
+    assert trace[0] == "  Traceback (most recent call last):" and trace[-1].startswith("  2099-01-01")
+    assert all(line.startswith("  ") for line in trace)  # only a record's first line starts at the margin
+
+
+def test_causes_past_the_cap_share_one_key(capture: Capture) -> None:
+    """Topics are the client's choice: a storm over distinct topics wrote a line and held an entry per
+    topic for the window. Past MAX_CAUSES causes, the new ones share one, summarised with their count."""
+    clock = FakeClock()
+    ops = events(clock)
+    for i in range(3 * MAX_CAUSES):
+        ops.spooled(spooled(f"M{i}", topic=f"t{i:x}"))
+    lines = capture.events("message_spooled")
+    assert len(lines) == MAX_CAUSES + 1 and len(ops._throttle) == len(ops._keys) == MAX_CAUSES + 1
+    assert lines[-1].cause == "(too many causes)" and lines[-1].topic == f"t{MAX_CAUSES:x}"
+    ops.spooled(spooled("again", topic="t0"))  # a cause held already keeps its own key
+    assert len(capture.events("message_spooled")) == MAX_CAUSES + 1
+    clock.advance(10.0)
+    ops.flush()
+    summaries = [r for r in capture.events("message_spooled") if getattr(r, "summary", False)]
+    assert [(r.suppressed, getattr(r, "topic", None)) for r in summaries] == [
+        (1, "t0"),
+        (2 * MAX_CAUSES - 1, None),
+    ]
+    assert summaries[1].cause == "(too many causes)" and "other causes" in summaries[1].getMessage()
+    assert len(ops._throttle) == len(ops._keys) == 0

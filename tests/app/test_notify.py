@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import gc
 import json
 import logging
 import socket
+import tracemalloc
 from collections.abc import AsyncIterator
 
 import pytest
 
 from rocksidecar.app.notify import DeadLetterNotifier
+from rocksidecar.retry.dead_letter import DeadLetter
+from rocksidecar.retry.record import RetryRecord
 from rocksidecar.retry.store import RetryStore
 from tests.app.test_http_client import App
 from tests.retry.conftest import Harness, make_harness, record
@@ -112,3 +117,93 @@ async def test_a_url_that_is_not_http_fails_the_post_not_the_letter(h: Harness) 
     await notifier.close()
     assert (notifier.posted, notifier.failed) == (0, 1)
     assert [d.id for d in store.dead.page()] == ["M1"]
+
+
+MAX_PENDING_BYTES = 64 * 1024 * 1024  # the README's bound on what pending posts hold
+MAX_BODY_TEXT_BYTES = 64 * 1024  # the README's: a larger body is posted without body_text
+
+
+@contextlib.asynccontextmanager
+async def hung_webhook() -> AsyncIterator[int]:
+    """A webhook that accepts connections and never reads nor answers: its posts stay pending."""
+
+    writers: list[asyncio.StreamWriter] = []
+
+    async def hang(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+
+    server = await asyncio.start_server(hang, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        for writer in writers:  # closed here: a server waits for its connections when it closes
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def cancel_posts(notifier: DeadLetterNotifier) -> None:
+    posts = list(notifier._posts)
+    for post in posts:
+        post.cancel()
+    await asyncio.gather(*posts, return_exceptions=True)
+    await notifier.close()
+
+
+async def test_a_storm_against_a_hung_webhook_holds_bounded_memory() -> None:
+    """Twelve 4 MiB letters (NUL bodies: valid UTF-8, six JSON bytes a byte as text) held 1.5 GB of
+    pending posts; the posts' bytes are bounded now, and the letters past the bound are skipped."""
+    body = 4 * 1024 * 1024  # max_body_bytes' default
+    async with hung_webhook() as port:
+        notifier = DeadLetterNotifier(webhook_url=f"http://127.0.0.1:{port}/dl", timeout_s=30.0)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            for i in range(12):
+                notifier(
+                    DeadLetter(b"k", "refused", 1, b"", RetryRecord(id=f"M{i}", topic="o", body=b"\0" * body))
+                )
+            for _ in range(20):  # the posts connect and write what the socket takes
+                await asyncio.sleep(0.01)
+            gc.collect()
+            held = tracemalloc.get_traced_memory()[0] - base
+        finally:
+            tracemalloc.stop()
+        pending = len(notifier._posts)
+        await cancel_posts(notifier)
+    assert held < MAX_PENDING_BYTES + body, f"held {held >> 20} MiB"
+    assert 1 <= pending < 12 and notifier.failed == 12 - pending
+    assert notifier._pending_bytes == 0  # every finished post gave its bytes back
+
+
+async def test_past_the_byte_bound_a_post_is_skipped_and_the_letter_stays(
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with hung_webhook() as port:
+        # one post is let through whatever its size, when none is pending; the next ones wait for it
+        notifier = DeadLetterNotifier(webhook_url=f"http://127.0.0.1:{port}/dl", max_pending_bytes=1)
+        store = RetryStore(h.kv, now_ms=h.clock.now_ms, clock=h.clock.monotonic, on_dead_letter=notifier)
+        with caplog.at_level(logging.WARNING, logger="rocksidecar.app.notify"):
+            for id_ in ("M1", "M2", "M3"):
+                key = await store.spool(record(id_))
+                await store.bury(key, record(id_).failed(1, "SystemBusy"), "retries exhausted")
+        pending = len(notifier._posts)
+        await cancel_posts(notifier)
+    assert (pending, notifier.failed) == (1, 2)
+    assert "backlog full" in caplog.text and "not posting M3" in caplog.text
+    assert sorted(d.id for d in store.dead.page()) == ["M1", "M2", "M3"]
+
+
+async def test_a_large_body_is_posted_as_base64_only() -> None:
+    large = "é" * (MAX_BODY_TEXT_BYTES // 2 + 1)  # UTF-8 text one byte past the bound
+    async with webhook() as (hook, port):
+        notifier = DeadLetterNotifier(webhook_url=f"http://127.0.0.1:{port}/dl")
+        for id_, text in (("big", large), ("small", "é" * 10)):
+            notifier(DeadLetter(b"k", "refused", 1, b"", RetryRecord(id=id_, topic="o", body=text.encode())))
+        await notifier.close()
+    docs = {doc["id"]: doc for doc in (json.loads(body) for _, body in hook.requests)}
+    big, small = docs["big"], docs["small"]
+    assert (big["body_text"], big["body_text_omitted"]) == (None, True)
+    assert base64.b64decode(big["body_base64"]).decode() == large  # every byte is still there
+    assert small["body_text"] == "é" * 10 and "body_text_omitted" not in small

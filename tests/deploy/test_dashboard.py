@@ -30,7 +30,7 @@ GAUGES = {
     "rocksidecar_broker_latency_seconds",
     "rocksidecar_retry_pending",
     "rocksidecar_retry_oldest_age_seconds",
-    "rocksidecar_dead_letters",
+    "rocksidecar_dead_letters_stored",  # not _dead_letters: the counter's OpenMetrics family
     "rocksidecar_delay_scheduled",
     "rocksidecar_consumer_lag",
     "rocksidecar_consumer_in_flight",
@@ -46,7 +46,7 @@ REQUIRED_VIEWS = [
     ("rocksidecar_broker_backoff_seconds", "by (broker)"),  # broker back-off
     ("rocksidecar_retry_pending", ""),  # retry depth
     ("rocksidecar_retry_oldest_age_seconds", ""),  # retry age
-    ("rocksidecar_dead_letters", ""),  # dead letters held
+    ("rocksidecar_dead_letters_stored", ""),  # dead letters held
     ("rocksidecar_dead_letters_total", "increase("),  # new dead letters
     ("rocksidecar_delay_lateness_seconds_bucket", "histogram_quantile(0.99"),  # delay lateness
     # issue 13: the consume side
