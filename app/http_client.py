@@ -16,6 +16,7 @@ import asyncio
 import socket
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import NamedTuple
 from urllib.parse import urlsplit
@@ -120,7 +121,8 @@ class _Conn(asyncio.Protocol):
     timeout watch of the request it serves (``deadline``, ``timeout_s``): the client sweeps its
     connections, no object per POST."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer_limit: int = MAX_ANSWER_BYTES) -> None:
+        self._answer_limit = answer_limit  # the client's: an answer body beyond it fails the request
         # made by loop.create_connection, so on the loop it serves. Kept: Python 3.11's
         # get_running_loop() makes a getpid system call every time, once per POST here (issue 32)
         self.loop = asyncio.get_running_loop()
@@ -221,8 +223,8 @@ class _Conn(asyncio.Protocol):
     def on_body(self, chunk: bytes) -> None:
         self._trailing = False
         self._body_size += len(chunk)
-        if self._body_size > MAX_ANSWER_BYTES:
-            raise PostError(f"the app's answer is larger than {MAX_ANSWER_BYTES} bytes")
+        if self._body_size > self._answer_limit:
+            raise PostError(f"the app's answer is larger than {self._answer_limit} bytes")
         self._body.append(chunk)
 
     def on_message_complete(self) -> None:
@@ -309,7 +311,11 @@ class HttpClient:
 
     SWEEP_MAX_S = 0.25
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
+        """``max_answer_bytes``: an answer body beyond this fails its request (PostError). A caller that
+        reads no more than a status (the dead-letter webhook) or a small JSON (a transaction check) asks
+        for less: each request waiting on a slow peer holds what its answer has sent so far."""
+        self._max_answer_bytes = max_answer_bytes
         # the loop the client's connections live on, taken at its first request (a client serves one
         # loop, as its connections do): asking asyncio per POST cost a getpid system call (issue 32)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -356,7 +362,9 @@ class HttpClient:
     async def _connect(self, t: _Target, deadline: float) -> _Conn:
         loop = asyncio.get_running_loop()
         async with asyncio.timeout_at(deadline):
-            _, conn = await loop.create_connection(_Conn, t.host, t.port, ssl=t.tls or None)
+            _, conn = await loop.create_connection(
+                partial(_Conn, self._max_answer_bytes), t.host, t.port, ssl=t.tls or None
+            )
         assert conn.transport is not None
         sock = conn.transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):

@@ -18,6 +18,8 @@ from rocksidecar.retry.dead_letter import DeadLetter
 
 from .http_client import HttpClient, PostError
 
+WEBHOOK_ANSWER_BYTES = 64 * 1024
+
 log = logging.getLogger(__name__)
 
 WEBHOOK_TIMEOUT_S = 5.0
@@ -51,7 +53,11 @@ class DeadLetterNotifier:
         self._count = count
         self._url, self._headers = _split_credentials(webhook_url)
         self._owns_client = client is None and bool(webhook_url)
-        self._client = client if client is not None or not webhook_url else HttpClient()
+        # The webhook's answer is read for its status only: 64 KiB of it at most, so that 100 posts
+        # waiting on a slow webhook hold little of what it sends back (4 MiB each by default).
+        if client is None and webhook_url:
+            client = HttpClient(max_answer_bytes=WEBHOOK_ANSWER_BYTES)
+        self._client = client
         self._timeout_s = timeout_s
         self._max_pending = max_pending
         self._max_pending_bytes = max_pending_bytes

@@ -23,6 +23,8 @@ from .app_check import AppCheck
 from .coordinator import LocalOutbox, OutboxSpool, TransactionCoordinator
 from .records import CF, TransactionRecords
 
+CHECK_ANSWER_BYTES = 64 * 1024  # an app's check answer is {"state": ...}
+
 log = logging.getLogger(__name__)
 ROUND_S = 5.0  # re-send unacknowledged decisions, ask about stale local ones
 # Brokers forget a channel without a heartbeat for 120 s: announce every 30 s, as the client's heartbeat.
@@ -53,7 +55,7 @@ class Transactions:
         tx = TransactionProducer(producer, s.transaction_group)
         http = ask = None
         if s.transactions_check_endpoint:
-            http = HttpClient()
+            http = HttpClient(max_answer_bytes=CHECK_ANSWER_BYTES)  # {"state": ...}: a small JSON
             ask = AppCheck(s.transactions_check_endpoint, http)
         outbox = LocalOutbox(retry, s.retry_policy, s.transactions_undecided_timeout_s * 1000)
         coordinator = TransactionCoordinator(

@@ -342,3 +342,36 @@ async def test_trailers_and_tiny_chunks_within_the_bounds_are_an_answer(
     assert (got.status, got.body) == (200, b"a" * n)
     assert got.headers["x-t"] == "v" * 1000  # a trailer is read as a header
     await client.close()
+
+
+async def test_a_client_asking_for_less_refuses_a_longer_answer_body(
+    serve: Callable[..., Awaitable[str]],
+) -> None:
+    """The dead-letter webhook's and the transaction check's clients read 64 KiB of an answer at most
+    (app.notify, app.transactions.parts): a longer body fails the request, where the default client
+    takes 4 MiB."""
+    body = b"x" * 2048
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        await reader.read()
+
+    small = HttpClient(max_answer_bytes=1024)
+    with pytest.raises(PostError, match="answer is larger than 1024 bytes"):
+        await small.post(await serve(answer), b"x", {}, 5.0)
+    await small.close()
+    default = HttpClient()
+    got = await default.post(await serve(answer), b"x", {}, 5.0)
+    assert got.status == 200 and got.body == body
+    await default.close()
+
+
+def test_the_dead_letter_webhook_reads_a_small_answer() -> None:
+    from rocksidecar.app.notify import WEBHOOK_ANSWER_BYTES, DeadLetterNotifier
+
+    notifier = DeadLetterNotifier(webhook_url="http://127.0.0.1:1/hook")
+    assert (
+        notifier._client is not None
+        and notifier._client._max_answer_bytes == WEBHOOK_ANSWER_BYTES == 64 * 1024
+    )
