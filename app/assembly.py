@@ -147,7 +147,7 @@ class SidecarParts:
             self.forwarder = Forwarder(
                 self.producer, self.retry, self.kv, self.writer, policy_for=s.retry_policy,
                 now_ms=self.retry.now_ms, inner_topic=s.dmq_inner_topic, fallback=delay_lookup,
-                on_spooled=self.events.spooled,
+                on_spooled=self.events.spooled, withdraw=self.retry.withdraw,
             )  # fmt: skip
         loops_sender: Sender = self.producer
         self.msg_trace: msgtrace.Dispatcher | None = None

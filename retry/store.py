@@ -339,6 +339,16 @@ class RetryStore(QueueBacked):
         """No live pending key sorts below this (persisted: a restart starts seeking here)."""
         return self.queue.floor
 
+    async def withdraw(self, id_: str) -> bool:
+        """Delete message ``id_``'s pending records; True when every one was deleted here, so none can be
+        replayed (False: none was pending, or a replay had one in flight and may be sending it). For a
+        message its sender takes back before it was ever sent: a Rock-DMQ cancel of an inner message
+        spooled here."""
+        prefix = index_prefix(id_)
+        rows = self.kv.scan(INDEX_CF, lower=prefix, upper=prefix[:-1] + b"\x01")
+        keys = [key for state, key in (split_index_key(k) for k, _ in rows) if state == PENDING]
+        return bool(keys) and await self.purge(pending=keys) == len(keys)
+
     def get(self, id_: str) -> MessageStatus | None:
         """Where message ``id_`` stands: SPOOLED (next attempt, attempts) or DEAD (reason), or None."""
         prefix = index_prefix(id_)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 
 import orjson
@@ -60,6 +60,9 @@ class Forwarder:
     inner_topic: str = DEFAULT_INNER_TOPIC
     fallback: Canceller | None = None
     on_spooled: Callable[[RetryRecord], None] | None = None  # as the sidecar's (the operator's log)
+    # Takes an inner message spooled here back out of the retry store before it was ever sent (True:
+    # all of it, none in flight): RetryStore.withdraw. None: cancels are always sent.
+    withdraw: Callable[[str], Awaitable[bool]] | None = None
     # where the next purge chunk starts (None: the first key); kept across rounds, in memory only (a
     # restart begins a new pass)
     _purge_from: bytes | None = field(init=False, default=None)
@@ -145,12 +148,17 @@ class Forwarder:
         now = self.now_ms()
         if now >= int(str(rec["due"])):
             return CancelOutcome.ALREADY_SENT
-        msg = cancel_message(id, inner_topic=self.inner_topic)
-        msg.id = new_uniq_id()  # its own id: spooled, it must not collide with the message's
-        try:
-            await self.producer.send(msg, sharding_key=id)
-        except RocketMQError as exc:
-            await self._spool([(msg, exc, now)])
+        # Its inner message still spooled here (a broker unreachable when it was scheduled) never reached
+        # the service: taken back, it never will. Else a spooled cancel could reach the service after it
+        # (replayed later on its ladder, the message overdue by then: published at once, the cancel too
+        # late), and the CANCELLED answered would not hold.
+        if self.withdraw is None or not await self.withdraw(id):
+            msg = cancel_message(id, inner_topic=self.inner_topic)
+            msg.id = new_uniq_id()  # its own id: spooled, it must not collide with the message's
+            try:
+                await self.producer.send(msg, sharding_key=id)
+            except RocketMQError as exc:
+                await self._spool([(msg, exc, now)])
         await self.writer.write([Put(FORWARDED_CF, id.encode(), orjson.dumps({**rec, "cancelled": now}))])
         return CancelOutcome.CANCELLED
 
