@@ -103,7 +103,7 @@ class Readiness:
         return self._masters
 
     def _writable(self, topic: str) -> set[str]:
-        info = self._producer.routes.peek(topic)  # a look, not a use: it keeps no topic
+        info = self._producer.routes.cached(topic)  # a look, not a use: it keeps no topic
         return set(info.queues_by_broker) if info is not None and info.ok else set()
 
     async def check(self) -> tuple[bool, dict[str, Any]]:

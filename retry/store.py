@@ -344,17 +344,19 @@ class RetryStore(QueueBacked):
         replayed (False: none was pending, or a replay had one in flight and may be sending it). For a
         message its sender takes back before it was ever sent: a Rock-DMQ cancel of an inner message
         spooled here."""
-        prefix = index_prefix(id_)
-        rows = self.kv.scan(INDEX_CF, lower=prefix, upper=prefix[:-1] + b"\x01")
-        keys = [key for state, key in (split_index_key(k) for k, _ in rows) if state == PENDING]
+        keys = [key for state, key in self._indexed(id_) if state == PENDING]
         return bool(keys) and await self.purge(pending=keys) == len(keys)
+
+    def _indexed(self, id_: str) -> list[tuple[bytes, bytes]]:
+        """Message ``id_``'s (state, key) entries of the id index: its pending and dead keys."""
+        prefix = index_prefix(id_)
+        return [
+            split_index_key(k) for k, _ in self.kv.scan(INDEX_CF, lower=prefix, upper=prefix[:-1] + b"\x01")
+        ]
 
     def get(self, id_: str) -> MessageStatus | None:
         """Where message ``id_`` stands: SPOOLED (next attempt, attempts) or DEAD (reason), or None."""
-        prefix = index_prefix(id_)
-        entries = [
-            split_index_key(k) for k, _ in self.kv.scan(INDEX_CF, lower=prefix, upper=prefix[:-1] + b"\x01")
-        ]
+        entries = self._indexed(id_)
         for _, key in sorted(e for e in entries if e[0] == PENDING):
             raw = self.kv.get(PENDING_CF, key)
             if raw is not None:

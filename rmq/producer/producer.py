@@ -282,7 +282,7 @@ class Producer(Lifecycle):
         return self.fault.snapshot(self.instance.broker_addrs())
 
     def route_known(self, topic: str) -> bool:
-        info = self.routes.peek(topic)
+        info = self.routes.cached(topic)
         return info is not None and info.ok
 
     # background work ------------------------------------------------------------------------------

@@ -82,10 +82,9 @@ class TopicRoutes:
         self._last_used: dict[str, int] = {}  # cached topic -> the round it was last used in
         self._round = 0
         self._pinned: set[str] = set()  # never forgotten (pin)
-        # The cached publish info of a topic, or None: the dict's own get, a C call (once a send). Looking
-        # is no use (readiness, status look at every topic): a send marks its topic in ``used``.
+        # The cached publish info of a topic, or None: the dict's own get, a C call (once a send). A look
+        # is no use (readiness and status look at every topic): a send marks its topic in ``used``.
         self.cached: Callable[[str], TopicPublishInfo | None] = self._infos.get
-        self.peek = self.cached
         self._inflight = SingleFlight[str, TopicPublishInfo](self._fetched)
         self._refresher = Periodic("route-refresh", refresh_s, self.refresh_all, sleep)
 

@@ -133,7 +133,7 @@ async def test_a_topic_not_sent_to_for_ten_minutes_is_forgotten_and_asked_for_ag
 
 
 async def test_a_look_is_no_use_and_a_pinned_topic_stays() -> None:
-    # Readiness looks at every cached topic at each probe (peek): were that a use, the probes alone would
+    # Readiness looks at every cached topic at each probe (cached): were that a use, the probes alone would
     # keep every topic for ever. The topics the settings name are pinned: readiness asks about them.
     routes = scripted({"looked": ROUTE, "pinned": ROUTE, "sent": ROUTE}, [], refresh_s=30.0, idle_s=60.0)
     routes.pin(["pinned"])
@@ -141,7 +141,7 @@ async def test_a_look_is_no_use_and_a_pinned_topic_stays() -> None:
         await routes.get(topic)
     for _ in range(3):  # the round they were asked for in, then two (60 s)
         for topic in routes.topics():
-            assert routes.peek(topic) is not None
+            assert routes.cached(topic) is not None
         send_lookup(routes, "sent")
         await routes.refresh_all()
     assert sorted(routes.topics()) == ["pinned", "sent"]
