@@ -291,7 +291,7 @@ class SidecarParts:
                 wrappers=[
                     ProbeToken(s.auth_token, without_token=s.probes_without_token),
                     MalformedRequests(
-                        lambda method: self.metrics.requests.labels("grpc", method, "400").inc()
+                        lambda method, status: self.metrics.requests.labels("grpc", method, str(status)).inc()
                     ),
                 ],
             )

@@ -297,8 +297,8 @@ def _tolerant(
 class MalformedRequests:
     """A MethodWrapper (app.api.grpc_intercept)."""
 
-    def __init__(self, on_malformed: Callable[[str], None]) -> None:
-        self._on_malformed = on_malformed  # counts the refusal, by method name
+    def __init__(self, on_malformed: Callable[[str, int], None]) -> None:
+        self._on_malformed = on_malformed  # counts the refusal, by method name and the status it carries
 
     def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         name = method.rpartition("/")[2]
@@ -315,12 +315,12 @@ class MalformedRequests:
 
     def _refuser(self, method: str) -> Refuse:
         async def refuse(context: grpc.aio.ServicerContext, refused: Refused) -> None:
-            self._on_malformed(method)
             error = refused.error
             if error is None:
                 field, status, detail = "", 400, DETAIL
             else:
                 field, status, detail = error.field or "", error.status, error.detail
+            self._on_malformed(method, status)
             context.set_trailing_metadata((("field", field), ("http-status", str(status))))
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, detail)
 

@@ -222,3 +222,22 @@ def test_a_published_message_over_a_bound_is_answered_under_its_sequence() -> No
     got = _deserializer("Publish", pb.PublishRequest.FromString)(raw)
     assert type(got) is Unread and (got.sequence, got.error.field) == (2**64 - 1, "keys")
     assert pb.PublishRequest.FromString(raw).sequence == 2**64 - 1
+
+
+async def test_a_request_refused_on_the_wire_is_counted_under_the_status_it_is_answered(stack: Stack) -> None:
+    """The request metric and the trailer agree: a batch of too many messages, refused before it is
+    decoded, is a 413 in both (it was counted as a 400)."""
+    limit = stack.service.settings.batch_limit
+    message = _field(1, b"x" * (600_000 // limit + 1))  # each a topic: together past where a batch is read
+    async with channel(stack) as ch:
+        call = ch.unary_unary("/rocksidecar.v1.Sidecar/SendBatch")  # raw bytes in and out
+        with pytest.raises(grpc.aio.AioRpcError) as over:
+            await call(_field(1, message) * (limit + 1))
+    assert dict(over.value.trailing_metadata() or ())["http-status"] == "413"
+    registry = stack.service.metrics.registry
+
+    def count(code: str) -> float:
+        labels = {"api": "grpc", "route": "SendBatch", "code": code}
+        return registry.get_sample_value("rocksidecar_requests_total", labels) or 0.0
+
+    assert (count("413"), count("400")) == (1.0, 0.0)
