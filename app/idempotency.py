@@ -101,6 +101,10 @@ def final(answer: Answer) -> bool:
     return status < 500 and status not in (409, 429) and not body.get("failed")
 
 
+class _FirstGone(Exception):
+    """The request a repeat waited on was cancelled before it had an answer."""
+
+
 class IdempotencyStore:
     def __init__(
         self, kv: KV, writer: GroupCommitWriter, *, window_s: float, now_ms: Callable[[], int]
@@ -128,12 +132,14 @@ class IdempotencyStore:
         compute: Callable[[], Awaitable[Answer]],
         field: str = "Idempotency-Key",
     ) -> Answer:
-        pending = self._inflight.get(key)
-        if pending is not None:
+        while (pending := self._inflight.get(key)) is not None:
             # A concurrent repeat gets the first answer only if it is the same request: a different
             # body under the same key would otherwise be answered 2xx and never stored.
             _check_same(pending[0], fp, field)
-            return await asyncio.shield(pending[1])
+            try:
+                return await asyncio.shield(pending[1])
+            except _FirstGone:
+                continue  # the first caller went away, not this one: answer it as a first request
         stored = self._stored(key)
         if stored is not None:
             _check_same(stored[0], fp, field)
@@ -146,6 +152,13 @@ class IdempotencyStore:
                 await self._keep(key, fp, answer)
             fut.set_result(answer)
             return answer
+        except asyncio.CancelledError:
+            # Only this caller is gone (a client that disconnected, a stop): a repeat waiting here was
+            # not cancelled and, given this CancelledError, ended with no answer at all (grpc.aio then
+            # sends no status: the call hung). It computes its own answer instead.
+            fut.set_exception(_FirstGone())
+            fut.exception()
+            raise
         except BaseException as exc:
             fut.set_exception(exc)
             fut.exception()  # waiters re-raise it; nobody else has to look
