@@ -261,10 +261,13 @@ class RetryStore(QueueBacked):
             key = pending_key(due, 0, record.type, record.id)
         return key
 
-    async def purge(self, pending: Sequence[bytes] = (), dead: Sequence[bytes] = ()) -> int:
+    async def purge(
+        self, pending: Sequence[bytes] = (), dead: Sequence[bytes] = (), *, also: Sequence[Op] = ()
+    ) -> int:
         """Delete pending and dead keys for good (the admin's purge), in one batch; returns how many it
         deleted. A pending key that is claimed (a replay has it in flight, another purge is deleting it)
-        is left to its owner, not deleted or counted here.
+        is left to its owner, not deleted or counted here. ``also``: the caller's ops, written in the same
+        batch when every pending key given is deleted by it (else not written).
 
         Raises:
             StorageError: nothing was deleted.
@@ -274,9 +277,8 @@ class RetryStore(QueueBacked):
         # second purge cannot take a key between. Claimed, a key that falls due while this batch waits
         # for its sync is not handed to a worker (whose reschedule would write it back, uncounted, or
         # whose ack would count it down a second time), and the floor stays below it.
-        pending = [
-            k for k in dict.fromkeys(pending) if k not in claims and self.kv.get(PENDING_CF, k) is not None
-        ]
+        asked = dict.fromkeys(pending)
+        pending = [k for k in asked if k not in claims and self.kv.get(PENDING_CF, k) is not None]
         # one a redrive or another purge is removing now is theirs (see redrive)
         dead = [
             k for k in dict.fromkeys(dead) if k not in self._leaving and self.kv.get(DEAD_CF, k) is not None
@@ -289,6 +291,8 @@ class RetryStore(QueueBacked):
                 ops.append(Delete(INDEX_CF, index_key(old_id, DEAD, dkey)))
         if not ops:
             return 0
+        if also and len(pending) == len(asked):
+            ops.extend(also)
         for key in pending:
             claims.take(key)
         self._leaving.update(dead)
@@ -339,13 +343,18 @@ class RetryStore(QueueBacked):
         """No live pending key sorts below this (persisted: a restart starts seeking here)."""
         return self.queue.floor
 
-    async def withdraw(self, id_: str) -> bool:
+    async def withdraw(self, id_: str, also: Sequence[Op] = ()) -> bool:
         """Delete message ``id_``'s pending records; True when every one was deleted here, so none can be
         replayed (False: none was pending, or a replay had one in flight and may be sending it). For a
         message its sender takes back before it was ever sent: a Rock-DMQ cancel of an inner message
-        spooled here."""
+        spooled here. ``also`` (the caller's record that it was taken back) is written in the same
+        batch when True is answered, never otherwise: the two cannot disagree after a failed write.
+
+        Raises:
+            StorageError: nothing was deleted or written.
+        """
         keys = [key for state, key in self._indexed(id_) if state == PENDING]
-        return bool(keys) and await self.purge(pending=keys) == len(keys)
+        return bool(keys) and await self.purge(pending=keys, also=also) == len(keys)
 
     def _indexed(self, id_: str) -> list[tuple[bytes, bytes]]:
         """Message ``id_``'s (state, key) entries of the id index: its pending and dead keys."""

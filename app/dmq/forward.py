@@ -62,7 +62,7 @@ class Forwarder:
     on_spooled: Callable[[RetryRecord], None] | None = None  # as the sidecar's (the operator's log)
     # Takes an inner message spooled here back out of the retry store before it was ever sent (True:
     # all of it, none in flight): RetryStore.withdraw. None: cancels are always sent.
-    withdraw: Callable[[str], Awaitable[bool]] | None = None
+    withdraw: Callable[[str, Sequence[Op]], Awaitable[bool]] | None = None
     # where the next purge chunk starts (None: the first key); kept across rounds, in memory only (a
     # restart begins a new pass)
     _purge_from: bytes | None = field(init=False, default=None)
@@ -152,14 +152,21 @@ class Forwarder:
         # the service: taken back, it never will. Else a spooled cancel could reach the service after it
         # (replayed later on its ladder, the message overdue by then: published at once, the cancel too
         # late), and the CANCELLED answered would not hold.
-        if self.withdraw is None or not await self.withdraw(id):
-            msg = cancel_message(id, inner_topic=self.inner_topic)
-            msg.id = new_uniq_id()  # its own id: spooled, it must not collide with the message's
-            try:
-                await self.producer.send(msg, sharding_key=id)
-            except RocketMQError as exc:
-                await self._spool([(msg, exc, now)])
-        await self.writer.write([Put(FORWARDED_CF, id.encode(), orjson.dumps({**rec, "cancelled": now}))])
+        # Taken back, the message's deletion and this record are one write: a failed one (answered 503)
+        # leaves the message on its way and SCHEDULED, as the 503 says (written apart, a full disk could
+        # delete it and fail the record: SCHEDULED answered for a message gone).
+        cancelled = [Put(FORWARDED_CF, id.encode(), orjson.dumps({**rec, "cancelled": now}))]
+        if self.withdraw is not None and await self.withdraw(id, cancelled):
+            return CancelOutcome.CANCELLED
+        msg = cancel_message(id, inner_topic=self.inner_topic)
+        msg.id = new_uniq_id()  # its own id: spooled, it must not collide with the message's
+        try:
+            await self.producer.send(msg, sharding_key=id)
+        except RocketMQError as exc:
+            await self._spool([(msg, exc, now)])
+        # A failed write here is answered 503 with the cancel on its way: a retried cancel sends another
+        # (a second cancel of one message changes nothing at the service) and then records it.
+        await self.writer.write(cancelled)
         return CancelOutcome.CANCELLED
 
     async def purge(self, limit: int = PURGE_SCAN, round_limit: int = PURGE_ROUND_SCAN) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rocksidecar.retry.keys import DEAD_CF, PENDING_CF, id_of, parse_pending_key
+from rocksidecar.retry.keys import DEAD_CF, META_CF, PENDING_CF, id_of, parse_pending_key
 from rocksidecar.retry.record import RetryRecord, decode_record
 from rocksidecar.retry.status import State
 from rocksidecar.retry.store import RetryStore
@@ -236,6 +236,20 @@ async def test_a_purge_leaves_a_claimed_pending_key_to_its_owner(h: Harness) -> 
     assert await h.store.purge(pending=[key]) == 0
     assert h.store.queue.is_claimed(key)  # still the worker's
     assert (h.kv.get(PENDING_CF, key) is not None, h.store.pending_count) == (True, 1)
+
+
+async def test_a_withdrawal_writes_the_caller_s_record_with_it_or_not_at_all(h: Harness) -> None:
+    # ``also`` (Rock-DMQ's "cancelled" record) goes with a withdrawal that took every key back, in its
+    # batch; with a key in a replay's hands the message may still be sent: the record is not written.
+    mark = Put(META_CF, b"caller's record", b"")  # any column family the store has
+    key = await h.store.spool(record("M1"))
+    assert h.store.queue.claim(key)
+    assert await h.store.withdraw("M1", [mark]) is False
+    assert h.kv.get(META_CF, mark.key) is None and h.kv.get(PENDING_CF, key) is not None
+    h.store.queue.release([key])
+    assert await h.store.withdraw("M1", [mark]) is True
+    assert h.kv.get(META_CF, mark.key) == b"" and h.kv.get(PENDING_CF, key) is None
+    assert await h.store.withdraw("M1", [mark]) is False  # nothing left to take back
 
 
 async def test_a_failed_purge_gives_its_keys_back_to_the_replay(h: Harness) -> None:
