@@ -16,6 +16,9 @@ import urllib.request
 from rocksidecar.app import config
 
 TIMEOUT_S = 3.0
+# Straight to the listener: never through an HTTP(S)_PROXY of the environment (docker injects them from
+# ~/.docker/config.json; clusters behind egress proxies set them), which cannot reach this loopback.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 # A wildcard bind address is reachable from inside the container on loopback.
 _WILDCARD = {"0.0.0.0", "::", "[::]", ""}
 
@@ -40,7 +43,7 @@ def check(path: str, env: dict[str, str] | None = None) -> tuple[bool, str]:
     if settings.auth_token:
         request.add_header("Authorization", f"Bearer {settings.auth_token}")
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        with _OPENER.open(request, timeout=TIMEOUT_S) as response:
             return response.status == 200, f"{path}: {response.status}"
     except urllib.error.HTTPError as exc:
         return False, f"{path}: {exc.code}"

@@ -71,6 +71,8 @@ class HttpServer:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if self.host == "::":  # every address, IPv4 too, whatever the host's net.ipv6.bindv6only
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             sock.bind((self.host, self.port))
             sock.listen(1024)
         except OSError as exc:

@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+import socket
 import threading
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+# Straight to the server, whatever HTTP(S)_PROXY the environment has: as kubelet's probes and a scraper.
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+needs_ipv6 = pytest.mark.skipif(not _ipv6_loopback(), reason="this host has no IPv6 loopback")
 
 
 @contextmanager

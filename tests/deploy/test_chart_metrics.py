@@ -59,7 +59,7 @@ def test_proxy_forwards_from_the_pod_ip_to_the_loopback_listener() -> None:
     assert proxy["command"] == ["python", "/opt/rocksidecar/libexec/metrics_proxy.py"]
     args = dict(zip(proxy["args"][::2], proxy["args"][1::2], strict=True))
     assert args["--upstream"] == chart.env_of(sidecar)["ROCKSIDECAR_HTTP_ADDR"]
-    assert args["--listen"] == f"0.0.0.0:{proxy['ports'][0]['containerPort']}"
+    assert args["--listen"] == f"[::]:{proxy['ports'][0]['containerPort']}"  # IPv4 and IPv6 pod IPs
 
 
 def test_no_service_and_no_proxy_unless_metrics_are_scraped() -> None:

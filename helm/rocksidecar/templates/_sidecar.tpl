@@ -78,11 +78,12 @@ stops them after your app containers), under containers otherwise. */}}
   {{- if $v.sidecar.native }}
   restartPolicy: Always
   {{- end }}
-  # Serves GET /metrics of the loopback listener on the pod IP, and nothing else.
+  # Serves GET /metrics of the loopback listener on the pod IP (IPv4 or IPv6: [::] is dual-stack), and
+  # nothing else.
   command: ["python", "/opt/rocksidecar/libexec/metrics_proxy.py"]
   args:
     - --listen
-    - {{ printf "0.0.0.0:%d" (int $v.metrics.port) | quote }}
+    - {{ printf "[::]:%d" (int $v.metrics.port) | quote }}
     - --upstream
     - {{ printf "127.0.0.1:%d" (int $v.sidecar.httpPort) | quote }}
   {{- if $v.auth.enabled }}
@@ -123,6 +124,11 @@ stops them after your app containers), under containers otherwise. */}}
   value: {{ include "rocksidecar.configFile" . | quote }}
 - name: ROCKSIDECAR_SHUTDOWN_GRACE_S
   value: {{ $v.sidecar.shutdownGraceSeconds | quote }}
+{{- if $v.dmq.enabled }}
+# dmq.innerTopic, the replicas' --inner-topic: where delay_mode: service sends delayed messages.
+- name: ROCKSIDECAR_DMQ_INNER_TOPIC
+  value: {{ $v.dmq.innerTopic | quote }}
+{{- end }}
 {{- if $v.rocketmq.acl.enabled }}
 - name: ROCKSIDECAR_ACCESS_KEY
   valueFrom:
