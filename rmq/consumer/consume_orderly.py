@@ -85,6 +85,10 @@ class OrderlyService:
                 state.mq,
                 cfg.max_reconsume_times + 1,
             )
+        if state.pq.dropped:
+            # Reset or rebalanced away while the send-back waited: the queue's offset is no longer ours
+            # to move (committed here, it undid a reset back to an earlier offset).
+            return True
         committed = state.pq.remove(m.queue_offset for m in batch)
         host.offsets.update(state.mq, committed, increase_only=True)
         host.advanced(state, committed)
