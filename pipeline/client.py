@@ -87,6 +87,7 @@ class SidecarClient:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(base_url=endpoint, headers=headers, timeout=timeout_s, transport=transport)
+        self.timeout_s = timeout_s
         self._params = {"ack": ack} if ack else None
         self.max_retries = max_retries
         self.backoff = backoff or Backoff()
@@ -114,8 +115,11 @@ class SidecarClient:
         body = b'{"messages":[' + b",".join(messages) + b"]}"
         headers = {"Idempotency-Key": key} if key else None
         for attempt in range(self.max_retries + 1):
+            unsendable = False
             try:
-                resp = self._http.post(BATCH_PATH, content=body, headers=headers, params=self._params)
+                resp = self._exchange(body, headers)
+            except httpx.LocalProtocolError:
+                unsendable = True
             except httpx.TransportError as exc:
                 reason, retry_after = f"{type(exc).__name__}: {exc}", None
             else:
@@ -128,12 +132,47 @@ class SidecarClient:
                     )
                 reason = f"{resp.status_code} {_problem_text(resp)}"
                 retry_after = parse_retry_after(resp.headers.get("Retry-After"), time.time())
+            if unsendable:
+                # Our own request cannot be sent (h11 refuses a header value: the token or the key), so
+                # repeating it cannot help. The library's text quotes the header, bearer token and all:
+                # raised here, outside the except clause, so that it is not even this error's context.
+                raise SidecarError(
+                    "this client cannot send its request (LocalProtocolError: a header value is not valid "
+                    "HTTP; option token and the Idempotency-Key must be printable ASCII without spaces)"
+                )
             if attempt == self.max_retries:
                 break
             wait = self.backoff.delay(attempt, retry_after)
             log.warning("sidecar unavailable (%s); retry %d in %.2fs (%s)", reason, attempt + 1, wait, key)
             self._sleep(wait)
         raise GaveUpError(f"the sidecar stayed unavailable after {self.max_retries} retries: {reason}")
+
+    def _exchange(self, body: bytes, headers: dict[str, str] | None) -> httpx.Response:
+        """One POST, its answer read in full within ``timeout_s`` of the start. httpx's timeout bounds
+        each socket operation, not the request: a sidecar (or a proxy) answering a byte at a time would
+        hold the task for ever. So the answer is streamed, the deadline checked as each piece arrives, and
+        past it httpx.ReadTimeout is raised, which the caller retries as any timeout. A request so ends
+        within ``timeout_s`` plus one socket read (itself bounded by ``timeout_s``); only the status line
+        and headers, which httpx reads before handing the answer over, are bounded per read alone."""
+        deadline = time.monotonic() + self.timeout_s
+        request = self._http.build_request(
+            "POST", BATCH_PATH, content=body, headers=headers, params=self._params
+        )
+        resp = self._http.send(request, stream=True)
+        if resp.is_stream_consumed:  # a transport that hands over an answer read already (MockTransport)
+            return resp
+        try:
+            raw: list[bytes] = []
+            for chunk in resp.iter_raw():
+                raw.append(chunk)
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(
+                        f"no complete answer within {self.timeout_s:g} s (option timeout)", request=request
+                    )
+        finally:
+            resp.close()
+        # the body as it came (a Content-Encoding is decoded by the new Response), read in full
+        return httpx.Response(resp.status_code, headers=resp.headers, content=b"".join(raw), request=request)
 
     @staticmethod
     def _results(resp: httpx.Response, expected: int) -> list[ItemResult]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import datetime
 import decimal
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,8 +46,32 @@ def as_text(value: Any) -> str:
     return str(value)  # int, Decimal (keeps its scale, as Spark does)
 
 
+def _spark_float(value: float) -> str:
+    """A double or float JSON has no number for, as Spark's to_json and JSON writer write it."""
+    return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+
+
+def _non_finite_as_text(value: Any) -> Any:
+    """``value`` with every NaN and +-Infinity (in structs, arrays and maps too, keys included) as Spark's
+    text for it; other values as they are."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _spark_float(value)
+    if isinstance(value, dict):
+        return {_non_finite_as_text(k): _non_finite_as_text(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_non_finite_as_text(v) for v in value]
+    return value
+
+
 def row_json(row: Mapping[str, Any]) -> str:
-    return orjson.dumps(row, default=_json_default, option=orjson.OPT_NON_STR_KEYS).decode("utf-8")
+    """The row as JSON. A NaN or +-Infinity is written as Spark's to_json writes it, "NaN", "Infinity",
+    "-Infinity" (strings, which Spark's JSON reader takes back as a double), not as orjson's null, which
+    would say the value was missing. orjson writes null for them, so a row whose JSON has a null is
+    looked at again (only then: walking every row would cost every row)."""
+    text = orjson.dumps(row, default=_json_default, option=orjson.OPT_NON_STR_KEYS)
+    if b"null" in text:
+        text = orjson.dumps(_non_finite_as_text(row), default=_json_default, option=orjson.OPT_NON_STR_KEYS)
+    return text.decode("utf-8")
 
 
 TRACEPARENT_PROPERTY = "TRACE_CONTEXT"

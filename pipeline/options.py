@@ -4,6 +4,7 @@ typo fails the write before any task runs, with an error naming the option."""
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -15,7 +16,10 @@ DEFAULT_ENDPOINT = "http://127.0.0.1:9880"
 DEFAULT_BATCH_SIZE = 500
 DEFAULT_BATCH_BYTES = 8 * 1024 * 1024  # well under the sidecar's default 64 MiB request limit
 TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # RocketMQ's topic rule, for the read options too
-_JOB_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")  # the Idempotency-Key is built from it (<= 255 chars)
+_JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")  # the Idempotency-Key is built from it (<= 255 chars)
+# what an Authorization header can carry after "Bearer ": printable ASCII, no spaces. A trailing newline
+# (a secret made from a file) or a non-ASCII character would fail every request of every task instead
+_TOKEN = re.compile(r"[!-~]+")
 # The column options, each declared here once: option -> the Spark types its column may have
 # (DataType.simpleString()). WriteOptions.columns holds the ones given, under the same names.
 COLUMN_TYPES: dict[str, tuple[str, ...]] = {
@@ -130,10 +134,45 @@ def _integer(opts: Mapping[str, str], name: str, default: int, low: int, high: i
 
 
 def _endpoint(raw: str) -> str:
-    parts = urlsplit(raw)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise OptionError(f"option endpoint={raw!r} must be an http:// or https:// URL")
+    try:
+        parts = urlsplit(raw)
+        port = parts.port  # a port that is not a number or out of range raises ValueError here
+    except ValueError as exc:  # e.g. 'http://[::1' (Invalid IPv6 URL), 'http://h:abc', 'http://h:99999'
+        raise OptionError(f"option endpoint={raw!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        raise OptionError(f"option endpoint={raw!r} must be an http:// or https:// URL with a host")
+    if any(c.isspace() or not c.isprintable() for c in raw):
+        raise OptionError(f"option endpoint={raw!r} holds a space or a control character")
     return raw.rstrip("/")
+
+
+def _token(raw: str) -> str:
+    """The bearer token, or "" for none. Its value is never put in an error: errors reach logs."""
+    if raw and not _TOKEN.fullmatch(raw):
+        raise OptionError(
+            "option token must be printable ASCII without spaces or line breaks (its value is not shown; "
+            "a secret read from a file often ends with a newline)"
+        )
+    return raw
+
+
+def _report_path(raw: str | None) -> str | None:
+    """The reportPath, checked writable now (parent directory exists and may be written; the file, if
+    there, is a writable file), on the driver, where it is written: else the write would fail only once
+    every row was sent."""
+    if not raw:
+        return None
+    path = os.path.abspath(raw)
+    parent = os.path.dirname(path)
+    if os.path.isdir(path):
+        raise OptionError(f"option reportPath={raw!r} is a directory; give a file")
+    if not os.path.isdir(parent):
+        raise OptionError(f"option reportPath={raw!r}: the directory {parent} does not exist")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise OptionError(f"option reportPath={raw!r}: the file cannot be written")
+    if not os.path.exists(path) and not os.access(parent, os.W_OK | os.X_OK):
+        raise OptionError(f"option reportPath={raw!r}: the directory {parent} cannot be written")
+    return raw
 
 
 def canonical(options: Mapping[str, str], known: set[str], what: str = "option") -> dict[str, str]:
@@ -166,7 +205,7 @@ def parse(options: Mapping[str, str]) -> WriteOptions:
             else "option topic is required"
         )
     job_id = opts.get("jobId")
-    if job_id is not None and not _JOB_ID.match(job_id):
+    if job_id is not None and not _JOB_ID.fullmatch(job_id):
         raise OptionError(f"option jobId={job_id!r} must be 1-128 characters of [A-Za-z0-9._-]")
     ack = opts.get("ack")
     if ack is not None and ack not in ("broker", "spool"):
@@ -178,7 +217,7 @@ def parse(options: Mapping[str, str]) -> WriteOptions:
     return WriteOptions(
         topic=topic,
         endpoint=_endpoint(opts.get("endpoint", DEFAULT_ENDPOINT)),
-        token=opts.get("token", ""),
+        token=_token(opts.get("token", "")),
         timeout_s=_number(opts, "timeout", 30.0, 0.001, 3600.0),
         batch_size=_integer(opts, "batchSize", DEFAULT_BATCH_SIZE, 1, 10_000),
         max_batch_bytes=_integer(opts, "maxBatchBytes", DEFAULT_BATCH_BYTES, 1024, 1 << 30),
@@ -187,7 +226,7 @@ def parse(options: Mapping[str, str]) -> WriteOptions:
         retry_backoff_max_s=backoff_max,
         job_id=job_id,
         ack=ack,
-        report_path=opts.get("reportPath") or None,
+        report_path=_report_path(opts.get("reportPath")),
         columns={name: opts[name] for name in COLUMN_TYPES if name in opts},
     )
 

@@ -26,15 +26,20 @@ if TYPE_CHECKING:
 
 OK, NOT_ACCEPTED, BAD_USAGE = 0, 1, 2
 _GLOB = re.compile(r"[*?\[{]")  # Spark expands these itself
+# a JVM exception's line in Py4J's text: ": org.apache.spark.SparkException: [...] text", "Caused by: ..."
+_JVM_LINE = re.compile(r"^(?::\s*|Caused by:\s*)?(?:[\w$]+\.)+\w*(?:Exception|Error): (.+)$", re.MULTILINE)
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+Error): (.*)$", re.MULTILINE)
 
 
-def data_source_options(args: argparse.Namespace, report_path: str) -> dict[str, str]:
+def data_source_options(args: argparse.Namespace, report_path: str | None) -> dict[str, str]:
+    """The data source's options: the job's own, then --option (Spark option names ignore case:
+    --option batchsize=9 wins), then ``report_path``, the job's own report file, which it reads its
+    counts from; a --option reportPath gets the same lines (publish copies them). None: the user's
+    reportPath, if any, stays (to check the options before Spark starts)."""
     given = {
         "topic": args.topic,
         "endpoint": args.endpoint,
         "batchSize": str(args.batch_size),
-        "reportPath": report_path,
         "keyColumn": args.key_column,
         "tagsColumn": args.tags_column,
         "bodyColumn": args.body_column,
@@ -42,19 +47,28 @@ def data_source_options(args: argparse.Namespace, report_path: str) -> dict[str,
         "token": args.token or None,
     }
     opts = {k: v for k, v in given.items() if v}
-    for name, value in args.option:  # Spark option names ignore case: --option batchsize=9 wins
+    for name, value in [*args.option, *([("reportPath", report_path)] if report_path is not None else [])]:
         opts = {k: v for k, v in opts.items() if k.lower() != name.lower()}
         opts[name] = value
     return opts
 
 
+def user_report_path(args: argparse.Namespace) -> str | None:
+    """The file a --option reportPath names (the last one given), if any."""
+    paths = [value for name, value in args.option if name.lower() == "reportpath"]
+    return paths[-1] if paths and paths[-1] else None
+
+
 def bad_usage(args: argparse.Namespace) -> str | None:
     """What is wrong with the arguments that can be told without Spark: the data source options (named
-    as the user spelled them; Spark lower-cases them) and a local --input that does not exist."""
+    as the user spelled them; Spark lower-cases them) and a local --input that is empty or does not
+    exist."""
     try:
-        options.parse(data_source_options(args, report_path=""))
+        options.parse(data_source_options(args, report_path=None))
     except options.OptionError as exc:
         return f"OptionError: {exc}"
+    if not args.input.strip():
+        return "--input is empty: give a file or directory"
     parts = urlsplit(args.input)
     # Without a scheme the path is on Spark's default file system: local only for a local Spark that
     # this command starts and no Hadoop configuration that could name another one.
@@ -70,19 +84,28 @@ def bad_usage(args: argparse.Namespace) -> str | None:
 
 def publish(spark: SparkSession, args: argparse.Namespace) -> int:
     """Run the job in ``spark``; print the counts; the exit code."""
-    from pyspark.errors import AnalysisException
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import AnalysisException, IllegalArgumentException
 
     from rocksidecar.pipeline.datasource import register
 
     register(spark)
-    reader = spark.read.format(args.format)
+    # FAILFAST: a line that does not parse fails the read. Spark's default (PERMISSIVE) makes it a row of
+    # nulls plus a _corrupt_record column, which the whole-row JSON body would publish, with exit 0.
+    reader = spark.read.format(args.format).option("mode", "FAILFAST")
     if args.format == "csv":
         reader = reader.option("header", "true")
     try:
         frame = reader.load(args.input)
-    except AnalysisException as exc:  # no such path, no files, a schema that cannot be inferred
-        print(f"error: cannot read --input {args.input}: {_first_line(exc)}", file=sys.stderr)
+        if args.format == "csv":
+            # JSON's schema inference has parsed every line already; a CSV record is parsed only when
+            # read, so read it all once (on the JVM, nothing kept) before any row is sent
+            frame.write.format("noop").mode("overwrite").save()
+    # no such path, no files, a schema that cannot be inferred, a path Hadoop refuses, a malformed line
+    except (AnalysisException, IllegalArgumentException, Py4JJavaError) as exc:
+        print(f"error: cannot read --input {args.input}: {_spark_reason(exc)}", file=sys.stderr)
         return BAD_USAGE
+    mine = user_report_path(args)
     with tempfile.TemporaryDirectory(prefix="spark-publish-") as tmp:
         report = Path(tmp) / "report.jsonl"
         error: str | None = None
@@ -92,11 +115,29 @@ def publish(spark: SparkSession, args: argparse.Namespace) -> int:
         except Exception as exc:
             error = _reason(exc)
         lines = report.read_bytes().splitlines() if report.exists() else []
+    if mine is not None and lines:
+        try:
+            with open(mine, "ab") as f:  # what the data source would have appended there
+                f.write(b"".join(line + b"\n" for line in lines))
+        except OSError as exc:
+            error = error or f"--option reportPath={mine}: {exc.strerror or exc}"
     summary = orjson.loads(lines[-1]) if lines else None
     _print(args, summary, error)
     if summary is None:
         return BAD_USAGE if error and "OptionError" in error else NOT_ACCEPTED
     return OK if error is None and summary["accepted"] == summary["rows"] else NOT_ACCEPTED
+
+
+def _spark_reason(exc: BaseException) -> str:
+    """One line of why Spark could not read: the innermost line about a malformed record (CSV's quotes
+    the record), else the error's first line; for a Py4J error, whose text is "An error occurred while
+    calling ..." and the JVM's stack trace, its first exception's text."""
+    found = [m.group(1).strip() for m in _JVM_LINE.finditer(str(exc))]
+    malformed = [line for line in found if "Malformed" in line]
+    if malformed:
+        return malformed[-1]
+    first = _first_line(exc)
+    return found[0] if found and first.startswith("An error occurred while calling") else first
 
 
 def _first_line(exc: BaseException) -> str:
@@ -138,7 +179,7 @@ def run_job(args: argparse.Namespace, default_master: str = "local[*]") -> int:
         print(f"error: {problem}", file=sys.stderr)
         return BAD_USAGE
     # Also before a JVM: else every task retries an endpoint nobody answers at for minutes.
-    down = unreachable(options.parse(data_source_options(args, report_path="")).endpoint)
+    down = unreachable(options.parse(data_source_options(args, report_path=None)).endpoint)
     if down is not None:
         print(
             f"error: {down} (start it, e.g. `make run`, or give its address with --endpoint)", file=sys.stderr

@@ -31,8 +31,12 @@ def subset_key(key: str, indexes: Iterable[int]) -> str:
 
 def ids_key(prefix: str, ids: Iterable[str]) -> str:
     """The key of a batch of rows with ids: it names the rows (by their ids, in order), not the batch's
-    place, so it is the same whichever micro-batch, partition or attempt posts these rows."""
-    digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:32]
+    place, so it is the same whichever micro-batch, partition or attempt posts these rows. The ids are
+    hashed as a JSON array, so no two lists of ids share an encoding (joined with '\n', as before, ['a\nb']
+    and ['a', 'b'] did: the second batch was answered 422). This changed every idColumn key: a job or
+    stream re-run across this upgrade sends again the rows an earlier version sent (once; the
+    sidecar's idempotency window decides how long the old keys would have been kept anyway)."""
+    digest = hashlib.sha256(orjson.dumps(list(ids))).hexdigest()[:32]
     return f"{prefix}:i{digest}"
 
 

@@ -161,6 +161,12 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
             raise OptionError(f"option {name} is empty")
     if ("accessKey" in opts) != ("secretKey" in opts):
         raise OptionError("options accessKey and secretKey go together")
+    if "securityToken" in opts and "accessKey" not in opts:
+        # signed only with the keys (broker_read.Cluster): alone it would be ignored
+        raise OptionError("option securityToken needs options accessKey and secretKey")
+    if "commitGroup" in opts and not streaming:
+        # only a stream's source commit stores offsets: a batch query would ignore it
+        raise OptionError("option commitGroup is for streaming queries only: a batch query commits nothing")
     fail = _boolean(opts, "failOnDataLoss", True)
     tls = _boolean(opts, "tls", False)
     for name in ("tlsCaFile", "tlsCertFile", "tlsKeyFile"):
@@ -180,6 +186,12 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     ending: Start = "latest"
     if "endingOffsets" in opts:
         ending = parse_position("endingOffsets", opts["endingOffsets"], topics, allow_earliest=False)
+    if isinstance(starting, int) and isinstance(ending, int) and starting > ending:
+        # a timestamp each: every queue's range would end before it starts (per queue offsets are
+        # compared once the queues' offsets are known, source.BatchReader)
+        raise OptionError(
+            f"option startingOffsets={starting} is after endingOffsets={ending}: nothing would be read"
+        )
     timeout_ms = integer(opts, "brokerTimeoutMs", 10_000, 100, 3_600_000)
     return ReadOptions(
         namesrv=";".join(addrs),

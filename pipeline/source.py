@@ -241,7 +241,15 @@ class BatchReader(DataSourceReader):
             )
         start = await _resolve(cluster, self.opts.starting, queues, bounds, latest=False)
         end = await _resolve(cluster, self.opts.ending, queues, bounds, latest=True)
-        ranges = [QueueRange(ref, start[ref], max(start[ref], end[ref])) for ref in sorted(bounds)]
+        for ref in sorted(bounds):
+            if start[ref] > end[ref]:
+                # as Spark's Kafka source fails ("Beginning offset ... is after the ending offset"):
+                # an empty range here would be an empty DataFrame and no word of why
+                raise OptionError(
+                    f"queue {ref}: startingOffsets gives offset {start[ref]}, after offset {end[ref]} that "
+                    "endingOffsets gives: nothing would be read"
+                )
+        ranges = [QueueRange(ref, start[ref], end[ref]) for ref in sorted(bounds)]
         return split(ranges, self.opts.min_partitions)
 
     def partitions(self) -> Sequence[InputPartition]:
