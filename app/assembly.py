@@ -21,7 +21,6 @@ from rocksidecar.rmq import Message
 from rocksidecar.rmq.periodic import Periodic, Sleep
 from rocksidecar.rmq.producer.coalesce import CoalescingSender
 from rocksidecar.rmq.sender import Sender
-from rocksidecar.storage.clock import wall_ms
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV
 from rocksidecar.storage.reserve import MIB, DiskReserve, ReserveFile
@@ -147,7 +146,7 @@ class SidecarParts:
             self.forwarder = Forwarder(
                 self.producer, self.retry, self.kv, self.writer, policy_for=s.retry_policy,
                 now_ms=self.retry.now_ms, inner_topic=s.dmq_inner_topic, fallback=delay_lookup,
-                on_spooled=self.events.spooled, withdraw=self.retry.withdraw,
+                on_spooled=self.events.spooled, withdraw=self.retry.withdraw, lead_ms=self.delay.lead_ms,
             )  # fmt: skip
         loops_sender: Sender = self.producer
         self.msg_trace: msgtrace.Dispatcher | None = None
@@ -181,10 +180,13 @@ class SidecarParts:
             on_spooled=self.events.spooled,
         )
         loops_sender = spans.TracedSender(loops_sender, background=True) if traced else loops_sender
-        # Both API edges: delayMs due times by the delay store's clock (a step back must not make them early)
+        # Both API edges: delayMs due times by the delay store's clock (a step back must not make them early),
+        # a deliverAt moved onto it by its lead over the wall clock (not the step early either). Forwarded to
+        # the Rock-DMQ service, a due time goes out as a wall time again (Forwarder.lead_ms).
         self.edge_deps = EdgeDeps(
-            self.sidecar, limits(s), s.batch_limit, self.metrics, self.idempotency, self.delay.now_ms
-        )
+            self.sidecar, limits(s), s.batch_limit, self.metrics, self.idempotency, self.delay.now_ms,
+            lead_ms=self.delay.lead_ms,
+        )  # fmt: skip
         self.delay_scheduler, self.replay = delivery_loops(
             loops_sender, self.retry, self.delay, policy_for=s.retry_policy, workers=s.replay_workers,
             batch_max=REPLAY_BATCH, on_published=self._on_delay_published, on_replayed=self._on_replayed,
@@ -429,7 +431,9 @@ class SidecarParts:
     def _store_stats(self) -> dict[str, float]:
         st = self.retry.stats()
         since = st.oldest_first_failure_ms or st.oldest_due_ms  # spooled with ack=spool: never failed yet
-        age = (wall_ms() - since) / 1000 if since else 0.0
+        # by the retry store's clock, as both times were stamped (not the wall clock: a step back of it
+        # would make them look that much younger, for good)
+        age = (self.retry.now_ms() - since) / 1000 if since else 0.0
         return {
             "retry_pending": st.pending,
             "retry_oldest_age_seconds": max(age, 0.0),

@@ -7,7 +7,7 @@ import base64
 import binascii
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter
@@ -270,7 +270,10 @@ def parse_time_ms(value: int | str, name: str) -> int:
         raise RequestError(f"{value!r} is out of range", field=name) from None
 
 
-def _due(spec: MessageFields, limits: Limits, now_ms: int, names: FieldNames) -> int | None:
+def _due(
+    spec: MessageFields, limits: Limits, now_ms: int, names: FieldNames, lead_ms: Callable[[], int] | None
+) -> int | None:
+    """The due time by the delay store's clock (``now_ms``), or None: send now."""
     delay, deliver_at = names.delay_ms, names.deliver_at
     if spec.delay_ms is not None and spec.deliver_at is not None:
         raise RequestError(f"give at most one of {delay} and {deliver_at}", field=delay)
@@ -282,7 +285,11 @@ def _due(spec: MessageFields, limits: Limits, now_ms: int, names: FieldNames) ->
         due = now_ms + spec.delay_ms if spec.delay_ms > 0 else None
         name = delay
     elif spec.deliver_at is not None:
-        at = parse_time_ms(spec.deliver_at, deliver_at)
+        # deliverAt is a wall time; the store's clock runs ahead of the wall clock after a step back
+        # (storage.clock): moved onto it, it is due when the wall clock reaches it, not the step earlier.
+        # deliver_at_ms (the send and status answers) then reports this due time by the store's clock, as
+        # a delayMs one: the deliverAt asked for plus the lead (0 in the usual case: the same number).
+        at = parse_time_ms(spec.deliver_at, deliver_at) + (lead_ms() if lead_ms is not None else 0)
         if at - now_ms > limits.max_delay_ms:
             raise RequestError(
                 f"{deliver_at} is more than the maximum of {limits.max_delay_ms} ms ahead", field=deliver_at
@@ -335,11 +342,18 @@ def check_send_topic(topic: str, field: str = "topic") -> None:
 
 
 def prepare(
-    spec: MessageFields, limits: Limits, now_ms: int, names: FieldNames = HTTP_FIELDS, id: str | None = None
+    spec: MessageFields,
+    limits: Limits,
+    now_ms: int,
+    names: FieldNames = HTTP_FIELDS,
+    id: str | None = None,
+    lead_ms: Callable[[], int] | None = None,
 ) -> Prepared:
     """Validate everything about one message, the same for both APIs; RequestError names the first bad
     field as the caller's API spells it (``names``). ``id``: its UNIQ_KEY, when the caller drew the ids
-    of a batch at once (a fresh one otherwise)."""
+    of a batch at once (a fresh one otherwise). ``now_ms``: the delay store's clock (read only for a
+    delayed message); ``lead_ms``: how far it runs ahead of the wall clock (its store's ``lead_ms``,
+    called only for a deliverAt; None: not at all)."""
     if spec.topic not in _SENDABLE:
         check_send_topic(spec.topic)
     if limits.topics is not None and not limits.topics.allows(spec.topic):
@@ -391,7 +405,11 @@ def prepare(
                 field = "keys"  # the keys alone are over the limit: the field to change
             raise RequestError(str(exc), field=field) from None
     # Most messages are for now: no call to find that out.
-    due = None if spec.delay_ms is None and spec.deliver_at is None else _due(spec, limits, now_ms, names)
+    due = (
+        None
+        if spec.delay_ms is None and spec.deliver_at is None
+        else _due(spec, limits, now_ms, names, lead_ms)
+    )
     return Prepared(message, spec.sharding_key, spec.type or spec.topic, due)
 
 

@@ -4,6 +4,11 @@ Due times are wall-clock milliseconds (they are stored and survive restarts), bu
 be stepped back by NTP or an operator. A rollback would make due keys look undue (stall) and new keys
 sort before a replay cursor. This clock follows the wall clock forward and, when the wall clock
 goes back, keeps advancing from its last value at the monotonic clock's rate instead.
+
+So after a step back it runs ahead of the wall clock by the step, for good (the lead is persisted with
+the high-water mark): right for due times counted from it (a delay, a retry rung), wrong for absolute
+wall times from outside (a client's deliverAt, a broker's timestamp): those are moved onto it by adding
+``lead_ms()``.
 """
 
 from __future__ import annotations
@@ -47,6 +52,14 @@ class SteadyClock:
             self._anchor_ms, self._anchor_mono = now, mono if now == wall else self._anchor_mono
             return now
         return carried
+
+    def lead_ms(self) -> int:
+        """How far this clock runs ahead of the wall clock: 0 in the usual case; after the wall clock was
+        stepped back, the step. A wall time ``at`` (a client's deliverAt, a broker's timestamp) is
+        ``at + lead_ms()`` on this clock: due when the wall clock reaches it, not the step earlier. (After
+        a step back of less than SLEW_MS this clock waits for the wall clock: such a time is then up to
+        the step late, never early.)"""
+        return max(0, self.now() - self._now_ms())
 
     def restore(self, high_water_ms: int) -> None:
         """Never report less than ``high_water_ms`` (the clock persisted before a restart)."""

@@ -50,6 +50,10 @@ class DueQueue:
         """The queue's clock: wall-clock ms that never run backwards (use it for due times)."""
         return self._progress.clock.now()
 
+    def lead_ms(self) -> int:
+        """How far ``now_ms`` runs ahead of the wall clock (SteadyClock.lead_ms): add it to a wall time."""
+        return self._progress.clock.lead_ms()
+
     # --- listeners ------------------------------------------------------------------------------
     def add_listener(self, listener: Listener) -> None:
         """``listener(key)`` runs after every batch that added keys, with the smallest of them, and
@@ -165,6 +169,11 @@ class QueueBacked:
     def now_ms(self) -> int:
         """Wall-clock ms that never run backwards (use it for due times)."""
         return self.queue.now_ms()
+
+    def lead_ms(self) -> int:
+        """How far ``now_ms`` runs ahead of the wall clock, 0 unless it was stepped back: an absolute wall
+        time (a client's deliverAt, a broker's timestamp) is ``at + lead_ms()`` on the store's clock."""
+        return self.queue.lead_ms()
 
     def due(self, start: bytes, now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
         """Due (key, value) pairs with start <= key and due at or before ``now_ms``, claimed or not."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from rocksidecar.delay import CancelOutcome
@@ -67,7 +67,10 @@ class EdgeDeps:
     batch_limit: int
     metrics: Metrics
     idempotency: IdempotencyStore | None
-    now_ms: Callable[[], int]
+    now_ms: Callable[[], int]  # the delay store's clock: due times are by it
+    # How far now_ms runs ahead of the wall clock after a step back (DelayStore.lead_ms): added to a
+    # deliverAt (a wall time), read only for one. None: deliverAt taken as a time of now_ms.
+    lead_ms: Callable[[], int] | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +89,8 @@ class Operations(EdgeDeps):
             self.metrics.count_messages(label.lower(), n)
 
     def prepare(self, spec: MessageFields, now_ms: int | None = None) -> Prepared:
-        return prepare(spec, self.limits, self.now_ms() if now_ms is None else now_ms, self.names)
+        now = self.now_ms() if now_ms is None else now_ms
+        return prepare(spec, self.limits, now, self.names, lead_ms=self.lead_ms)
 
     async def send(self, spec: MessageFields, ack: Ack, trace: TraceContext | None = None) -> Outcome:
         """Validate and send one message (with the request's ``trace`` context unless it has its own),
@@ -95,7 +99,9 @@ class Operations(EdgeDeps):
             # self.prepare inline, the clock read only for a delayed message (prepare reads now_ms for
             # nothing else): two calls less a message (issue 32).
             delayed = spec.delay_ms is not None or spec.deliver_at is not None
-            prepared = prepare(spec, self.limits, self.now_ms() if delayed else 0, self.names)
+            prepared = prepare(
+                spec, self.limits, self.now_ms() if delayed else 0, self.names, None, self.lead_ms
+            )
             if spans.ON:  # spans.receive's two steps taken here: no coroutine or lambda of its own
                 prepared.message, span, held = spans.opened(prepared.message, trace)  # trace inherited
                 try:
@@ -154,7 +160,7 @@ class Operations(EdgeDeps):
         now = self.now_ms()
         limits, names = self.limits, self.names
         ids = new_uniq_ids(len(specs))  # at once: a call less a message
-        items = _prepared(specs, limits, now, names, ids, trace, within)
+        items = _prepared(specs, limits, now, names, ids, trace, within, self.lead_ms)
         if spans.ON:
             results = await self._traced_batch(items, ack)
         else:
@@ -206,6 +212,7 @@ def _prepared(
     ids: list[str],
     trace: TraceContext | None,
     within: bool,
+    lead_ms: Callable[[], int] | None = None,
 ) -> list[Prepared | RequestError]:
     """Each item of a batch prepared with its id, or the error that rejects it alone (named
     ``messages[i]`` when ``within``: a batch's; a stream's messages are named as ``send`` names them)."""
@@ -220,7 +227,10 @@ def _prepared(
         # of the loop below); prepare depends only on its arguments, so a bad item found here is found
         # again, in place, by the loop.
         try:
-            return [prepare(spec, limits, now, names, id) for spec, id in zip(specs, ids, strict=True)]  # type: ignore[arg-type]
+            return [
+                prepare(spec, limits, now, names, id, lead_ms)  # type: ignore[arg-type]
+                for spec, id in zip(specs, ids, strict=True)
+            ]
         except RequestError:
             pass
     items: list[Prepared | RequestError] = []
@@ -229,7 +239,7 @@ def _prepared(
             items.append(spec)  # already names messages[i]
             continue
         try:
-            prepared = prepare(spec, limits, now, names, ids[i])  # not self.prepare: a call less
+            prepared = prepare(spec, limits, now, names, ids[i], lead_ms)  # not self.prepare: a call less
         except RequestError as exc:
             items.append(exc.within(f"messages[{i}]") if within else exc)
             continue

@@ -10,7 +10,9 @@ publish its share again before it has heard about the present (README "Rock-DMQ 
 
 A beat is ``{"v": 1, "name": <instance>, "at": <epoch ms>}`` with ``DMQ_OP=BEAT``. Freshness compares the
 sender's clock with the reader's (the replicas' clocks must agree to well within ``timeout_ms``, as NTP
-keeps them); a beat from the future counts as sent now. Anyone who may write the topic is hostile: a beat
+keeps them); a beat from the future counts as sent now, also one in the future because the local clock
+was stepped back after it was heard (its age then counts from the first reading after the step, which the
+presence loop makes at least every interval). Anyone who may write the topic is hostile: a beat
 that does not parse, or names a replica not listed, is skipped and counted.
 """
 
@@ -86,6 +88,7 @@ class Beats:
         self.timeout_ms = timeout_ms
         self._clock_ms = clock_ms
         self._last: dict[str, int] = {}
+        self._future_since: tuple[int, int] | None = None  # silent's since_ms in the future, and its reading
 
     def heard(self, beat: Beat) -> bool:
         """Note ``beat``; False (ignored) when it names a replica that is not listed."""
@@ -93,32 +96,56 @@ class Beats:
             return False
         now = self._clock_ms()
         at = min(beat.at_ms, now)  # a clock ahead of ours: sent now, not later
-        if at > self._last.get(beat.name, -1):
+        last = self._last_by(beat.name, now)
+        if last is None or at > last:
             self._last[beat.name] = at
         return True
+
+    def _last_by(self, name: str, now: int) -> int | None:
+        """The last beat heard from ``name``, by the clock reading ``now``. A beat from the future counts
+        as sent now, also when it is in the future because this clock was stepped back since it was
+        heard: its age counts from the first reading after the step, as stored (kept so, it would look
+        fresh for the size of the step, and a beat heard after it would look older and be ignored)."""
+        last = self._last.get(name)
+        if last is not None and last > now:
+            self._last[name] = last = now
+        return last
 
     def now_ms(self) -> int:
         return self._clock_ms()
 
     def fresh(self, name: str) -> bool:
-        last = self._last.get(name)
-        return last is not None and self._clock_ms() - last <= self.timeout_ms
+        now = self._clock_ms()
+        last = self._last_by(name, now)
+        return last is not None and now - last <= self.timeout_ms
 
     def age_ms(self, name: str) -> int | None:
-        last = self._last.get(name)
-        return None if last is None else self._clock_ms() - last
+        now = self._clock_ms()
+        last = self._last_by(name, now)
+        return None if last is None else now - last
 
     def next_stale_ms(self) -> int | None:
         """When the first beat that is fresh now goes stale (None: none is fresh)."""
         now = self._clock_ms()
-        ends = [last + self.timeout_ms + 1 for last in self._last.values() if now - last <= self.timeout_ms]
+        lasts = [self._last_by(name, now) for name in list(self._last)]
+        ends = [
+            last + self.timeout_ms + 1 for last in lasts if last is not None and now - last <= self.timeout_ms
+        ]
         return min(ends, default=None)
 
     def silent(self, name: str, since_ms: int) -> bool:
         """Whether nothing was heard from ``name`` for longer than the timeout, counting from its last
         beat heard or from ``since_ms``, whichever is later (``since_ms``: when the silence may start
-        counting, say a start or the end of a catch-up)."""
-        return self._clock_ms() - max(self._last.get(name, since_ms), since_ms) > self.timeout_ms
+        counting, say a start or the end of a catch-up; one in the future, read before this clock was
+        stepped back, counts from the first reading after the step, as a beat does)."""
+        now = self._clock_ms()
+        since = since_ms
+        if since > now:  # counts from the first reading that found it in the future, as a beat does
+            if self._future_since is None or self._future_since[0] != since:
+                self._future_since = (since, now)
+            since = self._future_since[1]
+        last = self._last_by(name, now)
+        return now - (since if last is None else max(last, since)) > self.timeout_ms
 
     def last_ms(self, name: str) -> int | None:
         """The send time of the last beat heard from ``name`` (None: none yet)."""

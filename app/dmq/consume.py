@@ -64,6 +64,7 @@ class InnerListener:
 
     async def __call__(self, batch: Sequence[MessageExt], _mq: MessageQueue) -> ConsumeStatus:
         now = self.store.now_ms()
+        lead = self.store.lead_ms()  # its due times are wall times: moved onto the store's clock by it
         new: dict[str, DelayedMessage] = {}
         cancels: list[str] = []
         for ext in batch:
@@ -71,7 +72,7 @@ class InnerListener:
                 self.count("not_held", 1)
                 continue
             try:
-                item = parse(ext, now, self.rules)
+                item = parse(ext, now, self.rules, lead)
             except InnerFormatError as exc:
                 self._reject(ext.msg_id, exc)  # redelivering cannot fix it: let the offset pass it
                 continue

@@ -63,6 +63,9 @@ class Forwarder:
     # Takes an inner message spooled here back out of the retry store before it was ever sent (True:
     # all of it, none in flight): RetryStore.withdraw. None: cancels are always sent.
     withdraw: Callable[[str, Sequence[Op]], Awaitable[bool]] | None = None
+    # How far ``now_ms``'s clock leads the wall clock (SteadyClock.lead_ms: after a step back): due times
+    # here are on that clock; the service reads the inner message's as a wall time.
+    lead_ms: Callable[[], int] = lambda: 0
     # where the next purge chunk starts (None: the first key); kept across rounds, in memory only (a
     # restart begins a new pass)
     _purge_from: bytes | None = field(init=False, default=None)
@@ -91,7 +94,8 @@ class Forwarder:
         )
 
     def _wrap(self, m: DelayedMessage) -> Message:
-        return inner_message(to_wire(m), m.due_ms, inner_topic=self.inner_topic, sharding_key=m.sharding_key)
+        due = m.due_ms - self.lead_ms()  # as a wall time (a step back of ours must not make it late there)
+        return inner_message(to_wire(m), due, inner_topic=self.inner_topic, sharding_key=m.sharding_key)
 
     async def _spool(self, failed: Sequence[tuple[Message, BaseException, int]]) -> None:
         """Spool inner messages whose send failed, as the sidecar spools its own: each (wrapped message,

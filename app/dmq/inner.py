@@ -150,22 +150,27 @@ def _delay(value: int, name: str, max_delay_ms: int) -> int:
     return value
 
 
-def due_ms(props: Mapping[str, str], stored_ms: int, now_ms: int, max_delay_ms: int) -> int:
-    """The due time the properties ask for; relative delays count from ``stored_ms`` (the broker's
-    store timestamp of the inner message). Within the HTTP API's limits: at most ``max_delay_ms``
-    ahead, as its delayMs and deliverAt (an absolute time with CLOCK_SLACK_MS more)."""
+def due_ms(props: Mapping[str, str], stored_ms: int, now_ms: int, max_delay_ms: int, lead_ms: int = 0) -> int:
+    """The due time the properties ask for, by the delay store's clock (``now_ms``); relative delays
+    count from ``stored_ms`` (the broker's store timestamp of the inner message). Within the HTTP API's
+    limits: at most ``max_delay_ms`` ahead, as its delayMs and deliverAt (an absolute time with
+    CLOCK_SLACK_MS more).
+
+    The absolute times and ``stored_ms`` are wall times (the producer's, the broker's); the store's clock
+    runs ``lead_ms`` ahead of the wall clock after a step back (SteadyClock.lead_ms): they are moved onto
+    it, so they come due when the wall clock reaches them, not the step earlier."""
     for name in (DELIVER_MS, TIMER_DELIVER_MS):
         if name in props:
             at = _epoch(_number(props, name), name)
-            _delay(at - now_ms, name, max_delay_ms + CLOCK_SLACK_MS)
-            return at
+            _delay(at + lead_ms - now_ms, name, max_delay_ms + CLOCK_SLACK_MS)
+            return at + lead_ms
     if TIMER_DELAY_MS in props:
         delay = _delay(_number(props, TIMER_DELAY_MS), TIMER_DELAY_MS, max_delay_ms)
-        return _epoch(stored_ms + delay, TIMER_DELAY_MS)
+        return _epoch(stored_ms + delay, TIMER_DELAY_MS) + lead_ms
     if TIMER_DELAY_SEC in props:
         # Bounded in seconds before the product: a huge count must not become a huger number first.
         sec = _delay(_number(props, TIMER_DELAY_SEC), TIMER_DELAY_SEC, max_delay_ms // 1000)
-        return _epoch(stored_ms + sec * 1000, TIMER_DELAY_SEC)
+        return _epoch(stored_ms + sec * 1000, TIMER_DELAY_SEC) + lead_ms
     raise InnerFormatError(
         f"no due time: set {DELIVER_MS}, {TIMER_DELIVER_MS}, {TIMER_DELAY_MS} or {TIMER_DELAY_SEC}",
         Reject.NO_DUE_TIME,
@@ -205,8 +210,9 @@ def _sharding_key(raw: str | None) -> str | None:
     return raw
 
 
-def parse(msg: MessageExt, now_ms: int, rules: Rules) -> DelayedMessage | CancelRequest:
-    """The delayed message (or cancel) an inner message carries.
+def parse(msg: MessageExt, now_ms: int, rules: Rules, lead_ms: int = 0) -> DelayedMessage | CancelRequest:
+    """The delayed message (or cancel) an inner message carries; ``now_ms``: the delay store's clock,
+    ``lead_ms``: how far it runs ahead of the wall clock (DelayStore.lead_ms, see ``due_ms``).
 
     Raises:
         InnerFormatError: it carries neither, or asks for more than ``rules`` allow; the service logs
@@ -231,12 +237,12 @@ def parse(msg: MessageExt, now_ms: int, rules: Rules) -> DelayedMessage | Cancel
     # age from it against the broker's retention (app.dmq.refresh). The born timestamp is the producer's
     # own number: one in the future (a skewed clock, any 64-bit value) kept the copy from ever being
     # refreshed, so that a replica losing its volume after the retention could not rebuild the message.
-    stored_ms = msg.store_timestamp_ms or now_ms
+    stored_ms = msg.store_timestamp_ms or now_ms - lead_ms  # a wall time, as the broker's
     delayed = DelayedMessage(
         id=id_,
         topic=topic,
         body=msg.body,
-        due_ms=due_ms(props, stored_ms, now_ms, rules.max_delay_ms),
+        due_ms=due_ms(props, stored_ms, now_ms, rules.max_delay_ms, lead_ms),
         tags=msg.tags,
         keys=msg.keys,
         properties=user,

@@ -96,6 +96,7 @@ class Refresher:
     async def _send(self, msgs: list[DelayedMessage]) -> int:
         """Send ``msgs`` (MAX_SENDS at once); one that fails is tried again in the next round."""
         sem = asyncio.Semaphore(MAX_SENDS)
+        lead = self.store.lead_ms()
 
         async def one(msg: DelayedMessage) -> bool:
             real = Message(msg.topic, msg.body, tags=msg.tags, keys=msg.keys, properties=msg.properties,
@@ -103,7 +104,8 @@ class Refresher:
             async with sem:
                 try:
                     await self.producer.send(
-                        inner_message(real, msg.due_ms, inner_topic=self.inner_topic,
+                        # the due time as a wall time (the store's clock may lead it: a step back)
+                        inner_message(real, msg.due_ms - lead, inner_topic=self.inner_topic,
                                       sharding_key=msg.sharding_key),
                         sharding_key=msg.id,
                     )  # fmt: skip

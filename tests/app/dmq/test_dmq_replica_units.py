@@ -429,3 +429,27 @@ async def test_a_replica_silent_past_the_timeout_sends_no_beats_until_it_has_cau
 
 async def _nothing() -> None:
     return None
+
+
+async def test_a_refreshed_copy_carries_its_due_time_as_a_wall_time_after_a_step_back() -> None:
+    """The store's clock leads the wall clock after a step back (SteadyClock.lead_ms); a refreshed copy's
+    due time, which another replica reads as a wall time, is the store's minus that lead (else a
+    replica rebuilt from it publishes the lead late)."""
+
+    class Store:
+        def lead_ms(self) -> int:
+            return 3_600_000
+
+    class Producer:
+        def __init__(self) -> None:
+            self.sent: list[Message] = []
+
+        async def send(self, msg: Message, *, sharding_key: str | None = None) -> None:
+            self.sent.append(msg)
+
+    producer = Producer()
+    r = Refresher(Store(), producer, "inner", 1000, lambda _m: True)  # type: ignore[arg-type]
+    due = NOW_MS + 3_600_000 + 60_000  # on the store's clock: a minute from the wall clock's now
+    assert await r._send([DelayedMessage("id", "real", b"x", created_ms=NOW_MS, due_ms=due)]) == 1
+    (sent,) = producer.sent
+    assert sent.properties[inner.DELIVER_MS] == str(NOW_MS + 60_000)

@@ -5,6 +5,7 @@ time) and the same attempt bookkeeping, each message with its own error, and the
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from rocksidecar.app.dmq import inner
@@ -140,3 +141,14 @@ async def test_each_forwarded_message_is_spooled_with_its_own_error() -> None:
         ("id-b", "no broker for id-b"),
     ]
     assert told == [r for r, _ in spool.records]
+
+
+async def test_a_forwarded_due_time_goes_out_as_a_wall_time_when_the_clock_leads() -> None:
+    # After a step back the stores' clock leads the wall clock (SteadyClock.lead_ms); due times in the
+    # sidecar are on that clock, the service reads the inner message's as a wall time: the lead comes off.
+    clock, fspool, ftold = Clock(), Spool(), []
+    fwd = dataclasses.replace(forwarder(clock, fspool, ftold), lead_ms=lambda: 3_600_000)
+    due_at = ACCEPTED_MS + 3_600_000 + 60_000  # a minute from now by the wall clock
+    await sidecar(clock, fspool, ftold, fwd).send(prepared("id-delayed", due_at))
+    ((forwarded, _),) = fspool.records
+    assert forwarded.properties[inner.DELIVER_MS] == str(ACCEPTED_MS + 60_000)
