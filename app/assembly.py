@@ -57,7 +57,7 @@ from .readiness import Readiness, StoreProbe, disk_draining
 from .request import Limits
 from .sidecar import Sidecar
 from .store_delivery import delivery_loops
-from .subscriptions.runner import QueueLag, Subscriptions
+from .subscriptions.runner import QueueLag, Subscriptions, close_wait_s
 from .topic_allow import TopicAllowList
 from .tracing import msgtrace, spans
 from .transactions import records as tx_records
@@ -75,6 +75,7 @@ ENVELOPE_BYTES = 1024 * 1024  # a message's topic, keys and properties around it
 # Batches that only add but still belong to a drain: the stores' progress (floor, clock) and the delay
 # store's done markers for what the replay delivered. Everything else that only adds is new work.
 DRAIN_CFS = (retry_keys.META_CF, delay_keys.META_CF, delay_keys.DONE_CF, delay_keys.EXPIRY_CF)
+WARM_ROUTES_S = 5.0  # the allow-listed topics' routes, before the API listens (SidecarParts._warm_routes)
 
 
 def limits(s: Settings) -> Limits:
@@ -226,6 +227,8 @@ class SidecarParts:
             ";".join(namesrv),
             on_delivery=self.metrics.observe_delivery,
             instance=self.client,  # one heartbeat and one connection per broker for every group
+            # an app holding a delivery must not hold the stop past the grace (the rest needs time too)
+            close_timeout_s=close_wait_s(self.settings.shutdown_grace_s),
         )
         self.metrics.add_state(
             ConsumerCollector(
@@ -327,10 +330,18 @@ class SidecarParts:
 
     # --- starting -----------------------------------------------------------------------------------
     async def _warm_routes(self) -> None:
-        self.producer.routes.pin(self.settings.preloaded_topics)  # readiness asks about them: kept
-        for topic in self.settings.preloaded_topics:  # an unreachable name server is not fatal
-            with contextlib.suppress(Exception):
-                await self.producer.routes.get(topic)
+        """The allow-listed topics' routes, all at once and for WARM_ROUTES_S at most before the API
+        listens: a name server that does not answer holds the start-up one request's timeout, not one
+        per topic. Not fatal: a route missing is fetched by the first send, and the pinned topics are
+        refreshed with the others (/readyz says which has no route meanwhile)."""
+        topics = self.settings.preloaded_topics
+        self.producer.routes.pin(topics)  # readiness asks about them: kept
+        if topics:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(WARM_ROUTES_S):
+                    await asyncio.gather(
+                        *(self.producer.routes.get(t) for t in topics), return_exceptions=True
+                    )
 
     async def _start_http(self) -> None:
         await start_http(self.http, "ROCKSIDECAR_HTTP_ADDR")

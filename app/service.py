@@ -19,7 +19,7 @@ from .assembly import COLUMN_FAMILIES, DRAIN_CFS, SidecarParts, disk_reserve, wa
 from .config import Settings, redacted
 from .events import OpsEvents
 from .metrics import Metrics
-from .shutdown import close_delivery
+from .shutdown import close_delivery, close_stores_anyway, start_unless_stopped, stop_within
 from .wiring import StartupError, run_process, stop_on_signals, tune_gc
 
 __all__ = ["COLUMN_FAMILIES", "DRAIN_CFS", "Service", "StartupError", "disk_reserve", "serve", "warn_if_open"]
@@ -86,6 +86,11 @@ class Service(SidecarParts):
             self.producer, self.client, self.remoting, self.retry, self.delay, self.writer, self.kv
         )
 
+    async def close_store(self) -> None:
+        """What a stop cut short must still close: the stores' floors, the group-commit writer's queued
+        writes, then RocksDB (app.shutdown.stop_within)."""
+        await close_stores_anyway(self.retry, self.delay, self.writer, self.kv)
+
     async def __aenter__(self) -> Service:
         await self.start()
         return self
@@ -110,17 +115,21 @@ async def _namesrv_for(
 
 
 async def run(settings: Settings, namesrv_override: NamesrvOverride | None = None) -> int:
+    """0 once stopped (SIGTERM, SIGINT), during start-up too; 1 when stopping overran the grace + 5 s."""
     stop = stop_on_signals()
+    grace = settings.shutdown_grace_s
     async with _namesrv_for(settings, namesrv_override) as namesrv:
         service = Service(settings, namesrv=namesrv)
         try:
-            await service.start()
-            tune_gc()
-            await stop.wait()
-            log.info("stopping: draining in-flight work (grace %.0f s)", settings.shutdown_grace_s)
+            if await start_unless_stopped(service.start(), stop):
+                tune_gc()
+                await stop.wait()
+                log.info("stopping: draining in-flight work (grace %.0f s)", grace)
+            else:
+                log.info("stopping during start-up: what started is stopped (grace %.0f s)", grace)
         finally:
-            await asyncio.wait_for(service.stop(), settings.shutdown_grace_s + 5.0)
-    return 0
+            stopped = await stop_within(service.stop(), grace + 5.0, service.close_store)
+    return 0 if stopped else 1
 
 
 def serve(settings: Settings, namesrv_override: NamesrvOverride | None = None) -> int:

@@ -1,9 +1,14 @@
-"""The one order in which a process closes what it delivers with, below its edges (the sidecar and
-`rocksidecar dmq` own the same parts)."""
+"""How a process starts and stops around SIGTERM, and the one order in which it closes what it delivers
+with, below its edges (the sidecar and `rocksidecar dmq` own the same parts)."""
 
 from __future__ import annotations
 
-from typing import Protocol
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
+
+log = logging.getLogger("rocksidecar")
 
 
 class _Closes(Protocol):
@@ -37,3 +42,54 @@ async def close_stores(retry: _Closes, delay: _Closes, writer: _Closes, kv: _Clo
     await delay.close()
     await writer.close()
     kv.close()
+
+
+async def close_stores_anyway(retry: _Closes, delay: _Closes, writer: _Closes, kv: _ClosesNow) -> None:
+    """close_stores after a stop cut short anywhere (some of them may be closed already, or half): each
+    step is tried whatever the one before did, and RocksDB is closed in any case (its memtables flushed,
+    its LOCK released)."""
+    for step in (retry.close, delay.close, writer.close):
+        try:
+            await step()
+        except Exception as exc:  # already closed, or failing: the next steps still run
+            log.warning("closing the store: %s failed: %s", step.__qualname__, exc)
+    kv.close()
+
+
+async def start_unless_stopped(start: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Run a process's start-up until it ends or ``stop`` is set (SIGTERM), whichever comes first: True
+    when it started; False when it was stopped first, the start-up cancelled wherever it was (the caller
+    then runs its stop(), which copes with parts never started). A start-up that failed raises here."""
+    starting = asyncio.ensure_future(start)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((starting, stopped), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not starting.done():  # SIGTERM first (or this task was cancelled): cut the start-up short
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+    if starting.cancelled():
+        return False
+    starting.result()
+    return True
+
+
+async def stop_within(
+    stop: Coroutine[Any, Any, None], limit_s: float, close_store: Callable[[], Awaitable[None]]
+) -> bool:
+    """Run a process's stop(), for ``limit_s`` at most: True when it finished. When it overran, it is
+    cancelled where it was, one line says so, and ``close_store`` closes what must be closed for the
+    writes acknowledged to be on disk (the caller exits non-zero)."""
+    try:
+        await asyncio.wait_for(stop, limit_s)
+    except TimeoutError:
+        log.error(
+            "stopping took more than %.0f s: cut short, closing the store (what was not finished is "
+            "redelivered or replayed after the next start)",
+            limit_s,
+            extra={"event": "stop_overran", "limit_s": limit_s},
+        )
+        await close_store()
+        return False
+    return True

@@ -11,7 +11,6 @@ messages it held that were not yet due.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -37,7 +36,7 @@ from ..events import OpsEvents
 from ..metrics import Metrics, StateCollector, zeroed_counter
 from ..notify import DeadLetterNotifier
 from ..readiness import Readiness, StoreProbe
-from ..shutdown import close_delivery
+from ..shutdown import close_delivery, close_stores_anyway, start_unless_stopped, stop_within
 from ..store_delivery import delivery_loops
 from ..topic_allow import TopicAllowList
 from ..wiring import (
@@ -268,17 +267,24 @@ class DmqService:
             self.producer, self.client, self.remoting, self.retry, self.delay, self.writer, self.kv
         )
 
+    async def close_store(self) -> None:
+        """What a stop cut short must still close (app.shutdown.stop_within)."""
+        await close_stores_anyway(self.retry, self.delay, self.writer, self.kv)
+
 
 async def run(settings: Settings, options: DmqOptions) -> int:
+    """0 once stopped (SIGTERM, SIGINT), during start-up too; 1 when stopping overran the grace + 10 s."""
     stop = stop_on_signals()
     service = DmqService(settings, options)
     try:
-        await service.start()
-        tune_gc()  # as the sidecar: fewer, shorter collections (the GC pauses were lateness spikes)
-        await stop.wait()
+        if await start_unless_stopped(service.start(), stop):
+            tune_gc()  # as the sidecar: fewer, shorter collections (the GC pauses were lateness spikes)
+            await stop.wait()
+        else:
+            log.info("stopping during start-up: what started is stopped")
     finally:
-        await asyncio.wait_for(service.stop(), settings.shutdown_grace_s + 10.0)
-    return 0
+        stopped = await stop_within(service.stop(), settings.shutdown_grace_s + 10.0, service.close_store)
+    return 0 if stopped else 1
 
 
 def serve(settings: Settings, options: DmqOptions) -> int:

@@ -39,6 +39,16 @@ HOLD_S = 24 * 3600.0
 # crash to what was in flight plus half a second of deliveries, for one small request per queue.
 PERSIST_S = 0.5
 LAG_TIMEOUT_S = 2.0
+# On SIGTERM each consumer waits this long at most for what its app holds (a delivery not answered by
+# then is not committed: redelivered after the restart); the rest of the stop needs time too.
+CLOSE_WAIT_MAX_S = 10.0
+CLOSE_WAIT_SHARE = 0.5
+
+
+def close_wait_s(shutdown_grace_s: float) -> float:
+    """How long the consumers' close waits for the deliveries in flight: half the shutdown grace, at
+    most 10 s (the client's default), so that stopping the whole sidecar fits in the grace."""
+    return min(CLOSE_WAIT_MAX_S, shutdown_grace_s * CLOSE_WAIT_SHARE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +68,9 @@ class QueueLag:
         return max(self.max_offset - max(self.committed, 0), 0)
 
 
-def consumer_config(spec: SubscriptionSpec, instance_name: str | None = None) -> ConsumerConfig:
+def consumer_config(
+    spec: SubscriptionSpec, instance_name: str | None = None, close_timeout_s: float = CLOSE_WAIT_MAX_S
+) -> ConsumerConfig:
     return ConsumerConfig(
         group=spec.group,
         instance_name=instance_name,
@@ -73,6 +85,7 @@ def consumer_config(spec: SubscriptionSpec, instance_name: str | None = None) ->
         commit_window=spec.commit_window,
         consume_batch_size=spec.bulk_max_messages if spec.bulk else 1,
         max_body_bytes=spec.max_body_bytes,
+        close_timeout_s=close_timeout_s,
     )
 
 
@@ -85,9 +98,11 @@ class Subscriptions:
         on_delivery: DeliveryHook | None = None,
         instance_name: str | None = None,
         instance: ClientInstance | None = None,
+        close_timeout_s: float = CLOSE_WAIT_MAX_S,
     ) -> None:
         """``instance``: the process's client instance (one client id, route table, set of connections
-        and heartbeat shared with the producer); without one each consumer makes its own."""
+        and heartbeat shared with the producer); without one each consumer makes its own.
+        ``close_timeout_s``: how long close() waits for the deliveries in flight (close_wait_s)."""
         self.specs = tuple(specs)
         # one keep-alive connection per POST in flight, so up to the subscription's concurrency
         self._http = HttpClient()
@@ -104,7 +119,7 @@ class Subscriptions:
             else:
                 listener = HttpPush(spec, self._http, on_delivery=on_delivery, log=self.log)
             consumer = PushConsumer(
-                consumer_config(spec, instance_name), namesrv, listener, instance=instance
+                consumer_config(spec, instance_name, close_timeout_s), namesrv, listener, instance=instance
             )
             consumer.subscribe(spec.topic, spec.expression, spec.expression_type)
             self.consumers[spec.name] = consumer

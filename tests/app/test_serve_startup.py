@@ -1,5 +1,6 @@
 """A second `rocksidecar serve` on an address or a store that a running sidecar holds prints one line
-naming what is taken and exits 1, without a traceback (issue 17 item 9)."""
+naming what is taken and exits 1, without a traceback (issue 17 item 9). And a name server that does not
+answer does not keep `serve` from listening (/healthz answers, /readyz says why it is not ready)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
-from bench.common import free_port
+from bench.common import free_port, wait_for_http
 from bench.sidecar_process import SidecarProcess, sidecar_process
+from tests.app.silent_namesrv import Process, silent_namesrv
 
 pytestmark = pytest.mark.timeout(180)
 EXE = shutil.which("rocksidecar", path=str(Path(sys.executable).parent)) or "rocksidecar"
@@ -79,3 +83,18 @@ def test_unusable_data_dir(tmp_path: Path) -> None:
     blocker.write_text("not a directory")
     out = second_serve(tmp_path, DATA_DIR=str(blocker))
     assert_one_line(out, f"cannot open the store at {blocker / 'store'}")
+
+
+def test_unanswering_name_server_does_not_hold_up_listening(tmp_path: Path) -> None:
+    """With a name server that accepts and never answers, serve still listens at once (README: an
+    unreachable name server is not fatal, /readyz says why). The allow-listed topics' routes are fetched
+    all at once under one bounded wait (app.assembly SidecarParts._warm_routes): one request's timeout
+    (3 s), where one after another, 10 topics kept /healthz down for 30 s."""
+    topics = ",".join(f"T{i}" for i in range(10))
+    with silent_namesrv() as namesrv, Process(tmp_path, NAMESRV=namesrv, TOPICS=topics) as serve:
+        started = time.monotonic()
+        up = wait_for_http(f"{serve.url}/healthz", serve.proc, 12)
+        assert up, f"/healthz not answering {time.monotonic() - started:.1f} s after start"
+        ready = httpx.get(f"{serve.url}/readyz", timeout=10)
+        assert ready.status_code == 503, ready.text
+        assert "no broker to send T0 to" in ready.json()["reason"], ready.text
