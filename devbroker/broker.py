@@ -37,6 +37,7 @@ from .namesrv import DEFAULT_CLUSTER, NameServer, Registration
 from .offsets import ConsumerOffsets
 from .pull import PullProcessor
 from .reset_offset import OffsetResets
+from .schedule import Schedule
 from .send import SendProcessor
 from .send_back import SendBackProcessor
 from .state import BrokerState
@@ -66,6 +67,9 @@ class BrokerOptions(TypedDict, total=False):
     transaction_check_interval_s: float  # transactionCheckInterval; <= 0: check only when asked
     transaction_timeout_ms: int  # transactionTimeOut: how old an undecided half gets before a check
     tls: ssl.SSLContext | None  # TLS only on the name server's and brokers' ports (tls.server.mode=enforcing)
+    # Multiplies the delay levels of sent-back messages (schedule.py): 1.0 is RocketMQ's table (1 s ... 2 h,
+    # what `rocksidecar devbroker` runs); the default 0 redelivers at once, so tests need not wait.
+    delay_scale: float
 
 
 class DevBroker:
@@ -104,6 +108,12 @@ class DevBroker:
             path=home / "topics.json" if home else None,
         )
         self.offsets = ConsumerOffsets(home / "consumerOffset.json" if home else None)
+        self.schedule = Schedule(
+            self.store,
+            now_ms=now_ms,
+            scale=options.get("delay_scale", 0.0),
+            path=home / "delayOffset.json" if home else None,
+        )
         self.clients = ClientRegistry(self._notify_ids_changed, clock=clock)
         self.locks = QueueLocks(clock)
         self.transactions = Transactions(
@@ -140,7 +150,7 @@ class DevBroker:
         pull = PullProcessor(state, self.holds)
         manage = ClientManageProcessor(state)
         admin = AdminProcessor(self.store, self.topics)
-        back = SendBackProcessor(self.store, self.topics)
+        back = SendBackProcessor(self.store, self.topics, self.schedule)
         locks = LockProcessor(self.locks)
         caller = ConsumerCaller(self.clients, self.store.record_at, self.name)
         resets = OffsetResets(state, self.name, lambda: next(self._notify_opaque))
@@ -183,12 +193,14 @@ class DevBroker:
         self._namesrv.register(Registration(self.name, self.addr, self.cluster, self.topics))
         self._housekeeping = asyncio.get_running_loop().create_task(self._housekeep_loop())
         self._housekeeping.add_done_callback(self._housekeeping_done)
+        self.schedule.start()
         if self._tx_check_interval_s > 0:
             self._tx_checks.start()
 
     async def stop(self) -> None:
         """Leave the routes, drop every connection and refuse new ones; state is kept for start()."""
         self._namesrv.unregister(self.name)
+        self.schedule.stop()
         await self._tx_checks.close()
         await self.listener.stop()
         task, self._housekeeping = self._housekeeping, None
@@ -218,6 +230,7 @@ class DevBroker:
     def flush(self) -> None:
         self._log.flush()
         self.offsets.flush()
+        self.schedule.flush()
 
     def housekeep(self) -> None:
         """One round of what the background task does every second."""

@@ -58,6 +58,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "default 60)",
     )
     p.add_argument(
+        "--delay-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="multiply the delay levels of sent-back messages (RocketMQ's 1s 5s 10s 30s 1m ... 2h) by X: "
+        "1 (default) is RocketMQ's timing, 0 redelivers at once, 0.01 a hundredth of each delay",
+    )
+    p.add_argument(
         "--max-log-mb", type=int, default=None, metavar="MB", help="drop the oldest messages beyond this"
     )
     p.add_argument(
@@ -86,6 +94,8 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--queues must be at least 1"
     if not 0.1 <= args.transaction_check_interval <= 86400:
         return "--transaction-check-interval must be between 0.1 and 86400 seconds"
+    if not 0 <= args.delay_scale <= 1000:  # also refuses nan
+        return "--delay-scale must be between 0 and 1000"
     last_port = args.broker_base_port + BROKER_PORT_STEP * (args.brokers - 1)
     ports = (args.namesrv_port, args.admin_port, args.broker_base_port, last_port)
     if any(not 0 <= p <= 65535 for p in ports):
@@ -151,6 +161,7 @@ async def _serve(args: argparse.Namespace) -> None:
         max_log_bytes=args.max_log_mb * 1024 * 1024 if args.max_log_mb else None,
         enable_property_filter=args.enable_property_filter,
         transaction_check_interval_s=args.transaction_check_interval,
+        delay_scale=args.delay_scale,
         tls=args.tls,
     )
     async with cluster:

@@ -25,6 +25,7 @@ class SubscriptionInfo:
     expression: str
     codes: frozenset[int] | None  # tag codes to accept; None accepts every message
     expression_type: str = "TAG"
+    sub_version: int = 0  # SubscriptionData.subVersion: a pull asking a newer one is refused
 
 
 @dataclass(slots=True)
@@ -46,7 +47,9 @@ def _subscription(doc: dict[str, Any]) -> SubscriptionInfo:
     codes: frozenset[int] | None = None
     if tags:
         codes = frozenset(int(c) for c in doc.get("codeSet") or ()) or frozenset(tag_code(t) for t in tags)
-    return SubscriptionInfo(str(doc["topic"]), expression, codes, expression_type)
+    return SubscriptionInfo(
+        str(doc["topic"]), expression, codes, expression_type, int(doc.get("subVersion") or 0)
+    )
 
 
 class ClientRegistry:

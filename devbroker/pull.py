@@ -93,6 +93,10 @@ class PullProcessor:
             sub = self._state.clients.subscription(group, topic)
             if sub is None:
                 raise Reject(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
+            if sub.sub_version < headers.integer(ext, "subVersion", 0):
+                # The heartbeat carrying the pull's subscription has not arrived yet: the client
+                # heartbeats and pulls again (PullMessageProcessor's SUBSCRIPTION_NOT_LATEST).
+                raise Reject(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
             if sub.expression_type == "TAG":
                 return sub.codes, None
             expression_type, expression = sub.expression_type, sub.expression

@@ -1,6 +1,7 @@
 """SEND_MESSAGE (10, long header names), SEND_MESSAGE_V2 (310, letters) and SEND_BATCH_MESSAGE (320):
 the checks of Java's msgCheck, topic auto-creation from TBW102, injected faults, and the stored form
-of the protocol reference §3.8 (WAIT dropped, CLUSTER added, born host = the connection's peer)."""
+of the protocol reference §3.8 (WAIT dropped from a single message, kept in a batch's as 4.9.4 keeps
+it; CLUSTER added; born host = the connection's peer)."""
 
 from __future__ import annotations
 
@@ -194,25 +195,45 @@ class SendProcessor:
         )
 
     def _batch(self, h: SendHeader, body: bytes, born_host: bytes) -> list[NewMessage]:
-        if h.topic.startswith(RETRY_PREFIX):
-            raise Reject(
-                ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {h.topic}"
-            )
+        # 4.9.4 stores a batch to a %RETRY% topic like any other (its sendBatchMessage has no
+        # handleRetryAndDLQ: no group check, no DLQ) and keeps the reconsume times of the header.
         try:
             records = decode_batch(body)
         except FrameError as exc:
             raise Reject(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
         if not records:
             raise Reject(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
-        # The batch-level properties (the header's) are appended to every inner message.
-        suffix, _ = stored_properties(h.properties, [self._cluster_item])
+        # MessageExtBatchEncoder: every inner message's properties as sent, then the batch's (the
+        # header's, WAIT included, and CLUSTER) after a separator.
+        suffix = "\x02".join([p for p in h.properties.split("\x02") if p] + [self._cluster_item])
         out = []
         for rec in records:
             _check_body(rec.body)
-            props, tags = stored_properties(rec.properties, [suffix])
+            props, tags = batch_item_properties(rec.properties, suffix)
             out.append(
                 NewMessage(
-                    rec.body, rec.flag, h.sys_flag, h.born_timestamp_ms, born_host, props, tag_code(tags)
+                    rec.body,
+                    rec.flag,
+                    h.sys_flag,
+                    h.born_timestamp_ms,
+                    born_host,
+                    props,
+                    tag_code(tags),
+                    h.reconsume_times,
                 )
             )
         return out
+
+
+def batch_item_properties(inner: str, batch: str) -> tuple[str, str | None]:
+    """(properties as stored, TAGS value) of one message of a batch: its own properties verbatim (WAIT
+    too), a separator unless they end with one, then the batch's; TAGS is the last one, as the store's
+    properties map keeps it."""
+    text = inner + "\x02" + batch if inner and not inner.endswith("\x02") else inner + batch
+    if len(text) > PROPERTIES_MAX_BYTES // 4 and len(text.encode()) > PROPERTIES_MAX_BYTES:
+        raise Reject(ResponseCode.MESSAGE_ILLEGAL, f"message properties exceed {PROPERTIES_MAX_BYTES} bytes")
+    tags = None
+    for item in text.split("\x02"):
+        if item.startswith("TAGS\x01"):
+            tags = item[5:]
+    return text, tags

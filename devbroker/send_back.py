@@ -1,7 +1,12 @@
-"""CONSUMER_SEND_MSG_BACK (36), simplified: the message at the given commit-log offset is copied at
-once to ``%RETRY%<group>`` (no delay levels), or to ``%DLQ%<group>`` once its reconsume count reaches
-the maximum or the delay level is negative, with reconsume times + 1, RETRY_TOPIC and ORIGIN_MESSAGE_ID
-set as the Java broker sets them. Unlike Java's write-only DLQ, devbroker's DLQ topic is readable."""
+"""CONSUMER_SEND_MSG_BACK (36) as 4.9.4's SendMessageProcessor.asyncConsumerSendMsgBack: the message at
+the given commit-log offset is stored again, with reconsume times + 1, RETRY_TOPIC (the first topic),
+ORIGIN_MESSAGE_ID and WAIT=false, either
+
+- in ``%DLQ%<group>`` with DELAY=0 once its reconsume count reaches the maximum or the delay level is
+  negative (unlike Java's write-only DLQ, devbroker's is readable), or
+- through SCHEDULE_TOPIC_XXXX into ``%RETRY%<group>`` queue 0 after its delay level (0: 3 + reconsume
+  times, at most 18), with DELAY, REAL_TOPIC and REAL_QID (devbroker/schedule.py; the broker's
+  ``delay_scale`` shortens the delays, and DevCluster's default 0 delivers at once)."""
 
 from __future__ import annotations
 
@@ -13,13 +18,25 @@ from rocksidecar.rmq.protocol.frame import RemotingCommand
 from . import headers
 from .headers import Reject
 from .processor import StoreProcessor
-from .store import NewMessage
-from .topics import DLQ_PREFIX, RETRY_PREFIX
+from .schedule import MAX_DELAY_LEVEL, Schedule
+from .store import MessageStore, NewMessage
+from .topics import DLQ_PREFIX, RETRY_PREFIX, TopicTable
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
+RETRY_QUEUE_ID = 0  # a subscription group's retryQueueNums is 1
+
+
+def delay_level(requested: int, reconsume_times: int) -> int:
+    """The level the message waits for: 0 asks the broker's choice, 3 + reconsume times (10 s, 30 s,
+    1 min, ...); a level beyond the table's is its last (2 h)."""
+    return min(requested or 3 + reconsume_times, MAX_DELAY_LEVEL)
 
 
 class SendBackProcessor(StoreProcessor):
+    def __init__(self, store: MessageStore, topics: TopicTable, schedule: Schedule) -> None:
+        super().__init__(store, topics)
+        self._schedule = schedule
+
     async def send_back(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """Raises:
         Reject: SYSTEM_ERROR when no message is stored at the offset.
@@ -27,7 +44,7 @@ class SendBackProcessor(StoreProcessor):
         ext = cmd.ext_fields
         offset = headers.integer(ext, "offset")
         group = headers.text(ext, "group")
-        delay_level = headers.integer(ext, "delayLevel", 0)
+        requested = headers.integer(ext, "delayLevel", 0)
         max_times = headers.integer(ext, "maxReconsumeTimes", DEFAULT_MAX_RECONSUME_TIMES)
         record = self._store.record_at(offset)
         if record is None:
@@ -36,8 +53,16 @@ class SendBackProcessor(StoreProcessor):
         props = dict(msg.properties)
         props.setdefault("RETRY_TOPIC", msg.topic)
         props.setdefault("ORIGIN_MESSAGE_ID", msg.offset_msg_id)
-        dead = msg.reconsume_times >= max_times or delay_level < 0
-        target = (DLQ_PREFIX if dead else RETRY_PREFIX) + group
-        self._topics.ensure(target)
-        self._store.put(target, 0, [NewMessage.again(msg, props, reconsumed=1)])
+        props["WAIT"] = "false"  # msgExt.setWaitStoreMsgOK(false)
+        if msg.reconsume_times >= max_times or requested < 0:
+            dlq = self._topics.ensure(DLQ_PREFIX + group).name
+            props["DELAY"] = "0"  # setDelayTimeLevel(0): stored at once
+            self._store.put(dlq, 0, [NewMessage.again(msg, props, reconsumed=1)])
+        else:
+            retry = self._topics.ensure(RETRY_PREFIX + group).name
+            level = delay_level(requested, msg.reconsume_times)
+            props["DELAY"] = str(level)
+            props["REAL_TOPIC"] = retry  # CommitLog backs up the real topic and queue, then schedules
+            props["REAL_QID"] = str(RETRY_QUEUE_ID)
+            self._schedule.put(NewMessage.again(msg, props, reconsumed=1), level)
         return cmd.response(ResponseCode.SUCCESS)

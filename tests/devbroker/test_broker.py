@@ -116,10 +116,19 @@ async def test_send_back_copies_to_the_retry_topic_then_the_dlq(
     (retry,) = a.messages("%RETRY%cg", 0)
     assert (retry.body, retry.reconsume_times, retry.properties["RETRY_TOPIC"]) == (b"work", 1, "T")
     assert retry.properties["ORIGIN_MESSAGE_ID"] == original.offset_msg_id
+    # Through SCHEDULE_TOPIC_XXXX (at once: DevCluster's delay_scale is 0), level 0 meaning 3 + 0.
+    assert [(k, retry.properties[k]) for k in ("DELAY", "REAL_TOPIC", "REAL_QID", "WAIT")] == [
+        ("DELAY", "3"),
+        ("REAL_TOPIC", "%RETRY%cg"),
+        ("REAL_QID", "0"),
+        ("WAIT", "false"),
+    ]
+    assert [m.topic for m in a.messages("SCHEDULE_TOPIC_XXXX", 2)] == ["SCHEDULE_TOPIC_XXXX"]
     assert cluster.namesrv.route("%RETRY%cg") is not None
     assert await send_back(retry.commit_log_offset, "1") == ResponseCode.SUCCESS
     (dead,) = a.messages("%DLQ%cg", 0)
     assert (dead.reconsume_times, dead.properties["RETRY_TOPIC"]) == (2, "T")
+    assert (dead.properties["DELAY"], dead.properties["WAIT"]) == ("0", "false")  # setDelayTimeLevel(0)
     assert await send_back(7, "16") == ResponseCode.SYSTEM_ERROR
 
 

@@ -28,6 +28,8 @@ from tests.tls_certs import Certs
         (["--host", "no-such-host.invalid"], "--host"),
         (["--transaction-check-interval", "0"], "--transaction-check-interval"),
         (["--transaction-check-interval", "nan"], "--transaction-check-interval"),
+        (["--delay-scale", "-1"], "--delay-scale"),
+        (["--delay-scale", "nan"], "--delay-scale"),
     ],
 )
 def test_bad_arguments_exit_2(args: list[str], words: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -99,6 +99,30 @@ async def test_filter_from_the_heartbeat_when_the_request_has_none(
     assert [m.tags for m in decode_stored_all(resp.body)] == ["B"]
 
 
+async def test_a_pull_asking_a_newer_sub_version_than_the_heartbeat_is_not_latest(
+    broker: DevBroker, client: RemotingClient
+) -> None:
+    """PullMessageProcessor: without the subscription flag, a registered subVersion older than the
+    pull's is SUBSCRIPTION_NOT_LATEST (the client heartbeats, then pulls again); equal or older pulls
+    are served. With the flag the request's own subscription is used and subVersion is not checked."""
+    await fill(client, broker, "P", ["A"])
+    sub = {"topic": "P", "subString": "*", "subVersion": 1000}
+    beat = {"clientID": "c1", "consumerDataSet": [{"groupName": "cg", "subscriptionDataSet": [sub]}]}
+    await client.invoke(broker.addr, RemotingCommand(RequestCode.HEART_BEAT, body=orjson.dumps(beat)), 3.0)
+
+    async def pull(sub_version: int, sys_flag: int = 0) -> int:
+        cmd = wire.pull("P", sys_flag=sys_flag)
+        cmd.ext_fields["subVersion"] = str(sub_version)
+        return (await client.invoke(broker.addr, cmd, 3.0)).code
+
+    assert await pull(2000) == ResponseCode.SUBSCRIPTION_NOT_LATEST
+    assert (await pull(1000), await pull(999)) == (ResponseCode.SUCCESS, ResponseCode.SUCCESS)
+    assert await pull(2000, PULL_SUBSCRIPTION) == ResponseCode.SUCCESS
+    sub["subVersion"] = 2000  # the next heartbeat catches up
+    await client.invoke(broker.addr, RemotingCommand(RequestCode.HEART_BEAT, body=orjson.dumps(beat)), 3.0)
+    assert await pull(2000) == ResponseCode.SUCCESS
+
+
 @pytest.mark.parametrize(
     ("cmd", "code"),
     [

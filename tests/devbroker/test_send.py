@@ -9,7 +9,7 @@ import pytest
 
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq.codes import RequestCode, ResponseCode, SerializeType
-from rocksidecar.rmq.message_codec import encode_batch
+from rocksidecar.rmq.message_codec import decode_stored_all, encode_batch
 from rocksidecar.rmq.pool import RemotingClient
 from rocksidecar.rmq.protocol.frame import RemotingCommand
 from tests.devbroker import wire
@@ -125,13 +125,41 @@ async def test_batch_appends_batch_properties_and_uses_consecutive_offsets(
     stored = a.messages("B", 1)[1:]
     assert resp.ext_fields["msgId"] == ",".join(m.offset_msg_id for m in stored)
     assert [(m.body, m.flag, m.queue_offset) for m in stored] == [(b"one", 1, 1), (b"two", 2, 2)]
+    # MessageExtBatchEncoder: each message's own properties verbatim, then the batch's with WAIT (4.9.4
+    # keeps it in a batch, though it drops it from a single message) and CLUSTER.
     assert dict(stored[0].properties) == {
         "KEYS": "k1",
+        "WAIT": "true",
         "TAGS": "TagA",
         "INSTANCE_ID": "ns",
         "CLUSTER": "DefaultCluster",
     }
-    assert dict(stored[1].properties) == {"UNIQ_KEY": "U2", "INSTANCE_ID": "ns", "CLUSTER": "DefaultCluster"}
+    assert dict(stored[1].properties) == {
+        "UNIQ_KEY": "U2",
+        "WAIT": "true",
+        "INSTANCE_ID": "ns",
+        "CLUSTER": "DefaultCluster",
+    }
+    raw = a.store.record_at(stored[0].commit_log_offset)
+    assert raw is not None
+    assert (
+        b"KEYS\x01k1\x02WAIT\x01true\x02TAGS\x01TagA\x02WAIT\x01true\x02INSTANCE_ID\x01ns\x02CLUSTER\x01"
+        in raw
+    )
+
+
+async def test_batch_tag_code_is_the_last_tags_of_the_stored_properties(
+    cluster: DevCluster, client: RemotingClient
+) -> None:
+    """The store's properties map keeps the last TAGS: a batch-level TAGS overrides the messages'."""
+    a = cluster.brokers["broker-a"]
+    body = encode_batch([(b"one", 0, "TAGS\x01Inner\x02"), (b"two", 0, "")])
+    cmd = wire.send("BT", 0, body, "TAGS\x01Outer", code=RequestCode.SEND_BATCH_MESSAGE)
+    assert (await client.invoke(a.addr, cmd, 3.0)).code == ResponseCode.SUCCESS
+    outer = await client.invoke(a.addr, wire.pull("BT", 0, 0, subscription="Outer"), 3.0)
+    inner = await client.invoke(a.addr, wire.pull("BT", 0, 0, subscription="Inner"), 3.0)
+    assert len(decode_stored_all(outer.body)) == 2 and inner.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+    assert [m.properties["TAGS"] for m in a.messages("BT", 0)] == ["Outer", "Outer"]
 
 
 async def test_bad_batch_bodies_are_illegal(cluster: DevCluster, client: RemotingClient) -> None:
@@ -139,8 +167,21 @@ async def test_bad_batch_bodies_are_illegal(cluster: DevCluster, client: Remotin
     garbage = await client.invoke(
         addr, wire.send("B", 0, b"\x00\x00\x00\x09xx", code=RequestCode.SEND_BATCH_MESSAGE), 3.0
     )
-    retry = await client.invoke(addr, wire.send("%RETRY%g", 0, code=RequestCode.SEND_BATCH_MESSAGE), 3.0)
-    assert (garbage.code, retry.code) == (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.MESSAGE_ILLEGAL)
+    assert garbage.code == ResponseCode.MESSAGE_ILLEGAL
+
+
+async def test_a_batch_to_a_retry_topic_is_stored_with_the_headers_reconsume_times(
+    cluster: DevCluster, client: RemotingClient
+) -> None:
+    """4.9.4's batch path has no retry/DLQ handling: a batch to %RETRY%<group> is stored (the topic
+    created on the way, no group check), each message with the header's reconsume times."""
+    a = cluster.brokers["broker-a"]
+    body = encode_batch([(b"one", 0, "TAGS\x01a"), (b"two", 0, "")])
+    cmd = wire.send("%RETRY%g", 0, body, "WAIT\x01true", code=RequestCode.SEND_BATCH_MESSAGE)
+    cmd.ext_fields["j"] = "3"  # reconsumeTimes
+    resp = await client.invoke(a.addr, cmd, 3.0)
+    assert (resp.code, resp.ext_fields["queueOffset"]) == (ResponseCode.SUCCESS, "0")
+    assert [(m.body, m.reconsume_times) for m in a.messages("%RETRY%g", 0)] == [(b"one", 3), (b"two", 3)]
 
 
 async def test_fail_next_sends_then_recover(cluster: DevCluster, client: RemotingClient) -> None:

@@ -3,6 +3,7 @@ search by time, and a restart from a directory keeping messages at the same offs
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -114,11 +115,67 @@ def test_search_offset_by_store_time() -> None:
     for ms in (1000, 1000, 1010, 1030):
         clock.ms = ms
         store.put("T", 0, [new()])
-    assert store.search_offset("T", 0, 1000) == 0  # exact match: the first of equal times
+    # An exact match is the first equal entry the binary search hits (mid of 0..3 is 1), not the earliest.
+    assert store.search_offset("T", 0, 1000) == 1
     assert store.search_offset("T", 0, 1020) == 2  # a tie goes to the earlier message
     assert store.search_offset("T", 0, 1026) == 3
     assert (store.search_offset("T", 0, 5), store.search_offset("T", 0, 9999)) == (0, 3)
     assert store.search_offset("T", 7, 1000) == 0
+
+
+def test_search_offset_for_a_time_a_batch_shares_answers_the_middle_message() -> None:
+    """4.9.4 answers 2 for a batch of five at offsets 0..4 (tests/realbroker/test_devbroker_parity.py)."""
+    clock = Clock(1000)
+    store = make_store(clock=clock)
+    store.put("T", 0, [new() for _ in range(5)])
+    assert store.search_offset("T", 0, 1000) == 2
+    clock.ms = 2000
+    store.put("T", 0, [new() for _ in range(3)])  # 0..4 at 1000, 5..7 at 2000
+    assert (store.search_offset("T", 0, 1000), store.search_offset("T", 0, 2000)) == (3, 5)
+
+
+def _java_get_offset_in_queue_by_time(times: list[int], timestamp: int) -> int:
+    """ConsumeQueue.getOffsetInQueueByTime transliterated, byte positions and all (one file from 0)."""
+    unit = 20  # CQ_STORE_UNIT_SIZE
+    low, high = 0, len(times) * unit - unit
+    target = left = right = -1
+    left_value = right_value = -1
+    while high >= low:
+        mid = (low + high) // (2 * unit) * unit
+        stored = times[mid // unit]
+        if stored == timestamp:
+            target = mid
+            break
+        if stored > timestamp:
+            high, right, right_value = mid - unit, mid, stored
+        else:
+            low, left, left_value = mid + unit, mid, stored
+    if target != -1:
+        offset = target
+    elif left_value == -1:
+        offset = right
+    elif right_value == -1:
+        offset = left
+    else:
+        offset = right if abs(timestamp - left_value) > abs(timestamp - right_value) else left
+    return offset // unit
+
+
+def test_search_offset_agrees_with_the_java_search_on_random_queues() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        clock = Clock(1000)
+        store = make_store(clock=clock)
+        times = []
+        for _ in range(rng.randint(1, 40)):
+            clock.ms += rng.choice((0, 0, 1, 5, 10))
+            times.append(clock.ms)
+            store.put("T", 0, [new()])
+        for ts in range(times[0] - 3, times[-1] + 4):
+            assert store.search_offset("T", 0, ts) == _java_get_offset_in_queue_by_time(times, ts), (
+                times,
+                ts,
+            )
 
 
 def test_store_times_never_go_backwards() -> None:
