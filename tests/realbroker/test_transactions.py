@@ -216,8 +216,14 @@ async def test_serve_sigkilled_between_begin_and_commit_is_asked_after_restart(
                     )
                     expected = {committed, by_app_commit}
                     assert await java_received(java, expected) == expected
-                    state = (await http.get(f"{serve.url}/v1/transactions/{by_app_rollback}")).json()
-                    assert state["state"] == "ROLLED_BACK"
+
+                    async def rolled_back_by_app() -> bool:
+                        # recorded once the app's answer is back: the app being asked (above) and the
+                        # commit reaching Java do not wait for it
+                        got = await http.get(f"{serve.url}/v1/transactions/{by_app_rollback}")
+                        return bool(got.json()["state"] == "ROLLED_BACK")
+
+                    await until(rolled_back_by_app, "the app's rollback recorded", CHECK_WAIT_S)
         stored = [m.uniq_key for m in await pull_all(instance.api, route, topic, f"{group}_check")]
         assert sorted(stored) == sorted(expected)  # type: ignore[type-var]
     finally:
