@@ -146,18 +146,25 @@ class IdempotencyStore:
             return stored[1]
         fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._inflight[key] = (fp, fut)
+        answer: Answer | None = None
         try:
             answer = await compute()
             if final(answer):
-                await self._keep(key, fp, answer)
+                # Shielded: the message is sent; a caller gone now must not leave its key unkept (a
+                # repeat after it would send again). The record is written all the same.
+                await asyncio.shield(self._keep(key, fp, answer))
             fut.set_result(answer)
             return answer
         except asyncio.CancelledError:
             # Only this caller is gone (a client that disconnected, a stop): a repeat waiting here was
             # not cancelled and, given this CancelledError, ended with no answer at all (grpc.aio then
-            # sends no status: the call hung). It computes its own answer instead.
-            fut.set_exception(_FirstGone())
-            fut.exception()
+            # sends no status: the call hung). It gets the answer if there is one (the message went:
+            # computed again, it would go twice), else computes its own.
+            if answer is not None:
+                fut.set_result(answer)
+            else:
+                fut.set_exception(_FirstGone())
+                fut.exception()
             raise
         except BaseException as exc:
             fut.set_exception(exc)

@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 log = logging.getLogger("rocksidecar")
+# After a stop that overran: how long closing the store may take (RocksDB recovers from its WAL if not).
+CLOSE_STORE_S = 5.0
 
 
 class _Closes(Protocol):
@@ -90,6 +92,9 @@ async def stop_within(
             limit_s,
             extra={"event": "stop_overran", "limit_s": limit_s},
         )
-        await close_store()
+        try:  # bounded too: a disk that hung the stop may hang this (then the exit 1 is all there is)
+            await asyncio.wait_for(close_store(), CLOSE_STORE_S)
+        except TimeoutError:
+            log.error("closing the store took more than %.0f s: left as it is", CLOSE_STORE_S)
         return False
     return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import socket
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
@@ -43,6 +44,21 @@ class _Uvicorn(uvicorn.Server):
         yield  # the service owns SIGTERM and SIGINT and stops the listeners in order
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port; [::] takes IPv4 too, whatever net.ipv6.bindv6only says."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if host == "::":
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class HttpServer:
     def __init__(
         self,
@@ -67,18 +83,20 @@ class HttpServer:
         stale = uvicorn_internals.problem()
         if stale is not None:  # refused here, in one line, rather than on some later request
             raise ListenError(stale)
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        host = self.host
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if self.host == "::":  # every address, IPv4 too, whatever the host's net.ipv6.bindv6only
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            sock.bind((self.host, self.port))
-            sock.listen(1024)
+            try:
+                sock = _listen(host, self.port)
+            except OSError as exc:
+                if host != "::" or exc.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
+                    raise
+                # A kernel without IPv6 (ipv6.disable=1): the wildcard still means every address it has
+                # (the chart's [::] must not stop a replica where 0.0.0.0 worked).
+                host = "0.0.0.0"
+                sock = _listen(host, self.port)
         except OSError as exc:
-            sock.close()
             raise ListenError(
-                f"the HTTP API cannot listen on {self.host}:{self.port}: {exc.strerror or exc}"
+                f"the HTTP API cannot listen on {host}:{self.port}: {exc.strerror or exc}"
             ) from exc
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(

@@ -43,3 +43,55 @@ async def test_a_waiting_repeat_is_not_cancelled_with_the_first_request() -> Non
     assert repeat.result() == (202, {"status": "SPOOLED"})
     assert first.cancelled()
     await writer.close()
+
+
+class SlowWriter:
+    """A group-commit writer whose write waits (a sync under load) until released."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.kept = asyncio.Event()
+
+    async def write(self, ops: object) -> None:
+        if self.entered.is_set():
+            return  # later writes (the repeat's own record) go through
+        self.entered.set()
+        await self.release.wait()
+        self.kept.set()
+
+
+async def test_a_repeat_does_not_send_again_when_the_first_was_cancelled_after_its_answer() -> None:
+    """Cancelled while its answer was being kept (the message sent), the first request hands the repeat
+    that answer: computed again, the message went twice under one key."""
+    kv = MemoryKV(COLUMN_FAMILIES)
+    writer = SlowWriter()
+    store = IdempotencyStore(kv, writer, window_s=60, now_ms=lambda: 1_000)  # type: ignore[arg-type]
+    sends: list[str] = []
+
+    async def first_compute() -> Answer:
+        sends.append("first")
+        return 200, {"status": "SENT", "id": "A"}
+
+    async def again_compute() -> Answer:
+        sends.append("repeat")
+        return 200, {"status": "SENT", "id": "B"}
+
+    first = asyncio.create_task(store.run("k", "fp", first_compute))
+    await writer.entered.wait()  # the first's send is done; its answer is being kept
+    waiting = asyncio.Event()
+
+    async def repeat_call() -> Answer:
+        waiting.set()
+        return await store.run("k", "fp", again_compute)
+
+    repeat = asyncio.create_task(repeat_call())
+    await waiting.wait()
+    first.cancel()  # the first client disconnects while the dedupe record is being synced
+    done, _ = await asyncio.wait({repeat}, timeout=5)
+    writer.release.set()
+    assert repeat in done
+    assert sends == ["first"], f"the message was sent again under the same Idempotency-Key: {sends}"
+    assert repeat.result() == (200, {"status": "SENT", "id": "A"})
+    # and the first's answer is kept all the same (a later repeat must find it, not send again)
+    await asyncio.wait_for(writer.kept.wait(), 5)

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from bench.sidecar_process import sidecar_process
+from rocksidecar.app import shutdown
 from rocksidecar.app.shutdown import close_stores_anyway, stop_within
 from rocksidecar.app.subscriptions.runner import Subscriptions, close_wait_s, consumer_config
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
@@ -165,3 +166,15 @@ async def test_a_stop_within_its_limit() -> None:
 
     assert await stop_within(stop(), 5, close_store) is True
     assert closed == []
+
+
+async def test_closing_the_store_after_an_overrun_is_bounded_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disk that hung the stop may hang closing the store as well: that is cut short too, so the process
+    still exits 1 (README) rather than waiting for Kubernetes' SIGKILL."""
+    monkeypatch.setattr(shutdown, "CLOSE_STORE_S", 0.1)
+    hung = asyncio.Event()
+
+    async def stuck() -> None:
+        await hung.wait()
+
+    assert await stop_within(stuck(), 0.1, stuck) is False
