@@ -17,7 +17,8 @@ the first byte of a request) to the end of its body, the keep-alive time between
 lazily re-armed timer; a close while a body is arriving lingers (half-close, read and drop) so the
 client's kernel does not reset the connection before the client read what it was sent. The connection
 limit (``limit``) counts this protocol's connections and uvicorn's in one set (the server state's); a
-head with over MAX_HEADER_FIELDS fields is handed over, and uvicorn's side answers it 431.
+head over MAX_HEAD bytes or with over MAX_HEADER_FIELDS fields is handed over, and uvicorn's side
+answers it 431.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ class HotHttp(asyncio.Protocol):
             if self._start:
                 del self._buf[: self._start]  # what completed messages took
                 self._start = 0
-            if len(self._buf) > MAX_HEAD:  # no hot request's: uvicorn's (431 once it reads more)
+            if len(self._buf) > MAX_HEAD:  # an open head over MAX_HEAD: uvicorn's side answers it 431
                 self._handover_at = 0
         if self._handover_at is not None:
             self._hand_over()
@@ -183,11 +184,13 @@ class HotHttp(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         if self._handover_at is not None:
             return
-        hot = self._admit()
-        if hot is None:
-            self._handover_at = self._start
+        start = self._start
+        head_end = self._buf.find(_HEAD_END, start, start + MAX_HEAD)  # not found: a head over MAX_HEAD
+        hot = None if head_end < 0 else self._admit()
+        if hot is None:  # a head over MAX_HEAD included: uvicorn's side answers it 431
+            self._handover_at = start
             return
-        head_end = self._buf.find(_HEAD_END, self._start) + len(_HEAD_END)
+        head_end += len(_HEAD_END)
         hot.body_at = head_end
         hot.end = head_end + int(self._headers[b"content-length"])
         hot.keep_alive = self.parser.should_keep_alive()

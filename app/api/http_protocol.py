@@ -181,6 +181,14 @@ def refusal_bytes(refusal: Refusal, default_headers: list[tuple[bytes, bytes]]) 
     return b"".join([head, b"connection: close\r\n\r\n", body])
 
 
+def _open_part(data: bytes) -> int:
+    """The bytes of ``data`` that belong to the head begun in it and still open at its end: those after the
+    last head's end (a head holds no CRLF CRLF; httptools wants CRLFs). Exact unless the body of a pipelined
+    request lies between them: then that is counted too."""
+    end = data.rfind(b"\r\n\r\n")
+    return len(data) if end < 0 else len(data) - end - 4
+
+
 class _TooManyFields(Exception):
     """Raised from the parser's header callback: httptools stops parsing, uvicorn calls send_400_response."""
 
@@ -252,8 +260,10 @@ class GuardedHttpTools(HttpToolsProtocol):
     _pending: Refusal | None = None  # a head refused while answers before it were owed
     _read: LazyDeadline | None = None
     _lingering: _LingeringTransport | None = None
-    # Bytes of the head being read, counted from the read after the one it began in (httptools says where
-    # a head ends, not where it begins; a read is at most 256 KiB); None: no head open.
+    # Bytes of the open head read so far (at least: see _open_part); None: no head open. A head that
+    # begins and ends in one read of at most MAX_HEAD bytes is within the bound, so such a read (the common
+    # one: whole requests well under MAX_HEAD) costs one comparison; any other read is fed in pieces that
+    # end where an open head would pass MAX_HEAD (_feed_bounded).
     _head: int | None = None
     _begun = 0  # requests begun on this connection
 
@@ -269,12 +279,35 @@ class GuardedHttpTools(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._lingering is not None and self._lingering.lingering:
             return  # dropped: the answer is out, nothing more is parsed
-        head_before = (self._begun, self._head is not None)
-        super().data_received(data)
-        if self._head is not None and head_before == (self._begun, True):  # the whole read was this head's
-            self._head += len(data)
-            if self._head > MAX_HEAD and not self.transport.is_closing():
-                self._refuse_head(_HEAD_TOO_LARGE)
+        if self._head is None and len(data) <= MAX_HEAD:
+            super().data_received(data)
+            if self._head is not None:  # a head began in this read and is still open
+                self._head = _open_part(data)
+        else:
+            self._feed_bounded(data)
+
+    def _feed_bounded(self, data: bytes) -> None:
+        """Feed ``data`` (a read over MAX_HEAD bytes, or one that goes on an open head, app.api.hot_http's
+        handover included) in pieces: none longer than MAX_HEAD, none past the bytes the open head may still
+        have. So a head ends within MAX_HEAD bytes, or is still open at MAX_HEAD with bytes to come: 431."""
+        at, end = 0, len(data)
+        while at < end:
+            head, begun = self._head, self._begun
+            if head is not None and head >= MAX_HEAD:  # more bytes of a head that has MAX_HEAD already
+                if not self.transport.is_closing():
+                    self._refuse_head(_HEAD_TOO_LARGE)
+                return
+            piece = data[at : at + MAX_HEAD - (head or 0)]
+            at += len(piece)
+            super().data_received(piece)
+            if self.transport.is_closing() or self.parser.should_upgrade():
+                return  # a 400 closed it, or an upgrade paused the parser: the rest unparsed, as uvicorn's
+            if self._head is None:
+                continue
+            if head is not None and self._begun == begun:  # the same head, still open
+                self._head = head + len(piece)
+            else:  # one begun in this piece
+                self._head = _open_part(piece)
 
     def body_arriving(self) -> bool:
         """A request is arriving: its body, or its head (a 431 or a timeout closes while it does)."""

@@ -288,19 +288,3 @@ async def test_the_kept_verdict_of_a_connection_still_refuses_what_the_guards_re
     writer.close()
     assert answer == status and orjson.loads(body)["field"] == field
     assert [m.body for m in stack.stored("Hot")] == [b"x"]
-
-
-async def test_a_head_longer_than_the_protocol_holds_is_handed_to_uvicorn_and_answered(stack: Stack) -> None:
-    reader, writer = await connect(stack)
-    request = post("/v1/messages", ONE, "x-pad: " + "a" * (hot_http.MAX_HEAD + 1024))
-    cut = hot_http.MAX_HEAD + 512  # inside the padding: the head is not complete
-    writer.write(request[:cut])
-    await writer.drain()
-    await stack.http.get("/healthz")  # the server has read the partial head by now
-    writer.write(request[cut:])
-    status, _, body = await read_answer(reader)
-    connections = stack.service.http._server.server_state.connections
-    writer.close()
-    assert status == 200 and orjson.loads(body)["status"] == "SENT"
-    assert [m.body for m in stack.stored("Hot")] == [b"x"]
-    assert not [c for c in connections if isinstance(c, hot_http.HotHttp)]  # both are uvicorn's now
