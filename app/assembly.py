@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from rocksidecar.delay import DelayedMessage, DelayStore
+from rocksidecar.delay import DelayStore
 from rocksidecar.delay import keys as delay_keys
 from rocksidecar.retry import RetryStore
 from rocksidecar.retry import keys as retry_keys
@@ -23,6 +23,7 @@ from rocksidecar.rmq.producer.coalesce import CoalescingSender
 from rocksidecar.rmq.sender import Sender
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV
+from rocksidecar.storage.message import StoredMessage
 from rocksidecar.storage.reserve import MIB, DiskReserve, ReserveFile
 from rocksidecar.storage.rocks import RocksKV
 
@@ -50,6 +51,7 @@ from .metrics import (
     Metrics,
     MsgTraceCollector,
     StateCollector,
+    TimedSender,
     TransactionCollector,
 )
 from .notify import DeadLetterNotifier
@@ -145,7 +147,8 @@ class SidecarParts:
         self.forwarder: Forwarder | None = None
         if s.delay_mode == "service":  # delayed messages go to the Rock-DMQ service (app.dmq.forward)
             self.forwarder = Forwarder(
-                self.producer, self.retry, self.kv, self.writer, policy_for=s.retry_policy,
+                TimedSender(self.producer, self.metrics.observe_send), self.retry, self.kv, self.writer,
+                policy_for=s.retry_policy,
                 now_ms=self.retry.now_ms, inner_topic=s.dmq_inner_topic, fallback=delay_lookup,
                 on_spooled=self.events.spooled, withdraw=self.retry.withdraw, lead_ms=self.delay.lead_ms,
             )  # fmt: skip
@@ -179,7 +182,9 @@ class SidecarParts:
             canceller=self.forwarder or delay_lookup,
             now_ms=self.retry.now_ms,  # never runs backwards: a clock step cannot make a rung fire early
             on_spooled=self.events.spooled,
+            on_sent=self.metrics.observe_send,  # the API's sends, timed inline (no wrapper: the hot path)
         )
+        loops_sender = TimedSender(loops_sender, self.metrics.observe_send)  # replays, delay publications
         loops_sender = spans.TracedSender(loops_sender, background=True) if traced else loops_sender
         # Both API edges: delayMs due times by the delay store's clock (a step back must not make them early),
         # a deliverAt moved onto it by its lead over the wall clock (not the step early either). Forwarded to
@@ -387,8 +392,9 @@ class SidecarParts:
 
     # --- what the operator sees, and replay on recovery -------------------------------------------
     def _on_attempt(self, broker: str, latency_s: float, ok: bool, message: Message | None) -> None:
+        # attempts only: the send latency is one observation per send, all its attempts included
+        # (Sidecar.on_sent, TimedSender), not one per attempt
         self.metrics.observe_attempt(broker, ok)
-        self.metrics.observe_send(latency_s, message)
 
     def _on_broker_state(self, broker: str, state: str, reason: str, backoff_s: float) -> None:
         self.events.broker_state(broker, state, reason, backoff_s)
@@ -424,7 +430,7 @@ class SidecarParts:
         self.metrics.replays.labels(outcome).inc()
         self.events.replayed(outcome)
 
-    def _on_delay_published(self, lateness_s: float, msg: DelayedMessage) -> None:
+    def _on_delay_published(self, lateness_s: float, msg: StoredMessage) -> None:
         self.metrics.observe_lateness(lateness_s, msg)
         self.events.delay_published(lateness_s)
 
@@ -441,7 +447,9 @@ class SidecarParts:
 
     def _store_stats(self) -> dict[str, float]:
         st = self.retry.stats()
-        since = st.oldest_first_failure_ms or st.oldest_due_ms  # spooled with ack=spool: never failed yet
+        # the oldest pending message's first failure (its creation if it never failed: ack=spool), not the
+        # next due one's (retry.oldest); the next due time only for records that carry neither
+        since = st.oldest_first_failure_ms or st.oldest_due_ms
         # by the retry store's clock, as both times were stamped (not the wall clock: a step back of it
         # would make them look that much younger, for good)
         age = (self.retry.now_ms() - since) / 1000 if since else 0.0

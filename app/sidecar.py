@@ -8,6 +8,7 @@ The promise lives here: an outcome other than an error means the message is stor
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -18,7 +19,7 @@ import msgspec
 from rocksidecar.delay import CancelOutcome, DelayedMessage
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.retry.record import RetryRecord
-from rocksidecar.rmq import RocketMQError, Sender, SendResult
+from rocksidecar.rmq import Message, RocketMQError, Sender, SendResult
 from rocksidecar.storage.clock import wall_ms
 from rocksidecar.storage.message import StoredMessage
 from rocksidecar.storage.status import Status, StoredAtLike
@@ -126,8 +127,14 @@ class Sidecar:
         canceller: Canceller | None = None,
         now_ms: Callable[[], int] = wall_ms,
         on_spooled: Callable[[RetryRecord], None] | None = None,
+        on_sent: Callable[[float, Message | None], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.on_spooled = on_spooled  # after a failed send was spooled (the operator's log)
+        # (seconds, the message or a batch's first) once per send to the producer, every attempt of it
+        # included, whatever its outcome (Metrics.observe_send); one clock read before, one after
+        self.on_sent = on_sent
+        self._clock = clock
         self.producer = producer
         self.retry = retry
         self.delay = delay
@@ -154,10 +161,16 @@ class Sidecar:
             now = self._now_ms()
             await self.retry.spool(RetryRecord.of(self.stored(p)), now)
             return Outcome(id, Status.SPOOLED, next_attempt_at_ms=now)
+        on_sent = self.on_sent
+        started = self._clock() if on_sent is not None else 0.0
         try:
             result = await self.producer.send(p.message, sharding_key=p.sharding_key, validated=True)
         except RocketMQError as exc:
+            if on_sent is not None:
+                on_sent(self._clock() - started, p.message)
             return await self._after_failure(p, exc)
+        if on_sent is not None:
+            on_sent(self._clock() - started, p.message)
         return Outcome(result.msg_id, SENT, result)  # Outcome.sent inline: a call less a message
 
     def _delay_store(self) -> DelaySchedule:
@@ -277,9 +290,13 @@ class Sidecar:
         # Every item (the usual batch): the items as they are, no copy.
         every = len(idx) == len(items)
         prepared: Sequence[Prepared] = items if every else [items[i] for i in idx]  # type: ignore[assignment,misc]
+        on_sent = self.on_sent
+        started = self._clock() if on_sent is not None else 0.0
         results = await self.producer.send_batch(
             [p.message for p in prepared], [p.sharding_key for p in prepared], validated=True
         )
+        if on_sent is not None:
+            on_sent(self._clock() - started, prepared[0].message)
         sent = SENT
         if every and {SendResult} == set(map(type, results)):
             stored = cast(list[SendResult], results)

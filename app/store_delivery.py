@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from rocksidecar.delay import DelayedMessage, DelayScheduler, DelayStore, StoredAt
+from rocksidecar.delay import SPOOLED, DelayedMessage, DelayScheduler, DelayStore, Spooled, StoredAt
 from rocksidecar.retry import ReplayLoop, RetryStore
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.retry.record import RetryRecord
 from rocksidecar.rmq import RocketMQError, Sender, SendResult
+from rocksidecar.storage.due_loop import observe
+from rocksidecar.storage.message import StoredMessage
 
 from .delivery_policy import RetrySpool, failed_send, message_fault, spool_by_due
 from .wire import stored_at, to_wire
@@ -37,6 +39,9 @@ class StoreDelivery:
     delay: DelayStore
     policy_for: Callable[[str], RetryPolicy] = field(kw_only=True)
     now_ms: Callable[[], int] = field(kw_only=True)
+    # (lateness_s, message) for a delayed message the replay published in the end (the scheduler's own
+    # publishes report through DelayScheduler's on_published)
+    on_published: Callable[[float, StoredMessage], None] | None = field(default=None, kw_only=True)
 
     async def redeliver(self, record: RetryRecord) -> None:
         """The retry store's ``deliver``: send a spooled message again, under its original id."""
@@ -46,6 +51,8 @@ class StoreDelivery:
             )
         except RocketMQError as exc:
             raise DeliveryFailed(str(exc), redeliverable=not message_fault(exc)) from exc
+        if record.delay_due_ms:
+            self._late([record])
         await self._note_sent([(record.id, result)])
 
     async def redeliver_batch(self, records: Sequence[RetryRecord]) -> list[Exception | None]:
@@ -53,6 +60,13 @@ class StoreDelivery:
         per message; an outcome per record."""
         messages = [to_wire(r) for r in records]
         results = await self.producer.send_batch(messages, [r.sharding_key for r in records], validated=True)
+        delayed = [
+            r
+            for r, res in zip(records, results, strict=True)
+            if r.delay_due_ms and isinstance(res, SendResult)
+        ]
+        if delayed:
+            self._late(delayed)
         await self._note_sent(
             [(r.id, res) for r, res in zip(records, results, strict=True) if isinstance(res, SendResult)]
         )
@@ -62,6 +76,13 @@ class StoreDelivery:
             else DeliveryFailed(str(res), redeliverable=not message_fault(res))
             for res in results
         ]
+
+    def _late(self, records: Sequence[RetryRecord]) -> None:
+        """Tell how late these delayed messages, spooled when their publish failed, went out in the end:
+        to now by the delay store's clock, as the scheduler measures those it publishes itself."""
+        now = self.delay.now_ms()
+        for record in records:
+            observe(self.on_published, (now - record.delay_due_ms) / 1000, "on_published", record)
 
     async def _note_sent(self, sent: list[tuple[str, SendResult]]) -> None:
         """Remember for a while that these spooled messages went out, and where, so their status says
@@ -76,22 +97,25 @@ class StoreDelivery:
         except Exception as exc:
             log.warning("could not record %d delivered ids: %s", len(sent), exc)
 
-    async def publish_delayed(self, msgs: Sequence[DelayedMessage]) -> list[Exception | StoredAt | None]:
+    async def publish_delayed(self, msgs: Sequence[DelayedMessage]) -> list[Exception | StoredAt | Spooled]:
         """The delay scheduler's ``publish``: send due messages as batches; spool what fails into the retry
         store (which also dead-letters what the broker refuses). An exception per message means "stored
-        nowhere": the scheduler keeps it and tries again; a StoredAt, where the broker stored it."""
+        nowhere": the scheduler keeps it and tries again; a StoredAt, where the broker stored it; SPOOLED,
+        kept in the retry store (not published yet: its replay publishes it, and tells its lateness)."""
         results = await self.producer.send_batch(
             [to_wire(m) for m in msgs], [m.sharding_key for m in msgs], validated=True
         )
-        out: list[Exception | StoredAt | None] = [
-            stored_at(r) if isinstance(r, SendResult) else None for r in results
+        out: list[Exception | StoredAt | Spooled] = [
+            stored_at(r) if isinstance(r, SendResult) else SPOOLED for r in results
         ]
         now = self.now_ms()
-        failed = [
-            (i, *failed_send(m, result, now, self.policy_for(m.type)))  # the same message, now a retry
-            for i, (m, result) in enumerate(zip(msgs, results, strict=True))
-            if isinstance(result, Exception)
-        ]
+        failed = []
+        for i, (m, result) in enumerate(zip(msgs, results, strict=True)):
+            if isinstance(result, Exception):
+                record, due = failed_send(
+                    m, result, now, self.policy_for(m.type)
+                )  # the same message, a retry
+                failed.append((i, replace(record, delay_due_ms=m.due_ms), due))
         for i, exc in (await spool_by_due(self.retry, failed)).items():
             out[i] = exc  # stored nowhere: the scheduler keeps it
         return out
@@ -105,13 +129,15 @@ def delivery_loops(
     policy_for: Callable[[str], RetryPolicy],
     workers: int,
     batch_max: int,
-    on_published: Callable[[float, DelayedMessage], None],
+    on_published: Callable[[float, StoredMessage], None],
     on_replayed: Callable[[str], None],
 ) -> tuple[DelayScheduler, ReplayLoop]:
     """The delay scheduler and the retry replay of a process (the sidecar, a ``dmq`` replica), both
     delivering through one StoreDelivery: a delayed message whose publish fails falls into the retry
-    store, and the replay sends it again."""
-    delivery = StoreDelivery(producer, retry, delay, policy_for=policy_for, now_ms=retry.now_ms)
+    store, and the replay sends it again (``on_published`` hears it then, as the scheduler's own)."""
+    delivery = StoreDelivery(
+        producer, retry, delay, policy_for=policy_for, now_ms=retry.now_ms, on_published=on_published
+    )
     scheduler = DelayScheduler(delay, delivery.publish_delayed, on_published=on_published)
     replay = ReplayLoop(
         retry,

@@ -4,7 +4,7 @@ from rocksidecar.storage.status import StoredAt
 
 from .keys import COLUMN_FAMILIES
 from .message import DELAY_DUE_AT, DELAY_PUBLISHED_AT, CorruptMessageError, DelayedMessage
-from .publication import Publish
+from .publication import SPOOLED, Publish, Spooled
 from .scheduler import DelayScheduler
 from .status import CancelOutcome, DelayState, DelayStats, DelayStatus
 from .store import DelayStore
@@ -13,6 +13,7 @@ __all__ = [
     "COLUMN_FAMILIES",
     "DELAY_DUE_AT",
     "DELAY_PUBLISHED_AT",
+    "SPOOLED",
     "CancelOutcome",
     "CorruptMessageError",
     "DelayScheduler",
@@ -22,5 +23,6 @@ __all__ = [
     "DelayStore",
     "DelayedMessage",
     "Publish",
+    "Spooled",
     "StoredAt",
 ]

@@ -13,14 +13,29 @@ from rocksidecar.storage.status import StoredAt
 from .message import DelayedMessage
 
 # One outcome per message, in order: an exception means "not stored anywhere" (it stays scheduled and is
-# tried again); anything else means stored by a broker (a StoredAt says where) or spooled for retry.
+# tried again); SPOOLED, not published but stored for a later retry (the retry store's replay sends it);
+# anything else means stored by a broker (a StoredAt says where).
 Publish = Callable[[list[DelayedMessage]], Awaitable[Sequence[object]]]
+
+
+class Spooled:
+    """The type of SPOOLED: the outcome of a message its publish could not store on a broker and that was
+    kept for a later retry instead. Done here (recorded as sent), but not published: no lateness yet."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "SPOOLED"
+
+
+SPOOLED = Spooled()
 
 
 @dataclass(frozen=True, slots=True)
 class Published:
-    sent: list[tuple[bytes, DelayedMessage]]  # (due key, message as stored)
+    sent: list[tuple[bytes, DelayedMessage]]  # (due key, message as stored): published or SPOOLED
     sent_to: list[StoredAt | None]  # where each of ``sent`` was stored, when publish said so
+    spooled: list[int]  # the indexes in ``sent`` of those SPOOLED, not published (usually none)
     failed: list[bytes]  # due keys
     first_error: BaseException | None
     done_at_ms: int  # when publish returned: "sent" time and lateness are measured to here
@@ -41,6 +56,7 @@ async def publish_batch(
         results = [exc] * len(msgs)
     sent: list[tuple[bytes, DelayedMessage]] = []
     sent_to: list[StoredAt | None] = []
+    spooled: list[int] = []
     failed: list[bytes] = []
     first_error: BaseException | None = None
     for item, result in zip(batch, results, strict=True):
@@ -48,6 +64,8 @@ async def publish_batch(
             failed.append(item[0])
             first_error = first_error or result
         else:
+            if result is SPOOLED:
+                spooled.append(len(sent))
             sent.append(item)
             sent_to.append(result if isinstance(result, StoredAt) else None)
-    return Published(sent, sent_to, failed, first_error, now_ms())
+    return Published(sent, sent_to, spooled, failed, first_error, now_ms())

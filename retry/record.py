@@ -25,6 +25,9 @@ class RetryRecord(StoredMessage):
     retry_count: int = 0
     last_error: str = ""
     history: tuple[tuple[int, str], ...] = ()  # (at_ms, error), oldest first
+    # A delayed message whose publish failed: when it was due (the delay store's clock), so its replay
+    # can tell how late it went out in the end (rocksidecar_delay_lateness_seconds); 0 for any other.
+    delay_due_ms: int = 0
 
     @classmethod
     def of(cls, msg: StoredMessage, *, error: str = "", failed_at_ms: int | None = None) -> RetryRecord:
@@ -61,6 +64,8 @@ def encode_record(record: RetryRecord) -> bytes:
         "error": record.last_error,
         "history": [list(h) for h in record.history],
     }
+    if record.delay_due_ms:
+        own["delay_due"] = record.delay_due_ms  # absent otherwise: older versions read it as before
     return encode(record, own)
 
 
@@ -99,6 +104,10 @@ def decode_record(data: bytes) -> RetryRecord:
             raise TypeError("first_failure and retries must be integers, error a string")
         if type(history) is not list or not all(type(at) is int and type(err) is str for at, err in history):
             raise TypeError("history entries must be [int, string]")
+        delay_due = meta.get("delay_due", 0)
+        if type(delay_due) is not int:
+            raise TypeError("delay_due must be an integer")
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptRecordError(f"bad record metadata: {exc}") from exc
-    return RetryRecord(*fields, first_failure, retries, error, tuple((at, err) for at, err in history))
+    history_ = tuple((at, err) for at, err in history)
+    return RetryRecord(*fields, first_failure, retries, error, history_, delay_due)

@@ -78,11 +78,10 @@ class Redelivery:
         if not records:
             return
         results = await self._attempt(records)
-        delivered = [
-            key for key, result in zip(keys, results, strict=True) if not isinstance(result, Exception)
-        ]
+        ok = [not isinstance(result, Exception) for result in results]
+        delivered = [key for key, stored in zip(keys, ok, strict=True) if stored]
         if delivered:
-            await self.store.ack_many(delivered)
+            await self.store.ack_many(delivered, [r for r, stored in zip(records, ok, strict=True) if stored])
             outcomes += [DELIVERED] * len(delivered)
         for key, record, result in zip(keys, records, results, strict=True):
             if isinstance(result, Exception):
@@ -113,10 +112,13 @@ class Redelivery:
         error = describe(exc)
         failed = record.failed(now, error)
         if not getattr(exc, "redeliverable", True):
-            await self.store.bury(key, failed, f"not redeliverable: {error}")
+            await self.store.bury(key, failed, f"not redeliverable: {error}", was=record)
             return DEAD
         if policy.exhausted(failed.retry_count):
-            await self.store.bury(key, failed, f"retries exhausted after {failed.retry_count}: {error}")
+            await self.store.bury(
+                key, failed, f"retries exhausted after {failed.retry_count}: {error}", was=record
+            )
             return DEAD
-        await self.store.reschedule(key, failed, now + round(policy.delay_s(failed.retry_count) * 1000))
+        due = now + round(policy.delay_s(failed.retry_count) * 1000)
+        await self.store.reschedule(key, failed, due, was=record)
         return RESCHEDULED

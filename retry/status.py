@@ -27,6 +27,8 @@ class StoreStats:
     pending: int
     dead: int
     oldest_due_ms: int | None  # due time of the earliest pending message
-    oldest_first_failure_ms: int | None  # first failure of that message
+    # first failure of the oldest pending message, in time (not in due order); its creation for one
+    # spooled without a failure (retry.oldest); None when nothing pending is known
+    oldest_first_failure_ms: int | None
     healthy: bool
     last_error: str | None

@@ -41,6 +41,7 @@ from .keys import (
     pending_of_dead,
     split_index_key,
 )
+from .oldest import SYNC_SCAN_LIMIT, OldestPending, since_ms, since_of
 from .record import CorruptRecordError, RetryRecord, decode_record, encode_record
 from .status import MessageStatus, State, StoreStats
 
@@ -57,6 +58,10 @@ class RetryStore(QueueBacked):
     large stores); they stay exact unless the same message is spooled twice with the same due
     millisecond (then one key is overwritten and counted twice): what may spool a message again
     uses ``spool_new``.
+
+    The oldest pending message's first failure (``stats``) is kept in memory too (retry.oldest), built
+    at open from one scan of the pending records (in the background for a large store) and told every
+    record written or deleted here.
     """
 
     def __init__(
@@ -86,6 +91,12 @@ class RetryStore(QueueBacked):
         # Pending keys a redrive is writing now: a second redrive of the same message in the same
         # millisecond (redrive_id runs them together) must not write, and count, the same key again.
         self._arriving: set[bytes] = set()
+        self._oldest = OldestPending()
+        values = (raw for _, raw in kv.iterate(PENDING_CF))
+        if self._pending.exact and self._pending.value <= SYNC_SCAN_LIMIT:
+            self._oldest.load(values)
+        else:
+            self._oldest.load_in_background(values)
 
     @property
     def dead_count(self) -> int:
@@ -93,7 +104,7 @@ class RetryStore(QueueBacked):
 
     def wait_counted(self, timeout_s: float | None = None) -> bool:
         """Wait for the exact counts behind pending_count and dead_count (tests); whether they are done."""
-        return self._pending.wait(timeout_s) and self._dead.wait(timeout_s)
+        return self._pending.wait(timeout_s) and self._dead.wait(timeout_s) and self._oldest.wait(timeout_s)
 
     @classmethod
     def open(cls, path: str | Path, **kwargs: object) -> RetryStore:
@@ -113,6 +124,7 @@ class RetryStore(QueueBacked):
         writer and the KV if this store created them."""
         self._pending.close()
         self._dead.close()
+        self._oldest.close()
         await self.queue.save()
         if self._owns_writer:
             await self.writer.close()
@@ -156,6 +168,8 @@ class RetryStore(QueueBacked):
         if keys:
             await self._commit(ops, min(keys), now)
             self._pending.add(len(keys))
+            for record in records:
+                self._oldest.add(since_ms(record))
         return keys
 
     async def spool_new(self, record: RetryRecord, due_ms: int | None = None) -> bytes | None:
@@ -169,8 +183,12 @@ class RetryStore(QueueBacked):
             return None
         return await self.spool(record, due_ms)
 
-    async def reschedule(self, old_key: bytes, record: RetryRecord, due_ms: int) -> bytes:
-        """Write ``record`` under its next rung and delete ``old_key``, in one batch."""
+    async def reschedule(
+        self, old_key: bytes, record: RetryRecord, due_ms: int, *, was: RetryRecord | None = None
+    ) -> bytes:
+        """Write ``record`` under its next rung and delete ``old_key``, in one batch. ``was``: the record
+        under ``old_key`` when the caller has it (else it is read here)."""
+        old_since = since_ms(was) if was is not None else self._since_at(old_key)
         key = pending_key(clamp_due(due_ms), record.retry_count, record.type, record.id)
         ops: list[Op] = [
             Put(PENDING_CF, key, encode_record(record)),
@@ -179,23 +197,34 @@ class RetryStore(QueueBacked):
         if key != old_key:
             ops += self._unlink(old_key)
         await self._commit(ops, key)
+        self._oldest.remove(old_since)
+        self._oldest.add(since_ms(record))
         return key
 
     async def ack(self, key: bytes) -> None:
         """The message under ``key`` was delivered: delete it and its index entry."""
         await self.ack_many((key,))
 
-    async def ack_many(self, keys: Sequence[bytes]) -> None:
-        """Several delivered messages, deleted in one batch."""
+    async def ack_many(self, keys: Sequence[bytes], records: Sequence[RetryRecord] | None = None) -> None:
+        """Several delivered messages, deleted in one batch. ``records``: the records under ``keys``, in
+        order, when the caller has them (else they are read here)."""
+        sinces = [since_ms(r) for r in records] if records is not None else [self._since_at(k) for k in keys]
         await self._commit([op for key in keys for op in self._unlink(key)])
         self._pending.add(-len(keys))
+        for since in sinces:
+            self._oldest.remove(since)
 
-    async def bury(self, key: bytes, record: RetryRecord, reason: str) -> bytes:
-        """Move the message under ``key`` to the dead letters, with its history and ``reason``."""
-        return await self.quarantine(key, encode_record(record), reason)
+    async def bury(
+        self, key: bytes, record: RetryRecord, reason: str, *, was: RetryRecord | None = None
+    ) -> bytes:
+        """Move the message under ``key`` to the dead letters, with its history and ``reason``. ``was``:
+        the record under ``key`` when the caller has it (else it is read here)."""
+        since = since_ms(was) if was is not None else None
+        return await self.quarantine(key, encode_record(record), reason, _since=since)
 
-    async def quarantine(self, key: bytes, raw: bytes, reason: str) -> bytes:
+    async def quarantine(self, key: bytes, raw: bytes, reason: str, *, _since: int | None = None) -> bytes:
         """Move the stored bytes under ``key`` (decodable or not) to the dead letters."""
+        since = self._since_at(key) if _since is None else _since
         now = self.now_ms()
         dkey = dead_key(now, key)
         ops: list[Op] = [Put(DEAD_CF, dkey, encode_dead(reason, now, raw)), *self._unlink(key)]
@@ -204,6 +233,7 @@ class RetryStore(QueueBacked):
             ops.append(Put(INDEX_CF, index_key(id_, DEAD, dkey), b""))
         await self._commit(ops, None, now)
         self._pending.add(-1)
+        self._oldest.remove(since)
         self._dead.add(1)
         await self._notify_dead(decode_dead(dkey, encode_dead(reason, now, raw)))
         return dkey
@@ -243,6 +273,7 @@ class RetryStore(QueueBacked):
             self._arriving.discard(key)
             if ok:
                 self._pending.add(1)
+                self._oldest.add(since_ms(record))
                 self._dead.add(-1)
 
         # Shielded: a caller cancelled while the batch waits for its sync must not skip the counts of a
@@ -278,7 +309,10 @@ class RetryStore(QueueBacked):
         # for its sync is not handed to a worker (whose reschedule would write it back, uncounted, or
         # whose ack would count it down a second time), and the floor stays below it.
         asked = dict.fromkeys(pending)
-        pending = [k for k in asked if k not in claims and self.kv.get(PENDING_CF, k) is not None]
+        stored = {
+            k: raw for k in asked if k not in claims and (raw := self.kv.get(PENDING_CF, k)) is not None
+        }
+        pending = list(stored)
         # one a redrive or another purge is removing now is theirs (see redrive)
         dead = [
             k for k in dict.fromkeys(dead) if k not in self._leaving and self.kv.get(DEAD_CF, k) is not None
@@ -302,6 +336,8 @@ class RetryStore(QueueBacked):
             self._leaving.difference_update(dead)
             if ok:
                 self._pending.add(-len(pending))
+                for raw in stored.values():
+                    self._oldest.remove(since_of(raw))
                 self._dead.add(-len(dead))
             elif pending:
                 # Still stored, and the seek loop may have passed them while they were claimed: it
@@ -312,6 +348,11 @@ class RetryStore(QueueBacked):
         # claimed (never replayed until a restart) or skip the counts of a batch written all the same.
         await asyncio.shield(self.queue.commit(ops, then=written))
         return len(pending) + len(dead)
+
+    def _since_at(self, key: bytes) -> int:
+        """``since_ms`` of the record stored under pending ``key`` (0: none there, or undecodable)."""
+        raw = self.kv.get(PENDING_CF, key)
+        return 0 if raw is None else since_of(raw)
 
     def _unlink(self, key: bytes) -> list[Op]:
         ops: list[Op] = [Delete(PENDING_CF, key)]
@@ -407,15 +448,15 @@ class RetryStore(QueueBacked):
         return None if raw is None else decode_record(raw)
 
     def stats(self) -> StoreStats:
-        oldest = self.first_pending(self.queue.floor)
-        oldest_due = first_failure = None
-        if oldest is not None:
-            oldest_due = parse_pending_key(oldest).due_ms
-            try:
-                record = self.pending_record(oldest)
-                first_failure = record.first_failure_ms if record else None
-            except CorruptRecordError:
-                first_failure = None
+        first = self.first_pending(self.queue.floor)
+        oldest_due = None if first is None else parse_pending_key(first).due_ms
+        first_failure = self._oldest.oldest()
+        if not self._oldest.exact and first is not None:
+            # A large store's open scan is still running: what the changes since the open and the next
+            # message due tell, the older of the two (never older than the truth).
+            since = self._since_at(first)
+            if since and (first_failure is None or since < first_failure):
+                first_failure = since
         return StoreStats(
             self.pending_count,
             self.dead_count,

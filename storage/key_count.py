@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from .background_scan import BackgroundScan
 from .errors import StorageError
 from .kv import KV
 
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 SYNC_COUNT_LIMIT = 100_000  # ~50 ms of counting on the project's machine
 
 
-class KeyCount:
+class KeyCount(BackgroundScan):
     """The number of keys in ``cf`` of ``kv``; ``add`` is called with every change the owner makes.
 
     Exact (``exact``) once the background count is done, up to writes made between the constructor and
@@ -28,18 +29,15 @@ class KeyCount:
     """
 
     def __init__(self, kv: KV, cf: str) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         self._changed = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         estimate = kv.approximate_count(cf)
-        self.exact = estimate <= SYNC_COUNT_LIMIT
-        if self.exact:
+        if estimate <= SYNC_COUNT_LIMIT:
             self._value = kv.count(cf)
             return
         self._value = estimate
-        self._thread = threading.Thread(target=self._count, args=(kv, cf), name=f"count-{cf}", daemon=True)
-        self._thread.start()
+        self._start_scan(self._count, kv, cf, name=f"count-{cf}")
 
     @property
     def value(self) -> int:
@@ -49,18 +47,6 @@ class KeyCount:
         with self._lock:
             self._value += delta
             self._changed += delta
-
-    def wait(self, timeout_s: float | None = None) -> bool:
-        """Wait for the background count to end (tests, benchmarks); whether it has."""
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-        return self.exact
-
-    def close(self) -> None:
-        """Stop the background count (before the KV is closed under it)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
 
     def _count(self, kv: KV, cf: str) -> None:
         try:

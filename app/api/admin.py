@@ -294,7 +294,7 @@ def stats_view(ops: AdminOps) -> dict[str, Any]:
     retry = ops.retry.stats()
     scheduled = ops.delay.stats()
     now = ops.now_ms()
-    since = retry.oldest_first_failure_ms or retry.oldest_due_ms
+    since = retry.oldest_first_failure_ms or retry.oldest_due_ms  # the oldest pending's, not the next due's
     return {
         "nowMs": now,
         "store": ops.store_path,

@@ -22,7 +22,7 @@ from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.retry.record import RetryRecord
 from rocksidecar.rmq import Message, RocketMQError
 from rocksidecar.rmq.msgid import new_uniq_id
-from rocksidecar.rmq.producer import Producer
+from rocksidecar.rmq.sender import Sender
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV, Delete, Op, Put
 
@@ -50,7 +50,7 @@ class Forwarder:
     """DelaySchedule, StateLookup and Canceller of the sidecar in service mode. ``fallback`` answers
     cancels of ids this sidecar did not forward (delayed locally before the mode changed)."""
 
-    producer: Producer
+    producer: Sender  # the sidecar's producer (timed: app.metrics.TimedSender)
     retry: RetrySpool
     kv: KV
     writer: GroupCommitWriter

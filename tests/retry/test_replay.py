@@ -396,12 +396,14 @@ async def test_an_unexpected_replay_error_hands_the_batch_out_again_after_a_paus
     bury = h.store.bury
     calls: list[bytes] = []
 
-    async def bury_failing_once(key: bytes, rec: RetryRecord, reason: str) -> bytes:
+    async def bury_failing_once(
+        key: bytes, rec: RetryRecord, reason: str, *, was: RetryRecord | None = None
+    ) -> bytes:
         calls.append(key)
         h.changed.set()
         if len(calls) == 1:
             raise RuntimeError("a bug")
-        return await bury(key, rec, reason)
+        return await bury(key, rec, reason, was=was)
 
     h.store.bury = bury_failing_once  # type: ignore[method-assign]
     await h.store.spool(record("M1"))
@@ -457,10 +459,10 @@ async def test_delivered_messages_count_as_delivered_when_a_neighbours_reschedul
     await h.store.spool_many([record(f"M{i}") for i in range(10)])
     reschedule = h.store.reschedule
 
-    async def failing(key: bytes, rec: RetryRecord, due_ms: int) -> bytes:
+    async def failing(key: bytes, rec: RetryRecord, due_ms: int, *, was: RetryRecord | None = None) -> bytes:
         if rec.id == "M9" and rec.retry_count == 1:
             raise StorageError("IO error: fsync failed")
-        return await reschedule(key, rec, due_ms)
+        return await reschedule(key, rec, due_ms, was=was)
 
     h.store.reschedule = failing  # type: ignore[method-assign]
     await h.start_loop(workers=1, deliver_batch=h.deliver_batch, batch_max=16).start()
