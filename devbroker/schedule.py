@@ -112,9 +112,10 @@ class Schedule:
         self.deliver_due()
 
     def stop(self) -> None:
-        """No more timers (the broker stopped); scheduled messages wait for start()."""
-        self._running = False
+        """No more timers (the broker stopped): the armed one cancelled, none armed again; scheduled
+        messages wait for start()."""
         self._cancel()
+        self._running = False
 
     def flush(self) -> None:
         if self._path is None or not self._dirty:
