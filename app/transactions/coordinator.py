@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from rocksidecar.retry.policy import RetryPolicy
@@ -215,7 +215,17 @@ class TransactionCoordinator:
             return await self._send(record)
         if record.decision is not Decision.COMMIT:
             return await self._settle_local(record)
-        return await self._carrying.run(record.id, lambda: self._settle_local(record))
+        return await self._carrying.run(record.id, lambda: self._settle_fresh(record))
+
+    async def _settle_fresh(self, record: Record) -> Record:
+        """``_settle_local`` of the record as stored now: ``record`` may have been read many awaits ago
+        (a resend round's page) and carried out meanwhile by the app's repeated commit, its message even
+        delivered and gone from the retry store, where spool_new could no longer see it (spooled again:
+        delivered twice)."""
+        now = self.records.get(record.id)
+        if now is None or now.acknowledged:
+            return now or record
+        return await self._settle_local(now)
 
     async def _settle_local(self, record: Record) -> Record:
         """A committed outbox message becomes a retry record; a rolled-back one is dropped. Done again (a
@@ -227,7 +237,7 @@ class TransactionCoordinator:
             policy = self._outbox.policy_for(record.message.type)
             retry, due = failed_send(record.message, why, record.decided_ms, policy)
             await self._outbox.retry.spool_new(retry, due)  # not a second copy (a restart redoes this)
-        done = record.carried_out()
+        done = record.carried_out(self._now_ms())
         await self.records.put(done, sync=record.decision is Decision.ROLLBACK)  # the drop: synced
         return done
 
@@ -238,7 +248,7 @@ class TransactionCoordinator:
         except RocketMQError as exc:  # the record holds the decision: resend or a check delivers it
             log.warning("END_TRANSACTION of %s not acknowledged: %s", record.id, exc)
             return record
-        acked = replace(record, acknowledged=True)
+        acked = record.carried_out(self._now_ms())  # a broker record holds no message
         await self.records.put(acked, sync=False)  # losing it costs one more END, which the broker tolerates
         return acked
 
@@ -338,5 +348,5 @@ class TransactionCoordinator:
                 return TransactionState.UNKNOWN if now.acknowledged else now.decision.state
             # acknowledged: the broker acts on the answer to its own check
             decided = now.decided(Decision.of(state), self._now_ms())
-            await self.records.put(replace(decided, acknowledged=True))
+            await self.records.put(decided.carried_out(self._now_ms()))
         return state

@@ -58,6 +58,10 @@ class Record:
     # message is in the retry store and a rolled-back one is gone (local outbox).
     acknowledged: bool = False
     message: StoredMessage | None = None  # local outbox: the message, until it is spooled or dropped
+    # When it was carried out: a carried-out record is kept KEEP_DECIDED_MS from then (a decision the
+    # broker could take only a day later must not be forgotten the moment it is); None before, or in a
+    # record an earlier version carried out (its decision time stands in).
+    done_ms: int | None = None
 
     @property
     def local(self) -> bool:
@@ -72,9 +76,9 @@ class Record:
     def decided(self, decision: Decision, now_ms: int) -> Record:
         return replace(self, decision=decision, decided_ms=now_ms, acknowledged=False)
 
-    def carried_out(self) -> Record:
-        """The decision took effect; a local one no longer needs its message."""
-        return replace(self, acknowledged=True, message=None)
+    def carried_out(self, now_ms: int) -> Record:
+        """The decision took effect (at ``now_ms``); a local one no longer needs its message."""
+        return replace(self, acknowledged=True, message=None, done_ms=now_ms)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -99,6 +103,8 @@ class Record:
     def to_value(self) -> bytes:
         """The stored value: the JSON view, and a local record's message (storage.message's codec)."""
         doc = self.to_json()
+        if self.done_ms is not None:
+            doc["doneMs"] = self.done_ms
         if self.message is not None:
             doc["message"] = base64.b64encode(encode(self.message, {})).decode()
         return orjson.dumps(doc)
@@ -130,6 +136,7 @@ class Record:
             decided_ms=doc.get("decidedMs"),
             acknowledged=bool(doc.get("acknowledged")),
             message=message,
+            done_ms=doc.get("doneMs"),
         )
 
 
@@ -142,13 +149,13 @@ def _key(tx_id: str) -> bytes:
 
 # Beside the records, in the same column family, under keys no id can start with (ids are message ids,
 # hex; _key refuses "~"): an index of the open records (undecided, or decided and not carried out), one
-# of the carried-out ones by decision time, and a mark that records written before the indexes existed
-# were swept into them. Each is written in the same batch as its record, so the rounds read only what
-# they act on: resend and check_undecided page through the open ones (never through the decided ones a
-# day keeps), purge through the carried-out ones older than its bound.
+# of the carried-out ones by the time they were carried out, and a mark that records written before the
+# indexes existed were swept into them. Each is written in the same batch as its record, so the rounds
+# read only what they act on: resend and check_undecided page through the open ones (never through the
+# decided ones a day keeps), purge through the carried-out ones older than its bound.
 INDEX = b"~"
 OPEN = b"~o/"  # + id -> the record's kind (below)
-DONE = b"~d/"  # + DONE_DIGITS-digit decision time + id -> b""
+DONE = b"~d/"  # + DONE_DIGITS-digit time carried out (Record.done_ms) + id -> b""
 DONE_DIGITS = 13  # epoch milliseconds until the year 2286
 SWEPT = b"~swept"  # present once every record older than the indexes is in them
 UNDECIDED_BROKER, UNDECIDED_LOCAL, NOT_CARRIED_OUT = b"U", b"L", b"D"
@@ -164,13 +171,13 @@ def kind(record: Record) -> bytes | None:
     return None if record.acknowledged else NOT_CARRIED_OUT
 
 
-def _done_prefix(decided_ms: int) -> bytes:
-    """The carried-out index's keys of decisions made at ``decided_ms``, ids after it."""
-    return DONE + b"%0*d" % (DONE_DIGITS, max(decided_ms, 0))
+def _done_prefix(done_ms: int) -> bytes:
+    """The carried-out index's keys of decisions carried out at ``done_ms``, ids after it."""
+    return DONE + b"%0*d" % (DONE_DIGITS, max(done_ms, 0))
 
 
 def _done_key(record: Record) -> bytes:
-    return _done_prefix(record.decided_ms or 0) + record.id.encode()
+    return _done_prefix(record.done_ms or record.decided_ms or 0) + record.id.encode()
 
 
 def _index_ops(record: Record, key: bytes) -> list[Put | Delete]:
@@ -273,10 +280,10 @@ class TransactionRecords:
                     read += n
                     yield records, after
 
-    def purge(self, decided_before_ms: int, limit: int = 10_000) -> int:
-        """Forget carried-out transactions decided before ``decided_before_ms`` (the oldest first, at most
+    def purge(self, done_before_ms: int, limit: int = 10_000) -> int:
+        """Forget transactions carried out before ``done_before_ms`` (the oldest first, at most
         ``limit``); returns how many."""
-        rows = self._kv.scan(CF, lower=DONE, upper=_done_prefix(decided_before_ms), limit=limit)
+        rows = self._kv.scan(CF, lower=DONE, upper=_done_prefix(done_before_ms), limit=limit)
         old: list[Delete] = []
         for key, _ in rows:
             old += [Delete(CF, key[len(DONE) + DONE_DIGITS :]), Delete(CF, key)]

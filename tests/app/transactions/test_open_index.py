@@ -58,7 +58,7 @@ class Env:
     async def carried_out(self, records: TransactionRecords, count: int, decided_ms: int) -> None:
         """``count`` decided and carried-out transactions with ids below LAST (a busy day's)."""
         for i in range(count):
-            done = self.local(f"{i:032X}").decided(Decision.ROLLBACK, decided_ms).carried_out()
+            done = self.local(f"{i:032X}").decided(Decision.ROLLBACK, decided_ms).carried_out(decided_ms)
             await records.put(done, sync=False)
 
 
@@ -91,7 +91,7 @@ async def test_purge_reaches_old_ones_past_10000_open_ones(env: Env) -> None:
     c = env.coordinator()
     for i in range(OLD_LIMIT + 1):
         await c.records.put(env.local(f"{i:032X}"), sync=False)
-    old = env.local(LAST).decided(Decision.ROLLBACK, env.clock.now_ms()).carried_out()
+    old = env.local(LAST).decided(Decision.ROLLBACK, env.clock.now_ms()).carried_out(env.clock.now_ms())
     await c.records.put(old)
     env.clock.wall_ms += KEEP_DECIDED_MS + 1
     assert c.records.purge(env.clock.now_ms() - KEEP_DECIDED_MS) == 1
@@ -113,7 +113,8 @@ async def test_a_store_written_before_the_indexes_is_swept_by_the_rounds(env: En
     now = env.clock.now_ms()
     stale = env.local("A" * 32, now - 60_000)
     unsent = env.local("B" * 32).decided(Decision.COMMIT, now)
-    old = env.local("C" * 32).decided(Decision.ROLLBACK, now - KEEP_DECIDED_MS - 1).carried_out()
+    long_ago = now - KEEP_DECIDED_MS - 1
+    old = env.local("C" * 32).decided(Decision.ROLLBACK, long_ago).carried_out(long_ago)
     env.kv.write([Put(CF, r.id.encode(), r.to_value()) for r in (stale, unsent, old)], sync=True)  # no index
     c = env.coordinator()
     assert not c.records.swept and c.records.open() == [] and c.stats.undecided()[0] == 0
@@ -131,7 +132,7 @@ async def test_an_index_entry_left_behind_is_corrected_when_read(env: Env) -> No
     c = env.coordinator()
     r = env.local("A" * 32)
     await c.records.put(r)
-    done = r.decided(Decision.ROLLBACK, env.clock.now_ms()).carried_out()
+    done = r.decided(Decision.ROLLBACK, env.clock.now_ms()).carried_out(env.clock.now_ms())
     env.kv.write([Put(CF, done.id.encode(), done.to_value())], sync=True)  # the record, not its entries
     assert c.records.open() == []
     assert env.kv.get(CF, OPEN + r.id.encode()) is None
