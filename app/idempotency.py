@@ -146,31 +146,30 @@ class IdempotencyStore:
             return stored[1]
         fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._inflight[key] = (fp, fut)
-        answer: Answer | None = None
         try:
             answer = await compute()
-            if final(answer):
-                # Shielded: the message is sent; a caller gone now must not leave its key unkept (a
-                # repeat after it would send again). The record is written all the same.
-                await asyncio.shield(self._keep(key, fp, answer))
-            fut.set_result(answer)
-            return answer
-        except asyncio.CancelledError:
-            # Only this caller is gone (a client that disconnected, a stop): a repeat waiting here was
-            # not cancelled and, given this CancelledError, ended with no answer at all (grpc.aio then
-            # sends no status: the call hung). It gets the answer if there is one (the message went:
-            # computed again, it would go twice), else computes its own.
-            if answer is not None:
-                fut.set_result(answer)
-            else:
-                fut.set_exception(_FirstGone())
-                fut.exception()
-            raise
         except BaseException as exc:
-            fut.set_exception(exc)
+            del self._inflight[key]
+            # A caller gone before its answer (a client that disconnected, a stop): only it is; a repeat
+            # waiting here computes its own answer (given this CancelledError it ended with no answer at
+            # all: grpc.aio then sends no status, the call hung). Any other error is the repeats' too.
+            fut.set_exception(_FirstGone() if isinstance(exc, asyncio.CancelledError) else exc)
             fut.exception()  # waiters re-raise it; nobody else has to look
             raise
-        finally:
+        fut.set_result(answer)  # the message went: a repeat from now on gets this answer, never sends
+        if not final(answer):
+            del self._inflight[key]
+            return answer
+        # In flight until the answer is kept, whatever becomes of this caller: cancelled while the record
+        # syncs, the key was neither in flight nor stored, and a client retrying at once sent it again.
+        keep = asyncio.ensure_future(self._keep(key, fp, answer))
+        keep.add_done_callback(lambda _: self._kept(key, fut))
+        await asyncio.shield(keep)
+        return answer
+
+    def _kept(self, key: str, fut: asyncio.Future[Answer]) -> None:
+        entry = self._inflight.get(key)
+        if entry is not None and entry[1] is fut:
             del self._inflight[key]
 
     async def _keep(self, key: str, fp: str, answer: Answer) -> None:

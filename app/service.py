@@ -19,7 +19,7 @@ from .assembly import COLUMN_FAMILIES, DRAIN_CFS, SidecarParts, disk_reserve, wa
 from .config import Settings, redacted
 from .events import OpsEvents
 from .metrics import Metrics
-from .shutdown import close_delivery, close_stores_anyway, start_unless_stopped, stop_within
+from .shutdown import close_delivery, close_stores_anyway, exit_now, start_unless_stopped, stop_within
 from .wiring import StartupError, run_process, stop_on_signals, tune_gc
 
 __all__ = ["COLUMN_FAMILIES", "DRAIN_CFS", "Service", "StartupError", "disk_reserve", "serve", "warn_if_open"]
@@ -128,7 +128,7 @@ async def run(settings: Settings, namesrv_override: NamesrvOverride | None = Non
             else:
                 log.info("stopping during start-up: what started is stopped (grace %.0f s)", grace)
         finally:
-            stopped = await stop_within(service.stop(), grace + 5.0, service.close_store)
+            stopped = await stop_within(service.stop(), grace + 5.0, service.close_store, exit_now)
     return 0 if stopped else 1
 
 

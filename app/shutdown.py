@@ -4,9 +4,11 @@ with, below its edges (the sidecar and `rocksidecar dmq` own the same parts)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 log = logging.getLogger("rocksidecar")
 # After a stop that overran: how long closing the store may take (RocksDB recovers from its WAL if not).
@@ -77,12 +79,25 @@ async def start_unless_stopped(start: Coroutine[Any, Any, None], stop: asyncio.E
     return True
 
 
+def exit_now(code: int = 1) -> NoReturn:
+    """Leave at once, the logs flushed: not waiting for threads, as the loop's shutdown and the
+    interpreter's exit do (a store write stuck in a thread on a hung disk would hold them for ever)."""
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    os._exit(code)
+
+
 async def stop_within(
-    stop: Coroutine[Any, Any, None], limit_s: float, close_store: Callable[[], Awaitable[None]]
+    stop: Coroutine[Any, Any, None],
+    limit_s: float,
+    close_store: Callable[[], Awaitable[None]],
+    stuck: Callable[[], None] = lambda: None,
 ) -> bool:
     """Run a process's stop(), for ``limit_s`` at most: True when it finished. When it overran, it is
     cancelled where it was, one line says so, and ``close_store`` closes what must be closed for the
-    writes acknowledged to be on disk (the caller exits non-zero)."""
+    writes acknowledged to be on disk (the caller exits non-zero). Should that overrun CLOSE_STORE_S too,
+    ``stuck()`` (a process: exit_now, whose threads may be held by the disk)."""
     try:
         await asyncio.wait_for(stop, limit_s)
     except TimeoutError:
@@ -96,5 +111,6 @@ async def stop_within(
             await asyncio.wait_for(close_store(), CLOSE_STORE_S)
         except TimeoutError:
             log.error("closing the store took more than %.0f s: left as it is", CLOSE_STORE_S)
+            stuck()
         return False
     return True

@@ -105,6 +105,7 @@ class OldestPending(BackgroundScan):
         if entry is None:
             self._seconds[second] = [n, since]
             heapq.heappush(self._heap, second)
+            self._compact()
             return
         entry[0] += n
         if n > 0:
@@ -112,14 +113,19 @@ class OldestPending(BackgroundScan):
         if entry[0] == 0:
             del self._seconds[second]
 
+    def _compact(self) -> None:
+        """Seconds emptied and filled again leave entries behind on the heap: past twice the live ones,
+        it is rebuilt (under the lock), so that it stays bounded by them whoever reads it, or nobody."""
+        if len(self._heap) > 2 * len(self._seconds) + 64:
+            self._heap[:] = list(self._seconds)
+            heapq.heapify(self._heap)
+
     # --- the answer --------------------------------------------------------------------------------
     def oldest(self) -> int | None:
         """The smallest ``since_ms`` of a pending message (to the second's first time added), or None."""
         with self._lock:
+            self._compact()
             heap, seconds = self._heap, self._seconds
-            if len(heap) > 2 * len(seconds) + 64:  # seconds emptied and filled again: compact
-                heap[:] = list(seconds)
-                heapq.heapify(heap)
             while heap:
                 entry = seconds.get(heap[0])
                 if entry is not None and entry[0] > 0:

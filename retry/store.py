@@ -166,10 +166,14 @@ class RetryStore(QueueBacked):
             ops.append(Put(PENDING_CF, key, encode_record(record)))
             ops.append(Put(INDEX_CF, index_key(record.id, PENDING, key), b""))
         if keys:
-            await self._commit(ops, min(keys), now)
-            self._pending.add(len(keys))
-            for record in records:
-                self._oldest.add(since_ms(record))
+
+            def written(ok: bool) -> None:
+                if ok:
+                    self._pending.add(len(keys))
+                    for record in records:
+                        self._oldest.add(since_ms(record))
+
+            await self._commit(ops, min(keys), now, then=written)
         return keys
 
     async def spool_new(self, record: RetryRecord, due_ms: int | None = None) -> bytes | None:
@@ -196,9 +200,14 @@ class RetryStore(QueueBacked):
         ]
         if key != old_key:
             ops += self._unlink(old_key)
-        await self._commit(ops, key)
-        self._oldest.remove(old_since)
-        self._oldest.add(since_ms(record))
+        new_since = since_ms(record)
+
+        def written(ok: bool) -> None:
+            if ok and new_since != old_since:  # the same (the usual): nothing changes there
+                self._oldest.remove(old_since)
+                self._oldest.add(new_since)
+
+        await self._commit(ops, key, then=written)
         return key
 
     async def ack(self, key: bytes) -> None:
@@ -209,10 +218,14 @@ class RetryStore(QueueBacked):
         """Several delivered messages, deleted in one batch. ``records``: the records under ``keys``, in
         order, when the caller has them (else they are read here)."""
         sinces = [since_ms(r) for r in records] if records is not None else [self._since_at(k) for k in keys]
-        await self._commit([op for key in keys for op in self._unlink(key)])
-        self._pending.add(-len(keys))
-        for since in sinces:
-            self._oldest.remove(since)
+
+        def written(ok: bool) -> None:
+            if ok:
+                self._pending.add(-len(keys))
+                for since in sinces:
+                    self._oldest.remove(since)
+
+        await self._commit([op for key in keys for op in self._unlink(key)], then=written)
 
     async def bury(
         self, key: bytes, record: RetryRecord, reason: str, *, was: RetryRecord | None = None
@@ -231,10 +244,14 @@ class RetryStore(QueueBacked):
         id_ = id_of(key)
         if id_ is not None:
             ops.append(Put(INDEX_CF, index_key(id_, DEAD, dkey), b""))
-        await self._commit(ops, None, now)
-        self._pending.add(-1)
-        self._oldest.remove(since)
-        self._dead.add(1)
+
+        def written(ok: bool) -> None:
+            if ok:
+                self._pending.add(-1)
+                self._oldest.remove(since)
+                self._dead.add(1)
+
+        await self._commit(ops, None, now, then=written)
         await self._notify_dead(decode_dead(dkey, encode_dead(reason, now, raw)))
         return dkey
 
@@ -361,9 +378,19 @@ class RetryStore(QueueBacked):
             ops.append(Delete(INDEX_CF, index_key(id_, PENDING, key)))
         return ops
 
-    async def _commit(self, ops: list[Op], new_key: bytes | None = None, now: int | None = None) -> None:
-        """Write ``ops`` durably; ``new_key`` is the smallest pending key they add, if any."""
-        await self.queue.commit(ops, new_key, now)
+    async def _commit(
+        self,
+        ops: list[Op],
+        new_key: bytes | None = None,
+        now: int | None = None,
+        *,
+        then: Callable[[bool], None] | None = None,
+    ) -> None:
+        """Write ``ops`` durably; ``new_key`` is the smallest pending key they add, if any; ``then(written)``
+        the counts' bookkeeping. Shielded: a caller cancelled while the batch syncs (a gRPC client gone)
+        leaves a batch that is written all the same, and its counts must follow it (done after the await,
+        they were skipped: a record stored and never counted)."""
+        await asyncio.shield(self.queue.commit(ops, new_key, now, then))
 
     async def _notify_dead(self, letter: DeadLetter) -> None:
         if self._on_dead_letter is None:

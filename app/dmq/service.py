@@ -36,7 +36,7 @@ from ..events import OpsEvents
 from ..metrics import Metrics, StateCollector, zeroed_counter
 from ..notify import DeadLetterNotifier
 from ..readiness import Readiness, StoreProbe
-from ..shutdown import close_delivery, close_stores_anyway, start_unless_stopped, stop_within
+from ..shutdown import close_delivery, close_stores_anyway, exit_now, start_unless_stopped, stop_within
 from ..store_delivery import delivery_loops
 from ..topic_allow import TopicAllowList
 from ..wiring import (
@@ -283,7 +283,9 @@ async def run(settings: Settings, options: DmqOptions) -> int:
         else:
             log.info("stopping during start-up: what started is stopped")
     finally:
-        stopped = await stop_within(service.stop(), settings.shutdown_grace_s + 10.0, service.close_store)
+        stopped = await stop_within(
+            service.stop(), settings.shutdown_grace_s + 10.0, service.close_store, exit_now
+        )
     return 0 if stopped else 1
 
 

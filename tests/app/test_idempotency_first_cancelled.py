@@ -95,3 +95,47 @@ async def test_a_repeat_does_not_send_again_when_the_first_was_cancelled_after_i
     assert repeat.result() == (200, {"status": "SENT", "id": "A"})
     # and the first's answer is kept all the same (a later repeat must find it, not send again)
     await asyncio.wait_for(writer.kept.wait(), 5)
+
+
+class _SlowWriter:
+    """A group-commit writer whose first write (the first request's answer) waits until released."""
+
+    def __init__(self, kv: MemoryKV) -> None:
+        self.kv = kv
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def write(self, ops: list) -> None:  # type: ignore[type-arg]
+        if not self.entered.is_set():
+            self.entered.set()
+            await self.release.wait()
+        self.kv.write(ops, sync=True)
+
+
+async def test_a_repeat_after_the_first_was_cancelled_while_its_answer_is_kept_does_not_send_again() -> None:
+    """The first request cancelled while its answer syncs: the key stays in flight until the record is
+    written (it was neither in flight nor stored meanwhile, and a retry at once sent the message again)."""
+    kv = MemoryKV(COLUMN_FAMILIES)
+    writer = _SlowWriter(kv)
+    store = IdempotencyStore(kv, writer, window_s=60, now_ms=lambda: 1_000)  # type: ignore[arg-type]
+    sends: list[str] = []
+
+    async def first_compute() -> Answer:
+        sends.append("first")
+        return 200, {"status": "SENT", "id": "A"}
+
+    async def again_compute() -> Answer:
+        sends.append("repeat")
+        return 200, {"status": "SENT", "id": "B"}
+
+    first = asyncio.create_task(store.run("k", "fp", first_compute))
+    await writer.entered.wait()  # sent; the answer's record is being synced (a slow disk)
+    first.cancel()  # the client times out and disconnects...
+    await asyncio.gather(first, return_exceptions=True)
+    # ...and retries at once, as a client does after a timeout: the record is not written yet
+    repeat = asyncio.create_task(store.run("k", "fp", again_compute))
+    await asyncio.sleep(0.01)
+    writer.release.set()
+    answer = await asyncio.wait_for(repeat, 5)
+    assert sends == ["first"], f"the message was sent twice under one Idempotency-Key: {sends}"
+    assert answer == (200, {"status": "SENT", "id": "A"})

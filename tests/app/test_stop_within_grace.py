@@ -11,6 +11,8 @@ import asyncio
 import http.server
 import logging
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -178,3 +180,37 @@ async def test_closing_the_store_after_an_overrun_is_bounded_too(monkeypatch: py
         await hung.wait()
 
     assert await stop_within(stuck(), 0.1, stuck) is False
+
+
+CHILD = """
+import asyncio, sys, time
+from rocksidecar.app import shutdown
+from rocksidecar.app.wiring import run_process
+
+shutdown.CLOSE_STORE_S = 0.2
+
+async def main() -> int:
+    async def stuck() -> None:
+        await asyncio.Event().wait()
+
+    async def close_store() -> None:
+        await asyncio.to_thread(time.sleep, 15)  # a synced write on a disk that hangs
+
+    # as serve's and dmq's run(): exit_now when closing the store overran too
+    return 0 if await shutdown.stop_within(stuck(), 0.2, close_store, shutdown.exit_now) else 1
+
+sys.exit(run_process(main()))
+"""
+
+
+def test_a_process_whose_close_overran_exits_within_the_bound() -> None:
+    """wait_for cancels the await, not the work: a store write stuck in a thread on a hung disk held the
+    loop's shutdown and the interpreter's exit (16 s here, for ever on a dead disk). exit_now leaves."""
+    root = Path(__file__).resolve().parents[2]
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], check=False, cwd=root, capture_output=True, text=True, timeout=60
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert took < 6, f"the process exited {took:.1f} s after an overrun bounded at 0.2 + 0.2 s"
