@@ -46,6 +46,7 @@ from .record import CorruptRecordError, RetryRecord, decode_record, encode_recor
 from .status import MessageStatus, State, StoreStats
 
 log = logging.getLogger(__name__)
+Written = Callable[[bool], None]  # a commit's bookkeeping, told whether its batch was written
 
 
 DeadLetterHook = Callable[[DeadLetter], Awaitable[None] | None]
@@ -173,7 +174,7 @@ class RetryStore(QueueBacked):
                     for record in records:
                         self._oldest.add(since_ms(record))
 
-            await self._commit(ops, min(keys), now, then=written)
+            await self._commit(ops, min(keys), now, written)
         return keys
 
     async def spool_new(self, record: RetryRecord, due_ms: int | None = None) -> bytes | None:
@@ -207,7 +208,7 @@ class RetryStore(QueueBacked):
                 self._oldest.remove(old_since)
                 self._oldest.add(new_since)
 
-        await self._commit(ops, key, then=written)
+        await self._commit(ops, key, None, written)
         return key
 
     async def ack(self, key: bytes) -> None:
@@ -225,7 +226,7 @@ class RetryStore(QueueBacked):
                 for since in sinces:
                     self._oldest.remove(since)
 
-        await self._commit([op for key in keys for op in self._unlink(key)], then=written)
+        await self._commit([op for key in keys for op in self._unlink(key)], None, None, written)
 
     async def bury(
         self, key: bytes, record: RetryRecord, reason: str, *, was: RetryRecord | None = None
@@ -251,7 +252,7 @@ class RetryStore(QueueBacked):
                 self._oldest.remove(since)
                 self._dead.add(1)
 
-        await self._commit(ops, None, now, then=written)
+        await self._commit(ops, None, now, written)
         await self._notify_dead(decode_dead(dkey, encode_dead(reason, now, raw)))
         return dkey
 
@@ -378,14 +379,7 @@ class RetryStore(QueueBacked):
             ops.append(Delete(INDEX_CF, index_key(id_, PENDING, key)))
         return ops
 
-    async def _commit(
-        self,
-        ops: list[Op],
-        new_key: bytes | None = None,
-        now: int | None = None,
-        *,
-        then: Callable[[bool], None] | None = None,
-    ) -> None:
+    async def _commit(self, ops: list[Op], new_key: bytes | None, now: int | None, then: Written) -> None:
         """Write ``ops`` durably; ``new_key`` is the smallest pending key they add, if any; ``then(written)``
         the counts' bookkeeping. Shielded: a caller cancelled while the batch syncs (a gRPC client gone)
         leaves a batch that is written all the same, and its counts must follow it (done after the await,
