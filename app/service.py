@@ -19,7 +19,7 @@ from .assembly import COLUMN_FAMILIES, DRAIN_CFS, SidecarParts, disk_reserve, wa
 from .config import Settings, redacted
 from .events import OpsEvents
 from .metrics import Metrics
-from .shutdown import close_delivery, close_stores_anyway, exit_now, start_unless_stopped, stop_within
+from .shutdown import close_delivery, close_stores, exit_now, start_unless_stopped, stop_within
 from .wiring import StartupError, run_process, stop_on_signals, tune_gc
 
 __all__ = ["COLUMN_FAMILIES", "DRAIN_CFS", "Service", "StartupError", "disk_reserve", "serve", "warn_if_open"]
@@ -89,7 +89,7 @@ class Service(SidecarParts):
     async def close_store(self) -> None:
         """What a stop cut short must still close: the stores' floors, the group-commit writer's queued
         writes, then RocksDB (app.shutdown.stop_within)."""
-        await close_stores_anyway(self.retry, self.delay, self.writer, self.kv)
+        await close_stores(self.retry, self.delay, self.writer, self.kv, anyway=True)
 
     async def __aenter__(self) -> Service:
         await self.start()

@@ -39,23 +39,19 @@ async def close_delivery(
     await close_stores(retry, delay, writer, kv)
 
 
-async def close_stores(retry: _Closes, delay: _Closes, writer: _Closes, kv: _ClosesNow) -> None:
+async def close_stores(
+    retry: _Closes, delay: _Closes, writer: _Closes, kv: _ClosesNow, *, anyway: bool = False
+) -> None:
     """The stores before the group-commit writer that writes their batches; RocksDB last, once nothing
-    writes to it."""
-    await retry.close()
-    await delay.close()
-    await writer.close()
-    kv.close()
-
-
-async def close_stores_anyway(retry: _Closes, delay: _Closes, writer: _Closes, kv: _ClosesNow) -> None:
-    """close_stores after a stop cut short anywhere (some of them may be closed already, or half): each
-    step is tried whatever the one before did, and RocksDB is closed in any case (its memtables flushed,
-    its LOCK released)."""
+    writes to it. ``anyway``: after a stop cut short anywhere (some of them may be closed already, or
+    half), each step is tried whatever the one before did, and RocksDB is closed in any case (its
+    memtables flushed, its LOCK released)."""
     for step in (retry.close, delay.close, writer.close):
         try:
             await step()
         except Exception as exc:  # already closed, or failing: the next steps still run
+            if not anyway:
+                raise
             log.warning("closing the store: %s failed: %s", step.__qualname__, exc)
     kv.close()
 

@@ -111,10 +111,8 @@ class StoreDelivery:
         now = self.now_ms()
         failed = []
         for i, (m, result) in enumerate(zip(msgs, results, strict=True)):
-            if isinstance(result, Exception):
-                record, due = failed_send(
-                    m, result, now, self.policy_for(m.type)
-                )  # the same message, a retry
+            if isinstance(result, Exception):  # the same message, now a retry that knows its due time
+                record, due = failed_send(m, result, now, self.policy_for(m.type))
                 failed.append((i, replace(record, delay_due_ms=m.due_ms), due))
         for i, exc in (await spool_by_due(self.retry, failed)).items():
             out[i] = exc  # stored nowhere: the scheduler keeps it

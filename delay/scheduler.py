@@ -372,14 +372,10 @@ class DelayScheduler(DueLoop):
         self._stage("publish", started)
         # Lateness of the published ones only: one SPOOLED into the retry store instead is not out yet
         # (its replay reports it when it is, app.store_delivery).
-        if not out.spooled:
-            for _, msg in out.sent:
+        spooled = set(out.spooled)  # usually empty
+        for i, (_, msg) in enumerate(out.sent):
+            if i not in spooled:
                 self._report(out.done_at_ms - msg.due_ms, msg)
-        else:
-            spooled = set(out.spooled)
-            for i, (_, msg) in enumerate(out.sent):
-                if i not in spooled:
-                    self._report(out.done_at_ms - msg.due_ms, msg)
         if out.sent and self.on_sent is not None:
             observe(self.on_sent, [msg for _, msg in out.sent], "on_sent")
         if out.failed:

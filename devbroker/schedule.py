@@ -81,7 +81,7 @@ class Schedule:
         for level, delay_ms in enumerate(self.delays_ms, start=1):
             queue_id = level - 1
             end = store.max_offset(SCHEDULE_TOPIC, queue_id)
-            at = max(self._delivered.get(level, 0), store.min_offset(SCHEDULE_TOPIC, queue_id))
+            at = self._first_waiting(level)
             while at < end:
                 entry = store.entry(SCHEDULE_TOPIC, queue_id, at)
                 if entry is None or entry[0] + delay_ms > now:
@@ -99,9 +99,7 @@ class Schedule:
         """When the next scheduled message falls due (the ``now_ms`` clock), or None when none waits."""
         due: int | None = None
         for level, delay_ms in enumerate(self.delays_ms, start=1):
-            queue_id = level - 1
-            at = max(self._delivered.get(level, 0), self._store.min_offset(SCHEDULE_TOPIC, queue_id))
-            entry = self._store.entry(SCHEDULE_TOPIC, queue_id, at)
+            entry = self._store.entry(SCHEDULE_TOPIC, level - 1, self._first_waiting(level))
             if entry is not None and (due is None or entry[0] + delay_ms < due):
                 due = entry[0] + delay_ms
         return due
@@ -124,6 +122,10 @@ class Schedule:
         self._dirty = False
 
     # internals ----------------------------------------------------------------------------------
+    def _first_waiting(self, level: int) -> int:
+        """The offset of level ``level``'s first message not delivered yet (past what retention took)."""
+        return max(self._delivered.get(level, 0), self._store.min_offset(SCHEDULE_TOPIC, level - 1))
+
     def _deliver(self, record: bytes) -> None:
         msg, _ = decode_stored(record, inflate=False)
         props = msg.properties

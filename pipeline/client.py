@@ -17,6 +17,7 @@ import httpx
 import orjson
 
 from .backoff import Backoff, parse_retry_after
+from .deadline import read_within
 
 log = logging.getLogger(__name__)
 BATCH_PATH = "/v1/messages:batch"
@@ -162,17 +163,15 @@ class SidecarClient:
         if resp.is_stream_consumed:  # a transport that hands over an answer read already (MockTransport)
             return resp
         try:
-            raw: list[bytes] = []
-            for chunk in resp.iter_raw():
-                raw.append(chunk)
-                if time.monotonic() > deadline:
-                    raise httpx.ReadTimeout(
-                        f"no complete answer within {self.timeout_s:g} s (option timeout)", request=request
-                    )
+            raw = read_within(resp.iter_raw(), deadline)
         finally:
             resp.close()
+        if raw is None:
+            raise httpx.ReadTimeout(
+                f"no complete answer within {self.timeout_s:g} s (option timeout)", request=request
+            )
         # the body as it came (a Content-Encoding is decoded by the new Response), read in full
-        return httpx.Response(resp.status_code, headers=resp.headers, content=b"".join(raw), request=request)
+        return httpx.Response(resp.status_code, headers=resp.headers, content=raw, request=request)
 
     @staticmethod
     def _results(resp: httpx.Response, expected: int) -> list[ItemResult]:

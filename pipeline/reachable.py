@@ -8,6 +8,8 @@ import time
 import httpx
 import orjson
 
+from .deadline import read_within
+
 HEALTH_PATH = "/healthz"  # answers without the token: the check needs none
 CHECK_TIMEOUT_S = 2.0  # the whole answer's deadline (and each phase's), so at most a few seconds in all
 MAX_ANSWER_BYTES = 4096  # the sidecar answers {"status":"ok"}: something longer is not it
@@ -24,16 +26,13 @@ def unreachable(
     url = endpoint.rstrip("/") + HEALTH_PATH
     late = f"no sidecar answers at {endpoint}: GET {url} got no answer within {timeout_s:g} s"
     deadline = time.monotonic() + timeout_s
-    body = b""
     try:
         with httpx.Client(timeout=timeout_s, transport=transport) as http, http.stream("GET", url) as resp:
             status = resp.status_code
-            for chunk in resp.iter_bytes():
-                body += chunk
-                if len(body) > MAX_ANSWER_BYTES:
-                    break  # not the sidecar's answer: told below, whatever the rest is
-                if time.monotonic() > deadline:
-                    return late
+            # past MAX_ANSWER_BYTES not the sidecar's answer: told below, whatever the rest is
+            body = read_within(resp.iter_bytes(), deadline, MAX_ANSWER_BYTES)
+            if body is None:
+                return late
     except httpx.TimeoutException:
         return late
     except httpx.HTTPError as exc:

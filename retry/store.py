@@ -294,9 +294,7 @@ class RetryStore(QueueBacked):
                 self._oldest.add(since_ms(record))
                 self._dead.add(-1)
 
-        # Shielded: a caller cancelled while the batch waits for its sync must not skip the counts of a
-        # batch that is written all the same.
-        await asyncio.shield(self.queue.commit(ops, key, then=written))
+        await self._commit(ops, key, None, written)
         return key
 
     def _free_pending_key(self, record: RetryRecord) -> bytes:
@@ -362,9 +360,9 @@ class RetryStore(QueueBacked):
                 # must read them again.
                 self.queue.notify(min(pending))
 
-        # Shielded: a caller cancelled while the batch waits for its sync must not leave the keys
-        # claimed (never replayed until a restart) or skip the counts of a batch written all the same.
-        await asyncio.shield(self.queue.commit(ops, then=written))
+        # Shielded (_commit): a caller cancelled while the batch syncs must not leave the keys claimed
+        # either (never replayed until a restart).
+        await self._commit(ops, None, None, written)
         return len(pending) + len(dead)
 
     def _since_at(self, key: bytes) -> int:

@@ -36,7 +36,7 @@ from ..events import OpsEvents
 from ..metrics import Metrics, StateCollector, zeroed_counter
 from ..notify import DeadLetterNotifier
 from ..readiness import Readiness, StoreProbe
-from ..shutdown import close_delivery, close_stores_anyway, exit_now, start_unless_stopped, stop_within
+from ..shutdown import close_delivery, close_stores, exit_now, start_unless_stopped, stop_within
 from ..store_delivery import delivery_loops
 from ..topic_allow import TopicAllowList
 from ..wiring import (
@@ -269,7 +269,7 @@ class DmqService:
 
     async def close_store(self) -> None:
         """What a stop cut short must still close (app.shutdown.stop_within)."""
-        await close_stores_anyway(self.retry, self.delay, self.writer, self.kv)
+        await close_stores(self.retry, self.delay, self.writer, self.kv, anyway=True)
 
 
 async def run(settings: Settings, options: DmqOptions) -> int:

@@ -46,19 +46,24 @@ async def test_a_waiting_repeat_is_not_cancelled_with_the_first_request() -> Non
 
 
 class SlowWriter:
-    """A group-commit writer whose write waits (a sync under load) until released."""
+    """A group-commit writer whose first write (the first request's answer: a sync under load) waits until
+    released; with ``kv`` every write lands there, else later ones only pass."""
 
-    def __init__(self) -> None:
+    def __init__(self, kv: MemoryKV | None = None) -> None:
+        self.kv = kv
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
         self.kept = asyncio.Event()
 
-    async def write(self, ops: object) -> None:
-        if self.entered.is_set():
-            return  # later writes (the repeat's own record) go through
-        self.entered.set()
-        await self.release.wait()
-        self.kept.set()
+    async def write(self, ops: list) -> None:  # type: ignore[type-arg]
+        first = not self.entered.is_set()
+        if first:
+            self.entered.set()
+            await self.release.wait()
+        if self.kv is not None:
+            self.kv.write(ops, sync=True)
+        if first:
+            self.kept.set()
 
 
 async def test_a_repeat_does_not_send_again_when_the_first_was_cancelled_after_its_answer() -> None:
@@ -97,26 +102,11 @@ async def test_a_repeat_does_not_send_again_when_the_first_was_cancelled_after_i
     await asyncio.wait_for(writer.kept.wait(), 5)
 
 
-class _SlowWriter:
-    """A group-commit writer whose first write (the first request's answer) waits until released."""
-
-    def __init__(self, kv: MemoryKV) -> None:
-        self.kv = kv
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def write(self, ops: list) -> None:  # type: ignore[type-arg]
-        if not self.entered.is_set():
-            self.entered.set()
-            await self.release.wait()
-        self.kv.write(ops, sync=True)
-
-
 async def test_a_repeat_after_the_first_was_cancelled_while_its_answer_is_kept_does_not_send_again() -> None:
     """The first request cancelled while its answer syncs: the key stays in flight until the record is
     written (it was neither in flight nor stored meanwhile, and a retry at once sent the message again)."""
     kv = MemoryKV(COLUMN_FAMILIES)
-    writer = _SlowWriter(kv)
+    writer = SlowWriter(kv)
     store = IdempotencyStore(kv, writer, window_s=60, now_ms=lambda: 1_000)  # type: ignore[arg-type]
     sends: list[str] = []
 

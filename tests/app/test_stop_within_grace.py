@@ -22,7 +22,7 @@ import pytest
 
 from bench.sidecar_process import sidecar_process
 from rocksidecar.app import shutdown
-from rocksidecar.app.shutdown import close_stores_anyway, stop_within
+from rocksidecar.app.shutdown import close_stores, stop_within
 from rocksidecar.app.subscriptions.runner import Subscriptions, close_wait_s, consumer_config
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
 from rocksidecar.rmq.consumer import ConsumerConfig
@@ -144,8 +144,8 @@ async def test_a_stop_that_overruns_is_cut_short_and_the_store_still_closed(
             raise
 
     async def close_store() -> None:
-        await close_stores_anyway(
-            Step("retry", done, fails=True), Step("delay", done), Step("writer", done), Kv(done)
+        await close_stores(
+            Step("retry", done, fails=True), Step("delay", done), Step("writer", done), Kv(done), anyway=True
         )
 
     with caplog.at_level(logging.WARNING, logger="rocksidecar"):
