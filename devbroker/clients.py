@@ -5,7 +5,7 @@ every member connection whenever a consumer group gains or loses a member (proto
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,7 +79,7 @@ class ClientRegistry:
             group = self._consumers.setdefault(name, _Group())
             joined = conn not in group.members
             group.members[conn] = _Member(client_id, now)
-            subs = {s.topic: s for s in map(_subscription, consumer.get("subscriptionDataSet") or ())}
+            subs = _newest(group.subscriptions, map(_subscription, consumer.get("subscriptionDataSet") or ()))
             topics_changed = subs.keys() != group.subscriptions.keys()
             group.subscriptions = subs
             if joined or topics_changed:  # as Java: a new channel, or a changed set of topics
@@ -177,6 +177,19 @@ class ClientRegistry:
         group = self._consumers.get(name)
         for conn in list(group.members) if group else ():
             self._notify(conn, name)
+
+
+def _newest(
+    held: dict[str, SubscriptionInfo], beat: Iterable[SubscriptionInfo]
+) -> dict[str, SubscriptionInfo]:
+    """The heartbeat's topics, each keeping the subscription held unless the beat's subVersion is newer
+    (ConsumerGroupInfo.updateSubscription): members of a group beating different expressions do not
+    take turns, the newest stays."""
+    subs: dict[str, SubscriptionInfo] = {}
+    for sub in beat:
+        old = held.get(sub.topic)
+        subs[sub.topic] = old if old is not None and sub.sub_version <= old.sub_version else sub
+    return subs
 
 
 def _group_name(doc: dict[str, Any]) -> str:

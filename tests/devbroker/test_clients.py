@@ -111,3 +111,28 @@ def test_malformed_heartbeats_are_refused(
     reg, _, _ = setup
     with pytest.raises(ValueError):
         reg.heartbeat(Connection("c"), doc)
+
+
+def test_a_subscription_is_replaced_only_by_a_newer_sub_version(
+    setup: tuple[ClientRegistry, Recorder, FakeClock],
+) -> None:
+    """As ConsumerGroupInfo.updateSubscription: an equal or older subVersion keeps the one held, so two
+    members beating different expressions do not take turns."""
+    reg, _, _ = setup
+    c1, c2 = Connection("c1"), Connection("c2")
+
+    def versioned(client_id: str, expr: str, version: int) -> dict[str, Any]:
+        doc = beat(client_id, expr=expr)
+        doc["consumerDataSet"][0]["subscriptionDataSet"][0]["subVersion"] = version
+        return doc
+
+    reg.heartbeat(c1, versioned("id1", "a", 2000))
+    reg.heartbeat(c2, versioned("id2", "b", 2000))
+    reg.heartbeat(c2, versioned("id2", "c", 1000))
+    held = reg.subscription("cg", "T")
+    assert held is not None and (held.expression, held.sub_version) == ("a", 2000)
+    reg.heartbeat(c2, versioned("id2", "d", 3000))
+    held = reg.subscription("cg", "T")
+    assert held is not None and (held.expression, held.sub_version) == ("d", 3000)
+    reg.heartbeat(c1, beat("id1", topics=("U",)))  # a topic the beat no longer names goes
+    assert reg.subscription("cg", "T") is None and reg.subscription("cg", "U") is not None

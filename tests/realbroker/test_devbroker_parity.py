@@ -7,7 +7,7 @@ reads compared. They prove that devbroker, like 4.9.4,
 - keeps the batch header's properties, WAIT included, on every message of a batch;
 - stores a batch sent to a %RETRY% topic;
 - answers a pull without the subscription flag asking a newer subVersion than the heartbeat registered
-  with SUBSCRIPTION_NOT_LATEST;
+  with SUBSCRIPTION_NOT_LATEST, and keeps a group's newest subscription when a member beats an older one;
 - delays a sent-back message through SCHEDULE_TOPIC_XXXX for its delay level (devbroker at
   ``delay_scale=1.0``, RocketMQ's table) and delivers it with DELAY, REAL_TOPIC, REAL_QID and WAIT=false.
 
@@ -178,6 +178,17 @@ async def _codes_pull_subscription_too_old(  # 4.9.4: SUBSCRIPTION_NOT_LATEST (2
 ) -> Any:
     group = topic + "_g2"
     assert (await call(rc, addr, _heartbeat(topic + "@c1", group, topic, 1000))).code == 0
+    cmd = wire.pull(topic, 0, 0, group=group, sys_flag=0)
+    cmd.ext_fields["subVersion"] = "2000"
+    return (await call(rc, addr, cmd)).code
+
+
+async def _codes_pull_after_an_older_heartbeat(  # 4.9.4 keeps the newer subscription: not 25
+    rc: RemotingClient, addr: str, topic: str
+) -> Any:
+    group = topic + "_g3"
+    assert (await call(rc, addr, _heartbeat(topic + "@c1", group, topic, 2000))).code == 0
+    assert (await call(rc, addr, _heartbeat(topic + "@c2", group, topic, 1000))).code == 0
     cmd = wire.pull(topic, 0, 0, group=group, sys_flag=0)
     cmd.ext_fields["subVersion"] = "2000"
     return (await call(rc, addr, cmd)).code
