@@ -27,7 +27,7 @@ from rocksidecar.storage.reserve import ReserveTooSmallError, store_write_buffer
 
 from . import topic_allow
 from .localhost import is_loopback, local_url_error
-from .setting_words import parse_bool, parse_int
+from .setting_words import parse_bool, parse_float, parse_int
 from .settings_yaml import load_yaml, yaml_error_line
 from .subscriptions.spec import (
     REQUIRED,
@@ -85,17 +85,7 @@ def _reserve_mb(raw: Any, name: str) -> int:
 
 
 def _float(lo: float, hi: float) -> Callable[[Any, str], float]:
-    def parse(raw: Any, name: str) -> float:
-        text = _scalar(raw, name)  # outside the try: its ConfigError is a ValueError too
-        try:
-            value = float(text)
-        except ValueError:
-            raise ConfigError(f"{name}: expected a number, got {raw!r}") from None
-        if not lo <= value <= hi:  # nan too: it compares false
-            raise ConfigError(f"{name}: must be between {lo} and {hi}, got {value}")
-        return value
-
-    return parse
+    return lambda raw, name: parse_float(_scalar(raw, name), name, ConfigError, lo, hi)
 
 
 def _text(raw: Any, name: str) -> str:

@@ -1,5 +1,5 @@
-"""How a setting's integer and true/false values are read: one parser for the sidecar's settings
-(app.config) and its subscriptions' (app.subscriptions.spec), each raising its own error class."""
+"""How a setting's integer, number and true/false values are read: one parser for the sidecar's
+settings (app.config) and its subscriptions' (app.subscriptions.spec), each raising its own error class."""
 
 from __future__ import annotations
 
@@ -36,4 +36,16 @@ def parse_int(raw: Any, where: str, error: type[ValueError], lo: int, hi: int | 
     if value < lo or (hi is not None and value > hi):
         bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
         raise error(f"{where}: must be {bound}, got {value}")
+    return value
+
+
+def parse_float(raw: Any, where: str, error: type[ValueError], lo: float, hi: float) -> float:
+    """``raw`` as a number within ``lo`` .. ``hi`` (nan never is). Anything else raises ``error`` naming
+    ``where``."""
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise error(f"{where}: expected a number, got {raw!r}") from None
+    if not lo <= value <= hi:  # nan too: it compares false
+        raise error(f"{where}: must be between {lo} and {hi}, got {value}")
     return value

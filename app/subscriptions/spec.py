@@ -14,7 +14,7 @@ from rocksidecar.rmq.message import TOPIC_MAX_LEN, TOPIC_PATTERN
 from rocksidecar.rmq.message_codec import MAX_BODY_BYTES
 
 from ..localhost import local_url_error
-from ..setting_words import parse_bool, parse_int
+from ..setting_words import parse_bool, parse_float, parse_int
 from ..settings_yaml import load_yaml, yaml_error_line
 
 MODES = ("concurrent", "orderly")
@@ -162,12 +162,7 @@ def parse_one(raw: Any, where: str) -> SubscriptionSpec:
     if expression_type == "TAG" and expression.upper().startswith("SQL92:"):
         raise SpecError(f"{where}.expression: for an SQL92 filter set expression_type: SQL92, no prefix")
     expression = expression or "*"
-    try:
-        timeout_s = float(str(raw.get("timeout_s", 15.0)).strip())
-    except ValueError:
-        raise SpecError(f"{where}.timeout_s: expected a number, got {raw.get('timeout_s')!r}") from None
-    if not 0.001 <= timeout_s <= 3600:
-        raise SpecError(f"{where}.timeout_s: must be between 0.001 and 3600, got {timeout_s}")
+    timeout_s = parse_float(raw.get("timeout_s", 15.0), f"{where}.timeout_s", SpecError, 0.001, 3600)
     bulk = _bool(raw.get("bulk", False), f"{where}.bulk")
     if bulk and mode != "concurrent":
         raise SpecError(f"{where}.bulk: only with mode: concurrent (orderly delivers one at a time)")

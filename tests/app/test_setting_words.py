@@ -1,4 +1,4 @@
-"""The one parser of integer and true/false setting values: the sidecar's settings and its
+"""The one parser of integer, number and true/false setting values: the sidecar's settings and its
 subscriptions' accept and reject the same words, each with its own error class."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rocksidecar.app.config import ConfigError
-from rocksidecar.app.setting_words import parse_bool, parse_int
+from rocksidecar.app.setting_words import parse_bool, parse_float, parse_int
 from rocksidecar.app.subscriptions.spec import SpecError
 
 
@@ -39,3 +39,13 @@ def test_int_bounds_and_bools() -> None:
         parse_int(True, "n", ConfigError, 0)
     with pytest.raises(ConfigError, match=r"n: expected an integer, got '1\.5'"):
         parse_int("1.5", "n", ConfigError, 0)
+
+
+def test_float_bounds_and_nan() -> None:
+    assert parse_float(" 0.5 ", "t", SpecError, 0.001, 3600) == 0.5
+    with pytest.raises(SpecError, match=r"t: must be between 0\.001 and 3600, got 3601\.0"):
+        parse_float("3601", "t", SpecError, 0.001, 3600)
+    with pytest.raises(ConfigError, match=r"t: must be between 0\.0 and 1\.0, got nan"):
+        parse_float("nan", "t", ConfigError, 0.0, 1.0)
+    with pytest.raises(ConfigError, match="t: expected a number, got 'soon'"):
+        parse_float("soon", "t", ConfigError, 0.0, 1.0)
