@@ -127,6 +127,19 @@ def encode_binary(h: HeaderFields) -> bytes:
     return b"".join(parts)
 
 
+def _read_str(
+    data: bytes, pos: int, end: int, length: struct.Struct, what: str, within: str
+) -> tuple[bytes, int]:
+    """The string at ``pos`` (its length first, as ``length`` packs it) and the position after it, as
+    Java's readStr: a length that is negative or runs past ``end`` is refused, naming ``what`` and the
+    part it overruns (``within``)."""
+    (n,) = length.unpack_from(data, pos)
+    pos += length.size
+    if not 0 <= n <= end - pos:
+        raise FrameError(f"binary header {what} length {n} overruns the {within}")
+    return data[pos : pos + n], pos + n
+
+
 def decode_binary(data: bytes) -> tuple[int, int, int, int, int, str | None, dict[str, str]]:
     # Every length is checked against what is left, and a negative one refused (Java's readStr fails
     # on it too): a negative key length once moved the cursor back and looped forever.
@@ -134,12 +147,8 @@ def decode_binary(data: bytes) -> tuple[int, int, int, int, int, str | None, dic
     try:
         code, language, version, opaque, flag = _BIN_FIXED.unpack_from(data, 0)
         pos = _BIN_FIXED.size
-        (remark_len,) = _I32.unpack_from(data, pos)
-        pos += 4
-        if not 0 <= remark_len <= size - pos:
-            raise FrameError(f"binary header remark length {remark_len} overruns the header")
-        remark = _short_remark(data[pos : pos + remark_len].decode()) if remark_len else None
-        pos += remark_len
+        remark_b, pos = _read_str(data, pos, size, _I32, "remark", "header")
+        remark = _short_remark(remark_b.decode()) if remark_b else None
         (ext_len,) = _I32.unpack_from(data, pos)
         pos += 4
         end = pos + ext_len
@@ -149,19 +158,11 @@ def decode_binary(data: bytes) -> tuple[int, int, int, int, int, str | None, dic
         while pos < end:
             if len(ext) >= MAX_EXT_FIELDS:
                 raise FrameError(f"binary header has more than {MAX_EXT_FIELDS} extFields")
-            (klen,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if not 0 <= klen <= end - pos:
-                raise FrameError(f"binary header key length {klen} overruns the map")
-            key = data[pos : pos + klen].decode()
-            pos += klen
-            (vlen,) = _I32.unpack_from(data, pos)
-            pos += 4
-            if not 0 <= vlen <= end - pos:
-                raise FrameError(f"binary header value length {vlen} overruns the map")
-            if vlen:  # Java 4.9.4+ reads an empty value as null, i.e. absent.
-                ext[key] = data[pos : pos + vlen].decode()
-            pos += vlen
+            key_b, pos = _read_str(data, pos, end, _I16, "key", "map")
+            key = key_b.decode()
+            value_b, pos = _read_str(data, pos, end, _I32, "value", "map")
+            if value_b:  # Java 4.9.4+ reads an empty value as null, i.e. absent.
+                ext[key] = value_b.decode()
     except (struct.error, UnicodeDecodeError) as exc:
         raise FrameError(f"undecodable binary header: {exc}") from exc
     return code, language, version, opaque, flag, remark, ext
