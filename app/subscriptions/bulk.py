@@ -22,7 +22,7 @@ from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from ..http_client import PostError
-from ..tracing import spans
+from ..tracing import msgtrace, spans
 from .cloudevents import structured_event
 from .push import LATER_STATUSES, HttpPush, retry_after_s
 from .spec import SubscriptionSpec
@@ -118,11 +118,17 @@ class BulkPush(HttpPush):
     async def __call__(  # type: ignore[override]  # per message, which the consumer accepts
         self, msgs: Sequence[MessageExt], mq: MessageQueue
     ) -> list[ConsumeStatus]:
-        if spans.ON:  # tracing off: this one check per batch
-            return list(
+        if not spans.ON and msgtrace.DISPATCHER is None:  # tracing off: this one check per batch
+            return await self._post(msgs, mq)
+        started = msgtrace.now_ms()
+        if spans.ON:
+            statuses = list(
                 await spans.process_batch(msgs, self.spec.group, self.spec.endpoint, self._post(msgs, mq))
             )
-        return await self._post(msgs, mq)
+        else:
+            statuses = await self._post(msgs, mq)
+        msgtrace.consumed_all(msgs, self.spec.group, started, [s is ConsumeStatus.SUCCESS for s in statuses])
+        return statuses
 
     async def _post(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> list[ConsumeStatus]:
         body = envelope(self.spec, msgs, mq)

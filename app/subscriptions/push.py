@@ -47,6 +47,22 @@ def later_s(seconds: float) -> float:
     return min(max(seconds, MIN_LATER_S), MAX_LATER_S)
 
 
+async def traced(msg: MessageExt, group: str, endpoint: str, delivery: Awaitable[bool]) -> bool:
+    """One delivery to the app (HTTP or gRPC) inside its consume span (spans on), recorded as the
+    message trace's SubBefore/SubAfter pair (message trace on)."""
+    started = msgtrace.now_ms()
+    ok = await (spans.process(msg, group, endpoint, delivery) if spans.ON else delivery)
+    msgtrace.consumed(msg, group, started, ok)
+    return ok
+
+
+def log_if_dead(log: DeliveryLog, spec: SubscriptionSpec, msg: MessageExt, why: str) -> None:
+    """A failed message that has used up its reconsumes goes to the group's DLQ now: the broker moves it
+    there when it is sent back (concurrent), the consumer sends it there (orderly)."""
+    if msg.reconsume_times >= spec.max_reconsume_times:
+        log.moved_to_dlq(spec.name, spec.group, msg.msg_id, f"{why} {msg.reconsume_times + 1} times")
+
+
 class HttpPush:
     """The PushConsumer's listener of one subscription."""
 
@@ -72,7 +88,7 @@ class HttpPush:
     async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
         for msg in msgs:  # consume_batch_size is 1: one CloudEvent per POST
             if spans.ON or msgtrace.DISPATCHER is not None:  # tracing off: this one check per message
-                ok = await self._traced(msg, mq)
+                ok = await traced(msg, self.spec.group, self.spec.endpoint, self.deliver(msg, mq))
             else:
                 ok = await self.deliver(msg, mq)
             if not ok:
@@ -80,22 +96,8 @@ class HttpPush:
                 return self._failed
         return ConsumeStatus.SUCCESS
 
-    async def _traced(self, msg: MessageExt, mq: MessageQueue) -> bool:
-        started = msgtrace.now_ms()
-        if spans.ON:
-            ok = await spans.process(msg, self.spec.group, self.spec.endpoint, self.deliver(msg, mq))
-        else:
-            ok = await self.deliver(msg, mq)
-        msgtrace.consumed(msg, self.spec.group, started, ok)
-        return ok
-
     def log_if_dead(self, msg: MessageExt, why: str) -> None:
-        """A failed message that has used up its reconsumes goes to the group's DLQ now: the broker
-        moves it there when it is sent back (concurrent), the consumer sends it there (orderly)."""
-        if msg.reconsume_times >= self.spec.max_reconsume_times:
-            self._log.moved_to_dlq(
-                self.spec.name, self.spec.group, msg.msg_id, f"{why} {msg.reconsume_times + 1} times"
-            )
+        log_if_dead(self._log, self.spec, msg, why)
 
     async def deliver(self, msg: MessageExt, mq: MessageQueue) -> bool:
         """POST until the app takes it (True) or fails it (False); 429/503 wait and try again."""

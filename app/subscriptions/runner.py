@@ -113,7 +113,7 @@ class Subscriptions:
         for spec in self.specs:
             listener: MessageListener
             if spec.grpc:
-                listener = self.hubs[spec.name] = StreamHub(spec, on_delivery=on_delivery)
+                listener = self.hubs[spec.name] = StreamHub(spec, on_delivery=on_delivery, log=self.log)
             elif spec.bulk:
                 listener = BulkPush(spec, self._http, on_delivery=on_delivery, log=self.log)
             else:

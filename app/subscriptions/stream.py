@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
-from ..tracing import spans
-from .push import DEFAULT_LATER_S, DeliveryHook, later_s
+from ..tracing import msgtrace, spans
+from .log import DeliveryLog
+from .push import DEFAULT_LATER_S, DeliveryHook, later_s, log_if_dead, traced
 from .spec import SubscriptionSpec
 
 # Streams that may end, one after another, without answering a delivery before it counts as failed.
@@ -57,8 +58,10 @@ class StreamHub:
         *,
         on_delivery: DeliveryHook | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        log: DeliveryLog | None = None,
     ) -> None:
         self.spec = spec
+        self._log = log or DeliveryLog()
         self._queue: asyncio.Queue[Delivery] = asyncio.Queue()
         self._open: dict[str, Delivery] = {}  # taken by a stream, not answered yet
         self._on_delivery = on_delivery or (lambda _s, _o, _t, _p: None)
@@ -68,11 +71,12 @@ class StreamHub:
 
     async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
         for msg in msgs:
-            if spans.ON:  # tracing off: this one check per message
-                ok = await spans.process(msg, self.spec.group, "grpc", self.deliver(msg, mq))
+            if spans.ON or msgtrace.DISPATCHER is not None:  # tracing off: this one check per message
+                ok = await traced(msg, self.spec.group, "grpc", self.deliver(msg, mq))
             else:
                 ok = await self.deliver(msg, mq)
             if not ok:
+                log_if_dead(self._log, self.spec, msg, "failed")
                 return self._failed
         return ConsumeStatus.SUCCESS
 

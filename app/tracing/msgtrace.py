@@ -311,6 +311,15 @@ def consumed(msg: MessageExt, group: str, started_ms: int, ok: bool) -> None:
         d.add(_consumed(msg, group, started_ms, now_ms() - started_ms, ok))
 
 
+def consumed_all(msgs: Sequence[MessageExt], group: str, started_ms: int, oks: Sequence[bool]) -> None:
+    """The SubBefore/SubAfter records of a batch one POST delivered (bulk), each with its own outcome and
+    the batch's time shared out, as ConsumeMessageTraceHookImpl divides a batch's cost by its size."""
+    d = DISPATCHER
+    if d is not None and msgs:
+        cost = (now_ms() - started_ms) // len(msgs)
+        d.add_all([_consumed(m, group, started_ms, cost, ok) for m, ok in zip(msgs, oks, strict=True)])
+
+
 class MsgTraceSender(WatchedSender):
     """A Sender that records a ``Pub`` for every message a broker stored (no waiting, no failing)."""
 

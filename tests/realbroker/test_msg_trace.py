@@ -1,6 +1,7 @@
 """RocketMQ message trace on real RocketMQ 4.9.4 (brokers with traceTopicEnable=true): a message sent
 through the sidecar and delivered by its subscription shows its Pub record and its SubBefore/SubAfter
-records (one Sub row) in `mqadmin queryMsgTraceById`; a Java DefaultMQPushConsumer with enableMsgTrace on
+records (one Sub row) in `mqadmin queryMsgTraceById`, whether the subscription POSTs it or a gRPC
+stream takes it; a Java DefaultMQPushConsumer with enableMsgTrace on
 reads a sidecar-sent message and its Sub record lands in the same trace as the sidecar's Pub. Skipped
 unless ROCKSIDECAR_TEST_NAMESRV is set."""
 
@@ -10,9 +11,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
+from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
+from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 from rocksidecar.app.config import Settings
 from rocksidecar.app.service import Service
 from rocksidecar.app.subscriptions.spec import SubscriptionSpec
@@ -37,10 +41,10 @@ async def _query_trace(broker_ctl: Path, namesrv: str, msg_id: str) -> str:
 
 
 async def _send_one(
-    settings: Settings, topic: str, then: Callable[[str], Awaitable[None]] | None = None
+    settings: Settings, topic: str, then: Callable[[Service, str], Awaitable[None]] | None = None
 ) -> str:
-    """The id of one message sent through a sidecar; ``then(id)`` runs before the sidecar stops (its
-    stop flushes the last trace records)."""
+    """The id of one message sent through a sidecar; ``then(sidecar, id)`` runs before the sidecar stops
+    (its stop flushes the last trace records)."""
     service = Service(settings)
     await service.start()
     try:
@@ -49,7 +53,7 @@ async def _send_one(
         assert r.status_code == 200, r.text
         msg_id: str = r.json()["id"]
         if then is not None:
-            await then(msg_id)
+            await then(service, msg_id)
     finally:
         await service.stop()
     return msg_id
@@ -84,7 +88,7 @@ async def test_mqadmin_shows_the_sidecar_s_send_and_consume_records(
         settings = settings_for(tmp_path, namesrv=(namesrv_addr,), subscriptions=(sub,), msg_trace=True,
                                 producer_group="traceProducer")  # fmt: skip
 
-        async def delivered(msg_id: str) -> None:
+        async def delivered(_: Service, msg_id: str) -> None:
             await app.until(lambda got: any(g.headers["ce-id"] == msg_id for g in got), WAIT_S)
 
         msg_id = await _send_one(settings, topic, delivered)
@@ -93,6 +97,33 @@ async def test_mqadmin_shows_the_sidecar_s_send_and_consume_records(
     assert [r[:2] for r in _rows(text, "Pub")] == [["Pub", "traceProducer"]], text[-3000:]
     assert [(r[1], r[-1]) for r in _rows(text, "Sub")] == [(group, "success")], text[-3000:]
     print(text)
+
+
+@pytest.mark.timeout(360)
+async def test_mqadmin_shows_the_consume_records_of_a_grpc_subscription(
+    namesrv_addr: str, broker_ctl: Path, tmp_path: Path
+) -> None:
+    """A gRPC subscription's delivery, acknowledged by the app, writes its SubBefore/SubAfter too."""
+    topic = await new_topic(namesrv_addr, "traceGrpcSub")
+    group = f"{topic}_g"
+    sub = SubscriptionSpec("traced", topic, group, "grpc", consume_from="first")
+    settings = settings_for(tmp_path, namesrv=(namesrv_addr,), subscriptions=(sub,), msg_trace=True,
+                            producer_group="traceGrpcProducer")  # fmt: skip
+
+    async def acked(service: Service, msg_id: str) -> None:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc.port}") as channel:
+            stub = pb_grpc.SidecarStub(channel)
+            call = stub.Subscribe(pb.SubscribeRequest(subscription="traced"))
+            async with asyncio.timeout(WAIT_S):
+                while (d := await call.read()).id != msg_id:
+                    await stub.Ack(pb.AckRequest(delivery_id=d.delivery_id, outcome=pb.ACK_OK))
+            await stub.Ack(pb.AckRequest(delivery_id=d.delivery_id, outcome=pb.ACK_OK))
+            call.cancel()
+
+    msg_id = await _send_one(settings, topic, acked)
+    text = await _trace_until(broker_ctl, namesrv_addr, msg_id, "Pub", "Sub")
+    assert [r[:2] for r in _rows(text, "Pub")] == [["Pub", "traceGrpcProducer"]], text[-3000:]
+    assert [(r[1], r[-1]) for r in _rows(text, "Sub")] == [(group, "success")], text[-3000:]
 
 
 async def _consumed_by_java(proc: asyncio.subprocess.Process, msg_id: str) -> None:

@@ -13,9 +13,11 @@ import pytest
 from rocksidecar.app.http_client import Answer, HttpClient, PostError
 from rocksidecar.app.subscriptions.bulk import BULK_EVENT_TYPE, BulkPush, statuses_from
 from rocksidecar.app.subscriptions.spec import SpecError, SubscriptionSpec, parse_one
+from rocksidecar.app.tracing import msgtrace
 from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.message import MessageExt
 from tests.app.subscriptions.test_push import MQ, Recorded
+from tests.app.subscriptions.test_stream import TraceRecords
 from tests.rmq.consumer.factory import stored
 
 SPEC = SubscriptionSpec(name="orders", topic="T", group="G", endpoint="http://127.0.0.1:9/in", bulk=True)
@@ -201,3 +203,17 @@ def test_a_status_that_only_case_folds_or_converts_to_a_known_one_retries(status
     """'\u017fuccess' (a long s) upper-cases to SUCCESS in Python; it is not a status the app sent."""
     body = orjson.dumps({"statuses": [{"entryId": "40", "status": status}]})
     assert statuses_from(body, batch()) == [LATER, LATER, LATER]
+
+
+async def test_a_bulk_post_writes_each_entry_s_message_trace_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bulk subscriptions wrote no SubBefore/SubAfter records: each entry's now, with its own outcome."""
+    records = TraceRecords()
+    monkeypatch.setattr(msgtrace, "DISPATCHER", records)
+    msgs = batch()
+    rec = Recorded([answer(("40", "SUCCESS"), ("41", "DROP"), ("42", "RETRY"))])
+    assert await bulk(rec)(msgs, MQ) == [OK, DEAD, LATER]
+    assert records.subs == [
+        (msgs[0].msg_id, True, "G"),
+        (msgs[1].msg_id, False, "G"),
+        (msgs[2].msg_id, False, "G"),
+    ]

@@ -12,8 +12,11 @@ import pytest
 from rocksidecar.app.api.grpc_subscribe import ack, stream
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.request import RequestError
+from rocksidecar.app.subscriptions.log import DeliveryLog
 from rocksidecar.app.subscriptions.stream import Answer as StreamAnswer
 from rocksidecar.app.subscriptions.stream import Delivery, StreamHub
+from rocksidecar.app.tracing import msgtrace
+from rocksidecar.rmq.consumer.config import ConsumeStatus
 from tests.app.subscriptions.test_push import MQ, SPEC, message
 
 GRPC = dataclasses.replace(SPEC, endpoint="grpc", timeout_s=0.01)
@@ -80,3 +83,49 @@ async def test_a_cancelled_delivery_is_never_handed_to_a_stream() -> None:
     assert d.msg.queue_offset == 2
     hub.ack(d.delivery_id, StreamAnswer.OK)
     assert await delivered is True
+
+
+class TraceRecords:
+    """msgtrace.DISPATCHER's stand-in: the (message id, ok, group) of each SubBefore/SubAfter pair."""
+
+    def __init__(self) -> None:
+        self.subs: list[tuple[str, bool, str]] = []
+
+    def add(self, pending: tuple[object, ...]) -> None:
+        self.add_all([pending])
+
+    def add_all(self, pending: list[tuple[object, ...]]) -> None:
+        self.subs += [(str(p[1]), bool(p[5]), str(p[8])) for p in pending]
+
+
+class DeadLetters(DeliveryLog):
+    def __init__(self) -> None:
+        super().__init__()
+        self.moved: list[tuple[str, str, str, str]] = []
+
+    def moved_to_dlq(self, subscription: str, group: str, msg_id: str, why: str) -> None:
+        self.moved.append((subscription, group, msg_id, why))
+
+
+async def test_grpc_deliveries_write_message_trace_records_and_log_dead_letters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only HTTP push subscriptions wrote the SubBefore/SubAfter records (`mqadmin queryMsgTraceById`
+    showed no consumer for a message a gRPC subscription delivered) and logged a message moving to the
+    DLQ; gRPC ones did neither."""
+    records, log = TraceRecords(), DeadLetters()
+    monkeypatch.setattr(msgtrace, "DISPATCHER", records)
+    hub = StreamHub(dataclasses.replace(GRPC, timeout_s=5.0, max_reconsume_times=2), log=log)
+    ok_msg = message()
+    consumed = asyncio.create_task(hub([ok_msg], MQ))
+    d = await hub.next()
+    hub.ack(d.delivery_id, StreamAnswer.OK)
+    assert await consumed is ConsumeStatus.SUCCESS
+    last_try = message(UNIQ_KEY="LAST0000")  # reconsume_times 2: its last
+    assert last_try.msg_id != ok_msg.msg_id
+    failed = asyncio.create_task(hub([last_try], MQ))
+    d = await hub.next()
+    hub.ack(d.delivery_id, StreamAnswer.FAILED)
+    assert await failed is ConsumeStatus.RECONSUME_LATER
+    assert records.subs == [(ok_msg.msg_id, True, "G"), (last_try.msg_id, False, "G")]
+    assert log.moved == [("orders", "G", last_try.msg_id, "failed 3 times")]
