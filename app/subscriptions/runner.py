@@ -12,7 +12,9 @@ from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, MessageListene
 from rocksidecar.rmq.consumer.allocate import AllocateStrategy, Averagely
 from rocksidecar.rmq.consumer.bounded_hash import BoundedHash
 from rocksidecar.rmq.consumer.offset_store import ReadType
+from rocksidecar.rmq.consumer.process_queue import ProcessQueue
 from rocksidecar.rmq.consumer.sticky import AllocateSticky
+from rocksidecar.rmq.message import MessageQueue
 
 from ..http_client import HttpClient
 from .bulk import BulkPush
@@ -89,6 +91,14 @@ def consumer_config(
     )
 
 
+def _process_queues(consumer: PushConsumer) -> Callable[[MessageQueue], ProcessQueue | None]:
+    def process_queue(mq: MessageQueue) -> ProcessQueue | None:
+        state = consumer.queues.get(mq)
+        return state.pq if state is not None else None
+
+    return process_queue
+
+
 class Subscriptions:
     def __init__(
         self,
@@ -123,6 +133,8 @@ class Subscriptions:
             )
             consumer.subscribe(spec.topic, spec.expression, spec.expression_type)
             self.consumers[spec.name] = consumer
+            if spec.grpc:  # so that the hub hands no stream a message of a queue dropped meanwhile
+                self.hubs[spec.name].process_queue = _process_queues(consumer)
 
     async def start(self) -> None:
         """Start every consumer; a broker that cannot be reached now is retried by the consumer's own
