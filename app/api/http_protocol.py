@@ -17,6 +17,8 @@
 - Pipelined requests read no faster than they are answered: uvicorn resumes reading after every answer,
   even with requests still queued, so a client pipelining without end grew the queue by a read's worth
   per answer (1 GB in 6 s from one connection); reading stays paused until the queue is empty.
+- Every answer problem+json: a request the parser cannot read is answered 400 problem+json (uvicorn's is
+  text/plain), and these refusals (400, 431) are counted as the edge counts a request no route matched.
 - One write per answer: uvicorn writes an answer's head and its body separately, two system calls (a
   sixth of the sidecar's time under load, issue 18); writes are held until the loop's next turn and
   sent as one.
@@ -31,7 +33,7 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .middleware import Refusal, problem_body
+from .middleware import UNMATCHED, Refusal, problem_body
 from .problems import PROBLEM_JSON
 
 LINGER_S = 1.0
@@ -169,6 +171,9 @@ TOO_MANY_FIELDS = Refusal(
     431, "Request header fields too large", f"the request has over {MAX_HEADER_FIELDS} header fields",
     "headers", {},
 )  # fmt: skip
+# What httptools could not parse (a request line, a header field, a Content-Length, the chunked framing):
+# uvicorn tells no more than that either.
+MALFORMED = Refusal(400, "Bad request", "the request is not valid HTTP and cannot be read", "", {})
 
 
 def refusal_bytes(refusal: Refusal, default_headers: list[tuple[bytes, bytes]]) -> bytes:
@@ -255,6 +260,9 @@ class _Refused(asyncio.Protocol):
 class GuardedHttpTools(HttpToolsProtocol):
     read_timeout_s = 30.0
     limit: ConnectionLimit | None = None
+    # (route template, status): the edge's count of requests (rocksidecar_requests_total), for what this
+    # refuses before any route sees it; None where nothing counts them (the dmq process's port)
+    count_refusal: Callable[[str, int], None] | None = None
     handed_over = False  # set by app.api.hot_http: the connection was counted and admitted there
     _fields = 0  # header fields of the head being read
     _pending: Refusal | None = None  # a head refused while answers before it were owed
@@ -334,8 +342,8 @@ class GuardedHttpTools(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         if self._fields > MAX_HEADER_FIELDS:
             self._refuse_head(TOO_MANY_FIELDS)
-        else:
-            super().send_400_response(msg)
+        else:  # at once, as uvicorn's own: the parser cannot go on, and may have failed mid-body
+            self._refuse_now(MALFORMED)
 
     def _refuse_head(self, refusal: Refusal) -> None:
         """Answer 431 and close, once the answers owed before it are out; until then read no more."""
@@ -343,8 +351,14 @@ class GuardedHttpTools(HttpToolsProtocol):
             self._pending = refusal
             self.flow.pause_reading()  # on_response_complete refuses it
             return
+        self._refuse_now(refusal)
+
+    def _refuse_now(self, refusal: Refusal) -> None:
+        """Answer ``refusal``, close, and count it as a request no route matched (none was routed)."""
         self.transport.write(refusal_bytes(refusal, self.server_state.default_headers))
         self.transport.close()
+        if self.count_refusal is not None:
+            self.count_refusal(UNMATCHED, refusal.status)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

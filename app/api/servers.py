@@ -131,9 +131,14 @@ def _protocol(app: Any, read_timeout_s: float, limit: ConnectionLimit | None = N
     """The connection protocol: ours for the hot routes (app.api.hot_http), handing everything else to
     uvicorn's, unless something wraps the edge (the access log must see every request). Both count their
     connections against ``limit`` in one set (uvicorn's server state's)."""
-    common = {"read_timeout_s": read_timeout_s, "limit": limit}
-    guarded = type("SidecarHttp", (GuardedHttpTools,), common)
     edge = getattr(app, "edge", None)
+    counting = edge if isinstance(edge, EdgeMiddleware) else getattr(edge, "app", None)  # the access log's
+    common = {
+        "read_timeout_s": read_timeout_s,
+        "limit": limit,
+        "count_refusal": staticmethod(counting.count_as) if isinstance(counting, EdgeMiddleware) else None,
+    }
+    guarded = type("SidecarHttp", (GuardedHttpTools,), common)
     if not isinstance(edge, EdgeMiddleware):
         return guarded
     return type("SidecarHotHttp", (HotHttp,), {**common, "hot": edge, "fallback": guarded})

@@ -8,15 +8,16 @@ more. Here the loop encodes a batch (``otlp.encode_bytes``) and sends it between
 ``http/protobuf`` with the keep-alive client of app.http_client, over ``grpc`` (the sidecar's default)
 with grpc.aio, the request's bytes as they are. No second thread, no GIL hand-offs, no requests library.
 
-Taken by ``processor`` unless the configuration asks for what this does not do (another protocol,
-client certificates or a custom CA, a gRPC credential provider): then None, and the SDK's processor and
-exporter as before. The same ``OTEL_*`` variables configure it as they configure the SDK's: the
-endpoint (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; else ``OTEL_EXPORTER_OTLP_ENDPOINT``, + ``/v1/traces``
-over HTTP), ``OTEL_EXPORTER_OTLP_INSECURE`` for gRPC (the SDK's rule), headers, timeout (seconds, as
-the Python SDK reads it), compression (``gzip``, ``deflate``, ``none``), and the
-batching (``OTEL_BSP_SCHEDULE_DELAY``, ``OTEL_BSP_MAX_QUEUE_SIZE``, ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``,
+Taken by ``processor`` unless the configuration asks for what this does not do (client certificates or
+a custom CA, a gRPC credential provider): then None, and the SDK's processor and exporter as before.
+The same ``OTEL_*`` variables configure it as they configure the SDK's: the endpoint
+(``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; else ``OTEL_EXPORTER_OTLP_ENDPOINT``, + ``/v1/traces`` over
+HTTP), ``OTEL_EXPORTER_OTLP_INSECURE`` for gRPC (the SDK's rule), headers, timeout (seconds, as the
+Python SDK reads it), compression (``gzip``, ``deflate``, ``none``), and the batching
+(``OTEL_BSP_SCHEDULE_DELAY``, ``OTEL_BSP_MAX_QUEUE_SIZE``, ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``,
 ``OTEL_BSP_EXPORT_TIMEOUT``, in milliseconds). A value that is not a number in range is refused with one
-line naming the variable (the SDK would warn and use its default).
+line naming the variable (the SDK would warn and use its default), whichever exporter then serves; so is
+a protocol other than ``grpc`` and ``http/protobuf`` (the SDK's exporter would take it for gRPC).
 
 Behaviour kept from the SDK's processor: spans queue up to the queue's size (more are dropped and counted,
 as the SDK drops them; a request's receive span that keeps its send, app.tracing.fast, is one entry of the
@@ -120,21 +121,46 @@ def _number(env: Mapping[str, str], name: str, default: float, low: float, high:
 
 
 def protocol(env: Mapping[str, str]) -> str:
-    """The OTLP protocol ``env`` asks for; gRPC unless it says otherwise (the sidecar's default)."""
-    return _env(env, "PROTOCOL") or "grpc"
+    """The OTLP protocol ``env`` asks for; gRPC unless it says otherwise (the sidecar's default).
+
+    Raises:
+        ValueError: another protocol than grpc or http/protobuf (one line naming the variable). A typo
+            must not export over gRPC to where no collector listens; http/json is OTLP too, but neither
+            this client nor app.tracing.otlp's exporters speak it.
+    """
+    name = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"  # the spec's order, as _env
+    if env.get(name) is None:
+        name = "OTEL_EXPORTER_OTLP_PROTOCOL"
+    asked = env.get(name) or "grpc"
+    if asked not in ("grpc", "http/protobuf"):
+        raise ValueError(f"{name} must be grpc or http/protobuf, not {asked[:40]!r}")
+    return asked
 
 
 def settings(env: Mapping[str, str]) -> ExportSettings | None:
-    """The loop exporter's settings from ``env``, or None where the SDK's exporter must serve: another
-    protocol than http/protobuf or grpc, TLS files to load, or a gRPC credential provider.
+    """The loop exporter's settings from ``env``, or None where the SDK's exporter must serve: TLS files
+    to load, or a gRPC credential provider.
 
     Raises:
-        ValueError: a variable out of range or not understood (one line naming it).
+        ValueError: a variable out of range or not understood (one line naming it). The protocol, the
+            numbers and the compression are checked before the SDK's exporter is chosen: it reads the
+            same variables, and would log a traceback and go on with its default.
     """
     asked = protocol(env)
-    if asked not in ("http/protobuf", "grpc") or any(_env(env, s) for s in _TLS_SETTINGS):
-        return None
-    if asked == "grpc" and env.get(_GRPC_CREDENTIALS):
+    compression = (_env(env, "COMPRESSION") or "").strip().lower()
+    if compression not in _ENCODINGS:
+        raise ValueError(
+            f"OTEL_EXPORTER_OTLP_COMPRESSION must be gzip, deflate or none, not {compression[:40]!r}"
+        )
+    timeout_var = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"
+    if env.get(timeout_var) is None:
+        timeout_var = "OTEL_EXPORTER_OTLP_TIMEOUT"
+    timeout_s = _number(env, timeout_var, 10.0, 0.001, 3600.0)
+    schedule_delay_s = _number(env, "OTEL_BSP_SCHEDULE_DELAY", 5000, 1, 3_600_000) / 1000
+    max_queue = int(_number(env, "OTEL_BSP_MAX_QUEUE_SIZE", 2048, 1, 1 << 20))
+    max_batch = min(int(_number(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, 1, 1 << 20)), max_queue)
+    export_timeout_s = _number(env, "OTEL_BSP_EXPORT_TIMEOUT", 30000, 1, 3_600_000) / 1000
+    if any(_env(env, s) for s in _TLS_SETTINGS) or (asked == "grpc" and env.get(_GRPC_CREDENTIALS)):
         return None
     endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
     insecure = True
@@ -157,29 +183,20 @@ def settings(env: Mapping[str, str]) -> ExportSettings | None:
             raise ValueError(
                 f"OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL, not {endpoint[:80]!r}"
             )
-    compression = (_env(env, "COMPRESSION") or "").strip().lower()
-    if compression not in _ENCODINGS:
-        raise ValueError(
-            f"OTEL_EXPORTER_OTLP_COMPRESSION must be gzip, deflate or none, not {compression[:40]!r}"
-        )
     headers = parse_env_headers(_env(env, "HEADERS") or "", liberal=True)
     for key, value in headers.items():
         if any(c in key + value for c in "\r\n"):
             raise ValueError("OTEL_EXPORTER_OTLP_HEADERS: a header carries a line break")
-    timeout_var = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"
-    if env.get(timeout_var) is None:
-        timeout_var = "OTEL_EXPORTER_OTLP_TIMEOUT"
-    max_queue = int(_number(env, "OTEL_BSP_MAX_QUEUE_SIZE", 2048, 1, 1 << 20))
     return ExportSettings(
         protocol=asked,
         endpoint=endpoint,
         headers=headers,
-        timeout_s=_number(env, timeout_var, 10.0, 0.001, 3600.0),
+        timeout_s=timeout_s,
         compression=_ENCODINGS[compression],
-        schedule_delay_s=_number(env, "OTEL_BSP_SCHEDULE_DELAY", 5000, 1, 3_600_000) / 1000,
+        schedule_delay_s=schedule_delay_s,
         max_queue=max_queue,
-        max_batch=min(int(_number(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, 1, 1 << 20)), max_queue),
-        export_timeout_s=_number(env, "OTEL_BSP_EXPORT_TIMEOUT", 30000, 1, 3_600_000) / 1000,
+        max_batch=max_batch,
+        export_timeout_s=export_timeout_s,
         insecure=insecure,
     )
 

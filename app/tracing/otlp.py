@@ -574,10 +574,13 @@ def _field(tag: bytes, value: bytes) -> bytes:
 
 
 def exporter(protocol: str) -> SpanExporter:
-    """The OTLP span exporter of ``protocol`` (``OTEL_EXPORTER_OTLP_PROTOCOL``: ``http/protobuf``, else
-    gRPC), configured by the ``OTEL_*`` variables, encoding with ``encode``."""
-    if protocol.startswith("http"):
+    """The OTLP span exporter of ``protocol`` (``OTEL_EXPORTER_OTLP_PROTOCOL``, as app.tracing.loop_export
+    checked it: ``http/protobuf`` or ``grpc``), configured by the ``OTEL_*`` variables, encoding with
+    ``encode``. Raises ValueError for another protocol rather than taking it for gRPC."""
+    if protocol == "http/protobuf":
         return _http()
+    if protocol != "grpc":
+        raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL must be grpc or http/protobuf, not {protocol[:40]!r}")
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
 
     class GrpcExporter(Grpc):

@@ -11,7 +11,10 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from rocksidecar.app.api import http_protocol, servers
-from rocksidecar.app.api.http_protocol import _LingeringTransport
+from rocksidecar.app.api.http_protocol import MAX_HEAD, MAX_HEADER_FIELDS, _LingeringTransport
+from rocksidecar.app.api.middleware import UNMATCHED
+from tests.app.api.test_hot_path import connect, read_answer, requests_counted
+from tests.app.conftest import Stack
 
 
 class _Transport:
@@ -302,3 +305,60 @@ async def test_uvicorns_protocol_refuses_past_the_limit_unless_handed_over() -> 
     handed.handed_over = True  # app.api.hot_http admitted it already
     handed.connection_made(_Accepted())
     assert len(state.connections) == 2
+
+
+# What httptools cannot parse: on the hot route (app.api.hot_http hands it to uvicorn's side) and the rest.
+MALFORMED = {
+    "a Content-Length that is not a number": (
+        b"POST /v1/messages HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        b"content-length: x\r\n\r\n"
+    ),
+    "two Content-Length fields": (
+        b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n"
+    ),
+    "a control character in the path": b"GET /he\x01lthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("raw", MALFORMED.values(), ids=MALFORMED)
+async def test_a_request_the_parser_cannot_read_is_400_problem_json_and_closed(
+    stack: Stack, raw: bytes
+) -> None:
+    """README: every error is application/problem+json. Found by a review (session 29): these were
+    answered uvicorn's own 400 text/plain "Invalid HTTP request received."."""
+    reader, writer = await connect(stack)
+    writer.write(raw)
+    try:
+        status, headers, body = await read_answer(reader)
+        assert (status, headers["content-type"], headers["connection"]) == (
+            400, "application/problem+json", "close",
+        )  # fmt: skip
+        assert orjson.loads(body)["status"] == 400
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("access_log", [False, True], ids=["hot protocol", "uvicorn's, under the access log"])
+async def test_refused_heads_and_unreadable_requests_are_counted_as_unmatched(
+    make_stack: Any, access_log: bool
+) -> None:
+    """README: /metrics counts requests by outcome, (unmatched) for no route. Found by a review (session
+    29): a 431 or a 400 written by the protocol itself was counted nowhere. With the access log on, the
+    edge is under its middleware (and the hot protocol is off): counted all the same."""
+    refused = [
+        b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nx-pad: " + b"a" * MAX_HEAD + b"\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\n" + b"x-f: v\r\n" * (MAX_HEADER_FIELDS + 1) + b"\r\n",
+        MALFORMED["two Content-Length fields"],
+    ]
+    async with make_stack(access_log=access_log) as stack:
+        for raw in refused:
+            reader, writer = await connect(stack)
+            writer.write(raw)
+            try:
+                assert (await read_answer(reader))[0] in (400, 431)
+                await asyncio.wait_for(reader.read(), 10)  # closed: counted by then
+            finally:
+                writer.close()
+        counted = [requests_counted(stack, UNMATCHED, code) for code in (431, 400)]
+    assert counted == [2.0, 1.0]

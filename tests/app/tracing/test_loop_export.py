@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import queue
+import re
 import threading
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,7 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import SpanKind
 
 from rocksidecar.app.tracing import loop_export, spans
-from rocksidecar.app.tracing.loop_export import LoopBatchProcessor, settings
+from rocksidecar.app.tracing.loop_export import LoopBatchProcessor, protocol, settings
 
 
 class _Got:
@@ -133,7 +134,6 @@ def test_settings_follow_the_otlp_variables() -> None:
 @pytest.mark.parametrize(
     "env",
     [
-        {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
         {"OTEL_PYTHON_EXPORTER_OTLP_GRPC_CREDENTIAL_PROVIDER": "mine"},
         {"OTEL_EXPORTER_OTLP_CERTIFICATE": "/ca.pem"},
         {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_CERTIFICATE": "/ca.pem"},
@@ -160,6 +160,72 @@ def test_what_the_loop_client_does_not_do_is_left_to_the_sdk(env: dict[str, str]
 def test_a_bad_variable_is_refused_by_name(name: str, value: str) -> None:
     with pytest.raises(ValueError, match=name):
         settings({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", name: value})
+
+
+def _start_refused(env: dict[str, str], match: str) -> None:
+    """``setup_from_env`` refuses ``env`` in one line matching ``match``; spans stay off."""
+    flush = None
+    try:
+        with pytest.raises(RuntimeError, match=match):
+            flush = spans.setup_from_env(True, env)
+    finally:
+        spans.configure(None)
+        if flush is not None:
+            flush()
+    assert not spans.ON
+
+
+# Configurations the SDK's processor and exporter serve (settings is None)
+_SDKS = {
+    "a custom CA": {"OTEL_EXPORTER_OTLP_CERTIFICATE": "/ca.pem"},
+    "a client key": {
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY": "/k",
+    },
+    "a gRPC credential provider": {"OTEL_PYTHON_EXPORTER_OTLP_GRPC_CREDENTIAL_PROVIDER": "mine"},
+}
+
+
+@pytest.mark.parametrize("sdks", _SDKS.values(), ids=_SDKS)
+@pytest.mark.parametrize(
+    ("name", "bad"),
+    [
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "abc"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "-5"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "0"),
+        ("OTEL_EXPORTER_OTLP_COMPRESSION", "brotli"),
+    ],
+)
+def test_a_bad_number_stops_the_start_also_where_the_sdks_exporter_serves(
+    sdks: dict[str, str], name: str, bad: str
+) -> None:
+    """Found by a review (session 29): with a custom CA (the SDK's processor and exporter then serve)
+    nothing was checked: the SDK logged a traceback, went on with its default, and the sidecar started."""
+    env = {**sdks, name: bad}
+    with pytest.raises(ValueError, match=name):
+        settings(env)
+    _start_refused(env, name)
+
+
+@pytest.mark.parametrize("name", ["OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"])
+@pytest.mark.parametrize("asked", ["htp/protobuf", "udp", "http/json"])
+def test_a_protocol_other_than_grpc_or_http_protobuf_stops_the_start_naming_its_variable(
+    name: str, asked: str
+) -> None:
+    """Found by a review (session 29): any other value went on over gRPC (to :4317 by default, where an
+    http/protobuf collector listens on :4318), silently. http/json is OTLP too, but not spoken here."""
+    line = f"^{name} must be grpc or http/protobuf, not {re.escape(repr(asked))}$"
+    with pytest.raises(ValueError, match=line):
+        settings({name: asked})
+    _start_refused({name: asked}, line)
+
+
+def test_the_traces_protocol_wins_over_the_general_one() -> None:
+    both = {"OTEL_EXPORTER_OTLP_PROTOCOL": "udp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}
+    assert protocol(both) == "http/protobuf"
+    assert protocol({}) == "grpc"  # the sidecar's default
+    with pytest.raises(ValueError, match=r"^OTEL_EXPORTER_OTLP_TRACES_PROTOCOL "):
+        protocol({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "udp"})
 
 
 @pytest.mark.parametrize(

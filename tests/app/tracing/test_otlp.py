@@ -200,6 +200,14 @@ def test_the_grpc_exporter_translates_with_it() -> None:
         exporter.shutdown()
 
 
+@pytest.mark.parametrize("asked", ["htp/protobuf", "http/json", "udp"])
+def test_another_protocol_is_no_exporter_rather_than_grpc(asked: str) -> None:
+    """Found by a review (session 29): anything not starting with "http" was taken for gRPC (and
+    http/json for http/protobuf)."""
+    with pytest.raises(ValueError, match="must be grpc or http/protobuf"):
+        otlp.exporter(asked)
+
+
 def test_a_preset_stands_for_the_first_attributes_until_one_of_them_is_set_again() -> None:
     memory = InMemorySpanExporter()
     provider = TracerProvider(shutdown_on_exit=False)
