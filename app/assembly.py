@@ -267,7 +267,9 @@ class SidecarParts:
             ),
         )  # fmt: skip
         if self.transactions is not None:  # POST /v1/transactions, /{id}:commit, /{id}:rollback
-            transaction_routes(app, self.transactions.coordinator, limits(s), self.delay.now_ms)
+            transaction_routes(
+                app, self.transactions.coordinator, limits(s), self.delay.now_ms, self.idempotency
+            )
         self.http = HttpServer(
             app, s.http_addr, grace_s=s.shutdown_grace_s, read_timeout_s=s.read_timeout_s,
             max_connections=s.max_connections, refused=self.metrics.connections_refused.inc,

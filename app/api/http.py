@@ -24,6 +24,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from ..idempotency import (
     MAX_KEY_CHARS,
     Answer,
+    IdempotencyStore,
     answer_once,
     canonical_json,
     fingerprint,
@@ -72,18 +73,67 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     },
     503: {**_PROBLEM, "description": "The local store cannot take writes or reads (see Retry-After)."},
 }
-_REPLAYED_DOC = {
+REPLAYED_DOC = {
     REPLAYED_HEADER: {
         "description": "`true` when this is the stored answer to an earlier request with the same "
         "Idempotency-Key (nothing was sent again).",
         "schema": {"type": "string", "enum": ["true"]},
     }
 }
+IDEMPOTENCY_KEY_DOC = {  # the header parameter of the routes that answer through ``answered``
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "The same key within the window returns the first answer and sends nothing.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_CHARS},
+}
 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     """The documented error answers of one route."""
     return {code: _ERRORS[code] for code in codes}
+
+
+def problem_reply(exc: BaseException) -> Reply:
+    status, body, headers = problems.from_exception(exc)
+    return status, orjson.dumps(body), problems.PROBLEM_JSON, headers
+
+
+def reply(status: int, doc: Any, replayed: bool = False) -> Reply:
+    """An answer's reply: its JSON, media type and headers (Retry-After on a 503)."""
+    headers = {"Retry-After": str(problems.RETRY_AFTER_S)} if status == 503 else {}
+    if replayed:
+        headers[REPLAYED_HEADER] = "true"
+    media = problems.PROBLEM_JSON if status >= 400 else "application/json"
+    return status, orjson.dumps(doc), media, headers
+
+
+async def answered(
+    store: IdempotencyStore | None,
+    key: str | None,
+    path: str,
+    query: str,
+    body: bytes,
+    compute: Callable[[], Awaitable[Answer]],
+) -> Reply:
+    """``compute``'s answer as a reply, once per Idempotency-Key (``key``; None: none given): a repeat
+    gets the first answer with Idempotent-Replayed, a repeat with another request a 422. Every HTTP
+    route that takes the header answers through here (the sends, a transaction's begin)."""
+
+    async def request_fingerprint() -> str:
+        # The same request in other spacing, key order or with ack spelled out is the same request.
+        return fingerprint(path, query, canonical_json(body))
+
+    try:
+        if key is None:  # nothing to answer once: one coroutine layer less per request (issue 32)
+            (status, doc), replayed = await compute(), False
+        else:
+            (status, doc), replayed = await answer_once(
+                store, key, request_fingerprint, compute, field=HTTP_FIELDS.idempotency_key
+            )
+    except Exception as exc:
+        return problem_reply(exc)
+    return reply(status, doc, replayed)
 
 
 class Api:
@@ -97,42 +147,17 @@ class Api:
         self.batch_limit, self.metrics, self.idempotency = ops.batch_limit, ops.metrics, ops.idempotency
 
     def problem(self, exc: BaseException) -> Response:
-        return _response(self.problem_reply(exc))
+        return response(problem_reply(exc))
 
-    def problem_reply(self, exc: BaseException) -> Reply:
-        status, body, headers = problems.from_exception(exc)
-        return status, orjson.dumps(body), problems.PROBLEM_JSON, headers
-
-    async def answer(
+    def answer(
         self, key: str | None, path: str, body: bytes, ack: Ack, compute: Callable[[], Awaitable[Answer]]
-    ) -> Reply:
-        async def request_fingerprint() -> str:
-            # The same request in other spacing, key order or with ack spelled out is the same request.
-            return fingerprint(path, ack.value, canonical_json(body))
-
-        try:
-            if key is None:  # nothing to answer once: one coroutine layer less per request (issue 32)
-                (status, doc), replayed = await compute(), False
-            else:
-                (status, doc), replayed = await answer_once(
-                    self.idempotency, key, request_fingerprint, compute, field=HTTP_FIELDS.idempotency_key
-                )
-        except Exception as exc:
-            return self.problem_reply(exc)
-        return self.reply(status, doc, replayed)
-
-    def reply(self, status: int, doc: Any, replayed: bool = False) -> Reply:
-        """An answer's reply: its JSON, media type and headers (Retry-After on a 503)."""
-        headers = {"Retry-After": str(problems.RETRY_AFTER_S)} if status == 503 else {}
-        if replayed:
-            headers[REPLAYED_HEADER] = "true"
-        media = problems.PROBLEM_JSON if status >= 400 else "application/json"
-        return status, orjson.dumps(doc), media, headers
+    ) -> Awaitable[Reply]:
+        return answered(self.idempotency, key, path, ack.value, body, compute)
 
     def rejected(self, exc: RequestError) -> Reply:
         """The reply to bad input, counted."""
         self.count("rejected")
-        return self.problem_reply(exc)
+        return problem_reply(exc)
 
     def count(self, outcome: str, n: int = 1) -> None:
         if n:
@@ -284,13 +309,7 @@ def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
                 "fails; spool: store first, deliver in the background.",
                 "schema": {"type": "string", "enum": [a.value for a in Ack], "default": Ack.BROKER.value},
             },
-            {
-                "name": "Idempotency-Key",
-                "in": "header",
-                "required": False,
-                "description": "The same key within the window returns the first answer and sends nothing.",
-                "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_CHARS},
-            },
+            IDEMPOTENCY_KEY_DOC,
         ],
     }
 
@@ -333,8 +352,8 @@ def _trace(parent: bytes, state: bytes | None) -> TraceContext | None:
     return from_headers(parent.decode("latin-1"), None if state is None else state.decode("latin-1"))
 
 
-def _response(reply: Reply) -> Response:
-    status, body, media, headers = reply
+def response(parts: Reply) -> Response:
+    status, body, media, headers = parts
     return Response(body, status_code=status, media_type=media, headers=headers)
 
 
@@ -361,12 +380,12 @@ def _message_routes(app: FastAPI, api: Api) -> None:
         summary="Send one message",
         openapi_extra=_body_doc(MessageIn),
         responses={
-            200: {"description": "SENT: stored by a broker.", "headers": _REPLAYED_DOC},
+            200: {"description": "SENT: stored by a broker.", "headers": REPLAYED_DOC},
             202: {
                 "model": SendOut,
                 "description": "Stored locally: SPOOLED (delivered in the background) or "
                 "SCHEDULED (delayed).",
-                "headers": _REPLAYED_DOC,
+                "headers": REPLAYED_DOC,
             },
             501: {**_PROBLEM, "description": "Delayed delivery is not enabled in this sidecar."},
             **_errors(400, 401, 413, 422, 503),
@@ -381,7 +400,7 @@ def _message_routes(app: FastAPI, api: Api) -> None:
         responses={
             200: {
                 "description": "One result per message, in order; a bad item fails only itself.",
-                "headers": _REPLAYED_DOC,
+                "headers": REPLAYED_DOC,
             },
             **_errors(400, 401, 413, 422, 503),
         },
@@ -396,7 +415,7 @@ async def _routed(handle: Callable[..., Awaitable[Reply]], api: Api, request: Re
     """A hot route through FastAPI's router (the edge's fast path normally answers first)."""
     ack, key = request.query_params.get("ack"), request.headers.get("idempotency-key")
     trace = from_headers(request.headers.get("traceparent"), request.headers.get("tracestate"))
-    return _response(await handle(api, request.url.path, await request.body(), ack, key, trace))
+    return response(await handle(api, request.url.path, await request.body(), ack, key, trace))
 
 
 async def send_one(
@@ -418,8 +437,8 @@ async def send_one(
     try:
         status, doc = await _send_answer(api, msg, ack, trace)
     except Exception as exc:
-        return api.problem_reply(exc)
-    return api.reply(status, doc)
+        return problem_reply(exc)
+    return reply(status, doc)
 
 
 async def _send_answer(api: Api, msg: MessageFields, ack: Ack, trace: TraceContext | None) -> Answer:

@@ -2,7 +2,8 @@
 
 ``POST /v1/transactions`` takes what ``POST /v1/messages`` takes, checked by the same rules (so a message
 that could never be sent is refused 4xx before anything is stored), plus an optional ``transactionKey``
-the app's check endpoint is told; delays are refused, as Java's TransactionMQProducer drops them.
+the app's check endpoint is told; delays are refused, as Java's TransactionMQProducer drops them. An
+``Idempotency-Key`` is honoured as there (and as gRPC's BeginTransaction honours its idempotency_key).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from fastapi import FastAPI, Request, Response
 from rocksidecar.rmq.errors import RocketMQError
 
 from ..api import problems
+from ..api.http import IDEMPOTENCY_KEY_DOC, REPLAYED_DOC, answered, reply, response
 from ..api.parsing import parse_message
 from ..delivery_policy import message_fault
+from ..idempotency import Answer, IdempotencyStore
 from ..request import Limits, RequestError, prepare
 from .coordinator import TransactionConflict, TransactionCoordinator, TransactionNotFound
 from .records import Decision, Record
@@ -37,19 +40,20 @@ def _json(doc: dict[str, Any], status: int = 200) -> Response:
     return Response(orjson.dumps(doc), status_code=status, media_type="application/json")
 
 
-def _problem(exc: BaseException) -> Response:
+def _refused(exc: BaseException) -> Answer:
+    """The problem answering ``exc`` (what an Idempotency-Key keeps, as for POST /v1/messages)."""
     if isinstance(exc, TransactionNotFound):
-        status, doc = 404, problems.problem(404, "Not found", f"no transaction {exc} here")
-    elif isinstance(exc, TransactionConflict):
-        status, doc = 409, problems.problem(409, "Conflict", str(exc))
-    elif isinstance(exc, RocketMQError) and message_fault(exc):  # never stored, as POST /v1/messages
-        status, doc = 422, problems.problem(422, "Message refused", f"the broker refused the message: {exc}")
-    else:
-        status, doc, headers = problems.from_exception(exc)
-        return Response(
-            orjson.dumps(doc), status_code=status, media_type=problems.PROBLEM_JSON, headers=headers
-        )
-    return Response(orjson.dumps(doc), status_code=status, media_type=problems.PROBLEM_JSON)
+        return 404, problems.problem(404, "Not found", f"no transaction {exc} here")
+    if isinstance(exc, TransactionConflict):
+        return 409, problems.problem(409, "Conflict", str(exc))
+    if isinstance(exc, RocketMQError) and message_fault(exc):  # never stored, as POST /v1/messages
+        return 422, problems.problem(422, "Message refused", f"the broker refused the message: {exc}")
+    status, doc, _ = problems.from_exception(exc)  # its one header, Retry-After on a 503: reply adds it
+    return status, doc
+
+
+def _problem(exc: BaseException) -> Response:
+    return response(reply(*_refused(exc)))
 
 
 def _split_key(raw: bytes) -> tuple[bytes, str | None]:
@@ -89,33 +93,52 @@ _BEGIN_BODY = {
         "description": "What POST /v1/messages takes (no delay), plus an optional transactionKey "
         f"(1 to {MAX_KEY_CHARS} characters) the app's check endpoint is told.",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/MessageIn"}}},
-    }
+    },
+    "parameters": [IDEMPOTENCY_KEY_DOC],
 }
 
 
 def transaction_routes(
-    app: FastAPI, coordinator: TransactionCoordinator, limits: Limits, now_ms: Callable[[], int]
+    app: FastAPI,
+    coordinator: TransactionCoordinator,
+    limits: Limits,
+    now_ms: Callable[[], int],
+    idempotency: IdempotencyStore | None = None,
 ) -> None:
     @app.post(
         "/v1/transactions",
         summary="Begin: keep the message (a half message, or the local outbox) until it is decided",
         status_code=201,
         openapi_extra=_BEGIN_BODY,
-        responses={201: {"description": "Begun: PREPARED.", **_RECORD}, **_errors(413, 422, 503)},
+        responses={
+            201: {"description": "Begun: PREPARED.", "headers": REPLAYED_DOC, **_RECORD},
+            **_errors(413, 422, 503),
+        },
     )
     async def begin(request: Request) -> Response:
+        body = await request.body()
         try:
-            raw, key = _split_key(await request.body())
+            raw, key = _split_key(body)
             prepared = prepare(parse_message(raw), limits, now_ms())
             if prepared.deliver_at_ms is not None:
                 raise RequestError("a transactional message cannot be delayed", field="delayMs")
-            record = await coordinator.begin(
-                prepared.message, transaction_key=key, sharding_key=prepared.sharding_key,
-                message_type=prepared.type,
-            )  # fmt: skip
         except Exception as exc:
             return _problem(exc)
-        return _json(view(record), 201)
+
+        async def compute() -> Answer:
+            try:
+                record = await coordinator.begin(
+                    prepared.message, transaction_key=key, sharding_key=prepared.sharding_key,
+                    message_type=prepared.type,
+                )  # fmt: skip
+            except Exception as exc:
+                return _refused(exc)
+            return 201, view(record)
+
+        # Once per Idempotency-Key, as POST /v1/messages: a client retrying a begin after a timeout gets
+        # the first transaction back, not a second half message under the same transactionKey.
+        idempotency_key = request.headers.get("idempotency-key")
+        return response(await answered(idempotency, idempotency_key, request.url.path, "", body, compute))
 
     def decision_route(decision: Decision, summary: str) -> None:
         async def decide(tx_id: str) -> Response:
