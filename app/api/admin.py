@@ -19,12 +19,12 @@ import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from rocksidecar.delay import DelayStore
 from rocksidecar.delay.admin import ScheduledItem, scheduled_page
@@ -35,12 +35,13 @@ from rocksidecar.retry.record import CorruptRecordError, RetryRecord
 from rocksidecar.retry.recovery import RecoveryReplay
 from rocksidecar.retry.replay import ReplayLoop
 from rocksidecar.retry.store import RetryStore
+from rocksidecar.rmq.message import TOPIC_MAX_LEN, TOPIC_PATTERN
 from rocksidecar.rmq.producer import BrokerState
 from rocksidecar.storage.query import Filter
 
 from ..request import RequestError
 from . import problems
-from .schemas import Problem
+from .schemas import Problem, integral
 
 _V = TypeVar("_V")
 
@@ -118,27 +119,37 @@ class AdminOps:
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # Strict, as the send API's bodies: "5", " 5" or true is not a time, nor 1 a true (parsed leniently, a
+    # purge took "dueAfter": true for 1 and deleted every pending message for good).
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+
+
+# A topic a filter names: one a broker could hold (rmq's rule), so that a typo such as "a b" is a 400
+# rather than a replay of nothing answered 202.
+_Topic = Annotated[str, Field(min_length=1, max_length=TOPIC_MAX_LEN, pattern=f"^{TOPIC_PATTERN.pattern}$")]
+# An epoch millisecond: an integer (6926.0 too, as JSON Schema's integer and the send API take it) of at
+# most MAX_DIGITS digits, as the listings' query parameters.
+_Ms = Annotated[int, Field(ge=0, le=10**MAX_DIGITS - 1), BeforeValidator(integral)]
 
 
 class RedriveIn(_Body):
     all: bool = False
     cursor: str | None = Field(default=None, min_length=2, max_length=4096)  # nextCursor of a redrive
     id: str | None = Field(default=None, min_length=1)
-    topic: str | None = Field(default=None, min_length=1)
+    topic: _Topic | None = None
     type: str | None = Field(default=None, min_length=1)
 
 
 class ReplayIn(_Body):
-    topic: str | None = Field(default=None, min_length=1)
+    topic: _Topic | None = None
 
 
 class PurgeIn(_Body):
     state: Literal["pending", "dead"]
-    topic: str | None = Field(default=None, min_length=1)
+    topic: _Topic | None = None
     type: str | None = Field(default=None, min_length=1)
-    due_before: int | None = Field(default=None, ge=0, alias="dueBefore")
-    due_after: int | None = Field(default=None, ge=0, alias="dueAfter")
+    due_before: _Ms | None = Field(default=None, alias="dueBefore")
+    due_after: _Ms | None = Field(default=None, alias="dueAfter")
 
 
 def _json(doc: Any, status: int = 200) -> Response:

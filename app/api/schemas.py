@@ -24,7 +24,7 @@ from rocksidecar.rmq.message import (
 from ..request import MAX_SHARDING_KEY_CHARS
 
 
-def _integral(value: Any) -> Any:
+def integral(value: Any) -> Any:
     """JSON Schema's integer is any number without a fraction: 6926.0 is 6926 (strict mode refuses
     floats, and still refuses true and "6926")."""
     if type(value) is float and value.is_integer() and abs(value) < 2**63:
@@ -163,7 +163,7 @@ class MessageIn(BaseModel):
     ] = None
     delay_ms: Annotated[
         int | None,
-        BeforeValidator(_integral),
+        BeforeValidator(integral),
         Field(alias="delayMs"),
         WithJsonSchema(
             {
@@ -177,7 +177,7 @@ class MessageIn(BaseModel):
     ] = None
     deliver_at: Annotated[
         int | str | None,
-        BeforeValidator(_integral),
+        BeforeValidator(integral),
         Field(alias="deliverAt"),
         WithJsonSchema(_DELIVER_AT_SCHEMA),
     ] = None

@@ -149,7 +149,22 @@ async def test_purge_needs_confirmation(down: Stack) -> None:
         ("post", "/v1/admin/dead-letters:redrive", {"json": {"all": True, "id": "x"}}, "all"),
         ("post", "/v1/admin/dead-letters:redrive", {"json": {}}, "all"),
         ("post", "/v1/admin/dead-letters:redrive", {"json": {"everything": True}}, "everything"),
+        ("post", "/v1/admin/dead-letters:redrive", {"json": {"all": 1}}, "all"),  # strict: no 1 for true
+        ("post", "/v1/admin/dead-letters:redrive", {"json": {"all": "true"}}, "all"),
+        ("post", "/v1/admin/dead-letters:redrive", {"json": {"id": 5}}, "id"),
+        ("post", "/v1/admin/dead-letters:redrive", {"json": {"topic": "x y"}}, "topic"),
         ("post", "/v1/admin/retries:replay", {"json": {"topic": ""}}, "topic"),
+        # a topic no broker takes (characters, length) replays nothing: not a 202
+        ("post", "/v1/admin/retries:replay", {"json": {"topic": "a b"}}, "topic"),
+        ("post", "/v1/admin/retries:replay", {"json": {"topic": "X\n"}}, "topic"),
+        ("post", "/v1/admin/retries:replay", {"json": {"topic": "X" * 128}}, "topic"),
+        ("post", "/v1/admin/retries:replay", {"json": {"topic": 5}}, "topic"),
+        (
+            "post",
+            "/v1/admin/retries:purge",
+            {"json": {"state": "pending", "topic": "X Y"}, "params": {"confirm": "yes"}},
+            "topic",
+        ),
         (
             "post",
             "/v1/admin/retries:purge",
@@ -166,6 +181,33 @@ async def test_bad_input_is_a_problem_naming_the_field(
     assert r.status_code == 400, r.text
     assert r.headers["content-type"] == "application/problem+json" and r.json()["field"] == field
     assert down.service.retry.stats().pending == 1  # nothing changed
+
+
+@pytest.mark.parametrize("bad", [" 5", "5", True, 5.5, -1, 10**19, [5]])
+@pytest.mark.parametrize("name", ["dueAfter", "dueBefore"])
+async def test_a_purge_refuses_what_is_no_time_and_deletes_nothing(down: Stack, name: str, bad: Any) -> None:
+    """README: bad input is a 400 naming the field and changes nothing; types are strict. Parsed leniently,
+    ``"dueAfter": true`` was 1 (epoch ms) and " 5" was 5: every pending message deleted for good."""
+    (kept,) = await spool(down, "T", 1)
+    r = await down.http.post(
+        "/v1/admin/retries:purge", params={"confirm": "yes"}, json={"state": "pending", name: bad}
+    )
+    assert (r.status_code, r.json().get("field"), r.json().get("deleted")) == (400, name, None), r.text
+    still = await down.http.get(f"/v1/messages/{kept}")
+    assert still.status_code == 200 and still.json()["status"] == "SPOOLED"
+
+
+async def test_a_purge_takes_a_time_without_a_fraction_as_json_schema_s_integer(down: Stack) -> None:
+    """6926.0 is an integer to JSON Schema (a generated client may send it), as the send API takes it."""
+    await spool(down, "T", 1)
+    r = await down.http.post(
+        "/v1/admin/retries:purge", params={"confirm": "yes"}, json={"state": "pending", "dueBefore": 5.0}
+    )
+    assert r.json() == {"deleted": 0, "skippedInFlight": 0}  # nothing was due before 5 ms past the epoch
+    r = await down.http.post(
+        "/v1/admin/retries:purge", params={"confirm": "yes"}, json={"state": "pending", "dueAfter": 5.0}
+    )
+    assert r.json() == {"deleted": 1, "skippedInFlight": 0}
 
 
 async def test_admin_needs_the_token(make_stack: Callable[..., Any]) -> None:
