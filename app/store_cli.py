@@ -34,15 +34,15 @@ from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV
 
 from .http_client import PostError
-from .store_remote import Remote, RemoteError, default_url
+from .store_remote import TOKEN_ENV, RefusedError, Remote, RemoteError, default_url
 
 DATA_DIR_ENV = "ROCKSIDECAR_DATA_DIR"
 
 
 DESCRIPTION = (
     "Look into the sidecar's store (<data-dir>/store): retries, dead letters and scheduled messages. "
-    "While a sidecar runs on that store, the commands go through its admin API (--url); on a stopped "
-    "store they open it directly."
+    "While a sidecar runs on that store, the commands go through its admin API (--url), with the bearer "
+    f"token from ${TOKEN_ENV} when the sidecar requires one; on a stopped store they open it directly."
 )
 
 MAX_LIMIT = 1_000_000_000  # dead letters a listing may ask for
@@ -150,6 +150,8 @@ async def _through_api(args: argparse.Namespace, command: str, path: Path) -> in
             try:
                 if not await remote.serves(path):
                     return None  # another sidecar (or something else) on that port: not ours to steer
+            except RefusedError:
+                raise  # a sidecar answered (its token, say, is missing): say so, not "no API answers"
             except (PostError, RemoteError):
                 if command == "replay":
                     raise

@@ -26,6 +26,11 @@ class RemoteError(Exception):
     not a sidecar's admin API."""
 
 
+class RefusedError(RemoteError):
+    """A sidecar answered and refused the CLI (401, 403): never a reason to read the store behind its
+    back as if nothing answered."""
+
+
 NOT_OURS = "is that a rocksidecar's address?"
 
 
@@ -67,13 +72,20 @@ class Remote:
             body = orjson.dumps(json)
             headers["content-type"] = "application/json"
         answer = await self._client.request(url, body, headers, TIMEOUT_S, method)
+        if answer.status == 401:
+            if "authorization" in self._headers:
+                raise RefusedError(f"the sidecar at {self.url} answered 401: {TOKEN_ENV} is not its token")
+            raise RefusedError(
+                f"the sidecar at {self.url} requires a token (it answered 401): set {TOKEN_ENV} to its token"
+            )
         if answer.status >= 400:
             text = answer.body.decode("utf-8", "replace")
             try:
                 detail = orjson.loads(answer.body).get("detail") or text
             except (orjson.JSONDecodeError, AttributeError):
                 detail = text[:300]
-            raise RemoteError(f"the sidecar at {self.url} answered {answer.status}: {detail}")
+            error = RefusedError if answer.status == 403 else RemoteError  # a Host or Origin it refuses
+            raise error(f"the sidecar at {self.url} answered {answer.status}: {detail}")
         try:
             return orjson.loads(answer.body)
         except orjson.JSONDecodeError:  # something else on that port (a web page, another service)

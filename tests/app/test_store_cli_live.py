@@ -111,3 +111,35 @@ async def _post(stack: Stack, doc: dict[str, Any]) -> str:
     r = await stack.http.post("/v1/messages", json=doc)
     assert r.status_code == 202, r.text
     return str(r.json()["id"])
+
+
+COMMANDS = [["stats"], ["inspect", "X"], ["dead", "list"], ["dead", "redrive", "--all"], ["replay"]]
+
+
+async def test_a_sidecar_that_wants_a_token_is_named_not_passed_by(
+    make_stack: Callable[..., Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A 401 from the sidecar holding the store is one line naming ROCKSIDECAR_AUTH_TOKEN and exit 1: not
+    "its API does not answer" (redrive), nor a quiet read-only view of the store (stats)."""
+    data_dir = tmp_path / "data"
+    async with make_stack(auth_token="s3cret") as stack:
+        monkeypatch.setattr("rocksidecar.storage.rocks.RELEASE_WAITS_S", ())  # see the test above
+        monkeypatch.setenv("ROCKSIDECAR_HTTP_ADDR", f"127.0.0.1:{stack.service.http.port}")
+        monkeypatch.delenv("ROCKSIDECAR_AUTH_TOKEN", raising=False)
+        for command in COMMANDS:
+            code, out, err = await run(capsys, data_dir, *command)
+            assert (code, out) == (1, ""), command
+            assert err.splitlines() == [
+                f"rocksidecar store: the sidecar at http://127.0.0.1:{stack.service.http.port} requires a "
+                "token (it answered 401): set ROCKSIDECAR_AUTH_TOKEN to its token"
+            ], command
+        monkeypatch.setenv("ROCKSIDECAR_AUTH_TOKEN", "wrong")
+        code, _, err = await run(capsys, data_dir, "dead", "redrive", "--all")
+        assert code == 1 and err.endswith("answered 401: ROCKSIDECAR_AUTH_TOKEN is not its token\n")
+        monkeypatch.setenv("ROCKSIDECAR_AUTH_TOKEN", "s3cret")
+        code, out, err = await run(capsys, data_dir, "stats")
+        assert code == 0 and "pending: 0" in out and "in use" not in err
+    monkeypatch.setattr("rocksidecar.storage.rocks.RELEASE_WAITS_S", RELEASE_WAITS_S)

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from rocksidecar.app.http_client import Answer, HttpClient
-from rocksidecar.app.store_remote import Remote, RemoteError
+from rocksidecar.app.store_remote import RefusedError, Remote, RemoteError
 
 
 class FakeSidecar(HttpClient):
@@ -78,3 +78,26 @@ async def test_json_of_another_shape_is_a_remote_error_naming_what_is_wrong() ->
     with pytest.raises(RemoteError, match=r"dead-letters:redrive answered JSON of another shape"):
         await remote.redrive(None, True)
     await remote.close()
+
+
+async def test_a_refusal_is_its_own_error_and_a_401_names_the_token_variable() -> None:
+    """The CLI must not take a sidecar that refused it (401, 403) for no sidecar at all: RefusedError."""
+    sidecar = FakeSidecar(
+        (401, {"detail": "a valid bearer token is required"}),
+        (401, {"detail": "a valid bearer token is required"}),
+        (403, {"detail": "this Host is not served here (see allowed_hosts)"}),
+    )
+    without, wrong = (
+        Remote("http://s", token="", client=sidecar),
+        Remote("http://s", token="x", client=sidecar),
+    )
+    with pytest.raises(
+        RefusedError, match=r"^the sidecar at http://s requires a token \(it answered 401\): set "
+    ):
+        await without.serves(Path("/data/store"))
+    with pytest.raises(RefusedError, match=r"answered 401: ROCKSIDECAR_AUTH_TOKEN is not its token$"):
+        await wrong.stats()
+    with pytest.raises(RefusedError, match=r"answered 403: this Host is not served here"):
+        await without.replay(None)
+    await without.close()
+    await wrong.close()
