@@ -29,7 +29,7 @@ from rocksidecar.storage.rocks import RocksKV
 
 from .api.admin import AdminOps
 from .api.grpc import SidecarServicer
-from .api.grpc_edge import MalformedRequests
+from .api.grpc_edge import ENVELOPE_BYTES, MalformedRequests
 from .api.grpc_probes import ProbeToken
 from .api.guards import Guards
 from .api.http import create_app
@@ -73,7 +73,6 @@ from .wiring import REPLAY_BATCH, StartupError, build_client, open_store, start_
 
 log = logging.getLogger("rocksidecar")
 COLUMN_FAMILIES = (*SHARED_CFS, *FORWARDED_CFS, tx_records.CF)
-ENVELOPE_BYTES = 1024 * 1024  # a message's topic, keys and properties around its body
 # Batches that only add but still belong to a drain: the stores' progress (floor, clock) and the delay
 # store's done markers for what the replay delivered. Everything else that only adds is new work.
 DRAIN_CFS = (retry_keys.META_CF, delay_keys.META_CF, delay_keys.DONE_CF, delay_keys.EXPIRY_CF)

@@ -4,6 +4,12 @@ Answers are kept in the local store (synced through the group-commit writer befo
 so a client retrying after a timeout or a sidecar restart gets the same id back instead of a duplicate.
 A concurrent repeat waits for the first request's answer. Answers that a retry could improve are not
 kept: 5xx, 409, 429, and batch answers with FAILED items (e.g. the store was briefly full).
+
+A first request's send and the keeping of its answer run in a task of their own, which its caller awaits
+shielded: a client that gives up (a gRPC deadline or cancel cancels its handler; an HTTP stop past its
+grace) leaves the send to finish within its own timeouts and its answer kept, so the retry that follows
+gets that answer instead of sending again. The service's stop waits for such tasks, then cancels them
+(IdempotencyStore.close).
 """
 
 from __future__ import annotations
@@ -102,7 +108,16 @@ def final(answer: Answer) -> bool:
 
 
 class _FirstGone(Exception):
-    """The request a repeat waited on was cancelled before it had an answer."""
+    """The request a repeat waited on was cancelled before it had an answer (only the stop cancels it)."""
+
+
+def _stopping(field: str) -> RequestError:
+    return RequestError(
+        "the sidecar is stopping: the request was not answered; retry it with the same key",
+        status=503,
+        field=field,
+        title="Stopping",
+    )
 
 
 class IdempotencyStore:
@@ -115,6 +130,9 @@ class IdempotencyStore:
         self._now_ms = now_ms
         # key -> (fingerprint, future of the first request's answer)
         self._inflight: dict[str, tuple[str, asyncio.Future[Answer]]] = {}
+        # The first requests' sends and keeps, detached from their callers: close() ends what is left.
+        self._firsts: set[asyncio.Task[Answer]] = set()
+        self._closed = False
 
     def _stored(self, key: str) -> tuple[str, Answer] | None:
         raw = self._kv.get(CF_ANSWERS, key.encode())
@@ -139,38 +157,68 @@ class IdempotencyStore:
             try:
                 return await asyncio.shield(pending[1])
             except _FirstGone:
-                continue  # the first caller went away, not this one: answer it as a first request
+                continue  # the stop cancelled the first's send, not this call: answer it as a first
         stored = self._stored(key)
         if stored is not None:
             _check_same(stored[0], fp, field)
             return stored[1]
+        if self._closed:  # the APIs stopped first: nothing is sent that close() would not wait for
+            raise _stopping(field)
         fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._inflight[key] = (fp, fut)
+        first = asyncio.ensure_future(self._first(key, fp, compute, fut))
+        self._firsts.add(first)
+        first.add_done_callback(self._first_done)
+        try:
+            # Shielded: this caller cancelled (its client gave up) does not cancel the send, whose
+            # message the broker may already hold; its answer is kept for the retry that follows.
+            return await asyncio.shield(first)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not first.cancelled() or (task is not None and task.cancelling()):
+                raise  # this caller was cancelled: it is gone, nothing is owed to it
+            # close() cancelled the send while this caller still waited: an answer an edge maps (a
+            # CancelledError of its own would leave a gRPC call with no status at all)
+            raise _stopping(field) from None
+
+    async def _first(
+        self, key: str, fp: str, compute: Callable[[], Awaitable[Answer]], fut: asyncio.Future[Answer]
+    ) -> Answer:
+        """A first request's answer, kept when final; the repeats meanwhile wait on ``fut``."""
         try:
             answer = await compute()
         except BaseException as exc:
             del self._inflight[key]
-            # A caller gone before its answer (a client that disconnected, a stop): only it is; a repeat
-            # waiting here computes its own answer (given this CancelledError it ended with no answer at
-            # all: grpc.aio then sends no status, the call hung). Any other error is the repeats' too.
+            # Cancelled (only close() cancels this task): a repeat waiting here computes its own answer
+            # (refused, as the store is closed). Any other error is the repeats' too.
             fut.set_exception(_FirstGone() if isinstance(exc, asyncio.CancelledError) else exc)
             fut.exception()  # waiters re-raise it; nobody else has to look
             raise
         fut.set_result(answer)  # the message went: a repeat from now on gets this answer, never sends
-        if not final(answer):
+        try:
+            if final(answer):
+                # In flight until the answer is kept: meanwhile the key is not stored yet, and a client
+                # retrying at once would send again.
+                await self._keep(key, fp, answer)
+        finally:
             del self._inflight[key]
-            return answer
-        # In flight until the answer is kept, whatever becomes of this caller: cancelled while the record
-        # syncs, the key was neither in flight nor stored, and a client retrying at once sent it again.
-        keep = asyncio.ensure_future(self._keep(key, fp, answer))
-        keep.add_done_callback(lambda _: self._kept(key, fut))
-        await asyncio.shield(keep)
         return answer
 
-    def _kept(self, key: str, fut: asyncio.Future[Answer]) -> None:
-        entry = self._inflight.get(key)
-        if entry is not None and entry[1] is fut:
-            del self._inflight[key]
+    def _first_done(self, first: asyncio.Task[Answer]) -> None:
+        self._firsts.discard(first)
+        if not first.cancelled():
+            first.exception()  # its caller re-raised it, or is gone: no "exception was never retrieved"
+
+    async def close(self, grace_s: float) -> None:
+        """After the APIs stopped: the sends whose callers went away are given ``grace_s`` to finish
+        (their own timeouts bound them too), then cancelled; no first request starts from here on."""
+        self._closed = True
+        if not self._firsts:
+            return
+        _, left = await asyncio.wait(set(self._firsts), timeout=grace_s)
+        for first in left:
+            first.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
 
     async def _keep(self, key: str, fp: str, answer: Answer) -> None:
         now = self._now_ms()

@@ -73,6 +73,9 @@ class Service(SidecarParts):
         if self.subscriptions is not None:  # first: persist offsets and leave the group at once
             await self.subscriptions.close()
         await asyncio.gather(self.http.stop(), self.grpc.stop())
+        # Keyed sends whose clients gave up run on (app.idempotency): finished or cancelled before
+        # what they send with and keep their answers in closes.
+        await self.idempotency.close(grace_s=min(grace, 5.0))
         if self.transactions is not None:  # no more checks answered; the records stay for a restart
             await self.transactions.close()
         # The scheduler publishes through the producer and spools into the retry store: stop it first.

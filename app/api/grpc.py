@@ -7,6 +7,7 @@ is stored, by the sequence number the client gave it (app.api.grpc_publish).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, NoReturn, TypeVar
@@ -22,12 +23,14 @@ from ..request import GRPC_FIELDS, RequestError
 from ..subscriptions.stream import StreamHub
 from ..tracing.context import TraceContext, from_headers
 from . import grpc_subscribe, problems
-from .grpc_edge import WireBounds
+from .grpc_edge import WireBounds, cut_short
+from .grpc_health import EndingHealth
 from .grpc_intercept import WrappingServer
-from .grpc_publish import BatchCombiner, StreamPublisher
+from .grpc_publish import BatchCombiner, PublishStreams, StreamPublisher
 from .grpc_transactions import TransactionRpcs, enabled
 from .grpc_views import ack_from_proto, batch_response, message_status, send_response, spec_from_proto
 from .guards import Guards
+from .middleware import CLIENT_CLOSED
 from .operations import EdgeDeps, Operations, item_label
 from .parsing import check_batch_size
 from .proto import rocksidecar_pb2 as pb
@@ -51,6 +54,10 @@ REPLAYED_METADATA = "idempotent-replayed"  # "true" on an answer repeated for an
 # 8 KiB; the message is percent-encoded, up to 12 bytes a character): both may echo a client's input.
 MAX_FIELD_CHARS = 256
 MAX_DETAIL_CHARS = 500
+# How a Publish stream open when the sidecar stops ends (its messages read so far sent and answered).
+_STOPPING = problems.problem(
+    503, "Service Unavailable", "the sidecar is stopping: send the messages not acknowledged again", ""
+)
 
 
 def trace_of(context: grpc.aio.ServicerContext) -> TraceContext | None:
@@ -97,8 +104,9 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         self._ok: dict[str, Counter] = {}  # by method: only the service's own names
         self._send_ok = self._answered_ok("Send")  # the hot path's, read once per call
         self._combiner = BatchCombiner(self._ops)  # the Publish streams' batches, sent together
+        self.publish_streams = PublishStreams()  # the open ones, ended by the server's stop (app.api.servers)
         # What a request may hold, counted before it is decoded (app.api.grpc_edge finds it here).
-        self.wire_bounds = WireBounds(self._ops.batch_limit)
+        self.wire_bounds = WireBounds(self._ops.batch_limit, self._ops.limits.max_body_bytes)
 
     # plumbing -----------------------------------------------------------------------------------
     def _answered_ok(self, method: str) -> Counter:
@@ -155,42 +163,51 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         """The response ``compute`` builds (through the idempotency store when a key is given, ""
         meaning none: proto3 has no absence); abort with the mapped code on an error."""
         await self._check_auth(context, method)
-        if not key or self._idempotency is None:  # nothing to keep: the response as it was built
-            try:
-                built = await compute()
-            except Exception as exc:
-                await self._refuse(context, exc, method)
-            self._answered_ok(method).inc()
-            response: _R = built[0] if isinstance(built, tuple) else built
-            return response
-
-        async def kept() -> Answer:
-            try:
-                built = await compute()
-            except Exception as exc:  # a refusal is an answer too, kept like HTTP's problem documents
-                status, problem, _ = problems.from_exception(exc)
-                return status, problem
-            response, failed = built if isinstance(built, tuple) else (built, 0)
-            return 200, _kept(response, failed)
-
-        async def request_fingerprint() -> str:
-            # serialized deterministically: map entries in key order
-            data = request.SerializeToString(deterministic=True) if request is not None else b""
-            return fingerprint(f"/grpc/{method}", "", data)
-
         try:
-            (status, body), replayed = await answer_once(
-                self._idempotency, key or None, request_fingerprint, kept, field=GRPC_FIELDS.idempotency_key
-            )
-        except Exception as exc:
-            status, body, _ = problems.from_exception(exc)
-        if status >= 400:
-            await self._abort(context, status, body, method)
-        if replayed:
-            await context.send_initial_metadata(((REPLAYED_METADATA, "true"),))
-        self._answered_ok(method).inc()
-        kept_response: _R = response_type.FromString(base64.b64decode(body["proto"]))  # the stubs say Any
-        return kept_response
+            if not key or self._idempotency is None:  # nothing to keep: the response as it was built
+                try:
+                    built = await compute()
+                except Exception as exc:
+                    await self._refuse(context, exc, method)
+                self._answered_ok(method).inc()
+                response: _R = built[0] if isinstance(built, tuple) else built
+                return response
+
+            async def kept() -> Answer:
+                try:
+                    built = await compute()
+                except Exception as exc:  # a refusal is an answer too, kept like HTTP's problem documents
+                    status, problem, _ = problems.from_exception(exc)
+                    return status, problem
+                response, failed = built if isinstance(built, tuple) else (built, 0)
+                return 200, _kept(response, failed)
+
+            async def request_fingerprint() -> str:
+                # serialized deterministically: map entries in key order
+                data = request.SerializeToString(deterministic=True) if request is not None else b""
+                return fingerprint(f"/grpc/{method}", "", data)
+
+            try:
+                (status, body), replayed = await answer_once(
+                    self._idempotency, key, request_fingerprint, kept, field=GRPC_FIELDS.idempotency_key
+                )
+            except Exception as exc:
+                (status, body, _), replayed = problems.from_exception(exc), False
+            if replayed:  # a kept refusal too, as HTTP marks a replayed problem: sent before the abort
+                await context.send_initial_metadata(((REPLAYED_METADATA, "true"),))
+            if status >= 400:
+                await self._abort(context, status, body, method)
+            self._answered_ok(method).inc()
+            kept_response: _R = response_type.FromString(base64.b64decode(body["proto"]))  # stubs say Any
+            return kept_response
+        except asyncio.CancelledError:
+            self._client_gone(method)
+            raise
+
+    def _client_gone(self, method: str) -> None:
+        """Count a call whose client went away (a deadline, a cancel, a disconnect: grpc.aio cancels its
+        handler) before its answer, as HTTP counts one (README: code 499)."""
+        self._metrics.requests.labels("grpc", method, str(CLIENT_CLOSED)).inc()
 
     # RPCs ---------------------------------------------------------------------------------------
     async def Send(self, request: pb.SendRequest, context: grpc.aio.ServicerContext) -> pb.SendResponse:
@@ -215,6 +232,9 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             )
         except Exception as exc:
             await self._refuse(context, exc, "Send")
+        except asyncio.CancelledError:  # costs the answered call nothing: an except clause more
+            self._client_gone("Send")
+            raise
         self._send_ok.inc()
         return send_response(outcome)
 
@@ -239,9 +259,21 @@ class SidecarServicer(pb_grpc.SidecarServicer):
     ) -> AsyncIterator[pb.PublishAck]:
         await self._check_auth(context, "Publish")
         publisher = StreamPublisher(self._ops, trace_of(context), PUBLISH_IN_FLIGHT, self._combiner)
-        async for ack in publisher.run(request_iterator):
-            yield ack
-        self._answered_ok("Publish").inc()
+        try:
+            with self.publish_streams.open(publisher):
+                async for ack in publisher.run(request_iterator):
+                    yield ack
+        except asyncio.CancelledError:
+            self._client_gone("Publish")  # cancelled or gone before it ended its side: 499, as Send
+            raise
+        if publisher.stopped:
+            # The server stopped reading the stream before its client ended it: messages it sent after
+            # the last one read were never taken. UNAVAILABLE, not OK: an OK end says the stream is done,
+            # while UNAVAILABLE is what clients' retry logic (and grpc's retry policies) take as "try
+            # again, here or elsewhere": it opens a new stream and sends what was not acknowledged.
+            await self._abort(context, 503, _STOPPING, "Publish")
+        if not cut_short(request_iterator):  # a malformed message ends the call: counted as its refusal
+            self._answered_ok("Publish").inc()
 
     async def Subscribe(
         self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext
@@ -317,7 +349,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
 async def add_health_and_reflection(server: WrappingServer) -> health.aio.HealthServicer:
     """The standard grpc.health.v1 service (the whole server and rocksidecar.v1.Sidecar SERVING) and
     server reflection, so that grpcurl and grpc_health_probe work without the .proto file."""
-    checker = health.aio.HealthServicer()
+    checker = EndingHealth()  # its Watch streams end when the server stops
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     sidecar = pb.DESCRIPTOR.services_by_name["Sidecar"].full_name
     for name in ("", sidecar):

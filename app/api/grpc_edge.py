@@ -10,7 +10,9 @@ Decoding builds every repeated value: 8 MiB of empty messages in a SendBatch (2 
 took 637 MiB before their number could be checked. So the methods that carry messages count them first
 (``WireBounds``), on the wire format, without building anything: a SendBatch's messages and fields (at
 most the HTTP route's JSON values, app.api.http), a message's keys and properties. A request too short
-to hold too many is not read at all: every repeated value takes two bytes at least.
+to hold too many is not read at all: every repeated value takes two bytes at least. A request carrying
+one message (Send, Publish, BeginTransaction) is bounded by its length too, by what one message may take:
+grpc's receive limit is a whole batch's, for every method.
 """
 
 from __future__ import annotations
@@ -148,24 +150,52 @@ class WireBound:
 @dataclass(frozen=True, slots=True)
 class WireBounds:
     """The bounds of the Sidecar service's methods. The servicer holds one as ``wire_bounds`` (it knows
-    the batch limit), where ``MalformedRequests`` finds it."""
+    the batch limit and the body limit), where ``MalformedRequests`` finds it.
+
+    grpc has one receive limit for every method, a whole batch's (app.assembly); a request carrying one
+    message is bounded here by what one message may take, ``max_body_bytes`` plus ``ENVELOPE_BYTES``
+    (None: no such bound), before it is decoded: one that can never be sent is not held in memory,
+    decoded, while it waits (a Publish stream's behind the batch in flight, up to its window of them)."""
 
     batch_limit: int
+    max_body_bytes: int | None = None
 
     def for_method(self, name: str) -> WireBound | None:
         if name == "SendBatch":
             limit, most = self.batch_limit, self.batch_limit * VALUES_PER_MESSAGE
             return WireBound(2 * most, lambda data: _refused(_batch_over(data, limit, most)))
+        size = None if self.max_body_bytes is None else self.max_body_bytes + ENVELOPE_BYTES
         if name == "Publish":  # one message of a stream: it fails alone, the stream goes on
-            return WireBound(_SINGLE_SCAN_FROM, _unread)
+            return WireBound(_SINGLE_SCAN_FROM, lambda data: _unread(data, size))
         if name in _MESSAGE_FIELD:
             number, field = _MESSAGE_FIELD[name]
             tag = (number << 3) | _LEN
-            return WireBound(_SINGLE_SCAN_FROM, lambda data: _refused(_message_over(data, tag, field)))
+            return WireBound(
+                _SINGLE_SCAN_FROM,
+                lambda data: _refused(_message_over(data, tag, field) or _single_over(data, size)),
+            )
         return None
 
 
+# What a request carrying one message may hold besides its body: the message's topic, keys and properties
+# (PROPERTIES_LIMIT, 32 KiB, at most), its other fields and its request's, with room to spare.
+ENVELOPE_BYTES = 1024 * 1024
 _SINGLE_SCAN_FROM = 2 * (MAX_KEYS + MAX_PROPERTIES)  # shorter, a message holds no more than it may
+
+
+def _single_over(data: bytes, size: int | None) -> RequestError | None:
+    """Why a request carrying one message is refused by its length alone (longer than ``size``). Asked
+    after the counts (``_message_over``, a bounded number of steps), so that a request over both bounds is
+    told the more specific one: its keys or properties."""
+    if size is None or len(data) <= size:
+        return None
+    return RequestError(
+        f"a request carrying one message takes at most {size} bytes (the body limit and "
+        f"{ENVELOPE_BYTES} for the rest); this one takes {len(data)}",
+        field="message",
+        status=413,
+        title="Request too large",
+    )
 
 
 def _refused(error: RequestError | None) -> Refused | None:
@@ -186,8 +216,8 @@ class Unread:
 _SEQUENCE = 1 << 3  # PublishRequest.sequence, a varint
 
 
-def _unread(data: bytes) -> Unread | None:
-    error = _message_over(data, _PUBLISHED, "message")
+def _unread(data: bytes, size: int | None) -> Unread | None:
+    error = _message_over(data, _PUBLISHED, "message") or _single_over(data, size)
     if error is None:
         return None
     sequence = 0
@@ -331,18 +361,30 @@ Refuse = Callable[[grpc.aio.ServicerContext, Refused], Awaitable[None]]
 
 
 class _Requests:
-    """A request stream that stops at the first refused message and remembers it."""
+    """A request stream that stops at the first refused message and remembers it. The method gets this
+    stream itself, so that it can tell a stream cut here from one its client ended (``cut_short``)."""
 
     def __init__(self, requests: AsyncIterator[Any]) -> None:
         self._requests = requests
         self.refused: Refused | None = None
 
-    async def __aiter__(self) -> AsyncIterator[Any]:
-        async for request in self._requests:
-            if type(request) is Refused:
-                self.refused = request
-                return
-            yield request
+    def __aiter__(self) -> _Requests:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self.refused is not None:
+            raise StopAsyncIteration
+        request = await self._requests.__anext__()
+        if type(request) is Refused:
+            self.refused = request
+            raise StopAsyncIteration
+        return request
+
+
+def cut_short(requests: object) -> bool:
+    """Whether a stream method's ``requests`` were ended here, at a refused message: the call then ends
+    with the refusal, which counts it, so the method must not count it as answered too."""
+    return type(requests) is _Requests and requests.refused is not None
 
 
 def _unary(behavior: Any, refuse: Refuse, kind: str) -> Any:
@@ -365,7 +407,7 @@ def _unary(behavior: Any, refuse: Refuse, kind: str) -> Any:
 def _stream_unary(behavior: Any, refuse: Refuse, kind: str) -> Any:
     async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
         checked = _Requests(requests)
-        response = await result_of(behavior(checked.__aiter__(), context))
+        response = await result_of(behavior(checked, context))
         if checked.refused is not None:
             await refuse(context, checked.refused)
         return response
@@ -380,7 +422,7 @@ def _stream_stream(behavior: Any, refuse: Refuse, kind: str) -> Any:
 
     async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         checked = _Requests(requests)
-        async for response in answers(behavior(checked.__aiter__(), context)):
+        async for response in answers(behavior(checked, context)):
             yield response
         if checked.refused is not None:
             await refuse(context, checked.refused)

@@ -18,7 +18,8 @@ counts once handed to grpc, so a client that reads none holds the reader too): t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 
 from ..request import MessageFields
 from ..sidecar import Ack, Outcome
@@ -68,6 +69,11 @@ class BatchCombiner:
                 done.cancel()
 
     async def _send(self, jobs: list[_Job], key: tuple[Ack, TraceContext | None]) -> None:
+        # A job whose stream went away while it waited (its sender cancelled, so its future too) is not
+        # sent: its client was never answered and publishes it again, as after a cancelled Send.
+        jobs = [job for job in jobs if not job[1].done()]
+        if not jobs:
+            return
         specs = [spec for job, _ in jobs for spec in job] if len(jobs) > 1 else jobs[0][0]
         try:
             results = await self._ops.send_each(specs, *key)
@@ -81,6 +87,32 @@ class BatchCombiner:
             if not done.done():  # a stream that went away is not answered
                 done.set_result(results[at : at + len(job)])
             at += len(job)
+
+
+class PublishStreams:
+    """The Publish streams open now, so that the server's stop can end them: a client's stream is
+    long-lived, and left open it would be read (messages taken and stored) until the grace ran out."""
+
+    def __init__(self) -> None:
+        self._open: set[StreamPublisher] = set()
+        self.stopped = False  # no stream is read from here on
+
+    @contextlib.contextmanager
+    def open(self, publisher: StreamPublisher) -> Iterator[None]:
+        """``publisher`` among the open streams while the block runs (stopped at once after stop())."""
+        self._open.add(publisher)
+        if self.stopped:
+            publisher.stop()
+        try:
+            yield
+        finally:
+            self._open.discard(publisher)
+
+    def stop(self) -> None:
+        """Stop reading every open stream (StreamPublisher.stop), and any opened after this."""
+        self.stopped = True
+        for publisher in self._open:
+            publisher.stop()
 
 
 class StreamPublisher:
@@ -100,10 +132,21 @@ class StreamPublisher:
         self._room.set()
         self._sender: asyncio.Task[None] | None = None
         self._answers: asyncio.Queue[_Answers] = asyncio.Queue()
+        self._reader: asyncio.Task[None] | None = None
+        self._reading = True  # the client may still send (it has not ended its side of the stream)
+        self.stopped = False  # stop() ended the reading: the client's stream was not over
+
+    def stop(self) -> None:
+        """Read no more (the server is stopping): what was read is still sent and answered, then run()
+        ends, ``stopped`` set. A stream whose client has ended its side is left to finish as it would."""
+        if self._reading and not self.stopped:
+            self.stopped = True
+            if self._reader is not None:
+                self._reader.cancel()
 
     async def run(self, requests: AsyncIterator[pb.PublishRequest | Unread]) -> AsyncIterator[pb.PublishAck]:
         """The acknowledgements of ``requests``' messages, each batch's as soon as it is stored."""
-        reader = asyncio.create_task(self._read_all(requests))
+        reader = self._reader = asyncio.create_task(self._read_all(requests))
         try:
             while (answers := await self._answers.get()) is not None:
                 if isinstance(answers, Exception):
@@ -124,22 +167,35 @@ class StreamPublisher:
 
     async def _read_all(self, requests: AsyncIterator[pb.PublishRequest | Unread]) -> None:
         try:
-            async for req in requests:
-                self._unanswered += 1
-                if type(req) is Unread:  # over a bound, refused undecoded (app.api.grpc_edge): answered now
-                    self._ops.count("REJECTED")
-                    self._answers.put_nowait([pb.PublishAck(sequence=req.sequence, error=error(req.error))])
-                else:
-                    self._read.append(req)  # type: ignore[arg-type]  # not an Unread, its type says
-                    if self._sender is None:
-                        self._sender = asyncio.create_task(self._send_all())
-                if self._unanswered >= self._window:
-                    self._room.clear()
-                    await self._room.wait()
+            try:
+                if not self.stopped:  # stop() may come before the reading begins
+                    await self._take(requests)
+            except asyncio.CancelledError:
+                if not self.stopped:  # the client went away (run() cancels it)
+                    raise
+                # stop() cut the reading short (a read waiting for the client, or for room): what was
+                # read is still sent and answered, below.
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]  # a task runs this
+            self._reading = False
             if self._sender is not None:
                 await self._sender
         finally:
             self._answers.put_nowait(None)
+
+    async def _take(self, requests: AsyncIterator[pb.PublishRequest | Unread]) -> None:
+        """Read ``requests`` to their end, handing the messages to the sender, within the window."""
+        async for req in requests:
+            self._unanswered += 1
+            if type(req) is Unread:  # over a bound, refused undecoded (app.api.grpc_edge): answered now
+                self._ops.count("REJECTED")
+                self._answers.put_nowait([pb.PublishAck(sequence=req.sequence, error=error(req.error))])
+            else:
+                self._read.append(req)  # type: ignore[arg-type]  # not an Unread, its type says
+                if self._sender is None:
+                    self._sender = asyncio.create_task(self._send_all())
+            if self._unanswered >= self._window:
+                self._room.clear()
+                await self._room.wait()
 
     async def _send_all(self) -> None:
         """Send what has been read, a batch at a time, until nothing is left (the reader starts another

@@ -15,8 +15,9 @@ import uvicorn
 from grpc_health.v1 import health
 
 from . import uvicorn_internals
-from .grpc import add_health_and_reflection
+from .grpc import SidecarServicer, add_health_and_reflection
 from .grpc_intercept import MethodWrapper, WrappingServer
+from .grpc_publish import PublishStreams
 from .hot_http import HotHttp
 from .http_protocol import DEFAULT_MAX_CONNECTIONS, ConnectionLimit, GuardedHttpTools
 from .middleware import EdgeMiddleware
@@ -187,6 +188,9 @@ class GrpcServer:
         self.host = host
         self._grace_s = grace_s
         self._health: health.aio.HealthServicer | None = None
+        self._streams: PublishStreams | None = (
+            servicer.publish_streams if isinstance(servicer, SidecarServicer) else None
+        )
 
     async def start(self) -> None:
         if self._server is None or self._services is None:
@@ -198,7 +202,13 @@ class GrpcServer:
         # Let go of the server here, on the loop: one that lives on to the interpreter's exit (it was
         # bound but never started, say, when the HTTP port was taken) fails noisily there.
         if self._health is not None:
-            await self._health.enter_graceful_shutdown()  # health checks answer NOT_SERVING from here on
+            # Health checks answer NOT_SERVING from here on; their Watch streams end (app.api.grpc_health).
+            await self._health.enter_graceful_shutdown()
+        if self._streams is not None:
+            # Stop accepting on the streams too: an open Publish stream (a client's is long-lived) is read
+            # no more, its messages read so far are answered, and it ends, rather than taking and storing
+            # messages until the grace runs out and being cancelled then.
+            self._streams.stop()
         server, self._server = self._server, None
         self._services = None  # it holds the server too
         if server is not None:

@@ -1,27 +1,42 @@
-"""An Idempotency-Key repeat waiting on a first request that is cancelled computes its own answer."""
+"""An Idempotency-Key first request whose caller is cancelled (its client gave up: a gRPC deadline or cancel,
+an HTTP stop past its grace): its send goes on and its answer is kept, so that a repeat, waiting or later,
+gets that answer and sends nothing; the stop (IdempotencyStore.close) ends what is left of such sends."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from rocksidecar.app.idempotency import COLUMN_FAMILIES, Answer, IdempotencyStore
+from rocksidecar.app.request import RequestError
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.memory import MemoryKV
 
 
-async def test_a_waiting_repeat_is_not_cancelled_with_the_first_request() -> None:
+def _store() -> tuple[IdempotencyStore, GroupCommitWriter]:
     kv = MemoryKV(COLUMN_FAMILIES)
     writer = GroupCommitWriter(kv)
-    store = IdempotencyStore(kv, writer, window_s=60, now_ms=lambda: 1_000)
-    started, never = asyncio.Event(), asyncio.Event()
+    return IdempotencyStore(kv, writer, window_s=60, now_ms=lambda: 1_000), writer
+
+
+async def test_a_waiting_repeat_gets_the_answer_of_a_first_request_whose_caller_was_cancelled() -> None:
+    """Until session 29 the first's compute was cancelled with its caller and the repeat computed its own
+    answer (a message the broker may already have held went twice); now the compute runs on and the
+    repeat gets its answer, never ending with the first caller's CancelledError."""
+    store, writer = _store()
+    started, answer_back = asyncio.Event(), asyncio.Event()
+    computes: list[str] = []
 
     async def first_compute() -> Answer:
+        computes.append("first")
         started.set()
-        await never.wait()  # a send on its way when the client goes away
-        return 200, {}
+        await answer_back.wait()  # a send on its way when the client goes away
+        return 200, {"status": "SENT", "id": "A"}
 
     async def again_compute() -> Answer:
-        return 202, {"status": "SPOOLED"}
+        computes.append("repeat")  # pragma: no cover - the assertion below says why it must not run
+        return 202, {"status": "SPOOLED"}  # pragma: no cover
 
     first = asyncio.create_task(store.run("k", "fp", first_compute))
     await started.wait()
@@ -34,15 +49,94 @@ async def test_a_waiting_repeat_is_not_cancelled_with_the_first_request() -> Non
     repeat = asyncio.create_task(repeat_call())
     await waiting.wait()
     first.cancel()  # the first caller disconnected (gRPC cancels its handler)
-    done, _ = await asyncio.wait({repeat}, timeout=10)
-    assert repeat in done
-    # The repeat's own task was never cancelled: it must get an answer or an error an edge maps (503),
-    # not the first caller's CancelledError (grpc.aio then sends no status at all: the call hangs): its
-    # own compute runs, as a first request's would.
-    assert not repeat.cancelled(), "the repeat was ended by the first caller's CancelledError"
-    assert repeat.result() == (202, {"status": "SPOOLED"})
-    assert first.cancelled()
+    await asyncio.gather(first, return_exceptions=True)
+    assert first.cancelled() and not repeat.done()  # the repeat waits on: the send was not cancelled
+    answer_back.set()
+    assert await asyncio.wait_for(repeat, 10) == (200, {"status": "SENT", "id": "A"})
+    assert computes == ["first"]
+    # kept too: a later repeat finds it stored
+    assert await store.run("k", "fp", again_compute) == (200, {"status": "SENT", "id": "A"})
+    await store.close(grace_s=0)
     await writer.close()
+
+
+async def test_a_first_compute_that_fails_keeps_nothing_and_fails_its_waiting_repeat_alike() -> None:
+    """A compute that raises (not cancelled) is the rule as before: its error reaches the first caller and
+    a repeat waiting on it; nothing is kept, and the next request computes afresh."""
+    store, writer = _store()
+    started, fail = asyncio.Event(), asyncio.Event()
+
+    async def failing() -> Answer:
+        started.set()
+        await fail.wait()
+        raise RequestError("broken", field=None, status=503)
+
+    first = asyncio.create_task(store.run("k", "fp", failing))
+    await started.wait()
+    repeat = asyncio.create_task(store.run("k", "fp", failing))
+    await asyncio.sleep(0)  # the repeat reaches its wait on the first answer (no await before it)
+    fail.set()
+    for call in (first, repeat):
+        with pytest.raises(RequestError, match="broken"):
+            await call
+
+    async def fine() -> Answer:
+        return 200, {"id": "B"}
+
+    assert await store.run("k", "fp", fine) == (200, {"id": "B"})
+    await store.close(grace_s=0)
+    await writer.close()
+
+
+async def test_the_stop_waits_for_a_send_its_caller_left_then_cancels_it() -> None:
+    """IdempotencyStore.close: a send that outlived its caller is given the grace to finish and is kept;
+    one still running after it is cancelled, so nothing runs on past the stop (what it sends with closes
+    next). A caller still waiting on a cancelled send, and a request after the close, are answered 503."""
+    store, writer = _store()
+    release = asyncio.Event()
+    finished: list[str] = []
+
+    async def held(name: str) -> Answer:
+        await release.wait()
+        finished.append(name)
+        return 200, {"id": name}
+
+    left = asyncio.create_task(store.run("left", "fp", lambda: held("left")))
+    await asyncio.sleep(0)
+    left.cancel()  # its client gave up: the send runs on
+    await asyncio.gather(left, return_exceptions=True)
+    closing = asyncio.create_task(store.close(grace_s=60))
+    await asyncio.sleep(0)
+    assert not closing.done()  # waiting for the send within the grace
+    release.set()
+    await asyncio.wait_for(closing, 10)
+    assert finished == ["left"]
+    assert await store.run("left", "fp", lambda: held("again")) == (200, {"id": "left"})  # kept
+
+    store, writer2 = _store()
+    never, running, cancelled = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def stuck() -> Answer:
+        running.set()
+        try:
+            await never.wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return 200, {}  # pragma: no cover
+
+    waiting = asyncio.create_task(store.run("stuck", "fp", stuck))
+    await running.wait()
+    await asyncio.wait_for(store.close(grace_s=0), 10)
+    assert cancelled.is_set()  # nothing left running
+    with pytest.raises(RequestError) as refused:
+        await waiting  # its caller still there: answered, not left with a CancelledError of another's
+    assert refused.value.status == 503
+    with pytest.raises(RequestError) as after:
+        await store.run("new", "fp", stuck)
+    assert after.value.status == 503
+    await writer.close()
+    await writer2.close()
 
 
 class SlowWriter:

@@ -3,17 +3,27 @@ malformed protobuf is INVALID_ARGUMENT, echoed input is bounded, the bearer sche
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 import pytest
 
-from rocksidecar.app.api.grpc_edge import MALFORMED, Refused, Unread, WireBound, WireBounds, _tolerant
+from rocksidecar.app.api.grpc_edge import (
+    ENVELOPE_BYTES,
+    MALFORMED,
+    Refused,
+    Unread,
+    WireBound,
+    WireBounds,
+    _tolerant,
+)
 from rocksidecar.app.api.parsing import VALUES_PER_MESSAGE
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 from rocksidecar.app.request import MAX_KEYS, MAX_PROPERTIES
+from rocksidecar.app.sidecar import Ack
 from tests.app.conftest import Stack
 
 MiB = 1024 * 1024
@@ -241,3 +251,133 @@ async def test_a_request_refused_on_the_wire_is_counted_under_the_status_it_is_a
         return registry.get_sample_value("rocksidecar_requests_total", labels) or 0.0
 
     assert (count("413"), count("400")) == (1.0, 0.0)
+
+
+def _requests_total(stack: Stack, method: str, code: str) -> float:
+    labels = {"api": "grpc", "route": method, "code": code}
+    return stack.service.metrics.registry.get_sample_value("rocksidecar_requests_total", labels) or 0.0
+
+
+async def test_a_publish_stream_ended_by_a_malformed_message_is_counted_once(stack: Stack) -> None:
+    """Review (session 29): one call, one count. It was counted twice: 200 by Publish when its request
+    stream (cut at the bad message) ended, then 400 by the refusal that ends the call."""
+    async with channel(stack) as ch:
+        call = ch.stream_stream("/rocksidecar.v1.Sidecar/Publish")  # raw bytes in and out
+        good = pb.PublishRequest(sequence=1, message=pb.Message(topic="PM", body="x")).SerializeToString()
+        stream = call(iter([good, b"\xff\xff\xff\xff\x0f"]))
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            async for _ in stream:
+                pass
+    assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    counted = {code: _requests_total(stack, "Publish", code) for code in ("200", "400")}
+    assert counted == {"200": 0.0, "400": 1.0}
+    assert len(stack.stored("PM")) == 1  # the message before it was sent and answered as usual
+
+
+async def test_a_publish_stream_its_client_ended_is_counted_200(stack: Stack) -> None:
+    async with channel(stack) as ch:
+        call = ch.stream_stream("/rocksidecar.v1.Sidecar/Publish")
+        good = pb.PublishRequest(sequence=1, message=pb.Message(topic="PM", body="x")).SerializeToString()
+        assert len([a async for a in call(iter([good]))]) == 1
+    assert _requests_total(stack, "Publish", "200") == 1.0
+
+
+# A request carrying one message is bounded by what one message may take, before it is decoded ---------
+SIZED = WireBounds(LIMIT, max_body_bytes=1024)
+ONE_MESSAGE = 1024 + ENVELOPE_BYTES  # SIZED's bound on such a request
+
+
+def _sized(method: str, decode: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    parse = _tolerant(decode, SIZED.for_method(method))
+    assert parse is not None
+    return parse
+
+
+@pytest.mark.parametrize(
+    ("method", "decode"),
+    [("Send", pb.SendRequest.FromString), ("BeginTransaction", pb.BeginTransactionRequest.FromString)],
+)
+def test_a_unary_request_longer_than_one_message_may_be_is_refused_undecoded(
+    method: str, decode: Callable[[bytes], Any]
+) -> None:
+    parse = _sized(method, decode)
+    fits = _field(1, _field(3, b"\x01" * (ONE_MESSAGE - 16)))  # message.body_bytes: within the bound
+    assert len(fits) <= ONE_MESSAGE and type(parse(fits)) is not Refused
+    over = _field(1, _field(3, b"\x01" * ONE_MESSAGE))
+    got = parse(over)
+    assert type(got) is Refused and got.error is not None
+    assert (got.error.status, got.error.field) == (413, "message")
+    assert f"at most {ONE_MESSAGE} bytes" in got.error.detail
+
+
+def test_a_published_message_longer_than_one_may_be_is_answered_under_its_sequence() -> None:
+    parse = _sized("Publish", pb.PublishRequest.FromString)
+    message = _field(3, b"\x01" * ONE_MESSAGE)
+    for raw in (b"\x08\x07" + _field(2, message), _field(2, message) + b"\x08\x07"):  # either order
+        got = parse(raw)
+        assert type(got) is Unread and got.sequence == 7
+        assert (got.error.status, got.error.field) == (413, "message")
+
+
+def test_without_a_body_limit_a_request_is_not_bounded_by_its_length() -> None:
+    raw = _field(1, _field(3, b"\x01" * (2 * MiB)))
+    assert type(_deserializer("Send", pb.SendRequest.FromString)(raw)) is pb.SendRequest
+
+
+async def test_a_published_message_larger_than_any_message_may_be_is_not_held_behind_the_batch_in_flight(
+    make_stack: Any,
+) -> None:
+    """Review (session 29): grpc has one receive limit for every method, the batch bound (64 MiB by
+    default), so a Publish message far past what any message may be was decoded and held with the
+    stream's unanswered ones until the batch ahead returned (up to 256 of them a stream). It is refused
+    on the wire instead, answered under its sequence while the batch is still out."""
+    async with (
+        make_stack(max_body_bytes=1024, max_request_bytes=4 * MiB) as stack,
+        grpc.aio.insecure_channel(
+            f"127.0.0.1:{stack.service.grpc.port}", options=[("grpc.max_send_message_length", 8 * MiB)]
+        ) as ch,
+    ):
+        sidecar = stack.service.sidecar
+        original = sidecar.send_batch
+        started, release = asyncio.Event(), asyncio.Event()
+
+        async def held(items: Any, ack: Any = Ack.BROKER) -> Any:
+            started.set()
+            await release.wait()  # a broker slow to answer (up to the send timeout)
+            return await original(items, ack)
+
+        sidecar.send_batch = held  # type: ignore[method-assign]
+        call = pb_grpc.SidecarStub(ch).Publish()
+        try:
+            await call.write(pb.PublishRequest(sequence=0, message=pb.Message(topic="PB", body="ok")))
+            await asyncio.wait_for(started.wait(), 10)
+            huge = pb.Message(topic="PB", body_bytes=b"\x01" * (3 * MiB))  # past 1 KiB + 1 MiB
+            await call.write(pb.PublishRequest(sequence=1, message=huge))
+            try:
+                ack = await asyncio.wait_for(call.read(), 10)  # a bound on the failure, not a wait
+            except TimeoutError:
+                pytest.fail("the 3 MiB message was held unanswered behind the batch in flight")
+            assert ack.sequence == 1 and ack.error.http_status == 413, ack
+            release.set()
+            ack = await asyncio.wait_for(call.read(), 10)
+            assert ack.sequence == 0 and ack.result.status == pb.SENT
+        finally:
+            release.set()
+            call.cancel()
+
+
+async def test_a_send_longer_than_one_message_may_be_is_refused_413(make_stack: Any) -> None:
+    async with (
+        make_stack(max_body_bytes=1024, max_request_bytes=4 * MiB) as stack,
+        grpc.aio.insecure_channel(
+            f"127.0.0.1:{stack.service.grpc.port}", options=[("grpc.max_send_message_length", 8 * MiB)]
+        ) as ch,
+    ):
+        huge = pb.Message(topic="PB", body_bytes=b"\x01" * (3 * MiB))
+        with pytest.raises(grpc.aio.AioRpcError) as over:
+            await pb_grpc.SidecarStub(ch).Send(pb.SendRequest(message=huge))
+        assert over.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        trailers = dict(over.value.trailing_metadata() or ())
+        assert (trailers["http-status"], trailers["field"]) == ("413", "message")
+        assert _requests_total(stack, "Send", "413") == 1.0
+        assert not stack.stored("PB")

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from rocksidecar.app.api.grpc_publish import BatchCombiner, StreamPublisher
+from rocksidecar.app.api.grpc_publish import BatchCombiner, PublishStreams, StreamPublisher
 from rocksidecar.app.api.operations import BatchItem, Operations
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
@@ -214,3 +214,121 @@ async def test_a_client_that_reads_no_acks_stops_the_reader_at_the_window() -> N
     assert len(read) <= 4
     got = [a.sequence async for a in answers]  # reading again lets the stream go on to its end
     assert got == list(range(1, 1000)) and len(read) == 1000
+
+
+async def test_a_batch_whose_stream_went_away_while_it_waited_is_not_sent() -> None:
+    """Review (session 29): a stream's batch waiting in the combiner behind another stream's send was sent
+    once that send returned, though its stream had gone away unanswered (its sender cancelled): its
+    client publishes it again, a duplicate a cancelled Send never makes. It is dropped instead."""
+    ops = _HeldOps()
+    combiner = BatchCombiner(cast(Operations, ops))
+    ahead = asyncio.ensure_future(combiner.send([MessageSpec(topic="T", body="a")], Ack.BROKER, None))
+    await asyncio.wait_for(ops.started.wait(), 5)
+    gone = asyncio.ensure_future(combiner.send([MessageSpec(topic="T", body="b")], Ack.BROKER, None))
+    live = asyncio.ensure_future(combiner.send([MessageSpec(topic="T", body="c")], Ack.BROKER, None))
+    await asyncio.sleep(0)  # both hand their batches in (one step each: no I/O in between)
+    gone.cancel()  # its stream ends (the client cancelled): StreamPublisher.run cancels its sender
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    ops.release.set()
+    assert [cast(Outcome, o).id for o in await ahead] == ["id-a"]
+    assert [cast(Outcome, o).id for o in await live] == ["id-c"]
+    assert ops.batches == [1, 1]  # a, then c alone: b never left
+
+
+async def test_a_batch_whose_only_stream_went_away_sends_nothing() -> None:
+    ops = _HeldOps()
+    combiner = BatchCombiner(cast(Operations, ops))
+    ahead = asyncio.ensure_future(combiner.send([MessageSpec(topic="T", body="a")], Ack.BROKER, None))
+    await asyncio.wait_for(ops.started.wait(), 5)
+    gone = asyncio.ensure_future(combiner.send([MessageSpec(topic="T", body="b")], Ack.BROKER, None))
+    await asyncio.sleep(0)
+    gone.cancel()
+    ops.release.set()
+    await ahead
+    after = asyncio.ensure_future(combiner.send([MessageSpec(topic="T", body="c")], Ack.BROKER, None))
+    assert [cast(Outcome, o).id for o in await after] == ["id-c"]  # the combiner goes on as before
+    assert ops.batches == [1, 1]
+
+
+class _Client:
+    """A Publish client's side of a stream: what it sends is read when the test hands it over."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[pb.PublishRequest | None] = asyncio.Queue()
+        self.waiting = asyncio.Event()  # the reader asks for the next message and none is there
+
+    def send(self, sequence: int) -> None:
+        self.waiting.clear()  # set again once the reader has taken it and asks for more
+        self._queue.put_nowait(
+            pb.PublishRequest(sequence=sequence, message=pb.Message(topic="T", body=str(sequence)))
+        )
+
+    def end(self) -> None:
+        self._queue.put_nowait(None)
+
+    async def requests(self) -> AsyncIterator[pb.PublishRequest]:
+        while True:
+            if self._queue.empty():
+                self.waiting.set()
+            req = await self._queue.get()
+            if req is None:
+                return
+            yield req
+
+
+async def test_a_stopped_stream_reads_no_more_and_answers_what_it_read() -> None:
+    ops = _HeldOps()
+    client = _Client()
+    publisher = StreamPublisher(cast(Operations, ops), None, window=8)
+    answers = publisher.run(client.requests())
+    client.send(0)
+    first = asyncio.ensure_future(anext(answers))
+    await asyncio.wait_for(ops.started.wait(), 5)  # 0 is on its way
+    client.send(1)
+    await asyncio.wait_for(client.waiting.wait(), 5)  # 1 read (it waits for the batch ahead); none after it
+    publisher.stop()
+    client.send(2)  # sent after the stop: never read
+    ops.release.set()
+    got = [(await first).sequence] + [a.sequence async for a in answers]
+    assert got == [0, 1] and publisher.stopped
+    assert ops.batches == [1, 1]
+
+
+async def test_a_stream_stopped_before_it_runs_reads_nothing() -> None:
+    ops = _HeldOps()
+    client = _Client()
+    client.send(0)
+    publisher = StreamPublisher(cast(Operations, ops), None, window=8)
+    publisher.stop()
+    assert [a async for a in publisher.run(client.requests())] == [] and publisher.stopped
+    assert ops.batches == []
+
+
+async def test_a_stream_its_client_ended_is_not_cut_by_a_stop() -> None:
+    """A client that has ended its side is waiting for its answers: the stream ends as it would (OK)."""
+    ops = _HeldOps()
+    client = _Client()
+    client.send(0)
+    client.end()
+    publisher = StreamPublisher(cast(Operations, ops), None, window=8)
+    answers = publisher.run(client.requests())
+    first = asyncio.ensure_future(anext(answers))
+    await asyncio.wait_for(ops.started.wait(), 5)
+    await _settle()  # the reader has read to the end and waits for the batch in flight
+    publisher.stop()
+    ops.release.set()
+    assert [(await first).sequence] + [a.sequence async for a in answers] == [0]
+    assert not publisher.stopped
+
+
+async def test_streams_opened_after_the_stop_are_stopped_at_once() -> None:
+    streams = PublishStreams()
+    ops = _HeldOps()
+    before = StreamPublisher(cast(Operations, ops), None, window=8)
+    with streams.open(before):
+        streams.stop()
+        assert before.stopped
+    after = StreamPublisher(cast(Operations, ops), None, window=8)
+    with streams.open(after):
+        assert after.stopped
