@@ -86,7 +86,19 @@ class AllSent(list[Outcome | Exception]):
 class DelaySchedule(Protocol):
     async def schedule(self, msg: DelayedMessage) -> None: ...
 
-    async def schedule_many(self, msgs: Sequence[DelayedMessage]) -> None: ...
+    async def schedule_many(self, msgs: Sequence[DelayedMessage]) -> None:
+        """All scheduled, or raises: PartlyScheduled when only some could never be."""
+        ...
+
+
+class PartlyScheduled(Exception):
+    """Raised by a schedule_many that scheduled every message but those it refused for good (one too
+    large for the Rock-DMQ inner topic): ``refused`` maps each one's index among the messages to the
+    error to answer for it, instead of SCHEDULED."""
+
+    def __init__(self, refused: dict[int, RequestError]) -> None:
+        super().__init__(f"{len(refused)} message(s) refused: {next(iter(refused.values()), '')}")
+        self.refused = refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,16 +203,19 @@ class Sidecar:
     async def _schedule_group(
         self, out: list[Outcome | Exception | None], group: list[tuple[int, Prepared]]
     ) -> None:
-        """Schedule several items of a batch in one synced write (all or none)."""
+        """Schedule several items of a batch in one synced write (all or none, but for those refused)."""
+        refused: dict[int, RequestError] = {}
         try:
             await self._delay_store().schedule_many([self.delayed(p) for _, p in group])
+        except PartlyScheduled as exc:
+            refused = exc.refused
         except Exception as exc:
             for i, _ in group:
                 out[i] = exc
             return
-        for i, p in group:
+        for n, (i, p) in enumerate(group):
             assert p.message.id is not None
-            out[i] = Outcome(p.message.id, Status.SCHEDULED, deliver_at_ms=p.deliver_at_ms)
+            out[i] = refused.get(n) or Outcome(p.message.id, Status.SCHEDULED, deliver_at_ms=p.deliver_at_ms)
 
     async def _after_failure(self, p: Prepared, exc: RocketMQError) -> Outcome:
         if message_fault(exc):

@@ -9,8 +9,10 @@
     │       └── InflateError      a record's body or text that does not decode (not the transport's fault)
     ├── BrokerError               a response code other than success; one subclass per known code
     ├── RouteNotFound             no route for a topic (refresh_route)
-    ├── ClientError               misuse, closed client, bad arguments; never retriable
+    ├── ClientError               misuse, closed client, bad arguments; never retriable; our side's,
+    │   │                         never a broker's (a send does not count it against the broker)
     │   └── InvalidMessageError   a message that can never be sent as it is (names .field); final
+    │       └── RequestTooLarge   a request whose frame would pass the protocol's 16 MiB (encoder)
     └── SendFailed                every attempt of a send failed; .attempts lists them
 
 The failure rule (the one place it is decided; README "Failure rule" has the same table):
@@ -86,6 +88,16 @@ class InvalidMessageError(ClientError):
     def __init__(self, message: str, *, field: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+class RequestTooLarge(InvalidMessageError):
+    """A request whose frame would be larger than any peer reads (MAX_FRAME_BYTES, as Java's NettyDecoder):
+    raised by the encoder before a byte is written. For a send it is the message, as compressed, that is
+    too large: the same request fails the same way on every broker and at every later try, so it is final
+    (refused at send time, dead-lettered by the replay), and no broker's doing."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, field="body")
 
 
 class RouteNotFound(RocketMQError):

@@ -19,8 +19,8 @@ from .codes import (
     SYSFLAG_COMPRESSION_ZSTD,
     SYSFLAG_STOREHOST_V6,
 )
-from .errors import FrameError, InflateError
-from .message import MessageExt, decode_properties, stored_message
+from .errors import FrameError, InflateError, InvalidMessageError
+from .message import PROPERTIES_MAX_BYTES, MessageExt, decode_properties, stored_message
 
 MAGIC_V1 = -626843481  # 0xDAA320A7: 1-byte topic length
 MAGIC_V2 = -626843477  # 0xDAA320AB: 2-byte topic length (5.x)
@@ -38,7 +38,9 @@ def body_crc(body: bytes) -> int:
 
 
 def encode_batch(messages: Iterable[tuple[bytes, int, str]]) -> bytes:
-    """Concatenate (body, flag, properties) records as MessageDecoder.encodeMessage does."""
+    """Concatenate (body, flag, properties) records as MessageDecoder.encodeMessage does.
+    InvalidMessageError (final) for properties longer than a record holds (BatchSender refuses such a
+    message alone before it gets here: this keeps struct.error from escaping any other caller)."""
     parts: list[bytes] = []
     # A record's head and its properties' length depend only on the lengths and the flag, which most
     # records of a batch share (ids of one length, bodies often of one): packed once each, not per record
@@ -51,6 +53,11 @@ def encode_batch(messages: Iterable[tuple[bytes, int, str]]) -> bytes:
             head, plen = packed[key]
         except KeyError:
             size, n = key[0], key[1]
+            if n > PROPERTIES_MAX_BYTES:  # 'h' would raise struct.error, which no caller expects
+                raise InvalidMessageError(
+                    f"properties are {n} bytes; a batch record holds at most {PROPERTIES_MAX_BYTES}",
+                    field="properties",
+                ) from None
             # total size: a 20-byte head, the body, the properties' 2-byte length and the properties
             head, plen = packed[key] = (_BATCH_HEAD.pack(22 + size + n, 0, 0, flag, size), _I16.pack(n))
         parts += (head, body, plen, props_b)
@@ -116,6 +123,8 @@ def encode_stored(f: StoredFields) -> bytes:
     topic_b, props_b = f.topic.encode(), f.properties.encode()
     if len(topic_b) > 127:
         raise ValueError("topic longer than 127 bytes does not fit the v1 layout")
+    if len(props_b) > PROPERTIES_MAX_BYTES:  # the broker refuses such a message before storing it
+        raise ValueError(f"properties longer than {PROPERTIES_MAX_BYTES} bytes do not fit a stored message")
     sys_flag = f.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
     if len(f.born_host) == 20:
         sys_flag |= SYSFLAG_BORNHOST_V6

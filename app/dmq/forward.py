@@ -26,8 +26,9 @@ from rocksidecar.rmq.sender import Sender
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV, Delete, Op, Put
 
-from ..delivery_policy import RetrySpool, failed_send, spool_by_due
-from ..sidecar import Canceller, MessageState, Status
+from ..delivery_policy import RetrySpool, failed_send, message_fault, spool_by_due
+from ..request import RequestError
+from ..sidecar import Canceller, MessageState, PartlyScheduled, Status
 from ..wire import to_stored, to_wire
 from .inner import DEFAULT_INNER_TOPIC, cancel_message, inner_message
 
@@ -72,26 +73,45 @@ class Forwarder:
 
     # --- DelaySchedule -----------------------------------------------------------------------------
     async def schedule(self, msg: DelayedMessage) -> None:
-        await self.schedule_many((msg,))
+        try:
+            await self.schedule_many((msg,))
+        except PartlyScheduled as exc:
+            raise exc.refused[0] from None
 
     async def schedule_many(self, msgs: Sequence[DelayedMessage]) -> None:
         """Stored by a broker, or synced to the retry store, or raises (then nothing is answered 2xx).
-        The forwarded record is written before the answer, so a status asked after it finds it."""
+        The forwarded record is written before the answer, so a status asked after it finds it. A
+        message no broker can ever take as wrapped (too large with the inner format's properties, or
+        refused by the broker) is neither spooled nor recorded: PartlyScheduled names it, answered 422
+        (spooled, it would be answered SCHEDULED and only retried to the dead letters)."""
         wrapped = [self._wrap(m) for m in msgs]
         results = await self.producer.send_batch(wrapped, [m.id for m in msgs], validated=False)
-        failed = [
-            (w, r, m.created_ms)
-            for w, r, m in zip(wrapped, results, msgs, strict=True)
-            if isinstance(r, Exception)
-        ]
+        failed: list[tuple[Message, BaseException, int]] = []
+        refused: dict[int, RequestError] = {}
+        for n, (w, r, m) in enumerate(zip(wrapped, results, msgs, strict=True)):
+            if not isinstance(r, Exception):
+                continue
+            if message_fault(r):
+                refused[n] = RequestError(
+                    f"the message, wrapped for the Rock-DMQ inner topic (with its topic, due time and "
+                    f"sharding key), is refused: {r}",
+                    field=None,
+                    status=422,
+                    title="Message refused",
+                )
+            else:
+                failed.append((w, r, m.created_ms))
         if failed:
             await self._spool(failed)
-        await self.writer.write(
-            [
-                Put(FORWARDED_CF, m.id.encode(), orjson.dumps({"topic": m.topic, "due": m.due_ms}))
-                for m in msgs
-            ]
-        )
+        forwarded = [
+            Put(FORWARDED_CF, m.id.encode(), orjson.dumps({"topic": m.topic, "due": m.due_ms}))
+            for n, m in enumerate(msgs)
+            if n not in refused
+        ]
+        if forwarded:
+            await self.writer.write(forwarded)
+        if refused:
+            raise PartlyScheduled(refused)
 
     def _wrap(self, m: DelayedMessage) -> Message:
         due = m.due_ms - self.lead_ms()  # as a wall time (a step back of ours must not make it late there)

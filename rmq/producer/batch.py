@@ -10,8 +10,8 @@ from itertools import repeat
 from typing import Any, Protocol, cast
 
 from ..broker import BrokerApi
-from ..errors import RocketMQError, RouteNotFound, SendFailed
-from ..message import Message, MessageQueue, wire_properties_of
+from ..errors import InvalidMessageError, RocketMQError, RouteNotFound, SendFailed
+from ..message import PROPERTIES_MAX_BYTES, Message, MessageQueue, wire_properties_of
 from ..msgid import new_uniq_id
 from ..result import SendResult
 from ..sender import BatchResults, Outcome, ShardingKeys
@@ -31,8 +31,18 @@ class BatchHost(Protocol):
 
     def selector_for(self, sharding_key: str | None) -> QueueSelector: ...
 
+    def send_deadline(self) -> float: ...
+
+    async def publish_info(self, topic: str, deadline: float) -> TopicPublishInfo: ...
+
     async def with_retries(
-        self, topic: str, selector: QueueSelector, attempt: AttemptFn, what: str, message: Message | None
+        self,
+        topic: str,
+        selector: QueueSelector,
+        attempt: AttemptFn,
+        what: str,
+        message: Message | None,
+        deadline: float | None,
     ) -> SendResult: ...
 
 
@@ -41,6 +51,9 @@ class BatchHost(Protocol):
 # A record's header (20) and its properties' length (2), and room for a property string whose non-ASCII
 # characters take more bytes than the characters counted.
 _RECORD_OVERHEAD = 22 + 64
+# A property string of at most this many characters is at most PROPERTIES_MAX_BYTES in UTF-8 (4 bytes a
+# character at most): only longer ones are measured.
+_SHORT_PROPERTIES_CHARS = PROPERTIES_MAX_BYTES // 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,24 +85,33 @@ class BatchSender:
         # Each message's property string, built once: it sizes the chunks and is what goes on the wire.
         wires = wire_properties_of(messages, ids)
         batch = _Batch(messages, ids, wires, outcomes, keys.count(None) == n)
+        # One budget for the whole batch: its route lookups, its chunks and their retries, and the
+        # messages of a refused chunk sent again one by one (a budget each made a batch of n take n + 1).
+        deadline = self._producer.send_deadline()
+        unfit = _unfit_properties(wires) if n and max(map(len, wires)) > _SHORT_PROPERTIES_CHARS else {}
+        for i, exc in unfit.items():
+            outcomes[i] = exc
         by_topic = None
-        if validated:
+        if validated and not unfit:
             topics = {m.topic for m in messages}
             if len(topics) == 1:  # the usual batch, one topic: every index, in order, without a loop of ours
                 by_topic = {topics.pop(): list(range(n))}
         if by_topic is None:
             by_topic = self._by_topic(messages, outcomes, validated)
-        await _all([self._topic(topic, idx, keys, batch) for topic, idx in by_topic.items()])
+        await _all([self._topic(topic, idx, keys, batch, deadline) for topic, idx in by_topic.items()])
         assert None not in outcomes  # (C compares, no generator a message)
         return outcomes  # type: ignore[return-value]
 
     def _by_topic(
         self, messages: Sequence[Message], outcomes: list[Outcome | None], validated: bool
     ) -> dict[str, list[int]]:
-        """Each topic's indexes, in order; a message that fails validation gets its outcome instead."""
+        """Each topic's indexes, in order; a message that fails validation (or has its outcome already)
+        gets its outcome instead."""
         by_topic: dict[str, list[int]] = {}
         cfg = self._producer.config
         for i, msg in enumerate(messages):
+            if outcomes[i] is not None:
+                continue
             if not validated:
                 try:
                     msg.validate(cfg.max_body_bytes)
@@ -99,10 +121,12 @@ class BatchSender:
             by_topic.setdefault(msg.topic, []).append(i)
         return by_topic
 
-    async def _topic(self, topic: str, indexes: list[int], keys: list[str | None], batch: _Batch) -> None:
+    async def _topic(
+        self, topic: str, indexes: list[int], keys: list[str | None], batch: _Batch, deadline: float
+    ) -> None:
         producer = self._producer
         try:
-            info = await producer.routes.get(topic)
+            info = await producer.publish_info(topic, deadline)  # as a single send: within the budget
             # No sharding key in the batch: one group, the selector's choice.
             groups = {None: indexes} if batch.unkeyed else _by_slot(topic, indexes, keys, info)
         except RocketMQError as exc:
@@ -112,7 +136,7 @@ class BatchSender:
             return
         await _all(
             [
-                self._chunk(topic, slot, chunk, batch)
+                self._chunk(topic, slot, chunk, batch, deadline)
                 for slot, members in groups.items()
                 for chunk in self._chunks(members, batch)
             ]
@@ -138,7 +162,9 @@ class BatchSender:
             size += s
         return out
 
-    async def _chunk(self, topic: str, slot: int | None, chunk: list[int], batch: _Batch) -> None:
+    async def _chunk(
+        self, topic: str, slot: int | None, chunk: list[int], batch: _Batch, deadline: float
+    ) -> None:
         producer = self._producer
         ids, outcomes = batch.ids, batch.outcomes
         messages: Sequence[Message]
@@ -159,14 +185,19 @@ class BatchSender:
 
         try:
             result = await producer.with_retries(
-                topic, selector, attempt, f"a batch of {len(chunk)}", messages[0]
+                topic, selector, attempt, f"a batch of {len(chunk)}", messages[0], deadline
             )
         except RocketMQError as exc:
             if exc.final and len(chunk) > 1:
                 # MESSAGE_ILLEGAL: the broker refuses a whole batch for one message's sake (its properties
-                # with the broker's own items, its body): each alone, in order, so only that one fails
-                for i in chunk:
-                    await self._chunk(topic, slot, [i], batch)
+                # with the broker's own items, its body): each alone, so only that one fails, within what
+                # is left of the batch's budget (one that runs out fails SendFailed: spooled, not lost).
+                # Keyed messages (a slot) one after another, in their order; unkeyed ones at once.
+                if slot is None:
+                    await _all([self._chunk(topic, slot, [i], batch, deadline) for i in chunk])
+                else:
+                    for i in chunk:
+                        await self._chunk(topic, slot, [i], batch, deadline)
                 return
             for i in chunk:
                 outcomes[i] = exc
@@ -198,6 +229,19 @@ class BatchSender:
             return
         for n, i in enumerate(chunk):
             outcomes[i] = SendResult(status, ids[i], offset_ids[n], queue, first + n, region, trace, attempts)
+
+
+def _unfit_properties(wires: Sequence[str]) -> dict[int, InvalidMessageError]:
+    """The messages whose property string is longer than a batch record's 2-byte length holds (Java's
+    short, as in the broker's stored message): each fails alone, before the batch is encoded."""
+    out: dict[int, InvalidMessageError] = {}
+    for i, wire in enumerate(wires):
+        if len(wire) > _SHORT_PROPERTIES_CHARS and (size := len(wire.encode())) > PROPERTIES_MAX_BYTES:
+            out[i] = InvalidMessageError(
+                f"properties are {size} bytes; a message holds at most {PROPERTIES_MAX_BYTES}",
+                field="properties",
+            )
+    return out
 
 
 def _by_slot(

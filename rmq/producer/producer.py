@@ -20,6 +20,7 @@ from ..broker import BrokerApi
 from ..client_instance import ClientInstance
 from ..errors import (
     Attempt,
+    ClientError,
     RemotingError,
     RequestTimeout,
     RocketMQError,
@@ -158,23 +159,25 @@ class Producer(Lifecycle):
         attempt: AttemptFn | None,
         what: str,
         message: Message | None = None,
+        deadline: float | None = None,
     ) -> SendResult:
         """Run ``attempt`` until it succeeds, a final error stops it, the attempts run out, or the send
         budget is spent. Every attempt goes to another broker than the one that just failed, unless the
         selector pins the message to its queue. ``attempt`` None: each attempt is the SEND_MESSAGE_V2 of
         ``message`` with ``what`` as its id (send's: the broker API called here, without a coroutine of
         its own per attempt, issue 32). ``message`` (a batch's first, with an ``attempt``) is told to
-        ``on_attempt``."""
+        ``on_attempt``. ``deadline`` (on the producer's timer): the end of a budget already started (a
+        batch's, shared by its chunks); None: a budget starts now."""
         cfg, timer = self.config, self._timer
-        deadline = timer() + cfg.send_timeout_s
+        deadline = timer() + cfg.send_timeout_s if deadline is None else deadline
         attempts: list[Attempt] = []
         last: RocketMQError | None = None
         last_broker: str | None = None
         refreshed = False
-        info = self.routes.cached(topic)  # _publish_info's first step, without its coroutine
+        info = self.routes.cached(topic)  # publish_info's first step, without its coroutine
         if info is None:
             try:
-                info = await self._publish_info(topic, deadline)  # routes.get: marks the topic used
+                info = await self.publish_info(topic, deadline)  # routes.get: marks the topic used
             except RocketMQError as exc:
                 raise SendFailed(f"send of {what} to {topic}: no route: {exc}", [], exc) from exc
         else:
@@ -244,7 +247,9 @@ class Producer(Lifecycle):
         broker = mq.broker_name
         if self._on_attempt is not None:
             self._on_attempt(broker, latency, False, message)
-        if self.config.fault_tolerance:
+        # A ClientError is ours, raised before a byte reached the broker (a request too large to encode,
+        # a closed client): it says nothing of the broker, so it neither isolates it nor times it.
+        if self.config.fault_tolerance and not isinstance(exc, ClientError):
             if exc.final:
                 # A verdict on the message (MESSAGE_ILLEGAL, or refused before it left): the broker is as
                 # healthy as its answer was quick. Isolating it (Java does, with its fault tolerance off
@@ -258,9 +263,16 @@ class Producer(Lifecycle):
             self._on_send_error(broker, failure_cause(exc))
         return Attempt(broker, mq.queue_id, latency, str(exc), exc.code)
 
-    async def _publish_info(self, topic: str, deadline: float) -> TopicPublishInfo:
+    def send_deadline(self) -> float:
+        """The end of a send budget starting now, on the timer ``with_retries`` reads."""
+        return self._timer() + self.config.send_timeout_s
+
+    async def publish_info(self, topic: str, deadline: float) -> TopicPublishInfo:
+        """The topic's route, looked up (and marked used) by ``deadline`` at the latest; RequestTimeout
+        when the budget runs out first."""
         info = self.routes.cached(topic)
         if info is not None:
+            self._used(topic)  # kept in the route cache while sent to (routes.get marks a new one)
             return info
         try:
             async with asyncio.timeout(max(deadline - self._timer(), 0.001)):

@@ -10,7 +10,7 @@ import struct
 import msgspec
 
 from ..codes import CLIENT_VERSION, FLAG_ONEWAY, FLAG_RESPONSE, LanguageCode, SerializeType
-from ..errors import FrameError
+from ..errors import FrameError, RequestTooLarge
 from .header_codec import DECODERS, ENCODERS
 
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # including the 4-byte length prefix, as Java's NettyDecoder
@@ -68,7 +68,9 @@ def encode(cmd: RemotingCommand) -> bytes:
     body = cmd.body
     total = 4 + len(header) + len(body)
     if total + 4 > MAX_FRAME_BYTES:
-        raise FrameError(f"frame of {total + 4} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+        # Not a FrameError (a transport error, retriable): the same command is as large on every broker
+        # and at every later try; nothing was written, so no peer and no connection is at fault.
+        raise RequestTooLarge(f"frame of {total + 4} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
     # One join (one copy of the body) rather than two concatenations; the type's number without int()
     # (an IntEnum shifts as its int). Once a frame (issue 32).
     return b"".join((_PREFIX.pack(total, (ser << 24) | len(header)), header, body))
