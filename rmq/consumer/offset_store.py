@@ -8,6 +8,7 @@ offset is "the next message to consume", as in Java; None means the group never 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import os
@@ -209,4 +210,14 @@ class LocalFileOffsetStore(_MemoryOffsets):
         doc = {"offsetTable": {_queue_key(mq): off for mq, off in self._table.items()}}
         data = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
         async with self._lock:  # two writers would race on the temp file
-            await asyncio.to_thread(write_atomically, self.path, data)
+            write = asyncio.get_running_loop().run_in_executor(None, write_atomically, self.path, data)
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                # Cancelling does not stop the thread: keep the lock until its write is over, or the
+                # next writer (close()'s persist after cancelling the timer) truncates the temp file
+                # under it.
+                while not write.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait([write])
+                raise

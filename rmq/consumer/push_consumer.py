@@ -124,6 +124,8 @@ class PushConsumer(Lifecycle):
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._rebalance_lock = asyncio.Lock()
         self.started = False
+        self._start_done = asyncio.Event()  # set while no start() is under way (close() waits for one)
+        self._start_done.set()
         self._started_ms = 0
 
     # subscriptions and lifecycle ---------------------------------------------------------------
@@ -158,19 +160,36 @@ class PushConsumer(Lifecycle):
         return subs
 
     async def start(self) -> None:
-        if self.started:
+        """Register, heartbeat, rebalance and start the timers. close() during start() stops it after its
+        current step (and start() returns): nothing of the consumer runs once close() has returned."""
+        if self.started or not self._start_done.is_set():
             raise ClientError("the consumer is already started")
+        if self._closing.is_set():
+            raise ClientError("the consumer is closed")
         if not self._subs:
             raise ClientError("subscribe to at least one topic before start")
-        await self.offsets.load()
-        await self.refresh_routes()
-        await self.check_client_in_broker()
+        self._start_done.clear()
+        try:
+            await self._start()
+        finally:
+            self._start_done.set()
+
+    async def _start(self) -> None:
+        for step in (self.offsets.load, self.refresh_routes, self.check_client_in_broker):
+            await step()
+            if self._closing.is_set():
+                # close() came before anything was registered and has returned: undo what is ours here
+                if self._own_instance:
+                    await self.instance.close()
+                return
         self.instance.register_consumer(self.config.group, self.consumer_data, self.on_broker_request)
         self.started = True
         self._started_ms = wall_ms()
-        await self.heartbeat()
-        await self.refresh_routes()  # the heartbeat made the broker create the group's retry topic
-        await self.rebalance()
+        # the refresh: the heartbeat made the broker create the group's retry topic
+        for step in (self.heartbeat, self.refresh_routes, self.rebalance):
+            await step()
+            if self._closing.is_set():
+                return  # close() waits for this return, then undoes the registration and the queues
         self._loops = [
             self._loop(self.rebalance, self.config.rebalance_interval_s, self._rebalance_now),
             self._loop(self.persist_offsets, self.config.persist_interval_s),
@@ -217,24 +236,35 @@ class PushConsumer(Lifecycle):
     async def close(self) -> None:
         """Stop pulling, let running listener calls finish (up to close_timeout_s), persist offsets,
         release orderly locks, then unregister so that the group rebalances at once."""
-        if not self.started or self._closing.is_set():
+        if self._closing.is_set():
+            return
+        if not self._start_done.is_set():  # start() is under way: it stops after its current step
+            self._closing.set()
+            if not self.started:
+                return  # nothing registered, no queue, no timer yet
+            await self._start_done.wait()  # then undo what it did, below
+        elif not self.started:
             return
         self._closing.set()
         for task in self._loops:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
-        for state in self.queues.values():
+        # Copies throughout: a queue's removal under way (an operator's reset re-adding it) may still
+        # take it out of ``queues`` while close() awaits. A queue a cancelled rebalance was removing is
+        # still listed (dropped): it is persisted, waited for and unlocked with the others.
+        states = list(self.queues.values())
+        for state in states:
             state.poke()
-        await self._drain(list(self.queues.values()))
-        mqs = list(self.queues)
-        for state in self.queues.values():
+        await self._drain(states)
+        mqs = [state.mq for state in states]
+        for state in states:
             state.pq.drop()
         with contextlib.suppress(RocketMQError):
             await self.offsets.persist_all(mqs)
         if self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
             await self._unlock(mqs)
         await self._unregister()
-        for state in self.queues.values():
+        for state in states:
             await self._stop_tasks(state)
         self.queues.clear()
         await self._concurrent.stop()
@@ -272,12 +302,16 @@ class PushConsumer(Lifecycle):
         the wait before the next round."""
 
         async def run() -> None:
-            while True:
+            # Stops once close() has begun: a loop waiting on ``_closing`` would otherwise find it set and
+            # run at once, for ever (close() cancels the loops, but may come before start() made them).
+            while not self._closing.is_set():
                 event = wake or self._closing
                 wait_s = next_wait(interval_s) if next_wait else interval_s
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(wait_s):
                         await event.wait()
+                if self._closing.is_set():
+                    return
                 if wake is not None:
                     wake.clear()
                 try:
@@ -631,24 +665,30 @@ class PushConsumer(Lifecycle):
 
     async def _remove_queue(self, mq: MessageQueue) -> None:
         """Drop first (no result of this queue moves the offset any more), then persist what was
-        committed and forget it; orderly mode also releases the broker's lock."""
-        state = self.queues.pop(mq)
+        committed and forget it; orderly mode also releases the broker's lock. The queue stays in
+        ``queues`` (dropped) until all that is done, as Java's processQueueTable keeps it: an operator's
+        reset arriving meanwhile still finds it (and its offset is what gets persisted), and a close()
+        cancelling the rebalance half-way still persists, waits for and unlocks it."""
+        state = self.queues[mq]
         state.pq.drop()
         state.poke()
         if state.pull_task is not None:
             state.pull_task.cancel()
-        busy = [t for t in state.tasks if t is not state.pull_task]
         idle = True
-        if self.config.orderly and busy:
+        if self.config.orderly:
             # Unlocking while our listener still works on a message would let the next owner start on
-            # the following one: wait a moment; if it is still busy the broker's lock lapses instead.
-            _, pending = await asyncio.wait(busy, timeout=ORDERLY_UNLOCK_WAIT_S)
-            idle = not pending
+            # the following one: wait a moment for the call (only a call: a loop waiting out a SUSPEND
+            # holds nothing); if it is still busy the broker's lock lapses instead.
+            idle = await self._orderly.wait_idle(mq, ORDERLY_UNLOCK_WAIT_S)
         with contextlib.suppress(RocketMQError):
+            # Even when busy (Java persists first too): the offset in memory only moves on results of the
+            # queue before its drop, or by a reset arriving during the wait, which must reach the broker.
             await self.offsets.persist(mq)
         self.offsets.remove(mq)
         if idle and self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
             await self._unlock([mq])
+        if self.queues.get(mq) is state:
+            del self.queues[mq]
         # Listener calls still running are left to finish (their results are ignored: the queue is
         # dropped); close() waits for them like for any other.
         for task in state.tasks:  # the cancelled pull too, until it has wound down
@@ -676,10 +716,14 @@ class PushConsumer(Lifecycle):
         return locked
 
     async def lock_all(self) -> None:
-        """Renew the locks of every owned queue (lockAll, every 20 s)."""
-        locked = await self._lock(list(self.queues))
+        """Renew the locks of every owned queue (lockAll, every 20 s). Only the queues asked for are
+        updated: one the rebalance added (and locked) while the request was out is not in the answer."""
+        asked = dict(self.queues)
+        locked = await self._lock(list(asked))
         now = asyncio.get_running_loop().time()
-        for mq, state in self.queues.items():
+        for mq, state in asked.items():
+            if self.queues.get(mq) is not state:
+                continue  # removed meanwhile, or removed and added (and locked) again
             if mq in locked:
                 state.pq.locked, state.pq.last_lock_at = True, now
                 state.poke()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq.broker import BrokerApi
-from rocksidecar.rmq.consumer.config import ConsumerConfig, ConsumeStatus, MessageListener
+from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus, MessageListener
 from rocksidecar.rmq.consumer.push_consumer import PushConsumer
 from rocksidecar.rmq.errors import ConnectionClosed
 from rocksidecar.rmq.message import Message, MessageExt, MessageQueue
@@ -63,6 +63,19 @@ class Recorder:
         return [m.uniq_key or "" for m in self.got]
 
 
+def orderly_config(group: str, **kw: object) -> ConsumerConfig:
+    """An orderly member "one" from the first offset, trying a suspended message again after 10 ms."""
+    kw.setdefault("suspend_orderly_s", 0.01)
+    return ConsumerConfig(
+        group,
+        instance_name="one",
+        client_ip="127.0.0.1",
+        orderly=True,
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
 async def settle(consumer: PushConsumer, done: Callable[[], bool]) -> None:
     """Wait for rebalances until ``done`` (driven by the brokers' notifications; the 20 s timer never
     fires within a test)."""
@@ -113,3 +126,36 @@ def wired(consumer: PushConsumer, client: FailingClient) -> PushConsumer:
     """Route the brokers' requests (NOTIFY_CONSUMER_IDS_CHANGED) on ``client`` to ``consumer``."""
     client._on_request = consumer.on_broker_request
     return consumer
+
+
+class BlockingListener:
+    """Orderly listener: records the offsets it got and the most calls running at once; the first call on
+    offset ``block_at`` waits for ``release`` (a slow listener: a call busy while the test acts)."""
+
+    def __init__(self, block_at: int) -> None:
+        self.block_at = block_at
+        self.blocked = asyncio.Event()
+        self.release = asyncio.Event()
+        self.running = 0
+        self.most = 0
+        self.offsets: list[int] = []
+        self.changed = asyncio.Event()
+
+    async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            self.offsets.extend(m.queue_offset for m in msgs)
+            self.changed.set()
+            if msgs[0].queue_offset == self.block_at and not self.blocked.is_set():
+                self.blocked.set()
+                await self.release.wait()
+            return ConsumeStatus.SUCCESS
+        finally:
+            self.running -= 1
+
+    async def until(self, done: Callable[[], bool]) -> None:
+        async with asyncio.timeout(WAIT_S):
+            while not done():
+                self.changed.clear()
+                await self.changed.wait()

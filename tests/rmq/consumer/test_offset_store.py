@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 import pytest
 
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq.broker import BrokerApi
+from rocksidecar.rmq.consumer import offset_store as offset_store_module
 from rocksidecar.rmq.consumer.offset_store import (
     LocalFileOffsetStore,
     ReadType,
@@ -132,3 +135,45 @@ def test_atomic_write_leaves_the_old_file_when_the_write_fails(
     with pytest.raises(OSError):
         write_atomically(path, b"new")
     assert path.read_bytes() == b"old"
+
+
+async def test_a_cancelled_local_file_persist_keeps_the_next_writer_out_until_its_write_is_over(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Cancelling a persist does not stop its write, already in a thread: the persist holds the lock until
+    that write is over, so the next one (close()'s, after cancelling the timer) never writes the same temp
+    file beside it."""
+    mu = threading.Lock()
+    writes: list[str] = []
+    first_in, release = threading.Event(), threading.Event()
+
+    def write(path: Path, data: bytes) -> None:
+        with mu:
+            n = len([w for w in writes if w.startswith("start")]) + 1
+            writes.append(f"start {n}")
+        if n == 1:
+            first_in.set()
+            release.wait(timeout=10.0)
+        write_atomically(path, data)
+        with mu:
+            writes.append(f"end {n}")
+
+    monkeypatch.setattr(offset_store_module, "write_atomically", write)
+    store = LocalFileOffsetStore(tmp_path / "offsets.json")
+    mq = MessageQueue("T", "broker-a", 0)
+    store.update(mq, 3, increase_only=True)
+    first = asyncio.create_task(store.persist_all([mq]))
+    assert await asyncio.to_thread(first_in.wait, 10.0)
+    first.cancel()
+    await asyncio.sleep(0)  # one step: the cancellation reaches the persist
+    assert not first.done() and store._lock.locked()  # still waiting for its thread, holding the lock
+    store.update(mq, 4, increase_only=True)
+    second = asyncio.create_task(store.persist_all([mq]))
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await second
+    assert writes == ["start 1", "end 1", "start 2", "end 2"]
+    reloaded = LocalFileOffsetStore(tmp_path / "offsets.json")
+    await reloaded.load()
+    assert await reloaded.read(mq, ReadType.MEMORY) == 4

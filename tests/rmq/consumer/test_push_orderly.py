@@ -9,10 +9,13 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from rocksidecar.devbroker import DevCluster
+from rocksidecar.rmq.codes import RequestCode
 from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
 from rocksidecar.rmq.consumer.push_consumer import PushConsumer
 from rocksidecar.rmq.message import MessageExt, MessageQueue
-from tests.rmq.consumer.helpers import Recorder, owned, send_to_queues, settle, start
+from rocksidecar.rmq.pool import RemotingClient
+from rocksidecar.rmq.protocol.frame import RemotingCommand
+from tests.rmq.consumer.helpers import WAIT_S, Recorder, owned, send_to_queues, settle, start, wired
 
 TOPIC = "OrderT"
 start_ = functools.partial(start, topic=TOPIC)
@@ -178,3 +181,59 @@ async def test_orderly_consumption_resumes_pulls_paused_by_flow_control(
     consumer = await start_(consumers, cluster, cfg, rec)
     await rec.until(lambda got: len(got) >= 40)  # far more than one cache-full per queue
     assert consumer.stats["flow_control_pauses"] >= 2
+
+
+class HeldLock(RemotingClient):
+    """The next LOCK_BATCH_MQ once ``hold`` is set waits for ``gate`` (a slow broker); ``entered`` says
+    it is waiting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = False
+        self.gate = asyncio.Event()
+        self.entered = asyncio.Event()
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        if cmd.code == RequestCode.LOCK_BATCH_MQ and self.hold:
+            self.hold = False
+            self.entered.set()
+            await self.gate.wait()
+        return await super().invoke(addr, cmd, timeout_s)
+
+
+async def test_a_lock_renewal_in_flight_does_not_unlock_a_queue_added_meanwhile() -> None:
+    """lock_all renews the locks of the queues it listed and updates only those (Java's lockAll loops over
+    the queues it asked for). A queue the rebalance added (and locked) while the renewal was in flight is
+    not in the answer: it used to be marked unlocked, and its orderly loop waited for the next renewal
+    (lock_interval_s, 20 s) before its first message."""
+    topic, other = TOPIC + "Renew", TOPIC + "Renew2"
+    async with DevCluster(brokers=1, queues=1) as cluster:
+        await send_to_queues(cluster, topic, 1, queues=1)
+        await send_to_queues(cluster, other, 1, queues=1)
+        client = HeldLock()
+        rec = OneAtATime()
+        consumer = PushConsumer(config("GO-inflight", "one"), cluster.namesrv_addr, rec, client=client)
+        wired(consumer, client)  # type: ignore[arg-type]
+        consumer.subscribe(topic)
+        try:
+            await consumer.start()
+            client.hold = True
+            renewal = asyncio.create_task(consumer.lock_all())  # the 20 s renewal, now
+            async with asyncio.timeout(WAIT_S):
+                await client.entered.wait()  # its LOCK_BATCH_MQ is on its way
+            consumer.subscribe(other)
+            await consumer.refresh_routes()
+            await consumer.rebalance()  # adds (and locks) the new topic's queue
+            added = MessageQueue(other, "broker-a", 0)
+            assert added in consumer.queues and consumer.queues[added].pq.locked
+            client.gate.set()
+            await renewal
+            assert consumer.queues[added].pq.locked, (
+                "the renewal that was in flight marked the queue added meanwhile as unlocked: it waits "
+                f"{consumer.config.lock_interval_s} s for the next renewal"
+            )
+            await rec.until(lambda got: {m.topic for m in got} == {topic, other})
+        finally:
+            client.gate.set()
+            await consumer.close()
+            await client.close()
