@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from rocksidecar.storage.clock import wall_ms
-from rocksidecar.storage.due_queue import DueQueue, QueueBacked
+from rocksidecar.storage.due_queue import DueQueue, QueueBacked, Then
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.keys import MAX_DUE_MS, clamp_due, parse_due
 from rocksidecar.storage.kv import KV, Delete, Op, Put
@@ -51,7 +51,10 @@ def stored_ops(msg: DelayedMessage) -> tuple[bytes, tuple[Put, Put]]:
 class DelayStore(QueueBacked):
     """Schedule, cancel and look up delayed messages; the scheduler claims, publishes and records them.
 
-    The pending count is kept in memory from a key count at open (storage.key_count).
+    The pending count is kept in memory from a key count at open (storage.key_count), changed by what
+    each batch the store holds adds and removes, synced or not (a batch whose WAL sync failed after its
+    apply is in the store: storage.errors.UnsyncedError). Batches writing the same due key are written
+    one after the other (``_commit_keys``), so what one reads before it is written is what it changes.
     """
 
     def __init__(
@@ -70,6 +73,13 @@ class DelayStore(QueueBacked):
         # how drop_published_many found the ids' copies since start: "point" (at the marked due, by the
         # batch's multi-get) or "scan" (the id's index scan: no due given, or not found at it)
         self.drop_lookups = {"point": 0, "scan": 0}
+        # Due key -> the end of the batch writing it now: a batch writing a key waits for the one before
+        # it, else both read the key's state before either is written and count it twice (two schedules
+        # of one message at once) or not at all (a schedule queued behind a cancel of it).
+        self._writing: dict[bytes, asyncio.Future[None]] = {}
+        # Keys whose mark_sent was applied and counted out but not synced: the scheduler writes it again
+        # (it keeps their claims), and that write must not count them out twice.
+        self._counted_out: set[bytes] = set()
 
     def add_removed_listener(self, listener: Callable[[list[bytes]], None]) -> None:
         """``listener(keys)`` runs once a cancel or another replica's mark (drop_published) removed the
@@ -110,13 +120,20 @@ class DelayStore(QueueBacked):
             key, puts = stored_ops(msg)
             keys.append(key)
             ops += puts
-        added = len(set(keys)) - sum(1 for key in set(keys) if self.kv.get(DUE_CF, key) is not None)
+        added = 0
 
-        def written(ok: bool) -> None:
-            if ok:
+        def count() -> None:  # after the batches before it that write these keys, before its own
+            nonlocal added
+            unique = set(keys)
+            added = len(unique) - sum(1 for key in unique if self.kv.get(DUE_CF, key) is not None)
+
+        def written(held: bool, synced: bool) -> None:
+            if held:
                 self._pending.add(added)
+                if self._counted_out:  # stored again: a mark of them written later deletes them
+                    self._counted_out.difference_update(keys)
 
-        await asyncio.shield(self.queue.commit(ops, min(keys), then=written))
+        await self._commit_keys(keys, ops, written, new_key=min(keys), before=count)
 
     async def cancel(self, id_: str, *, remember_unknown: bool = False) -> CancelOutcome:
         """Cancel message ``id_``; waits for a publish of it in progress to finish first.
@@ -246,16 +263,60 @@ class DelayStore(QueueBacked):
         now = self.now_ms()
         ops = self._finish_ops(keys, kind, now)
 
-        def written(ok: bool) -> None:
+        def written(held: bool, synced: bool) -> None:
             self.queue.claims.release(keys)
-            if ok:
+            if held:
                 self._pending.add(-len(keys))
+            if synced:
                 for listener in list(self._removed):
                     listener(keys)
             else:
                 self.queue.notify(min(keys))  # back in play: the scheduler must see them again
 
-        await asyncio.shield(self.queue.commit(ops, now=now, then=written, lazy=lazy))
+        await self._commit_keys(keys, ops, written, now=now, lazy=lazy)
+
+    async def _commit_keys(
+        self,
+        keys: Sequence[bytes],
+        ops: list[Op],
+        then: Then,
+        *,
+        new_key: bytes | None = None,
+        now: int | None = None,
+        lazy: bool = False,
+        before: Callable[[], None] | None = None,
+    ) -> None:
+        """``queue.commit`` of ``ops``, which write the due ``keys``, once no batch writing any of them is
+        in flight (``_writing``); ``before()`` runs then, just before it is queued (its reads see every
+        batch before it). Keys no batch writes cost one dict lookup each. ``then`` runs once, also
+        ``then(False, False)`` when the wait or ``before`` fails (cancelled while waiting: nothing is
+        left registered). Shielded: a caller cancelled while the batch syncs leaves it written all the
+        same, its bookkeeping done and its keys let go once it is settled."""
+        try:
+            while busy := {ahead for key in keys if (ahead := self._writing.get(key)) is not None}:
+                await asyncio.wait(busy)  # these gates are never cancelled, only set
+            gate = asyncio.get_running_loop().create_future()
+            for key in keys:
+                self._writing[key] = gate
+        except BaseException:
+            then(False, False)
+            raise
+        try:
+            if before is not None:
+                before()
+            commit = asyncio.ensure_future(self.queue.commit(ops, new_key, now, then, lazy=lazy))
+        except BaseException:
+            self._let_go(keys, gate)
+            then(False, False)
+            raise
+        commit.add_done_callback(lambda _: self._let_go(keys, gate))
+        await asyncio.shield(commit)
+
+    def _let_go(self, keys: Sequence[bytes], gate: asyncio.Future[None]) -> None:
+        for key in keys:
+            if self._writing.get(key) is gate:
+                del self._writing[key]
+        gate.set_result(None)
 
     # --- the scheduler's side ---------------------------------------------------------------------
     def first_due(self, start: bytes = b"") -> bytes | None:
@@ -272,12 +333,21 @@ class DelayStore(QueueBacked):
         self.queue.claims.mark_published(keys)
         ops = self._finish_ops(keys, SENT, at_ms, sent_to)
 
-        def written(ok: bool) -> None:
-            if ok:
+        def written(held: bool, synced: bool) -> None:
+            if synced:
+                # Not when only the sync failed: the scheduler writes the mark again with the claims it
+                # keeps (released, its retry would find them gone).
                 self.queue.claims.release(keys)
-                self._pending.add(-len(keys))
+            if held:
+                counted = self._counted_out
+                again = counted.intersection(keys) if counted else ()
+                self._pending.add(len(again) - len(keys))
+                if not synced:
+                    counted.update(keys)
+                elif again:
+                    counted.difference_update(again)
 
-        await asyncio.shield(self.queue.commit(ops, now=at_ms, then=written))
+        await self._commit_keys(keys, ops, written, now=at_ms)
 
     def due_value(self, key: bytes) -> bytes | None:
         """The message stored under due key ``key``; None once it was published, cancelled or dropped."""

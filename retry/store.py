@@ -16,7 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from rocksidecar.storage.clock import wall_ms
-from rocksidecar.storage.due_queue import DueQueue, QueueBacked
+from rocksidecar.storage.due_queue import DueQueue, QueueBacked, Then
+from rocksidecar.storage.errors import UnsyncedError
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.key_count import KeyCount
 from rocksidecar.storage.keys import MAX_DUE_MS, clamp_due
@@ -46,7 +47,6 @@ from .record import CorruptRecordError, RetryRecord, decode_record, encode_recor
 from .status import MessageStatus, State, StoreStats
 
 log = logging.getLogger(__name__)
-Written = Callable[[bool], None]  # a commit's bookkeeping, told whether its batch was written
 
 
 DeadLetterHook = Callable[[DeadLetter], Awaitable[None] | None]
@@ -56,7 +56,9 @@ class RetryStore(QueueBacked):
     """Spool, reschedule, acknowledge and dead-letter messages; answer where a message stands.
 
     Counts are kept in memory from a key count at open (storage.key_count: in the background for
-    large stores); they stay exact unless the same message is spooled twice with the same due
+    large stores), changed by what each batch the store holds adds and removes, synced or not (a batch
+    whose WAL sync failed after its apply is in the store: storage.errors.UnsyncedError); they stay
+    exact unless the same message is spooled twice with the same due
     millisecond (then one key is overwritten and counted twice): what may spool a message again
     uses ``spool_new``.
 
@@ -168,8 +170,8 @@ class RetryStore(QueueBacked):
             ops.append(Put(INDEX_CF, index_key(record.id, PENDING, key), b""))
         if keys:
 
-            def written(ok: bool) -> None:
-                if ok:
+            def written(held: bool, synced: bool) -> None:
+                if held:
                     self._pending.add(len(keys))
                     for record in records:
                         self._oldest.add(since_ms(record))
@@ -203,8 +205,8 @@ class RetryStore(QueueBacked):
             ops += self._unlink(old_key)
         new_since = since_ms(record)
 
-        def written(ok: bool) -> None:
-            if ok and new_since != old_since:  # the same (the usual): nothing changes there
+        def written(held: bool, synced: bool) -> None:
+            if held and new_since != old_since:  # the same (the usual): nothing changes there
                 self._oldest.remove(old_since)
                 self._oldest.add(new_since)
 
@@ -220,8 +222,8 @@ class RetryStore(QueueBacked):
         order, when the caller has them (else they are read here)."""
         sinces = [since_ms(r) for r in records] if records is not None else [self._since_at(k) for k in keys]
 
-        def written(ok: bool) -> None:
-            if ok:
+        def written(held: bool, synced: bool) -> None:
+            if held:
                 self._pending.add(-len(keys))
                 for since in sinces:
                     self._oldest.remove(since)
@@ -246,13 +248,19 @@ class RetryStore(QueueBacked):
         if id_ is not None:
             ops.append(Put(INDEX_CF, index_key(id_, DEAD, dkey), b""))
 
-        def written(ok: bool) -> None:
-            if ok:
+        def written(held: bool, synced: bool) -> None:
+            if held:
                 self._pending.add(-1)
                 self._oldest.remove(since)
                 self._dead.add(1)
 
-        await self._commit(ops, None, now, written)
+        try:
+            await self._commit(ops, None, now, written)
+        except UnsyncedError:
+            # Buried all the same (only its WAL sync failed): no longer pending, nothing buries it again,
+            # so the hook (the dead-letter metric, the webhook) hears of it now or never.
+            await self._notify_dead(decode_dead(dkey, encode_dead(reason, now, raw)))
+            raise
         await self._notify_dead(decode_dead(dkey, encode_dead(reason, now, raw)))
         return dkey
 
@@ -285,11 +293,12 @@ class RetryStore(QueueBacked):
         self._leaving.add(dkey)
         self._arriving.add(key)
 
-        def written(ok: bool) -> None:
-            # committed: the letter is gone from the KV; failed: still there to retry
+        def written(held: bool, synced: bool) -> None:
+            # Released written or not, as before: once the batch is settled the KV tells (gone, or still
+            # there to retry); a second redrive of a letter the store no longer holds finds no letter.
             self._leaving.discard(dkey)
             self._arriving.discard(key)
-            if ok:
+            if held:
                 self._pending.add(1)
                 self._oldest.add(since_ms(record))
                 self._dead.add(-1)
@@ -347,17 +356,17 @@ class RetryStore(QueueBacked):
             claims.take(key)
         self._leaving.update(dead)
 
-        def written(ok: bool) -> None:
+        def written(held: bool, synced: bool) -> None:
             claims.release(pending)
             self._leaving.difference_update(dead)
-            if ok:
+            if held:
                 self._pending.add(-len(pending))
                 for raw in stored.values():
                     self._oldest.remove(since_of(raw))
                 self._dead.add(-len(dead))
-            elif pending:
-                # Still stored, and the seek loop may have passed them while they were claimed: it
-                # must read them again.
+            if not synced and pending:
+                # Still stored (unless only the sync failed: then it finds them gone), and the seek
+                # loop may have passed them while they were claimed: it must read them again.
                 self.queue.notify(min(pending))
 
         # Shielded (_commit): a caller cancelled while the batch syncs must not leave the keys claimed
@@ -377,11 +386,11 @@ class RetryStore(QueueBacked):
             ops.append(Delete(INDEX_CF, index_key(id_, PENDING, key)))
         return ops
 
-    async def _commit(self, ops: list[Op], new_key: bytes | None, now: int | None, then: Written) -> None:
-        """Write ``ops`` durably; ``new_key`` is the smallest pending key they add, if any; ``then(written)``
-        the counts' bookkeeping. Shielded: a caller cancelled while the batch syncs (a gRPC client gone)
-        leaves a batch that is written all the same, and its counts must follow it (done after the await,
-        they were skipped: a record stored and never counted)."""
+    async def _commit(self, ops: list[Op], new_key: bytes | None, now: int | None, then: Then) -> None:
+        """Write ``ops`` durably; ``new_key`` is the smallest pending key they add, if any; ``then(held,
+        synced)`` the counts' bookkeeping (storage.due_queue.Then). Shielded: a caller cancelled while the
+        batch syncs (a gRPC client gone) leaves a batch that is written all the same, and its counts must
+        follow it (done after the await, they were skipped: a record stored and never counted)."""
         await asyncio.shield(self.queue.commit(ops, new_key, now, then))
 
     async def _notify_dead(self, letter: DeadLetter) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 from .claims import Claims
 from .clock import SteadyClock, wall_ms
+from .errors import UnsyncedError
 from .group_commit import GroupCommitWriter
 from .key_count import KeyCount
 from .keys import due_bound
@@ -21,6 +22,10 @@ from .kv import KV, Op
 from .progress import Progress
 
 Listener = Callable[[bytes], None]
+# A commit's bookkeeping: then(held, synced). ``held``: the store holds the batch (also when its WAL sync
+# failed after the apply: readable, replayed on reopen), what counts keys follows it; ``synced``: it is
+# durable (the caller was told so), what releases claims or tells others follows that.
+Then = Callable[[bool, bool], None]
 
 
 class DueQueue:
@@ -75,26 +80,34 @@ class DueQueue:
         ops: list[Op],
         new_key: bytes | None = None,
         now: int | None = None,
-        then: Callable[[bool], None] | None = None,
+        then: Then | None = None,
         *,
         lazy: bool = False,
     ) -> None:
         """Write ``ops`` durably; ``new_key`` is the smallest due key they add, if any (the floor is
-        lowered to it in the same batch, and the listeners hear of it once it is written).
-        ``then(written)`` does the caller's bookkeeping before the listeners run, written or not.
-        ``lazy``: ops that only remove keys and nobody waits on for a due time (GroupCommitWriter.write).
+        lowered to it in the same batch, and the listeners hear of it once the store holds it).
+        ``then(held, synced)`` (see Then) does the caller's bookkeeping before the listeners run, written
+        or not. ``lazy``: ops that only remove keys and nobody waits on for a due time
+        (GroupCommitWriter.write).
 
         Raises:
-            StorageError: the batch was not written or not synced.
+            UnsyncedError: the batch was applied (the store holds it) but not synced.
+            StorageError: the batch was not written.
         """
-        written = False
+        held = synced = False
         try:
             when = self.now_ms() if now is None else now
             await self._progress.write(self.writer, ops, new_key, when, lazy=lazy)
-            written = True
+            held = synced = True
+        except UnsyncedError:
+            # Only here, on a failure, is it told apart: the success path pays nothing for it.
+            held = True
+            raise
         finally:
             if then is not None:
-                then(written)
+                then(held, synced)
+            if held and not synced and new_key is not None:
+                self.notify(new_key)  # its keys are live: the loops must seek them
         if new_key is not None:
             self.notify(new_key)
 

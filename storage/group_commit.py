@@ -1,7 +1,9 @@
 """GroupCommitWriter: gathers concurrent writers into one WriteBatch and one WAL sync.
 
 A caller's ``await write(ops)`` returns only after the batch holding its ops was written and synced;
-a failed write or sync fails every caller of that batch and marks the writer unhealthy.
+a failed write or sync fails every caller of that batch and marks the writer unhealthy. A batch applied
+before its sync failed fails them with UnsyncedError (in the store, not durable): what counts keys
+follows it, what acknowledges does not.
 
 ``write(ops, lazy=True)`` is for writes nobody waits on for a due time (Rock-DMQ's drops of the other
 replicas' copies): they are applied without a sync of their own, one lazy batch (at most max_batch_ops,
@@ -20,8 +22,8 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from .errors import StorageError
-from .kv import KV, Op
+from .errors import StorageError, UnsyncedError
+from .kv import KV, Op, holds
 from .reserve import DiskReserve
 
 log = logging.getLogger(__name__)
@@ -85,7 +87,8 @@ class GroupCommitWriter:
         WAL sync of its own unless none comes within ``ride_s`` (see the module's docstring).
 
         Raises:
-            StorageError: the batch holding these ops was not written or not synced.
+            UnsyncedError: the batch holding these ops was applied, but its WAL sync failed.
+            StorageError: the batch holding these ops was not written.
         """
         if self._closed:
             raise StorageError("the store is closed")
@@ -121,14 +124,15 @@ class GroupCommitWriter:
                         [op for item_ops, _ in batch for op in item_ops], self._apply_lazy
                     )
                     riders, self._riding = self._riding, []
-                    self._settle([future for _, future in batch] + riders, error)
+                    self._settle([future for _, future in batch], error)
+                    self._settle(riders, _unsynced(error))
             elif self._lazy:
                 self._apply_lazy()
             elif self._riding and not self._closed and self._loop_time() < self._ride_until:
                 await self._sleep_for_work(self._ride_until - self._loop_time())
             elif self._riding:  # no ordinary write came in time (or closing): a sync of their own
                 riders, self._riding = self._riding, []
-                self._settle(riders, await self._commit([]))
+                self._settle(riders, _unsynced(await self._commit([])))
             elif self._closed:
                 return
             else:
@@ -207,12 +211,15 @@ class GroupCommitWriter:
     async def _commit(
         self, ops: list[Op], before_sync: Callable[[], StorageError | None] | None = None
     ) -> StorageError | None:
-        """Write ``ops`` (none: only the riders'), call ``before_sync``, sync the WAL; the error, if any."""
+        """Write ``ops`` (none: only the riders'), call ``before_sync``, sync the WAL; the error, if any
+        (UnsyncedError: ``ops`` were applied)."""
+        applied = synced_write = False
         try:
             no_slowdown = self._prepare()
             if self._strategy is SyncStrategy.SPLIT or not ops:
                 if ops:
                     self._kv.write(ops, sync=False, no_slowdown=no_slowdown)
+                applied = True  # readable from here on, whatever fails below
                 if before_sync is not None and (lazy_error := before_sync()) is not None:
                     raise lazy_error  # it failed the batch it rode on, as in one WriteBatch
                 if self._strategy is SyncStrategy.INLINE:
@@ -223,16 +230,26 @@ class GroupCommitWriter:
                 # Written before the synced write: its sync covers them too.
                 if before_sync is not None and (lazy_error := before_sync()) is not None:
                     raise lazy_error
+                synced_write = True
                 if self._strategy is SyncStrategy.INLINE:
                     self._kv.write(ops, sync=True, no_slowdown=no_slowdown)
                 else:
                     await asyncio.to_thread(self._kv.write, ops, sync=True, no_slowdown=no_slowdown)
         except Exception as exc:
-            return self._failed(exc)
+            error = self._failed(exc)
+            # A synced write (INLINE, THREAD) that raised may have been applied or not (its sync failed
+            # after the apply, or the write was refused): read it now, before any other batch is written.
+            return _unsynced(error) if applied or (synced_write and self._holds(ops)) else error
         self._succeeded()
         self.batches += 1
         self.ops_written += len(ops)
         return None
+
+    def _holds(self, ops: list[Op]) -> bool:
+        try:
+            return holds(self._kv, ops)
+        except Exception:  # unreadable too: say not applied, the failure's own error is raised
+            return False
 
     def _apply(self, ops: list[Op]) -> StorageError | None:
         """Write ``ops`` without a sync (a lazy batch); the error, if any."""
@@ -292,3 +309,12 @@ class GroupCommitWriter:
         for future in left:
             if not future.done():
                 future.set_exception(StorageError(str(exc)))
+
+
+def _unsynced(error: StorageError | None) -> StorageError | None:
+    """``error`` for callers whose ops were applied before it (None: no error)."""
+    if error is None or isinstance(error, UnsyncedError):
+        return error
+    unsynced = UnsyncedError(str(error))  # the same words, and the same cause (the KV's own exception)
+    unsynced.__cause__ = error.__cause__ or error
+    return unsynced

@@ -84,3 +84,15 @@ class KV(Protocol):
     def approximate_count(self, cf: str) -> int: ...
 
     def close(self) -> None: ...
+
+
+def holds(kv: KV, ops: Sequence[Op]) -> bool:
+    """Whether ``kv`` holds what ``ops`` leave: each key's last put, no key deleted last (ranges are not
+    checked). After a failed write: whether it was applied all the same."""
+    last: dict[tuple[str, bytes], bytes | None] = {}
+    for op in ops:
+        if isinstance(op, Put):
+            last[(op.cf, op.key)] = op.value
+        elif isinstance(op, Delete):
+            last[(op.cf, op.key)] = None
+    return all(kv.get(cf, key) == value for (cf, key), value in last.items())

@@ -131,11 +131,11 @@ async def test_when_neither_broker_nor_retry_store_takes_it_it_stays_scheduled(s
     due = svc.delay.now_ms() + 100
     await svc.delay.schedule(message("A", due))
     svc.broker.down = True
-    svc.kv.sync_fault = "disk full"
+    svc.kv.write_fault = "disk full"
     await svc.advance(0.1)  # the spool fails: publish answers with the exception
     status = svc.delay.get("A")
     assert status is not None and status.state is DelayState.SCHEDULED
-    svc.kv.sync_fault = None
+    svc.kv.write_fault = None
     svc.broker.down = False
     await svc.advance(1.0)  # the delay scheduler's own retry
     assert [id_ for id_, _, _ in svc.broker.stored] == ["A"]

@@ -41,11 +41,11 @@ async def test_status_follows_a_message_from_scheduled_to_sent(h: Harness) -> No
 
 
 async def test_a_refused_write_schedules_nothing(h: Harness) -> None:
-    h.kv.sync_fault = "fsync: input/output error"
+    h.kv.write_fault = "IO error: no space"  # refused, not applied (a failed sync is: test_pending_count)
     with pytest.raises(StorageError):
         await h.store.schedule(message("A", h.store.now_ms() + 10))
     assert h.store.stats().pending == 0 and not h.store.healthy
-    h.kv.sync_fault = None
+    h.kv.write_fault = None
     await h.store.schedule(message("B", h.store.now_ms() + 10))
     assert h.store.stats().pending == 1 and h.store.healthy
 
