@@ -3,9 +3,16 @@ route appears) or an operator asks, bring them forward and replay them now inste
 
 A round walks the pending keys from the store's floor, in key order, and hands each message (of the
 round's topics, or all) to the replay loop's workers at most ``rate_per_s`` per second. Each message is
-handed out once per round; one that fails again climbs the ladder as usual, and a round stops early once
-its ``healthy`` check says the cause is back (e.g. the broker is isolated again). Triggers that arrive
-during a round are merged into the next one.
+tried at most once per round: one that fails again climbs the ladder as usual (its next rung's key may
+sort ahead of the walk: the round finds it again and leaves it), and so does one the ladder tried first,
+after the round started (its failure after the recovery is as recent as the round's would be). A round
+stops early once its ``healthy`` check says the cause is back (e.g. the broker is isolated again).
+Triggers that arrive during a round are merged into the next one.
+
+"Tried since the round started" is read from the record itself, its last failure's time (history) on the
+store clock, which never runs backwards: the round keeps nothing per message (a set of the ids it handed
+out held ~160 bytes each, 1 GB and more for the 10 M messages a long outage leaves). A message that
+failed in the very millisecond a round started counts as tried in it.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from dataclasses import KW_ONLY, dataclass, field
 
 from rocksidecar.storage.tasks import stop_task
 
-from .keys import PENDING_CF, id_of
+from .keys import PENDING_CF
 from .record import CorruptRecordError, decode_record
 from .replay import ReplayLoop
 from .store import RetryStore
@@ -144,7 +151,7 @@ class RecoveryReplay:
             self._done.set()
 
     async def _round(self, request: _Request) -> RoundResult:
-        seen: set[str] = set()  # ids handed out in this round: a rescheduled one is not taken again
+        started_ms = self.store.now_ms()  # a record that failed since was tried in this round
         cursor = self.store.floor
         handed = scanned = 0
         budget_at = self.clock()  # token bucket: time at which the next message may go
@@ -156,7 +163,7 @@ class RecoveryReplay:
                 return RoundResult(handed, scanned, False, request.told())
             cursor = rows[-1][0] + b"\x00"
             scanned += len(rows)
-            picked = [(key, raw) for key, raw in rows if _wanted(key, raw, request.topics, seen)]
+            picked = [(key, raw) for key, raw in rows if _wanted(raw, request.topics, started_ms)]
             if picked:
                 handed += await self.loop.offer(picked)  # no await between the scan and this claim
             if len(rows) < self.chunk:  # that was the end of the store
@@ -169,15 +176,16 @@ class RecoveryReplay:
                 await self.sleep(wait)
 
 
-def _wanted(key: bytes, raw: bytes, topics: set[str] | None, seen: set[str]) -> bool:
-    id_ = id_of(key) or key.hex()
-    if id_ in seen:
+def _wanted(raw: bytes, topics: set[str] | None, started_ms: int) -> bool:
+    """Whether a round that started at ``started_ms`` (store clock) takes this pending value: of its
+    topics, and not tried since it started (by this round, or by the ladder first)."""
+    try:
+        record = decode_record(raw)
+    except CorruptRecordError:
+        # A round of every topic hands it out: the workers quarantine it (out of pending, never walked
+        # again). A topic's round cannot tell its topic: the ladder hands it out when due.
+        return topics is None
+    if topics is not None and record.topic not in topics:
         return False
-    if topics is not None:
-        try:
-            if decode_record(raw).topic not in topics:
-                return False
-        except CorruptRecordError:
-            return False  # the ladder hands it out when due, and the workers quarantine it
-    seen.add(id_)
-    return True
+    # The newest failure is last (RetryRecord.failed appends; the history keeps the newest ones).
+    return not record.history or record.history[-1][0] < started_ms

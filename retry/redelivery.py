@@ -3,7 +3,8 @@
 Delivered messages are acknowledged together in one batch; a failed one moves to its next rung, or to
 the dead letters when it is not redeliverable or its type's retries are exhausted (R2, R4); a value that
 does not decode is quarantined (R7). Store errors propagate to the caller (the replay loop), with the
-outcomes stored before them (PartlyStored).
+outcomes stored before them (PartlyStored), counting a write whose WAL sync alone failed (UnsyncedError)
+as stored: the store holds it and nothing writes it again.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.errors import StorageError, UnsyncedError
 
 from .policy import RetryPolicy
 from .record import CorruptRecordError, RetryRecord, decode_record
@@ -33,9 +34,10 @@ def describe(exc: BaseException) -> str:
 
 
 class PartlyStored(StorageError):
-    """A store write failed part-way through a batch. ``outcomes`` are those stored before it: a
-    neighbour's failed reschedule must not report messages delivered and acknowledged already as not
-    delivered (they are gone from the store and are not sent again)."""
+    """A store write failed part-way through a batch. ``outcomes`` are those stored before it, and that
+    of the failed write itself when the store holds it (only its sync failed): a neighbour's failed
+    reschedule must not report messages delivered and acknowledged already as not delivered (they are
+    gone from the store and are not sent again), nor an ack in the store but not on disk."""
 
     def __init__(self, message: str, outcomes: list[str]) -> None:
         super().__init__(message)
@@ -56,7 +58,8 @@ class Redelivery:
 
         Raises:
             PartlyStored: a store write failed; its ``outcomes`` are those stored before it (the
-                messages delivered and acknowledged, moved or buried), the others are still pending.
+                messages delivered and acknowledged, moved or buried), and the failed write's own when
+                only its sync failed (UnsyncedError); the others are still pending.
         """
         outcomes: list[str] = []
         try:
@@ -73,19 +76,18 @@ class Redelivery:
                 records.append(decode_record(raw))
                 keys.append(key)
             except CorruptRecordError as exc:
-                await self.store.quarantine(key, raw, f"corrupt value: {exc}")
-                outcomes.append(QUARANTINED)
+                await _stored(self.store.quarantine(key, raw, f"corrupt value: {exc}"), outcomes, QUARANTINED)
         if not records:
             return
         results = await self._attempt(records)
         ok = [not isinstance(result, Exception) for result in results]
         delivered = [key for key, stored in zip(keys, ok, strict=True) if stored]
         if delivered:
-            await self.store.ack_many(delivered, [r for r, stored in zip(records, ok, strict=True) if stored])
-            outcomes += [DELIVERED] * len(delivered)
+            acked = [r for r, stored in zip(records, ok, strict=True) if stored]
+            await _stored(self.store.ack_many(delivered, acked), outcomes, DELIVERED, len(delivered))
         for key, record, result in zip(keys, records, results, strict=True):
             if isinstance(result, Exception):
-                outcomes.append(await self._failed(key, record, result))
+                await self._failed(key, record, result, outcomes)
 
     async def _attempt(self, records: list[RetryRecord]) -> list[object]:
         if self.deliver_batch is None:
@@ -106,19 +108,30 @@ class Redelivery:
             return [error] * len(records)
         return results
 
-    async def _failed(self, key: bytes, record: RetryRecord, exc: Exception) -> str:
+    async def _failed(self, key: bytes, record: RetryRecord, exc: Exception, outcomes: list[str]) -> None:
         policy = self.policy_for(record.type)
         now = self.store.now_ms()
         error = describe(exc)
         failed = record.failed(now, error)
         if not getattr(exc, "redeliverable", True):
-            await self.store.bury(key, failed, f"not redeliverable: {error}", was=record)
-            return DEAD
-        if policy.exhausted(failed.retry_count):
-            await self.store.bury(
-                key, failed, f"retries exhausted after {failed.retry_count}: {error}", was=record
-            )
-            return DEAD
-        due = now + round(policy.delay_s(failed.retry_count) * 1000)
-        await self.store.reschedule(key, failed, due, was=record)
-        return RESCHEDULED
+            reason = f"not redeliverable: {error}"
+        elif policy.exhausted(failed.retry_count):
+            reason = f"retries exhausted after {failed.retry_count}: {error}"
+        else:
+            due = now + round(policy.delay_s(failed.retry_count) * 1000)
+            await _stored(self.store.reschedule(key, failed, due, was=record), outcomes, RESCHEDULED)
+            return
+        await _stored(self.store.bury(key, failed, reason, was=record), outcomes, DEAD)
+
+
+async def _stored(write: Awaitable[object], outcomes: list[str], outcome: str, n: int = 1) -> None:
+    """Await one store write standing for ``n`` times ``outcome``, and record them in ``outcomes`` once
+    the store holds it: written, or applied with only its WAL sync failed (UnsyncedError, re-raised so
+    the loop pauses). That write is never made again (an ack's message is gone, a burial's hook fired),
+    so reported as a store error it would never be reported as what it was."""
+    try:
+        await write
+    except UnsyncedError:
+        outcomes += [outcome] * n
+        raise
+    outcomes += [outcome] * n
