@@ -103,7 +103,9 @@ class ClientInstance:
         self._clock = clock
         self._route_idle_s = route_idle_s
         self.max_routes = max_routes
-        self._extra_addrs: dict[str, str] = {}
+        # The route tables kept outside the instance's (each producer's cached routes): their brokers
+        # are known (heartbeat, broker_addrs) while a route there names them, and no longer.
+        self._route_holders: list[Callable[[], dict[str, str]]] = []
         self._heartbeat = Periodic("client-heartbeat", heartbeat_s, self.heartbeat, sleep)
 
     # registration ------------------------------------------------------------------------------
@@ -178,13 +180,27 @@ class ClientInstance:
         for topic in unused:
             del self._routes[topic], self._asked[topic]
 
-    def note_broker(self, broker_name: str, addr: str) -> None:
-        """A broker learned outside the route table (a send to it) also gets the heartbeat."""
-        self._extra_addrs[broker_name] = addr
+    def hold_routes(self, broker_addrs: Callable[[], dict[str, str]]) -> None:
+        """Count the brokers of a route table kept outside the instance's (a producer's cached routes:
+        ``broker_addrs`` gives their master addresses by name) as known: they get the heartbeat and are
+        in ``broker_addrs()`` while a route there names them. The instance's own table may drop a route
+        the producer still sends on (past max_routes), so the broker it sends to is counted through its
+        own table, read live: a broker that left every route is no longer heartbeated (Java's
+        cleanOfflineBroker before each heartbeat round), where one noted at each send was for ever."""
+        self._route_holders.append(broker_addrs)
+
+    def release_routes(self, broker_addrs: Callable[[], dict[str, str]]) -> None:
+        """Undo hold_routes (the producer closes)."""
+        if broker_addrs in self._route_holders:
+            self._route_holders.remove(broker_addrs)
 
     def broker_addrs(self) -> dict[str, str]:
-        """Master address of every broker in the route table, by broker name."""
-        return master_addrs(self._routes.values(), dict(self._extra_addrs))
+        """Master address of every broker some route names now (the instance's table or a held one), by
+        broker name; where two disagree, the instance's table wins."""
+        known: dict[str, str] = {}
+        for held in self._route_holders:
+            known.update(held())
+        return master_addrs(self._routes.values(), known)
 
     # heartbeat ---------------------------------------------------------------------------------
     async def heartbeat_to(self, addr: str, timeout_s: float = 3.0) -> None:

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from .acl import Credentials, sign
 from .connection import Connection, RequestHandler, connect
-from .errors import ClientError
+from .errors import ClientError, ConnectError
 from .protocol.frame import RemotingCommand
 from .singleflight import SingleFlight
 
@@ -46,17 +46,33 @@ class RemotingClient:
         self._closed = False
 
     async def connection(self, addr: str, timeout_s: float | None = None) -> Connection:
+        """The open connection to ``addr``, connecting first if there is none; ``timeout_s`` bounds
+        this caller's wait only. ConnectError when it cannot be had in time, ClientError once closed."""
         conn = self._conns.get(addr)
         if conn is not None and not conn.is_closed:
             return conn
         if self._closed:
             raise ClientError("the remoting client is closed")
-        return await self._connecting.run(addr, lambda: self._connect(addr, timeout_s))
+        try:
+            # One connect per address, shared by every caller, with the client's own connect timeout
+            # (Java's connectTimeoutMillis): were it the first caller's budget, a caller with 0.1 s left
+            # would fail the connect of every caller waiting with it. Each caller waits its own budget.
+            async with asyncio.timeout(timeout_s):
+                return await self._connecting.run(addr, lambda: self._connect(addr))
+        except TimeoutError:  # this caller's budget, spent: what a connect timing out raises
+            raise ConnectError(f"cannot connect to {addr}: timed out", addr=addr) from None
+        except asyncio.CancelledError:
+            # close() cancels the shared connect; a caller nobody cancelled gets the closed client's
+            # RocketMQError (as a request on an open connection gets ConnectionClosed), so that its
+            # handling (spool for retry, fail over, answer 5xx) runs instead of a cancelled task.
+            task = asyncio.current_task()
+            if self._closed and task is not None and task.cancelling() == 0:
+                raise ClientError("the remoting client is closed") from None
+            raise
 
-    async def _connect(self, addr: str, timeout_s: float | None) -> Connection:
-        limit = self._connect_timeout_s if timeout_s is None else min(timeout_s, self._connect_timeout_s)
+    async def _connect(self, addr: str) -> Connection:
         tls = self._tls() if callable(self._tls) else self._tls
-        conn = await connect(addr, limit, self._on_request, self._forget, tls)
+        conn = await connect(addr, self._connect_timeout_s, self._on_request, self._forget, tls)
         self._conns[addr] = conn
         return conn
 

@@ -103,6 +103,9 @@ class Producer(Lifecycle):
             on_change=on_route_change,
         )
         self._used = self.routes.used.add
+        # The brokers this producer's routes name are the instance's too (heartbeat, fault_table) while
+        # they name them: the instance's own table may have dropped the route (past its max_routes).
+        self.instance.hold_routes(self.routes.broker_addrs)
         fault = self.fault if cfg.fault_tolerance else None
         self._selector = make_selector(cfg.selector, fault, rng, cfg.environment_index, cfg.zone)
         self._batches = BatchSender(self)
@@ -120,6 +123,7 @@ class Producer(Lifecycle):
         await self._probe_loop.close()
         await self.routes.close()
         await self.instance.unregister(producer_group=self.config.group)
+        self.instance.release_routes(self.routes.broker_addrs)
         if self._own_instance:
             await self.instance.close()
 
@@ -192,7 +196,6 @@ class Producer(Lifecycle):
                 addr = info.master_addr(mq.broker_name)
                 if addr is None:
                     raise RouteNotFound(f"broker {mq.broker_name} has no master address")
-                self.instance.note_broker(mq.broker_name, addr)
                 if attempt is None:
                     assert message is not None
                     result = await self.api.send(addr, mq, message, what, remaining, cfg.default_topic)

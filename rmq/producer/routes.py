@@ -118,10 +118,15 @@ class TopicRoutes:
         try:
             return await self._inflight.run(topic, lambda: self._fetch(topic))
         except RocketMQError:
-            stale = self._infos.get(topic)
-            if stale is not None and stale.ok:
+            stale = self._usable(topic)
+            if stale is not None:
                 return stale
             raise
+
+    def _usable(self, topic: str) -> TopicPublishInfo | None:
+        """The cached route of ``topic`` if it can be sent on."""
+        info = self._infos.get(topic)
+        return info if info is not None and info.ok else None
 
     def _fetched(self, topic: str, fut: asyncio.Future[TopicPublishInfo]) -> None:
         if fut.cancelled():
@@ -138,9 +143,14 @@ class TopicRoutes:
                     if oldest is not None:
                         self._forget(oldest)
             self._changed(topic, old, new)
-        elif isinstance(exc, (TopicNotExist, RouteNotFound)):
-            # The name server's answer, not a failure to get one: the route known before is gone (Java
-            # replaces it). The topic's next send asks again; the route's return tells on_change.
+        elif isinstance(exc, RouteNotFound) or self._usable(topic) is None:
+            # RouteNotFound: the name server's route, without a writable queue (read-only), replaces the
+            # one known before (as Java's); the topic's next send asks again, the route's return tells
+            # on_change. Any other failure keeps a usable route, TOPIC_NOT_EXIST too (Java 4.9.4's
+            # updateTopicRouteInfoFromNameServer keeps it on that exception): a name server restarted
+            # empty answers it for every topic until the brokers register again (up to 30 s), and the
+            # client sticks to a name server that answers, so forgetting dropped the route of every
+            # topic in use in one refresh round. A topic deleted for good fails at its broker instead.
             self._forget(topic)
 
     def _forget(self, topic: str) -> None:
@@ -167,7 +177,11 @@ class TopicRoutes:
         try:
             info = TopicPublishInfo.build(topic, await self._namesrv.get_route(topic), index)
         except TopicNotExist:
-            pass  # only a topic without a route is sent with the template
+            if known is not None and known.ok and not known.auto_create:
+                # Its own route known (a name server restarted empty says this of every topic): kept
+                # (_fetched), never swapped for the template, which would create the topic elsewhere.
+                raise
+            # only a topic without a route of its own is sent with the template
         else:
             if info.ok:
                 return info

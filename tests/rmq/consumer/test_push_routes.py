@@ -12,7 +12,7 @@ from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq.codes import RequestCode
 from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
 from rocksidecar.rmq.consumer.push_consumer import PushConsumer
-from rocksidecar.rmq.errors import RouteNotFound
+from rocksidecar.rmq.errors import RouteNotFound, TopicNotExist
 from rocksidecar.rmq.message import MessageExt
 from rocksidecar.rmq.route import TopicRouteData
 from rocksidecar.rmq.throttle import RepeatLog
@@ -145,3 +145,33 @@ async def test_200_failed_pulls_log_one_line_per_broker_then_a_summary(
     summaries = [r.getMessage() for r in caplog.records if "more like this in 10 s" in r.getMessage()]
     counts = sorted(int(m.split(" ", 1)[0]) for m in summaries if "pull of" in m)
     assert len(counts) == 2 and sum(counts) == 200 - 2
+
+
+async def test_a_restarted_name_server_does_not_take_away_the_queues_of_a_subscribed_topic(
+    cluster: DevCluster, consumers: list[PushConsumer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A name server restarted empty answers TOPIC_NOT_EXIST for every topic until the brokers register
+    # again (up to 30 s). The route and the queues held are kept through it (Java's rebalance keeps the
+    # subscribe info its failed route update did not replace), and the brokers still get the heartbeat.
+    await send_to_queues(cluster, "KeptT", 1, queues=1)
+    consumer = PushConsumer(config("GR-kept"), cluster.namesrv_addr, Recorder())
+    consumer.subscribe("KeptT")
+    consumers.append(consumer)
+    await consumer.start()
+    held = {mq for mq in consumer.queues if mq.topic == "KeptT"}
+    brokers = consumer.instance.broker_addrs()
+    assert held and set(brokers) >= {mq.broker_name for mq in held}
+
+    asked: list[str] = []
+
+    async def restarted(topic: str) -> TopicRouteData:
+        asked.append(topic)
+        raise TopicNotExist(f"No topic route info in name server for the topic: {topic}", code=17)
+
+    monkeypatch.setattr(consumer.instance.namesrv, "get_route", restarted)
+    await consumer._refresh_round()
+    await consumer.rebalance()
+    await consumer.instance.heartbeat()
+    assert "KeptT" in asked
+    assert {mq for mq in consumer.queues if mq.topic == "KeptT"} == held
+    assert "KeptT" in consumer._routes and consumer.instance.broker_addrs() == brokers

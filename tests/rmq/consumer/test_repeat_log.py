@@ -79,7 +79,7 @@ async def test_heartbeats_to_a_stopped_broker_give_one_line_and_one_summary(
     log = RepeatLog(10.0, clock)
     instance = ClientInstance("127.0.0.1:9876", api=api, client_id="c@1", repeat_log=log)
     instance.register_producer("P")
-    instance.note_broker("broker-a", "127.0.0.1:10911")
+    instance.hold_routes(lambda: {"broker-a": "127.0.0.1:10911"})  # a producer's route names it
     caplog.set_level(logging.WARNING, "rocksidecar.rmq.client_instance")
     for i in range(200):
         clock.now = i * 0.04
