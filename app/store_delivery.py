@@ -42,6 +42,10 @@ class StoreDelivery:
     # (lateness_s, message) for a delayed message the replay published in the end (the scheduler's own
     # publishes report through DelayScheduler's on_published)
     on_published: Callable[[float, StoredMessage], None] | None = field(default=None, kw_only=True)
+    # The delayed messages (spooled by publish_delayed: a delay_due_ms) a broker stored in the end, in
+    # one list per redelivery; Rock-DMQ replicas mark them then (app.dmq.replication), as the scheduler's
+    # on_sent marks those a broker stored at once: only now may the other copies be dropped.
+    on_delayed_sent: Callable[[list[RetryRecord]], None] | None = field(default=None, kw_only=True)
 
     async def redeliver(self, record: RetryRecord) -> None:
         """The retry store's ``deliver``: send a spooled message again, under its original id."""
@@ -53,6 +57,7 @@ class StoreDelivery:
             raise DeliveryFailed(str(exc), redeliverable=not message_fault(exc)) from exc
         if record.delay_due_ms:
             self._late([record])
+            self._delayed_sent([record])
         await self._note_sent([(record.id, result)])
 
     async def redeliver_batch(self, records: Sequence[RetryRecord]) -> list[Exception | None]:
@@ -67,6 +72,7 @@ class StoreDelivery:
         ]
         if delayed:
             self._late(delayed)
+            self._delayed_sent(delayed)
         await self._note_sent(
             [(r.id, res) for r, res in zip(records, results, strict=True) if isinstance(res, SendResult)]
         )
@@ -83,6 +89,9 @@ class StoreDelivery:
         now = self.delay.now_ms()
         for record in records:
             observe(self.on_published, (now - record.delay_due_ms) / 1000, "on_published", record)
+
+    def _delayed_sent(self, records: list[RetryRecord]) -> None:
+        observe(self.on_delayed_sent, records, "on_delayed_sent")
 
     async def _note_sent(self, sent: list[tuple[str, SendResult]]) -> None:
         """Remember for a while that these spooled messages went out, and where, so their status says
@@ -129,13 +138,16 @@ def delivery_loops(
     batch_max: int,
     on_published: Callable[[float, StoredMessage], None],
     on_replayed: Callable[[str], None],
+    on_delayed_sent: Callable[[list[RetryRecord]], None] | None = None,
 ) -> tuple[DelayScheduler, ReplayLoop]:
     """The delay scheduler and the retry replay of a process (the sidecar, a ``dmq`` replica), both
     delivering through one StoreDelivery: a delayed message whose publish fails falls into the retry
-    store, and the replay sends it again (``on_published`` hears it then, as the scheduler's own)."""
+    store, and the replay sends it again (``on_published`` hears it then, as the scheduler's own, and
+    ``on_delayed_sent``: StoreDelivery.on_delayed_sent)."""
     delivery = StoreDelivery(
-        producer, retry, delay, policy_for=policy_for, now_ms=retry.now_ms, on_published=on_published
-    )
+        producer, retry, delay, policy_for=policy_for, now_ms=retry.now_ms, on_published=on_published,
+        on_delayed_sent=on_delayed_sent,
+    )  # fmt: skip
     scheduler = DelayScheduler(delay, delivery.publish_delayed, on_published=on_published)
     replay = ReplayLoop(
         retry,

@@ -102,8 +102,10 @@ class DelayScheduler(DueLoop):
         on_sent: Callable[[list[DelayedMessage]], None] | None = None,
     ) -> None:
         """``gate``, ``gate_held_max``: see Gate. ``on_sent``: the messages of each publish call that a
-        broker (or the retry store) took, called as soon as the call returns, before they are recorded as
-        sent."""
+        broker stored, called as soon as the call returns, before they are recorded as sent. Not those
+        SPOOLED: they leave this store too (recorded as sent) but no broker has them yet (Rock-DMQ marks
+        what ``on_sent`` is given, and the other copies are dropped then: a spooled one is marked when
+        the retry store's replay publishes it, app.store_delivery)."""
         if batch_max < 1 or max_in_flight < 1:
             raise ValueError("batch_max and max_in_flight must be >= 1")
         super().__init__(store.queue, "delay", sleep)
@@ -370,14 +372,15 @@ class DelayScheduler(DueLoop):
         finally:
             self._published(asyncio.current_task())  # the slot is free: the record below does not hold it
         self._stage("publish", started)
-        # Lateness of the published ones only: one SPOOLED into the retry store instead is not out yet
-        # (its replay reports it when it is, app.store_delivery).
+        # Lateness and on_sent of the published ones only: one SPOOLED into the retry store instead is
+        # not out yet (its replay reports it when it is, app.store_delivery); it is recorded as sent with
+        # the others below, as it has left this store.
         spooled = set(out.spooled)  # usually empty
-        for i, (_, msg) in enumerate(out.sent):
-            if i not in spooled:
-                self._report(out.done_at_ms - msg.due_ms, msg)
-        if out.sent and self.on_sent is not None:
-            observe(self.on_sent, [msg for _, msg in out.sent], "on_sent")
+        stored = [msg for i, (_, msg) in enumerate(out.sent) if i not in spooled]
+        for msg in stored:
+            self._report(out.done_at_ms - msg.due_ms, msg)
+        if stored and self.on_sent is not None:
+            observe(self.on_sent, stored, "on_sent")
         if out.failed:
             self._hold(out.failed, out.done_at_ms + self._retry_ms)
             log.warning("%d delayed messages not published, retrying in %d ms: %s", len(out.failed),
@@ -392,6 +395,12 @@ class DelayScheduler(DueLoop):
                 log.error("%d published messages not recorded as sent yet: %s", len(keys), exc)
                 self._unrecorded.append((keys, out.done_at_ms, out.sent_to))
                 self._wake_for(None)  # the seek loop retries the record before it publishes anything else
+
+    @property
+    def unrecorded(self) -> bool:
+        """Whether published messages wait for their "sent" record, which the store refused (retried every
+        ``store_retry_s``; nothing more is published meanwhile)."""
+        return bool(self._unrecorded)
 
     def regate(self) -> None:
         """The gate's answers may have changed (Rock-DMQ: the live replicas changed): ask it again now

@@ -9,6 +9,14 @@ writes it to the inner topic again each time ``refresh_after_ms`` has passed sin
 written; every replica reads it as a duplicate, except one that lost its copy, which stores it. Recovery
 then never reaches back further than ``refresh_after_ms`` plus one round: keep that below the inner
 topic's retention (README "Rock-DMQ replicas").
+
+Each replica's rounds look at the marks crossed since its own last round, among the copies it publishes
+then. A copy handed over to it (its publisher stopped, froze, or its store refused writes; or this
+replica came back) may have crossed its mark after the previous publisher's last round and before the
+hand-over: neither would refresh it until its next mark, up to twice ``refresh_after_ms`` after the
+copy was written, past the retention it is sized against. So after a change of the live publishers
+(``handed_over``), the next round looks back further for the copies that were not its own before: to
+the previous publisher's last possible round.
 """
 
 from __future__ import annotations
@@ -31,6 +39,10 @@ log = logging.getLogger(__name__)
 SCAN_CHUNK = 1000  # scheduled messages read per step; the loop yields between steps
 ROUNDS_PER_REFRESH = 8  # a round every refresh_after / 8: a copy is refreshed at most that late
 MAX_SENDS = 16  # refresh sends in flight
+# How many rounds before a hand-over its previous publisher's last round may be: one (rounds are an
+# interval apart), and one more for a publisher that took the copy over itself just before and went
+# before its first round.
+HANDOVER_ROUNDS = 2
 
 
 @dataclass(eq=False)
@@ -45,8 +57,12 @@ class Refresher:
     mine: Callable[[DelayedMessage], bool]
     _: KW_ONLY
     on_refreshed: Callable[[int], None] = lambda _n: None
+    # How long before a hand-over is seen its previous publisher may have stopped (its beats' timeout)
+    handover_ms: int = 0
     _last_round_ms: int | None = field(init=False, default=None)
     _failed: set[str] = field(init=False, default_factory=set)  # failed refreshes: again next round
+    # the first hand-over since the last round: who published before it (was_mine), and when
+    _handover: tuple[Callable[[DelayedMessage], bool], int] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.refresh_after_ms <= 0:
@@ -55,6 +71,15 @@ class Refresher:
     @property
     def interval_s(self) -> float:
         return self.refresh_after_ms / ROUNDS_PER_REFRESH / 1000
+
+    def handed_over(self, was_mine: Callable[[DelayedMessage], bool], at_ms: int) -> None:
+        """The copies this replica publishes may have changed at ``at_ms`` (the live publishers did);
+        ``was_mine``: whether it published a copy before. The next round refreshes the copies that are
+        its own now and were not, whose mark was crossed since the previous publisher's last possible
+        round. Of several hand-overs before a round the first counts: its ``was_mine`` is what the last
+        round saw, and it is the earliest. Memory: one predicate; work: the round's scan, as ever."""
+        if self._handover is None:
+            self._handover = (was_mine, at_ms)
 
     def due_for_refresh(self, msg: DelayedMessage, since_ms: int, now_ms: int) -> bool:
         """Whether the age of ``msg``'s copy passed a multiple of refresh_after between the rounds."""
@@ -67,8 +92,31 @@ class Refresher:
         """Scan the scheduled messages once; returns how many were written again."""
         now = self.store.now_ms()
         # After a start: as if the last round were one interval ago (a copy that crossed its mark
-        # while this replica was down is refreshed by whoever published then, or late by this one).
-        since = self._last_round_ms if self._last_round_ms is not None else now - int(self.interval_s * 1000)
+        # while this replica was down is refreshed by whoever published then; those it takes back
+        # when it joins the publishers, by the hand-over's look-back).
+        interval_ms = int(self.interval_s * 1000)
+        since = self._last_round_ms if self._last_round_ms is not None else now - interval_ms
+        handover, self._handover = self._handover, None
+        was_mine: Callable[[DelayedMessage], bool] | None = None
+        handed_since = since
+        if handover is not None:
+            was_mine, at_ms = handover
+            handed_since = min(since, at_ms) - HANDOVER_ROUNDS * interval_ms - self.handover_ms
+        try:
+            sent = await self._scan(now, since, was_mine, handed_since)
+        except BaseException:
+            if handover is not None:  # looked at again by the next round (the earlier one counts)
+                self._handover = handover
+            raise
+        self._last_round_ms = now
+        if sent:
+            log.info("refreshed %d held messages on the inner topic", sent)
+            self.on_refreshed(sent)
+        return sent
+
+    async def _scan(
+        self, now: int, since: int, was_mine: Callable[[DelayedMessage], bool] | None, handed_since: int
+    ) -> int:
         cursor = b""
         sent = 0
         failed, self._failed = self._failed, set()
@@ -80,17 +128,21 @@ class Refresher:
                     msg = decode_message(raw)
                 except CorruptMessageError:
                     continue  # the scheduler logs it when it falls due
-                if (msg.id in failed or self.due_for_refresh(msg, since, now)) and self.mine(msg):
+                if (
+                    msg.id in failed
+                    or self.due_for_refresh(msg, since, now)
+                    or (
+                        was_mine is not None
+                        and self.due_for_refresh(msg, handed_since, now)
+                        and not was_mine(msg)
+                    )
+                ) and self.mine(msg):
                     batch.append(msg)
             sent += await self._send(batch)
             if len(rows) < SCAN_CHUNK:
                 break
             cursor = rows[-1][0] + b"\x00"
             await asyncio.sleep(0)  # a large store: let due messages and intake through between chunks
-        self._last_round_ms = now
-        if sent:
-            log.info("refreshed %d held messages on the inner topic", sent)
-            self.on_refreshed(sent)
         return sent
 
     async def _send(self, msgs: list[DelayedMessage]) -> int:

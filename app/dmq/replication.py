@@ -22,6 +22,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from rocksidecar.delay import CancelOutcome, DelayedMessage, DelayScheduler, DelayState, DelayStore
+from rocksidecar.retry.record import RetryRecord
 from rocksidecar.rmq.client_instance import ClientInstance
 from rocksidecar.rmq.consumer import (
     ConsumeFrom,
@@ -35,6 +36,7 @@ from rocksidecar.rmq.consumer.offset_store import LocalFileOffsetStore
 from rocksidecar.rmq.message import Message, MessageExt, MessageQueue
 from rocksidecar.rmq.periodic import Periodic
 from rocksidecar.rmq.producer import Producer
+from rocksidecar.storage.errors import StorageError
 from rocksidecar.storage.keys import clamp_due
 
 from ..metrics import zeroed_counter
@@ -58,6 +60,9 @@ STAGE_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.
 LAG_PROBE_S = 0.05  # the event loop's lag is sampled this often (a timer's overshoot)
 # rocksidecar_dmq_stage_seconds's stages
 STAGES = ("pass", "slot_wait", "record_cap", "publish", "record", "wake", "drop", "loop_lag")
+# A consumer batch the store refused is consumed again every 5 s (ConsumerConfig.send_back_retry_s) until
+# it is stored: a refusal not renewed for this long is of a batch no longer retried (its queue gone).
+REFUSED_STALE_S = 30.0
 
 
 def offsets_store(data_dir: Path, name: str = OFFSETS_FILE) -> LocalFileOffsetStore:
@@ -117,12 +122,21 @@ class Replication:
         self._producer = producer
         self._catching_up: asyncio.Task[None] | None = None  # see _catch_up
         self._quiet_from_ms = self.beats.now_ms()  # its own silence counts from here (or a catch-up's end)
+        # Consumer batches the store refused, by queue and first offset (a batch is consumed again whole),
+        # with the monotonic time of the last refusal, until that batch is taken: while any is, this
+        # replica sends no beats (see _store_refuses). Not cleared by another batch of the queue, which
+        # may have had nothing to write.
+        self._refused: dict[tuple[MessageQueue, int], float] = {}
+        self._left_for_store = False  # beats stopped while the store refused writes: catch up first
         self._scheduler: DelayScheduler | None = None  # attach(): told when the gate's answers change
         self._refreshing: Periodic | None = None
         if refresh_after_s > 0:
             self.refresher = Refresher(
                 delay, producer, options.inner_topic, int(refresh_after_s * 1000), self._mine,
                 on_refreshed=lambda n: self.refreshed.inc(n),  # noqa: PLW0108 - defined below
+                # a publisher that left may have gone on unseen this long: its beats' timeout, and the
+                # presence interval its last beat may have been late by
+                handover_ms=self.beats.timeout_ms + int(presence_interval_s * 1000),
             )  # fmt: skip
             self._refreshing = Periodic("dmq-refresh", self.refresher.interval_s, self._refresh, logger=log)
         self.marks = marks.MarkSender(
@@ -171,8 +185,9 @@ class Replication:
         self.silences = zeroed_counter(
             "rocksidecar_dmq_silences",
             "Times a listed replica stopped counting as live because its beats went silent: who=self "
-            "(this replica's own beats; it publishes nothing, and sends no beats, until it has caught up "
-            "with the marks) or peer (another replica; its share is taken over).",
+            "(this replica's own beats: it was frozen or cut off, or it stopped them while its store "
+            "refused writes; it publishes nothing, and sends no beats, until it has caught up with the "
+            "marks) or peer (another replica; its share is taken over).",
             "who",
             ("self", "peer"),
             r,
@@ -250,20 +265,14 @@ class Replication:
     # --- the scheduler's hooks -------------------------------------------------------------------------
     def may_publish(self, id_: str) -> bool:
         """The gate: this replica's turn for message ``id_``, by the live publishers, once converged."""
-        if not self.presence.joined or self._catching_up is not None:
+        if not self.presence.joined or self._catching_up is not None or self._out_for_store():
             return False
         live = self.presence.live
         if self.replicas.me not in live:  # its own beats not heard: not yet, or no more
             if self._silent():  # frozen, or cut off from the brokers
                 self._catch_up()
             return False
-        holders = self.replicas.holders(id_)
-        publisher = next((n for n in holders if n in live), None)
-        if publisher != self.replicas.me:
-            return False
-        if holders[0] != self.replicas.me:
-            self.takeover.inc()
-        return True
+        return self.replicas.publisher(id_, live) == self.replicas.me
 
     def _silent(self) -> bool:
         """This replica's own beats went unheard past the timeout (since its start or its last catch-up:
@@ -303,9 +312,27 @@ class Replication:
             await self.refresher.round()
 
     def published(self, msgs: list[DelayedMessage]) -> None:
+        """The scheduler's on_sent: what a broker stored of a publish call (not what was spooled)."""
         # each copy's due time as its key has it (DelayStore.schedule_many clamps it into the key range)
-        self.marks.add([m.id for m in msgs], [clamp_due(m.due_ms) for m in msgs])
-        self.marks_out.labels("sent").inc(len(msgs))
+        self._mark([m.id for m in msgs], [clamp_due(m.due_ms) for m in msgs])
+
+    def replayed(self, records: list[RetryRecord]) -> None:
+        """The retry replay's on_delayed_sent: delayed messages whose publish was spooled, now stored by a
+        broker. Marked only now: marked when spooled, the other copies were dropped while the message
+        was in this replica's retry store alone (lost with its volume, stuck while it is down)."""
+        self._mark([r.id for r in records], [clamp_due(r.delay_due_ms) for r in records])
+
+    def _mark(self, ids: list[str], dues: list[int]) -> None:
+        self.marks.add(ids, dues)
+        self.marks_out.labels("sent").inc(len(ids))
+        # A take-over: this replica published a message whose first holder is another one, which the gate
+        # allows only while that holder is not live. Counted here, once per message a broker stored, not
+        # at the gate's yes: the gate is asked again at each retry of a failed publish, and about copies a
+        # mark then drops before they are read.
+        me = self.replicas.me
+        taken = sum(1 for id_ in ids if self.replicas.holders(id_)[0] != me)
+        if taken:
+            self.takeover.inc(taken)
 
     def attach(self, scheduler: DelayScheduler) -> None:
         scheduler.gate = self.may_publish
@@ -334,10 +361,19 @@ class Replication:
         """``inner`` for the inner topic's messages; marks applied for the marks topic's."""
 
         async def listen(batch: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
-            if mq.topic != self.marks_topic:
-                return await inner(batch, mq)
-            await self._apply(batch, inner)
-            return ConsumeStatus.SUCCESS
+            try:
+                if mq.topic != self.marks_topic:
+                    status = await inner(batch, mq)
+                else:
+                    await self._apply(batch, inner)
+                    status = ConsumeStatus.SUCCESS
+            except StorageError:
+                # consumed again until stored (_store_refuses)
+                self._refused[(mq, batch[0].queue_offset if batch else -1)] = time.monotonic()
+                raise
+            if self._refused and batch:
+                self._refused.pop((mq, batch[0].queue_offset), None)
+            return status
 
         return listen
 
@@ -364,11 +400,48 @@ class Replication:
         return status is not None and status.state is DelayState.SENT and status.sent_to is not None
 
     # --- presence --------------------------------------------------------------------------------------
+    def _store_refuses(self) -> bool:
+        """Whether a write this replica must make keeps failing: a batch of its consumer (inner messages
+        it holds, or the drops of a mark) that the store refused and that is consumed again until stored,
+        or published messages whose "sent" record the scheduler retries. Not the writer's health flag
+        alone: any failed write sets it, a best-effort one too, and only a later write clears it; one
+        that nothing retries would keep an idle replica out for good (both holders of a message, once).
+        These are retried (every 5 s, every 1 s), so each ends with a write that succeeded."""
+        if self._refused:
+            now = time.monotonic()
+            for key, at in list(self._refused.items()):
+                if now - at > REFUSED_STALE_S:
+                    del self._refused[key]  # no longer consumed again (its queue went away)
+        return bool(self._refused) or (self._scheduler is not None and self._scheduler.unrecorded)
+
+    def _out_for_store(self) -> bool:
+        """Left the publishers while its store refused writes, and not back yet (see _beat)."""
+        return self._left_for_store or self._store_refuses()
+
     async def _beat(self) -> None:
         """A beat, unless this replica is catching up after a silence: its beats would hand its share back
         before it has read what the others published in its place, and what falls due meanwhile would
-        wait for the catch-up (measured, a replica resumed after a 60 s freeze: p99 3.2 s for its share)."""
-        if self._silent():
+        wait for the catch-up (measured, a replica resumed after a 60 s freeze: p99 3.2 s for its share).
+
+        No beat either while its store refuses writes (a full disk can last hours): it cannot store the
+        inner messages it is first holder of, nor record what it publishes, and beating it would keep
+        the other holders, which stored their copies, turning them away as not their turn. Silent, it is
+        taken over within the beats' timeout, as a frozen replica is. Once the refused write succeeded
+        it catches up with the marks first, as after a silence, then beats again; a store that fails
+        again meanwhile keeps it out (it rejoins only once the refused write succeeded, or is no longer
+        retried: REFUSED_STALE_S). Before it has joined the publishers it has no share to leave."""
+        if self._store_refuses():
+            if not self._left_for_store and self.presence.joined:
+                self._left_for_store = True
+                log.warning("dmq replica %s: its store refuses writes; it stops beating and the others "
+                            "publish its share until a write succeeds", self.replicas.me)  # fmt: skip
+            return
+        if self._left_for_store:
+            log.info("dmq replica %s: its store takes writes again; catching up with the marks before "
+                     "beating again", self.replicas.me)  # fmt: skip
+            self._catch_up()
+            self._left_for_store = False  # after: may_publish stays no until the catch-up is done
+        elif self._silent():
             self._catch_up()
         if self._catching_up is None:
             self._beat_sender.beat()
@@ -392,13 +465,19 @@ class Replication:
         return ConsumeStatus.SUCCESS
 
     def _live_changed(self, live: frozenset[str]) -> None:
-        """Presence saw the live publishers change: count the listed replicas that went silent, and have
-        the scheduler ask its gate again (a take-over, or a turn given back)."""
+        """Presence saw the live publishers change: count the listed replicas that went silent, have the
+        scheduler ask its gate again (a take-over, or a turn given back), and the refresher look back
+        further for the copies this made this replica's (Refresher.handed_over)."""
         silent = (self._live - live) & self.presence.listed - {self.replicas.me}
         if silent:
             self.silences.labels("peer").inc(len(silent))
-        self._live = live
+        before, self._live = self._live, live
+        if self._refreshing is not None and self.replicas.me in live:  # else nothing became its own
+            self.refresher.handed_over(functools.partial(self._mine_under, before), self.beats.now_ms())
         self._regate()
+
+    def _mine_under(self, live: frozenset[str], msg: DelayedMessage) -> bool:
+        return self.replicas.publisher(msg.id, live) == self.replicas.me
 
     # --- lifecycle -------------------------------------------------------------------------------------
     async def start(self, topics: Sequence[str]) -> None:

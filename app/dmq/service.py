@@ -133,20 +133,8 @@ class DmqService:
             on_dead_letter=self.events.dead_letter_hook(self.notifier),
         )
         self.delay = DelayStore(self.kv, self.writer)
-        self.scheduler, self.replay = delivery_loops(
-            self.producer, self.retry, self.delay, policy_for=s.retry_policy, workers=s.replay_workers,
-            batch_max=REPLAY_BATCH, on_published=self.metrics.observe_lateness,
-            on_replayed=lambda outcome: self.metrics.replays.labels(outcome).inc(),
-        )  # fmt: skip
         replicas = (
             ReplicaSet.parse(o.replicas, o.instance_name or "", o.copies) if o.replicas is not None else None
-        )
-        self.listener = InnerListener(
-            self.delay,
-            Rules(s.max_delay_ms, TopicAllowList.of(s.dmq_topics)),
-            count=lambda outcome, n: self.inner.labels(outcome).inc(n),
-            rejected=lambda reason: self.rejected.labels(reason.value).inc(),
-            holds=replicas.holds if replicas is not None else lambda _id: True,
         )
         self.replication = (
             Replication(
@@ -161,6 +149,20 @@ class DmqService:
             )
             if replicas is not None
             else None
+        )
+        self.scheduler, self.replay = delivery_loops(
+            self.producer, self.retry, self.delay, policy_for=s.retry_policy, workers=s.replay_workers,
+            batch_max=REPLAY_BATCH, on_published=self.metrics.observe_lateness,
+            on_replayed=lambda outcome: self.metrics.replays.labels(outcome).inc(),
+            # Replicated: a publish that was spooled is marked once the replay has a broker store it
+            on_delayed_sent=self.replication.replayed if self.replication is not None else None,
+        )  # fmt: skip
+        self.listener = InnerListener(
+            self.delay,
+            Rules(s.max_delay_ms, TopicAllowList.of(s.dmq_topics)),
+            count=lambda outcome, n: self.inner.labels(outcome).inc(n),
+            rejected=lambda reason: self.rejected.labels(reason.value).inc(),
+            holds=replicas.holds if replicas is not None else lambda _id: True,
         )
         if self.replication is not None:
             self.replication.attach(self.scheduler)

@@ -1,4 +1,5 @@
-"""A devbroker, a running DmqService on it, and a consumer of the real topic."""
+"""A devbroker, a running DmqService on it, and a consumer of the real topic; the delay store harness
+(tests.delay.conftest) as the fixture ``h``."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from rocksidecar.rmq import BrokerApi, NameServerClient, RemotingClient
 from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, ConsumeStatus, PushConsumer
 from rocksidecar.rmq.message import Message, MessageExt, MessageQueue
 from rocksidecar.rmq.producer import Producer, ProducerConfig
+from tests.delay.conftest import h  # noqa: F401 - the delay store harness, for the scheduler's hooks here
 
 WAIT_S = 15.0
 WARMUP = "warmup"
