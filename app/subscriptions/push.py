@@ -49,7 +49,9 @@ def later_s(seconds: float) -> float:
 
 async def traced(msg: MessageExt, group: str, endpoint: str, delivery: Awaitable[bool]) -> bool:
     """One delivery to the app (HTTP or gRPC) inside its consume span (spans on), recorded as the
-    message trace's SubBefore/SubAfter pair (message trace on)."""
+    message trace's SubBefore/SubAfter pair (message trace on). A delivery withdrawn before the app had it
+    (spans.Withdrawn, raised through) records no pair: the app never saw it, its queue's new owner
+    delivers it and records that."""
     started = msgtrace.now_ms()
     ok = await (spans.process(msg, group, endpoint, delivery) if spans.ON else delivery)
     msgtrace.consumed(msg, group, started, ok)

@@ -53,8 +53,10 @@ class UnknownDelivery(LookupError):
     pass
 
 
-class QueueDropped(Exception):
-    """The message's queue was dropped before any stream took it: its new owner delivers it."""
+class QueueDropped(spans.Withdrawn):
+    """The message's queue was dropped before any stream took it: its new owner delivers it. Not a
+    failure: its spans end marked dropped, without an error (spans.Withdrawn), and it leaves no message
+    trace record (push.traced records only deliveries that ended)."""
 
 
 class StreamHub:

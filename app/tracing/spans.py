@@ -81,6 +81,8 @@ _time_ns = time.time_ns
 _OUTCOMES: dict[int, tuple[Enum, tuple[str, dict[str, Any]]]] = {}
 MAX_LINKS = 128  # a replayed batch links to each message's request, up to this many
 DELAY_DUE_AT = "DELAY_DUE_AT"  # delay.DELAY_DUE_AT: a delayed message being published carries it
+# On a consume span whose delivery was withdrawn before the app had it (Withdrawn): no error status.
+DROPPED = "rocksidecar.dropped"
 _T = TypeVar("_T")
 _D = TypeVar("_D", bool, Sequence[ConsumeStatus])  # a delivery's answer: taken, or a batch's statuses
 
@@ -246,9 +248,21 @@ class _Current:
         span.end()
 
 
+class Withdrawn(Exception):
+    """Raised by a delivery the consumer took back before the app had it (its queue was rebalanced away,
+    app.subscriptions.stream.QueueDropped): nothing failed and nobody was asked, so the spans it ends
+    get ``rocksidecar.dropped=true`` and neither an error status nor an exception event (OpenTelemetry's
+    messaging conventions keep those, and ``error.type``, for an operation that failed; else every
+    rebalance would show as a burst of consume errors)."""
+
+
 def _failed(span: Span, exc: BaseException) -> None:
-    """``exc`` recorded on ``span``, its status an error unless ``exc`` is a cancellation or an exit."""
+    """``exc`` recorded on ``span``, its status an error unless ``exc`` is a cancellation or an exit, or
+    a withdrawn delivery (marked so instead)."""
     if span.is_recording():
+        if isinstance(exc, Withdrawn):
+            span.set_attribute(DROPPED, True)
+            return
         span.record_exception(exc)
         if isinstance(exc, Exception):
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))

@@ -1,5 +1,6 @@
 """StreamHub under races: an Ack as the timeout fires, a queue rebalanced away before any stream took its
-messages (concurrent and orderly), deliveries abandoned while no stream is attached."""
+messages (concurrent and orderly; traced, it is no error), deliveries abandoned while no stream is
+attached."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from rocksidecar.app.api.grpc_subscribe import ack
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
@@ -18,14 +21,18 @@ from rocksidecar.app.request import RequestError
 from rocksidecar.app.subscriptions.runner import Subscriptions
 from rocksidecar.app.subscriptions.stream import Answer as StreamAnswer
 from rocksidecar.app.subscriptions.stream import Delivery, StreamHub
+from rocksidecar.app.tracing import msgtrace, spans
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.rmq.broker import BrokerApi
-from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig
+from rocksidecar.rmq.consumer.config import ConsumeFrom, ConsumerConfig, ConsumeStatus
+from rocksidecar.rmq.consumer.process_queue import ProcessQueue
 from rocksidecar.rmq.consumer.push_consumer import PushConsumer
 from rocksidecar.rmq.message import Message, MessageQueue
 from rocksidecar.rmq.msgid import new_uniq_id
 from rocksidecar.rmq.pool import RemotingClient
 from tests.app.subscriptions.test_push import MQ, SPEC, message
+from tests.app.subscriptions.test_stream import TraceRecords
+from tests.app.tracing.conftest import exporter  # noqa: F401  (the fixture: spans on, kept in memory)
 from tests.fakes import FakeClock
 from tests.rmq.consumer.helpers import WAIT_S, Recorder, owned, settle, start
 
@@ -267,3 +274,38 @@ async def test_a_delivery_abandoned_while_no_stream_is_attached_is_not_kept_by_t
     gc.collect()
     kept = sum(ref() is not None for ref in refs)
     assert kept == 0, f"{kept} of {n} abandoned deliveries (bodies included) still held by the hub"
+
+
+async def test_a_delivery_of_a_queue_dropped_before_any_stream_took_it_is_traced_as_no_error(
+    exporter: InMemorySpanExporter,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A message waiting in the hub whose queue is rebalanced away is handed to no stream (QueueDropped):
+    nothing failed, nobody was asked. Found by a review (session 29): traced, its process and deliver
+    spans ended with status ERROR and a recorded QueueDropped exception, so every rebalance showed as a
+    burst of consume errors (an app answering FAILED, a real failure, gets only ``error.type``). They end
+    marked ``rocksidecar.dropped`` instead, and no message trace record is written (the app never saw
+    it; its queue's new owner delivers it and records that)."""
+    records = TraceRecords()
+    monkeypatch.setattr(msgtrace, "DISPATCHER", records)
+    hub = StreamHub(dataclasses.replace(SPEC, endpoint="grpc"))
+    pq = ProcessQueue(0)
+    hub.process_queue = lambda _mq: pq
+    queue = hub._queue = Counted()
+    consumed = asyncio.create_task(hub([message()], MQ))
+    await queue.reach(1)  # waiting in the hub: no stream attached yet
+    pq.drop()  # rebalanced away while no stream was attached
+    taker = asyncio.create_task(hub.next())  # a stream attaches: it must not get the message
+    try:
+        assert await consumed is ConsumeStatus.RECONSUME_LATER  # ignored by the consumer: dropped
+    finally:
+        taker.cancel()
+        await asyncio.gather(taker, return_exceptions=True)
+    finished = exporter.get_finished_spans()
+    assert sorted(s.name for s in finished) == ["deliver T", "process T"]
+    for span in finished:
+        assert span.status.status_code is StatusCode.UNSET, (span.name, span.status.description)
+        assert span.events == () or not any(e.name == "exception" for e in span.events), span.name
+        assert span.attributes and span.attributes[spans.DROPPED] is True
+        assert "error.type" not in span.attributes
+    assert records.subs == []  # msgtrace.consumed was not called for it
