@@ -9,7 +9,8 @@ A first request's send and the keeping of its answer run in a task of their own,
 shielded: a client that gives up (a gRPC deadline or cancel cancels its handler; an HTTP stop past its
 grace) leaves the send to finish within its own timeouts and its answer kept, so the retry that follows
 gets that answer instead of sending again. The service's stop waits for such tasks, then cancels them
-(IdempotencyStore.close).
+(IdempotencyStore.close). At most MAX_GONE_SENDS such sends run on at once; past that, a send whose
+caller leaves is cancelled with it, as before (a retry then computes afresh).
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ MAX_KEY_CHARS = 255  # the one rule for both APIs (gRPC sends "" for "no key": p
 PURGE_CHUNK = 1_000
 PURGE_ROUND = 3_000_000
 PURGE_EVERY_S = 60.0
+# Sends left running after their callers went away (see above), at most, over all connections. Nothing
+# else bounds them: grpc frees a call's stream as its client gives up, so one client with a deadline
+# shorter than a slow broker's answers would pile up sends, each holding a message of up to 5 MiB, at its
+# request rate. Before such sends ran on, the handler's cancel ended them and one connection's stream cap
+# (app.api.servers.MAX_STREAMS_PER_CONNECTION, 100) bounded them; this keeps what they hold below what one
+# connection's live calls may hold, while the few a client's deadline leaves behind at a time (the case
+# they run on for: its retry follows at once) stay well within it.
+MAX_GONE_SENDS = 64
 
 
 def check_key(key: str, field: str = "Idempotency-Key") -> None:
@@ -108,7 +117,8 @@ def final(answer: Answer) -> bool:
 
 
 class _FirstGone(Exception):
-    """The request a repeat waited on was cancelled before it had an answer (only the stop cancels it)."""
+    """The request a repeat waited on was cancelled before it had an answer (the stop, or its caller's
+    leaving past MAX_GONE_SENDS, cancels it)."""
 
 
 def _stopping(field: str) -> RequestError:
@@ -132,6 +142,7 @@ class IdempotencyStore:
         self._inflight: dict[str, tuple[str, asyncio.Future[Answer]]] = {}
         # The first requests' sends and keeps, detached from their callers: close() ends what is left.
         self._firsts: set[asyncio.Task[Answer]] = set()
+        self._gone: set[asyncio.Task[Answer]] = set()  # those of them whose callers went away
         self._closed = False
 
     def _stored(self, key: str) -> tuple[str, Answer] | None:
@@ -157,7 +168,7 @@ class IdempotencyStore:
             try:
                 return await asyncio.shield(pending[1])
             except _FirstGone:
-                continue  # the stop cancelled the first's send, not this call: answer it as a first
+                continue  # the first's send was cancelled, not this call: answer it as a first
         stored = self._stored(key)
         if stored is not None:
             _check_same(stored[0], fp, field)
@@ -176,6 +187,7 @@ class IdempotencyStore:
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if not first.cancelled() or (task is not None and task.cancelling()):
+                self._caller_gone(first, fut)
                 raise  # this caller was cancelled: it is gone, nothing is owed to it
             # close() cancelled the send while this caller still waited: an answer an edge maps (a
             # CancelledError of its own would leave a gRPC call with no status at all)
@@ -189,8 +201,9 @@ class IdempotencyStore:
             answer = await compute()
         except BaseException as exc:
             del self._inflight[key]
-            # Cancelled (only close() cancels this task): a repeat waiting here computes its own answer
-            # (refused, as the store is closed). Any other error is the repeats' too.
+            # Cancelled (by close(), or as its caller left past MAX_GONE_SENDS): a repeat waiting here
+            # computes its own answer (refused, once the store is closed). Any other error is the
+            # repeats' too.
             fut.set_exception(_FirstGone() if isinstance(exc, asyncio.CancelledError) else exc)
             fut.exception()  # waiters re-raise it; nobody else has to look
             raise
@@ -204,8 +217,21 @@ class IdempotencyStore:
             del self._inflight[key]
         return answer
 
+    def _caller_gone(self, first: asyncio.Task[Answer], answered: asyncio.Future[Answer]) -> None:
+        """``first``'s caller went away: its send runs on for the retry, unless MAX_GONE_SENDS do already;
+        then it is cancelled, as the caller was (a repeat waiting on it, or coming, computes afresh). One
+        whose answer is known already is only keeping it (a local write): that ends on its own, and
+        cancelled, the retry would send again."""
+        if first.done():
+            return
+        if len(self._gone) < MAX_GONE_SENDS or answered.done():
+            self._gone.add(first)
+        else:
+            first.cancel()
+
     def _first_done(self, first: asyncio.Task[Answer]) -> None:
         self._firsts.discard(first)
+        self._gone.discard(first)
         if not first.cancelled():
             first.exception()  # its caller re-raised it, or is gone: no "exception was never retrieved"
 

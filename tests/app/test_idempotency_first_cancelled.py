@@ -1,13 +1,16 @@
 """An Idempotency-Key first request whose caller is cancelled (its client gave up: a gRPC deadline or cancel,
 an HTTP stop past its grace): its send goes on and its answer is kept, so that a repeat, waiting or later,
-gets that answer and sends nothing; the stop (IdempotencyStore.close) ends what is left of such sends."""
+gets that answer and sends nothing, for up to MAX_GONE_SENDS such sends at once; the stop
+(IdempotencyStore.close) ends what is left of them."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
+from rocksidecar.app import idempotency
 from rocksidecar.app.idempotency import COLUMN_FAMILIES, Answer, IdempotencyStore
 from rocksidecar.app.request import RequestError
 from rocksidecar.storage.group_commit import GroupCommitWriter
@@ -223,3 +226,47 @@ async def test_a_repeat_after_the_first_was_cancelled_while_its_answer_is_kept_d
     answer = await asyncio.wait_for(repeat, 5)
     assert sends == ["first"], f"the message was sent twice under one Idempotency-Key: {sends}"
     assert answer == (200, {"status": "SENT", "id": "A"})
+
+
+async def test_past_the_cap_a_gone_caller_s_send_is_cancelled_and_its_repeat_computes_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sends left running for callers that went away are bounded (MAX_GONE_SENDS; review, session 29:
+    grpc frees a given-up call's stream, so nothing else bounded them). Within the cap a gone caller's
+    send runs on; past it, it is cancelled with its caller, the rule before session 29: a repeat then
+    computes its own answer. New requests are not refused for it, and a send whose answer is known
+    (only keeping it) is never cancelled so."""
+    monkeypatch.setattr(idempotency, "MAX_GONE_SENDS", 1)
+    store, writer = _store()
+    gates = {key: asyncio.Event() for key in ("a", "b", "c")}
+    started = {key: asyncio.Event() for key in gates}
+    ended: list[str] = []
+
+    def compute(key: str) -> Callable[[], Awaitable[Answer]]:
+        async def send() -> Answer:
+            started[key].set()
+            try:
+                await gates[key].wait()
+            except asyncio.CancelledError:
+                ended.append(f"{key} cancelled")
+                raise
+            return 200, {"status": "SENT", "id": key.upper()}
+
+        return send
+
+    callers = {}
+    for key in ("a", "b"):
+        callers[key] = asyncio.create_task(store.run(key, "fp", compute(key)))
+        await started[key].wait()
+        callers[key].cancel()  # its client gave up
+        await asyncio.gather(callers[key], return_exceptions=True)
+    assert ended == ["b cancelled"]  # "a" runs on within the cap, "b" was past it
+    # a new request is served all the same; the repeat of "b" computes afresh
+    gates["c"].set()
+    assert await store.run("c", "fp", compute("c")) == (200, {"status": "SENT", "id": "C"})
+    gates["b"].set()
+    assert await store.run("b", "fp", compute("b")) == (200, {"status": "SENT", "id": "B"})
+    gates["a"].set()
+    await store.close(grace_s=10)
+    assert await store.run("a", "fp", compute("a")) == (200, {"status": "SENT", "id": "A"})  # kept
+    await writer.close()

@@ -1,6 +1,6 @@
 """gRPC calls with an idempotency_key (app.api.grpc's keyed path, app.idempotency): a client that gives up
 (a deadline, a cancel: grpc.aio cancels the handler) does not make its retry send again, and a replayed
-refusal is marked as a replayed answer is."""
+refusal is marked as a replayed answer is; the sends left running for callers that gave up stay bounded."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pytest
 
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
-from rocksidecar.app.idempotency import IdempotencyStore
+from rocksidecar.app.api.servers import MAX_STREAMS_PER_CONNECTION
+from rocksidecar.app.idempotency import MAX_GONE_SENDS, IdempotencyStore
 from tests.app.conftest import Stack
 
 
@@ -162,3 +163,59 @@ async def test_a_replayed_refusal_is_marked_replayed(stack: Stack, stub: pb_grpc
     assert http[1].headers.get("idempotent-replayed") == "true"
     assert "idempotent-replayed" not in metadata[0]
     assert metadata[1].get("idempotent-replayed") == "true", metadata[1]  # where a replayed success has it
+
+
+async def test_keyed_sends_whose_callers_gave_up_stay_bounded_by_one_connection_s_streams(
+    stack: Stack,
+) -> None:
+    """A keyed Send whose client gives up (a deadline, a cancel) leaves its send running in a task of its
+    own (app.idempotency). Found by a review (session 29): nothing bounded how many, as grpc frees the
+    call's stream at once. One connection, whose concurrent calls the server caps at
+    MAX_STREAMS_PER_CONNECTION, kept any number of sends and their bodies in flight: a client with a
+    deadline shorter than a slow broker's answer piled them up at its request rate (before that change
+    the handler's cancel ended its send, and the stream cap bounded them). Past MAX_GONE_SENDS, a gone
+    caller's send is cancelled with it again."""
+    producer = stack.service.sidecar.producer
+    original_send = producer.send
+    running = peak = 0
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def held(msg: Any, **kw: Any) -> Any:  # a broker slow to answer
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        entered.set()
+        try:
+            await release.wait()
+        finally:
+            running -= 1
+        return await original_send(msg, **kw)
+
+    producer.send = held  # type: ignore[method-assign]
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{stack.service.grpc.port}") as channel:
+            stub = pb_grpc.SidecarStub(channel)  # type: ignore[no-untyped-call]
+            for n in range(MAX_STREAMS_PER_CONNECTION + 10):
+                entered.clear()
+                with run_ends(stack.service.idempotency) as handler_over:
+                    call = stub.Send(
+                        pb.SendRequest(message=pb.Message(topic="Pile", body="x"), idempotency_key=f"p-{n}")
+                    )
+                    done = asyncio.ensure_future(call)
+                    began = asyncio.ensure_future(entered.wait())
+                    await asyncio.wait([done, began], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+                    began.cancel()
+                    call.cancel()  # the client gives up
+                    over = asyncio.ensure_future(handler_over.wait())
+                    await asyncio.wait([done, over], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+                    over.cancel()
+                    await asyncio.gather(done, return_exceptions=True)
+        assert peak <= MAX_STREAMS_PER_CONNECTION, (
+            f"{peak} sends held at once by one connection whose calls are capped at "
+            f"{MAX_STREAMS_PER_CONNECTION} (their callers all gave up)"
+        )
+        assert peak == MAX_GONE_SENDS + 1  # those left running, and the one whose caller was there
+    finally:
+        release.set()
+        producer.send = original_send  # type: ignore[method-assign]
+        await stack.service.idempotency.close(grace_s=10.0)
