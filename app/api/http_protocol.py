@@ -19,6 +19,9 @@
   per answer (1 GB in 6 s from one connection); reading stays paused until the queue is empty.
 - Every answer problem+json: a request the parser cannot read is answered 400 problem+json (uvicorn's is
   text/plain), and these refusals (400, 431) are counted as the edge counts a request no route matched.
+  Like a 431, the 400 follows the answers owed to the requests before it (uvicorn's went at once, read
+  by the client as the answer to the request before); an app reading the body the parser failed in is
+  told the client is gone.
 - One write per answer: uvicorn writes an answer's head and its body separately, two system calls (a
   sixth of the sidecar's time under load, issue 18); writes are held until the loop's next turn and
   sent as one.
@@ -27,7 +30,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any, cast
 
@@ -340,13 +343,55 @@ class GuardedHttpTools(HttpToolsProtocol):
         super().on_headers_complete()
 
     def send_400_response(self, msg: str) -> None:
+        """The parser failed (uvicorn's call): it cannot go on. The refusal keeps the answers' order: it
+        follows the answers owed to the requests read before the failing bytes."""
         if self._fields > MAX_HEADER_FIELDS:
             self._refuse_head(TOO_MANY_FIELDS)
-        else:  # at once, as uvicorn's own: the parser cannot go on, and may have failed mid-body
-            self._refuse_now(MALFORMED)
+            return
+        cycle = self.cycle
+        if cycle is None or not cycle.more_body or cycle.response_complete:
+            # The failing bytes begin a request of their own (a head; a body no one reads any more): its
+            # 400 waits for the answers owed before it, as a 431 does.
+            self._refuse_head(MALFORMED)
+        elif self.pipeline and self.pipeline[0][0] is cycle:
+            # They are the body of a request queued behind answers still owed (its app not started):
+            # in its turn it is answered 400 in its app's place. Waiting for its body would wait until
+            # the read timeout: the parser reads no more of it.
+            self.pipeline[0] = (cycle, self._refusing_app(cycle, MALFORMED))
+            self.flow.pause_reading()
+        else:
+            # They are the body of the request whose app runs (every earlier answer is out: its app
+            # started after them). Its app is told the client is gone, as on a lost connection (its
+            # receive gets http.disconnect, its writes are dropped), and the 400 goes at once; it
+            # cannot follow an answer the app began, so then the connection only closes.
+            cycle.disconnected = True
+            cycle.message_event.set()
+            if cycle.response_started:
+                self.transport.close()
+            else:
+                self._refuse_now(MALFORMED)
+
+    def _refusing_app(self, cycle: Any, refusal: Refusal) -> Callable[[Any, Any, Any], Awaitable[None]]:
+        """An ASGI application answering ``refusal`` on ``cycle`` (closing the connection), counted as
+        _refuse_now's unless the client was gone (or a later read refused it at once: it is counted there)."""
+
+        async def refuse(scope: Any, receive: Any, send: Any) -> None:
+            body = problem_body(refusal)
+            headers = [
+                (b"content-type", PROBLEM_JSON_BYTES),
+                (b"content-length", b"%d" % len(body)),
+                (b"connection", b"close"),
+            ]
+            headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in refusal.headers.items()]
+            await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            if self.count_refusal is not None and not cycle.disconnected:
+                self.count_refusal(UNMATCHED, refusal.status)
+
+        return refuse
 
     def _refuse_head(self, refusal: Refusal) -> None:
-        """Answer 431 and close, once the answers owed before it are out; until then read no more."""
+        """Answer ``refusal`` and close, once the answers owed before it are out; until then read no more."""
         if self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
             self._pending = refusal
             self.flow.pause_reading()  # on_response_complete refuses it

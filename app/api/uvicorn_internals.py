@@ -34,7 +34,13 @@ PROTOCOL_METHODS = (
 )
 # Per-connection state read by that subclass, present once a request's head is parsed.
 PROTOCOL_ATTRIBUTES = ("cycle", "flow", "loop", "pipeline", "server_state", "transport")
-CYCLE_ATTRIBUTES = ("more_body",)
+# Read, and for a request whose body the parser failed on, set (``disconnected``, ``message_event``: what
+# uvicorn's connection_lost does to tell the app the client is gone).
+CYCLE_ATTRIBUTES = ("more_body", "response_started", "response_complete", "disconnected", "message_event")
+# A request read while an earlier one's answer is owed waits in ``pipeline`` as the pair (its cycle, the
+# application to run it) at index 0 (the newest): that subclass puts a refusal in place of the application
+# of one whose body cannot be parsed.
+PIPELINE_ENTRY = "HttpToolsProtocol().pipeline[0] (the pair (cycle, app) of the request queued last)"
 # What app.api.hot_http registers with and writes: uvicorn's graceful stop reads the two sets.
 SERVER_STATE_ATTRIBUTES = ("connections", "tasks", "default_headers")
 
@@ -97,7 +103,9 @@ def _missing_state(module: Any) -> list[str]:
         config.load()
         protocol = Probe(config=config, server_state=state, app_state={}, _loop=loop)
         protocol.connection_made(_Transport())
-        protocol.data_received(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n")
+        # A whole request, then the head of one pipelined behind it (the first is never answered here).
+        head = b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n"
+        protocol.data_received(head + b"{}" + head)
         gone = [f"HttpToolsProtocol().{name}" for name in PROTOCOL_ATTRIBUTES if not hasattr(protocol, name)]
         cycle = getattr(protocol, "cycle", None)
         if cycle is None or not isinstance(cycle, module.RequestResponseCycle):
@@ -106,6 +114,10 @@ def _missing_state(module: Any) -> list[str]:
             gone += [
                 f"RequestResponseCycle().{name}" for name in CYCLE_ATTRIBUTES if not hasattr(cycle, name)
             ]
+            queued = getattr(protocol, "pipeline", None)
+            entry = queued[0] if queued else None
+            if not (isinstance(entry, tuple) and len(entry) == 2 and entry[0] is cycle):
+                gone.append(PIPELINE_ENTRY)
         return gone
     finally:
         loop.close()

@@ -362,3 +362,111 @@ async def test_refused_heads_and_unreadable_requests_are_counted_as_unmatched(
                 writer.close()
         counted = [requests_counted(stack, UNMATCHED, code) for code in (431, 400)]
     assert counted == [2.0, 1.0]
+
+
+def _statuses(connection: _Connection) -> list[bytes]:
+    return [
+        line.split()[1] for line in b"".join(connection.writes).split(b"\r\n") if line.startswith(b"HTTP/")
+    ]
+
+
+async def test_a_malformed_request_pipelined_behind_a_send_is_not_answered_in_the_send_s_place(
+    make_stack: Any,
+) -> None:
+    """A request the parser cannot read is answered 400, and the connection closed, once the answers owed
+    before it are out, as a 431 is. Found by a review (session 29): pipelined behind a complete request
+    (a send, on the uvicorn protocol that serves every route when the access log is on, and the non-hot
+    routes otherwise), the 400 was written at once, before that request's answer: the client read 400 as
+    the answer to its send, which went to the broker all the same (its retry of a "refused" send is a
+    duplicate)."""
+    async with make_stack(access_log=True) as stack:
+        producer = stack.service.sidecar.producer
+        original_send, sent = producer.send, asyncio.Event()
+
+        async def send_noted(msg: Any, **kw: Any) -> Any:
+            result = await original_send(msg, **kw)
+            sent.set()
+            return result
+
+        producer.send = send_noted
+        reader, writer = await asyncio.open_connection("127.0.0.1", stack.service.http.port)
+        body = b'{"topic":"PipeT","body":"x"}'
+        send = (
+            b"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        try:
+            writer.write(send + b"NOT\x01HTTP\r\n\r\n")  # one write: the parser meets both in one read
+            await writer.drain()
+            first = await read_answer(reader)
+            second = await read_answer(reader)
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # closed after the 400
+            await asyncio.wait_for(sent.wait(), 10)  # the send went on (a bound, not a wait)
+        finally:
+            writer.close()
+            producer.send = original_send
+        assert (first[0], second[0]) == (200, 400), f"answers {first[0]}, {second[0]}"
+        assert len(stack.stored("PipeT")) == 1
+        assert orjson.loads(second[2])["status"] == 400
+
+
+BAD_CHUNKED = b"POST /x HTTP/1.1\r\nhost: 127.0.0.1\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\nzz\r\n"
+
+
+async def test_a_request_queued_behind_an_answer_owed_whose_body_fails_is_answered_400_in_its_turn() -> None:
+    """The parser fails in the body of a pipelined request whose app has not started (an earlier answer
+    is owed): it is answered 400 after that answer, in its app's place (the app never runs on half a
+    body), and nothing more is read; it does not wait for a body the parser will never finish (the read
+    timeout)."""
+    answer = asyncio.Event()
+    paths: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        paths.append(scope["path"])
+        await answer.wait()
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    protocol, connection, state = await _guarded(app)
+    protocol.data_received(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n" + BAD_CHUNKED)
+    await asyncio.sleep(0)
+    assert connection.writes == [] and not connection.reading  # nothing before the first answer
+    answer.set()
+    while state.tasks:
+        await asyncio.gather(*state.tasks)
+    await asyncio.sleep(0)
+    assert _statuses(connection) == [b"204", b"400"] and paths == ["/healthz"]
+    assert b"application/problem+json" in b"".join(connection.writes)
+    assert connection.closing or "eof" in connection.events
+    protocol.connection_lost(None)
+
+
+async def test_a_running_request_whose_body_fails_is_told_the_client_is_gone_and_answered_400_at_once() -> (
+    None
+):
+    """The parser fails in the body of the request whose app runs, reading it: every earlier answer is
+    out, so the 400 goes at once, and the app's next receive is http.disconnect (as on a lost connection),
+    not a wait for more body until the read timeout; what it writes after is dropped."""
+    received: list[dict[str, Any]] = []
+    reading = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            received.append(message)
+            reading.set()
+            if message["type"] == "http.disconnect" or not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    protocol, connection, state = await _guarded(app)
+    head, _, rest = BAD_CHUNKED.partition(b"zz")
+    protocol.data_received(head)
+    await asyncio.wait_for(reading.wait(), 10)  # the app has the body's first chunk, waits for more
+    protocol.data_received(b"zz" + rest)
+    await asyncio.wait_for(asyncio.gather(*state.tasks), 10)
+    await asyncio.sleep(0)
+    assert [m["type"] for m in received] == ["http.request", "http.disconnect"]
+    assert _statuses(connection) == [b"400"]  # the app's 200 after the disconnect went nowhere
+    protocol.connection_lost(None)

@@ -4,6 +4,7 @@ change to any of them is caught by name, here and at the HTTP server's start."""
 from __future__ import annotations
 
 import tomllib
+from collections import deque
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,23 @@ def test_a_cycle_attribute_gone_is_named(monkeypatch: pytest.MonkeyPatch) -> Non
 
     monkeypatch.setattr(httptools_impl.RequestResponseCycle, "__init__", renamed)
     assert uvicorn_internals.missing() == ["RequestResponseCycle().more_body"]
+
+
+def test_a_pipeline_entry_of_another_shape_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """app.api.http_protocol puts a refusal in place of a queued request's application: the entry must
+    still be the pair (cycle, app), the newest first."""
+    init = httptools_impl.HttpToolsProtocol.__init__
+
+    class Reshaped(deque[Any]):
+        def appendleft(self, item: Any) -> None:
+            super().appendleft({"cycle": item[0], "app": item[1]})
+
+    def reshaped(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.pipeline = Reshaped()
+
+    monkeypatch.setattr(httptools_impl.HttpToolsProtocol, "__init__", reshaped)
+    assert uvicorn_internals.missing() == [uvicorn_internals.PIPELINE_ENTRY]
 
 
 async def test_the_http_server_refuses_to_start_naming_the_part(monkeypatch: pytest.MonkeyPatch) -> None:
