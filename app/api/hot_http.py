@@ -337,7 +337,14 @@ class HotHttp(asyncio.Protocol):
     def _hand_over(self) -> None:
         """Give the connection to uvicorn's protocol, from the first byte of the request we did not
         admit, once the answers before it are out (answers keep their order)."""
-        if self._answering or self._queue or self.transport is None or self.transport.is_closing():
+        if self._answering or self._queue:
+            # The answers owed go first; reading is paused meanwhile (_flow) and the handed-over bytes
+            # are timed by uvicorn's side once it has them: the read deadline armed at their first byte
+            # would close the connection under the answers owed (their apps bound them).
+            self._deadline.clear()
+            self._flow()
+            return
+        if self.transport is None or self.transport.is_closing():
             self._flow()
             return
         self._flush()

@@ -36,7 +36,7 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .middleware import UNMATCHED, Refusal, problem_body
+from .middleware import REFUSED, UNMATCHED, Refusal, problem_body
 from .problems import PROBLEM_JSON
 
 LINGER_S = 1.0
@@ -345,31 +345,43 @@ class GuardedHttpTools(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         """The parser failed (uvicorn's call): it cannot go on. The refusal keeps the answers' order: it
         follows the answers owed to the requests read before the failing bytes."""
-        if self._fields > MAX_HEADER_FIELDS:
-            self._refuse_head(TOO_MANY_FIELDS)
-            return
+        # Over MAX_HEADER_FIELDS fields: in a head, or in a chunked body's trailer (the parser's on_header
+        # counts trailer fields too); else bytes it cannot read.
+        refusal = TOO_MANY_FIELDS if self._fields > MAX_HEADER_FIELDS else MALFORMED
         cycle = self.cycle
-        if cycle is None or not cycle.more_body or cycle.response_complete:
+        if self._head is not None or cycle is None or not cycle.more_body or cycle.response_complete:
             # The failing bytes begin a request of their own (a head; a body no one reads any more): its
-            # 400 waits for the answers owed before it, as a 431 does.
-            self._refuse_head(MALFORMED)
+            # refusal waits for the answers owed before it.
+            self._refuse_head(refusal)
         elif self.pipeline and self.pipeline[0][0] is cycle:
             # They are the body of a request queued behind answers still owed (its app not started):
-            # in its turn it is answered 400 in its app's place. Waiting for its body would wait until
-            # the read timeout: the parser reads no more of it.
-            self.pipeline[0] = (cycle, self._refusing_app(cycle, MALFORMED))
-            self.flow.pause_reading()
+            # in its turn it is refused in its app's place. Waiting for its body would wait until the
+            # read timeout: the parser reads no more of it.
+            self.pipeline[0] = (cycle, self._refusing_app(cycle, refusal))
+            self._parked()
         else:
             # They are the body of the request whose app runs (every earlier answer is out: its app
             # started after them). Its app is told the client is gone, as on a lost connection (its
-            # receive gets http.disconnect, its writes are dropped), and the 400 goes at once; it
-            # cannot follow an answer the app began, so then the connection only closes.
+            # receive gets http.disconnect, its writes are dropped), and the refusal goes at once,
+            # counted here (the scope is marked so that the edge does not count the disconnect as the
+            # client's, 499): it cannot follow an answer the app began, so then the connection only
+            # closes.
             cycle.disconnected = True
             cycle.message_event.set()
             if cycle.response_started:
                 self.transport.close()
             else:
-                self._refuse_now(MALFORMED)
+                cast(dict[str, Any], cycle.scope)[REFUSED] = True
+                self._refuse_now(refusal)
+
+    def _parked(self) -> None:
+        """A refusal waits for the answers owed before it: read no more, and time nothing. The client has
+        sent all of the refused request the parser will read; the answers owed are bounded by their apps'
+        own timeouts, and the read deadline armed at the refused request's first byte would close the
+        connection under them (the client, never answered, would send again: a duplicate)."""
+        self.flow.pause_reading()
+        if self._read is not None:
+            self._read.clear()
 
     def _refusing_app(self, cycle: Any, refusal: Refusal) -> Callable[[Any, Any, Any], Awaitable[None]]:
         """An ASGI application answering ``refusal`` on ``cycle`` (closing the connection), counted as
@@ -394,7 +406,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         """Answer ``refusal`` and close, once the answers owed before it are out; until then read no more."""
         if self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
             self._pending = refusal
-            self.flow.pause_reading()  # on_response_complete refuses it
+            self._parked()  # on_response_complete refuses it
             return
         self._refuse_now(refusal)
 

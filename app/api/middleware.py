@@ -33,6 +33,9 @@ FastRoute = Callable[[Scope, dict[bytes, bytes], bytes], Awaitable[tuple[int, by
 log = logging.getLogger(__name__)
 CLIENT_CLOSED = 499
 UNMATCHED = "(unmatched)"
+# Set in a scope by the HTTP protocol (app.api.http_protocol) when it refused the request's body (the parser
+# failed in it) and counted the refusal itself: the http.disconnect its app then receives is no client's.
+REFUSED = "rocksidecar.refused"
 _CLOSE = {
     "connection": "close"
 }  # a body over the limit is not read on (see app.api.http_protocol, app.api.hot_http)
@@ -97,7 +100,7 @@ class EdgeMiddleware:
             while True:
                 message = await receive()
                 if message["type"] != "http.request":  # the client went away mid-body
-                    status = CLIENT_CLOSED
+                    status = 0 if REFUSED in scope else CLIENT_CLOSED  # 0: the protocol counted it
                     return
                 chunk = message.get("body", b"")
                 received += len(chunk)
@@ -123,7 +126,8 @@ class EdgeMiddleware:
                 await _answer(send, INTERNAL_ERROR)
             raise
         finally:
-            self.count_as(scope["path"], status)
+            if status:
+                self.count_as(scope["path"], status)
 
     def admit(self, method: str, path: str, headers: dict[bytes, bytes]) -> tuple[FastRoute, int] | None:
         """For the HTTP protocol's own hot path (app.api.hot_http): the hot route of a request that
@@ -212,7 +216,8 @@ class EdgeMiddleware:
             # The route failed reading a body we cut off or the client abandoned: nobody to tell.
             log.debug("request ended early (%s)", "too large" if answered else "client gone", exc_info=True)
         finally:
-            self._count(scope, CLIENT_CLOSED if gone and not answered else status)
+            if not gone or REFUSED not in scope:  # refused: the protocol counted it
+                self._count(scope, CLIENT_CLOSED if gone and not answered else status)
 
     def _count(self, scope: Scope, status: int) -> None:
         self.count_as(self._template(scope), status)

@@ -288,3 +288,48 @@ async def test_the_kept_verdict_of_a_connection_still_refuses_what_the_guards_re
     writer.close()
     assert answer == status and orjson.loads(body)["field"] == field
     assert [m.body for m in stack.stored("Hot")] == [b"x"]
+
+
+async def test_a_hot_answer_owed_before_a_malformed_request_is_not_lost_to_its_read_deadline(
+    make_stack: Any,
+) -> None:
+    """The same on the hot protocol (app.api.hot_http, access log off), which hands the malformed
+    request to uvicorn's side once the hot answer before it is out: the read deadline armed at the
+    malformed request's first byte does not close the connection under the send still at work (the
+    client would get neither the send's answer, and retry it: a duplicate, nor the 400)."""
+    async with make_stack() as stack:
+        edge = edge_of(stack)
+        entered, release = asyncio.Event(), asyncio.Event()
+        real = edge.fast["/v1/messages"]
+
+        async def slow(scope: Any, headers: Any, body: bytes) -> Any:
+            entered.set()
+            await release.wait()
+            return await real(scope, headers, body)
+
+        edge.fast = {**edge.fast, "/v1/messages": slow}
+        reader, writer = await connect(stack)
+        try:
+            writer.write(post("/v1/messages", ONE) + b"NOT\x01HTTP\r\n\r\n")
+            await entered.wait()
+            (connection,) = stack.service.http._server.server_state.connections
+            for _ in range(1000):  # the malformed bytes read: the same read (one write), or the next
+                if connection._handover_at is not None:
+                    break
+                await asyncio.sleep(0)
+            assert connection._handover_at is not None
+            await _deadline_passes_hot(connection)  # read_timeout_s later, the send still at work
+            release.set()
+            first = await asyncio.wait_for(read_answer(reader), 10)
+            second = await asyncio.wait_for(read_answer(reader), 10)
+        finally:
+            release.set()
+            writer.close()
+    assert (first[0], second[0]) == (200, 400)
+
+
+async def _deadline_passes_hot(connection: Any) -> None:
+    deadline = connection._deadline
+    if deadline._deadline is not None:
+        deadline._deadline = asyncio.get_running_loop().time()
+        deadline._check()

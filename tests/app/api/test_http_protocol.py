@@ -12,7 +12,7 @@ from uvicorn.server import ServerState
 
 from rocksidecar.app.api import http_protocol, servers
 from rocksidecar.app.api.http_protocol import MAX_HEAD, MAX_HEADER_FIELDS, _LingeringTransport
-from rocksidecar.app.api.middleware import UNMATCHED
+from rocksidecar.app.api.middleware import CLIENT_CLOSED, UNMATCHED
 from tests.app.api.test_hot_path import connect, read_answer, requests_counted
 from tests.app.conftest import Stack
 
@@ -470,3 +470,150 @@ async def test_a_running_request_whose_body_fails_is_told_the_client_is_gone_and
     assert [m["type"] for m in received] == ["http.request", "http.disconnect"]
     assert _statuses(connection) == [b"400"]  # the app's 200 after the disconnect went nowhere
     protocol.connection_lost(None)
+
+
+# A send whose chunked body the parser fails in (the chunk's size line "zz" is not hex).
+BAD_CHUNKED_SEND = (
+    b"POST /v1/messages HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+    b"transfer-encoding: chunked\r\n\r\n2\r\n{}\r\nzz\r\n"
+)
+
+
+@pytest.mark.parametrize("access_log", [False, True], ids=["hot protocol hands over", "uvicorn's"])
+async def test_a_running_request_whose_body_fails_is_counted_once(make_stack: Any, access_log: bool) -> None:
+    """One request the parser fails in (its body, its app running) is answered 400 and counted once, as
+    (unmatched) 400: its app is told the client is gone (``cycle.disconnected``), and the edge's route
+    does not count that as a 499 (client closed), which the client never did."""
+    async with make_stack(access_log=access_log) as stack:
+        reader, writer = await connect(stack)
+        try:
+            writer.write(BAD_CHUNKED_SEND)
+            await writer.drain()
+            status, _, body = await read_answer(reader)
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # closed after the 400
+        finally:
+            writer.close()
+        await stack.service.http.requests_done()
+        assert (status, orjson.loads(body)["status"]) == (400, 400)
+        counted = {
+            "(unmatched) 400": requests_counted(stack, UNMATCHED, 400),
+            "/v1/messages 499": requests_counted(stack, "/v1/messages", CLIENT_CLOSED),
+        }
+    assert counted == {"(unmatched) 400": 1.0, "/v1/messages 499": 0.0}
+
+
+async def _deadline_passes(protocol: Any) -> None:
+    """The connection's read deadline, as armed now, has passed (as read_timeout_s later)."""
+    deadline = protocol._read
+    if deadline._deadline is not None:
+        deadline._deadline = asyncio.get_running_loop().time()
+        deadline._check()
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [
+        b"NOT\x01HTTP\r\n\r\n",
+        b"POST /x HTTP/1.1\r\nhost: 127.0.0.1\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+    ],
+    ids=["a malformed head", "a malformed body"],
+)
+async def test_an_answer_owed_before_a_refused_request_is_not_lost_to_that_request_s_read_deadline(
+    refused: bytes,
+) -> None:
+    """A request the parser cannot read, pipelined behind one whose app is still working, waits for that
+    answer (else the client reads no answer to its send, retries it: a duplicate). The read deadline armed
+    at its first byte no longer runs while it waits: closing at read_timeout_s (30 s; a send may take up
+    to send_timeout_ms, up to 600 s) would lose the answer owed, and the 400."""
+    answer = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await answer.wait()
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    protocol, connection, state = await _guarded(app)
+    protocol.data_received(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n" + refused)
+    await asyncio.sleep(0)
+    assert connection.writes == []  # both wait for the first answer
+    await _deadline_passes(protocol)  # read_timeout_s later, the app still at work
+    answer.set()
+    while state.tasks:
+        await asyncio.gather(*state.tasks)
+    await asyncio.sleep(0)  # the held write's flush
+    assert _statuses(connection) == [b"204", b"400"]
+    protocol.connection_lost(None)
+
+
+# A chunked body whose trailer has more header fields than MAX_HEADER_FIELDS (the parser's on_header
+# callback counts trailer fields too).
+TRAILER_FLOOD = b"0\r\n" + b"x-t: v\r\n" * 101 + b"\r\n"
+CHUNKED_HEAD = b"POST /x HTTP/1.1\r\nhost: 127.0.0.1\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n"
+
+
+async def test_a_running_request_whose_trailer_is_refused_is_answered_not_left_to_the_read_timeout() -> None:
+    """The parser stops in the body of the request whose app runs, reading it (over MAX_HEADER_FIELDS
+    trailer fields). As for a malformed body, its app is told the client is gone and the refusal written
+    at once: not parked behind the answer owed to the very request it refuses, the app waiting for body
+    that never comes until the read timeout (30 s)."""
+    received: list[str] = []
+    reading = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            received.append(message["type"])
+            reading.set()
+            if message["type"] == "http.disconnect" or not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    protocol, connection, state = await _guarded(app)
+    protocol.data_received(CHUNKED_HEAD)
+    await asyncio.wait_for(reading.wait(), 10)  # the app has the first chunk, waits for more
+    protocol.data_received(TRAILER_FLOOD)
+    try:
+        done, _ = await asyncio.wait(set(state.tasks), timeout=5)  # a bound: it ends at once, if at all
+        await asyncio.sleep(0)  # the held write's flush
+        assert done and received == ["http.request", "http.disconnect"], f"the app got {received}"
+        assert len(_statuses(connection)) == 1 and _statuses(connection)[0] in (b"400", b"431")
+    finally:
+        protocol.connection_lost(None)
+        await asyncio.gather(*state.tasks, return_exceptions=True)
+
+
+async def test_a_queued_request_whose_trailer_is_refused_is_answered_in_its_turn_its_app_not_run() -> None:
+    """The same request queued behind an answer owed: in its turn it is refused, as a queued request
+    whose body fails is (its app never runs on half a body, waiting for the rest while the refusal waits
+    for it, until the read timeout)."""
+    answer = asyncio.Event()
+    paths: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        paths.append(scope["path"])
+        if scope["path"] == "/healthz":
+            await answer.wait()
+        else:
+            while (await receive()).get("more_body"):
+                pass
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    protocol, connection, state = await _guarded(app)
+    protocol.data_received(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n" + CHUNKED_HEAD + TRAILER_FLOOD)
+    await asyncio.sleep(0)
+    answer.set()
+    try:
+        for _ in range(2):  # the first answer's task, then whatever runs in the refused one's turn
+            if state.tasks:
+                done, _ = await asyncio.wait(set(state.tasks), timeout=5)  # a bound, not a wait
+                assert done, f"still waiting: answers {_statuses(connection)}, apps run {paths}"
+            await asyncio.sleep(0)
+        statuses = _statuses(connection)
+        assert paths == ["/healthz"] and statuses[0] == b"204" and statuses[1:] in ([b"400"], [b"431"]), (
+            f"answers {statuses}, apps run {paths}"
+        )
+    finally:
+        protocol.connection_lost(None)
+        await asyncio.gather(*state.tasks, return_exceptions=True)
