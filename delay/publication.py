@@ -35,7 +35,7 @@ SPOOLED = Spooled()
 class Published:
     sent: list[tuple[bytes, DelayedMessage]]  # (due key, message as stored): published or SPOOLED
     sent_to: list[StoredAt | None]  # where each of ``sent`` was stored, when publish said so
-    spooled: list[int]  # the indexes in ``sent`` of those SPOOLED, not published (usually none)
+    published: list[DelayedMessage]  # those of ``sent`` a broker stored (not SPOOLED into the retry store)
     failed: list[bytes]  # due keys
     first_error: BaseException | None
     done_at_ms: int  # when publish returned: "sent" time and lateness are measured to here
@@ -56,7 +56,7 @@ async def publish_batch(
         results = [exc] * len(msgs)
     sent: list[tuple[bytes, DelayedMessage]] = []
     sent_to: list[StoredAt | None] = []
-    spooled: list[int] = []
+    published: list[DelayedMessage] = []
     failed: list[bytes] = []
     first_error: BaseException | None = None
     for item, result in zip(batch, results, strict=True):
@@ -64,8 +64,8 @@ async def publish_batch(
             failed.append(item[0])
             first_error = first_error or result
         else:
-            if result is SPOOLED:
-                spooled.append(len(sent))
+            if result is not SPOOLED:
+                published.append(item[1])
             sent.append(item)
             sent_to.append(result if isinstance(result, StoredAt) else None)
-    return Published(sent, sent_to, spooled, failed, first_error, now_ms())
+    return Published(sent, sent_to, published, failed, first_error, now_ms())

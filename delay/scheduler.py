@@ -375,8 +375,7 @@ class DelayScheduler(DueLoop):
         # Lateness and on_sent of the published ones only: one SPOOLED into the retry store instead is
         # not out yet (its replay reports it when it is, app.store_delivery); it is recorded as sent with
         # the others below, as it has left this store.
-        spooled = set(out.spooled)  # usually empty
-        stored = [msg for i, (_, msg) in enumerate(out.sent) if i not in spooled]
+        stored = out.published
         for msg in stored:
             self._report(out.done_at_ms - msg.due_ms, msg)
         if stored and self.on_sent is not None:

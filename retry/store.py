@@ -243,7 +243,8 @@ class RetryStore(QueueBacked):
         since = self._since_at(key) if _since is None else _since
         now = self.now_ms()
         dkey = dead_key(now, key)
-        ops: list[Op] = [Put(DEAD_CF, dkey, encode_dead(reason, now, raw)), *self._unlink(key)]
+        value = encode_dead(reason, now, raw)
+        ops: list[Op] = [Put(DEAD_CF, dkey, value), *self._unlink(key)]
         id_ = id_of(key)
         if id_ is not None:
             ops.append(Put(INDEX_CF, index_key(id_, DEAD, dkey), b""))
@@ -259,9 +260,9 @@ class RetryStore(QueueBacked):
         except UnsyncedError:
             # Buried all the same (only its WAL sync failed): no longer pending, nothing buries it again,
             # so the hook (the dead-letter metric, the webhook) hears of it now or never.
-            await self._notify_dead(decode_dead(dkey, encode_dead(reason, now, raw)))
+            await self._notify_dead(decode_dead(dkey, value))
             raise
-        await self._notify_dead(decode_dead(dkey, encode_dead(reason, now, raw)))
+        await self._notify_dead(decode_dead(dkey, value))
         return dkey
 
     async def redrive(self, dkey: bytes) -> bytes:

@@ -106,10 +106,8 @@ class DueQueue:
         finally:
             if then is not None:
                 then(held, synced)
-            if held and not synced and new_key is not None:
-                self.notify(new_key)  # its keys are live: the loops must seek them
-        if new_key is not None:
-            self.notify(new_key)
+            if held and new_key is not None:
+                self.notify(new_key)  # synced or not, its keys are live: the loops must seek them
 
     async def probe(self) -> None:
         """One small synced write (the floor): whether the store writes again.

@@ -36,7 +36,7 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .middleware import REFUSED, UNMATCHED, Refusal, problem_body
+from .middleware import REFUSED, UNMATCHED, Refusal, answer_refusal, problem_body
 from .problems import PROBLEM_JSON
 
 LINGER_S = 1.0
@@ -388,15 +388,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         _refuse_now's unless the client was gone (or a later read refused it at once: it is counted there)."""
 
         async def refuse(scope: Any, receive: Any, send: Any) -> None:
-            body = problem_body(refusal)
-            headers = [
-                (b"content-type", PROBLEM_JSON_BYTES),
-                (b"content-length", b"%d" % len(body)),
-                (b"connection", b"close"),
-            ]
-            headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in refusal.headers.items()]
-            await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
+            await answer_refusal(send, refusal, {"connection": "close"})
             if self.count_refusal is not None and not cycle.disconnected:
                 self.count_refusal(UNMATCHED, refusal.status)
 

@@ -73,7 +73,7 @@ class EdgeMiddleware:
         try:
             self._check(scope, headers, limit)
         except Refusal as r:
-            await _answer(send, r)
+            await answer_refusal(send, r)
             self._count(scope, r.status)
             return
         route = self.fast.get(scope["path"]) if scope["method"] == "POST" else None
@@ -106,7 +106,7 @@ class EdgeMiddleware:
                 received += len(chunk)
                 if received > limit:
                     status = 413
-                    await _answer(send, _too_large(limit))
+                    await answer_refusal(send, _too_large(limit))
                     return
                 chunks.append(chunk)
                 if not message.get("more_body", False):
@@ -123,7 +123,7 @@ class EdgeMiddleware:
             # What Starlette's ServerErrorMiddleware did before the edge was outermost: a 500 (unless the
             # answer had begun), never a 2xx; the server logs the exception.
             if not started:
-                await _answer(send, INTERNAL_ERROR)
+                await answer_refusal(send, INTERNAL_ERROR)
             raise
         finally:
             if status:
@@ -194,7 +194,7 @@ class EdgeMiddleware:
                 if received > limit:
                     answered = True
                     status = 413
-                    await _answer(send, _too_large(limit))
+                    await answer_refusal(send, _too_large(limit))
                     return {"type": "http.disconnect"}
             elif message["type"] == "http.disconnect" and not started:
                 gone = True
@@ -253,13 +253,14 @@ def problem_body(r: Refusal) -> bytes:
     return orjson.dumps(problems.problem(r.status, r.title, r.detail, r.field))
 
 
-async def _answer(send: Send, r: Refusal) -> None:
+async def answer_refusal(send: Send, r: Refusal, extra: dict[str, str] | None = None) -> None:
+    """``r`` as an ASGI answer (problem+json), with ``extra`` headers beside its own."""
     body = problem_body(r)
     raw = [
         (b"content-type", problems.PROBLEM_JSON.encode()),
         (b"content-length", str(len(body)).encode()),
     ]
-    raw += [(k.encode(), v.encode()) for k, v in r.headers.items()]
+    raw += [(k.encode(), v.encode()) for k, v in (r.headers | extra if extra else r.headers).items()]
     await send({"type": "http.response.start", "status": r.status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
 

@@ -302,10 +302,8 @@ class Replication:
             self._regate()
 
     def _mine(self, msg: DelayedMessage) -> bool:
-        """Whether this replica publishes ``msg`` now (without counting a take-over)."""
-        return (
-            self.presence.joined and self.replicas.publisher(msg.id, self.presence.live) == self.replicas.me
-        )
+        """Whether this replica publishes ``msg`` now."""
+        return self.presence.joined and self._mine_under(self.presence.live, msg)
 
     async def _refresh(self) -> None:
         if self.converged:  # before, this replica's view of what it holds is not complete

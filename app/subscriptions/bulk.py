@@ -24,7 +24,7 @@ from rocksidecar.rmq.message import MessageExt, MessageQueue
 from ..http_client import PostError
 from ..tracing import msgtrace, spans
 from .cloudevents import structured_event
-from .push import LATER_STATUSES, HttpPush, retry_after_s
+from .push import LATER_STATUSES, HttpPush, log_if_dead, retry_after_s
 from .spec import SubscriptionSpec
 
 BULK_EVENT_TYPE = "com.dapr.event.sent.bulk"  # Dapr's DefaultBulkEventType
@@ -162,7 +162,7 @@ class BulkPush(HttpPush):
             if status is ConsumeStatus.DEAD_LETTER:
                 self._log.moved_to_dlq(self.spec.name, self.spec.group, msg.msg_id, "the app answered DROP")
             elif status is ConsumeStatus.RECONSUME_LATER:
-                self.log_if_dead(msg, "failed")
+                log_if_dead(self._log, self.spec, msg, "failed")
         return statuses
 
     def _report(self, outcome: str, msgs: Sequence[MessageExt], elapsed: float) -> None:

@@ -94,12 +94,9 @@ class HttpPush:
             else:
                 ok = await self.deliver(msg, mq)
             if not ok:
-                self.log_if_dead(msg, "failed")
+                log_if_dead(self._log, self.spec, msg, "failed")
                 return self._failed
         return ConsumeStatus.SUCCESS
-
-    def log_if_dead(self, msg: MessageExt, why: str) -> None:
-        log_if_dead(self._log, self.spec, msg, why)
 
     async def deliver(self, msg: MessageExt, mq: MessageQueue) -> bool:
         """POST until the app takes it (True) or fails it (False); 429/503 wait and try again."""

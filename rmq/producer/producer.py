@@ -271,11 +271,11 @@ class Producer(Lifecycle):
         return self._timer() + self.config.send_timeout_s
 
     async def publish_info(self, topic: str, deadline: float) -> TopicPublishInfo:
-        """The topic's route, looked up (and marked used) by ``deadline`` at the latest; RequestTimeout
-        when the budget runs out first."""
+        """The topic's route, looked up (a new one marked used) by ``deadline`` at the latest;
+        RequestTimeout when the budget runs out first. A cached one is marked used by the send itself
+        (with_retries)."""
         info = self.routes.cached(topic)
         if info is not None:
-            self._used(topic)  # kept in the route cache while sent to (routes.get marks a new one)
             return info
         try:
             async with asyncio.timeout(max(deadline - self._timer(), 0.001)):
