@@ -27,6 +27,7 @@ from .periodic import Periodic
 from .pool import Invoker, RemotingClient
 from .protocol.frame import RemotingCommand
 from .route import TopicRouteData, master_addrs
+from .singleflight import SingleFlight
 from .throttle import RepeatLog
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,11 @@ class ClientInstance:
         self._consumers: dict[str, _ConsumerEntry] = {}
         self._checkers: dict[str, CheckHandler] = {}
         self._routes: dict[str, TopicRouteData] = {}
+        # One name-server lookup per topic at a time, shared by whoever asks meanwhile (the producers'
+        # refreshes, the consumers', the DMQ's): each asking alone made one request per caller, and the
+        # answer that came back last was kept, so a lookup asked first and answered last put back a
+        # route older than the one stored since (a broker that had joined gone until the next refresh).
+        self._lookups = SingleFlight[str, TopicRouteData]()
         self._asked: dict[str, float] = {}  # topic of _routes -> when last asked for, oldest first
         self._clock = clock
         self._route_idle_s = route_idle_s
@@ -148,9 +154,15 @@ class ClientInstance:
     # routes ------------------------------------------------------------------------------------
     async def get_route(self, topic: str) -> TopicRouteData:
         """The name server's route of ``topic``, remembered in the instance's table (whose brokers
-        the heartbeat goes to)."""
+        the heartbeat goes to). A caller asking while a lookup of the topic runs gets that lookup's
+        outcome; a caller that goes away leaves it running for the others."""
         if topic in self._asked:
             self._asked_now(topic)  # before the answer: a name server down must not age out a route in use
+        return await self._lookups.run(topic, lambda: self._lookup(topic))
+
+    async def _lookup(self, topic: str) -> TopicRouteData:
+        # Stored here, inside the shared call: the next lookup of the topic starts only once this one has
+        # ended, so the table's route is always the answer to the latest lookup that ended.
         route = await self.namesrv.get_route(topic)
         self._routes[topic] = route
         self._asked_now(topic)
@@ -296,6 +308,7 @@ class ClientInstance:
 
     async def close(self) -> None:
         await self._heartbeat.close()
+        self._lookups.cancel_all()  # a lookup the name server does not answer must not outlive us
         if self._owned is not None:
             await self._owned.close()
 
