@@ -54,6 +54,11 @@ _RECORD_OVERHEAD = 22 + 64
 # A property string of at most this many characters is at most PROPERTIES_MAX_BYTES in UTF-8 (4 bytes a
 # character at most): only longer ones are measured.
 _SHORT_PROPERTIES_CHARS = PROPERTIES_MAX_BYTES // 4
+# The messages of a chunk the broker refused as a whole, sent again one by one: at most this many of them
+# in flight at once (per refused chunk). All at once was up to a chunk's size (hundreds) of concurrent
+# requests to one broker from one call, at the moment it is refusing; a few keep most of the speed of
+# sending them together without the burst.
+FALLBACK_IN_FLIGHT = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,9 +197,16 @@ class BatchSender:
                 # MESSAGE_ILLEGAL: the broker refuses a whole batch for one message's sake (its properties
                 # with the broker's own items, its body): each alone, so only that one fails, within what
                 # is left of the batch's budget (one that runs out fails SendFailed: spooled, not lost).
-                # Keyed messages (a slot) one after another, in their order; unkeyed ones at once.
+                # Keyed messages (a slot) one after another, in their order; unkeyed ones together,
+                # FALLBACK_IN_FLIGHT at a time: each sender takes the next message as its last one ends.
                 if slot is None:
-                    await _all([self._chunk(topic, slot, [i], batch, deadline) for i in chunk])
+                    pending = iter(chunk)
+
+                    async def sender() -> None:
+                        for i in pending:  # shared: each message goes to one sender
+                            await self._chunk(topic, None, [i], batch, deadline)
+
+                    await _all([sender() for _ in range(min(FALLBACK_IN_FLIGHT, len(chunk)))])
                 else:
                     for i in chunk:
                         await self._chunk(topic, slot, [i], batch, deadline)
