@@ -73,10 +73,10 @@ class OrderlyService:
         pq = state.pq
         return pq.locked and self._clock() - pq.last_lock_at < self._host.config.lock_max_live_s
 
-    async def wait_idle(self, mq: MessageQueue, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` until no listener call runs on ``mq`` (Java's
-        removeUnnecessaryMessageQueue tries the consume lock for 1 s); True when none does. Callers drop
-        the queue's process queue first, so no call starts after this one returns True."""
+    async def wait_idle(self, mq: MessageQueue, timeout_s: float | None) -> bool:
+        """Wait up to ``timeout_s`` (None: as long as it takes) until no listener call runs on ``mq``
+        (Java's removeUnnecessaryMessageQueue tries the consume lock for 1 s); True when none does.
+        Callers drop the queue's process queue first, so no call starts after this one returns True."""
         try:
             async with self.queue_locks.hold(mq, timeout_s):
                 return True

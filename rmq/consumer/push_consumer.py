@@ -122,6 +122,9 @@ class PushConsumer(Lifecycle):
         self._closing = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._side_tasks: set[asyncio.Task[None]] = set()
+        # Orderly queues removed while their listener call outlasted ORDERLY_UNLOCK_WAIT_S: out of
+        # ``queues``, but their broker locks are renewed (lock_all) until the call ends (_unlock_when_idle).
+        self._leaving: set[QueueState] = set()
         self._rebalance_lock = asyncio.Lock()
         self.started = False
         self._start_done = asyncio.Event()  # set while no start() is under way (close() waits for one)
@@ -262,7 +265,9 @@ class PushConsumer(Lifecycle):
         with contextlib.suppress(RocketMQError):
             await self.offsets.persist_all(mqs)
         if self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
-            await self._unlock(mqs)
+            # with the queues removed while busy whose call outlasted the drain too (left to lapse, their
+            # next owners would wait 60 s)
+            await self._unlock(mqs + [s.mq for s in self._leaving if s.mq not in mqs])
         await self._unregister()
         for state in states:
             await self._stop_tasks(state)
@@ -665,7 +670,8 @@ class PushConsumer(Lifecycle):
 
     async def _remove_queue(self, mq: MessageQueue) -> None:
         """Drop first (no result of this queue moves the offset any more), then persist what was
-        committed and forget it; orderly mode also releases the broker's lock. The queue stays in
+        committed and forget it; orderly mode also releases the broker's lock (once the running listener
+        call ends, if it outlasts ORDERLY_UNLOCK_WAIT_S: _unlock_when_idle). The queue stays in
         ``queues`` (dropped) until all that is done, as Java's processQueueTable keeps it: an operator's
         reset arriving meanwhile still finds it (and its offset is what gets persisted), and a close()
         cancelling the rebalance half-way still persists, waits for and unlocks it."""
@@ -678,15 +684,26 @@ class PushConsumer(Lifecycle):
         if self.config.orderly:
             # Unlocking while our listener still works on a message would let the next owner start on
             # the following one: wait a moment for the call (only a call: a loop waiting out a SUSPEND
-            # holds nothing); if it is still busy the broker's lock lapses instead.
+            # holds nothing); if it is still busy the lock is kept until the call ends (below).
             idle = await self._orderly.wait_idle(mq, ORDERLY_UNLOCK_WAIT_S)
         with contextlib.suppress(RocketMQError):
             # Even when busy (Java persists first too): the offset in memory only moves on results of the
             # queue before its drop, or by a reset arriving during the wait, which must reach the broker.
             await self.offsets.persist(mq)
         self.offsets.remove(mq)
-        if idle and self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
-            await self._unlock([mq])
+        if self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
+            if idle:
+                await self._unlock([mq])
+            else:
+                # Java's removal returns false here and keeps the process queue, whose lock lockAll renews:
+                # left to lapse under the running call, the lock would let the next owner consume the
+                # following messages meanwhile. Keep renewing it and unlock once the call is over.
+                self.stats.bump("orderly_unlocks_deferred")
+                self._leaving.add(state)
+                task = asyncio.get_running_loop().create_task(self._unlock_when_idle(state))
+                self._side_tasks.add(task)
+                task.add_done_callback(self._side_tasks.discard)
+                task.add_done_callback(_log_failure)
         if self.queues.get(mq) is state:
             del self.queues[mq]
         # Listener calls still running are left to finish (their results are ignored: the queue is
@@ -694,7 +711,25 @@ class PushConsumer(Lifecycle):
         for task in state.tasks:  # the cancelled pull too, until it has wound down
             self._side_tasks.add(task)
             task.add_done_callback(self._side_tasks.discard)
-        self.stats.bump("queues_removed")  # persisted and (orderly) unlocked: another member may take it
+        # persisted and (orderly) unlocked, or unlocked once the call running on it ends: another member
+        # may take it
+        self.stats.bump("queues_removed")
+
+    async def _unlock_when_idle(self, state: QueueState) -> None:
+        """The end of a removal whose orderly call was still running: once no call runs on the queue
+        (none starts: its process queue is dropped, and a queue added again waits for the call too),
+        release its broker lock, unless the rebalance gave the queue back to this member meanwhile (the
+        lock is then the re-added queue's). Under the rebalance lock, so as not to unlock a queue that a
+        rebalance has locked and is adding. close() unlocks those still waiting when it does."""
+        mq = state.mq
+        try:
+            await self._orderly.wait_idle(mq, None)
+            async with self._rebalance_lock:
+                if mq not in self.queues:
+                    await self._unlock([mq])
+        finally:
+            self._leaving.discard(state)
+        self.stats.bump("orderly_deferred_unlocks_done")
 
     # orderly locks -----------------------------------------------------------------------------
     def _locker(self) -> QueueLocker:
@@ -716,10 +751,13 @@ class PushConsumer(Lifecycle):
         return locked
 
     async def lock_all(self) -> None:
-        """Renew the locks of every owned queue (lockAll, every 20 s). Only the queues asked for are
-        updated: one the rebalance added (and locked) while the request was out is not in the answer."""
+        """Renew the locks of every owned queue, and of those removed while their listener call runs
+        (lockAll, every 20 s). Only the owned queues asked for are updated: one the rebalance added (and
+        locked) while the request was out is not in the answer."""
         asked = dict(self.queues)
-        locked = await self._lock(list(asked))
+        # Queues removed under a running listener call keep their lock until the call ends (_remove_queue).
+        leaving = {s.mq for s in self._leaving} - asked.keys()
+        locked = await self._lock([*asked, *sorted(leaving, key=str)])
         now = asyncio.get_running_loop().time()
         for mq, state in asked.items():
             if self.queues.get(mq) is not state:
