@@ -22,6 +22,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from rocksidecar.delay import CancelOutcome, DelayedMessage, DelayScheduler, DelayState, DelayStore
+from rocksidecar.retry.dead_letter import DeadLetter
 from rocksidecar.retry.record import RetryRecord
 from rocksidecar.rmq.client_instance import ClientInstance
 from rocksidecar.rmq.consumer import (
@@ -63,6 +64,9 @@ STAGES = ("pass", "slot_wait", "record_cap", "publish", "record", "wake", "drop"
 # A consumer batch the store refused is consumed again every 5 s (ConsumerConfig.send_back_retry_s) until
 # it is stored: a refusal not renewed for this long is of a batch no longer retried (its queue gone).
 REFUSED_STALE_S = 30.0
+# A take-over's wait for the marks (Replication._hand_over) checks the consumer's offsets this often: it
+# delays the share taken over, so more often than a start's convergence does.
+HANDOVER_CHECK_S = 0.02
 
 
 def offsets_store(data_dir: Path, name: str = OFFSETS_FILE) -> LocalFileOffsetStore:
@@ -72,6 +76,11 @@ def offsets_store(data_dir: Path, name: str = OFFSETS_FILE) -> LocalFileOffsetSt
 
 
 class Replication:
+    # See _hand_over: reading the marks after a publisher left, and the live set from before it left (its
+    # share is all this replica publishes meanwhile). Set only by the instance (None: no hand-over).
+    _handing_over: asyncio.Task[None] | None = None
+    _share_before: frozenset[str] | None = None
+
     def __init__(
         self,
         replicas: ReplicaSet,
@@ -158,7 +167,7 @@ class Replication:
         )
         self.marks_out = zeroed_counter(
             "rocksidecar_dmq_marks_sent",
-            "Ids marked as published by this replica, by outcome (sent, dropped).",
+            "Ids marked as published (or dead-lettered) by this replica, by outcome (sent, dropped).",
             "outcome",
             ("sent", "dropped"),
             r,
@@ -272,7 +281,11 @@ class Replication:
             if self._silent():  # frozen, or cut off from the brokers
                 self._catch_up()
             return False
-        return self.replicas.publisher(id_, live) == self.replicas.me
+        me = self.replicas.me
+        if self.replicas.publisher(id_, live) != me:
+            return False
+        # taken over from a publisher that just left: not before its last marks are read (_hand_over)
+        return self._share_before is None or self.replicas.publisher(id_, self._share_before) == me
 
     def _silent(self) -> bool:
         """This replica's own beats went unheard past the timeout (since its start or its last catch-up:
@@ -301,6 +314,39 @@ class Replication:
             self._quiet_from_ms = self.beats.now_ms()
             self._regate()
 
+    def _hand_over(self, before: frozenset[str]) -> None:
+        """Live publishers left (stopped, crashed, or silent): until the marks topic is read up to where it
+        ends now, publish only the share that was this replica's under ``before``. A replica that stops
+        sends its marks and then leaves, but the others read marks in the consumer that reads the inner
+        topic: under load, its last marks are still to be read (or in hand) when the brokers tell of the
+        leave, and what it published just before would be published again. A crashed or frozen one's
+        marks that reached the topic are read first, too. Another leave meanwhile notes the ends again,
+        keeping the share from before the first."""
+        if self._share_before is None:
+            self._share_before = before
+        if self._handing_over is not None:
+            self._handing_over.cancel()  # replaced: this one notes where the marks end now
+        self._handing_over = asyncio.create_task(self._read_handed_over_marks(), name="dmq-hand-over")
+
+    async def _read_handed_over_marks(self) -> None:
+        try:
+            marks_read = Convergence(self.offsets)
+            await marks_read.note(self._instance, (self.marks_topic,))
+            # Bounded: a marks queue whose broker went down after the note is not read until it is back,
+            # and the share taken over would wait as long (a duplicate risked is better than a stall).
+            await asyncio.wait_for(marks_read.wait(HANDOVER_CHECK_S), self.beats.timeout_ms / 1000)
+        except TimeoutError:
+            log.warning(
+                "the marks were not read up to their end within %.1f s (%d left): taking over now",
+                self.beats.timeout_ms / 1000,
+                marks_read.backlog,
+            )
+        except Exception:  # not a cancel: a newer hand-over took its place
+            log.exception("reading the marks before a take-over failed; taking over now")
+        self._handing_over = None
+        self._share_before = None
+        self._regate()
+
     def _mine(self, msg: DelayedMessage) -> bool:
         """Whether this replica publishes ``msg`` now."""
         return self.presence.joined and self._mine_under(self.presence.live, msg)
@@ -320,9 +366,24 @@ class Replication:
         was in this replica's retry store alone (lost with its volume, stuck while it is down)."""
         self._mark([r.id for r in records], [clamp_due(r.delay_due_ms) for r in records])
 
-    def _mark(self, ids: list[str], dues: list[int]) -> None:
+    def dead_lettered(self, letter: DeadLetter) -> None:
+        """The retry store's on_dead_letter: a delayed message whose publish was spooled (a
+        ``delay_due_ms``) left the retry ladder for the dead letters (exhausted, or refused as never
+        deliverable). Marked as a published one is: a dead letter is a terminal outcome, this replica's
+        operator's to re-drive (the replay then publishes it and marks it again, harmlessly). Unmarked,
+        the other holders kept their copies, turned away while this replica is live, and published them
+        once it went away: a dead letter and a publish of one message, after its re-drive maybe. (Its
+        volume lost, the dead letter goes with it, as a sidecar's does.) A letter that is not a record
+        (quarantined bytes) has no due time to find the copies by, nor a sure id: not marked."""
+        record = letter.record
+        if record is not None and record.delay_due_ms:
+            self._mark([record.id], [clamp_due(record.delay_due_ms)], published=False)
+
+    def _mark(self, ids: list[str], dues: list[int], *, published: bool = True) -> None:
         self.marks.add(ids, dues)
         self.marks_out.labels("sent").inc(len(ids))
+        if not published:  # a dead letter: no take-over (counted if a re-drive publishes it)
+            return
         # A take-over: this replica published a message whose first holder is another one, which the gate
         # allows only while that holder is not live. Counted here, once per message a broker stored, not
         # at the gate's yes: the gate is asked again at each retry of a failed publish, and about copies a
@@ -463,13 +524,17 @@ class Replication:
         return ConsumeStatus.SUCCESS
 
     def _live_changed(self, live: frozenset[str]) -> None:
-        """Presence saw the live publishers change: count the listed replicas that went silent, have the
-        scheduler ask its gate again (a take-over, or a turn given back), and the refresher look back
-        further for the copies this made this replica's (Refresher.handed_over)."""
-        silent = (self._live - live) & self.presence.listed - {self.replicas.me}
+        """Presence saw the live publishers change: count the listed replicas that went silent, read the
+        marks of those that left before taking their share (_hand_over), have the scheduler ask its gate
+        again (a take-over, or a turn given back), and the refresher look back further for the copies
+        this made this replica's (Refresher.handed_over)."""
+        gone = self._live - live - {self.replicas.me}
+        silent = gone & self.presence.listed
         if silent:
             self.silences.labels("peer").inc(len(silent))
         before, self._live = self._live, live
+        if gone:
+            self._hand_over(before)
         if self._refreshing is not None and self.replicas.me in live:  # else nothing became its own
             self.refresher.handed_over(functools.partial(self._mine_under, before), self.beats.now_ms())
         self._regate()
@@ -498,7 +563,7 @@ class Replication:
 
     async def stop(self) -> None:
         """After the scheduler stopped: send the marks left, then leave the publishers (the others take
-        over at once, and have the marks of what this replica published)."""
+        over once they have read those marks: _hand_over)."""
         for task in (self._task, self._catching_up, self._lag_probe):
             if task is not None:
                 task.cancel()
@@ -507,6 +572,9 @@ class Replication:
             await self._refreshing.close()
         await self.marks.close()
         await self.presence.close()
+        if self._handing_over is not None:  # after presence: a leave it saw until then may start one
+            self._handing_over.cancel()
+            await asyncio.gather(self._handing_over, return_exceptions=True)
         await self._beating.close()
         await self._beat_sender.close()
         await self._beat_reader.close()

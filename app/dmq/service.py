@@ -20,6 +20,7 @@ from prometheus_client import Counter, Gauge
 
 from rocksidecar.delay import DelayStore
 from rocksidecar.retry import RetryStore
+from rocksidecar.retry.dead_letter import DeadLetter
 from rocksidecar.retry.record import RetryRecord
 from rocksidecar.retry.store import DeadLetterHook
 from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, MessageModel, PushConsumer
@@ -126,12 +127,6 @@ class DmqService:
             webhook_url=s.dead_letter_webhook,
             log_each=False,
         )
-        self.retry = SpoolLoggingRetryStore(
-            self.kv,
-            writer=self.writer,
-            on_spooled=self.events.spooled,
-            on_dead_letter=self.events.dead_letter_hook(self.notifier),
-        )
         self.delay = DelayStore(self.kv, self.writer)
         replicas = (
             ReplicaSet.parse(o.replicas, o.instance_name or "", o.copies) if o.replicas is not None else None
@@ -150,11 +145,18 @@ class DmqService:
             if replicas is not None
             else None
         )
+        self.retry = SpoolLoggingRetryStore(
+            self.kv,
+            writer=self.writer,
+            on_spooled=self.events.spooled,
+            on_dead_letter=self._dead_letter_hook(),
+        )
         self.scheduler, self.replay = delivery_loops(
             self.producer, self.retry, self.delay, policy_for=s.retry_policy, workers=s.replay_workers,
             batch_max=REPLAY_BATCH, on_published=self.metrics.observe_lateness,
             on_replayed=lambda outcome: self.metrics.replays.labels(outcome).inc(),
-            # Replicated: a publish that was spooled is marked once the replay has a broker store it
+            # Replicated: a publish that was spooled is marked once the replay has a broker store it (or
+            # once it is dead-lettered: _dead_letter_hook)
             on_delayed_sent=self.replication.replayed if self.replication is not None else None,
         )  # fmt: skip
         self.listener = InnerListener(
@@ -205,6 +207,20 @@ class DmqService:
             create_app(self.metrics.registry, self.ready, guards), o.http_addr, grace_s=s.shutdown_grace_s,
             max_connections=s.max_connections, refused=self.metrics.connections_refused.inc,
         )  # fmt: skip
+
+    def _dead_letter_hook(self) -> DeadLetterHook:
+        """Dead letters logged and notified; replicated, a delayed message's also marked (its publish
+        spooled, then dead-lettered: Replication.dead_lettered), so the other holders drop their copies."""
+        notify = self.events.dead_letter_hook(self.notifier)
+        rep = self.replication
+        if rep is None:
+            return notify
+
+        def dead_lettered(letter: DeadLetter) -> None:
+            rep.dead_lettered(letter)
+            notify(letter)
+
+        return dead_lettered
 
     def _store_stats(self) -> dict[str, float]:
         return {
