@@ -453,7 +453,8 @@ class TransactionCollector(Collector):
         yield _counter_by_label(
             "rocksidecar_transactions",
             "Transactions decided since start by outcome: committed, rolled_back (by the app through the "
-            "API), checked_commit, checked_rollback (by the app's check endpoint when a broker asked), "
+            "API), checked_commit, checked_rollback (by the app's check endpoint, asked on a "
+            "broker's check or the local outbox's), "
             "unknown (a broker's check answered UNKNOWN; it asks again).",
             "outcome",
             self._outcomes().items(),

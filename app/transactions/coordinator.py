@@ -8,7 +8,10 @@ checkLocalTransaction.
 Local outbox (mode ``local``, or ``auto`` when no broker stored the half): begin syncs the message in the
 record; commit syncs the decision, then turns the message into an ordinary retry record (app.
 delivery_policy.failed_send: delivered on the type's ladder, never lost); rollback drops the message.
-An undecided one older than ``undecided_timeout_ms`` is checked with the app, as a broker would.
+An undecided one older than ``undecided_timeout_ms`` is checked with the app, as a broker would. A
+broker's check of a half under a local transaction's id (mode auto: the half was stored after all,
+degraded with its rollback lost, or after its send timed out) is answered ROLLBACK: the outbox carries
+the message.
 
 A decision not yet carried out (the broker did not acknowledge it, or the process died before the
 spool) is carried out again by ``resend``, at start and periodically (``maintain``).
@@ -20,9 +23,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.retry.record import RetryRecord
@@ -31,14 +34,15 @@ from rocksidecar.rmq.message import Message
 from rocksidecar.rmq.msgid import new_uniq_id
 from rocksidecar.rmq.producer.transaction import CheckRequest, TransactionProducer, TransactionState
 from rocksidecar.rmq.singleflight import SingleFlight
-from rocksidecar.storage.errors import StorageError
+from rocksidecar.storage.errors import StorageError, UnsyncedError
 
 from ..delivery_policy import failed_send, message_fault
 from ..wire import to_stored
-from .observed import DECIDED_OUTCOME, TransactionStats
+from .observed import CHECKED_OUTCOME, DECIDED_OUTCOME, TransactionStats
 from .records import NOT_CARRIED_OUT, UNDECIDED_LOCAL, Decision, Record, TransactionRecords
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # The app's answer for an undecided transaction: its id, its transactionKey (None if unknown here) and
 # its topic (app_check.AppCheck asks the app's check endpoint).
@@ -117,6 +121,7 @@ class TransactionCoordinator:
         self.stats = TransactionStats(records, now_ms)  # what /metrics, the admin API and /ui tell
         self._carrying = SingleFlight[str, Record]()  # local commits being carried out, by transaction id
         self._turns: dict[str, _Turn] = {}  # transactions being decided (_turn)
+        self._writing: set[asyncio.Task[Any]] = set()  # _counted's writes, whose callers may be gone
         producer.checker = self.check  # the brokers' checks are answered from the records
 
     async def begin(
@@ -131,15 +136,38 @@ class TransactionCoordinator:
         stored the half) sync the message itself. Raises SendFailed (mode broker: no broker stored the
         half) or a final error (the broker refused the message: never kept locally either)."""
         record = await self._begin(msg, transaction_key, sharding_key, message_type)
-        await self.records.put(record)
-        self.stats.begun(record)
+        await self._counted(self._put(record, lambda: self.stats.begun(record)))
         return record
+
+    async def _counted(self, work: Coroutine[Any, Any, _T]) -> _T:
+        """Await ``work`` (a synced write and the stats that follow it) as a task of its own: a caller
+        cancelled while its write waits for the group commit (a gRPC deadline) is gone, but its ops are
+        written all the same, and the stats must hear of them (else the undecided gauge counts a decided
+        transaction until a restart)."""
+        task = asyncio.create_task(work)
+        self._writing.add(task)
+        task.add_done_callback(self._writing.discard)
+        return await asyncio.shield(task)
+
+    async def _put(self, record: Record, count: Callable[[], None]) -> None:
+        """Sync ``record``, then ``count`` it in the stats once the store holds it: written, or applied with
+        only its WAL sync failed (UnsyncedError, raised all the same: nobody is told it is durable; but
+        it is read, asked about and carried out like any other, and nothing writes it again, so it is
+        counted now or never)."""
+        try:
+            await self.records.put(record)
+        except UnsyncedError:
+            count()
+            raise
+        count()
 
     async def _begin(
         self, msg: Message, transaction_key: str | None, sharding_key: str | None, message_type: str
     ) -> Record:
         """The record of a begun transaction, for begin to sync: of the half a broker stored, or of the
         local outbox's message."""
+        if msg.id is None:  # the half's UNIQ_KEY, and the outbox's id should auto mode fall back to it
+            msg.id = new_uniq_id()
         if self.mode == "local":
             return self._begin_local(msg, transaction_key, sharding_key, message_type)
         try:
@@ -154,8 +182,7 @@ class TransactionCoordinator:
     def _begin_local(
         self, msg: Message, key: str | None, sharding_key: str | None, message_type: str
     ) -> Record:
-        if msg.id is None:
-            msg.id = new_uniq_id()
+        assert msg.id is not None  # _begin gave it one
         now = self._now_ms()
         stored = to_stored(msg, sharding_key=sharding_key, type=message_type or msg.topic, created_ms=now)
         return Record(msg.id, None, now, key, message=stored)
@@ -165,14 +192,20 @@ class TransactionCoordinator:
         re-sends it if the broker never acknowledged it); the other way raises TransactionConflict."""
         if decision is Decision.NONE:
             raise ValueError("a decision is COMMIT or ROLLBACK")
-        record, _taken = await self._record(tx_id, decision)
+        record, _taken = await self._record(tx_id, decision, DECIDED_OUTCOME[decision])
         if not record.acknowledged:
             record = await self._carry_out(record)
         return record
 
-    async def _record(self, tx_id: str, decision: Decision) -> tuple[Record, bool]:
+    async def _record(self, tx_id: str, decision: Decision, outcome: str) -> tuple[Record, bool]:
         """The record holding ``decision``, synced, and whether this call took it (False: it was taken
-        already). Raises TransactionNotFound, or TransactionConflict when it holds the other decision."""
+        already), counted as ``outcome`` (observed.OUTCOMES: who decided). Raises TransactionNotFound,
+        or TransactionConflict when it holds the other decision. Taken whole as one task (_counted): the
+        turn is held until the write lands and is counted, even when the caller is cancelled meanwhile;
+        else a decision the other way could read the record still undecided and be counted too."""
+        return await self._counted(self._take(tx_id, decision, outcome))
+
+    async def _take(self, tx_id: str, decision: Decision, outcome: str) -> tuple[Record, bool]:
         async with self._turn(tx_id):
             record = self.records.get(tx_id)
             if record is None:
@@ -182,8 +215,8 @@ class TransactionCoordinator:
             if record.decision is not Decision.NONE:
                 raise TransactionConflict(f"transaction {tx_id} is already {record.decision.value}")
             record = record.decided(decision, self._now_ms())
-            await self.records.put(record)  # synced before anyone hears of the decision
-            self.stats.decided(tx_id, DECIDED_OUTCOME[decision])
+            # synced before anyone hears of the decision
+            await self._put(record, lambda: self.stats.decided(tx_id, outcome))
             return record, True
 
     @contextlib.asynccontextmanager
@@ -295,7 +328,7 @@ class TransactionCoordinator:
         rest of the round goes on."""
         decision = Decision.of(state)
         try:
-            record, taken = await self._record(tx_id, decision)
+            record, taken = await self._record(tx_id, decision, CHECKED_OUTCOME[decision])
         except (TransactionNotFound, TransactionConflict) as exc:
             log.info("transaction %s: the app's check answered %s, not taken: %s", tx_id, state.name, exc)
             return False
@@ -321,32 +354,46 @@ class TransactionCoordinator:
         self.records.purge(self._now_ms() - KEEP_DECIDED_MS)
 
     async def check(self, request: CheckRequest) -> TransactionState:
-        """A broker asks: the record's decision, else the app's answer (UNKNOWN without an app)."""
-        state = await self._answer(request)
-        self.stats.checked(request.msg_id, state)
-        return state
-
-    async def _answer(self, request: CheckRequest) -> TransactionState:
+        """A broker asks: the record's decision, else the app's answer (UNKNOWN without an app); ROLLBACK
+        for a transaction the local outbox carries."""
         record = self.records.get(request.msg_id)
+        if record is not None and record.local:
+            # Begun in the local outbox, which carries the message: no broker holds a half of it as ours.
+            # This half is one stored all the same (degraded, its rollback lost, or after the send timed
+            # out, in mode auto): committed, it would be a second copy. Counted nowhere: it decides
+            # nothing of the transaction.
+            return TransactionState.ROLLBACK
         if record is not None and record.decision is not Decision.NONE:
             return record.decision.state
-        if self._ask_app is None:
-            return TransactionState.UNKNOWN
-        key = record.transaction_key if record is not None else None
-        state = await self._ask_app(request.msg_id, key, request.message.topic)
-        if record is None or state is TransactionState.UNKNOWN:
+        state = TransactionState.UNKNOWN
+        if self._ask_app is not None:
+            key = record.transaction_key if record is not None else None
+            state = await self._ask_app(request.msg_id, key, request.message.topic)
+        if record is None:
+            return state
+        if state is TransactionState.UNKNOWN:
+            now = self.records.get(record.id)
+            if now is not None and now.decision is Decision.NONE:
+                self.stats.asked_again()
             return state
         # The app was asked for up to the check's timeout: a decision it took meanwhile is read again
-        # and wins. Not acknowledged yet, it is what the broker is told; acknowledged, the broker acted
-        # on it already (told COMMIT again, it would deliver the message a second time), and UNKNOWN
-        # changes nothing there: should it ask again, the record answers.
-        async with self._turn(record.id):
-            now = self.records.get(record.id)
+        # and wins (_answer_checked), under the turn, which the write holds to its end as _record's.
+        return await self._counted(self._answer_checked(record.id, state))
+
+    async def _answer_checked(self, tx_id: str, state: TransactionState) -> TransactionState:
+        """Take the app's answer ``state`` to a broker's check of ``tx_id``, undecided when it was read;
+        the broker is told what this returns. A decision taken meanwhile not acknowledged yet is what the
+        broker is told; acknowledged, the broker acted on it already (told COMMIT again, it would deliver
+        the message a second time), and UNKNOWN changes nothing there: should it ask again, the record
+        answers."""
+        async with self._turn(tx_id):
+            now = self.records.get(tx_id)
             if now is None:  # forgotten meanwhile: nothing to record
                 return state
             if now.decision is not Decision.NONE:
                 return TransactionState.UNKNOWN if now.acknowledged else now.decision.state
             # acknowledged: the broker acts on the answer to its own check
-            decided = now.decided(Decision.of(state), self._now_ms())
-            await self.records.put(decided.carried_out(self._now_ms()))
+            decision = Decision.of(state)
+            decided = now.decided(decision, self._now_ms()).carried_out(self._now_ms())
+            await self._put(decided, lambda: self.stats.decided(tx_id, CHECKED_OUTCOME[decision]))
         return state

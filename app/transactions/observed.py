@@ -2,7 +2,8 @@
 undecided ones (how many, since when), kept by the coordinator (its ``stats``) as it begins and decides.
 
 Outcomes: ``committed`` and ``rolled_back`` (the app decided through the API), ``checked_commit`` and
-``checked_rollback`` (a broker's check-back of an undecided one, the app's check endpoint decided),
+``checked_rollback`` (the app's check endpoint decided an undecided one: asked on a broker's check-back,
+or by the local outbox's, coordinator.check_undecided),
 ``unknown`` (a check-back of an undecided one answered UNKNOWN: the broker asks again later)."""
 
 from __future__ import annotations
@@ -10,52 +11,51 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rocksidecar.rmq.producer.transaction import TransactionState
-
 from .records import UNDECIDED_BROKER, UNDECIDED_LOCAL, Decision, Record, TransactionRecords
 
 OUTCOMES = ("committed", "rolled_back", "checked_commit", "checked_rollback", "unknown")
 MAX_TRACKED = 100_000  # undecided ones tracked for the oldest age; the rest are counted, not timed
-DECIDED_OUTCOME = {Decision.COMMIT: "committed", Decision.ROLLBACK: "rolled_back"}
-_CHECKED = {TransactionState.COMMIT: "checked_commit", TransactionState.ROLLBACK: "checked_rollback"}
+DECIDED_OUTCOME = {Decision.COMMIT: "committed", Decision.ROLLBACK: "rolled_back"}  # through the API
+CHECKED_OUTCOME = {Decision.COMMIT: "checked_commit", Decision.ROLLBACK: "checked_rollback"}  # check endpoint
 
 
 class TransactionStats:
-    """Outcome counts since start and the begin time of each undecided transaction (read from the
-    records once at start, then kept as transactions begin and are decided)."""
+    """Outcome counts since start, how many transactions are undecided and the begin time of each of the
+    first MAX_TRACKED of them (read from the records once at start, then kept as transactions begin and
+    are decided). The callers say what the store now holds: ``begun`` for a transaction now undecided
+    that was not counted yet, ``decided`` for one that was undecided until the decision they wrote."""
 
     def __init__(self, records: TransactionRecords, now_ms: Callable[[], int]) -> None:
         self.outcomes = dict.fromkeys(OUTCOMES, 0)
         self._now_ms = now_ms
         undecided = UNDECIDED_BROKER + UNDECIDED_LOCAL
-        self._undecided = {
+        self._timed = {
             r.id: r.created_ms for page, _ in records.open_ring(b"", undecided, MAX_TRACKED) for r in page
         }
+        # All of them, from the open index alone (no record past the first MAX_TRACKED is read); after
+        # open_ring, which corrects the entries it reads
+        self._count = records.count_open(undecided)
 
     def begun(self, record: Record) -> None:
-        if len(self._undecided) < MAX_TRACKED:
-            self._undecided[record.id] = record.created_ms
+        self._count += 1
+        if len(self._timed) < MAX_TRACKED:
+            self._timed[record.id] = record.created_ms
 
-    def decided(self, tx_id: str, outcome: str) -> bool:
-        """Count ``outcome`` if ``tx_id`` was undecided here (a repeat decides nothing)."""
-        if self._undecided.pop(tx_id, None) is None:
-            return False
+    def decided(self, tx_id: str, outcome: str) -> None:
+        """``tx_id``, undecided until now, was decided ``outcome`` (timed or not)."""
+        self._count = max(self._count - 1, 0)
+        self._timed.pop(tx_id, None)
         self.outcomes[outcome] += 1
-        return True
 
-    def checked(self, tx_id: str, state: TransactionState) -> None:
-        """A broker's check-back was answered ``state``: an undecided one is decided, or asked again."""
-        outcome = _CHECKED.get(state)
-        if outcome is not None:
-            self.decided(tx_id, outcome)
-        elif tx_id in self._undecided:
-            self.outcomes["unknown"] += 1
+    def asked_again(self) -> None:
+        """A broker's check-back of an undecided one was answered UNKNOWN: it asks again later."""
+        self.outcomes["unknown"] += 1
 
     def undecided(self) -> tuple[int, float | None]:
-        """How many are undecided, and the oldest one's age in seconds (None: none)."""
-        if not self._undecided:
-            return 0, None
-        return len(self._undecided), max(self._now_ms() - min(self._undecided.values()), 0) / 1000
+        """How many are undecided, and the oldest timed one's age in seconds (None: none is timed)."""
+        if not self._count or not self._timed:
+            return self._count, None
+        return self._count, max(self._now_ms() - min(self._timed.values()), 0) / 1000
 
     def to_json(self) -> dict[str, Any]:
         count, age = self.undecided()

@@ -266,6 +266,14 @@ class TransactionRecords:
             self._kv.write(fixes, sync=False)  # a lost fix is made again on the next read
         return found, rows[-1][0][len(OPEN) :]
 
+    def count_open(self, kinds: bytes) -> int:
+        """How many open index entries are of ``kinds``: the index alone, a page at a time."""
+        count, lower = 0, OPEN
+        while rows := self._kv.scan(CF, lower=lower, upper=OPEN_END, limit=PAGE):
+            count += sum(1 for _, value in rows if value in kinds)
+            lower = rows[-1][0] + b"\x00"
+        return count
+
     def open_ring(self, start: bytes, kinds: bytes, budget: int) -> Iterator[tuple[list[Record], bytes]]:
         """Pages of open records of ``kinds``: ids after ``start``, then from the first up to ``start``
         (each once), reading at most ``budget`` index entries in all. Each page comes with the id of the
@@ -297,11 +305,13 @@ class TransactionRecords:
 
     def sweep(self, limit: int = 10_000) -> list[Record]:
         """Index up to ``limit`` more records written before the indexes existed (a store from an
-        earlier version); returns the open ones found. Marks the store swept once done."""
+        earlier version); returns the open ones it found without an index entry (those with one were
+        indexed when written since: the stats count them already). Marks the store swept once done."""
         if self._sweep_from is None:
             return []
         rows = self._kv.scan(CF, lower=self._sweep_from, upper=INDEX, limit=limit)
         records = [Record.from_value(v) for _, v in rows]
+        entries = self._kv.get_many(CF, [OPEN + key for key, _ in rows])
         ops: list[Put | Delete] = []
         for (key, _), record in zip(rows, records, strict=True):
             ops += _index_ops(record, key)
@@ -311,4 +321,4 @@ class TransactionRecords:
         if ops:
             self._kv.write(ops, sync=False)  # lost: swept again after a restart, the same entries
         self._sweep_from = None if done else rows[-1][0] + b"\x00"
-        return [r for r in records if kind(r) is not None]
+        return [r for r, entry in zip(records, entries, strict=True) if entry is None and kind(r) is not None]

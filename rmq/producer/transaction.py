@@ -139,7 +139,9 @@ class TransactionProducer:
     async def send_half(self, msg: Message, *, sharding_key: str | None = None) -> HalfReceipt:
         """Store ``msg`` as a half message (retried on other brokers like a plain send); raises
         SendFailed when no broker stored it. A degraded store (e.g. FLUSH_DISK_TIMEOUT) is a failure
-        here, as Java rolls those back: the half may not survive to be committed."""
+        here, and its half is rolled back first, as Java's sendMessageInTransaction does: the half may
+        not survive to be committed, and the caller may carry the message another way (the sidecar's
+        local outbox, under the same UNIQ_KEY), which a later commit of this half would duplicate."""
         msg.validate(self.producer.config.max_body_bytes)
         uniq = msg.id or new_uniq_id()
         group = self.group
@@ -154,18 +156,21 @@ class TransactionProducer:
         result = await self.producer.with_retries(
             msg.topic, self.producer.selector_for(sharding_key), attempt, uniq, msg
         )
-        if result.status is not SendStatus.SEND_OK:
-            raise SendFailed(f"half message {uniq} stored only as {result.status.value}", [], None)
+        degraded = result.status is not SendStatus.SEND_OK
         try:
             offset = commit_log_offset(result.offset_msg_id)
         except ValueError as exc:
             # Stored, but END_TRANSACTION cannot name it: the broker's checks decide it, as in Java when
             # its endTransaction fails.
+            if degraded:
+                raise SendFailed(
+                    f"half message {uniq} stored only as {result.status.value}", [], None
+                ) from exc
             broker = result.queue.broker_name
             raise FrameError(
                 f"half message {uniq} stored on {broker} with a msgId that is not an offset id: {exc}"
             ) from exc
-        return HalfReceipt(
+        receipt = HalfReceipt(
             group=group,
             msg_id=uniq,
             broker_name=result.queue.broker_name,
@@ -174,6 +179,22 @@ class TransactionProducer:
             commit_log_offset=offset,
             offset_msg_id=result.offset_msg_id,
         )
+        if degraded:
+            await self._roll_back_degraded(receipt, result.status)
+            raise SendFailed(f"half message {uniq} stored only as {result.status.value}", [], None)
+        return receipt
+
+    async def _roll_back_degraded(self, receipt: HalfReceipt, status: SendStatus) -> None:
+        """Best effort, as Java's (which logs a failed endTransaction and goes on): should the rollback
+        not arrive, the broker's checks of the half ask the checker (the sidecar answers ROLLBACK for a
+        transaction it carries in its local outbox). Its failure never hides the send's own error."""
+        try:
+            await self.end(receipt, TransactionState.ROLLBACK)
+        except RocketMQError as exc:
+            log.warning(
+                "half message %s stored only as %s; its rollback was not acknowledged: %s",
+                receipt.msg_id, status.value, exc,
+            )  # fmt: skip
 
     def broker_addr(self, receipt: HalfReceipt) -> str:
         """The master address of the broker that holds the half: END_TRANSACTION goes only there."""
