@@ -42,11 +42,25 @@ from .read_options import ReadOptions
 log = logging.getLogger(__name__)
 
 
-# a broker that cannot answer now (down, unreachable, overloaded): waited for up to brokerTimeoutMs
-UNAVAILABLE = (RemotingError, OSError, TimeoutError, SystemBusy, ServiceNotAvailable)
+# what a call to the name server or a broker raises when it fails (refused, or no answer)
+CALL_FAILED = (RocketMQError, OSError, TimeoutError)
+
+
+class NoMasterError(RocketMQError):
+    """The route lists the broker without a master: a failover is under way (or the broker is down)."""
+
+
+# a broker that cannot answer now (down, unreachable, overloaded, between masters): waited for up to
+# brokerTimeoutMs
+UNAVAILABLE = (RemotingError, OSError, TimeoutError, SystemBusy, ServiceNotAvailable, NoMasterError)
 
 
 PREFETCH = 4  # pulls in flight per partition
+# PULL_OFFSET_MOVED answers in a row for an offset the queue holds before the read gives up: a broker
+# answers so once after a server-side offset reset of the pulling group, then reads normally
+MOVED_RETRIES = 3
+# why offsets are gone, for DataLossError and the warning
+_DELETED = "retention deleted them or the queue was reset"
 
 Page = list[StoredRecord]  # a pull's records (rmq.message_codec.pull_records) within a read's range
 
@@ -121,7 +135,7 @@ class Cluster:
             try:
                 low = await self._api.get_min_offset(addr, mq, timeout_s=t)
                 high = await self._api.get_max_offset(addr, mq, timeout_s=t)
-            except (RocketMQError, OSError, TimeoutError) as exc:
+            except CALL_FAILED as exc:
                 return ref, exc
             return ref, Bounds(low, high)
 
@@ -150,7 +164,7 @@ class Cluster:
                 await self._api.update_consumer_offset(
                     addr, group, mq, offset, timeout_s=self.opts.broker_timeout_s
                 )
-            except (RocketMQError, OSError, TimeoutError) as exc:
+            except CALL_FAILED as exc:
                 log.warning("could not commit %s offset %d for group %s: %s", ref, offset, group, exc)
 
     async def _address(self, ref: QueueRef) -> str:
@@ -158,20 +172,24 @@ class Cluster:
             await self.queues()
         addr = self._addrs.get(ref.broker)
         if addr is None:
-            raise BrokerDownError(f"queue {ref}: broker {ref.broker!r} has no master in the route now")
+            # unavailable for now, not refused: Cluster.read waits for a new master up to brokerTimeoutMs
+            # (looking the route up again) as it waits for a broker that does not answer
+            raise NoMasterError(f"broker {ref.broker!r} has no master in the route now")
         return addr
 
     async def read(self, ref: QueueRef, start: int, end: int) -> AsyncGenerator[Page, None]:
         """The records (rmq.message_codec.pull_records) of offsets [start, end) that pass the filter, a
         pull at a time. Offsets that are
         gone raise DataLossError (failOnDataLoss) or are skipped with a warning; a broker that does not
-        answer for brokerTimeoutMs raises BrokerDownError naming it (Spark then retries the task)."""
+        answer (or has no master in the route) for brokerTimeoutMs raises BrokerDownError naming it (Spark
+        then retries the task)."""
         opts = self.opts
         mq = MessageQueue(ref.topic, ref.broker, ref.queue_id)
         expression, kind = (opts.sql, EXPRESSION_SQL92) if opts.sql else (opts.tags or "*", EXPRESSION_TAG)
         offset = start
         loop = asyncio.get_running_loop()
         failing_since: float | None = None
+        moved = 0  # PULL_OFFSET_MOVED answers in a row for an offset inside the queue
         # without a filter a queue's offsets are consecutive: pull the next few windows at once, so a
         # partition waits one round trip per PREFETCH pulls (with a filter, pulls skip ahead: one at a time)
         depth = PREFETCH if expression == "*" else 1
@@ -197,7 +215,7 @@ class Cluster:
                         for at in starts
                     )
                 )
-            except (RocketMQError, OSError, TimeoutError) as exc:
+            except CALL_FAILED as exc:
                 if not isinstance(exc, UNAVAILABLE):  # refused (a bad filter, no permission): say so now
                     raise RuntimeError(f"queue {ref}: broker {ref.broker!r} refused a pull: {exc}") from exc
                 now = loop.time()
@@ -214,17 +232,11 @@ class Cluster:
             for at, result in zip(starts, results, strict=True):
                 if at != offset:
                     break  # a pull came back short (a byte limit): plan again from where it ended
-                if result.status is PullStatus.OFFSET_ILLEGAL or offset < result.min_offset:
-                    offset = self._lost(ref, offset, end, result.min_offset, result.max_offset)
-                    break
-                if result.status is PullStatus.NO_NEW_MSG:
-                    if result.max_offset < end:  # the queue ends before what the driver saw: it was reset
-                        self._lost(ref, result.max_offset, end, result.min_offset, result.max_offset)
-                    return
-                if result.next_begin_offset <= offset:
-                    raise RuntimeError(
-                        f"queue {ref}: a pull at offset {offset} made no progress ({result.status})"
-                    )
+                went_on = self._passed(ref, offset, end, result, expression != "*", moved)
+                moved = moved + 1 if went_on == offset else 0
+                if went_on is not None:
+                    offset = went_on
+                    continue  # a later result of this round is used if it was pulled at went_on
                 _skip_bad(ref, offset, result)
                 page = result.records
                 if page and not (offset <= page[0][0] and page[-1][0] < end):  # offsets ascend in a pull
@@ -233,13 +245,47 @@ class Cluster:
                     yield page
                 offset = result.next_begin_offset
 
-    def _lost(self, ref: QueueRef, offset: int, end: int, low: int, high: int) -> int:
-        """Offset ``offset`` of ``ref`` is gone: raise, or say so and go on from the first offset kept."""
-        resume = max(offset + 1, min(low, end)) if low > offset else end
-        what = (
-            f"queue {ref}: offsets {offset} to {resume - 1} are gone (the queue now holds {low} to {high}; "
-            "retention deleted them or the queue was reset)"
-        )
+    def _passed(
+        self, ref: QueueRef, offset: int, end: int, result: PullResult, filtered: bool, moved: int
+    ) -> int | None:
+        """A pull at ``offset`` of [.., ``end``) that brought no records to read: the offset the read goes
+        on from (``offset``: pull it again; ``end``: done), once offsets gone are raised or warned about
+        (_lost). None when the pull's records are to be read (FOUND, or a filter's run that matched none).
+        ``moved``: the PULL_OFFSET_MOVED answers for this offset so far."""
+        status, low, high = result.status, result.min_offset, result.max_offset
+        if status is PullStatus.OFFSET_ILLEGAL and low <= offset < high:
+            # the queue holds the offset: not deleted offsets but the broker moving this group's pull (it
+            # answers so once after a server-side offset reset of the group): pull it again, a few times
+            if moved >= MOVED_RETRIES:
+                raise RuntimeError(
+                    f"queue {ref}: the broker answered PULL_OFFSET_MOVED {moved + 1} times in a row for "
+                    f"offset {offset}, which the queue holds ({low} to {high})"
+                )
+            return offset
+        if status is PullStatus.OFFSET_ILLEGAL or offset < low:
+            return self._lost(ref, offset, max(offset + 1, min(low, end)) if low > offset else end, low, high)
+        if status is PullStatus.NO_NEW_MSG and offset >= high:  # the queue's end
+            if high < end:  # the queue ends before what the driver saw: it was reset
+                self._lost(ref, high, end, low, high)
+            return end
+        if result.next_begin_offset <= offset:
+            raise RuntimeError(f"queue {ref}: a pull at offset {offset} made no progress ({status})")
+        resume = min(result.next_begin_offset, end)
+        if status is PullStatus.NO_NEW_MSG:
+            # inside the queue: the broker has no consume-queue entry there (OFFSET_FOUND_NULL) and rolled
+            # on past it; those offsets cannot be read
+            return self._lost(ref, offset, resume, low, high, "the broker has no entry for them")
+        if status is PullStatus.NO_MATCHED_MSG and not filtered:
+            # without a filter no offset is passed over for not matching: the messages under those entries
+            # are gone from the commit log (MESSAGE_WAS_REMOVING: retention deleting under the read)
+            return self._lost(ref, offset, resume, low, high, "retention deleted their messages")
+        return None
+
+    def _lost(self, ref: QueueRef, offset: int, resume: int, low: int, high: int, why: str = _DELETED) -> int:
+        """Offsets ``offset`` to ``resume - 1`` of ``ref`` are gone: raise, or say so and return ``resume``
+        (where the read goes on)."""
+        what = f"queue {ref}: offsets {offset} to {resume - 1} are gone (the queue now holds {low} to {high}"
+        what += f"; {why})"
         if self.opts.fail_on_data_loss:
             raise DataLossError(f"{what}. Set failOnDataLoss=false to skip them and go on")
         log.warning("%s: skipped (failOnDataLoss=false)", what)

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 # topic -> "broker:queueId" -> offset: what Spark writes into the checkpoint (JSON, primitive values)
 Offsets = dict[str, dict[str, int]]
+# A stream's offset for a queue whose broker did not answer when the stream started: it enters where
+# startingOffsets puts it once the broker answers (not -1/-2, which mean latest/earliest in that JSON).
+UNRESOLVED = -3
 
 
 @dataclass(frozen=True, slots=True, order=True)

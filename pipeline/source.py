@@ -1,6 +1,7 @@
 """``spark.read.format("rocksidecar")`` and ``readStream.format("rocksidecar")``: one input partition per
 queue (or per piece of one, for minPartitions), offsets planned on the driver, messages pulled by the
-executors. A stream's offsets ({topic: {"broker:queueId": next offset}}) live in Spark's checkpoint.
+executors. A stream's offsets ({topic: {"broker:queueId": next offset}}, or UNRESOLVED for a queue whose
+broker did not answer when the stream started) live in Spark's checkpoint.
 
 Each call that talks to RocketMQ runs in ``asyncio.run`` (driver) or a private event loop per partition
 (executors): Spark calls a data source from plain threads of worker processes that it reuses and may
@@ -24,9 +25,19 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .broker_read import Bounds, Cluster, DataLossError, DownBrokers, Page, columns
+from .broker_read import CALL_FAILED, Bounds, Cluster, DataLossError, DownBrokers, Page, columns
 from .options import OptionError
-from .queue_ranges import Offsets, QueueRange, QueueRef, cap, from_offsets, hold_at, split, to_offsets
+from .queue_ranges import (
+    UNRESOLVED,
+    Offsets,
+    QueueRange,
+    QueueRef,
+    cap,
+    from_offsets,
+    hold_at,
+    split,
+    to_offsets,
+)
 from .read_options import ReadOptions, Start
 
 log = logging.getLogger(__name__)
@@ -263,7 +274,10 @@ class BatchReader(DataSourceReader):
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are each queue's next offset to read. A queue seen for the first time enters at its
     earliest offset with nothing to read in that micro-batch (so a replayed batch plans alike); a queue
-    whose broker does not answer keeps its offset (it stalls, the others go on).
+    whose broker does not answer keeps its offset (it stalls, the others go on). One whose broker did not
+    answer when the stream started is UNRESOLVED until it does, then enters where startingOffsets puts it
+    (resolved then, so ``latest`` is that queue's end then: what a broker that was only slow to answer
+    stored in between is not read), again with nothing to read in that micro-batch.
 
     ``trigger(availableNow=True)``: what the queues hold when the query starts is read (in micro-batches
     of maxOffsetsPerTrigger), then the query ends; queues that appear later wait for the next run."""
@@ -282,7 +296,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> Offsets:
         async def work(cluster: Cluster) -> Offsets:
             queues, bounds = await _stream_bounds(cluster)
-            return to_offsets(await _resolve(cluster, self.opts.starting, queues, bounds, latest=False))
+            start = await _resolve(cluster, self.opts.starting, queues, bounds, latest=False)
+            # a queue whose broker is down: later taken for a new queue, it would enter at its earliest
+            # offset (re-reading its history against startingOffsets); latestOffset resolves it instead
+            start.update({ref: UNRESOLVED for ref in queues if ref not in bounds})
+            return to_offsets(start)
 
         result: Offsets = asyncio.run(_with_cluster(self.opts, work))
         return result
@@ -295,12 +313,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = from_offsets(start)
 
         async def work(cluster: Cluster) -> Offsets:
-            _, bounds = await _stream_bounds(cluster)
+            queues, bounds = await _stream_bounds(cluster)
             latest = dict(begin)  # a queue that was not answered for stays where it is
             restart: dict[QueueRef, int] = {}  # reset queues: read again from their earliest offset
+            entering: dict[QueueRef, Bounds] = {}  # UNRESOLVED queues whose broker answers now
             for ref, b in bounds.items():
                 if ref not in begin:
                     latest[ref] = b.low
+                elif begin[ref] == UNRESOLVED:
+                    entering[ref] = b
                 elif b.high < begin[ref]:
                     restart[ref] = self._reset(ref, begin[ref], b)
                 else:
@@ -313,6 +334,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # queue ends before it starts, so it reads nothing there (partitions() drops it, the same on
             # a replay), and the next one reads the new queue from its earliest offset on
             latest.update(restart)
+            if entering:  # likewise: this micro-batch's range starts UNRESOLVED, partitions() drops it
+                # the queues the stream knows count as the topics' (the JSON was checked against them at
+                # the start): one whose broker has no master now is left out of ``queues``
+                known = {**dict.fromkeys(begin, ""), **queues}
+                latest.update(await _resolve(cluster, self.opts.starting, known, entering, latest=False))
             return to_offsets(latest)
 
         result: Offsets = asyncio.run(_with_cluster(self.opts, work))
@@ -338,7 +364,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         begin, until = from_offsets(start), from_offsets(end)
-        ranges = [QueueRange(ref, begin.get(ref, n), n) for ref, n in sorted(until.items())]
+        # a queue new in ``end`` or entering from UNRESOLVED (at n, or still UNRESOLVED): nothing to read
+        ranges = [
+            QueueRange(ref, n if begin.get(ref, UNRESOLVED) == UNRESOLVED else begin[ref], n)
+            for ref, n in sorted(until.items())
+        ]
         return [QueuePartition(r) for r in split(ranges, self.opts.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -349,10 +379,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         group = self.opts.commit_group
         if group is None:
             return
-        positions = from_offsets(end)
+        positions = {ref: n for ref, n in from_offsets(end).items() if n != UNRESOLVED}
 
         async def work(cluster: Cluster) -> None:
             await cluster.queues()
             await cluster.commit(positions, group)
 
-        asyncio.run(_with_cluster(self.opts, work))
+        try:
+            asyncio.run(_with_cluster(self.opts, work))
+        except CALL_FAILED as exc:
+            # best effort (only mqadmin's lag shows it): Spark fails the query when commit() raises, and
+            # the next micro-batch's commit repeats these offsets anyway; once a micro-batch at most
+            log.warning("could not commit the stream's offsets for group %s: %s", group, exc)
