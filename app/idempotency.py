@@ -55,11 +55,17 @@ PURGE_EVERY_S = 60.0
 MAX_GONE_SENDS = 64
 
 
+class KeyRefused(RequestError):
+    """A request refused for its idempotency key (bad, or reused with another request): bad input, that
+    the edges count as they count other bad input; what else answer_once raises (the stop's 503, a
+    compute's error) is not."""
+
+
 def check_key(key: str, field: str = "Idempotency-Key") -> None:
-    """An idempotency key is 1-255 characters on either API; RequestError naming ``field`` (the API's
+    """An idempotency key is 1-255 characters on either API; KeyRefused naming ``field`` (the API's
     name for it: the HTTP header, gRPC's idempotency_key) otherwise."""
     if not 1 <= len(key) <= MAX_KEY_CHARS:
-        raise RequestError(f"{field} must be 1-{MAX_KEY_CHARS} characters", field=field)
+        raise KeyRefused(f"{field} must be 1-{MAX_KEY_CHARS} characters", field=field)
 
 
 async def answer_once(
@@ -71,7 +77,7 @@ async def answer_once(
     field: str,
 ) -> tuple[Answer, bool]:
     """``compute``'s answer, through the store when a key is given: (answer, whether it was replayed).
-    Raises RequestError naming ``field`` for a bad key or a key reused with another request."""
+    Raises KeyRefused naming ``field`` for a bad key or a key reused with another request."""
     if key is None or store is None:
         return await compute(), False
     check_key(key, field)
@@ -102,7 +108,7 @@ def fingerprint(path: str, query: str, body: bytes) -> str:
 
 def _check_same(first_fp: str, fp: str, field: str) -> None:
     if first_fp != fp:
-        raise RequestError(
+        raise KeyRefused(
             f"this {field} was used with a different request",
             status=422,
             field=field,
@@ -189,8 +195,13 @@ class IdempotencyStore:
             if not first.cancelled() or (task is not None and task.cancelling()):
                 self._caller_gone(first, fut)
                 raise  # this caller was cancelled: it is gone, nothing is owed to it
-            # close() cancelled the send while this caller still waited: an answer an edge maps (a
-            # CancelledError of its own would leave a gRPC call with no status at all)
+            # close() cancelled the first request while this caller still waited. Its message went if
+            # it has an answer (it was cut short keeping it): that answer is this caller's, as it is a
+            # repeat's (503 would tell the client a stored message failed, and its retry would send it
+            # again). Else an answer an edge maps (a CancelledError of its own would leave a gRPC call
+            # with no status at all).
+            if fut.done() and fut.exception() is None:
+                return fut.result()
             raise _stopping(field) from None
 
     async def _first(
@@ -273,15 +284,24 @@ class IdempotencyStore:
                 break
             keys = [index_key[13:] for index_key, _ in expired]
             ops: list[Put | Delete] = []
+            inflight = self._inflight
             for (index_key, _), key, raw in zip(
                 expired, keys, self._kv.get_many(CF_ANSWERS, keys), strict=True
             ):
+                # A key in flight may have a new answer queued in the writer, not applied yet (behind a
+                # sync): what was read here is the old one, and a Delete queued after that Put would
+                # drop the new answer (a retry would send again). Left to the next round, when the new
+                # answer is read (a key stays in flight until its answer is written). No await from
+                # the read to the queueing of the deletes (writer.write queues before it awaits): a
+                # key that goes in flight after this check has its Put queued after these Deletes.
+                if inflight and key.decode(errors="surrogateescape") in inflight:
+                    continue
                 # A newer answer under the same key has its own, later index entry: keep it.
                 if raw is not None and orjson.loads(raw)["created_ms"] == int(index_key[:13]):
                     ops.append(Delete(CF_ANSWERS, key))
                 ops.append(Delete(CF_EXPIRY, index_key))
+                dropped += 1
             await self._writer.write(ops)
-            dropped += len(expired)
             if len(expired) < limit:
                 break
             lower = expired[-1][0] + b"\x00"  # past what this chunk deleted, whatever a scan sees of it

@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from prometheus_client import Counter
 
-from ..idempotency import Answer, answer_once, fingerprint
+from ..idempotency import Answer, KeyRefused, answer_once, fingerprint
 from ..request import GRPC_FIELDS, RequestError
 from ..subscriptions.stream import StreamHub
 from ..tracing.context import TraceContext, from_headers
@@ -159,9 +159,13 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         key: str,
         compute: Callable[[], Awaitable[_R | tuple[_R, int]]],
         response_type: type[_R],
+        *,
+        messages: bool = False,
     ) -> _R:
         """The response ``compute`` builds (through the idempotency store when a key is given, ""
-        meaning none: proto3 has no absence); abort with the mapped code on an error."""
+        meaning none: proto3 has no absence); abort with the mapped code on an error. ``messages``: the
+        call sends messages, so one refused for its key is counted REJECTED, as other bad input is (and
+        as HTTP's message routes count it)."""
         await self._check_auth(context, method)
         try:
             if not key or self._idempotency is None:  # nothing to keep: the response as it was built
@@ -192,6 +196,8 @@ class SidecarServicer(pb_grpc.SidecarServicer):
                     self._idempotency, key, request_fingerprint, kept, field=GRPC_FIELDS.idempotency_key
                 )
             except Exception as exc:
+                if messages and isinstance(exc, KeyRefused):
+                    self._ops.count("REJECTED")
                 (status, body, _), replayed = problems.from_exception(exc), False
             if replayed:  # a kept refusal too, as HTTP marks a replayed problem: sent before the abort
                 await context.send_initial_metadata(((REPLAYED_METADATA, "true"),))
@@ -221,7 +227,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
                 )
 
             return await self._answered(
-                context, "Send", request, request.idempotency_key, compute, pb.SendResponse
+                context, "Send", request, request.idempotency_key, compute, pb.SendResponse, messages=True
             )
         # The hot path (no answer to keep): _answered's no-key branch without its closure and coroutines.
         if self._guards.auth_token:
@@ -251,7 +257,13 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             return batch_response(results), failed
 
         return await self._answered(
-            context, "SendBatch", request, request.idempotency_key, compute, pb.SendBatchResponse
+            context,
+            "SendBatch",
+            request,
+            request.idempotency_key,
+            compute,
+            pb.SendBatchResponse,
+            messages=True,
         )
 
     async def Publish(

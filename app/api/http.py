@@ -25,6 +25,7 @@ from ..idempotency import (
     MAX_KEY_CHARS,
     Answer,
     IdempotencyStore,
+    KeyRefused,
     answer_once,
     canonical_json,
     fingerprint,
@@ -115,10 +116,13 @@ async def answered(
     query: str,
     body: bytes,
     compute: Callable[[], Awaitable[Answer]],
+    api: Api | None = None,
 ) -> Reply:
     """``compute``'s answer as a reply, once per Idempotency-Key (``key``; None: none given): a repeat
     gets the first answer with Idempotent-Replayed, a repeat with another request a 422. Every HTTP
-    route that takes the header answers through here (the sends, a transaction's begin)."""
+    route that takes the header answers through here (the sends, a transaction's begin). ``api``: the
+    message routes' edge, which counts a message refused for its key as the bad input it is (None: a
+    route whose bad input is not counted as messages, a transaction's begin)."""
 
     async def request_fingerprint() -> str:
         # The same request in other spacing, key order or with ack spelled out is the same request.
@@ -131,6 +135,8 @@ async def answered(
             (status, doc), replayed = await answer_once(
                 store, key, request_fingerprint, compute, field=HTTP_FIELDS.idempotency_key
             )
+    except KeyRefused as exc:  # an except clause more: nothing for a request that is not refused
+        return problem_reply(exc) if api is None else api.rejected(exc)
     except Exception as exc:
         return problem_reply(exc)
     return reply(status, doc, replayed)
@@ -152,7 +158,7 @@ class Api:
     def answer(
         self, key: str | None, path: str, body: bytes, ack: Ack, compute: Callable[[], Awaitable[Answer]]
     ) -> Awaitable[Reply]:
-        return answered(self.idempotency, key, path, ack.value, body, compute)
+        return answered(self.idempotency, key, path, ack.value, body, compute, self)
 
     def rejected(self, exc: RequestError) -> Reply:
         """The reply to bad input, counted."""
