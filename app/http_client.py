@@ -370,6 +370,9 @@ class HttpClient:
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # one write per request already; NODELAY so a small POST never waits for a delayed ACK
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._closed:  # close() came while connecting: the connection is not its to drop
+            conn.close()
+            raise PostError("client closed")
         self._conns.add(conn)
         return conn
 
@@ -418,6 +421,10 @@ class HttpClient:
         conn: _Conn | None = None
         try:
             while True:
+                if self._closed:
+                    # close() dropped the connection this request was on: no new one after close(), its
+                    # sweeper (the request's timeout) is gone
+                    raise PostError("client closed")
                 conn = idle.pop() if idle else await self._connect(t, deadline)
                 if not conn.open:  # the app closed it while idle
                     self._drop(conn)

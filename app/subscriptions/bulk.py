@@ -15,16 +15,18 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
+from functools import partial
 
 import orjson
 
 from rocksidecar.rmq.consumer.config import ConsumeStatus
+from rocksidecar.rmq.consumer.process_queue import ProcessQueue
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from ..http_client import PostError
 from ..tracing import msgtrace, spans
 from .cloudevents import structured_event
-from .push import LATER_STATUSES, HttpPush, log_if_dead, retry_after_s
+from .push import LATER_STATUSES, HttpPush, Withdrawn, log_if_dead
 from .spec import SubscriptionSpec
 
 BULK_EVENT_TYPE = "com.dapr.event.sent.bulk"  # Dapr's DefaultBulkEventType
@@ -118,19 +120,27 @@ class BulkPush(HttpPush):
     async def __call__(  # type: ignore[override]  # per message, which the consumer accepts
         self, msgs: Sequence[MessageExt], mq: MessageQueue
     ) -> list[ConsumeStatus]:
-        if not spans.ON and msgtrace.DISPATCHER is None:  # tracing off: this one check per batch
-            return await self._post(msgs, mq)
-        started = msgtrace.now_ms()
-        if spans.ON:
-            statuses = list(
-                await spans.process_batch(msgs, self.spec.group, self.spec.endpoint, self._post(msgs, mq))
-            )
-        else:
-            statuses = await self._post(msgs, mq)
+        pq = self.process_queue(mq) if self.process_queue is not None else None  # as HttpPush's
+        try:
+            if not spans.ON and msgtrace.DISPATCHER is None:  # tracing off: this one check per batch
+                return await self._post(msgs, mq, pq)
+            started = msgtrace.now_ms()
+            if spans.ON:
+                statuses = list(
+                    await spans.process_batch(
+                        msgs, self.spec.group, self.spec.endpoint, self._post(msgs, mq, pq)
+                    )
+                )
+            else:
+                statuses = await self._post(msgs, mq, pq)
+        except Withdrawn:
+            return [self.withdrawn(pq, msgs[0])] * len(msgs)
         msgtrace.consumed_all(msgs, self.spec.group, started, [s is ConsumeStatus.SUCCESS for s in statuses])
         return statuses
 
-    async def _post(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> list[ConsumeStatus]:
+    async def _post(
+        self, msgs: Sequence[MessageExt], mq: MessageQueue, pq: ProcessQueue | None = None
+    ) -> list[ConsumeStatus]:
         body = envelope(self.spec, msgs, mq)
         failed = [ConsumeStatus.RECONSUME_LATER] * len(msgs)
         while True:
@@ -140,29 +150,34 @@ class BulkPush(HttpPush):
             except PostError as exc:
                 self._report("error", msgs, time.perf_counter() - started)
                 self._log.no_answer(self.spec.name, str(exc), msgs[0].msg_id)
-                return self._dead_letters(msgs, failed)
+                return self._dead_letters(msgs, failed, pq)
             elapsed = time.perf_counter() - started
             if 200 <= resp.status < 300:
                 statuses = statuses_from(resp.body, msgs)
                 for msg, status in zip(msgs, statuses, strict=True):
                     self._on_delivery(self.spec.name, _OUTCOMES[status], elapsed, msg)
-                return self._dead_letters(msgs, statuses)
+                return self._dead_letters(msgs, statuses, pq)
             self._log.answered(self.spec.name, resp.status, msgs[0].msg_id)
             if resp.status in LATER_STATUSES:
                 self._report("later", msgs, elapsed)
-                await self._sleep(retry_after_s(resp.headers.get("retry-after"), self._wall_s()))
+                await self.later(resp.headers.get("retry-after"), pq)  # Withdrawn: not POSTed again
                 continue
             self._report("failed", msgs, elapsed)
-            return self._dead_letters(msgs, failed)
+            return self._dead_letters(msgs, failed, pq)
 
-    def _dead_letters(self, msgs: Sequence[MessageExt], statuses: list[ConsumeStatus]) -> list[ConsumeStatus]:
+    def _dead_letters(
+        self, msgs: Sequence[MessageExt], statuses: list[ConsumeStatus], pq: ProcessQueue | None
+    ) -> list[ConsumeStatus]:
         """Log the messages these statuses send to the group's DLQ: DROP, or a failure with no
-        reconsume left."""
+        reconsume left; only where the consumer acts on them (HttpPush.acted_on)."""
         for msg, status in zip(msgs, statuses, strict=True):
             if status is ConsumeStatus.DEAD_LETTER:
-                self._log.moved_to_dlq(self.spec.name, self.spec.group, msg.msg_id, "the app answered DROP")
+                if self.acted_on(pq, msg):
+                    self._log.moved_to_dlq(
+                        self.spec.name, self.spec.group, msg.msg_id, "the app answered DROP"
+                    )
             elif status is ConsumeStatus.RECONSUME_LATER:
-                log_if_dead(self._log, self.spec, msg, "failed")
+                log_if_dead(self._log, self.spec, msg, "failed", partial(self.acted_on, pq, msg))
         return statuses
 
     def _report(self, outcome: str, msgs: Sequence[MessageExt], elapsed: float) -> None:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 
 from rocksidecar.pipeline.backoff import parse_retry_after
 from rocksidecar.rmq.consumer.config import ConsumeStatus
+from rocksidecar.rmq.consumer.process_queue import ProcessQueue
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from ..http_client import HttpClient, PostError
@@ -58,10 +60,23 @@ async def traced(msg: MessageExt, group: str, endpoint: str, delivery: Awaitable
     return ok
 
 
-def log_if_dead(log: DeliveryLog, spec: SubscriptionSpec, msg: MessageExt, why: str) -> None:
+class Withdrawn(spans.Withdrawn):
+    """A delivery waiting out the app's "later" gave the message up instead of POSTing it again: its
+    queue was dropped (rebalanced away: the new owner delivers it) or its consumer began closing (it is
+    delivered again after the restart). Not a failure (spans.Withdrawn): no message trace record."""
+
+
+def log_if_dead(
+    log: DeliveryLog,
+    spec: SubscriptionSpec,
+    msg: MessageExt,
+    why: str,
+    acted_on: Callable[[], bool] | None = None,
+) -> None:
     """A failed message that has used up its reconsumes goes to the group's DLQ now: the broker moves it
-    there when it is sent back (concurrent), the consumer sends it there (orderly)."""
-    if msg.reconsume_times >= spec.max_reconsume_times:
+    there when it is sent back (concurrent), the consumer sends it there (orderly). ``acted_on``: asked
+    only then, whether the consumer acts on this failure at all (HttpPush.acted_on)."""
+    if msg.reconsume_times >= spec.max_reconsume_times and (acted_on is None or acted_on()):
         log.moved_to_dlq(spec.name, spec.group, msg.msg_id, f"{why} {msg.reconsume_times + 1} times")
 
 
@@ -86,20 +101,80 @@ class HttpPush:
         self._wall_s = wall_s
         self._failed = ConsumeStatus.SUSPEND if spec.orderly else ConsumeStatus.RECONSUME_LATER
         self._header_lines = HeaderLines(spec.group)
+        # Wired by the runner to the consumer (as StreamHub.process_queue): the process queue of a message
+        # queue it owns now, and its wait_closing. Unwired (a listener alone) every call is taken as the
+        # consumer's own and a Retry-After is slept out whatever happens meanwhile.
+        self.process_queue: Callable[[MessageQueue], ProcessQueue | None] | None = None
+        self.wait_closing: Callable[[float], Awaitable[bool]] | None = None
 
     async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
+        # Looked up before the first POST: a queue dropped and added again later has a new one, which pulls
+        # these messages again.
+        pq = self.process_queue(mq) if self.process_queue is not None else None
         for msg in msgs:  # consume_batch_size is 1: one CloudEvent per POST
-            if spans.ON or msgtrace.DISPATCHER is not None:  # tracing off: this one check per message
-                ok = await traced(msg, self.spec.group, self.spec.endpoint, self.deliver(msg, mq))
-            else:
-                ok = await self.deliver(msg, mq)
+            try:
+                if spans.ON or msgtrace.DISPATCHER is not None:  # tracing off: this one check per message
+                    ok = await traced(msg, self.spec.group, self.spec.endpoint, self.deliver(msg, mq, pq))
+                else:
+                    ok = await self.deliver(msg, mq, pq)
+            except Withdrawn:
+                return self.withdrawn(pq, msg)
             if not ok:
-                log_if_dead(self._log, self.spec, msg, "failed")
+                log_if_dead(self._log, self.spec, msg, "failed", partial(self.acted_on, pq, msg))
                 return self._failed
         return ConsumeStatus.SUCCESS
 
-    async def deliver(self, msg: MessageExt, mq: MessageQueue) -> bool:
-        """POST until the app takes it (True) or fails it (False); 429/503 wait and try again."""
+    def withdrawn(self, pq: ProcessQueue | None, msg: MessageExt) -> ConsumeStatus:
+        """The result of a call whose delivery of ``msg`` was withdrawn (Withdrawn): one the consumer
+        ignores."""
+        if self.acted_on(pq, msg):
+            # The consumer is closing, and drops its queues only once the calls running have ended: any
+            # status would be acted on (RECONSUME_LATER sends the message back, a retry used on every
+            # SIGTERM; SUCCESS commits what the app never took). Cancelled, as close() cancels a call it
+            # stops waiting for: nothing is sent back or committed, the restart delivers it again.
+            raise asyncio.CancelledError
+        # Dropped: the consumer ignores its result. Outside any queue's flow (an operator's direct
+        # resend): nothing is sent back whatever it is, and its request is answered.
+        return self._failed
+
+    def acted_on(self, pq: ProcessQueue | None, msg: MessageExt) -> bool:
+        """Whether the consumer acts on this call's failure of ``msg`` (so a move to the DLQ may be logged
+        for it): the message is held in its queue's process queue, which was not dropped meanwhile. Not
+        for an operator's resend (CONSUME_MESSAGE_DIRECTLY: outside any queue's flow, nothing is sent back
+        whatever the answer), nor a queue rebalanced away while the app had the message (the consumer
+        ignores the result: its new owner delivers it). Unwired (no consumer told): taken as acted on."""
+        if self.process_queue is None:
+            return True
+        # only on a failure with no reconsume left: the scan of the cached messages is off the hot path
+        return (
+            pq is not None
+            and not pq.dropped
+            and any(m.queue_offset == msg.queue_offset for m in pq.messages())
+        )
+
+    async def later(self, retry_after: str | None, pq: ProcessQueue | None) -> None:
+        """Sleep out the app's 429/503 (its Retry-After), or less when the consumer begins closing; then
+        Withdrawn, not another POST, when the consumer is closing or the message's queue was dropped."""
+        seconds = retry_after_s(retry_after, self._wall_s())
+        wait_closing = self.wait_closing
+        if wait_closing is None:
+            await self._sleep(seconds)
+            return
+        sleep = asyncio.ensure_future(self._sleep(seconds))
+        closing = asyncio.ensure_future(wait_closing(seconds))
+        try:
+            await asyncio.wait((sleep, closing), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleep.cancel()
+            closing.cancel()
+        closed = closing.done() and not closing.cancelled() and closing.result()
+        if closed or (pq is not None and pq.dropped):
+            raise Withdrawn
+
+    async def deliver(self, msg: MessageExt, mq: MessageQueue, pq: ProcessQueue | None = None) -> bool:
+        """POST until the app takes it (True) or fails it (False); 429/503 wait and try again, unless
+        meanwhile ``pq`` (the message's process queue) was dropped or the consumer began closing:
+        Withdrawn."""
         lines = self._header_lines(msg, mq)
         spec, on_delivery = self.spec, self._on_delivery
         while True:
@@ -117,7 +192,7 @@ class HttpPush:
             self._log.answered(spec.name, resp.status, msg.msg_id)
             if resp.status in LATER_STATUSES:
                 on_delivery(spec.name, "later", elapsed, msg)
-                await self._sleep(retry_after_s(resp.headers.get("retry-after"), self._wall_s()))
+                await self.later(resp.headers.get("retry-after"), pq)
                 continue
             on_delivery(spec.name, "failed", elapsed, msg)
             return False

@@ -118,16 +118,19 @@ class Subscriptions:
         self._http = HttpClient()
         self.log = DeliveryLog()  # failures and dead letters, throttled per cause
         self._flusher: asyncio.Task[None] | None = None
+        # close() has begun: start() starts nothing more. A consumer's own close() before its start()
+        # returns at once without marking it closed (nothing to undo yet), so start() must not go on.
+        self._closed = False
         self.consumers: dict[str, PushConsumer] = {}
         self.hubs: dict[str, StreamHub] = {}  # subscriptions the app pulls over gRPC
         for spec in self.specs:
             listener: MessageListener
+            push: HttpPush | None = None
             if spec.grpc:
                 listener = self.hubs[spec.name] = StreamHub(spec, on_delivery=on_delivery, log=self.log)
-            elif spec.bulk:
-                listener = BulkPush(spec, self._http, on_delivery=on_delivery, log=self.log)
             else:
-                listener = HttpPush(spec, self._http, on_delivery=on_delivery, log=self.log)
+                kind = BulkPush if spec.bulk else HttpPush
+                listener = push = kind(spec, self._http, on_delivery=on_delivery, log=self.log)
             consumer = PushConsumer(
                 consumer_config(spec, instance_name, close_timeout_s), namesrv, listener, instance=instance
             )
@@ -135,13 +138,21 @@ class Subscriptions:
             self.consumers[spec.name] = consumer
             if spec.grpc:  # so that the hub hands no stream a message of a queue dropped meanwhile
                 self.hubs[spec.name].process_queue = _process_queues(consumer)
+            if push is not None:  # so that a delivery waiting out the app's "later" stops once it is not
+                # wanted any more, and a failure is logged as moved to the DLQ only where the consumer acts
+                push.process_queue = _process_queues(consumer)
+                push.wait_closing = consumer.wait_closing
 
     async def start(self) -> None:
         """Start every consumer; a broker that cannot be reached now is retried by the consumer's own
-        loops (rebalance every 20 s), so the sidecar still starts and sends."""
+        loops (rebalance every 20 s), so the sidecar still starts and sends. close() meanwhile: it returns
+        with what it started closed (the consumer being started stops after its current step) and the
+        rest not started."""
         for consumer in self.consumers.values():
+            if self._closed:
+                return
             await consumer.start()
-        if self._flusher is None:
+        if self._flusher is None and not self._closed:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
 
     async def _flush_loop(self) -> None:
@@ -151,6 +162,7 @@ class Subscriptions:
 
     async def close(self) -> None:
         """Close every consumer (persist offsets, unregister so the group rebalances at once)."""
+        self._closed = True
         if self._flusher is not None:
             self._flusher.cancel()
             self._flusher = None
