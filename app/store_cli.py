@@ -350,10 +350,10 @@ async def _redrive(store: RetryStore, id_: str | None, every: bool) -> None:
         print(f"re-drove {moved} dead letters" + (f"; skipped {skipped} corrupt" if skipped else ""))
         return
     assert id_ is not None
-    moved = await store.dead.redrive_id(id_)
-    if not moved:
+    moved, skipped = await store.dead.redrive_message(id_)
+    if not moved and not skipped:  # a corrupt one is there: said as the other forms say it, not "none"
         raise CliError(f"no dead letter for message {id_!r}")
-    print(f"re-drove {moved} dead letter(s) of {id_}")
+    print(f"re-drove {moved} dead letter(s) of {id_}" + (f"; skipped {skipped} corrupt" if skipped else ""))
 
 
 def _print_json(doc: dict[str, object], *, indent: bool = True, out: TextIO | None = None) -> None:

@@ -3,6 +3,7 @@ messages and dead letters, re-drive by filter, and purge."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -15,6 +16,14 @@ from .keys import DEAD_CF, PENDING_CF, parse_pending_key, pending_of_dead
 from .record import CorruptRecordError, RetryRecord, decode_record
 from .store import RetryStore
 
+# The listings show a body's length, never the body, and purge and redrive need only keys: an item
+# keeps its record without the body (b""), and ``body_bytes``. Kept whole, a page of 1000 held every
+# body at once (4 GB at the default 4 MiB limit, 64 GB at 64 MiB); this way only the one being decoded.
+
+
+def _bodiless(record: RetryRecord) -> RetryRecord:
+    return replace(record, body=b"")
+
 
 @dataclass(frozen=True, slots=True)
 class PendingItem:
@@ -23,8 +32,38 @@ class PendingItem:
     key: bytes
     id: str
     due_ms: int
-    record: RetryRecord | None  # None: the value does not decode (the replay quarantines it)
+    record: RetryRecord | None  # without its body; None: the value does not decode (see corrupt)
     corrupt: str | None = None
+    body_bytes: int = 0  # the length of the record's body
+
+    @classmethod
+    def of(
+        cls, key: bytes, id_: str, due_ms: int, record: RetryRecord | None, corrupt: str | None
+    ) -> PendingItem:
+        if record is None:
+            return cls(key, id_, due_ms, None, corrupt)
+        return cls(key, id_, due_ms, _bodiless(record), corrupt, len(record.body))
+
+
+@dataclass(frozen=True, slots=True)
+class DeadItem:
+    """A dead letter as the admin views list it (retry.dead_letter.DeadLetter without its bytes)."""
+
+    key: bytes
+    id: str
+    reason: str
+    dead_at_ms: int
+    record: RetryRecord | None  # without its body; None: the letter's bytes are not a record
+    body_bytes: int = 0  # the length of the record's body
+
+    @classmethod
+    def of(cls, letter: DeadLetter) -> DeadItem:
+        record = letter.record
+        if record is None:
+            return cls(letter.key, letter.id, letter.reason, letter.dead_at_ms, None)
+        return cls(
+            letter.key, letter.id, letter.reason, letter.dead_at_ms, _bodiless(record), len(record.body)
+        )
 
 
 PURGE_CHUNK = 1000
@@ -35,15 +74,15 @@ def _pending_key(key: bytes) -> tuple[int, str]:
     return parsed.due_ms, parsed.id
 
 
-def _dead(where: Filter) -> Callable[[bytes, bytes], DeadLetter | None]:
-    def decode(key: bytes, raw: bytes) -> DeadLetter | None:
+def _dead(where: Filter) -> Callable[[bytes, bytes], DeadItem | None]:
+    def decode(key: bytes, raw: bytes) -> DeadItem | None:
         letter = decode_dead(key, raw)
         record = letter.record
         if where.on_message and record is None:
             return None
         if record is not None and not where.matches(record.topic, record.type):
             return None
-        return letter
+        return DeadItem.of(letter)
 
     return decode
 
@@ -52,13 +91,13 @@ def pending_page(
     store: RetryStore, where: Filter, *, cursor: str | None = None, limit: int = 100
 ) -> Page[PendingItem]:
     """Pending messages in due-time order (``due_*`` filter the next attempt time)."""
-    listed = due_messages(where, _pending_key, decode_record, PendingItem)
+    listed = due_messages(where, _pending_key, decode_record, PendingItem.of)
     return page(store.kv, PENDING_CF, where, listed, cursor=cursor, limit=limit)
 
 
 def dead_page(
     store: RetryStore, where: Filter, *, cursor: str | None = None, limit: int = 100
-) -> Page[DeadLetter]:
+) -> Page[DeadItem]:
     """Dead letters in the order they died (``due_*`` filter the time they died)."""
     return page(store.kv, DEAD_CF, where, _dead(where), cursor=cursor, limit=limit)
 
@@ -147,6 +186,12 @@ async def redrive(
         if found.cursor is None:
             return Redriven(moved, skipped, None)
         after = found.cursor
+        # A page's cursor is the last key it read, matched or not: a filter that matches little of a
+        # large store still answers within the deadline, and the next call goes on from there.
+        last_key = decode_cursor(after)
+        if clock() >= deadline:
+            return Redriven(moved, skipped, _redrive_cursor(stop_ms, last_key))
+        await asyncio.sleep(0)  # a page without a match awaited nothing: let the loop run between pages
 
 
 async def purge(
@@ -171,3 +216,7 @@ async def purge(
             cursor = letters.cursor
         if cursor is None:
             return deleted, skipped
+        # store.purge awaits nothing for a page without a match: without this a purge that matches little
+        # of a large store read all of it in one step of the event loop (the replay, the APIs and the
+        # heartbeats stood still). Between pages, not between the in-flight check and store.purge.
+        await asyncio.sleep(0)

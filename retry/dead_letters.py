@@ -7,6 +7,7 @@ import retry.store (which builds one).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TextIO
@@ -60,30 +61,40 @@ class DeadLetters:
 
     async def redrive_id(self, id_: str) -> int:
         """Re-drive every dead letter of message ``id_``; returns how many moved back."""
-        moved, _ = await self._redrive(self.keys_of(id_))
+        moved, _ = await self.redrive_message(id_)
         return moved
+
+    async def redrive_message(self, id_: str) -> tuple[int, int]:
+        """Re-drive every dead letter of message ``id_``; returns (moved, skipped as corrupt). (0, 0)
+        only when the store holds no dead letter of it (or none that another call is not moving back
+        now): a corrupt one stays there (listed, shown DEAD) and must not be answered as absent."""
+        moved, corrupt, _ = await self._redrive(self.keys_of(id_))
+        return moved, corrupt
 
     async def redrive_all(self) -> tuple[int, int]:
         """Re-drive every dead letter that holds a record; returns (moved, skipped as corrupt)."""
         moved = skipped = 0
         after: bytes | None = None
         while True:
-            keys = [letter.key for letter in self.page(after=after, limit=REDRIVE_CHUNK)]
+            # Keys only, each value dropped once read: decoded letters of a chunk held every body twice.
+            lower = None if after is None else after + b"\x00"
+            keys = [key for key, _ in itertools.islice(self._kv.iterate(DEAD_CF, lower=lower), REDRIVE_CHUNK)]
             if not keys:
                 return moved, skipped
             after = keys[-1]
-            done, bad = await self._redrive(keys)
-            moved, skipped = moved + done, skipped + bad
+            done, corrupt, gone = await self._redrive(keys)
+            moved, skipped = moved + done, skipped + corrupt + gone
 
-    async def _redrive(self, keys: list[bytes]) -> tuple[int, int]:
+    async def _redrive(self, keys: list[bytes]) -> tuple[int, int, int]:
+        """(moved, corrupt, gone: re-driven meanwhile, or being re-driven by another call now)."""
         results = await asyncio.gather(*(self._redrive_one(k) for k in keys), return_exceptions=True)
-        skipped = 0
+        corrupt = gone = 0
         for key, result in zip(keys, results, strict=True):
             if isinstance(result, CorruptRecordError):
                 log.warning("not re-driving %r: %s", key, result)
-                skipped += 1
+                corrupt += 1
             elif isinstance(result, KeyError):
-                skipped += 1  # re-driven meanwhile
+                gone += 1
             elif isinstance(result, BaseException):
                 raise result
-        return len(keys) - skipped, skipped
+        return len(keys) - corrupt - gone, corrupt, gone

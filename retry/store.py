@@ -335,10 +335,14 @@ class RetryStore(QueueBacked):
         # for its sync is not handed to a worker (whose reschedule would write it back, uncounted, or
         # whose ack would count it down a second time), and the floor stays below it.
         asked = dict.fromkeys(pending)
-        stored = {
-            k: raw for k in asked if k not in claims and (raw := self.kv.get(PENDING_CF, k)) is not None
-        }
-        pending = list(stored)
+        # Each record's since_ms, not its value: kept until the commit, the values of a batch of a
+        # thousand were every body at once.
+        sinces: list[int] = []
+        pending = []
+        for k in asked:
+            if k not in claims and (raw := self.kv.get(PENDING_CF, k)) is not None:
+                pending.append(k)
+                sinces.append(since_of(raw))
         # one a redrive or another purge is removing now is theirs (see redrive)
         dead = [
             k for k in dict.fromkeys(dead) if k not in self._leaving and self.kv.get(DEAD_CF, k) is not None
@@ -362,8 +366,8 @@ class RetryStore(QueueBacked):
             self._leaving.difference_update(dead)
             if held:
                 self._pending.add(-len(pending))
-                for raw in stored.values():
-                    self._oldest.remove(since_of(raw))
+                for since in sinces:
+                    self._oldest.remove(since)
                 self._dead.add(-len(dead))
             if not synced and pending:
                 # Still stored (unless only the sync failed: then it finds them gone), and the seek

@@ -2,9 +2,11 @@
 scheduled delayed messages), for the admin API and the CLI.
 
 Keys start with the due time (storage.keys), so due-before/after filters are key bounds; topic and type
-filters need the decoded value. A page stops after ``limit`` matches or after ``scan_budget`` keys
-read, whichever comes first, and returns a cursor (the last key read) to continue from, so a filter
-that matches nothing never reads a whole large store in one request.
+filters need the decoded value. A page stops after ``limit`` matches, after ``scan_budget`` keys read or
+once the values read pass ``byte_budget`` bytes, whichever comes first, and returns a cursor (the last
+key read) to continue from, so a filter that matches nothing never reads a whole large store in one
+request, and a page of large bodies (up to 64 MiB each) never reads thousands of them at once. A page
+may so hold fewer than ``limit`` items with a cursor: ``limit`` is a maximum.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .kv import KV
 from .message import CorruptValueError, StoredMessage
 
 SCAN_BUDGET = 10_000
+PAGE_BYTES = 64 * 1024 * 1024  # values read per page (the decoder should keep no bodies: see page)
 _CURSOR = re.compile(r"[A-Za-z0-9_-]{2,2048}")
 T = TypeVar("T")
 M = TypeVar("M", bound=StoredMessage)
@@ -71,12 +74,17 @@ def page(
     cursor: str | None = None,
     limit: int = 100,
     scan_budget: int = SCAN_BUDGET,
+    byte_budget: int = PAGE_BYTES,
     below: bytes | None = None,
     above: bytes | None = None,
 ) -> Page[T]:
     """Items of ``cf`` in key order that ``decode(key, value)`` turns into something (None: the filter
     did not match), keys below ``below`` and from ``above`` on only when given. Raises ValueError for a
-    bad cursor."""
+    bad cursor.
+
+    Values are read one at a time (an iterator, not a scan of a thousand values at once), so what a
+    page holds is what ``decode`` keeps of each: a listing that shows a body's length should keep the
+    length, not the body."""
     lower = due_prefix(min(max(where.due_after_ms or 0, 0), MAX_DUE_MS))
     if above is not None:
         lower = max(lower, above)
@@ -86,21 +94,19 @@ def page(
     if below is not None:
         upper = below if upper is None else min(upper, below)
     items: list[T] = []
-    read = 0
-    while len(items) < limit and read < scan_budget:
-        rows = kv.scan(cf, lower=lower, upper=upper, limit=min(scan_budget - read, 1000))
-        if not rows:
-            return Page(items, None)
-        for key, value in rows:
-            read += 1
-            lower = key + b"\x00"
-            item = decode(key, value)
-            if item is not None:
-                items.append(item)
-                if len(items) == limit:
-                    break
-    more = kv.scan(cf, lower=lower, upper=upper, limit=1)
-    return Page(items, encode_cursor(lower[:-1]) if more else None)
+    size = 0
+    last: bytes | None = None
+    for read, (key, value) in enumerate(kv.iterate(cf, lower=lower, upper=upper)):  # read: keys read so far
+        # Checked before this key is read: it is the proof there is more. The first key is always read
+        # (a page moves on by one at least, whatever the budgets).
+        if last is not None and (len(items) >= limit or read >= scan_budget or size >= byte_budget):
+            return Page(items, encode_cursor(last))
+        size += len(value)
+        last = key
+        item = decode(key, value)
+        if item is not None:
+            items.append(item)
+    return Page(items, None)
 
 
 def due_messages(

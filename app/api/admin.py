@@ -29,8 +29,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from rocksidecar.delay import DelayStore
 from rocksidecar.delay.admin import ScheduledItem, scheduled_page
 from rocksidecar.delay.message import DelayedMessage
-from rocksidecar.retry.admin import PendingItem, Redriven, dead_page, pending_page, purge, redrive
-from rocksidecar.retry.dead_letter import DeadLetter
+from rocksidecar.retry.admin import DeadItem, PendingItem, Redriven, dead_page, pending_page, purge, redrive
 from rocksidecar.retry.record import CorruptRecordError, RetryRecord
 from rocksidecar.retry.recovery import RecoveryReplay
 from rocksidecar.retry.replay import ReplayLoop
@@ -248,7 +247,12 @@ def _history(record: RetryRecord) -> list[dict[str, Any]]:
 def pending_view(item: PendingItem) -> dict[str, Any]:
     doc: dict[str, Any] = {"id": item.id, "state": "SPOOLED", "key": item.key.decode(errors="replace")}
     doc["nextAttemptAtMs"] = item.due_ms
-    return _detailed(doc, item.record, item.corrupt, _record_view)
+    return _detailed(doc, item.record, item.corrupt, functools.partial(_listed_view, item.body_bytes))
+
+
+def _listed_view(body_bytes: int, record: RetryRecord) -> dict[str, Any]:
+    """A listed record's view: a listing's record holds no body (retry.admin), its item the length."""
+    return {**_record_view(record), "bodyBytes": body_bytes}
 
 
 def _record_view(record: RetryRecord) -> dict[str, Any]:
@@ -260,7 +264,7 @@ def _record_view(record: RetryRecord) -> dict[str, Any]:
     }
 
 
-def dead_view(letter: DeadLetter) -> dict[str, Any]:
+def dead_view(letter: DeadItem) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "id": letter.id,
         "state": "DEAD",
@@ -268,7 +272,7 @@ def dead_view(letter: DeadLetter) -> dict[str, Any]:
         "reason": letter.reason,
         "deadAtMs": letter.dead_at_ms,
     }
-    return _detailed(doc, letter.record, True, _record_view)
+    return _detailed(doc, letter.record, True, functools.partial(_listed_view, letter.body_bytes))
 
 
 def scheduled_view(item: ScheduledItem) -> dict[str, Any]:
@@ -380,7 +384,7 @@ async def redrive_dead(ops: AdminOps, body: RedriveIn) -> dict[str, Any]:
 
     Raises:
         RequestError: not exactly one way given, a cursor with an id, a bad cursor, or no dead letter
-            for the id.
+            for the id (one that is there but corrupt is answered 200 with ``skipped``, as by filter).
     """
     chosen = [body.all, body.id is not None, body.topic is not None or body.type is not None]
     if sum(chosen) != 1:
@@ -390,10 +394,12 @@ async def redrive_dead(ops: AdminOps, body: RedriveIn) -> dict[str, Any]:
     if body.id is not None:
         if body.cursor is not None:
             raise RequestError("a cursor continues an all or filter redrive, not one by id", field="cursor")
-        moved = await ops.retry.dead.redrive_id(body.id)
-        if not moved:
+        moved, skipped = await ops.retry.dead.redrive_message(body.id)
+        # 404 when none is there (or another call is moving it back now); a corrupt one is there, and
+        # answered as the filter form answers it: 200, skipped.
+        if not moved and not skipped:
             raise RequestError.not_found(f"no dead letter for message {body.id!r}", field="id")
-        done = Redriven(moved, 0, None)
+        done = Redriven(moved, skipped, None)
     else:
         try:
             done = await redrive(ops.retry, Filter(topic=body.topic, type=body.type), cursor=body.cursor)
