@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from rocksidecar.storage.framing import frame, unframe
+from rocksidecar.storage.keys import MAX_DUE_MS
 
 from .keys import parse_pending_key, pending_of_dead
 from .record import CorruptRecordError, RetryRecord, decode_record, record_to_json
@@ -62,6 +63,10 @@ def decode_dead(key: bytes, data: bytes) -> DeadLetter:
         meta_bytes, raw = unframe(data, FORMAT_VERSION)
         meta = orjson.loads(meta_bytes)
         reason, dead_at = str(meta["reason"]), int(meta["dead_at"])
+        # A death time outside the keys' range [0, MAX_DUE_MS] (to the year 2286) is none bury wrote,
+        # and no view can show it as a date (/ui answered 500 for the whole page): damage.
+        if not 0 <= dead_at <= MAX_DUE_MS:
+            raise ValueError(f"dead_at {dead_at} ms is outside [0, {MAX_DUE_MS}]")
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         return DeadLetter(key, f"unreadable dead letter: {exc}", 0, data, None)
     try:

@@ -36,7 +36,7 @@ from rocksidecar.retry.replay import ReplayLoop
 from rocksidecar.retry.store import RetryStore
 from rocksidecar.rmq.message import TOPIC_MAX_LEN, TOPIC_PATTERN
 from rocksidecar.rmq.producer import BrokerState
-from rocksidecar.storage.query import Filter
+from rocksidecar.storage.query import Filter, decode_cursor
 
 from ..request import RequestError
 from . import problems
@@ -90,6 +90,23 @@ def _json_body(model: type[BaseModel], **extra: Any) -> dict[str, Any]:
 
 # A listing's reader (the store's page function, bound to its store) and how it shows each item.
 _Source = tuple[Callable[..., Any], Callable[[Any], dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """An item a reader lists whose stored value does not decode, for a source whose view takes only
+    decoded ones (transactions): listed by ``listed_view`` as its id and why, as the retry and delay
+    listings list theirs, rather than failing the whole page."""
+
+    id: str
+    corrupt: str
+
+
+def listed_view(view: Callable[[Any], dict[str, Any]], item: Any) -> dict[str, Any]:
+    """``item`` as a listing shows it: by ``view``, or an Unreadable one as its id and ``corrupt``."""
+    if isinstance(item, Unreadable):
+        return {"id": item.id, "corrupt": item.corrupt}
+    return view(item)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,11 +247,15 @@ def _listing(request: Request, sources: dict[str | None, _Source]) -> Response:
                 f"state must be {' or '.join(map(str, sources))}, got {state!r}", field="state"
             )
         read, view = sources[state]
-        try:
-            found = read(where, cursor=cursor, limit=limit)
-            items = [view(i) for i in found.items]
-        except ValueError as exc:
-            raise _bad_cursor(exc) from None
+        if cursor is not None:
+            # Only the cursor's own decode is the caller's fault: a ValueError from reading or viewing
+            # the store (a damaged record: orjson's decode error is one) is no bad cursor.
+            try:
+                decode_cursor(cursor)
+            except ValueError as exc:
+                raise _bad_cursor(exc) from None
+        found = read(where, cursor=cursor, limit=limit)
+        items = [listed_view(view, i) for i in found.items]
     except Exception as exc:
         return problem_response(exc)
     return _json({"items": items, "nextCursor": found.cursor})

@@ -36,6 +36,7 @@ from .admin import (
     RedriveIn,
     TransactionsView,
     dead_view,
+    listed_view,
     parse_body,
     problem_response,
     redrive_dead,
@@ -125,7 +126,11 @@ def _e(value: object) -> str:
 def _when(ms: int | None, now_ms: int) -> str:
     if ms is None:
         return "-"
-    at = datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        at = datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (ValueError, OverflowError, OSError):
+        # A time a stored record holds need not be one a date can show: the number, not a 500 page.
+        return f"{ms} ms (out of range)"
     delta_s = (ms - now_ms) / 1000
     rel = f"in {_span(delta_s)}" if delta_s >= 0 else f"{_span(-delta_s)} ago"
     return f"{at} ({rel})"
@@ -305,18 +310,20 @@ def _scheduled(due: list[dict[str, Any]], total: int, now: int) -> str:
 def _transactions(tx: TransactionsView, now: int) -> str:
     summary = tx.summary()
     read, view = tx.sources["open"]
-    open_ = [view(r) for r in read(Filter(), limit=SHOWN).items]
+    # A record that does not decode is listed by its id and why (listed_view): its state cell says why,
+    # what else it lacks shows "?".
+    open_ = [listed_view(view, r) for r in read(Filter(), limit=SHOWN).items]
     outcomes = " ".join(
         f"<li>{_e(o)} {_num(f'transactions-{o}', n)}</li>" for o, n in summary["outcomes"].items()
     )
     rows = [
         [
             _e(t["id"]),
-            _e(t["state"]),
-            _e(t["topic"]),
-            _e(t["transactionKey"] or "-"),
-            _e(_when(t["createdMs"], now)),
-            _e("yes" if t["acknowledged"] else "no"),
+            _e(t["state"] if "state" in t else f"corrupt: {t.get('corrupt', '?')}"),
+            _e(t.get("topic", "?")),
+            _e(t.get("transactionKey", "?") or "-"),
+            _e(_when(t["createdMs"], now) if "createdMs" in t else "?"),
+            _e(("yes" if t["acknowledged"] else "no") if "acknowledged" in t else "?"),
         ]
         for t in open_
     ]

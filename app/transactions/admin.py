@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from rocksidecar.storage.query import Filter, Page, page
 
-from ..api.admin import TransactionsView
+from ..api.admin import TransactionsView, Unreadable
 from ..request import RequestError
 from .coordinator import TransactionCoordinator
 from .http import view
@@ -29,28 +29,44 @@ def _unfiltered(where: Filter) -> None:
             raise RequestError(f"{name}: not a filter of transactions (topic is)", field=name)
 
 
-def _reader(records: TransactionRecords, only_open: bool) -> Callable[..., Page[Record]]:
-    def read(where: Filter, *, cursor: str | None = None, limit: int = 100) -> Page[Record]:
+# What Record.from_value raises for a stored value that is not a record: not JSON or a bad field
+# (ValueError, CorruptValueError among them), one missing (KeyError), of the wrong type (TypeError) or
+# not an object at all (AttributeError).
+_UNDECODABLE = (ValueError, KeyError, TypeError, AttributeError)
+
+
+def _reader(records: TransactionRecords, only_open: bool) -> Callable[..., Page[Record | Unreadable]]:
+    def read(where: Filter, *, cursor: str | None = None, limit: int = 100) -> Page[Record | Unreadable]:
         _unfiltered(where)
 
-        def listed(record: Record | None) -> Record | None:
+        def listed(id_: str, get: Callable[[], Record | None]) -> Record | Unreadable | None:
+            try:
+                record = get()
+            except _UNDECODABLE as exc:
+                # Listed, with why, as the retry and delay listings list a corrupt value (the operator
+                # sees the damage, not a failed page), and as they do only when no topic is asked for
+                # (its own is unknown).
+                return None if where.on_message else Unreadable(id_, f"{type(exc).__name__}: {exc}")
             if record is None or (only_open and kind(record) is None):  # gone, or decided since indexed
                 return None
             return record if where.matches(record.topic, None) else None
+
+        def indexed(key: bytes, _kind: bytes) -> Record | Unreadable | None:
+            id_ = key[len(OPEN) :].decode(errors="replace")
+            return listed(id_, lambda: records.get(id_))
+
+        def stored(key: bytes, raw: bytes) -> Record | Unreadable | None:
+            return listed(key.decode(errors="replace"), lambda: Record.from_value(raw))
 
         if only_open and records.swept:
             # The open index, not the records: a day's carried-out ones (kept KEEP_DECIDED_MS) would
             # otherwise fill the page's scan budget before the open ones are reached.
             return page(
-                records.kv, CF, Filter(), lambda key, _kind: listed(records.get(key[len(OPEN) :].decode())),
-                cursor=cursor, limit=limit, above=OPEN, below=OPEN_END,
-            )  # fmt: skip
+                records.kv, CF, Filter(), indexed, cursor=cursor, limit=limit, above=OPEN, below=OPEN_END
+            )
         # Ids are broker message ids (hex, 32 characters), all above the listing's lowest due-time key
         # and below the indexes kept beside them. (A store not swept into the index yet: its records.)
-        return page(
-            records.kv, CF, Filter(), lambda _key, raw: listed(Record.from_value(raw)),
-            cursor=cursor, limit=limit, below=INDEX,
-        )  # fmt: skip
+        return page(records.kv, CF, Filter(), stored, cursor=cursor, limit=limit, below=INDEX)
 
     return read
 
