@@ -293,7 +293,9 @@ class LoopBatchProcessor(SpanProcessor):
         self._thread: int | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._exporting: asyncio.Task[None] | None = None
+        self._inflight: Batch | None = None  # the batch with the collector: back to the queue if cut short
         self._closed = False
+        self._closing_by: float | None = None  # shutdown on the running loop: its one deadline (loop time)
         self._throttle = Throttle(window_s=60.0)
         self.dropped = 0  # spans the full queue turned away
         self.exported = 0  # spans a collector took
@@ -369,11 +371,17 @@ class LoopBatchProcessor(SpanProcessor):
             self._exporting = self._loop.create_task(self._export())
 
     async def _export(self) -> None:
-        """Full batches while there are some, then the rest once the schedule delay has passed."""
+        """Full batches while there are some, then the rest once the schedule delay has passed. Once
+        shutdown was called on this loop, all that is queued, by its deadline: no timer is armed after
+        it to send a partial batch."""
+        loop = asyncio.get_running_loop()
         try:
             while self._queue:
-                await self._send(self._take())
-                if len(self._queue) < self.config.max_batch:
+                if self._closing_by is not None:
+                    await self._send_queue(self._closing_by)
+                    break
+                await self._send(self._take(), loop.time() + self.config.export_timeout_s)
+                if len(self._queue) < self.config.max_batch and self._closing_by is None:
                     break
         finally:
             self._exporting = None
@@ -392,17 +400,44 @@ class LoopBatchProcessor(SpanProcessor):
             room -= _spans(span)
         return Batch(batch, full - room)
 
-    async def _send(self, taken: Batch) -> None:
-        """One batch to the collector, tried again while that is worth it and time is left. Never raises
-        but for a cancellation."""
+    async def _send_queue(self, deadline: float) -> None:
+        """All that is queued, batch by batch, by one ``deadline`` in all (a batch each with an export
+        timeout of its own held a stop (queue / batch) x that timeout with a collector down; the SDK's
+        shutdown gives up after one). Once it has passed, a shutdown counts the rest failed; a flush
+        leaves it queued."""
+        loop = asyncio.get_running_loop()
+        while self._queue and loop.time() < deadline:
+            await self._send(self._take(), deadline)
+        if self._closed and self._queue:
+            entries = list(self._queue)
+            self._queue.clear()
+            self._failed(Batch(entries, sum(map(_spans, entries))), "shutdown's export timeout passed")
+
+    async def _send(self, taken: Batch, deadline: float) -> None:
+        """One batch to the collector, tried again while that is worth it and time is left before
+        ``deadline`` (loop time). Never raises but for a cancellation, which puts the batch back at the
+        queue's head: the loop's end cancels an export under way, and shutdown sends what is queued."""
         batch = taken.entries
         try:
             body = encode_bytes(batch)
         except Exception as error:  # the SDK's rule: a batch that cannot be encoded is dropped, logged
             self._failed(taken, f"cannot encode: {type(error).__name__}: {error}")
             return
+        self._inflight = taken
+        try:
+            await self._tries(taken, body, deadline)
+        except asyncio.CancelledError:
+            if self._inflight is taken:
+                self._requeue_inflight()
+            raise
+        # not in a finally: a coroutine closed with its loop (GeneratorExit) leaves it for _flush
+        if self._inflight is taken:
+            self._inflight = None
+
+    async def _tries(self, taken: Batch, body: bytes, deadline: float) -> None:
+        """``body`` sent until the collector takes it, or refuses it for good, or ``deadline`` is too
+        near for another try; the batch counted either way."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.export_timeout_s
         backoff = _FIRST_BACKOFF_S
         while True:
             left = deadline - loop.time()
@@ -420,6 +455,13 @@ class LoopBatchProcessor(SpanProcessor):
                 return
             await asyncio.sleep(backoff)
             backoff *= 2
+
+    def _requeue_inflight(self) -> None:
+        """The batch cut short back at the queue's head, in its order (the queue may pass its bound by
+        it: these spans were taken in before)."""
+        taken, self._inflight = self._inflight, None
+        if taken is not None:
+            self._queue.extendleft(reversed(taken.entries))
 
     def _failed(self, taken: Batch, why: str) -> None:
         self.failed += taken.spans
@@ -447,6 +489,8 @@ class LoopBatchProcessor(SpanProcessor):
             if self._thread == threading.get_ident():
                 if self._timer is not None:
                     self._timer.cancel()
+                if self._closed and self._closing_by is None:  # the export drains the queue by then
+                    self._closing_by = loop.time() + self.config.export_timeout_s
                 self._export_now()  # what the running loop can do without blocking itself
                 return True
             done = asyncio.run_coroutine_threadsafe(self._drain(), loop)
@@ -455,6 +499,9 @@ class LoopBatchProcessor(SpanProcessor):
             except Exception:  # a flush answers whether it finished, it does not raise
                 return False
             return True
+        if loop is not None and loop.is_closed():
+            # an export its loop never cancelled (closed with the task pending): its batch goes first
+            self._requeue_inflight()
         if not self._queue:
             return True
         if self._timer is not None:
@@ -464,10 +511,10 @@ class LoopBatchProcessor(SpanProcessor):
         return not self._queue
 
     async def _drain(self) -> None:
+        deadline = asyncio.get_running_loop().time() + self.config.export_timeout_s
         if self._exporting is not None:
             await asyncio.shield(self._exporting)
-        while self._queue:
-            await self._send(self._take())
+        await self._send_queue(deadline)
 
     async def _drain_fresh(self) -> None:
         """The queue's rest exported from a loop of our own (the spans' loop has stopped): a client of
@@ -475,8 +522,7 @@ class LoopBatchProcessor(SpanProcessor):
         self._transport, old = transport(self.config), self._transport
         self._exporting = None
         try:
-            while self._queue:
-                await self._send(self._take())
+            await self._send_queue(asyncio.get_running_loop().time() + self.config.export_timeout_s)
         finally:
             await self._transport.close()
             self._transport = old

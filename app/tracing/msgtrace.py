@@ -41,11 +41,15 @@ CONTENT = "\x01"  # TraceConstants.CONTENT_SPLITOR
 FIELD = "\x02"  # TraceConstants.FIELD_SPLITOR
 MAX_RECORDS = 100  # records per trace message: AsyncTraceDispatcher's batchSize (a reader decodes them all)
 MAX_MESSAGE_BYTES = 128_000  # a trace message's body at most: AsyncTraceDispatcher's maxMsgSize
-MAX_KEYS_CHARS = 16_000  # a trace message's KEYS property: a batch record's properties must stay < 32 KiB
-KEYS_FULL = MAX_KEYS_CHARS - 256  # a trace message takes no more records once its keys reach this
+# A trace message's KEYS property, in bytes of UTF-8: a batch record's properties (KEYS, UNIQ_KEY, WAIT and
+# the broker's own items) must stay within PROPERTIES_MAX_BYTES (32767), and a key that is not ASCII takes
+# up to 3 bytes a character. In characters it is within this bound too.
+MAX_KEYS_BYTES = MAX_KEYS_CHARS = 16_000
+KEYS_FULL = MAX_KEYS_BYTES - 256  # a trace message takes no more records once its keys reach this
 MAX_PER_WRITE = 2_000  # records per SEND_BATCH_MESSAGE call (20 trace messages, ~400 KB)
 MAX_BUFFERED = 20_000  # records waiting; beyond, the oldest go (a trace must never hold memory hostage)
 FLUSH_S = 0.05
+CLOSE_S = 2.0  # close's flush at most: a broker that does not answer must not hold the sidecar's stop
 MSG_TYPE_NORMAL, MSG_TYPE_DELAY = 0, 3  # TraceDataEncoder's MessageType ordinals
 SUCCESS, FAILED = 0, 4  # ConsumeReturnType ordinals (contextCode)
 _PUB, _SUB = 0, 1  # what a buffered tuple is (its first item)
@@ -255,9 +259,11 @@ class Dispatcher:
                 data.append(text)
                 size += len(text)
                 for k in found:  # a key the index cannot hold (a space) or has no room for is left out
-                    if k and k not in keys and " " not in k and keys_size + len(k) < MAX_KEYS_CHARS:
-                        keys[k] = None
-                        keys_size += len(k) + 1
+                    if k and k not in keys and " " not in k:
+                        n = len(k) if k.isascii() else len(k.encode())  # bytes, ASCII's without encoding
+                        if keys_size + n < MAX_KEYS_BYTES:
+                            keys[k] = None
+                            keys_size += n + 1
             taken += len(data)
             messages.append(Message(topic, "".join(data).encode("utf-8"), keys=tuple(keys)))
         return messages, taken
@@ -266,6 +272,9 @@ class Dispatcher:
         try:
             # validated: the trace topic is a system topic, which validation refuses for the app's sends
             outcomes = await self._producer.send_batch(messages, validated=True)
+        except asyncio.CancelledError:  # close gave up on this write: its records are taken, not written
+            self.failed += len(messages)
+            raise
         except Exception as exc:  # whatever it is, a trace record is not worth more than a count
             self.failed += len(messages)
             log.debug("message trace not written: %s", exc)
@@ -278,16 +287,26 @@ class Dispatcher:
                 log.debug("message trace not written: %s", outcome)
 
     async def close(self) -> None:
+        """Write what is buffered, within CLOSE_S, then stop the writer's task. The flush first: it
+        waits for the lock, so for the writer's write under way (cancelling the task cut that write off
+        and lost the records it had taken), then writes the rest. What is still unwritten when the time
+        is up is counted: a write cut off in trace messages failed, the records still buffered dropped
+        (they never became a trace message)."""
+        try:
+            await asyncio.wait_for(self.flush(), CLOSE_S)
+        except TimeoutError:
+            pass
+        except Exception:  # as the writer's: the records taken are lost, the stop goes on
+            log.exception("message trace flush failed")
         if self._task is not None:
             self._task.cancel()
             try:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        try:
-            await asyncio.wait_for(self.flush(), 2.0)
-        except TimeoutError:
-            pass
+        if self._buffer:  # left by a flush that timed out (or records added while it wrote)
+            self.dropped += len(self._buffer)
+            self._buffer.clear()
         started = self._owned and not self._start_pending
         self._owned = self._start_pending = False  # not started after this: its instance closes next
         if started:
