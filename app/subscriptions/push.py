@@ -24,6 +24,21 @@ from ..tracing import msgtrace, spans
 from .cloudevents import HeaderLines
 from .log import DeliveryLog
 from .spec import SubscriptionSpec
+from .withdraw import ConsumerWired, Withdrawn
+
+__all__ = [  # Withdrawn re-exported (it moved to withdraw.py): bulk.py and tests take it from here
+    "DEFAULT_LATER_S",
+    "LATER_STATUSES",
+    "MAX_LATER_S",
+    "MIN_LATER_S",
+    "DeliveryHook",
+    "HttpPush",
+    "Withdrawn",
+    "later_s",
+    "log_if_dead",
+    "retry_after_s",
+    "traced",
+]
 
 LATER_STATUSES = (429, 503)
 DEFAULT_LATER_S = 1.0  # 429/503 without a usable Retry-After
@@ -60,12 +75,6 @@ async def traced(msg: MessageExt, group: str, endpoint: str, delivery: Awaitable
     return ok
 
 
-class Withdrawn(spans.Withdrawn):
-    """A delivery waiting out the app's "later" gave the message up instead of POSTing it again: its
-    queue was dropped (rebalanced away: the new owner delivers it) or its consumer began closing (it is
-    delivered again after the restart). Not a failure (spans.Withdrawn): no message trace record."""
-
-
 def log_if_dead(
     log: DeliveryLog,
     spec: SubscriptionSpec,
@@ -80,8 +89,9 @@ def log_if_dead(
         log.moved_to_dlq(spec.name, spec.group, msg.msg_id, f"{why} {msg.reconsume_times + 1} times")
 
 
-class HttpPush:
-    """The PushConsumer's listener of one subscription."""
+class HttpPush(ConsumerWired):
+    """The PushConsumer's listener of one subscription; wired by the runner to its consumer
+    (ConsumerWired)."""
 
     def __init__(
         self,
@@ -101,16 +111,9 @@ class HttpPush:
         self._wall_s = wall_s
         self._failed = ConsumeStatus.SUSPEND if spec.orderly else ConsumeStatus.RECONSUME_LATER
         self._header_lines = HeaderLines(spec.group)
-        # Wired by the runner to the consumer (as StreamHub.process_queue): the process queue of a message
-        # queue it owns now, and its wait_closing. Unwired (a listener alone) every call is taken as the
-        # consumer's own and a Retry-After is slept out whatever happens meanwhile.
-        self.process_queue: Callable[[MessageQueue], ProcessQueue | None] | None = None
-        self.wait_closing: Callable[[float], Awaitable[bool]] | None = None
 
     async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
-        # Looked up before the first POST: a queue dropped and added again later has a new one, which pulls
-        # these messages again.
-        pq = self.process_queue(mq) if self.process_queue is not None else None
+        pq = self.queue_of(mq)  # before the first POST
         for msg in msgs:  # consume_batch_size is 1: one CloudEvent per POST
             try:
                 if spans.ON or msgtrace.DISPATCHER is not None:  # tracing off: this one check per message
@@ -124,52 +127,9 @@ class HttpPush:
                 return self._failed
         return ConsumeStatus.SUCCESS
 
-    def withdrawn(self, pq: ProcessQueue | None, msg: MessageExt) -> ConsumeStatus:
-        """The result of a call whose delivery of ``msg`` was withdrawn (Withdrawn): one the consumer
-        ignores."""
-        if self.acted_on(pq, msg):
-            # The consumer is closing, and drops its queues only once the calls running have ended: any
-            # status would be acted on (RECONSUME_LATER sends the message back, a retry used on every
-            # SIGTERM; SUCCESS commits what the app never took). Cancelled, as close() cancels a call it
-            # stops waiting for: nothing is sent back or committed, the restart delivers it again.
-            raise asyncio.CancelledError
-        # Dropped: the consumer ignores its result. Outside any queue's flow (an operator's direct
-        # resend): nothing is sent back whatever it is, and its request is answered.
-        return self._failed
-
-    def acted_on(self, pq: ProcessQueue | None, msg: MessageExt) -> bool:
-        """Whether the consumer acts on this call's failure of ``msg`` (so a move to the DLQ may be logged
-        for it): the message is held in its queue's process queue, which was not dropped meanwhile. Not
-        for an operator's resend (CONSUME_MESSAGE_DIRECTLY: outside any queue's flow, nothing is sent back
-        whatever the answer), nor a queue rebalanced away while the app had the message (the consumer
-        ignores the result: its new owner delivers it). Unwired (no consumer told): taken as acted on."""
-        if self.process_queue is None:
-            return True
-        # only on a failure with no reconsume left: the scan of the cached messages is off the hot path
-        return (
-            pq is not None
-            and not pq.dropped
-            and any(m.queue_offset == msg.queue_offset for m in pq.messages())
-        )
-
     async def later(self, retry_after: str | None, pq: ProcessQueue | None) -> None:
-        """Sleep out the app's 429/503 (its Retry-After), or less when the consumer begins closing; then
-        Withdrawn, not another POST, when the consumer is closing or the message's queue was dropped."""
-        seconds = retry_after_s(retry_after, self._wall_s())
-        wait_closing = self.wait_closing
-        if wait_closing is None:
-            await self._sleep(seconds)
-            return
-        sleep = asyncio.ensure_future(self._sleep(seconds))
-        closing = asyncio.ensure_future(wait_closing(seconds))
-        try:
-            await asyncio.wait((sleep, closing), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleep.cancel()
-            closing.cancel()
-        closed = closing.done() and not closing.cancelled() and closing.result()
-        if closed or (pq is not None and pq.dropped):
-            raise Withdrawn
+        """Wait out the app's 429/503 (its Retry-After): ConsumerWired.wait_out."""
+        await self.wait_out(retry_after_s(retry_after, self._wall_s()), pq)
 
     async def deliver(self, msg: MessageExt, mq: MessageQueue, pq: ProcessQueue | None = None) -> bool:
         """POST until the app takes it (True) or fails it (False); 429/503 wait and try again, unless

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rocksidecar.rmq import ClientInstance
-from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, MessageListener, PushConsumer
+from rocksidecar.rmq.consumer import ConsumeFrom, ConsumerConfig, PushConsumer
 from rocksidecar.rmq.consumer.allocate import AllocateStrategy, Averagely
 from rocksidecar.rmq.consumer.bounded_hash import BoundedHash
 from rocksidecar.rmq.consumer.offset_store import ReadType
@@ -124,24 +124,22 @@ class Subscriptions:
         self.consumers: dict[str, PushConsumer] = {}
         self.hubs: dict[str, StreamHub] = {}  # subscriptions the app pulls over gRPC
         for spec in self.specs:
-            listener: MessageListener
-            push: HttpPush | None = None
+            listener: StreamHub | HttpPush
             if spec.grpc:
                 listener = self.hubs[spec.name] = StreamHub(spec, on_delivery=on_delivery, log=self.log)
             else:
                 kind = BulkPush if spec.bulk else HttpPush
-                listener = push = kind(spec, self._http, on_delivery=on_delivery, log=self.log)
+                listener = kind(spec, self._http, on_delivery=on_delivery, log=self.log)
             consumer = PushConsumer(
                 consumer_config(spec, instance_name, close_timeout_s), namesrv, listener, instance=instance
             )
             consumer.subscribe(spec.topic, spec.expression, spec.expression_type)
             self.consumers[spec.name] = consumer
-            if spec.grpc:  # so that the hub hands no stream a message of a queue dropped meanwhile
-                self.hubs[spec.name].process_queue = _process_queues(consumer)
-            if push is not None:  # so that a delivery waiting out the app's "later" stops once it is not
-                # wanted any more, and a failure is logged as moved to the DLQ only where the consumer acts
-                push.process_queue = _process_queues(consumer)
-                push.wait_closing = consumer.wait_closing
+            # So that the hub hands no stream a message of a queue dropped meanwhile, a delivery nobody holds
+            # (waiting out the app's "later"; gRPC: waiting for a stream) stops once it is not wanted any
+            # more, and a failure is logged as moved to the DLQ only where the consumer acts on it.
+            listener.process_queue = _process_queues(consumer)
+            listener.wait_closing = consumer.wait_closing
 
     async def start(self) -> None:
         """Start every consumer; a broker that cannot be reached now is retried by the consumer's own

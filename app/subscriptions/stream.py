@@ -5,16 +5,20 @@ app answers by delivery id. No answer within the subscription's timeout is a fai
 redelivered by the broker); LATER waits and offers it again; a stream that ends without answering hands
 the message to the next stream (no failure counted, unless MAX_LOST streams have ended so with it: one
 no client can take would go round the streams for ever). With no stream attached, messages wait; one
-whose queue was dropped meanwhile (rebalanced away, or closing) is never handed to a stream.
+whose queue was dropped meanwhile (rebalanced away, or closing) is never handed to a stream. Once the
+consumer begins closing, a message no stream has taken, or one waiting out its LATER, is given up at once
+(ConsumerWired): no app holds it, so close() need not wait for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import math
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.consumer.process_queue import ProcessQueue
@@ -24,6 +28,7 @@ from ..tracing import msgtrace, spans
 from .log import DeliveryLog
 from .push import DEFAULT_LATER_S, DeliveryHook, later_s, log_if_dead, traced
 from .spec import SubscriptionSpec
+from .withdraw import ConsumerWired, Withdrawn
 
 # Streams that may end, one after another, without answering a delivery before it counts as failed.
 MAX_LOST = 3
@@ -43,7 +48,9 @@ class Delivery:
     msg: MessageExt
     mq: MessageQueue
     pq: ProcessQueue | None = None  # the queue as it was when the listener call began
-    taken: asyncio.Event = field(default_factory=asyncio.Event)
+    # Done once a stream took it. A future, not an Event: the listener call waits for it and for the
+    # consumer's closing at once without a task of its own per message.
+    taken: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     answer: asyncio.Future[tuple[Answer, float]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -53,14 +60,15 @@ class UnknownDelivery(LookupError):
     pass
 
 
-class QueueDropped(spans.Withdrawn):
+class QueueDropped(Withdrawn):
     """The message's queue was dropped before any stream took it: its new owner delivers it. Not a
     failure: its spans end marked dropped, without an error (spans.Withdrawn), and it leaves no message
     trace record (push.traced records only deliveries that ended)."""
 
 
-class StreamHub:
-    """The listener of one gRPC subscription, and what Subscribe/Ack work on."""
+class StreamHub(ConsumerWired):
+    """The listener of one gRPC subscription, and what Subscribe/Ack work on; wired by the runner to its
+    consumer (ConsumerWired: without it, no delivery counts as dropped and closing ends no wait)."""
 
     def __init__(
         self,
@@ -79,40 +87,43 @@ class StreamHub:
         self._failed = ConsumeStatus.SUSPEND if spec.orderly else ConsumeStatus.RECONSUME_LATER
         self.streams = 0
         self._forgetting = False
-        # The consumer's process queue of a message queue it owns now (wired by the runner): without
-        # it, no delivery counts as dropped.
-        self.process_queue: Callable[[MessageQueue], ProcessQueue | None] = lambda _mq: None
+        self._closing: asyncio.Future[bool] | None = None  # see closing()
 
     async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
-        # Looked up before the first wait: a queue dropped and added again later has a new one, which
-        # pulls these messages again.
-        pq = self.process_queue(mq)
+        pq = self.queue_of(mq)  # before the first wait
         for msg in msgs:
             try:
                 if spans.ON or msgtrace.DISPATCHER is not None:  # tracing off: this one check per message
                     ok = await traced(msg, self.spec.group, "grpc", self.deliver(msg, mq, pq))
                 else:
                     ok = await self.deliver(msg, mq, pq)
-            except QueueDropped:
-                # The consumer ignores a dropped queue's result. Were it not ignored, a failure would
-                # only deliver it again, where success could commit past what the new owner has not
-                # consumed yet.
-                return self._failed
+            except Withdrawn:
+                # Dropped (QueueDropped, or while waiting out LATER): a result the consumer ignores. Were
+                # it not ignored, a failure would only deliver it again, where success could commit past
+                # what the new owner has not consumed yet. Closing: cancelled (ConsumerWired.withdrawn).
+                return self.withdrawn(pq, msg)
             if not ok:
-                log_if_dead(self._log, self.spec, msg, "failed")
+                log_if_dead(self._log, self.spec, msg, "failed", partial(self.acted_on, pq, msg))
                 return self._failed
         return ConsumeStatus.SUCCESS
 
     async def deliver(self, msg: MessageExt, mq: MessageQueue, pq: ProcessQueue | None = None) -> bool:
         """True when the app took it, False when it failed or timed out; QueueDropped when ``pq`` (the
-        message's process queue) was dropped before a stream took it."""
+        message's process queue) was dropped before a stream took it, Withdrawn when the consumer began
+        closing before a stream took it or while it waited out LATER (or ``pq`` was dropped then)."""
         loop = asyncio.get_running_loop()
         lost = 0
         while True:
             d = Delivery(uuid.uuid4().hex, msg, mq, pq)
             try:
                 await self._queue.put(d)
-                await d.taken.wait()  # no timeout here: with no app attached the message waits
+                # no timeout here: with no app attached the message waits, until the consumer closes
+                closing = self.closing()
+                await asyncio.wait(
+                    (d.taken,) if closing is None else (d.taken, closing), return_when=asyncio.FIRST_COMPLETED
+                )
+                if not d.taken.done():
+                    raise Withdrawn  # closing: no app has it (finally: no stream will take it)
                 started = loop.time()
                 # On the answer itself, not a copy one callback behind it (shield): an Ack taken in the
                 # turn the timer fires counts, as the Ack RPC was answered OK.
@@ -125,7 +136,7 @@ class StreamHub:
                 # as long as it lived) and a stream never takes it from the queue. An Ack for it is
                 # refused as before: it is no longer open.
                 d.answer.cancel()  # nothing when answered
-                if not d.taken.is_set() and not self._forgetting:
+                if not d.taken.done() and not self._forgetting:
                     # Once per turn: the consume timeout's sweep and close() cancel every waiting call
                     # at once, and a pass over the queue for each took 0.4 s for a thousand.
                     self._forgetting = True
@@ -150,7 +161,14 @@ class StreamHub:
             if answer is Answer.FAILED:
                 return False
             if answer is Answer.LATER:
-                await self._sleep(later_s)
+                await self.wait_out(later_s, pq)  # Withdrawn when its queue was dropped or closing began
+
+    def closing(self) -> asyncio.Future[bool] | None:
+        """Done (True) once the consumer began closing; one wait shared by every delivery of the hub (one
+        each would be a task more per message). None when unwired."""
+        if self._closing is None and self.wait_closing is not None:
+            self._closing = asyncio.ensure_future(self.wait_closing(math.inf))  # ends when closing
+        return self._closing
 
     async def next(self) -> Delivery:
         """The next delivery for a stream; the caller must call ``lost`` for it if the stream ends."""
@@ -158,15 +176,17 @@ class StreamHub:
             d = await self._queue.get()
             if d.answer.done():
                 continue
+            if self._closing is not None and self._closing.done():
+                continue  # the consumer is closing: its listener call gives it up (deliver), no app gets it
             if d.pq is not None and d.pq.dropped:
                 # Rebalanced away before any app had it: the new owner delivers it from the committed
                 # offset, so handed out here it would reach two apps (Java's ConsumeRequest checks
                 # processQueue.isDropped() before the listener; this wait for a stream is that step).
                 d.answer.set_result((Answer.DROPPED, 0.0))
-                d.taken.set()  # wakes its listener call, which sees the answer
+                d.taken.set_result(None)  # wakes its listener call, which sees the answer
                 continue
             self._open[d.delivery_id] = d
-            d.taken.set()
+            d.taken.set_result(None)
             return d
 
     def _forget_cancelled(self) -> None:
