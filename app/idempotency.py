@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from rocksidecar.rmq.throttle import RepeatLog
 from rocksidecar.storage.errors import StorageError
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV, Delete, Put
@@ -127,6 +128,33 @@ class _FirstGone(Exception):
     leaving past MAX_GONE_SENDS, cancels it)."""
 
 
+def _decoded(raw: bytes) -> tuple[int, str, Answer] | None:
+    """(created_ms, fingerprint, answer) of a kept answer as _keep writes it; None when the value is
+    damaged (bit rot, a hand edit): not JSON, or a field missing or of another type."""
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    created, fp, status, body = (doc.get(name) for name in ("created_ms", "fp", "status", "body"))
+    if type(created) is not int or not isinstance(fp, str) or type(status) is not int:
+        return None
+    return (created, fp, (status, body)) if isinstance(body, dict) else None
+
+
+def _damaged(field: str) -> RequestError:
+    # Replayed, the client would take it for the first request's answer; computed afresh, the message
+    # might go twice. Neither: refused until the purge forgets it with the window (then a new key).
+    return RequestError(
+        f"the answer kept for this {field} is damaged: whether the first request was carried out is "
+        "unknown; it is forgotten once the idempotency window is over",
+        status=500,
+        field=field,
+        title="Damaged answer",
+    )
+
+
 def _stopping(field: str) -> RequestError:
     return RequestError(
         "the sidecar is stopping: the request was not answered; retry it with the same key",
@@ -150,15 +178,21 @@ class IdempotencyStore:
         self._firsts: set[asyncio.Task[Answer]] = set()
         self._gone: set[asyncio.Task[Answer]] = set()  # those of them whose callers went away
         self._closed = False
+        self._damaged = RepeatLog()  # damaged answers met: one line, then a summary per window
 
-    def _stored(self, key: str) -> tuple[str, Answer] | None:
+    def _stored(self, key: str, field: str) -> tuple[str, Answer] | None:
+        """The fingerprint and answer kept for ``key`` in the window; RequestError (500) when damaged."""
         raw = self._kv.get(CF_ANSWERS, key.encode())
         if raw is None:
             return None
-        doc = orjson.loads(raw)
-        if self._now_ms() - doc["created_ms"] > self._window_ms:
+        kept = _decoded(raw)
+        if kept is None:
+            self._damaged.warning(log, ("replay",), "the answer kept for Idempotency-Key %r is damaged", key)
+            raise _damaged(field)
+        created_ms, fp, answer = kept
+        if self._now_ms() - created_ms > self._window_ms:
             return None
-        return doc["fp"], (doc["status"], doc["body"])
+        return fp, answer
 
     async def run(
         self,
@@ -175,7 +209,7 @@ class IdempotencyStore:
                 return await asyncio.shield(pending[1])
             except _FirstGone:
                 continue  # the first's send was cancelled, not this call: answer it as a first
-        stored = self._stored(key)
+        stored = self._stored(key, field)
         if stored is not None:
             _check_same(stored[0], fp, field)
             return stored[1]
@@ -296,8 +330,13 @@ class IdempotencyStore:
                 # key that goes in flight after this check has its Put queued after these Deletes.
                 if inflight and key.decode(errors="surrogateescape") in inflight:
                     continue
-                # A newer answer under the same key has its own, later index entry: keep it.
-                if raw is not None and orjson.loads(raw)["created_ms"] == int(index_key[:13]):
+                # A newer answer under the same key has its own, later index entry: keep it. A damaged
+                # one, whose time is unknown, goes with its key's first expired entry (kept, it stopped
+                # every round here, the oldest entry, and its key answered 500 for ever).
+                kept = _decoded(raw) if raw is not None else None
+                if raw is not None and (kept is None or kept[0] == int(index_key[:13])):
+                    if kept is None:
+                        self._damaged.warning(log, ("purge",), "a damaged kept answer dropped: %r", key)
                     ops.append(Delete(CF_ANSWERS, key))
                 ops.append(Delete(CF_EXPIRY, index_key))
                 dropped += 1

@@ -71,8 +71,12 @@ HANDOVER_CHECK_S = 0.02
 
 def offsets_store(data_dir: Path, name: str = OFFSETS_FILE) -> LocalFileOffsetStore:
     """On the replica's volume, named by nothing that changes across restarts (Java's default path
-    has the client id, whose IP changes with a pod's): a lost volume loses it with the store."""
-    return LocalFileOffsetStore(data_dir / name)
+    has the client id, whose IP changes with a pod's): a lost volume loses it with the store. A damaged
+    one is set aside and read as empty, as a lost one is (refused, the replica never started until
+    someone deleted it): the inner and marks topics are read again from the first offset (nothing
+    skipped; a copy held again is the same id, and the marks drop the ones published), the beats'
+    reader from the last (only what is said from now on matters)."""
+    return LocalFileOffsetStore(data_dir / name, set_aside_damaged=True)
 
 
 class Replication:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import enum
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,8 +23,11 @@ from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.kv import KV, Delete, Put
 from rocksidecar.storage.message import CorruptValueError, StoredMessage, decode, encode
 
+log = logging.getLogger(__name__)
+
 CF = "transactions"
 MAX_ID_BYTES = 128
+MAX_REPORTED = 1_000  # damaged records logged once each (per process); past so many, no more lines
 
 
 class Decision(enum.Enum):
@@ -111,33 +115,69 @@ class Record:
 
     @classmethod
     def from_value(cls, raw: bytes) -> Record:
-        doc = orjson.loads(raw)
+        """The record stored as ``raw``; CorruptTransactionError when it is not one (bit rot, a hand edit,
+        a bug of an older version), never a record that says something ``raw`` does not."""
+        try:
+            record = cls._decoded(orjson.loads(raw))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # binascii.Error is a ValueError
+            raise CorruptTransactionError(f"{type(exc).__name__}: {exc}") from exc
+        if record.decision is not Decision.NONE and record.decided_ms is None:
+            raise CorruptTransactionError("decided without its decision time")  # a resend asserted on it
+        if record.local and not record.acknowledged and record.message is None:
+            # Taken as it reads, a commit would be "carried out" with no message spooled: never sent.
+            raise CorruptTransactionError("a local transaction not carried out without its message")
+        return record
+
+    @classmethod
+    def _decoded(cls, doc: dict[str, Any]) -> Record:
         receipt = None
         if doc.get("mode", "broker") == "broker":
             receipt = HalfReceipt(
-                group=doc["group"],
-                msg_id=doc["id"],
-                broker_name=doc["broker"],
-                queue=MessageQueue(doc["topic"], doc["broker"], int(doc["queueId"])),
-                queue_offset=int(doc["halfOffset"]),
-                commit_log_offset=int(doc["commitLogOffset"]),
-                offset_msg_id=doc["offsetMsgId"],
+                group=_str(doc["group"]),
+                msg_id=_str(doc["id"]),
+                broker_name=_str(doc["broker"]),
+                queue=MessageQueue(_str(doc["topic"]), _str(doc["broker"]), _int(doc["queueId"])),
+                queue_offset=_int(doc["halfOffset"]),
+                commit_log_offset=_int(doc["commitLogOffset"]),
+                offset_msg_id=_str(doc["offsetMsgId"]),
             )
         message = None
         if doc.get("message") is not None:
-            fields, _meta = decode(base64.b64decode(doc["message"]), CorruptValueError)
+            fields, _meta = decode(base64.b64decode(doc["message"], validate=True), CorruptValueError)
             message = StoredMessage(*fields)
+        key = doc.get("transactionKey")
         return cls(
-            id=doc["id"],
+            id=_str(doc["id"]),
             receipt=receipt,
-            created_ms=int(doc["createdMs"]),
-            transaction_key=doc.get("transactionKey"),
+            created_ms=_int(doc["createdMs"]),
+            transaction_key=None if key is None else _str(key),
             decision=Decision(doc["state"]),
-            decided_ms=doc.get("decidedMs"),
+            decided_ms=_opt_int(doc.get("decidedMs")),
             acknowledged=bool(doc.get("acknowledged")),
             message=message,
-            done_ms=doc.get("doneMs"),
+            done_ms=_opt_int(doc.get("doneMs")),
         )
+
+
+class CorruptTransactionError(CorruptValueError):
+    """A stored value of the column family is not a transaction record. The rounds skip it (logged, its
+    entries left as they are: the admin listing shows it as unreadable); a request about its id fails."""
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not a string")
+    return value
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{value!r} is not an integer")
+    return value
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else _int(value)
 
 
 def _key(tx_id: str) -> bytes:
@@ -196,6 +236,7 @@ class TransactionRecords:
             raise ValueError(f"the store lacks the {CF!r} column family")
         self._kv = kv
         self._writer = writer
+        self._reported: set[bytes] = set()  # damaged records logged already (_readable)
         self._sweep_from: bytes | None = None if kv.get(CF, SWEPT) is not None else b""
         if self._sweep_from is not None and not kv.scan(CF, upper=INDEX, limit=1):
             with contextlib.suppress(StorageError):  # a store that takes no writes: swept by the rounds
@@ -212,6 +253,8 @@ class TransactionRecords:
         return self._sweep_from is None
 
     def get(self, tx_id: str) -> Record | None:
+        """``tx_id``'s record, None if there is none; CorruptTransactionError when it is damaged (a request
+        about it fails: it is neither found nor decided)."""
         try:
             raw = self._kv.get(CF, _key(tx_id))
         except KeyError:
@@ -255,9 +298,11 @@ class TransactionRecords:
         found: list[Record] = []
         fixes: list[Put | Delete] = []
         for (key, value), raw in zip(wanted, raws, strict=True):
-            record = Record.from_value(raw) if raw is not None else None
-            if record is None:
+            record = self._readable(key, raw) if raw is not None else None
+            if raw is None:
                 fixes.append(Delete(CF, OPEN + key))
+            elif record is None:
+                continue  # damaged: not acted on, its entry kept (listed as unreadable, counted as open)
             elif kind(record) != value:
                 fixes += _index_ops(record, key)
             else:
@@ -310,10 +355,11 @@ class TransactionRecords:
         if self._sweep_from is None:
             return []
         rows = self._kv.scan(CF, lower=self._sweep_from, upper=INDEX, limit=limit)
-        records = [Record.from_value(v) for _, v in rows]
-        entries = self._kv.get_many(CF, [OPEN + key for key, _ in rows])
+        # A damaged one is left unindexed (its kind is unknown): the listing of all records shows it
+        readable = [(key, r) for key, v in rows if (r := self._readable(key, v)) is not None]
+        entries = self._kv.get_many(CF, [OPEN + key for key, _ in readable])
         ops: list[Put | Delete] = []
-        for (key, _), record in zip(rows, records, strict=True):
+        for key, record in readable:
             ops += _index_ops(record, key)
         done = len(rows) < limit
         if done:
@@ -321,4 +367,25 @@ class TransactionRecords:
         if ops:
             self._kv.write(ops, sync=False)  # lost: swept again after a restart, the same entries
         self._sweep_from = None if done else rows[-1][0] + b"\x00"
-        return [r for r, entry in zip(records, entries, strict=True) if entry is None and kind(r) is not None]
+        return [
+            r
+            for (_, r), entry in zip(readable, entries, strict=True)
+            if entry is None and kind(r) is not None
+        ]
+
+    def _readable(self, key: bytes, raw: bytes) -> Record | None:
+        """The record stored as ``raw`` under ``key``; None when it is damaged, logged once per record (a
+        round every few seconds meets it again). The rounds skip it rather than stop at it for ever (or
+        the start, whose stats read the open index): it is never taken as decided, undecided or carried
+        out, and left as it is for the operator (the admin listing shows it as unreadable, with why);
+        a request about its id fails (get raises)."""
+        try:
+            return Record.from_value(raw)
+        except CorruptTransactionError as exc:
+            if key not in self._reported and len(self._reported) < MAX_REPORTED:
+                self._reported.add(key)
+                log.error(
+                    "transaction %s: its stored record is damaged, skipped by the rounds: %s",
+                    key.decode(errors="replace"), exc,
+                )  # fmt: skip
+            return None

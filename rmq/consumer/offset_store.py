@@ -160,11 +160,18 @@ def _queue_key(mq: MessageQueue) -> str:
 
 
 class LocalFileOffsetStore(_MemoryOffsets):
-    """LocalFileOffsetStore, for broadcasting: every client keeps its own progress in a file."""
+    """LocalFileOffsetStore, for broadcasting: every client keeps its own progress in a file.
 
-    def __init__(self, path: Path) -> None:
+    A damaged file (bit rot, a hand edit: the writes themselves are atomic) is refused (ClientError): read
+    as empty, every queue would start from ``consume_from``, which skips messages when that is the last
+    offset. ``set_aside_damaged``: for an owner whose start from consume_from skips nothing (the first
+    offset, its messages idempotent), a damaged file is renamed ``<name>.damaged`` (kept for a look),
+    logged, and read as empty instead."""
+
+    def __init__(self, path: Path, *, set_aside_damaged: bool = False) -> None:
         super().__init__()
         self.path = path
+        self.set_aside_damaged = set_aside_damaged
         self._lock = asyncio.Lock()
 
     async def load(self) -> None:
@@ -181,7 +188,20 @@ class LocalFileOffsetStore(_MemoryOffsets):
                 q = orjson.loads(key)
                 table[MessageQueue(q["topic"], q["brokerName"], int(q["queueId"]))] = int(offset)
         except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise ClientError(f"the offsets file {self.path} is damaged: {exc}") from exc
+            if not self.set_aside_damaged:
+                raise ClientError(f"the offsets file {self.path} is damaged: {exc}") from exc
+            aside = self.path.with_name(self.path.name + ".damaged")
+            try:
+                await asyncio.to_thread(os.replace, self.path, aside)
+            except OSError as move:  # still there: refused again next time rather than read as empty
+                raise ClientError(
+                    f"the offsets file {self.path} is damaged ({exc}); not set aside: {move}"
+                ) from exc
+            log.error(
+                "the offsets file %s is damaged (%s): set aside as %s; every queue starts from its "
+                "consume_from", self.path, exc, aside.name,
+            )  # fmt: skip
+            return {}
         return table
 
     async def read(self, mq: MessageQueue, read_type: ReadType) -> int | None:
