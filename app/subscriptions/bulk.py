@@ -26,8 +26,9 @@ from rocksidecar.rmq.message import MessageExt, MessageQueue
 from ..http_client import PostError
 from ..tracing import msgtrace, spans
 from .cloudevents import structured_event
-from .push import LATER_STATUSES, HttpPush, Withdrawn, log_if_dead
+from .push import LATER_STATUSES, HttpPush
 from .spec import SubscriptionSpec
+from .withdraw import Withdrawn, log_if_dead
 
 BULK_EVENT_TYPE = "com.dapr.event.sent.bulk"  # Dapr's DefaultBulkEventType
 CONTENT_TYPE = "application/json"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
 
 from rocksidecar.pipeline.backoff import parse_retry_after
 from rocksidecar.rmq.consumer.config import ConsumeStatus
@@ -20,13 +19,12 @@ from rocksidecar.rmq.consumer.process_queue import ProcessQueue
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
 from ..http_client import HttpClient, PostError
-from ..tracing import msgtrace, spans
 from .cloudevents import HeaderLines
 from .log import DeliveryLog
 from .spec import SubscriptionSpec
-from .withdraw import ConsumerWired, Withdrawn
+from .withdraw import ConsumerWired, Withdrawn, log_if_dead, traced
 
-__all__ = [  # Withdrawn re-exported (it moved to withdraw.py): bulk.py and tests take it from here
+__all__ = [  # Withdrawn, log_if_dead and traced re-exported (they moved to withdraw.py)
     "DEFAULT_LATER_S",
     "LATER_STATUSES",
     "MAX_LATER_S",
@@ -64,31 +62,6 @@ def later_s(seconds: float) -> float:
     return min(max(seconds, MIN_LATER_S), MAX_LATER_S)
 
 
-async def traced(msg: MessageExt, group: str, endpoint: str, delivery: Awaitable[bool]) -> bool:
-    """One delivery to the app (HTTP or gRPC) inside its consume span (spans on), recorded as the
-    message trace's SubBefore/SubAfter pair (message trace on). A delivery withdrawn before the app had it
-    (spans.Withdrawn, raised through) records no pair: the app never saw it, its queue's new owner
-    delivers it and records that."""
-    started = msgtrace.now_ms()
-    ok = await (spans.process(msg, group, endpoint, delivery) if spans.ON else delivery)
-    msgtrace.consumed(msg, group, started, ok)
-    return ok
-
-
-def log_if_dead(
-    log: DeliveryLog,
-    spec: SubscriptionSpec,
-    msg: MessageExt,
-    why: str,
-    acted_on: Callable[[], bool] | None = None,
-) -> None:
-    """A failed message that has used up its reconsumes goes to the group's DLQ now: the broker moves it
-    there when it is sent back (concurrent), the consumer sends it there (orderly). ``acted_on``: asked
-    only then, whether the consumer acts on this failure at all (HttpPush.acted_on)."""
-    if msg.reconsume_times >= spec.max_reconsume_times and (acted_on is None or acted_on()):
-        log.moved_to_dlq(spec.name, spec.group, msg.msg_id, f"{why} {msg.reconsume_times + 1} times")
-
-
 class HttpPush(ConsumerWired):
     """The PushConsumer's listener of one subscription; wired by the runner to its consumer
     (ConsumerWired)."""
@@ -113,19 +86,8 @@ class HttpPush(ConsumerWired):
         self._header_lines = HeaderLines(spec.group)
 
     async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
-        pq = self.queue_of(mq)  # before the first POST
-        for msg in msgs:  # consume_batch_size is 1: one CloudEvent per POST
-            try:
-                if spans.ON or msgtrace.DISPATCHER is not None:  # tracing off: this one check per message
-                    ok = await traced(msg, self.spec.group, self.spec.endpoint, self.deliver(msg, mq, pq))
-                else:
-                    ok = await self.deliver(msg, mq, pq)
-            except Withdrawn:
-                return self.withdrawn(pq, msg)
-            if not ok:
-                log_if_dead(self._log, self.spec, msg, "failed", partial(self.acted_on, pq, msg))
-                return self._failed
-        return ConsumeStatus.SUCCESS
+        # consume_batch_size is 1: one CloudEvent per POST
+        return await self.deliver_each(msgs, mq, self.spec.endpoint)
 
     async def later(self, retry_after: str | None, pq: ProcessQueue | None) -> None:
         """Wait out the app's 429/503 (its Retry-After): ConsumerWired.wait_out."""

@@ -18,15 +18,13 @@ import math
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.consumer.process_queue import ProcessQueue
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
-from ..tracing import msgtrace, spans
 from .log import DeliveryLog
-from .push import DEFAULT_LATER_S, DeliveryHook, later_s, log_if_dead, traced
+from .push import DEFAULT_LATER_S, DeliveryHook, later_s
 from .spec import SubscriptionSpec
 from .withdraw import ConsumerWired, Withdrawn
 
@@ -90,22 +88,7 @@ class StreamHub(ConsumerWired):
         self._closing: asyncio.Future[bool] | None = None  # see closing()
 
     async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:
-        pq = self.queue_of(mq)  # before the first wait
-        for msg in msgs:
-            try:
-                if spans.ON or msgtrace.DISPATCHER is not None:  # tracing off: this one check per message
-                    ok = await traced(msg, self.spec.group, "grpc", self.deliver(msg, mq, pq))
-                else:
-                    ok = await self.deliver(msg, mq, pq)
-            except Withdrawn:
-                # Dropped (QueueDropped, or while waiting out LATER): a result the consumer ignores. Were
-                # it not ignored, a failure would only deliver it again, where success could commit past
-                # what the new owner has not consumed yet. Closing: cancelled (ConsumerWired.withdrawn).
-                return self.withdrawn(pq, msg)
-            if not ok:
-                log_if_dead(self._log, self.spec, msg, "failed", partial(self.acted_on, pq, msg))
-                return self._failed
-        return ConsumeStatus.SUCCESS
+        return await self.deliver_each(msgs, mq, "grpc")
 
     async def deliver(self, msg: MessageExt, mq: MessageQueue, pq: ProcessQueue | None = None) -> bool:
         """True when the app took it, False when it failed or timed out; QueueDropped when ``pq`` (the

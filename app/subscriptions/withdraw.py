@@ -1,17 +1,21 @@
 """What a subscription's listener (HttpPush, BulkPush, StreamHub) knows of the consumer that calls it, so
 that a delivery nobody holds ends once it is not wanted any more (its queue dropped, the consumer closing)
-and a failure is logged as moved to the DLQ only where the consumer acts on it."""
+and a failure is logged as moved to the DLQ only where the consumer acts on it; and the listener call
+they share (ConsumerWired.deliver_each: one message after another, each traced)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 
 from rocksidecar.rmq.consumer.config import ConsumeStatus
 from rocksidecar.rmq.consumer.process_queue import ProcessQueue
 from rocksidecar.rmq.message import MessageExt, MessageQueue
 
-from ..tracing import spans
+from ..tracing import msgtrace, spans
+from .log import DeliveryLog
+from .spec import SubscriptionSpec
 
 
 class Withdrawn(spans.Withdrawn):
@@ -21,16 +25,69 @@ class Withdrawn(spans.Withdrawn):
     trace record."""
 
 
+async def traced(msg: MessageExt, group: str, endpoint: str, delivery: Awaitable[bool]) -> bool:
+    """One delivery to the app (HTTP or gRPC) inside its consume span (spans on), recorded as the
+    message trace's SubBefore/SubAfter pair (message trace on). A delivery withdrawn before the app had it
+    (spans.Withdrawn, raised through) records no pair: the app never saw it, its queue's new owner
+    delivers it and records that."""
+    started = msgtrace.now_ms()
+    ok = await (spans.process(msg, group, endpoint, delivery) if spans.ON else delivery)
+    msgtrace.consumed(msg, group, started, ok)
+    return ok
+
+
+def log_if_dead(
+    log: DeliveryLog,
+    spec: SubscriptionSpec,
+    msg: MessageExt,
+    why: str,
+    acted_on: Callable[[], bool] | None = None,
+) -> None:
+    """A failed message that has used up its reconsumes goes to the group's DLQ now: the broker moves it
+    there when it is sent back (concurrent), the consumer sends it there (orderly). ``acted_on``: asked
+    only then, whether the consumer acts on this failure at all (ConsumerWired.acted_on)."""
+    if msg.reconsume_times >= spec.max_reconsume_times and (acted_on is None or acted_on()):
+        log.moved_to_dlq(spec.name, spec.group, msg.msg_id, f"{why} {msg.reconsume_times + 1} times")
+
+
 class ConsumerWired:
     """A listener the runner wires to its consumer (``process_queue``, ``wait_closing``); the class using
-    it sets ``_failed`` (its consume status for a failure) and ``_sleep``."""
+    it sets ``spec``, ``_log``, ``_failed`` (its consume status for a failure) and ``_sleep``, and
+    delivers one message (``deliver``)."""
 
     # The process queue of a message queue the consumer owns now, and its wait_closing. Unwired (a listener
     # alone) every call is taken as the consumer's own and a "later" is waited out whatever happens.
     process_queue: Callable[[MessageQueue], ProcessQueue | None] | None = None
     wait_closing: Callable[[float], Awaitable[bool]] | None = None
+    spec: SubscriptionSpec
+    _log: DeliveryLog
     _failed: ConsumeStatus
     _sleep: Callable[[float], Awaitable[None]]
+
+    async def deliver(self, msg: MessageExt, mq: MessageQueue, pq: ProcessQueue | None = None) -> bool:
+        raise NotImplementedError
+
+    async def deliver_each(
+        self, msgs: Sequence[MessageExt], mq: MessageQueue, endpoint: str
+    ) -> ConsumeStatus:
+        """The listener call: each message delivered in turn (traced to ``endpoint``), the first failure
+        ending it; a delivery withdrawn (its queue dropped, the consumer closing) ends it with a result
+        the consumer ignores (withdrawn)."""
+        pq = self.queue_of(mq)  # before the first delivery
+        for msg in msgs:
+            try:
+                if spans.ON or msgtrace.DISPATCHER is not None:  # tracing off: this one check per message
+                    ok = await traced(msg, self.spec.group, endpoint, self.deliver(msg, mq, pq))
+                else:
+                    ok = await self.deliver(msg, mq, pq)
+            except Withdrawn:
+                # Dropped: a result the consumer ignores. Were it not ignored, a failure would only deliver
+                # it again, where success could commit past what the new owner has not consumed yet.
+                return self.withdrawn(pq, msg)
+            if not ok:
+                log_if_dead(self._log, self.spec, msg, "failed", partial(self.acted_on, pq, msg))
+                return self._failed
+        return ConsumeStatus.SUCCESS
 
     def queue_of(self, mq: MessageQueue) -> ProcessQueue | None:
         """``mq``'s process queue, looked up when a call begins: a queue dropped and added again later has
