@@ -6,7 +6,6 @@ for an IPv4 host. The first part is fixed per process; the rest changes per id.
 
 from __future__ import annotations
 
-import datetime as dt
 import ipaddress
 import itertools
 import os
@@ -29,10 +28,15 @@ def local_ip() -> bytes:
 
 
 def _month_bounds_ms(now_ms: int) -> tuple[int, int]:
-    now = dt.datetime.fromtimestamp(now_ms / 1000).astimezone()
-    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    nxt = (start + dt.timedelta(days=32)).replace(day=1)
-    return int(start.timestamp() * 1000), int(nxt.timestamp() * 1000)
+    """This month's first local midnight and the next month's, by the zone's rules on those days (Java's
+    Calendar in setStartTime): the offset in force now was wrong by an hour for either in a month with a
+    DST change, so ids read an hour off in Java's getNearlyTimeFromID, and the time part stepped back an
+    hour (repeating ids) at a month end met in winter time."""
+    now = time.localtime(now_ms / 1000)
+    year, month = now.tm_year, now.tm_mon
+    after = (year + 1, 1) if month == 12 else (year, month + 1)
+    start, end = (time.mktime((y, m, 1, 0, 0, 0, 0, 0, -1)) for y, m in ((year, month), after))
+    return int(start * 1000), int(end * 1000)
 
 
 class UniqIdGenerator:
