@@ -150,7 +150,9 @@ class TopicRouteData:
         return bool(self.order_topic_conf)
 
     def publish_queues(self, topic: str) -> list[MessageQueue]:
-        """Java's topicRouteData2TopicPublishInfo: writable queues of brokers that have a master."""
+        """Java's topicRouteData2TopicPublishInfo: writable queues of brokers that have a master. Unlike
+        subscribe_queues, a list as Java's is: a broker named twice has its queues twice (sends lean to
+        them), and the index a sharding key picks stays the one a Java producer picks."""
         if self.order_topic_conf:
             return [
                 MessageQueue(topic, name, i)
@@ -168,13 +170,17 @@ class TopicRouteData:
         return out
 
     def subscribe_queues(self, topic: str) -> list[MessageQueue]:
-        """Java's topicRouteData2TopicSubscribeInfo: readable queues of every broker."""
-        return [
-            MessageQueue(topic, q.broker_name, i)
-            for q in sorted(self.queue_datas, key=lambda q: q.broker_name)
-            if q.perm & PERM_READ
-            for i in range(q.read_queue_nums)
-        ]
+        """Java's topicRouteData2TopicSubscribeInfo: readable queues of every broker, each once. Java
+        collects them in a HashSet, so a route naming a broker twice gives its queues once; a list with
+        a queue twice would make the allocation strategies give it to two members."""
+        return list(
+            dict.fromkeys(
+                MessageQueue(topic, q.broker_name, i)
+                for q in sorted(self.queue_datas, key=lambda q: q.broker_name)
+                if q.perm & PERM_READ
+                for i in range(q.read_queue_nums)
+            )
+        )
 
     def clamp_queues(self, limit: int) -> TopicRouteData:
         """The default topic's route for auto-creation: at most ``limit`` queues per broker."""

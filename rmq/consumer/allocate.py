@@ -43,6 +43,18 @@ def sort_for_allocation(
     return sorted(mq_all, key=java_queue_key), sorted(cid_all, key=java_string_key)
 
 
+def java_split(text: str, sep: str) -> list[str]:
+    """Java's ``text.split(sep)`` for a one-character separator that is no regex metacharacter: the
+    whole text when ``sep`` is absent, else the pieces without the trailing empty ones ("a@b@" gives
+    2, "a@" gives 1, "@" gives none), where Python's str.split keeps them."""
+    parts = text.split(sep)
+    if len(parts) == 1:
+        return parts
+    while parts and not parts[-1]:
+        parts.pop()
+    return parts
+
+
 def java_queue_string(mq: MessageQueue) -> str:
     """MessageQueue.toString(), the key the consistent-hash strategy hashes."""
     return f"MessageQueue [topic={mq.topic}, brokerName={mq.broker_name}, queueId={mq.queue_id}]"
@@ -119,12 +131,19 @@ class ConsistentHash(CheckedStrategy):
 
     def share(self, group: str, current: str, mq_all: Queues, cid_all: Clients) -> list[MessageQueue]:
         ring: dict[int, str] = {}
-        replicas: dict[str, int] = {}
-        for cid in cid_all:  # a duplicate id adds replicas after the existing ones, as addNode does
-            first = replicas.get(cid, 0)
+        # Points each id owns in the ring now. A duplicate id (two processes with one client id) numbers
+        # its points from this count, as addNode's getExistingReplicas() does: points a later one of the
+        # same hash replaced (a custom hash_fn can collide) are not counted, so their numbers are reused.
+        owned: dict[str, int] = {}
+        for cid in cid_all:
+            first = owned.get(cid, 0)
             for i in range(first, first + self.virtual_nodes):
-                ring[self._hash(f"{cid}-{i}")] = cid
-            replicas[cid] = first + self.virtual_nodes
+                h = self._hash(f"{cid}-{i}")
+                replaced = ring.get(h)
+                if replaced is not None:
+                    owned[replaced] -= 1
+                ring[h] = cid
+                owned[cid] = owned.get(cid, 0) + 1
         if not ring:
             return []
         points = sorted(ring)
@@ -160,7 +179,7 @@ class ByMachineRoom(CheckedStrategy):
         mine = [
             mq
             for mq in mq_all
-            if len(parts := mq.broker_name.split("@")) == 2 and parts[0] in self.consumer_idcs
+            if len(parts := java_split(mq.broker_name, "@")) == 2 and parts[0] in self.consumer_idcs
         ]
         size, rem = divmod(len(mine), n)
         out = mine[size * index : size * index + size]

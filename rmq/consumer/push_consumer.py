@@ -575,7 +575,14 @@ class PushConsumer(Lifecycle):
             wanted: set[MessageQueue] = set()
             topics = {s.topic for s in self._subscriptions()}
             for topic in topics:
-                share = await self._topic_share(topic)
+                try:
+                    share = await self._topic_share(topic)
+                except Exception as exc:
+                    # Java's doRebalance/rebalanceByTopic: a strategy that fails on one topic (Environment(3)
+                    # on a 2-queue %RETRY% topic) leaves that topic's queues as they are, and the others
+                    # still rebalance; escaping here would fail start() and cut every later round short.
+                    self._warn(("allocation failed", topic), "allocation of %s failed, kept: %r", topic, exc)
+                    share = None
                 if share is None:  # no route or no member list this time: keep what we have (Java)
                     share = {mq for mq in self.queues if mq.topic == topic}
                 wanted |= share
