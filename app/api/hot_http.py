@@ -101,6 +101,9 @@ class HotHttp(asyncio.Protocol):
         self._handover_at: int | None = None  # set: the rest of the connection is uvicorn's
         self._last: tuple[tuple[bytes | None, ...], FastRoute, str, bytes, int] | None = None
         self._closing = False  # shutdown asked: answer what was read, then close
+        self._open = False  # a message has begun and is not complete (its head or its body arriving)
+        self._ending = False  # nothing more is read: close once the answers owed are out
+        self._eof = False  # the client half-closed: it sends nothing more
         self._lingering = False
         self._paused = False
         self._writes_paused = False
@@ -136,6 +139,20 @@ class HotHttp(asyncio.Protocol):
         if self._handover_at is not None:
             self._hand_over()
 
+    def eof_received(self) -> bool:
+        """The client half-closed (``shutdown(SHUT_WR)``, ``nc -N``, some proxies): it sends nothing more
+        but reads on. asyncio's default closed the transport here, and an answer owed (its send going on,
+        counted 200) was never written: the client, unanswered, sends again. What it sent whole is
+        answered, then the connection closes (_answered); a request it left unfinished never will be,
+        so with nothing owed before it (or nothing at all) the connection closes now."""
+        self._eof = True
+        if self._answering or self._queue:
+            self._ending = True
+            self._deadline.clear()  # nothing more arrives to be timed; the answers owed bound themselves
+            return True
+        self._flush()  # an answer held for the loop's turn goes out before the close
+        return False
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
         self._deadline.stop()
@@ -162,6 +179,7 @@ class HotHttp(asyncio.Protocol):
 
     # --- httptools callbacks --------------------------------------------------------------------
     def on_message_begin(self) -> None:
+        self._open = True
         self._url = b""
         self._headers = {}
         self._fields = 0
@@ -197,6 +215,7 @@ class HotHttp(asyncio.Protocol):
         self._reading = hot
 
     def on_message_complete(self) -> None:
+        self._open = False
         hot = self._reading
         if hot is None or self._handover_at is not None:
             return
@@ -289,15 +308,17 @@ class HotHttp(asyncio.Protocol):
             self._next()
         elif self._handover_at is not None:
             self._hand_over()
+        elif self._ending:  # the last answer owed is out (eof_received, _close)
+            self._close()
         else:
             self._flow()
-            if self._reading is None:
+            if not self._open:  # idle: keep-alive's time; a head begun keeps its read deadline
                 self._deadline.set(self.keep_alive_s)
 
     def _write(self, hot: _Hot, status: int, payload: bytes, media: bytes, extra: dict[str, str]) -> None:
         transport = self.transport
-        if transport is None or transport.is_closing():
-            return
+        if transport is None or self._lingering or transport.is_closing():
+            return  # lingering: the FIN is out, a write would be refused
         out = [STATUS_LINE[status], default_head(self.server_state.default_headers)]
         for key, text in extra.items():
             out += [key.lower().encode("latin-1"), b": ", text.encode("latin-1"), b"\r\n"]
@@ -359,6 +380,14 @@ class HotHttp(asyncio.Protocol):
         transport, self.transport = self.transport, None
         transport.set_protocol(inner)
         inner.connection_made(transport)
+        if self._writes_paused:
+            # The transport called pause_writing once, on this protocol: the new one, believing writes
+            # flow, answered request after request into the transport's buffer for a client that reads
+            # nothing. Told, it writes nothing until they drain and reads no further than one request
+            # queued behind the one it answers (as when the connection was its own from the start). So
+            # reading is still resumed for it: its flow resumes only the reading it paused itself, and a
+            # request it still has to read (a head cut by the read) would wait for its read deadline.
+            inner.pause_writing()
         if self._paused:
             transport.resume_reading()
         if rest:
@@ -371,7 +400,7 @@ class HotHttp(asyncio.Protocol):
         """Read on only while nothing waits: no queued request, no handover pending, writes flowing."""
         if self.transport is None:
             return
-        pause = self._writes_paused or bool(self._queue) or self._handover_at is not None
+        pause = self._writes_paused or self._ending or bool(self._queue) or self._handover_at is not None
         if pause and not self._paused:
             self._paused = True
             self.transport.pause_reading()
@@ -381,12 +410,19 @@ class HotHttp(asyncio.Protocol):
 
     def _close(self) -> None:
         """Close; while a body is arriving, half-close and read and drop what still comes for LINGER_S
-        (closing with the client's data unread makes the kernel reset the connection)."""
+        (closing with the client's data unread makes the kernel reset the connection). With an answer
+        owed (a pipelined request timed out while the one before it is answered), read no more and close
+        once the answers owed are out (_answered): written after the FIN or the close, an answer is lost
+        though its send went on, and the client, unanswered, sends again."""
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if transport is None or self._lingering or transport.is_closing():
+            return
+        if self._answering or self._queue:
+            self._ending = True
+            self._flow()  # pauses reading
             return
         self._flush()
-        if self._reading is not None and transport.can_write_eof():
+        if self._reading is not None and not self._eof and transport.can_write_eof():
             self._lingering = True
             transport.write_eof()
             if self._paused:

@@ -269,6 +269,7 @@ class GuardedHttpTools(HttpToolsProtocol):
     handed_over = False  # set by app.api.hot_http: the connection was counted and admitted there
     _fields = 0  # header fields of the head being read
     _pending: Refusal | None = None  # a head refused while answers before it were owed
+    _refused: Any = None  # the cycle of a queued request whose body the parser failed on: refused in its turn
     _read: LazyDeadline | None = None
     _lingering: _LingeringTransport | None = None
     # Bytes of the open head read so far (at least: see _open_part); None: no head open. A head that
@@ -358,6 +359,7 @@ class GuardedHttpTools(HttpToolsProtocol):
             # in its turn it is refused in its app's place. Waiting for its body would wait until the
             # read timeout: the parser reads no more of it.
             self.pipeline[0] = (cycle, self._refusing_app(cycle, refusal))
+            self._refused = cycle
             self._parked()
         else:
             # They are the body of the request whose app runs (every earlier answer is out: its app
@@ -422,6 +424,46 @@ class GuardedHttpTools(HttpToolsProtocol):
         super().on_message_complete()
         if self._read is not None:
             self._read.clear()
+
+    def eof_received(self) -> bool:  # type: ignore[override]  # uvicorn's: None (closes)
+        """The client half-closed (``shutdown(SHUT_WR)``, ``nc -N``, some proxies): it sends nothing more
+        but reads on. uvicorn's returns None, so the transport closed here, and an answer owed (its app
+        going on: a send delivered and counted 200) was never written: the client, unanswered, sends
+        again. What it sent whole is answered, the last answer with ``connection: close``, then the
+        connection closes; a request it left unfinished never will be: with nothing owed before it (or
+        nothing at all), the connection closes now."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or self.transport.is_closing():
+            return self._closed_at_eof()  # nothing owed (what is lingering has nothing more to drain)
+        if self._read is not None:
+            self._read.clear()  # nothing more arrives to be timed; the answers owed bound themselves
+        if self._pending is not None or cycle is self._refused:
+            return True  # a refusal follows the answers owed, and closes
+        if not cycle.more_body:  # the newest request was sent whole (a head begun after it never ends)
+            cycle.keep_alive = False  # its answer says so and closes
+            return True
+        # The newest request's body will not end.
+        if self.pipeline and self.pipeline[0][0] is cycle:
+            # It waits behind answers owed: in its turn the connection closes instead of its app.
+            self.pipeline[0] = (cycle, self._closing_app(cycle))
+            return True
+        return self._closed_at_eof()  # its app runs (nothing owed before it): it is told the client is gone
+
+    def _closed_at_eof(self) -> bool:
+        """eof_received's False (the transport closes): what is held goes out first."""
+        if self._lingering is not None:
+            self._lingering.flush()
+        return False
+
+    def _closing_app(self, cycle: Any) -> Callable[[Any, Any, Any], Awaitable[None]]:
+        """An ASGI application, in place of the one of a request whose body will not come, that closes the
+        connection without an answer (as if the client were gone: run_asgi writes nothing then)."""
+
+        async def close(scope: Any, receive: Any, send: Any) -> None:
+            cycle.disconnected = True
+            self.transport.close()
+
+        return close
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._read is not None:

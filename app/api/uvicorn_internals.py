@@ -35,8 +35,11 @@ PROTOCOL_METHODS = (
 # Per-connection state read by that subclass, present once a request's head is parsed.
 PROTOCOL_ATTRIBUTES = ("cycle", "flow", "loop", "pipeline", "server_state", "transport")
 # Read, and for a request whose body the parser failed on, set (``disconnected``, ``message_event``: what
-# uvicorn's connection_lost does to tell the app the client is gone).
-CYCLE_ATTRIBUTES = ("more_body", "response_started", "response_complete", "disconnected", "message_event")
+# uvicorn's connection_lost does to tell the app the client is gone); ``keep_alive`` set false when the
+# client half-closed, as uvicorn's shutdown does: the answer says ``connection: close`` and closes.
+CYCLE_ATTRIBUTES = (
+    "more_body", "response_started", "response_complete", "disconnected", "message_event", "keep_alive",
+)  # fmt: skip
 # A request read while an earlier one's answer is owed waits in ``pipeline`` as the pair (its cycle, the
 # application to run it) at index 0 (the newest): that subclass puts a refusal in place of the application
 # of one whose body cannot be parsed.
