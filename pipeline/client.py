@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,14 @@ BATCH_PATH = "/v1/messages:batch"
 STORED = frozenset({"SENT", "SPOOLED", "SCHEDULED"})  # answered 2xx: kept by a broker or the sidecar
 STATUSES = STORED | {"REJECTED", "FAILED"}  # every status a batch item may be answered
 REPLAYED_HEADER = "Idempotent-Replayed"  # the sidecar repeated an earlier answer: nothing was sent now
+# The most an answer to n messages may take, as sent and as decoded: an item is a few hundred bytes (an
+# error's text included), a problem document (4xx, 5xx) a few; more is a peer that does not stop.
+ANSWER_BASE_BYTES = 64 * 1024
+ANSWER_ITEM_BYTES = 4 * 1024
+# An encoded answer is decoded this many bytes at a time, so that one step's output stays small however
+# large the whole would be (a bomb): <= 256 KiB for gzip (1:1032), <= 8 MiB for zstd (4 bytes of a
+# run-length block make 128 KiB); past the bound decoding stops.
+DECODE_STEP_BYTES = 256
 
 
 class SidecarError(Exception):
@@ -37,6 +45,16 @@ class SidecarError(Exception):
 
 class GaveUpError(SidecarError):
     """Still unavailable (429, 5xx, transport errors) after the allowed retries."""
+
+
+def _retried(status: int) -> bool:
+    """An answer the sidecar may not give the next time: waited out and the request repeated."""
+    return status == 429 or status >= 500
+
+
+def _steps(raw: bytes) -> Iterator[bytes]:
+    for start in range(0, len(raw), DECODE_STEP_BYTES):
+        yield raw[start : start + DECODE_STEP_BYTES]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +105,19 @@ class SidecarClient:
         headers = {"Content-Type": "application/json", "User-Agent": user_agent}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(base_url=endpoint, headers=headers, timeout=timeout_s, transport=transport)
+        # No connection is kept alive: bytes a faulty peer (a proxy, a broken server) sends past an
+        # answer's end would be read as the answer to the next batch, which could then be taken as stored
+        # though the sidecar never saw it (or answered 503). A connection per batch of up to 500
+        # messages costs a TCP (and TLS) handshake and a socket in TIME_WAIT per batch, little next to
+        # the batch. (Checking that an answer is the one asked for, the sidecar echoing the
+        # Idempotency-Key, would also catch a peer mixing answers up, at the price of an API change.)
+        self._http = httpx.Client(
+            base_url=endpoint,
+            headers=headers,
+            timeout=timeout_s,
+            transport=transport,
+            limits=httpx.Limits(max_keepalive_connections=0),
+        )
         self.timeout_s = timeout_s
         self._params = {"ack": ack} if ack else None
         self.max_retries = max_retries
@@ -118,7 +148,7 @@ class SidecarClient:
         for attempt in range(self.max_retries + 1):
             unsendable = False
             try:
-                resp = self._exchange(body, headers)
+                resp = self._exchange(body, headers, len(messages))
             except httpx.LocalProtocolError:
                 unsendable = True
             except httpx.TransportError as exc:
@@ -126,7 +156,7 @@ class SidecarClient:
             else:
                 if resp.status_code == 200:
                     return self._results(resp, len(messages))
-                if resp.status_code != 429 and resp.status_code < 500:
+                if not _retried(resp.status_code):
                     raise SidecarError(
                         f"the sidecar refused the batch ({resp.status_code}): {_problem_text(resp)}",
                         resp.status_code,
@@ -148,14 +178,16 @@ class SidecarClient:
             self._sleep(wait)
         raise GaveUpError(f"the sidecar stayed unavailable after {self.max_retries} retries: {reason}")
 
-    def _exchange(self, body: bytes, headers: dict[str, str] | None) -> httpx.Response:
-        """One POST, its answer read in full within ``timeout_s`` of the start. httpx's timeout bounds
-        each socket operation, not the request: a sidecar (or a proxy) answering a byte at a time would
-        hold the task for ever. So the answer is streamed, the deadline checked as each piece arrives, and
-        past it httpx.ReadTimeout is raised, which the caller retries as any timeout. A request so ends
-        within ``timeout_s`` plus one socket read (itself bounded by ``timeout_s``); only the status line
-        and headers, which httpx reads before handing the answer over, are bounded per read alone."""
+    def _exchange(self, body: bytes, headers: dict[str, str] | None, count: int) -> httpx.Response:
+        """One POST, its answer (to ``count`` messages) read in full within ``timeout_s`` of the start.
+        httpx's timeout bounds each socket operation, not the request: a sidecar (or a proxy) answering a
+        byte at a time would hold the task for ever. So the answer is streamed, the deadline checked as
+        each piece arrives, and past it httpx.ReadTimeout is raised, which the caller retries as any
+        timeout. A request so ends within ``timeout_s`` plus one socket read (itself bounded by
+        ``timeout_s``); only the status line and headers, which httpx reads before handing the answer
+        over, are bounded per read alone. The answer's size is bounded too (see _decoded)."""
         deadline = time.monotonic() + self.timeout_s
+        most = ANSWER_BASE_BYTES + ANSWER_ITEM_BYTES * count
         request = self._http.build_request(
             "POST", BATCH_PATH, content=body, headers=headers, params=self._params
         )
@@ -163,15 +195,47 @@ class SidecarClient:
         if resp.is_stream_consumed:  # a transport that hands over an answer read already (MockTransport)
             return resp
         try:
-            raw = read_within(resp.iter_raw(), deadline)
+            raw = read_within(resp.iter_raw(), deadline, most)
         finally:
             resp.close()
         if raw is None:
             raise httpx.ReadTimeout(
                 f"no complete answer within {self.timeout_s:g} s (option timeout)", request=request
             )
-        # the body as it came (a Content-Encoding is decoded by the new Response), read in full
-        return httpx.Response(resp.status_code, headers=resp.headers, content=raw, request=request)
+        return self._decoded(resp, raw, most)
+
+    @staticmethod
+    def _decoded(resp: httpx.Response, raw: bytes, most: int) -> httpx.Response:
+        """The answer whose body came as ``raw``, decoded as its Content-Encoding says. An answer longer
+        than ``most`` bytes (as sent or decoded), or whose body does not decode, is a peer's fault: a
+        429 or 5xx is still taken by its status (waited out, repeated) with its body left out; any other
+        raises SidecarError (a 200 whose results cannot be read is not a success)."""
+        request = resp.request
+        headers = resp.headers.copy()
+        problem = f"over {most} bytes" if len(raw) > most else ""
+        if not problem:
+            # decoded a step at a time (httpx decodes what it is given in one go) with the size checked
+            answer = httpx.Response(resp.status_code, headers=headers, content=_steps(raw), request=request)
+            decoded: list[bytes] = []
+            size = 0
+            try:
+                for piece in answer.iter_bytes():
+                    decoded.append(piece)
+                    size += len(piece)
+                    if size > most:
+                        problem = f"over {most} bytes once decoded"
+                        break
+            except httpx.DecodingError as exc:
+                problem = f"not {headers.get('Content-Encoding')!r} as labelled: {exc}"
+            raw = b"".join(decoded)
+        # the body as decoded: the new Response must not decode it again
+        headers.pop("Content-Encoding", None)
+        if not problem:
+            return httpx.Response(resp.status_code, headers=headers, content=raw, request=request)
+        if _retried(resp.status_code):
+            text = f"(the answer's body is {problem})".encode()
+            return httpx.Response(resp.status_code, headers=headers, content=text, request=request)
+        raise SidecarError(f"unreadable answer ({resp.status_code}): its body is {problem}", resp.status_code)
 
     @staticmethod
     def _results(resp: httpx.Response, expected: int) -> list[ItemResult]:
@@ -197,11 +261,13 @@ class SidecarClient:
         results: list[ItemResult] = []
         unaccounted: list[str] = []
         for index, answers in enumerate(found):
-            if len(answers) == 1 and answers[0].get("status") in STATUSES:
+            status = answers[0].get("status") if len(answers) == 1 else None
+            # a status of another JSON type (a list, an object) is unknown too, not a crash
+            if isinstance(status, str) and status in STATUSES:
                 results.append(_item(answers[0], replayed))
                 continue
             if len(answers) == 1:
-                why = f"the unknown status {str(answers[0].get('status'))[:40]!r}"
+                why = f"the unknown status {str(status)[:40]!r}"
             else:
                 why = f"{len(answers) or 'no'} results"
             unaccounted.append(f"the sidecar's answer has {why} for message {index}")

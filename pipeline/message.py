@@ -51,26 +51,66 @@ def _spark_float(value: float) -> str:
     return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
 
 
-def _non_finite_as_text(value: Any) -> Any:
+# map keys orjson writes itself (OPT_NON_STR_KEYS), of the types a Spark map key reaches Python as
+_KEYS_ORJSON_WRITES = (str, int, float, datetime.date, datetime.time)
+
+
+class _KeyWithoutText(TypeError):
+    """A map key that has no JSON text (its type's name in args[0])."""
+
+
+def _spark_key(key: Any) -> Any:
+    """A map key as Spark's to_json writes it, as far as JSON can hold it. Spark writes a key as its
+    value's toString: for a decimal Java's BigDecimal.toString, which Python's str(Decimal) matches
+    ("1.50", "1E-8", "0E-8"), as _json_default writes a decimal value. A binary key Spark writes as
+    the JVM array's identity ("[B@1b2c3d", another on every run), which says nothing of the bytes:
+    there is no text to match, so such a key (as any other orjson cannot write) is refused."""
+    if isinstance(key, float):
+        return _spark_value(key)
+    if isinstance(key, decimal.Decimal):
+        return str(key)
+    if key is None or isinstance(key, _KEYS_ORJSON_WRITES):
+        return key
+    raise _KeyWithoutText(type(key).__name__)
+
+
+def _spark_value(value: Any) -> Any:
     """``value`` with every NaN and +-Infinity (in structs, arrays and maps too, keys included) as Spark's
-    text for it; other values as they are."""
+    text for it, and every map key as _spark_key writes it; other values as they are."""
     if isinstance(value, float):
         return value if math.isfinite(value) else _spark_float(value)
     if isinstance(value, dict):
-        return {_non_finite_as_text(k): _non_finite_as_text(v) for k, v in value.items()}
+        return {_spark_key(k): _spark_value(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_non_finite_as_text(v) for v in value]
+        return [_spark_value(v) for v in value]
     return value
 
 
 def row_json(row: Mapping[str, Any]) -> str:
     """The row as JSON. A NaN or +-Infinity is written as Spark's to_json writes it, "NaN", "Infinity",
     "-Infinity" (strings, which Spark's JSON reader takes back as a double), not as orjson's null, which
-    would say the value was missing. orjson writes null for them, so a row whose JSON has a null is
-    looked at again (only then: walking every row would cost every row)."""
-    text = orjson.dumps(row, default=_json_default, option=orjson.OPT_NON_STR_KEYS)
+    would say the value was missing; a map key orjson cannot write (a decimal) as Spark writes it. Only
+    a row whose JSON has a null, or that orjson cannot write, is looked at again (walking every row would
+    cost every row).
+
+    Raises:
+        UnsendableRowError: a map key has no JSON text (binary), naming the column.
+    """
+    try:
+        text = orjson.dumps(row, default=_json_default, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        text = b"null"  # a map key orjson does not write (Decimal, bytes): see below
     if b"null" in text:
-        text = orjson.dumps(_non_finite_as_text(row), default=_json_default, option=orjson.OPT_NON_STR_KEYS)
+        spark: dict[str, Any] = {}
+        for column, value in row.items():
+            try:
+                spark[column] = _spark_value(value)
+            except _KeyWithoutText as exc:
+                raise UnsendableRowError(
+                    f"column {column!r} is a map whose keys ({exc}) have no JSON text for the whole-row "
+                    "body; convert the map (e.g. its keys to string) or set bodyColumn"
+                ) from None
+        text = orjson.dumps(spark, default=_json_default, option=orjson.OPT_NON_STR_KEYS)
     return text.decode("utf-8")
 
 
@@ -113,7 +153,8 @@ class MessageBuilder:
         Raises:
             EmptyBodyError: the body column is null (an empty CSV field reads as null) or empty; said
                 here, naming the column, since the sidecar could only name its own field for it.
-            UnsendableRowError: the idColumn value is null, empty or too long.
+            UnsendableRowError: the idColumn value is null, empty or too long; without bodyColumn, a map
+                key has no JSON text (row_json).
         """
         msg: dict[str, Any] = {"topic": self._topic}
         if self._body is None:
