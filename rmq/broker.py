@@ -373,13 +373,17 @@ class BrokerApi:
         messages: list[MessageExt] = []
         records: list[StoredRecord] = []
         walked: PullBody[MessageExt] | PullBody[StoredRecord]
+        # A broker answers at most maxMsgNums records (4.9.4's isTheBatchFull takes one even for 0; it may
+        # answer fewer), in consume-queue order: strictly ascending (a tag or SQL filter skips offsets).
+        # The walk stops at a record that breaks this (one past the count is not inflated); see below.
+        most = max(1, max_nums)
         if as_records:
-            walked = got = pull_records(resp.body, max_body_bytes)
+            walked = got = pull_records(resp.body, max_body_bytes, most)
             records = got.items
             if tags:  # the broker filters by tag hash only; re-filter by the exact tag, as Java does
                 records = [r for r in records if decode_properties(r[2]).get(PROPERTY_TAGS) in tags]
         else:
-            walked = ext = pull_messages(resp.body, max_body_bytes)
+            walked = ext = pull_messages(resp.body, max_body_bytes, most)
             messages = ext.items
             if tags:
                 messages = [m for m in messages if m.tags in tags]
@@ -418,6 +422,14 @@ class BrokerApi:
                 f"pull answer from {addr} for {mq} at offset {offset}: records at offsets {min(read)}.."
                 f"{max(read)}, outside [{offset}, nextBeginOffset {next_begin})",
                 addr=addr,
+            )
+        if walked.refused is not None:
+            # Taken, an answer that reorders, repeats or multiplies records does harm: descending, it
+            # wedges the commit window and can skip an undecodable record whose send-back failed; a
+            # repeated offset reaches the listener twice; more than asked inflates up to max_body_bytes a
+            # record past what flow control let through.
+            raise FrameError(
+                f"pull answer from {addr} for {mq} at offset {offset}: {walked.refused}", addr=addr
             )
         if tags and undecodable:  # the ones whose properties decoded and name another tag are not ours
             undecodable = [u for u in undecodable if u.message.tags in tags or not u.message.properties]

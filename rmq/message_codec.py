@@ -344,6 +344,12 @@ def decode_stored(
 ) -> tuple[MessageExt, int]:
     """Decode one stored-message record at ``pos``; returns it and the position after it. FrameError if
     the record is malformed; RecordError (a FrameError) if only its content is (``limit``: decompress)."""
+    msg, end, _ = _message(data, pos, inflate, limit)
+    return msg, end
+
+
+def _message(data: bytes, pos: int, inflate: bool, limit: int) -> tuple[MessageExt, int, int]:
+    """decode_stored, with the record's queue offset (what _walk checks the order of)."""
     raw = _raw(data, pos, inflate, limit)
     (total, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts,
      born_raw, store_ts, store_raw, reconsume, prepared, body, topic, props) = raw  # fmt: skip
@@ -356,7 +362,7 @@ def decode_stored(
         store_ts, _host_text(store_raw), reconsume, prepared, crc, total, decode_properties(props),
         offset_msg_id(store_raw, phys),
     )  # fmt: skip
-    return msg, pos + total
+    return msg, pos + total, queue_offset
 
 
 # What a bulk reader (the Spark source) takes of a record: queue offset, body (inflated), properties text,
@@ -379,26 +385,47 @@ class PullBody(Generic[T]):
     """A pull body walked record by record: the records that decode (MessageExt or StoredRecord), the
     ones that do not (each still moves the walk on), and, when a record's frame itself is corrupt (its
     sizes or magic wrong), why: the walk stops there and ``items`` and ``undecodable`` are what preceded
-    it."""
+    it. ``refused``: why the answer breaks what every broker answers (see _walk); the walk stopped there
+    and the answer must be refused whole."""
 
     items: list[T]
     undecodable: list[Undecodable]
     corrupt: str | None = None
+    refused: str | None = None
 
 
-def _walk(data: bytes, step: Callable[[bytes, int], tuple[T, int]]) -> PullBody[T]:
+def _walk(
+    data: bytes, step: Callable[[bytes, int], tuple[T, int, int]], max_records: int | None = None
+) -> PullBody[T]:
+    """Walk ``data`` with ``step`` (an item, the position after it, its queue offset). With
+    ``max_records`` it is a pull answer, held to what every broker answers: at most that many records
+    (decodable or not), their queue offsets strictly ascending; the walk stops at the first record that
+    breaks this (``refused``), and a record past the count is not decoded, so not inflated: an answer
+    cannot make a consumer inflate more than it asked for. The checks cost a compare a record."""
     out: list[T] = []
     bad: list[Undecodable] = []
     pos, n = 0, len(data)
+    checked = max_records is not None
+    last = -(1 << 64)  # below any offset (a signed 64-bit field)
     try:
-        while pos < n:
+        # Each record takes at least one byte, so n steps are never the bound when unchecked.
+        for _ in range(n if max_records is None else max_records):
+            if pos >= n:
+                break
             try:
-                item, pos = step(data, pos)
+                item, pos, offset = step(data, pos)
             except RecordError as exc:
                 bad.append(exc.undecodable())
-                pos = exc.end
-                continue
-            out.append(item)
+                pos, offset = exc.end, exc.fields[4]
+            else:
+                out.append(item)
+            if offset <= last and checked:
+                why = f"record at offset {offset} follows one at {last}: not strictly ascending"
+                return PullBody(out, bad, refused=why)
+            last = offset
+        else:
+            if pos < n and checked:
+                return PullBody(out, bad, refused=f"more records than the {max_records} asked for")
     except FrameError as exc:
         return PullBody(out, bad, str(exc))
     return PullBody(out, bad)
@@ -412,22 +439,28 @@ def _strict(body: PullBody[T]) -> list[T]:
     return body.items
 
 
-def _record(data: bytes, pos: int, limit: int = MAX_BODY_BYTES) -> tuple[StoredRecord, int]:
+def _record(data: bytes, pos: int, limit: int = MAX_BODY_BYTES) -> tuple[StoredRecord, int, int]:
     (total, _, _, _, queue_offset, phys, _, born_ts,
      _, store_ts, store_raw, reconsume, _, body, _, props) = _raw(data, pos, True, limit)  # fmt: skip
-    return (queue_offset, body, props, born_ts, store_ts, reconsume, store_raw, phys), pos + total
+    record = (queue_offset, body, props, born_ts, store_ts, reconsume, store_raw, phys)
+    return record, pos + total, queue_offset
 
 
-def pull_records(data: bytes, limit: int = MAX_BODY_BYTES) -> PullBody[StoredRecord]:
+def pull_records(
+    data: bytes, limit: int = MAX_BODY_BYTES, max_records: int | None = None
+) -> PullBody[StoredRecord]:
     """Every record of a pull body as plain tuples: no MessageExt, property dict, host texts or offset
     id per message (a third of decode_stored's cost). The topic's bytes are skipped undecoded: a pull
-    names its topic. One undecodable record does not stop the walk (see PullBody)."""
-    return _walk(data, lambda d, p: _record(d, p, limit))
+    names its topic. One undecodable record does not stop the walk (see PullBody). ``max_records``: the
+    answer to a pull that asked for that many (see _walk)."""
+    return _walk(data, lambda d, p: _record(d, p, limit), max_records)
 
 
-def pull_messages(data: bytes, limit: int = MAX_BODY_BYTES) -> PullBody[MessageExt]:
-    """Every record of a pull body, in order, as MessageExt; see PullBody."""
-    return _walk(data, lambda d, p: decode_stored(d, p, limit=limit))
+def pull_messages(
+    data: bytes, limit: int = MAX_BODY_BYTES, max_records: int | None = None
+) -> PullBody[MessageExt]:
+    """Every record of a pull body, in order, as MessageExt; see PullBody and pull_records."""
+    return _walk(data, lambda d, p: _message(d, p, True, limit), max_records)
 
 
 def stored_records(data: bytes, limit: int = MAX_BODY_BYTES) -> list[StoredRecord]:

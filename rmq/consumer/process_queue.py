@@ -60,6 +60,12 @@ class ProcessQueue:
         self.last_pull_at = self._clock()
         return added
 
+    def cached(self, messages: Iterable[MessageExt]) -> list[MessageExt]:
+        """Those of ``messages`` that are the cached ones (what ``put`` took of them), each once: a
+        repeated offset, or one cached before, is left out."""
+        msgs = self._msgs
+        return list({m.queue_offset: m for m in messages if msgs.get(m.queue_offset) is m}.values())
+
     # consumed messages out ---------------------------------------------------------------------
     def remove(self, offsets: Iterable[int]) -> int:
         """Forget consumed messages; returns the offset that may now be committed."""

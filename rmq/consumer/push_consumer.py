@@ -901,7 +901,10 @@ class PushConsumer(Lifecycle):
         """A pull's messages cached and given to the listener as the commit window allows; the pull
         position moved to ``next_offset``."""
         pq, window = state.pq, state.window
-        pq.put(messages, next_offset)
+        if pq.put(messages, next_offset) < len(messages):
+            # An offset repeated (BrokerApi.pull refuses such an answer; this is the second guard): the
+            # listener gets only what the cache took, once, as the window takes offsets once.
+            messages = pq.cached(messages)
         committed = pq.committed_offset()
         if (not messages and pq.count == 0) or (window.size and committed >= window.limit):
             # correctTagsOffset: skip what the filter passed over (or what was set aside). Offsets no
@@ -946,8 +949,11 @@ class PushConsumer(Lifecycle):
         group's DLQ, as an exhausted message (CONSUMER_SEND_MSG_BACK with delay level -1: the broker
         copies its own stored bytes, so nothing here needs decoding); broadcasting has no DLQ, there it is
         dropped. Each is logged once with its queue and offset and counted (``undecodable``). Returns the
-        offset the queue moves to: the pull's next_begin_offset, or the offset of the first one that
-        could not be sent back (it is pulled again after pull_delay_on_error_s, with what followed it)."""
+        offset the queue moves to: the pull's next_begin_offset, or the offset of the lowest one that
+        could not be sent back (it is pulled again after pull_delay_on_error_s, with what followed it).
+        Walked by offset whatever the answer's order (BrokerApi.pull refuses one not ascending; this is
+        the second guard): the caller keeps the messages below what this returns, so every undecodable
+        one below it must have been sent back."""
         cfg, mq = self.config, state.mq
         if result.corrupt is not None:
             self.stats.bump("corrupt_skipped")
@@ -955,7 +961,7 @@ class PushConsumer(Lifecycle):
                 "group %s: %s offsets %d to %d skipped: the broker's record there is corrupt: %s",
                 cfg.group, mq, state.pq.next_offset, result.next_begin_offset - 1, result.corrupt,
             )  # fmt: skip
-        for bad in result.undecodable:
+        for bad in sorted(result.undecodable, key=lambda u: u.message.queue_offset):
             msg = self._restore_topic(bad.message)
             if msg.queue_offset > state.undecodable_seen:  # logged and counted once, however often pulled
                 state.undecodable_seen = msg.queue_offset
