@@ -247,10 +247,15 @@ class BrokerApi:
         default_topic: str = DEFAULT_TOPIC,
         *,
         half_of_group: str | None = None,
+        reconsume_times: int = 0,
+        max_reconsume_times: int | None = None,
     ) -> SendResult:
         """SEND_MESSAGE_V2 of one message to an explicit queue. ``half_of_group``: send it as the half
         (prepared) message of a transaction of that producer group, as TransactionMQProducer does; the
-        broker keeps it invisible until END_TRANSACTION or its check-back decides."""
+        broker keeps it invisible until END_TRANSACTION or its check-back decides. ``reconsume_times``
+        and ``max_reconsume_times``: a consumer's failed message sent to its group's %RETRY% topic (the
+        header fields j and l Java's producer fills from RECONSUME_TIME and MAX_RECONSUME_TIMES there):
+        the broker stores that count, and moves the message to the DLQ once it reaches the maximum."""
         body, sys_flag = msg.body, 0
         if self._compress_over and len(body) > self._compress_over:
             body, sys_flag = zlib.compress(body, 5), SYSFLAG_COMPRESSED | SYSFLAG_COMPRESSION_ZLIB
@@ -263,6 +268,10 @@ class BrokerApi:
         )
         if half_of_group is not None:
             header["a"] = half_of_group
+        if reconsume_times:
+            header["j"] = str(reconsume_times)
+        if max_reconsume_times is not None:
+            header["l"] = str(max_reconsume_times)
         cmd = RemotingCommand(RequestCode.SEND_MESSAGE_V2, header, body)
         resp = await self._invoker.invoke(addr, cmd, timeout_s)
         return self._send_result(resp, addr, mq, uniq_key)

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from rocksidecar.rmq.consumer.config import CONCURRENT_MAX_RECONSUME_TIMES, ORDERLY_MAX_RECONSUME_TIMES
 from rocksidecar.rmq.message import TOPIC_MAX_LEN, TOPIC_PATTERN
 from rocksidecar.rmq.message_codec import MAX_BODY_BYTES
 
@@ -43,7 +44,10 @@ class SubscriptionSpec:
     mode: str = "concurrent"
     concurrency: int = 20
     timeout_s: float = 15.0  # one POST to the app; longer counts as a failure
-    max_reconsume_times: int = 16
+    # Failures before a message goes to the DLQ. Unset, Java's default by mode (parse_one): 16 in
+    # concurrent mode, none in orderly (ORDERLY_MAX_RECONSUME_TIMES): an orderly queue waits at a failing
+    # message until the app takes it, as a Java member of the same group does.
+    max_reconsume_times: int = CONCURRENT_MAX_RECONSUME_TIMES
     consume_from: str = "last"
     consume_timestamp_ms: int | None = None
     allocation: str = "averagely"
@@ -82,7 +86,8 @@ SUBSCRIPTION_KEY_HELP: Mapping[str, str] = {
     "mode": f"One of {', '.join(MODES)}.",
     "concurrency": "Messages pushed to the app at once (1-1000).",
     "timeout_s": "Longest one POST to the app may take; longer counts as a failure.",
-    "max_reconsume_times": "Redeliveries before a message goes to the group's DLQ.",
+    "max_reconsume_times": "Redeliveries before a message goes to the group's DLQ (default 16; "
+    "orderly: no limit, as Java's default).",
     "consume_from": f"Where a new group starts: one of {', '.join(CONSUME_FROM)}.",
     "consume_timestamp_ms": "With consume_from: timestamp, the time to start from (ms since the epoch).",
     "allocation": f"Queue allocation among members: one of {', '.join(ALLOCATIONS)}.",
@@ -112,6 +117,14 @@ def _choice(raw: Mapping[str, Any], key: str, choices: tuple[str, ...], where: s
         if value.lower() == choice.lower():
             return choice
     raise SpecError(f"{where}.{key}: expected one of {', '.join(choices)}, got {raw.get(key)!r}")
+
+
+def _max_reconsume_times(raw: Mapping[str, Any], mode: str, where: str) -> int:
+    """As set (0-10000), or unset Java's default for the mode: maxReconsumeTimes -1 is 16 for a
+    concurrent consumer and Integer.MAX_VALUE (never the DLQ) for an orderly one."""
+    if "max_reconsume_times" not in raw:
+        return ORDERLY_MAX_RECONSUME_TIMES if mode == "orderly" else CONCURRENT_MAX_RECONSUME_TIMES
+    return _int(raw["max_reconsume_times"], f"{where}.max_reconsume_times", 0, 10_000)
 
 
 def _bool(raw: Any, where: str) -> bool:
@@ -178,9 +191,7 @@ def parse_one(raw: Any, where: str) -> SubscriptionSpec:
         mode=mode,
         concurrency=_int(raw.get("concurrency", 20), f"{where}.concurrency", 1, 1000),
         timeout_s=timeout_s,
-        max_reconsume_times=_int(
-            raw.get("max_reconsume_times", 16), f"{where}.max_reconsume_times", 0, 10_000
-        ),
+        max_reconsume_times=_max_reconsume_times(raw, mode, where),
         consume_from=consume_from,
         consume_timestamp_ms=None
         if timestamp is None

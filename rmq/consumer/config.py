@@ -13,6 +13,11 @@ from .allocate import AllocateStrategy, Averagely
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
+# maxReconsumeTimes -1 (unset), as Java reads it: 16 in concurrent mode (DefaultMQPushConsumerImpl
+# .getMaxReconsumeTimes), Integer.MAX_VALUE in orderly mode (ConsumeMessageOrderlyService's): an orderly
+# member retries a failing message for as long as it fails and never gives it up to the DLQ.
+CONCURRENT_MAX_RECONSUME_TIMES = 16
+ORDERLY_MAX_RECONSUME_TIMES = 2**31 - 1
 
 
 class MessageModel(enum.Enum):
@@ -78,9 +83,10 @@ class ConsumerConfig:
     lock_interval_s: float = 20.0  # orderly: renew the broker's queue locks (they lapse after 60 s)
     lock_max_live_s: float = 30.0  # orderly: consider our lock lost when not renewed for this long
     suspend_orderly_s: float = 1.0
-    max_reconsume_times: int = 16
+    # None: Java's default by mode (CONCURRENT_/ORDERLY_MAX_RECONSUME_TIMES); read reconsume_limit
+    max_reconsume_times: int | None = None
     consume_timeout_s: float = 15 * 60.0
-    send_back_retry_s: float = 5.0  # a failed send-back is consumed again locally after this
+    send_back_retry_s: float = 5.0  # send-back and resend failed: consumed here again after this
     # Beyond Java, concurrent mode: a message the listener failed (RECONSUME_LATER, an exception, the
     # consume timeout) is never given up, whatever max_reconsume_times: it is consumed again here after
     # send_back_retry_s until it succeeds, held in its process queue so the offset cannot pass it, not
@@ -116,7 +122,15 @@ class ConsumerConfig:
             raise ValueError("commit_window must not be negative")
         if not 0 < self.route_retry_s <= self.heartbeat_interval_s:
             raise ValueError("route_retry_s must be above 0 and at most heartbeat_interval_s")
-        if self.max_reconsume_times < 0:
+        if self.max_reconsume_times is not None and self.max_reconsume_times < 0:
             raise ValueError("max_reconsume_times must not be negative")
         if self.retry_locally_forever and self.orderly:
             raise ValueError("retry_locally_forever is for concurrent mode (orderly retries on its own)")
+
+    @property
+    def reconsume_limit(self) -> int:
+        """The failures after which a message is given up (concurrent: the broker moves it to the DLQ;
+        orderly: this client does): max_reconsume_times, or Java's default for the mode when unset."""
+        if self.max_reconsume_times is not None:
+            return self.max_reconsume_times
+        return ORDERLY_MAX_RECONSUME_TIMES if self.orderly else CONCURRENT_MAX_RECONSUME_TIMES

@@ -211,7 +211,7 @@ class ConcurrentService:
             return False  # consumed again here (_later), however often it failed
         if host.config.message_model is MessageModel.BROADCASTING:
             # No retry topic in broadcasting: retry here, up to the same limit, then log it (as Java).
-            if dead or msg.reconsume_times >= host.config.max_reconsume_times:
+            if dead or msg.reconsume_times >= host.config.reconsume_limit:
                 log.warning(
                     "broadcasting: dropping %s after %d attempts", msg.msg_id, msg.reconsume_times + 1
                 )

@@ -148,9 +148,10 @@ class OrderlyService:
     async def _give_up(self, state: QueueState, batch: list[MessageExt]) -> bool:
         """After max_reconsume_times, send the batch to the group's DLQ and move on (redelivering it
         through the retry topic would break the order); True when every message went. Broadcasting has
-        no retry topic: there they are logged and skipped."""
+        no retry topic: there they are logged and skipped. Unset, as Java's default, it never comes
+        (reconsume_limit): the queue waits at the message for as long as it fails."""
         host, cfg = self._host, self._host.config
-        if any(m.reconsume_times < cfg.max_reconsume_times for m in batch):
+        if any(m.reconsume_times < cfg.reconsume_limit for m in batch):
             return False
         if cfg.message_model is not MessageModel.BROADCASTING:
             for msg in batch:
@@ -162,7 +163,7 @@ class OrderlyService:
                 "orderly broadcasting: skipping %d message(s) of %s after %d attempts",
                 len(batch),
                 state.mq,
-                cfg.max_reconsume_times + 1,
+                cfg.reconsume_limit + 1,
             )
         if state.pq.dropped:
             # Reset or rebalanced away while the send-back waited: the queue's offset is no longer ours

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from ..acl import Credentials
-from ..broker import EXPRESSION_TAG, EXPRESSION_TYPES, ConsumerData, Subscription
+from ..broker import EXPRESSION_TAG, EXPRESSION_TYPES, BrokerApi, ConsumerData, Subscription
 from ..client_id import build_client_id, default_instance_name, default_ip
 from ..client_instance import ClientInstance
 from ..clock import wall_ms
@@ -26,8 +26,9 @@ from ..codes import RequestCode, ResponseCode
 from ..connection import Connection
 from ..errors import BrokerError, ClientError, FrameError, RocketMQError
 from ..lifecycle import Lifecycle
-from ..message import MessageExt, MessageQueue
+from ..message import PROPERTY_DELAY, PROPERTY_TRAN_MSG, Message, MessageExt, MessageQueue
 from ..message_codec import decode_stored
+from ..msgid import new_uniq_id
 from ..pool import RemotingClient
 from ..protocol.frame import RemotingCommand
 from ..result import PullResult, PullStatus
@@ -40,7 +41,14 @@ from .broker_calls import (
     send_back,
 )
 from .commit_window import QueueWindow
-from .config import DLQ_PREFIX, RETRY_PREFIX, ConsumerConfig, MessageListener, MessageModel
+from .config import (
+    CONCURRENT_MAX_RECONSUME_TIMES,
+    DLQ_PREFIX,
+    RETRY_PREFIX,
+    ConsumerConfig,
+    MessageListener,
+    MessageModel,
+)
 from .consume_concurrently import ConcurrentService
 from .consume_orderly import OrderlyService
 from .direct import consume_directly
@@ -63,6 +71,12 @@ from .topic_stats import TopicStats
 log = logging.getLogger(__name__)
 
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"  # MixAll.CLIENT_INNER_PRODUCER_GROUP
+RESEND_ATTEMPTS = 3  # a sync send's 1 + retryTimesWhenSendFailed (2)
+RESEND_TIMEOUT_S = 3.0  # sendMsgTimeout, for all of them
 ORDERLY_UNLOCK_WAIT_S = 1.0  # Java's removeUnnecessaryMessageQueue tries the consume lock for 1 s
 
 
@@ -100,6 +114,8 @@ class PushConsumer(Lifecycle):
         self._client = self.instance.invoker
         self._ns = self.instance
         self.api = self.instance.api
+        # Java's consumer sends through its client's inner producer (_resend_to_retry)
+        self._inner_api = BrokerApi(self._client, producer_group=INNER_PRODUCER_GROUP)
         self.offsets: OffsetStore
         if config.message_model is MessageModel.BROADCASTING:
             self.offsets = LocalFileOffsetStore(
@@ -541,30 +557,92 @@ class PushConsumer(Lifecycle):
         await self.instance.unregister(consumer_group=self.config.group)
 
     async def send_back(self, msg: MessageExt, mq: MessageQueue, *, dead: bool = False) -> bool:
-        """CONSUMER_SEND_MSG_BACK to the queue's broker, to be redelivered after the delay of its
-        reconsume count, or with ``dead`` straight to the group's DLQ (delay level -1); False when it
-        failed (the caller retries)."""
+        """CONSUMER_SEND_MSG_BACK to the queue's broker, to be redelivered after the delay the broker
+        picks (delay level 0, as Java's default delayLevelWhenNextConsume: 3 + the reconsume times of
+        the broker's stored copy; ``msg.reconsume_times`` may be one more, counted here after a failed
+        send-back for the listener alone), or with ``dead`` straight to the group's DLQ (delay level -1).
+        When that fails, the message is sent as a new one to the group's retry topic (Java's fallback,
+        _resend_to_retry); not a dead one: that would deliver it again, and an undecodable body cannot be
+        sent. False when nothing worked (the caller consumes it here again later)."""
+        cfg = self.config
         addr = self._broker_addrs().get(mq.broker_name)
-        if addr is None:
-            return False
         try:
+            if addr is None:
+                raise ClientError(f"broker {mq.broker_name} is not in the routes")
             await send_back(
                 self._client,
                 addr,
                 msg,
-                self.config.group,
-                delay_level=-1 if dead else delay_level_for(msg.reconsume_times),
-                max_reconsume_times=self.config.max_reconsume_times,
+                cfg.group,
+                delay_level=-1 if dead else 0,
+                max_reconsume_times=self._send_back_max(),
             )
         except RocketMQError as exc:
             self._warn(("send-back", mq.broker_name), "send-back of %s failed: %s", msg.msg_id, exc)
-            return False
-        self.stats.bump("sent_back")
-        if RETRY_PREFIX + self.config.group not in self._routes:
+            if dead or not await self._resend_to_retry(msg, mq):
+                return False
+        else:
+            self.stats.bump("sent_back")
+        if RETRY_PREFIX + cfg.group not in self._routes:
             # It comes back through the retry topic: without its route (the broker made the topic a
             # moment ago) the redelivery would wait for the 30 s route refresh.
             self._refresh_now.set()
         return True
+
+    def _send_back_max(self) -> int:
+        """The maximum Java's push consumer tells the broker whatever the mode (getMaxReconsumeTimes:
+        unset is 16; orderly applies its own, unlimited, limit here and sends only dead messages)."""
+        limit = self.config.max_reconsume_times
+        return CONCURRENT_MAX_RECONSUME_TIMES if limit is None else limit
+
+    async def _resend_to_retry(self, msg: MessageExt, mq: MessageQueue) -> bool:
+        """Java's DefaultMQPushConsumerImpl.sendMessageBack after a failed CONSUMER_SEND_MSG_BACK: the
+        message as a new one to %RETRY%group, by the client's inner producer (group CLIENT_INNER_PRODUCER,
+        up to 3 attempts within 3 s, as its sync send with retryTimesWhenSendFailed 2, each on another
+        broker when there is one), starting with the message's own broker. It carries RETRY_TOPIC,
+        ORIGIN_MESSAGE_ID, RECONSUME_TIME (reconsume times + 1, which the broker stores as the count: the
+        DLQ comes after MAX_RECONSUME_TIMES as with a send-back) and delay level 3 + reconsume times: it is
+        out of the queue, which moves past it, rather than retried here at once for ever."""
+        topic = RETRY_PREFIX + self.config.group
+        try:
+            route = self._routes.get(topic) or await self._ns.get_route(topic)
+        except RocketMQError as exc:
+            self._warn(("resend", topic), "no route for %s to resend %s: %s", topic, msg.msg_id, exc)
+            return False
+        queues = sorted(route.publish_queues(topic), key=lambda q: q.broker_name != mq.broker_name)
+        props = dict(msg.properties)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, msg.msg_id)  # UNIQ_KEY, else the offset id
+        props[PROPERTY_RETRY_TOPIC] = msg.topic  # the original topic (_restore_topic)
+        props[PROPERTY_RECONSUME_TIME] = str(msg.reconsume_times + 1)
+        props[PROPERTY_MAX_RECONSUME_TIMES] = str(self._send_back_max())
+        props.pop(PROPERTY_TRAN_MSG, None)
+        props[PROPERTY_DELAY] = str(delay_level_for(msg.reconsume_times))
+        uniq = msg.uniq_key or new_uniq_id()  # the original UNIQ_KEY stays, as Java's setUniqID
+        new = Message(topic, msg.body, properties=props, flag=msg.flag, id=uniq)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RESEND_TIMEOUT_S
+        for attempt in range(RESEND_ATTEMPTS if queues else 0):
+            target = queues[attempt % len(queues)]
+            addr = route.master_addr(target.broker_name)
+            left = deadline - loop.time()
+            if addr is None or left <= 0:
+                break
+            try:
+                await self._inner_api.send(
+                    addr,
+                    target,
+                    new,
+                    uniq,
+                    left,
+                    reconsume_times=msg.reconsume_times + 1,
+                    max_reconsume_times=self._send_back_max(),
+                )
+            except RocketMQError as exc:
+                self._warn(("resend", target.broker_name), "resend of %s to %s failed: %s", uniq, target, exc)
+                continue
+            self.stats.bump("resent_to_retry")
+            return True
+        return False
 
     # rebalance ---------------------------------------------------------------------------------
     async def rebalance(self) -> None:

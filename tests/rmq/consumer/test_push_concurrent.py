@@ -102,15 +102,18 @@ async def test_a_failed_send_back_is_retried_locally_and_never_dropped(
             else ConsumeStatus.SUCCESS
         )
     )
-    client = FailingClient({RequestCode.CONSUMER_SEND_MSG_BACK: 1})
+    # The send-back fails, and so does Java's fallback, the send to the retry topic (3 attempts).
+    client = FailingClient(
+        {RequestCode.CONSUMER_SEND_MSG_BACK: 1, RequestCode.SEND_MESSAGE: 3, RequestCode.SEND_MESSAGE_V2: 3}
+    )
     cfg = config("G-flaky", "one", send_back_retry_s=0.05)
     consumer = wired(PushConsumer(cfg, cluster.namesrv_addr, rec, client=client), client)
     consumer.subscribe(TOPIC)
     consumers.append(consumer)
     await consumer.start()
-    # 1st try fails and its send-back fails: consumed again here (reconsume 1), fails, sent back. The
-    # broker counts from its stored copy, as Java's does: the retry topic redelivers it with reconsume 1;
-    # that fails and goes back again; the next copy (reconsume 2) succeeds.
+    # 1st try fails and its send-back (and resend) fails: consumed again here (reconsume 1), fails, sent
+    # back. The broker counts from its stored copy, as Java's does: the retry topic redelivers it with
+    # reconsume 1; that fails and goes back again; the next copy (reconsume 2) succeeds.
     await rec.until(lambda got: any(m.body == poison and m.reconsume_times == 2 for m in got))
     tries = [m.reconsume_times for m in rec.got if m.body == poison]
     assert tries == [0, 1, 1, 2]
