@@ -160,7 +160,7 @@ class TopicRouteData:
                 for i in range(count)
             ]
         out: list[MessageQueue] = []
-        for q in sorted(self.queue_datas, key=lambda q: q.broker_name):
+        for q in sorted(self.queue_datas, key=_java_name_order):  # Java's Collections.sort(qds)
             if not q.perm & PERM_WRITE:
                 continue
             b = self.broker(q.broker_name)
@@ -234,6 +234,18 @@ def _name(value: object, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise FrameError(f"route's {what} is not a non-empty string")
     return value
+
+
+def java_string_key(text: str) -> bytes:
+    """Sort key giving Java's String.compareTo order: UTF-16 code units, where a character past U+FFFF (a
+    surrogate pair, 0xD800.. first) sorts before U+E000..U+FFFF, unlike Python's code point order. Here,
+    below both the producer's and the consumer's sides (the consumer's allocation sorts with it too)."""
+    return text.encode("utf-16-be", "surrogatepass")
+
+
+def _java_name_order(q: QueueData) -> bytes:
+    """QueueData.compareTo: by broker name, in Java String order."""
+    return java_string_key(q.broker_name)
 
 
 def _queue_data(q: dict[str, Any]) -> QueueData:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from ..message import MessageQueue
+from ..route import java_string_key
 
 Queues = Sequence[MessageQueue]  # Java's mqAll
 Clients = Sequence[str]  # Java's cidAll: client ids
@@ -24,11 +25,6 @@ class AllocateStrategy(Protocol):
     name: str
 
     def allocate(self, group: str, current: str, mq_all: Queues, cid_all: Clients) -> list[MessageQueue]: ...
-
-
-def java_string_key(text: str) -> bytes:
-    """Sort key giving Java's String.compareTo order (UTF-16 code units, not code points)."""
-    return text.encode("utf-16-be", "surrogatepass")
 
 
 def java_queue_key(mq: MessageQueue) -> tuple[bytes, bytes, int]:

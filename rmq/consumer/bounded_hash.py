@@ -20,12 +20,12 @@ import hashlib
 from collections.abc import Mapping, Sequence
 
 from ..message import MessageQueue
+from ..route import java_string_key
 from .allocate import (
     CheckedStrategy,
     Clients,
     Queues,
     java_queue_string,
-    java_string_key,
 )
 
 

@@ -27,12 +27,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence, Set
 
 from ..message import MessageQueue
+from ..route import java_string_key
 from .allocate import (
     CheckedStrategy,
     Clients,
     Queues,
     java_queue_string,
-    java_string_key,
 )
 from .bounded_hash import deal
 from .bounded_hash import rendezvous_score as _score

@@ -177,6 +177,7 @@ class Producer(Lifecycle):
         attempts: list[Attempt] = []
         last: RocketMQError | None = None
         last_broker: str | None = None
+        stored: SendResult | None = None  # the last answer that stored it without SEND_OK (its branch only)
         refreshed = False
         info = self.routes.cached(topic)  # publish_info's first step, without its coroutine
         if info is None:
@@ -223,9 +224,27 @@ class Producer(Lifecycle):
                 and n < cfg.retry_times
             ):
                 attempts.append(Attempt(mq.broker_name, mq.queue_id, latency, result.status.value))
-                last_broker = mq.broker_name
+                last_broker, stored = mq.broker_name, result
                 continue
             return result if n == 0 else replace(result, attempts=n + 1)
+        return self._without_send_ok(stored, topic, what, deadline, attempts, last)
+
+    def _without_send_ok(
+        self,
+        stored: SendResult | None,
+        topic: str,
+        what: str,
+        deadline: float,
+        attempts: list[Attempt],
+        last: RocketMQError | None,
+    ) -> SendResult:
+        """The outcome of a send whose attempts ended without a SEND_OK. A broker that stored the message
+        but answered another status (FLUSH_DISK_TIMEOUT, SLAVE_NOT_AVAILABLE: ``stored``, the last such
+        answer) has it, whatever failed after it: that answer is the outcome, as in Java's sendDefaultImpl
+        (4.9.4: ``if (sendResult != null) return sendResult;`` ahead of every exception). SendFailed would
+        have it sent again (a duplicate), or called refused although it is kept."""
+        if stored is not None:
+            return replace(stored, attempts=len(attempts))  # every attempt, this one too, is in ``attempts``
         raise self._send_failed(topic, what, deadline, attempts, last)
 
     def _send_failed(
