@@ -1,7 +1,8 @@
 """SEND_MESSAGE (10, long header names), SEND_MESSAGE_V2 (310, letters) and SEND_BATCH_MESSAGE (320):
 the checks of Java's msgCheck, topic auto-creation from TBW102, injected faults, and the stored form
 of the protocol reference §3.8 (WAIT dropped from a single message, kept in a batch's as 4.9.4 keeps
-it; CLUSTER added; born host = the connection's peer)."""
+it; CLUSTER added; born host = the connection's peer). A single message to a %RETRY% topic that has been
+reconsumed its maximum times goes to the group's DLQ (handleRetryAndDLQ)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from rocksidecar.rmq.protocol.frame import RemotingCommand
 from .faults import Faults
 from .headers import Reject
 from .listener import ServerConnection
+from .send_back import DLQ_QUEUE_ID, dlq_topic, max_reconsume_times
 from .store import MessageStore, NewMessage, tag_code
 from .topics import RETRY_PREFIX, TopicConfig, TopicTable, topic_name_error
 from .transactions import HALF_TOPIC, Transactions
@@ -36,12 +38,22 @@ _FIELDS = (
     "flag",
     "properties",
     "reconsumeTimes",
+    "maxReconsumeTimes",
 )
-_LETTERS = dict(zip(_FIELDS, "abcdefghij", strict=True))  # SendMessageRequestHeaderV2 names
+# SendMessageRequestHeaderV2 names (k, unitMode, and m, batch, are not read)
+_LETTERS = dict(zip(_FIELDS, "abcdefghijl", strict=True))
 _LONG = {f: f for f in _FIELDS}
-_OPTIONAL = frozenset({"properties", "reconsumeTimes"})
+_OPTIONAL = frozenset({"properties", "reconsumeTimes", "maxReconsumeTimes"})
 _NUMERIC = frozenset(
-    {"defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp", "flag", "reconsumeTimes"}
+    {
+        "defaultTopicQueueNums",
+        "queueId",
+        "sysFlag",
+        "bornTimestamp",
+        "flag",
+        "reconsumeTimes",
+        "maxReconsumeTimes",
+    }
 )
 _UNKNOWN_HOST = pack_host("0.0.0.0", 0)
 
@@ -57,6 +69,7 @@ class SendHeader:
     flag: int
     properties: str
     reconsume_times: int
+    max_reconsume_times: int | None  # None: the header has none
 
     @classmethod
     def parse(cls, ext: dict[str, str], letters: bool) -> SendHeader:
@@ -66,6 +79,7 @@ class SendHeader:
         k = _LETTERS if letters else _LONG
         try:  # the hot path: plain lookups; only a failure looks for what is wrong
             ext[k["producerGroup"]]  # required, though the broker does not use it
+            max_times = ext.get(k["maxReconsumeTimes"])
             return cls(
                 topic=ext[k["topic"]],
                 default_topic=ext[k["defaultTopic"]],
@@ -76,6 +90,7 @@ class SendHeader:
                 flag=int(ext[k["flag"]]),
                 properties=ext.get(k["properties"], ""),
                 reconsume_times=int(ext.get(k["reconsumeTimes"], 0)),
+                max_reconsume_times=None if max_times is None else int(max_times),
             )
         except (KeyError, ValueError):
             raise Reject(ResponseCode.SYSTEM_ERROR, _header_problem(ext, k)) from None
@@ -142,20 +157,24 @@ class SendProcessor:
             queue_id = self._target_queue(header)
             born_host = conn.peer_host if isinstance(conn, ServerConnection) else _UNKNOWN_HOST
             if cmd.code == RequestCode.SEND_BATCH_MESSAGE:
+                topic, store_queue = header.topic, queue_id
                 messages = self._batch(header, cmd.body, born_host)
             else:
+                topic, store_queue = self._retry_or_dlq(header, queue_id, cmd)
                 messages = [self._single(header, cmd.body, born_host)]
         except Reject as exc:
             return cmd.response(exc.code, exc.remark, ext)
+        # The answer names ``queue_id`` even when the message went elsewhere (a half, a DLQ), as Java's
+        # handlePutMessageResult answers the queue id chosen before.
         if (
             self._transactions is not None
             and len(messages) == 1
             and self._transactions.is_half(messages[0].properties)
         ):
-            half = self._transactions.half(header.topic, queue_id, messages[0])
-            appended = self._store.put(HALF_TOPIC, 0, [half])  # the answer still names the real queue
+            half = self._transactions.half(topic, store_queue, messages[0])
+            appended = self._store.put(HALF_TOPIC, 0, [half])
         else:
-            appended = self._store.put(header.topic, queue_id, messages)
+            appended = self._store.put(topic, store_queue, messages)
         ext["msgId"] = ",".join(a.msg_id for a in appended)
         ext["queueId"] = str(queue_id)
         ext["queueOffset"] = str(appended[0].queue_offset)
@@ -176,6 +195,19 @@ class SendProcessor:
                 f"request queueId[{h.queue_id}] is illegal, topic {h.topic} has {cfg.queue_count} queues",
             )
         return h.queue_id
+
+    def _retry_or_dlq(self, h: SendHeader, queue_id: int, cmd: RemotingCommand) -> tuple[str, int]:
+        """handleRetryAndDLQ: where a single message is stored. One sent to ``%RETRY%<group>`` (by a
+        consumer whose send-back failed) with reconsume times at the maximum goes to the group's DLQ
+        instead, else it would be redelivered for ever. Its properties and reconsume times stay as sent:
+        Java's setDelayTimeLevel(0) there is overwritten by the header's properties set after it (so a
+        DELAY sent, as Java's consumer sends 3 + reconsume times, has 4.9.4 schedule the copy into the
+        DLQ; devbroker stores it at once, as any producer's DELAY: schedule.py)."""
+        if not h.topic.startswith(RETRY_PREFIX):
+            return h.topic, queue_id
+        if h.reconsume_times < max_reconsume_times(cmd, h.max_reconsume_times):
+            return h.topic, queue_id
+        return dlq_topic(self._topics, h.topic[len(RETRY_PREFIX) :]), DLQ_QUEUE_ID
 
     def _topic(self, h: SendHeader) -> TopicConfig:
         cfg = self._topics.get(h.topic)
