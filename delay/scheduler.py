@@ -425,7 +425,7 @@ class DelayScheduler(DueLoop):
         while self._unrecorded:
             keys, at_ms, sent_to = self._unrecorded[0]
             try:
-                await self._store.mark_sent(keys, at_ms, sent_to)
+                await self._store.mark_sent(keys, at_ms, sent_to, again=True)
             except StorageError:
                 return False
             self._unrecorded.pop(0)

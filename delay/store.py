@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 
 from rocksidecar.storage.clock import wall_ms
 from rocksidecar.storage.due_queue import DueQueue, QueueBacked, Then
@@ -322,16 +322,21 @@ class DelayStore(QueueBacked):
     def first_due(self, start: bytes = b"") -> bytes | None:
         return self.queue.first(start)
 
-    async def mark_sent(self, keys: list[bytes], at_ms: int, sent_to: Sequence[StoredAt | None] = ()) -> None:
+    async def mark_sent(
+        self, keys: list[bytes], at_ms: int, sent_to: Sequence[StoredAt | None] = (), *, again: bool = False
+    ) -> None:
         """The claimed messages under ``keys`` were published (to ``sent_to``, when known): delete them and
         keep SENT markers, in one batch. Their claims are released once that is stored; until then cancel
-        answers ALREADY_SENT.
+        answers ALREADY_SENT. ``again``: a record the store refused before, written now; a spooled one's
+        marker the replay has written since (where it went) is kept (the first record is not checked: the
+        replay's first try comes seconds after the spool, so no marker read on the usual path).
 
         Raises:
             StorageError: not recorded; the claims stay, call again.
         """
         self.queue.claims.mark_published(keys)
-        ops = self._finish_ops(keys, SENT, at_ms, sent_to)
+        keep = self._sent_by_replay(keys, sent_to) if again else ()
+        ops = self._finish_ops(keys, SENT, at_ms, sent_to, keep)
 
         def written(held: bool, synced: bool) -> None:
             if synced:
@@ -408,16 +413,31 @@ class DelayStore(QueueBacked):
 
     @staticmethod
     def _finish_ops(
-        keys: list[bytes], kind: bytes, at_ms: int, sent_to: Sequence[StoredAt | None] = ()
+        keys: list[bytes],
+        kind: bytes,
+        at_ms: int,
+        sent_to: Sequence[StoredAt | None] = (),
+        keep: Container[int] = (),
     ) -> list[Op]:
         """Delete the due keys and their index entries; mark their ids done (``kind`` at ``at_ms``, sent
-        to ``sent_to[i]`` when given)."""
+        to ``sent_to[i]`` when given), but for the indexes in ``keep`` (their marker stays as it is)."""
         ops: list[Op] = []
         for i, key in enumerate(keys):
             due_ms, id_ = split_due_key(key)
-            ops += (
-                Delete(DUE_CF, key),
-                Delete(INDEX_CF, index_key(id_, due_ms)),
-                *DoneMarkers.ops(id_, kind, at_ms, sent_to[i] if i < len(sent_to) else None),
-            )
+            ops += (Delete(DUE_CF, key), Delete(INDEX_CF, index_key(id_, due_ms)))
+            if i not in keep:
+                ops += DoneMarkers.ops(id_, kind, at_ms, sent_to[i] if i < len(sent_to) else None)
         return ops
+
+    def _sent_by_replay(self, keys: list[bytes], sent_to: Sequence[StoredAt | None]) -> set[int]:
+        """Indexes of ``keys`` recorded without a "where" (spooled) whose marker already says where the
+        retry store's replay sent them (record_sent): a spooled message's record refused once and written
+        again later must not put back "sent at the spool, nowhere" over it."""
+        found: set[int] = set()
+        for i, key in enumerate(keys):
+            if i < len(sent_to) and sent_to[i] is not None:
+                continue
+            done = self._done.get(split_due_key(key)[1])
+            if done is not None and done[0] is DelayState.SENT and done[2] is not None:
+                found.add(i)
+        return found
