@@ -26,7 +26,17 @@ from ..codes import RequestCode, ResponseCode
 from ..connection import Connection
 from ..errors import BrokerError, ClientError, FrameError, RocketMQError
 from ..lifecycle import Lifecycle
-from ..message import PROPERTY_DELAY, PROPERTY_TRAN_MSG, Message, MessageExt, MessageQueue
+from ..message import (
+    PROPERTY_DELAY,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TRAN_MSG,
+    Message,
+    MessageExt,
+    MessageQueue,
+)
 from ..message_codec import decode_stored
 from ..msgid import new_uniq_id
 from ..pool import RemotingClient
@@ -70,10 +80,6 @@ from .topic_stats import TopicStats
 
 log = logging.getLogger(__name__)
 
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
-PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
-PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"  # MixAll.CLIENT_INNER_PRODUCER_GROUP
 RESEND_ATTEMPTS = 3  # a sync send's 1 + retryTimesWhenSendFailed (2)
 RESEND_TIMEOUT_S = 3.0  # sendMsgTimeout, for all of them
