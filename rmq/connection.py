@@ -29,6 +29,25 @@ RequestHandler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCom
 
 
 _BUSY_REMARK = "[OVERLOAD]system busy, start flow control for a while"  # Java's, word for word
+# How long a one-way request waits for paused writes to resume: Java's endTransactionOneway's 3000 ms.
+ONEWAY_TIMEOUT_S = 3.0
+# Answers to the peer's requests (and SYSTEM_BUSY refusals) are dropped while writes are paused and this
+# much is buffered for the peer already: one that floods requests and reads none of the answers would
+# grow the buffer without end (its requests time out on its side; a broker asks again).
+SEND_HELD_MAX_BYTES = 4 * 1024 * 1024
+# What a decoded header field holds beyond its characters (two str objects and a dict slot: about 85
+# bytes a field measured, less the characters); a header has at most 256 fields.
+_FIELD_OVERHEAD_BYTES = 80
+
+
+def _held_bytes(cmd: RemotingCommand) -> int:
+    """The memory a waiting request from the peer holds: its body and its header (up to MAX_HEADER_BYTES,
+    1 MiB, a frame: uncounted, 2000 waiting requests could hold 2 GiB). The decoder keeps no frame
+    length, so the header is its fields and remark, as decoded."""
+    size = len(cmd.body) + len(cmd.remark or "")
+    for key, value in cmd.ext_fields.items():
+        size += len(key) + len(value) + _FIELD_OVERHEAD_BYTES
+    return size
 
 
 class Connection(asyncio.Protocol):
@@ -66,6 +85,7 @@ class Connection(asyncio.Protocol):
         self._waiting_bytes = 0
         self.refused_requests = 0  # requests from the peer refused (or dropped) past the limits
         self.unmatched_responses = 0  # responses to no request of ours (late, after their timeout)
+        self.dropped_answers = 0  # answers to the peer dropped: it reads none (SEND_HELD_MAX_BYTES)
         self._out: list[bytes] = []  # frames written in this loop iteration, flushed together
         self.closed_event = asyncio.Event()
 
@@ -124,8 +144,12 @@ class Connection(asyncio.Protocol):
         timer = loop.call_later(timeout_s, self._expire, opaque, timeout_s)
         try:
             self._write(transport, encode(cmd))
-            if self._drain is not None:
-                await self._drain
+            drain = self._drain
+            if drain is not None:
+                # Writes are paused (the peer reads slowly, or not at all): wait for them to resume or for
+                # the answer, whichever comes first, so that the timer still ends the request. wait()
+                # neither cancels the drain (shared by every writer) nor leaves a callback on it.
+                await asyncio.wait((drain, fut), return_when=asyncio.FIRST_COMPLETED)
             return await fut
         finally:
             timer.cancel()
@@ -135,7 +159,20 @@ class Connection(asyncio.Protocol):
             elif not fut.cancelled():
                 fut.exception()  # mark a failure seen when we left through another exception
 
-    async def invoke_oneway(self, cmd: RemotingCommand) -> None:
+    async def invoke_oneway(self, cmd: RemotingCommand, timeout_s: float = ONEWAY_TIMEOUT_S) -> None:
+        """Send a request that gets no answer. While writes are paused it waits at most ``timeout_s`` for
+        them to resume before writing, and else fails with RequestTimeout having written nothing, as
+        Java's invokeOneway waits for a permit: a peer that sends transaction checks and never reads the
+        answers holds neither a handler slot for long nor a growing buffer of them."""
+        drain = self._drain
+        if drain is not None:
+            await asyncio.wait((drain,), timeout=timeout_s)  # never cancels the shared drain
+            if not drain.done():
+                raise RequestTimeout(
+                    f"writes to {self.addr} paused for {timeout_s:.3f} s; one-way request not sent",
+                    addr=self.addr,
+                )
+            # a connection lost meanwhile failed the drain; _writable below says so
         transport = self._writable()
         try:
             opaque = next(self._opaques)
@@ -144,13 +181,19 @@ class Connection(asyncio.Protocol):
         cmd.opaque = opaque
         cmd.flag |= FLAG_ONEWAY
         self._write(transport, encode(cmd))
-        if self._drain is not None:
-            await self._drain
 
     def send(self, cmd: RemotingCommand) -> None:
-        """Write a command as is (responses from the server side); dropped if the connection is gone."""
-        if self._transport is not None and self._closed is None:
-            self._write(self._transport, encode(cmd))
+        """Write a command as is (responses from the server side); dropped if the connection is gone, or
+        while writes are paused with SEND_HELD_MAX_BYTES buffered (the peer reads nothing)."""
+        transport = self._transport
+        if transport is None or self._closed is not None:
+            return
+        if self._drain is not None and transport.get_write_buffer_size() > SEND_HELD_MAX_BYTES:
+            self.dropped_answers += 1
+            if self.dropped_answers == 1 or self.dropped_answers % 10000 == 0:
+                log.warning("%s reads none of our answers: %d dropped", self.addr, self.dropped_answers)
+            return
+        self._write(transport, encode(cmd))
 
     def close(self) -> None:
         if self._transport is not None:
@@ -241,7 +284,7 @@ class Connection(asyncio.Protocol):
         if len(self._tasks) < self.peer_running_limit:
             self._start(cmd)
             return
-        size = len(cmd.body)
+        size = _held_bytes(cmd)
         if (
             len(self._waiting) >= self.peer_waiting_limit
             or self._waiting_bytes + size > self.peer_waiting_bytes_limit
@@ -260,7 +303,7 @@ class Connection(asyncio.Protocol):
         self._tasks.discard(task)
         if self._waiting and self._closed is None:
             cmd = self._waiting.popleft()
-            self._waiting_bytes -= len(cmd.body)
+            self._waiting_bytes -= _held_bytes(cmd)
             self._start(cmd)
 
     def _refuse(self, cmd: RemotingCommand) -> None:
