@@ -31,9 +31,10 @@ RequestHandler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCom
 _BUSY_REMARK = "[OVERLOAD]system busy, start flow control for a while"  # Java's, word for word
 # How long a one-way request waits for paused writes to resume: Java's endTransactionOneway's 3000 ms.
 ONEWAY_TIMEOUT_S = 3.0
-# Answers to the peer's requests (and SYSTEM_BUSY refusals) are dropped while writes are paused and this
-# much is buffered for the peer already: one that floods requests and reads none of the answers would
-# grow the buffer without end (its requests time out on its side; a broker asks again).
+# Answers to the peer's requests (and SYSTEM_BUSY refusals) written while writes are paused, at most this
+# many bytes until they resume; past it they are dropped: a peer that floods requests and reads none of
+# the answers would grow the buffer without end (its requests time out on its side; a broker asks again).
+# Only the answers count: a large answer or request of ours that paused writes says nothing of the peer.
 SEND_HELD_MAX_BYTES = 4 * 1024 * 1024
 # What a decoded header field holds beyond its characters (two str objects and a dict slot: about 85
 # bytes a field measured, less the characters); a header has at most 256 fields.
@@ -81,11 +82,12 @@ class Connection(asyncio.Protocol):
         self._closed: BaseException | None = None
         self._drain: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._waiting: collections.deque[RemotingCommand] = collections.deque()
+        self._waiting: collections.deque[tuple[RemotingCommand, int]] = collections.deque()  # and size
         self._waiting_bytes = 0
         self.refused_requests = 0  # requests from the peer refused (or dropped) past the limits
         self.unmatched_responses = 0  # responses to no request of ours (late, after their timeout)
         self.dropped_answers = 0  # answers to the peer dropped: it reads none (SEND_HELD_MAX_BYTES)
+        self._held_answers = 0  # bytes of answers written since writes paused
         self._out: list[bytes] = []  # frames written in this loop iteration, flushed together
         self.closed_event = asyncio.Event()
 
@@ -120,6 +122,7 @@ class Connection(asyncio.Protocol):
             self._drain = asyncio.get_running_loop().create_future()
 
     def resume_writing(self) -> None:
+        self._held_answers = 0
         if self._drain is not None:
             if not self._drain.done():
                 self._drain.set_result(None)
@@ -184,16 +187,20 @@ class Connection(asyncio.Protocol):
 
     def send(self, cmd: RemotingCommand) -> None:
         """Write a command as is (responses from the server side); dropped if the connection is gone, or
-        while writes are paused with SEND_HELD_MAX_BYTES buffered (the peer reads nothing)."""
+        when answers written while writes stay paused would pass SEND_HELD_MAX_BYTES (the peer reads
+        none of them)."""
         transport = self._transport
         if transport is None or self._closed is not None:
             return
-        if self._drain is not None and transport.get_write_buffer_size() > SEND_HELD_MAX_BYTES:
-            self.dropped_answers += 1
-            if self.dropped_answers == 1 or self.dropped_answers % 10000 == 0:
-                log.warning("%s reads none of our answers: %d dropped", self.addr, self.dropped_answers)
-            return
-        self._write(transport, encode(cmd))
+        frame = encode(cmd)
+        if self._drain is not None:
+            if self._held_answers + len(frame) > SEND_HELD_MAX_BYTES:
+                self.dropped_answers += 1
+                if self.dropped_answers == 1 or self.dropped_answers % 10000 == 0:
+                    log.warning("%s reads none of our answers: %d dropped", self.addr, self.dropped_answers)
+                return
+            self._held_answers += len(frame)
+        self._write(transport, frame)
 
     def close(self) -> None:
         if self._transport is not None:
@@ -291,7 +298,7 @@ class Connection(asyncio.Protocol):
         ):
             self._refuse(cmd)
             return
-        self._waiting.append(cmd)
+        self._waiting.append((cmd, size))
         self._waiting_bytes += size
 
     def _start(self, cmd: RemotingCommand) -> None:
@@ -302,8 +309,8 @@ class Connection(asyncio.Protocol):
     def _handled(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if self._waiting and self._closed is None:
-            cmd = self._waiting.popleft()
-            self._waiting_bytes -= _held_bytes(cmd)
+            cmd, size = self._waiting.popleft()
+            self._waiting_bytes -= size
             self._start(cmd)
 
     def _refuse(self, cmd: RemotingCommand) -> None:

@@ -121,7 +121,7 @@ class BulkPush(HttpPush):
     async def __call__(  # type: ignore[override]  # per message, which the consumer accepts
         self, msgs: Sequence[MessageExt], mq: MessageQueue
     ) -> list[ConsumeStatus]:
-        pq = self.process_queue(mq) if self.process_queue is not None else None  # as HttpPush's
+        pq = self.queue_of(mq)
         try:
             if not spans.ON and msgtrace.DISPATCHER is None:  # tracing off: this one check per batch
                 return await self._post(msgs, mq, pq)

@@ -116,11 +116,7 @@ class ConsumerWired:
         if self.process_queue is None:
             return True
         # only on a failure with no reconsume left: the scan of the cached messages is off the hot path
-        return (
-            pq is not None
-            and not pq.dropped
-            and any(m.queue_offset == msg.queue_offset for m in pq.messages())
-        )
+        return pq is not None and not pq.dropped and bool(pq.cached((msg,)))
 
     async def wait_out(self, seconds: float, pq: ProcessQueue | None) -> None:
         """Sleep out the app's "later", or less when the consumer begins closing; then Withdrawn, not

@@ -15,7 +15,7 @@ from ..api.admin import TransactionsView, Unreadable
 from ..request import RequestError
 from .coordinator import TransactionCoordinator
 from .http import view
-from .records import CF, INDEX, OPEN, OPEN_END, Record, TransactionRecords, kind
+from .records import CF, INDEX, OPEN, OPEN_END, CorruptTransactionError, Record, TransactionRecords, kind
 
 
 def _unfiltered(where: Filter) -> None:
@@ -29,12 +29,6 @@ def _unfiltered(where: Filter) -> None:
             raise RequestError(f"{name}: not a filter of transactions (topic is)", field=name)
 
 
-# What Record.from_value raises for a stored value that is not a record: not JSON or a bad field
-# (ValueError, CorruptValueError among them), one missing (KeyError), of the wrong type (TypeError) or
-# not an object at all (AttributeError).
-_UNDECODABLE = (ValueError, KeyError, TypeError, AttributeError)
-
-
 def _reader(records: TransactionRecords, only_open: bool) -> Callable[..., Page[Record | Unreadable]]:
     def read(where: Filter, *, cursor: str | None = None, limit: int = 100) -> Page[Record | Unreadable]:
         _unfiltered(where)
@@ -42,7 +36,7 @@ def _reader(records: TransactionRecords, only_open: bool) -> Callable[..., Page[
         def listed(id_: str, get: Callable[[], Record | None]) -> Record | Unreadable | None:
             try:
                 record = get()
-            except _UNDECODABLE as exc:
+            except CorruptTransactionError as exc:  # what from_value raises for a value not a record
                 # Listed, with why, as the retry and delay listings list a corrupt value (the operator
                 # sees the damage, not a failed page), and as they do only when no topic is asked for
                 # (its own is unknown).

@@ -620,7 +620,8 @@ class PushConsumer(Lifecycle):
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, msg.msg_id)  # UNIQ_KEY, else the offset id
         props[PROPERTY_RETRY_TOPIC] = msg.topic  # the original topic (_restore_topic)
         props[PROPERTY_RECONSUME_TIME] = str(msg.reconsume_times + 1)
-        props[PROPERTY_MAX_RECONSUME_TIMES] = str(self._send_back_max())
+        most = self._send_back_max()
+        props[PROPERTY_MAX_RECONSUME_TIMES] = str(most)
         props.pop(PROPERTY_TRAN_MSG, None)
         props[PROPERTY_DELAY] = str(delay_level_for(msg.reconsume_times))
         uniq = msg.uniq_key or new_uniq_id()  # the original UNIQ_KEY stays, as Java's setUniqID
@@ -641,7 +642,7 @@ class PushConsumer(Lifecycle):
                     uniq,
                     left,
                     reconsume_times=msg.reconsume_times + 1,
-                    max_reconsume_times=self._send_back_max(),
+                    max_reconsume_times=most,
                 )
             except RocketMQError as exc:
                 self._warn(("resend", target.broker_name), "resend of %s to %s failed: %s", uniq, target, exc)
@@ -775,7 +776,7 @@ class PushConsumer(Lifecycle):
         if self.config.orderly:
             # Unlocking while our listener still works on a message would let the next owner start on
             # the following one: wait a moment for the call (only a call: a loop waiting out a SUSPEND
-            # holds nothing); if it is still busy the lock is kept until the call ends (below).
+            # holds nothing); if it is still busy the lock is kept until the call ends (below) or close().
             idle = await self._orderly.wait_idle(mq, ORDERLY_UNLOCK_WAIT_S)
         with contextlib.suppress(RocketMQError):
             # Even when busy (Java persists first too): the offset in memory only moves on results of the

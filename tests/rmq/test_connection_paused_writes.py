@@ -11,7 +11,7 @@ import pytest
 from rocksidecar.rmq.codes import RequestCode, ResponseCode
 from rocksidecar.rmq.connection import SEND_HELD_MAX_BYTES, Connection, connect
 from rocksidecar.rmq.errors import RemotingError, RequestTimeout
-from rocksidecar.rmq.protocol.frame import RemotingCommand
+from rocksidecar.rmq.protocol.frame import FrameDecoder, RemotingCommand
 from tests.rmq.test_connection import NEVER, PING, PROMPT_S, Server, counted
 
 
@@ -181,32 +181,33 @@ async def test_the_bytes_of_waiting_requests_go_back_to_zero_as_they_are_handled
 
 async def test_answers_to_a_peer_that_reads_none_are_dropped_past_the_bound(server: Server) -> None:
     """Answers (and SYSTEM_BUSY refusals) to a peer that floods requests and reads nothing went into the
-    write buffer without end; past SEND_HELD_MAX_BYTES buffered while writes are paused they are dropped
-    (the peer's requests time out there), and written again once writes resume."""
+    write buffer without end; while writes stay paused, those past SEND_HELD_MAX_BYTES of answers are
+    dropped (the peer's requests time out there), and written again once writes resume."""
     conn = await connect(server.addr, 1.0)
     assert conn._transport is not None
-    full = FullTransport(conn._transport)
-    conn._transport = full  # type: ignore[assignment]
+    kept = KeptTransport(conn._transport)
+    conn._transport = kept  # type: ignore[assignment]
     conn.pause_writing()
-    conn.send(RemotingCommand(PING, {"n": "dropped"}))
-    await asyncio.sleep(0)  # a write would be flushed on the loop's next turn
-    assert full.writes == [] and conn.dropped_answers == 1
-    conn.resume_writing()
-    conn.send(RemotingCommand(PING, {"n": "sent"}))
+    half = b"x" * (SEND_HELD_MAX_BYTES // 2)
+    conn.send(RemotingCommand(PING, {"n": "1"}, body=half))
+    conn.send(RemotingCommand(PING, {"n": "2"}, body=half))  # the two pass the bound: this one dropped
+    conn.send(RemotingCommand(PING, {"n": "3"}))  # a small one still fits
+    await asyncio.sleep(0)  # the writes of this turn are flushed on the loop's next one
+    assert [f.ext_fields["n"] for f in FrameDecoder().feed(b"".join(kept.writes))] == ["1", "3"]
+    assert conn.dropped_answers == 1
+    conn.resume_writing()  # the peer read: a full allowance again
+    conn.send(RemotingCommand(PING, {"n": "4"}, body=half))
     await asyncio.sleep(0)
-    assert len(full.writes) == 1 and conn.dropped_answers == 1
+    assert conn.dropped_answers == 1 and len(kept.writes) == 2
     conn.close()
 
 
-class FullTransport:
-    """A client transport whose buffer holds more than SEND_HELD_MAX_BYTES for the peer."""
+class KeptTransport:
+    """A client transport that keeps what it is given instead of sending it (a peer reading nothing)."""
 
     def __init__(self, inner: asyncio.Transport) -> None:
         self.inner = inner
         self.writes: list[bytes] = []
-
-    def get_write_buffer_size(self) -> int:
-        return SEND_HELD_MAX_BYTES + 1
 
     def write(self, data: bytes) -> None:
         self.writes.append(bytes(data))
