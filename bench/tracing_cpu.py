@@ -106,9 +106,9 @@ class _LoopProcessor(loop_export.LoopBatchProcessor):
         self._transport = _Dropped()
         self._encode = encode
 
-    async def _send(self, taken: loop_export.Batch) -> None:
+    async def _send(self, taken: loop_export.Batch, deadline: float) -> None:
         if self._encode:
-            await super()._send(taken)
+            await super()._send(taken, deadline)
         else:
             self.exported += taken.spans
 
