@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from rocksidecar.rmq.consumer.config import CONCURRENT_MAX_RECONSUME_TIMES, ORDERLY_MAX_RECONSUME_TIMES
+from rocksidecar.rmq.consumer.config import CONCURRENT_MAX_RECONSUME_TIMES, default_max_reconsume_times
 from rocksidecar.rmq.message import TOPIC_MAX_LEN, TOPIC_PATTERN
 from rocksidecar.rmq.message_codec import MAX_BODY_BYTES
 
@@ -123,7 +123,7 @@ def _max_reconsume_times(raw: Mapping[str, Any], mode: str, where: str) -> int:
     """As set (0-10000), or unset Java's default for the mode: maxReconsumeTimes -1 is 16 for a
     concurrent consumer and Integer.MAX_VALUE (never the DLQ) for an orderly one."""
     if "max_reconsume_times" not in raw:
-        return ORDERLY_MAX_RECONSUME_TIMES if mode == "orderly" else CONCURRENT_MAX_RECONSUME_TIMES
+        return default_max_reconsume_times(mode == "orderly")
     return _int(raw["max_reconsume_times"], f"{where}.max_reconsume_times", 0, 10_000)
 
 

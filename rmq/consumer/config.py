@@ -20,6 +20,11 @@ CONCURRENT_MAX_RECONSUME_TIMES = 16
 ORDERLY_MAX_RECONSUME_TIMES = 2**31 - 1
 
 
+def default_max_reconsume_times(orderly: bool) -> int:
+    """Java's reading of maxReconsumeTimes -1 (unset) for a consumer of this mode."""
+    return ORDERLY_MAX_RECONSUME_TIMES if orderly else CONCURRENT_MAX_RECONSUME_TIMES
+
+
 class MessageModel(enum.Enum):
     CLUSTERING = "CLUSTERING"  # the group shares the queues; offsets on the brokers
     BROADCASTING = "BROADCASTING"  # every member consumes every queue; offsets in a local file
@@ -133,4 +138,4 @@ class ConsumerConfig:
         orderly: this client does): max_reconsume_times, or Java's default for the mode when unset."""
         if self.max_reconsume_times is not None:
             return self.max_reconsume_times
-        return ORDERLY_MAX_RECONSUME_TIMES if self.orderly else CONCURRENT_MAX_RECONSUME_TIMES
+        return default_max_reconsume_times(self.orderly)
