@@ -827,7 +827,11 @@ class PushConsumer(Lifecycle):
     def _locker(self) -> QueueLocker:
         return QueueLocker(self._client, self.config.group, self.client_id)
 
-    async def _lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
+    async def _lock(
+        self, mqs: list[MessageQueue], answered: set[MessageQueue] | None = None
+    ) -> set[MessageQueue]:
+        """The queues of ``mqs`` locked now; ``answered`` gets those whose broker answered (locked or
+        not): a broker not found or failing says nothing of its locks."""
         by_broker: dict[str, list[MessageQueue]] = {}
         for mq in mqs:
             by_broker.setdefault(mq.broker_name, []).append(mq)
@@ -840,6 +844,9 @@ class PushConsumer(Lifecycle):
                 locked |= await self._locker().lock(addr, group)
             except RocketMQError as exc:
                 self._warn(("lock", broker), "locking queues on %s failed: %s", broker, exc)
+                continue
+            if answered is not None:
+                answered.update(group)
         return locked
 
     async def lock_all(self) -> None:
@@ -849,7 +856,8 @@ class PushConsumer(Lifecycle):
         asked = dict(self.queues)
         # Queues removed under a running listener call keep their lock until the call ends (_remove_queue).
         leaving = {s.mq for s in self._leaving} - asked.keys()
-        locked = await self._lock([*asked, *sorted(leaving, key=str)])
+        answered: set[MessageQueue] = set()
+        locked = await self._lock([*asked, *sorted(leaving, key=str)], answered)
         now = asyncio.get_running_loop().time()
         for mq, state in asked.items():
             if self.queues.get(mq) is not state:
@@ -857,8 +865,10 @@ class PushConsumer(Lifecycle):
             if mq in locked:
                 state.pq.locked, state.pq.last_lock_at = True, now
                 state.poke()
-            else:
+            elif mq in answered:
                 state.pq.locked = False
+            # else its broker failed or is not found: Java's lockAll changes nothing then (the lock's
+            # expiry, lock_valid, still pauses consumption), so a blip does not stop pulls for a round.
 
     async def _unlock(self, mqs: list[MessageQueue]) -> None:
         by_broker: dict[str, list[MessageQueue]] = {}
@@ -929,12 +939,26 @@ class PushConsumer(Lifecycle):
     async def _pull_loop(self, state: QueueState) -> None:
         cfg, pq, mq = self.config, state.pq, state.mq
         loop = asyncio.get_running_loop()
+        # orderly clustering queues are pulled only under the broker's lock (broadcasting takes none)
+        needs_lock = cfg.orderly and cfg.message_model is MessageModel.CLUSTERING
         while not pq.dropped and not self._closing.is_set():
             state.room.clear()
             sub = self._subs.get(mq.topic) or Subscription(mq.topic, "*")  # it may change meanwhile
             if self._flow_controlled(pq):
                 self.stats.bump("flow_control_pauses")
                 await state.room.wait()  # consumption or a drop pokes the queue
+                continue
+            if needs_lock and not pq.locked:
+                # Java's pullMessage (orderly): no pull without the broker's lock, look again after
+                # pullTimeDelayMillsWhenException. Pulling anyway fills the cache with what the member now
+                # holding the lock consumes in order. The renewal that gets the lock back, a drop and
+                # close() poke the queue: the wait ends at once then. (The offset is taken from the
+                # store once the lock is held, as Java's first locked pull does, in _add_queue.)
+                self.stats.bump("pulls_unlocked_waits")
+                log.debug("group %s: %s is not locked in the broker; pulling later", cfg.group, mq)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(cfg.pull_delay_on_error_s):
+                        await state.room.wait()
                 continue
             addr = self._broker_addrs().get(mq.broker_name)
             try:
