@@ -50,6 +50,12 @@ class NoMasterError(RocketMQError):
     """The route lists the broker without a master: a failover is under way (or the broker is down)."""
 
 
+# a queue's address in Cluster.queues while its broker has no master in the route: the queue is listed
+# all the same, and bounds() names its broker as down, so a stream holds it as it holds a down broker's
+# (left out, a queue was later taken for a new one and read from its earliest offset)
+NO_MASTER = ""
+
+
 # a broker that cannot answer now (down, unreachable, overloaded, between masters): waited for up to
 # brokerTimeoutMs
 UNAVAILABLE = (RemotingError, OSError, TimeoutError, SystemBusy, ServiceNotAvailable, NoMasterError)
@@ -110,8 +116,9 @@ class Cluster:
         await self._client.close()
 
     async def queues(self) -> dict[QueueRef, str]:
-        """Every readable queue of the topics -> its master's address (queues without a master are left
-        out: nothing can be read there now). A topic that does not exist yet has no queues."""
+        """Every readable queue of the topics -> its master's address, or NO_MASTER for a queue whose
+        broker has none now (nothing can be read there now; bounds() names the broker as down). A topic
+        that does not exist yet has no queues."""
         out: dict[QueueRef, str] = {}
         for topic in self.opts.topics:
             try:
@@ -121,16 +128,19 @@ class Cluster:
                 continue
             for mq in route.subscribe_queues(topic):
                 addr = route.master_addr(mq.broker_name)
-                if addr is not None:
-                    out[QueueRef(topic, mq.broker_name, mq.queue_id)] = addr
+                out[QueueRef(topic, mq.broker_name, mq.queue_id)] = addr or NO_MASTER
+                if addr:
                     self._addrs[mq.broker_name] = addr
         return out
 
     async def bounds(self, queues: dict[QueueRef, str], down: DownBrokers) -> dict[QueueRef, Bounds]:
-        """Min and max offset of each queue, asked concurrently; the queues of a broker that fails or
-        does not answer within brokerTimeoutMs are left out, and the broker is named in ``down``."""
+        """Min and max offset of each queue, asked concurrently; the queues of a broker that fails, does
+        not answer within brokerTimeoutMs or has no master (NO_MASTER) are left out, and the broker is
+        named in ``down``."""
 
         async def one(ref: QueueRef, addr: str) -> tuple[QueueRef, Bounds | BaseException]:
+            if addr == NO_MASTER:
+                return ref, NoMasterError(f"broker {ref.broker!r} has no master in the route now")
             mq, t = MessageQueue(ref.topic, ref.broker, ref.queue_id), self.opts.broker_timeout_s
             try:
                 low = await self._api.get_min_offset(addr, mq, timeout_s=t)

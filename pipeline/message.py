@@ -60,11 +60,14 @@ class _KeyWithoutText(TypeError):
 
 
 def _spark_key(key: Any) -> Any:
-    """A map key as Spark's to_json writes it, as far as JSON can hold it. Spark writes a key as its
+    """A map key as JSON text, written as the same value is. Spark's to_json writes a key as its internal
     value's toString: for a decimal Java's BigDecimal.toString, which Python's str(Decimal) matches
-    ("1.50", "1E-8", "0E-8"), as _json_default writes a decimal value. A binary key Spark writes as
-    the JVM array's identity ("[B@1b2c3d", another on every run), which says nothing of the bytes:
-    there is no text to match, so such a key (as any other orjson cannot write) is refused."""
+    ("1.50", "1E-8", "0E-8"), as _json_default writes a decimal value. A date or timestamp key it writes
+    as days or microseconds since the epoch ("19724"), which no reader of a body expects beside the same
+    value written as ISO text: orjson writes such a key as its value, ISO text ("2024-01-02"). A binary
+    key Spark writes as the JVM array's identity ("[B@1b2c3d", another on every run), which says nothing
+    of the bytes: there is no text to match, so such a key (as any other orjson cannot write) is refused
+    (options.check_schema refuses such a map on the driver already)."""
     if isinstance(key, float):
         return _spark_value(key)
     if isinstance(key, decimal.Decimal):

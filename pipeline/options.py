@@ -59,6 +59,11 @@ TEXT_FORMS = ("tinyint", "smallint", "int", "bigint", "boolean", "date")
 _NOT_JSON = re.compile(
     r"(?:^|[<,:])(interval(?: [a-z]+(?: to [a-z]+)?)?|variant|geography\(\w*\)|geometry\(\w*\))(?=$|[>,])"
 )
+# A map whose keys the whole-row JSON body has no text for, anywhere in DataType.simpleString(): binary
+# keys (Spark's to_json writes the JVM array's identity, "[B@1b2c3d", another on every run) and struct
+# keys (a Row in Python) message.row_json refuses row by row, each on its executor; with array keys (a
+# list, unhashable) PySpark fails every task building the row. The schema says so once, before any task.
+_NO_KEY_TEXT = re.compile(r"(?:^|[<,:])map<(binary(?=,)|struct(?=<)|array(?=<))")
 # Spark adds these itself; they are not ours to reject
 _SPARK_OWN = {"path", "checkpointlocation", "queryname"}
 
@@ -255,10 +260,18 @@ def check_schema(opts: WriteOptions, schema: Mapping[str, str]) -> WriteOptions:
         return replace(opts, columns={**opts.columns, "bodyColumn": "body"})
     if "bodyColumn" not in opts.columns:
         for column, column_type in schema.items():
+            cannot = (
+                f"option bodyColumn is not given, so the body is the whole row as JSON, which cannot hold "
+                f"column {column!r} ({column_type})"
+            )
             if _NOT_JSON.search(column_type):
                 raise OptionError(
-                    f"option bodyColumn is not given, so the body is the whole row as JSON, which cannot "
-                    f"hold column {column!r} ({column_type}): cast it "
-                    f"(e.g. F.col({column!r}).cast('string')), drop it, or give bodyColumn"
+                    f"{cannot}: cast it (e.g. F.col({column!r}).cast('string')), drop it, or give bodyColumn"
+                )
+            if keys := _NO_KEY_TEXT.search(column_type):
+                raise OptionError(
+                    f"{cannot}: its map keys ({keys[1]}) have no JSON text; convert them (e.g. "
+                    f"F.transform_keys({column!r}, lambda k, v: k.cast('string'))), drop it, "
+                    "or give bodyColumn"
                 )
     return opts

@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .broker_read import CALL_FAILED, Bounds, Cluster, DataLossError, DownBrokers, Page, columns
+from .broker_read import CALL_FAILED, NO_MASTER, Bounds, Cluster, DataLossError, DownBrokers, Page, columns
 from .options import OptionError
 from .queue_ranges import (
     UNRESOLVED,
@@ -115,7 +115,8 @@ async def _resolve(
         theirs = ", ".join(r.key for r in sorted(queues) if r.topic == first.topic)[:500] or "none"
         raise OptionError(
             f"option {option} names queue {first}, which the name server does not list for topic "
-            f"{first.topic!r} (its queues now: {theirs}; a queue whose broker has no master is left out)"
+            f"{first.topic!r} (its queues now: {theirs}; a broker is named as the route spells it, "
+            "case included)"
         )
     for ref, b in bounds.items():
         if isinstance(position, int) and not isinstance(position, bool):
@@ -134,8 +135,8 @@ async def _resolve(
 
 
 async def _stream_bounds(cluster: Cluster) -> tuple[dict[QueueRef, str], dict[QueueRef, Bounds]]:
-    """The queues and the bounds of those whose broker answered; a stream goes on without the others
-    (warned: their queues stall until the broker is back)."""
+    """The queues and the bounds of those whose broker answered (one without a master does not); a
+    stream goes on without the others (warned: their queues stall until the broker is back)."""
     queues = await cluster.queues()
     down = DownBrokers()
     bounds = await cluster.bounds(queues, down)
@@ -274,8 +275,9 @@ class BatchReader(DataSourceReader):
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are each queue's next offset to read. A queue seen for the first time enters at its
     earliest offset with nothing to read in that micro-batch (so a replayed batch plans alike); a queue
-    whose broker does not answer keeps its offset (it stalls, the others go on). One whose broker did not
-    answer when the stream started is UNRESOLVED until it does, then enters where startingOffsets puts it
+    whose broker does not answer (or has no master) keeps its offset (it stalls, the others go on). One
+    whose broker did not answer (or had no master: a failover under way) when the stream started is
+    UNRESOLVED until it does, then enters where startingOffsets puts it
     (resolved then, so ``latest`` is that queue's end then: what a broker that was only slow to answer
     stored in between is not read), again with nothing to read in that micro-batch.
 
@@ -297,8 +299,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         async def work(cluster: Cluster) -> Offsets:
             queues, bounds = await _stream_bounds(cluster)
             start = await _resolve(cluster, self.opts.starting, queues, bounds, latest=False)
-            # a queue whose broker is down: later taken for a new queue, it would enter at its earliest
-            # offset (re-reading its history against startingOffsets); latestOffset resolves it instead
+            # a queue whose broker is down or has no master: later taken for a new queue, it would enter
+            # at its earliest offset (re-reading its history against startingOffsets); latestOffset
+            # resolves it instead
             start.update({ref: UNRESOLVED for ref in queues if ref not in bounds})
             return to_offsets(start)
 
@@ -336,8 +339,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest.update(restart)
             if entering:  # likewise: this micro-batch's range starts UNRESOLVED, partitions() drops it
                 # the queues the stream knows count as the topics' (the JSON was checked against them at
-                # the start): one whose broker has no master now is left out of ``queues``
-                known = {**dict.fromkeys(begin, ""), **queues}
+                # the start), also one the route no longer lists
+                known = {**dict.fromkeys(begin, NO_MASTER), **queues}
                 latest.update(await _resolve(cluster, self.opts.starting, known, entering, latest=False))
             return to_offsets(latest)
 
