@@ -16,7 +16,9 @@ replica came back) may have crossed its mark after the previous publisher's last
 hand-over: neither would refresh it until its next mark, up to twice ``refresh_after_ms`` after the
 copy was written, past the retention it is sized against. So after a change of the live publishers
 (``handed_over``), the next round looks back further for the copies that were not its own before: to
-the previous publisher's last possible round.
+the previous publisher's last possible round. Hand-overs may chain (each new publisher stops before its
+first round as the publisher: a rolling upgrade), so the look-back starts from the earliest hand-over that
+no round since can have covered, not from the latest.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ ROUNDS_PER_REFRESH = 8  # a round every refresh_after / 8: a copy is refreshed a
 MAX_SENDS = 16  # refresh sends in flight
 # How many rounds before a hand-over its previous publisher's last round may be: one (rounds are an
 # interval apart), and one more for a publisher that took the copy over itself just before and went
-# before its first round.
+# before its first round (a longer chain: ``Refresher.handed_over`` keeps its earliest hand-over).
 HANDOVER_ROUNDS = 2
 
 
@@ -61,8 +63,10 @@ class Refresher:
     handover_ms: int = 0
     _last_round_ms: int | None = field(init=False, default=None)
     _failed: set[str] = field(init=False, default_factory=set)  # failed refreshes: again next round
-    # the first hand-over since the last round: who published before it (was_mine), and when
-    _handover: tuple[Callable[[DelayedMessage], bool], int] | None = field(init=False, default=None)
+    # the first hand-over since the last round: who published before it (was_mine)
+    _handover: Callable[[DelayedMessage], bool] | None = field(init=False, default=None)
+    # (earliest, latest) at_ms of the hand-overs not yet covered by a round: the look-back's start
+    _chain: tuple[int, int] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.refresh_after_ms <= 0:
@@ -77,9 +81,14 @@ class Refresher:
         ``was_mine``: whether it published a copy before. The next round refreshes the copies that are
         its own now and were not, whose mark was crossed since the previous publisher's last possible
         round. Of several hand-overs before a round the first counts: its ``was_mine`` is what the last
-        round saw, and it is the earliest. Memory: one predicate; work: the round's scan, as ever."""
+        round saw. The look-back starts from the earliest hand-over not yet covered, which may be before
+        the last round: a copy whose publisher stopped before its first round as the publisher went on
+        uncovered to the next one (and on), and the rounds of this replica between saw it as another's.
+        Memory: one predicate and two ints; work: the round's scan, as ever."""
         if self._handover is None:
-            self._handover = (was_mine, at_ms)
+            self._handover = was_mine
+        earliest, latest = self._chain or (at_ms, at_ms)
+        self._chain = (min(earliest, at_ms), max(latest, at_ms))
 
     def due_for_refresh(self, msg: DelayedMessage, since_ms: int, now_ms: int) -> bool:
         """Whether the age of ``msg``'s copy passed a multiple of refresh_after between the rounds."""
@@ -96,19 +105,25 @@ class Refresher:
         # when it joins the publishers, by the hand-over's look-back).
         interval_ms = int(self.interval_s * 1000)
         since = self._last_round_ms if self._last_round_ms is not None else now - interval_ms
-        handover, self._handover = self._handover, None
-        was_mine: Callable[[DelayedMessage], bool] | None = None
+        was_mine, self._handover = self._handover, None
         handed_since = since
-        if handover is not None:
-            was_mine, at_ms = handover
-            handed_since = min(since, at_ms) - HANDOVER_ROUNDS * interval_ms - self.handover_ms
+        if was_mine is not None and self._chain is not None:
+            handed_since = min(since, self._chain[0]) - HANDOVER_ROUNDS * interval_ms - self.handover_ms
+            # Bound: a look-back longer than refresh_after picks no more copies (each older than that
+            # crossed a mark in it), however long a chain of hand-overs goes on.
+            handed_since = max(handed_since, now - self.refresh_after_ms)
         try:
             sent = await self._scan(now, since, was_mine, handed_since)
         except BaseException:
-            if handover is not None:  # looked at again by the next round (the earlier one counts)
-                self._handover = handover
+            if was_mine is not None:  # looked at again by the next round (the earlier one counts)
+                self._handover = was_mine
             raise
         self._last_round_ms = now
+        # The chain is covered once its latest hand-over is an interval plus a late-seen stop
+        # (handover_ms) old: the publisher after it had a round of its own by now, or it stopped and
+        # that hand-over was seen here before this round.
+        if self._chain is not None and now - self._chain[1] >= interval_ms + self.handover_ms:
+            self._chain = None
         if sent:
             log.info("refreshed %d held messages on the inner topic", sent)
             self.on_refreshed(sent)
