@@ -384,9 +384,13 @@ class LoopBatchProcessor(SpanProcessor):
                 if len(self._queue) < self.config.max_batch and self._closing_by is None:
                     break
         finally:
-            self._exporting = None
-            if self._queue and self._timer is None and not self._closed and self._loop is not None:
-                self._timer = self._loop.call_later(self.config.schedule_delay_s, self._export_now)
+            self._release()
+
+    def _release(self) -> None:
+        """The export slot given back: what is still queued waits for the schedule delay."""
+        self._exporting = None
+        if self._queue and self._timer is None and not self._closed and self._loop is not None:
+            self._timer = self._loop.call_later(self.config.schedule_delay_s, self._export_now)
 
     def _take(self) -> Batch:
         """A batch of at most max_batch spans (a FastSpan that keeps its request's send holds two), and
@@ -511,10 +515,17 @@ class LoopBatchProcessor(SpanProcessor):
         return not self._queue
 
     async def _drain(self) -> None:
+        """A flush from another thread, on the loop: it takes the one export slot like any export
+        (waits for the one under way, then holds it). Beside another export, both batches would be
+        in flight and only one of them in ``_inflight``: the loop's end would lose the other."""
         deadline = asyncio.get_running_loop().time() + self.config.export_timeout_s
-        if self._exporting is not None:
-            await asyncio.shield(self._exporting)
-        await self._send_queue(deadline)
+        while self._exporting is not None:  # another flush may take it first: wait again
+            await asyncio.wait((self._exporting,))  # not cancelled with us, nor raising its end
+        self._exporting = asyncio.current_task()
+        try:
+            await self._send_queue(deadline)
+        finally:
+            self._release()
 
     async def _drain_fresh(self) -> None:
         """The queue's rest exported from a loop of our own (the spans' loop has stopped): a client of
