@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import cast
+from typing import Any, cast, overload
 
 from rocksdict import (
     AccessType,
@@ -93,6 +93,45 @@ def _existing_column_families(path: str | Path) -> list[str]:
         return []
     with _translate(f"cannot list the column families of {path}"):
         return [name for name in Rdict.list_cf(str(path), Options(raw_mode=True)) if name != "default"]
+
+
+def _present(path: str | Path, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The column families of ``names`` the directory has: all a read-only or secondary open may ask for.
+    RocksDB creates missing ones only in a read-write open; a view asking for one is refused ("Column
+    family not found"), and a store written before a family existed (dmq_forwarded, transactions) then
+    could not open at all on a full disk. The others read as empty (_ABSENT) until a read-write open."""
+    existing = set(_existing_column_families(path))
+    return tuple(name for name in names if name in existing)
+
+
+class _AbsentFamily:
+    """A listed column family a read-only or secondary view opened without (see _present): empty, with
+    nothing to flush or compact. Writes to it are refused by RocksKV.write, as a view refuses any."""
+
+    @overload
+    def get(self, key: bytes) -> None: ...
+    @overload
+    def get(self, key: list[bytes]) -> list[None]: ...
+    def get(self, key: bytes | list[bytes]) -> list[None] | None:
+        return [None] * len(key) if isinstance(key, list) else None  # a list: get_many's MultiGet
+
+    def items(self, from_key: bytes | None = None, read_opt: ReadOptions | None = None) -> Iterator[Any]:
+        return iter(())
+
+    def keys(self, read_opt: ReadOptions | None = None) -> Iterator[Any]:
+        return iter(())
+
+    def property_value(self, name: str) -> str | None:
+        return None
+
+    def compact_range(self, begin: bytes | None, end: bytes | None, compact_opt: CompactOptions) -> None:
+        pass
+
+    def flush(self, wait: bool = True) -> None:
+        pass
+
+
+_ABSENT = _AbsentFamily()
 
 
 def _cf_options(cache: Cache, write_buffer_bytes: int) -> Options:
@@ -207,14 +246,17 @@ class RocksKV:
         column_families: tuple[str, ...],
         path: str,
         *,
+        opened: tuple[str, ...] | None = None,
         read_only_reason: str | None = None,
         write_buffer_bytes: int = DB_WRITE_BUFFER_BYTES,
     ) -> None:
+        """``opened``: the column families ``db`` was opened with, when not all of ``column_families``
+        (a read-only or secondary view of a store that lacks some: see _present)."""
         self.column_families = column_families
         self.path = path
         self.write_buffer_bytes = write_buffer_bytes
         self._db: Rdict | None = None
-        self._attach(db)
+        self._attach(db, column_families if opened is None else opened)
         # Set while a read-write store is open read-only (the disk was full at open) or its writes
         # failed: recover() reopens it read-write once there is space again.
         self.read_only_reason = read_only_reason
@@ -226,12 +268,10 @@ class RocksKV:
             for no_slowdown in (False, True)
         }
 
-    def _attach(self, db: Rdict) -> None:
+    def _attach(self, db: Rdict, opened: tuple[str, ...]) -> None:
         self._db = db
-        self._cfs = {name: db.get_column_family(name) for name in self.column_families}
-        self._handles: dict[str, ColumnFamily] = {
-            name: db.get_column_family_handle(name) for name in self.column_families
-        }
+        self._cfs = {name: db.get_column_family(name) for name in opened}
+        self._handles: dict[str, ColumnFamily] = {name: db.get_column_family_handle(name) for name in opened}
 
     @classmethod
     def open(
@@ -254,14 +294,23 @@ class RocksKV:
             StorageError: any other failure to open.
         """
         names = tuple(dict.fromkeys([*column_families, *_existing_column_families(path)]))
+        opened = names if access is Access.READ_WRITE else _present(path, names)
         try:
-            db = _open_released(lambda: _open_db(path, names, access, secondary_dir, write_buffer_bytes))
+            db = _open_released(lambda: _open_db(path, opened, access, secondary_dir, write_buffer_bytes))
         except StorageError as exc:
             if not (read_only_when_full and access is Access.READ_WRITE and _no_space(exc)):
                 raise
-            db = _open_db(path, names, Access.READ_ONLY, None)
-            return cls(db, names, str(path), read_only_reason=str(exc), write_buffer_bytes=write_buffer_bytes)
-        kv = cls(db, names, str(path), write_buffer_bytes=write_buffer_bytes)
+            present = _present(path, names)
+            db = _open_db(path, present, Access.READ_ONLY, None)
+            return cls(
+                db,
+                names,
+                str(path),
+                opened=present,
+                read_only_reason=str(exc),
+                write_buffer_bytes=write_buffer_bytes,
+            )
+        kv = cls(db, names, str(path), opened=opened, write_buffer_bytes=write_buffer_bytes)
         if access is Access.READ_WRITE:
             kv.merge_small_files()
         return kv
@@ -315,12 +364,12 @@ class RocksKV:
         if free < MIN_FREE_BYTES:
             raise StorageError(f"no space left for store {self.path}: {free} bytes free")
         self._close_db()
+        names = self.column_families
         try:
-            self._attach(
-                _open_db(self.path, self.column_families, Access.READ_WRITE, None, self.write_buffer_bytes)
-            )
+            self._attach(_open_db(self.path, names, Access.READ_WRITE, None, self.write_buffer_bytes), names)
         except StorageError as exc:
-            self._attach(_open_db(self.path, self.column_families, Access.READ_ONLY, None))
+            present = _present(self.path, names)  # the read-write open creates the missing families
+            self._attach(_open_db(self.path, present, Access.READ_ONLY, None), present)
             self.read_only_reason = str(exc)
             raise
         self._write_failed, self.read_only_reason = False, None
@@ -348,13 +397,25 @@ class RocksKV:
                 failed = failed or str(exc) or type(exc).__name__
         return failed
 
-    def _cf(self, cf: str) -> Rdict:
+    def _cf(self, cf: str) -> Rdict | _AbsentFamily:
         if self._db is None:
             raise StorageError(f"store {self.path} is closed")
         try:
             return self._cfs[cf]
         except KeyError:
+            # Off the hot path: only a listed family a read-only view opened without (see _present).
+            if cf in self.column_families:
+                return _ABSENT
             raise StorageError(f"unknown column family {cf!r}") from None
+
+    def _no_family(self, cf: str) -> StorageError:
+        """Why a write names ``cf`` with no handle: unknown, or absent from a read-only view (_present)."""
+        if cf in self.column_families:
+            return StorageError(
+                f"store {self.path} is read-only: column family {cf!r} is not created yet (a read-write "
+                f"open creates it; {self.read_only_reason or 'a view'})"
+            )
+        return StorageError(f"unknown column family {cf!r}")
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         handle = self._cf(cf)
@@ -398,15 +459,18 @@ class RocksKV:
         # _failing outside _translate: it tells a stall (WriteStalledError) from a failure.
         with self._failing(), _translate("write"):
             batch = WriteBatch(raw_mode=True)
-            for op in ops:
-                if type(op) is Put:
-                    batch.put(op.key, op.value, handles[op.cf])
-                elif type(op) is Delete:
-                    batch.delete(op.key, handles[op.cf])
-                elif type(op) is DeleteRange:
-                    batch.delete_range(op.begin, op.end, handles[op.cf])
-                else:
-                    raise StorageError(f"not a write operation: {op!r}")
+            try:
+                for op in ops:
+                    if type(op) is Put:
+                        batch.put(op.key, op.value, handles[op.cf])
+                    elif type(op) is Delete:
+                        batch.delete(op.key, handles[op.cf])
+                    elif type(op) is DeleteRange:
+                        batch.delete_range(op.begin, op.end, handles[op.cf])
+                    else:
+                        raise StorageError(f"not a write operation: {op!r}")
+            except KeyError as exc:  # no handle: costs nothing until raised
+                raise self._no_family(exc.args[0]) from None
             self._db.write(batch, self._write_options[sync, no_slowdown])
 
     def sync_wal(self) -> None:
