@@ -67,8 +67,9 @@ class BrokerOptions(TypedDict, total=False):
     transaction_check_interval_s: float  # transactionCheckInterval; <= 0: check only when asked
     transaction_timeout_ms: int  # transactionTimeOut: how old an undecided half gets before a check
     tls: ssl.SSLContext | None  # TLS only on the name server's and brokers' ports (tls.server.mode=enforcing)
-    # Multiplies the delay levels of sent-back messages (schedule.py): 1.0 is RocketMQ's table (1 s ... 2 h,
-    # what `rocksidecar devbroker` runs); the default 0 redelivers at once, so tests need not wait.
+    # Multiplies the delay levels of sent-back messages and of a producer's DELAY (schedule.py): 1.0 is
+    # RocketMQ's table (1 s ... 2 h, what `rocksidecar devbroker` runs); the default 0 delivers at once,
+    # so tests need not wait.
     delay_scale: float
 
 
@@ -144,7 +145,12 @@ class DevBroker:
 
     def _build_handlers(self, cluster: str) -> dict[int, Handler]:
         send = SendProcessor(
-            self.store, self.topics, self.faults, cluster=cluster, transactions=self.transactions
+            self.store,
+            self.topics,
+            self.faults,
+            cluster=cluster,
+            transactions=self.transactions,
+            schedule=self.schedule,
         )
         state = BrokerState(self.store, self.topics, self.clients, self.offsets, self.property_filter)
         pull = PullProcessor(state, self.holds)

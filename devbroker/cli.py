@@ -62,8 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=1.0,
         metavar="X",
-        help="multiply the delay levels of sent-back messages (RocketMQ's 1s 5s 10s 30s 1m ... 2h) by X: "
-        "1 (default) is RocketMQ's timing, 0 redelivers at once, 0.01 a hundredth of each delay",
+        help="multiply the delay levels of sent-back and DELAY messages "
+        "(RocketMQ's 1s 5s 10s 30s 1m ... 2h) by X: 1 (default) is RocketMQ's timing, 0 delivers at once, "
+        "0.01 a hundredth of each delay",
     )
     p.add_argument(
         "--max-log-mb", type=int, default=None, metavar="MB", help="drop the oldest messages beyond this"

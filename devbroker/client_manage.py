@@ -59,9 +59,13 @@ class ClientManageProcessor:
 
     async def query_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """§6.5: the committed offset; else 0 while the queue still starts at offset 0 (devbroker
-        keeps every message in memory, so none is "swapped out"); else QUERY_NOT_FOUND."""
+        keeps every message in memory, so none is "swapped out"); else QUERY_NOT_FOUND. A committed
+        negative offset (UPDATE_CONSUMER_OFFSET stores what it is given) counts as none, as 4.9.4's
+        queryConsumerOffset answers only an offset >= 0."""
         group, topic, queue_id = self._queue(cmd)
         offset = self._state.offsets.query(group, topic, queue_id)
+        if offset is not None and offset < 0:
+            offset = None
         if offset is None and self._state.store.min_offset(topic, queue_id) > 0:
             return cmd.response(
                 ResponseCode.QUERY_NOT_FOUND,

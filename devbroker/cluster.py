@@ -6,7 +6,8 @@ plus the optional admin HTTP endpoint; what tests, the CLI and the sidecar's --d
         cluster.brokers["broker-a"].faults.latency_s = 0.5
         await cluster.brokers["broker-b"].stop()      # gone from routes until start()
 
-A sent-back message is redelivered at once unless ``delay_scale`` says otherwise (BrokerOptions).
+A sent-back message, or one sent with a DELAY level, is delivered at once unless ``delay_scale`` says
+otherwise (BrokerOptions).
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ class DevCluster(Lifecycle):
         """Ports 0 are ephemeral; ``broker_base_port`` 0 gives every broker an ephemeral port and
         ``admin_port`` None runs no admin endpoint. Everything listens on ``host`` (an IP address), which
         is also the address the routes name: another host (a container) can reach it when it is not
-        loopback. ``delay_scale`` (BrokerOptions) multiplies the delay levels of sent-back messages;
-        its default here is 0, which redelivers a sent-back message at once (tests depend on that);
+        loopback. ``delay_scale`` (BrokerOptions) multiplies the delay levels of sent-back and DELAY
+        messages; its default here is 0, which delivers such a message at once (tests depend on that);
         ``rocksidecar devbroker`` passes 1.0, RocketMQ's real table.
 
         Raises:

@@ -35,10 +35,7 @@ class PropertyFilter:
         if expression_type == EXPRESSION_TAG:
             return None
         if not self.enabled or expression_type != EXPRESSION_SQL92:
-            raise Reject(
-                ResponseCode.SYSTEM_ERROR,
-                f"The broker does not support consumer to filter message by {expression_type}",
-            )
+            raise _unsupported(expression_type)
         found = self._compiled.get(expression)
         if found is None:
             try:
@@ -61,3 +58,28 @@ class PropertyFilter:
             return sql.matches(msg.properties)
 
         return matches
+
+    def pull_accept(self, expression_type: str, expression: str) -> Accept | None:
+        """What a pull carrying its own subscription delivers: as ``accept``, except that a non-TAG
+        expression that does not compile (or of a type with no filter) filters nothing. 4.9.4's
+        PullMessageProcessor gets null from ConsumerFilterManager.build, which catches the compile
+        error, and ExpressionMessageFilter with no compiled expression matches every message; only
+        CHECK_CLIENT_CONFIG refuses such an expression.
+
+        Raises:
+            Reject: SYSTEM_ERROR when filtering by properties is off (checked after the build in Java,
+                so whether or not the expression compiles).
+        """
+        if expression_type == EXPRESSION_TAG:
+            return None
+        if not self.enabled:
+            raise _unsupported(expression_type)
+        try:
+            return self.accept(expression_type, expression)
+        except Reject:  # enabled, so the type is unknown or the expression does not parse
+            return None
+
+
+def _unsupported(expression_type: str) -> Reject:
+    remark = f"The broker does not support consumer to filter message by {expression_type}"
+    return Reject(ResponseCode.SYSTEM_ERROR, remark)

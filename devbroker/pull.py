@@ -57,7 +57,7 @@ class PullProcessor:
         if code == ResponseCode.PULL_NOT_FOUND and sys_flag & PULL_SUSPEND and suspend_ms > 0:
             # Long polling: hold until a matching message arrives or the suspend time passes, then
             # answer by reading again, as Java re-runs the pull without the suspend option.
-            await self._holds.wait(topic, queue_id, offset, codes, suspend_ms / 1000)
+            await self._holds.wait(topic, queue_id, offset, codes, accept, suspend_ms / 1000)
             result = self._state.store.get(topic, queue_id, offset, max_nums, codes, accept)
             code = response_code(result, offset)
         out = {
@@ -89,6 +89,8 @@ class PullProcessor:
         if sys_flag & PULL_SUBSCRIPTION:
             expression_type = ext.get("expressionType") or "TAG"
             expression = ext.get("subscription") or "*"
+            if expression_type != "TAG":
+                return None, self._state.property_filter.pull_accept(expression_type, expression)
         else:
             sub = self._state.clients.subscription(group, topic)
             if sub is None:

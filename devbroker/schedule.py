@@ -1,4 +1,5 @@
-"""Delay levels as 4.9.4's ScheduleMessageService runs them, for the broker's own CONSUMER_SEND_MSG_BACK.
+"""Delay levels as 4.9.4's ScheduleMessageService runs them, for the broker's own CONSUMER_SEND_MSG_BACK
+and for a producer's message with a DELAY property (send.py).
 
 A message with delay level L (at most 18) is stored in SCHEDULE_TOPIC_XXXX, queue L - 1, with DELAY=L,
 REAL_TOPIC and REAL_QID among its properties (CommitLog.asyncPutMessage). Once level L's delay has passed
@@ -13,8 +14,7 @@ messages move on a timer of the running event loop, or when ``deliver_due`` is c
 injected ``now_ms`` clock). With a path the delivered offsets are saved on flush in the layout of Java's
 delayOffset.json, so a restart neither loses nor repeats a scheduled message.
 
-Not modelled: a producer's DELAY property (devbroker stores such a message in its topic at once), and
-SCHEDULE_TOPIC_XXXX is not in the topic table (it cannot be pulled or routed)."""
+Not modelled: SCHEDULE_TOPIC_XXXX is not in the topic table (it cannot be pulled or routed)."""
 
 from __future__ import annotations
 

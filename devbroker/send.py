@@ -2,15 +2,19 @@
 the checks of Java's msgCheck, topic auto-creation from TBW102, injected faults, and the stored form
 of the protocol reference §3.8 (WAIT dropped from a single message, kept in a batch's as 4.9.4 keeps
 it; CLUSTER added; born host = the connection's peer). A single message to a %RETRY% topic that has been
-reconsumed its maximum times goes to the group's DLQ (handleRetryAndDLQ)."""
+reconsumed its maximum times goes to the group's DLQ (handleRetryAndDLQ). A single non-transactional
+message with a DELAY level waits in SCHEDULE_TOPIC_XXXX until the level's delay has passed
+(CommitLog.asyncPutMessage; schedule.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from rocksidecar.rmq.broker import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE
 from rocksidecar.rmq.codes import RequestCode, ResponseCode
 from rocksidecar.rmq.connection import Connection
 from rocksidecar.rmq.errors import FrameError
@@ -21,10 +25,11 @@ from rocksidecar.rmq.protocol.frame import RemotingCommand
 from .faults import Faults
 from .headers import Reject
 from .listener import ServerConnection
+from .schedule import MAX_DELAY_LEVEL, Schedule
 from .send_back import DLQ_QUEUE_ID, dlq_topic, max_reconsume_times
 from .store import MessageStore, NewMessage, tag_code
 from .topics import RETRY_PREFIX, TopicConfig, TopicTable, topic_name_error
-from .transactions import HALF_TOPIC, Transactions
+from .transactions import HALF_TOPIC, REAL_QID, REAL_TOPIC, TRANSACTION_BITS, Transactions
 
 REGION = "DefaultRegion"
 _FIELDS = (
@@ -136,8 +141,10 @@ class SendProcessor:
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         transactions: Transactions | None = None,
+        schedule: Schedule | None = None,  # None: a DELAY level is ignored (stored at once)
     ) -> None:
         self._store = store
+        self._schedule = schedule
         self._transactions = transactions
         self._topics = topics
         self._faults = faults
@@ -162,6 +169,7 @@ class SendProcessor:
             else:
                 topic, store_queue = self._retry_or_dlq(header, queue_id, cmd)
                 messages = [self._single(header, cmd.body, born_host)]
+            level = self._delay_level(cmd, messages)
         except Reject as exc:
             return cmd.response(exc.code, exc.remark, ext)
         # The answer names ``queue_id`` even when the message went elsewhere (a half, a DLQ), as Java's
@@ -173,12 +181,40 @@ class SendProcessor:
         ):
             half = self._transactions.half(topic, store_queue, messages[0])
             appended = self._store.put(HALF_TOPIC, 0, [half])
+        elif level > 0 and self._schedule is not None:
+            appended = [self._schedule.put(scheduled(messages[0], topic, store_queue, level), level)]
         else:
             appended = self._store.put(topic, store_queue, messages)
         ext["msgId"] = ",".join(a.msg_id for a in appended)
         ext["queueId"] = str(queue_id)
         ext["queueOffset"] = str(appended[0].queue_offset)
         return cmd.response(ResponseCode.SUCCESS, None, ext)
+
+    def _delay_level(self, cmd: RemotingCommand, messages: list[NewMessage]) -> int:
+        """CommitLog.asyncPutMessage: the DELAY level (capped at the last one) of a single message that
+        is neither a half nor, by its system flag, a prepared or rolled-back one; else 0. (4.9.4 refuses
+        a batch with a DELAY, MESSAGE_ILLEGAL: not modelled, devbroker stores such a batch.)
+
+        Raises:
+            Reject: SYSTEM_ERROR for a DELAY that is not an integer (Java's getDelayTimeLevel throws
+                NumberFormatException, which the remoting layer answers so).
+        """
+        if cmd.code == RequestCode.SEND_BATCH_MESSAGE:
+            return 0
+        (msg,) = messages
+        if Transactions.is_half(msg.properties) or msg.sys_flag & TRANSACTION_BITS not in (
+            TRANSACTION_NOT_TYPE,
+            TRANSACTION_COMMIT_TYPE,
+        ):
+            return 0
+        value = _property(msg.properties, "DELAY")
+        if value is None:
+            return 0
+        try:
+            level = int(value)
+        except ValueError:
+            raise Reject(ResponseCode.SYSTEM_ERROR, f"DELAY is not an integer: {value!r}") from None
+        return min(level, MAX_DELAY_LEVEL)
 
     def _target_queue(self, h: SendHeader) -> int:
         error = topic_name_error(h.topic)
@@ -202,7 +238,7 @@ class SendProcessor:
         instead, else it would be redelivered for ever. Its properties and reconsume times stay as sent:
         Java's setDelayTimeLevel(0) there is overwritten by the header's properties set after it (so a
         DELAY sent, as Java's consumer sends 3 + reconsume times, has 4.9.4 schedule the copy into the
-        DLQ; devbroker stores it at once, as any producer's DELAY: schedule.py)."""
+        DLQ, and devbroker too: _delay_level)."""
         if not h.topic.startswith(RETRY_PREFIX):
             return h.topic, queue_id
         if h.reconsume_times < max_reconsume_times(cmd, h.max_reconsume_times):
@@ -255,6 +291,25 @@ class SendProcessor:
                 )
             )
         return out
+
+
+def _property(properties: str, name: str) -> str | None:
+    """The last value of ``name`` (the properties map keeps the last one), or None."""
+    found = None
+    for item in properties.split("\x02"):
+        key, sep, value = item.partition("\x01")
+        if sep and key == name:
+            found = value
+    return found
+
+
+def scheduled(message: NewMessage, topic: str, queue_id: int, level: int) -> NewMessage:
+    """The message as CommitLog puts it in SCHEDULE_TOPIC_XXXX: DELAY (capped), REAL_TOPIC and REAL_QID
+    set, replacing any the sender put there (putProperty overwrites)."""
+    drop = ("DELAY\x01", f"{REAL_TOPIC}\x01", f"{REAL_QID}\x01")
+    items = [p for p in message.properties.split("\x02") if p and not p.startswith(drop)]
+    items += [f"DELAY\x01{level}", f"{REAL_TOPIC}\x01{topic}", f"{REAL_QID}\x01{queue_id}"]
+    return dataclasses.replace(message, properties="\x02".join(items))
 
 
 def batch_item_properties(inner: str, batch: str) -> tuple[str, str | None]:

@@ -29,12 +29,14 @@ from .commitlog import CommitLog, CommitLogCorrupt
 
 MAX_PULL_MESSAGES = 32  # maxTransferCountOnMessageInMemory
 MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
-MAX_SCAN_ENTRIES = 800  # Java scans max(16000 bytes, 20 * maxMsgNums) of consume queue: 800 entries
+# Java scans max(16000 bytes, 20 * maxMsgNums) of consume queue, 20 bytes an entry: at least 800 entries
+MIN_SCAN_ENTRIES = 800
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
-OnAppend = Callable[[str, int, int, set[int]], None]  # topic, queue id, new max offset, tag codes
+# topic, queue id, new max offset, and (tag code, stored record) of each message appended
+OnAppend = Callable[[str, int, int, Sequence[tuple[int, bytes]]], None]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -179,6 +181,7 @@ class MessageStore:
             q = self._queues[(topic, queue_id)] = _Queue(0)
         now = self._last_ts = max(self._now_ms(), self._last_ts)  # keep store times sorted per queue
         log, host, out = self._log, self.store_host, []
+        arrived: list[tuple[int, bytes]] = []
         for m in messages:
             queue_offset, phys = q.max_offset, log.end
             record = m.record(topic, queue_id, queue_offset, phys, now, host)
@@ -189,8 +192,9 @@ class MessageStore:
             q.tags.append(m.tag_code)
             log.append(record)
             out.append(Appended(queue_offset, phys, offset_msg_id(host, phys)))
+            arrived.append((m.tag_code, record))
         if self.on_append is not None:
-            self.on_append(topic, queue_id, q.max_offset, {m.tag_code for m in messages})
+            self.on_append(topic, queue_id, q.max_offset, arrived)
         return out
 
     def get(
@@ -217,9 +221,12 @@ class MessageStore:
         if offset > hi:
             # §5.4 says max; 4.x Java answers min when min is 0 (4.x clients then restart at 0).
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+        # The scan is sized by the request's own maxMsgNums (a pull of 1000 looks at 1000 entries), the
+        # batch by the clamped one, as DefaultMessageStore.getMessage does.
+        scan = max(MIN_SCAN_ENTRIES, max_nums)
         max_nums = max(1, min(max_nums, MAX_PULL_MESSAGES))
         i = offset - lo
-        end = min(len(q.phys), i + MAX_SCAN_ENTRIES)
+        end = min(len(q.phys), i + scan)
         parts: list[bytes] = []
         total = 0
         while i < end:

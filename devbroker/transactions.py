@@ -5,9 +5,10 @@ A half message is stored in RMQ_SYS_TRANS_HALF_TOPIC queue 0 with its real topic
 and REAL_QID, out of every consumer's sight. END_TRANSACTION with the half's commit-log offset commits
 (the message is stored again in its real queue) or rolls back; either way an op message whose body is
 the half's queue offset goes to RMQ_SYS_TRANS_OP_HALF_TOPIC, which is how a restarted broker knows
-which halves are decided. Every ``check_interval_s`` the undecided halves older than ``timeout_ms`` are
-asked about (CHECK_TRANSACTION_STATE, one-way) on a connection of their producer group (PGROUP), at
-most ``max_checks`` times each; then they are dropped, as Java's broker does.
+which halves are decided. Every ``check_interval_s`` the undecided halves born more than ``timeout_ms``
+ago (by the producer's bornTimestamp) are asked about (CHECK_TRANSACTION_STATE, one-way) on a connection
+of their producer group (PGROUP), at most ``max_checks`` times each (a round with no producer online
+counts too); then they are dropped, as Java's broker does.
 
 As Java's, a repeated commit of the same half stores the message again: the broker does not look at
 the op topic when it ends a transaction. The check counts live in memory (Java re-appends the half
@@ -151,10 +152,13 @@ class Transactions:
 
     # check-back -------------------------------------------------------------------------------------
     def check_round(self) -> int:
-        """One round of TransactionalMessageCheckService: ask about every undecided half older than
-        the timeout whose group has a producer connected; returns how many checks were sent."""
+        """One round of TransactionalMessageCheckService (TransactionalMessageServiceImpl.check): every
+        undecided half stored before the round and older than the timeout by its producer's born time
+        counts one check, whether or not a producer of its group is online to be asked (4.9.4 puts the
+        half back with TRANSACTION_CHECK_TIMES + 1 either way); one checked ``max_checks`` times is
+        dropped. Returns how many checks were sent."""
         sent = 0
-        now = self.now_ms()
+        start = self.now_ms()
         offset = self._scan_from
         end = self.store.max_offset(HALF_TOPIC, 0)
         while offset < end:
@@ -166,12 +170,17 @@ class Transactions:
                 offset = half.queue_offset + 1
                 if half.queue_offset in self._done:
                     continue
-                if now - half.store_timestamp_ms < self.timeout_ms:
-                    return sent  # younger halves follow: their turn comes in a later round
-                if self._checks.get(half.queue_offset, 0) >= self.max_checks:
+                if self._checks.get(half.queue_offset, 0) >= self.max_checks:  # needDiscard comes first
                     log.warning("half %s checked %d times; dropped", half.uniq_key, self.max_checks)
                     self._decided(half.queue_offset)
                     continue
+                if half.store_timestamp_ms >= start:
+                    return sent  # stored during this round: the next one looks at it
+                # The immunity runs from the producer's clock (bornTimestamp); a negative age (that clock
+                # runs ahead of the broker's) is checked at once, as Java's valueOfCurrentMinusBorn <= -1.
+                if 0 <= start - half.born_timestamp_ms <= self.timeout_ms:
+                    return sent  # Java stops the round at the first half still immune
+                self._checks[half.queue_offset] = self._checks.get(half.queue_offset, 0) + 1
                 if self._ask(half):
                     sent += 1
             self._advance()
@@ -185,8 +194,7 @@ class Transactions:
     def _ask(self, half: MessageExt) -> bool:
         conn = self.clients.producer_connection(half.properties.get("PGROUP", ""))
         if conn is None:
-            return False  # Java logs "producer group has no producer online" and tries next round
-        self._checks[half.queue_offset] = self._checks.get(half.queue_offset, 0) + 1
+            return False  # Java logs "channel is null" (the check still counts) and tries next round
         props = dict(half.properties)
         topic, queue_id = props.get(REAL_TOPIC, half.topic), int(props.get(REAL_QID, half.queue_id))
         props["TRANSACTION_CHECK_TIMES"] = str(self._checks[half.queue_offset])
