@@ -72,6 +72,21 @@ class BrokerData:
     def master_addr(self) -> str | None:
         return self.broker_addrs.get(MASTER_ID)
 
+    def subscribe_addr(self, broker_id: int, only_this_broker: bool) -> tuple[str, bool] | None:
+        """MQClientInstance.findBrokerAddressInSubscribe (4.9.4): (address, is a slave) of node
+        ``broker_id``; for a slave missing, the next id; else, unless ``only_this_broker``, any node the
+        route lists (a slave while the master is down, so that its queues are still consumed). None
+        when nothing fits. Java takes its HashMap's first entry, the smallest id for the small ones."""
+        addr = self.broker_addrs.get(broker_id)
+        if addr is not None:
+            return addr, broker_id != MASTER_ID
+        if broker_id != MASTER_ID and (addr := self.broker_addrs.get(broker_id + 1)) is not None:
+            return addr, True  # Java keeps slave = (asked id is not the master's): true here
+        if only_this_broker or not self.broker_addrs:
+            return None
+        first = min(self.broker_addrs)
+        return self.broker_addrs[first], first != MASTER_ID
+
 
 @dataclass(frozen=True, slots=True)
 class QueueData:

@@ -64,11 +64,13 @@ class _MemoryOffsets:
         return dict(self._table)
 
 
-BrokerFinder = Callable[[str], Awaitable[str | None]]  # broker name -> master address
+# broker name -> the address of its offsets: the master, else (Java) any node listed
+BrokerFinder = Callable[[str], Awaitable[str | None]]
 
 
 class RemoteOffsetStore(_MemoryOffsets):
-    """RemoteBrokerOffsetStore: QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET on the queue's master."""
+    """RemoteBrokerOffsetStore: QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET on the queue's broker, at
+    the address ``find_broker`` gives (the push consumer's: the master, else a slave while it is down)."""
 
     def __init__(
         self,

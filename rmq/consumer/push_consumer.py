@@ -22,7 +22,7 @@ from ..broker import EXPRESSION_TAG, EXPRESSION_TYPES, BrokerApi, ConsumerData, 
 from ..client_id import build_client_id, default_instance_name, default_ip
 from ..client_instance import ClientInstance
 from ..clock import wall_ms
-from ..codes import RequestCode, ResponseCode
+from ..codes import MASTER_ID, RequestCode, ResponseCode
 from ..connection import Connection
 from ..errors import BrokerError, ClientError, FrameError, RocketMQError
 from ..lifecycle import Lifecycle
@@ -42,7 +42,7 @@ from ..msgid import new_uniq_id
 from ..pool import RemotingClient
 from ..protocol.frame import RemotingCommand
 from ..result import PullResult, PullStatus
-from ..route import TopicRouteData, master_addrs
+from ..route import BrokerData, TopicRouteData, master_addrs
 from . import queue_tables
 from .broker_calls import (
     QueueLocker,
@@ -129,7 +129,7 @@ class PushConsumer(Lifecycle):
             )
         else:
             self.offsets = RemoteOffsetStore(
-                self.api, config.group, self._broker_addr, repeat_log=self.instance.repeat_log
+                self.api, config.group, self._offset_addr, repeat_log=self.instance.repeat_log
             )
         self._subs: dict[str, Subscription] = {}
         self._routes: dict[str, TopicRouteData] = {}
@@ -440,6 +440,31 @@ class PushConsumer(Lifecycle):
             addr = self._broker_addrs().get(broker_name)
         return addr
 
+    def _subscribe_addr(
+        self, broker_name: str, broker_id: int, only_this_broker: bool = False
+    ) -> tuple[str, bool] | None:
+        """findBrokerAddressInSubscribe on the routes known now: (address, is a slave) of node
+        ``broker_id`` of the broker, else what Java falls back to (BrokerData.subscribe_addr). Every
+        route's addresses of the broker together, as master_addrs takes a master from any route."""
+        addrs: dict[int, str] = {}
+        for route in self._routes.values():
+            b = route.broker(broker_name)
+            if b is not None:
+                addrs.update(b.broker_addrs)
+        return BrokerData("", broker_name, addrs).subscribe_addr(broker_id, only_this_broker)
+
+    async def _offset_addr(self, broker_name: str) -> str | None:
+        """Where RemoteBrokerOffsetStore (4.9.4) reads and commits a queue's offset: the master; when the
+        routes list none, after a refresh, any node of the broker (its slave while the master is down: a
+        4.9.4 slave stores the commit and answers it, until the master is back and the slave copies the
+        master's offsets over it; the consumer's commits then go to the master again). Also where a
+        queue is added (_add_queue)."""
+        found = self._subscribe_addr(broker_name, MASTER_ID, only_this_broker=True)
+        if found is None:
+            await self.refresh_routes()
+            found = self._subscribe_addr(broker_name, MASTER_ID)
+        return found[0] if found else None
+
     def consumer_data(self) -> ConsumerData:
         cfg = self.config
         return ConsumerData(
@@ -730,7 +755,12 @@ class PushConsumer(Lifecycle):
         return []
 
     async def _add_queue(self, mq: MessageQueue) -> None:
-        addr = await self._broker_addr(mq.broker_name)
+        # A queue whose master is down is added while a slave is listed (Java's subscribe queues and
+        # offset reads need no master), and pulled from the slave. The start offset's broker calls
+        # (max offset, search by time, for a group without a committed offset) go to that slave too:
+        # Java asks the master only and leaves the queue for the next rebalance; a slave's answer lags
+        # the master's at most, so the queue starts no later than Java's would, nothing is skipped.
+        addr = await self._offset_addr(mq.broker_name)
         if addr is None:
             return
         try:
@@ -960,13 +990,8 @@ class PushConsumer(Lifecycle):
                     async with asyncio.timeout(cfg.pull_delay_on_error_s):
                         await state.room.wait()
                 continue
-            addr = self._broker_addrs().get(mq.broker_name)
             try:
-                if addr is None:
-                    raise ClientError(f"broker {mq.broker_name} is not in the routes")
-                committed = None
-                if cfg.message_model is MessageModel.CLUSTERING:
-                    committed = await self.offsets.read(mq, ReadType.MEMORY)
+                addr, committed = await self._pull_target(state)
                 asked, sent_at = pq.next_offset, loop.time()
                 result = await self.api.pull(
                     addr,
@@ -976,7 +1001,7 @@ class PushConsumer(Lifecycle):
                     max_nums=cfg.pull_batch_size,
                     expression=sub.expression,
                     suspend_s=cfg.suspend_s,
-                    commit_offset=committed if committed else None,
+                    commit_offset=committed,
                     timeout_s=cfg.pull_timeout_s,
                     sub_version=sub.sub_version,
                     expression_type=sub.expression_type,
@@ -987,6 +1012,10 @@ class PushConsumer(Lifecycle):
                 self._warn(("pull", mq.broker_name), "pull of %s failed: %s", mq, exc)
                 await self.wait_closing(cfg.pull_delay_on_error_s)
                 continue
+            # processPullResult: every answer says which node to pull this queue from next (a slave
+            # while this consumer lags into what the master no longer holds in memory, the master
+            # again once it catches up). Any id is harmless: one not listed falls back as above.
+            state.pull_from = result.suggest_which_broker_id
             if pq.dropped:
                 break
             self._count_pull(mq, result, loop.time() - sent_at)
@@ -1005,6 +1034,22 @@ class PushConsumer(Lifecycle):
                 await self.wait_closing(cfg.pull_delay_on_error_s)
             elif not messages and pq.next_offset == asked:  # nothing new, nothing skipped: was it held?
                 await self._pace_empty_pull(loop.time() - sent_at)
+
+    async def _pull_target(self, state: QueueState) -> tuple[str, int | None]:
+        """pullKernelImpl: the address of the queue's next pull, the node the broker last suggested (the
+        master at first), else a slave or any node listed (a broker whose master is down is consumed
+        from its slave); and the offset the pull commits, None for none. ClientError when the routes
+        list no node of the broker."""
+        mq = state.mq
+        found = self._subscribe_addr(mq.broker_name, state.pull_from)
+        if found is None:
+            raise ClientError(f"broker {mq.broker_name} is not in the routes")
+        addr, slave = found
+        # Java clears the commit-offset flag of a pull to a slave (whose broker would ignore it); the
+        # offset store commits on its own (_offset_addr).
+        if slave or self.config.message_model is not MessageModel.CLUSTERING:
+            return addr, None
+        return addr, await self.offsets.read(mq, ReadType.MEMORY) or None
 
     def _hand_out(self, state: QueueState, messages: list[MessageExt], next_offset: int) -> None:
         """A pull's messages cached and given to the listener as the commit window allows; the pull

@@ -8,6 +8,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..codes import MASTER_ID
 from ..message import MessageExt, MessageQueue
 from .commit_window import QueueWindow
 from .config import ConsumerConfig, ConsumeStatus, MessageListener
@@ -33,6 +34,9 @@ class QueueState:
     pull_task: asyncio.Task[None] | None = None
     window: QueueWindow = field(default_factory=lambda: QueueWindow(0, 0))  # off unless configured
     undecodable_seen: int = -1  # the highest offset of an undecodable message logged and counted
+    # The broker node the next pull goes to: the last pull answer's suggestWhichBrokerId (Java's
+    # pullFromWhichNodeTable), the master at first.
+    pull_from: int = MASTER_ID
 
     def poke(self) -> None:
         self.room.set()
