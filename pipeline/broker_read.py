@@ -25,8 +25,9 @@ from rocksidecar.rmq import (
     offset_msg_id,
     tls_context,
 )
-from rocksidecar.rmq.broker import EXPRESSION_SQL92, EXPRESSION_TAG
-from rocksidecar.rmq.errors import ServiceNotAvailable, SystemBusy
+from rocksidecar.rmq.broker import EXPRESSION_SQL92, EXPRESSION_TAG, Subscription
+from rocksidecar.rmq.consumer.broker_calls import check_client_config
+from rocksidecar.rmq.errors import BrokerError, ServiceNotAvailable, SystemBusy
 from rocksidecar.rmq.message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -65,6 +66,8 @@ PREFETCH = 4  # pulls in flight per partition
 # PULL_OFFSET_MOVED answers in a row for an offset the queue holds before the read gives up: a broker
 # answers so once after a server-side offset reset of the pulling group, then reads normally
 MOVED_RETRIES = 3
+# the client id CHECK_CLIENT_CONFIG carries (the broker's check reads only the subscription)
+CHECK_CLIENT_ID = "rocksidecar_spark@driver"
 # why offsets are gone, for DataLossError and the warning
 _DELETED = "retention deleted them or the queue was reset"
 
@@ -132,6 +135,43 @@ class Cluster:
                 if addr:
                     self._addrs[mq.broker_name] = addr
         return out
+
+    async def check_filter(self) -> None:
+        """Have each master broker of the topics check the ``sql`` option (CHECK_CLIENT_CONFIG, as the
+        sidecar's consumer checks its SQL92 subscription at start), on the driver before any pull: 4.9.4
+        serves a pull whose expression does not compile unfiltered (ConsumerFilterManager.build returns
+        null, and no compiled expression matches every message), so a typo would read the whole topic.
+        Raises OptionError naming the option and the broker's reason (SUBSCRIPTION_PARSE_FAILED; or
+        SYSTEM_ERROR, a broker without enablePropertyFilter). A broker that cannot answer now is warned
+        about and not waited for: the others' answer stands for the expression, and its queues wait."""
+        sql = self.opts.sql
+        if not sql:
+            return
+        asked: set[str] = set()  # the expression is compiled alike for any topic: each broker once
+        for topic in self.opts.topics:
+            try:
+                route = await self._namesrv.get_route(topic)
+            except TopicNotExist:
+                continue  # no queues to read (Cluster.queues warns)
+            except CALL_FAILED as exc:
+                log.warning("could not look up topic %r to check option sql: %s", topic, exc)
+                continue
+            for b in route.broker_datas:
+                addr = b.master_addr
+                if not addr or addr in asked:
+                    continue
+                asked.add(addr)
+                sub = Subscription(topic, sql, expression_type=EXPRESSION_SQL92)
+                try:
+                    await check_client_config(
+                        self._client, addr, self.opts.group, CHECK_CLIENT_ID, sub, self.opts.broker_timeout_s
+                    )
+                except UNAVAILABLE as exc:
+                    log.warning("could not check option sql with broker %r: %s", b.broker_name, exc)
+                except BrokerError as exc:
+                    raise OptionError(
+                        f"option sql={sql!r}: broker {b.broker_name!r} refuses it on topic {topic!r}: {exc}"
+                    ) from None
 
     async def bounds(self, queues: dict[QueueRef, str], down: DownBrokers) -> dict[QueueRef, Bounds]:
         """Min and max offset of each queue, asked concurrently; the queues of a broker that fails, does

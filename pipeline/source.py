@@ -242,6 +242,8 @@ class BatchReader(DataSourceReader):
         self.ranges = asyncio.run(_with_cluster(opts, self._plan))
 
     async def _plan(self, cluster: Cluster) -> list[QueueRange]:
+        if self.opts.sql:  # checked before any task pulls: one that does not parse would be served unfiltered
+            await cluster.check_filter()
         queues = await cluster.queues()
         down = DownBrokers()
         bounds = await cluster.bounds(queues, down)
@@ -287,6 +289,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         self._target: dict[QueueRef, int] | None = None  # availableNow: where the run ends
+        if opts.sql:  # on the driver, when the query starts (a new one or one restarted from a checkpoint)
+            asyncio.run(_with_cluster(opts, Cluster.check_filter))
 
     def prepareForTriggerAvailableNow(self) -> None:
         async def work(cluster: Cluster) -> dict[QueueRef, int]:
