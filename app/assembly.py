@@ -29,7 +29,7 @@ from rocksidecar.storage.rocks import RocksKV
 
 from .api.admin import AdminOps
 from .api.grpc import SidecarServicer
-from .api.grpc_edge import ENVELOPE_BYTES, MalformedRequests
+from .api.grpc_edge import ENVELOPE_BYTES, SENDS_MESSAGES, MalformedRequests
 from .api.grpc_probes import ProbeToken
 from .api.guards import Guards
 from .api.http import create_app
@@ -274,6 +274,14 @@ class SidecarParts:
             max_connections=s.max_connections, refused=self.metrics.connections_refused.inc,
         )  # fmt: skip
 
+    def _grpc_refused_undecoded(self, method: str, status: int) -> None:
+        """Count a gRPC request refused before it was decoded (app.api.grpc_edge: not protobuf, or over a
+        bound): the call by its status, and a request that sends messages as a rejected message too, as
+        HTTP counts a body it cannot parse (once a request)."""
+        self.metrics.requests.labels("grpc", method, str(status)).inc()
+        if method in SENDS_MESSAGES:
+            self.metrics.count_messages("rejected")
+
     def _grpc_transactions(self) -> GrpcTransactions | None:
         if self.transactions is None:
             return None
@@ -301,9 +309,7 @@ class SidecarParts:
                 max_connections=s.max_connections,
                 wrappers=[
                     ProbeToken(s.auth_token, without_token=s.probes_without_token),
-                    MalformedRequests(
-                        lambda method, status: self.metrics.requests.labels("grpc", method, str(status)).inc()
-                    ),
+                    MalformedRequests(self._grpc_refused_undecoded),
                 ],
             )
         except ListenError as exc:

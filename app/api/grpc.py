@@ -28,7 +28,17 @@ from .grpc_health import EndingHealth
 from .grpc_intercept import WrappingServer
 from .grpc_publish import BatchCombiner, PublishStreams, StreamPublisher
 from .grpc_transactions import TransactionRpcs, enabled
-from .grpc_views import ack_from_proto, batch_response, message_status, send_response, spec_from_proto
+from .grpc_views import (
+    ACK_MODES,
+    batch_response,
+    batch_specs,
+    message_status,
+    send_response,
+    spec_from_proto,
+    unknown_ack,
+    unknown_field,
+    unknown_in_request,
+)
 from .guards import Guards
 from .middleware import CLIENT_CLOSED
 from .operations import EdgeDeps, Operations, item_label
@@ -122,6 +132,14 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         status, problem, _ = problems.from_exception(exc)
         await self._abort(context, status, problem, method)
 
+    async def _rejected(self, context: grpc.aio.ServicerContext, exc: RequestError, method: str) -> NoReturn:
+        """Refuse a request that sends messages for its own bad input (a field this API does not define,
+        an unknown ack, a batch's size), counted as a rejected message as HTTP counts it. Checked before
+        its idempotency key is looked at, as HTTP parses a request first: the refusal is not kept, so the
+        request corrected may come again under the same key."""
+        self._ops.count("REJECTED")
+        await self._refuse(context, exc, method)
+
     async def _abort(
         self, context: grpc.aio.ServicerContext, status: int, body: dict[str, Any], method: str
     ) -> NoReturn:
@@ -161,12 +179,15 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         response_type: type[_R],
         *,
         messages: bool = False,
+        authorized: bool = False,
     ) -> _R:
         """The response ``compute`` builds (through the idempotency store when a key is given, ""
         meaning none: proto3 has no absence); abort with the mapped code on an error. ``messages``: the
         call sends messages, so one refused for its key is counted REJECTED, as other bad input is (and
-        as HTTP's message routes count it)."""
-        await self._check_auth(context, method)
+        as HTTP's message routes count it). ``authorized``: the caller has checked the call's
+        authorization (before checking its request)."""
+        if not authorized:
+            await self._check_auth(context, method)
         try:
             if not key or self._idempotency is None:  # nothing to keep: the response as it was built
                 try:
@@ -217,25 +238,34 @@ class SidecarServicer(pb_grpc.SidecarServicer):
 
     # RPCs ---------------------------------------------------------------------------------------
     async def Send(self, request: pb.SendRequest, context: grpc.aio.ServicerContext) -> pb.SendResponse:
+        if self._guards.auth_token:
+            await self._check_auth(context, "Send")
+        # The request's own checks, before its key (see _rejected); the message's are ops.send's.
+        if (wrong := unknown_in_request(request)) is not None:
+            await self._rejected(context, wrong, "Send")
+        ack = ACK_MODES.get(request.ack)
+        if ack is None:
+            await self._rejected(context, unknown_ack(request.ack), "Send")
         if request.idempotency_key and self._idempotency is not None:
 
             async def compute() -> pb.SendResponse:
                 return send_response(
-                    await self._ops.send(
-                        spec_from_proto(request.message), ack_from_proto(request.ack), trace_of(context)
-                    )
+                    await self._ops.send(spec_from_proto(request.message), ack, trace_of(context))
                 )
 
             return await self._answered(
-                context, "Send", request, request.idempotency_key, compute, pb.SendResponse, messages=True
+                context,
+                "Send",
+                request,
+                request.idempotency_key,
+                compute,
+                pb.SendResponse,
+                messages=True,
+                authorized=True,
             )
         # The hot path (no answer to keep): _answered's no-key branch without its closure and coroutines.
-        if self._guards.auth_token:
-            await self._check_auth(context, "Send")
         try:
-            outcome = await self._ops.send(
-                spec_from_proto(request.message), ack_from_proto(request.ack), trace_of(context)
-            )
+            outcome = await self._ops.send(spec_from_proto(request.message), ack, trace_of(context))
         except Exception as exc:
             await self._refuse(context, exc, "Send")
         except asyncio.CancelledError:  # costs the answered call nothing: an except clause more
@@ -247,12 +277,23 @@ class SidecarServicer(pb_grpc.SidecarServicer):
     async def SendBatch(
         self, request: pb.SendBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.SendBatchResponse:
-        async def compute() -> tuple[pb.SendBatchResponse, int]:
-            messages = request.messages
+        await self._check_auth(context, "SendBatch")
+        # The request's own checks, before its key (see _rejected); each message's are ops.send_batch's.
+        messages = request.messages
+        mode = ACK_MODES.get(request.ack)
+        try:
             check_batch_size(len(messages), self._ops.batch_limit)  # before reading millions of them
-            results = await self._ops.send_batch(
-                [spec_from_proto(m) for m in messages], ack_from_proto(request.ack), trace_of(context)
-            )
+            wrong = unknown_field(request)  # its messages' fail only themselves (batch_specs)
+            if wrong is not None:
+                raise wrong
+            if mode is None:
+                raise unknown_ack(request.ack)
+        except RequestError as exc:
+            await self._rejected(context, exc, "SendBatch")
+        ack = mode  # an Ack: the checks above refused None
+
+        async def compute() -> tuple[pb.SendBatchResponse, int]:
+            results = await self._ops.send_batch(batch_specs(messages), ack, trace_of(context))
             failed = sum(item_label(r) == "FAILED" for r in results)
             return batch_response(results), failed
 
@@ -264,6 +305,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             compute,
             pb.SendBatchResponse,
             messages=True,
+            authorized=True,
         )
 
     async def Publish(

@@ -58,6 +58,9 @@ _PROPERTY = (6 << 3) | _LEN  # Message.properties, a map: one entry a field
 # fields a newer client may add. Counted too, so that reading a request costs a bounded number of steps.
 _OTHER_FIELDS = 32
 _MESSAGE_FIELD = {"Send": (1, "message"), "BeginTransaction": (1, "message")}  # a request's Message
+# The methods whose refused requests count as rejected messages too, as HTTP's message routes count
+# theirs (a transaction's begin is not counted on either API); MalformedRequests' caller counts them.
+SENDS_MESSAGES = frozenset({"Send", "SendBatch", "Publish"})
 _PUBLISHED = (2 << 3) | _LEN  # PublishRequest.message
 
 

@@ -25,7 +25,7 @@ from ..request import MessageFields
 from ..sidecar import Ack, Outcome
 from ..tracing.context import TraceContext
 from .grpc_edge import Unread
-from .grpc_views import ACK_MODES, error, publish_ack, spec_from_proto, unknown_ack
+from .grpc_views import ACK_MODES, error, publish_ack, spec_from_proto, unknown_ack, unknown_in_request
 from .operations import BatchItem, Operations, item_label
 from .proto import rocksidecar_pb2 as pb
 
@@ -187,8 +187,9 @@ class StreamPublisher:
         async for req in requests:
             self._unanswered += 1
             if type(req) is Unread:  # over a bound, refused undecoded (app.api.grpc_edge): answered now
-                self._ops.count("REJECTED")
-                self._answers.put_nowait([pb.PublishAck(sequence=req.sequence, error=error(req.error))])
+                self._refuse(req.sequence, req.error)
+            elif (wrong := unknown_in_request(req)) is not None:  # type: ignore[arg-type]  # not an Unread
+                self._refuse(req.sequence, wrong)
             else:
                 self._read.append(req)  # type: ignore[arg-type]  # not an Unread, its type says
                 if self._sender is None:
@@ -196,6 +197,11 @@ class StreamPublisher:
             if self._unanswered >= self._window:
                 self._room.clear()
                 await self._room.wait()
+
+    def _refuse(self, sequence: int, why: Exception) -> None:
+        """Answer a message refused before it is sent (it fails alone, the stream goes on), counted."""
+        self._ops.count("REJECTED")
+        self._answers.put_nowait([pb.PublishAck(sequence=sequence, error=error(why))])
 
     async def _send_all(self) -> None:
         """Send what has been read, a batch at a time, until nothing is left (the reader starts another

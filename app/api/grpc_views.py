@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from google.protobuf.message import Message as ProtoMessage
+from google.protobuf.unknown_fields import UnknownFieldSet
+
 from rocksidecar.storage.status import StoredAtLike
 
 from ..request import MessageSpec, RequestError
@@ -32,11 +35,38 @@ def unknown_ack(value: int) -> RequestError:
     return RequestError(f"ack must be one of ACK_BROKER, ACK_SPOOL; got {value}", field="ack")
 
 
-def ack_from_proto(value: int) -> Ack:
-    mode = ACK_MODES.get(value)
-    if mode is None:
-        raise unknown_ack(value)
-    return mode
+def unknown_field(message: ProtoMessage, where: str = "", index: int | None = None) -> RequestError | None:
+    """Why ``message`` (the request itself when ``where`` is "", else its field ``where``, item ``index``
+    of it if given) is refused: a field this API does not define, which the decoder kept aside as an
+    unknown field (proto3 keeps them, never refuses them); None when it has none. A newer client's field
+    asks for something (a delay, say) that would silently not be done: refused as HTTP refuses an unknown
+    JSON field. upb builds the set in C, without decoding anything again (see unknown_in_request's cost)."""
+    unknown = UnknownFieldSet(message)
+    if not len(unknown):
+        return None
+    number = unknown[0].field_number
+    if index is not None:
+        where = f"{where}[{index}]"
+    return RequestError(
+        f"{where or 'the request'} holds field number {number}, which this API does not define "
+        "(a newer .proto's?): refused rather than ignored",
+        field=f"{where}.{number}" if where else str(number),
+    )
+
+
+def unknown_in_request(request: pb.SendRequest | pb.PublishRequest) -> RequestError | None:
+    """Why a request carrying one message is refused for a field this API does not define, in the request
+    or its message (a map entry's are dropped by the decoder, and a map's entries take no new fields).
+    About 0.3-0.9 us for a typical SendRequest (as much as decoding it): ByteSize() counts the unknown
+    fields kept, so comparing it with the received length tells nothing, and the wire scan of
+    app.api.grpc_edge reads only requests of tens of KiB."""
+    return unknown_field(request) or unknown_field(request.message, "message")
+
+
+def batch_specs(messages: Sequence[pb.Message]) -> list[MessageSpec | RequestError]:
+    """A batch's messages as specs; one with a field this API does not define is an error that fails it
+    alone (named ``messages[i]``), as an unknown field fails a message of HTTP's batch."""
+    return [unknown_field(m, "messages", i) or spec_from_proto(m) for i, m in enumerate(messages)]
 
 
 def spec_from_proto(m: pb.Message) -> MessageSpec:
