@@ -71,12 +71,52 @@ def _scalar(raw: Any, name: str) -> str:
     return text
 
 
-def _int(lo: int, hi: int | None = None) -> Callable[[Any, str], int]:
-    return lambda raw, name: parse_int(_scalar(raw, name), name, ConfigError, lo, hi)
+# The bounded parsers (and Group) are objects, not closures, so that their bounds can be read: tests hold
+# the Helm chart's values.schema.json to them (its minimum, maximum, enum, pattern), lest they drift.
+@dataclass(frozen=True, slots=True)
+class IntRange:
+    """An integer within ``lo`` .. ``hi`` (no upper bound when None)."""
+
+    lo: int
+    hi: int | None = None
+
+    def __call__(self, raw: Any, name: str) -> int:
+        return parse_int(_scalar(raw, name), name, ConfigError, self.lo, self.hi)
+
+
+@dataclass(frozen=True, slots=True)
+class FloatRange:
+    """A number within ``lo`` .. ``hi``."""
+
+    lo: float
+    hi: float
+
+    def __call__(self, raw: Any, name: str) -> float:
+        return parse_float(_scalar(raw, name), name, ConfigError, self.lo, self.hi)
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """One of ``options``, read case-insensitively (the value is its lower case)."""
+
+    options: tuple[str, ...]
+
+    def __call__(self, raw: Any, name: str) -> str:
+        text = _scalar(raw, name).lower()
+        if text not in self.options:
+            raise ConfigError(f"{name}: expected one of {', '.join(self.options)}, got {raw!r}")
+        return text
+
+
+def _int(lo: int, hi: int | None = None) -> IntRange:
+    return IntRange(lo, hi)
+
+
+RESERVE_MB = IntRange(0, 1024 * 1024)  # disk_reserve_mb, which store_write_buffer_bytes also bounds below
 
 
 def _reserve_mb(raw: Any, name: str) -> int:
-    value = _int(0, 1024 * 1024)(raw, name)
+    value = RESERVE_MB(raw, name)
     try:
         store_write_buffer_bytes(value)
     except ReserveTooSmallError as exc:
@@ -84,8 +124,8 @@ def _reserve_mb(raw: Any, name: str) -> int:
     return value
 
 
-def _float(lo: float, hi: float) -> Callable[[Any, str], float]:
-    return lambda raw, name: parse_float(_scalar(raw, name), name, ConfigError, lo, hi)
+def _float(lo: float, hi: float) -> FloatRange:
+    return FloatRange(lo, hi)
 
 
 def _text(raw: Any, name: str) -> str:
@@ -110,12 +150,15 @@ def _topic(raw: Any, name: str) -> str:
     return text
 
 
-def _group(*, optional: bool = False) -> Callable[[Any, str], str]:
+@dataclass(frozen=True, slots=True)
+class Group:
     """A producer or consumer group the brokers take; ``optional``: empty is allowed (a fallback)."""
 
-    def parse(raw: Any, name: str) -> str:
+    optional: bool = False
+
+    def __call__(self, raw: Any, name: str) -> str:
         text = _scalar(raw, name)
-        if not text and optional:
+        if not text and self.optional:
             return text
         if not text:
             raise ConfigError(f"{name}: must not be empty")
@@ -125,7 +168,9 @@ def _group(*, optional: bool = False) -> Callable[[Any, str], str]:
             )
         return text
 
-    return parse
+
+def _group(*, optional: bool = False) -> Group:
+    return Group(optional)
 
 
 def _bool(raw: Any, name: str) -> bool:
@@ -170,14 +215,8 @@ def _topic_list(raw: Any, name: str) -> tuple[str, ...]:
     return entries
 
 
-def _choice(*options: str) -> Callable[[Any, str], str]:
-    def parse(raw: Any, name: str) -> str:
-        text = _scalar(raw, name).lower()
-        if text not in options:
-            raise ConfigError(f"{name}: expected one of {', '.join(options)}, got {raw!r}")
-        return text
-
-    return parse
+def _choice(*options: str) -> Choice:
+    return Choice(options)
 
 
 def _local_url(raw: Any, name: str) -> str:
@@ -544,6 +583,8 @@ _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Settings) if f.na
 
 RETRY_KEYS = ("default", "types", "dead_letter_webhook")  # of the YAML file's retry: section
 POLICY_KEYS = ("ladder_s", "max_retries")  # of retry.default and each retry.types.<type>
+LADDER_STEP_S = FloatRange(0.001, MAX_STEP_S)  # each rung of ladder_s
+MAX_RETRIES = IntRange(0, 10_000)
 
 
 def _keyed(raw: Any, where: str, keys: tuple[str, ...], expected: str) -> Mapping[str, Any]:
@@ -563,8 +604,11 @@ def _retry_policy(raw: Any, where: str, base: RetryPolicy) -> RetryPolicy:
         items = raw["ladder_s"]
         if not isinstance(items, list) or not items:
             raise ConfigError(f"{where}.ladder_s: expected a non-empty list of seconds")
-        ladder = tuple(_float(0.001, MAX_STEP_S)(v, f"{where}.ladder_s") for v in items)
-    max_retries = _int(0, 10_000)(raw.get("max_retries", len(ladder)), f"{where}.max_retries")
+        ladder = tuple(LADDER_STEP_S(v, f"{where}.ladder_s") for v in items)
+    # Unset, the limit is the base's (RetryPolicy()'s 10 for default, the resolved default for a type), as
+    # --help-settings and values.yaml say, never the ladder's length: a short ladder would otherwise
+    # dead-letter every spooled message after a few seconds of outage (past its end the last rung repeats).
+    max_retries = MAX_RETRIES(raw.get("max_retries", base.max_retries), f"{where}.max_retries")
     return RetryPolicy(ladder, max_retries)
 
 
@@ -720,7 +764,10 @@ YAML_ONLY: tuple[tuple[str, str], ...] = (
         "retry.default.max_retries",
         f"Retries before a message becomes a dead letter (default {RetryPolicy().max_retries}).",
     ),
-    ("retry.types.<type>", "ladder_s and/or max_retries for messages whose `type` is <type>."),
+    (
+        "retry.types.<type>",
+        "ladder_s and/or max_retries for messages whose `type` is <type>; one left out is retry.default's.",
+    ),
     ("retry.dead_letter_webhook", "URL that receives a POST for each new dead letter (default: none)."),
 )
 

@@ -455,7 +455,7 @@ class TransactionCollector(Collector):
             "Transactions decided since start by outcome: committed, rolled_back (by the app through the "
             "API), checked_commit, checked_rollback (by the app's check endpoint, asked on a "
             "broker's check or the local outbox's), "
-            "unknown (a broker's check answered UNKNOWN; it asks again).",
+            "unknown (a broker's check or the local outbox's answered UNKNOWN; asked again later).",
             "outcome",
             self._outcomes().items(),
         )

@@ -16,7 +16,11 @@ FLAGS = (
     ("--http-addr", "dmq_http_addr", "/healthz, /readyz, /metrics"),
     ("--instance", "dmq_instance", "this replica's instance name, e.g. the pod name"),
     ("--replicas", "dmq_replicas", "every replica's instance name, comma-separated (replicated mode)"),
-    ("--copies", "dmq_copies", "replicas holding each message (replicated mode; 0: 2)"),
+    (
+        "--copies",
+        "dmq_copies",
+        "replicas holding each message (replicated mode; 0: 2, or 1 with a single replica)",
+    ),
     ("--marks-topic", "dmq_marks_topic", "topic of published marks (replicated mode)"),
 )
 
@@ -52,7 +56,9 @@ SETTINGS = True  # --config and --help-settings (app.cli)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag, name, what in FLAGS:
         setting = config.setting(name)
-        help_ = f"{what} (env {setting.env}; default {setting.default or 'none'})"
+        # Only an empty text is "none": a falsy number is a value (--copies' 0 means 2, not no copies).
+        shown = "none" if setting.default == "" else setting.default
+        help_ = f"{what} (env {setting.env}; default {shown})"
         p.add_argument(flag, dest=name, default=None, help=help_)
     for flag, default, help_ in SECONDS:
         p.add_argument(flag, type=float, default=default, metavar="S", help=help_)

@@ -317,10 +317,20 @@ class TransactionCoordinator:
                 states = await asyncio.gather(*(ask(r.id, r.transaction_key, r.topic) for r in wave))
                 self._asked_up_to = wave[-1].id.encode()
                 for record, state in zip(wave, states, strict=True):
-                    if state is not TransactionState.UNKNOWN and await self._take_answer(record.id, state):
+                    if state is TransactionState.UNKNOWN:
+                        self._unknown(record.id)
+                    elif await self._take_answer(record.id, state):
                         decided += 1
             self._asked_up_to = last
         return decided
+
+    def _unknown(self, tx_id: str) -> None:
+        """The app's check of ``tx_id`` (a broker's or the local outbox's) answered UNKNOWN: counted
+        ``unknown`` if it is still undecided (the app may have decided it while it was asked); it is
+        asked again later."""
+        now = self.records.get(tx_id)
+        if now is not None and now.decision is Decision.NONE:
+            self.stats.asked_again()
 
     async def _take_answer(self, tx_id: str, state: TransactionState) -> bool:
         """Decide a local transaction as the app's check answered, and carry it out; False when the
@@ -372,9 +382,7 @@ class TransactionCoordinator:
         if record is None:
             return state
         if state is TransactionState.UNKNOWN:
-            now = self.records.get(record.id)
-            if now is not None and now.decision is Decision.NONE:
-                self.stats.asked_again()
+            self._unknown(record.id)
             return state
         # The app was asked for up to the check's timeout: a decision it took meanwhile is read again
         # and wins (_answer_checked), under the turn, which the write holds to its end as _record's.

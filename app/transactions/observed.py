@@ -4,7 +4,8 @@ undecided ones (how many, since when), kept by the coordinator (its ``stats``) a
 Outcomes: ``committed`` and ``rolled_back`` (the app decided through the API), ``checked_commit`` and
 ``checked_rollback`` (the app's check endpoint decided an undecided one: asked on a broker's check-back,
 or by the local outbox's, coordinator.check_undecided),
-``unknown`` (a check-back of an undecided one answered UNKNOWN: the broker asks again later)."""
+``unknown`` (a check of an undecided one answered UNKNOWN, a broker's check-back or the local outbox's:
+it is asked again later)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ class TransactionStats:
         self.outcomes[outcome] += 1
 
     def asked_again(self) -> None:
-        """A broker's check-back of an undecided one was answered UNKNOWN: it asks again later."""
+        """A check of an undecided one (a broker's check-back or the local outbox's) was answered
+        UNKNOWN: it is asked again later."""
         self.outcomes["unknown"] += 1
 
     def undecided(self) -> tuple[int, float | None]:
