@@ -9,6 +9,7 @@ published or cancelled, never both.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Container, Sequence
 
@@ -134,6 +135,36 @@ class DelayStore(QueueBacked):
                     self._counted_out.difference_update(keys)
 
         await self._commit_keys(keys, ops, written, new_key=min(keys), before=count)
+
+    async def restamp(self, msgs: Sequence[DelayedMessage], created_ms: int) -> int:
+        """Rewrite the stored copies of ``msgs`` with ``created_ms`` (Rock-DMQ's refresh of a copy whose
+        age was unknown); returns how many were rewritten. Only a copy still stored as ``msgs`` has it is
+        written: one cancelled, published or stored again since is left as it is (a plain schedule would
+        bring a cancelled or published message back). No key is added or removed.
+
+        Raises:
+            StorageError: not written; the copies keep their created_ms.
+        """
+        if not msgs:
+            return 0
+        wanted = {due_key(clamp_due(msg.due_ms), msg.id): msg for msg in msgs}
+        ops: list[Op] = []  # filled by still_stored(); the commit adds its clock and floor to it
+        rewritten = 0
+
+        def still_stored() -> None:  # after the batches before it that write these keys: what they left
+            nonlocal rewritten
+            for key, msg in wanted.items():
+                raw = self.kv.get(DUE_CF, key)
+                try:
+                    if raw is None or decode_message(raw) != msg:
+                        continue
+                except CorruptMessageError:
+                    continue
+                ops.append(Put(DUE_CF, key, encode_message(dataclasses.replace(msg, created_ms=created_ms))))
+                rewritten += 1
+
+        await self._commit_keys(list(wanted), ops, lambda _held, _synced: None, before=still_stored)
+        return rewritten
 
     async def cancel(self, id_: str, *, remember_unknown: bool = False) -> CancelOutcome:
         """Cancel message ``id_``; waits for a publish of it in progress to finish first.

@@ -8,7 +8,9 @@ only (or none, with ``--copies 1``). So the replica that would publish a message
 writes it to the inner topic again each time ``refresh_after_ms`` has passed since the copy it holds was
 written; every replica reads it as a duplicate, except one that lost its copy, which stores it. Recovery
 then never reaches back further than ``refresh_after_ms`` plus one round: keep that below the inner
-topic's retention (README "Rock-DMQ replicas").
+topic's retention (README "Rock-DMQ replicas"). A copy whose created_ms is ahead of the clock beyond the
+accepted skew (a born timestamp an earlier replica stored) has an unknown age: it is refreshed in the
+next round, and its created_ms is rewritten to that refresh's time.
 
 Each replica's rounds look at the marks crossed since its own last round, among the copies it publishes
 then. A copy handed over to it (its publisher stopped, froze, or its store refused writes; or this
@@ -32,9 +34,10 @@ from rocksidecar.delay import DelayedMessage, DelayStore
 from rocksidecar.delay.message import CorruptMessageError, decode_message
 from rocksidecar.rmq import Message, RocketMQError
 from rocksidecar.rmq.producer import Producer
+from rocksidecar.storage.errors import StorageError
 from rocksidecar.storage.keys import MAX_DUE_MS
 
-from .inner import inner_message
+from .inner import CLOCK_SLACK_MS, inner_message
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +93,20 @@ class Refresher:
         earliest, latest = self._chain or (at_ms, at_ms)
         self._chain = (min(earliest, at_ms), max(latest, at_ms))
 
+    @staticmethod
+    def unknown_age(msg: DelayedMessage, now_ms: int) -> bool:
+        """Whether ``msg``'s created_ms is no store time: later than now by more than the brokers' and
+        this clock's accepted skew (inner.CLOCK_SLACK_MS). A replica before d8c7baa stored the producer's
+        born timestamp there, a year ahead for a producer whose clock was: read as a store time, the copy
+        would not be refreshed for that year, and past the inner topic's retention a replica losing its
+        volume could not rebuild it."""
+        return msg.created_ms > now_ms + CLOCK_SLACK_MS
+
     def due_for_refresh(self, msg: DelayedMessage, since_ms: int, now_ms: int) -> bool:
-        """Whether the age of ``msg``'s copy passed a multiple of refresh_after between the rounds."""
+        """Whether the age of ``msg``'s copy passed a multiple of refresh_after between the rounds; a copy
+        of unknown age (``unknown_age``) is due at once, and its refresh restamps it (``_restamp``)."""
+        if msg.created_ms > now_ms + CLOCK_SLACK_MS:  # unknown_age, inline: one comparison per copy
+            return True
         step = self.refresh_after_ms
         marks_now = (now_ms - msg.created_ms) // step
         marks_before = max(since_ms - msg.created_ms, 0) // step
@@ -154,6 +169,10 @@ class Refresher:
                 ) and self.mine(msg):
                     batch.append(msg)
             sent += await self._send(batch)
+            # sent (not failed): their created_ms becomes a wall time, as inner.parse's (the broker's
+            # store time, a little after this send: the age is over-counted by that, refreshed early)
+            ageless = [m for m in batch if self.unknown_age(m, now) and m.id not in self._failed]
+            await self._restamp(ageless, now - self.store.lead_ms())
             if len(rows) < SCAN_CHUNK:
                 break
             cursor = rows[-1][0] + b"\x00"
@@ -183,3 +202,17 @@ class Refresher:
             return True
 
         return sum(await asyncio.gather(*(one(m) for m in msgs)))
+
+    async def _restamp(self, msgs: list[DelayedMessage], created_ms: int) -> None:
+        """Count the ages of ``msgs``' copies from their refresh: else their created_ms, still ahead,
+        would have them refreshed in every round. The refresh itself changes no stored copy (every
+        replica reads it as a duplicate), so it is written here, once per such copy. A failed write
+        leaves them of unknown age: refreshed and restamped again in the next round."""
+        if not msgs:
+            return
+        try:
+            await self.store.restamp(msgs, created_ms)
+        except StorageError as exc:
+            log.warning(
+                "%d refreshed messages keep their created_ms (to restamp next round): %s", len(msgs), exc
+            )
