@@ -76,9 +76,12 @@ async def answer_once(
     compute: Callable[[], Awaitable[Answer]],
     *,
     field: str,
+    legacy_fingerprint: Callable[[], str] | None = None,
 ) -> tuple[Answer, bool]:
     """``compute``'s answer, through the store when a key is given: (answer, whether it was replayed).
-    Raises KeyRefused naming ``field`` for a bad key or a key reused with another request."""
+    Raises KeyRefused naming ``field`` for a bad key or a key reused with another request.
+    ``legacy_fingerprint``: the request's fingerprint as an earlier version computed it (see
+    IdempotencyStore.run)."""
     if key is None or store is None:
         return await compute(), False
     check_key(key, field)
@@ -89,7 +92,9 @@ async def answer_once(
         computed = True
         return await compute()
 
-    answer = await store.run(key, await request_fingerprint(), first, field=field)
+    answer = await store.run(
+        key, await request_fingerprint(), first, field=field, legacy_fp=legacy_fingerprint
+    )
     return answer, not computed
 
 
@@ -143,7 +148,7 @@ def _decoded(raw: bytes) -> tuple[int, str, Answer] | None:
     return (created, fp, (status, body)) if isinstance(body, dict) else None
 
 
-def _damaged(field: str) -> RequestError:
+def damaged_answer(field: str) -> RequestError:
     # Replayed, the client would take it for the first request's answer; computed afresh, the message
     # might go twice. Neither: refused until the purge forgets it with the window (then a new key).
     return RequestError(
@@ -188,7 +193,7 @@ class IdempotencyStore:
         kept = _decoded(raw)
         if kept is None:
             self._damaged.warning(log, ("replay",), "the answer kept for Idempotency-Key %r is damaged", key)
-            raise _damaged(field)
+            raise damaged_answer(field)
         created_ms, fp, answer = kept
         if self._now_ms() - created_ms > self._window_ms:
             return None
@@ -200,7 +205,12 @@ class IdempotencyStore:
         fp: str,
         compute: Callable[[], Awaitable[Answer]],
         field: str = "Idempotency-Key",
+        legacy_fp: Callable[[], str] | None = None,
     ) -> Answer:
+        """``compute``'s answer once per ``key`` (``fp``: the request's fingerprint). ``legacy_fp``: the
+        request's fingerprint as an earlier version computed it, asked only when a kept answer's differs
+        from ``fp``: that answer is this request's too when it matches (an answer kept before an upgrade
+        changed the rule, replayed to the retry that follows the upgrade rather than refused 422)."""
         while (pending := self._inflight.get(key)) is not None:
             # A concurrent repeat gets the first answer only if it is the same request: a different
             # body under the same key would otherwise be answered 2xx and never stored.
@@ -211,8 +221,10 @@ class IdempotencyStore:
                 continue  # the first's send was cancelled, not this call: answer it as a first
         stored = self._stored(key, field)
         if stored is not None:
-            _check_same(stored[0], fp, field)
-            return stored[1]
+            kept_fp, answer = stored
+            if kept_fp != fp and (legacy_fp is None or kept_fp != legacy_fp()):
+                _check_same(kept_fp, fp, field)
+            return answer
         if self._closed:  # the APIs stopped first: nothing is sent that close() would not wait for
             raise _stopping(field)
         fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()

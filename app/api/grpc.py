@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import astuple
 from typing import Any, NoReturn, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from prometheus_client import Counter
 
-from ..idempotency import Answer, KeyRefused, answer_once, fingerprint
-from ..request import GRPC_FIELDS, RequestError
+from ..idempotency import Answer, KeyRefused, answer_once, damaged_answer, fingerprint
+from ..request import GRPC_FIELDS, HTTP_FIELDS, RequestError
 from ..subscriptions.stream import StreamHub
 from ..tracing.context import TraceContext, from_headers
 from . import grpc_subscribe, problems
@@ -94,6 +97,69 @@ def _kept(response: ProtoMessage, failed: int = 0) -> dict[str, Any]:
     """A successful answer as the idempotency store keeps it: the response's wire bytes (``failed``
     items make it an answer that a retry could improve, so it is not kept)."""
     return {"proto": base64.b64encode(response.SerializeToString()).decode(), "failed": failed}
+
+
+# Before b4b0005 (2026-11-23) a keyed Send's or SendBatch's answer was kept as the HTTP API's JSON view
+# (200 SENT, 202 SPOOLED or SCHEDULED; a batch's refused items with HTTP's field names), not as _kept's
+# wire bytes: such answers stay in the store for the idempotency window (24 h by default), and their
+# retries after the upgrade get the response rebuilt as that version mapped it (_legacy_send,
+# _legacy_batch). Remove these once every sidecar has run b4b0005 or later for the window.
+_LEGACY_NAMES = dict(zip(astuple(HTTP_FIELDS), astuple(GRPC_FIELDS), strict=True))  # "delayMs": "delay_ms"
+_LEGACY_NAME = re.compile(r"\b(" + "|".join(map(re.escape, _LEGACY_NAMES)) + r")\b")
+
+
+def _legacy_name(text: str | None) -> str:
+    """A kept error's field or detail with HTTP's field names in gRPC's (``delayMs``: ``delay_ms``)."""
+    return _LEGACY_NAME.sub(lambda m: _LEGACY_NAMES[m.group(1)], text) if text else ""
+
+
+def _legacy_send(view: dict[str, Any]) -> pb.SendResponse:
+    return pb.SendResponse(
+        id=view["id"],
+        status=pb.Status.Value(view["status"]),
+        broker=view.get("broker", ""),
+        queue_id=view.get("queueId", 0),
+        queue_offset=view.get("queueOffset", 0),
+        msg_id=view.get("msgId", ""),
+        next_attempt_at_ms=view.get("nextAttemptAt", 0),
+        last_error=view.get("lastError", ""),
+        deliver_at_ms=view.get("deliverAt", 0),
+    )
+
+
+def _legacy_batch(view: dict[str, Any]) -> pb.SendBatchResponse:
+    def error(body: dict[str, Any]) -> pb.Error:
+        return pb.Error(
+            http_status=body["status"],
+            title=body["title"],
+            detail=_legacy_name(body["detail"]),
+            field=_legacy_name(body.get("field")),
+        )
+
+    return pb.SendBatchResponse(
+        results=[
+            pb.BatchItem(index=item["index"], error=error(item["error"]))
+            if "error" in item
+            else pb.BatchItem(index=item["index"], result=_legacy_send(item))
+            for item in view["results"]
+        ]
+    )
+
+
+# What a kept answer that is neither form raises as it is rebuilt (bit rot, a hand edit): a "damaged
+# answer" (INTERNAL, as HTTP's 500), not an exception escaping the handler (UNKNOWN, unexplained).
+_UNDECODABLE = (AttributeError, DecodeError, KeyError, TypeError, ValueError)  # binascii.Error: a ValueError
+
+
+def _decoded(
+    body: dict[str, Any], response_type: type[_R], legacy: Callable[[dict[str, Any]], _R] | None
+) -> _R:
+    """The response a kept answer holds: today's wire bytes, else the earlier version's JSON view
+    (``legacy``; None: a method that kept none). Raises one of _UNDECODABLE when it holds neither."""
+    if "proto" not in body and legacy is not None:
+        return legacy(body)
+    response: _R = response_type.FromString(base64.b64decode(body["proto"], validate=True))  # stubs: Any
+    return response
 
 
 class SidecarServicer(pb_grpc.SidecarServicer):
@@ -180,12 +246,14 @@ class SidecarServicer(pb_grpc.SidecarServicer):
         *,
         messages: bool = False,
         authorized: bool = False,
+        legacy: Callable[[dict[str, Any]], _R] | None = None,
     ) -> _R:
         """The response ``compute`` builds (through the idempotency store when a key is given, ""
         meaning none: proto3 has no absence); abort with the mapped code on an error. ``messages``: the
         call sends messages, so one refused for its key is counted REJECTED, as other bad input is (and
         as HTTP's message routes count it). ``authorized``: the caller has checked the call's
-        authorization (before checking its request)."""
+        authorization (before checking its request). ``legacy``: the response from the JSON view an
+        earlier version kept for this method (see _legacy_send)."""
         if not authorized:
             await self._check_auth(context, method)
         try:
@@ -220,12 +288,17 @@ class SidecarServicer(pb_grpc.SidecarServicer):
                 if messages and isinstance(exc, KeyRefused):
                     self._ops.count("REJECTED")
                 (status, body, _), replayed = problems.from_exception(exc), False
+            if status < 400:
+                try:
+                    kept_response = _decoded(body, response_type, legacy)
+                except _UNDECODABLE:
+                    damaged = damaged_answer(GRPC_FIELDS.idempotency_key)
+                    (status, body, _), replayed = problems.from_exception(damaged), False
             if replayed:  # a kept refusal too, as HTTP marks a replayed problem: sent before the abort
                 await context.send_initial_metadata(((REPLAYED_METADATA, "true"),))
             if status >= 400:
                 await self._abort(context, status, body, method)
             self._answered_ok(method).inc()
-            kept_response: _R = response_type.FromString(base64.b64decode(body["proto"]))  # stubs say Any
             return kept_response
         except asyncio.CancelledError:
             self._client_gone(method)
@@ -262,6 +335,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
                 pb.SendResponse,
                 messages=True,
                 authorized=True,
+                legacy=_legacy_send,
             )
         # The hot path (no answer to keep): _answered's no-key branch without its closure and coroutines.
         try:
@@ -306,6 +380,7 @@ class SidecarServicer(pb_grpc.SidecarServicer):
             pb.SendBatchResponse,
             messages=True,
             authorized=True,
+            legacy=_legacy_batch,
         )
 
     async def Publish(

@@ -117,23 +117,40 @@ async def answered(
     body: bytes,
     compute: Callable[[], Awaitable[Answer]],
     api: Api | None = None,
+    raw_query: bytes | None = None,
 ) -> Reply:
     """``compute``'s answer as a reply, once per Idempotency-Key (``key``; None: none given): a repeat
     gets the first answer with Idempotent-Replayed, a repeat with another request a 422. Every HTTP
     route that takes the header answers through here (the sends, a transaction's begin). ``api``: the
     message routes' edge, which counts a message refused for its key as the bad input it is (None: a
-    route whose bad input is not counted as messages, a transaction's begin)."""
+    route whose bad input is not counted as messages, a transaction's begin). ``raw_query``: the query
+    string as received, for the fingerprint before 431331e (None: a route that came after it)."""
 
     async def request_fingerprint() -> str:
         # The same request in other spacing, key order or with ack spelled out is the same request.
         return fingerprint(path, query, canonical_json(body))
+
+    def legacy_fingerprint() -> str:
+        # The rule before 431331e (2026-11-23): the query string as Starlette prints it and the raw body.
+        # Answers kept under it stay in the store for the idempotency window (24 h by default): without
+        # this, their retries after the upgrade were refused 422 (the client told a stored message failed,
+        # or resending it under a new key: a duplicate). Asked only when a kept answer's fingerprint is
+        # not today's. It never matches another request's of today's rule: its query part is empty or
+        # holds "=", an ack value neither. Remove it once every sidecar has run 431331e or later for the
+        # window.
+        return fingerprint(path, str(QueryParams(raw_query or b"")), body)
 
     try:
         if key is None:  # nothing to answer once: one coroutine layer less per request (issue 32)
             (status, doc), replayed = await compute(), False
         else:
             (status, doc), replayed = await answer_once(
-                store, key, request_fingerprint, compute, field=HTTP_FIELDS.idempotency_key
+                store,
+                key,
+                request_fingerprint,
+                compute,
+                field=HTTP_FIELDS.idempotency_key,
+                legacy_fingerprint=None if raw_query is None else legacy_fingerprint,
             )
     except KeyRefused as exc:  # an except clause more: nothing for a request that is not refused
         return problem_reply(exc) if api is None else api.rejected(exc)
@@ -156,9 +173,15 @@ class Api:
         return response(problem_reply(exc))
 
     def answer(
-        self, key: str | None, path: str, body: bytes, ack: Ack, compute: Callable[[], Awaitable[Answer]]
+        self,
+        key: str | None,
+        path: str,
+        body: bytes,
+        ack: Ack,
+        compute: Callable[[], Awaitable[Answer]],
+        raw_query: bytes,
     ) -> Awaitable[Reply]:
-        return answered(self.idempotency, key, path, ack.value, body, compute, self)
+        return answered(self.idempotency, key, path, ack.value, body, compute, self, raw_query)
 
     def rejected(self, exc: RequestError) -> Reply:
         """The reply to bad input, counted."""
@@ -345,7 +368,13 @@ def _fast_routes(api: Api) -> dict[str, FastRoute]:
             parent = headers.get(b"traceparent")  # the one check a request without a trace pays
             trace = None if parent is None else _trace(parent, headers.get(b"tracestate"))
             return await handle(
-                api, scope["path"], body, raw_ack, None if key is None else key.decode("latin-1"), trace
+                api,
+                scope["path"],
+                body,
+                raw_ack,
+                None if key is None else key.decode("latin-1"),
+                trace,
+                query=query,
             )
 
         return fast
@@ -421,17 +450,36 @@ async def _routed(handle: Callable[..., Awaitable[Reply]], api: Api, request: Re
     """A hot route through FastAPI's router (the edge's fast path normally answers first)."""
     ack, key = request.query_params.get("ack"), request.headers.get("idempotency-key")
     trace = from_headers(request.headers.get("traceparent"), request.headers.get("tracestate"))
-    return response(await handle(api, request.url.path, await request.body(), ack, key, trace))
+    return response(
+        await handle(
+            api, request.url.path, await request.body(), ack, key, trace, query=request.scope["query_string"]
+        )
+    )
 
 
 async def send_one(
-    api: Api, path: str, body: bytes, raw_ack: str | None, key: str | None, trace: TraceContext | None = None
+    api: Api,
+    path: str,
+    body: bytes,
+    raw_ack: str | None,
+    key: str | None,
+    trace: TraceContext | None = None,
+    *,
+    query: bytes = b"",
 ) -> Reply:
     """``POST /v1/messages`` from its parts: the FastAPI route and the edge's fast path both answer
-    through here."""
+    through here. ``query``: the raw query string (``raw_ack`` is read from it), for a kept answer's
+    legacy fingerprint (Api.answer)."""
     if key is not None:
         return await _parsed_then(
-            api, path, body, raw_ack, key, parse_message, lambda msg, ack: _send_answer(api, msg, ack, trace)
+            api,
+            path,
+            body,
+            raw_ack,
+            key,
+            parse_message,
+            lambda msg, ack: _send_answer(api, msg, ack, trace),
+            query,
         )
     # Without an Idempotency-Key (most requests): what _parsed_then and Api.answer do, without their
     # coroutines and closures (issue 32).
@@ -458,7 +506,14 @@ async def _send_answer(api: Api, msg: MessageFields, ack: Ack, trace: TraceConte
 
 
 async def send_many(
-    api: Api, path: str, body: bytes, raw_ack: str | None, key: str | None, trace: TraceContext | None = None
+    api: Api,
+    path: str,
+    body: bytes,
+    raw_ack: str | None,
+    key: str | None,
+    trace: TraceContext | None = None,
+    *,
+    query: bytes = b"",
 ) -> Reply:
     """``POST /v1/messages:batch`` from its parts (see send_one)."""
 
@@ -469,7 +524,7 @@ async def send_many(
     async def compute(batch: BatchSpecs, ack: Ack) -> Answer:
         return 200, batch_view(await api.ops.send_batch(batch, ack, trace))
 
-    return await _parsed_then(api, path, body, raw_ack, key, parse, compute)
+    return await _parsed_then(api, path, body, raw_ack, key, parse, compute, query)
 
 
 async def _parsed_then(
@@ -480,6 +535,7 @@ async def _parsed_then(
     key: str | None,
     parse: Callable[[bytes], _P],
     compute: Callable[[_P, Ack], Awaitable[Answer]],
+    query: bytes,
 ) -> Reply:
     """Parse the body and the ack first: bad input is counted and answered 4xx before anything runs;
     good input is answered once per idempotency key."""
@@ -488,7 +544,7 @@ async def _parsed_then(
         ack = _ack(raw_ack)
     except RequestError as exc:
         return api.rejected(exc)
-    return await api.answer(key, path, body, ack, lambda: compute(parsed, ack))
+    return await api.answer(key, path, body, ack, lambda: compute(parsed, ack), query)
 
 
 def _state_routes(app: FastAPI, api: Api) -> None:
