@@ -190,7 +190,8 @@ class Subscriptions:
         rows: list[QueueLag] = []
         for name, consumer in self.consumers.items():
             for mq, state in list(consumer.queues.items()):
-                addr = consumer.broker_addrs().get(mq.broker_name)
+                # the master, else the slave the queue is consumed from while the master is down
+                addr = consumer.read_addr(mq.broker_name)
                 if addr is None:
                     continue
                 try:

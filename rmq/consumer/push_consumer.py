@@ -433,6 +433,13 @@ class PushConsumer(Lifecycle):
     def _broker_addrs(self) -> dict[str, str]:
         return master_addrs(self._routes.values())
 
+    def read_addr(self, broker_name: str) -> str | None:
+        """Where a broker's queue figures (max offset) are asked, from the routes known now (no lookup):
+        its master, else a slave while the master is down (BrokerData.selectBrokerAddr, where 4.9.4's
+        mqadmin consumerProgress and topicStatus ask: a queue consumed from the slave still has a lag)."""
+        found = self._subscribe_addr(broker_name, MASTER_ID)
+        return found[0] if found else None
+
     async def _broker_addr(self, broker_name: str) -> str | None:
         addr = self._broker_addrs().get(broker_name)
         if addr is None:
@@ -734,21 +741,30 @@ class PushConsumer(Lifecycle):
         return allocate_queues(self.config, self.client_id, mq_all, cids, strategy)
 
     @staticmethod
-    def _holdings_addr(route: TopicRouteData) -> str:
-        return next(
-            b.master_addr for b in sorted(route.broker_datas, key=lambda b: b.broker_name) if b.master_addr
-        )
+    def _group_addrs(route: TopicRouteData) -> list[tuple[str, str]]:
+        """(broker name, address) of each broker of the route where the group's members are asked: its
+        master, else a slave (findConsumerIdList asks findBrokerAddrByTopic: one broker's selectBrokerAddr;
+        Java members heartbeat every node, so a slave knows them). Masters first, so a slave is asked
+        only when the masters fail: with every master down the member list still comes, as Java's does
+        (before, the allocation stayed frozen for the whole failover: a member joining or leaving then
+        was never given or relieved of its share, and queues were consumed twice or not at all)."""
+        brokers = sorted(route.broker_datas, key=lambda b: (b.master_addr is None, b.broker_name))
+        found = ((b.broker_name, b.subscribe_addr(MASTER_ID, False)) for b in brokers)
+        return [(name, node[0]) for name, node in found if node is not None]
+
+    @classmethod
+    def _holdings_addr(cls, route: TopicRouteData) -> str:
+        # called only once a member list came, so the route lists a node (a slave when no master is up)
+        return cls._group_addrs(route)[0][1]
 
     async def _consumer_ids(self, route: TopicRouteData) -> list[str]:
-        for b in sorted(route.broker_datas, key=lambda b: b.broker_name):
-            if not b.master_addr:
-                continue
+        """The group's members, or [] when no broker of the route answers (the caller then keeps its
+        allocation, as Java's rebalanceByTopic does when cidAll is null)."""
+        for name, addr in self._group_addrs(route):
             try:
-                ids = await self.api.get_consumer_list(b.master_addr, self.config.group)
+                ids = await self.api.get_consumer_list(addr, self.config.group)
             except RocketMQError as exc:
-                self._warn(
-                    ("consumer list", b.broker_name), "consumer list from %s failed: %s", b.master_addr, exc
-                )
+                self._warn(("consumer list", name), "consumer list from %s failed: %s", addr, exc)
                 continue
             if ids:
                 return ids
