@@ -41,13 +41,18 @@ def log_if_dead(
     spec: SubscriptionSpec,
     msg: MessageExt,
     why: str,
-    acted_on: Callable[[], bool] | None = None,
+    acted_on: Callable[[], MessageExt | None] | None = None,
 ) -> None:
     """A failed message that has used up its reconsumes goes to the group's DLQ now: the broker moves it
     there when it is sent back (concurrent), the consumer sends it there (orderly). ``acted_on``: asked
-    only then, whether the consumer acts on this failure at all (ConsumerWired.acted_on)."""
-    if msg.reconsume_times >= spec.max_reconsume_times and (acted_on is None or acted_on()):
-        log.moved_to_dlq(spec.name, spec.group, msg.msg_id, f"{why} {msg.reconsume_times + 1} times")
+    only then, the message as the consumer holds it when it acts on this failure at all, else None
+    (ConsumerWired.acted_on). Its count decides: a message consumed here again after a failed send-back
+    shows the listener one reconsume more than the broker's stored copy, from which the broker counts."""
+    if msg.reconsume_times < spec.max_reconsume_times:
+        return  # the listener's count is never below the held one's: nothing to look up (the hot path)
+    held = msg if acted_on is None else acted_on()
+    if held is not None and held.reconsume_times >= spec.max_reconsume_times:
+        log.moved_to_dlq(spec.name, spec.group, msg.msg_id, f"{why} {held.reconsume_times + 1} times")
 
 
 class ConsumerWired:
@@ -97,7 +102,7 @@ class ConsumerWired:
     def withdrawn(self, pq: ProcessQueue | None, msg: MessageExt) -> ConsumeStatus:
         """The result of a call whose delivery of ``msg`` was withdrawn (Withdrawn): one the consumer
         ignores."""
-        if self.acted_on(pq, msg):
+        if self.acted_on(pq, msg) is not None:
             # The consumer is closing, and drops its queues only once the calls running have ended: any
             # status would be acted on (RECONSUME_LATER sends the message back, a retry used on every
             # SIGTERM; SUCCESS commits what the app never took). Cancelled, as close() cancels a call it
@@ -107,16 +112,16 @@ class ConsumerWired:
         # resend): nothing is sent back whatever it is, and its request is answered.
         return self._failed
 
-    def acted_on(self, pq: ProcessQueue | None, msg: MessageExt) -> bool:
+    def acted_on(self, pq: ProcessQueue | None, msg: MessageExt) -> MessageExt | None:
         """Whether the consumer acts on this call's failure of ``msg`` (so a move to the DLQ may be logged
-        for it): the message is held in its queue's process queue, which was not dropped meanwhile. Not
+        for it): the message as held in its queue's process queue, which was not dropped meanwhile
+        (ProcessQueue.held: also for a copy consumed again after a failed send-back), else None. Not
         for an operator's resend (CONSUME_MESSAGE_DIRECTLY: outside any queue's flow, nothing is sent back
         whatever the answer), nor a queue rebalanced away while the app had the message (the consumer
         ignores the result: its new owner delivers it). Unwired (no consumer told): taken as acted on."""
         if self.process_queue is None:
-            return True
-        # only on a failure with no reconsume left: the scan of the cached messages is off the hot path
-        return pq is not None and not pq.dropped and bool(pq.cached((msg,)))
+            return msg
+        return pq.held(msg) if pq is not None and not pq.dropped else None
 
     async def wait_out(self, seconds: float, pq: ProcessQueue | None) -> None:
         """Sleep out the app's "later", or less when the consumer begins closing; then Withdrawn, not

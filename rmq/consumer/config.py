@@ -123,6 +123,8 @@ class ConsumerConfig:
                 raise ValueError(f"{name} must be at least 1")
         if self.max_body_bytes < 1:
             raise ValueError("max_body_bytes must be at least 1")
+        if not self.consume_timeout_s > 0:  # 0 would make the sweep a busy loop failing every call
+            raise ValueError("consume_timeout_s must be above 0")
         if self.commit_window < 0:
             raise ValueError("commit_window must not be negative")
         if not 0 < self.route_retry_s <= self.heartbeat_interval_s:

@@ -143,18 +143,36 @@ class ConcurrentService:
     ) -> ConsumeStatus | list[ConsumeStatus]:
         """The app's listener on one batch: one status, or one per message; an exception, the sweep's
         timeout or an answer that is neither counts as RECONSUME_LATER (Java treats a throwing
-        listener as a failure)."""
+        listener as a failure). CancelledError ends the worker only when the worker is being stopped or
+        the consumer is closing (a listener withdrawing its call then: nothing sent back, nothing
+        committed)."""
         host = self._host
         worker.calls += 1
         worker.busy = True
         try:
             status = await host.listener(batch, state.mq)
         except asyncio.CancelledError:
-            if not worker.expired:
+            task = worker.task
+            assert task is not None
+            if worker.expired:
+                # The sweep's cancel was for the call, not for the worker; one more pending on top of it
+                # (stop() while the listener cleaned up) is for the worker: it ends.
+                if task.uncancel():
+                    raise
+                log.warning(
+                    "listener ran past the consume timeout on %d message(s) of %s", len(batch), state.mq
+                )
+                return ConsumeStatus.RECONSUME_LATER
+            if task.cancelling() or host.closing:
                 raise
-            assert worker.task is not None
-            worker.task.uncancel()  # the sweep's cancel was for the call, not for the worker
-            log.warning("listener ran past the consume timeout on %d message(s) of %s", len(batch), state.mq)
+            # Not ours: the listener awaited something another party cancelled. As Java's catch Throwable,
+            # a failure; re-raised it would end this worker for good and hold the message (and the
+            # queue's committed offset) for ever.
+            log.warning(
+                "listener raised CancelledError on %d message(s) of %s: taken as a failure",
+                len(batch),
+                state.mq,
+            )
             return ConsumeStatus.RECONSUME_LATER
         except Exception:
             log.exception("listener failed on %d message(s) of %s", len(batch), state.mq)
@@ -196,7 +214,10 @@ class ConcurrentService:
             kept_offsets = {m.queue_offset for m in kept}
             done = [m for m in batch if m.queue_offset not in kept_offsets]
             if kept:
+                # Java bumps the count on the message itself; ours are frozen: a copy, which the process
+                # queue is told of so that it still knows it for the one it holds (ProcessQueue.held).
                 retry = [dataclasses.replace(m, reconsume_times=m.reconsume_times + 1) for m in kept]
+                state.pq.consumed_again(retry)
                 host.spawn(state, self._later(state, retry))
         offset = state.pq.remove(m.queue_offset for m in done)
         host.offsets.update(state.mq, offset, increase_only=True)

@@ -21,6 +21,8 @@ class ProcessQueue:
         self._msgs: dict[int, MessageExt] = {}
         self._heap: list[int] = []  # offsets; entries no longer in _msgs are skipped lazily
         self._taken: set[int] = set()  # orderly mode: handed to the listener, still in flight
+        # concurrent mode: offset -> the copy of a cached message consumed here again (consumed_again)
+        self._again: dict[int, MessageExt] = {}
         self._next_offset = next_offset  # where the next pull starts: the commit point when idle
         self._size = 0
         # offsets put in ascending order (pulls move forward), so the dict's last key is its highest
@@ -66,12 +68,31 @@ class ProcessQueue:
         msgs = self._msgs
         return list({m.queue_offset: m for m in messages if msgs.get(m.queue_offset) is m}.values())
 
+    def consumed_again(self, copies: Iterable[MessageExt]) -> None:
+        """Concurrent mode, a send-back failed: these copies of cached messages (reconsume_times + 1, for
+        the listener) are consumed here again; ``held`` takes them for the cached ones. The cache keeps
+        the message as pulled: its count is the broker's, which decides on the DLQ at the next send-back."""
+        for msg in copies:
+            if msg.queue_offset in self._msgs:
+                self._again[msg.queue_offset] = msg
+
+    def held(self, msg: MessageExt) -> MessageExt | None:
+        """The cached message (as pulled) that ``msg`` is: itself, or its copy consumed here again; None
+        for any other (not cached, or another decoding of it: an operator's resend of it)."""
+        offset = msg.queue_offset
+        cached = self._msgs.get(offset)
+        if cached is msg or (cached is not None and self._again.get(offset) is msg):
+            return cached
+        return None
+
     # consumed messages out ---------------------------------------------------------------------
     def remove(self, offsets: Iterable[int]) -> int:
         """Forget consumed messages; returns the offset that may now be committed."""
         for offset in offsets:
             msg = self._msgs.pop(offset, None)
             if msg is not None:
+                if self._again:  # a failed send-back's copies only: nothing on the usual path
+                    self._again.pop(offset, None)
                 self._size -= len(msg.body)
                 self._taken.discard(offset)
         self.last_consume_at = self._clock()
