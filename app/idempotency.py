@@ -227,9 +227,11 @@ class IdempotencyStore:
             return answer
         if self._closed:  # the APIs stopped first: nothing is sent that close() would not wait for
             raise _stopping(field)
-        fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Answer] = loop.create_future()  # the repeats': the answer once kept
+        sent: asyncio.Future[Answer] = loop.create_future()  # the answer as soon as known: the message went
         self._inflight[key] = (fp, fut)
-        first = asyncio.ensure_future(self._first(key, fp, compute, fut))
+        first = asyncio.ensure_future(self._first(key, fp, compute, fut, sent))
         self._firsts.add(first)
         first.add_done_callback(self._first_done)
         try:
@@ -239,21 +241,27 @@ class IdempotencyStore:
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if not first.cancelled() or (task is not None and task.cancelling()):
-                self._caller_gone(first, fut)
+                self._caller_gone(first, sent)
                 raise  # this caller was cancelled: it is gone, nothing is owed to it
             # close() cancelled the first request while this caller still waited. Its message went if
             # it has an answer (it was cut short keeping it): that answer is this caller's, as it is a
             # repeat's (503 would tell the client a stored message failed, and its retry would send it
             # again). Else an answer an edge maps (a CancelledError of its own would leave a gRPC call
             # with no status at all).
-            if fut.done() and fut.exception() is None:
-                return fut.result()
+            if sent.done():
+                return sent.result()
             raise _stopping(field) from None
 
     async def _first(
-        self, key: str, fp: str, compute: Callable[[], Awaitable[Answer]], fut: asyncio.Future[Answer]
+        self,
+        key: str,
+        fp: str,
+        compute: Callable[[], Awaitable[Answer]],
+        fut: asyncio.Future[Answer],
+        sent: asyncio.Future[Answer],
     ) -> Answer:
-        """A first request's answer, kept when final; the repeats meanwhile wait on ``fut``."""
+        """A first request's answer, kept when final; the repeats meanwhile wait on ``fut``, set once the
+        answer is kept (``sent`` as soon as it is known)."""
         try:
             answer = await compute()
         except BaseException as exc:
@@ -264,7 +272,7 @@ class IdempotencyStore:
             fut.set_exception(_FirstGone() if isinstance(exc, asyncio.CancelledError) else exc)
             fut.exception()  # waiters re-raise it; nobody else has to look
             raise
-        fut.set_result(answer)  # the message went: a repeat from now on gets this answer, never sends
+        sent.set_result(answer)  # the message went: a repeat from now on gets this answer, never sends
         try:
             if final(answer):
                 # In flight until the answer is kept: meanwhile the key is not stored yet, and a client
@@ -272,6 +280,10 @@ class IdempotencyStore:
                 await self._keep(key, fp, answer)
         finally:
             del self._inflight[key]
+            # The repeats are answered only now: answered before the answer is kept, a SIGKILL in between
+            # had the restarted sidecar send the message again under the key whose answer a client holds.
+            # (Cut short keeping it, by close(), they get it all the same: 503 would have them resend.)
+            fut.set_result(answer)
         return answer
 
     def _caller_gone(self, first: asyncio.Task[Answer], answered: asyncio.Future[Answer]) -> None:
