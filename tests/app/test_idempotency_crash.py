@@ -1,4 +1,4 @@
-"""multi-step writes cut by a SIGKILL, against the promises that a 2xx
+"""Multi-step writes cut by a SIGKILL, against the promises that a 2xx
 is never lost and that an idempotent request answered once is answered the same after a restart.
 
 A SIGKILL is modelled at the storage layer: the process's writes that had not reached the store when it
