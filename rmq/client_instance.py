@@ -222,33 +222,48 @@ class ClientInstance:
             addr, self.client_id, self.producer_groups, consumers=consumers, timeout_s=timeout_s
         )
 
+    def node_addrs(self, *, slaves: bool = True) -> list[str]:
+        """Java's brokerAddrTable: the address of every node (master and, with ``slaves``, each slave) of
+        every broker some route names now; a held route (a producer's) gives its masters only."""
+        addrs = set(self.broker_addrs().values())
+        if slaves:
+            for route in self._routes.values():
+                for b in route.broker_datas:
+                    addrs.update(b.broker_addrs.values())
+        return sorted(addrs)
+
     async def heartbeat(self) -> None:
-        """sendHeartbeatToAllBroker: every known broker, failures logged and skipped."""
+        """sendHeartbeatToAllBroker (4.9.4): with a consumer group on the instance, every node of every
+        known broker, slaves too; producers only, the masters only. A member asks a slave for its group's
+        members while the master is down (findConsumerIdList): a slave without our heartbeat answered a
+        group without us (Java members took our queues as well, or a leaver's went to nobody). All
+        nodes at once, each bounded by its timeout: a slave down must not hold up a master's heartbeat.
+        Failures are logged (once per node while they repeat) and skipped."""
         self._forget_unused()
         if not self._producers and not self._consumers:
             return
-        for addr in sorted(set(self.broker_addrs().values())):
-            try:
-                await self.heartbeat_to(addr)
-            except RocketMQError as exc:
-                self.repeat_log.warning(
-                    log,
-                    ("heartbeat", addr),
-                    "client %s: heartbeat to %s failed: %s",
-                    self.client_id,
-                    addr,
-                    exc,
-                )
+        addrs = self.node_addrs(slaves=bool(self._consumers))
+        await asyncio.gather(*(self._heartbeat_logged(addr) for addr in addrs))
+
+    async def _heartbeat_logged(self, addr: str) -> None:
+        try:
+            await self.heartbeat_to(addr)
+        except RocketMQError as exc:
+            self.repeat_log.warning(
+                log, ("heartbeat", addr), "client %s: heartbeat to %s failed: %s", self.client_id, addr, exc
+            )
 
     async def unregister(
         self, *, producer_group: str | None = None, consumer_group: str | None = None
     ) -> None:
-        """UNREGISTER_CLIENT at every known broker, so that a group rebalances at once."""
+        """UNREGISTER_CLIENT at every node of every known broker, slaves too (Java's unregisterClient: a
+        slave asked for the members while the master is down must not keep a leaver), all at once."""
         if producer_group:
             self.unregister_producer(producer_group)
         if consumer_group:
             self.unregister_consumer(consumer_group)
-        for addr in sorted(set(self.broker_addrs().values())):
+
+        async def unregister_at(addr: str) -> None:
             try:
                 await self.api.unregister_client(
                     addr,
@@ -259,6 +274,8 @@ class ClientInstance:
                 )
             except RocketMQError as exc:
                 log.debug("client %s: unregister at %s failed: %s", self.client_id, addr, exc)
+
+        await asyncio.gather(*(unregister_at(addr) for addr in self.node_addrs()))
 
     async def on_broker_request(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:

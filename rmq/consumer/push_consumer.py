@@ -72,7 +72,7 @@ from .offset_store import (
 )
 from .process_queue import ProcessQueue
 from .queue_state import QueueState
-from .rebalance import allocate_queues, start_offset
+from .rebalance import allocate_queues, consume_timestamp, start_offset
 from .running_info import CLIENT_VERSION_NAME, encode_running_info, queue_info, stacks
 from .stats import Stats
 from .sticky import AllocateSticky
@@ -104,6 +104,9 @@ class PushConsumer(Lifecycle):
         route broker requests to ``on_broker_request``."""
         self.config = config
         self.listener = listener
+        # Where CONSUME_FROM_TIMESTAMP starts a queue without a committed offset: fixed now, for every
+        # queue added in the consumer's life, as Java's consumeTimestamp (rebalance.consume_timestamp).
+        self._consume_timestamp_ms = consume_timestamp(config, wall_ms())
         self._own_instance = instance is None
         self.instance = instance or ClientInstance(
             namesrv,
@@ -780,7 +783,9 @@ class PushConsumer(Lifecycle):
         if addr is None:
             return
         try:
-            offset = await start_offset(self.config, self.offsets, self.api, addr, mq)
+            offset = await start_offset(
+                self.config, self.offsets, self.api, addr, mq, self._consume_timestamp_ms
+            )
         except RocketMQError as exc:
             self._warn(
                 ("start offset", mq.broker_name), "no start offset for %s: %s; next rebalance", mq, exc

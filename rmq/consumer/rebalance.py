@@ -31,12 +31,30 @@ def allocate_queues(
     return set((strategy or config.allocate).allocate(config.group, client_id, mqs, cids))
 
 
+def consume_timestamp(config: ConsumerConfig, built_ms: int) -> int:
+    """The point a CONSUME_FROM_TIMESTAMP consumer built at ``built_ms`` searches: the configured one,
+    else half an hour before it was built. Java's DefaultMQPushConsumer sets consumeTimestamp once, in
+    its field initialiser, and every queue it ever adds searches that same point: taken per queue, a
+    queue added hours after start (a topic subscribed then, queues added) skipped all but its last
+    half hour."""
+    if config.consume_timestamp_ms is not None:
+        return config.consume_timestamp_ms
+    return built_ms - DEFAULT_TIMESTAMP_LOOKBACK_MS
+
+
 async def start_offset(
-    config: ConsumerConfig, offsets: OffsetStore, api: BrokerApi, addr: str, mq: MessageQueue
+    config: ConsumerConfig,
+    offsets: OffsetStore,
+    api: BrokerApi,
+    addr: str,
+    mq: MessageQueue,
+    timestamp_ms: int | None = None,
 ) -> int:
     """computePullFromWhere (4.9.4): the committed offset if there is one, else by ``consume_from``.
-    A retry topic starts at its beginning (LAST_OFFSET) or end (TIMESTAMP) as Java does. Errors raise,
-    and the queue is left for the next rebalance."""
+    A retry topic starts at its beginning (LAST_OFFSET) or end (TIMESTAMP) as Java does. TIMESTAMP
+    searches ``timestamp_ms``, the consumer's consume_timestamp (fixed when it was built); without,
+    consume_timestamp as of now (a caller that is no consumer). Errors raise, and the queue is left for
+    the next rebalance."""
     committed = await offsets.read(mq, ReadType.STORE)
     if committed is not None and committed >= 0:
         return committed
@@ -47,7 +65,6 @@ async def start_offset(
         return 0 if retry else await api.get_max_offset(addr, mq)
     if retry:
         return await api.get_max_offset(addr, mq)
-    ts = config.consume_timestamp_ms
-    if ts is None:
-        ts = wall_ms() - DEFAULT_TIMESTAMP_LOOKBACK_MS
-    return await api.search_offset(addr, mq, ts)
+    if timestamp_ms is None:
+        timestamp_ms = consume_timestamp(config, wall_ms())
+    return await api.search_offset(addr, mq, timestamp_ms)
