@@ -205,7 +205,7 @@ class SidecarParts:
         """Transactions (issue 29): half messages on the sidecar's client instance, or the local outbox
         into the retry store (settings transactions_*)."""
         self.transactions = Transactions.build(
-            self.settings, self.producer, self.kv, self.writer, self.retry, self.retry.now_ms
+            self.settings, self.producer, self.kv, self.writer, self.retry, self.retry.now_ms, self.msg_trace
         )
         if self.transactions is not None:
             stats = self.transactions.coordinator.stats

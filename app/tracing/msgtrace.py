@@ -1,8 +1,9 @@
-"""RocketMQ's own message trace (what the Java client's ``enableMsgTrace`` writes): send (``Pub``) and
-consume (``SubBefore``/``SubAfter``) records in ``TraceDataEncoder``'s format, batched into messages on
-the trace topic (``RMQ_SYS_TRACE_TOPIC``) keyed by message id and keys, as ``AsyncTraceDispatcher``
-does, so that ``mqadmin queryMsgTraceById`` and the RocketMQ Dashboard show the sidecar's sends and
-deliveries beside those of Java clients.
+"""RocketMQ's own message trace (what the Java client's ``enableMsgTrace`` writes): send (``Pub``, of a
+transaction's half too), consume (``SubBefore``/``SubAfter``) and ``EndTransaction`` records in
+``TraceDataEncoder``'s format (read back by its decoder: tests/app/tracing/test_msgtrace_java_parity.py),
+batched into messages on the trace topic (``RMQ_SYS_TRACE_TOPIC``) keyed by message id and keys, as
+``AsyncTraceDispatcher`` does, so that ``mqadmin queryMsgTraceById`` and the RocketMQ Dashboard show the
+sidecar's sends and deliveries beside those of Java clients.
 
 Off unless ``ROCKSIDECAR_MSG_TRACE=true``. Recording never waits and never fails a send: a send leaves a
 tuple of the few strings and numbers its record needs (not the message: a buffered record holds no body)
@@ -29,7 +30,11 @@ from time import time_ns
 from typing import Any
 
 from rocksidecar.rmq import Message, SendResult
+from rocksidecar.rmq.broker import EndTransaction
 from rocksidecar.rmq.message import MessageExt
+from rocksidecar.rmq.message_codec import _host_text
+from rocksidecar.rmq.producer.transaction import TransactionState
+from rocksidecar.rmq.result import SendStatus
 from rocksidecar.rmq.sender import BatchResults
 
 from .watched import WatchedSender
@@ -50,9 +55,16 @@ MAX_PER_WRITE = 2_000  # records per SEND_BATCH_MESSAGE call (20 trace messages,
 MAX_BUFFERED = 20_000  # records waiting; beyond, the oldest go (a trace must never hold memory hostage)
 FLUSH_S = 0.05
 CLOSE_S = 2.0  # close's flush at most: a broker that does not answer must not hold the sidecar's stop
-MSG_TYPE_NORMAL, MSG_TYPE_DELAY = 0, 3  # TraceDataEncoder's MessageType ordinals
+# TraceDataEncoder's MessageType ordinals: Normal_Msg, Trans_Msg_Half, Trans_msg_Commit, Delay_Msg
+MSG_TYPE_NORMAL, MSG_TYPE_HALF, MSG_TYPE_COMMIT, MSG_TYPE_DELAY = 0, 1, 2, 3
 SUCCESS, FAILED = 0, 4  # ConsumeReturnType ordinals (contextCode)
-_PUB, _SUB = 0, 1  # what a buffered tuple is (its first item)
+_PUB, _SUB, _END = 0, 1, 2  # what a buffered tuple is (its first item)
+# EndTransaction's transactionState: Java's LocalTransactionState names, by the commitOrRollback sent
+_STATE_NAMES = {
+    TransactionState.COMMIT.value: "COMMIT_MESSAGE",
+    TransactionState.ROLLBACK.value: "ROLLBACK_MESSAGE",
+    TransactionState.UNKNOWN.value: "UNKNOW",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,69 +73,115 @@ class Record:
     keys: tuple[str, ...]  # the message id, then its keys: what the trace message is found by
 
 
-_hosts: dict[str, str] = {}  # the first 16 hex digits of an offset id -> ip:port; a few brokers
+_hosts: dict[str, str] = {}  # an offset id's host part (its hex before the offset) -> ip:port; a few brokers
 
 
 def _store_host(offset_msg_id: str) -> str:
-    """``ip:port`` of the broker, read from the offset message id (its first 16 hex digits)."""
-    head = offset_msg_id[:16]
+    """``ip:port`` of the broker, read from the offset message id: its packed store host (an IPv4 address
+    and port, 16 hex digits, or an IPv6 one, 40) before the 16 digits of the commit-log offset, decoded
+    as rmq.message_codec decodes a stored message's store host (``[v6]:port`` for IPv6). The store host
+    rather than the address the send went to (Java's getBrokerAddr()): the sidecar's SendResult does not
+    carry that address, and the broker's own storeHost is what its offset id and queryMsgById name. An id
+    of neither length (not a broker's) names no host."""
+    head = offset_msg_id[:-16]
     host = _hosts.get(head)
     if host is None:
-        try:
-            ip = ".".join(str(int(head[i : i + 2], 16)) for i in range(0, 8, 2))
-            host = f"{ip}:{int(head[8:16], 16)}"
+        try:  # fromhex skips white space: the packed host's length is checked, not only the id's
+            raw = bytes.fromhex(head) if len(offset_msg_id) in (32, 56) else b""
         except ValueError:
-            host = ""
+            raw = b""
+        host = _host_text(raw) if len(raw) in (8, 20) else ""
         if len(_hosts) < 1024:  # bounded: the ids come from brokers, not from us
             _hosts[head] = host
     return host
 
 
 # What a send leaves in the buffer: _PUB, topic, tags, keys, body size, message type, msg id, offset id,
-# region, started (ms), cost (ms). A delivery: _SUB, msg id, keys, reconsume times, region, ok, started,
-# cost, group. Strings and numbers only: no body is held, and the tuples are untracked by the GC.
+# region, started (ms), cost (ms), SEND_OK, group (None: the dispatcher's). A delivery: _SUB, msg id, keys,
+# reconsume times, region, ok, started, cost, group, ended (ms). A transaction's end: _END, topic, tags,
+# keys, msg id, broker address, transaction id, state name, from check, region, time (ms), group. Strings
+# and numbers only: no body is held, and the tuples are untracked by the GC.
 _Pending = tuple[Any, ...]
+_SEND_OK = SendStatus.SEND_OK
 
 
-def _sent(msg: Message, result: SendResult, started_ms: int, cost_ms: int) -> _Pending:
-    msg_type = MSG_TYPE_DELAY if "DELAY_DUE_AT" in msg.properties else MSG_TYPE_NORMAL
+def _sent(
+    msg: Message,
+    result: SendResult,
+    started_ms: int,
+    cost_ms: int,
+    msg_type: int | None = None,
+    group: str | None = None,
+) -> _Pending:
+    """Java's success is ``status == SEND_OK``: a degraded store (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT,
+    SLAVE_NOT_AVAILABLE), which the producer hands back as a send's outcome, is a failed Pub.
+    ``msg_type`` and ``group``: a half message's (TransactionTrace); else its own, the dispatcher's."""
+    if msg_type is None:
+        msg_type = MSG_TYPE_DELAY if "DELAY_DUE_AT" in msg.properties else MSG_TYPE_NORMAL
     return (_PUB, msg.topic, msg.tags, msg.keys, len(msg.body), msg_type, result.msg_id,
-            result.offset_msg_id, result.region_id, started_ms, cost_ms)  # fmt: skip
+            result.offset_msg_id, result.region_id, started_ms, cost_ms,
+            result.status is _SEND_OK, group)  # fmt: skip
 
 
 def _consumed(
-    msg: MessageExt, group: str, started_ms: int, cost_ms: int, ok: bool, region: str | None = None
+    msg: MessageExt,
+    group: str,
+    started_ms: int,
+    cost_ms: int,
+    ok: bool,
+    region: str | None = None,
+    ended_ms: int | None = None,
 ) -> _Pending:
-    """``region``: the message's own (MSG_REGION) when not given."""
+    """``region``: the message's own (MSG_REGION) when not given. ``ended_ms``: when its delivery ended,
+    SubAfter's timestamp (started + cost when not given; not so for a batch, whose cost is shared out)."""
     if region is None:
         region = msg.properties.get("MSG_REGION", "DefaultRegion")
-    return (_SUB, msg.msg_id, msg.keys, msg.reconsume_times, region, ok, started_ms, cost_ms, group)
+    ended = started_ms + cost_ms if ended_ms is None else ended_ms
+    return (_SUB, msg.msg_id, msg.keys, msg.reconsume_times, region, ok, started_ms, cost_ms, group, ended)
 
 
 def _pub_text(p: _Pending, group: str) -> str:
     """The Pub record's text: its fields in TraceDataEncoder's order, CONTENT between them, FIELD after
-    (one f-string: a third of the cost of a tuple of str() joined)."""
-    _, topic, tags, keys, size, msg_type, msg_id, offset_id, region, started, cost = p
+    (one f-string: a third of the cost of a tuple of str() joined). No tags or keys are "null", as Java
+    appends a null (see _sub_text)."""
+    _, topic, tags, keys, size, msg_type, msg_id, offset_id, region, started, cost, ok, own_group = p
     return (
-        f"Pub\x01{started}\x01{region}\x01{group}\x01{topic}\x01{msg_id}\x01{tags or ''}\x01{' '.join(keys)}"
-        f"\x01{_store_host(offset_id)}\x01{size}\x01{cost}\x01{msg_type}\x01{offset_id}\x01true\x02"
+        f"Pub\x01{started}\x01{region}\x01{own_group or group}\x01{topic}\x01{msg_id}\x01{tags or 'null'}\x01"
+        f"{' '.join(keys) or 'null'}\x01{_store_host(offset_id)}\x01{size}\x01{cost}\x01{msg_type}\x01"
+        f"{offset_id}\x01{'true' if ok else 'false'}\x02"
     )
 
 
 def _sub_text(p: _Pending) -> str:
-    """The SubBefore and SubAfter records of one consumed message, under one request id."""
-    _, msg_id, keys, reconsume, region, ok, started, cost, group = p
+    """The SubBefore and SubAfter records of one consumed message, under one request id. A message without
+    keys has "null" for them, as Java appends msg.getKeys()'s null: an empty field ending SubBefore is
+    dropped by Java's String.split, and decoderFromTraceDataString then throws for the whole trace
+    message (queryMsgTraceById and the Dashboard fail on every record in it). SubAfter's timestamp is
+    when the delivery ended."""
+    _, msg_id, keys, reconsume, region, ok, started, cost, group, ended = p
     request_id = uuid.uuid4().hex.upper()
-    joined = " ".join(keys)
+    joined = " ".join(keys) or "null"
     return (
         f"SubBefore\x01{started}\x01{region}\x01{group}\x01{request_id}\x01{msg_id}\x01{reconsume}\x01"
         f"{joined}\x02SubAfter\x01{request_id}\x01{msg_id}\x01{cost}\x01{'true' if ok else 'false'}\x01"
-        f"{joined}\x01{SUCCESS if ok else FAILED}\x01{started + cost}\x01{group}\x02"
+        f"{joined}\x01{SUCCESS if ok else FAILED}\x01{ended}\x01{group}\x02"
     )
 
 
-# A well-formed record's separators: Pub has 14 fields; SubBefore 8 and SubAfter 9, each ended by FIELD.
-_PUB_CONTENTS, _SUB_CONTENTS = 13, 15
+def _end_text(p: _Pending) -> str:
+    """The EndTransaction record (encoderFromContextBean's 13 fields): message type Trans_msg_Commit
+    whatever the state, as EndTransactionTraceHookImpl writes it; the broker address as its storeHost."""
+    _, topic, tags, keys, msg_id, addr, tx_id, state, from_check, region, at, group = p
+    return (
+        f"EndTransaction\x01{at}\x01{region}\x01{group}\x01{topic}\x01{msg_id}\x01{tags or 'null'}\x01"
+        f"{' '.join(keys) or 'null'}\x01{addr}\x01{MSG_TYPE_COMMIT}\x01{tx_id}\x01{state}\x01"
+        f"{'true' if from_check else 'false'}\x02"
+    )
+
+
+# A well-formed record's separators: Pub has 14 fields; SubBefore 8 and SubAfter 9; EndTransaction 13; each
+# ended by FIELD.
+_PUB_CONTENTS, _SUB_CONTENTS, _END_CONTENTS = 13, 15, 12
 _NO_SEPARATORS = str.maketrans("", "", CONTENT + FIELD)
 
 
@@ -142,6 +200,12 @@ def _record(p: _Pending, group: str) -> tuple[str, tuple[str, ...]]:
             p = _cleaned(p)
             text = _pub_text(p, group)
         return text, (p[6], *p[3])
+    if p[0] == _END:
+        text = _end_text(p)
+        if text.count(CONTENT) != _END_CONTENTS or text.count(FIELD) != 1:
+            p = _cleaned(p)
+            text = _end_text(p)
+        return text, (p[4], *p[3])
     text = _sub_text(p)
     if text.count(CONTENT) != _SUB_CONTENTS or text.count(FIELD) != 2:
         p = _cleaned(p)
@@ -335,8 +399,11 @@ def consumed_all(msgs: Sequence[MessageExt], group: str, started_ms: int, oks: S
     the batch's time shared out, as ConsumeMessageTraceHookImpl divides a batch's cost by its size."""
     d = DISPATCHER
     if d is not None and msgs:
-        cost = (now_ms() - started_ms) // len(msgs)
-        d.add_all([_consumed(m, group, started_ms, cost, ok) for m, ok in zip(msgs, oks, strict=True)])
+        ended = now_ms()  # SubAfter's timestamp: the batch's end, as Java's (its cost is the share)
+        cost = (ended - started_ms) // len(msgs)
+        d.add_all(
+            [_consumed(m, group, started_ms, cost, ok, None, ended) for m, ok in zip(msgs, oks, strict=True)]
+        )
 
 
 class MsgTraceSender(WatchedSender):
@@ -371,3 +438,29 @@ class MsgTraceSender(WatchedSender):
             ]
         )
         return results
+
+
+class TransactionTrace:
+    """Java's trace hooks on a TransactionMQProducer (rmq.producer.transaction.TransactionHook): a Pub
+    of each half a broker stored (Trans_Msg_Half, its group the transaction producer's), an
+    EndTransaction of each decision and check answer sent (EndTransactionTraceHookImpl). Set only when
+    the trace is on (app.transactions.parts)."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+
+    def half_stored(self, group: str, msg: Message, result: SendResult, started_ms: int) -> None:
+        self._dispatcher.add(_sent(msg, result, started_ms, now_ms() - started_ms, MSG_TYPE_HALF, group))
+
+    def ending(self, end: EndTransaction, topic: str, broker_addr: str, msg: MessageExt | None) -> None:
+        """A decision names no tags nor keys: the sidecar's record of a transaction holds only where its
+        half is (they are "null", as Java's for a message without them); a check's message has them."""
+        tags: str | None = None
+        keys: tuple[str, ...] = ()
+        region = "DefaultRegion"
+        if msg is not None:
+            tags, keys, region = msg.tags, msg.keys, msg.properties.get("MSG_REGION") or region
+        state = _STATE_NAMES.get(end.state, "UNKNOW")
+        pending = (_END, topic, tags, keys, end.msg_id, broker_addr, end.transaction_id, state,
+                   end.from_transaction_check, region, now_ms(), end.producer_group)  # fmt: skip
+        self._dispatcher.add(pending)

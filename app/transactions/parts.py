@@ -19,6 +19,7 @@ from rocksidecar.storage.kv import KV
 from ..config import Settings
 from ..http_client import HttpClient
 from ..readiness import master_addrs
+from ..tracing import msgtrace
 from .app_check import AppCheck
 from .coordinator import LocalOutbox, OutboxSpool, TransactionCoordinator
 from .records import CF, TransactionRecords
@@ -47,12 +48,16 @@ class Transactions:
         writer: GroupCommitWriter,
         retry: OutboxSpool,
         now_ms: Callable[[], int],
+        msg_trace: msgtrace.Dispatcher | None = None,
     ) -> Transactions | None:
-        """None when the store lacks the column family (an old store opened read-only on a full disk)."""
+        """None when the store lacks the column family (an old store opened read-only on a full disk).
+        ``msg_trace``: RocketMQ's message trace, when on: halves and decisions leave its records."""
         if CF not in kv.column_families:
             log.warning("transactions are off: the store has no %r column family yet (read-only?)", CF)
             return None
         tx = TransactionProducer(producer, s.transaction_group)
+        if msg_trace is not None:
+            tx.hook = msgtrace.TransactionTrace(msg_trace)
         http = ask = None
         if s.transactions_check_endpoint:
             http = HttpClient(max_answer_bytes=CHECK_ANSWER_BYTES)  # {"state": ...}: a small JSON

@@ -14,6 +14,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..broker import (
     TRANSACTION_COMMIT_TYPE,
@@ -21,6 +22,7 @@ from ..broker import (
     TRANSACTION_ROLLBACK_TYPE,
     EndTransaction,
 )
+from ..clock import wall_ms
 from ..codes import RequestCode
 from ..connection import Connection
 from ..errors import FrameError, RocketMQError, RouteNotFound, SendFailed
@@ -108,6 +110,18 @@ def _end(
 Checker = Callable[[CheckRequest], Awaitable[TransactionState]]
 
 
+class TransactionHook(Protocol):
+    """What watches a transaction producer, as Java's SendMessageHook and EndTransactionHook do (the
+    sidecar's message trace). Called inline: it must neither wait nor raise."""
+
+    def half_stored(self, group: str, msg: Message, result: SendResult, started_ms: int) -> None:
+        """A broker stored ``msg`` as a half (degraded too) at ``result``; the send began at
+        ``started_ms`` (wall clock)."""
+
+    def ending(self, end: EndTransaction, topic: str, broker_addr: str, msg: MessageExt | None) -> None:
+        """``end`` is about to go to ``broker_addr``: a decision, or the answer to a check of ``msg``."""
+
+
 def _header_int(cmd: RemotingCommand, name: str) -> int:
     try:
         return int(cmd.ext_fields[name])
@@ -128,6 +142,8 @@ class TransactionProducer:
         self.group = group
         self.checker = checker
         self.checks_answered = 0
+        # Set by whoever watches (the sidecar's message trace, when on); None costs one check per call.
+        self.hook: TransactionHook | None = None
 
     def start(self) -> None:
         self.producer.instance.register_transaction_checker(self.group, self._on_check)
@@ -153,9 +169,13 @@ class TransactionProducer:
                 addr, mq, msg, uniq, remaining, self.producer.config.default_topic, half_of_group=group
             )
 
+        hook = self.hook
+        started = wall_ms() if hook is not None else 0
         result = await self.producer.with_retries(
             msg.topic, self.producer.selector_for(sharding_key), attempt, uniq, msg
         )
+        if hook is not None:  # before its checks: a degraded half is seen too, as Java's hook sees it
+            hook.half_stored(group, msg, result, started)
         degraded = result.status is not SendStatus.SEND_OK
         try:
             offset = commit_log_offset(result.offset_msg_id)
@@ -217,7 +237,10 @@ class TransactionProducer:
         if state is TransactionState.UNKNOWN:
             raise ValueError("only COMMIT or ROLLBACK end a transaction")
         addr = await self.resolve(receipt)
-        await self.producer.api.end_transaction(addr, receipt.end(state), timeout_s=timeout_s)
+        end = receipt.end(state)
+        if self.hook is not None:  # before it is sent, as Java's doExecuteEndTransactionHook
+            self.hook.ending(end, receipt.queue.topic, addr, None)
+        await self.producer.api.end_transaction(addr, end, timeout_s=timeout_s)
 
     async def _on_check(self, conn: Connection, cmd: RemotingCommand, msg: MessageExt) -> None:
         try:
@@ -238,6 +261,8 @@ class TransactionProducer:
             log.exception("transaction check of %s failed; answering UNKNOWN", request.msg_id)
             state = TransactionState.UNKNOWN
         end = request.answer(self.group, state)
+        if self.hook is not None:
+            self.hook.ending(end, msg.topic, conn.addr, msg)
         try:  # on the connection the broker asked on, one-way, as Java's endTransactionOneway
             await conn.invoke_oneway(RemotingCommand(RequestCode.END_TRANSACTION, end.header()))
         except RocketMQError as exc:
