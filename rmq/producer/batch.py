@@ -139,13 +139,36 @@ class BatchSender:
             for i in indexes:
                 batch.outcomes[i] = failed
             return
-        await _all(
-            [
-                self._chunk(topic, slot, chunk, batch, deadline)
-                for slot, members in groups.items()
-                for chunk in self._chunks(members, batch)
-            ]
-        )
+        jobs: list[Coroutine[Any, Any, None]] = []
+        for slot, members in groups.items():
+            chunks = self._chunks(members, batch)
+            if slot is None or len(chunks) == 1:  # unkeyed (no order promised), or one chunk (the usual)
+                jobs += [self._chunk(topic, slot, chunk, batch, deadline) for chunk in chunks]
+            else:  # a sharding key's queue: its chunks in their order
+                jobs.append(self._in_order(topic, slot, chunks, batch, deadline))
+        await _all(jobs)
+
+    async def _in_order(
+        self, topic: str, slot: int, chunks: list[list[int]], batch: _Batch, deadline: float
+    ) -> None:
+        """The chunks of one sharding key's slot, one after another: sent together, a busy or timed-out
+        answer to one let a later one be stored ahead of it. Once a chunk fails (so it is spooled), the
+        later ones are not sent: they fail too and are spooled behind it, not stored ahead of it. A final
+        failure (the message refused for good, never stored) holds nothing back."""
+        outcomes = batch.outcomes
+        for n, chunk in enumerate(chunks):
+            await self._chunk(topic, slot, chunk, batch, deadline)
+            failed = next(
+                (o for i in chunk if isinstance(o := outcomes[i], RocketMQError) and not o.final), None
+            )
+            if failed is not None:
+                held = SendFailed(
+                    f"batch to {topic}: not sent, behind a failed one of its key: {failed}", [], failed
+                )
+                for later in chunks[n + 1 :]:
+                    for i in later:
+                        outcomes[i] = held
+                return
 
     def _chunks(self, members: list[int], batch: _Batch) -> list[list[int]]:
         cfg = self._producer.config
@@ -207,9 +230,8 @@ class BatchSender:
                             await self._chunk(topic, None, [i], batch, deadline)
 
                     await _all([sender() for _ in range(min(FALLBACK_IN_FLIGHT, len(chunk)))])
-                else:
-                    for i in chunk:
-                        await self._chunk(topic, slot, [i], batch, deadline)
+                else:  # one after another, and held behind one that fails, as a key's chunks
+                    await self._in_order(topic, slot, [[i] for i in chunk], batch, deadline)
                 return
             for i in chunk:
                 outcomes[i] = exc

@@ -67,13 +67,15 @@ def test_ids_drawn_at_once_are_those_drawn_one_by_one() -> None:
 
     def generator() -> UniqIdGenerator:
         gen = UniqIdGenerator(ip=bytes([10, 0, 0, 5]), pid=0xC35B, magic=0x18B4AAC2, now_ms=lambda: now[0])
-        gen._counter = itertools.count(0xFFF0)  # near the wrap of the 16-bit counter part
+        # Near the top of the 16-bit counter part (both bytes used); a batch that would wrap starts at
+        # the counter's next 0 instead, so its ids ascend: tests/rmq/test_msgid_batch_order.py.
+        gen._counter = itertools.count(0xFFD0)
         return gen
 
     one_by_one, at_once = generator(), generator()
     expected = [one_by_one.next_id() for _ in range(40)]
     assert at_once.next_ids(40) == expected and len(set(expected)) == 40
-    assert expected[16][28:] == "0000"  # wrapped
+    assert expected[-1][28:] == "FFF7"
     now[0] += 1  # a new millisecond shows in both
     assert at_once.next_ids(1) == [one_by_one.next_id()] and expected[-1][20:28] != at_once.next_id()[20:28]
 
