@@ -362,8 +362,6 @@ def _fast_routes(api: Api) -> dict[str, FastRoute]:
 
     def route(handle: Callable[..., Awaitable[Reply]]) -> FastRoute:
         async def fast(scope: Scope, headers: dict[bytes, bytes], body: bytes) -> Reply:
-            query = scope["query_string"]
-            raw_ack = QueryParams(query).get("ack") if query else None
             key = headers.get(b"idempotency-key")
             parent = headers.get(b"traceparent")  # the one check a request without a trace pays
             trace = None if parent is None else _trace(parent, headers.get(b"tracestate"))
@@ -371,10 +369,9 @@ def _fast_routes(api: Api) -> dict[str, FastRoute]:
                 api,
                 scope["path"],
                 body,
-                raw_ack,
+                scope["query_string"],
                 None if key is None else key.decode("latin-1"),
                 trace,
-                query=query,
             )
 
         return fast
@@ -448,28 +445,23 @@ def _message_routes(app: FastAPI, api: Api) -> None:
 
 async def _routed(handle: Callable[..., Awaitable[Reply]], api: Api, request: Request) -> Response:
     """A hot route through FastAPI's router (the edge's fast path normally answers first)."""
-    ack, key = request.query_params.get("ack"), request.headers.get("idempotency-key")
+    key, query = request.headers.get("idempotency-key"), request.scope["query_string"]
     trace = from_headers(request.headers.get("traceparent"), request.headers.get("tracestate"))
-    return response(
-        await handle(
-            api, request.url.path, await request.body(), ack, key, trace, query=request.scope["query_string"]
-        )
-    )
+    return response(await handle(api, request.url.path, await request.body(), query, key, trace))
+
+
+def _raw_ack(query: bytes) -> str | None:
+    """The ack parameter as Starlette reads it (the last of repeated ones), None without."""
+    return QueryParams(query).get("ack") if query else None
 
 
 async def send_one(
-    api: Api,
-    path: str,
-    body: bytes,
-    raw_ack: str | None,
-    key: str | None,
-    trace: TraceContext | None = None,
-    *,
-    query: bytes = b"",
+    api: Api, path: str, body: bytes, query: bytes, key: str | None, trace: TraceContext | None = None
 ) -> Reply:
     """``POST /v1/messages`` from its parts: the FastAPI route and the edge's fast path both answer
-    through here. ``query``: the raw query string (``raw_ack`` is read from it), for a kept answer's
-    legacy fingerprint (Api.answer)."""
+    through here. ``query``: the raw query string, the ack's and a kept answer's legacy fingerprint's
+    (Api.answer)."""
+    raw_ack = _raw_ack(query)
     if key is not None:
         return await _parsed_then(
             api,
@@ -506,14 +498,7 @@ async def _send_answer(api: Api, msg: MessageFields, ack: Ack, trace: TraceConte
 
 
 async def send_many(
-    api: Api,
-    path: str,
-    body: bytes,
-    raw_ack: str | None,
-    key: str | None,
-    trace: TraceContext | None = None,
-    *,
-    query: bytes = b"",
+    api: Api, path: str, body: bytes, query: bytes, key: str | None, trace: TraceContext | None = None
 ) -> Reply:
     """``POST /v1/messages:batch`` from its parts (see send_one)."""
 
@@ -524,7 +509,7 @@ async def send_many(
     async def compute(batch: BatchSpecs, ack: Ack) -> Answer:
         return 200, batch_view(await api.ops.send_batch(batch, ack, trace))
 
-    return await _parsed_then(api, path, body, raw_ack, key, parse, compute, query)
+    return await _parsed_then(api, path, body, _raw_ack(query), key, parse, compute, query)
 
 
 async def _parsed_then(
