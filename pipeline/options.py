@@ -10,30 +10,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
+from rocksidecar.rmq.consumer.config import RETRY_PREFIX
+from rocksidecar.rmq.errors import InvalidMessageError
+from rocksidecar.rmq.message import validate_topic
+
 from .backoff import Backoff
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:9880"
 DEFAULT_BATCH_SIZE = 500
 DEFAULT_BATCH_BYTES = 8 * 1024 * 1024  # well under the sidecar's default 64 MiB request limit
 TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # RocketMQ's topic rule, for the read options too
-# The sidecar's send path refuses more (app.request.check_send_topic: rmq.message.validate_topic, then no
-# consumer group's retry topic): each row to such a topic would come back REJECTED, after the whole job
-# ran. Copies of rmq's values, as this module may not import rmq (pipeline talks HTTP only); a test
-# (tests/pipeline/test_topic_checked.py) checks they agree.
-TOPIC_MAX_LEN = 127
-DEFAULT_TOPIC = "TBW102"  # the auto-create template
-NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {
-        "SCHEDULE_TOPIC_XXXX",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-    }
-)
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
-RETRY_PREFIX = "%RETRY%"
+# The sidecar's send path refuses more than TOPIC (app.request.check_send_topic: rmq.message.validate_topic,
+# then no consumer group's retry topic): each row to such a topic would come back REJECTED, after the whole
+# job ran. The sink checks with rmq's own rule (an import the contract allows this module: no broker talk).
 _JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")  # the Idempotency-Key is built from it (<= 255 chars)
 # what an Authorization header can carry after "Bearer ": printable ASCII, no spaces. A trailing newline
 # (a secret made from a file) or a non-ASCII character would fail every request of every task instead
@@ -199,19 +188,14 @@ def _report_path(raw: str | None) -> str | None:
 
 
 def _send_topic(topic: str) -> str:
-    """``topic`` if the sidecar sends to it, as its send path checks it (see NOT_ALLOWED_SEND_TOPICS);
-    else OptionError naming the option and the sidecar's reason."""
+    """``topic`` if the sidecar sends to it, as its send path checks it; else OptionError naming the
+    option and the sidecar's reason."""
     if not topic:
         raise OptionError("option topic is required")
-    # fullmatch, as rmq: "$" would take a final newline (a topic read from a file), which the sidecar refuses
-    if len(topic) > TOPIC_MAX_LEN or not TOPIC.fullmatch(topic):
-        raise OptionError(
-            f"option topic={topic!r}: give the topic, 1-{TOPIC_MAX_LEN} characters of [%|a-zA-Z0-9_-]"
-        )
-    if topic == DEFAULT_TOPIC:
-        raise OptionError(f"option topic={topic!r} is the brokers' auto-create template, not a topic")
-    if topic in NOT_ALLOWED_SEND_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX):
-        raise OptionError(f"option topic={topic!r} is a system topic: the sidecar refuses to send to it")
+    try:
+        validate_topic(topic)
+    except InvalidMessageError as exc:
+        raise OptionError(f"option topic={topic!r}: {exc}") from None
     if topic.startswith(RETRY_PREFIX):
         raise OptionError(
             f"option topic={topic!r} is a consumer group's retry topic: the brokers take no batches to it, "

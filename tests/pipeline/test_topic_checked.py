@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from rocksidecar.pipeline import options, read_options
+from rocksidecar.pipeline import read_options
 from rocksidecar.pipeline.options import OptionError, parse
 from rocksidecar.rmq import InvalidMessageError
 from rocksidecar.rmq.codes import DEFAULT_TOPIC
@@ -60,19 +60,12 @@ def _sidecar_sends_to(topic: str) -> bool:
     ],
 )
 def test_the_sink_refuses_exactly_what_the_sidecar_refuses(topic: str) -> None:
-    """The sink holds a copy of the sidecar's rules (pipeline talks HTTP only: it does not import the
-    RocketMQ client): this keeps the copy and the sidecar's send path in agreement."""
+    """The sink takes rmq's topic rule and refuses the retry topics as the sidecar's send path does."""
     if _sidecar_sends_to(topic):
         assert parse({"topic": topic}).topic == topic
     else:
         with pytest.raises(OptionError, match="option topic"):
             parse({"topic": topic})
-
-
-def test_the_copied_rules_are_rmq_s() -> None:
-    assert options.NOT_ALLOWED_SEND_TOPICS == NOT_ALLOWED_SEND_TOPICS
-    assert (options.DEFAULT_TOPIC, options.SYSTEM_TOPIC_PREFIX) == (DEFAULT_TOPIC, SYSTEM_TOPIC_PREFIX)
-    assert (options.RETRY_PREFIX, options.TOPIC_MAX_LEN) == (RETRY_PREFIX, TOPIC_MAX_LEN)
 
 
 @pytest.mark.parametrize(
