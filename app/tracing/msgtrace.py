@@ -106,21 +106,19 @@ _SEND_OK = SendStatus.SEND_OK
 
 
 def _sent(
-    msg: Message,
-    result: SendResult,
-    started_ms: int,
-    cost_ms: int,
-    msg_type: int | None = None,
-    group: str | None = None,
+    msg: Message, result: SendResult, started_ms: int, cost_ms: int, half_of: str | None = None
 ) -> _Pending:
     """Java's success is ``status == SEND_OK``: a degraded store (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT,
     SLAVE_NOT_AVAILABLE), which the producer hands back as a send's outcome, is a failed Pub.
-    ``msg_type`` and ``group``: a half message's (TransactionTrace); else its own, the dispatcher's."""
-    if msg_type is None:
+    ``half_of``: the transaction group of a half message (TransactionTrace: Trans_Msg_Half, that group);
+    None: the message's own type, the dispatcher's group."""
+    if half_of is not None:
+        msg_type = MSG_TYPE_HALF
+    else:
         msg_type = MSG_TYPE_DELAY if "DELAY_DUE_AT" in msg.properties else MSG_TYPE_NORMAL
     return (_PUB, msg.topic, msg.tags, msg.keys, len(msg.body), msg_type, result.msg_id,
             result.offset_msg_id, result.region_id, started_ms, cost_ms,
-            result.status is _SEND_OK, group)  # fmt: skip
+            result.status is _SEND_OK, half_of)  # fmt: skip
 
 
 def _consumed(
@@ -450,7 +448,7 @@ class TransactionTrace:
         self._dispatcher = dispatcher
 
     def half_stored(self, group: str, msg: Message, result: SendResult, started_ms: int) -> None:
-        self._dispatcher.add(_sent(msg, result, started_ms, now_ms() - started_ms, MSG_TYPE_HALF, group))
+        self._dispatcher.add(_sent(msg, result, started_ms, now_ms() - started_ms, group))
 
     def ending(self, end: EndTransaction, topic: str, broker_addr: str, msg: MessageExt | None) -> None:
         """A decision names no tags nor keys: the sidecar's record of a transaction holds only where its
