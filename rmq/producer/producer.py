@@ -52,6 +52,12 @@ def _client_id() -> str:
     return f"{ip}@{os.getpid()}#{time.monotonic_ns()}"
 
 
+def _untried_broker(info: TopicPublishInfo, attempts: list[Attempt]) -> bool:
+    """Whether a writable broker of ``info`` has had no attempt of this send yet."""
+    tried = {a.broker for a in attempts}
+    return any(broker not in tried for broker in info.queues_by_broker)
+
+
 class Producer(Lifecycle):
     def __init__(
         self,
@@ -178,7 +184,7 @@ class Producer(Lifecycle):
         last: RocketMQError | None = None
         last_broker: str | None = None
         stored: SendResult | None = None  # the last answer that stored it without SEND_OK (its branch only)
-        refreshed = False
+        refresh: asyncio.Task[TopicPublishInfo] | None = None  # the route refresh a stale route started
         info = self.routes.cached(topic)  # publish_info's first step, without its coroutine
         if info is None:
             try:
@@ -205,9 +211,16 @@ class Producer(Lifecycle):
             except RocketMQError as exc:
                 attempts.append(self._failed(mq, timer() - started, exc, message))
                 last, last_broker = exc, mq.broker_name
-                if exc.refresh_route and not refreshed:
-                    refreshed = True  # e.g. TOPIC_NOT_EXIST: one more try on a fresh route
-                    info = await self._refreshed(topic, info, deadline)
+                if exc.refresh_route:  # retriable, all of them
+                    # e.g. TOPIC_NOT_EXIST from one broker. Java looks the route up once, before its
+                    # attempts, and tries another broker at once: awaiting a refresh here first let a
+                    # slow name server spend the whole budget. So one refresh a send runs in the
+                    # background while another broker of the known route is tried, and is awaited
+                    # (within the budget; at once when done) only when none is left: then the next
+                    # try is on the fresh route.
+                    refresh = refresh or self.routes.refresh_soon(topic)
+                    if selector.ordered or not _untried_broker(info, attempts):
+                        info = await self._refreshed(topic, refresh, info, deadline)
                     continue
                 if not (exc.retriable or (exc.code is not None and exc.code in cfg.extra_retry_codes)):
                     break
@@ -302,10 +315,13 @@ class Producer(Lifecycle):
         except TimeoutError as exc:  # the budget ran out looking up the route: a RocketMQ error to callers
             raise RequestTimeout(f"route of {topic} not found within the send budget") from exc
 
-    async def _refreshed(self, topic: str, info: TopicPublishInfo, deadline: float) -> TopicPublishInfo:
+    async def _refreshed(
+        self, topic: str, refresh: asyncio.Task[TopicPublishInfo], info: TopicPublishInfo, deadline: float
+    ) -> TopicPublishInfo:
+        """The route ``refresh`` brings by ``deadline``, else ``info`` (the refresh goes on, shielded)."""
         try:
             async with asyncio.timeout(max(deadline - self._timer(), 0.001)):
-                return await self.routes.refresh(topic)
+                return await asyncio.shield(refresh)
         except (RocketMQError, TimeoutError) as exc:
             log.info("route refresh of %s after a send failure did not help: %s", topic, exc)
             return info

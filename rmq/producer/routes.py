@@ -86,6 +86,7 @@ class TopicRoutes:
         # is no use (readiness and status look at every topic): a send marks its topic in ``used``.
         self.cached: Callable[[str], TopicPublishInfo | None] = self._infos.get
         self._inflight = SingleFlight[str, TopicPublishInfo](self._fetched)
+        self._background: set[asyncio.Task[TopicPublishInfo]] = set()  # refresh_soon's, held until done
         self._refresher = Periodic("route-refresh", refresh_s, self.refresh_all, sleep)
 
     def topics(self) -> list[str]:
@@ -122,6 +123,20 @@ class TopicRoutes:
             if stale is not None:
                 return stale
             raise
+
+    def refresh_soon(self, topic: str) -> asyncio.Task[TopicPublishInfo]:
+        """Start ``refresh(topic)`` in the background (sharing a refresh of it under way) and return it,
+        for a send told its route is stale to go on with another broker of the known route meanwhile
+        and await it only if none is left. Runs to its end whether awaited or not; close() stops it."""
+        task = asyncio.ensure_future(self.refresh(topic))
+        self._background.add(task)
+        task.add_done_callback(self._refreshed_soon)
+        return task
+
+    def _refreshed_soon(self, task: asyncio.Task[TopicPublishInfo]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:  # retrieved: nobody may await it
+            log.info("background route refresh failed: %s", exc)
 
     def _usable(self, topic: str) -> TopicPublishInfo | None:
         """The cached route of ``topic`` if it can be sent on."""
@@ -238,6 +253,8 @@ class TopicRoutes:
 
     async def close(self) -> None:
         await self._refresher.close()
+        for task in list(self._background):
+            task.cancel()
         self._inflight.cancel_all()
 
 
