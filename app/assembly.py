@@ -174,7 +174,8 @@ class SidecarParts:
             if traced
             else self.forwarder or self.delay,
             lookups=[
-                RetryLookup(self.retry.get),
+                # an inner message spooled in service mode is named by the app's topic and due time
+                RetryLookup(self.retry.get, forwarded=self.forwarder.forwarded if self.forwarder else None),
                 *([self.forwarder] if self.forwarder else []),
                 delay_lookup,
             ],

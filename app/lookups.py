@@ -28,13 +28,30 @@ class StoreLookup(Generic[T]):
 
 
 class RetryLookup(StoreLookup[MessageStatus]):
-    """Where a spooled or dead-lettered message stands, from the retry store (its ``get``)."""
+    """Where a spooled or dead-lettered message stands, from the retry store (its ``get``).
+
+    ``forwarded`` (Rock-DMQ service mode: Forwarder.forwarded): (the app's topic, its due time) of an id
+    whose inner message the sidecar forwarded. Such a message's record in the retry store is the inner
+    message, on the inner topic: its status names the app's topic and deliverAt instead, as local mode's
+    and its 202 SCHEDULED do."""
+
+    def __init__(
+        self,
+        get: Callable[[str], MessageStatus | None],
+        forwarded: Callable[[str], tuple[str, int] | None] | None = None,
+    ) -> None:
+        super().__init__(get)
+        self._forwarded = forwarded
 
     def view(self, id: str, found: MessageStatus) -> MessageState:
+        topic, deliver_at = found.topic, None
+        if self._forwarded is not None and (fwd := self._forwarded(id)) is not None:
+            topic, deliver_at = fwd
         return MessageState(
             id=id,
             status=found.state,  # the stores report in the API's vocabulary (storage.status)
-            topic=found.topic,
+            topic=topic,
+            deliver_at_ms=deliver_at,
             attempts=found.attempts,
             next_attempt_at_ms=found.next_attempt_at_ms,
             last_error=found.last_error or None,

@@ -86,7 +86,7 @@ class Forwarder:
         (spooled, it would be answered SCHEDULED and only retried to the dead letters)."""
         wrapped = [self._wrap(m) for m in msgs]
         results = await self.producer.send_batch(wrapped, [m.id for m in msgs], validated=False)
-        failed: list[tuple[Message, BaseException, int]] = []
+        failed: list[tuple[Message, str, BaseException, int]] = []
         refused: dict[int, RequestError] = {}
         for n, (w, r, m) in enumerate(zip(wrapped, results, msgs, strict=True)):
             if not isinstance(r, Exception):
@@ -100,7 +100,7 @@ class Forwarder:
                     title="Message refused",
                 )
             else:
-                failed.append((w, r, m.created_ms))
+                failed.append((w, m.id, r, m.created_ms))
         if failed:
             await self._spool(failed)
         forwarded = [
@@ -117,16 +117,17 @@ class Forwarder:
         due = m.due_ms - self.lead_ms()  # as a wall time (a step back of ours must not make it late there)
         return inner_message(to_wire(m), due, inner_topic=self.inner_topic, sharding_key=m.sharding_key)
 
-    async def _spool(self, failed: Sequence[tuple[Message, BaseException, int]]) -> None:
+    async def _spool(self, failed: Sequence[tuple[Message, str, BaseException, int]]) -> None:
         """Spool inner messages whose send failed, as the sidecar spools its own: each (wrapped message,
-        its error, when it was created) becomes a retry by the one conversion, on the inner topic's
-        ladder, with its id as the sharding key (its inner queue, as a direct send). Raises when
-        nothing was stored (then nothing is answered 2xx)."""
+        its sharding key, its error, when it was created) becomes a retry by the one conversion, on the
+        inner topic's ladder. The sharding key is the one its direct send used (the id of the message it
+        carries, or that a cancel cancels): replayed, it reaches the same inner queue, so the same
+        replica, as that send would have. Raises when nothing was stored (then nothing is answered 2xx)."""
         now = self.now_ms()
         policy = self.policy_for(self.inner_topic)
         spooled = [
-            failed_send(to_stored(w, sharding_key=w.id, type=w.topic, created_ms=created), exc, now, policy)
-            for w, exc, created in failed
+            failed_send(to_stored(w, sharding_key=key, type=w.topic, created_ms=created), exc, now, policy)
+            for w, key, exc, created in failed
         ]
         errors = await spool_by_due(self.retry, [(i, record, due) for i, (record, due) in enumerate(spooled)])
         if errors:
@@ -143,9 +144,18 @@ class Forwarder:
         rec = orjson.loads(raw)
         return rec if isinstance(rec, dict) else None
 
+    def forwarded(self, id: str) -> tuple[str, int] | None:
+        """(the app's topic, the due time) of a message this sidecar forwarded, None for another id: what
+        a status of its inner message, while the retry store holds it, names (app.lookups.RetryLookup)
+        instead of the inner topic the app never sent to."""
+        rec = self._record(id)
+        return None if rec is None else (str(rec["topic"]), int(str(rec["due"])))
+
     async def state(self, id: str) -> MessageState | None:
-        """SCHEDULED until its due time, CANCELLED once a cancel was sent, then None: after the due time
-        the service has published it and the sidecar cannot tell more (the real topic has it)."""
+        """SCHEDULED until its due time, CANCELLED once a cancel was sent, then SENT: after the due time
+        the service has published it (barring an outage) and the sidecar cannot tell more. SENT names
+        no sentAt: when it went out, and where, is known only to the service (the real topic has it);
+        its deliverAt is the due time."""
         rec = self._record(id)
         if rec is None:
             return None
@@ -157,7 +167,7 @@ class Forwarder:
             )
         if self.now_ms() < due:
             return MessageState(id, Status.SCHEDULED, topic=topic, deliver_at_ms=due)
-        return MessageState(id, Status.SENT, topic=topic, deliver_at_ms=due, sent_at_ms=due)
+        return MessageState(id, Status.SENT, topic=topic, deliver_at_ms=due)
 
     # --- Canceller ---------------------------------------------------------------------------------
     async def cancel(self, id: str) -> CancelOutcome:
@@ -187,7 +197,8 @@ class Forwarder:
         try:
             await self.producer.send(msg, sharding_key=id)
         except RocketMQError as exc:
-            await self._spool([(msg, exc, now)])
+            # Its message's id, not the cancel's own: the cancel must reach the replica that holds it.
+            await self._spool([(msg, id, exc, now)])
         # A failed write here is answered 503 with the cancel on its way: a retried cancel sends another
         # (a second cancel of one message changes nothing at the service) and then records it.
         await self.writer.write(cancelled)
