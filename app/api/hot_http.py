@@ -7,7 +7,8 @@ the route's headers, and ``connection: close`` when the client asked for it. Per
 parser, a dict of headers and one task: no ASGI scope, cycle or messages, no timer armed and cancelled.
 
 Everything else is left to uvicorn: at the first request of a connection that is not an admitted hot
-one (another route, a refusal, a chunked body, a parse error, an upgrade, HTTP/1.0), the connection is
+one (another route, a refusal, a chunked body, a parse error, an upgrade, HTTP/1.0, no Host or several,
+an absolute-form target), the connection is
 handed over whole to uvicorn's protocol (``fallback``), fed the bytes from that request's first byte on,
 and stays there. The handover uses only what any protocol class given to ``uvicorn.Config(http=...)``
 gets: its constructor's arguments and the server state's connection and task sets.
@@ -126,7 +127,10 @@ class HotHttp(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            pass  # an upgrade is never admitted: its head already chose the handover
+            # An upgrade is never admitted: its head already chose the handover, which feeds uvicorn's side
+            # the bytes from that head on (the parser's own stop at the head does not cut them), and that
+            # side reads nothing after the head (app.api.http_protocol: a body is never a request).
+            pass
         except httptools.HttpParserError:
             if self._handover_at is None:  # uvicorn answers it, as it answered it before
                 self._handover_at = self._start
@@ -198,6 +202,8 @@ class HotHttp(asyncio.Protocol):
         name = name.lower()
         if name not in self._headers:  # of repeated ones, the first (as the edge reads them)
             self._headers[name] = value
+        elif name == b"host" and self._handover_at is None:  # the edge answers it 400 (RFC 9112 3.2)
+            self._handover_at = self._start
 
     def on_headers_complete(self) -> None:
         if self._handover_at is not None:
@@ -259,6 +265,11 @@ class HotHttp(asyncio.Protocol):
             if length is None or int(length) > limit:
                 return None
             return _Hot(route, path, query, headers)
+        # Not cached, so checked once per connection's key (which holds both): without Host, the edge
+        # answers it 400; an absolute-form target's host is the one its guard checks (uvicorn's side
+        # gives it the target's, app.api.http_protocol).
+        if key[1] is None or self._url[:1] != b"/":
+            return None
         parsed = httptools.parse_url(self._url)
         if b"%" in parsed.path:
             return None  # uvicorn decodes it; the ASGI way sees the decoded path

@@ -22,6 +22,19 @@
   Like a 431, the 400 follows the answers owed to the requests before it (uvicorn's went at once, read
   by the client as the answer to the request before); an app reading the body the parser failed in is
   told the client is gone.
+- Framing the parser leaves to its caller (RFC 9112, 9110), refused or done here:
+  - The sidecar never switches protocols. llhttp ends a request asking to (Connection: upgrade, Upgrade;
+    CONNECT) at its head, whatever its Content-Length or chunked body, and uvicorn only warned and parsed
+    the next read afresh: the body was read as a request of its own (a send nobody made). Such a request
+    with a body is answered 400; one without is answered with ``connection: close``; either way nothing
+    after its head is parsed (see on_headers_complete).
+  - An HTTP/1.0 request's ``Expect: 100-continue`` is ignored: no 1xx goes to an HTTP/1.0 client.
+  - An absolute-form target's host is the request's Host (RFC 9112 3.2.2: the Host field is ignored
+    then), so the Host guard checks the host the client named; absent or repeated Host fields are refused
+    by the edge (app.api.middleware).
+  - A chunked body's trailer fields are counted against MAX_HEADER_FIELDS but never join the request's
+    header fields (uvicorn appended them to the scope's headers: an ``authorization`` trailer passed the
+    token check).
 - One write per answer: uvicorn writes an answer's head and its body separately, two system calls (a
   sixth of the sidecar's time under load, issue 18); writes are held until the loop's next turn and
   sent as one.
@@ -34,6 +47,7 @@ from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any, cast
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .middleware import REFUSED, UNMATCHED, Refusal, answer_refusal, problem_body
@@ -177,6 +191,11 @@ TOO_MANY_FIELDS = Refusal(
 # What httptools could not parse (a request line, a header field, a Content-Length, the chunked framing):
 # uvicorn tells no more than that either.
 MALFORMED = Refusal(400, "Bad request", "the request is not valid HTTP and cannot be read", "", {})
+UPGRADE_WITH_BODY = Refusal(
+    400, "Bad request",
+    "the sidecar does not switch protocols (Upgrade), and a request asking it to may have no body",
+    "Upgrade", {},
+)  # fmt: skip
 
 
 def refusal_bytes(refusal: Refusal, default_headers: list[tuple[bytes, bytes]]) -> bytes:
@@ -187,6 +206,26 @@ def refusal_bytes(refusal: Refusal, default_headers: list[tuple[bytes, bytes]]) 
     for name, value in refusal.headers.items():
         head += b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1"))
     return b"".join([head, b"connection: close\r\n\r\n", body])
+
+
+def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a request's head (lower-case names, as the parser checked them) announces a body."""
+    return any(
+        name == b"transfer-encoding" or (name == b"content-length" and value.strip().lstrip(b"0") != b"")
+        for name, value in headers
+    )
+
+
+def _target_authority(url: bytes) -> bytes:
+    """An absolute-form target's host (and port) as a Host field value: ``[::1]:9880``, ``a.example``. One
+    without a host is not a request any server reads: refused 400 as the parser's failures are."""
+    parsed = httptools.parse_url(url)  # raises for what is no URL: uvicorn's send_400_response
+    host = parsed.host
+    if not host:
+        raise ValueError("an absolute-form target without a host")
+    if b":" in host:
+        host = b"[%s]" % host
+    return host if parsed.port is None else b"%s:%d" % (host, parsed.port)
 
 
 def _open_part(data: bytes) -> int:
@@ -278,6 +317,9 @@ class GuardedHttpTools(HttpToolsProtocol):
     # end where an open head would pass MAX_HEAD (_feed_bounded).
     _head: int | None = None
     _begun = 0  # requests begun on this connection
+    # A request asked to switch protocols (on_headers_complete): nothing read after its head is parsed.
+    _upgraded = False
+    _upgrade_refused = False  # ... and it had a body: refused, no cycle of its own
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         limit = None if self.handed_over else self.limit
@@ -289,8 +331,8 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._read.set(self.read_timeout_s)
 
     def data_received(self, data: bytes) -> None:
-        if self._lingering is not None and self._lingering.lingering:
-            return  # dropped: the answer is out, nothing more is parsed
+        if self._upgraded or (self._lingering is not None and self._lingering.lingering):
+            return  # dropped: the answer is out (or what follows an upgrade's head), nothing more is parsed
         if self._head is None and len(data) <= MAX_HEAD:
             super().data_received(data)
             if self._head is not None:  # a head began in this read and is still open
@@ -322,8 +364,9 @@ class GuardedHttpTools(HttpToolsProtocol):
                 self._head = _open_part(piece)
 
     def body_arriving(self) -> bool:
-        """A request is arriving: its body, or its head (a 431 or a timeout closes while it does)."""
-        return self._head is not None or (self.cycle is not None and self.cycle.more_body)
+        """A request is arriving: its body, or its head (a 431 or a timeout closes while it does), or what
+        a client sends after asking to upgrade (its body, a pipelined request: never read)."""
+        return self._head is not None or self._upgraded or (self.cycle is not None and self.cycle.more_body)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -337,11 +380,51 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._fields += 1
         if self._fields > MAX_HEADER_FIELDS:
             raise _TooManyFields  # parsing stops here; uvicorn calls send_400_response
-        super().on_header(name, value)
+        if self._head is not None:  # None: the head is complete, this is a chunked body's trailer field
+            super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._head = None
+        url = self.url
+        if url[:1] != b"/" and url != b"*":  # absolute-form (RFC 9112 3.2.2): its host, not Host's, counts
+            self._target_is_host(url)
+        if self.parser.should_upgrade():
+            self._upgrade()
+            return
         super().on_headers_complete()
+        if self.expect_100_continue and self.parser.get_http_version() != "1.1":
+            # RFC 9110 10.1.1, 15.2: an HTTP/1.0 client's 100-continue is ignored, it is sent no 1xx
+            self.cycle.waiting_for_100_continue = False
+
+    def _target_is_host(self, url: bytes) -> None:
+        """An absolute-form target's host replaces the request's Host (RFC 9112 3.2.2), so that the Host
+        guard checks the host the client named, not a loopback Host beside it. In the scope's list
+        (uvicorn's ``headers``), each Host field is replaced: the edge refuses none or several in HTTP/1.1
+        all the same (RFC 9112 3.2); an HTTP/1.0 request without one gets the target's."""
+        authority = _target_authority(url)
+        headers = self.headers
+        hosts = [at for at, (name, _) in enumerate(headers) if name == b"host"]
+        for at in hosts:
+            headers[at] = (b"host", authority)
+        if not hosts and self.parser.get_http_version() != "1.1":
+            headers.append((b"host", authority))
+
+    def _upgrade(self) -> None:
+        """A request asking to switch protocols, which the sidecar never does (RFC 9110 7.8 lets it go on in
+        HTTP/1.1). llhttp has ended its message at its head and stops parsing there (uvicorn warns and
+        drops the rest of the read), whatever body it announced: parsed from the next read, that body was
+        a request of its own. So nothing after its head is read (data_received), and the connection closes
+        after its answer (lingering: the client may be sending still): with a body it is refused 400, else
+        answered as it would be, with ``connection: close`` (a request pipelined behind it was never
+        read, and the client, told, sends it again on a new connection). (uvicorn's own websocket upgrade
+        is off: app.api.servers' ws="none", so its on_headers_complete makes the cycle.)"""
+        self._upgraded = True
+        if _has_body(self.headers):
+            self._upgrade_refused = True
+            self._refuse_head(UPGRADE_WITH_BODY)
+            return
+        super().on_headers_complete()
+        self.cycle.keep_alive = False
 
     def send_400_response(self, msg: str) -> None:
         """The parser failed (uvicorn's call): it cannot go on. The refusal keeps the answers' order: it
@@ -421,6 +504,8 @@ class GuardedHttpTools(HttpToolsProtocol):
             self._refuse_head(self._pending)
 
     def on_message_complete(self) -> None:
+        if self._upgrade_refused:
+            return  # no cycle of its own: self.cycle is the request's before it
         super().on_message_complete()
         if self._read is not None:
             self._read.clear()

@@ -68,9 +68,9 @@ class EdgeMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = _headers(scope)
         limit = self.limits.get(scope["path"], self.default_limit)
         try:
+            headers = _headers(scope)
             self._check(scope, headers, limit)
         except Refusal as r:
             await answer_refusal(send, r)
@@ -265,11 +265,25 @@ async def answer_refusal(send: Send, r: Refusal, extra: dict[str, str] | None = 
     await send({"type": "http.response.body", "body": body})
 
 
+_HOST_COUNT = Refusal(
+    400, "Bad request", "an HTTP/1.1 request has exactly one Host header field, and no request has more",
+    "Host", {},
+)  # fmt: skip
+
+
 def _headers(scope: Scope) -> dict[bytes, bytes]:
-    """The request's headers by (lower-case) name; of repeated ones, the first."""
+    """The request's headers by (lower-case) name; of repeated ones, the first. Refused (RFC 9112 3.2: MUST
+    400) with more than one Host, or none in HTTP/1.1: the Host guard reads one, and a request without
+    one passed it. Checked here, before the guards, for what uvicorn's protocol reads (app.api.hot_http
+    hands such requests over)."""
     out: dict[bytes, bytes] = {}
     for name, value in scope["headers"]:
-        out.setdefault(name, value)
+        if name not in out:
+            out[name] = value
+        elif name == b"host":
+            raise _HOST_COUNT
+    if b"host" not in out and scope.get("http_version") == "1.1":
+        raise _HOST_COUNT
     return out
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 from importlib.metadata import version
 from typing import Any
 
@@ -27,18 +28,29 @@ PROTOCOL_METHODS = (
     "data_received",
     "connection_lost",
     "on_message_begin",
+    "on_header",
     "on_message_complete",
     "on_headers_complete",
     "on_response_complete",
     "shutdown",
 )
-# Per-connection state read by that subclass, present once a request's head is parsed.
-PROTOCOL_ATTRIBUTES = ("cycle", "flow", "loop", "pipeline", "server_state", "transport")
+# Per-connection state read by that subclass, present once a request's head is parsed; ``url`` (the target
+# as read), ``headers`` (the list that is the scope's: an absolute-form target's host is written into its
+# Host fields) and ``expect_100_continue`` (ignored for HTTP/1.0) are the head's.
+PROTOCOL_ATTRIBUTES = (
+    "cycle", "flow", "loop", "pipeline", "server_state", "transport", "url", "headers", "expect_100_continue",
+)  # fmt: skip
+HEADERS_ENTRY = "HttpToolsProtocol().headers (the list that is the request's scope['headers'])"
+# A request asking to upgrade: llhttp raises HttpParserUpgrade after its head; uvicorn's data_received
+# catches it and returns (the sidecar never upgrades: that subclass reads nothing after such a head).
+UPGRADE_ENTRY = "HttpToolsProtocol.data_received (returning at an upgrade's HttpParserUpgrade)"
 # Read, and for a request whose body the parser failed on, set (``disconnected``, ``message_event``: what
 # uvicorn's connection_lost does to tell the app the client is gone); ``keep_alive`` set false when the
 # client half-closed, as uvicorn's shutdown does: the answer says ``connection: close`` and closes.
+# ``waiting_for_100_continue`` is set false for an HTTP/1.0 request: no 1xx is sent to it.
 CYCLE_ATTRIBUTES = (
     "more_body", "response_started", "response_complete", "disconnected", "message_event", "keep_alive",
+    "waiting_for_100_continue",
 )  # fmt: skip
 # A request read while an earlier one's answer is owed waits in ``pipeline`` as the pair (its cycle, the
 # application to run it) at index 0 (the newest): that subclass puts a refusal in place of the application
@@ -65,6 +77,10 @@ class _Transport(asyncio.Transport):
 
     def resume_reading(self) -> None:
         pass
+
+
+_QUIET = logging.getLogger(f"{__name__}.probe")
+_QUIET.disabled = True
 
 
 async def _no_app(scope: Any, receive: Any, send: Any) -> None:
@@ -121,6 +137,17 @@ def _missing_state(module: Any) -> list[str]:
             entry = queued[0] if queued else None
             if not (isinstance(entry, tuple) and len(entry) == 2 and entry[0] is cycle):
                 gone.append(PIPELINE_ENTRY)
+            if getattr(protocol, "headers", None) is not getattr(cycle, "scope", {}).get("headers"):
+                gone.append(HEADERS_ENTRY)
+        upgrading = Probe(config=config, server_state=state, app_state={}, _loop=loop)
+        upgrading.logger = _QUIET  # it warns of the upgrade it does not do
+        upgrading.connection_made(_Transport())
+        try:
+            upgrading.data_received(
+                b"GET / HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: h2c\r\n\r\n"
+            )
+        except Exception:
+            gone.append(UPGRADE_ENTRY)
         return gone
     finally:
         loop.close()

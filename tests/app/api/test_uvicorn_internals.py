@@ -98,3 +98,39 @@ def test_a_server_state_set_gone_is_named(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr(ServerState, "__init__", renamed)
     assert uvicorn_internals.missing() == ["ServerState().connections"]
+
+
+def test_headers_that_are_no_longer_the_scope_s_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """app.api.http_protocol writes an absolute-form target's host into the Host fields of the protocol's
+    ``headers``: that must be the list the scope holds."""
+    on_headers_complete = httptools_impl.HttpToolsProtocol.on_headers_complete
+
+    def copied(self: Any) -> None:
+        on_headers_complete(self)
+        if self.cycle is not None:
+            self.cycle.scope["headers"] = list(self.headers)
+
+    monkeypatch.setattr(httptools_impl.HttpToolsProtocol, "on_headers_complete", copied)
+    assert uvicorn_internals.missing() == [uvicorn_internals.HEADERS_ENTRY]
+
+
+def test_a_cycle_without_its_100_continue_flag_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    init = httptools_impl.RequestResponseCycle.__init__
+
+    def renamed(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        del self.waiting_for_100_continue
+
+    monkeypatch.setattr(httptools_impl.RequestResponseCycle, "__init__", renamed)
+    assert uvicorn_internals.missing() == ["RequestResponseCycle().waiting_for_100_continue"]
+
+
+def test_an_upgrade_the_protocol_no_longer_catches_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """app.api.http_protocol relies on uvicorn's data_received returning at llhttp's HttpParserUpgrade
+    (it then reads nothing more): a release letting it out would end the connection's reading in error."""
+
+    def raising(self: Any, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    monkeypatch.setattr(httptools_impl.HttpToolsProtocol, "data_received", raising)
+    assert uvicorn_internals.missing() == [uvicorn_internals.UPGRADE_ENTRY]
