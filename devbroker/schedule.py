@@ -19,6 +19,7 @@ Not modelled: SCHEDULE_TOPIC_XXXX is not in the topic table (it cannot be pulled
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from rocksidecar.rmq.message_codec import decode_stored
 
 from .jsonfile import read_json, write_json
 from .store import Appended, MessageStore, NewMessage
+from .transactions import REAL_QID, REAL_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -158,3 +160,12 @@ class Schedule:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+def scheduled(message: NewMessage, topic: str, queue_id: int, level: int) -> NewMessage:
+    """The message as CommitLog puts it in SCHEDULE_TOPIC_XXXX: DELAY (capped), REAL_TOPIC and REAL_QID
+    set, replacing any the sender put there (putProperty overwrites)."""
+    drop = ("DELAY\x01", f"{REAL_TOPIC}\x01", f"{REAL_QID}\x01")
+    items = [p for p in message.properties.split("\x02") if p and not p.startswith(drop)]
+    items += [f"DELAY\x01{level}", f"{REAL_TOPIC}\x01{topic}", f"{REAL_QID}\x01{queue_id}"]
+    return dataclasses.replace(message, properties="\x02".join(items))

@@ -9,8 +9,8 @@ message with a DELAY level waits in SCHEDULE_TOPIC_XXXX until the level's delay 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -18,20 +18,26 @@ from rocksidecar.rmq.broker import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE
 from rocksidecar.rmq.codes import RequestCode, ResponseCode
 from rocksidecar.rmq.connection import Connection
 from rocksidecar.rmq.errors import FrameError
-from rocksidecar.rmq.message import DEFAULT_MAX_BODY_BYTES, NOT_ALLOWED_SEND_TOPICS, PROPERTIES_MAX_BYTES
+from rocksidecar.rmq.message import (
+    DEFAULT_MAX_BODY_BYTES,
+    NOT_ALLOWED_SEND_TOPICS,
+    PROPERTIES_MAX_BYTES,
+    decode_properties,
+)
 from rocksidecar.rmq.message_codec import decode_batch, pack_host
 from rocksidecar.rmq.protocol.frame import RemotingCommand
 
 from .faults import Faults
 from .headers import Reject
 from .listener import ServerConnection
-from .schedule import MAX_DELAY_LEVEL, Schedule
+from .schedule import MAX_DELAY_LEVEL, Schedule, scheduled
 from .send_back import DLQ_QUEUE_ID, dlq_topic, max_reconsume_times
 from .store import MessageStore, NewMessage, tag_code
 from .topics import RETRY_PREFIX, TopicConfig, TopicTable, topic_name_error
-from .transactions import HALF_TOPIC, REAL_QID, REAL_TOPIC, TRANSACTION_BITS, Transactions
+from .transactions import HALF_TOPIC, TRANSACTION_BITS, Transactions
 
 REGION = "DefaultRegion"
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")  # what Integer.parseInt takes (and a 32-bit range)
 _FIELDS = (
     "producerGroup",
     "topic",
@@ -207,14 +213,12 @@ class SendProcessor:
             TRANSACTION_COMMIT_TYPE,
         ):
             return 0
-        value = _property(msg.properties, "DELAY")
+        value = decode_properties(msg.properties).get("DELAY")  # as the broker parses them: none if empty
         if value is None:
             return 0
-        try:
-            level = int(value)
-        except ValueError:
-            raise Reject(ResponseCode.SYSTEM_ERROR, f"DELAY is not an integer: {value!r}") from None
-        return min(level, MAX_DELAY_LEVEL)
+        if not _JAVA_INT.fullmatch(value) or not -(2**31) <= int(value) < 2**31:  # Integer.parseInt
+            raise Reject(ResponseCode.SYSTEM_ERROR, f"DELAY is not an integer: {value!r}")
+        return min(int(value), MAX_DELAY_LEVEL)
 
     def _target_queue(self, h: SendHeader) -> int:
         error = topic_name_error(h.topic)
@@ -291,25 +295,6 @@ class SendProcessor:
                 )
             )
         return out
-
-
-def _property(properties: str, name: str) -> str | None:
-    """The last value of ``name`` (the properties map keeps the last one), or None."""
-    found = None
-    for item in properties.split("\x02"):
-        key, sep, value = item.partition("\x01")
-        if sep and key == name:
-            found = value
-    return found
-
-
-def scheduled(message: NewMessage, topic: str, queue_id: int, level: int) -> NewMessage:
-    """The message as CommitLog puts it in SCHEDULE_TOPIC_XXXX: DELAY (capped), REAL_TOPIC and REAL_QID
-    set, replacing any the sender put there (putProperty overwrites)."""
-    drop = ("DELAY\x01", f"{REAL_TOPIC}\x01", f"{REAL_QID}\x01")
-    items = [p for p in message.properties.split("\x02") if p and not p.startswith(drop)]
-    items += [f"DELAY\x01{level}", f"{REAL_TOPIC}\x01{topic}", f"{REAL_QID}\x01{queue_id}"]
-    return dataclasses.replace(message, properties="\x02".join(items))
 
 
 def batch_item_properties(inner: str, batch: str) -> tuple[str, str | None]:

@@ -20,7 +20,7 @@ from rocksidecar.rmq.protocol.frame import RemotingCommand
 from . import headers
 from .headers import Reject
 from .processor import StoreProcessor
-from .schedule import MAX_DELAY_LEVEL, Schedule
+from .schedule import MAX_DELAY_LEVEL, Schedule, scheduled
 from .store import MessageStore, NewMessage
 from .topics import DLQ_PREFIX, RETRY_PREFIX, TopicTable
 
@@ -80,8 +80,7 @@ class SendBackProcessor(StoreProcessor):
         else:
             retry = self._topics.ensure(RETRY_PREFIX + group).name
             level = delay_level(requested, msg.reconsume_times)
-            props["DELAY"] = str(level)
-            props["REAL_TOPIC"] = retry  # CommitLog backs up the real topic and queue, then schedules
-            props["REAL_QID"] = str(RETRY_QUEUE_ID)
-            self._schedule.put(NewMessage.again(msg, props, reconsumed=1), level)
+            # CommitLog backs up the real topic and queue, then schedules
+            again = scheduled(NewMessage.again(msg, props, reconsumed=1), retry, RETRY_QUEUE_ID, level)
+            self._schedule.put(again, level)
         return cmd.response(ResponseCode.SUCCESS)
