@@ -20,8 +20,7 @@ from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
 from rocksidecar.rmq import Message, RocketMQError, SendResult
-from rocksidecar.rmq.consumer.config import RETRY_PREFIX
-from rocksidecar.rmq.message import MessageExt
+from rocksidecar.rmq.message import RETRY_PREFIX, MessageExt
 from rocksidecar.rmq.producer import BrokerState
 from rocksidecar.rmq.sender import BatchResults, Sender, ShardingKeys
 from rocksidecar.storage.message import StoredMessage

@@ -16,8 +16,7 @@ from typing import Any
 import msgspec
 
 from rocksidecar.rmq import InvalidMessageError, Message, new_uniq_id
-from rocksidecar.rmq.consumer.config import RETRY_PREFIX
-from rocksidecar.rmq.message import NAME_VALUE_SEP, PROPERTIES_LIMIT, PROPERTY_SEP, validate_topic
+from rocksidecar.rmq.message import NAME_VALUE_SEP, PROPERTIES_LIMIT, PROPERTY_SEP, validate_batch_topic
 
 from .topic_allow import TopicAllowList
 from .tracing.context import TRACEPARENT_PROPERTY, TRACESTATE_PROPERTY, clean
@@ -323,20 +322,13 @@ _SENDABLE_MAX = 10_000  # as rmq's own cache of valid topics: past it, a new nam
 
 def check_send_topic(topic: str, field: str = "topic") -> None:
     """Raises RequestError naming ``field`` when the sidecar does not send to ``topic``: one Java's rules
-    refuse (rmq.validate_topic), or a consumer group's retry topic. The brokers refuse batches to a
-    retry topic ("batch request does not support retry group") and the sidecar sends in batches, so a
-    message to one was accepted, then dead-lettered at its first send; consumers hand messages back to it
-    themselves (CONSUMER_SEND_MSG_BACK). The send APIs and the DMQ's real topics check here."""
+    refuse, or a consumer group's retry topic, to which the brokers take no batches (rmq's
+    validate_batch_topic: a message to one was accepted, then dead-lettered at its first send). The send
+    APIs and the DMQ's real topics check here."""
     try:
-        validate_topic(topic, field)
+        validate_batch_topic(topic, field)
     except InvalidMessageError as exc:
         raise RequestError(str(exc), field=field) from None
-    if topic.startswith(RETRY_PREFIX):
-        raise RequestError(
-            f"topic {topic} is a consumer group's retry topic: the brokers take no batches to it, and the "
-            "sidecar sends in batches (a consumer hands a message back to it by itself)",
-            field=field,
-        )
     if len(_SENDABLE) < _SENDABLE_MAX:
         _SENDABLE.add(topic)
 

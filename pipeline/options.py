@@ -10,9 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
-from rocksidecar.rmq.consumer.config import RETRY_PREFIX
 from rocksidecar.rmq.errors import InvalidMessageError
-from rocksidecar.rmq.message import validate_topic
+from rocksidecar.rmq.message import validate_batch_topic
 
 from .backoff import Backoff
 
@@ -193,14 +192,9 @@ def _send_topic(topic: str) -> str:
     if not topic:
         raise OptionError("option topic is required")
     try:
-        validate_topic(topic)
+        validate_batch_topic(topic)
     except InvalidMessageError as exc:
         raise OptionError(f"option topic={topic!r}: {exc}") from None
-    if topic.startswith(RETRY_PREFIX):
-        raise OptionError(
-            f"option topic={topic!r} is a consumer group's retry topic: the brokers take no batches to it, "
-            "and the sidecar sends in batches"
-        )
     return topic
 
 

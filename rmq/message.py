@@ -115,6 +115,22 @@ def validate_topic(topic: str, field_name: str = "topic") -> None:
         _VALID_TOPICS.add(topic)
 
 
+RETRY_PREFIX = "%RETRY%"  # a consumer group's retry topic (rmq.consumer.config names it too)
+
+
+def validate_batch_topic(topic: str, field_name: str = "topic") -> None:
+    """validate_topic, and no consumer group's retry topic: the brokers refuse a batch to one ("batch
+    request does not support retry group"; consumers hand messages back to it one by one themselves).
+    What the sidecar's send APIs and the Spark sink, which send in batches, take."""
+    validate_topic(topic, field_name)
+    if topic.startswith(RETRY_PREFIX):
+        raise InvalidMessageError(
+            f"topic {topic} is a consumer group's retry topic: the brokers take no batches to it, and the "
+            "sidecar sends in batches (a consumer hands a message back to it by itself)",
+            field=field_name,
+        )
+
+
 def _check_topic(topic: str, field_name: str) -> None:
     if not topic:
         raise InvalidMessageError("topic is empty", field=field_name)

@@ -11,7 +11,6 @@ from ..message import MessageExt, MessageQueue
 from ..message_codec import MAX_BODY_BYTES
 from .allocate import AllocateStrategy, Averagely
 
-RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 # maxReconsumeTimes -1 (unset), as Java reads it: 16 in concurrent mode (DefaultMQPushConsumerImpl
 # .getMaxReconsumeTimes), Integer.MAX_VALUE in orderly mode (ConsumeMessageOrderlyService's): an orderly

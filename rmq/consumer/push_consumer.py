@@ -33,6 +33,7 @@ from ..message import (
     PROPERTY_RECONSUME_TIME,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TRAN_MSG,
+    RETRY_PREFIX,
     Message,
     MessageExt,
     MessageQueue,
@@ -54,7 +55,6 @@ from .commit_window import QueueWindow
 from .config import (
     CONCURRENT_MAX_RECONSUME_TIMES,
     DLQ_PREFIX,
-    RETRY_PREFIX,
     ConsumerConfig,
     MessageListener,
     MessageModel,
@@ -428,10 +428,6 @@ class PushConsumer(Lifecycle):
 
     async def _flush_log(self) -> None:
         self.instance.repeat_log.flush()  # summaries of storms that stopped
-
-    def broker_addrs(self) -> dict[str, str]:
-        """Master address by broker name, from the routes known now (no lookup)."""
-        return self._broker_addrs()
 
     def _broker_addrs(self) -> dict[str, str]:
         return master_addrs(self._routes.values())

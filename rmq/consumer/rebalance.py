@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from ..broker import BrokerApi
 from ..clock import wall_ms
-from ..message import MessageQueue
+from ..message import RETRY_PREFIX, MessageQueue
 from .allocate import AllocateStrategy, sort_for_allocation
-from .config import RETRY_PREFIX, ConsumeFrom, ConsumerConfig, MessageModel
+from .config import ConsumeFrom, ConsumerConfig, MessageModel
 from .offset_store import OffsetStore, ReadType
 
 DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000  # Java's consumeTimestamp default: half an hour ago

@@ -12,9 +12,10 @@ from rocksidecar.pipeline import read_options
 from rocksidecar.pipeline.options import OptionError, parse
 from rocksidecar.rmq import InvalidMessageError
 from rocksidecar.rmq.codes import DEFAULT_TOPIC
-from rocksidecar.rmq.consumer.config import DLQ_PREFIX, RETRY_PREFIX
+from rocksidecar.rmq.consumer.config import DLQ_PREFIX
 from rocksidecar.rmq.message import (
     NOT_ALLOWED_SEND_TOPICS,
+    RETRY_PREFIX,
     SYSTEM_TOPIC_PREFIX,
     TOPIC_MAX_LEN,
     validate_topic,
