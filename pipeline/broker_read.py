@@ -26,6 +26,7 @@ from rocksidecar.rmq import (
     tls_context,
 )
 from rocksidecar.rmq.broker import EXPRESSION_SQL92, EXPRESSION_TAG, Subscription
+from rocksidecar.rmq.codes import MASTER_ID
 from rocksidecar.rmq.consumer.broker_calls import check_client_config
 from rocksidecar.rmq.errors import BrokerError, ServiceNotAvailable, SystemBusy
 from rocksidecar.rmq.message import (
@@ -35,6 +36,7 @@ from rocksidecar.rmq.message import (
     RESERVED_PROPERTIES,
     decode_properties,
 )
+from rocksidecar.rmq.route import BrokerData
 
 from .options import OptionError
 from .queue_ranges import QueueRef
@@ -48,12 +50,15 @@ CALL_FAILED = (RocketMQError, OSError, TimeoutError)
 
 
 class NoMasterError(RocketMQError):
-    """The route lists the broker without a master: a failover is under way (or the broker is down)."""
+    """The route lists the broker without a master (a failover is under way, or the broker is down): no
+    offset bounds; or, for a pull, without any node."""
 
 
 # a queue's address in Cluster.queues while its broker has no master in the route: the queue is listed
 # all the same, and bounds() names its broker as down, so a stream holds it as it holds a down broker's
-# (left out, a queue was later taken for a new one and read from its earliest offset)
+# (left out, a queue was later taken for a new one and read from its earliest offset). Planning asks the
+# master only, as Java's MQAdminImpl.minOffset/maxOffset/searchOffset (findBrokerAddressInPublish); a
+# range already planned is pulled from a slave meanwhile (Cluster.read)
 NO_MASTER = ""
 
 
@@ -113,7 +118,8 @@ class Cluster:
         self._client = RemotingClient(connect_timeout_s=opts.broker_timeout_s, credentials=creds, tls=tls)
         self._namesrv = NameServerClient(self._client, opts.namesrv, timeout_s=opts.broker_timeout_s)
         self._api = BrokerApi(self._client)
-        self._addrs: dict[str, str] = {}
+        self._addrs: dict[str, str] = {}  # broker name -> its master (offset bounds, commits, pulls)
+        self._nodes: dict[str, dict[int, str]] = {}  # broker name -> its nodes, slaves too (pulls)
 
     async def close(self) -> None:
         await self._client.close()
@@ -123,17 +129,21 @@ class Cluster:
         broker has none now (nothing can be read there now; bounds() names the broker as down). A topic
         that does not exist yet has no queues."""
         out: dict[QueueRef, str] = {}
+        nodes: dict[str, dict[int, str]] = {}
         for topic in self.opts.topics:
             try:
                 route = await self._namesrv.get_route(topic)
             except TopicNotExist:
                 log.warning("topic %r does not exist (yet): it has no queues to read", topic)
                 continue
+            for b in route.broker_datas:  # every topic's nodes of a broker together, as the push consumer
+                nodes.setdefault(b.broker_name, {}).update(b.broker_addrs)
             for mq in route.subscribe_queues(topic):
                 addr = route.master_addr(mq.broker_name)
                 out[QueueRef(topic, mq.broker_name, mq.queue_id)] = addr or NO_MASTER
                 if addr:
                     self._addrs[mq.broker_name] = addr
+        self._nodes.update(nodes)
         return out
 
     async def check_filter(self) -> None:
@@ -217,28 +227,40 @@ class Cluster:
             except CALL_FAILED as exc:
                 log.warning("could not commit %s offset %d for group %s: %s", ref, offset, group, exc)
 
-    async def _address(self, ref: QueueRef) -> str:
-        if ref.broker not in self._addrs:
+    async def _pull_address(self, ref: QueueRef, node: int) -> tuple[str, bool]:
+        """Where a pull goes, as Java's lite pull consumer (PullAPIWrapper.pullKernelImpl, 4.9.4):
+        findBrokerAddressInSubscribe(broker, node, false) on the route, (address, is a slave) of node
+        ``node``, else any node listed: the slave while the master is down, so that a range planned
+        before the failover is read rather than failing its task for brokerTimeoutMs."""
+        if ref.broker not in self._addrs and ref.broker not in self._nodes:
             await self.queues()
-        addr = self._addrs.get(ref.broker)
-        if addr is None:
-            # unavailable for now, not refused: Cluster.read waits for a new master up to brokerTimeoutMs
+        nodes = dict(self._nodes.get(ref.broker, {}))
+        if master := self._addrs.get(ref.broker):
+            nodes[MASTER_ID] = master
+        found = BrokerData("", ref.broker, nodes).subscribe_addr(node, False)
+        if found is None:
+            # unavailable for now, not refused: Cluster.read waits for a node up to brokerTimeoutMs
             # (looking the route up again) as it waits for a broker that does not answer
-            raise NoMasterError(f"broker {ref.broker!r} has no master in the route now")
-        return addr
+            raise NoMasterError(f"broker {ref.broker!r} has no node in the route now")
+        return found
 
     async def read(self, ref: QueueRef, start: int, end: int) -> AsyncGenerator[Page, None]:
         """The records (rmq.message_codec.pull_records) of offsets [start, end) that pass the filter, a
         pull at a time. Offsets that are
         gone raise DataLossError (failOnDataLoss) or are skipped with a warning; a broker that does not
-        answer (or has no master in the route) for brokerTimeoutMs raises BrokerDownError naming it (Spark
-        then retries the task)."""
+        answer (or has no node in the route, or only a slave that lacks the offsets) for brokerTimeoutMs
+        raises BrokerDownError naming it (Spark then retries the task). Pulls go to the master, else a
+        slave the route lists, and then to the node each answer's suggestWhichBrokerId names, as Java's
+        (_pull_address); no pull commits an offset, so none has a commit-offset flag to clear for a
+        slave."""
         opts = self.opts
         mq = MessageQueue(ref.topic, ref.broker, ref.queue_id)
         expression, kind = (opts.sql, EXPRESSION_SQL92) if opts.sql else (opts.tags or "*", EXPRESSION_TAG)
         offset = start
-        loop = asyncio.get_running_loop()
         failing_since: float | None = None
+        # the node the next pull goes to: the last answer's suggestWhichBrokerId (Java's
+        # pullFromWhichNodeTable, kept for this task), the master at first
+        node = MASTER_ID
         moved = 0  # PULL_OFFSET_MOVED answers in a row for an offset inside the queue
         # without a filter a queue's offsets are consecutive: pull the next few windows at once, so a
         # partition waits one round trip per PREFETCH pulls (with a filter, pulls skip ahead: one at a time)
@@ -247,7 +269,7 @@ class Cluster:
             n = opts.pull_batch_size
             starts = [offset + i * n for i in range(depth) if offset + i * n < end]
             try:
-                addr = await self._address(ref)
+                addr, slave = await self._pull_address(ref, node)
                 results = await asyncio.gather(
                     *(
                         self._api.pull(
@@ -268,20 +290,20 @@ class Cluster:
             except CALL_FAILED as exc:
                 if not isinstance(exc, UNAVAILABLE):  # refused (a bad filter, no permission): say so now
                     raise RuntimeError(f"queue {ref}: broker {ref.broker!r} refused a pull: {exc}") from exc
-                now = loop.time()
-                failing_since = now if failing_since is None else failing_since
-                if now - failing_since >= opts.broker_timeout_s:
-                    raise BrokerDownError(
-                        f"queue {ref}: broker {ref.broker!r} did not answer a pull at offset {offset} for "
-                        f"{opts.broker_timeout_s:g} s (brokerTimeoutMs): {exc}"
-                    ) from exc
-                self._addrs.pop(ref.broker, None)  # look the route up again: it may have moved
-                await asyncio.sleep(min(1.0, opts.broker_timeout_s / 10))
+                failing_since = await self._unavailable(ref, offset, failing_since, str(exc), exc)
+                node = MASTER_ID  # start over at the master: the suggested node may be the one gone
                 continue
-            failing_since = None
+            before, behind = offset, None
             for at, result in zip(starts, results, strict=True):
                 if at != offset:
                     break  # a pull came back short (a byte limit): plan again from where it ended
+                node = result.suggest_which_broker_id  # processPullResult: any id; one not listed falls back
+                if slave and offset >= result.max_offset:
+                    # a slave behind the planned range (replication lags, or the master died before it
+                    # copied them): not the queue's end nor lost offsets, the master holds them. Wait for
+                    # them or the master, as for a broker that does not answer
+                    behind = f"its slave {addr} holds offsets below {result.max_offset} only"
+                    break
                 went_on = self._passed(ref, offset, end, result, expression != "*", moved)
                 moved = moved + 1 if went_on == offset else 0
                 if went_on is not None:
@@ -294,6 +316,31 @@ class Cluster:
                 if page:
                     yield page
                 offset = result.next_begin_offset
+            if behind is None or offset > before:
+                failing_since = None
+            if behind is not None:
+                failing_since = await self._unavailable(ref, offset, failing_since, behind, None)
+                node = MASTER_ID
+
+    async def _unavailable(
+        self, ref: QueueRef, offset: int, since: float | None, why: str, exc: BaseException | None
+    ) -> float:
+        """A pull of ``ref`` at ``offset`` found nothing to read now (``why``), failing since ``since``
+        (None: till now it did not): raise BrokerDownError once that lasts brokerTimeoutMs, else wait a
+        little and have the next pull look the route up again (it may have moved). Returns when the
+        failing began."""
+        timeout = self.opts.broker_timeout_s
+        now = asyncio.get_running_loop().time()
+        since = now if since is None else since
+        if now - since >= timeout:
+            raise BrokerDownError(
+                f"queue {ref}: broker {ref.broker!r} did not answer a pull at offset {offset} for "
+                f"{timeout:g} s (brokerTimeoutMs): {why}"
+            ) from exc
+        self._addrs.pop(ref.broker, None)
+        self._nodes.pop(ref.broker, None)
+        await asyncio.sleep(min(1.0, timeout / 10))
+        return since
 
     def _passed(
         self, ref: QueueRef, offset: int, end: int, result: PullResult, filtered: bool, moved: int

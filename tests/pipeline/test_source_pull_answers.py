@@ -20,6 +20,7 @@ from rocksidecar.pipeline.queue_ranges import QueueRef, from_offsets
 from rocksidecar.pipeline.read_options import ReadOptions, parse
 from rocksidecar.rmq import MessageQueue, PullResult, PullStatus
 from rocksidecar.rmq.errors import ConnectError
+from rocksidecar.rmq.route import BrokerData
 
 A0, B0 = QueueRef("T", "broker-a", 0), QueueRef("T", "broker-b", 0)
 ADDR = "127.0.0.1:10911"
@@ -141,6 +142,10 @@ class Route:
 
     def master_addr(self, broker_name: str) -> str | None:
         return self.master
+
+    @property
+    def broker_datas(self) -> tuple[BrokerData, ...]:  # no slave: only the master, if any
+        return (BrokerData("c", "broker-a", {0: self.master} if self.master else {}),)
 
 
 class ScriptedNamesrv:
