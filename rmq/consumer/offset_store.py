@@ -39,7 +39,16 @@ class OffsetStore(Protocol):
 
     async def read(self, mq: MessageQueue, read_type: ReadType) -> int | None: ...
 
-    async def persist(self, mq: MessageQueue) -> None: ...
+    async def persist(self, mq: MessageQueue) -> None:
+        """Java's persist, for a removed queue: the queue's offset on its way, a broker's one-way (no
+        answer awaited: a slow broker holds up no rebalance, nothing says it was stored). Raises
+        RocketMQError when it could not be sent (or the file not written)."""
+        ...
+
+    async def persist_acked(self, mq: MessageQueue) -> None:
+        """Persist the queue's offset and wait until that is done (the broker's answer, the file
+        written), for the commit window; raises RocketMQError when it is not."""
+        ...
 
     async def persist_all(self, mqs: Collection[MessageQueue]) -> None: ...
 
@@ -107,11 +116,17 @@ class RemoteOffsetStore(_MemoryOffsets):
         return offset
 
     async def persist(self, mq: MessageQueue) -> None:
+        await self._commit(mq, oneway=True)  # updateConsumeOffsetToBroker(mq, offset): isOneway=true
+
+    async def persist_acked(self, mq: MessageQueue) -> None:
+        await self._commit(mq, oneway=False)
+
+    async def _commit(self, mq: MessageQueue, *, oneway: bool) -> None:
         offset = self._table.get(mq)
         if offset is None:
             return
         await self._api.update_consumer_offset(
-            await self._addr(mq), self.group, mq, offset, timeout_s=self._timeout_s
+            await self._addr(mq), self.group, mq, offset, oneway=oneway, timeout_s=self._timeout_s
         )
 
     async def persist_all(self, mqs: Collection[MessageQueue]) -> None:
@@ -119,7 +134,7 @@ class RemoteOffsetStore(_MemoryOffsets):
         slave promoted in its place gets them again); a broker that fails is logged, tried next time."""
         wanted = set(mqs)
         changed = [mq for mq in self._table if mq in wanted]
-        results = await asyncio.gather(*(self.persist(mq) for mq in changed), return_exceptions=True)
+        results = await asyncio.gather(*(self.persist_acked(mq) for mq in changed), return_exceptions=True)
         for mq, result in zip(changed, results, strict=True):
             if isinstance(result, RocketMQError):
                 # Every queue of a broker that is down fails every 5 s: one line per broker and window.
@@ -225,16 +240,25 @@ class LocalFileOffsetStore(_MemoryOffsets):
         volume read nothing for over a minute in CI)."""
 
     async def persist(self, mq: MessageQueue) -> None:
+        await self.persist_all([mq])  # a local write: done once written, either way
+
+    async def persist_acked(self, mq: MessageQueue) -> None:
         await self.persist_all([mq])
 
     async def persist_all(self, mqs: Collection[MessageQueue]) -> None:
-        """Write every known offset (the file holds all queues, not only the given ones)."""
+        """Write every known offset (the file holds all queues, not only the given ones). A failed write
+        (a full or read-only volume) raises ClientError, as a broker that fails does: close() and a
+        queue's removal log it and go on (Java's persistAll logs the IOException), the commit window
+        tries again. An OSError escaping stopped close() half-way (never unregistered, nothing stopped)
+        and left a removed queue in ``queues`` for good (never consumed again)."""
         doc = {"offsetTable": {_queue_key(mq): off for mq, off in self._table.items()}}
         data = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
         async with self._lock:  # two writers would race on the temp file
             write = asyncio.get_running_loop().run_in_executor(None, write_atomically, self.path, data)
             try:
                 await asyncio.shield(write)
+            except OSError as exc:
+                raise ClientError(f"writing the offsets file {self.path} failed: {exc}") from exc
             except asyncio.CancelledError:
                 # Cancelling does not stop the thread: keep the lock until its write is over, or the
                 # next writer (close()'s persist after cancelling the timer) truncates the temp file

@@ -287,8 +287,10 @@ class PushConsumer(Lifecycle):
         mqs = [state.mq for state in states]
         for state in states:
             state.pq.drop()
-        with contextlib.suppress(RocketMQError):
+        try:
             await self.offsets.persist_all(mqs)
+        except RocketMQError as exc:  # the offsets file not written: logged, the shutdown goes on (Java)
+            log.error("group %s: persisting the offsets on close failed: %s", self.config.group, exc)
         if self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
             # with the queues removed while busy whose call outlasted the drain too (left to lapse, their
             # next owners would wait 60 s)
@@ -802,33 +804,65 @@ class PushConsumer(Lifecycle):
         memory, unlocking), then let a rebalance add it again from there."""
         if await self.wait_closing(self.config.offset_illegal_wait_s):
             return  # close() persists the corrected offset with the rest
-        async with self._rebalance_lock:
-            if mq in self.queues:
-                await self._remove_queue(mq)
-        self._rebalance_now.set()
+        try:
+            async with self._rebalance_lock:
+                if mq in self.queues:
+                    await self._remove_queue(mq)
+        finally:
+            self._rebalance_now.set()  # the queue is out of ``queues`` whatever failed: add it again
 
     async def _remove_queue(self, mq: MessageQueue) -> None:
-        """Drop first (no result of this queue moves the offset any more), then persist what was
-        committed and forget it; orderly mode also releases the broker's lock (once the running listener
-        call ends, if it outlasts ORDERLY_UNLOCK_WAIT_S: _unlock_when_idle). The queue stays in
-        ``queues`` (dropped) until all that is done, as Java's processQueueTable keeps it: an operator's
-        reset arriving meanwhile still finds it (and its offset is what gets persisted), and a close()
-        cancelling the rebalance half-way still persists, waits for and unlocks it."""
+        """Drop first (no result of this queue moves the offset any more), then send its offset to the
+        broker and forget it; orderly mode also releases the broker's lock (once the running listener
+        call ends, if it outlasts ORDERLY_UNLOCK_WAIT_S: _unlock_when_idle). The offset goes one-way, as
+        Java's removeUnnecessaryMessageQueue sends it: awaiting the answer under the rebalance lock, a
+        slow broker held up every other queue's addition for up to 3 s per removed queue. The queue stays
+        in ``queues`` (dropped) until all that is done, as Java's processQueueTable keeps it: an
+        operator's reset arriving before the offset is sent still finds it (its offset is what is sent),
+        and a close() cancelling the rebalance half-way still persists, waits for and unlocks it. A reset
+        arriving while it is being sent (a route refresh, a connect) is lost: the offset in memory is
+        forgotten right after, and what was sent may land on the broker after its reset. Java loses it
+        the same way (persist, then removeOffset); not fixed here. Whatever fails (but for close()'s
+        cancel), the queue is taken out of ``queues``: left there dropped, no rebalance added it again."""
         state = self.queues[mq]
         state.pq.drop()
         state.poke()
         if state.pull_task is not None:
             state.pull_task.cancel()
+        cancelled = False
+        try:
+            await self._let_go(state)
+        except asyncio.CancelledError:
+            cancelled = True  # close() is cancelling the rebalance: it finds the queue and ends it
+            raise
+        finally:
+            if not cancelled:
+                if self.queues.get(mq) is state:
+                    del self.queues[mq]
+                # Listener calls still running are left to finish (their results are ignored: the queue
+                # is dropped); close() waits for them like for any other.
+                for task in state.tasks:  # the cancelled pull too, until it has wound down
+                    self._side_tasks.add(task)
+                    task.add_done_callback(self._side_tasks.discard)
+                # committed and (orderly) unlocked, or unlocked once the call running on it ends: another
+                # member may take it
+                self.stats.bump("queues_removed")
+
+    async def _let_go(self, state: QueueState) -> None:
+        """The removal's commit of the dropped queue's offset and (orderly) its unlock."""
+        mq = state.mq
         idle = True
         if self.config.orderly:
             # Unlocking while our listener still works on a message would let the next owner start on
             # the following one: wait a moment for the call (only a call: a loop waiting out a SUSPEND
             # holds nothing); if it is still busy the lock is kept until the call ends (below) or close().
             idle = await self._orderly.wait_idle(mq, ORDERLY_UNLOCK_WAIT_S)
-        with contextlib.suppress(RocketMQError):
+        try:
             # Even when busy (Java persists first too): the offset in memory only moves on results of the
             # queue before its drop, or by a reset arriving during the wait, which must reach the broker.
-            await self.offsets.persist(mq)
+            await self.offsets.persist(mq)  # one-way to a broker
+        except RocketMQError as exc:  # no route, no connection, the offsets file not written
+            self._warn(("commit of removed", mq.broker_name), "committing removed %s failed: %s", mq, exc)
         self.offsets.remove(mq)
         if self.config.orderly and self.config.message_model is MessageModel.CLUSTERING:
             if idle:
@@ -843,16 +877,6 @@ class PushConsumer(Lifecycle):
                 self._side_tasks.add(task)
                 task.add_done_callback(self._side_tasks.discard)
                 task.add_done_callback(_log_failure)
-        if self.queues.get(mq) is state:
-            del self.queues[mq]
-        # Listener calls still running are left to finish (their results are ignored: the queue is
-        # dropped); close() waits for them like for any other.
-        for task in state.tasks:  # the cancelled pull too, until it has wound down
-            self._side_tasks.add(task)
-            task.add_done_callback(self._side_tasks.discard)
-        # persisted and (orderly) unlocked, or unlocked once the call running on it ends: another member
-        # may take it
-        self.stats.bump("queues_removed")
 
     async def _unlock_when_idle(self, state: QueueState) -> None:
         """The end of a removal whose orderly call was still running: once no call runs on the queue
@@ -952,7 +976,7 @@ class PushConsumer(Lifecycle):
                 if offset is None or offset - window.persisted < max(1, window.size // 2):
                     return
                 try:
-                    await self.offsets.persist(mq)  # the value just read: no await in between
+                    await self.offsets.persist_acked(mq)  # the value just read: no await in between
                 except RocketMQError as exc:
                     self.stats.bump("window_persist_errors")
                     log.debug(
@@ -1113,6 +1137,7 @@ class PushConsumer(Lifecycle):
         task = asyncio.get_running_loop().create_task(self._readd_queue(state.mq))
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
+        task.add_done_callback(_log_failure)
 
     async def _set_aside(self, state: QueueState, result: PullResult) -> int:
         """The pull's records that cannot be delivered, one by one in offset order: an undecodable one
