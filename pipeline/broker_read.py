@@ -298,11 +298,15 @@ class Cluster:
                 if at != offset:
                     break  # a pull came back short (a byte limit): plan again from where it ended
                 node = result.suggest_which_broker_id  # processPullResult: any id; one not listed falls back
-                if slave and offset >= result.max_offset:
-                    # a slave behind the planned range (replication lags, or the master died before it
-                    # copied them): not the queue's end nor lost offsets, the master holds them. Wait for
-                    # them or the master, as for a broker that does not answer
-                    behind = f"its slave {addr} holds offsets below {result.max_offset} only"
+                if slave and not result.min_offset <= offset < result.max_offset:
+                    # a slave without the offset: behind the planned range (replication lags, or the
+                    # master died before it copied them), or newer than the master (added or rebuilt
+                    # after it: it starts at the master's latest commit log file). Neither is the queue's
+                    # end nor lost offsets: the master holds them. Wait for them or the master, as for a
+                    # broker that does not answer
+                    behind = (
+                        f"its slave {addr} holds offsets {result.min_offset} to {result.max_offset - 1} only"
+                    )
                     break
                 went_on = self._passed(ref, offset, end, result, expression != "*", moved)
                 moved = moved + 1 if went_on == offset else 0

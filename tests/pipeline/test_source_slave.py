@@ -19,7 +19,7 @@ import pytest
 
 from rocksidecar.devbroker import DevCluster
 from rocksidecar.pipeline import broker_read
-from rocksidecar.pipeline.broker_read import BrokerDownError, Cluster
+from rocksidecar.pipeline.broker_read import BrokerDownError, Cluster, DataLossError
 from rocksidecar.pipeline.queue_ranges import QueueRef
 from rocksidecar.pipeline.read_options import ReadOptions
 from rocksidecar.rmq.codes import RequestCode, ResponseCode
@@ -166,3 +166,116 @@ async def test_a_slave_that_stays_behind_fails_the_task_as_a_broker_that_does_no
             pull_batch_size=1,
             fail_on_data_loss=False,
         )
+
+
+SHORT_T = "ReviewSlaveT"
+
+
+class ShortSlave(Nodes):
+    """A slave (``alias``) that holds the queue's offsets from ``low`` on only (a slave rebuilt or added
+    after the master, which replicates from the master's latest commit log file; or one whose own
+    retention ran ahead). For an offset below ``low`` it answers as a 4.9.4 slave does
+    (offsetCheckInSlave=false, the default): PullMessageProcessor turns the store's OFFSET_TOO_SMALL into
+    PULL_RETRY_IMMEDIATELY with nextBeginOffset left at the offset asked and suggestWhichBrokerId the
+    master. ``on_short`` runs at such an answer."""
+
+    def __init__(
+        self, rewrite: dict[str, dict[int, str]], alias: str, target: str, low: int, high: int
+    ) -> None:
+        super().__init__(rewrite, alias, target)
+        self.low, self.high = low, high
+        self.short_answers = 0
+        self.on_short = lambda: None
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        if cmd.code == RequestCode.PULL_MESSAGE and addr == self.alias:
+            offset = int(cmd.ext_fields["queueOffset"])
+            if offset < self.low:
+                self.pulls.append((addr, cmd))
+                self.short_answers += 1
+                self.on_short()
+                ext = {
+                    "nextBeginOffset": str(offset),
+                    "minOffset": str(self.low),
+                    "maxOffset": str(self.high),
+                    "suggestWhichBrokerId": "0",
+                }
+                return cmd.response(ResponseCode.PULL_RETRY_IMMEDIATELY, None, ext)
+        return await super().invoke(addr, cmd, timeout_s)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [False, True])
+async def test_a_slave_lacking_the_start_of_a_planned_range_is_not_taken_for_lost_offsets(
+    cluster: DevCluster, monkeypatch: pytest.MonkeyPatch, fail_on_data_loss: bool
+) -> None:
+    """d78b305 pulls a planned range from the broker's slave while the master is down, and handles a
+    slave *behind* the range (offset >= its max) as unavailable. A slave that lacks the range's
+    *beginning* (its min offset above the offset asked: the master holds offsets 0 to 4, the slave 3
+    to 4) is not: its answer goes to _passed, which takes ``offset < min_offset`` for offsets deleted by
+    retention, so offsets 0 to 2, which the master holds, are skipped with a warning
+    (failOnDataLoss=false: silently missing from the micro-batch) or fail the task with DataLossError
+    (and every retry while the failover lasts). Before d78b305 the task waited for the master. A 4.9.4
+    lite pull consumer retries at the master (PULL_RETRY_IMMEDIATELY suggests it). Here the master is
+    back by the time of the slave's first answer: the fixed read waits, looks the route up again and
+    reads all five offsets from the master."""
+    down = sorted(cluster.brokers)[0]
+    master, slave = cluster.brokers[down].addr, "127.0.0.1:1"
+    await send_to_queues(cluster, SHORT_T, 5, queues=1)
+    client = ShortSlave({down: {1: slave}}, alias=slave, target=master, low=3, high=5)
+
+    def master_back() -> None:
+        client.rewrite[down] = {0: master, 1: slave}
+
+    client.on_short = master_back
+    monkeypatch.setattr(broker_read, "RemotingClient", lambda **_: client)
+    reader = Cluster(
+        ReadOptions(
+            cluster.namesrv_addr,
+            (SHORT_T,),
+            broker_timeout_s=2.0,
+            pull_batch_size=1,
+            fail_on_data_loss=fail_on_data_loss,
+        )  # type: ignore[call-arg]
+    )
+    try:
+        try:
+            got = [(r[0], r[1]) async for page in reader.read(QueueRef(SHORT_T, down, 0), 0, 5) for r in page]
+        except DataLossError as exc:
+            raise AssertionError(f"offsets the master holds were reported lost: {exc}") from None
+    finally:
+        await reader.close()
+    assert client.short_answers >= 1  # the slave was asked and answered that it lacks them
+    assert got == [(i, f"{down}/0/{i}".encode()) for i in range(5)], "offsets the master holds were skipped"
+
+
+async def test_a_slave_the_master_suggests_that_lacks_old_offsets_does_not_lose_them(
+    cluster: DevCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same with the master up: a master with slaveReadEnable suggests its slave (id 1) to a reader
+    of old messages (a Spark batch backfilling), and d78b305 follows the suggestion. The slave, added
+    after the master, holds offsets 6 to 9 only. Its answer at offset 4 (PULL_RETRY_IMMEDIATELY, min 6,
+    suggesting the master) is taken for retention having deleted 4 and 5: they are skipped
+    (failOnDataLoss=false) though the master, up all along, holds them. Java's lite pull consumer pulls
+    them again from the master the slave suggests."""
+    name = sorted(cluster.brokers)[0]
+    master, slave = cluster.brokers[name].addr, "127.0.0.1:1"
+    await send_to_queues(cluster, SHORT_T, 10, queues=1)
+    client = ShortSlave({name: {0: master, 1: slave}}, alias=slave, target=master, low=6, high=10)
+    client.suggest = {master: 1}
+    monkeypatch.setattr(broker_read, "RemotingClient", lambda **_: client)
+    reader = Cluster(
+        ReadOptions(
+            cluster.namesrv_addr,
+            (SHORT_T,),
+            broker_timeout_s=2.0,
+            pull_batch_size=1,
+            fail_on_data_loss=False,
+        )  # type: ignore[call-arg]
+    )
+    try:
+        got = [(r[0], r[1]) async for page in reader.read(QueueRef(SHORT_T, name, 0), 0, 10) for r in page]
+    finally:
+        await reader.close()
+    assert client.short_answers >= 1  # the slave was asked below its min offset
+    assert [o for o, _ in got] == list(range(10)), "offsets the master holds were skipped"
+    assert got == [(i, f"{name}/0/{i}".encode()) for i in range(10)]
