@@ -105,7 +105,7 @@ class Refresher:
     def due_for_refresh(self, msg: DelayedMessage, since_ms: int, now_ms: int) -> bool:
         """Whether the age of ``msg``'s copy passed a multiple of refresh_after between the rounds; a copy
         of unknown age (``unknown_age``) is due at once, and its refresh restamps it (``_restamp``)."""
-        if msg.created_ms > now_ms + CLOCK_SLACK_MS:  # unknown_age, inline: one comparison per copy
+        if self.unknown_age(msg, now_ms):
             return True
         step = self.refresh_after_ms
         marks_now = (now_ms - msg.created_ms) // step

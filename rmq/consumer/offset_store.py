@@ -242,8 +242,7 @@ class LocalFileOffsetStore(_MemoryOffsets):
     async def persist(self, mq: MessageQueue) -> None:
         await self.persist_all([mq])  # a local write: done once written, either way
 
-    async def persist_acked(self, mq: MessageQueue) -> None:
-        await self.persist_all([mq])
+    persist_acked = persist
 
     async def persist_all(self, mqs: Collection[MessageQueue]) -> None:
         """Write every known offset (the file holds all queues, not only the given ones). A failed write

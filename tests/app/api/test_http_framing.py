@@ -32,6 +32,17 @@ def _statuses(raw: bytes) -> list[int]:
     return [int(code) for code in re.findall(rb"HTTP/1\.1 (\d{3}) ", raw)]
 
 
+async def _exchange(stack: Stack, raw: bytes) -> bytes:
+    """Everything the server answers to ``raw``, sent on a connection of its own, until it closes it."""
+    reader, writer = await connect(stack)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        return await _until_closed(reader)
+    finally:
+        writer.close()
+
+
 HEALTH_CLOSE = b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n"
 
 
@@ -85,13 +96,7 @@ async def test_a_chunked_body_of_a_request_asking_to_upgrade_is_refused_and_neve
         b"connection: upgrade\r\nupgrade: h2c\r\ntransfer-encoding: chunked\r\n\r\n"
         b"%x\r\n%s\r\n0\r\n\r\n" % (len(smuggled), smuggled)
     )
-    reader, writer = await connect(stack)
-    try:
-        writer.write(raw)
-        await writer.drain()
-        answers = await _until_closed(reader)
-    finally:
-        writer.close()
+    answers = await _exchange(stack, raw)
     assert _statuses(answers) == [400], f"{answers[:400]!r}"
     assert b'"field":"Upgrade"' in answers and b"connection: close\r\n" in answers
     assert stack.stored("SmuggledChunked") == []
@@ -167,13 +172,7 @@ async def test_an_http_1_1_request_without_one_host_field_is_400(stack: Stack, h
     body = b'{"topic": "HostT", "body": "x"}'
     head = [b"POST /v1/messages HTTP/1.1", *(b"host: " + h for h in hosts)]
     head += [b"content-type: application/json", b"content-length: %d" % len(body), b"connection: close"]
-    reader, writer = await connect(stack)
-    try:
-        writer.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
-        await writer.drain()
-        answers = await _until_closed(reader)
-    finally:
-        writer.close()
+    answers = await _exchange(stack, b"\r\n".join(head) + b"\r\n\r\n" + body)
     assert _statuses(answers) == [400], f"{answers[:400]!r}"
     assert b"application/problem+json" in answers and b'"field":"Host"' in answers
     assert stack.stored("HostT") == []
@@ -182,13 +181,7 @@ async def test_an_http_1_1_request_without_one_host_field_is_400(stack: Stack, h
 async def test_an_http_1_0_request_without_host_is_still_served(stack: Stack) -> None:
     """RFC 9112 3.2's 400 is for HTTP/1.1 requests without Host: HTTP/1.0 has no Host to require."""
     request = _send("TenNoHost", version=b"HTTP/1.0").replace(b"host: 127.0.0.1\r\n", b"")
-    reader, writer = await connect(stack)
-    try:
-        writer.write(request)
-        await writer.drain()
-        answers = await _until_closed(reader)
-    finally:
-        writer.close()
+    answers = await _exchange(stack, request)
     assert _statuses(answers) == [200], f"{answers[:400]!r}"
     assert len(stack.stored("TenNoHost")) == 1
 
@@ -213,13 +206,7 @@ async def test_an_absolute_form_target_s_host_is_the_one_the_host_guard_checks(
             "/v1/messages", content=body, headers={"content-type": "application/json", "host": "evil.example"}
         )
         assert refused.status_code == 403  # the guard's verdict on that host
-        reader, writer = await connect(stack)
-        try:
-            writer.write(raw)
-            await writer.drain()
-            answers = await _until_closed(reader)
-        finally:
-            writer.close()
+        answers = await _exchange(stack, raw)
         assert _statuses(answers) == [403], f"{answers[:400]!r}"
         assert stack.stored("AbsT") == []
         # The target's host is the one checked: a loopback one is served, whatever Host says.
@@ -244,13 +231,7 @@ async def test_an_http_1_0_absolute_form_target_without_host_has_its_host_checke
         b"POST http://evil.example/v1/messages HTTP/1.0\r\ncontent-type: application/json\r\n"
         b"content-length: %d\r\n\r\n%s" % (len(body), body)
     )
-    reader, writer = await connect(stack)
-    try:
-        writer.write(raw)
-        await writer.drain()
-        answers = await _until_closed(reader)
-    finally:
-        writer.close()
+    answers = await _exchange(stack, raw)
     assert _statuses(answers) == [403], f"{answers[:400]!r}"
     assert stack.stored("AbsTen") == []
 
