@@ -22,7 +22,7 @@ from ..http_client import HttpClient, PostError
 from .cloudevents import HeaderLines
 from .log import DeliveryLog
 from .spec import SubscriptionSpec
-from .withdraw import ConsumerWired, Withdrawn, log_if_dead, traced
+from .withdraw import ConsumerWired, Withdrawn, failure_status, log_if_dead, traced
 
 __all__ = [  # Withdrawn, log_if_dead and traced re-exported (they moved to withdraw.py)
     "DEFAULT_LATER_S",
@@ -82,7 +82,7 @@ class HttpPush(ConsumerWired):
         self._on_delivery = on_delivery or (lambda _s, _o, _t, _p: None)
         self._sleep = sleep
         self._wall_s = wall_s
-        self._failed = ConsumeStatus.SUSPEND if spec.orderly else ConsumeStatus.RECONSUME_LATER
+        self._failed = failure_status(spec)
         self._header_lines = HeaderLines(spec.group)
 
     async def __call__(self, msgs: Sequence[MessageExt], mq: MessageQueue) -> ConsumeStatus:

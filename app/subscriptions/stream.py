@@ -26,7 +26,7 @@ from rocksidecar.rmq.message import MessageExt, MessageQueue
 from .log import DeliveryLog
 from .push import DEFAULT_LATER_S, DeliveryHook, later_s
 from .spec import SubscriptionSpec
-from .withdraw import ConsumerWired, Withdrawn
+from .withdraw import ConsumerWired, Withdrawn, failure_status
 
 # Streams that may end, one after another, without answering a delivery before it counts as failed.
 MAX_LOST = 3
@@ -82,7 +82,7 @@ class StreamHub(ConsumerWired):
         self._open: dict[str, Delivery] = {}  # taken by a stream, not answered yet
         self._on_delivery = on_delivery or (lambda _s, _o, _t, _p: None)
         self._sleep = sleep
-        self._failed = ConsumeStatus.SUSPEND if spec.orderly else ConsumeStatus.RECONSUME_LATER
+        self._failed = failure_status(spec)
         self.streams = 0
         self._forgetting = False
         self._closing: asyncio.Future[bool] | None = None  # see closing()

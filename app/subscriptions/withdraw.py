@@ -55,10 +55,16 @@ def log_if_dead(
         log.moved_to_dlq(spec.name, spec.group, msg.msg_id, f"{why} {held.reconsume_times + 1} times")
 
 
+def failure_status(spec: SubscriptionSpec) -> ConsumeStatus:
+    """The consume status of a failed delivery of ``spec``'s messages: an orderly queue retries the
+    message in place (SUSPEND), a concurrent one sends it back to the broker (RECONSUME_LATER)."""
+    return ConsumeStatus.SUSPEND if spec.orderly else ConsumeStatus.RECONSUME_LATER
+
+
 class ConsumerWired:
     """A listener the runner wires to its consumer (``process_queue``, ``wait_closing``); the class using
-    it sets ``spec``, ``_log``, ``_failed`` (its consume status for a failure) and ``_sleep``, and
-    delivers one message (``deliver``)."""
+    it sets ``spec``, ``_log``, ``_failed`` (its consume status for a failure: failure_status) and
+    ``_sleep``, and delivers one message (``deliver``)."""
 
     # The process queue of a message queue the consumer owns now, and its wait_closing. Unwired (a listener
     # alone) every call is taken as the consumer's own and a "later" is waited out whatever happens.
