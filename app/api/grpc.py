@@ -442,11 +442,23 @@ class SidecarServicer(pb_grpc.SidecarServicer):
     async def BeginTransaction(
         self, request: pb.BeginTransactionRequest, context: grpc.aio.ServicerContext
     ) -> pb.Transaction:
+        await self._check_auth(context, "BeginTransaction")
+        # Before its key, as Send's (see _rejected), but not counted as a rejected message: a begin is not
+        # one on either API (app.api.grpc_edge.SENDS_MESSAGES).
+        if (wrong := unknown_in_request(request)) is not None:
+            await self._refuse(context, wrong, "BeginTransaction")
+
         async def compute() -> pb.Transaction:
             return await enabled(self._transactions).begin(request)
 
         return await self._answered(
-            context, "BeginTransaction", request, request.idempotency_key, compute, pb.Transaction
+            context,
+            "BeginTransaction",
+            request,
+            request.idempotency_key,
+            compute,
+            pb.Transaction,
+            authorized=True,
         )
 
     async def _decide(self, context: grpc.aio.ServicerContext, tx_id: str, commit: bool) -> pb.Transaction:

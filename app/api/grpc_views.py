@@ -54,7 +54,9 @@ def unknown_field(message: ProtoMessage, where: str = "", index: int | None = No
     )
 
 
-def unknown_in_request(request: pb.SendRequest | pb.PublishRequest) -> RequestError | None:
+def unknown_in_request(
+    request: pb.SendRequest | pb.PublishRequest | pb.BeginTransactionRequest,
+) -> RequestError | None:
     """Why a request carrying one message is refused for a field this API does not define, in the request
     or its message (a map entry's are dropped by the decoder, and a map's entries take no new fields).
     About 0.3-0.9 us for a typical SendRequest (as much as decoding it): ByteSize() counts the unknown

@@ -16,6 +16,7 @@ import pytest
 from bench.common import REPO
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
+from rocksidecar.devbroker.transactions import HALF_TOPIC
 from tests.app.conftest import Stack
 
 
@@ -183,5 +184,33 @@ async def test_delayed_send_status_and_cancel(stack: Stack, stub: pb_grpc.Sideca
     assert status.status == pb.SCHEDULED and status.deliver_at_ms == r.deliver_at_ms
     cancelled = await stub.Cancel(pb.CancelRequest(id=r.id))
     assert cancelled.status == pb.CANCELLED
-    assert (await stub.GetMessage(pb.GetMessageRequest(id=r.id))).status == pb.CANCELLED
+    status = await stub.GetMessage(pb.GetMessageRequest(id=r.id))
+    assert status.status == pb.CANCELLED and status.cancelled_at_ms > 0
+    assert (status.topic, status.deliver_at_ms) == ("GD", r.deliver_at_ms)  # kept past the schedule
     assert not stack.stored("GD")
+
+
+async def test_begin_transaction_refuses_an_unknown_field_before_its_key(
+    stack: Stack, stub: pb_grpc.SidecarStub
+) -> None:
+    """As Send: a field this API does not define, in the request or its message, is refused naming it
+    (not dropped), nothing is begun, and the refusal is not kept under the idempotency key."""
+    message = pb.Message(topic="TU", body="x")
+    in_message = pb.BeginTransactionRequest(
+        message=pb.Message.FromString(message.SerializeToString() + b"\xa2\x01\x04high"),  # field 20
+        idempotency_key="tu-k",
+    )
+    in_request = pb.BeginTransactionRequest.FromString(  # field 9 (the request defines 1 to 3)
+        pb.BeginTransactionRequest(message=message, idempotency_key="tu-k").SerializeToString() + b"\x48\x01"
+    )
+    for request, field in ((in_message, "message.20"), (in_request, "9")):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.BeginTransaction(request)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+        assert dict(info.value.trailing_metadata() or ())["field"] == field
+    transactions = stack.service.transactions
+    assert transactions is not None and transactions.coordinator.records.all() == []
+    assert not stack.stored(HALF_TOPIC)
+
+    begun = await stub.BeginTransaction(pb.BeginTransactionRequest(message=message, idempotency_key="tu-k"))
+    assert begun.state == pb.TX_PREPARED and len(stack.stored(HALF_TOPIC)) == 1
