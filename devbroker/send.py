@@ -4,7 +4,7 @@ of the protocol reference §3.8 (WAIT dropped from a single message, kept in a b
 it; CLUSTER added; born host = the connection's peer). A single message to a %RETRY% topic that has been
 reconsumed its maximum times goes to the group's DLQ (handleRetryAndDLQ). A single non-transactional
 message with a DELAY level waits in SCHEDULE_TOPIC_XXXX until the level's delay has passed
-(CommitLog.asyncPutMessage; schedule.py)."""
+(CommitLog.asyncPutMessage; schedule.py); a batch with one of its own is refused (asyncPutMessages)."""
 
 from __future__ import annotations
 
@@ -67,6 +67,12 @@ _NUMERIC = frozenset(
     }
 )
 _UNKNOWN_HOST = pack_host("0.0.0.0", 0)
+# SendMessageProcessor.handlePutMessageResult's remark for MESSAGE_ILLEGAL (4.9.4), with the store's
+# maxMessageSize (4 MiB by default): what it answers a batch with a DELAY level, for one.
+ILLEGAL_REMARK = (
+    "the message is illegal, maybe msg body or properties length not matched. "
+    f"msg body length limit {DEFAULT_MAX_BODY_BYTES}B, msg properties length limit 32KB."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +134,33 @@ def stored_properties(props: str, suffix: list[str]) -> tuple[str, str | None]:
     return text, tags
 
 
+def _delay_of(properties: str) -> int:
+    """Message.getDelayTimeLevel: the DELAY property's value, 0 without one.
+
+    Raises:
+        Reject: SYSTEM_ERROR for a DELAY that is not an integer (Java's getDelayTimeLevel throws
+            NumberFormatException, which the remoting layer answers so).
+    """
+    value = decode_properties(properties).get("DELAY")  # as the broker parses them: none if empty
+    if value is None:
+        return 0
+    if not _JAVA_INT.fullmatch(value) or not -(2**31) <= int(value) < 2**31:  # Integer.parseInt
+        raise Reject(ResponseCode.SYSTEM_ERROR, f"DELAY is not an integer: {value!r}")
+    return int(value)
+
+
+def _undelayed_batch(h: SendHeader) -> None:
+    """CommitLog.asyncPutMessages (4.9.4) refuses a batch whose own properties (the header's) carry a DELAY
+    level above 0, MESSAGE_ILLEGAL, before it reads the batch's messages: it cannot schedule a batch. A
+    DELAY of a message in it is not read (stored at once, as _batch stores it).
+
+    Raises:
+        Reject: MESSAGE_ILLEGAL with handlePutMessageResult's remark; SYSTEM_ERROR as _delay_of.
+    """
+    if _delay_of(h.properties) > 0:
+        raise Reject(ResponseCode.MESSAGE_ILLEGAL, ILLEGAL_REMARK)
+
+
 def _check_body(body: bytes) -> None:
     if len(body) > DEFAULT_MAX_BODY_BYTES:
         raise Reject(
@@ -171,6 +204,7 @@ class SendProcessor:
             born_host = conn.peer_host if isinstance(conn, ServerConnection) else _UNKNOWN_HOST
             if cmd.code == RequestCode.SEND_BATCH_MESSAGE:
                 topic, store_queue = header.topic, queue_id
+                _undelayed_batch(header)
                 messages = self._batch(header, cmd.body, born_host)
             else:
                 topic, store_queue = self._retry_or_dlq(header, queue_id, cmd)
@@ -198,12 +232,11 @@ class SendProcessor:
 
     def _delay_level(self, cmd: RemotingCommand, messages: list[NewMessage]) -> int:
         """CommitLog.asyncPutMessage: the DELAY level (capped at the last one) of a single message that
-        is neither a half nor, by its system flag, a prepared or rolled-back one; else 0. (4.9.4 refuses
-        a batch with a DELAY, MESSAGE_ILLEGAL: not modelled, devbroker stores such a batch.)
+        is neither a half nor, by its system flag, a prepared or rolled-back one; else 0 (a batch's is
+        refused before: _undelayed_batch).
 
         Raises:
-            Reject: SYSTEM_ERROR for a DELAY that is not an integer (Java's getDelayTimeLevel throws
-                NumberFormatException, which the remoting layer answers so).
+            Reject: SYSTEM_ERROR for a DELAY that is not an integer (_delay_of).
         """
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE:
             return 0
@@ -213,12 +246,7 @@ class SendProcessor:
             TRANSACTION_COMMIT_TYPE,
         ):
             return 0
-        value = decode_properties(msg.properties).get("DELAY")  # as the broker parses them: none if empty
-        if value is None:
-            return 0
-        if not _JAVA_INT.fullmatch(value) or not -(2**31) <= int(value) < 2**31:  # Integer.parseInt
-            raise Reject(ResponseCode.SYSTEM_ERROR, f"DELAY is not an integer: {value!r}")
-        return min(int(value), MAX_DELAY_LEVEL)
+        return min(_delay_of(msg.properties), MAX_DELAY_LEVEL)
 
     def _target_queue(self, h: SendHeader) -> int:
         error = topic_name_error(h.topic)

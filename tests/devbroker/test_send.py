@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from rocksidecar.devbroker import DevCluster
+from rocksidecar.devbroker.schedule import SCHEDULE_TOPIC
 from rocksidecar.rmq.codes import RequestCode, ResponseCode, SerializeType
 from rocksidecar.rmq.message_codec import decode_stored_all, encode_batch
 from rocksidecar.rmq.pool import RemotingClient
@@ -216,3 +217,37 @@ async def test_latency_delays_sends_but_not_other_requests(
     assert other.ext_fields["offset"] == "0" and not slow.done()
     assert (await slow).code == ResponseCode.SUCCESS
     assert loop.time() - start >= 0.2
+
+
+async def test_a_batch_with_a_delay_level_is_refused_as_4_9_4_refuses_it(
+    cluster: DevCluster, client: RemotingClient
+) -> None:
+    """CommitLog.asyncPutMessages (4.9.4) cannot schedule a batch: one whose own properties (the header's)
+    carry a DELAY level above 0 is MESSAGE_ILLEGAL, with handlePutMessageResult's remark, before its
+    messages are read (a malformed body too), and nothing is stored. A DELAY of 0, or one in a message
+    of the batch (which 4.9.4 does not read), is stored at once; one Java cannot parse is SYSTEM_ERROR."""
+    a = cluster.brokers["broker-a"]
+    body = encode_batch([(b"one", 0, "UNIQ_KEY\x01U1"), (b"two", 0, "")])
+    for batch, props in ((body, "WAIT\x01true\x02DELAY\x013"), (b"\x00\x00\x00\x09xx", "DELAY\x0199")):
+        resp = await client.invoke(
+            a.addr, wire.send("BD", 0, batch, props, code=RequestCode.SEND_BATCH_MESSAGE), 3.0
+        )
+        assert (resp.code, resp.remark) == (
+            ResponseCode.MESSAGE_ILLEGAL,
+            "the message is illegal, maybe msg body or properties length not matched. "
+            "msg body length limit 4194304B, msg properties length limit 32KB.",
+        )
+    bad = await client.invoke(
+        a.addr, wire.send("BD", 0, body, "DELAY\x01soon", code=RequestCode.SEND_BATCH_MESSAGE), 3.0
+    )
+    assert bad.code == ResponseCode.SYSTEM_ERROR and "DELAY" in (bad.remark or "")
+    assert a.messages("BD") == [] and a.messages(SCHEDULE_TOPIC) == []
+
+    inner = encode_batch([(b"three", 0, "DELAY\x013")])
+    for batch, props in ((body, "WAIT\x01true\x02DELAY\x010"), (inner, "WAIT\x01true")):
+        resp = await client.invoke(
+            a.addr, wire.send("BD", 0, batch, props, code=RequestCode.SEND_BATCH_MESSAGE), 3.0
+        )
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+    assert [m.body for m in a.messages("BD", 0)] == [b"one", b"two", b"three"]
+    assert a.messages(SCHEDULE_TOPIC) == []
