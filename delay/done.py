@@ -1,9 +1,15 @@
 """DoneMarkers: what became of a message that left the schedule (sent or cancelled, and when), kept for
-a retention window so that a late cancel can still answer "already sent", then purged in time order."""
+a retention window so that a late cancel can still answer "already sent", then purged in time order.
+
+A marker's detail (delay.keys.done_value) is empty or JSON: the previous version's form, a list (where a
+SENT message was stored), which is still written when there is nothing more to keep (a marker that
+version can read), or an object with any of ``to`` (that list), ``topic`` and ``due`` (the message's due
+time), so that the status of a message that left the schedule still names its topic and deliverAt."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -30,6 +36,18 @@ log = logging.getLogger(__name__)
 STATES = {SENT: DelayState.SENT, CANCELLED: DelayState.CANCELLED}
 
 
+class Done(NamedTuple):
+    """A marker read: SENT or CANCELLED at ``at_ms``; what it kept of the message, when it did (one of the
+    previous version, or of an id the store did not hold, keeps no topic or due time; a copy dropped for
+    a Rock-DMQ mark keeps no topic)."""
+
+    state: DelayState
+    at_ms: int
+    sent_to: StoredAt | None = None
+    topic: str | None = None
+    due_ms: int | None = None
+
+
 class DoneMarkers:
     def __init__(self, kv: KV, writer: GroupCommitWriter, retention_ms: int) -> None:
         self._kv = kv
@@ -38,26 +56,28 @@ class DoneMarkers:
         self._purged_to = b""  # every expiry key below this is gone
 
     @staticmethod
-    def ops(id_: str, kind: bytes, at_ms: int, sent_to: StoredAt | None = None) -> tuple[Op, Op]:
-        """The marker "``id_`` was SENT (to ``sent_to``) or CANCELLED at ``at_ms``" and its expiry entry."""
+    def ops(
+        id_: str,
+        kind: bytes,
+        at_ms: int,
+        sent_to: StoredAt | None = None,
+        topic: str | None = None,
+        due_ms: int | None = None,
+    ) -> tuple[Op, Op]:
+        """The marker "``id_`` (to ``topic``, due at ``due_ms``) was SENT (to ``sent_to``) or CANCELLED at
+        ``at_ms``" and its expiry entry."""
         at = clamp_due(at_ms)
-        detail = (
-            b""
-            if sent_to is None
-            else orjson.dumps([sent_to.broker, sent_to.queue_id, sent_to.queue_offset, sent_to.offset_msg_id])
-        )
+        detail = _detail(sent_to, topic, due_ms)
         return Put(DONE_CF, id_.encode(), done_value(kind, at, detail)), Put(EXPIRY_CF, due_key(at, id_), b"")
 
-    def get(self, id_: str) -> tuple[DelayState, int, StoredAt | None] | None:
+    def get(self, id_: str) -> Done | None:
         raw = self._kv.get(DONE_CF, id_.encode())
-        if raw is None:
-            return None
-        try:
-            kind, at_ms = split_done(raw)
-        except ValueError:
-            log.error("unreadable done marker for %r: %r", id_, raw)
-            return None
-        return STATES[kind], at_ms, _stored_at(done_detail(raw))
+        return None if raw is None else _read(id_, raw)
+
+    def get_many(self, ids: list[str]) -> list[Done | None]:
+        """``get`` of each id, in one multi-get."""
+        raws = self._kv.get_many(DONE_CF, [id_.encode() for id_ in ids])
+        return [None if raw is None else _read(id_, raw) for id_, raw in zip(ids, raws, strict=True)]
 
     async def purge(self, now_ms: int, limit: int) -> int:
         """Drop up to ``limit`` markers older than the retention; returns how many expired."""
@@ -79,12 +99,45 @@ class DoneMarkers:
         return len(rows)
 
 
-def _stored_at(detail: bytes) -> StoredAt | None:
-    if not detail:
-        return None
+def _read(id_: str, raw: bytes) -> Done | None:
     try:
-        broker, queue_id, queue_offset, offset_msg_id = orjson.loads(detail)
-        return StoredAt(str(broker), int(queue_id), int(queue_offset), str(offset_msg_id))
-    except (ValueError, TypeError):
-        log.error("unreadable detail in a done marker: %r", detail)
+        kind, at_ms = split_done(raw)
+    except ValueError:
+        log.error("unreadable done marker for %r: %r", id_, raw)
         return None
+    detail = done_detail(raw)
+    if not detail:
+        return Done(STATES[kind], at_ms)
+    try:
+        doc = orjson.loads(detail)
+        if isinstance(doc, list):  # the previous version's form: where it was stored
+            return Done(STATES[kind], at_ms, _stored_at(doc))
+        where, topic, due = doc.get("to"), doc.get("topic"), doc.get("due")
+        if not (topic is None or isinstance(topic, str)) or not (due is None or type(due) is int):
+            raise TypeError(f"topic {topic!r}, due {due!r}")
+        return Done(STATES[kind], at_ms, None if where is None else _stored_at(where), topic, due)
+    except (ValueError, TypeError, AttributeError):  # AttributeError: JSON that is neither form
+        log.error("unreadable detail in a done marker: %r", detail)
+        return Done(STATES[kind], at_ms)
+
+
+def _detail(sent_to: StoredAt | None, topic: str | None, due_ms: int | None) -> bytes:
+    where = (
+        None
+        if sent_to is None
+        else [sent_to.broker, sent_to.queue_id, sent_to.queue_offset, sent_to.offset_msg_id]
+    )
+    if topic is None and due_ms is None:  # the previous version's form: it reads these
+        return b"" if where is None else orjson.dumps(where)
+    doc: dict[str, Any] = {} if where is None else {"to": where}
+    if topic is not None:
+        doc["topic"] = topic
+    if due_ms is not None:
+        doc["due"] = due_ms
+    return orjson.dumps(doc)
+
+
+def _stored_at(where: Any) -> StoredAt:
+    """Raises ValueError or TypeError for anything but [broker, queue id, queue offset, msg id]."""
+    broker, queue_id, queue_offset, offset_msg_id = where
+    return StoredAt(str(broker), int(queue_id), int(queue_offset), str(offset_msg_id))

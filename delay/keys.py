@@ -2,7 +2,8 @@
 
 due      ``<due_ms:013d>:<id>``   -> DelayedMessage bytes   byte order == due-time order (Rock-DMQ's key)
 index    ``<id> NUL <due_ms:013d>`` -> b""                  id -> its scheduled due keys
-done     ``<id>``                 -> ``S|C <at_ms:013d>``   sent or cancelled, kept for the retention
+done     ``<id>``                 -> ``S|C <at_ms:013d>``   sent or cancelled, kept for the retention;
+                                    then a detail (delay.done): where, topic, due time
 expiry   ``<at_ms:013d>:<id>``    -> b""                    done markers in the order they expire
 meta     storage.progress keys (clock high-water mark, seek floor)
 

@@ -127,8 +127,8 @@ class DelayScheduler(DueLoop):
         self._gated = Gated(gate_held_max)  # turned away: asked again by key at regate() or re-ask time
         self.counts = PickCounts()
         self._reached = b""  # the furthest the cursor got (PickCounts.rescanned)
-        # published, "sent" not stored yet: (keys, at_ms, where each went)
-        self._unrecorded: list[tuple[list[bytes], int, list[StoredAt | None]]] = []
+        # published, "sent" not stored yet: (keys, at_ms, where each went, their topics)
+        self._unrecorded: list[tuple[list[bytes], int, list[StoredAt | None], list[str]]] = []
         self._calls: dict[asyncio.Task[None], int] = {}  # publishing or recording "sent": their messages
         self._keys_out = 0  # the messages of _calls
         self._publishing: set[asyncio.Task[None]] = set()  # of them, those still publishing (the slots)
@@ -386,13 +386,14 @@ class DelayScheduler(DueLoop):
                         self._retry_ms, out.first_error)  # fmt: skip
         if out.sent:
             keys = [key for key, _ in out.sent]
+            topics = [msg.topic for _, msg in out.sent]  # kept in the markers, for their status
             started = time.perf_counter()
             try:
-                await self._store.mark_sent(keys, out.done_at_ms, out.sent_to)
+                await self._store.mark_sent(keys, out.done_at_ms, out.sent_to, topics=topics)
                 self._stage("record", started)
             except StorageError as exc:
                 log.error("%d published messages not recorded as sent yet: %s", len(keys), exc)
-                self._unrecorded.append((keys, out.done_at_ms, out.sent_to))
+                self._unrecorded.append((keys, out.done_at_ms, out.sent_to, topics))
                 self._wake_for(None)  # the seek loop retries the record before it publishes anything else
 
     @property
@@ -423,9 +424,9 @@ class DelayScheduler(DueLoop):
 
     async def _record_unrecorded(self) -> bool:
         while self._unrecorded:
-            keys, at_ms, sent_to = self._unrecorded[0]
+            keys, at_ms, sent_to, topics = self._unrecorded[0]
             try:
-                await self._store.mark_sent(keys, at_ms, sent_to, again=True)
+                await self._store.mark_sent(keys, at_ms, sent_to, again=True, topics=topics)
             except StorageError:
                 return False
             self._unrecorded.pop(0)

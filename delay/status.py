@@ -22,9 +22,9 @@ class CancelOutcome(enum.Enum):
 class DelayStatus:
     id: str
     state: Status  # SCHEDULED, SENT or CANCELLED
-    due_ms: int | None = None  # SCHEDULED: when it is due
+    due_ms: int | None = None  # when it is (or was) due; SENT and CANCELLED: when their marker kept it
     at_ms: int | None = None  # SENT: when it was published; CANCELLED: when it was cancelled
-    topic: str | None = None  # SCHEDULED only
+    topic: str | None = None  # likewise: SENT and CANCELLED when their marker kept it
     sent_to: StoredAt | None = None  # SENT, when the path that sent it recorded where
 
 

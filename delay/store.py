@@ -235,8 +235,8 @@ class DelayStore(QueueBacked):
         # Lazy writes: no due copy waits for these, so they go after the "sent" records and schedules
         # queued, and ride on their WAL syncs (storage.group_commit); durable when this returns all the
         # same, so the marks consumer's offset never passes a drop that is not.
-        if free:
-            await self._cancel_keys(free, SENT, lazy=True)
+        if free:  # their markers without topics: 500 reads a mark, and the dmq process answers no status
+            await self._cancel_keys(free, SENT, lazy=True, named=False)
         if unknown:
             now = self.now_ms()
             await self.writer.write(
@@ -288,11 +288,15 @@ class DelayStore(QueueBacked):
                 return CancelOutcome.NOT_FOUND
             return CancelOutcome.ALREADY_SENT if done[0] is DelayState.SENT else CancelOutcome.CANCELLED
 
-    async def _cancel_keys(self, keys: list[bytes], kind: bytes = CANCELLED, *, lazy: bool = False) -> None:
+    async def _cancel_keys(
+        self, keys: list[bytes], kind: bytes = CANCELLED, *, lazy: bool = False, named: bool = True
+    ) -> None:
+        """Finish the due ``keys`` as ``kind`` now; ``named``: their markers keep their messages' topics
+        (read here: the claims taken first, nothing changes them before the batch is written)."""
         for key in keys:
             self.queue.claims.take(key)
         now = self.now_ms()
-        ops = self._finish_ops(keys, kind, now)
+        ops = self._finish_ops(keys, kind, now, topics=self._topics(keys) if named else ())
 
         def written(held: bool, synced: bool) -> None:
             self.queue.claims.release(keys)
@@ -354,20 +358,27 @@ class DelayStore(QueueBacked):
         return self.queue.first(start)
 
     async def mark_sent(
-        self, keys: list[bytes], at_ms: int, sent_to: Sequence[StoredAt | None] = (), *, again: bool = False
+        self,
+        keys: list[bytes],
+        at_ms: int,
+        sent_to: Sequence[StoredAt | None] = (),
+        *,
+        again: bool = False,
+        topics: Sequence[str | None] = (),
     ) -> None:
-        """The claimed messages under ``keys`` were published (to ``sent_to``, when known): delete them and
-        keep SENT markers, in one batch. Their claims are released once that is stored; until then cancel
-        answers ALREADY_SENT. ``again``: a record the store refused before, written now; a spooled one's
-        marker the replay has written since (where it went) is kept (the first record is not checked: the
-        replay's first try comes seconds after the spool, so no marker read on the usual path).
+        """The claimed messages under ``keys`` (to ``topics``, when given) were published (to ``sent_to``,
+        when known): delete them and keep SENT markers (with their topics and due times), in one batch.
+        Their claims are released once that is stored; until then cancel answers ALREADY_SENT.
+        ``again``: a record the store refused before, written now; a spooled one's marker the replay has
+        written since (where it went) is kept (the first record is not checked: the replay's first try
+        comes seconds after the spool, so no marker read on the usual path).
 
         Raises:
             StorageError: not recorded; the claims stay, call again.
         """
         self.queue.claims.mark_published(keys)
         keep = self._sent_by_replay(keys, sent_to) if again else ()
-        ops = self._finish_ops(keys, SENT, at_ms, sent_to, keep)
+        ops = self._finish_ops(keys, SENT, at_ms, sent_to, keep, topics)
 
         def written(held: bool, synced: bool) -> None:
             if synced:
@@ -397,16 +408,18 @@ class DelayStore(QueueBacked):
     async def record_sent(self, ids: Sequence[str], sent_to: Sequence[StoredAt | None] = ()) -> None:
         """Mark messages delivered by another path (the retry store's replay) as SENT now, so their
         status and a late cancel answer as for a published delayed message, for the same retention.
-        ``sent_to`` says where each was stored, when known.
+        ``sent_to`` says where each was stored, when known. The topic and due time a marker of the id
+        kept (a delayed message spooled when its publish failed) are kept.
 
         Raises:
             StorageError: not recorded.
         """
         now = self.now_ms()
         where = list(sent_to) or [None] * len(ids)
-        ops: list[Op] = [
-            op for id_, to in zip(ids, where, strict=True) for op in DoneMarkers.ops(id_, SENT, now, to)
-        ]
+        ops: list[Op] = []
+        for id_, to, done in zip(ids, where, self._done.get_many(list(ids)), strict=True):
+            topic, due_ms = (None, None) if done is None else (done.topic, done.due_ms)
+            ops += DoneMarkers.ops(id_, SENT, now, to, topic, due_ms)
         if ops:
             await self.writer.write(ops)
 
@@ -423,7 +436,11 @@ class DelayStore(QueueBacked):
                 topic = None
             return DelayStatus(id_, DelayState.SCHEDULED, due_ms=due, topic=topic)
         done = self._done.get(id_)
-        return None if done is None else DelayStatus(id_, done[0], at_ms=done[1], sent_to=done[2])
+        if done is None:
+            return None
+        return DelayStatus(
+            id_, done.state, due_ms=done.due_ms, at_ms=done.at_ms, topic=done.topic, sent_to=done.sent_to
+        )
 
     def stats(self) -> DelayStats:
         first = self.first_due(self.floor)
@@ -449,16 +466,29 @@ class DelayStore(QueueBacked):
         at_ms: int,
         sent_to: Sequence[StoredAt | None] = (),
         keep: Container[int] = (),
+        topics: Sequence[str | None] = (),
     ) -> list[Op]:
         """Delete the due keys and their index entries; mark their ids done (``kind`` at ``at_ms``, sent
-        to ``sent_to[i]`` when given), but for the indexes in ``keep`` (their marker stays as it is)."""
+        to ``sent_to[i]`` when given, with their due times and ``topics[i]`` when given), but for the
+        indexes in ``keep`` (their marker stays as it is)."""
         ops: list[Op] = []
         for i, key in enumerate(keys):
             due_ms, id_ = split_due_key(key)
             ops += (Delete(DUE_CF, key), Delete(INDEX_CF, index_key(id_, due_ms)))
             if i not in keep:
-                ops += DoneMarkers.ops(id_, kind, at_ms, sent_to[i] if i < len(sent_to) else None)
+                to = sent_to[i] if i < len(sent_to) else None
+                ops += DoneMarkers.ops(id_, kind, at_ms, to, topics[i] if i < len(topics) else None, due_ms)
         return ops
+
+    def _topics(self, keys: list[bytes]) -> list[str | None]:
+        """The topic of the message stored under each due key (None: gone, or unreadable)."""
+        topics: list[str | None] = []
+        for raw in self.kv.get_many(DUE_CF, keys):
+            try:
+                topics.append(decode_message(raw).topic if raw is not None else None)
+            except CorruptMessageError:
+                topics.append(None)
+        return topics
 
     def _sent_by_replay(self, keys: list[bytes], sent_to: Sequence[StoredAt | None]) -> set[int]:
         """Indexes of ``keys`` recorded without a "where" (spooled) whose marker already says where the

@@ -140,11 +140,11 @@ async def test_status_answers_have_the_fields_readme_states_for_each_mode(
 ) -> None:
     """The same delayed request, cancelled and published, asked about by id in each mode. README (Status
     and cancel) states each mode's fields: what both answer alike is asserted equal; where they differ,
-    the difference is exactly the documented one. Local mode's SENT and CANCELLED come from its done
-    markers, which keep when and where (broker, queueId, queueOffset, msgId), not the topic or due time;
-    service mode's come from the sidecar's record of what it forwarded (topic, due time): the service
-    publishes it, so when and where it went out is not known here, and its SENT names no sentAt (the due
-    time is its deliverAt, not when it went out)."""
+    the difference is exactly the documented one. Both name the topic and deliverAt. Local mode's SENT
+    and CANCELLED come from its done markers, which keep when and where (broker, queueId, queueOffset,
+    msgId) besides the topic and due time; service mode's come from the sidecar's record of what it
+    forwarded (topic, due time): the service publishes it, so when and where it went out is not known
+    here, and its SENT names no sentAt (the due time is its deliverAt, not when it went out)."""
     async with make_stack() as stack:
         local = await _lifecycle(stack, lambda d: stack.until_published(d["deliverAt"]))
     async with make_stack(delay_mode="service", dmq_inner_topic=INNER) as stack:
@@ -168,11 +168,13 @@ async def test_status_answers_have_the_fields_readme_states_for_each_mode(
     assert local["cancelled"]["status"] == service["cancelled"]["status"] == "CANCELLED"
     assert local["sent"]["status"] == service["sent"]["status"] == "SENT"
     # the documented contract of each mode (README, Status and cancel)
-    assert set(local["cancelled"]) == {"id", "status", "cancelledAt"}, local
+    assert set(local["cancelled"]) == {"id", "status", "cancelledAt", "topic", "deliverAt"}, local
     assert set(service["cancelled"]) == {"id", "status", "cancelledAt", "topic", "deliverAt"}, service
-    assert set(local["sent"]) == {"id", "status", "sentAt", "broker", "queueId", "queueOffset", "msgId"}, (
-        local
-    )
+    assert set(local["sent"]) == {
+        "id", "status", "sentAt", "broker", "queueId", "queueOffset", "msgId", "topic", "deliverAt",
+    }, local  # fmt: skip
     assert set(service["sent"]) == {"id", "status", "topic", "deliverAt"}, service
-    assert service["cancelled"]["topic"] == service["sent"]["topic"] == TOPIC
-    assert service["sent"]["deliverAt"] == service["answer_b"]["deliverAt"]  # the due time, as answered
+    for mode in (local, service):  # the topic and the due time, as answered
+        assert mode["cancelled"]["topic"] == mode["sent"]["topic"] == TOPIC
+        assert mode["cancelled"]["deliverAt"] == mode["answer"]["deliverAt"]
+        assert mode["sent"]["deliverAt"] == mode["answer_b"]["deliverAt"]

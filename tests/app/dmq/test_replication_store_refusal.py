@@ -209,5 +209,5 @@ async def test_published_messages_whose_sent_record_the_store_refuses_keep_it_ou
     p = pair
     p.a_rep.attach(p.a.scheduler)
     assert not p.a_rep._store_refuses()
-    p.a.scheduler._unrecorded.append(([b"k"], START_MS, [None]))
+    p.a.scheduler._unrecorded.append(([b"k"], START_MS, [None], ["t"]))
     assert p.a_rep._store_refuses() and not p.a_rep.may_publish(p.id_)
