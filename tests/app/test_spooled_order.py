@@ -360,6 +360,13 @@ async def test_http_a_later_message_of_a_spooled_key_is_answered_202_and_stored_
         status.json()["status"] == "SPOOLED"
         and status.json()["nextAttemptAt"] == first.json()["nextAttemptAt"]
     )
+    listed = (await stack.http.get("/v1/admin/retries", params={"topic": topic})).json()["items"]
+    assert [(i["bodyBytes"], i.get("waiting", False)) for i in listed] == [(2, False)] + [(2, True)] * 4
+    assert {i["nextAttemptAtMs"] for i in listed} == {first.json()["nextAttemptAt"]}
+    shown = (await stack.http.get(f"/v1/admin/messages/{second.json()['id']}")).json()["retry"]
+    assert (shown["state"], shown["topic"], shown["lastError"]) == ("SPOOLED", topic, BEHIND)
+    stats = (await stack.http.get("/v1/admin/stats")).json()
+    assert stats["retry"]["pending"] == 5
     await stack.start_brokers()
     await stack.drain()
     bodies = {f"m{i}".encode() for i in range(5)}

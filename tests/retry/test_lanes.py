@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from rocksidecar.retry import admin
 from rocksidecar.retry.keys import (
     COLUMN_FAMILIES,
     DEAD_CF,
@@ -40,6 +41,7 @@ from rocksidecar.retry.store import RetryStore
 from rocksidecar.storage.errors import StorageError
 from rocksidecar.storage.kv import KV, Put
 from rocksidecar.storage.memory import MemoryKV
+from rocksidecar.storage.query import Filter
 from rocksidecar.storage.rocks import RocksKV
 from tests.fakes import FakeWallClock
 from tests.retry.conftest import Final, GatedWrites, Harness, Redeliverable, record
@@ -485,3 +487,61 @@ async def test_an_ack_of_an_older_versions_record_leaves_the_lane_alone(h: Harne
     await h.store.ack(head)
     status = h.store.get("B")
     assert status is not None and parse_pending_key(status.key).due_ms == h.store.now_ms()
+
+
+# --- the admin's listing and purge ------------------------------------------------------------------
+
+
+async def test_the_pending_listing_shows_waiting_messages_after_the_pending_ones(h: Harness) -> None:
+    """By next attempt: the pending ones, then those waiting behind their lane's head (in lane order),
+    each with its head's next attempt and marked waiting; pages and filters cover both."""
+    now = h.store.now_ms()
+    await h.store.spool(keyed("A"), now + 60_000)
+    await h.store.spool_many([keyed("B"), keyed("C"), record("U", topic="other")])
+    items = admin.pending_page(h.store, Filter()).items
+    assert [(i.id, i.due_ms, i.waiting) for i in items] == [
+        ("U", now, False), ("A", now + 60_000, False), ("B", now + 60_000, True), ("C", now + 60_000, True),
+    ]  # fmt: skip
+    assert all(i.record is not None and i.record.body == b"" and i.body_bytes > 0 for i in items)
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = admin.pending_page(h.store, Filter(), cursor=cursor, limit=1)
+        seen += [i.id for i in page.items]
+        if page.cursor is None:
+            break
+        cursor = page.cursor
+    assert seen == ["U", "A", "B", "C"]
+    assert [i.id for i in admin.pending_page(h.store, Filter(topic="orders")).items] == ["A", "B", "C"]
+    assert [i.id for i in admin.pending_page(h.store, Filter(topic="other")).items] == ["U"]
+    late = Filter(due_after_ms=now + 1)
+    assert [i.id for i in admin.pending_page(h.store, late).items] == ["A", "B", "C"]
+    early = Filter(due_before_ms=now + 1)
+    assert [i.id for i in admin.pending_page(h.store, early).items] == ["U"]
+
+
+async def test_purge_by_filter_takes_waiting_messages_too(h: Harness) -> None:
+    now = h.store.now_ms()
+    await h.store.spool(keyed("A"), now + 60_000)
+    await h.store.spool_many([keyed("B"), keyed("C"), record("U", topic="other")])
+    assert await admin.purge(h.store, "pending", Filter(topic="orders"), in_flight=lambda _k: False) == (3, 0)
+    assert h.store.pending_count == 1 and h.store.lanes_open == 0
+    assert len(h.kv.scan(WAITING_CF)) == 0 and len(h.kv.scan(LANES_CF)) == 0
+
+
+async def test_the_listing_pages_through_waiting_messages_of_the_longest_sharding_key(h: Harness) -> None:
+    """A page's cursor is the last key read: a waiting key holds its sharding key (1 024 characters, here
+    of 3 UTF-8 bytes each, escaped '%' among them)."""
+    key = "€%" * 512
+    await h.store.spool(keyed("A", key=key), h.store.now_ms() + 60_000)
+    for id_ in ("B", "C", "D"):
+        await h.store.spool(keyed(id_, key=key))
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = admin.pending_page(h.store, Filter(), cursor=cursor, limit=1)
+        seen += [i.id for i in page.items]
+        if page.cursor is None:
+            break
+        cursor = page.cursor
+    assert seen == ["A", "B", "C", "D"]
