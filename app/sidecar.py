@@ -207,11 +207,23 @@ class Sidecar:
         return Outcome(result.msg_id, SENT, result)  # Outcome.sent inline: a call less a message
 
     async def _spool_behind(self, p: Prepared, head_due: int) -> Outcome:
-        """Spool a message of a key whose lane holds earlier ones, untried: it goes once they went (the
-        store queues it behind them; due when its lane's head is, should the lane empty meanwhile)."""
+        """Spool a message of a key whose lane holds earlier ones, untried: the store queues it behind them
+        and it goes right after them (answered: when the first of them is due). Due now should the lane
+        have emptied meanwhile: nothing is left to wait for."""
         record = RetryRecord.of(self.stored(p), error=BEHIND)
-        await self.retry.spool(record, head_due)
+        await self.retry.spool(record, self._now_ms())
         return Outcome(record.id, Status.SPOOLED, next_attempt_at_ms=head_due, last_error=BEHIND)
+
+    async def _spool_group_behind(
+        self, out: list[Outcome | Exception | None], behind: dict[int, Prepared], heads: dict[int, int]
+    ) -> None:
+        """_spool_behind of several items of a batch (index -> item; its lane's head's due time)."""
+        now = self._now_ms()
+        group = [(i, RetryRecord.of(self.stored(p), error=BEHIND), now) for i, p in behind.items()]
+        await self._spool_group(out, group, failed=False)
+        for i, due in heads.items():
+            if type(answer := out[i]) is Outcome:
+                answer.next_attempt_at_ms = due
 
     def _delay_store(self) -> DelaySchedule:
         if self.delay is None:  # the edges refuse a delay first when Limits.delay says so
@@ -303,9 +315,8 @@ class Sidecar:
         if delayed:
             jobs.append(self._schedule_group(out, [(i, items[i]) for i in delayed]))  # type: ignore[misc]
         if behind:  # their lanes' earlier messages wait in the store: behind them, untried
-            held = [(i, cast(Prepared, items[i]), due) for i, due in behind.items()]
-            waiting = [(i, RetryRecord.of(self.stored(p), error=BEHIND), due) for i, p, due in held]
-            jobs.append(self._spool_group(out, waiting, failed=False))
+            held = {i: cast(Prepared, items[i]) for i in behind}
+            jobs.append(self._spool_group_behind(out, held, behind))
         if spooled:
             now = self._now_ms()
             group = [(i, RetryRecord.of(self.stored(items[i])), now) for i in spooled]  # type: ignore[arg-type]

@@ -125,11 +125,12 @@ class StoreDelivery:
     async def _publish_behind(
         self, msgs: Sequence[DelayedMessage], behind: dict[int, int]
     ) -> list[Exception | StoredAt | Spooled]:
-        """publish_delayed of due messages some of which (``behind``: index -> their lane's head's due
-        time) are spooled behind their lane instead; the others are published."""
+        """publish_delayed of due messages some of which (``behind``: their indexes) are spooled behind
+        their lane instead; the others are published."""
+        now = self.now_ms()  # due now should the lane empty meanwhile (sidecar.Sidecar._spool_behind)
         queued = [
-            (i, replace(RetryRecord.of(msgs[i], error=BEHIND), delay_due_ms=msgs[i].due_ms), due)
-            for i, due in behind.items()
+            (i, replace(RetryRecord.of(msgs[i], error=BEHIND), delay_due_ms=msgs[i].due_ms), now)
+            for i in behind
         ]
         out: list[Exception | StoredAt | Spooled] = [SPOOLED] * len(msgs)
         for i, exc in (await spool_by_due(self.retry, queued)).items():

@@ -3,8 +3,8 @@
 A batch's ids share one time stamp and end in a 16-bit counter (rmq/msgid.py). The retry store orders its
 keys due:count:type:id and the delay store due:id, so a batch of one key that shares a due time is replayed
 or published in id order: a batch whose counter wrapped inside it (about 1 in 65 of 1000-message batches)
-had its tail first. Also: README says plainly what the sidecar does not order (a key's spooled messages
-against its later ones).
+had its tail first. And a key's order across an outage (retry.lanes): its spooled messages replayed in
+their order, its later ones held behind them, on every send path.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ async def test_a_batch_of_one_key_spooled_together_is_replayed_in_its_order_acro
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A batch of one sharding key spooled together (ack=spool here; a batch that failed in an outage
-    alike) shares one due time, and the retry store orders its keys due:count:type:id, so the replay
-    sends the batch in id order. The counter is set just before the wrap here."""
+    alike) shares one due time: the replay sends it in its lane's order (retry.lanes), the batch's, not
+    in the order of its ids. The counter is set just before the wrap here."""
     topic = "OrderedWrap"
     await _warm(stack, topic)
     monkeypatch.setattr(msgid._default, "_counter", itertools.count(0xFFFE))
@@ -96,19 +96,22 @@ async def test_a_delayed_batch_of_one_key_with_one_due_time_is_published_in_its_
     assert _key_queue_order(stack, topic, {f"m{i}".encode() for i in range(4)}) == ["m0", "m1", "m2", "m3"]
 
 
-def test_readme_says_a_spooled_message_of_a_key_can_be_stored_after_later_ones() -> None:
-    """Not ordered (a design change for another day: a per-key FIFO through the retry store): a message
-    of a sharding key answered 202 SPOOLED, or a delayed one whose publish failed, is stored when the
-    retry store replays it, after later messages of its key sent directly, and the back-off ladder can
-    replay a key's spooled messages out of their order. README says so, and what an app can do."""
+def test_readme_states_the_keys_order_across_an_outage_the_dead_letter_rule_and_the_upgrade() -> None:
+    """The retry store's lanes keep a key's spooled messages in their order and hold its later ones behind
+    them (the tests below); README promises it, says what a dead letter does to the order and what an
+    upgrade from a version without lanes leaves unordered, and no longer discloses the opposite."""
     readme = " ".join((ROOT / "README.md").read_text().split())
-    assert "A spooled message of a sharding key loses its place in the key's order" in readme
-    assert "the back-off ladder can replay a key's spooled messages out of their order" in readme
-    assert "So can a delayed message whose publish failed" in readme
+    assert "loses its place" not in readme and "can land after later messages of its key" not in readme
     assert (
-        "sends nothing more of that key after a `202 SPOOLED` until `GET /v1/messages/{id}` (gRPC"
-        " `GetMessage`) of that message says `SENT`" in readme
-    ), "README's sentence changed"
+        "A topic's sharding key keeps its messages in the order the sidecar answered them, across an outage"
+        in readme
+    )
+    assert "`lastError` `waits behind an earlier spooled message of its sharding key`" in readme
+    assert (
+        "lets the next one of its key go, as Java's orderly consumer moves on after `maxReconsumeTimes`"
+        in readme
+    )
+    assert "Upgrading from a version without lanes" in readme
 
 
 # --- a sharding key's order across an outage: the retry store's lanes (retry.lanes) --------------------
@@ -371,3 +374,36 @@ async def test_http_a_later_message_of_a_spooled_key_is_answered_202_and_stored_
     await stack.drain()
     bodies = {f"m{i}".encode() for i in range(5)}
     assert _key_queue_order(stack, topic, bodies) == ["m0", "m1", "m2", "m3", "m4"]
+
+
+class StaleLanes:
+    """Says every key's lane holds a message due in 30 minutes: as a lane read just before its last
+    message left the store."""
+
+    lanes_open = 1
+
+    def lane_head_due(self, topic: str, sharding_key: str) -> int | None:
+        return 1_800_000 + 1_700_000_000_000
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+async def test_a_message_held_behind_a_lane_that_empties_meanwhile_goes_at_once(
+    lanes: Lanes, batch: bool
+) -> None:
+    """Not at the due time of the message it was to wait for (up to the ladder's 30 minutes away): once
+    the lane has nothing left, it is the lane's first, due when it was spooled."""
+    sidecar = Sidecar(
+        lanes.broker,
+        lanes.retry,
+        policy_for=lambda _t: RetryPolicy(),
+        now_ms=lanes.retry.now_ms,
+        lanes=StaleLanes(),
+    )
+    prepared = lanes.prepared("A")
+    if batch:
+        [answer] = await sidecar.send_batch([prepared])
+    else:
+        answer = await sidecar.send(prepared)
+    assert isinstance(answer, Outcome) and (answer.status, answer.last_error) == (Status.SPOOLED, BEHIND)
+    await asyncio.wait_for(lanes.replay.wait_idle(), 10)
+    assert lanes.broker.order(KEY) == ["A"]
