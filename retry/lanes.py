@@ -53,6 +53,8 @@ class _Entry:
 
 
 class LaneLocks:
+    """The lanes' locks of one store (see the module's docstring)."""
+
     def __init__(self) -> None:
         self._locks: dict[bytes, _Entry] = {}
 
@@ -114,6 +116,7 @@ class LaneBatch:
         self._now = now_ms
         self._arriving = arriving  # pending keys other calls are writing now (RetryStore._arriving)
         self._entries: dict[bytes, Lane | None] = {}
+        self._unreadable: set[bytes] = set()  # lanes whose entry is there but does not decode
         self._changed: dict[bytes, None] = {}  # lanes whose entry is written (in order)
         self.ops: list[Op] = []
         self.promoted: list[bytes] = []  # pending keys of waiting records that took their head's place
@@ -128,6 +131,7 @@ class LaneBatch:
                 self._entries[lane] = None if raw is None else decode_lane(raw)
             except ValueError:
                 self._entries[lane] = None  # not one this version wrote: the next head rewrites it
+                self._unreadable.add(lane)
         return self._entries[lane]
 
     def put_pending(self, key: bytes, record: RetryRecord) -> None:
@@ -154,7 +158,8 @@ class LaneBatch:
         entry."""
         self._entries[lane] = Lane(0, 0, head)
         self._changed[lane] = None
-        self.opened += 1
+        if lane not in self._unreadable:  # (one that was there, unreadable, was counted)
+            self.opened += 1
 
     def moved(self, lane: bytes, old: bytes, new: bytes) -> None:
         """The record under pending ``old`` is rescheduled under ``new``: if it is the head, the entry
