@@ -183,6 +183,7 @@ class SidecarParts:
             now_ms=self.retry.now_ms,  # never runs backwards: a clock step cannot make a rung fire early
             on_spooled=self.events.spooled,
             on_sent=self.metrics.observe_send,  # the API's sends, timed inline (no wrapper: the hot path)
+            lanes=self.retry,  # a sharding key's messages wait behind its spooled ones (retry.lanes)
         )
         loops_sender = TimedSender(loops_sender, self.metrics.observe_send)  # replays, delay publications
         loops_sender = spans.TracedSender(loops_sender, background=True) if traced else loops_sender

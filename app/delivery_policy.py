@@ -9,7 +9,7 @@ retried on the message type's ladder.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
 from rocksidecar.retry.policy import RetryPolicy
@@ -27,6 +27,40 @@ class RetrySpool(Protocol):
     async def spool(self, record: RetryRecord, due_ms: int | None = None) -> object: ...
 
     async def spool_many(self, records: Sequence[RetryRecord], due_ms: int | None = None) -> object: ...
+
+
+class Lanes(Protocol):
+    """The retry store's lanes (retry.lanes) as the send paths ask them: whether a sharding key's earlier
+    messages wait there, which a message of the key sent now would overtake."""
+
+    @property
+    def lanes_open(self) -> int:
+        """0 while no lane holds a message: then nothing needs asking."""
+        ...
+
+    def lane_head_due(self, topic: str, sharding_key: str) -> int | None:
+        """When the lane's first message is due; None when the lane is empty."""
+        ...
+
+
+# The lastError of a message spooled, untried, because its key's lane holds earlier ones.
+BEHIND = "waits behind an earlier spooled message of its sharding key"
+
+
+def busy_lanes(lanes: Lanes, keyed: Iterable[tuple[K, str, str | None]]) -> dict[K, int]:
+    """Of ``keyed`` (key, topic, sharding key), the keys whose lane holds earlier messages, each with
+    its lane's head's due time (the lane asked once however many messages it has here)."""
+    heads: dict[tuple[str, str], int | None] = {}
+    busy: dict[K, int] = {}
+    for key, topic, sharding_key in keyed:
+        if sharding_key is None:
+            continue
+        lane = (topic, sharding_key)
+        if lane not in heads:
+            heads[lane] = lanes.lane_head_due(topic, sharding_key)
+        if (due := heads[lane]) is not None:
+            busy[key] = due
+    return busy
 
 
 def message_fault(exc: BaseException) -> bool:
@@ -53,15 +87,29 @@ def failed_send(
     return RetryRecord.of(msg, error=last_error(exc), failed_at_ms=now_ms), first_due_ms(policy, now_ms)
 
 
+def in_lane_order(records: Sequence[tuple[K, RetryRecord, int]]) -> list[tuple[K, RetryRecord, int]]:
+    """(key, record, due) with every record of one lane (topic and sharding key) due when its first one
+    is: spool_by_due spools each due time in a call of its own, concurrently, and a lane's records must
+    reach the store in their order (the store queues them so; those after the first wait behind it, and
+    their own due time never counts)."""
+    first: dict[tuple[str, str], int] = {}
+    out: list[tuple[K, RetryRecord, int]] = []
+    for key, record, due in records:
+        lane = (record.topic, record.sharding_key) if record.sharding_key else None
+        out.append((key, record, due if lane is None else first.setdefault(lane, due)))
+    return out
+
+
 async def spool_by_due(
     retry: RetrySpool, records: Sequence[tuple[K, RetryRecord, int]]
 ) -> dict[K, Exception]:
-    """Spool (key, record, due) in one synced batch per due time, all or none per batch; the error of
-    each key whose batch failed (nothing stored for those: never answer them 2xx)."""
+    """Spool (key, record, due) in one synced batch per due time, all or none per batch, the records of
+    one sharding key in one of them (in_lane_order); the error of each key whose batch failed (nothing
+    stored for those: never answer them 2xx)."""
     if not records:
         return {}
     by_due: dict[int, list[tuple[K, RetryRecord]]] = {}
-    for key, record, due in records:
+    for key, record, due in in_lane_order(records):
         by_due.setdefault(due, []).append((key, record))
     failed: dict[K, Exception] = {}
 

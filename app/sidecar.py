@@ -3,6 +3,10 @@
 The promise lives here: an outcome other than an error means the message is stored, either by a broker
 (SENT) or synced to the local store (SPOOLED, SCHEDULED). A message the broker refuses for its own sake
 (MESSAGE_ILLEGAL) is rejected; any other failure is spooled for the retry store's replay.
+
+A message with a sharding key whose earlier messages wait in the retry store (its lane: retry.lanes) is
+not sent: sent now it would be stored before them. It is spooled behind them, untried, and answered
+SPOOLED with its lane's head's due time.
 """
 
 from __future__ import annotations
@@ -24,7 +28,16 @@ from rocksidecar.storage.clock import wall_ms
 from rocksidecar.storage.message import StoredMessage
 from rocksidecar.storage.status import Status, StoredAtLike
 
-from .delivery_policy import RetrySpool, failed_send, message_fault, spool_by_due
+from .delivery_policy import (
+    BEHIND,
+    Lanes,
+    RetrySpool,
+    busy_lanes,
+    failed_send,
+    in_lane_order,
+    message_fault,
+    spool_by_due,
+)
 from .request import Prepared, RequestError
 from .wire import to_stored
 
@@ -141,7 +154,10 @@ class Sidecar:
         on_spooled: Callable[[RetryRecord], None] | None = None,
         on_sent: Callable[[float, Message | None], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        lanes: Lanes | None = None,
     ) -> None:
+        """``lanes``: the retry store's, asked before a message with a sharding key is sent (None: never,
+        for a store that keeps no lanes)."""
         self.on_spooled = on_spooled  # after a failed send was spooled (the operator's log)
         # (seconds, the message or a batch's first) once per send to the producer, every attempt of it
         # included, whatever its outcome (Metrics.observe_send); one clock read before, one after
@@ -154,6 +170,7 @@ class Sidecar:
         self._canceller = canceller
         self._policy_for = policy_for
         self._now_ms = now_ms
+        self._lanes = lanes
 
     def stored(self, p: Prepared) -> StoredMessage:
         """The one conversion of a prepared request message into the stores' message (created now)."""
@@ -169,6 +186,10 @@ class Sidecar:
         assert id is not None
         if p.deliver_at_ms is not None:
             return await self._schedule(p)
+        if p.sharding_key is not None and (lanes := self._lanes) is not None and lanes.lanes_open:
+            head_due = lanes.lane_head_due(p.message.topic, p.sharding_key)
+            if head_due is not None:
+                return await self._spool_behind(p, head_due)
         if ack is SPOOL:
             now = self._now_ms()
             await self.retry.spool(RetryRecord.of(self.stored(p)), now)
@@ -184,6 +205,25 @@ class Sidecar:
         if on_sent is not None:
             on_sent(self._clock() - started, p.message)
         return Outcome(result.msg_id, SENT, result)  # Outcome.sent inline: a call less a message
+
+    async def _spool_behind(self, p: Prepared, head_due: int) -> Outcome:
+        """Spool a message of a key whose lane holds earlier ones, untried: the store queues it behind them
+        and it goes right after them (answered: when the first of them is due). Due now should the lane
+        have emptied meanwhile: nothing is left to wait for."""
+        record = RetryRecord.of(self.stored(p), error=BEHIND)
+        await self.retry.spool(record, self._now_ms())
+        return Outcome(record.id, Status.SPOOLED, next_attempt_at_ms=head_due, last_error=BEHIND)
+
+    async def _spool_group_behind(
+        self, out: list[Outcome | Exception | None], behind: dict[int, Prepared], heads: dict[int, int]
+    ) -> None:
+        """_spool_behind of several items of a batch (index -> item; its lane's head's due time)."""
+        now = self._now_ms()
+        group = [(i, RetryRecord.of(self.stored(p), error=BEHIND), now) for i, p in behind.items()]
+        await self._spool_group(out, group, failed=False)
+        for i, due in heads.items():
+            if type(answer := out[i]) is Outcome:
+                answer.next_attempt_at_ms = due
 
     def _delay_store(self) -> DelaySchedule:
         if self.delay is None:  # the edges refuse a delay first when Limits.delay says so
@@ -246,8 +286,11 @@ class Sidecar:
         """One outcome (or error) per item, in order; a bad or failing item fails only itself."""
         n = len(items)
         out: list[Outcome | Exception | None] = [None] * n
+        lanes = self._lanes
+        behind = self._behind(lanes, items) if lanes is not None and lanes.lanes_open else None
         if (
             ack is not SPOOL
+            and not behind
             and {Prepared} == set(map(type, items))
             and {None} == {p.deliver_at_ms for p in items}  # type: ignore[union-attr]
         ):
@@ -266,11 +309,14 @@ class Sidecar:
                 out[i] = item
             elif item.deliver_at_ms is not None:
                 delayed.append(i)
-            else:
+            elif not behind or i not in behind:
                 now_or_spooled.append(i)
         jobs: list[Awaitable[object]] = []
         if delayed:
             jobs.append(self._schedule_group(out, [(i, items[i]) for i in delayed]))  # type: ignore[misc]
+        if behind:  # their lanes' earlier messages wait in the store: behind them, untried
+            held = {i: cast(Prepared, items[i]) for i in behind}
+            jobs.append(self._spool_group_behind(out, held, behind))
         if spooled:
             now = self._now_ms()
             group = [(i, RetryRecord.of(self.stored(items[i])), now) for i in spooled]  # type: ignore[arg-type]
@@ -284,18 +330,37 @@ class Sidecar:
         return [o if o is not None else RuntimeError("no outcome") for o in out]
 
     async def _spool_group(
-        self, out: list[Outcome | Exception | None], group: list[tuple[int, RetryRecord, int]]
+        self,
+        out: list[Outcome | Exception | None],
+        group: list[tuple[int, RetryRecord, int]],
+        *,
+        failed: bool = True,
     ) -> None:
-        """Spool (index, record, due) in one synced batch per due time, and answer each index."""
-        failed = await spool_by_due(self.retry, group)
+        """Spool (index, record, due) in one synced batch per due time, and answer each index. ``failed``:
+        their sends failed (the operator hears of each one with an error)."""
+        group = in_lane_order(group)  # the due times spooled, and answered
+        refused = await spool_by_due(self.retry, group)
         for i, record, due in group:
-            if i in failed:
-                out[i] = failed[i]
+            if i in refused:
+                out[i] = refused[i]
                 continue
             error = record.last_error
             out[i] = Outcome(record.id, Status.SPOOLED, next_attempt_at_ms=due, last_error=error or None)
-            if error and self.on_spooled is not None:
+            if failed and error and self.on_spooled is not None:
                 self.on_spooled(record)
+
+    @staticmethod
+    def _behind(lanes: Lanes, items: Sequence[Prepared | RequestError]) -> dict[int, int]:
+        """The indexes of the items to send now whose lane holds earlier messages, each with its lane's
+        head's due time."""
+        return busy_lanes(
+            lanes,
+            (
+                (i, p.message.topic, p.sharding_key)
+                for i, p in enumerate(items)
+                if type(p) is Prepared and p.deliver_at_ms is None
+            ),
+        )
 
     async def _send_direct(
         self, idx: list[int], items: Sequence[Prepared | RequestError], out: list[Outcome | Exception | None]

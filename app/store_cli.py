@@ -26,7 +26,7 @@ from typing import TextIO
 import orjson
 
 from rocksidecar.delay import DelayStore
-from rocksidecar.retry.keys import COLUMN_FAMILIES, PENDING_CF, parse_pending_key
+from rocksidecar.retry.keys import COLUMN_FAMILIES
 from rocksidecar.retry.record import CorruptRecordError, decode_record, record_to_json
 from rocksidecar.retry.store import RetryStore
 from rocksidecar.storage.errors import StorageError, StoreLockedError
@@ -260,13 +260,10 @@ def _stats(store: RetryStore) -> None:
 
 def _inspect(store: RetryStore, key_or_id: str) -> None:
     key = key_or_id.encode()
-    raw = store.kv.get(PENDING_CF, key)
-    if raw is not None:
-        doc: dict[str, object] = {
-            "state": "SPOOLED",
-            "key": key_or_id,
-            "next_attempt_at_ms": parse_pending_key(key).due_ms,
-        }
+    spooled = store.spooled(key)  # pending, or waiting behind its lane's head
+    if spooled is not None:
+        raw, next_attempt = spooled
+        doc: dict[str, object] = {"state": "SPOOLED", "key": key_or_id, "next_attempt_at_ms": next_attempt}
         try:
             doc["record"] = record_to_json(decode_record(raw))
         except CorruptRecordError as exc:
@@ -295,7 +292,7 @@ def _inspect(store: RetryStore, key_or_id: str) -> None:
         "reason": status.reason,
         "dead_at_ms": status.dead_at_ms,
     }
-    if status.key and store.kv.get(PENDING_CF, status.key) is not None:
+    if status.key and store.spooled(status.key) is not None:
         try:
             record = store.pending_record(status.key)
             doc["record"] = record_to_json(record) if record else None

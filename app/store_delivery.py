@@ -16,7 +16,7 @@ from rocksidecar.rmq import RocketMQError, Sender, SendResult
 from rocksidecar.storage.due_loop import observe
 from rocksidecar.storage.message import StoredMessage
 
-from .delivery_policy import RetrySpool, failed_send, message_fault, spool_by_due
+from .delivery_policy import BEHIND, Lanes, RetrySpool, busy_lanes, failed_send, message_fault, spool_by_due
 from .wire import stored_at, to_wire
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,9 @@ class StoreDelivery:
     # one list per redelivery; Rock-DMQ replicas mark them then (app.dmq.replication), as the scheduler's
     # on_sent marks those a broker stored at once: only now may the other copies be dropped.
     on_delayed_sent: Callable[[list[RetryRecord]], None] | None = field(default=None, kw_only=True)
+    # The retry store's lanes: a due message of a sharding key whose earlier messages wait there is not
+    # published (it would be stored before them) but spooled behind them (None: never asked).
+    lanes: Lanes | None = field(default=None, kw_only=True)
 
     async def redeliver(self, record: RetryRecord) -> None:
         """The retry store's ``deliver``: send a spooled message again, under its original id."""
@@ -110,7 +113,35 @@ class StoreDelivery:
         """The delay scheduler's ``publish``: send due messages as batches; spool what fails into the retry
         store (which also dead-letters what the broker refuses). An exception per message means "stored
         nowhere": the scheduler keeps it and tries again; a StoredAt, where the broker stored it; SPOOLED,
-        kept in the retry store (not published yet: its replay publishes it, and tells its lateness)."""
+        kept in the retry store (not published yet: its replay publishes it, and tells its lateness); so is
+        one whose sharding key's earlier messages wait there (spooled behind them, untried)."""
+        lanes = self.lanes
+        if lanes is not None and lanes.lanes_open:
+            behind = busy_lanes(lanes, ((i, m.topic, m.sharding_key) for i, m in enumerate(msgs)))
+            if behind:
+                return await self._publish_behind(msgs, behind)
+        return await self._publish(msgs)
+
+    async def _publish_behind(
+        self, msgs: Sequence[DelayedMessage], behind: dict[int, int]
+    ) -> list[Exception | StoredAt | Spooled]:
+        """publish_delayed of due messages some of which (``behind``: their indexes) are spooled behind
+        their lane instead; the others are published."""
+        now = self.now_ms()  # due now should the lane empty meanwhile (sidecar.Sidecar._spool_behind)
+        queued = [
+            (i, replace(RetryRecord.of(msgs[i], error=BEHIND), delay_due_ms=msgs[i].due_ms), now)
+            for i in behind
+        ]
+        out: list[Exception | StoredAt | Spooled] = [SPOOLED] * len(msgs)
+        for i, exc in (await spool_by_due(self.retry, queued)).items():
+            out[i] = exc  # stored nowhere: the scheduler keeps it
+        rest = [i for i in range(len(msgs)) if i not in behind]
+        if rest:
+            for i, result in zip(rest, await self._publish([msgs[i] for i in rest]), strict=True):
+                out[i] = result
+        return out
+
+    async def _publish(self, msgs: Sequence[DelayedMessage]) -> list[Exception | StoredAt | Spooled]:
         results = await self.producer.send_batch(
             [to_wire(m) for m in msgs], [m.sharding_key for m in msgs], validated=True
         )
@@ -146,7 +177,7 @@ def delivery_loops(
     ``on_delayed_sent``: StoreDelivery.on_delayed_sent)."""
     delivery = StoreDelivery(
         producer, retry, delay, policy_for=policy_for, now_ms=retry.now_ms, on_published=on_published,
-        on_delayed_sent=on_delayed_sent,
+        on_delayed_sent=on_delayed_sent, lanes=retry,
     )  # fmt: skip
     scheduler = DelayScheduler(delay, delivery.publish_delayed, on_published=on_published)
     replay = ReplayLoop(

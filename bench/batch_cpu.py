@@ -103,7 +103,13 @@ class InstantBroker:
 
 
 class NoSpool:
-    """The retry store: never reached while every message is SENT (the run checks it)."""
+    """The retry store: never reached while every message is SENT (the run checks it). Its lanes are
+    asked as the sidecar's are (app.sidecar): none is open, as with nothing spooled."""
+
+    lanes_open = 0
+
+    def lane_head_due(self, topic: str, sharding_key: str) -> int | None:
+        raise AssertionError("a lane was asked about while none is open")
 
     async def spool(self, record: RetryRecord, due_ms: int | None = None) -> object:
         raise AssertionError("a message was spooled: the benchmark measures the all-SENT path")
@@ -120,7 +126,8 @@ def build_api(spans_on: bool = False) -> Api:
     producer = Producer(NameServerClient(invoker, "ns:9876"), BrokerApi(invoker), client_id="bench@1")
     # spans on: the send wrapped as app.assembly wraps it
     sender: Sender = spans.TracedSender(producer, background=False) if spans_on else producer
-    sidecar = Sidecar(sender, NoSpool(), policy_for=lambda _type: RetryPolicy())
+    spool = NoSpool()
+    sidecar = Sidecar(sender, spool, policy_for=lambda _type: RetryPolicy(), lanes=spool)
     limits = Limits(max_body_bytes=4 * 1024 * 1024, max_delay_ms=40 * 24 * 3600 * 1000)
     deps = EdgeDeps(sidecar, limits, 1000, Metrics(), None, wall_ms)
     return Api(Operations.of(deps, HTTP_FIELDS), cast(Readiness, None))  # the route never reads it

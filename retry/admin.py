@@ -1,5 +1,6 @@
 """What the admin API and the CLI ask of a running retry store: filtered, paged listings of pending
-messages and dead letters, re-drive by filter, and purge."""
+messages (those waiting behind their lane's head included) and dead letters, re-drive by filter, and
+purge."""
 
 from __future__ import annotations
 
@@ -9,10 +10,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from rocksidecar.storage.keys import DUE_WIDTH, due_prefix
-from rocksidecar.storage.query import Filter, Page, decode_cursor, due_messages, encode_cursor, page
+from rocksidecar.storage.query import (
+    PAGE_BYTES,
+    SCAN_BUDGET,
+    Filter,
+    Page,
+    decode_cursor,
+    due_messages,
+    encode_cursor,
+    page,
+)
 
 from .dead_letter import DeadLetter, decode_dead
-from .keys import DEAD_CF, PENDING_CF, parse_pending_key, pending_of_dead
+from .keys import DEAD_CF, PENDING_CF, WAITING_CF, parse_pending_key, pending_of_dead, split_waiting_key
 from .record import CorruptRecordError, RetryRecord, decode_record
 from .store import RetryStore
 
@@ -27,7 +37,8 @@ def _bodiless(record: RetryRecord) -> RetryRecord:
 
 @dataclass(frozen=True, slots=True)
 class PendingItem:
-    """A pending retry as the admin views list it."""
+    """A pending retry as the admin views list it: pending, or waiting behind its lane's head
+    (``waiting``: its key is a waiting key, its due time the head's)."""
 
     key: bytes
     id: str
@@ -35,14 +46,21 @@ class PendingItem:
     record: RetryRecord | None  # without its body; None: the value does not decode (see corrupt)
     corrupt: str | None = None
     body_bytes: int = 0  # the length of the record's body
+    waiting: bool = False
 
     @classmethod
     def of(
-        cls, key: bytes, id_: str, due_ms: int, record: RetryRecord | None, corrupt: str | None
+        cls,
+        key: bytes,
+        id_: str,
+        due_ms: int,
+        record: RetryRecord | None,
+        corrupt: str | None,
+        waiting: bool = False,
     ) -> PendingItem:
         if record is None:
-            return cls(key, id_, due_ms, None, corrupt)
-        return cls(key, id_, due_ms, _bodiless(record), corrupt, len(record.body))
+            return cls(key, id_, due_ms, None, corrupt, waiting=waiting)
+        return cls(key, id_, due_ms, _bodiless(record), corrupt, len(record.body), waiting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +105,72 @@ def _dead(where: Filter) -> Callable[[bytes, bytes], DeadItem | None]:
     return decode
 
 
+# A cursor into the waiting messages starts with this byte, which no pending key does (they start with
+# their due time's digits).
+WAITING_MARK = b"\xff"
+
+
 def pending_page(
     store: RetryStore, where: Filter, *, cursor: str | None = None, limit: int = 100
 ) -> Page[PendingItem]:
-    """Pending messages in due-time order (``due_*`` filter the next attempt time)."""
+    """Pending messages in due-time order (``due_*`` filter the next attempt time), then the messages
+    waiting behind their lane's head, lane by lane in their order (their next attempt: their head's).
+    Raises ValueError for a bad cursor."""
+    raw = None if cursor is None else decode_cursor(cursor)
+    if raw is not None and raw.startswith(WAITING_MARK):
+        return _waiting_page(store, where, raw[1:], limit)
     listed = due_messages(where, _pending_key, decode_record, PendingItem.of)
-    return page(store.kv, PENDING_CF, where, listed, cursor=cursor, limit=limit)
+    found = page(store.kv, PENDING_CF, where, listed, cursor=cursor, limit=limit)
+    if found.cursor is not None:
+        return found
+    more = _waiting_page(store, where, b"", limit - len(found.items))
+    return Page(found.items + more.items, more.cursor)
+
+
+def _waiting_page(store: RetryStore, where: Filter, after: bytes, limit: int) -> Page[PendingItem]:
+    """Up to ``limit`` waiting messages ``where`` matches, with keys after ``after`` (b"": from the first),
+    as storage.query.page reads (its budgets, a cursor to go on from); their due time is their head's,
+    filtered here (their keys do not start with one)."""
+    lower = after + b"\x00" if after else None
+    if limit <= 0:  # the pending ones filled the page: the next one starts here, if there is anything
+        more = store.kv.scan(WAITING_CF, lower=lower, limit=1)
+        return Page([], encode_cursor(WAITING_MARK + after) if more else None)
+    items: list[PendingItem] = []
+    heads: dict[bytes, int] = {}  # lane -> its head's due time, read once a page
+    size = 0
+    last: bytes | None = None
+    for read, (key, value) in enumerate(store.kv.iterate(WAITING_CF, lower=lower)):
+        if last is not None and (len(items) >= limit or read >= SCAN_BUDGET or size >= PAGE_BYTES):
+            return Page(items, encode_cursor(WAITING_MARK + last))
+        size += len(value)
+        last = key
+        item = _waiting_item(store, where, key, value, heads)
+        if item is not None:
+            items.append(item)
+    return Page(items, None)
+
+
+def _waiting_item(
+    store: RetryStore, where: Filter, key: bytes, raw: bytes, heads: dict[bytes, int]
+) -> PendingItem | None:
+    try:
+        lane, _, id_ = split_waiting_key(key)
+    except ValueError:
+        return None
+    due = heads.get(lane)
+    if due is None:
+        due = heads[lane] = store.waiting_due(key)
+    if (where.due_after_ms is not None and due < where.due_after_ms) or (
+        where.due_before_ms is not None and due >= where.due_before_ms
+    ):
+        return None
+    try:
+        record = decode_record(raw)
+    except CorruptRecordError as exc:
+        return None if where.on_message else PendingItem.of(key, id_, due, None, str(exc), True)
+    if not where.matches(record.topic, record.type):
+        return None
+    return PendingItem.of(key, id_, due, record, None, True)
 
 
 def dead_page(
@@ -204,11 +282,12 @@ async def purge(
     while True:
         if state == "pending":
             found = pending_page(store, where, cursor=cursor, limit=PURGE_CHUNK)
-            keys = [item.key for item in found.items]
+            keys = [item.key for item in found.items if not item.waiting]
+            waiting = [item.key for item in found.items if item.waiting]
             # store.purge claims the keys it deletes and leaves claimed ones alone, in the same step as
             # this check (no await between): what is in flight now is what it skips.
             skipped += sum(1 for k in keys if in_flight(k))
-            deleted += await store.purge(pending=keys)
+            deleted += await store.purge(pending=keys, waiting=waiting)
             cursor = found.cursor
         else:
             letters = dead_page(store, where, cursor=cursor, limit=PURGE_CHUNK)

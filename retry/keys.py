@@ -1,8 +1,14 @@
 """The retry store's column families and their key layouts. Pure functions.
 
 pending  ``<due_ms:013d>:<retry_count>:<type>:<id>``  byte order == due-time order (the seed's layout)
-index    ``<id> NUL p|d <pending or dead key>``      id -> where the message is now
+index    ``<id> NUL p|w|d <pending, waiting or dead key>``  id -> where the message is now
 dead     ``<dead_at_ms:013d>:<pending key>``          dead letters in the order they died
+lanes    ``<topic> NUL <sharding key>``               a lane -> ``<head seq>:<tail seq>:<head's pending key>``
+waiting  ``<lane> NUL <seq:020d> NUL <id>``           a lane's messages behind its head, in their order
+
+A lane is a (topic, sharding key): its first message is pending (its head), the others wait in order
+(retry.store). NUL is escaped in every field, so a lane key holds exactly one NUL and no lane key is
+the start of another's waiting keys.
 
 The due time is storage.keys' fixed-width 13-digit prefix (byte order == time order).
 ``:``, ``%`` and NUL in a type or id are percent-escaped so fields split unambiguously.
@@ -18,10 +24,14 @@ PENDING_CF = "retry_pending"
 INDEX_CF = "retry_index"
 DEAD_CF = "retry_dead"
 META_CF = "retry_meta"
-COLUMN_FAMILIES = (PENDING_CF, INDEX_CF, DEAD_CF, META_CF)
+LANES_CF = "retry_lanes"
+WAITING_CF = "retry_waiting"
+COLUMN_FAMILIES = (PENDING_CF, INDEX_CF, DEAD_CF, META_CF, LANES_CF, WAITING_CF)
 
 PENDING = b"p"
+WAITING = b"w"
 DEAD = b"d"
+SEQ_WIDTH = 20  # a lane's sequence numbers, zero-padded: byte order == their order
 _ESCAPES = (("%", "%25"), (":", "%3A"), ("\x00", "%00"))
 
 
@@ -95,3 +105,47 @@ def dead_key(dead_at_ms: int, pending: bytes) -> bytes:
 
 def pending_of_dead(key: bytes) -> bytes:
     return key[DUE_WIDTH + 1 :]
+
+
+@dataclass(slots=True)
+class Lane:
+    """A lane's entry: its head's sequence number and pending key, and its last waiting one's number (the
+    KV seeks forwards only: the tail is kept here, not looked for)."""
+
+    head_seq: int
+    tail_seq: int
+    head: bytes
+
+
+def lane_key(topic: str, sharding_key: str) -> bytes:
+    return f"{_escape(topic)}\x00{_escape(sharding_key)}".encode()
+
+
+def encode_lane(lane: Lane) -> bytes:
+    return b"%d:%d:" % (lane.head_seq, lane.tail_seq) + lane.head
+
+
+def decode_lane(raw: bytes) -> Lane:
+    """Raises ValueError for bytes encode_lane did not make."""
+    head_seq, tail_seq, head = raw.split(b":", 2)
+    return Lane(int(head_seq), int(tail_seq), head)
+
+
+def waiting_key(lane: bytes, seq: int, id_: str) -> bytes:
+    return lane + b"\x00%020d\x00" % seq + _escape(id_).encode()
+
+
+def waiting_bounds(lane: bytes) -> tuple[bytes, bytes]:
+    """[lower, upper) of ``lane``'s waiting keys."""
+    return lane + b"\x00", lane + b"\x01"
+
+
+def split_waiting_key(key: bytes) -> tuple[bytes, int, str]:
+    """(lane, seq, id) of a waiting key; raises ValueError when ``key`` is not one."""
+    try:
+        topic, sharding_key, seq, id_ = key.split(b"\x00")
+        if len(seq) != SEQ_WIDTH:
+            raise ValueError("sequence width")
+        return topic + b"\x00" + sharding_key, int(seq), _unescape(id_.decode())
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"not a waiting key: {key!r}") from exc

@@ -1,8 +1,9 @@
 """RetryStore: the durable spool of messages waiting for redelivery, over a KV and a group-commit writer.
 
 Column families: ``retry_pending`` (keys in due-time order, see retry.keys), ``retry_index`` (id ->
-where the message is), ``retry_dead`` (dead letters) and ``retry_meta`` (see storage.progress).
-Every state change is one atomic batch, and no method returns before its batch is synced.
+where the message is), ``retry_dead`` (dead letters), ``retry_meta`` (see storage.progress), and the
+lanes that keep a sharding key's messages in their order: ``retry_lanes`` and ``retry_waiting``
+(retry.lanes). Every state change is one atomic batch, and no method returns before its batch is synced.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,18 +31,25 @@ from .keys import (
     DEAD,
     DEAD_CF,
     INDEX_CF,
+    LANES_CF,
     META_CF,
     PENDING,
     PENDING_CF,
+    WAITING,
+    WAITING_CF,
     dead_key,
+    decode_lane,
     id_of,
     index_key,
     index_prefix,
+    lane_key,
     parse_pending_key,
     pending_key,
     pending_of_dead,
     split_index_key,
+    split_waiting_key,
 )
+from .lanes import Held, LaneBatch, LaneLocks, lane_headed_by, lane_of
 from .oldest import SYNC_SCAN_LIMIT, OldestPending, since_ms, since_of
 from .record import CorruptRecordError, RetryRecord, decode_record, encode_record
 from .status import MessageStatus, State, StoreStats
@@ -65,6 +73,10 @@ class RetryStore(QueueBacked):
     The oldest pending message's first failure (``stats``) is kept in memory too (retry.oldest), built
     at open from one scan of the pending records (in the background for a large store) and told every
     record written or deleted here.
+
+    A message with a sharding key belongs to its lane (retry.lanes): pending when it is the lane's head,
+    else waiting behind it. ``pending_count`` and the oldest count waiting messages too; ``lanes_open``
+    is how many lanes have one message or more.
     """
 
     def __init__(
@@ -94,12 +106,41 @@ class RetryStore(QueueBacked):
         # Pending keys a redrive is writing now: a second redrive of the same message in the same
         # millisecond (redrive_id runs them together) must not write, and count, the same key again.
         self._arriving: set[bytes] = set()
+        # The lanes: messages waiting behind their key's head, and how many lanes hold any (the send
+        # path asks the KV about a key's lane only while this is above 0).
+        self._waiting = KeyCount(kv, WAITING_CF)
+        self._lanes = KeyCount(kv, LANES_CF)
+        self._lane_locks = LaneLocks()
         self._oldest = OldestPending()
-        values = (raw for _, raw in kv.iterate(PENDING_CF))
-        if self._pending.exact and self._pending.value <= SYNC_SCAN_LIMIT:
+        values = (raw for cf in (PENDING_CF, WAITING_CF) for _, raw in kv.iterate(cf))
+        if self._pending.exact and self._waiting.exact and self.pending_count <= SYNC_SCAN_LIMIT:
             self._oldest.load(values)
         else:
             self._oldest.load_in_background(values)
+
+    @property
+    def pending_count(self) -> int:
+        """Messages not delivered yet: pending, and waiting behind their lane's head."""
+        return self._pending.value + self._waiting.value
+
+    @property
+    def lanes_open(self) -> int:
+        """Lanes (a topic's sharding key) with a message in the store; 0: no lane is open (nothing to ask)."""
+        return self._lanes.value
+
+    def lane_head_due(self, topic: str, sharding_key: str) -> int | None:
+        """When the head of ``topic``'s ``sharding_key`` lane is due, or None when the lane has no message
+        here: a message of that key sent now would be stored before the ones spooled earlier. Costs one
+        integer test while no lane is open."""
+        if not self._lanes.value:
+            return None
+        raw = self.kv.get(LANES_CF, lane_key(topic, sharding_key))
+        if raw is None:
+            return None
+        try:
+            return parse_pending_key(decode_lane(raw).head).due_ms
+        except ValueError:
+            return self.now_ms()
 
     @property
     def dead_count(self) -> int:
@@ -107,7 +148,8 @@ class RetryStore(QueueBacked):
 
     def wait_counted(self, timeout_s: float | None = None) -> bool:
         """Wait for the exact counts behind pending_count and dead_count (tests); whether they are done."""
-        return self._pending.wait(timeout_s) and self._dead.wait(timeout_s) and self._oldest.wait(timeout_s)
+        counts = (self._pending, self._waiting, self._lanes, self._dead, self._oldest)
+        return all(count.wait(timeout_s) for count in counts)
 
     @classmethod
     def open(cls, path: str | Path, **kwargs: object) -> RetryStore:
@@ -125,9 +167,8 @@ class RetryStore(QueueBacked):
     async def close(self) -> None:
         """Write the floor one last time (a clean restart seeks from the exact floor), then close the
         writer and the KV if this store created them."""
-        self._pending.close()
-        self._dead.close()
-        self._oldest.close()
+        for count in (self._pending, self._waiting, self._lanes, self._dead, self._oldest):
+            count.close()
         await self.queue.save()
         if self._owns_writer:
             await self.writer.close()
@@ -164,6 +205,8 @@ class RetryStore(QueueBacked):
         keys: list[bytes] = []
         ops: list[Op] = []
         for record in records:
+            if record.sharding_key:  # a lane's: its head, or behind it (an unkeyed batch pays this test)
+                return await self._spool_in_lanes(records, due, now)
             key = pending_key(due, record.retry_count, record.type, record.id)
             keys.append(key)
             ops.append(Put(PENDING_CF, key, encode_record(record)))
@@ -178,6 +221,55 @@ class RetryStore(QueueBacked):
 
             await self._commit(ops, min(keys), now, written)
         return keys
+
+    async def _spool_in_lanes(self, records: Sequence[RetryRecord], due: int, now: int) -> list[bytes]:
+        """spool_many of records some of which have a lane: each, in the order given, is its lane's head
+        (pending, due at ``due``) when the lane has no message here, else it waits at the lane's tail."""
+        held = await self._lane_locks.acquire(lane for r in records if (lane := lane_of(r)) is not None)
+        keys: list[bytes] = []
+        heads: list[bytes] = []
+        try:
+            batch = LaneBatch(self.kv, now)
+            for record in records:
+                lane = lane_of(record)
+                key = None if lane is None else batch.behind(lane, record)
+                if key is None:
+                    key = pending_key(due, record.retry_count, record.type, record.id)
+                    batch.put_pending(key, record)
+                    heads.append(key)
+                    if lane is not None:
+                        batch.open(lane, key)
+                keys.append(key)
+            ops = batch.finish()
+        except BaseException:
+            held.release()
+            raise
+        added = [since_ms(record) for record in records]
+        await self._commit(ops, min(heads) if heads else None, now, self._lanes_written(held, batch, added))
+        return keys
+
+    def _lanes_written(
+        self, held: Held | None, batch: LaneBatch, added: Iterable[int] = (), removed: Iterable[int] = ()
+    ) -> Then:
+        """The bookkeeping of a batch that changed lanes: the locks let go once it is settled (written or
+        not), the counts and the oldest told what it added and removed once the store holds it, the
+        keys it promoted given up by ``_arriving``."""
+        self._arriving.update(batch.promoted)
+
+        def written(stored: bool, synced: bool) -> None:
+            self._arriving.difference_update(batch.promoted)
+            if held is not None:
+                held.release()
+            if stored:
+                self._pending.add(batch.pending)
+                self._waiting.add(batch.waiting)
+                self._lanes.add(batch.opened)
+                for since in added:
+                    self._oldest.add(since)
+                for since in removed:
+                    self._oldest.remove(since)
+
+        return written
 
     async def spool_new(self, record: RetryRecord, due_ms: int | None = None) -> bytes | None:
         """``spool`` unless the store holds the message already (pending on any rung, or dead, by its
@@ -204,6 +296,13 @@ class RetryStore(QueueBacked):
         if key != old_key:
             ops += self._unlink(old_key)
         new_since = since_ms(record)
+        lane = lane_of(record)
+        if lane is not None:  # the head's new key goes into its lane's entry, in the same batch
+            await self._commit_in_lanes(
+                [lane], ops, key, lambda batch: batch.moved(lane, old_key, key), added=(new_since,),
+                removed=(old_since,),
+            )  # fmt: skip
+            return key
 
         def written(held: bool, synced: bool) -> None:
             if held and new_since != old_since:  # the same (the usual): nothing changes there
@@ -220,7 +319,24 @@ class RetryStore(QueueBacked):
     async def ack_many(self, keys: Sequence[bytes], records: Sequence[RetryRecord] | None = None) -> None:
         """Several delivered messages, deleted in one batch. ``records``: the records under ``keys``, in
         order, when the caller has them (else they are read here)."""
-        sinces = [since_ms(r) for r in records] if records is not None else [self._since_at(k) for k in keys]
+        if records is None:
+            records_or_none = [self._record_at(k) for k in keys]
+            sinces = [0 if r is None else since_ms(r) for r in records_or_none]
+            lanes = [None if r is None else lane_of(r) for r in records_or_none]
+        else:
+            sinces = [since_ms(r) for r in records]
+            lanes = [lane_of(r) for r in records] if any(r.sharding_key for r in records) else []
+        ops = [op for key in keys for op in self._unlink(key)]
+        if any(lanes):  # a head that leaves lets the next of its lane go
+
+            def leave(batch: LaneBatch) -> None:
+                for key, lane in zip(keys, lanes, strict=True):
+                    if lane is not None:
+                        batch.left(lane, key)
+
+            left = [lane for lane in lanes if lane is not None]
+            await self._commit_in_lanes(left, ops, None, leave, pending=-len(keys), removed=sinces)
+            return
 
         def written(held: bool, synced: bool) -> None:
             if held:
@@ -228,7 +344,7 @@ class RetryStore(QueueBacked):
                 for since in sinces:
                     self._oldest.remove(since)
 
-        await self._commit([op for key in keys for op in self._unlink(key)], None, None, written)
+        await self._commit(ops, None, None, written)
 
     async def bury(
         self, key: bytes, record: RetryRecord, reason: str, *, was: RetryRecord | None = None
@@ -236,27 +352,42 @@ class RetryStore(QueueBacked):
         """Move the message under ``key`` to the dead letters, with its history and ``reason``. ``was``:
         the record under ``key`` when the caller has it (else it is read here)."""
         since = since_ms(was) if was is not None else None
-        return await self.quarantine(key, encode_record(record), reason, _since=since)
+        return await self.quarantine(key, encode_record(record), reason, _since=since, _lane=lane_of(record))
 
-    async def quarantine(self, key: bytes, raw: bytes, reason: str, *, _since: int | None = None) -> bytes:
-        """Move the stored bytes under ``key`` (decodable or not) to the dead letters."""
+    async def quarantine(
+        self, key: bytes, raw: bytes, reason: str, *, _since: int | None = None, _lane: bytes | None = b""
+    ) -> bytes:
+        """Move the stored bytes under ``key`` (decodable or not) to the dead letters. A lane's head that
+        dies lets the next of its lane go (as Java's orderly consumer does after its retries)."""
         since = self._since_at(key) if _since is None else _since
-        now = self.now_ms()
-        dkey = dead_key(now, key)
-        value = encode_dead(reason, now, raw)
-        ops: list[Op] = [Put(DEAD_CF, dkey, value), *self._unlink(key)]
-        id_ = id_of(key)
-        if id_ is not None:
-            ops.append(Put(INDEX_CF, index_key(id_, DEAD, dkey), b""))
+        lane = self._lane_at(key, raw) if _lane == b"" else _lane  # b"": not told (bury tells)
+        held = None if lane is None else await self._lane_locks.acquire([lane])
+        try:
+            now = self.now_ms()
+            dkey = dead_key(now, key)
+            value = encode_dead(reason, now, raw)
+            ops: list[Op] = [Put(DEAD_CF, dkey, value), *self._unlink(key)]
+            id_ = id_of(key)
+            if id_ is not None:
+                ops.append(Put(INDEX_CF, index_key(id_, DEAD, dkey), b""))
+            batch = LaneBatch(self.kv, now, self._arriving)
+            if lane is not None:
+                batch.left(lane, key)
+                ops += batch.finish()
+        except BaseException:
+            if held is not None:
+                held.release()
+            raise
+        batch.pending -= 1
+        lanes_written = self._lanes_written(held, batch, removed=(since,))
 
-        def written(held: bool, synced: bool) -> None:
-            if held:
-                self._pending.add(-1)
-                self._oldest.remove(since)
+        def written(stored: bool, synced: bool) -> None:
+            lanes_written(stored, synced)
+            if stored:
                 self._dead.add(1)
 
         try:
-            await self._commit(ops, None, now, written)
+            await self._commit(ops, min(batch.promoted, default=None), now, written)
         except UnsyncedError:
             # Buried all the same (only its WAL sync failed): no longer pending, nothing buries it again,
             # so the hook (the dead-letter metric, the webhook) hears of it now or never.
@@ -266,7 +397,8 @@ class RetryStore(QueueBacked):
         return dkey
 
     async def redrive(self, dkey: bytes) -> bytes:
-        """Move one dead letter back to pending, retry count reset, due now. Returns its new key.
+        """Move one dead letter back to pending, retry count reset, due now. Returns its new key. One of a
+        sharding key whose lane holds messages joins the lane's tail instead (its waiting key).
 
         Raises:
             KeyError: no dead letter under ``dkey``, or another call is moving it now.
@@ -282,6 +414,9 @@ class RetryStore(QueueBacked):
         if letter.record is None:
             raise CorruptRecordError(f"dead letter {dkey!r} is not a record: {letter.reason}")
         record = replace(letter.record, retry_count=0)
+        lane = lane_of(record)
+        if lane is not None:
+            return await self._redrive_in_lane(dkey, record, lane)
         key = self._free_pending_key(record)
         ops: list[Op] = [
             Put(PENDING_CF, key, encode_record(record)),
@@ -307,6 +442,87 @@ class RetryStore(QueueBacked):
         await self._commit(ops, key, None, written)
         return key
 
+    async def _redrive_in_lane(self, dkey: bytes, record: RetryRecord, lane: bytes) -> bytes:
+        """redrive of a letter that has a lane: its head (pending, due now) when the lane holds nothing,
+        else at its tail. The letter is claimed (``_leaving``) before the lane's lock is awaited."""
+        drop = _unlink_dead(dkey)
+        self._leaving.add(dkey)
+        try:
+            held = await self._lane_locks.acquire([lane])
+        except BaseException:
+            self._leaving.discard(dkey)
+            raise
+        try:
+            now = self.now_ms()
+            batch = LaneBatch(self.kv, now, self._arriving)
+            key = batch.behind(lane, record)
+            if key is None:
+                key = self._free_pending_key(record)
+                batch.put_pending(key, record)
+                batch.open(lane, key)
+                self._arriving.add(key)
+            ops = [*batch.finish(), *drop]
+        except BaseException:
+            held.release()
+            self._leaving.discard(dkey)
+            raise
+        lanes_written = self._lanes_written(held, batch, added=(since_ms(record),))
+
+        def written(stored: bool, synced: bool) -> None:
+            self._leaving.discard(dkey)
+            self._arriving.discard(key)
+            lanes_written(stored, synced)
+            if stored:
+                self._dead.add(-1)
+
+        await self._commit(ops, key if batch.pending else None, now, written)
+        return key
+
+    async def _commit_in_lanes(
+        self,
+        lanes: Iterable[bytes],
+        ops: list[Op],
+        new_key: bytes | None,
+        decide: Callable[[LaneBatch], None],
+        *,
+        pending: int = 0,
+        added: Iterable[int] = (),
+        removed: Iterable[int] = (),
+    ) -> None:
+        """Write ``ops`` (which change ``pending`` pending keys, add records since ``added`` and remove
+        records since ``removed``) with what ``decide`` makes of ``lanes`` under their locks, in one batch.
+        ``new_key``: the smallest pending key ``ops`` add, if any."""
+        held = await self._lane_locks.acquire(lanes)
+        try:
+            now = self.now_ms()
+            batch = LaneBatch(self.kv, now, self._arriving)
+            decide(batch)
+            batch.pending += pending
+            ops = [*ops, *batch.finish()]
+        except BaseException:
+            held.release()
+            raise
+        new = min((k for k in (new_key, *batch.promoted) if k is not None), default=None)
+        await self._commit(ops, new, now, self._lanes_written(held, batch, added, removed))
+
+    def _record_at(self, key: bytes) -> RetryRecord | None:
+        """The record under pending ``key`` (None: none there, or undecodable)."""
+        raw = self.kv.get(PENDING_CF, key)
+        if raw is None:
+            return None
+        try:
+            return decode_record(raw)
+        except CorruptRecordError:
+            return None
+
+    def _lane_at(self, key: bytes, raw: bytes) -> bytes | None:
+        """The lane of the record under pending ``key`` whose value is ``raw``; for one that does not
+        decode, the lane it heads (a read of every lane entry, while any is open), if any."""
+        try:
+            return lane_of(decode_record(raw))
+        except CorruptRecordError:
+            return lane_headed_by(self.kv, key) if self._lanes.value else None
+
     def _free_pending_key(self, record: RetryRecord) -> bytes:
         """A pending key for ``record`` due now (retry count 0) that holds nothing and that no other
         redrive is writing: two dead letters of one message re-driven in one millisecond would share
@@ -319,12 +535,19 @@ class RetryStore(QueueBacked):
         return key
 
     async def purge(
-        self, pending: Sequence[bytes] = (), dead: Sequence[bytes] = (), *, also: Sequence[Op] = ()
+        self,
+        pending: Sequence[bytes] = (),
+        dead: Sequence[bytes] = (),
+        *,
+        waiting: Sequence[bytes] = (),
+        also: Sequence[Op] = (),
     ) -> int:
-        """Delete pending and dead keys for good (the admin's purge), in one batch; returns how many it
-        deleted. A pending key that is claimed (a replay has it in flight, another purge is deleting it)
-        is left to its owner, not deleted or counted here. ``also``: the caller's ops, written in the same
-        batch when every pending key given is deleted by it (else not written).
+        """Delete pending, waiting and dead keys for good (the admin's purge), in one batch; returns how
+        many it deleted. A pending key that is claimed (a replay has it in flight, another purge is
+        deleting it) is left to its owner, not deleted or counted here. A lane's head that goes lets the
+        next of its lane go (due now); a waiting message that goes leaves its lane as it was. ``also``: the
+        caller's ops, written in the same batch when every pending and waiting key given is deleted by it
+        (else not written).
 
         Raises:
             StorageError: nothing was deleted.
@@ -335,39 +558,57 @@ class RetryStore(QueueBacked):
         # for its sync is not handed to a worker (whose reschedule would write it back, uncounted, or
         # whose ack would count it down a second time), and the floor stays below it.
         asked = dict.fromkeys(pending)
-        # Each record's since_ms, not its value: kept until the commit, the values of a batch of a
-        # thousand were every body at once.
-        sinces: list[int] = []
-        pending = []
-        for k in asked:
-            if k not in claims and (raw := self.kv.get(PENDING_CF, k)) is not None:
-                pending.append(k)
-                sinces.append(since_of(raw))
+        pending, sinces, lanes = self._purgeable(asked)
         # one a redrive or another purge is removing now is theirs (see redrive)
         dead = [
             k for k in dict.fromkeys(dead) if k not in self._leaving and self.kv.get(DEAD_CF, k) is not None
         ]
+        asked_waiting = _lanes_of_waiting(waiting)
         ops: list[Op] = [op for key in pending for op in self._unlink(key)]
-        for dkey in dead:
-            ops.append(Delete(DEAD_CF, dkey))
-            old_id = id_of(pending_of_dead(dkey))
-            if old_id is not None:
-                ops.append(Delete(INDEX_CF, index_key(old_id, DEAD, dkey)))
-        if not ops:
+        ops += [op for dkey in dead for op in _unlink_dead(dkey)]
+        if not ops and not asked_waiting:
             return 0
-        if also and len(pending) == len(asked):
-            ops.extend(also)
         for key in pending:
             claims.take(key)
         self._leaving.update(dead)
 
-        def written(held: bool, synced: bool) -> None:
+        def let_go() -> None:
             claims.release(pending)
             self._leaving.difference_update(dead)
-            if held:
-                self._pending.add(-len(pending))
-                for since in sinces:
-                    self._oldest.remove(since)
+
+        involved = {lane for lane in lanes if lane is not None} | set(asked_waiting.values())
+        held = None
+        try:
+            # The lanes' decisions (who heads a lane, which waiting ones are still there) are made under
+            # their locks: another call's batch changing them lands first.
+            held = await self._lane_locks.acquire(involved) if involved else None
+            now = self.now_ms()
+            batch = LaneBatch(self.kv, now, self._arriving)
+            gone = self._unlink_waiting(asked_waiting, ops, sinces)
+            batch.waiting -= len(gone)
+            batch.pending -= len(pending)
+            for key, lane in zip(pending, lanes, strict=False):  # lanes: empty while none is open
+                if lane is not None:
+                    batch.left(lane, key, gone)
+            ops += batch.finish()
+        except BaseException:
+            if held is not None:
+                held.release()
+            let_go()
+            raise
+        if not ops:
+            if held is not None:
+                held.release()
+            let_go()
+            return 0
+        if also and len(pending) == len(asked) and len(gone) == len(asked_waiting):
+            ops.extend(also)
+        lanes_written = self._lanes_written(held, batch, removed=sinces)
+
+        def written(stored: bool, synced: bool) -> None:
+            let_go()
+            lanes_written(stored, synced)
+            if stored:
                 self._dead.add(-len(dead))
             if not synced and pending:
                 # Still stored (unless only the sync failed: then it finds them gone), and the seek
@@ -376,8 +617,37 @@ class RetryStore(QueueBacked):
 
         # Shielded (_commit): a caller cancelled while the batch syncs must not leave the keys claimed
         # either (never replayed until a restart).
-        await self._commit(ops, None, None, written)
-        return len(pending) + len(dead)
+        await self._commit(ops, min(batch.promoted, default=None), now, written)
+        return len(pending) + len(gone) + len(dead)
+
+    def _purgeable(self, asked: Iterable[bytes]) -> tuple[list[bytes], list[int], list[bytes | None]]:
+        """Of the pending keys ``asked``, those a purge deletes (held, not claimed), each one's since_ms
+        (not its value: kept until the commit, the values of a batch of a thousand were every body at
+        once) and the lane it may head (none while no lane is open: a key read now cannot become a head
+        later, heads are written as such)."""
+        claims = self.queue.claims
+        in_lanes = self._lanes.value > 0
+        pending: list[bytes] = []
+        sinces: list[int] = []
+        lanes: list[bytes | None] = []
+        for k in asked:
+            if k not in claims and (raw := self.kv.get(PENDING_CF, k)) is not None:
+                pending.append(k)
+                sinces.append(since_of(raw))
+                if in_lanes:
+                    lanes.append(self._lane_at(k, raw))
+        return pending, sinces, lanes
+
+    def _unlink_waiting(self, keys: Iterable[bytes], ops: list[Op], sinces: list[int]) -> set[bytes]:
+        """Add to ``ops`` the deletes of the waiting ``keys`` still held (and to ``sinces`` theirs); which."""
+        gone: set[bytes] = set()
+        for key in keys:
+            if (raw := self.kv.get(WAITING_CF, key)) is not None:
+                ops.append(Delete(WAITING_CF, key))
+                ops.append(Delete(INDEX_CF, index_key(split_waiting_key(key)[2], WAITING, key)))
+                sinces.append(since_of(raw))
+                gone.add(key)
+        return gone
 
     def _since_at(self, key: bytes) -> int:
         """``since_ms`` of the record stored under pending ``key`` (0: none there, or undecodable)."""
@@ -427,23 +697,32 @@ class RetryStore(QueueBacked):
         Raises:
             StorageError: nothing was deleted or written.
         """
-        keys = [key for state, key in self._indexed(id_) if state == PENDING]
-        return bool(keys) and await self.purge(pending=keys, also=also) == len(keys)
+        entries = self._indexed(id_)
+        keys = [key for state, key in entries if state == PENDING]
+        waiting = [key for state, key in entries if state == WAITING]
+        asked = len(keys) + len(waiting)
+        return bool(asked) and await self.purge(pending=keys, waiting=waiting, also=also) == asked
 
     def _indexed(self, id_: str) -> list[tuple[bytes, bytes]]:
-        """Message ``id_``'s (state, key) entries of the id index: its pending and dead keys."""
+        """Message ``id_``'s (state, key) entries of the id index: its pending, waiting and dead keys."""
         prefix = index_prefix(id_)
         return [
             split_index_key(k) for k, _ in self.kv.scan(INDEX_CF, lower=prefix, upper=prefix[:-1] + b"\x01")
         ]
 
     def get(self, id_: str) -> MessageStatus | None:
-        """Where message ``id_`` stands: SPOOLED (next attempt, attempts) or DEAD (reason), or None."""
+        """Where message ``id_`` stands: SPOOLED (next attempt, attempts) or DEAD (reason), or None. One
+        waiting behind its lane's head is SPOOLED, next attempt its head's."""
         entries = self._indexed(id_)
         for _, key in sorted(e for e in entries if e[0] == PENDING):
             raw = self.kv.get(PENDING_CF, key)
             if raw is not None:
-                return self._pending_status(id_, key, raw)
+                parsed = parse_pending_key(key)
+                return self._pending_status(id_, key, raw, parsed.due_ms, parsed.retry_count)
+        for _, key in sorted(e for e in entries if e[0] == WAITING):
+            raw = self.kv.get(WAITING_CF, key)
+            if raw is not None:
+                return self._pending_status(id_, key, raw, self.waiting_due(key), 0)
         for _, key in sorted((e for e in entries if e[0] == DEAD), reverse=True):
             raw = self.kv.get(DEAD_CF, key)
             if raw is not None:
@@ -462,22 +741,46 @@ class RetryStore(QueueBacked):
         return None
 
     @staticmethod
-    def _pending_status(id_: str, key: bytes, raw: bytes) -> MessageStatus:
-        parsed = parse_pending_key(key)
+    def _pending_status(id_: str, key: bytes, raw: bytes, due_ms: int, retry_count: int) -> MessageStatus:
         try:
             record = decode_record(raw)
         except CorruptRecordError as exc:
             # what the key alone tells: the count and due time live there, the topic does not
-            attempts, last_error, topic = parsed.retry_count, f"corrupt value: {exc}", None
+            attempts, last_error, topic = retry_count, f"corrupt value: {exc}", None
         else:
             attempts, last_error, topic = record.failed_attempts, record.last_error, record.topic
         return MessageStatus(
-            id_, State.SPOOLED, key, attempts, last_error, topic=topic, next_attempt_at_ms=parsed.due_ms
+            id_, State.SPOOLED, key, attempts, last_error, topic=topic, next_attempt_at_ms=due_ms
         )
 
-    def pending_record(self, key: bytes) -> RetryRecord | None:
-        """The record under a pending key; raises CorruptRecordError for undecodable bytes."""
+    def waiting_due(self, key: bytes) -> int:
+        """When the message under waiting ``key`` may go next: its lane's head's due time (it goes right
+        after the head leaves); now, should its lane have no entry."""
+        try:
+            raw = self.kv.get(LANES_CF, split_waiting_key(key)[0])
+            if raw is not None:
+                return parse_pending_key(decode_lane(raw).head).due_ms
+        except ValueError:
+            pass
+        return self.now_ms()
+
+    def spooled(self, key: bytes) -> tuple[bytes, int] | None:
+        """(stored value, next attempt time) of a pending or waiting ``key``, or None when neither holds it
+        (the CLI's inspect by key)."""
         raw = self.kv.get(PENDING_CF, key)
+        if raw is not None:
+            try:
+                return raw, parse_pending_key(key).due_ms
+            except ValueError:
+                return None
+        raw = self.kv.get(WAITING_CF, key)
+        return None if raw is None else (raw, self.waiting_due(key))
+
+    def pending_record(self, key: bytes) -> RetryRecord | None:
+        """The record under a pending or waiting key; raises CorruptRecordError for undecodable bytes."""
+        raw = self.kv.get(PENDING_CF, key)
+        if raw is None:
+            raw = self.kv.get(WAITING_CF, key)
         return None if raw is None else decode_record(raw)
 
     def stats(self) -> StoreStats:
@@ -498,3 +801,22 @@ class RetryStore(QueueBacked):
             self.healthy,
             self.writer.last_error,
         )
+
+
+def _unlink_dead(dkey: bytes) -> list[Op]:
+    ops: list[Op] = [Delete(DEAD_CF, dkey)]
+    old_id = id_of(pending_of_dead(dkey))
+    if old_id is not None:
+        ops.append(Delete(INDEX_CF, index_key(old_id, DEAD, dkey)))
+    return ops
+
+
+def _lanes_of_waiting(keys: Iterable[bytes]) -> dict[bytes, bytes]:
+    """waiting key -> its lane, for each of ``keys`` that is a waiting key (another holds nothing)."""
+    lanes: dict[bytes, bytes] = {}
+    for key in keys:
+        try:
+            lanes[key] = split_waiting_key(key)[0]
+        except ValueError:
+            continue
+    return lanes

@@ -24,7 +24,8 @@ from .message import CorruptValueError, StoredMessage
 
 SCAN_BUDGET = 10_000
 PAGE_BYTES = 64 * 1024 * 1024  # values read per page (the decoder should keep no bodies: see page)
-_CURSOR = re.compile(r"[A-Za-z0-9_-]{2,2048}")
+# A cursor is a key: a retry store's waiting key holds a sharding key (1 024 characters, up to 4 KiB).
+_CURSOR = re.compile(r"[A-Za-z0-9_-]{2,8192}")
 T = TypeVar("T")
 M = TypeVar("M", bound=StoredMessage)
 

@@ -268,6 +268,8 @@ def _history(record: RetryRecord) -> list[dict[str, Any]]:
 def pending_view(item: PendingItem) -> dict[str, Any]:
     doc: dict[str, Any] = {"id": item.id, "state": "SPOOLED", "key": item.key.decode(errors="replace")}
     doc["nextAttemptAtMs"] = item.due_ms
+    if item.waiting:  # behind its sharding key's first spooled message: goes right after it
+        doc["waiting"] = True
     return _detailed(doc, item.record, item.corrupt, functools.partial(_listed_view, item.body_bytes))
 
 

@@ -84,6 +84,32 @@ def test_inspect_by_id_and_by_key(
     assert store_cli(data_dir, "inspect", "nope") == 1
 
 
+def test_inspect_and_stats_show_a_message_waiting_behind_its_keys_first(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A message of a sharding key spooled after another of its key waits behind it (retry.lanes): it is
+    pending all the same, SPOOLED with its head's next attempt, and its record is shown."""
+
+    async def seed() -> int:
+        store = RetryStore.open(data_dir / "store")
+        due = store.now_ms() + 60_000
+        await store.spool(record("HEAD", sharding_key="k"), due)
+        await store.spool(record("NEXT", sharding_key="k"))
+        await store.close()
+        return due
+
+    due = asyncio.run(seed())
+    assert store_cli(data_dir, "inspect", "NEXT") == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert (doc["state"], doc["next_attempt_at_ms"], doc["record"]["body_text"]) == (
+        "SPOOLED",
+        due,
+        "body of NEXT",
+    )
+    assert store_cli(data_dir, "stats") == 0
+    assert "pending: 2" in capsys.readouterr().out
+
+
 def test_dead_list_and_export(
     data_dir: Path, seeded: dict[str, bytes], capsys: pytest.CaptureFixture[str]
 ) -> None:

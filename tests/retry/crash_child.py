@@ -2,6 +2,8 @@
 devbroker through the producer. The parent kills it with SIGKILL at arbitrary points and restarts it.
 
     python -m tests.retry.crash_child STORE_DIR NAMESRV spool N   spool N messages (due now), replay
+    python -m tests.retry.crash_child STORE_DIR NAMESRV keyed N   the same, with KEYS sharding keys: each
+                                                                  key's messages spooled one after another
     python -m tests.retry.crash_child STORE_DIR NAMESRV drain     replay until the store is empty
 
 stdout: ``acked <id>`` once a spool is synced (when the sidecar would answer 2xx), ``sent <id>`` once
@@ -22,6 +24,13 @@ from rocksidecar.rmq.producer import Producer, ProducerConfig
 
 TOPIC = "CrashTest"
 WORKERS = 16
+KEYS = 20  # keyed mode: message i has the sharding key f"k{i % KEYS}", spooled in the order of i
+
+
+def key_of(id_: str) -> str:
+    return f"k{int(id_[3:]) % KEYS}"
+
+
 POLICY = RetryPolicy(ladder_s=(0.05,), max_retries=1000)  # short rungs keep the test fast
 
 
@@ -56,6 +65,15 @@ async def main(store_dir: str, namesrv: str, mode: str, count: int) -> None:
             print("acked", id_, flush=True)
 
         await asyncio.gather(*(spool(i) for i in range(count)))
+    elif mode == "keyed":
+
+        async def spool_key(k: int) -> None:
+            for i in range(k, count, KEYS):  # a key's messages one after another, as a careful app sends
+                id_ = f"MSG{i:06d}"
+                await store.spool(RetryRecord(id=id_, topic=TOPIC, body=b"x" * 256, sharding_key=key_of(id_)))
+                print("acked", id_, flush=True)
+
+        await asyncio.gather(*(spool_key(k) for k in range(KEYS)))
     while True:  # until the parent kills us, or (drain) the store is empty
         await loop.wait_idle()
         if mode == "drain" and store.stats().pending == 0:
