@@ -214,16 +214,19 @@ class DevbrokerProcess:
         httpx.post(f"{self.admin_url}/brokers/{broker}/{action}", timeout=10).raise_for_status()
 
     def stored_keys(self, topic: str) -> Counter[str]:
-        """UNIQ_KEY -> how many times the brokers store it, for ``topic`` (every page of the listing)."""
-        keys: Counter[str] = Counter()
-        offset = 0
+        """UNIQ_KEY -> how many times the brokers store it, for ``topic``."""
+        return Counter(m["uniqKey"] for m in self.stored_listing(topic))
+
+    def stored_listing(self, topic: str) -> list[dict[str, Any]]:
+        """Every message the brokers store for ``topic`` as the admin endpoint lists it (uniqKey, broker,
+        queueId, queueOffset, bodySize), every page of the listing."""
+        listed: list[dict[str, Any]] = []
         while True:
             url = f"{self.admin_url}/topics/{topic}/messages"
-            doc = httpx.get(url, params={"offset": offset}, timeout=60).raise_for_status().json()
-            keys.update(m["uniqKey"] for m in doc["messages"])
-            offset += len(doc["messages"])
-            if not doc["messages"] or offset >= doc["total"]:
-                return keys
+            doc = httpx.get(url, params={"offset": len(listed)}, timeout=60).raise_for_status().json()
+            listed.extend(doc["messages"])
+            if not doc["messages"] or len(listed) >= doc["total"]:
+                return listed
 
 
 @contextlib.contextmanager

@@ -34,6 +34,10 @@ class Backend(Protocol):
         """UNIQ_KEY -> how many times the brokers store it."""
         ...
 
+    def stored_in_order(self, topic: str) -> list[str]:
+        """The UNIQ_KEY of every stored copy, queue by queue, each queue in offset order."""
+        ...
+
 
 class DevBackend:
     OUTAGES = ("none", "stop broker-a", "stop broker-b", "stop both", "fail broker-a", "slow broker-b")
@@ -65,6 +69,11 @@ class DevBackend:
 
     def stored(self, topic: str) -> Counter[str]:
         return self.dev.stored_keys(topic)
+
+    def stored_in_order(self, topic: str) -> list[str]:
+        listed = self.dev.stored_listing(topic)
+        listed.sort(key=lambda m: (m["broker"], m["queueId"], m["queueOffset"]))
+        return [m["uniqKey"] for m in listed]
 
 
 class RealBackend:
@@ -104,6 +113,9 @@ class RealBackend:
         self.down.clear()
 
     def stored(self, topic: str) -> Counter[str]:
+        return Counter(self.stored_in_order(topic))
+
+    def stored_in_order(self, topic: str) -> list[str]:
         return asyncio.run(self._pull(topic))
 
     @staticmethod
@@ -133,7 +145,7 @@ class RealBackend:
             last = total
             await asyncio.sleep(SETTLE_S)  # another system's background work: nothing to await
 
-    async def _pull(self, topic: str) -> Counter[str]:
+    async def _pull(self, topic: str) -> list[str]:
         client = RemotingClient()
         try:
             api = BrokerApi(client, producer_group="rs_soak")
@@ -142,4 +154,4 @@ class RealBackend:
             messages = await pull_all(api, route, topic, "rs_soak")
         finally:
             await client.close()
-        return Counter(m.uniq_key for m in messages if m.uniq_key is not None)
+        return [m.uniq_key for m in messages if m.uniq_key is not None]  # pull_all: queue by queue, in order
