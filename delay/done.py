@@ -56,18 +56,10 @@ class DoneMarkers:
         self._purged_to = b""  # every expiry key below this is gone
 
     @staticmethod
-    def ops(
-        id_: str,
-        kind: bytes,
-        at_ms: int,
-        sent_to: StoredAt | None = None,
-        topic: str | None = None,
-        due_ms: int | None = None,
-    ) -> tuple[Op, Op]:
-        """The marker "``id_`` (to ``topic``, due at ``due_ms``) was SENT (to ``sent_to``) or CANCELLED at
-        ``at_ms``" and its expiry entry."""
+    def ops(id_: str, kind: bytes, at_ms: int, detail: bytes = b"") -> tuple[Op, Op]:
+        """The marker "``id_`` was SENT or CANCELLED at ``at_ms``" (with ``detail``: marker_detail) and its
+        expiry entry."""
         at = clamp_due(at_ms)
-        detail = _detail(sent_to, topic, due_ms)
         return Put(DONE_CF, id_.encode(), done_value(kind, at, detail)), Put(EXPIRY_CF, due_key(at, id_), b"")
 
     def get(self, id_: str) -> Done | None:
@@ -121,7 +113,9 @@ def _read(id_: str, raw: bytes) -> Done | None:
         return Done(STATES[kind], at_ms)
 
 
-def _detail(sent_to: StoredAt | None, topic: str | None, due_ms: int | None) -> bytes:
+def marker_detail(sent_to: StoredAt | None, topic: str | None = None, due_ms: int | None = None) -> bytes:
+    """What a marker keeps of its message: where a SENT one was stored, its topic and due time (the
+    previous version's form when there is no topic or due time)."""
     where = (
         None
         if sent_to is None

@@ -20,7 +20,7 @@ from rocksidecar.storage.keys import MAX_DUE_MS, clamp_due, parse_due
 from rocksidecar.storage.kv import KV, Delete, Op, Put
 from rocksidecar.storage.status import StoredAt
 
-from .done import DoneMarkers
+from .done import DoneMarkers, marker_detail
 from .keys import (
     CANCELLED,
     DUE_CF,
@@ -419,7 +419,7 @@ class DelayStore(QueueBacked):
         ops: list[Op] = []
         for id_, to, done in zip(ids, where, self._done.get_many(list(ids)), strict=True):
             topic, due_ms = (None, None) if done is None else (done.topic, done.due_ms)
-            ops += DoneMarkers.ops(id_, SENT, now, to, topic, due_ms)
+            ops += DoneMarkers.ops(id_, SENT, now, marker_detail(to, topic, due_ms))
         if ops:
             await self.writer.write(ops)
 
@@ -477,7 +477,8 @@ class DelayStore(QueueBacked):
             ops += (Delete(DUE_CF, key), Delete(INDEX_CF, index_key(id_, due_ms)))
             if i not in keep:
                 to = sent_to[i] if i < len(sent_to) else None
-                ops += DoneMarkers.ops(id_, kind, at_ms, to, topics[i] if i < len(topics) else None, due_ms)
+                topic = topics[i] if i < len(topics) else None
+                ops += DoneMarkers.ops(id_, kind, at_ms, marker_detail(to, topic, due_ms))
         return ops
 
     def _topics(self, keys: list[bytes]) -> list[str | None]:
