@@ -98,6 +98,16 @@ class RealBackend:
         finally:
             await client.close()
 
+    def order(self, topic: str, queues: int = 4) -> None:
+        """Give ``topic`` an order configuration on the name server (mqadmin updateOrderConf): its route
+        then lists every queue of every broker, up or not, so a sharding key keeps its queue while a broker
+        is down (its messages fail and wait) instead of moving with a shorter list."""
+        conf = ";".join(f"{b}:{queues}" for b in BROKERS)
+        self._ctl(
+            "java", "org.apache.rocketmq.tools.command.MQAdminStartup", "updateOrderConf",
+            "-n", self.namesrv, "-t", topic, "-v", conf, "-m", "put",
+        )  # fmt: skip
+
     def outage(self, rng: random.Random) -> str:
         up = [b for b in BROKERS if b not in self.down]
         if not up or rng.random() < 0.4:
