@@ -103,8 +103,13 @@ class RealBackend:
         then lists every queue of every broker, up or not, so a sharding key keeps its queue while a broker
         is down (its messages fail and wait) instead of moving with a shorter list."""
         conf = ";".join(f"{b}:{queues}" for b in BROKERS)
+        admin = "org.apache.rocketmq.tools.command.MQAdminStartup"
+        # The name server puts a topic's order configuration in its route only with orderMessageEnable.
         self._ctl(
-            "java", "org.apache.rocketmq.tools.command.MQAdminStartup", "updateOrderConf",
+            "java", admin, "updateNamesrvConfig", "-n", self.namesrv, "-k", "orderMessageEnable", "-v", "true"
+        )
+        self._ctl(
+            "java", admin, "updateOrderConf",
             "-n", self.namesrv, "-t", topic, "-v", conf, "-m", "put",
         )  # fmt: skip
 
