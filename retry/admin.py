@@ -276,9 +276,16 @@ async def purge(
     store: RetryStore, state: str, where: Filter, *, in_flight: Callable[[bytes], bool]
 ) -> tuple[int, int]:
     """Delete the pending messages (``state`` "pending") or dead letters ("dead") that match; returns
-    (deleted, skipped because a replay has them in flight)."""
+    (deleted, skipped because a replay has them in flight).
+
+    Pending: the waiting messages are walked first, then the listing from its start (pending ones, then
+    any waiting one spooled since). A head purged lets the next of its lane go, due now, where no later
+    page looks (before the pending walk's cursor, no longer waiting): the ones that match are gone by
+    then (each judged as listed, its head's due time), and the one it lets go is one the purge did not
+    match."""
     deleted = skipped = 0
-    cursor: str | None = None
+    waiting_first = state == "pending"
+    cursor = encode_cursor(WAITING_MARK) if waiting_first else None
     while True:
         if state == "pending":
             found = pending_page(store, where, cursor=cursor, limit=PURGE_CHUNK)
@@ -293,7 +300,9 @@ async def purge(
             letters = dead_page(store, where, cursor=cursor, limit=PURGE_CHUNK)
             deleted += await store.purge(dead=[letter.key for letter in letters.items])
             cursor = letters.cursor
-        if cursor is None:
+        if cursor is None and waiting_first:
+            waiting_first = False  # then the listing from its start
+        elif cursor is None:
             return deleted, skipped
         # store.purge awaits nothing for a page without a match: without this a purge that matches little
         # of a large store read all of it in one step of the event loop (the replay, the APIs and the

@@ -140,6 +140,11 @@ def waiting_bounds(lane: bytes) -> tuple[bytes, bytes]:
     return lane + b"\x00", lane + b"\x01"
 
 
+def waiting_after(lane: bytes, seq: int) -> bytes:
+    """The lower bound of ``lane``'s waiting keys whose sequence number is above ``seq``."""
+    return lane + b"\x00%020d" % (seq + 1)
+
+
 def split_waiting_key(key: bytes) -> tuple[bytes, int, str]:
     """(lane, seq, id) of a waiting key; raises ValueError when ``key`` is not one."""
     try:

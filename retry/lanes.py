@@ -19,12 +19,15 @@ one per lane ever seen.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Container, Iterable
 
 from rocksidecar.storage.keys import MAX_DUE_MS, clamp_due
 from rocksidecar.storage.kv import KV, Delete, Op, Put
 
+from .dead_letter import encode_dead
 from .keys import (
+    DEAD_CF,
     INDEX_CF,
     LANES_CF,
     PENDING,
@@ -32,16 +35,21 @@ from .keys import (
     WAITING,
     WAITING_CF,
     Lane,
+    dead_key,
     decode_lane,
     encode_lane,
     index_key,
     lane_key,
     pending_key,
     split_waiting_key,
+    waiting_after,
     waiting_bounds,
     waiting_key,
 )
+from .oldest import since_of
 from .record import CorruptRecordError, RetryRecord, decode_record, encode_record
+
+log = logging.getLogger(__name__)
 
 
 class _Entry:
@@ -109,7 +117,8 @@ class Held:
 class LaneBatch:
     """The lane decisions of one store call, made under its lanes' locks (LaneLocks): each lane's entry
     read once from ``kv`` and changed here, the ops (``ops``, then ``finish``) written in the call's one
-    batch, and what they change in the counts (``pending``, ``waiting``, ``opened``: lanes)."""
+    batch, and what they change in the counts (``pending``, ``waiting``, ``opened``: lanes; ``dead`` and
+    ``removed``: damaged waiting keys dead-lettered, and their records' since_ms)."""
 
     def __init__(self, kv: KV, now_ms: int, arriving: Container[bytes] = ()) -> None:
         self._kv = kv
@@ -123,6 +132,8 @@ class LaneBatch:
         self.pending = 0
         self.waiting = 0
         self.opened = 0
+        self.dead = 0
+        self.removed: list[int] = []
 
     def entry(self, lane: bytes) -> Lane | None:
         if lane not in self._entries:
@@ -155,11 +166,14 @@ class LaneBatch:
 
     def open(self, lane: bytes, head: bytes) -> None:
         """``head`` (a pending key written in this batch) is the first message of ``lane``, which has no
-        entry."""
-        self._entries[lane] = Lane(0, 0, head)
-        self._changed[lane] = None
-        if lane not in self._unreadable:  # (one that was there, unreadable, was counted)
+        entry. One whose entry does not decode may have records waiting: the next one queued goes after
+        them (its tail the last of theirs), and they are promoted after ``head``, from the lane's start."""
+        if lane in self._unreadable:  # (it was there, unreadable: counted already)
+            self._entries[lane] = Lane(0, self._last_seq(lane), head)
+        else:
+            self._entries[lane] = Lane(0, 0, head)
             self.opened += 1
+        self._changed[lane] = None
 
     def moved(self, lane: bytes, old: bytes, new: bytes) -> None:
         """The record under pending ``old`` is rescheduled under ``new``: if it is the head, the entry
@@ -173,15 +187,25 @@ class LaneBatch:
         """The record under pending ``key`` leaves (delivered, dead, purged): if it is the head, the first
         waiting record of the lane but those in ``gone`` (removed by the same batch) takes its place, due
         now, its retry count as stored; with none, the lane's entry goes. A record that is not its lane's
-        head (spooled by an older version, which kept no lanes) moves nobody."""
+        head (spooled by an older version, which kept no lanes) moves nobody. Of a lane whose entry does
+        not decode (its head unknown), the record that leaves is taken for its head: else the ones waiting
+        behind it waited for good; the entry is written anew."""
         entry = self.entry(lane)
+        if entry is None and lane in self._unreadable:
+            entry = self._entries[lane] = Lane(0, self._last_seq(lane), key)
         if entry is None or entry.head != key:
             return
-        lower, upper = waiting_bounds(lane)
+        # From after the head: the lane's keys before it are gone (promoted, or purged), and on RocksDB a
+        # seek from the lane's start stepped over each one's tombstone, every promotion (O(n^2) a lane).
+        lower, upper = waiting_after(lane, entry.head_seq), waiting_bounds(lane)[1]
         for wkey, raw in self._kv.iterate(WAITING_CF, lower=lower, upper=upper):
             if wkey in gone:
                 continue
-            _, seq, id_ = split_waiting_key(wkey)
+            try:
+                _, seq, id_ = split_waiting_key(wkey)
+            except ValueError:
+                self._bury_damaged(wkey, raw)  # the head's leave must land all the same, and the next go
+                continue
             try:
                 record = decode_record(raw)
                 count, type_ = record.retry_count, record.type
@@ -201,6 +225,31 @@ class LaneBatch:
         self._entries[lane] = None
         self._changed[lane] = None
         self.opened -= 1
+
+    def _last_seq(self, lane: bytes) -> int:
+        """The last sequence number among ``lane``'s waiting keys (0: none): a read of the whole lane, for
+        one whose entry does not decode only (the tail it kept is lost, and the next one queued must sort
+        after every one waiting)."""
+        last = 0
+        lower, upper = waiting_bounds(lane)
+        for wkey, _ in self._kv.iterate(WAITING_CF, lower=lower, upper=upper):
+            try:
+                last = max(last, split_waiting_key(wkey)[1])
+            except ValueError:
+                continue
+        return last
+
+    def _bury_damaged(self, wkey: bytes, raw: bytes) -> None:
+        """Move a key of a lane's range that is not a waiting key (damage: no version writes one, and the
+        listing skips it) to the dead letters, its bytes kept, as a record that does not decode is: it is
+        no longer counted pending, and an operator sees it (and may re-drive the record, if it is one)."""
+        log.warning("retry_waiting holds a damaged key, moved to the dead letters: %r", wkey)
+        self.ops.append(Delete(WAITING_CF, wkey))
+        value = encode_dead("damaged waiting key", self._now, raw)
+        self.ops.append(Put(DEAD_CF, dead_key(self._now, wkey), value))
+        self.waiting -= 1
+        self.dead += 1
+        self.removed.append(since_of(raw))
 
     def _free_key(self, count: int, type_: str, id_: str) -> bytes:
         """A pending key due now that holds nothing and that no other write is adding (the same message

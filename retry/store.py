@@ -76,7 +76,7 @@ class RetryStore(QueueBacked):
 
     A message with a sharding key belongs to its lane (retry.lanes): pending when it is the lane's head,
     else waiting behind it. ``pending_count`` and the oldest count waiting messages too; ``lanes_open``
-    is how many lanes have one message or more.
+    is how many lanes have one message or more (counted from when the batch opening one is queued).
     """
 
     def __init__(
@@ -125,7 +125,8 @@ class RetryStore(QueueBacked):
 
     @property
     def lanes_open(self) -> int:
-        """Lanes (a topic's sharding key) with a message in the store; 0: no lane is open (nothing to ask)."""
+        """Lanes (a topic's sharding key) with a message in the store, or opened by a batch being written;
+        0: no lane is open (nothing to ask)."""
         return self._lanes.value
 
     def lane_head_due(self, topic: str, sharding_key: str) -> int | None:
@@ -253,20 +254,26 @@ class RetryStore(QueueBacked):
     ) -> Then:
         """The bookkeeping of a batch that changed lanes: the locks let go once it is settled (written or
         not), the counts and the oldest told what it added and removed once the store holds it, the
-        keys it promoted given up by ``_arriving``."""
+        keys it promoted given up by ``_arriving``. The lanes it opens are counted now, before it can be
+        applied (and uncounted if it is not written): a lane readable in the store is always counted, so
+        a purge that finds no lane open (``_purgeable``) cannot take a head whose entry is being written,
+        and leave that entry naming a head gone (its lane stuck for good)."""
         self._arriving.update(batch.promoted)
+        opening = max(batch.opened, 0)
+        self._lanes.add(opening)
 
         def written(stored: bool, synced: bool) -> None:
             self._arriving.difference_update(batch.promoted)
             if held is not None:
                 held.release()
+            self._lanes.add(batch.opened - opening if stored else -opening)
             if stored:
                 self._pending.add(batch.pending)
                 self._waiting.add(batch.waiting)
-                self._lanes.add(batch.opened)
+                self._dead.add(batch.dead)
                 for since in added:
                     self._oldest.add(since)
-                for since in removed:
+                for since in (*removed, *batch.removed):
                     self._oldest.remove(since)
 
         return written
@@ -624,7 +631,7 @@ class RetryStore(QueueBacked):
         """Of the pending keys ``asked``, those a purge deletes (held, not claimed), each one's since_ms
         (not its value: kept until the commit, the values of a batch of a thousand were every body at
         once) and the lane it may head (none while no lane is open: a key read now cannot become a head
-        later, heads are written as such)."""
+        later, heads are written as such, and a lane is counted before its head is readable)."""
         claims = self.queue.claims
         in_lanes = self._lanes.value > 0
         pending: list[bytes] = []

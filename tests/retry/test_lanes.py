@@ -9,8 +9,11 @@ Messages without a sharding key are what they were.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import bisect
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +35,8 @@ from rocksidecar.retry.keys import (
     pending_key,
     split_index_key,
     split_waiting_key,
+    waiting_bounds,
+    waiting_key,
 )
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.retry.record import RetryRecord, decode_record, encode_record
@@ -39,18 +44,25 @@ from rocksidecar.retry.replay import ReplayLoop
 from rocksidecar.retry.status import State
 from rocksidecar.retry.store import RetryStore
 from rocksidecar.storage.errors import StorageError
-from rocksidecar.storage.kv import KV, Put
+from rocksidecar.storage.kv import KV, Delete, Op, Put
 from rocksidecar.storage.memory import MemoryKV
 from rocksidecar.storage.query import Filter
 from rocksidecar.storage.rocks import RocksKV
 from tests.fakes import FakeWallClock
-from tests.retry.conftest import Final, GatedWrites, Harness, Redeliverable, record
+from tests.retry.conftest import SETTLE_S, Final, GatedWrites, Harness, Redeliverable, record
 
 KEY = "customer-7"
+LANE = lane_key("orders", KEY)
 
 
 def keyed(id_: str, key: str = KEY, topic: str = "orders", **kw: object) -> RetryRecord:
     return record(id_, topic, sharding_key=key, **kw)
+
+
+def _pending(store: RetryStore, id_: str) -> bool:
+    """Whether message ``id_`` is pending (replayable), not waiting behind a head."""
+    status = store.get(id_)
+    return status is not None and store.kv.get(PENDING_CF, status.key) is not None
 
 
 async def _run(h: Harness, seconds: float, step: float = 0.5) -> None:
@@ -163,6 +175,85 @@ async def test_a_corrupt_head_is_quarantined_and_the_next_goes(h: Harness) -> No
     assert [d.id for d in h.dead] == ["A"] and h.dead[0].record is None
     assert h.delivered == ["B"]
     assert h.store.lanes_open == 0
+
+
+async def test_a_head_that_leaves_a_lane_whose_entry_does_not_decode_lets_the_next_go(h: Harness) -> None:
+    """The lane's entry damaged (read as no entry): the head that leaves is taken for the head, the first
+    waiting one goes (found by the lane's prefix) and the entry is written anew, its tail the lane's last
+    (the next spool queues behind it). Not so, B waited for good behind a head that had left."""
+    now = h.store.now_ms()
+    head = await h.store.spool(keyed("A"), now + 60_000)
+    await h.store.spool_many([keyed("B"), keyed("C")])
+    await h.store.writer.write([Put(LANES_CF, LANE, b"\xff damaged")])
+    await h.store.ack(head)
+    assert h.store.get("A") is None
+    assert _pending(h.store, "B"), "B waits in a lane whose head left: nothing will ever promote it"
+    assert not _pending(h.store, "C")
+    raw = h.kv.get(LANES_CF, LANE)
+    assert raw is not None and decode_lane(raw).tail_seq == 2
+    await h.store.spool(keyed("D"))
+    await h.start_loop().start()
+    await h.settle()
+    assert h.delivered == ["B", "C", "D"]
+    assert h.store.pending_count == 0 and h.store.lanes_open == 0
+
+
+async def test_a_head_that_replaces_an_unreadable_entry_queues_the_next_after_the_ones_waiting(
+    h: Harness,
+) -> None:
+    """The lane's entry damaged while B and C wait: D, spooled, becomes the head (the old one unknown) and
+    the entry is written anew, its tail the lane's last; E queues after C (with the tail at 0 it took B's
+    sequence number, and the promotion, which seeks after the head's, passed it by for good)."""
+    now = h.store.now_ms()
+    await h.store.spool(keyed("A"), now + 60_000)
+    await h.store.spool_many([keyed("B"), keyed("C")])
+    await h.store.writer.write([Put(LANES_CF, LANE, b"\xff damaged")])
+    await h.store.spool(keyed("D"))
+    await h.store.spool(keyed("E"))
+    await h.start_loop().start()
+    await h.settle()
+    assert h.delivered == ["D", "B", "C", "E"]
+    await h.advance(60)
+    assert h.delivered[4:] == ["A"]
+    assert h.store.pending_count == 0 and h.store.lanes_open == 0
+
+
+@pytest.mark.parametrize(
+    ("damaged", "met"),
+    [
+        # its sequence number cut short: sorts before the lane's first, where no promotion seeks
+        (LANE + b"\x00" + b"00000\x00X", False),
+        (waiting_key(LANE, 1, "A") + b"\x00X", True),  # a field too many: sorts between the head and B
+    ],
+    ids=["short-sequence", "extra-field"],
+)
+async def test_a_damaged_waiting_key_does_not_stop_its_lane_and_is_quarantined_when_met(
+    h: Harness, damaged: bytes, met: bool
+) -> None:
+    """A key in a lane's range of retry_waiting that is not a waiting key (no version writes one; the
+    listing skips it): the head's ack lands and the next goes (it raised ValueError out of ack_many, every
+    time: the replay sent the head again, forever). One the promotion meets goes to the dead letters,
+    bytes kept (as a damaged record does): no longer counted pending."""
+    now = h.store.now_ms()
+    head = await h.store.spool(keyed("A"), now + 60_000)
+    await h.store.spool(keyed("B"))
+    await h.store.writer.write([Put(WAITING_CF, damaged, encode_record(keyed("X")))])
+    store = RetryStore(h.kv, now_ms=h.clock.now_ms, clock=h.clock.monotonic)  # counts the damaged key
+    assert store.pending_count == 3
+    await store.ack(head)
+    assert store.get("A") is None
+    assert _pending(store, "B")
+    assert (h.kv.get(WAITING_CF, damaged) is None) is met
+    assert (store.dead_count, store.pending_count) == ((1, 1) if met else (0, 2))
+    await store.close()
+    if met:
+        [(dkey, value)] = h.kv.scan(DEAD_CF)
+        assert dkey.endswith(damaged) and value.endswith(encode_record(keyed("X")))
+        reopened = RetryStore(h.kv, now_ms=h.clock.now_ms, clock=h.clock.monotonic)
+        assert (reopened.dead_count, reopened.pending_count) == (1, 1)
+        await reopened.redrive(dkey)  # the record it held joins its lane's tail
+        assert not _pending(reopened, "X") and (reopened.dead_count, reopened.pending_count) == (0, 2)
+        await reopened.close()
 
 
 async def test_purging_the_head_promotes_the_next_due_now_and_purging_a_waiting_one_leaves_the_lane(
@@ -321,6 +412,134 @@ async def test_unkeyed_spools_take_no_lane_lock(h: Harness) -> None:
     assert len(h.store._lane_locks) == 0
     gate.gate.set()
     await task
+
+
+class HeldSync:
+    """Wraps a KV; while held, its WAL sync (the group commit runs it in a thread, after applying the
+    batch) blocks: the batch is readable in the store, its bookkeeping (counts, locks) not done yet, as
+    during any real fsync."""
+
+    def __init__(self, inner: MemoryKV) -> None:
+        self.inner = inner
+        self.column_families = inner.column_families
+        self._open = threading.Event()
+        self._open.set()
+        self.entered = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+
+    def hold(self) -> None:
+        self._open.clear()
+        self.entered.clear()
+
+    def release(self) -> None:
+        self._open.set()
+
+    def sync_wal(self) -> None:
+        self._loop.call_soon_threadsafe(self.entered.set)
+        self._open.wait(SETTLE_S)  # a safety net against a hung test, never a synchronisation point
+        self.inner.sync_wal()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("how", ["withdraw", "purge"])
+async def test_a_keys_first_message_taken_while_its_spool_syncs_closes_its_lane(how: str) -> None:
+    """No lane open: A, the key's first, is spooled; while its batch syncs (applied, readable) a Rock-DMQ
+    cancel (withdraw) or an admin purge takes A. The lane it opens is counted from the moment its batch
+    is queued: the purge asks the lane (under its lock, after A's batch) and closes it. Counted once
+    synced, the purge saw no lane open and left the entry naming A: the key's later messages waited
+    behind it for good, across restarts too."""
+    clock = FakeWallClock()
+    kv = HeldSync(MemoryKV(COLUMN_FAMILIES))
+    store = RetryStore(kv, now_ms=clock.now_ms, clock=clock.monotonic)
+    try:
+        kv.hold()
+        spooling = asyncio.create_task(store.spool(keyed("A")))
+        await kv.entered.wait()
+        status = store.get("A")
+        assert status is not None and not spooling.done()  # in the store, its spool not answered yet
+        taking: asyncio.Task[bool | int] = asyncio.create_task(
+            store.withdraw("A") if how == "withdraw" else store.purge(pending=[status.key])
+        )
+        asyncio.get_running_loop().call_soon(kv.release)  # after the taking call's first step (FIFO)
+        await spooling
+        assert await taking in (True, 1)
+        assert store.get("A") is None and store.lanes_open == 0
+        assert store.kv.get(LANES_CF, LANE) is None
+        await store.spool(keyed("B"))
+        assert _pending(store, "B"), "B waits behind a head that is gone: it is never replayed"
+    finally:
+        kv.release()
+        await store.close()
+    reopened = RetryStore(kv.inner, now_ms=clock.now_ms, clock=clock.monotonic)
+    assert _pending(reopened, "B")
+    await reopened.close()
+
+
+async def test_a_lane_counted_when_its_spool_is_queued_is_uncounted_when_the_write_fails(h: Harness) -> None:
+    h.kv.write_fault = "disk on fire"
+    with pytest.raises(StorageError):
+        await h.store.spool(keyed("A"))
+    assert h.store.lanes_open == 0 and h.kv.get(LANES_CF, LANE) is None
+
+
+# --- bounds ---------------------------------------------------------------------------------------
+
+
+class Tombstones:
+    """Wraps a MemoryKV and keeps RocksDB's tombstones of retry_waiting: a key deleted there stays a
+    tombstone (until a compaction), and an iterator seeking from ``lower`` steps over every tombstone
+    between ``lower`` and the first live key it yields. ``skipped`` records, per iterate of
+    retry_waiting, how many it stepped over before its first live key (or the end)."""
+
+    def __init__(self, inner: MemoryKV) -> None:
+        self.inner = inner
+        self.column_families = inner.column_families
+        self.dead: list[bytes] = []
+        self.skipped: list[int] = []
+
+    def write(self, ops: Sequence[Op], *, sync: bool, no_slowdown: bool = False) -> None:
+        self.inner.write(ops, sync=sync, no_slowdown=no_slowdown)
+        for op in ops:
+            if isinstance(op, Delete) and op.cf == WAITING_CF:
+                bisect.insort(self.dead, op.key)
+
+    def iterate(
+        self, cf: str, *, lower: bytes | None = None, upper: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        items = list(self.inner.iterate(cf, lower=lower, upper=upper))
+        if cf == WAITING_CF:
+            stop = items[0][0] if items else upper
+            start = 0 if lower is None else bisect.bisect_left(self.dead, lower)
+            end = len(self.dead) if stop is None else bisect.bisect_left(self.dead, stop)
+            self.skipped.append(max(0, end - start))
+        return iter(items)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_promotion_seeks_after_its_head_not_over_the_lanes_delivered_messages() -> None:
+    """The next of a lane is looked for after the head's sequence number (the entry keeps it), not from
+    the lane's start: on RocksDB that stepped over the tombstone of every message of the lane promoted
+    before it (until a compaction), O(n^2) reads on the event loop to drain a lane of n (measured on
+    RocksKV, a lane of 20 000: the seek took 0.016 ms before the drain, 1.47 ms after 19 990 promotions)."""
+    clock = FakeWallClock()
+    kv = Tombstones(MemoryKV(COLUMN_FAMILIES))
+    store = RetryStore(kv, now_ms=clock.now_ms, clock=clock.monotonic)
+    n = 200
+    await store.spool(keyed("m000"), clock.now_ms() + 60_000)
+    await store.spool_many([keyed(f"m{i:03d}") for i in range(1, n)])
+    for _ in range(n):
+        raw = store.kv.get(LANES_CF, LANE)
+        assert raw is not None
+        await store.ack(decode_lane(raw).head)
+    assert store.pending_count == 0 and store.lanes_open == 0
+    lower, upper = waiting_bounds(LANE)
+    assert len(kv.dead) == n - 1 and all(lower <= k < upper for k in kv.dead)
+    assert max(kv.skipped) <= 1, f"the last promotions stepped over {kv.skipped[-3:]} tombstones"
+    await store.close()
 
 
 # --- crash safety ---------------------------------------------------------------------------------
@@ -527,6 +746,45 @@ async def test_purge_by_filter_takes_waiting_messages_too(h: Harness) -> None:
     assert await admin.purge(h.store, "pending", Filter(topic="orders"), in_flight=lambda _k: False) == (3, 0)
     assert h.store.pending_count == 1 and h.store.lanes_open == 0
     assert len(h.kv.scan(WAITING_CF)) == 0 and len(h.kv.scan(LANES_CF)) == 0
+
+
+@pytest.mark.parametrize("shape", ["one-lane-longer-than-a-page", "a-page-of-heads"])
+async def test_a_purge_by_filter_over_several_pages_takes_every_message_of_its_lanes(
+    h: Harness, monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    """The purge walks the listing a page (PURGE_CHUNK) at a time. Pending first, a head purged let the
+    first waiting one not on that page go, due now: before the pending walk's cursor (the heads were due
+    later) and no longer waiting when the walk got there; it survived the purge that matched it, and was
+    counted neither deleted nor skipped. README (admin, retries:purge): pending, "the waiting ones too, as
+    listed". Shapes: one lane longer than a page (one busy key through an outage), and a page of heads."""
+    now = h.store.now_ms()
+    if shape == "one-lane-longer-than-a-page":
+        monkeypatch.setattr(admin, "PURGE_CHUNK", 3)
+        await h.store.spool(keyed("A"), now + 60_000)
+        await h.store.spool_many([keyed(i) for i in "BCDEFG"])
+        total = 7
+    else:
+        monkeypatch.setattr(admin, "PURGE_CHUNK", 2)
+        await h.store.spool_many([keyed("A1", key="k1"), keyed("A2", key="k2")], now + 60_000)
+        await h.store.spool_many([keyed("B1", key="k1"), keyed("B2", key="k2")])
+        total = 4
+    assert h.store.pending_count == total
+    deleted, skipped = await admin.purge(
+        h.store, "pending", Filter(topic="orders"), in_flight=lambda _k: False
+    )
+    left = [i.id for i in admin.pending_page(h.store, Filter()).items]
+    assert left == [] and h.store.pending_count == 0, f"left after the purge: {left}"
+    assert (deleted, skipped, h.store.lanes_open) == (total, 0, 0)
+
+
+async def test_a_purge_by_filter_lets_the_waiting_ones_it_did_not_match_go(h: Harness) -> None:
+    """A head the filter matches, one waiting behind it that it does not (another type): the head goes,
+    the other one takes its place."""
+    now = h.store.now_ms()
+    await h.store.spool(keyed("A", type="gone"), now + 60_000)
+    await h.store.spool_many([keyed("B", type="gone"), keyed("C", type="kept")])
+    assert await admin.purge(h.store, "pending", Filter(type="gone"), in_flight=lambda _k: False) == (2, 0)
+    assert _pending(h.store, "C") and h.store.pending_count == 1
 
 
 async def test_the_listing_pages_through_waiting_messages_of_the_longest_sharding_key(h: Harness) -> None:
