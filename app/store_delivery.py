@@ -4,6 +4,7 @@ publish fails falls into the retry store."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,6 +21,17 @@ from .delivery_policy import BEHIND, Lanes, RetrySpool, busy_lanes, failed_send,
 from .wire import stored_at, to_wire
 
 log = logging.getLogger(__name__)
+
+
+class _Settle:
+    """What a publish_delayed call's group of messages tells the calls after it: ``done`` set once they
+    are stored or spooled; ``lanes``, theirs."""
+
+    __slots__ = ("done", "lanes")
+
+    def __init__(self) -> None:
+        self.done = asyncio.Event()
+        self.lanes: list[tuple[str, str]] = []
 
 
 class DeliveryFailed(Exception):
@@ -49,6 +61,9 @@ class StoreDelivery:
     # The retry store's lanes: a due message of a sharding key whose earlier messages wait there is not
     # published (it would be stored before them) but spooled behind them (None: never asked).
     lanes: Lanes | None = field(default=None, kw_only=True)
+    # The lanes (topic, sharding key) a publish_delayed call is publishing messages of, each with what
+    # the call sets once they are stored or spooled (the lane's last call only; none once it has).
+    _publishing: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict, init=False, repr=False)
 
     async def redeliver(self, record: RetryRecord) -> None:
         """The retry store's ``deliver``: send a spooled message again, under its original id."""
@@ -114,7 +129,71 @@ class StoreDelivery:
         store (which also dead-letters what the broker refuses). An exception per message means "stored
         nowhere": the scheduler keeps it and tries again; a StoredAt, where the broker stored it; SPOOLED,
         kept in the retry store (not published yet: its replay publishes it, and tells its lateness); so is
-        one whose sharding key's earlier messages wait there (spooled behind them, untried)."""
+        one whose sharding key's earlier messages wait there (spooled behind them, untried).
+
+        The scheduler runs several calls at once, and a key's message still on its way in one is in no
+        lane yet: a later message of the key published meanwhile by another call would be stored before it
+        should the first one's publish fail and be spooled. So a message whose lane (topic and key) an
+        earlier call is publishing waits for that call's messages of it to settle (stored or spooled),
+        then goes or is held behind them; the call's other messages do not wait."""
+        if self.lanes is None:
+            return await self._publish_due(msgs)
+        publishing = self._publishing
+        groups: dict[asyncio.Event | None, list[int]] = {}  # by the earlier publish they wait for
+        settles: dict[asyncio.Event | None, _Settle] = {}  # each group's, told to the calls after it
+        seen: dict[tuple[str, str], asyncio.Event | None] = {}
+        for i, m in enumerate(msgs):
+            key = m.sharding_key
+            if not key:  # no lane (retry.lanes.lane_of)
+                groups.setdefault(None, []).append(i)
+                continue
+            lane = (m.topic, key)
+            if lane in seen:  # the lane's earlier message in this call: the same group, in its order
+                before = seen[lane]
+            else:
+                before = seen[lane] = publishing.get(lane)
+                settle = settles.get(before)
+                if settle is None:
+                    settle = settles[before] = _Settle()
+                settle.lanes.append(lane)
+                publishing[lane] = settle.done
+            groups.setdefault(before, []).append(i)
+        if len(groups) == 1:  # the usual call: nothing to wait for, no task of its own
+            before = next(iter(groups))
+            return await self._publish_after(before, settles.get(before), msgs)
+        parts = await asyncio.gather(
+            *(
+                self._publish_after(before, settles.get(before), [msgs[i] for i in idx])
+                for before, idx in groups.items()
+            ),
+            return_exceptions=True,
+        )
+        out: list[Exception | StoredAt | Spooled] = [SPOOLED] * len(msgs)
+        for idx, part in zip(groups.values(), parts, strict=True):
+            if isinstance(part, BaseException) and not isinstance(part, Exception):
+                raise part
+            for n, i in enumerate(idx):  # a group that raised: stored nowhere, the others as they went
+                out[i] = part if isinstance(part, Exception) else part[n]
+        return out
+
+    async def _publish_after(
+        self, before: asyncio.Event | None, settle: _Settle | None, msgs: Sequence[DelayedMessage]
+    ) -> list[Exception | StoredAt | Spooled]:
+        """_publish_due of ``msgs`` once the earlier publish of their lanes (``before``) has settled;
+        ``settle`` tells the calls after this one that these have (even when cancelled or failed)."""
+        try:
+            if before is not None:
+                await before.wait()
+            return await self._publish_due(msgs)
+        finally:
+            if settle is not None:
+                settle.done.set()
+                for lane in settle.lanes:  # a later call's own, if one came meanwhile
+                    if self._publishing.get(lane) is settle.done:
+                        del self._publishing[lane]
+
+    async def _publish_due(self, msgs: Sequence[DelayedMessage]) -> list[Exception | StoredAt | Spooled]:
+        """publish_delayed of ``msgs``, none of whose lanes an earlier call is still publishing."""
         lanes = self.lanes
         if lanes is not None and lanes.lanes_open:
             behind = busy_lanes(lanes, ((i, m.topic, m.sharding_key) for i, m in enumerate(msgs)))

@@ -25,7 +25,7 @@ from rocksidecar.app.request import Prepared
 from rocksidecar.app.sidecar import Ack, Outcome, Sidecar, Status
 from rocksidecar.app.store_delivery import StoreDelivery
 from rocksidecar.delay import COLUMN_FAMILIES as DELAY_CFS
-from rocksidecar.delay import SPOOLED, DelayedMessage, DelayStore, StoredAt
+from rocksidecar.delay import SPOOLED, DelayedMessage, DelayScheduler, DelayStore, StoredAt
 from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.retry.replay import ReplayLoop
@@ -331,6 +331,155 @@ async def test_a_delayed_message_due_while_its_keys_lane_is_busy_is_spooled_behi
     await lanes.run(FIRST_RUNG_MS / 1000)
     assert lanes.broker.order(KEY) == ["A", "D"]
     assert lanes.broker.order("other-key") == ["E"]
+
+
+class HeldBroker(KeyedBroker):
+    """A KeyedBroker that does not answer a body of ``held`` until its event is set, then fails it as a
+    send that timed out (retriable: spooled); ``entered`` is set when it arrives, ``took`` at each message
+    stored."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: dict[str, asyncio.Event] = {}
+        self.entered: dict[str, asyncio.Event] = {}
+        self.took = asyncio.Event()
+
+    async def send(
+        self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
+    ) -> SendResult:
+        body = msg.body.decode()
+        if body in self.held:
+            self.entered.setdefault(body, asyncio.Event()).set()
+            await self.held.pop(body).wait()
+            raise RequestTimeout("the broker did not answer within the send timeout")
+        result = await super().send(msg, sharding_key=sharding_key, validated=validated)
+        self.took.set()
+        return result
+
+    async def stores(self, *bodies: str) -> None:
+        """Until every body of ``bodies`` is stored."""
+        while not set(bodies) <= {body for _, body in self.stored}:
+            self.took.clear()
+            await self.took.wait()
+
+
+@dataclass
+class Scheduled:
+    """The delay scheduler and the retry replay over one StoreDelivery with the store's lanes, as
+    app.store_delivery.delivery_loops wires them, on a fake clock; the scheduler not started."""
+
+    clock: FakeWallClock
+    broker: HeldBroker
+    retry: RetryStore
+    delay: DelayStore
+    delivery: StoreDelivery
+    scheduler: DelayScheduler
+    replay: ReplayLoop
+    waited: asyncio.Event  # set each time the scheduler's seek loop goes to wait (its sleep called)
+
+    async def seek_loop_waits(self) -> None:
+        """Until the scheduler's seek loop has done what is due now and gone to wait (its sleep called)."""
+        await asyncio.wait_for(self.waited.wait(), 10)
+        self.waited.clear()
+
+
+@pytest.fixture
+async def scheduled() -> AsyncIterator[Scheduled]:
+    clock = FakeWallClock()
+    kv = MemoryKV((*RETRY_CFS, *DELAY_CFS))
+    writer = GroupCommitWriter(kv)
+    retry = RetryStore(kv, writer=writer, now_ms=clock.now_ms, clock=clock.monotonic)
+    delay = DelayStore(kv, writer, now_ms=clock.now_ms, clock=clock.monotonic)
+    broker = HeldBroker()
+    waited = asyncio.Event()
+    ladder = RetryPolicy((1.0,), 1000)
+
+    def scheduler_sleep(seconds: float) -> asyncio.Future[None]:
+        waited.set()
+        return clock.sleep(seconds)
+
+    delivery = StoreDelivery(
+        broker, retry, delay, policy_for=lambda _t: ladder, now_ms=retry.now_ms, lanes=retry
+    )
+    scheduler = DelayScheduler(delay, delivery.publish_delayed, sleep=scheduler_sleep)
+    replay = ReplayLoop(
+        retry, delivery.redeliver, lambda _t: ladder, workers=4, deliver_batch=delivery.redeliver_batch,
+        batch_max=32, sleep=clock.sleep,
+    )  # fmt: skip
+    await replay.start()
+    yield Scheduled(clock, broker, retry, delay, delivery, scheduler, replay, waited)
+    await scheduler.close()
+    await replay.close()
+    await retry.close()
+    await writer.close()
+
+
+async def test_a_delayed_message_due_while_its_keys_earlier_one_is_being_published_is_not_stored_first(
+    scheduled: Scheduled,
+) -> None:
+    """The scheduler runs several publish calls at once (MAX_IN_FLIGHT), and a message still on its way
+    is in no lane yet. D1 and D2 of one key, D1 due first: D1's publish is on its way (the broker slow to
+    answer) when D2 falls due. Published by another call, D2 would be stored, and D1, whose publish then
+    times out, spooled and stored after it. D2 waits for D1's publish to settle, then is held behind it."""
+    s = scheduled
+    now = s.clock.now_ms()
+    release_d1 = s.broker.held["D1"] = asyncio.Event()
+    d1_on_its_way = s.broker.entered.setdefault("D1", asyncio.Event())
+    await s.delay.schedule(DelayedMessage("d1", "Orders", b"D1", sharding_key=KEY, due_ms=now + 1000))
+    await s.delay.schedule(DelayedMessage("d2", "Orders", b"D2", sharding_key=KEY, due_ms=now + 2000))
+    # another key, due much later: the seek loop sleeps towards it once D1 and D2 are done with
+    await s.delay.schedule(DelayedMessage("x", "Orders", b"X", sharding_key="other", due_ms=now + 600_000))
+    await s.scheduler.start()
+    await s.seek_loop_waits()  # nothing due yet
+
+    s.clock.advance(1.0)  # D1 due: its publish call starts, and the broker does not answer yet
+    await asyncio.wait_for(d1_on_its_way.wait(), 10)
+    await s.seek_loop_waits()
+    s.clock.advance(1.0)  # D2 due, D1's publish still on its way
+    await s.seek_loop_waits()
+
+    release_d1.set()  # D1's publish times out: spooled for the retry store's replay
+    await asyncio.wait_for(s.scheduler.wait_idle(), 10)
+    held = s.retry.get("d2")
+    assert held is not None and held.last_error == BEHIND
+    for _ in range(4):  # the ladder's first rung (1 s) passes: the replay sends what was spooled
+        s.clock.advance(0.5)
+        await asyncio.wait_for(s.scheduler.wait_idle(), 10)
+        await asyncio.wait_for(s.replay.wait_idle(), 10)
+    assert s.retry.pending_count == 0
+    assert s.broker.order(KEY) == ["D1", "D2"]
+
+
+async def test_a_delayed_message_waits_only_for_its_own_keys_publish_on_its_way(scheduled: Scheduled) -> None:
+    """Publish calls at once (as the scheduler makes them): the later call's message of the key waits for
+    the earlier call's, but its messages of another key and without a key go at once; once both calls
+    are done no lane is remembered."""
+    s = scheduled
+    now = s.clock.now_ms()
+    release_d1 = s.broker.held["D1"] = asyncio.Event()
+    d1_on_its_way = s.broker.entered.setdefault("D1", asyncio.Event())
+    first = asyncio.create_task(
+        s.delivery.publish_delayed([DelayedMessage("d1", "Orders", b"D1", sharding_key=KEY, due_ms=now)])
+    )
+    await asyncio.wait_for(d1_on_its_way.wait(), 10)
+    second = asyncio.create_task(
+        s.delivery.publish_delayed(
+            [
+                DelayedMessage("d2", "Orders", b"D2", sharding_key=KEY, due_ms=now),
+                DelayedMessage("x", "Orders", b"X", sharding_key="other-key", due_ms=now),
+                DelayedMessage("u", "Orders", b"U", due_ms=now),
+            ]
+        )
+    )
+    await asyncio.wait_for(s.broker.stores("X", "U"), 10)  # while D1 is still on its way
+    assert s.broker.order(KEY) == [] and not second.done()
+    release_d1.set()
+    assert await asyncio.wait_for(first, 10) == [SPOOLED]
+    d2, x, u = await asyncio.wait_for(second, 10)
+    assert d2 is SPOOLED and isinstance(x, StoredAt) and isinstance(u, StoredAt)
+    held = s.retry.get("d2")
+    assert held is not None and held.last_error == BEHIND
+    assert not s.delivery._publishing  # bounded: a lane is remembered only while it is being published
 
 
 async def test_http_a_later_message_of_a_spooled_key_is_answered_202_and_stored_after_it(
