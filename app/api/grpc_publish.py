@@ -220,6 +220,16 @@ class StreamPublisher:
         modes = [ACK_MODES.get(req.ack) for req in batch]  # None: a value the proto does not define
         if modes.count(modes[0]) == len(modes):  # the usual stream: one ack mode for all
             results = await self._results(batch, modes[0])
+        elif _lane_across_modes(batch, modes):
+            # A key's messages in two modes' batches, sent at once: the later one could head the key's
+            # lane (retry.lanes) ahead of an earlier one (ACK_SPOOL spooled while ACK_BROKER is still on
+            # its way). Each run of one mode as a batch, one after another, in the stream's order.
+            results = []
+            start = 0
+            for end in range(1, len(batch) + 1):
+                if end == len(batch) or modes[end] is not modes[start]:
+                    results += await self._results(batch[start:end], modes[start])
+                    start = end
         else:  # each mode's messages as a batch of their own, answered in the stream's order
             by_mode = {mode: [i for i, m in enumerate(modes) if m is mode] for mode in set(modes)}
             parts = await asyncio.gather(
@@ -251,3 +261,16 @@ class StreamPublisher:
         except Exception as exc:  # what a send of each would have raised (a store that cannot spool)
             ops.count(item_label(exc), len(batch))
             return [exc] * len(batch)
+
+
+def _lane_across_modes(batch: list[pb.PublishRequest], modes: list[Ack | None]) -> bool:
+    """Whether a sharding key (its topic and key) has messages of ``batch`` in more than one ack mode
+    (None, refused unsent, does not count)."""
+    mode_of: dict[tuple[str, str], Ack] = {}
+    for req, mode in zip(batch, modes, strict=True):
+        m = req.message
+        if mode is None or not m.HasField("sharding_key") or not m.sharding_key:
+            continue
+        if mode_of.setdefault((m.topic, m.sharding_key), mode) is not mode:
+            return True
+    return False

@@ -140,8 +140,26 @@ class Operations(EdgeDeps):
         """What ``send`` answers for each message, sent together as one batch would be (a stream's
         messages: their errors name the field as ``send``'s do). The caller bounds ``specs``."""
         if spans.ON:  # a receive span per message, as each has when sent alone
-            return list(await asyncio.gather(*(self._one(s, ack, trace) for s in specs)))
+            return await self._each_alone(specs, ack, trace)
         return await self._send_many(specs, ack, trace, within=False)
+
+    async def _each_alone(
+        self, specs: Sequence[MessageFields], ack: Ack, trace: TraceContext | None
+    ) -> list[BatchItem]:
+        """send_each's messages each sent alone, at once, but a sharding key's one after another in their
+        order: sent together, the one whose send failed first would be spooled first and head its key's
+        lane (retry.lanes), ahead of one read before it, where one batch keeps their order."""
+        out: list[BatchItem | None] = [None] * len(specs)
+        chains: dict[tuple[str, str] | int, list[int]] = {}  # a lane's messages, or one without a key
+        for i, spec in enumerate(specs):
+            chains.setdefault((spec.topic, spec.sharding_key) if spec.sharding_key else i, []).append(i)
+
+        async def chain(idx: list[int]) -> None:
+            for i in idx:
+                out[i] = await self._one(specs[i], ack, trace)
+
+        await asyncio.gather(*(chain(idx) for idx in chains.values()))
+        return [r if r is not None else RuntimeError("no outcome") for r in out]
 
     async def _one(self, spec: MessageFields, ack: Ack, trace: TraceContext | None) -> BatchItem:
         try:

@@ -1,11 +1,13 @@
 """The Publish stream sends its messages in batches, one batch in flight per stream: the stream's order
 reaches the broker, every message is answered once by its sequence, the reader stops at the window,
-and a failing batch answers each of its messages with the error."""
+and a failing batch answers each of its messages with the error. A sharding key's messages read in one
+batch reach its lane (retry.lanes) in the stream's order, whatever their ack modes, tracing on or off."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import grpc
@@ -15,13 +17,27 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rocksidecar.app.api.grpc_publish import BatchCombiner, PublishStreams, StreamPublisher
-from rocksidecar.app.api.operations import BatchItem, Operations
+from rocksidecar.app.api.operations import BatchItem, EdgeDeps, Operations
 from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
-from rocksidecar.app.request import MessageFields, MessageSpec
-from rocksidecar.app.sidecar import Ack, Outcome, Status
+from rocksidecar.app.metrics import Metrics
+from rocksidecar.app.request import GRPC_FIELDS, Limits, MessageFields, MessageSpec
+from rocksidecar.app.sidecar import Ack, Outcome, Sidecar, Status
+from rocksidecar.app.store_delivery import StoreDelivery
 from rocksidecar.app.tracing import spans
+from rocksidecar.delay import COLUMN_FAMILIES as DELAY_CFS
+from rocksidecar.delay import DelayStore
+from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
+from rocksidecar.retry.policy import RetryPolicy
+from rocksidecar.retry.record import RetryRecord
+from rocksidecar.retry.replay import ReplayLoop
+from rocksidecar.retry.store import RetryStore
+from rocksidecar.rmq import Message, MessageQueue, RocketMQError, SendResult, SendStatus
+from rocksidecar.rmq.errors import RequestTimeout
+from rocksidecar.storage.group_commit import GroupCommitWriter
+from rocksidecar.storage.memory import MemoryKV
 from tests.app.conftest import Stack
+from tests.fakes import FakeWallClock
 
 
 @pytest.fixture
@@ -332,3 +348,189 @@ async def test_streams_opened_after_the_stop_are_stopped_at_once() -> None:
     after = StreamPublisher(cast(Operations, ops), None, window=8)
     with streams.open(after):
         assert after.stopped
+
+
+# --- a sharding key's order in a stream's batch sent in parts (retry.lanes) ------------------------------
+
+KEY = "customer-7"
+# How long a slow message's send waits for another message of the stream to be tried or spooled (see
+# _LaneBroker): a bound, not a synchronisation. A sidecar that sends the key's later message only once
+# the earlier one is answered waits it out; one that sends them at once moves on within milliseconds.
+HOLD_AT_MOST_S = 0.5
+
+
+class _LaneBroker:
+    """Stores what it takes in arrival order; while ``down`` every send fails at once (a broker out of
+    reach: connection refused). A body in ``slow`` (alone or in a batch) is not answered until another
+    message has been tried here or spooled (``moved_on``), or HOLD_AT_MOST_S passed, then fails as a
+    send that timed out: an earlier message whose send takes longer to fail than a later one's."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.slow: set[str] = set()
+        self.stored: list[tuple[str | None, str]] = []
+        self._moved_on = asyncio.Event()
+
+    def order(self, key: str) -> list[str]:
+        return [body for k, body in self.stored if k == key]
+
+    def moved_on(self) -> None:
+        self._moved_on.set()
+
+    async def _slow(self, messages: Sequence[Message]) -> bool:
+        bodies = {m.body.decode() for m in messages}
+        if not bodies & self.slow:
+            self._moved_on.set()
+            return False
+        self.slow -= bodies
+        try:
+            await asyncio.wait_for(self._moved_on.wait(), HOLD_AT_MOST_S)
+        except TimeoutError:
+            pass
+        return True
+
+    def _take(self, msg: Message, sharding_key: str | None) -> SendResult:
+        if self.down:
+            raise RequestTimeout("connection refused")
+        self.stored.append((sharding_key, msg.body.decode()))
+        return SendResult(SendStatus.SEND_OK, msg.id or "", "o", MessageQueue(msg.topic, "b", 0), 0)
+
+    async def send(
+        self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
+    ) -> SendResult:
+        if await self._slow([msg]):
+            raise RequestTimeout("the broker did not answer within the send timeout")
+        return self._take(msg, sharding_key)
+
+    async def send_batch(
+        self,
+        messages: Sequence[Message],
+        sharding_keys: Sequence[str | None] | None = None,
+        *,
+        validated: bool = False,
+    ) -> list[SendResult | RocketMQError]:
+        keys = list(sharding_keys) if sharding_keys is not None else [None] * len(messages)
+        if await self._slow(messages):
+            return [RequestTimeout("the broker did not answer within the send timeout") for _ in messages]
+        out: list[SendResult | RocketMQError] = []
+        for m, k in zip(messages, keys, strict=True):
+            try:
+                out.append(self._take(m, k))
+            except RocketMQError as exc:
+                out.append(exc)
+        return out
+
+
+class _Watched:
+    """The retry store as the sidecar spools into it, telling the broker when something was spooled."""
+
+    def __init__(self, retry: RetryStore, broker: _LaneBroker) -> None:
+        self._retry = retry
+        self._broker = broker
+
+    async def spool(self, record: RetryRecord, due_ms: int | None = None) -> object:
+        key = await self._retry.spool(record, due_ms)
+        self._broker.moved_on()
+        return key
+
+    async def spool_many(self, records: Sequence[RetryRecord], due_ms: int | None = None) -> object:
+        keys = await self._retry.spool_many(records, due_ms)
+        self._broker.moved_on()
+        return keys
+
+
+@dataclass
+class _Edge:
+    clock: FakeWallClock
+    broker: _LaneBroker
+    retry: RetryStore
+    ops: Operations
+    replay: ReplayLoop
+
+    async def publish(self, *messages: tuple[str, int]) -> list[pb.PublishAck]:
+        """One Publish stream of (body, ack mode) messages of KEY, read together (one batch)."""
+
+        async def requests() -> AsyncIterator[pb.PublishRequest]:
+            for seq, (body, ack) in enumerate(messages):
+                message = pb.Message(topic="Orders", body=body, sharding_key=KEY)
+                yield pb.PublishRequest(sequence=seq, ack=ack, message=message)  # type: ignore[arg-type]
+
+        publisher = StreamPublisher(self.ops, None, window=16)
+        return [a async for a in publisher.run(requests())]
+
+    async def drain(self) -> None:
+        """The ladder's time passing (its 1 s rung, twice), the replay settled at each step."""
+        for _ in range(4):
+            self.clock.advance(0.5)
+            await asyncio.wait_for(self.replay.wait_idle(), 10)
+
+
+@pytest.fixture
+async def edge() -> AsyncIterator[_Edge]:
+    """The gRPC edge's Operations over the sidecar and its retry store (MemoryKV, a fake clock) with the
+    store's lanes, as app.assembly wires them; the replay started once the test brings the broker back."""
+    clock = FakeWallClock()
+    kv = MemoryKV((*RETRY_CFS, *DELAY_CFS))
+    writer = GroupCommitWriter(kv)
+    retry = RetryStore(kv, writer=writer, now_ms=clock.now_ms, clock=clock.monotonic)
+    delay = DelayStore(kv, writer, now_ms=clock.now_ms, clock=clock.monotonic)
+    broker = _LaneBroker()
+    ladder = RetryPolicy((1.0,), 1000)
+    sidecar = Sidecar(
+        broker, _Watched(retry, broker), policy_for=lambda _t: ladder, now_ms=retry.now_ms, lanes=retry
+    )
+    deps = EdgeDeps(sidecar, Limits(1 << 20, 60_000), 100, Metrics(), None, clock.now_ms)
+    delivery = StoreDelivery(
+        broker, retry, delay, policy_for=lambda _t: ladder, now_ms=retry.now_ms, lanes=retry
+    )
+    replay = ReplayLoop(
+        retry, delivery.redeliver, lambda _t: ladder, workers=4, deliver_batch=delivery.redeliver_batch,
+        batch_max=32, sleep=clock.sleep,
+    )  # fmt: skip
+    yield _Edge(clock, broker, retry, Operations.of(deps, GRPC_FIELDS), replay)
+    await replay.close()
+    await retry.close()
+    await writer.close()
+
+
+@pytest.fixture
+def traced() -> Iterator[None]:
+    spans.configure(TracerProvider())
+    try:
+        yield
+    finally:
+        spans.configure(None)
+
+
+async def test_a_keys_ack_spool_message_is_not_queued_ahead_of_the_ack_broker_one_read_before_it(
+    edge: _Edge,
+) -> None:
+    """The broker is out of reach. m0 (ACK_BROKER) then m1 (ACK_SPOOL), one key, read as one batch. Sent
+    as one batch per mode at once, m1's would be spooled first and head the key's lane, m0's send,
+    slower to fail (a timeout), spooled behind it. The modes' batches go one after another when a key
+    has messages in both: m0 then m1 reach the broker, the stream's order."""
+    edge.broker.slow.add("m0")
+    edge.broker.down = True
+    acks = await edge.publish(("m0", pb.ACK_BROKER), ("m1", pb.ACK_SPOOL))
+    assert [(a.sequence, a.result.status) for a in acks] == [(0, pb.SPOOLED), (1, pb.SPOOLED)]
+    edge.broker.down = False
+    await edge.replay.start()
+    await edge.drain()
+    assert edge.retry.pending_count == 0
+    assert edge.broker.order(KEY) == ["m0", "m1"]
+
+
+@pytest.mark.usefixtures("traced")
+async def test_traced_a_keys_messages_of_one_batch_reach_the_broker_in_the_streams_order(edge: _Edge) -> None:
+    """Tracing on, a stream's messages are sent each alone (a receive span each). Sent at once, m1 would
+    be spooled first (m0's send takes longer to fail: a timeout) and head the key's lane. A key's
+    messages go one after another: m0 then m1, as the same stream stores them with tracing off."""
+    edge.broker.slow.add("m0")
+    edge.broker.down = True
+    acks = await edge.publish(("m0", pb.ACK_BROKER), ("m1", pb.ACK_BROKER))
+    assert [(a.sequence, a.result.status) for a in acks] == [(0, pb.SPOOLED), (1, pb.SPOOLED)]
+    edge.broker.down = False
+    await edge.replay.start()
+    await edge.drain()
+    assert edge.retry.pending_count == 0
+    assert edge.broker.order(KEY) == ["m0", "m1"]
