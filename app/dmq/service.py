@@ -33,6 +33,7 @@ from .. import logs
 from ..api.guards import Guards
 from ..api.servers import HttpServer
 from ..config import Settings
+from ..delivery_policy import BEHIND
 from ..events import OpsEvents
 from ..metrics import Metrics, StateCollector, zeroed_counter
 from ..notify import DeadLetterNotifier
@@ -60,8 +61,10 @@ log = logging.getLogger("rocksidecar.dmq")
 
 
 class SpoolLoggingRetryStore(RetryStore):
-    """The retry store, telling ``on_spooled`` of each message spooled. Here the publishes that fail
-    spool (app.store_delivery), and the operator sees them as the sidecar's spools (OpsEvents.spooled)."""
+    """The retry store, telling ``on_spooled`` of each message spooled after a failed publish. Here the
+    publishes that fail spool (app.store_delivery), and the operator sees them as the sidecar's spools
+    (OpsEvents.spooled). A due message held behind its key's lane (lastError BEHIND) was never tried: it
+    is not told, as the sidecar tells none it holds (Sidecar._spool_group_behind)."""
 
     def __init__(
         self,
@@ -77,7 +80,8 @@ class SpoolLoggingRetryStore(RetryStore):
     async def spool_many(self, records: Sequence[RetryRecord], due_ms: int | None = None) -> list[bytes]:
         keys = await super().spool_many(records, due_ms)
         for record in records:
-            self._on_spooled(record)
+            if record.last_error != BEHIND:
+                self._on_spooled(record)
         return keys
 
 

@@ -1,23 +1,34 @@
 """Issue 26: one conversion of a failed send into a stored retry. A delayed message the Rock-DMQ
 forwarder cannot hand to a broker is spooled as the sidecar spools its own failed sends: every field the
 sidecar keeps (id, body, tags, keys, properties with the trace context, sharding key, type, creation
-time) and the same attempt bookkeeping, each message with its own error, and the operator is told."""
+time) and the same attempt bookkeeping, each message with its own error, and the operator is told. A
+replica's retry store tells the operator of its failed publishes only, as the sidecar does: not of a due
+message held, untried, behind its key's lane."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
 
+from rocksidecar.app.delivery_policy import BEHIND
 from rocksidecar.app.dmq import inner
 from rocksidecar.app.dmq.forward import COLUMN_FAMILIES, Forwarder
+from rocksidecar.app.dmq.service import SpoolLoggingRetryStore
 from rocksidecar.app.request import Prepared
 from rocksidecar.app.sidecar import Sidecar, Status
+from rocksidecar.app.store_delivery import StoreDelivery
+from rocksidecar.delay import COLUMN_FAMILIES as DELAY_CFS
+from rocksidecar.delay import SPOOLED, DelayedMessage, DelayStore
+from rocksidecar.retry.keys import COLUMN_FAMILIES as RETRY_CFS
 from rocksidecar.retry.policy import RetryPolicy
 from rocksidecar.retry.record import RetryRecord
 from rocksidecar.rmq import Message, RocketMQError, SendResult
+from rocksidecar.rmq.errors import RequestTimeout
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.memory import MemoryKV
+from rocksidecar.storage.message import StoredMessage
 from tests.app.test_sender_seam import OtherTransport
+from tests.fakes import FakeWallClock
 
 INNER = "dmq_inner_test"
 ACCEPTED_MS = 1_000  # the sidecar takes the request
@@ -152,3 +163,42 @@ async def test_a_forwarded_due_time_goes_out_as_a_wall_time_when_the_clock_leads
     await sidecar(clock, fspool, ftold, fwd).send(prepared("id-delayed", due_at))
     ((forwarded, _),) = fspool.records
     assert forwarded.properties[inner.DELIVER_MS] == str(ACCEPTED_MS + 60_000)
+
+
+class _NothingSent(OtherTransport):
+    """A Sender that must not be asked: the message is held behind its lane, untried."""
+
+    async def send(
+        self, msg: Message, *, sharding_key: str | None = None, validated: bool = False
+    ) -> SendResult:
+        raise AssertionError(f"{msg.body!r} was sent")
+
+
+async def test_a_replicas_due_message_held_behind_its_lane_is_not_logged_as_a_failed_publish() -> None:
+    """The key's lane holds a publish that failed (spooled, told: right). The key's next message falls
+    due: held behind it, untried (SPOOLED to the scheduler, lastError BEHIND). The operator is told only
+    of the failed publish, as the sidecar tells none it holds (README: publishes that fail and are
+    spooled are logged, as in the sidecar)."""
+    clock = FakeWallClock()
+    kv = MemoryKV((*RETRY_CFS, *DELAY_CFS))
+    writer = GroupCommitWriter(kv)
+    told: list[RetryRecord] = []
+    retry = SpoolLoggingRetryStore(kv, writer=writer, on_spooled=told.append, on_dead_letter=lambda _d: None)
+    delay = DelayStore(kv, writer, now_ms=clock.now_ms, clock=clock.monotonic)
+    delivery = StoreDelivery(  # as DmqService wires it (delivery_loops: the store's lanes)
+        _NothingSent(), retry, delay, policy_for=lambda _t: RetryPolicy(), now_ms=retry.now_ms, lanes=retry
+    )
+    try:
+        now = clock.now_ms()
+        first = StoredMessage("d0", "Orders", b"D0", sharding_key="cust-3", type="orders", created_ms=now)
+        failed = RetryRecord.of(first, error=str(RequestTimeout("no answer")), failed_at_ms=now)
+        await retry.spool(failed, now + 3_000)  # what a publish that failed spools
+        assert [r.id for r in told] == ["d0"]
+        due = DelayedMessage("d1", "Orders", b"D1", sharding_key="cust-3", type="orders", due_ms=now)
+        assert await delivery.publish_delayed([due]) == [SPOOLED]
+        held = retry.get("d1")
+        assert held is not None and held.last_error == BEHIND
+        assert [r.id for r in told] == ["d0"]
+    finally:
+        await retry.close()
+        await writer.close()
