@@ -13,7 +13,7 @@ from typing import Protocol
 
 from bench.common import DevbrokerProcess
 from rocksidecar.rmq import BrokerApi, NameServerClient, RemotingClient, TopicRouteData
-from tests.realbroker.conftest import create_topic_everywhere, pull_all
+from tests.realbroker.conftest import create_topic_everywhere, pull_queue
 
 BROKERS = ("broker-a", "broker-b")
 SETTLE_READS, SETTLE_S = 3, 2.0
@@ -34,8 +34,9 @@ class Backend(Protocol):
         """UNIQ_KEY -> how many times the brokers store it."""
         ...
 
-    def stored_in_order(self, topic: str) -> list[str]:
-        """The UNIQ_KEY of every stored copy, queue by queue, each queue in offset order."""
+    def stored_in_order(self, topic: str) -> list[tuple[str, str]]:
+        """(queue, UNIQ_KEY) of every stored copy, queue by queue, each queue in offset order; a queue is
+        named ``broker/queue id``."""
         ...
 
 
@@ -70,10 +71,10 @@ class DevBackend:
     def stored(self, topic: str) -> Counter[str]:
         return self.dev.stored_keys(topic)
 
-    def stored_in_order(self, topic: str) -> list[str]:
+    def stored_in_order(self, topic: str) -> list[tuple[str, str]]:
         listed = self.dev.stored_listing(topic)
         listed.sort(key=lambda m: (m["broker"], m["queueId"], m["queueOffset"]))
-        return [m["uniqKey"] for m in listed]
+        return [(f"{m['broker']}/{m['queueId']}", m["uniqKey"]) for m in listed]
 
 
 class RealBackend:
@@ -128,9 +129,9 @@ class RealBackend:
         self.down.clear()
 
     def stored(self, topic: str) -> Counter[str]:
-        return Counter(self.stored_in_order(topic))
+        return Counter(uniq for _, uniq in self.stored_in_order(topic))
 
-    def stored_in_order(self, topic: str) -> list[str]:
+    def stored_in_order(self, topic: str) -> list[tuple[str, str]]:
         return asyncio.run(self._pull(topic))
 
     @staticmethod
@@ -160,13 +161,20 @@ class RealBackend:
             last = total
             await asyncio.sleep(SETTLE_S)  # another system's background work: nothing to await
 
-    async def _pull(self, topic: str) -> list[str]:
+    async def _pull(self, topic: str) -> list[tuple[str, str]]:
         client = RemotingClient()
+        out: list[tuple[str, str]] = []
         try:
             api = BrokerApi(client, producer_group="rs_soak")
             route = await self._full_route(NameServerClient(client, self.namesrv), topic)
             await self._settled(api, route, topic)
-            messages = await pull_all(api, route, topic, "rs_soak")
+            for mq in route.subscribe_queues(topic):
+                addr = route.master_addr(mq.broker_name)
+                assert addr is not None
+                queue = f"{mq.broker_name}/{mq.queue_id}"
+                for m in await pull_queue(api, addr, mq, "rs_soak"):  # in offset order
+                    if m.uniq_key is not None:
+                        out.append((queue, m.uniq_key))
         finally:
             await client.close()
-        return [m.uniq_key for m in messages if m.uniq_key is not None]  # pull_all: queue by queue, in order
+        return out
