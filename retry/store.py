@@ -333,17 +333,34 @@ class RetryStore(QueueBacked):
         else:
             sinces = [since_ms(r) for r in records]
             lanes = [lane_of(r) for r in records] if any(r.sharding_key for r in records) else []
-        ops = [op for key in keys for op in self._unlink(key)]
         if any(lanes):  # a head that leaves lets the next of its lane go
+            # Those without a lane first, in a batch of their own: under the lanes' locks their ack would
+            # wait for every spool queued on those lanes (one lane's intake holding up other messages).
+            free: list[tuple[bytes, int]] = []
+            laned: list[tuple[bytes, int, bytes]] = []
+            for key, since, lane in zip(keys, sinces, lanes, strict=True):
+                if lane is None:
+                    free.append((key, since))
+                else:
+                    laned.append((key, since, lane))
+            if free:
+                await self._ack_free([key for key, _ in free], [since for _, since in free])
 
             def leave(batch: LaneBatch) -> None:
-                for key, lane in zip(keys, lanes, strict=True):
-                    if lane is not None:
-                        batch.left(lane, key)
+                for key, _, lane in laned:
+                    batch.left(lane, key)
 
-            left = [lane for lane in lanes if lane is not None]
-            await self._commit_in_lanes(left, ops, None, leave, pending=-len(keys), removed=sinces)
+            ops = [op for key, _, _ in laned for op in self._unlink(key)]
+            await self._commit_in_lanes(
+                [lane for _, _, lane in laned], ops, None, leave, pending=-len(laned),
+                removed=[since for _, since, _ in laned],
+            )  # fmt: skip
             return
+        await self._ack_free(keys, sinces)
+
+    async def _ack_free(self, keys: Sequence[bytes], sinces: Sequence[int]) -> None:
+        """ack_many of records without a lane (``sinces``: their since_ms), in one batch, no lock."""
+        ops = [op for key in keys for op in self._unlink(key)]
 
         def written(held: bool, synced: bool) -> None:
             if held:
