@@ -59,7 +59,7 @@ __all__ = [
 
 
 class Ack(Enum):
-    BROKER = "broker"  # send now; spool durably only if every attempt fails
+    BROKER = "broker"  # send now; spool durably if every attempt fails, or behind its key's lane (untried)
     SPOOL = "spool"  # answer once synced locally; deliver in the background
 
 

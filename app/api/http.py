@@ -334,8 +334,9 @@ def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
                 "name": "ack",
                 "in": "query",
                 "required": False,
-                "description": "broker: send now, spool if that "
-                "fails; spool: store first, deliver in the background.",
+                "description": "broker: send now, spool if that fails (a message whose sharding key has "
+                "messages spooled is spooled behind them, untried); spool: store first, deliver in the "
+                "background.",
                 "schema": {"type": "string", "enum": [a.value for a in Ack], "default": Ack.BROKER.value},
             },
             IDEMPOTENCY_KEY_DOC,
