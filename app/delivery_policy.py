@@ -106,10 +106,18 @@ async def spool_by_due(
     """Spool (key, record, due) in one synced batch per due time, all or none per batch, the records of
     one sharding key in one of them (in_lane_order); the error of each key whose batch failed (nothing
     stored for those: never answer them 2xx)."""
+    return await spool_in_lane_order(retry, in_lane_order(records))
+
+
+async def spool_in_lane_order(
+    retry: RetrySpool, records: Sequence[tuple[K, RetryRecord, int]]
+) -> dict[K, Exception]:
+    """spool_by_due of ``records`` already in_lane_order (the caller answers with the due times it
+    spooled)."""
     if not records:
         return {}
     by_due: dict[int, list[tuple[K, RetryRecord]]] = {}
-    for key, record, due in in_lane_order(records):
+    for key, record, due in records:
         by_due.setdefault(due, []).append((key, record))
     failed: dict[K, Exception] = {}
 

@@ -36,7 +36,7 @@ from .delivery_policy import (
     failed_send,
     in_lane_order,
     message_fault,
-    spool_by_due,
+    spool_in_lane_order,
 )
 from .request import Prepared, RequestError
 from .wire import to_stored
@@ -339,7 +339,7 @@ class Sidecar:
         """Spool (index, record, due) in one synced batch per due time, and answer each index. ``failed``:
         their sends failed (the operator hears of each one with an error)."""
         group = in_lane_order(group)  # the due times spooled, and answered
-        refused = await spool_by_due(self.retry, group)
+        refused = await spool_in_lane_order(self.retry, group)
         for i, record, due in group:
             if i in refused:
                 out[i] = refused[i]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container, Iterable
 
 from rocksidecar.storage.keys import MAX_DUE_MS, clamp_due
 from rocksidecar.storage.kv import KV, Delete, Op, Put
@@ -252,16 +252,9 @@ class LaneBatch:
         self.removed.append(since_of(raw))
 
     def _free_key(self, count: int, type_: str, id_: str) -> bytes:
-        """A pending key due now that holds nothing and that no other write is adding (the same message
-        pending twice would share it: one row, counted twice). The next millisecond is just as due."""
-        due = clamp_due(self._now)
-        key = pending_key(due, count, type_, id_)
-        while (
-            key in self.promoted or key in self._arriving or self._kv.get(PENDING_CF, key) is not None
-        ) and due < MAX_DUE_MS:
-            due += 1
-            key = pending_key(due, count, type_, id_)
-        return key
+        return free_pending_key(
+            self._kv, self._now, count, type_, id_, lambda key: key in self.promoted or key in self._arriving
+        )
 
     def finish(self) -> list[Op]:
         """``ops`` with the changed lane entries written (or deleted) after them."""
@@ -272,6 +265,20 @@ class LaneBatch:
             )
         self._changed.clear()
         return self.ops
+
+
+def free_pending_key(
+    kv: KV, now_ms: int, retry_count: int, type_: str, id_: str, taken: Callable[[bytes], bool]
+) -> bytes:
+    """A pending key for the message ``id_`` due now that holds nothing and that no other write is adding
+    (``taken``): the same message pending twice would share it (one row, counted twice), as two dead
+    letters of one message re-driven in one millisecond would. The next millisecond is just as due."""
+    due = clamp_due(now_ms)
+    key = pending_key(due, retry_count, type_, id_)
+    while (taken(key) or kv.get(PENDING_CF, key) is not None) and due < MAX_DUE_MS:
+        due += 1
+        key = pending_key(due, retry_count, type_, id_)
+    return key
 
 
 def lane_of(record: RetryRecord) -> bytes | None:

@@ -21,7 +21,7 @@ from rocksidecar.storage.due_queue import DueQueue, QueueBacked, Then
 from rocksidecar.storage.errors import UnsyncedError
 from rocksidecar.storage.group_commit import GroupCommitWriter
 from rocksidecar.storage.key_count import KeyCount
-from rocksidecar.storage.keys import MAX_DUE_MS, clamp_due
+from rocksidecar.storage.keys import clamp_due
 from rocksidecar.storage.kv import KV, Delete, Op, Put
 
 from .dead_letter import DeadLetter, decode_dead, encode_dead
@@ -49,7 +49,7 @@ from .keys import (
     split_index_key,
     split_waiting_key,
 )
-from .lanes import Held, LaneBatch, LaneLocks, lane_headed_by, lane_of
+from .lanes import Held, LaneBatch, LaneLocks, free_pending_key, lane_headed_by, lane_of
 from .oldest import SYNC_SCAN_LIMIT, OldestPending, since_ms, since_of
 from .record import CorruptRecordError, RetryRecord, decode_record, encode_record
 from .status import MessageStatus, State, StoreStats
@@ -133,9 +133,11 @@ class RetryStore(QueueBacked):
         """When the head of ``topic``'s ``sharding_key`` lane is due, or None when the lane has no message
         here: a message of that key sent now would be stored before the ones spooled earlier. Costs one
         integer test while no lane is open."""
-        if not self._lanes.value:
-            return None
-        raw = self.kv.get(LANES_CF, lane_key(topic, sharding_key))
+        return self._head_due(lane_key(topic, sharding_key)) if self._lanes.value else None
+
+    def _head_due(self, lane: bytes) -> int | None:
+        """When ``lane``'s head is due (now, for an entry that does not decode); None: no entry."""
+        raw = self.kv.get(LANES_CF, lane)
         if raw is None:
             return None
         try:
@@ -445,11 +447,8 @@ class RetryStore(QueueBacked):
         ops: list[Op] = [
             Put(PENDING_CF, key, encode_record(record)),
             Put(INDEX_CF, index_key(record.id, PENDING, key), b""),
-            Delete(DEAD_CF, dkey),
+            *_unlink_dead(dkey),
         ]
-        old_id = id_of(pending_of_dead(dkey))
-        if old_id is not None:
-            ops.append(Delete(INDEX_CF, index_key(old_id, DEAD, dkey)))
         self._leaving.add(dkey)
         self._arriving.add(key)
 
@@ -549,14 +548,10 @@ class RetryStore(QueueBacked):
 
     def _free_pending_key(self, record: RetryRecord) -> bytes:
         """A pending key for ``record`` due now (retry count 0) that holds nothing and that no other
-        redrive is writing: two dead letters of one message re-driven in one millisecond would share
-        one key otherwise (one row, counted twice). The next millisecond is just as due."""
-        due = clamp_due(self.now_ms())
-        key = pending_key(due, 0, record.type, record.id)
-        while (key in self._arriving or self.kv.get(PENDING_CF, key) is not None) and due < MAX_DUE_MS:
-            due += 1
-            key = pending_key(due, 0, record.type, record.id)
-        return key
+        redrive is writing (retry.lanes.free_pending_key)."""
+        return free_pending_key(
+            self.kv, self.now_ms(), 0, record.type, record.id, self._arriving.__contains__
+        )
 
     async def purge(
         self,
@@ -781,12 +776,10 @@ class RetryStore(QueueBacked):
         """When the message under waiting ``key`` may go next: its lane's head's due time (it goes right
         after the head leaves); now, should its lane have no entry."""
         try:
-            raw = self.kv.get(LANES_CF, split_waiting_key(key)[0])
-            if raw is not None:
-                return parse_pending_key(decode_lane(raw).head).due_ms
+            due = self._head_due(split_waiting_key(key)[0])
         except ValueError:
-            pass
-        return self.now_ms()
+            due = None
+        return self.now_ms() if due is None else due
 
     def spooled(self, key: bytes) -> tuple[bytes, int] | None:
         """(stored value, next attempt time) of a pending or waiting ``key``, or None when neither holds it
