@@ -21,7 +21,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -38,7 +37,13 @@ from rocksidecar.app.api.proto import rocksidecar_pb2 as pb
 from rocksidecar.app.api.proto import rocksidecar_pb2_grpc as pb_grpc
 from tests.soak.backends import Backend, RealBackend
 from tests.soak.load import ACKED_STATUSES, GRPC_ACKED
-from tests.soak.test_soak import DRAIN_TIMEOUT_S, FAST_LADDER, backend, pending  # noqa: F401 - the fixture
+from tests.soak.test_soak import (  # noqa: F401 - backend: the fixture
+    DRAIN_TIMEOUT_S,
+    FAST_LADDER,
+    backend,
+    cycle_load,
+    pending,
+)
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(1800)]
 CYCLES = int(os.environ.get("ROCKSIDECAR_TEST_SOAK_KEY_CYCLES", "6"))  # per signal
@@ -172,19 +177,6 @@ def test_out_of_order_finds_a_key_overtaken() -> None:
     }
 
 
-async def cycle(
-    load: KeyLoad, proc: subprocess.Popen[bytes], sig: int, outage: Callable[[random.Random], str]
-) -> str:
-    running = asyncio.create_task(load.run())
-    first = load.rng.uniform(0.2, 0.7) * LOAD_S
-    await asyncio.sleep(first)  # the soak's own wall-clock schedule, not synchronisation
-    what = await asyncio.to_thread(outage, load.rng)
-    await asyncio.sleep(LOAD_S - first)
-    proc.send_signal(sig)
-    await running
-    return what
-
-
 def test_key_order_soak_sigkill_and_sigterm_with_broker_outages(
     backend: Backend,  # noqa: F811 - the fixture
     tmp_path: Path,
@@ -207,7 +199,7 @@ def test_key_order_soak_sigkill_and_sigterm_with_broker_outages(
         settings = {"CONFIG": str(config), "SEND_TIMEOUT_MS": "300", "GRPC_ADDR": grpc_addr}
         with sidecar_process(backend.namesrv, tmp_path, ready_path="/healthz", **settings) as (url, proc):
             load = KeyLoad(url, grpc_addr, topic, ledger, lambda p=proc: p.poll() is not None, rng)
-            outages[asyncio.run(cycle(load, proc, sig, backend.outage))] += 1
+            outages[asyncio.run(cycle_load(load, proc, sig, backend.outage))] += 1
             proc.wait(60)
         if rng.random() < 0.5:
             backend.heal()

@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 import pytest
@@ -71,11 +72,18 @@ def backend() -> Iterator[Backend]:
         yield DevBackend(dev)
 
 
+class CycleLoad(Protocol):
+    rng: random.Random
+
+    async def run(self) -> None: ...
+
+
 async def cycle_load(
-    load: Load, proc: subprocess.Popen[bytes], sig: int, outage: Callable[[random.Random], str]
+    load: CycleLoad, proc: subprocess.Popen[bytes], sig: int, outage: Callable[[random.Random], str]
 ) -> str:
-    """Load for LOAD_S with an outage at a random moment, then the signal with requests in flight; the
-    load goes on until the sidecar is gone. Returns the outage."""
+    """Load (test_soak's Load, test_key_order_soak's KeyLoad) for LOAD_S with an outage at a random
+    moment, then the signal with requests in flight; the load goes on until the sidecar is gone. Returns
+    the outage."""
     running = asyncio.create_task(load.run())
     first = load.rng.uniform(0.2, 0.7) * LOAD_S
     await asyncio.sleep(first)  # the soak's own wall-clock schedule, not synchronisation
